@@ -1,0 +1,25 @@
+--[[ cancel: pending | ready | retry | garbage -> (deleted)
+Deletes a message that is waiting for delivery. A message being processed
+(in unack) is left alone: its running delivery decides its fate. An id left
+in the ready or retry list is skipped when claim pops it, so cancel never
+scans a list.
+
+KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
+KEYS[4] garbage set    KEYS[5] msg string of this id
+ARGV[1] id
+Returns 1 when a waiting message was removed, 0 when the id is unknown
+or being processed.
+Idempotent: a re-run finds nothing and returns 0.
+Complexity: O(log N).
+]]
+local id = ARGV[1]
+if redis.call('ZSCORE', KEYS[3], id) then
+  return 0
+end
+local removed = redis.call('DEL', KEYS[5]) + redis.call('ZREM', KEYS[1], id)
+  + redis.call('SREM', KEYS[4], id)
+redis.call('HDEL', KEYS[2], id)
+if removed > 0 then
+  return 1
+end
+return 0

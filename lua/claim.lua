@@ -1,0 +1,87 @@
+--[[ claim: retry | ready -> unack
+Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
+enters unack with the visibility deadline and its delivery count goes up.
+An id is skipped (a stale list entry) when its payload is gone (cancelled
+or expired) or it is live elsewhere (pending, unack, garbage). An id whose
+payload expired while its retry record remained is counted as expired.
+
+KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
+KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage set
+KEYS[7] receipt string of this consumer (its last claim; TTL = visibility timeout)
+ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
+ARGV[3] visibility timeout ms   ARGV[4] default retry count
+ARGV[5] request sequence number, new for each request of the consumer
+Returns {popped, expired, lease, id1, payload1, attempt1, id2, ...}.
+lease is the deadline in microseconds of Redis time: it fences ack/nack,
+and a later claim of the same id always gets a larger one.
+Idempotent: the receipt records what the consumer's last request leased;
+a re-sent request (its reply lost on a cut connection) returns the same
+deliveries again instead of leasing more. A request that leases nothing
+deletes the receipt, so an idle or stopped consumer leaves no key.
+Complexity: O(M log N) with M = popped.
+]]
+local function delivery(out, id, attempt)
+  local payload = redis.call('GET', ARGV[1] .. id)
+  if payload then
+    out[#out + 1] = id
+    out[#out + 1] = payload
+    out[#out + 1] = attempt
+  end
+end
+
+local receipt = redis.call('GET', KEYS[7])
+if receipt and string.match(receipt, '^%S+') == ARGV[5] then
+  local out = {0, 0, 0}
+  local words = string.gmatch(receipt, '%S+')
+  words()
+  for word in words do
+    if out[3] == 0 then
+      out[3] = tonumber(word)
+    else
+      local score = redis.call('ZSCORE', KEYS[3], word)
+      if score and tonumber(score) == out[3] then
+        local a = string.match(redis.call('HGET', KEYS[4], word) or '', '^(%d+):')
+        delivery(out, word, tonumber(a or 1))
+      end
+    end
+  end
+  return out
+end
+
+local limit = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local lease = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3]) * 1000
+local out = {0, 0, lease}
+local leased = {ARGV[5], string.format('%d', lease)}
+local popped, expired = 0, 0
+for _, list in ipairs({KEYS[2], KEYS[1]}) do
+  if #leased - 2 < limit then
+    local ids = redis.call('LPOP', list, limit - (#leased - 2))
+    for _, id in ipairs(ids or {}) do
+      popped = popped + 1
+      local has_payload = redis.call('EXISTS', ARGV[1] .. id) == 1
+      local elsewhere = redis.call('ZSCORE', KEYS[3], id) or redis.call('ZSCORE', KEYS[5], id)
+        or redis.call('SISMEMBER', KEYS[6], id) == 1
+      if not has_payload then
+        if not elsewhere then
+          expired = expired + redis.call('HDEL', KEYS[4], id)
+        end
+      elseif not elsewhere then
+        local a, m = string.match(redis.call('HGET', KEYS[4], id) or '', '^(%d+):(%d+)$')
+        a = tonumber(a or 0) + 1
+        redis.call('HSET', KEYS[4], id, a .. ':' .. (m or ARGV[4]))
+        redis.call('ZADD', KEYS[3], lease, id)
+        leased[#leased + 1] = id
+        delivery(out, id, a)
+      end
+    end
+  end
+end
+if #leased > 2 then
+  redis.call('SET', KEYS[7], table.concat(leased, ' '), 'PX', tonumber(ARGV[3]))
+else
+  redis.call('DEL', KEYS[7])
+end
+out[1] = popped
+out[2] = expired
+return out

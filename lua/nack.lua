@@ -1,0 +1,48 @@
+--[[ nack: unack -> retry | pending | garbage
+Ends one delivery that did not succeed, only while its lease is current
+(a late nack of a redelivered message adds no second copy).
+mode 'fail': the delivery counts; with deliveries left the message goes
+to pending (delay > 0) or retry, else to garbage.
+mode 'release': the delivery never started (consumer shutting down); it
+does not count and the message goes back to the front of retry.
+
+KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
+KEYS[4] pending zset KEYS[5] garbage set    KEYS[6] msg string of this id
+ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms   ARGV[4] msg ttl ms
+ARGV[5] mode   ARGV[6] default retry count
+Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
+Idempotent: a re-run finds the lease gone and returns 0.
+Complexity: O(log N).
+]]
+local id = ARGV[1]
+local score = redis.call('ZSCORE', KEYS[1], id)
+if not score or tonumber(score) ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZREM', KEYS[1], id)
+local a, m = string.match(redis.call('HGET', KEYS[2], id) or '', '^(%d+):(%d+)$')
+a = tonumber(a or 1)
+m = tonumber(m or ARGV[6])
+if ARGV[5] == 'release' then
+  redis.call('HSET', KEYS[2], id, math.max(a - 1, 0) .. ':' .. m)
+  redis.call('LPUSH', KEYS[3], id)
+  return 1
+end
+if a > m then
+  redis.call('SADD', KEYS[5], id)
+  return 2
+end
+local delay = tonumber(ARGV[3])
+-- Keep the payload at least msg ttl past its next delivery.
+local need = delay + tonumber(ARGV[4])
+local pttl = redis.call('PTTL', KEYS[6])
+if pttl >= 0 and pttl < need then
+  redis.call('PEXPIRE', KEYS[6], need)
+end
+if delay > 0 then
+  local t = redis.call('TIME')
+  redis.call('ZADD', KEYS[4], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + delay, id)
+else
+  redis.call('RPUSH', KEYS[3], id)
+end
+return 1

@@ -1,0 +1,24 @@
+--[[ promote: pending -> ready
+Moves ids whose due time has come (by Redis's clock) to the ready list,
+oldest first, at most ARGV[1] per call so Redis is never blocked long.
+
+KEYS[1] pending zset   KEYS[2] ready list
+ARGV[1] limit (<= 1000)
+Returns {moved, wait_ms}: wait_ms is how long until the next pending id is
+due (0 when more are due now), -1 when pending is empty.
+Idempotent: a re-run moves only what is still pending.
+Complexity: O(log N + M) with M = moved.
+]]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+if #ids > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ids))
+  redis.call('ZREM', KEYS[1], unpack(ids))
+end
+local wait = -1
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then
+  wait = math.max(0, tonumber(head[2]) - now)
+end
+return {#ids, wait}

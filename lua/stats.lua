@@ -1,0 +1,17 @@
+--[[ stats: read-only snapshot of the queue's sizes, taken atomically.
+
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
+KEYS[4] retry list     KEYS[5] garbage set
+ARGV none
+Returns {pending, ready, processing, retry, garbage}. Lists may hold
+stale entries of cancelled messages until a claim pops them.
+Idempotent: read-only.
+Complexity: O(1).
+]]
+return {
+  redis.call('ZCARD', KEYS[1]),
+  redis.call('LLEN', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]),
+  redis.call('LLEN', KEYS[4]),
+  redis.call('SCARD', KEYS[5]),
+}

@@ -1,0 +1,34 @@
+--[[ timeout: unack -> retry | garbage
+Takes back deliveries whose visibility deadline passed (the consumer died,
+hung or was too slow): each counts as a failed delivery. With deliveries
+left the id goes to retry, else to garbage.
+
+KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
+KEYS[4] garbage set
+ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)   ARGV[3] msg ttl ms
+ARGV[4] default retry count
+Returns {timed_out, moved_to_garbage}.
+Idempotent: a re-run moves only what is still overdue.
+Complexity: O(log N + M log N) with M = timed out.
+]]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local dead = 0
+local ttl = tonumber(ARGV[3])
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  local a, m = string.match(redis.call('HGET', KEYS[2], id) or '', '^(%d+):(%d+)$')
+  if tonumber(a or 1) > tonumber(m or ARGV[4]) then
+    redis.call('SADD', KEYS[4], id)
+    dead = dead + 1
+  else
+    local key = ARGV[1] .. id
+    local pttl = redis.call('PTTL', key)
+    if pttl >= 0 and pttl < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
+    redis.call('RPUSH', KEYS[3], id)
+  end
+end
+return {#ids, dead}

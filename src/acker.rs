@@ -1,0 +1,88 @@
+//! Coalesced acks: handlers hand their acks to one task, which sends
+//! whatever has piled up as a single `ack` script call.
+//!
+//! Batching adds no timer: while one call is in flight the next batch
+//! gathers, so under load many acks share a round trip and when idle each
+//! ack goes out at once. Fencing is per id inside the script, as before.
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::{scripts, DelayQueue, MessageId};
+
+/// Most acks in one script call.
+const ACK_BATCH: usize = 128;
+
+/// One successful delivery to acknowledge.
+pub(crate) struct AckItem {
+    pub id: MessageId,
+    pub lease: i64,
+    /// When the lease runs out by this host's clock; retrying after that is pointless.
+    pub deadline: Instant,
+}
+
+/// Starts the ack task; it ends once every sender is dropped and all acks are sent.
+pub(crate) fn spawn(queue: DelayQueue) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, tokio::spawn(run(queue, rx)))
+}
+
+async fn run(queue: DelayQueue, mut rx: mpsc::UnboundedReceiver<AckItem>) {
+    let mut batch = Vec::with_capacity(ACK_BATCH);
+    while let Some(item) = rx.recv().await {
+        batch.push(item);
+        while batch.len() < ACK_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        flush(&queue, &mut batch).await;
+    }
+}
+
+/// Sends one batch, retrying on Redis errors while any lease is still valid
+/// (the script is idempotent, so a retry after a lost reply is harmless).
+async fn flush(queue: &DelayQueue, batch: &mut Vec<AckItem>) {
+    let k = &queue.inner.keys;
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let mut args: Vec<Value> = Vec::with_capacity(1 + 2 * batch.len());
+        args.push(k.msg_prefix.as_str().into());
+        for item in batch.iter() {
+            args.push(item.id.as_str().into());
+            args.push(item.lease.into());
+        }
+        let keys = vec![k.unack.clone(), k.retries.clone()];
+        match queue.call::<Vec<i64>>(&scripts::ACK, keys, args).await {
+            Ok(acked) => {
+                for (item, ok) in batch.iter().zip(acked) {
+                    if ok == 1 {
+                        tracing::trace!(queue = %queue.name(), id = %item.id, "acked");
+                    } else {
+                        tracing::warn!(
+                            queue = %queue.name(), id = %item.id,
+                            "ack came after the lease ran out; the message was or will be delivered again"
+                        );
+                    }
+                }
+                batch.clear();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(queue = %queue.name(), error = %e, acks = batch.len(), "ack failed; retrying");
+                let now = Instant::now();
+                batch.retain(|item| item.deadline > now);
+                if batch.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}

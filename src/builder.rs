@@ -1,0 +1,197 @@
+//! Configuration of a queue: [`DelayQueueBuilder`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::Client;
+
+use crate::keys::Keys;
+use crate::queue::{DelayQueue, Inner};
+use crate::Error;
+
+/// Most deliveries a message may be retried.
+pub const MAX_RETRY_COUNT: u32 = 1000;
+/// Most ids one script call moves, so no call blocks Redis for long.
+pub const MAX_BATCH_SIZE: usize = 1000;
+/// Longest delay a message may be sent with (about 10 years).
+pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+/// Shortest `msg_ttl`: less would let a payload expire before it is handled.
+pub const MIN_MSG_TTL: Duration = Duration::from_secs(1);
+
+/// Settings of a queue; see the builder's methods for their meaning.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub fetch_interval: Duration,
+    pub max_consume_duration: Duration,
+    pub fetch_limit: usize,
+    pub concurrency: usize,
+    pub default_retry_count: u32,
+    pub nack_redelivery_delay: Duration,
+    pub msg_ttl: Duration,
+    pub max_payload_size: usize,
+    pub batch_size: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            fetch_interval: Duration::from_secs(1),
+            max_consume_duration: Duration::from_secs(5),
+            fetch_limit: 100,
+            concurrency: 1,
+            default_retry_count: 3,
+            nack_redelivery_delay: Duration::ZERO,
+            msg_ttl: Duration::from_secs(3600),
+            max_payload_size: 1024 * 1024,
+            batch_size: MAX_BATCH_SIZE,
+        }
+    }
+}
+
+/// Builds a [`DelayQueue`]; every method takes and returns the builder.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), delayqueue::Error> {
+/// use std::time::Duration;
+/// use delayqueue::DelayQueue;
+///
+/// let client = delayqueue::connect("redis://127.0.0.1:6379").await?;
+/// let queue = DelayQueue::builder("orders", client)
+///     .concurrency(16)
+///     .max_consume_duration(Duration::from_secs(30))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "call .build() to get the queue"]
+pub struct DelayQueueBuilder {
+    name: String,
+    client: Client,
+    key_prefix: String,
+    config: Config,
+}
+
+impl DelayQueueBuilder {
+    pub(crate) fn new(name: impl Into<String>, client: Client) -> Self {
+        DelayQueueBuilder {
+            name: name.into(),
+            client,
+            key_prefix: "dq:".into(),
+            config: Config::default(),
+        }
+    }
+
+    /// How often a consumer sweeps the queue: moves due messages, takes back
+    /// timed-out deliveries and collects garbage. Default 1 s. Due messages
+    /// the consumer knows of are fetched on time regardless of the tick.
+    pub fn fetch_interval(mut self, d: Duration) -> Self {
+        self.config.fetch_interval = d;
+        self
+    }
+
+    /// The visibility timeout: how long a delivery may take before it counts
+    /// as failed and the message is redelivered. Default 5 s.
+    pub fn max_consume_duration(mut self, d: Duration) -> Self {
+        self.config.max_consume_duration = d;
+        self
+    }
+
+    /// Most messages a consumer holds at once (claimed but not finished).
+    /// Default 100. The consumer also never claims more than it expects to
+    /// start within the visibility timeout.
+    pub fn fetch_limit(mut self, n: usize) -> Self {
+        self.config.fetch_limit = n;
+        self
+    }
+
+    /// Handlers a consumer runs at the same time. Default 1.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Retries of a message whose delivery failed, unless its send says
+    /// otherwise: `n` means at most `n + 1` deliveries. Default 3.
+    pub fn default_retry_count(mut self, n: u32) -> Self {
+        self.config.default_retry_count = n;
+        self
+    }
+
+    /// Delay before a nacked message is delivered again. Default zero.
+    pub fn nack_redelivery_delay(mut self, d: Duration) -> Self {
+        self.config.nack_redelivery_delay = d;
+        self
+    }
+
+    /// How long a payload is kept past its due time (and past each
+    /// redelivery it is scheduled for), unless its send says otherwise. A
+    /// message not delivered by then expires: it is dropped and counted in
+    /// the consumer's logs. Default 1 h, at least 1 s.
+    pub fn msg_ttl(mut self, d: Duration) -> Self {
+        self.config.msg_ttl = d;
+        self
+    }
+
+    /// Largest payload a send accepts, in bytes. Default 1 MiB.
+    pub fn max_payload_size(mut self, bytes: usize) -> Self {
+        self.config.max_payload_size = bytes;
+        self
+    }
+
+    /// Most ids one script call moves (1 to 1000). Default 1000.
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.config.batch_size = n;
+        self
+    }
+
+    /// Prefix of every key of the queue. Default `dq:`, so the keys of queue
+    /// `orders` are `dq:{orders}:...`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Checks the settings and builds the queue. Nothing is sent to Redis.
+    pub fn build(self) -> Result<DelayQueue, Error> {
+        let keys = Keys::new(&self.key_prefix, &self.name)?;
+        let c = &self.config;
+        let bad = |what: String| Err(Error::InvalidArgument(what));
+        if c.fetch_interval.is_zero() {
+            return bad("fetch_interval must be positive".into());
+        }
+        if c.max_consume_duration < Duration::from_millis(10) {
+            return bad("max_consume_duration must be at least 10 ms".into());
+        }
+        if c.fetch_limit == 0 || c.concurrency == 0 {
+            return bad("fetch_limit and concurrency must be at least 1".into());
+        }
+        if c.default_retry_count > MAX_RETRY_COUNT {
+            return bad(format!("default_retry_count must be at most {MAX_RETRY_COUNT}"));
+        }
+        if c.nack_redelivery_delay > MAX_DELAY {
+            return bad("nack_redelivery_delay is longer than MAX_DELAY".into());
+        }
+        check_msg_ttl(c.msg_ttl)?;
+        if !(1..=MAX_BATCH_SIZE).contains(&c.batch_size) {
+            return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));
+        }
+        Ok(DelayQueue {
+            inner: Arc::new(Inner {
+                name: self.name,
+                keys,
+                config: self.config,
+                client: self.client,
+            }),
+        })
+    }
+}
+
+/// A msg ttl must be long enough for the payload to outlive a delivery.
+pub(crate) fn check_msg_ttl(ttl: Duration) -> Result<(), Error> {
+    if ttl < MIN_MSG_TTL || ttl > MAX_DELAY {
+        return Err(Error::InvalidArgument(format!(
+            "msg_ttl must be between {MIN_MSG_TTL:?} and MAX_DELAY"
+        )));
+    }
+    Ok(())
+}

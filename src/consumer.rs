@@ -1,0 +1,417 @@
+//! The consume loop: moves due messages, claims them in batches, runs the
+//! handler on each, and acks or nacks the outcome.
+//!
+//! One loop task per consumer sweeps on every `fetch_interval` (timed-out
+//! deliveries back to retry, garbage collected) and in between sleeps until
+//! the earliest due time it knows of, or until a handler frees a slot. Each
+//! claimed message gets a task of its own, which waits for one of the
+//! `concurrency` permits before it runs the handler.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::Value;
+use futures::FutureExt;
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::acker::{self, AckItem};
+use crate::{scripts, DelayQueue, Error, Handler, Message, MessageId};
+
+/// Most script calls of one kind in a row before the loop does other work.
+const MAX_ROUNDS: usize = 8;
+
+/// A running consumer. Stop it with [`shutdown`](Consumer::shutdown);
+/// dropping it stops it too, without waiting.
+#[derive(Debug)]
+#[must_use = "dropping a Consumer stops it"]
+pub struct Consumer {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Consumer {
+    pub(crate) fn start(queue: DelayQueue, handler: Arc<dyn Handler>) -> Self {
+        let (stop, stop_rx) = watch::channel(false);
+        let (acks, acker) = acker::spawn(queue.clone());
+        let receipt = queue.inner.keys.claim(MessageId::generate().as_str());
+        let workers = Semaphore::new(queue.inner.config.concurrency);
+        let shared = Arc::new(Shared {
+            queue,
+            handler,
+            workers,
+            in_flight: AtomicUsize::new(0),
+            done: Notify::new(),
+            avg_handler_us: AtomicU64::new(0),
+            receipt,
+            claims: AtomicU64::new(0),
+            stop: stop_rx,
+            acks,
+        });
+        let task = tokio::spawn(run(shared, acker));
+        Consumer { stop, task: Some(task) }
+    }
+
+    /// Stops gracefully: claims nothing more, lets running handlers finish
+    /// (each within `max_consume_duration`), acks or nacks them, hands
+    /// claimed-but-unstarted messages back without counting a delivery, and
+    /// returns once nothing is left claimed by this consumer.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.await
+                .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// State shared by the loop and the delivery tasks.
+struct Shared {
+    queue: DelayQueue,
+    handler: Arc<dyn Handler>,
+    /// One permit per handler that may run at once.
+    workers: Semaphore,
+    /// Messages claimed and not finished.
+    in_flight: AtomicUsize,
+    /// Signalled whenever a delivery finishes.
+    done: Notify,
+    /// Moving average of handler run time, 0 until the first one ends.
+    avg_handler_us: AtomicU64,
+    /// Key of this consumer's claim receipt.
+    receipt: String,
+    /// Claim requests sent so far; numbers each request for its receipt.
+    claims: AtomicU64,
+    stop: watch::Receiver<bool>,
+    acks: mpsc::UnboundedSender<AckItem>,
+}
+
+/// What the loop waits for before its next step.
+enum Wait {
+    /// Sleep this long (zero: go on at once).
+    For(Duration),
+    /// Every slot is taken: wait for a delivery to finish, at most this long.
+    Slot(Duration),
+}
+
+async fn run(shared: Arc<Shared>, acker: JoinHandle<()>) {
+    let interval = shared.queue.inner.config.fetch_interval;
+    let mut stop = shared.stop.clone();
+    let mut next_sweep = Instant::now();
+    let mut failures = 0u32;
+    tracing::info!(queue = %shared.queue.name(), "consumer started");
+    while !*stop.borrow() {
+        let wait = match step(&shared, &mut next_sweep).await {
+            Ok(wait) => {
+                failures = 0;
+                wait
+            }
+            Err(e) => {
+                failures += 1;
+                let backoff =
+                    (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
+                tracing::warn!(queue = %shared.queue.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
+                Wait::For(backoff)
+            }
+        };
+        let (sleep, on_slot) = match wait {
+            Wait::For(d) if d.is_zero() => continue,
+            Wait::For(d) => (d, false),
+            Wait::Slot(d) => (d, true),
+        };
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep(sleep) => {}
+            _ = shared.done.notified(), if on_slot => {}
+        }
+    }
+    while shared.in_flight.load(Ordering::Acquire) > 0 {
+        shared.done.notified().await;
+    }
+    // Claiming nothing deletes the receipt.
+    if let Err(e) = claim(&shared, 0).await {
+        tracing::debug!(error = %e, "could not delete the claim receipt; it expires on its own");
+    }
+    drop(shared);
+    let _ = acker.await;
+    tracing::info!("consumer stopped");
+}
+
+/// One round: sweep when due, promote due messages, claim what fits.
+async fn step(shared: &Arc<Shared>, next_sweep: &mut Instant) -> Result<Wait, Error> {
+    let config = &shared.queue.inner.config;
+    if Instant::now() >= *next_sweep {
+        sweep(&shared.queue).await?;
+        *next_sweep = Instant::now() + config.fetch_interval;
+    }
+    let mut idle = next_sweep.saturating_duration_since(Instant::now());
+    if let Some(next_due) = promote(&shared.queue).await? {
+        idle = idle.min(next_due);
+    }
+    let want = claim_capacity(shared);
+    if want == 0 {
+        return Ok(Wait::Slot(idle));
+    }
+    let popped = claim(shared, want).await?;
+    Ok(Wait::For(if popped >= want { Duration::ZERO } else { idle }))
+}
+
+/// Takes back timed-out deliveries and collects garbage, a bounded number of batches.
+async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
+    let inner = &queue.inner;
+    let k = &inner.keys;
+    let batch = inner.config.batch_size as i64;
+    for _ in 0..MAX_ROUNDS {
+        let keys = vec![k.unack.clone(), k.retries.clone(), k.retry.clone(), k.garbage.clone()];
+        let args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            batch.into(),
+            (inner.config.msg_ttl.as_millis() as i64).into(),
+            i64::from(inner.config.default_retry_count).into(),
+        ];
+        let [timed_out, dead]: [i64; 2] = queue
+            .call::<Vec<i64>>(&scripts::TIMEOUT, keys, args)
+            .await
+            .and_then(pair("timeout"))?;
+        if timed_out > 0 {
+            tracing::warn!(queue = %inner.name, timed_out, dead, "deliveries exceeded max_consume_duration; redelivering");
+        }
+        if timed_out < batch {
+            break;
+        }
+    }
+    for _ in 0..MAX_ROUNDS {
+        let keys = vec![k.garbage.clone(), k.retries.clone()];
+        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), batch.into()];
+        let collected: i64 = queue.call(&scripts::GC, keys, args).await?;
+        if collected > 0 {
+            tracing::debug!(queue = %inner.name, collected, "garbage collected");
+        }
+        if collected < batch {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Moves due messages to ready; returns how long until the next one is due.
+async fn promote(queue: &DelayQueue) -> Result<Option<Duration>, Error> {
+    let inner = &queue.inner;
+    let batch = inner.config.batch_size as i64;
+    let mut wait = -1;
+    for _ in 0..MAX_ROUNDS {
+        let keys = vec![inner.keys.pending.clone(), inner.keys.ready.clone()];
+        let [moved, next] = queue
+            .call::<Vec<i64>>(&scripts::PROMOTE, keys, vec![batch.into()])
+            .await
+            .and_then(pair("promote"))?;
+        wait = next;
+        if moved < batch {
+            break;
+        }
+    }
+    Ok(u64::try_from(wait).ok().map(Duration::from_millis))
+}
+
+/// How many messages to claim now: free slots, but no more than the
+/// handlers can start before the visibility timeout, judged by how long
+/// they have taken so far.
+fn claim_capacity(shared: &Shared) -> usize {
+    let config = &shared.queue.inner.config;
+    let in_flight = shared.in_flight.load(Ordering::Acquire);
+    let avg_us = shared.avg_handler_us.load(Ordering::Relaxed);
+    let startable = match avg_us {
+        0 => config.concurrency,
+        avg => {
+            (config.max_consume_duration.as_micros() as u64 / avg).saturating_mul(config.concurrency as u64) as usize
+        }
+    };
+    let limit = startable.clamp(config.concurrency, config.fetch_limit);
+    limit.saturating_sub(in_flight).min(config.batch_size)
+}
+
+/// Claims up to `want` messages and starts a delivery task for each; returns how many ids were popped.
+async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
+    let inner = &shared.queue.inner;
+    let k = &inner.keys;
+    let vis = inner.config.max_consume_duration;
+    let keys = vec![
+        k.ready.clone(),
+        k.retry.clone(),
+        k.unack.clone(),
+        k.retries.clone(),
+        k.pending.clone(),
+        k.garbage.clone(),
+        shared.receipt.clone(),
+    ];
+    let args: Vec<Value> = vec![
+        k.msg_prefix.as_str().into(),
+        (want as i64).into(),
+        (vis.as_millis() as i64).into(),
+        i64::from(inner.config.default_retry_count).into(),
+        (shared.claims.fetch_add(1, Ordering::Relaxed) as i64).into(),
+    ];
+    // The lease ends `vis` after Redis ran the script, which is after now.
+    let deadline = Instant::now() + vis;
+    let reply: Vec<Value> = shared.queue.call(&scripts::CLAIM, keys, args).await?;
+    let bad = |detail: &str| Error::UnexpectedReply {
+        script: "claim",
+        detail: detail.to_string(),
+    };
+    let (head, rest) = reply.split_at_checked(3).ok_or_else(|| bad("short reply"))?;
+    let [popped, expired, lease] = [&head[0], &head[1], &head[2]].map(|v| v.as_i64().unwrap_or(-1));
+    if popped < 0 || expired < 0 || rest.len() % 3 != 0 {
+        return Err(bad("malformed header"));
+    }
+    if expired > 0 {
+        tracing::warn!(
+            queue = %inner.name, expired,
+            "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
+        );
+    }
+    for triple in rest.chunks_exact(3) {
+        let id = triple[0].as_str().ok_or_else(|| bad("id"))?.into_owned();
+        let payload = triple[1].clone().into_bytes().ok_or_else(|| bad("payload"))?.to_vec();
+        let attempt = triple[2]
+            .as_u64()
+            .and_then(|a| u32::try_from(a).ok())
+            .ok_or_else(|| bad("attempt"))?;
+        let msg = Message {
+            id: MessageId::from(id),
+            payload,
+            attempt,
+            lease,
+        };
+        shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(deliver(shared.clone(), msg, deadline));
+    }
+    Ok(popped as usize)
+}
+
+fn pair(script: &'static str) -> impl Fn(Vec<i64>) -> Result<[i64; 2], Error> {
+    move |v| {
+        v.try_into().map_err(|v| Error::UnexpectedReply {
+            script,
+            detail: format!("{v:?}"),
+        })
+    }
+}
+
+/// Runs one delivery: waits for a worker permit, runs the handler within
+/// what is left of the lease, then acks or nacks.
+async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
+    let permit = shared.workers.acquire().await;
+    let (id, lease, attempt) = (msg.id.clone(), msg.lease, msg.attempt);
+    let name = shared.queue.name().to_string();
+    let left = deadline.saturating_duration_since(Instant::now());
+    // Starting with almost no lease left would only earn a duplicate.
+    if *shared.stop.borrow() || left < shared.queue.inner.config.max_consume_duration / 20 {
+        tracing::debug!(queue = %name, %id, "handing back an unstarted delivery");
+        nack(&shared, &id, lease, deadline, NackMode::Release).await;
+    } else {
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(left, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
+        record_duration(&shared, started.elapsed());
+        match outcome {
+            Ok(Ok(Ok(()))) => {
+                let _ = shared.acks.send(AckItem { id, lease, deadline });
+            }
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(queue = %name, %id, attempt, error = %e, "handler failed");
+                nack(&shared, &id, lease, deadline, NackMode::Fail).await;
+            }
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(queue = %name, %id, attempt, panic = %what, "handler panicked");
+                nack(&shared, &id, lease, deadline, NackMode::Fail).await;
+            }
+            Err(_) => {
+                tracing::warn!(queue = %name, %id, attempt, "handler exceeded max_consume_duration; cancelled");
+                nack(&shared, &id, lease, deadline, NackMode::Fail).await;
+            }
+        }
+    }
+    drop(permit);
+    shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+    shared.done.notify_one();
+}
+
+fn record_duration(shared: &Shared, took: Duration) {
+    let us = (took.as_micros() as u64).max(1);
+    let _ = shared
+        .avg_handler_us
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |avg| {
+            Some(if avg == 0 { us } else { (avg * 7 + us) / 8 })
+        });
+}
+
+#[derive(Clone, Copy)]
+enum NackMode {
+    /// The delivery failed and counts.
+    Fail,
+    /// The delivery never started; it does not count.
+    Release,
+}
+
+/// Nacks one delivery, retrying on Redis errors while the lease lasts;
+/// after that the visibility timeout takes the message back anyway.
+async fn nack(shared: &Shared, id: &MessageId, lease: i64, deadline: Instant, mode: NackMode) {
+    let inner = &shared.queue.inner;
+    let k = &inner.keys;
+    let (mode_arg, delay) = match mode {
+        NackMode::Fail => ("fail", inner.config.nack_redelivery_delay),
+        NackMode::Release => ("release", Duration::ZERO),
+    };
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let keys = vec![
+            k.unack.clone(),
+            k.retries.clone(),
+            k.retry.clone(),
+            k.pending.clone(),
+            k.garbage.clone(),
+            k.msg(id.as_str()),
+        ];
+        let args: Vec<Value> = vec![
+            id.as_str().into(),
+            lease.into(),
+            (delay.as_millis() as i64).into(),
+            (inner.config.msg_ttl.as_millis() as i64).into(),
+            mode_arg.into(),
+            i64::from(inner.config.default_retry_count).into(),
+        ];
+        match shared.queue.call::<i64>(&scripts::NACK, keys, args).await {
+            Ok(0) => {
+                tracing::warn!(queue = %inner.name, %id, "nack came after the lease ran out; the message was already taken back");
+                return;
+            }
+            Ok(2) => {
+                tracing::warn!(queue = %inner.name, %id, "message used up its deliveries; moved to garbage");
+                return;
+            }
+            Ok(_) => return,
+            Err(e) if Instant::now() + backoff < deadline => {
+                tracing::warn!(queue = %inner.name, %id, error = %e, "nack failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                tracing::warn!(queue = %inner.name, %id, error = %e, "nack failed; the visibility timeout will redeliver it");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Message ids.
+
+use std::fmt;
+
+use crate::Error;
+
+/// Longest accepted caller-given id, in bytes.
+pub const MAX_ID_LEN: usize = 200;
+
+/// The id of a message, unique within its queue.
+///
+/// Generated ids are UUIDv7 (time-ordered) in their 32-hex-digit simple
+/// form. A caller-given id (see [`SendBuilder::id`](crate::SendBuilder::id))
+/// makes a send idempotent.
+///
+/// ```
+/// use delayqueue::MessageId;
+/// let id = MessageId::from("order-42");
+/// assert_eq!(id.as_str(), "order-42");
+/// assert_eq!(id.to_string(), "order-42");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(String);
+
+impl MessageId {
+    /// A new time-ordered UUIDv7 id.
+    pub fn generate() -> Self {
+        MessageId(uuid::Uuid::now_v7().simple().to_string())
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Checks that the id can be used as part of a key name.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        let reason = if self.0.is_empty() {
+            Some("must not be empty".to_string())
+        } else if self.0.len() > MAX_ID_LEN {
+            Some(format!("must be at most {MAX_ID_LEN} bytes"))
+        } else {
+            self.0
+                .chars()
+                .find(|c| c.is_whitespace() || c.is_control())
+                .map(|c| format!("contains {c:?}; whitespace and control characters are not allowed"))
+        };
+        match reason {
+            Some(reason) => Err(Error::InvalidMessageId {
+                id: self.0.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for MessageId {
+    fn from(s: String) -> Self {
+        MessageId(s)
+    }
+}
+
+impl From<&str> for MessageId {
+    fn from(s: &str) -> Self {
+        MessageId(s.to_string())
+    }
+}
+
+impl From<&MessageId> for MessageId {
+    fn from(id: &MessageId) -> Self {
+        id.clone()
+    }
+}
+
+impl AsRef<str> for MessageId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_ids_are_time_ordered_uuids() {
+        let a = MessageId::generate();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = MessageId::generate();
+        assert!(a < b);
+        assert_eq!(a.as_str().len(), 32);
+        assert_eq!(uuid::Uuid::parse_str(a.as_str()).unwrap().get_version_num(), 7);
+    }
+
+    #[test]
+    fn bad_ids_are_rejected() {
+        for bad in ["", "a b", "x\n", &"y".repeat(201)] {
+            assert!(MessageId::from(bad).validate().is_err(), "{bad:?}");
+        }
+        assert!(MessageId::from("order-42/é{}").validate().is_ok());
+    }
+}

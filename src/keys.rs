@@ -1,0 +1,112 @@
+//! The one place that builds Redis key names.
+//!
+//! Every key of a queue shares the cluster hash tag `{<name>}`, so a queue
+//! lives in one slot and every script touches keys of one slot only.
+
+use crate::Error;
+
+/// Longest accepted queue name, in bytes.
+pub const MAX_QUEUE_NAME_LEN: usize = 128;
+
+/// Key names of one queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    pub pending: String,
+    pub ready: String,
+    pub unack: String,
+    pub retry: String,
+    pub garbage: String,
+    pub retries: String,
+    /// Prefix of the per-message payload keys; the id follows it.
+    pub msg_prefix: String,
+    /// Prefix of the receipts that make a consumer's claim requests idempotent.
+    claim_prefix: String,
+}
+
+impl Keys {
+    /// Builds the key names for queue `name` under `prefix`, after checking both.
+    pub fn new(prefix: &str, name: &str) -> Result<Self, Error> {
+        validate_queue_name(name)?;
+        if prefix.contains(['{', '}']) || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(Error::InvalidArgument(format!(
+                "key prefix {prefix:?} must not contain braces, whitespace or control characters"
+            )));
+        }
+        let base = format!("{prefix}{{{name}}}");
+        Ok(Keys {
+            pending: format!("{base}:pending"),
+            ready: format!("{base}:ready"),
+            unack: format!("{base}:unack"),
+            retry: format!("{base}:retry"),
+            garbage: format!("{base}:garbage"),
+            retries: format!("{base}:retries"),
+            msg_prefix: format!("{base}:m:"),
+            claim_prefix: format!("{base}:claim:"),
+        })
+    }
+
+    /// The payload key of message `id`.
+    pub fn msg(&self, id: &str) -> String {
+        format!("{}{id}", self.msg_prefix)
+    }
+
+    /// The claim receipt key of consumer `consumer`.
+    pub fn claim(&self, consumer: &str) -> String {
+        format!("{}{consumer}", self.claim_prefix)
+    }
+}
+
+/// Queue names become part of key names and of a cluster hash tag: keep them
+/// short, printable and free of the characters that would break the tag.
+fn validate_queue_name(name: &str) -> Result<(), Error> {
+    let reason = if name.is_empty() {
+        Some("must not be empty".to_string())
+    } else if name.len() > MAX_QUEUE_NAME_LEN {
+        Some(format!("must be at most {MAX_QUEUE_NAME_LEN} bytes"))
+    } else {
+        name.chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '@')))
+            .map(|c| format!("contains {c:?}; allowed are ASCII letters, digits and - _ . : / @"))
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidQueueName {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = Keys::new("dq:", "orders").unwrap();
+        for key in [
+            &k.pending,
+            &k.ready,
+            &k.unack,
+            &k.retry,
+            &k.garbage,
+            &k.retries,
+            &k.msg("x"),
+            &k.claim("r"),
+        ] {
+            assert!(key.starts_with("dq:{orders}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        for name in ["", "a b", "a{b", "a}b", "tab\t", "nl\n", &"x".repeat(129), "é"] {
+            assert!(
+                matches!(Keys::new("dq:", name), Err(Error::InvalidQueueName { .. })),
+                "{name:?} accepted"
+            );
+        }
+        assert!(Keys::new("dq:", &"x".repeat(128)).is_ok());
+        assert!(matches!(Keys::new("d{q", "a"), Err(Error::InvalidArgument(_))));
+    }
+}

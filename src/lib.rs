@@ -1,0 +1,90 @@
+//! # delayqueue
+//!
+//! A reliable delayed message queue on Redis, for tokio services: schedule
+//! work for later ("cancel this order in 30 minutes"), and a consumer hands
+//! each message to your [`Handler`] once it is due.
+//!
+//! **Guarantee: at-least-once.** A message whose send returned `Ok` is
+//! handled successfully at least once, or ends in `garbage` after its
+//! retries; a crashed worker, a failing or panicking handler, or a Redis
+//! restart with persistence does not lose it. Every state change is one Lua
+//! script, time comes from Redis's clock, and acks are fenced by a lease,
+//! so a late ack or nack never deletes or duplicates a redelivered message.
+//! See `docs/design.md` for the state machine and what can cause duplicates.
+//!
+//! ```no_run
+//! use std::time::{Duration, SystemTime};
+//! use delayqueue::{DelayQueue, Handler, HandlerError, Message, MessageId, QueueStats, Error};
+//!
+//! struct CloseOrder;
+//! #[async_trait::async_trait]
+//! impl Handler for CloseOrder {
+//!     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {   // Ok = ack, Err = nack
+//!         let _ = (msg.id(), msg.payload(), msg.attempt());                 // &MessageId, &[u8], u32 (1 = first delivery)
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Error> {
+//! let client = delayqueue::connect("redis://127.0.0.1:6379").await?;
+//! let (payload, delay) = ("close order 7", Duration::from_secs(30));
+//! let queue = DelayQueue::builder("orders", client.clone())   // -> DelayQueueBuilder; name validated
+//!     .fetch_interval(Duration::from_secs(1))        // consume tick, default 1 s
+//!     .max_consume_duration(Duration::from_secs(5))  // visibility timeout, default 5 s
+//!     .fetch_limit(100)                              // max messages in flight per consumer
+//!     .concurrency(16)                               // handler tasks per consumer, default 1
+//!     .default_retry_count(3)                        // default 3: at most 4 deliveries
+//!     .nack_redelivery_delay(Duration::ZERO)         // delay before a nacked message is redelivered
+//!     .msg_ttl(Duration::from_secs(3600))            // payload kept this long past its due time
+//!     .build()?;                                     // -> Result<DelayQueue, Error>
+//!
+//! let id: MessageId = queue.send_delay_msg("payload", Duration::from_millis(1500)).await?;
+//! let id = queue.send_schedule_msg(b"bytes".to_vec(), SystemTime::now() + Duration::from_secs(60)).await?;
+//! let id = queue.send_delay_msg(payload, delay)       // per-message options, builder that is IntoFuture
+//!     .retry_count(5).msg_ttl(Duration::from_secs(600)).id("order-42").await?;
+//! let cancelled: bool = queue.cancel(&id).await?;     // true if it will not be delivered
+//! let stats: QueueStats = queue.stats().await?;       // pending, ready, processing, retry, garbage
+//!
+//! let consumer = queue.start_consume(CloseOrder).await?;   // spawns on the caller's tokio runtime
+//! consumer.shutdown().await?;                              // graceful: finish in-flight work, ack/nack it
+//!
+//! // Async closures are handlers too.
+//! let consumer = queue.start_consume(|msg: Message| async move {
+//!     println!("{} is due", msg.id());
+//!     Ok::<(), HandlerError>(())
+//! }).await?;
+//! consumer.shutdown().await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod acker;
+mod builder;
+mod connect;
+mod consumer;
+mod error;
+mod handler;
+mod id;
+mod keys;
+mod message;
+mod payload;
+mod producer;
+mod queue;
+mod scripts;
+mod stats;
+
+pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT, MIN_MSG_TTL};
+pub use connect::connect;
+pub use consumer::Consumer;
+pub use error::Error;
+pub use handler::{Handler, HandlerError};
+pub use id::{MessageId, MAX_ID_LEN};
+pub use keys::MAX_QUEUE_NAME_LEN;
+pub use message::Message;
+pub use payload::{IntoPayload, Json, Payload};
+pub use producer::SendBuilder;
+pub use queue::DelayQueue;
+pub use stats::QueueStats;
+
+/// The `fred` version this crate is built on, so users create clients with the same one.
+pub use fred;

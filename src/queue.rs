@@ -1,0 +1,161 @@
+//! [`DelayQueue`]: the handle users send, cancel and consume with.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fred::prelude::{Client, Value};
+
+use crate::builder::Config;
+use crate::keys::Keys;
+use crate::payload::IntoPayload;
+use crate::producer::SendBuilder;
+use crate::{scripts, Consumer, DelayQueueBuilder, Error, Handler, MessageId, QueueStats};
+
+/// A delayed message queue stored in Redis.
+///
+/// Cheap to clone; clones share the client and settings. See the
+/// [crate docs](crate) for a full example.
+#[derive(Debug, Clone)]
+pub struct DelayQueue {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub name: String,
+    pub keys: Keys,
+    pub config: Config,
+    pub client: Client,
+}
+
+impl DelayQueue {
+    /// Starts building queue `name` on `client` (any fred client:
+    /// standalone, cluster or sentinel; see [`connect`](crate::connect) for
+    /// one with sane defaults).
+    pub fn builder(name: impl Into<String>, client: Client) -> DelayQueueBuilder {
+        DelayQueueBuilder::new(name, client)
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Sends a message due after `delay`, measured by Redis's clock from
+    /// when Redis receives it. Await the returned builder, or set per-message
+    /// options on it first:
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// let id = queue.send_delay_msg("close order 42", Duration::from_secs(1800))
+    ///     .id("order-42")
+    ///     .retry_count(5)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn send_delay_msg(&self, payload: impl IntoPayload, delay: Duration) -> SendBuilder<'_> {
+        SendBuilder::new(self, payload.into_payload(), delay)
+    }
+
+    /// Sends a message due at `at`. The time is turned into a delay by this
+    /// host's clock at the call; a time in the past means due now.
+    pub fn send_schedule_msg(&self, payload: impl IntoPayload, at: SystemTime) -> SendBuilder<'_> {
+        let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+        self.send_delay_msg(payload, delay)
+    }
+
+    /// Cancels a message that waits for delivery (pending, ready, waiting
+    /// for a retry, or dead in garbage). Returns `true` when it was removed
+    /// and will not be delivered; `false` when the id is unknown, or the
+    /// message is being processed right now (that delivery finishes and
+    /// decides its fate). O(log n): nothing is scanned.
+    pub async fn cancel(&self, id: &MessageId) -> Result<bool, Error> {
+        id.validate()?;
+        let k = &self.inner.keys;
+        let keys = vec![
+            k.pending.clone(),
+            k.retries.clone(),
+            k.unack.clone(),
+            k.garbage.clone(),
+            k.msg(id.as_str()),
+        ];
+        let removed: i64 = self.call(&scripts::CANCEL, keys, vec![id.as_str().into()]).await?;
+        tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
+        Ok(removed == 1)
+    }
+
+    /// Counts of the queue's states, taken atomically.
+    pub async fn stats(&self) -> Result<QueueStats, Error> {
+        let k = &self.inner.keys;
+        let keys = vec![
+            k.pending.clone(),
+            k.ready.clone(),
+            k.unack.clone(),
+            k.retry.clone(),
+            k.garbage.clone(),
+        ];
+        let counts: Vec<u64> = self.call(&scripts::STATS, keys, vec![]).await?;
+        match counts[..] {
+            [pending, ready, processing, retry, garbage] => Ok(QueueStats {
+                pending,
+                ready,
+                processing,
+                retry,
+                garbage,
+            }),
+            _ => Err(Error::UnexpectedReply {
+                script: "stats",
+                detail: format!("{counts:?}"),
+            }),
+        }
+    }
+
+    /// Starts a consumer that delivers this queue's due messages to
+    /// `handler`, on the caller's tokio runtime. Stop it with
+    /// [`Consumer::shutdown`].
+    ///
+    /// Fails when Redis cannot be reached or a queue key has the wrong type.
+    /// Logs a warning when Redis may evict keys (`maxmemory-policy` other
+    /// than `noeviction`): an evicted payload is a lost message.
+    pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
+        self.stats().await?;
+        self.warn_if_evicting().await;
+        Ok(Consumer::start(self.clone(), Arc::new(handler)))
+    }
+
+    async fn warn_if_evicting(&self) {
+        use fred::prelude::ClientLike;
+        let info: Result<String, _> = self.inner.client.info(Some(fred::types::InfoKind::Memory)).await;
+        match info {
+            Ok(info) => {
+                let policy = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+                    .map(str::trim);
+                if let Some(policy) = policy.filter(|p| *p != "noeviction") {
+                    tracing::warn!(
+                        queue = %self.inner.name,
+                        policy,
+                        "Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict \
+                         message payloads, and evicted messages are lost. Set maxmemory-policy noeviction."
+                    );
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "could not read maxmemory-policy"),
+        }
+    }
+
+    /// Runs a script of this queue, mapping WRONGTYPE to [`Error::WrongType`].
+    pub(crate) async fn call<R: fred::prelude::FromValue>(
+        &self,
+        script: &scripts::LuaScript,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R, Error> {
+        script
+            .call(&self.inner.client, keys, args)
+            .await
+            .map_err(|e| Error::from_redis(&self.inner.name, e))
+    }
+}
