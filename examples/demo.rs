@@ -1,0 +1,116 @@
+//! Order timeouts: a shop closes every unpaid order some seconds after it
+//! was placed. Schedules 300 "close order" messages due in 1-5 s, cancels
+//! the ones that get paid meanwhile, and a consumer closes the rest.
+//!
+//! Run: `scripts/demo.sh` (or `cargo run --release --example demo` with
+//! `REDIS_URL` pointing at a Redis 7).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use delayqueue::{DelayQueue, HandlerError, Json, Message, MessageId};
+use serde::{Deserialize, Serialize};
+
+const ORDERS: u64 = 300;
+
+#[derive(Serialize, Deserialize)]
+struct CloseOrder {
+    order_id: u64,
+    /// When the order times out, in ms since the epoch (for the lateness figures).
+    due_ms: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_millis() as u64
+}
+
+/// A small deterministic pseudo-random number, so the demo needs no extra crate.
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
+    x ^ (x >> 31)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = delayqueue::connect(&url).await?;
+    let queue = DelayQueue::builder("demo:orders", client).concurrency(8).build()?;
+    println!("delayqueue demo on {url}: {ORDERS} orders, each closed 1-5 s after it is placed unless paid");
+
+    let closed = Arc::new(AtomicU64::new(0));
+    let lateness = Arc::new(Mutex::new(Vec::new()));
+    let (c, l) = (closed.clone(), lateness.clone());
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let (c, l) = (c.clone(), l.clone());
+            async move {
+                let order: CloseOrder = msg.json()?;
+                l.lock().unwrap().push(now_ms() as i64 - order.due_ms as i64);
+                c.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+
+    let mut placed: Vec<(u64, MessageId)> = Vec::new();
+    for order_id in 1..=ORDERS {
+        let timeout = Duration::from_millis(1000 + mix(order_id) % 4000);
+        let due_ms = now_ms() + timeout.as_millis() as u64;
+        let id = queue
+            .send_delay_msg(Json(CloseOrder { order_id, due_ms }), timeout)
+            .id(format!("order-{order_id}"))
+            .await?;
+        placed.push((order_id, id));
+    }
+
+    // About a third of the customers pay within a second: their timers are cancelled.
+    let mut cancelled = 0u64;
+    for (order_id, id) in &placed {
+        if mix(order_id + 1_000_000) % 3 == 0 {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            if queue.cancel(id).await? {
+                cancelled += 1;
+            }
+        }
+    }
+
+    let expected = ORDERS - cancelled;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = queue.stats().await?;
+        let done = closed.load(Ordering::Relaxed);
+        print!(
+            "\r  pending {:>3}  ready {:>3}  processing {:>2}  |  closed {:>3}/{expected}  cancelled {cancelled}   ",
+            s.pending, s.ready, s.processing, done
+        );
+        std::io::stdout().flush()?;
+        if done >= expected || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!();
+    consumer.shutdown().await?;
+
+    let mut late = lateness.lock().unwrap().clone();
+    late.sort_unstable();
+    let pct = |p: f64| late.get(((late.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+    let early = late.iter().filter(|&&ms| ms < 0).count();
+    println!(
+        "summary: placed {ORDERS}, paid (cancelled) {cancelled}, closed {} of {expected}",
+        closed.load(Ordering::Relaxed)
+    );
+    println!(
+        "lateness vs due time: p50 {} ms, p99 {} ms, max {} ms, early {early}",
+        pct(0.5),
+        pct(0.99),
+        late.last().copied().unwrap_or(0)
+    );
+    if closed.load(Ordering::Relaxed) != expected {
+        return Err("not every unpaid order was closed".into());
+    }
+    Ok(())
+}
