@@ -23,7 +23,10 @@ struct CloseOrder {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
 }
 
 /// A small deterministic pseudo-random number, so the demo needs no extra crate.
@@ -97,7 +100,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut late = lateness.lock().unwrap().clone();
     late.sort_unstable();
-    let pct = |p: f64| late.get(((late.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+    let pct = |p: f64| {
+        late.get(((late.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
     let early = late.iter().filter(|&&ms| ms < 0).count();
     println!(
         "summary: placed {ORDERS}, paid (cancelled) {cancelled}, closed {} of {expected}",

@@ -9,6 +9,7 @@ Returns one 1 (acked) or 0 (lease lost) per pair, in order.
 Idempotent: a re-run finds nothing left and returns 0s.
 Complexity: O(M log N) with M = pairs.
 ]]
+check_types(KEYS[1], 'zset', KEYS[2], 'hash')
 local out = {}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]

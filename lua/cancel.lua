@@ -12,6 +12,7 @@ or being processed.
 Idempotent: a re-run finds nothing and returns 0.
 Complexity: O(log N).
 ]]
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'set')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0

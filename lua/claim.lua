@@ -1,7 +1,8 @@
 --[[ claim: retry | ready -> unack
 Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up.
-An id is skipped (a stale list entry) when its payload is gone (cancelled
+A leased payload is kept at least msg ttl past the lease, so it cannot
+expire during the delivery or before its retry. An id is skipped (a stale list entry) when its payload is gone (cancelled
 or expired) or it is live elsewhere (pending, unack, garbage). An id whose
 payload expired while its retry record remained is counted as expired.
 
@@ -10,10 +11,12 @@ KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage set
 KEYS[7] receipt string of this consumer (its last claim; TTL = visibility timeout)
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
 ARGV[3] visibility timeout ms   ARGV[4] default retry count
-ARGV[5] request sequence number, new for each request of the consumer
+ARGV[5] request sequence number: new for each request of the consumer,
+        the same when the consumer repeats a request that failed
+ARGV[6] msg ttl ms
 Returns {popped, expired, lease, id1, payload1, attempt1, id2, ...}.
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
-and a later claim of the same id always gets a larger one.
+and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
 a re-sent request (its reply lost on a cut connection) returns the same
 deliveries again instead of leasing more. A request that leases nothing
@@ -29,6 +32,8 @@ local function delivery(out, id, attempt)
   end
 end
 
+check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
+  KEYS[6], 'set', KEYS[7], 'string')
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[5] then
   local out = {0, 0, 0}
@@ -40,8 +45,7 @@ if receipt and string.match(receipt, '^%S+') == ARGV[5] then
     else
       local score = redis.call('ZSCORE', KEYS[3], word)
       if score and tonumber(score) == out[3] then
-        local a = string.match(redis.call('HGET', KEYS[4], word) or '', '^(%d+):')
-        delivery(out, word, tonumber(a or 1))
+        delivery(out, word, record(KEYS[4], word, 1, 0))
       end
     end
   end
@@ -49,8 +53,7 @@ if receipt and string.match(receipt, '^%S+') == ARGV[5] then
 end
 
 local limit = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local lease = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[3]) * 1000
+local lease = now_us() + tonumber(ARGV[3]) * 1000
 local out = {0, 0, lease}
 local leased = {ARGV[5], string.format('%d', lease)}
 local popped, expired = 0, 0
@@ -67,10 +70,15 @@ for _, list in ipairs({KEYS[2], KEYS[1]}) do
           expired = expired + redis.call('HDEL', KEYS[4], id)
         end
       elseif not elsewhere then
-        local a, m = string.match(redis.call('HGET', KEYS[4], id) or '', '^(%d+):(%d+)$')
-        a = tonumber(a or 0) + 1
-        redis.call('HSET', KEYS[4], id, a .. ':' .. (m or ARGV[4]))
+        local a, m = record(KEYS[4], id, 0, ARGV[4])
+        a = a + 1
+        redis.call('HSET', KEYS[4], id, a .. ':' .. m)
         redis.call('ZADD', KEYS[3], lease, id)
+        local keep = tonumber(ARGV[3]) + tonumber(ARGV[6])
+        local pttl = redis.call('PTTL', ARGV[1] .. id)
+        if pttl >= 0 and pttl < keep then
+          redis.call('PEXPIRE', ARGV[1] .. id, keep)
+        end
         leased[#leased + 1] = id
         delivery(out, id, a)
       end

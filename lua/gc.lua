@@ -8,6 +8,7 @@ Returns the number of messages deleted.
 Idempotent: a re-run deletes only what is still in garbage.
 Complexity: O(M) with M = deleted.
 ]]
+check_types(KEYS[1], 'set', KEYS[2], 'hash')
 local ids = redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))
 for _, id in ipairs(ids) do
   redis.call('DEL', ARGV[1] .. id)

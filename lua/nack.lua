@@ -14,15 +14,14 @@ Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
 Idempotent: a re-run finds the lease gone and returns 0.
 Complexity: O(log N).
 ]]
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'set')
 local id = ARGV[1]
 local score = redis.call('ZSCORE', KEYS[1], id)
 if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZREM', KEYS[1], id)
-local a, m = string.match(redis.call('HGET', KEYS[2], id) or '', '^(%d+):(%d+)$')
-a = tonumber(a or 1)
-m = tonumber(m or ARGV[6])
+local a, m = record(KEYS[2], id, 1, ARGV[6])
 if ARGV[5] == 'release' then
   redis.call('HSET', KEYS[2], id, math.max(a - 1, 0) .. ':' .. m)
   redis.call('LPUSH', KEYS[3], id)
@@ -40,8 +39,7 @@ if pttl >= 0 and pttl < need then
   redis.call('PEXPIRE', KEYS[6], need)
 end
 if delay > 0 then
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[4], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + delay, id)
+  redis.call('ZADD', KEYS[4], now_ms() + delay, id)
 else
   redis.call('RPUSH', KEYS[3], id)
 end

@@ -9,8 +9,8 @@ due (0 when more are due now), -1 when pending is empty.
 Idempotent: a re-run moves only what is still pending.
 Complexity: O(log N + M) with M = moved.
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+check_types(KEYS[1], 'zset', KEYS[2], 'list')
+local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 if #ids > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ids))

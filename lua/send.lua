@@ -11,6 +11,7 @@ Returns {1, due_ms} when stored, {0, 0} when the id is already live
 Idempotent: a re-sent call finds its own message and returns {0, 0}.
 Complexity: O(log N) in the size of pending.
 ]]
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'set', KEYS[5], 'string')
 local id = ARGV[1]
 local live = redis.call('EXISTS', KEYS[5]) == 1 and redis.call('SISMEMBER', KEYS[4], id) == 0
 if live or redis.call('ZSCORE', KEYS[3], id) then
@@ -18,9 +19,8 @@ if live or redis.call('ZSCORE', KEYS[3], id) then
 end
 -- A dead message with the same id is replaced by the new one.
 redis.call('SREM', KEYS[4], id)
-local t = redis.call('TIME')
 local delay = tonumber(ARGV[3])
-local due = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + delay
+local due = now_ms() + delay
 -- The payload outlives its due time by msg ttl, so it is never shorter than the delay.
 redis.call('SET', KEYS[5], ARGV[2], 'PX', delay + tonumber(ARGV[4]))
 redis.call('HSET', KEYS[2], id, '0:' .. ARGV[5])

@@ -8,6 +8,7 @@ stale entries of cancelled messages until a claim pops them.
 Idempotent: read-only.
 Complexity: O(1).
 ]]
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'set')
 return {
   redis.call('ZCARD', KEYS[1]),
   redis.call('LLEN', KEYS[2]),

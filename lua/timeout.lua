@@ -11,15 +11,14 @@ Returns {timed_out, moved_to_garbage}.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out.
 ]]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'set')
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, tonumber(ARGV[2]))
 local dead = 0
 local ttl = tonumber(ARGV[3])
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  local a, m = string.match(redis.call('HGET', KEYS[2], id) or '', '^(%d+):(%d+)$')
-  if tonumber(a or 1) > tonumber(m or ARGV[4]) then
+  local a, m = record(KEYS[2], id, 1, ARGV[4])
+  if a > m then
     redis.call('SADD', KEYS[4], id)
     dead = dead + 1
   else

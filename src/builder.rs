@@ -18,6 +18,9 @@ pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Shortest `msg_ttl`: less would let a payload expire before it is handled.
 pub const MIN_MSG_TTL: Duration = Duration::from_secs(1);
 
+/// `fetch_limit` unless set, or `concurrency` when that is larger.
+const DEFAULT_FETCH_LIMIT: usize = 100;
+
 /// Settings of a queue; see the builder's methods for their meaning.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -37,7 +40,7 @@ impl Default for Config {
         Config {
             fetch_interval: Duration::from_secs(1),
             max_consume_duration: Duration::from_secs(5),
-            fetch_limit: 100,
+            fetch_limit: DEFAULT_FETCH_LIMIT,
             concurrency: 1,
             default_retry_count: 3,
             nack_redelivery_delay: Duration::ZERO,
@@ -68,6 +71,8 @@ pub struct DelayQueueBuilder {
     name: String,
     client: Client,
     key_prefix: String,
+    /// Set explicitly: then it must not be below `concurrency`.
+    fetch_limit: Option<usize>,
     config: Config,
 }
 
@@ -77,6 +82,7 @@ impl DelayQueueBuilder {
             name: name.into(),
             client,
             key_prefix: "dq:".into(),
+            fetch_limit: None,
             config: Config::default(),
         }
     }
@@ -96,11 +102,12 @@ impl DelayQueueBuilder {
         self
     }
 
-    /// Most messages a consumer holds at once (claimed but not finished).
-    /// Default 100. The consumer also never claims more than it expects to
-    /// start within the visibility timeout.
+    /// Most messages a consumer holds at once (claimed but not finished),
+    /// at least `concurrency`. Default 100, or `concurrency` when that is
+    /// larger. The consumer also never claims more than it expects to start
+    /// within the visibility timeout.
     pub fn fetch_limit(mut self, n: usize) -> Self {
-        self.config.fetch_limit = n;
+        self.fetch_limit = Some(n);
         self
     }
 
@@ -123,10 +130,11 @@ impl DelayQueueBuilder {
         self
     }
 
-    /// How long a payload is kept past its due time (and past each
-    /// redelivery it is scheduled for), unless its send says otherwise. A
-    /// message not delivered by then expires: it is dropped and counted in
-    /// the consumer's logs. Default 1 h, at least 1 s.
+    /// How long a payload is kept past its due time, unless its send says
+    /// otherwise. A message not delivered by then expires: it is dropped and
+    /// counted in the consumer's logs. Once delivered, the payload is kept
+    /// at least this long past the delivery's lease and past each retry it
+    /// is scheduled for. Default 1 h, at least 1 s.
     pub fn msg_ttl(mut self, d: Duration) -> Self {
         self.config.msg_ttl = d;
         self
@@ -154,7 +162,9 @@ impl DelayQueueBuilder {
     /// Checks the settings and builds the queue. Nothing is sent to Redis.
     pub fn build(self) -> Result<DelayQueue, Error> {
         let keys = Keys::new(&self.key_prefix, &self.name)?;
-        let c = &self.config;
+        let mut config = self.config;
+        config.fetch_limit = self.fetch_limit.unwrap_or(DEFAULT_FETCH_LIMIT.max(config.concurrency));
+        let c = &config;
         let bad = |what: String| Err(Error::InvalidArgument(what));
         if c.fetch_interval.is_zero() {
             return bad("fetch_interval must be positive".into());
@@ -162,8 +172,11 @@ impl DelayQueueBuilder {
         if c.max_consume_duration < Duration::from_millis(10) {
             return bad("max_consume_duration must be at least 10 ms".into());
         }
-        if c.fetch_limit == 0 || c.concurrency == 0 {
-            return bad("fetch_limit and concurrency must be at least 1".into());
+        if c.concurrency == 0 {
+            return bad("concurrency must be at least 1".into());
+        }
+        if c.fetch_limit < c.concurrency {
+            return bad(format!("fetch_limit must be at least concurrency ({})", c.concurrency));
         }
         if c.default_retry_count > MAX_RETRY_COUNT {
             return bad(format!("default_retry_count must be at most {MAX_RETRY_COUNT}"));
@@ -179,7 +192,7 @@ impl DelayQueueBuilder {
             inner: Arc::new(Inner {
                 name: self.name,
                 keys,
-                config: self.config,
+                config,
                 client: self.client,
             }),
         })

@@ -89,7 +89,7 @@ struct Shared {
     avg_handler_us: AtomicU64,
     /// Key of this consumer's claim receipt.
     receipt: String,
-    /// Claim requests sent so far; numbers each request for its receipt.
+    /// Claim requests answered so far; numbers each request for its receipt.
     claims: AtomicU64,
     stop: watch::Receiver<bool>,
     acks: mpsc::UnboundedSender<AckItem>,
@@ -235,7 +235,7 @@ fn claim_capacity(shared: &Shared) -> usize {
             (config.max_consume_duration.as_micros() as u64 / avg).saturating_mul(config.concurrency as u64) as usize
         }
     };
-    let limit = startable.clamp(config.concurrency, config.fetch_limit);
+    let limit = startable.max(config.concurrency).min(config.fetch_limit);
     limit.saturating_sub(in_flight).min(config.batch_size)
 }
 
@@ -258,11 +258,15 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         (want as i64).into(),
         (vis.as_millis() as i64).into(),
         i64::from(inner.config.default_retry_count).into(),
-        (shared.claims.fetch_add(1, Ordering::Relaxed) as i64).into(),
+        (shared.claims.load(Ordering::Relaxed) as i64).into(),
+        (inner.config.msg_ttl.as_millis() as i64).into(),
     ];
     // The lease ends `vis` after Redis ran the script, which is after now.
     let deadline = Instant::now() + vis;
+    // A failed request keeps its sequence number, so repeating it replays
+    // whatever it leased if it did reach Redis.
     let reply: Vec<Value> = shared.queue.call(&scripts::CLAIM, keys, args).await?;
+    shared.claims.fetch_add(1, Ordering::Relaxed);
     let bad = |detail: &str| Error::UnexpectedReply {
         script: "claim",
         detail: detail.to_string(),

@@ -71,7 +71,12 @@ mod payload;
 mod producer;
 mod queue;
 mod scripts;
+#[cfg(test)]
+mod scripts_tests;
 mod stats;
+#[cfg(test)]
+#[path = "../tests/support/mod.rs"]
+mod test_support;
 
 pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT, MIN_MSG_TTL};
 pub use connect::connect;

@@ -1,5 +1,7 @@
 //! The one place that loads and calls the Lua scripts in `lua/`.
 //!
+//! `lua/prelude.lua` (shared helpers) is prepended to each script.
+//!
 //! Each script is one state transition. It is sent with `EVALSHA`; when
 //! Redis answers NOSCRIPT (restart, failover, `SCRIPT FLUSH`) the script is
 //! loaded again and the call retried once.
@@ -21,7 +23,7 @@ macro_rules! lua_scripts {
         $(
             pub(crate) static $konst: LuaScript = LuaScript {
                 name: $file,
-                source: include_str!(concat!("../lua/", $file, ".lua")),
+                source: concat!(include_str!("../lua/prelude.lua"), include_str!(concat!("../lua/", $file, ".lua"))),
                 script: OnceLock::new(),
             };
         )*
@@ -48,6 +50,12 @@ impl LuaScript {
         self.script.get_or_init(|| Script::from_lua(self.source))
     }
 
+    /// The SHA1 that `EVALSHA` names the script by.
+    #[cfg(test)]
+    pub fn sha1(&self) -> &str {
+        self.script().sha1()
+    }
+
     /// Runs the script with `EVALSHA`, reloading it on NOSCRIPT.
     pub async fn call<R: FromValue>(
         &self,
@@ -70,7 +78,7 @@ mod tests {
             for part in ["KEYS[1]", "Returns", "Complexity", "Idempotent"] {
                 assert!(s.source.contains(part), "lua/{}.lua header lacks {part}", s.name);
             }
-            assert_eq!(s.script().sha1().len(), 40);
+            assert_eq!(s.sha1().len(), 40);
         }
     }
 }

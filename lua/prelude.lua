@@ -1,0 +1,33 @@
+--[[ prelude: helpers prepended to every script in this folder (not a
+transition of its own).
+]]
+
+-- Redis time in milliseconds and microseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The retry record "attempts:max" of an id; a missing or malformed one
+-- counts as `attempts` deliveries so far with `max` retries.
+local function record(retries, id, attempts, max)
+  local a, m = string.match(redis.call('HGET', retries, id) or '', '^(%d+):(%d+)$')
+  return tonumber(a or attempts), tonumber(m or max)
+end
+
+-- Fails before any write when a queue key holds another type (something
+-- else wrote to it), so a script never stops half-way. Takes key, type pairs.
+local function check_types(...)
+  local args = {...}
+  for i = 1, #args, 2 do
+    local actual = redis.call('TYPE', args[i])['ok']
+    if actual ~= 'none' and actual ~= args[i + 1] then
+      error(redis.error_reply('WRONGTYPE ' .. args[i] .. ' holds a ' .. actual .. ', not a ' .. args[i + 1]))
+    end
+  end
+end

@@ -1,0 +1,546 @@
+//! Consumer behaviour under retries, timeouts, cancels, shutdown and Redis trouble,
+//! each against a private redis-server.
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, QueueStats};
+use fred::prelude::*;
+use support::{RedisServer, ServerOptions};
+
+/// Deliveries seen by a handler: (id, attempt, when, payload).
+type Log = Arc<Mutex<Vec<(MessageId, u32, Instant, Vec<u8>)>>>;
+
+fn record(log: &Log, msg: &Message) {
+    log.lock()
+        .unwrap()
+        .push((msg.id().clone(), msg.attempt(), Instant::now(), msg.payload().to_vec()));
+}
+
+fn len(log: &Log) -> usize {
+    log.lock().unwrap().len()
+}
+
+/// Polls `cond` every 10 ms until it holds or `limit` passes.
+async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+async fn wait_stats(queue: &DelayQueue, limit: Duration, want: QueueStats) -> QueueStats {
+    let end = Instant::now() + limit;
+    loop {
+        let s = queue.stats().await.unwrap();
+        if s == want || Instant::now() > end {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn all_keys(client: &Client) -> Vec<String> {
+    let mut keys: Vec<String> = client.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    keys.sort();
+    keys
+}
+
+fn builder(name: &str, client: &Client) -> delayqueue::DelayQueueBuilder {
+    DelayQueue::builder(name, client.clone()).fetch_interval(Duration::from_millis(50))
+}
+
+/// A handler that records every delivery and then runs `then`.
+fn recording<F, Fut>(log: &Log, then: F) -> impl delayqueue::Handler
+where
+    F: Fn(Message) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    let log = log.clone();
+    let then = Arc::new(then);
+    move |msg: Message| {
+        record(&log, &msg);
+        let then = then.clone();
+        async move { then(msg).await }
+    }
+}
+
+#[tokio::test]
+async fn nack_redelivers_after_the_nack_delay() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("nack", &client)
+        .nack_redelivery_delay(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            if msg.attempt() == 1 {
+                Err("first try fails".into())
+            } else {
+                Ok(())
+            }
+        }))
+        .await
+        .unwrap();
+    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || len(&log) == 2).await);
+    let log = log.lock().unwrap().clone();
+    assert_eq!((log[0].0.clone(), log[0].1, log[1].1), (id, 1, 2));
+    let gap = log[1].2 - log[0].2;
+    assert!(gap >= Duration::from_millis(390), "redelivered after {gap:?}");
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("slow", &client)
+        .max_consume_duration(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            if msg.attempt() == 1 {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            Ok(())
+        }))
+        .await
+        .unwrap();
+    q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || len(&log) == 2).await);
+    let log = log.lock().unwrap().clone();
+    assert_eq!((log[0].1, log[1].1), (1, 2));
+    let gap = log[1].2 - log[0].2;
+    assert!(
+        gap >= Duration::from_millis(250) && gap < Duration::from_secs(2),
+        "redelivered after {gap:?}"
+    );
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn late_ack_after_redelivery_is_fenced() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("fence", &client)
+        .max_consume_duration(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let log = Log::default();
+    // Consumer A blocks its thread past the lease (so the timeout cannot cut
+    // it) and then returns Ok: its ack arrives late.
+    let a = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            if msg.attempt() == 1 {
+                std::thread::sleep(Duration::from_millis(900));
+            }
+            Ok(())
+        }))
+        .await
+        .unwrap();
+    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    // Consumer B takes the redelivery and holds it for a while.
+    let b_log = Log::default();
+    let b = q
+        .start_consume(recording(&b_log, |_msg: Message| async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Ok(())
+        }))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || len(&b_log) == 1).await,
+        "B never got the redelivery"
+    );
+    assert_eq!(b_log.lock().unwrap()[0].1, 2);
+    // A's late ack has come in by now; the message B holds must be intact.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let s = q.stats().await.unwrap();
+    assert_eq!(s.processing, 1, "late ack deleted the redelivered message: {s:?}");
+    let payload: Option<String> = client.get(format!("dq:{{fence}}:m:{id}")).await.unwrap();
+    assert_eq!(payload.as_deref(), Some("x"));
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    assert_eq!(len(&log), 1, "A got a second copy");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn cancel_pending_processing_and_unknown() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("cancel", &client).build().unwrap();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_msg: Message| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(())
+        }))
+        .await
+        .unwrap();
+    let later = q.send_delay_msg("later", Duration::from_millis(400)).await.unwrap();
+    let now = q.send_delay_msg("now", Duration::ZERO).await.unwrap();
+    assert!(q.cancel(&later).await.unwrap(), "pending message not cancelled");
+    assert!(!q.cancel(&later).await.unwrap(), "cancelled twice");
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    // `now` is being processed: cancel leaves it to its delivery.
+    assert!(!q.cancel(&now).await.unwrap());
+    assert!(!q.cancel(&MessageId::from("never-sent")).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(len(&log), 1, "the cancelled message was delivered");
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn caller_id_makes_send_idempotent() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("idem", &client).build().unwrap();
+    let id = q
+        .send_delay_msg("a", Duration::from_millis(200))
+        .id("order-42")
+        .await
+        .unwrap();
+    assert_eq!(id.as_str(), "order-42");
+    match q.send_delay_msg("b", Duration::ZERO).id("order-42").await {
+        Err(Error::Duplicate(dup)) => assert_eq!(dup, id),
+        other => panic!("expected Duplicate, got {other:?}"),
+    }
+    assert_eq!(q.stats().await.unwrap().pending, 1);
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_msg: Message| async move { Ok(()) }))
+        .await
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    assert_eq!(log.lock().unwrap()[0].3, b"a", "the duplicate overwrote the payload");
+    // Once finished, the id can be used again.
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    q.send_delay_msg("c", Duration::ZERO).id("order-42").await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 2).await);
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn expired_payload_is_dropped_and_leaves_no_key() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("ttl", &client).build().unwrap();
+    q.send_delay_msg("stale", Duration::ZERO)
+        .msg_ttl(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let kept = q.send_delay_msg("fresh", Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_msg: Message| async move { Ok(()) }))
+        .await
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(len(&log), 1);
+    assert_eq!(log.lock().unwrap()[0].0, kept);
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+#[tokio::test]
+async fn script_flush_is_survived() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("flush", &client).build().unwrap();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_msg: Message| async move { Ok(()) }))
+        .await
+        .unwrap();
+    q.send_delay_msg("1", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    for round in 0..3 {
+        assert_eq!(server.raw_command(&["SCRIPT", "FLUSH"]), "OK");
+        q.send_delay_msg("again", Duration::from_millis(50)).await.unwrap();
+        assert!(
+            wait_until(Duration::from_secs(3), || len(&log) == round + 2).await,
+            "round {round}"
+        );
+    }
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_consumers_never_hold_the_same_message() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("pair", &client).concurrency(8).build().unwrap();
+    let held = Arc::new(Mutex::new(HashSet::new()));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let log = Log::default();
+    let handler = |log: &Log| {
+        let (held, overlaps) = (held.clone(), overlaps.clone());
+        recording(log, move |msg: Message| {
+            let (held, overlaps) = (held.clone(), overlaps.clone());
+            async move {
+                if !held.lock().unwrap().insert(msg.id().clone()) {
+                    overlaps.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                held.lock().unwrap().remove(msg.id());
+                Ok(())
+            }
+        })
+    };
+    let a = q.start_consume(handler(&log)).await.unwrap();
+    let b = q.start_consume(handler(&log)).await.unwrap();
+    let sends = (0..1000u64).map(|i| {
+        let q = q.clone();
+        async move {
+            q.send_delay_msg(i.to_string(), Duration::from_millis(i % 300))
+                .await
+                .unwrap()
+        }
+    });
+    futures::future::join_all(sends).await;
+    assert!(
+        wait_until(Duration::from_secs(20), || len(&log) >= 1000).await,
+        "{}",
+        len(&log)
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(overlaps.load(Ordering::Relaxed), 0);
+    let ids: HashSet<_> = log.lock().unwrap().iter().map(|e| e.0.clone()).collect();
+    assert_eq!((ids.len(), len(&log)), (1000, 1000), "lost or duplicated");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("stop", &client).concurrency(2).fetch_limit(10).build().unwrap();
+    let log = Log::default();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f = finished.clone();
+    // Handler time is not known yet, so the first claim takes `concurrency`
+    // messages; a fast first batch teaches it to claim up to fetch_limit.
+    for i in 0..10 {
+        q.send_delay_msg(format!("fast{i}"), Duration::ZERO).await.unwrap();
+    }
+    let consumer = q
+        .start_consume(recording(&log, move |msg: Message| {
+            let f = f.clone();
+            async move {
+                if msg.payload().starts_with(b"slow") {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                }
+                f.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+        }))
+        .await
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || finished.load(Ordering::Relaxed) == 10).await);
+    for i in 0..10 {
+        q.send_delay_msg(format!("slow{i}"), Duration::ZERO).await.unwrap();
+    }
+    assert!(wait_until(Duration::from_secs(3), || len(&log) >= 12).await);
+    let started = len(&log);
+    consumer.shutdown().await.unwrap();
+    // Everything that started has finished and was acked; nothing is left claimed.
+    assert_eq!(finished.load(Ordering::Relaxed), started);
+    let s = q.stats().await.unwrap();
+    assert_eq!(s.processing, 0, "{s:?}");
+    assert_eq!(s.ready + s.retry, 20 - started as u64, "{s:?}");
+    // Handed-back messages were not charged a delivery.
+    let log2 = Log::default();
+    let again = q
+        .start_consume(recording(&log2, |_msg: Message| async move { Ok(()) }))
+        .await
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log2) == 20 - started).await);
+    assert!(
+        log2.lock().unwrap().iter().all(|e| e.1 == 1),
+        "attempt counted for an unstarted delivery"
+    );
+    again.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = builder("typed", &client).build().unwrap();
+    let _: () = client
+        .set("dq:{typed}:pending", "oops", None, None, false)
+        .await
+        .unwrap();
+    let err = q.send_delay_msg("x", Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert!(err.to_string().contains("wrong type"), "{err}");
+    let log = Log::default();
+    assert!(matches!(
+        q.start_consume(recording(&log, |_m: Message| async move { Ok(()) }))
+            .await,
+        Err(Error::WrongType { .. })
+    ));
+    // Broken while running: the consumer logs, backs off, and resumes once repaired.
+    let _: () = client.del("dq:{typed}:pending").await.unwrap();
+    let consumer = q
+        .start_consume(recording(&log, |_m: Message| async move { Ok(()) }))
+        .await
+        .unwrap();
+    let _: () = client
+        .set("dq:{typed}:pending", "oops", None, None, false)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = client.del("dq:{typed}:pending").await.unwrap();
+    q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || len(&log) == 1).await,
+        "consumer did not resume"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn consumer_keeps_going_across_a_redis_restart() {
+    let mut server = RedisServer::start_with(ServerOptions {
+        appendonly: true,
+        appendfsync: Some("always".into()),
+        ..Default::default()
+    })
+    .await;
+    let url = server.url();
+    let client = delayqueue::connect(&url).await.unwrap();
+    let q = builder("restart", &client).build().unwrap();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_m: Message| async move { Ok(()) }))
+        .await
+        .unwrap();
+    let before = q.send_delay_msg("before", Duration::from_millis(1500)).await.unwrap();
+    q.send_delay_msg("now", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    server.restart().await;
+    let after = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match q.send_delay_msg("after", Duration::ZERO).await {
+                Ok(id) => return id,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    })
+    .await
+    .expect("send never succeeded after the restart");
+    assert!(
+        wait_until(Duration::from_secs(10), || len(&log) == 3).await,
+        "{}",
+        len(&log)
+    );
+    let ids: HashSet<_> = log.lock().unwrap().iter().map(|e| e.0.clone()).collect();
+    assert!(ids.contains(&before) && ids.contains(&after));
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn unreachable_redis_is_an_error_not_a_hang() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let res = delayqueue::connect(&format!("redis://127.0.0.1:{port}")).await;
+    assert!(matches!(res, Err(Error::Redis(_))), "{res:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn eviction_policy_is_warned_about() {
+    use tracing_subscriber::fmt::MakeWriter;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    impl<'a> MakeWriter<'a> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'a self) -> Buf {
+            self.clone()
+        }
+    }
+
+    let server = RedisServer::start_with(ServerOptions {
+        maxmemory: Some("100mb".into()),
+        maxmemory_policy: Some("allkeys-lru".into()),
+        ..Default::default()
+    })
+    .await;
+    let client = server.client().await;
+    let q = builder("evict", &client).build().unwrap();
+    let buf = Buf::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(buf.clone())
+        .with_ansi(false)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    let consumer = q
+        .start_consume(|_m: Message| async move { Ok::<(), HandlerError>(()) })
+        .await
+        .unwrap();
+    drop(guard);
+    consumer.shutdown().await.unwrap();
+    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("maxmemory-policy") && logs.contains("allkeys-lru"),
+        "{logs}"
+    );
+}
