@@ -57,7 +57,7 @@ async fn flush(queue: &DelayQueue, batch: &mut Vec<AckItem>) {
             args.push(item.id.as_str().into());
             args.push(item.lease.into());
         }
-        let keys = vec![k.unack.clone(), k.retries.clone()];
+        let keys = k.for_ack();
         match queue.call::<Vec<i64>>(&scripts::ACK, keys, args).await {
             Ok(acked) => {
                 for (item, ok) in batch.iter().zip(acked) {

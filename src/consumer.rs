@@ -171,7 +171,7 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
     let k = &inner.keys;
     let batch = inner.config.batch_size as i64;
     for _ in 0..MAX_ROUNDS {
-        let keys = vec![k.unack.clone(), k.retries.clone(), k.retry.clone(), k.garbage.clone()];
+        let keys = k.for_timeout();
         let args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             batch.into(),
@@ -190,7 +190,7 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
         }
     }
     for _ in 0..MAX_ROUNDS {
-        let keys = vec![k.garbage.clone(), k.retries.clone()];
+        let keys = k.for_gc();
         let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), batch.into()];
         let collected: i64 = queue.call(&scripts::GC, keys, args).await?;
         if collected > 0 {
@@ -209,7 +209,7 @@ async fn promote(queue: &DelayQueue) -> Result<Option<Duration>, Error> {
     let batch = inner.config.batch_size as i64;
     let mut wait = -1;
     for _ in 0..MAX_ROUNDS {
-        let keys = vec![inner.keys.pending.clone(), inner.keys.ready.clone()];
+        let keys = inner.keys.for_promote();
         let [moved, next] = queue
             .call::<Vec<i64>>(&scripts::PROMOTE, keys, vec![batch.into()])
             .await
@@ -244,15 +244,7 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
     let inner = &shared.queue.inner;
     let k = &inner.keys;
     let vis = inner.config.max_consume_duration;
-    let keys = vec![
-        k.ready.clone(),
-        k.retry.clone(),
-        k.unack.clone(),
-        k.retries.clone(),
-        k.pending.clone(),
-        k.garbage.clone(),
-        shared.receipt.clone(),
-    ];
+    let keys = k.for_claim(&shared.receipt);
     let args: Vec<Value> = vec![
         k.msg_prefix.as_str().into(),
         (want as i64).into(),
@@ -381,14 +373,7 @@ async fn nack(shared: &Shared, id: &MessageId, lease: i64, deadline: Instant, mo
     };
     let mut backoff = Duration::from_millis(20);
     loop {
-        let keys = vec![
-            k.unack.clone(),
-            k.retries.clone(),
-            k.retry.clone(),
-            k.pending.clone(),
-            k.garbage.clone(),
-            k.msg(id.as_str()),
-        ];
+        let keys = k.for_nack(id.as_str());
         let args: Vec<Value> = vec![
             id.as_str().into(),
             lease.into(),

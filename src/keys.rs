@@ -54,6 +54,82 @@ impl Keys {
     pub fn claim(&self, consumer: &str) -> String {
         format!("{}{consumer}", self.claim_prefix)
     }
+
+    // KEYS of each script, in the order its header in lua/ states.
+
+    pub fn for_send(&self, id: &str) -> Vec<String> {
+        vec![
+            self.pending.clone(),
+            self.retries.clone(),
+            self.unack.clone(),
+            self.garbage.clone(),
+            self.msg(id),
+        ]
+    }
+
+    pub fn for_promote(&self) -> Vec<String> {
+        vec![self.pending.clone(), self.ready.clone()]
+    }
+
+    pub fn for_claim(&self, receipt: &str) -> Vec<String> {
+        vec![
+            self.ready.clone(),
+            self.retry.clone(),
+            self.unack.clone(),
+            self.retries.clone(),
+            self.pending.clone(),
+            self.garbage.clone(),
+            receipt.to_string(),
+        ]
+    }
+
+    pub fn for_ack(&self) -> Vec<String> {
+        vec![self.unack.clone(), self.retries.clone()]
+    }
+
+    pub fn for_nack(&self, id: &str) -> Vec<String> {
+        vec![
+            self.unack.clone(),
+            self.retries.clone(),
+            self.retry.clone(),
+            self.pending.clone(),
+            self.garbage.clone(),
+            self.msg(id),
+        ]
+    }
+
+    pub fn for_timeout(&self) -> Vec<String> {
+        vec![
+            self.unack.clone(),
+            self.retries.clone(),
+            self.retry.clone(),
+            self.garbage.clone(),
+        ]
+    }
+
+    pub fn for_cancel(&self, id: &str) -> Vec<String> {
+        vec![
+            self.pending.clone(),
+            self.retries.clone(),
+            self.unack.clone(),
+            self.garbage.clone(),
+            self.msg(id),
+        ]
+    }
+
+    pub fn for_gc(&self) -> Vec<String> {
+        vec![self.garbage.clone(), self.retries.clone()]
+    }
+
+    pub fn for_stats(&self) -> Vec<String> {
+        vec![
+            self.pending.clone(),
+            self.ready.clone(),
+            self.unack.clone(),
+            self.retry.clone(),
+            self.garbage.clone(),
+        ]
+    }
 }
 
 /// Queue names become part of key names and of a cluster hash tag: keep them

@@ -88,13 +88,7 @@ impl<'a> SendBuilder<'a> {
             None => (MessageId::generate(), true),
         };
         let k = &q.keys;
-        let keys = vec![
-            k.pending.clone(),
-            k.retries.clone(),
-            k.unack.clone(),
-            k.garbage.clone(),
-            k.msg(id.as_str()),
-        ];
+        let keys = k.for_send(id.as_str());
         let args: Vec<Value> = vec![
             id.as_str().into(),
             Value::Bytes(payload.into_bytes().into()),

@@ -73,13 +73,7 @@ impl DelayQueue {
     pub async fn cancel(&self, id: &MessageId) -> Result<bool, Error> {
         id.validate()?;
         let k = &self.inner.keys;
-        let keys = vec![
-            k.pending.clone(),
-            k.retries.clone(),
-            k.unack.clone(),
-            k.garbage.clone(),
-            k.msg(id.as_str()),
-        ];
+        let keys = k.for_cancel(id.as_str());
         let removed: i64 = self.call(&scripts::CANCEL, keys, vec![id.as_str().into()]).await?;
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
         Ok(removed == 1)
@@ -88,13 +82,7 @@ impl DelayQueue {
     /// Counts of the queue's states, taken atomically.
     pub async fn stats(&self) -> Result<QueueStats, Error> {
         let k = &self.inner.keys;
-        let keys = vec![
-            k.pending.clone(),
-            k.ready.clone(),
-            k.unack.clone(),
-            k.retry.clone(),
-            k.garbage.clone(),
-        ];
+        let keys = k.for_stats();
         let counts: Vec<u64> = self.call(&scripts::STATS, keys, vec![]).await?;
         match counts[..] {
             [pending, ready, processing, retry, garbage] => Ok(QueueStats {

@@ -68,38 +68,19 @@ impl Env {
 
     // ---- the scripts, KEYS/ARGV in the order the crate uses ----
 
-    fn send_keys(&self, id: &str) -> Vec<String> {
-        let k = self.k();
-        vec![
-            k.pending.clone(),
-            k.retries.clone(),
-            k.unack.clone(),
-            k.garbage.clone(),
-            k.msg(id),
-        ]
-    }
-
     async fn send(&self, id: &str, payload: &str, delay_ms: i64, ttl_ms: i64, retry: i64) -> Vec<i64> {
         let args: Vec<Value> = vec![id.into(), payload.into(), delay_ms.into(), ttl_ms.into(), retry.into()];
-        self.run(&scripts::SEND, self.send_keys(id), args).await
+        self.run(&scripts::SEND, self.k().for_send(id), args).await
     }
 
     async fn promote(&self, limit: i64) -> Vec<i64> {
-        let keys = vec![self.k().pending.clone(), self.k().ready.clone()];
+        let keys = self.k().for_promote();
         self.run(&scripts::PROMOTE, keys, vec![limit.into()]).await
     }
 
     async fn claim_with(&self, consumer: &str, limit: i64, vis_ms: i64, seq: i64) -> Claimed {
         let k = self.k();
-        let keys = vec![
-            k.ready.clone(),
-            k.retry.clone(),
-            k.unack.clone(),
-            k.retries.clone(),
-            k.pending.clone(),
-            k.garbage.clone(),
-            k.claim(consumer),
-        ];
+        let keys = k.for_claim(&k.claim(consumer));
         let args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             limit.into(),
@@ -141,20 +122,12 @@ impl Env {
             args.push((*id).into());
             args.push((*lease).into());
         }
-        self.run(&scripts::ACK, vec![k.unack.clone(), k.retries.clone()], args)
-            .await
+        self.run(&scripts::ACK, k.for_ack(), args).await
     }
 
     async fn nack(&self, id: &str, lease: i64, delay_ms: i64, mode: &str) -> i64 {
         let k = self.k();
-        let keys = vec![
-            k.unack.clone(),
-            k.retries.clone(),
-            k.retry.clone(),
-            k.pending.clone(),
-            k.garbage.clone(),
-            k.msg(id),
-        ];
+        let keys = k.for_nack(id);
         let args: Vec<Value> = vec![
             id.into(),
             lease.into(),
@@ -168,32 +141,24 @@ impl Env {
 
     async fn timeout(&self, limit: i64) -> Vec<i64> {
         let k = self.k();
-        let keys = vec![k.unack.clone(), k.retries.clone(), k.retry.clone(), k.garbage.clone()];
+        let keys = k.for_timeout();
         let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), limit.into(), TTL.into(), RETRY.into()];
         self.run(&scripts::TIMEOUT, keys, args).await
     }
 
     async fn cancel(&self, id: &str) -> i64 {
-        self.run(&scripts::CANCEL, self.send_keys(id), vec![id.into()]).await
+        self.run(&scripts::CANCEL, self.k().for_cancel(id), vec![id.into()])
+            .await
     }
 
     async fn gc(&self, limit: i64) -> i64 {
         let k = self.k();
         let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), limit.into()];
-        self.run(&scripts::GC, vec![k.garbage.clone(), k.retries.clone()], args)
-            .await
+        self.run(&scripts::GC, k.for_gc(), args).await
     }
 
     async fn stats(&self) -> Vec<i64> {
-        let k = self.k();
-        let keys = vec![
-            k.pending.clone(),
-            k.ready.clone(),
-            k.unack.clone(),
-            k.retry.clone(),
-            k.garbage.clone(),
-        ];
-        self.run(&scripts::STATS, keys, vec![]).await
+        self.run(&scripts::STATS, self.k().for_stats(), vec![]).await
     }
 
     // ---- raw Redis access ----
@@ -359,7 +324,7 @@ async fn send_stores_payload_record_and_pending_entry_together() {
         TTL.into(),
         RETRY.into(),
     ];
-    let reply: Vec<i64> = env.run(&scripts::SEND, env.send_keys("bin"), args).await;
+    let reply: Vec<i64> = env.run(&scripts::SEND, env.k().for_send("bin"), args).await;
     assert_eq!(reply[0], 1);
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
     assert_eq!(stored, bytes);
@@ -1136,15 +1101,7 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     assert_eq!(env.send("a", "x", 0, TTL, RETRY).await[0], 1);
     assert_eq!(env.promote(10).await[0], 1);
     env.raw(&["SET", &k.unack, "not a zset"]);
-    let keys = vec![
-        k.ready.clone(),
-        k.retry.clone(),
-        k.unack.clone(),
-        k.retries.clone(),
-        k.pending.clone(),
-        k.garbage.clone(),
-        k.claim("c"),
-    ];
+    let keys = k.for_claim(&k.claim("c"));
     let args: Vec<Value> = vec![
         k.msg_prefix.as_str().into(),
         10.into(),
