@@ -134,12 +134,13 @@ async fn run(shared: Arc<Shared>, acker: JoinHandle<()>) {
             _ = shared.done.notified(), if on_slot => {}
         }
     }
-    while shared.in_flight.load(Ordering::Acquire) > 0 {
-        shared.done.notified().await;
-    }
-    // Claiming nothing deletes the receipt.
+    // Claiming nothing deletes the receipt. Should it replay a request that
+    // failed, the replayed deliveries see the stop and are handed back.
     if let Err(e) = claim(&shared, 0).await {
         tracing::debug!(error = %e, "could not delete the claim receipt; it expires on its own");
+    }
+    while shared.in_flight.load(Ordering::Acquire) > 0 {
+        shared.done.notified().await;
     }
     drop(shared);
     let _ = acker.await;

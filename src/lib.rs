@@ -93,3 +93,8 @@ pub use stats::QueueStats;
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;
+
+/// Compiles the README's Rust example as a doctest, so it stays true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
