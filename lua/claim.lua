@@ -14,7 +14,9 @@ ARGV[3] visibility timeout ms   ARGV[4] default retry count
 ARGV[5] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[6] msg ttl ms
-Returns {popped, expired, lease, id1, payload1, attempt1, id2, ...}.
+Returns {popped, expired, lease, left_ms, id1, payload1, attempt1, id2, ...}.
+left_ms is how much of the lease was left when the script ran: the
+visibility timeout for a new request, less for a replayed one.
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -36,7 +38,7 @@ check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', 
   KEYS[6], 'set', KEYS[7], 'string')
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[5] then
-  local out = {0, 0, 0}
+  local out = {0, 0, 0, 0}
   local words = string.gmatch(receipt, '%S+')
   words()
   for word in words do
@@ -49,12 +51,13 @@ if receipt and string.match(receipt, '^%S+') == ARGV[5] then
       end
     end
   end
+  out[4] = math.max(0, math.floor((out[3] - now_us()) / 1000))
   return out
 end
 
 local limit = tonumber(ARGV[2])
 local lease = now_us() + tonumber(ARGV[3]) * 1000
-local out = {0, 0, lease}
+local out = {0, 0, lease, tonumber(ARGV[3])}
 local leased = {ARGV[5], string.format('%d', lease)}
 local popped, expired = 0, 0
 for _, list in ipairs({KEYS[2], KEYS[1]}) do

@@ -254,8 +254,7 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         (shared.claims.load(Ordering::Relaxed) as i64).into(),
         (inner.config.msg_ttl.as_millis() as i64).into(),
     ];
-    // The lease ends `vis` after Redis ran the script, which is after now.
-    let deadline = Instant::now() + vis;
+    let sent = Instant::now();
     // A failed request keeps its sequence number, so repeating it replays
     // whatever it leased if it did reach Redis.
     let reply: Vec<Value> = shared.queue.call(&scripts::CLAIM, keys, args).await?;
@@ -264,11 +263,14 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         script: "claim",
         detail: detail.to_string(),
     };
-    let (head, rest) = reply.split_at_checked(3).ok_or_else(|| bad("short reply"))?;
-    let [popped, expired, lease] = [&head[0], &head[1], &head[2]].map(|v| v.as_i64().unwrap_or(-1));
-    if popped < 0 || expired < 0 || rest.len() % 3 != 0 {
+    let (head, rest) = reply.split_at_checked(4).ok_or_else(|| bad("short reply"))?;
+    let [popped, expired, lease, left_ms] = [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
+    if popped < 0 || expired < 0 || left_ms < 0 || rest.len() % 3 != 0 {
         return Err(bad("malformed header"));
     }
+    // Redis ran the script after `sent`, so by this host's clock the lease
+    // ends no earlier than this.
+    let deadline = sent + Duration::from_millis(left_ms as u64);
     if expired > 0 {
         tracing::warn!(
             queue = %inner.name, expired,

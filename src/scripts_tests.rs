@@ -37,6 +37,8 @@ struct Claimed {
     popped: i64,
     expired: i64,
     lease: i64,
+    /// Ms of the lease left when the script ran.
+    left_ms: i64,
     /// (id, payload, attempt) per delivery, in reply order.
     got: Vec<(String, String, i64)>,
 }
@@ -90,7 +92,7 @@ impl Env {
             TTL.into(),
         ];
         let reply: Vec<Value> = self.run(&scripts::CLAIM, keys, args).await;
-        assert!(reply.len() >= 3 && reply.len() % 3 == 0, "claim reply {reply:?}");
+        assert!(reply.len() >= 4 && reply.len() % 3 == 1, "claim reply {reply:?}");
         let int = |v: &Value| v.as_i64().unwrap_or_else(|| panic!("claim: not an integer: {v:?}"));
         let text = |v: &Value| {
             v.as_str()
@@ -101,7 +103,8 @@ impl Env {
             popped: int(&reply[0]),
             expired: int(&reply[1]),
             lease: int(&reply[2]),
-            got: reply[3..]
+            left_ms: int(&reply[3]),
+            got: reply[4..]
                 .chunks_exact(3)
                 .map(|t| (text(&t[0]), text(&t[1]), int(&t[2])))
                 .collect(),
@@ -668,6 +671,7 @@ async fn claim_receipt_replays_a_resent_request() {
 
     let first = env.claim_with("worker", 2, VIS, 7).await;
     assert_eq!(first.ids(), vec!["a", "b"]);
+    assert_eq!(first.left_ms, VIS, "a new lease has the whole visibility timeout left");
     assert_eq!(env.raw(&["GET", &receipt]), format!("7 {} a b", first.lease));
     let ttl = env.int(&["PTTL", &receipt]);
     assert!(ttl <= VIS && ttl > VIS - SLACK_MS, "receipt PTTL {ttl}");
@@ -677,6 +681,11 @@ async fn claim_receipt_replays_a_resent_request() {
     let again = env.claim_with("worker", 2, VIS, 7).await;
     assert_eq!((again.popped, again.expired, again.lease), (0, 0, first.lease));
     assert_eq!(again.got, first.got);
+    assert!(
+        again.left_ms <= VIS && again.left_ms > VIS - SLACK_MS,
+        "left {}",
+        again.left_ms
+    );
     assert_eq!(env.snapshot(), state, "a replay writes nothing");
     assert_eq!(env.list(&k.ready), vec!["c"]);
     assert_eq!(env.record("a").as_deref(), Some("1:3"), "attempt not counted twice");
