@@ -2,85 +2,27 @@
 //! each against a private redis-server.
 
 mod support;
+support::queue_helpers!();
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, QueueStats};
+use delayqueue::{Error, HandlerError, Message, MessageId, QueueStats};
 use fred::prelude::*;
-use support::{RedisServer, ServerOptions};
+use helpers::{acking, queue_builder, recording, start_queue, start_queue_with, wait_stats, Log};
+use support::{all_keys, wait_until, RedisServer, ServerOptions};
 
-/// Deliveries seen by a handler: (id, attempt, when, payload).
-type Log = Arc<Mutex<Vec<(MessageId, u32, Instant, Vec<u8>)>>>;
-
-fn record(log: &Log, msg: &Message) {
-    log.lock()
-        .unwrap()
-        .push((msg.id().clone(), msg.attempt(), Instant::now(), msg.payload().to_vec()));
-}
-
-fn len(log: &Log) -> usize {
-    log.lock().unwrap().len()
-}
-
-/// Polls `cond` every 10 ms until it holds or `limit` passes.
-async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    cond()
-}
-
-async fn wait_stats(queue: &DelayQueue, limit: Duration, want: QueueStats) -> QueueStats {
-    let end = Instant::now() + limit;
-    loop {
-        let s = queue.stats().await.unwrap();
-        if s == want || Instant::now() > end {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn all_keys(client: &Client) -> Vec<String> {
-    let mut keys: Vec<String> = client.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
-    keys.sort();
-    keys
-}
-
-fn builder(name: &str, client: &Client) -> delayqueue::DelayQueueBuilder {
-    DelayQueue::builder(name, client.clone()).fetch_interval(Duration::from_millis(50))
-}
-
-/// A handler that records every delivery and then runs `then`.
-fn recording<F, Fut>(log: &Log, then: F) -> impl delayqueue::Handler
-where
-    F: Fn(Message) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), HandlerError>> + Send + 'static,
-{
-    let log = log.clone();
-    let then = Arc::new(then);
-    move |msg: Message| {
-        record(&log, &msg);
-        let then = then.clone();
-        async move { then(msg).await }
-    }
-}
+/// How often the consumers in these tests poll.
+const FETCH_INTERVAL: Duration = Duration::from_millis(50);
 
 #[tokio::test]
 async fn nack_redelivers_after_the_nack_delay() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("nack", &client)
-        .nack_redelivery_delay(Duration::from_millis(400))
-        .build()
-        .unwrap();
+    let (_server, client, q) = start_queue("nack", FETCH_INTERVAL, |b| {
+        b.nack_redelivery_delay(Duration::from_millis(400))
+    })
+    .await;
     let log = Log::default();
     let consumer = q
         .start_consume(recording(&log, |msg: Message| async move {
@@ -93,8 +35,8 @@ async fn nack_redelivers_after_the_nack_delay() {
         .await
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || len(&log) == 2).await);
-    let log = log.lock().unwrap().clone();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    let log = log.snapshot();
     assert_eq!((log[0].0.clone(), log[0].1, log[1].1), (id, 1, 2));
     let gap = log[1].2 - log[0].2;
     assert!(gap >= Duration::from_millis(390), "redelivered after {gap:?}");
@@ -108,12 +50,10 @@ async fn nack_redelivers_after_the_nack_delay() {
 
 #[tokio::test]
 async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("slow", &client)
-        .max_consume_duration(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let (_server, _client, q) = start_queue("slow", FETCH_INTERVAL, |b| {
+        b.max_consume_duration(Duration::from_millis(300))
+    })
+    .await;
     let log = Log::default();
     let consumer = q
         .start_consume(recording(&log, |msg: Message| async move {
@@ -125,8 +65,8 @@ async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
         .await
         .unwrap();
     q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || len(&log) == 2).await);
-    let log = log.lock().unwrap().clone();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    let log = log.snapshot();
     assert_eq!((log[0].1, log[1].1), (1, 2));
     let gap = log[1].2 - log[0].2;
     assert!(
@@ -142,12 +82,10 @@ async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn late_ack_after_redelivery_is_fenced() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("fence", &client)
-        .max_consume_duration(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let (_server, client, q) = start_queue("fence", FETCH_INTERVAL, |b| {
+        b.max_consume_duration(Duration::from_millis(300))
+    })
+    .await;
     let log = Log::default();
     // Consumer A blocks its thread past the lease (so the timeout cannot cut
     // it) and then returns Ok: its ack arrives late.
@@ -161,7 +99,7 @@ async fn late_ack_after_redelivery_is_fenced() {
         .await
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
     // Consumer B takes the redelivery and holds it for a while.
     let b_log = Log::default();
     let b = q
@@ -172,10 +110,10 @@ async fn late_ack_after_redelivery_is_fenced() {
         .await
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(3), || len(&b_log) == 1).await,
+        wait_until(Duration::from_secs(3), || b_log.len() == 1).await,
         "B never got the redelivery"
     );
-    assert_eq!(b_log.lock().unwrap()[0].1, 2);
+    assert_eq!(b_log.snapshot()[0].1, 2);
     // A's late ack has come in by now; the message B holds must be intact.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let s = q.stats().await.unwrap();
@@ -186,7 +124,7 @@ async fn late_ack_after_redelivery_is_fenced() {
         wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
         QueueStats::default()
     );
-    assert_eq!(len(&log), 1, "A got a second copy");
+    assert_eq!(log.len(), 1, "A got a second copy");
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
@@ -194,9 +132,7 @@ async fn late_ack_after_redelivery_is_fenced() {
 
 #[tokio::test]
 async fn cancel_pending_processing_and_unknown() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("cancel", &client).build().unwrap();
+    let (_server, client, q) = start_queue("cancel", FETCH_INTERVAL, |b| b).await;
     let log = Log::default();
     let consumer = q
         .start_consume(recording(&log, |_msg: Message| async move {
@@ -209,12 +145,12 @@ async fn cancel_pending_processing_and_unknown() {
     let now = q.send_delay_msg("now", Duration::ZERO).await.unwrap();
     assert!(q.cancel(&later).await.unwrap(), "pending message not cancelled");
     assert!(!q.cancel(&later).await.unwrap(), "cancelled twice");
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
     // `now` is being processed: cancel leaves it to its delivery.
     assert!(!q.cancel(&now).await.unwrap());
     assert!(!q.cancel(&MessageId::from("never-sent")).await.unwrap());
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(len(&log), 1, "the cancelled message was delivered");
+    assert_eq!(log.len(), 1, "the cancelled message was delivered");
     assert_eq!(q.stats().await.unwrap(), QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
@@ -222,9 +158,7 @@ async fn cancel_pending_processing_and_unknown() {
 
 #[tokio::test]
 async fn caller_id_makes_send_idempotent() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("idem", &client).build().unwrap();
+    let (_server, _client, q) = start_queue("idem", FETCH_INTERVAL, |b| b).await;
     let id = q
         .send_delay_msg("a", Duration::from_millis(200))
         .id("order-42")
@@ -237,27 +171,22 @@ async fn caller_id_makes_send_idempotent() {
     }
     assert_eq!(q.stats().await.unwrap().pending, 1);
     let log = Log::default();
-    let consumer = q
-        .start_consume(recording(&log, |_msg: Message| async move { Ok(()) }))
-        .await
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
-    assert_eq!(log.lock().unwrap()[0].3, b"a", "the duplicate overwrote the payload");
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    assert_eq!(log.snapshot()[0].3, b"a", "the duplicate overwrote the payload");
     // Once finished, the id can be used again.
     assert_eq!(
         wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
         QueueStats::default()
     );
     q.send_delay_msg("c", Duration::ZERO).id("order-42").await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 2).await);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 2).await);
     consumer.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn expired_payload_is_dropped_and_leaves_no_key() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("ttl", &client).build().unwrap();
+    let (_server, client, q) = start_queue("ttl", FETCH_INTERVAL, |b| b).await;
     q.send_delay_msg("stale", Duration::ZERO)
         .msg_ttl(Duration::from_secs(1))
         .await
@@ -265,39 +194,31 @@ async fn expired_payload_is_dropped_and_leaves_no_key() {
     let kept = q.send_delay_msg("fresh", Duration::ZERO).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let log = Log::default();
-    let consumer = q
-        .start_consume(recording(&log, |_msg: Message| async move { Ok(()) }))
-        .await
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
     assert_eq!(
         wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
         QueueStats::default()
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(len(&log), 1);
-    assert_eq!(log.lock().unwrap()[0].0, kept);
+    assert_eq!(log.len(), 1);
+    assert_eq!(log.snapshot()[0].0, kept);
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }
 
 #[tokio::test]
 async fn script_flush_is_survived() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("flush", &client).build().unwrap();
+    let (server, client, q) = start_queue("flush", FETCH_INTERVAL, |b| b).await;
     let log = Log::default();
-    let consumer = q
-        .start_consume(recording(&log, |_msg: Message| async move { Ok(()) }))
-        .await
-        .unwrap();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
     q.send_delay_msg("1", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
     for round in 0..3 {
         assert_eq!(server.raw_command(&["SCRIPT", "FLUSH"]), "OK");
         q.send_delay_msg("again", Duration::from_millis(50)).await.unwrap();
         assert!(
-            wait_until(Duration::from_secs(3), || len(&log) == round + 2).await,
+            wait_until(Duration::from_secs(3), || log.len() == round + 2).await,
             "round {round}"
         );
     }
@@ -307,9 +228,7 @@ async fn script_flush_is_survived() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_consumers_never_hold_the_same_message() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("pair", &client).concurrency(8).build().unwrap();
+    let (_server, client, q) = start_queue("pair", FETCH_INTERVAL, |b| b.concurrency(8)).await;
     let held = Arc::new(Mutex::new(HashSet::new()));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let log = Log::default();
@@ -339,14 +258,14 @@ async fn two_consumers_never_hold_the_same_message() {
     });
     futures::future::join_all(sends).await;
     assert!(
-        wait_until(Duration::from_secs(20), || len(&log) >= 1000).await,
+        wait_until(Duration::from_secs(20), || log.len() >= 1000).await,
         "{}",
-        len(&log)
+        log.len()
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(overlaps.load(Ordering::Relaxed), 0);
-    let ids: HashSet<_> = log.lock().unwrap().iter().map(|e| e.0.clone()).collect();
-    assert_eq!((ids.len(), len(&log)), (1000, 1000), "lost or duplicated");
+    let ids = log.ids();
+    assert_eq!((ids.len(), log.len()), (1000, 1000), "lost or duplicated");
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
@@ -354,9 +273,7 @@ async fn two_consumers_never_hold_the_same_message() {
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("stop", &client).concurrency(2).fetch_limit(10).build().unwrap();
+    let (_server, client, q) = start_queue("stop", FETCH_INTERVAL, |b| b.concurrency(2).fetch_limit(10)).await;
     let log = Log::default();
     let finished = Arc::new(AtomicUsize::new(0));
     let f = finished.clone();
@@ -382,8 +299,8 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
     for i in 0..10 {
         q.send_delay_msg(format!("slow{i}"), Duration::ZERO).await.unwrap();
     }
-    assert!(wait_until(Duration::from_secs(3), || len(&log) >= 12).await);
-    let started = len(&log);
+    assert!(wait_until(Duration::from_secs(3), || log.len() >= 12).await);
+    let started = log.len();
     consumer.shutdown().await.unwrap();
     // Everything that started has finished and was acked; nothing is left claimed.
     assert_eq!(finished.load(Ordering::Relaxed), started);
@@ -392,13 +309,10 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
     assert_eq!(s.ready + s.retry, 20 - started as u64, "{s:?}");
     // Handed-back messages were not charged a delivery.
     let log2 = Log::default();
-    let again = q
-        .start_consume(recording(&log2, |_msg: Message| async move { Ok(()) }))
-        .await
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log2) == 20 - started).await);
+    let again = q.start_consume(acking(&log2)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log2.len() == 20 - started).await);
     assert!(
-        log2.lock().unwrap().iter().all(|e| e.1 == 1),
+        log2.snapshot().iter().all(|e| e.1 == 1),
         "attempt counted for an unstarted delivery"
     );
     again.shutdown().await.unwrap();
@@ -407,9 +321,7 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
 
 #[tokio::test]
 async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = builder("typed", &client).build().unwrap();
+    let (_server, client, q) = start_queue("typed", FETCH_INTERVAL, |b| b).await;
     let _: () = client
         .set("dq:{typed}:pending", "oops", None, None, false)
         .await
@@ -419,16 +331,12 @@ async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
     assert!(err.to_string().contains("wrong type"), "{err}");
     let log = Log::default();
     assert!(matches!(
-        q.start_consume(recording(&log, |_m: Message| async move { Ok(()) }))
-            .await,
+        q.start_consume(acking(&log)).await,
         Err(Error::WrongType { .. })
     ));
     // Broken while running: the consumer logs, backs off, and resumes once repaired.
     let _: () = client.del("dq:{typed}:pending").await.unwrap();
-    let consumer = q
-        .start_consume(recording(&log, |_m: Message| async move { Ok(()) }))
-        .await
-        .unwrap();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
     let _: () = client
         .set("dq:{typed}:pending", "oops", None, None, false)
         .await
@@ -437,7 +345,7 @@ async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
     let _: () = client.del("dq:{typed}:pending").await.unwrap();
     q.send_delay_msg("x", Duration::ZERO).await.unwrap();
     assert!(
-        wait_until(Duration::from_secs(5), || len(&log) == 1).await,
+        wait_until(Duration::from_secs(5), || log.len() == 1).await,
         "consumer did not resume"
     );
     consumer.shutdown().await.unwrap();
@@ -445,23 +353,15 @@ async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
 
 #[tokio::test]
 async fn consumer_keeps_going_across_a_redis_restart() {
-    let mut server = RedisServer::start_with(ServerOptions {
-        appendonly: true,
-        appendfsync: Some("always".into()),
-        ..Default::default()
-    })
-    .await;
+    let mut server = RedisServer::start_with(ServerOptions::durable()).await;
     let url = server.url();
     let client = delayqueue::connect(&url).await.unwrap();
-    let q = builder("restart", &client).build().unwrap();
+    let q = queue_builder("restart", &client, FETCH_INTERVAL).build().unwrap();
     let log = Log::default();
-    let consumer = q
-        .start_consume(recording(&log, |_m: Message| async move { Ok(()) }))
-        .await
-        .unwrap();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
     let before = q.send_delay_msg("before", Duration::from_millis(1500)).await.unwrap();
     q.send_delay_msg("now", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || len(&log) == 1).await);
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
     server.restart().await;
     let after = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
@@ -474,11 +374,11 @@ async fn consumer_keeps_going_across_a_redis_restart() {
     .await
     .expect("send never succeeded after the restart");
     assert!(
-        wait_until(Duration::from_secs(10), || len(&log) == 3).await,
+        wait_until(Duration::from_secs(10), || log.len() == 3).await,
         "{}",
-        len(&log)
+        log.len()
     );
-    let ids: HashSet<_> = log.lock().unwrap().iter().map(|e| e.0.clone()).collect();
+    let ids = log.ids();
     assert!(ids.contains(&before) && ids.contains(&after));
     consumer.shutdown().await.unwrap();
 }
@@ -518,14 +418,12 @@ async fn eviction_policy_is_warned_about() {
         }
     }
 
-    let server = RedisServer::start_with(ServerOptions {
+    let opts = ServerOptions {
         maxmemory: Some("100mb".into()),
         maxmemory_policy: Some("allkeys-lru".into()),
         ..Default::default()
-    })
-    .await;
-    let client = server.client().await;
-    let q = builder("evict", &client).build().unwrap();
+    };
+    let (_server, _client, q) = start_queue_with(opts, "evict", FETCH_INTERVAL, |b| b).await;
     let buf = Buf::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(buf.clone())

@@ -1,105 +1,26 @@
 //! End-to-end behaviour of producer and consumer against a real redis-server.
 
 mod support;
+support::queue_helpers!();
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, QueueStats};
-use fred::prelude::*;
-use support::RedisServer;
+use delayqueue::{DelayQueue, Error, HandlerError, Message, QueueStats};
+use helpers::{acking, recording, start_queue, wait_stats, Log};
+use support::{all_keys, wait_until, RedisServer};
 
-/// One delivery as the handler saw it: id, attempt, arrival, payload.
-type Delivery = (MessageId, u32, Instant, Vec<u8>);
-
-/// Records every delivery.
-#[derive(Clone, Default)]
-struct Ledger(Arc<Mutex<Vec<Delivery>>>);
-
-impl Ledger {
-    fn record(&self, msg: &Message) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((msg.id().clone(), msg.attempt(), Instant::now(), msg.payload().to_vec()));
-    }
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-    fn attempts(&self, id: &MessageId) -> Vec<u32> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| &e.0 == id)
-            .map(|e| e.1)
-            .collect()
-    }
-    fn counts(&self) -> HashMap<MessageId, usize> {
-        let mut m = HashMap::new();
-        for e in self.0.lock().unwrap().iter() {
-            *m.entry(e.0.clone()).or_insert(0) += 1;
-        }
-        m
-    }
-}
-
-/// Polls `cond` every 10 ms until it holds or `limit` passes.
-async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    cond()
-}
-
-async fn wait_stats(queue: &DelayQueue, limit: Duration, want: QueueStats) -> QueueStats {
-    let end = Instant::now() + limit;
-    loop {
-        let s = queue.stats().await.unwrap();
-        if s == want || Instant::now() > end {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Every key in the server (the tests own the server).
-async fn all_keys(client: &Client) -> Vec<String> {
-    let mut keys: Vec<String> = client.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
-    keys.sort();
-    keys
-}
-
-fn queue(name: &str, client: &Client) -> delayqueue::DelayQueueBuilder {
-    DelayQueue::builder(name, client.clone()).fetch_interval(Duration::from_millis(100))
-}
+/// How often the consumers in these tests poll.
+const FETCH_INTERVAL: Duration = Duration::from_millis(100);
 
 #[tokio::test]
 async fn delayed_message_is_delivered_not_before_due_and_leaves_nothing() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = queue("orders", &client).build().unwrap();
-    let ledger = Ledger::default();
-    let l = ledger.clone();
-    let consumer = q
-        .start_consume(move |msg: Message| {
-            let l = l.clone();
-            async move {
-                l.record(&msg);
-                Ok::<(), HandlerError>(())
-            }
-        })
-        .await
-        .unwrap();
+    let (_server, client, q) = start_queue("orders", FETCH_INTERVAL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
     let sent_at = Instant::now();
     let id = q.send_delay_msg("hello", Duration::from_millis(300)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || ledger.len() == 1).await);
-    let (got, attempt, at, payload) = ledger.0.lock().unwrap()[0].clone();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    let (got, attempt, at, payload) = log.snapshot()[0].clone();
     assert_eq!((got, attempt, payload), (id, 1, b"hello".to_vec()));
     assert!(
         at - sent_at >= Duration::from_millis(295),
@@ -122,21 +43,9 @@ async fn delayed_message_is_delivered_not_before_due_and_leaves_nothing() {
 
 #[tokio::test]
 async fn schedule_at_and_immediate_delivery() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = queue("sched", &client).build().unwrap();
-    let ledger = Ledger::default();
-    let l = ledger.clone();
-    let consumer = q
-        .start_consume(move |msg: Message| {
-            let l = l.clone();
-            async move {
-                l.record(&msg);
-                Ok::<(), HandlerError>(())
-            }
-        })
-        .await
-        .unwrap();
+    let (_server, _client, q) = start_queue("sched", FETCH_INTERVAL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
     let start = Instant::now();
     q.send_delay_msg("now", Duration::ZERO).await.unwrap();
     q.send_schedule_msg("past", SystemTime::now() - Duration::from_secs(60))
@@ -145,8 +54,8 @@ async fn schedule_at_and_immediate_delivery() {
     q.send_schedule_msg("later", SystemTime::now() + Duration::from_millis(400))
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || ledger.len() == 3).await);
-    let log = ledger.0.lock().unwrap().clone();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 3).await);
+    let log = log.snapshot();
     let at = |p: &[u8]| log.iter().find(|e| e.3 == p).unwrap().2 - start;
     assert!(at(b"now") < Duration::from_millis(300), "{:?}", at(b"now"));
     assert!(at(b"past") < Duration::from_millis(300));
@@ -156,53 +65,45 @@ async fn schedule_at_and_immediate_delivery() {
 
 #[tokio::test]
 async fn handler_error_and_panic_retry_then_garbage_with_n_plus_1_attempts() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = queue("flaky", &client).default_retry_count(2).build().unwrap();
-    let ledger = Ledger::default();
-    let l = ledger.clone();
+    let (_server, client, q) = start_queue("flaky", FETCH_INTERVAL, |b| b.default_retry_count(2)).await;
+    let log = Log::default();
     let consumer = q
-        .start_consume(move |msg: Message| {
-            let l = l.clone();
-            async move {
-                l.record(&msg);
-                if msg.payload() == b"panic" {
-                    panic!("boom");
-                }
-                Err::<(), HandlerError>("always fails".into())
+        .start_consume(recording(&log, |msg: Message| async move {
+            if msg.payload() == b"panic" {
+                panic!("boom");
             }
-        })
+            Err("always fails".into())
+        }))
         .await
         .unwrap();
     let failing = q.send_delay_msg("err", Duration::ZERO).await.unwrap();
     let panicking = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
     let five = q.send_delay_msg("err", Duration::ZERO).retry_count(4).await.unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || ledger.len() == 3 + 3 + 5).await,
+        wait_until(Duration::from_secs(10), || log.len() == 3 + 3 + 5).await,
         "{}",
-        ledger.len()
+        log.len()
     );
-    assert_eq!(ledger.attempts(&failing), vec![1, 2, 3]);
-    assert_eq!(ledger.attempts(&panicking), vec![1, 2, 3]);
-    assert_eq!(ledger.attempts(&five), vec![1, 2, 3, 4, 5]);
+    assert_eq!(log.attempts(&failing), vec![1, 2, 3]);
+    assert_eq!(log.attempts(&panicking), vec![1, 2, 3]);
+    assert_eq!(log.attempts(&five), vec![1, 2, 3, 4, 5]);
     // Collected as garbage: nothing of them remains.
     assert_eq!(
         wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
         QueueStats::default()
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ledger.len(), 11, "delivered again after garbage");
+    assert_eq!(log.len(), 11, "delivered again after garbage");
     consumer.shutdown().await.unwrap();
     assert_eq!(all_keys(&client).await, Vec::<String>::new());
 }
 
 #[tokio::test]
 async fn many_messages_with_concurrency_are_each_delivered_once() {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let q = queue("many", &client).concurrency(16).fetch_limit(64).build().unwrap();
-    let ledger = Ledger::default();
-    let l = ledger.clone();
+    let (_server, client, q) = start_queue("many", FETCH_INTERVAL, |b| b.concurrency(16).fetch_limit(64)).await;
+    let log = Log::default();
+    let l = log.clone();
+    // Records after the work, not before as `recording` does.
     let consumer = q
         .start_consume(move |msg: Message| {
             let l = l.clone();
@@ -224,11 +125,11 @@ async fn many_messages_with_concurrency_are_each_delivered_once() {
     });
     let ids = futures::future::join_all(sends).await;
     assert!(
-        wait_until(Duration::from_secs(30), || ledger.len() >= 2000).await,
+        wait_until(Duration::from_secs(30), || log.len() >= 2000).await,
         "{}",
-        ledger.len()
+        log.len()
     );
-    let counts = ledger.counts();
+    let counts = log.counts();
     for id in &ids {
         assert_eq!(counts.get(id), Some(&1), "{id}");
     }

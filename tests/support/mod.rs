@@ -5,6 +5,10 @@
 //! inspect persistence without interfering with each other or with any Redis
 //! already running on the machine.
 //!
+//! Also the helpers the queue tests share: [`wait_until`], [`all_keys`], and,
+//! through [`queue_helpers!`], a delivery log with its recording handlers,
+//! `wait_stats`, and `start_queue` (server + client + queue in one call).
+//!
 //! Not every test binary uses every helper, hence the module-wide allow.
 #![allow(dead_code)]
 
@@ -16,6 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fred::clients::Client;
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 
 /// How long a freshly spawned server may take to answer `PING`.
@@ -43,6 +48,18 @@ pub struct ServerOptions {
     pub maxmemory_policy: Option<String>,
     /// Appended verbatim to the command line, e.g. `["--hz", "100"]`.
     pub extra_args: Vec<String>,
+}
+
+impl ServerOptions {
+    /// AOF persistence with `appendfsync always`: every acknowledged write
+    /// survives a crash-restart.
+    pub fn durable() -> ServerOptions {
+        ServerOptions {
+            appendonly: true,
+            appendfsync: Some("always".into()),
+            ..Default::default()
+        }
+    }
 }
 
 /// A private `redis-server` child process. Killed and its dir removed on drop.
@@ -150,7 +167,7 @@ impl RedisServer {
 
     /// A connected fred client that reconnects forever (fast backoff) so it
     /// survives `restart()`; commands time out after 10 s so tests can't hang.
-    pub async fn client(&self) -> fred::clients::Client {
+    pub async fn client(&self) -> Client {
         let url = self.url();
         let cfg = Config::from_url(&url).expect("support: invalid redis url for fred Config");
         let client = Builder::from_config(cfg)
@@ -345,6 +362,173 @@ impl Drop for RedisServer {
         let _ = fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Polls `cond` every 10 ms until it holds or `limit` passes.
+pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+/// Every key in the server (the tests own the server), sorted.
+pub async fn all_keys(client: &Client) -> Vec<String> {
+    let mut keys: Vec<String> = client.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    keys.sort();
+    keys
+}
+
+/// Defines module `helpers` with the shared helpers that name `delayqueue`
+/// types: the delivery `Log`, the `recording` and `acking`
+/// handlers, `wait_stats`, `queue_builder` and `start_queue[_with]`.
+///
+/// They sit in a macro because this file is also compiled into the library's
+/// own unit tests (`src/lib.rs`, as `test_support`), where the crate is
+/// `crate`, not `delayqueue`. An integration test that declares `mod support;`
+/// expands it once at its root with `support::queue_helpers!();`.
+#[allow(unused_macros)]
+macro_rules! queue_helpers {
+    () => {
+        /// Queue test helpers, expanded from `support::queue_helpers!`.
+        #[allow(dead_code)]
+        mod helpers {
+            use std::collections::{HashMap, HashSet};
+            use std::future::Future;
+            use std::sync::{Arc, Mutex};
+            use std::time::{Duration, Instant};
+
+            use ::delayqueue::fred::clients::Client;
+            use ::delayqueue::{DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId, QueueStats};
+            use $crate::support::{RedisServer, ServerOptions};
+
+            /// One delivery as the handler saw it: (id, attempt, arrival, payload).
+            pub type Delivery = (MessageId, u32, Instant, Vec<u8>);
+
+            /// Every delivery a handler saw, in order. Clones share the same log.
+            #[derive(Clone, Default)]
+            pub struct Log(Arc<Mutex<Vec<Delivery>>>);
+
+            impl Log {
+                pub fn record(&self, msg: &Message) {
+                    self.0.lock().unwrap().push((
+                        msg.id().clone(),
+                        msg.attempt(),
+                        Instant::now(),
+                        msg.payload().to_vec(),
+                    ));
+                }
+
+                pub fn len(&self) -> usize {
+                    self.0.lock().unwrap().len()
+                }
+
+                pub fn is_empty(&self) -> bool {
+                    self.len() == 0
+                }
+
+                /// A copy of the deliveries so far.
+                pub fn snapshot(&self) -> Vec<Delivery> {
+                    self.0.lock().unwrap().clone()
+                }
+
+                /// The attempt numbers `id` was delivered with, in order.
+                pub fn attempts(&self, id: &MessageId) -> Vec<u32> {
+                    self.0
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .filter(|e| &e.0 == id)
+                        .map(|e| e.1)
+                        .collect()
+                }
+
+                /// How often each id was delivered.
+                pub fn counts(&self) -> HashMap<MessageId, usize> {
+                    let mut m = HashMap::new();
+                    for e in self.0.lock().unwrap().iter() {
+                        *m.entry(e.0.clone()).or_insert(0) += 1;
+                    }
+                    m
+                }
+
+                /// The distinct ids delivered.
+                pub fn ids(&self) -> HashSet<MessageId> {
+                    self.0.lock().unwrap().iter().map(|e| e.0.clone()).collect()
+                }
+            }
+
+            /// A handler that records every delivery in `log` and then runs `then`.
+            pub fn recording<F, Fut>(log: &Log, then: F) -> impl Handler
+            where
+                F: Fn(Message) -> Fut + Send + Sync + 'static,
+                Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+            {
+                let log = log.clone();
+                let then = Arc::new(then);
+                move |msg: Message| {
+                    log.record(&msg);
+                    let then = then.clone();
+                    async move { then(msg).await }
+                }
+            }
+
+            /// A handler that records every delivery in `log` and succeeds.
+            pub fn acking(log: &Log) -> impl Handler {
+                recording(log, |_msg: Message| async move { Ok(()) })
+            }
+
+            /// Polls the queue's stats every 20 ms until they equal `want` or
+            /// `limit` passes; returns the last stats seen.
+            pub async fn wait_stats(queue: &DelayQueue, limit: Duration, want: QueueStats) -> QueueStats {
+                let end = Instant::now() + limit;
+                loop {
+                    let s = queue.stats().await.unwrap();
+                    if s == want || Instant::now() > end {
+                        return s;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+
+            /// A builder for queue `name` on `client` whose consumers poll every `fetch_interval`.
+            pub fn queue_builder(name: &str, client: &Client, fetch_interval: Duration) -> DelayQueueBuilder {
+                DelayQueue::builder(name, client.clone()).fetch_interval(fetch_interval)
+            }
+
+            /// A private plain server, a client on it, and queue `name` built
+            /// from [`queue_builder`] after `configure`. Bind the server
+            /// (`_server`, not `_`): dropping it stops the server.
+            pub async fn start_queue(
+                name: &str,
+                fetch_interval: Duration,
+                configure: impl FnOnce(DelayQueueBuilder) -> DelayQueueBuilder,
+            ) -> (RedisServer, Client, DelayQueue) {
+                start_queue_with(ServerOptions::default(), name, fetch_interval, configure).await
+            }
+
+            /// [`start_queue`] with server options.
+            pub async fn start_queue_with(
+                opts: ServerOptions,
+                name: &str,
+                fetch_interval: Duration,
+                configure: impl FnOnce(DelayQueueBuilder) -> DelayQueueBuilder,
+            ) -> (RedisServer, Client, DelayQueue) {
+                let server = RedisServer::start_with(opts).await;
+                let client = server.client().await;
+                let queue = configure(queue_builder(name, &client, fetch_interval))
+                    .build()
+                    .unwrap();
+                (server, client, queue)
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use queue_helpers;
 
 /// Ask the OS for a free loopback port. Racy by nature (it is released before
 /// redis binds it), which is why `start_with` retries on early exit.
