@@ -4,7 +4,8 @@ enters unack with the visibility deadline and its delivery count goes up.
 A leased payload is kept at least msg ttl past the lease, so it cannot
 expire during the delivery or before its retry. An id is skipped (a stale list entry) when its payload is gone (cancelled
 or expired) or it is live elsewhere (pending, unack, garbage). An id whose
-payload expired while its retry record remained is counted as expired.
+payload expired (or holds another type) while its retry record remained
+is counted as expired.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
 KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage set
@@ -65,7 +66,8 @@ for _, list in ipairs({KEYS[2], KEYS[1]}) do
     local ids = redis.call('LPOP', list, limit - (#leased - 2))
     for _, id in ipairs(ids or {}) do
       popped = popped + 1
-      local has_payload = redis.call('EXISTS', ARGV[1] .. id) == 1
+      -- A payload key of another type was written by something else: unreadable, so dropped like a missing one.
+      local has_payload = redis.call('TYPE', ARGV[1] .. id)['ok'] == 'string'
       local elsewhere = redis.call('ZSCORE', KEYS[3], id) or redis.call('ZSCORE', KEYS[5], id)
         or redis.call('SISMEMBER', KEYS[6], id) == 1
       if not has_payload then

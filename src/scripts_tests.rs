@@ -642,6 +642,25 @@ async fn claim_counts_an_expired_payload_and_drops_its_record() {
 }
 
 #[tokio::test]
+async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send("ok", "x", 0, TTL, RETRY).await[0], 1);
+    assert_eq!(env.promote(10).await[0], 1);
+    env.raw(&["HSET", &k.retries, "odd", "0:3"]);
+    env.raw(&["HSET", &k.msg("odd"), "f", "v"]);
+    env.raw(&["LPUSH", &k.ready, "odd"]);
+    let c = env.claim(10).await;
+    assert_eq!((c.popped, c.expired, c.ids()), (2, 1, vec!["ok"]));
+    assert!(env.record("odd").is_none());
+    assert_eq!(
+        env.raw(&["TYPE", &k.msg("odd")]),
+        "hash",
+        "the foreign key is left alone"
+    );
+}
+
+#[tokio::test]
 async fn claim_without_or_with_malformed_record_uses_default_retry_count() {
     let env = Env::new().await;
     let k = env.k().clone();
