@@ -107,14 +107,9 @@ impl Keys {
         ]
     }
 
+    /// Cancel touches the same keys as send, in the same order.
     pub fn for_cancel(&self, id: &str) -> Vec<String> {
-        vec![
-            self.pending.clone(),
-            self.retries.clone(),
-            self.unack.clone(),
-            self.garbage.clone(),
-            self.msg(id),
-        ]
+        self.for_send(id)
     }
 
     pub fn for_gc(&self) -> Vec<String> {
