@@ -2,8 +2,9 @@
 Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up.
 A leased payload is kept at least msg ttl past the lease, so it cannot
-expire during the delivery or before its retry. An id is skipped (a stale list entry) when its payload is gone (cancelled
-or expired) or it is live elsewhere (pending, unack, garbage). An id whose
+expire during the delivery or before its retry. An id is skipped (a stale
+list entry) when its payload is gone (cancelled or expired) or it is live
+elsewhere (pending, unack, garbage). An id whose
 payload expired (or holds another type) while its retry record remained
 is counted as expired.
 
@@ -79,11 +80,7 @@ for _, list in ipairs({KEYS[2], KEYS[1]}) do
         a = a + 1
         redis.call('HSET', KEYS[4], id, a .. ':' .. m)
         redis.call('ZADD', KEYS[3], lease, id)
-        local keep = tonumber(ARGV[3]) + tonumber(ARGV[6])
-        local pttl = redis.call('PTTL', ARGV[1] .. id)
-        if pttl >= 0 and pttl < keep then
-          redis.call('PEXPIRE', ARGV[1] .. id, keep)
-        end
+        keep_payload(ARGV[1] .. id, tonumber(ARGV[3]) + tonumber(ARGV[6]))
         leased[#leased + 1] = id
         delivery(out, id, a)
       end

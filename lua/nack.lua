@@ -33,11 +33,7 @@ if a > m then
 end
 local delay = tonumber(ARGV[3])
 -- Keep the payload at least msg ttl past its next delivery.
-local need = delay + tonumber(ARGV[4])
-local pttl = redis.call('PTTL', KEYS[6])
-if pttl >= 0 and pttl < need then
-  redis.call('PEXPIRE', KEYS[6], need)
-end
+keep_payload(KEYS[6], delay + tonumber(ARGV[4]))
 if delay > 0 then
   redis.call('ZADD', KEYS[4], now_ms() + delay, id)
 else

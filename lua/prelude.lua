@@ -20,6 +20,15 @@ local function record(retries, id, attempts, max)
   return tonumber(a or attempts), tonumber(m or max)
 end
 
+-- Keeps a payload alive at least `ms` from now; never shortens its TTL,
+-- never gives a TTL to a payload without one, never revives a missing one.
+local function keep_payload(key, ms)
+  local pttl = redis.call('PTTL', key)
+  if pttl >= 0 and pttl < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)

@@ -22,11 +22,7 @@ for _, id in ipairs(ids) do
     redis.call('SADD', KEYS[4], id)
     dead = dead + 1
   else
-    local key = ARGV[1] .. id
-    local pttl = redis.call('PTTL', key)
-    if pttl >= 0 and pttl < ttl then
-      redis.call('PEXPIRE', key, ttl)
-    end
+    keep_payload(ARGV[1] .. id, ttl)
     redis.call('RPUSH', KEYS[3], id)
   end
 end
