@@ -9,8 +9,10 @@ does not count and the message goes back to the front of retry.
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] pending zset KEYS[5] garbage set    KEYS[6] msg string of this id
 ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms   ARGV[4] msg ttl ms
-ARGV[5] mode   ARGV[6] default retry count
+ARGV[5] mode   ARGV[6] default retry count   ARGV[7] wake-up channel
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
+Publishes a wake-up when the message can be claimed again now, or is due
+before every other pending message.
 Idempotent: a re-run finds the lease gone and returns 0.
 Complexity: O(log N).
 ]]
@@ -25,6 +27,7 @@ local a, m = record(KEYS[2], id, 1, ARGV[6])
 if ARGV[5] == 'release' then
   redis.call('HSET', KEYS[2], id, math.max(a - 1, 0) .. ':' .. m)
   redis.call('LPUSH', KEYS[3], id)
+  wake(ARGV[7], 0)
   return 1
 end
 if a > m then
@@ -35,8 +38,11 @@ local delay = tonumber(ARGV[3])
 -- Keep the payload at least msg ttl past its next delivery.
 keep_payload(KEYS[6], delay + tonumber(ARGV[4]))
 if delay > 0 then
-  redis.call('ZADD', KEYS[4], now_ms() + delay, id)
+  local now, head = now_ms(), head_due(KEYS[4])
+  redis.call('ZADD', KEYS[4], now + delay, id)
+  wake_if_earlier(ARGV[7], now + delay, head, now)
 else
   redis.call('RPUSH', KEYS[3], id)
+  wake(ARGV[7], 0)
 end
 return 1

@@ -21,12 +21,29 @@ local function record(retries, id, attempts, max)
 end
 
 -- Keeps a payload alive at least `ms` from now; never shortens its TTL,
--- never gives a TTL to a payload without one, never revives a missing one.
+-- never gives a TTL to a payload without one, never revives a missing one
+-- (GT treats a key without TTL as never expiring; Redis >= 7.0).
 local function keep_payload(key, ms)
-  local pttl = redis.call('PTTL', key)
-  if pttl >= 0 and pttl < ms then
-    redis.call('PEXPIRE', key, ms)
+  redis.call('PEXPIRE', key, ms, 'GT')
+end
+
+-- Wakes sleeping consumers: something becomes claimable in `ms` (0: now).
+-- Only an optimisation: a lost wake-up costs at most one fetch_interval.
+local function wake(channel, ms)
+  redis.call('PUBLISH', channel, ms)
+end
+
+-- Wakes consumers when `due` is earlier than `head`, the earliest due time
+-- pending held before (false when it was empty).
+local function wake_if_earlier(channel, due, head, now)
+  if due and (not head or due < tonumber(head)) then
+    wake(channel, math.max(0, due - now))
   end
+end
+
+-- The due time of the earliest pending message, false when there is none.
+local function head_due(pending)
+  return redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end
 
 -- Fails before any write when a queue key holds another type (something

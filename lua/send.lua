@@ -1,28 +1,50 @@
 --[[ send: (nothing) -> pending
-Stores one message atomically: payload string (with TTL), retry record and
-pending entry are written together or not at all.
+Stores a batch of messages. Each one is written whole or not at all:
+payload string (with TTL) and pending entry. Its retry record is created at
+its first delivery; until then its retry count travels in the stored value
+("<retry count>:<payload>"), which keeps a pending message small.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
-KEYS[4] garbage set    KEYS[5] msg string of this id
-ARGV[1] id   ARGV[2] payload   ARGV[3] delay ms   ARGV[4] msg ttl ms
-ARGV[5] retry count
-Returns {1, due_ms} when stored, {0, 0} when the id is already live
-(pending, ready, retry or processing): the caller reports a duplicate.
-Idempotent: a re-sent call finds its own message and returns {0, 0}.
-Complexity: O(log N) in the size of pending.
+KEYS[4] garbage set    KEYS[5..] msg string of each message, in order
+ARGV[1] wake-up channel
+ARGV[2..] per message, 4 values: id, stored value, delay ms, payload TTL
+ms (delay + msg ttl: the payload outlives its due time by msg ttl)
+Returns one status per message: 1 stored, 0 the id is already live
+(pending, ready, retry or processing; the caller reports a duplicate),
+2 its msg key holds another type (nothing written for it).
+Publishes a wake-up when the batch holds a message due before every
+message pending until now.
+Idempotent: a re-sent call finds its own messages and returns 0s.
+Complexity: O(M log N) with M = messages, N = size of pending.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'set', KEYS[5], 'string')
-local id = ARGV[1]
-local live = redis.call('EXISTS', KEYS[5]) == 1 and redis.call('SISMEMBER', KEYS[4], id) == 0
-if live or redis.call('ZSCORE', KEYS[3], id) then
-  return {0, 0}
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'set')
+local now = now_ms()
+local head = head_due(KEYS[1])
+local out, earliest = {}, false
+for i = 5, #KEYS do
+  local a = (i - 5) * 4 + 2
+  local id, value, delay, ttl = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+  local status = 0
+  if not redis.call('ZSCORE', KEYS[3], id) then
+    if redis.call('SET', KEYS[i], value, 'PX', ttl, 'NX') then
+      status = 1
+    elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
+      status = 2
+    elseif redis.call('SREM', KEYS[4], id) == 1 then
+      -- A dead message with the same id is replaced by the new one.
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('SET', KEYS[i], value, 'PX', ttl)
+      status = 1
+    end
+  end
+  if status == 1 then
+    local due = now + delay
+    redis.call('ZADD', KEYS[1], due, id)
+    if not earliest or due < earliest then
+      earliest = due
+    end
+  end
+  out[#out + 1] = status
 end
--- A dead message with the same id is replaced by the new one.
-redis.call('SREM', KEYS[4], id)
-local delay = tonumber(ARGV[3])
-local due = now_ms() + delay
--- The payload outlives its due time by msg ttl, so it is never shorter than the delay.
-redis.call('SET', KEYS[5], ARGV[2], 'PX', delay + tonumber(ARGV[4]))
-redis.call('HSET', KEYS[2], id, '0:' .. ARGV[5])
-redis.call('ZADD', KEYS[1], due, id)
-return {1, due}
+wake_if_earlier(ARGV[1], earliest, head, now)
+return out

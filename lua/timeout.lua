@@ -6,8 +6,9 @@ left the id goes to retry, else to garbage.
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] garbage set
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)   ARGV[3] msg ttl ms
-ARGV[4] default retry count
+ARGV[4] default retry count   ARGV[5] wake-up channel
 Returns {timed_out, moved_to_garbage}.
+Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out.
 ]]
@@ -25,5 +26,8 @@ for _, id in ipairs(ids) do
     keep_payload(ARGV[1] .. id, ttl)
     redis.call('RPUSH', KEYS[3], id)
   end
+end
+if #ids > dead then
+  wake(ARGV[5], 0)
 end
 return {#ids, dead}

@@ -19,6 +19,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::acker::{self, AckItem};
+use crate::payload::decode_stored;
+use crate::wake;
 use crate::{scripts, DelayQueue, Error, Handler, Message, MessageId};
 
 /// Most script calls of one kind in a row before the loop does other work.
@@ -34,8 +36,9 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    pub(crate) fn start(queue: DelayQueue, handler: Arc<dyn Handler>) -> Self {
+    pub(crate) async fn start(queue: DelayQueue, handler: Arc<dyn Handler>) -> Self {
         let (stop, stop_rx) = watch::channel(false);
+        let wakes = wake::spawn(&queue.inner.client, queue.inner.keys.wake.clone(), stop_rx.clone()).await;
         let (acks, acker) = acker::spawn(queue.clone());
         let receipt = queue.inner.keys.claim(MessageId::generate().as_str());
         let workers = Semaphore::new(queue.inner.config.concurrency);
@@ -51,7 +54,7 @@ impl Consumer {
             stop: stop_rx,
             acks,
         });
-        let task = tokio::spawn(run(shared, acker));
+        let task = tokio::spawn(run(shared, acker, wakes));
         Consumer { stop, task: Some(task) }
     }
 
@@ -95,43 +98,60 @@ struct Shared {
     acks: mpsc::UnboundedSender<AckItem>,
 }
 
-/// What the loop waits for before its next step.
-enum Wait {
-    /// Sleep this long (zero: go on at once).
-    For(Duration),
-    /// Every slot is taken: wait for a delivery to finish, at most this long.
-    Slot(Duration),
+/// When the loop next has something to do.
+struct Schedule {
+    /// Next sweep (timed-out deliveries, garbage); also a promote and a claim.
+    sweep: Instant,
+    /// When the earliest pending message is due, as far as this consumer knows.
+    promote: Instant,
+    /// Whether ready or retry may hold messages this consumer could claim.
+    claim: bool,
 }
 
-async fn run(shared: Arc<Shared>, acker: JoinHandle<()>) {
+async fn run(
+    shared: Arc<Shared>,
+    acker: JoinHandle<()>,
+    (mut wakes, waker): (mpsc::UnboundedReceiver<Instant>, JoinHandle<()>),
+) {
     let interval = shared.queue.inner.config.fetch_interval;
     let mut stop = shared.stop.clone();
-    let mut next_sweep = Instant::now();
+    let now = Instant::now();
+    let mut at = Schedule {
+        sweep: now,
+        promote: now,
+        claim: true,
+    };
     let mut failures = 0u32;
     tracing::info!(queue = %shared.queue.name(), "consumer started");
     while !*stop.borrow() {
-        let wait = match step(&shared, &mut next_sweep).await {
-            Ok(wait) => {
+        let (until, on_slot) = match step(&shared, &mut at).await {
+            Ok(slot) => {
                 failures = 0;
-                wait
+                (at.sweep.min(at.promote), slot)
             }
             Err(e) => {
                 failures += 1;
                 let backoff =
                     (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
                 tracing::warn!(queue = %shared.queue.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
-                Wait::For(backoff)
+                (Instant::now() + backoff, false)
             }
         };
-        let (sleep, on_slot) = match wait {
-            Wait::For(d) if d.is_zero() => continue,
-            Wait::For(d) => (d, false),
-            Wait::Slot(d) => (d, true),
-        };
+        if at.claim && !on_slot && failures == 0 {
+            continue;
+        }
         tokio::select! {
             _ = stop.changed() => {}
-            _ = tokio::time::sleep(sleep) => {}
+            _ = tokio::time::sleep_until(until) => {}
             _ = shared.done.notified(), if on_slot => {}
+            Some(due) = wakes.recv() => {
+                let now = Instant::now();
+                for due in std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())) {
+                    at.promote = at.promote.min(due);
+                    // Due now: a retry or a due message; either way, look.
+                    at.claim |= due <= now;
+                }
+            }
         }
     }
     // Claiming nothing deletes the receipt. Should it replay a request that
@@ -144,26 +164,38 @@ async fn run(shared: Arc<Shared>, acker: JoinHandle<()>) {
     }
     drop(shared);
     let _ = acker.await;
+    let _ = waker.await;
     tracing::info!("consumer stopped");
 }
 
-/// One round: sweep when due, promote due messages, claim what fits.
-async fn step(shared: &Arc<Shared>, next_sweep: &mut Instant) -> Result<Wait, Error> {
+/// One round: sweep when due, promote when something is due, claim what
+/// fits. Returns true when claimable work waits for a free slot.
+async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
     let config = &shared.queue.inner.config;
-    if Instant::now() >= *next_sweep {
+    let now = Instant::now();
+    if now >= at.sweep {
         sweep(&shared.queue).await?;
-        *next_sweep = Instant::now() + config.fetch_interval;
+        at.sweep = now + config.fetch_interval;
+        at.promote = now;
+        at.claim = true;
     }
-    let mut idle = next_sweep.saturating_duration_since(Instant::now());
-    if let Some(next_due) = promote(&shared.queue).await? {
-        idle = idle.min(next_due);
+    if now >= at.promote {
+        let (moved, next_due) = promote(&shared.queue).await?;
+        // Nothing pending: the next sweep looks again, or a wake-up comes first.
+        at.promote = next_due.map_or(at.sweep, |d| now + d);
+        at.claim |= moved > 0;
+    }
+    if !at.claim {
+        return Ok(false);
     }
     let want = claim_capacity(shared);
     if want == 0 {
-        return Ok(Wait::Slot(idle));
+        return Ok(true);
     }
     let popped = claim(shared, want).await?;
-    Ok(Wait::For(if popped >= want { Duration::ZERO } else { idle }))
+    // A full batch means more may wait.
+    at.claim = popped >= want;
+    Ok(false)
 }
 
 /// Takes back timed-out deliveries and collects garbage, a bounded number of batches.
@@ -178,6 +210,7 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
             batch.into(),
             (inner.config.msg_ttl.as_millis() as i64).into(),
             i64::from(inner.config.default_retry_count).into(),
+            k.wake.as_str().into(),
         ];
         let [timed_out, dead]: [i64; 2] = queue
             .call::<Vec<i64>>(&scripts::TIMEOUT, keys, args)
@@ -204,23 +237,40 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
     Ok(())
 }
 
-/// Moves due messages to ready; returns how long until the next one is due.
-async fn promote(queue: &DelayQueue) -> Result<Option<Duration>, Error> {
+/// Moves due messages to ready; returns how many moved and how long until
+/// the next one is due.
+async fn promote(queue: &DelayQueue) -> Result<(usize, Option<Duration>), Error> {
     let inner = &queue.inner;
     let batch = inner.config.batch_size as i64;
-    let mut wait = -1;
+    let (mut total, mut wait) = (0, -1);
     for _ in 0..MAX_ROUNDS {
         let keys = inner.keys.for_promote();
-        let [moved, next] = queue
-            .call::<Vec<i64>>(&scripts::PROMOTE, keys, vec![batch.into()])
-            .await
-            .and_then(pair("promote"))?;
+        let args: Vec<Value> = vec![inner.keys.msg_prefix.as_str().into(), batch.into()];
+        let reply: Vec<i64> = queue.call(&scripts::PROMOTE, keys, args).await?;
+        let [moved, next, expired] = reply[..] else {
+            return Err(Error::UnexpectedReply {
+                script: "promote",
+                detail: format!("{reply:?}"),
+            });
+        };
+        if expired > 0 {
+            warn_expired(&inner.name, expired);
+        }
+        total += moved as usize;
         wait = next;
-        if moved < batch {
+        if moved + expired < batch {
             break;
         }
     }
-    Ok(u64::try_from(wait).ok().map(Duration::from_millis))
+    Ok((total, u64::try_from(wait).ok().map(Duration::from_millis)))
+}
+
+fn warn_expired(queue: &str, expired: i64) {
+    tracing::warn!(
+        queue,
+        expired,
+        "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
+    );
 }
 
 /// How many messages to claim now: free slots, but no more than the
@@ -250,7 +300,6 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         k.msg_prefix.as_str().into(),
         (want as i64).into(),
         (vis.as_millis() as i64).into(),
-        i64::from(inner.config.default_retry_count).into(),
         (shared.claims.load(Ordering::Relaxed) as i64).into(),
         (inner.config.msg_ttl.as_millis() as i64).into(),
     ];
@@ -272,14 +321,12 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
     // ends no earlier than this.
     let deadline = sent + Duration::from_millis(left_ms as u64);
     if expired > 0 {
-        tracing::warn!(
-            queue = %inner.name, expired,
-            "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
-        );
+        warn_expired(&inner.name, expired);
     }
     for triple in rest.chunks_exact(3) {
         let id = triple[0].as_str().ok_or_else(|| bad("id"))?.into_owned();
-        let payload = triple[1].clone().into_bytes().ok_or_else(|| bad("payload"))?.to_vec();
+        let value = triple[1].as_bytes().ok_or_else(|| bad("payload"))?;
+        let payload = decode_stored(value).ok_or_else(|| bad("stored value"))?.to_vec();
         let attempt = triple[2]
             .as_u64()
             .and_then(|a| u32::try_from(a).ok())
@@ -384,6 +431,7 @@ async fn nack(shared: &Shared, id: &MessageId, lease: i64, deadline: Instant, mo
             (inner.config.msg_ttl.as_millis() as i64).into(),
             mode_arg.into(),
             i64::from(inner.config.default_retry_count).into(),
+            k.wake.as_str().into(),
         ];
         match shared.queue.call::<i64>(&scripts::NACK, keys, args).await {
             Ok(0) => {

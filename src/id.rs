@@ -9,8 +9,10 @@ pub const MAX_ID_LEN: usize = 200;
 
 /// The id of a message, unique within its queue.
 ///
-/// Generated ids are UUIDv7 (time-ordered) in their 32-hex-digit simple
-/// form. A caller-given id (see [`SendBuilder::id`](crate::SendBuilder::id))
+/// Generated ids are UUIDv7 (time-ordered) written in base62: 21
+/// characters (`0-9A-Za-z`) that sort by creation time. Short ids keep
+/// Redis memory low: each id is stored twice per message (key name and zset
+/// member). A caller-given id (see [`SendBuilder::id`](crate::SendBuilder::id))
 /// makes a send idempotent.
 ///
 /// ```
@@ -24,9 +26,16 @@ pub const MAX_ID_LEN: usize = 200;
 pub struct MessageId(String);
 
 impl MessageId {
-    /// A new time-ordered UUIDv7 id.
+    /// A new time-ordered UUIDv7 id, in base62.
+    ///
+    /// ```
+    /// let a = delayqueue::MessageId::generate();
+    /// let b = delayqueue::MessageId::generate();
+    /// assert_eq!(a.as_str().len(), 21);
+    /// assert!(a < b);
+    /// ```
     pub fn generate() -> Self {
-        MessageId(uuid::Uuid::now_v7().simple().to_string())
+        MessageId(base62::encode(uuid::Uuid::now_v7().as_u128()))
     }
 
     /// The id as a string slice.
@@ -96,8 +105,9 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         let b = MessageId::generate();
         assert!(a < b);
-        assert_eq!(a.as_str().len(), 32);
-        assert_eq!(uuid::Uuid::parse_str(a.as_str()).unwrap().get_version_num(), 7);
+        assert_eq!(a.as_str().len(), 21);
+        let uuid = uuid::Uuid::from_u128(base62::decode(a.as_str()).unwrap());
+        assert_eq!(uuid.get_version_num(), 7);
     }
 
     #[test]

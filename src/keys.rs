@@ -19,6 +19,8 @@ pub(crate) struct Keys {
     pub retries: String,
     /// Prefix of the per-message payload keys; the id follows it.
     pub msg_prefix: String,
+    /// Pub/sub channel (not a key) on which scripts wake sleeping consumers.
+    pub wake: String,
     /// Prefix of the receipts that make a consumer's claim requests idempotent.
     claim_prefix: String,
 }
@@ -41,6 +43,7 @@ impl Keys {
             garbage: format!("{base}:garbage"),
             retries: format!("{base}:retries"),
             msg_prefix: format!("{base}:m:"),
+            wake: format!("{base}:wake"),
             claim_prefix: format!("{base}:claim:"),
         })
     }
@@ -57,14 +60,16 @@ impl Keys {
 
     // KEYS of each script, in the order its header in lua/ states.
 
-    pub fn for_send(&self, id: &str) -> Vec<String> {
-        vec![
+    /// Send takes the payload key of every message of its batch.
+    pub fn for_send<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let mut keys = vec![
             self.pending.clone(),
             self.retries.clone(),
             self.unack.clone(),
             self.garbage.clone(),
-            self.msg(id),
-        ]
+        ];
+        keys.extend(ids.into_iter().map(|id| self.msg(id)));
+        keys
     }
 
     pub fn for_promote(&self) -> Vec<String> {
@@ -107,9 +112,9 @@ impl Keys {
         ]
     }
 
-    /// Cancel touches the same keys as send, in the same order.
+    /// Cancel touches the same keys as a send of one message, in the same order.
     pub fn for_cancel(&self, id: &str) -> Vec<String> {
-        self.for_send(id)
+        self.for_send([id])
     }
 
     pub fn for_gc(&self) -> Vec<String> {

@@ -77,6 +77,7 @@ mod stats;
 #[cfg(test)]
 #[path = "../tests/support/mod.rs"]
 mod test_support;
+mod wake;
 
 pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT, MIN_MSG_TTL};
 pub use connect::connect;
@@ -87,7 +88,7 @@ pub use id::{MessageId, MAX_ID_LEN};
 pub use keys::MAX_QUEUE_NAME_LEN;
 pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
-pub use producer::SendBuilder;
+pub use producer::{NewMessage, SendBuilder};
 pub use queue::DelayQueue;
 pub use stats::QueueStats;
 

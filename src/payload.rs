@@ -115,3 +115,36 @@ impl<T: serde::Serialize> IntoPayload for Json<T> {
         Payload::try_from(self)
     }
 }
+
+/// How a payload is stored in Redis: `"<retry count>:"` then its bytes.
+/// Keeping the retry count here rather than in the retries hash saves a hash
+/// entry per pending message (see `lua/send.lua`).
+pub(crate) fn encode_stored(retry_count: u32, payload: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(payload.len() + 5);
+    value.extend_from_slice(retry_count.to_string().as_bytes());
+    value.push(b':');
+    value.extend_from_slice(payload);
+    value
+}
+
+/// The payload part of a stored value; `None` when it is not one.
+pub(crate) fn decode_stored(value: &[u8]) -> Option<&[u8]> {
+    let colon = value.iter().position(|&b| b == b':')?;
+    (colon > 0 && value[..colon].iter().all(u8::is_ascii_digit)).then(|| &value[colon + 1..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_value_round_trips() {
+        for payload in [&b""[..], b"x", b"12:34", b"\x00\xff:"] {
+            let value = encode_stored(7, payload);
+            assert_eq!(decode_stored(&value), Some(payload));
+        }
+        assert_eq!(encode_stored(3, b"hi"), b"3:hi");
+        assert_eq!(decode_stored(b"no header"), None);
+        assert_eq!(decode_stored(b":x"), None);
+    }
+}

@@ -1,22 +1,37 @@
-//! Sending messages: [`SendBuilder`] and the send transition.
+//! Sending messages: [`NewMessage`], [`SendBuilder`] and the send transition.
+//!
+//! A single send is a batch of one: every send goes through [`send_batch`],
+//! which validates all messages first, then stores them in chunks of at most
+//! `batch_size` messages (one `send` script call each, several in flight).
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use fred::prelude::Value;
+use futures::{StreamExt, TryStreamExt};
 
-use crate::builder::{check_msg_ttl, MAX_DELAY, MAX_RETRY_COUNT};
-use crate::payload::Payload;
+use crate::builder::{check_msg_ttl, Config, MAX_DELAY, MAX_RETRY_COUNT};
+use crate::payload::{encode_stored, IntoPayload, Payload};
 use crate::{scripts, DelayQueue, Error, MessageId};
 
-/// A send with per-message options; `.await` it to send.
+/// Most bytes of payload in one script call; larger batches are split.
+const CHUNK_BYTES: usize = 1024 * 1024;
+/// Script calls of one batch in flight at once.
+const CHUNKS_IN_FLIGHT: usize = 8;
+
+/// A message to send with its options, for [`DelayQueue::send_batch`].
 ///
-/// Created by [`DelayQueue::send_delay_msg`] and
-/// [`DelayQueue::send_schedule_msg`].
-#[must_use = "a send does nothing until it is awaited"]
-pub struct SendBuilder<'a> {
-    queue: &'a DelayQueue,
+/// ```
+/// use std::time::Duration;
+/// use delayqueue::NewMessage;
+/// let msg = NewMessage::new("close order 42", Duration::from_secs(1800))
+///     .id("order-42")
+///     .retry_count(5);
+/// ```
+#[derive(Debug)]
+#[must_use = "a NewMessage does nothing until it is sent"]
+pub struct NewMessage {
     payload: Result<Payload, Error>,
     delay: Duration,
     id: Option<MessageId>,
@@ -24,16 +39,24 @@ pub struct SendBuilder<'a> {
     msg_ttl: Option<Duration>,
 }
 
-impl<'a> SendBuilder<'a> {
-    pub(crate) fn new(queue: &'a DelayQueue, payload: Result<Payload, Error>, delay: Duration) -> Self {
-        SendBuilder {
-            queue,
-            payload,
+impl NewMessage {
+    /// A message due after `delay`, measured by Redis's clock from when
+    /// Redis stores it.
+    pub fn new(payload: impl IntoPayload, delay: Duration) -> Self {
+        NewMessage {
+            payload: payload.into_payload(),
             delay,
             id: None,
             retry_count: None,
             msg_ttl: None,
         }
+    }
+
+    /// A message due at `at`, turned into a delay by this host's clock now;
+    /// a time in the past means due now.
+    pub fn at(payload: impl IntoPayload, at: SystemTime) -> Self {
+        let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+        Self::new(payload, delay)
     }
 
     /// Uses this id instead of a generated one. The send is then idempotent:
@@ -57,13 +80,13 @@ impl<'a> SendBuilder<'a> {
         self
     }
 
-    async fn send(self) -> Result<MessageId, Error> {
-        let q = &self.queue.inner;
+    /// Checks the message against the queue's limits and encodes it.
+    fn prepare(self, config: &Config) -> Result<Prepared, Error> {
         let payload = self.payload?;
-        if payload.len() > q.config.max_payload_size {
+        if payload.len() > config.max_payload_size {
             return Err(Error::PayloadTooLarge {
                 size: payload.len(),
-                max: q.config.max_payload_size,
+                max: config.max_payload_size,
             });
         }
         if self.delay > MAX_DELAY {
@@ -72,13 +95,13 @@ impl<'a> SendBuilder<'a> {
                 self.delay
             )));
         }
-        let retry_count = self.retry_count.unwrap_or(q.config.default_retry_count);
+        let retry_count = self.retry_count.unwrap_or(config.default_retry_count);
         if retry_count > MAX_RETRY_COUNT {
             return Err(Error::InvalidArgument(format!(
                 "retry_count must be at most {MAX_RETRY_COUNT}"
             )));
         }
-        let ttl = self.msg_ttl.unwrap_or(q.config.msg_ttl);
+        let ttl = self.msg_ttl.unwrap_or(config.msg_ttl);
         check_msg_ttl(ttl)?;
         let (id, generated) = match self.id {
             Some(id) => {
@@ -87,30 +110,143 @@ impl<'a> SendBuilder<'a> {
             }
             None => (MessageId::generate(), true),
         };
-        let k = &q.keys;
-        let keys = k.for_send(id.as_str());
-        let args: Vec<Value> = vec![
-            id.as_str().into(),
-            Value::Bytes(payload.into_bytes().into()),
-            (self.delay.as_millis() as i64).into(),
-            (ttl.as_millis() as i64).into(),
-            i64::from(retry_count).into(),
-        ];
-        let reply: Vec<i64> = self.queue.call(&scripts::SEND, keys, args).await?;
-        match reply.first() {
-            Some(1) => {
-                tracing::debug!(queue = %q.name, %id, delay_ms = self.delay.as_millis() as u64, "sent");
+        let delay_ms = self.delay.as_millis() as i64;
+        Ok(Prepared {
+            id,
+            generated,
+            value: encode_stored(retry_count, payload.as_bytes()),
+            delay_ms,
+            ttl_ms: delay_ms + ttl.as_millis() as i64,
+        })
+    }
+}
+
+/// A validated message, encoded as the send script wants it.
+struct Prepared {
+    id: MessageId,
+    generated: bool,
+    value: Vec<u8>,
+    delay_ms: i64,
+    /// TTL of the payload key: delay plus msg ttl.
+    ttl_ms: i64,
+}
+
+/// Sends `msgs`; see [`DelayQueue::send_batch`].
+pub(crate) async fn send_batch(
+    queue: &DelayQueue,
+    msgs: impl IntoIterator<Item = NewMessage>,
+) -> Result<Vec<Result<MessageId, Error>>, Error> {
+    let config = &queue.inner.config;
+    let prepared = msgs
+        .into_iter()
+        .map(|m| m.prepare(config))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut chunks: Vec<Vec<Prepared>> = Vec::new();
+    let mut bytes = 0;
+    for msg in prepared {
+        match chunks.last_mut() {
+            Some(chunk) if chunk.len() < config.batch_size && bytes + msg.value.len() <= CHUNK_BYTES => {
+                bytes += msg.value.len();
+                chunk.push(msg);
+            }
+            _ => {
+                bytes = msg.value.len();
+                chunks.push(vec![msg]);
+            }
+        }
+    }
+    let results: Vec<Vec<Result<MessageId, Error>>> = futures::stream::iter(chunks)
+        .map(|chunk| send_chunk(queue, chunk))
+        .buffered(CHUNKS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(results.into_iter().flatten().collect())
+}
+
+/// Stores one chunk with one `send` script call.
+async fn send_chunk(queue: &DelayQueue, chunk: Vec<Prepared>) -> Result<Vec<Result<MessageId, Error>>, Error> {
+    let q = &queue.inner;
+    let keys = q.keys.for_send(chunk.iter().map(|m| m.id.as_str()));
+    let mut args: Vec<Value> = Vec::with_capacity(1 + 4 * chunk.len());
+    args.push(q.keys.wake.as_str().into());
+    let mut sent = Vec::with_capacity(chunk.len());
+    for m in chunk {
+        args.push(m.id.as_str().into());
+        args.push(Value::Bytes(m.value.into()));
+        args.push(m.delay_ms.into());
+        args.push(m.ttl_ms.into());
+        sent.push((m.id, m.generated, m.delay_ms));
+    }
+    let statuses: Vec<i64> = queue.call(&scripts::SEND, keys, args).await?;
+    if statuses.len() != sent.len() {
+        return Err(Error::UnexpectedReply {
+            script: "send",
+            detail: format!("{} statuses for {} messages", statuses.len(), sent.len()),
+        });
+    }
+    let results = sent
+        .into_iter()
+        .zip(statuses)
+        .map(|((id, generated, delay_ms), status)| match status {
+            1 => {
+                tracing::debug!(queue = %q.name, %id, delay_ms, "sent");
                 Ok(id)
             }
             // A generated id is unique to this call: finding it means fred
             // re-sent the script after a lost reply, and the first run stored it.
-            Some(0) if generated => Ok(id),
-            Some(0) => Err(Error::Duplicate(id)),
-            _ => Err(Error::UnexpectedReply {
-                script: "send",
-                detail: format!("{reply:?}"),
+            0 if generated => Ok(id),
+            0 => Err(Error::Duplicate(id)),
+            2 => Err(Error::WrongType {
+                queue: q.name.clone(),
+                detail: format!("the payload key of message {id} holds another type"),
             }),
-        }
+            other => Err(Error::UnexpectedReply {
+                script: "send",
+                detail: format!("status {other}"),
+            }),
+        })
+        .collect();
+    Ok(results)
+}
+
+/// A send with per-message options; `.await` it to send.
+///
+/// Created by [`DelayQueue::send_delay_msg`] and
+/// [`DelayQueue::send_schedule_msg`].
+#[must_use = "a send does nothing until it is awaited"]
+pub struct SendBuilder<'a> {
+    queue: &'a DelayQueue,
+    msg: NewMessage,
+}
+
+impl<'a> SendBuilder<'a> {
+    pub(crate) fn new(queue: &'a DelayQueue, msg: NewMessage) -> Self {
+        SendBuilder { queue, msg }
+    }
+
+    /// Uses this id instead of a generated one; see [`NewMessage::id`].
+    pub fn id(mut self, id: impl Into<MessageId>) -> Self {
+        self.msg = self.msg.id(id);
+        self
+    }
+
+    /// Retries of this message: at most `n + 1` deliveries.
+    pub fn retry_count(mut self, n: u32) -> Self {
+        self.msg = self.msg.retry_count(n);
+        self
+    }
+
+    /// How long this payload is kept past its due time.
+    pub fn msg_ttl(mut self, ttl: Duration) -> Self {
+        self.msg = self.msg.msg_ttl(ttl);
+        self
+    }
+
+    async fn send(self) -> Result<MessageId, Error> {
+        let mut results = send_batch(self.queue, [self.msg]).await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("send of one message returned nothing".into())))
     }
 }
 

@@ -8,7 +8,7 @@ use fred::prelude::{Client, Value};
 use crate::builder::Config;
 use crate::keys::Keys;
 use crate::payload::IntoPayload;
-use crate::producer::SendBuilder;
+use crate::producer::{self, NewMessage, SendBuilder};
 use crate::{scripts, Consumer, DelayQueueBuilder, Error, Handler, MessageId, QueueStats};
 
 /// A delayed message queue stored in Redis.
@@ -55,14 +55,43 @@ impl DelayQueue {
     /// # Ok(()) }
     /// ```
     pub fn send_delay_msg(&self, payload: impl IntoPayload, delay: Duration) -> SendBuilder<'_> {
-        SendBuilder::new(self, payload.into_payload(), delay)
+        SendBuilder::new(self, NewMessage::new(payload, delay))
     }
 
     /// Sends a message due at `at`. The time is turned into a delay by this
     /// host's clock at the call; a time in the past means due now.
     pub fn send_schedule_msg(&self, payload: impl IntoPayload, at: SystemTime) -> SendBuilder<'_> {
-        let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-        self.send_delay_msg(payload, delay)
+        SendBuilder::new(self, NewMessage::at(payload, at))
+    }
+
+    /// Sends many messages with few round trips: each chunk of up to
+    /// `batch_size` messages (and 1 MiB of payload) is stored by one script
+    /// call, several chunks in flight at once.
+    ///
+    /// Every message is checked first; one invalid message (too large, bad
+    /// id, ...) fails the whole call before anything is written. Then each
+    /// message gets its own result, in order: its id, or
+    /// [`Error::Duplicate`] / [`Error::WrongType`] for that message alone.
+    /// Each message is stored atomically, and so is each chunk; on a Redis
+    /// error the call fails, and chunks before the failing one may already be
+    /// stored (send again with caller-given ids to make a retry safe).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::NewMessage;
+    /// let msgs = (0..1000).map(|i| NewMessage::new(format!("remind user {i}"), Duration::from_secs(60)));
+    /// for result in queue.send_batch(msgs).await? {
+    ///     let id = result?;
+    /// #   let _ = id;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_batch(
+        &self,
+        msgs: impl IntoIterator<Item = NewMessage>,
+    ) -> Result<Vec<Result<MessageId, Error>>, Error> {
+        producer::send_batch(self, msgs).await
     }
 
     /// Cancels a message that waits for delivery (pending, ready, waiting
@@ -109,7 +138,7 @@ impl DelayQueue {
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
         self.stats().await?;
         self.warn_if_evicting().await;
-        Ok(Consumer::start(self.clone(), Arc::new(handler)))
+        Ok(Consumer::start(self.clone(), Arc::new(handler)).await)
     }
 
     async fn warn_if_evicting(&self) {

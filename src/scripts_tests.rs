@@ -8,21 +8,26 @@
 
 use std::time::Duration;
 
-use fred::prelude::{Client, FromValue, KeysInterface, Value};
+use fred::prelude::{Client, ClientLike, EventInterface, FromValue, KeysInterface, PubsubInterface, Value};
+use tokio::sync::broadcast;
 
 use crate::keys::Keys;
+use crate::payload::{decode_stored, encode_stored};
 use crate::scripts::{self, LuaScript};
 use crate::test_support::RedisServer;
 use crate::{DelayQueue, Error, QueueStats};
 
-/// msg ttl (ms) the tests pass to send, nack and timeout.
+/// msg ttl (ms) the tests pass to send, claim, nack and timeout.
 const TTL: i64 = 60_000;
-/// Default retry count the tests pass to claim, nack and timeout.
+/// Default retry count the tests pass to nack and timeout, and the retry
+/// count in the header of every seeded payload.
 const RETRY: i64 = 3;
 /// Visibility timeout (ms) the tests pass to claim.
 const VIS: i64 = 5_000;
 /// Slack for clock readings taken around a script call, in ms.
 const SLACK_MS: i64 = 1_000;
+/// How long a test waits for a wake-up it expects.
+const WAKE_WAIT: Duration = Duration::from_secs(2);
 
 /// One test's private redis-server, a client on it and a queue.
 struct Env {
@@ -39,8 +44,11 @@ struct Claimed {
     lease: i64,
     /// Ms of the lease left when the script ran.
     left_ms: i64,
-    /// (id, payload, attempt) per delivery, in reply order.
+    /// (id, payload, attempt) per delivery, in reply order; the payload
+    /// without the stored value's "<retry count>:" header.
     got: Vec<(String, String, i64)>,
+    /// Each delivery's value exactly as the script returned it.
+    values: Vec<String>,
 }
 
 impl Claimed {
@@ -49,9 +57,57 @@ impl Claimed {
     }
 }
 
+/// One message of a send batch: id, payload, delay ms, msg ttl ms, retry count.
+type Msg<'a> = (&'a str, &'a str, i64, i64, i64);
+
+/// A second connection subscribed to the queue's wake-up channel.
+struct Wakes {
+    /// Held so the subscribed connection lives as long as the test needs it.
+    _sub: Client,
+    rx: broadcast::Receiver<fred::types::Message>,
+    channel: String,
+}
+
+impl Wakes {
+    /// The next message published on the channel, within `WAKE_WAIT`.
+    async fn next(&mut self) -> String {
+        let wait = async {
+            loop {
+                match self.rx.recv().await {
+                    Ok(msg) if *msg.channel == *self.channel => {
+                        return msg
+                            .value
+                            .as_string()
+                            .unwrap_or_else(|| panic!("wake-up is not a string: {:?}", msg.value))
+                    }
+                    Ok(_) => {}
+                    Err(e) => panic!("wake-up subscription broke: {e:?}"),
+                }
+            }
+        };
+        tokio::time::timeout(WAKE_WAIT, wait)
+            .await
+            .unwrap_or_else(|_| panic!("no wake-up on {} within {WAKE_WAIT:?}", self.channel))
+    }
+
+    /// Asserts that nothing was published on the channel so far: a sentinel
+    /// published now must be the next message (Redis delivers a channel's
+    /// messages to a subscriber in publish order).
+    async fn assert_quiet(&mut self, env: &Env, what: &str) {
+        env.raw(&["PUBLISH", &self.channel, "sentinel"]);
+        let next = self.next().await;
+        assert_eq!(next, "sentinel", "{what}: unexpected wake-up");
+    }
+}
+
 impl Env {
     async fn new() -> Env {
-        let server = RedisServer::start().await;
+        let server = loop {
+            let server = RedisServer::start().await;
+            if owns(&server) {
+                break server;
+            }
+        };
         let client = server.client().await;
         let queue = DelayQueue::builder("q", client.clone()).build().expect("build queue");
         Env { server, client, queue }
@@ -68,16 +124,69 @@ impl Env {
             .unwrap_or_else(|e| panic!("script {} failed: {e:?}", script.name))
     }
 
+    /// Subscribes a second client to the wake-up channel; returns once the
+    /// subscription is in place (PUBSUB NUMSUB says so and a probe arrived).
+    async fn subscribe(&self) -> Wakes {
+        let channel = self.k().wake.clone();
+        let sub = self.client.clone_new();
+        let rx = sub.message_rx();
+        sub.init().await.expect("subscriber connects");
+        sub.subscribe(channel.as_str()).await.expect("subscribe");
+        assert_eq!(
+            self.lines(&["PUBSUB", "NUMSUB", &channel]),
+            vec![channel.clone(), "1".into()]
+        );
+        let mut wakes = Wakes { _sub: sub, rx, channel };
+        self.raw(&["PUBLISH", &wakes.channel, "probe"]);
+        assert_eq!(wakes.next().await, "probe");
+        wakes
+    }
+
     // ---- the scripts, KEYS/ARGV in the order the crate uses ----
 
-    async fn send(&self, id: &str, payload: &str, delay_ms: i64, ttl_ms: i64, retry: i64) -> Vec<i64> {
-        let args: Vec<Value> = vec![id.into(), payload.into(), delay_ms.into(), ttl_ms.into(), retry.into()];
-        self.run(&scripts::SEND, self.k().for_send(id), args).await
+    /// Send with exact ARGV per message: (id, stored value, delay ms, payload TTL ms).
+    async fn send_values(&self, msgs: &[(&str, Vec<u8>, i64, i64)]) -> Vec<i64> {
+        let k = self.k();
+        let keys = k.for_send(msgs.iter().map(|m| m.0));
+        let mut args: Vec<Value> = vec![k.wake.as_str().into()];
+        for (id, value, delay_ms, payload_ttl_ms) in msgs {
+            args.push((*id).into());
+            args.push(Value::Bytes(value.clone().into()));
+            args.push((*delay_ms).into());
+            args.push((*payload_ttl_ms).into());
+        }
+        let statuses: Vec<i64> = self.run(&scripts::SEND, keys, args).await;
+        assert_eq!(statuses.len(), msgs.len(), "one status per message: {statuses:?}");
+        statuses
+    }
+
+    /// A batch as `producer.rs` encodes it: stored value "<retry>:<payload>",
+    /// payload TTL = delay + msg ttl.
+    async fn send_many(&self, msgs: &[Msg<'_>]) -> Vec<i64> {
+        let raw: Vec<(&str, Vec<u8>, i64, i64)> = msgs
+            .iter()
+            .map(|&(id, payload, delay_ms, ttl_ms, retry)| {
+                let retry = u32::try_from(retry).expect("retry count");
+                (
+                    id,
+                    encode_stored(retry, payload.as_bytes()),
+                    delay_ms,
+                    delay_ms + ttl_ms,
+                )
+            })
+            .collect();
+        self.send_values(&raw).await
+    }
+
+    /// A batch of one; returns its status.
+    async fn send(&self, id: &str, payload: &str, delay_ms: i64, ttl_ms: i64, retry: i64) -> i64 {
+        self.send_many(&[(id, payload, delay_ms, ttl_ms, retry)]).await[0]
     }
 
     async fn promote(&self, limit: i64) -> Vec<i64> {
-        let keys = self.k().for_promote();
-        self.run(&scripts::PROMOTE, keys, vec![limit.into()]).await
+        let k = self.k();
+        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), limit.into()];
+        self.run(&scripts::PROMOTE, k.for_promote(), args).await
     }
 
     async fn claim_with(&self, consumer: &str, limit: i64, vis_ms: i64, seq: i64) -> Claimed {
@@ -87,7 +196,6 @@ impl Env {
             k.msg_prefix.as_str().into(),
             limit.into(),
             vis_ms.into(),
-            RETRY.into(),
             seq.into(),
             TTL.into(),
         ];
@@ -99,15 +207,25 @@ impl Env {
                 .unwrap_or_else(|| panic!("claim: not a string: {v:?}"))
                 .into_owned()
         };
+        let value = |v: &Value| {
+            let stored = v.as_bytes().unwrap_or_else(|| panic!("claim: no value: {v:?}"));
+            let payload = decode_stored(stored).unwrap_or_else(|| panic!("claim: {v:?} is not a stored value"));
+            (
+                String::from_utf8_lossy(stored).into_owned(),
+                String::from_utf8_lossy(payload).into_owned(),
+            )
+        };
+        let deliveries = reply[4..].chunks_exact(3);
         Claimed {
             popped: int(&reply[0]),
             expired: int(&reply[1]),
             lease: int(&reply[2]),
             left_ms: int(&reply[3]),
-            got: reply[4..]
-                .chunks_exact(3)
-                .map(|t| (text(&t[0]), text(&t[1]), int(&t[2])))
+            got: deliveries
+                .clone()
+                .map(|t| (text(&t[0]), value(&t[1]).1, int(&t[2])))
                 .collect(),
+            values: deliveries.map(|t| value(&t[1]).0).collect(),
         }
     }
 
@@ -138,6 +256,7 @@ impl Env {
             TTL.into(),
             mode.into(),
             RETRY.into(),
+            k.wake.as_str().into(),
         ];
         self.run(&scripts::NACK, keys, args).await
     }
@@ -145,7 +264,13 @@ impl Env {
     async fn timeout(&self, limit: i64) -> Vec<i64> {
         let k = self.k();
         let keys = k.for_timeout();
-        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), limit.into(), TTL.into(), RETRY.into()];
+        let args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            limit.into(),
+            TTL.into(),
+            RETRY.into(),
+            k.wake.as_str().into(),
+        ];
         self.run(&scripts::TIMEOUT, keys, args).await
     }
 
@@ -173,9 +298,10 @@ impl Env {
     }
 
     fn int(&self, args: &[&str]) -> i64 {
-        let out = self.raw(args);
-        out.parse()
-            .unwrap_or_else(|_| panic!("{args:?} -> {out:?} is not an integer"))
+        match self.server.raw_reply(args) {
+            crate::test_support::RawReply::Integer(i) => i,
+            other => panic!("{args:?} -> {other:?} is not an integer"),
+        }
     }
 
     fn lines(&self, args: &[&str]) -> Vec<String> {
@@ -227,11 +353,20 @@ impl Env {
         }
     }
 
-    fn payload(&self, id: &str) -> Option<String> {
+    /// The value of `id`'s msg key as stored: "<retry count>:<payload>".
+    fn stored(&self, id: &str) -> Option<String> {
         match self.raw(&["GET", &self.k().msg(id)]).as_str() {
             "(nil)" => None,
             s => Some(s.to_string()),
         }
+    }
+
+    /// The payload of `id`: its stored value without the header.
+    fn payload(&self, id: &str) -> Option<String> {
+        self.stored(id).map(|v| {
+            let payload = decode_stored(v.as_bytes()).unwrap_or_else(|| panic!("{id}: {v:?} is not a stored value"));
+            String::from_utf8_lossy(payload).into_owned()
+        })
     }
 
     fn pttl(&self, id: &str) -> i64 {
@@ -259,26 +394,48 @@ impl Env {
             h
         });
         for key in keys.iter().filter(|key| key.starts_with(&k.msg_prefix)) {
-            out += &format!("{key} = {}\n", self.raw(&["GET", key]));
+            let value = match self.raw(&["TYPE", key]).as_str() {
+                "string" => self.raw(&["GET", key]),
+                other => other.to_string(),
+            };
+            out += &format!("{key} = {value}\n");
         }
         out
     }
 
     // ---- seeding ----
 
-    /// Stores a payload `payload-<id>` (TTL = `TTL`) and, if given, a retry record.
-    fn seed(&self, id: &str, record: Option<&str>) {
-        self.raw(&[
-            "SET",
-            &self.k().msg(id),
-            &format!("payload-{id}"),
-            "PX",
-            &TTL.to_string(),
-        ]);
+    /// Stores `value` as `id`'s msg key (TTL = `TTL`) and, if given, a retry record.
+    fn seed_value(&self, id: &str, value: &str, record: Option<&str>) {
+        self.raw(&["SET", &self.k().msg(id), value, "PX", &TTL.to_string()]);
         if let Some(r) = record {
             self.raw(&["HSET", &self.k().retries, id, r]);
         }
     }
+
+    /// Stores a payload `payload-<id>` with retry count `RETRY` in its header
+    /// (TTL = `TTL`) and, if given, a retry record.
+    fn seed(&self, id: &str, record: Option<&str>) {
+        self.seed_value(id, &format!("{RETRY}:payload-{id}"), record);
+    }
+}
+
+/// Whether the server answering on `server`'s port is the one it spawned.
+/// When many tests start servers at once, two can be handed the same free
+/// port; the one whose redis-server then fails to bind may be answered by
+/// the other test's server (tests/support pings the port, not the process).
+/// Each server has a dir of its own, so ask the one that answers.
+fn owns(server: &RedisServer) -> bool {
+    let reply = server.raw_reply(&["CONFIG", "GET", "dir"]);
+    let crate::test_support::RawReply::Array(items) = reply else {
+        panic!("CONFIG GET dir -> {reply:?}");
+    };
+    let answering = items.get(1).map(|d| d.render()).unwrap_or_default();
+    let own = server
+        .dir()
+        .canonicalize()
+        .unwrap_or_else(|_| server.dir().to_path_buf());
+    std::path::Path::new(&answering) == own
 }
 
 fn assert_pttl_near(pttl: i64, expected: i64) {
@@ -291,46 +448,50 @@ fn assert_pttl_near(pttl: i64, expected: i64) {
 // ======================= send =======================
 
 #[tokio::test]
-async fn send_stores_payload_record_and_pending_entry_together() {
+async fn send_stores_payload_and_pending_entry_together() {
     let env = Env::new().await;
     let k = env.k().clone();
     let delay = 1_500;
     let before = env.now_ms();
-    let reply = env.send("a", "hello", delay, TTL, 5).await;
+    assert_eq!(env.send("a", "hello", delay, TTL, 5).await, 1);
     let after = env.now_ms();
 
-    assert_eq!(reply.len(), 2);
-    assert_eq!(reply[0], 1);
-    let due = reply[1];
+    let due = env.zscore(&k.pending, "a").expect("a pending");
     assert!(
         (before + delay..=after + delay).contains(&due),
         "due {due} not Redis TIME + delay ({before}..{after} + {delay})"
     );
     assert_eq!(env.zset(&k.pending), vec![("a".to_string(), due)]);
+    assert_eq!(
+        env.stored("a").as_deref(),
+        Some("5:hello"),
+        "retry count travels in the value"
+    );
     assert_eq!(env.payload("a").as_deref(), Some("hello"));
-    assert_eq!(env.record("a").as_deref(), Some("0:5"));
+    assert!(env.record("a").is_none(), "no retry record until the first claim");
     let pttl = env.pttl("a");
     assert_pttl_near(pttl, delay + TTL);
     assert!(pttl > delay, "payload must outlive its due time");
     // Nothing else was written.
-    for key in [&k.ready, &k.retry, &k.unack, &k.garbage] {
+    for key in [&k.ready, &k.retry, &k.unack, &k.garbage, &k.retries] {
         assert!(!env.exists(key), "{key} written");
     }
-    assert_eq!(env.int(&["DBSIZE"]), 3);
+    assert_eq!(env.int(&["DBSIZE"]), 2);
+
+    // The first claim creates the record from the stored retry count.
+    env.raw(&["ZADD", &k.pending, "XX", "0", "a"]);
+    assert_eq!(env.promote(10).await[0], 1);
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("a".into(), "hello".into(), 1)]);
+    assert_eq!(env.record("a").as_deref(), Some("1:5"));
 
     // Binary payloads are stored byte for byte.
-    let bytes = vec![0u8, 255, b'\n', b' ', 1];
-    let args: Vec<Value> = vec![
-        "bin".into(),
-        Value::Bytes(bytes.clone().into()),
-        0i64.into(),
-        TTL.into(),
-        RETRY.into(),
-    ];
-    let reply: Vec<i64> = env.run(&scripts::SEND, env.k().for_send("bin"), args).await;
-    assert_eq!(reply[0], 1);
+    let bytes = vec![0u8, 255, b'\n', b' ', b':', 1];
+    let value = encode_stored(3, &bytes);
+    assert_eq!(env.send_values(&[("bin", value.clone(), 0, TTL)]).await, vec![1]);
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
-    assert_eq!(stored, bytes);
+    assert_eq!(stored, value);
+    assert_eq!(decode_stored(&stored), Some(&bytes[..]));
     assert_pttl_near(env.pttl("bin"), TTL);
 }
 
@@ -339,7 +500,7 @@ async fn send_of_a_live_id_is_a_duplicate_and_changes_nothing() {
     let env = Env::new().await;
     let k = env.k().clone();
     // pending
-    assert_eq!(env.send("p", "first", 60_000, TTL, 1).await[0], 1);
+    assert_eq!(env.send("p", "first", 60_000, TTL, 1).await, 1);
     // ready and retry: payload live, id in a list
     env.seed("rd", Some("0:3"));
     env.raw(&["RPUSH", &k.ready, "rd"]);
@@ -351,10 +512,13 @@ async fn send_of_a_live_id_is_a_duplicate_and_changes_nothing() {
 
     let before = env.snapshot();
     for id in ["p", "rd", "rt", "u"] {
-        assert_eq!(env.send(id, "second", 0, TTL, 9).await, vec![0, 0], "{id}");
+        assert_eq!(env.send(id, "second", 0, TTL, 9).await, 0, "{id}");
     }
+    // The same as one batch.
+    let batch: Vec<Msg> = ["p", "rd", "rt", "u"].map(|id| (id, "second", 0, TTL, 9)).to_vec();
+    assert_eq!(env.send_many(&batch).await, vec![0, 0, 0, 0]);
     assert_eq!(env.snapshot(), before);
-    assert_eq!(env.payload("p").as_deref(), Some("first"));
+    assert_eq!(env.stored("p").as_deref(), Some("1:first"));
 }
 
 #[tokio::test]
@@ -365,7 +529,7 @@ async fn send_of_an_id_in_unack_is_a_duplicate_even_without_payload() {
     env.raw(&["HSET", &k.retries, "u", "1:3"]);
     env.raw(&["ZADD", &k.unack, "123", "u"]);
     let before = env.snapshot();
-    assert_eq!(env.send("u", "new", 0, TTL, 3).await, vec![0, 0]);
+    assert_eq!(env.send("u", "new", 0, TTL, 3).await, 0);
     assert_eq!(env.snapshot(), before);
     assert!(env.payload("u").is_none());
 }
@@ -377,13 +541,20 @@ async fn send_replaces_a_dead_message_in_garbage() {
     env.seed("g", Some("4:3"));
     env.raw(&["SADD", &k.garbage, "g", "other"]);
 
-    let reply = env.send("g", "again", 2_000, TTL, 7).await;
-    assert_eq!(reply[0], 1);
+    assert_eq!(env.send("g", "again", 2_000, TTL, 7).await, 1);
     assert_eq!(env.set(&k.garbage), vec!["other".to_string()]);
-    assert_eq!(env.zset(&k.pending), vec![("g".to_string(), reply[1])]);
-    assert_eq!(env.payload("g").as_deref(), Some("again"));
-    assert_eq!(env.record("g").as_deref(), Some("0:7"), "attempts reset");
+    let due = env.zscore(&k.pending, "g").expect("g pending");
+    assert_eq!(env.zset(&k.pending), vec![("g".to_string(), due)]);
+    assert_eq!(env.stored("g").as_deref(), Some("7:again"));
+    assert!(env.record("g").is_none(), "the dead message's record is gone");
     assert_pttl_near(env.pttl("g"), 2_000 + TTL);
+
+    // Attempts start again from the new message's own retry count.
+    env.raw(&["ZADD", &k.pending, "XX", "0", "g"]);
+    assert_eq!(env.promote(10).await[0], 1);
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("g".into(), "again".into(), 1)]);
+    assert_eq!(env.record("g").as_deref(), Some("1:7"), "attempts reset");
 }
 
 #[tokio::test]
@@ -421,13 +592,220 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
     assert!(id.is_ok(), "re-send after a failed send: {id:?}");
 }
 
+#[tokio::test]
+async fn send_batch_gives_each_message_its_own_status_and_ttl() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // A msg key of another type: that message gets 2, the others are stored.
+    env.raw(&["RPUSH", &k.msg("w"), "foreign"]);
+    let before = env.now_ms();
+    let statuses = env
+        .send_many(&[
+            ("a", "pa", 1_000, TTL, 2),
+            ("b", "pb", 0, 2 * TTL, 0),
+            ("a", "dup", 0, TTL, 9),
+            ("w", "pw", 0, TTL, 3),
+            ("c", "pc", 30_000, 5_000, 1),
+        ])
+        .await;
+    let after = env.now_ms();
+    assert_eq!(statuses, vec![1, 1, 0, 2, 1], "in order; duplicate in the batch gets 0");
+
+    let pending = env.zset(&k.pending);
+    let ids: Vec<&str> = pending.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(ids, vec!["b", "a", "c"], "due order");
+    for (id, delay) in [("a", 1_000), ("b", 0), ("c", 30_000)] {
+        let due = env.zscore(&k.pending, id).unwrap();
+        assert!((before + delay..=after + delay).contains(&due), "{id} due {due}");
+    }
+    // The first of two same-id messages wins; the duplicate wrote nothing.
+    assert_eq!(env.stored("a").as_deref(), Some("2:pa"));
+    assert_eq!(env.stored("b").as_deref(), Some("0:pb"));
+    assert_eq!(env.stored("c").as_deref(), Some("1:pc"));
+    // Payload TTL = delay + msg ttl, per message.
+    assert_pttl_near(env.pttl("a"), 1_000 + TTL);
+    assert_pttl_near(env.pttl("b"), 2 * TTL);
+    assert_pttl_near(env.pttl("c"), 30_000 + 5_000);
+    // Nothing written for the wrong-type one, and no retry records at all.
+    assert_eq!(env.raw(&["TYPE", &k.msg("w")]), "list");
+    assert_eq!(env.list(&k.msg("w")), vec!["foreign"]);
+    assert_eq!(env.int(&["PTTL", &k.msg("w")]), -1);
+    assert!(env.zscore(&k.pending, "w").is_none());
+    assert!(!env.exists(&k.retries));
+    assert_eq!(env.int(&["DBSIZE"]), 5, "pending, 3 payloads, the foreign list");
+
+    // Idempotent: the same batch again changes nothing.
+    let state = env.snapshot();
+    let again = env
+        .send_many(&[
+            ("a", "pa", 1_000, TTL, 2),
+            ("b", "pb", 0, 2 * TTL, 0),
+            ("a", "dup", 0, TTL, 9),
+            ("w", "pw", 0, TTL, 3),
+            ("c", "pc", 30_000, 5_000, 1),
+        ])
+        .await;
+    assert_eq!(again, vec![0, 0, 0, 2, 0]);
+    assert_eq!(env.snapshot(), state);
+
+    // An empty batch is valid and writes nothing.
+    assert_eq!(env.send_many(&[]).await, Vec::<i64>::new());
+    assert_eq!(env.snapshot(), state);
+}
+
+#[tokio::test]
+async fn send_never_writes_a_record_and_claim_creates_it_from_the_stored_retry_count() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send("seven", "p7", 0, TTL, 7).await, 1);
+    assert_eq!(env.send("one", "p1", 0, TTL, 1).await, 1);
+    assert_eq!(env.send("zero", "p0", 0, TTL, 0).await, 1);
+    // Through the public API too.
+    let api = env
+        .queue
+        .send_delay_msg("pa", Duration::ZERO)
+        .retry_count(2)
+        .id("api")
+        .await
+        .unwrap();
+    assert_eq!(env.stored(api.as_str()).as_deref(), Some("2:pa"));
+    // A value without header (not written by send): max 0.
+    env.seed_value("bare", "no header", None);
+    env.raw(&["ZADD", &k.pending, "0", "bare"]);
+    assert!(!env.exists(&k.retries), "send wrote a retry record");
+
+    assert_eq!(env.promote(10).await, vec![5, -1, 0]);
+    assert!(!env.exists(&k.retries), "promote wrote a retry record");
+    // The bare value has no header, so the Claimed helper would reject it: claim raw.
+    let keys = k.for_claim(&k.claim("raw"));
+    let args: Vec<Value> = vec![
+        k.msg_prefix.as_str().into(),
+        10.into(),
+        VIS.into(),
+        1_000_000.into(),
+        TTL.into(),
+    ];
+    let reply: Vec<Value> = env.run(&scripts::CLAIM, keys, args).await;
+    let lease = reply[2].as_i64().unwrap();
+    let mut values: Vec<(String, String, i64)> = reply[4..]
+        .chunks_exact(3)
+        .map(|t| {
+            (
+                t[0].as_string().unwrap(),
+                t[1].as_string().unwrap(),
+                t[2].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    values.sort();
+    // Each delivery's value is the stored value, header included.
+    assert_eq!(
+        values,
+        vec![
+            ("api".to_string(), "2:pa".to_string(), 1),
+            ("bare".to_string(), "no header".to_string(), 1),
+            ("one".to_string(), "1:p1".to_string(), 1),
+            ("seven".to_string(), "7:p7".to_string(), 1),
+            ("zero".to_string(), "0:p0".to_string(), 1),
+        ]
+    );
+    assert_eq!(env.record("seven").as_deref(), Some("1:7"));
+    assert_eq!(env.record("one").as_deref(), Some("1:1"));
+    assert_eq!(env.record("zero").as_deref(), Some("1:0"));
+    assert_eq!(env.record("api").as_deref(), Some("1:2"));
+    assert_eq!(env.record("bare").as_deref(), Some("1:0"));
+    assert_eq!(env.ack(&[("api", lease)]).await, vec![1]);
+
+    // retry 0 and no header: the first failure is the last.
+    assert_eq!(env.nack("zero", lease, 0, "fail").await, 2);
+    assert_eq!(env.nack("bare", lease, 0, "fail").await, 2);
+    // retry 1: two deliveries, the second failure moves it to garbage.
+    assert_eq!(env.nack("one", lease, 0, "fail").await, 1);
+    assert_eq!(env.nack("seven", lease, 0, "fail").await, 1);
+    let (c, got) = claim_sorted(&env).await;
+    assert_eq!(got, vec![("one".to_string(), 2), ("seven".to_string(), 2)]);
+    assert_eq!(c.values.len(), 2);
+    assert!(c.values.contains(&"1:p1".to_string()) && c.values.contains(&"7:p7".to_string()));
+    assert_eq!(env.record("one").as_deref(), Some("2:1"));
+    assert_eq!(env.record("seven").as_deref(), Some("2:7"));
+    assert_eq!(env.nack("one", c.lease, 0, "fail").await, 2);
+    assert_eq!(env.nack("seven", c.lease, 0, "fail").await, 1);
+    assert_eq!(env.set(&k.garbage), vec!["bare", "one", "zero"]);
+    assert_eq!(env.list(&k.retry), vec!["seven"]);
+    // Seven more deliveries in all for "seven": attempts 3..=8, the 8th failure is its last.
+    for attempt in 3..=8 {
+        let (c, got) = claim_sorted(&env).await;
+        assert_eq!(got, vec![("seven".to_string(), attempt)]);
+        let want = if attempt == 8 { 2 } else { 1 };
+        assert_eq!(env.nack("seven", c.lease, 0, "fail").await, want, "attempt {attempt}");
+    }
+    assert_eq!(env.set(&k.garbage), vec!["bare", "one", "seven", "zero"]);
+    assert_eq!(env.record("seven").as_deref(), Some("8:7"));
+    assert!(!env.exists(&k.retry) && !env.exists(&k.unack));
+}
+
+/// A claim of up to 10, with (id, attempt) of its deliveries sorted by id.
+async fn claim_sorted(env: &Env) -> (Claimed, Vec<(String, i64)>) {
+    let c = env.claim(10).await;
+    let mut got: Vec<(String, i64)> = c.got.iter().map(|d| (d.0.clone(), d.2)).collect();
+    got.sort();
+    (c, got)
+}
+
+/// Expected to fail with the current lua/send.lua: see the ignore reason.
+#[tokio::test]
+#[ignore = "lua/send.lua bug: an id left in garbage after its payload expired keeps its garbage entry and \
+            retry record when sent again, so the new message is never delivered"]
+async fn send_replaces_a_dead_message_whose_payload_expired() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Dead, and its payload expired before gc ran (cancel's test has the same state).
+    env.raw(&["HSET", &k.retries, "g", "4:3"]);
+    env.raw(&["SADD", &k.garbage, "g"]);
+
+    assert_eq!(env.send("g", "again", 0, TTL, 7).await, 1);
+    assert!(
+        env.set(&k.garbage).is_empty(),
+        "garbage entry left: {:?}",
+        env.set(&k.garbage)
+    );
+    assert!(env.record("g").is_none(), "old record left: {:?}", env.record("g"));
+    assert_eq!(env.promote(10).await[0], 1);
+    let c = env.claim(10).await;
+    assert_eq!(
+        c.got,
+        vec![("g".into(), "again".into(), 1)],
+        "the new message is delivered"
+    );
+    assert_eq!(env.record("g").as_deref(), Some("1:7"));
+}
+
+/// Expected to fail with the current lua/send.lua: see the ignore reason.
+#[tokio::test]
+#[ignore = "lua/send.lua bug: a message sent with the id of an expired message inherits its stale \
+            retry record (attempts and max) instead of starting at attempt 1 with its own retry count"]
+async fn send_over_an_expired_message_starts_a_fresh_retry_record() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Delivered twice, nacked to retry, then its payload expired before a claim.
+    env.raw(&["HSET", &k.retries, "x", "2:3"]);
+    env.raw(&["RPUSH", &k.retry, "x"]);
+
+    assert_eq!(env.send("x", "new", 0, TTL, 7).await, 1);
+    assert!(env.record("x").is_none(), "stale record kept: {:?}", env.record("x"));
+    assert_eq!(env.promote(10).await[0], 1);
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("x".into(), "new".into(), 1)]);
+    assert_eq!(env.record("x").as_deref(), Some("1:7"));
+}
+
 // ======================= promote =======================
 
 #[tokio::test]
 async fn promote_moves_due_ids_in_due_order_in_batches() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.promote(1000).await, vec![0, -1], "empty queue");
+    assert_eq!(env.promote(1000).await, vec![0, -1, 0], "empty queue");
 
     // 2500 due ids whose due order differs from their name order, and one future id.
     const N: i64 = 2500;
@@ -443,19 +821,26 @@ async fn promote_moves_due_ids_in_due_order_in_batches() {
     cmd.push(future_due.to_string());
     cmd.push("future".into());
     env.raw(&cmd.iter().map(String::as_str).collect::<Vec<_>>());
+    // Every id has its payload (promote drops ids without one).
+    let mut mset = vec!["MSET".to_string()];
+    for (_, id) in due.iter().chain([&(0, "future".to_string())]) {
+        mset.push(k.msg(id));
+        mset.push(format!("{RETRY}:payload-{id}"));
+    }
+    env.raw(&mset.iter().map(String::as_str).collect::<Vec<_>>());
     due.sort();
     let due_order: Vec<String> = due.into_iter().map(|(_, id)| id).collect();
 
-    assert_eq!(env.promote(1000).await, vec![1000, 0], "more are due: wait 0");
+    assert_eq!(env.promote(1000).await, vec![1000, 0, 0], "more are due: wait 0");
     assert_eq!(env.list(&k.ready), due_order[..1000]);
     assert_eq!(env.int(&["ZCARD", &k.pending]), N - 1000 + 1);
 
-    assert_eq!(env.promote(1000).await, vec![1000, 0]);
+    assert_eq!(env.promote(1000).await, vec![1000, 0, 0]);
     assert_eq!(env.list(&k.ready), due_order[..2000]);
 
     let reply = env.promote(1000).await;
     let after = env.now_ms();
-    assert_eq!(reply[0], 500);
+    assert_eq!((reply[0], reply[2]), (500, 0));
     let wait = reply[1];
     assert!(
         wait <= future_due - now && wait >= future_due - after,
@@ -467,28 +852,87 @@ async fn promote_moves_due_ids_in_due_order_in_batches() {
 
     // Idempotent: a re-run moves nothing and reports the same next due time.
     let again = env.promote(1000).await;
-    assert_eq!(again[0], 0);
+    assert_eq!((again[0], again[2]), (0, 0));
     assert!(again[1] <= wait && again[1] > wait - SLACK_MS, "{again:?}");
     assert_eq!(env.list(&k.ready).len(), N as usize);
 
     env.raw(&["ZREM", &k.pending, "future"]);
-    assert_eq!(env.promote(1000).await, vec![0, -1]);
+    assert_eq!(env.promote(1000).await, vec![0, -1, 0]);
 }
 
 #[tokio::test]
 async fn promote_moves_what_send_made_due() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("now", "x", 0, TTL, RETRY).await[0], 1);
-    assert_eq!(env.send("later", "y", 60_000, TTL, RETRY).await[0], 1);
+    assert_eq!(env.send("now", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("later", "y", 60_000, TTL, RETRY).await, 1);
     let reply = env.promote(1000).await;
-    assert_eq!(reply[0], 1);
+    assert_eq!((reply[0], reply[2]), (1, 0));
     assert!(reply[1] > 60_000 - SLACK_MS && reply[1] <= 60_000, "{reply:?}");
     assert_eq!(env.list(&k.ready), vec!["now"]);
     assert_eq!(env.zset(&k.pending).len(), 1);
-    // Promote does not touch the payload or the record.
-    assert_eq!(env.payload("now").as_deref(), Some("x"));
-    assert_eq!(env.record("now").as_deref(), Some("0:3"));
+    // Promote does not touch the payload, nor create a record.
+    assert_eq!(env.stored("now").as_deref(), Some("3:x"));
+    assert!(env.record("now").is_none());
+}
+
+#[tokio::test]
+async fn promote_drops_and_counts_an_expired_id() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let batch: Vec<Msg> = vec![
+        ("gone", "x", 0, TTL, RETRY),
+        ("live", "y", 0, TTL, RETRY),
+        ("gone-later", "z", 60_000, TTL, RETRY),
+    ];
+    assert_eq!(env.send_many(&batch).await, vec![1, 1, 1]);
+    // Their payloads expired (msg ttl passed while no consumer ran).
+    env.raw(&["DEL", &k.msg("gone"), &k.msg("gone-later")]);
+
+    let reply = env.promote(10).await;
+    assert_eq!((reply[0], reply[2]), (1, 1), "moved 1, expired 1: {reply:?}");
+    assert!(reply[1] > 60_000 - SLACK_MS && reply[1] <= 60_000, "{reply:?}");
+    assert_eq!(env.list(&k.ready), vec!["live"], "the expired id is not pushed");
+    // Not due yet: stays pending even without payload, until it is due.
+    let pending = env.zset(&k.pending);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].0, "gone-later");
+    assert!(!env.exists(&k.retries));
+
+    // Idempotent: nothing more moved or counted.
+    let state = env.snapshot();
+    let again = env.promote(10).await;
+    assert_eq!((again[0], again[2]), (0, 0));
+    assert_eq!(env.snapshot(), state);
+
+    // Once due it is dropped too; a limit counts moved and expired ids alike.
+    env.raw(&["ZADD", &k.pending, "XX", "0", "gone-later"]);
+    assert_eq!(env.send("live2", "w", 0, TTL, RETRY).await, 1);
+    env.raw(&["ZADD", &k.pending, "XX", "1", "live2"]);
+    assert_eq!(
+        env.promote(1).await,
+        vec![0, 0, 1],
+        "the limit reached by an expired id"
+    );
+    assert_eq!(env.promote(1).await, vec![1, -1, 0]);
+    assert_eq!(env.list(&k.ready), vec!["live", "live2"]);
+    assert!(!env.exists(&k.pending));
+}
+
+/// Expected to fail with the current lua/promote.lua: see the ignore reason.
+#[tokio::test]
+#[ignore = "lua/promote.lua bug: promote drops a due id whose payload expired but leaves its retry \
+            record in the retries hash for ever (claim, which used to delete it, never sees the id)"]
+async fn promote_drops_the_retry_record_of_an_expired_id() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Nacked with a delay after its first delivery, then its payload expired.
+    env.raw(&["HSET", &k.retries, "e", "1:3"]);
+    env.raw(&["ZADD", &k.pending, "1", "e"]);
+    assert_eq!(env.promote(10).await, vec![0, -1, 1]);
+    assert!(!env.exists(&k.pending) && !env.exists(&k.ready));
+    assert!(env.record("e").is_none(), "record leaked: {:?}", env.record("e"));
+    assert_eq!(env.int(&["DBSIZE"]), 0, "keys left behind");
 }
 
 // ======================= claim =======================
@@ -645,7 +1089,7 @@ async fn claim_counts_an_expired_payload_and_drops_its_record() {
 async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("ok", "x", 0, TTL, RETRY).await[0], 1);
+    assert_eq!(env.send("ok", "x", 0, TTL, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     env.raw(&["HSET", &k.retries, "odd", "0:3"]);
     env.raw(&["HSET", &k.msg("odd"), "f", "v"]);
@@ -661,20 +1105,21 @@ async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
 }
 
 #[tokio::test]
-async fn claim_without_or_with_malformed_record_uses_default_retry_count() {
+async fn claim_without_or_with_malformed_record_uses_the_stored_retry_count() {
     let env = Env::new().await;
     let k = env.k().clone();
-    env.seed("none", None);
-    env.seed("junk", Some("junk"));
-    env.seed("half", Some("2:"));
-    env.seed("neg", Some("-1:3"));
+    // Retry count 6 in the stored value's header.
+    let ids = ["none", "junk", "half", "neg"];
+    for (id, record) in ids.into_iter().zip([None, Some("junk"), Some("2:"), Some("-1:3")]) {
+        env.seed_value(id, &format!("6:payload-{id}"), record);
+    }
     env.raw(&["RPUSH", &k.ready, "none", "junk", "half", "neg"]);
 
     let c = env.claim(10).await;
     let attempts: Vec<(&str, i64)> = c.got.iter().map(|d| (d.0.as_str(), d.2)).collect();
     assert_eq!(attempts, vec![("none", 1), ("junk", 1), ("half", 1), ("neg", 1)]);
-    for id in ["none", "junk", "half", "neg"] {
-        assert_eq!(env.record(id), Some(format!("1:{RETRY}")), "{id}");
+    for id in ids {
+        assert_eq!(env.record(id).as_deref(), Some("1:6"), "{id}");
     }
 }
 
@@ -741,6 +1186,66 @@ async fn claim_after_timeout_gets_a_larger_lease() {
     let second = env.claim_with("c", 10, 10, 2).await;
     assert_eq!(second.got, vec![("a".into(), "payload-a".into(), 2)]);
     assert!(second.lease > first.lease);
+}
+
+#[tokio::test]
+async fn claim_does_not_lease_an_id_twice() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.seed("a", None);
+    env.seed("b", None);
+    // A second entry for the same id (stale, e.g. after a cancel and re-send),
+    // in the same list and in retry.
+    env.raw(&["RPUSH", &k.retry, "a"]);
+    env.raw(&["RPUSH", &k.ready, "a", "b", "a"]);
+
+    let c = env.claim(10).await;
+    assert_eq!((c.popped, c.expired), (4, 0));
+    assert_eq!(c.ids(), vec!["a", "b"], "each id leased once");
+    assert_eq!(c.got[0], ("a".into(), "payload-a".into(), 1));
+    assert_eq!(env.record("a").as_deref(), Some("1:3"), "one delivery counted");
+    assert_eq!(env.zset(&k.unack).len(), 2);
+    assert!(!env.exists(&k.ready) && !env.exists(&k.retry));
+
+    // A stale entry popped while the id is in unack leaves its lease alone.
+    env.raw(&["RPUSH", &k.ready, "a"]);
+    let state = env.zset(&k.unack);
+    let d = env.claim(10).await;
+    assert_eq!((d.popped, d.expired, d.got.len()), (1, 0, 0));
+    assert_eq!(env.zset(&k.unack), state, "lease not replaced");
+    assert_eq!(env.zscore(&k.unack, "a"), Some(c.lease));
+    assert_eq!(env.record("a").as_deref(), Some("1:3"));
+    // The first lease still fences: ack with it works.
+    assert_eq!(env.ack(&[("a", c.lease), ("b", c.lease)]).await, vec![1, 1]);
+}
+
+/// Expected to fail with the current lua/claim.lua: see the ignore reason.
+#[tokio::test]
+#[ignore = "lua/claim.lua bug (minor): the replay path reads payloads with redis.call('GET'), so a \
+            payload key of another type fails the replayed request with WRONGTYPE instead of being \
+            left out as the new-request path (pcall) does"]
+async fn claim_replay_leaves_out_a_payload_key_of_another_type() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.seed("a", None);
+    env.seed("b", None);
+    env.raw(&["RPUSH", &k.ready, "a", "b"]);
+    let first = env.claim_with("w", 10, VIS, 5).await;
+    assert_eq!(first.ids(), vec!["a", "b"]);
+    env.raw(&["DEL", &k.msg("a")]);
+    env.raw(&["HSET", &k.msg("a"), "f", "v"]);
+    let keys = k.for_claim(&k.claim("w"));
+    let args: Vec<Value> = vec![
+        k.msg_prefix.as_str().into(),
+        10.into(),
+        VIS.into(),
+        5.into(),
+        TTL.into(),
+    ];
+    let replay = scripts::CLAIM.call::<Value>(&env.client, keys, args).await;
+    assert!(replay.is_ok(), "replay failed: {replay:?}");
+    let again = env.claim_with("w", 10, VIS, 5).await;
+    assert_eq!(again.ids(), vec!["b"]);
 }
 
 // ======================= ack =======================
@@ -887,6 +1392,8 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
 
     // Wrong lease: nothing happens.
     let c1 = env.claim_with("c", 10, 10, 1).await;
+    // The receipt expires after 10 ms, at any point of what follows: drop it.
+    env.raw(&["DEL", &k.claim("c")]);
     let state = env.snapshot();
     assert_eq!(env.nack("a", c1.lease + 1, 0, "fail").await, 0);
     assert_eq!(env.nack("a", c1.lease - 1, 0, "release").await, 0);
@@ -965,6 +1472,117 @@ async fn timeout_is_bounded_by_limit() {
     assert!(!env.exists(&k.unack));
 }
 
+// ======================= wake-ups =======================
+
+#[tokio::test]
+async fn send_wakes_consumers_only_when_it_brings_the_earliest_due_time_forward() {
+    let env = Env::new().await;
+    let mut wakes = env.subscribe().await;
+
+    // Pending empty: publishes the delay.
+    assert_eq!(env.send("a", "x", 5_000, TTL, RETRY).await, 1);
+    assert_eq!(wakes.next().await, "5000");
+    // Due after the current head: nothing.
+    assert_eq!(env.send("b", "x", 10_000, TTL, RETRY).await, 1);
+    wakes.assert_quiet(&env, "send due later than the head").await;
+    // Due before the head: publishes its delay.
+    assert_eq!(env.send("c", "x", 1_000, TTL, RETRY).await, 1);
+    assert_eq!(wakes.next().await, "1000");
+    // A batch: one wake-up, for its earliest message.
+    let batch: Vec<Msg> = vec![
+        ("d", "x", 20_000, TTL, RETRY),
+        ("e", "x", 500, TTL, RETRY),
+        ("f", "x", 200, TTL, RETRY),
+        ("g", "x", 30_000, TTL, RETRY),
+    ];
+    assert_eq!(env.send_many(&batch).await, vec![1, 1, 1, 1]);
+    assert_eq!(wakes.next().await, "200");
+    wakes.assert_quiet(&env, "second wake-up for one batch").await;
+    // A batch entirely due after the head: nothing.
+    let later: Vec<Msg> = vec![("h", "x", 40_000, TTL, RETRY), ("i", "x", 50_000, TTL, RETRY)];
+    assert_eq!(env.send_many(&later).await, vec![1, 1]);
+    wakes.assert_quiet(&env, "batch due later than the head").await;
+    // A batch that stored nothing (duplicate: 0, wrong type: 2): nothing.
+    env.raw(&["RPUSH", &env.k().msg("w"), "foreign"]);
+    let dups: Vec<Msg> = vec![("a", "x", 0, TTL, RETRY), ("w", "x", 0, TTL, RETRY)];
+    assert_eq!(env.send_many(&dups).await, vec![0, 2]);
+    wakes.assert_quiet(&env, "send that stored nothing").await;
+    // Due now into a pending whose head is later: publishes 0.
+    assert_eq!(env.send("now", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(wakes.next().await, "0");
+    wakes.assert_quiet(&env, "end").await;
+}
+
+#[tokio::test]
+async fn nack_wakes_consumers_when_the_message_is_claimable_now_or_due_first() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let mut wakes = env.subscribe().await;
+
+    // fail with no delay: to retry, publishes 0.
+    let la = seed_unack(&env, "a", "1:3");
+    assert_eq!(env.nack("a", la, 0, "fail").await, 1);
+    assert_eq!(wakes.next().await, "0");
+    // release: to retry, publishes 0 (even with a delay given).
+    let lb = seed_unack(&env, "b", "1:3");
+    assert_eq!(env.nack("b", lb, 30_000, "release").await, 1);
+    assert_eq!(wakes.next().await, "0");
+    // fail with a delay into an empty pending: publishes the delay.
+    let lc = seed_unack(&env, "c", "1:3");
+    assert_eq!(env.nack("c", lc, 20_000, "fail").await, 1);
+    assert_eq!(wakes.next().await, "20000");
+    // fail with a delay later than the head: nothing.
+    let ld = seed_unack(&env, "d", "1:3");
+    assert_eq!(env.nack("d", ld, 40_000, "fail").await, 1);
+    wakes.assert_quiet(&env, "nack due later than the head").await;
+    // fail with a delay earlier than the head: publishes the delay.
+    let le = seed_unack(&env, "e", "1:3");
+    assert_eq!(env.nack("e", le, 7_000, "fail").await, 1);
+    assert_eq!(wakes.next().await, "7000");
+    assert_eq!(
+        env.zset(&k.pending).iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
+        vec!["e", "c", "d"]
+    );
+    // Out of deliveries, to garbage: nothing.
+    let lg = seed_unack(&env, "g", "4:3");
+    assert_eq!(env.nack("g", lg, 0, "fail").await, 2);
+    wakes.assert_quiet(&env, "nack to garbage").await;
+    // Lease lost: nothing.
+    assert_eq!(env.nack("a", la, 0, "fail").await, 0);
+    assert_eq!(env.nack("b", lb, 0, "release").await, 0);
+    wakes.assert_quiet(&env, "nack with a lost lease").await;
+}
+
+#[tokio::test]
+async fn timeout_wakes_consumers_when_it_moves_something_to_retry() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let mut wakes = env.subscribe().await;
+    let now = env.now_us();
+
+    // Nothing overdue: nothing.
+    env.seed("ontime", Some("1:3"));
+    env.raw(&["ZADD", &k.unack, &(now + 60_000_000).to_string(), "ontime"]);
+    assert_eq!(env.timeout(10).await, vec![0, 0]);
+    wakes.assert_quiet(&env, "timeout of nothing").await;
+    // Overdue but out of deliveries, to garbage only: nothing.
+    env.seed("dead", Some("4:3"));
+    env.raw(&["ZADD", &k.unack, &(now - 1_000).to_string(), "dead"]);
+    assert_eq!(env.timeout(10).await, vec![1, 1]);
+    wakes.assert_quiet(&env, "timeout to garbage only").await;
+    // Overdue with deliveries left (alongside a dead one): one wake-up, 0.
+    env.seed("late1", Some("1:3"));
+    env.seed("late2", Some("2:3"));
+    env.seed("dead2", Some("9:3"));
+    for (i, id) in ["late1", "dead2", "late2"].into_iter().enumerate() {
+        env.raw(&["ZADD", &k.unack, &(now - 1_000 + i as i64).to_string(), id]);
+    }
+    assert_eq!(env.timeout(10).await, vec![3, 1]);
+    assert_eq!(wakes.next().await, "0");
+    wakes.assert_quiet(&env, "second wake-up for one timeout").await;
+    assert_eq!(env.list(&k.retry), vec!["late1", "late2"]);
+}
+
 // ======================= cancel =======================
 
 #[tokio::test]
@@ -1024,11 +1642,11 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
 async fn cancelled_id_sent_again_is_delivered_once() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("a", "one", 0, TTL, RETRY).await[0], 1);
+    assert_eq!(env.send("a", "one", 0, TTL, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(env.cancel("a").await, 1);
     // The stale ready entry is still there when the id is sent again.
-    assert_eq!(env.send("a", "two", 0, TTL, RETRY).await[0], 1);
+    assert_eq!(env.send("a", "two", 0, TTL, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(env.list(&k.ready), vec!["a", "a"]);
     let c = env.claim(10).await;
@@ -1103,7 +1721,7 @@ async fn scripts_are_reloaded_after_script_flush() {
     let loaded = |script: &LuaScript| env.raw(&["SCRIPT", "EXISTS", script.sha1()]) == "1";
     let claim_src = &scripts::CLAIM;
     assert_eq!(env.stats().await, vec![0, 0, 0, 0, 0]);
-    assert_eq!(env.send("a", "x", 0, TTL, RETRY).await[0], 1);
+    assert_eq!(env.send("a", "x", 0, TTL, RETRY).await, 1);
     assert!(loaded(&scripts::SEND));
 
     assert_eq!(env.raw(&["SCRIPT", "FLUSH"]), "OK");
@@ -1126,7 +1744,7 @@ async fn scripts_are_reloaded_after_script_flush() {
 async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("a", "x", 0, TTL, RETRY).await[0], 1);
+    assert_eq!(env.send("a", "x", 0, TTL, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     env.raw(&["SET", &k.unack, "not a zset"]);
     let keys = k.for_claim(&k.claim("c"));
@@ -1134,7 +1752,6 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
         k.msg_prefix.as_str().into(),
         10.into(),
         VIS.into(),
-        RETRY.into(),
         0.into(),
         TTL.into(),
     ];
@@ -1145,5 +1762,6 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
         vec!["a"],
         "claim popped before failing"
     );
-    assert_eq!(env.record("a").as_deref(), Some("0:3"), "claim wrote before failing");
+    assert!(env.record("a").is_none(), "claim wrote before failing");
+    assert!(!env.exists(&k.claim("c")), "claim wrote its receipt before failing");
 }
