@@ -108,6 +108,13 @@ async fn redis_cpu(client: &Client) -> Res<f64> {
     Ok(total)
 }
 
+/// Script calls (EVALSHA) Redis has run so far.
+async fn script_calls(client: &Client) -> Res<f64> {
+    let info: String = client.info(Some(InfoKind::CommandStats)).await?;
+    let line = info.lines().find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="));
+    Ok(line.and_then(|l| l.split(',').next()).unwrap_or("0").parse()?)
+}
+
 async fn used_memory(client: &Client) -> Res<i64> {
     let info: String = client.info(Some(InfoKind::Memory)).await?;
     let line = info.lines().find_map(|l| l.strip_prefix("used_memory:"));
@@ -145,12 +152,13 @@ async fn send_batch(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
     Ok(rate(n, t.elapsed()))
 }
 
-/// Consumes `n` due messages with a no-op handler; returns msgs/s and
-/// Redis CPU µs per message.
-async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64)> {
+/// Consumes `n` due messages with a no-op handler; returns msgs/s, Redis
+/// CPU µs per message and script calls per message.
+async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64, f64)> {
     let count = Arc::new(AtomicU64::new(0));
     let c = count.clone();
     let cpu = redis_cpu(client).await?;
+    let calls = script_calls(client).await?;
     let t = Instant::now();
     let consumer = q
         .start_consume(move |_msg: Message| {
@@ -164,12 +172,14 @@ async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64)> {
     }
     let took = t.elapsed();
     let cpu = redis_cpu(client).await? - cpu;
+    let calls = script_calls(client).await? - calls;
     consumer.shutdown().await?;
     let got = count.load(Ordering::Relaxed) as usize;
     if got < n {
         return Err(format!("consumed only {got} of {n}").into());
     }
-    Ok((rate(n, took), (cpu * 1e6 / n as f64 * 10.0).round() / 10.0))
+    let per_msg = |x: f64| (x / n as f64 * 100.0).round() / 100.0;
+    Ok((rate(n, took), per_msg(cpu * 1e6), per_msg(calls)))
 }
 
 /// w1: the three ways to send, then consume a backlog with concurrency 16.
@@ -180,7 +190,7 @@ async fn w1(client: &Client, tag: &str, n: usize) -> Res<serde_json::Value> {
     let concurrent = send_concurrent(&q, n, HOUR).await?;
     let q = queue(client, &format!("{tag}-batch"), |b| b.concurrency(16))?;
     let batch = send_batch(&q, n, Duration::ZERO).await?;
-    let (consumed, redis_us) = consume(&q, client, n).await?;
+    let (consumed, redis_us, calls) = consume(&q, client, n).await?;
     Ok(json!({
         "n": n,
         "send_single_awaited_per_s": single,
@@ -188,6 +198,7 @@ async fn w1(client: &Client, tag: &str, n: usize) -> Res<serde_json::Value> {
         "send_batch_per_s": batch,
         "consume_c16_per_s": consumed,
         "consume_redis_cpu_us_per_msg": redis_us,
+        "consume_script_calls_per_msg": calls,
     }))
 }
 
@@ -239,6 +250,10 @@ async fn w2(client: &Client, tag: &str) -> Res<serde_json::Value> {
             async { Ok::<(), HandlerError>(()) }
         })
         .await?;
+    // Idle cost first: the script calls of the waiting consumer in 3 s.
+    let before = script_calls(client).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = (script_calls(client).await? - before) / 3.0;
     let mut rng = 0x2545F4914F6CDD1Du64;
     let start = Instant::now();
     for _ in 0..N {
@@ -268,6 +283,7 @@ async fn w2(client: &Client, tag: &str) -> Res<serde_json::Value> {
         "p99_ms": (percentile(&late, 0.99) * 100.0).round() / 100.0,
         "max_ms": (late.last().copied().unwrap_or(f64::NAN) * 100.0).round() / 100.0,
         "host_minus_redis_clock_ms": (offset * 1000.0).round() / 1000.0,
+        "idle_consumer_script_calls_per_s": (idle * 10.0).round() / 10.0,
     }))
 }
 
@@ -354,7 +370,7 @@ async fn w4(client: &Client, tag: &str, n: usize, scale: usize, empty: &serde_js
     let _: Value = client
         .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["RESET"])
         .await?;
-    let (drain, drain_redis_us) = consume(&q, client, scale).await?;
+    let (drain, drain_redis_us, _) = consume(&q, client, scale).await?;
     let log: Vec<Value> = client
         .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["GET", "10000"])
         .await?;
@@ -390,10 +406,10 @@ async fn compare(client: &Client, tag: &str) -> Res<serde_json::Value> {
     const N: usize = 10_000;
     let q = queue(client, &format!("{tag}-one"), |b| b.concurrency(16).batch_size(1))?;
     send_batch(&q, N, Duration::ZERO).await?;
-    let (one, one_us) = consume(&q, client, N).await?;
+    let (one, one_us, _) = consume(&q, client, N).await?;
     let q = queue(client, &format!("{tag}-batched"), |b| b.concurrency(16))?;
     send_batch(&q, N, Duration::ZERO).await?;
-    let (batched, batched_us) = consume(&q, client, N).await?;
+    let (batched, batched_us, _) = consume(&q, client, N).await?;
     cleanup(client).await?;
     Ok(json!({
         "n": N,

@@ -7,20 +7,30 @@ KEYS[1] unack zset   KEYS[2] retries hash
 ARGV[1] msg key prefix   ARGV[2..] pairs of id, lease
 Returns one 1 (acked) or 0 (lease lost) per pair, in order.
 Idempotent: a re-run finds nothing left and returns 0s.
-Complexity: O(M log N) with M = pairs.
+Complexity: O(M log N) with M = pairs, in four calls whatever M.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash')
-local out = {}
+local ids, keys, out = {}, {}, {}
 for i = 2, #ARGV, 2 do
-  local id = ARGV[i]
-  local score = redis.call('ZSCORE', KEYS[1], id)
-  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('DEL', ARGV[1] .. id)
-    redis.call('HDEL', KEYS[2], id)
-    out[#out + 1] = 1
+  ids[#ids + 1] = ARGV[i]
+end
+if #ids == 0 then
+  return {}
+end
+local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local done = {}
+for i, id in ipairs(ids) do
+  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[2 * i + 1]) then
+    done[#done + 1] = id
+    keys[#keys + 1] = ARGV[1] .. id
+    out[i] = 1
   else
-    out[#out + 1] = 0
+    out[i] = 0
   end
+end
+if #done > 0 then
+  redis.call('ZREM', KEYS[1], unpack(done))
+  redis.call('DEL', unpack(keys))
+  redis.call('HDEL', KEYS[2], unpack(done))
 end
 return out

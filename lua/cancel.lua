@@ -1,8 +1,8 @@
 --[[ cancel: pending | ready | retry | garbage -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in unack) is left alone: its running delivery decides its fate. An id left
-in the ready or retry list is skipped when claim pops it, so cancel never
-scans a list.
+in the ready or retry list is skipped when claim pops it (cancel marks the
+retries hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
 KEYS[4] garbage set    KEYS[5] msg string of this id
@@ -17,10 +17,15 @@ local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
-local removed = redis.call('DEL', KEYS[5]) + redis.call('ZREM', KEYS[1], id)
-  + redis.call('SREM', KEYS[4], id)
+local payload = redis.call('DEL', KEYS[5])
+local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('SREM', KEYS[4], id)
 redis.call('HDEL', KEYS[2], id)
-if removed > 0 then
+if payload == 1 and waiting == 0 then
+  -- Neither pending nor dead: it waits in the ready or retry list, where
+  -- its entry stays until claim pops it.
+  redis.call('HSET', KEYS[2], STALE, 1)
+end
+if payload + waiting > 0 then
   return 1
 end
 return 0

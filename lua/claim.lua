@@ -1,13 +1,14 @@
 --[[ claim: retry | ready -> unack
 Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up
-(the first delivery creates its retry record "attempts:max", max read from
-the stored value "<retry count>:<payload>"). A leased payload is kept at
-least msg ttl past the lease, so it cannot expire during the delivery or
-before its retry. An id is skipped (a stale list entry) when its payload is
-gone (cancelled or expired) or it is live elsewhere (pending, unack,
-garbage). An id whose payload expired (or holds another type) while its
-retry record remained is counted as expired.
+(its retry record counts deliveries). A leased payload is kept at least
+msg ttl past the lease, so it cannot expire during the delivery or before
+its retry. An id whose payload is gone is dropped: counted as expired,
+unless the retries hash says stale entries may exist (then a missing
+payload may be a cancelled message, counted only when its retry record
+remained). While stale entries may exist, an id live elsewhere (pending,
+garbage) is skipped too; the mark is cleared once both lists are empty.
+An id already in unack is never leased twice.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
 KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage set
@@ -27,7 +28,8 @@ Idempotent: the receipt records what the consumer's last request leased;
 a re-sent request (its reply lost on a cut connection) returns the same
 deliveries again instead of leasing more. A request that leases nothing
 deletes the receipt, so an idle or stopped consumer leaves no key.
-Complexity: O(M log N) with M = popped.
+Complexity: O(M log N) with M = popped; a fixed number of calls per list
+plus one PEXPIRE per leased id.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'set', KEYS[7], 'string')
@@ -41,11 +43,11 @@ if receipt and string.match(receipt, '^%S+') == ARGV[4] then
       out[3] = tonumber(word)
     else
       local score = redis.call('ZSCORE', KEYS[3], word)
-      local value = redis.call('GET', ARGV[1] .. word)
-      if score and tonumber(score) == out[3] and value then
+      local value = redis.pcall('GET', ARGV[1] .. word)
+      if score and tonumber(score) == out[3] and type(value) == 'string' then
         out[#out + 1] = word
         out[#out + 1] = value
-        out[#out + 1] = record(KEYS[4], word, 1, 0)
+        out[#out + 1] = attempts(KEYS[4], word, 1)
       end
     end
   end
@@ -59,31 +61,76 @@ local lease = now_us() + vis * 1000
 local out = {0, 0, lease, vis}
 local leased = {ARGV[4], string.format('%d', lease)}
 local popped, expired = 0, 0
+local stale = redis.call('HEXISTS', KEYS[4], STALE) == 1
+local seen = {}
+
+-- Leases what can be leased of ids popped from one list, a few calls for
+-- the whole batch rather than several per id.
+local function lease_all(ids)
+  local keys = {}
+  for i, id in ipairs(ids) do
+    keys[i] = ARGV[1] .. id
+  end
+  -- MGET gives false for a missing payload and for a key of another type
+  -- (written by something else: unreadable, so dropped like a missing one).
+  local values = redis.call('MGET', unpack(keys))
+  local in_unack = redis.call('ZMSCORE', KEYS[3], unpack(ids))
+  local in_pending, in_garbage = {}, {}
+  if stale then
+    in_pending = redis.call('ZMSCORE', KEYS[5], unpack(ids))
+    in_garbage = redis.call('SMISMEMBER', KEYS[6], unpack(ids))
+  end
+  local take, gone = {}, {}
+  for i, id in ipairs(ids) do
+    if in_unack[i] or seen[id] then
+      -- Being processed, or popped twice: a stale duplicate entry.
+    elseif not values[i] then
+      gone[#gone + 1] = id
+    elseif not (in_pending[i] or in_garbage[i] == 1) then
+      seen[id] = true
+      take[#take + 1] = i
+    end
+  end
+  if #gone > 0 then
+    local had_records = redis.call('HDEL', KEYS[4], unpack(gone))
+    expired = expired + (stale and had_records or #gone)
+  end
+  if #take == 0 then
+    return
+  end
+  local scored, taken = {}, {}
+  for _, i in ipairs(take) do
+    scored[#scored + 1] = lease
+    scored[#scored + 1] = ids[i]
+    taken[#taken + 1] = ids[i]
+  end
+  redis.call('ZADD', KEYS[3], unpack(scored))
+  local counts = redis.call('HMGET', KEYS[4], unpack(taken))
+  local records = {}
+  for j, i in ipairs(take) do
+    local a = count(counts[j], 0) + 1
+    records[#records + 1] = ids[i]
+    records[#records + 1] = a
+    keep_payload(keys[i], vis + tonumber(ARGV[5]))
+    leased[#leased + 1] = ids[i]
+    out[#out + 1] = ids[i]
+    out[#out + 1] = values[i]
+    out[#out + 1] = a
+  end
+  redis.call('HSET', KEYS[4], unpack(records))
+end
+
 for _, list in ipairs({KEYS[2], KEYS[1]}) do
   if #leased - 2 < limit then
     local ids = redis.call('LPOP', list, limit - (#leased - 2))
-    for _, id in ipairs(ids or {}) do
-      popped = popped + 1
-      local key = ARGV[1] .. id
-      -- A payload key of another type was written by something else: unreadable, so dropped like a missing one.
-      local value = redis.pcall('GET', key)
-      local elsewhere = redis.call('ZSCORE', KEYS[5], id) or redis.call('SISMEMBER', KEYS[6], id) == 1
-      if type(value) ~= 'string' then
-        if not elsewhere and not redis.call('ZSCORE', KEYS[3], id) then
-          expired = expired + redis.call('HDEL', KEYS[4], id)
-        end
-      elseif not elsewhere and redis.call('ZADD', KEYS[3], 'NX', lease, id) == 1 then
-        local a, m = record(KEYS[4], id, 0, string.match(value, '^(%d+):') or 0)
-        a = a + 1
-        redis.call('HSET', KEYS[4], id, a .. ':' .. m)
-        keep_payload(key, vis + tonumber(ARGV[5]))
-        leased[#leased + 1] = id
-        out[#out + 1] = id
-        out[#out + 1] = value
-        out[#out + 1] = a
-      end
+    if ids then
+      popped = popped + #ids
+      lease_all(ids)
     end
   end
+end
+if stale and redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
+  redis.call('HDEL', KEYS[4], STALE)
 end
 if #leased > 2 then
   redis.call('SET', KEYS[7], table.concat(leased, ' '), 'PX', vis)

@@ -13,12 +13,30 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The retry record "attempts:max" of an id; a missing or malformed one
--- counts as `attempts` deliveries so far with `max` retries.
-local function record(retries, id, attempts, max)
-  local a, m = string.match(redis.call('HGET', retries, id) or '', '^(%d+):(%d+)$')
-  return tonumber(a or attempts), tonumber(m or max)
+-- A retry record's delivery count; `default` when it is missing (false)
+-- or not a plain count.
+local function count(record, default)
+  return tonumber(string.match(record or '', '^%d+$')) or default
 end
+
+-- Deliveries of an id so far, from its retry record.
+local function attempts(retries, id, default)
+  return count(redis.call('HGET', retries, id), default)
+end
+
+-- Retries allowed for a message: the header of its stored value
+-- "<retry count>:<payload>" (read without copying the payload); `default`
+-- when the payload is gone or unreadable.
+local function max_retries(key, default)
+  local head = redis.pcall('GETRANGE', key, 0, 11)
+  return tonumber(type(head) == 'string' and string.match(head, '^(%d+):') or default)
+end
+
+-- Field of the retries hash (never an id: ids hold no whitespace) that is
+-- set while the ready or retry list may hold a stale entry: an id whose
+-- message was cancelled, or expired and was sent again under the same
+-- caller-given id. Only then must claim check where a popped id lives.
+local STALE = ' stale'
 
 -- Keeps a payload alive at least `ms` from now; never shortens its TTL,
 -- never gives a TTL to a payload without one, never revives a missing one
@@ -28,9 +46,11 @@ local function keep_payload(key, ms)
 end
 
 -- Wakes sleeping consumers: something becomes claimable in `ms` (0: now).
--- Only an optimisation: a lost wake-up costs at most one fetch_interval.
+-- Only an optimisation: a lost wake-up costs at most one fetch_interval,
+-- so a refused PUBLISH (an ACL user without the channel) is ignored rather
+-- than failing a script whose writes are done.
 local function wake(channel, ms)
-  redis.call('PUBLISH', channel, ms)
+  redis.pcall('PUBLISH', channel, ms)
 end
 
 -- Wakes consumers when `due` is earlier than `head`, the earliest due time

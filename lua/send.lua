@@ -1,14 +1,18 @@
 --[[ send: (nothing) -> pending
 Stores a batch of messages. Each one is written whole or not at all:
-payload string (with TTL) and pending entry. Its retry record is created at
+payload string (with TTL) and pending entry. A caller-chosen id may have
+had an earlier message: its dead garbage entry and retry record are
+removed, and the retries hash is marked (STALE) in case an old list entry
+of it remains. Its retry record is created at
 its first delivery; until then its retry count travels in the stored value
 ("<retry count>:<payload>"), which keeps a pending message small.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
 KEYS[4] garbage set    KEYS[5..] msg string of each message, in order
 ARGV[1] wake-up channel
-ARGV[2..] per message, 4 values: id, stored value, delay ms, payload TTL
-ms (delay + msg ttl: the payload outlives its due time by msg ttl)
+ARGV[2..] per message, 5 values: id, stored value, delay ms, payload TTL
+ms (delay + msg ttl: the payload outlives its due time by msg ttl), and 1
+when the caller chose the id (0: generated, so it has no past).
 Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
 2 its msg key holds another type (nothing written for it).
@@ -22,7 +26,7 @@ local now = now_ms()
 local head = head_due(KEYS[1])
 local out, earliest = {}, false
 for i = 5, #KEYS do
-  local a = (i - 5) * 4 + 2
+  local a = (i - 5) * 5 + 2
   local id, value, delay, ttl = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
   local status = 0
   if not redis.call('ZSCORE', KEYS[3], id) then
@@ -30,12 +34,16 @@ for i = 5, #KEYS do
       status = 1
     elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
       status = 2
-    elseif redis.call('SREM', KEYS[4], id) == 1 then
+    elseif redis.call('SISMEMBER', KEYS[4], id) == 1 then
       -- A dead message with the same id is replaced by the new one.
-      redis.call('HDEL', KEYS[2], id)
       redis.call('SET', KEYS[i], value, 'PX', ttl)
       status = 1
     end
+  end
+  if status == 1 and ARGV[a + 4] == '1' then
+    redis.call('SREM', KEYS[4], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HSET', KEYS[2], STALE, 1)
   end
   if status == 1 then
     local due = now + delay

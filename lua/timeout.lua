@@ -18,8 +18,7 @@ local dead = 0
 local ttl = tonumber(ARGV[3])
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  local a, m = record(KEYS[2], id, 1, ARGV[4])
-  if a > m then
+  if attempts(KEYS[2], id, 1) > max_retries(ARGV[1] .. id, tonumber(ARGV[4])) then
     redis.call('SADD', KEYS[4], id)
     dead = dead + 1
   else

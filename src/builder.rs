@@ -18,8 +18,10 @@ pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Shortest `msg_ttl`: less would let a payload expire before it is handled.
 pub const MIN_MSG_TTL: Duration = Duration::from_secs(1);
 
-/// `fetch_limit` unless set, or `concurrency` when that is larger.
-const DEFAULT_FETCH_LIMIT: usize = 100;
+/// `fetch_limit` unless set: this many, or 16 per handler when that is
+/// larger. Larger claims share a script call's fixed cost among more messages.
+const DEFAULT_FETCH_LIMIT: usize = 256;
+const DEFAULT_FETCH_PER_HANDLER: usize = 16;
 
 /// Settings of a queue; see the builder's methods for their meaning.
 #[derive(Debug, Clone)]
@@ -103,9 +105,9 @@ impl DelayQueueBuilder {
     }
 
     /// Most messages a consumer holds at once (claimed but not finished),
-    /// at least `concurrency`. Default 100, or `concurrency` when that is
-    /// larger. The consumer also never claims more than it expects to start
-    /// within the visibility timeout.
+    /// at least `concurrency`. Default 256, or 16 × `concurrency` when that
+    /// is larger. The consumer also never claims more than it expects to
+    /// start within the visibility timeout.
     pub fn fetch_limit(mut self, n: usize) -> Self {
         self.fetch_limit = Some(n);
         self
@@ -163,7 +165,9 @@ impl DelayQueueBuilder {
     pub fn build(self) -> Result<DelayQueue, Error> {
         let keys = Keys::new(&self.key_prefix, &self.name)?;
         let mut config = self.config;
-        config.fetch_limit = self.fetch_limit.unwrap_or(DEFAULT_FETCH_LIMIT.max(config.concurrency));
+        config.fetch_limit = self
+            .fetch_limit
+            .unwrap_or(DEFAULT_FETCH_LIMIT.max(config.concurrency.saturating_mul(DEFAULT_FETCH_PER_HANDLER)));
         let c = &config;
         let bad = |what: String| Err(Error::InvalidArgument(what));
         if c.fetch_interval.is_zero() {

@@ -245,32 +245,17 @@ async fn promote(queue: &DelayQueue) -> Result<(usize, Option<Duration>), Error>
     let (mut total, mut wait) = (0, -1);
     for _ in 0..MAX_ROUNDS {
         let keys = inner.keys.for_promote();
-        let args: Vec<Value> = vec![inner.keys.msg_prefix.as_str().into(), batch.into()];
-        let reply: Vec<i64> = queue.call(&scripts::PROMOTE, keys, args).await?;
-        let [moved, next, expired] = reply[..] else {
-            return Err(Error::UnexpectedReply {
-                script: "promote",
-                detail: format!("{reply:?}"),
-            });
-        };
-        if expired > 0 {
-            warn_expired(&inner.name, expired);
-        }
+        let [moved, next] = queue
+            .call::<Vec<i64>>(&scripts::PROMOTE, keys, vec![batch.into()])
+            .await
+            .and_then(pair("promote"))?;
         total += moved as usize;
         wait = next;
-        if moved + expired < batch {
+        if moved < batch {
             break;
         }
     }
     Ok((total, u64::try_from(wait).ok().map(Duration::from_millis)))
-}
-
-fn warn_expired(queue: &str, expired: i64) {
-    tracing::warn!(
-        queue,
-        expired,
-        "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
-    );
 }
 
 /// How many messages to claim now: free slots, but no more than the
@@ -321,7 +306,10 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
     // ends no earlier than this.
     let deadline = sent + Duration::from_millis(left_ms as u64);
     if expired > 0 {
-        warn_expired(&inner.name, expired);
+        tracing::warn!(
+            queue = %inner.name, expired,
+            "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
+        );
     }
     for triple in rest.chunks_exact(3) {
         let id = triple[0].as_str().ok_or_else(|| bad("id"))?.into_owned();

@@ -167,7 +167,7 @@ pub(crate) async fn send_batch(
 async fn send_chunk(queue: &DelayQueue, chunk: Vec<Prepared>) -> Result<Vec<Result<MessageId, Error>>, Error> {
     let q = &queue.inner;
     let keys = q.keys.for_send(chunk.iter().map(|m| m.id.as_str()));
-    let mut args: Vec<Value> = Vec::with_capacity(1 + 4 * chunk.len());
+    let mut args: Vec<Value> = Vec::with_capacity(1 + 5 * chunk.len());
     args.push(q.keys.wake.as_str().into());
     let mut sent = Vec::with_capacity(chunk.len());
     for m in chunk {
@@ -175,6 +175,7 @@ async fn send_chunk(queue: &DelayQueue, chunk: Vec<Prepared>) -> Result<Vec<Resu
         args.push(Value::Bytes(m.value.into()));
         args.push(m.delay_ms.into());
         args.push(m.ttl_ms.into());
+        args.push(i64::from(!m.generated).into());
         sent.push((m.id, m.generated, m.delay_ms));
     }
     let statuses: Vec<i64> = queue.call(&scripts::SEND, keys, args).await?;

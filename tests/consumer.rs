@@ -100,9 +100,14 @@ async fn late_ack_after_redelivery_is_fenced() {
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
     assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    // Consumer B takes the redelivery and holds it for a while.
+    // Consumer B takes the redelivery and holds it for a while, within its
+    // own longer lease (were it cut, the retry would go elsewhere at once).
     let b_log = Log::default();
-    let b = q
+    let b_queue = queue_builder("fence", &client, FETCH_INTERVAL)
+        .max_consume_duration(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let b = b_queue
         .start_consume(recording(&b_log, |_msg: Message| async move {
             tokio::time::sleep(Duration::from_millis(1500)).await;
             Ok(())

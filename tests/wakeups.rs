@@ -1,0 +1,188 @@
+//! Wake-ups, batch send and batched claim/ack through the public API,
+//! against a real redis-server.
+//!
+//! The consumers here poll rarely (`SLOW_POLL`), so a prompt delivery can
+//! only come from a wake-up: each test's time bound is far below the poll
+//! interval. These bounds check that a wake-up happened, not how fast.
+
+mod support;
+support::queue_helpers!();
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use delayqueue::{Error, MessageId, NewMessage, QueueStats};
+use helpers::{acking, queue_builder, start_queue, wait_stats, Log};
+use support::{all_keys, wait_until};
+
+/// Far longer than any wait below: without a wake-up nothing arrives in time.
+const SLOW_POLL: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_send_from_another_client_wakes_an_idle_consumer() {
+    let (server, _client, q) = start_queue("idle", SLOW_POLL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    // Let the first sweep pass so the consumer is asleep until SLOW_POLL.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Another process: its own connection and queue handle.
+    let other = server.client().await;
+    let producer = queue_builder("idle", &other, SLOW_POLL).build().unwrap();
+    let sent = Instant::now();
+    producer.send_delay_msg("now", Duration::ZERO).await.unwrap();
+    producer
+        .send_delay_msg("soon", Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || log.len() == 2).await,
+        "no wake-up: {} delivered",
+        log.len()
+    );
+    let soon = log.snapshot().into_iter().find(|d| d.3 == b"soon").unwrap();
+    assert!(
+        soon.2 - sent >= Duration::from_millis(295),
+        "early: {:?}",
+        soon.2 - sent
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_message_due_before_the_known_head_wakes_the_consumer_earlier() {
+    let (_server, _client, q) = start_queue("head", SLOW_POLL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    // The consumer learns of a message due in 30 s and sleeps until then.
+    q.send_delay_msg("late", Duration::from_secs(30)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    q.send_delay_msg("early", Duration::from_millis(200)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert_eq!(log.snapshot()[0].3, b"early");
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_delivery_is_retried_at_once_through_a_wake_up() {
+    let (_server, _client, q) = start_queue("retry", SLOW_POLL, |b| b.default_retry_count(1)).await;
+    let log = Log::default();
+    let l = log.clone();
+    let consumer = q
+        .start_consume(move |msg: delayqueue::Message| {
+            l.record(&msg);
+            async move {
+                if msg.attempt() == 1 {
+                    Err("first attempt fails".into())
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert_eq!(log.attempts(&id), vec![1, 2]);
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn wake_ups_resume_after_the_subscriber_connection_is_killed() {
+    let (server, client, q) = start_queue("killed", Duration::from_secs(1), |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    let killed = server.raw_command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, "1", "expected one subscriber connection");
+    // Whether the wake-up is lost (then the 1 s sweep finds it) or arrives
+    // on the resubscribed connection, the message is delivered.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    q.send_delay_msg("after kill", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    // The subscriber came back: the next wake-up is delivered without a sweep.
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .raw_command(&["PUBSUB", "NUMSUB", "dq:{killed}:wake"])
+            .ends_with('1'))
+        .await
+    );
+    consumer.shutdown().await.unwrap();
+    drop(client);
+}
+
+#[tokio::test]
+async fn send_batch_reports_each_message_and_all_are_delivered_once() {
+    // batch_size 100: 250 messages are three script calls.
+    let (_server, client, q) = start_queue("batch", Duration::from_millis(200), |b| {
+        b.batch_size(100).concurrency(8)
+    })
+    .await;
+    q.send_delay_msg("taken", Duration::from_secs(60))
+        .id("dup")
+        .await
+        .unwrap();
+    let mut msgs: Vec<NewMessage> = (0..250)
+        .map(|i| NewMessage::new(format!("m{i}"), Duration::from_millis(i % 50)))
+        .collect();
+    msgs.insert(10, NewMessage::new("again", Duration::ZERO).id("dup"));
+    msgs.push(NewMessage::new("mine", Duration::ZERO).id("custom-1"));
+    let results = q.send_batch(msgs).await.unwrap();
+    assert_eq!(results.len(), 252);
+    assert!(matches!(&results[10], Err(Error::Duplicate(id)) if id.as_str() == "dup"));
+    assert_eq!(results[251].as_ref().unwrap().as_str(), "custom-1");
+    let sent: HashSet<MessageId> = results.into_iter().filter_map(Result::ok).collect();
+    assert_eq!(sent.len(), 251);
+
+    // One invalid message fails the whole call before anything is written.
+    let before = q.stats().await.unwrap();
+    let bad = vec![
+        NewMessage::new("fine", Duration::ZERO),
+        NewMessage::new("bad id", Duration::ZERO).id("has space"),
+    ];
+    assert!(matches!(q.send_batch(bad).await, Err(Error::InvalidMessageId { .. })));
+    assert_eq!(q.stats().await.unwrap(), before);
+
+    assert!(q.cancel(&MessageId::from("dup")).await.unwrap());
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(10), || log.len() >= 251).await);
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    // Exactly once each, every id sent, nothing left behind.
+    assert_eq!(log.len(), 251);
+    assert_eq!(log.ids(), sent);
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_drains_through_batched_claims_and_acks_exactly_once() {
+    let (_server, client, q) = start_queue("drain", Duration::from_millis(200), |b| b.concurrency(16)).await;
+    let n = 3000;
+    let results = q
+        .send_batch((0..n).map(|i| NewMessage::new(format!("{i}"), Duration::ZERO)))
+        .await
+        .unwrap();
+    let sent: HashSet<MessageId> = results.into_iter().map(Result::unwrap).collect();
+    let log = Log::default();
+    // Two consumers compete for the same backlog.
+    let a = q.start_consume(acking(&log)).await.unwrap();
+    let b = q.start_consume(acking(&log)).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || log.len() >= n).await,
+        "{}",
+        log.len()
+    );
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert_eq!(log.len(), n, "a message was delivered twice");
+    assert_eq!(log.ids(), sent);
+    assert!(log.snapshot().iter().all(|d| d.1 == 1), "a delivery was repeated");
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
