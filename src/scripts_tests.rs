@@ -1745,7 +1745,7 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
     assert_eq!(["zmscore", "zrem", "del", "hdel"].map(calls), [1, 0, 0, 0]);
 }
 
-/// Expected to fail with the current lua/ack.lua: see the ignore reason.
+/// An ack of no pairs is a no-op.
 #[tokio::test]
 async fn ack_of_no_pairs_returns_an_empty_reply() {
     let env = Env::new().await;
