@@ -18,10 +18,10 @@ pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Shortest `msg_ttl`: less would let a payload expire before it is handled.
 pub const MIN_MSG_TTL: Duration = Duration::from_secs(1);
 
-/// `fetch_limit` unless set: this many, or 16 per handler when that is
+/// `fetch_limit` unless set: this many, or 32 per handler when that is
 /// larger. Larger claims share a script call's fixed cost among more messages.
 const DEFAULT_FETCH_LIMIT: usize = 256;
-const DEFAULT_FETCH_PER_HANDLER: usize = 16;
+const DEFAULT_FETCH_PER_HANDLER: usize = 32;
 
 /// Settings of a queue; see the builder's methods for their meaning.
 #[derive(Debug, Clone)]
@@ -105,7 +105,7 @@ impl DelayQueueBuilder {
     }
 
     /// Most messages a consumer holds at once (claimed but not finished),
-    /// at least `concurrency`. Default 256, or 16 × `concurrency` when that
+    /// at least `concurrency`. Default 256, or 32 × `concurrency` when that
     /// is larger. The consumer also never claims more than it expects to
     /// start within the visibility timeout.
     pub fn fetch_limit(mut self, n: usize) -> Self {
