@@ -23,14 +23,13 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZREM', KEYS[1], id)
-local a = attempts(KEYS[2], id, 1)
 if ARGV[5] == 'release' then
-  redis.call('HSET', KEYS[2], id, math.max(a - 1, 0))
+  redis.call('HSET', KEYS[2], id, math.max(attempts(KEYS[2], id, 1) - 1, 0))
   redis.call('LPUSH', KEYS[3], id)
   wake(ARGV[7], 0)
   return 1
 end
-if a > max_retries(KEYS[6], tonumber(ARGV[6])) then
+if used_up(KEYS[2], id, KEYS[6], tonumber(ARGV[6])) then
   redis.call('SADD', KEYS[5], id)
   return 2
 end

@@ -32,6 +32,12 @@ local function max_retries(key, default)
   return tonumber(type(head) == 'string' and string.match(head, '^(%d+):') or default)
 end
 
+-- Whether a message whose delivery just failed has used them all up:
+-- retry count n allows n + 1 deliveries. `key` is its payload key.
+local function used_up(retries, id, key, default)
+  return attempts(retries, id, 1) > max_retries(key, default)
+end
+
 -- Field of the retries hash (never an id: ids hold no whitespace) that is
 -- set while the ready or retry list may hold a stale entry: an id whose
 -- message was cancelled, or expired and was sent again under the same

@@ -18,11 +18,12 @@ local dead = 0
 local ttl = tonumber(ARGV[3])
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
-  if attempts(KEYS[2], id, 1) > max_retries(ARGV[1] .. id, tonumber(ARGV[4])) then
+  local key = ARGV[1] .. id
+  if used_up(KEYS[2], id, key, tonumber(ARGV[4])) then
     redis.call('SADD', KEYS[4], id)
     dead = dead + 1
   else
-    keep_payload(ARGV[1] .. id, ttl)
+    keep_payload(key, ttl)
     redis.call('RPUSH', KEYS[3], id)
   end
 end
