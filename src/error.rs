@@ -64,19 +64,31 @@ pub enum Error {
     /// A bug in `delayqueue` (a task of ours failed); please report it.
     #[error("internal error: {0}")]
     Internal(String),
-    /// Redis or the connection to it failed (unreachable, timeout, out of memory, ...).
+    /// Redis refused a write because it reached `maxmemory` (with the
+    /// `noeviction` policy). Nothing of the refused call was written; retry
+    /// once consumers or an operator have freed memory.
+    #[error("redis is out of memory (maxmemory reached) while writing to queue {queue:?}: {detail}")]
+    OutOfMemory {
+        /// The queue.
+        queue: String,
+        /// Redis's message.
+        detail: String,
+    },
+    /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
 }
 
 impl Error {
-    /// Turns a fred error into `WrongType` when Redis said WRONGTYPE.
+    /// Turns a fred error into `WrongType` or `OutOfMemory` when Redis said
+    /// WRONGTYPE or OOM.
     pub(crate) fn from_redis(queue: &str, err: fred::error::Error) -> Self {
-        if err.details().contains("WRONGTYPE") {
-            Error::WrongType {
-                queue: queue.to_string(),
-                detail: err.details().to_string(),
-            }
+        let details = err.details();
+        let (queue, detail) = (queue.to_string(), details.to_string());
+        if details.contains("WRONGTYPE") {
+            Error::WrongType { queue, detail }
+        } else if details.starts_with("OOM ") || details.contains("maxmemory") {
+            Error::OutOfMemory { queue, detail }
         } else {
             Error::Redis(err)
         }

@@ -128,6 +128,13 @@ impl DelayQueue {
         }
     }
 
+    /// Scans the queue's keys in bounded batches and reports inconsistencies:
+    /// ids in two states, ids without payload, payloads and delivery counts
+    /// without a message. Work in progress.
+    pub async fn check_integrity(&self) -> Result<crate::IntegrityReport, Error> {
+        Ok(crate::IntegrityReport::default())
+    }
+
     /// Starts a consumer that delivers this queue's due messages to
     /// `handler`, on the caller's tokio runtime. Stop it with
     /// [`Consumer::shutdown`].

@@ -118,12 +118,7 @@ impl Wakes {
 
 impl Env {
     async fn new() -> Env {
-        let server = loop {
-            let server = RedisServer::start().await;
-            if owns(&server) {
-                break server;
-            }
-        };
+        let server = RedisServer::start().await;
         let client = server.client().await;
         let queue = DelayQueue::builder("q", client.clone()).build().expect("build queue");
         Env { server, client, queue }
@@ -520,24 +515,6 @@ impl Env {
 fn next_seq() -> i64 {
     static SEQ: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
     SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Whether the server answering on `server`'s port is the one it spawned.
-/// When many tests start servers at once, two can be handed the same free
-/// port; the one whose redis-server then fails to bind may be answered by
-/// the other test's server (tests/support pings the port, not the process).
-/// Each server has a dir of its own, so ask the one that answers.
-fn owns(server: &RedisServer) -> bool {
-    let reply = server.raw_reply(&["CONFIG", "GET", "dir"]);
-    let crate::test_support::RawReply::Array(items) = reply else {
-        panic!("CONFIG GET dir -> {reply:?}");
-    };
-    let answering = items.get(1).map(|d| d.render()).unwrap_or_default();
-    let own = server
-        .dir()
-        .canonicalize()
-        .unwrap_or_else(|_| server.dir().to_path_buf());
-    std::path::Path::new(&answering) == own
 }
 
 fn assert_pttl_near(pttl: i64, expected: i64) {

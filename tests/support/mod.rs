@@ -330,7 +330,9 @@ impl RedisServer {
             if let Some(status) = child.try_wait().expect("support: try_wait on redis-server") {
                 return Err(LaunchError::Exited(status));
             }
-            if ping_raw(self.port) {
+            // Two tests can be handed the same free port; then the server
+            // that answers may be the other test's, so check it is ours.
+            if ping_raw(self.port) && self.answers_from_own_dir() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -338,6 +340,24 @@ impl RedisServer {
             }
             tokio::time::sleep(READY_POLL).await;
         }
+    }
+
+    /// Whether the server answering on our port runs in our dir (each server
+    /// has its own), i.e. is the process we spawned.
+    fn answers_from_own_dir(&self) -> bool {
+        let probe = || -> std::io::Result<bool> {
+            let mut stream = connect_raw(self.port, Duration::from_millis(200))?;
+            stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+            stream.write_all(&encode_command(&["CONFIG", "GET", "dir"]))?;
+            let reply = read_reply(&mut BufReader::new(stream))?;
+            let RawReply::Array(items) = reply else {
+                return Ok(false);
+            };
+            let answering = items.get(1).map(RawReply::render).unwrap_or_default();
+            let own = self.dir.canonicalize().unwrap_or_else(|_| self.dir.clone());
+            Ok(Path::new(&answering) == own)
+        };
+        probe().unwrap_or(false)
     }
 
     /// Tail of redis.log plus captured stderr, for panic messages.
