@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ ack: unack -> (deleted)
 Finishes a batch of deliveries. Each id is acked only while its lease is
 the current one, so a late ack of a delivery that timed out and was

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ cancel: pending | ready | retry | garbage -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in unack) is left alone: its running delivery decides its fate. An id left

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ claim: retry | ready -> unack
 Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up

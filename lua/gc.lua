@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ gc: garbage -> (deleted)
 Deletes up to ARGV[2] messages that exhausted their deliveries: payload,
 retry record and garbage entry.

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ nack: unack -> retry | pending | garbage
 Ends one delivery that did not succeed, only while its lease is current
 (a late nack of a redelivered message adds no second copy).

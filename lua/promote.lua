@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ promote: pending -> ready
 Moves ids whose due time has come (by Redis's clock) to the ready list,
 oldest first, at most ARGV[2] per call so Redis is never blocked long.

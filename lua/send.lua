@@ -1,3 +1,4 @@
+#!lua
 --[[ send: (nothing) -> pending
 Stores a batch of messages. Each one is written whole or not at all:
 payload string (with TTL) and pending entry. A caller-chosen id may have

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 --[[ stats: read-only snapshot of the queue's sizes, taken atomically.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[ timeout: unack -> retry | garbage
 Takes back deliveries whose visibility deadline passed (the consumer died,
 hung or was too slow): each counts as a failed delivery. With deliveries

@@ -1,6 +1,11 @@
 //! The one place that loads and calls the Lua scripts in `lua/`.
 //!
-//! `lua/prelude.lua` (shared helpers) is prepended to each script.
+//! `lua/prelude.lua` (shared helpers) is prepended to each script, after
+//! the script's first line: its shebang (`#!lua flags=...`). The flags
+//! decide what Redis does when it is out of memory: `send` has none, so
+//! Redis refuses it before it runs (a send never half-writes), while the
+//! consumer's scripts say `allow-oom`, so consumers keep draining, acking
+//! and so freeing memory; read-only scripts say `no-writes`.
 //!
 //! Each script is one state transition. It is sent with `EVALSHA`; when
 //! Redis answers NOSCRIPT (restart, failover, `SCRIPT FLUSH`) the script is
@@ -14,16 +19,18 @@ use fred::types::scripts::Script;
 /// A script of `lua/`, known by its file name.
 pub(crate) struct LuaScript {
     pub name: &'static str,
-    source: &'static str,
+    file: &'static str,
     script: OnceLock<Script>,
 }
+
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
 macro_rules! lua_scripts {
     ($($konst:ident = $file:literal;)*) => {
         $(
             pub(crate) static $konst: LuaScript = LuaScript {
                 name: $file,
-                source: concat!(include_str!("../lua/prelude.lua"), include_str!(concat!("../lua/", $file, ".lua"))),
+                file: include_str!(concat!("../lua/", $file, ".lua")),
                 script: OnceLock::new(),
             };
         )*
@@ -47,7 +54,13 @@ lua_scripts! {
 
 impl LuaScript {
     fn script(&self) -> &Script {
-        self.script.get_or_init(|| Script::from_lua(self.source))
+        self.script.get_or_init(|| Script::from_lua(self.source()))
+    }
+
+    /// The shebang line, then the prelude, then the rest of the file.
+    fn source(&self) -> String {
+        let (shebang, body) = self.file.split_once('\n').unwrap_or((self.file, ""));
+        format!("{shebang}\n{PRELUDE}{body}")
     }
 
     /// The SHA1 that `EVALSHA` names the script by.
@@ -75,8 +88,9 @@ mod tests {
     #[test]
     fn every_script_documents_its_interface() {
         for s in ALL {
+            assert!(s.file.starts_with("#!lua"), "lua/{}.lua lacks its shebang line", s.name);
             for part in ["KEYS[1]", "Returns", "Complexity", "Idempotent"] {
-                assert!(s.source.contains(part), "lua/{}.lua header lacks {part}", s.name);
+                assert!(s.file.contains(part), "lua/{}.lua header lacks {part}", s.name);
             }
             assert_eq!(s.sha1().len(), 40);
         }
