@@ -11,10 +11,7 @@ Idempotent: a re-run finds nothing left and returns 0s.
 Complexity: O(M log N) with M = pairs, in four calls whatever M.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash')
-local ids, keys, out = {}, {}, {}
-for i = 2, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-end
+local ids, keys, out = ids_of(2, 2), {}, {}
 if #ids == 0 then
   return {}
 end

@@ -72,6 +72,15 @@ local function head_due(pending)
   return redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end
 
+-- The ids of a batch passed as tuples: every `step`-th argument from ARGV[first].
+local function ids_of(first, step)
+  local ids = {}
+  for i = first, #ARGV, step do
+    ids[#ids + 1] = ARGV[i]
+  end
+  return ids
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)

@@ -28,6 +28,8 @@ const DEFAULT_FETCH_PER_HANDLER: usize = 32;
 pub(crate) struct Config {
     pub fetch_interval: Duration,
     pub max_consume_duration: Duration,
+    /// Unset: `max_consume_duration`.
+    pub handler_timeout: Option<Duration>,
     pub fetch_limit: usize,
     pub concurrency: usize,
     pub default_retry_count: u32,
@@ -37,11 +39,24 @@ pub(crate) struct Config {
     pub batch_size: usize,
 }
 
+impl Config {
+    /// Longest one handler run may take.
+    pub fn handler_timeout(&self) -> Duration {
+        self.handler_timeout.unwrap_or(self.max_consume_duration)
+    }
+
+    /// Whether running handlers outlive a lease, so their leases are renewed.
+    pub fn renews_leases(&self) -> bool {
+        self.handler_timeout() > self.max_consume_duration
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             fetch_interval: Duration::from_secs(1),
             max_consume_duration: Duration::from_secs(5),
+            handler_timeout: None,
             fetch_limit: DEFAULT_FETCH_LIMIT,
             concurrency: 1,
             default_retry_count: 3,
@@ -97,10 +112,37 @@ impl DelayQueueBuilder {
         self
     }
 
-    /// The visibility timeout: how long a delivery may take before it counts
-    /// as failed and the message is redelivered. Default 5 s.
+    /// The visibility timeout: how long a delivery holds its message
+    /// without word from its consumer. A consumer that crashes or hangs
+    /// loses its messages after this long, and they are redelivered. Unless
+    /// [`handler_timeout`](Self::handler_timeout) is longer, it is also the
+    /// longest a handler may run. Default 5 s.
     pub fn max_consume_duration(mut self, d: Duration) -> Self {
         self.config.max_consume_duration = d;
+        self
+    }
+
+    /// Longest one handler run may take; then it is cancelled and the
+    /// delivery counts as failed. Default: `max_consume_duration`.
+    ///
+    /// When longer than `max_consume_duration`, the consumer renews the
+    /// lease of each running handler before it runs out (a heartbeat, like
+    /// BullMQ's lock renewal), so a slow but alive handler keeps its
+    /// message, while the messages of a consumer that crashed still come
+    /// back after `max_consume_duration`.
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// // Reports take up to 10 minutes; a dead worker's are retried within 30 s.
+    /// let queue = delayqueue::DelayQueue::builder("reports", client)
+    ///     .max_consume_duration(Duration::from_secs(30))
+    ///     .handler_timeout(Duration::from_secs(600))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn handler_timeout(mut self, d: Duration) -> Self {
+        self.config.handler_timeout = Some(d);
         self
     }
 
@@ -175,6 +217,9 @@ impl DelayQueueBuilder {
         }
         if c.max_consume_duration < Duration::from_millis(10) {
             return bad("max_consume_duration must be at least 10 ms".into());
+        }
+        if c.handler_timeout() < Duration::from_millis(10) || c.handler_timeout() > MAX_DELAY {
+            return bad("handler_timeout must be between 10 ms and MAX_DELAY".into());
         }
         if c.concurrency == 0 {
             return bad("concurrency must be at least 1".into());

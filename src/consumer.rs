@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::acker::{self, AckItem};
+use crate::lease::{self, Lease, Leases};
 use crate::payload::decode_stored;
 use crate::wake;
 use crate::{scripts, DelayQueue, Error, Handler, Message, MessageId};
@@ -42,6 +43,12 @@ impl Consumer {
         let (acks, acker) = acker::spawn(queue.clone());
         let receipt = queue.inner.keys.claim(MessageId::generate().as_str());
         let workers = Semaphore::new(queue.inner.config.concurrency);
+        let leases = Arc::new(Leases::default());
+        let renewer = queue
+            .inner
+            .config
+            .renews_leases()
+            .then(|| lease::spawn(queue.clone(), leases.clone()));
         let shared = Arc::new(Shared {
             queue,
             handler,
@@ -53,13 +60,14 @@ impl Consumer {
             claims: AtomicU64::new(0),
             stop: stop_rx,
             acks,
+            leases,
         });
-        let task = tokio::spawn(run(shared, acker, wakes));
+        let task = tokio::spawn(run(shared, acker, wakes, renewer));
         Consumer { stop, task: Some(task) }
     }
 
     /// Stops gracefully: claims nothing more, lets running handlers finish
-    /// (each within `max_consume_duration`), acks or nacks them, hands
+    /// (each within its `handler_timeout`), acks or nacks them, hands
     /// claimed-but-unstarted messages back without counting a delivery, and
     /// returns once nothing is left claimed by this consumer.
     pub async fn shutdown(mut self) -> Result<(), Error> {
@@ -96,6 +104,8 @@ struct Shared {
     claims: AtomicU64,
     stop: watch::Receiver<bool>,
     acks: mpsc::UnboundedSender<AckItem>,
+    /// Leases of running handlers, renewed when handlers outlive a lease.
+    leases: Arc<Leases>,
 }
 
 /// When the loop next has something to do.
@@ -112,6 +122,7 @@ async fn run(
     shared: Arc<Shared>,
     acker: JoinHandle<()>,
     (mut wakes, waker): (mpsc::UnboundedReceiver<Instant>, JoinHandle<()>),
+    renewer: Option<JoinHandle<()>>,
 ) {
     let interval = shared.queue.inner.config.fetch_interval;
     let mut stop = shared.stop.clone();
@@ -161,6 +172,9 @@ async fn run(
     }
     while shared.in_flight.load(Ordering::Acquire) > 0 {
         shared.done.notified().await;
+    }
+    if let Some(renewer) = renewer {
+        renewer.abort();
     }
     drop(shared);
     let _ = acker.await;
@@ -341,20 +355,33 @@ fn pair(script: &'static str) -> impl Fn(Vec<i64>) -> Result<[i64; 2], Error> {
 }
 
 /// Runs one delivery: waits for a worker permit, runs the handler within
-/// what is left of the lease, then acks or nacks.
+/// its time limit (renewing the lease meanwhile when the limit is longer than
+/// a lease), then acks or nacks.
 async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     let permit = shared.workers.acquire().await;
-    let (id, lease, attempt) = (msg.id.clone(), msg.lease, msg.attempt);
+    let config = &shared.queue.inner.config;
+    let (id, attempt) = (msg.id.clone(), msg.attempt);
+    let lease = Lease::new(id.clone(), msg.lease, deadline);
     let name = shared.queue.name().to_string();
     let left = deadline.saturating_duration_since(Instant::now());
-    // Starting with almost no lease left would only earn a duplicate.
-    if *shared.stop.borrow() || left < shared.queue.inner.config.max_consume_duration / 20 {
+    // Starting with almost no lease left would only earn a duplicate; a
+    // renewed lease needs a quarter left to reach its first renewal.
+    let least = config.max_consume_duration / if config.renews_leases() { 4 } else { 20 };
+    if *shared.stop.borrow() || left < least {
         tracing::debug!(queue = %name, %id, "handing back an unstarted delivery");
-        nack(&shared, &id, lease, deadline, NackMode::Release).await;
+        nack(&shared, &id, msg.lease, deadline, NackMode::Release).await;
     } else {
+        let (limit, renewing) = if config.renews_leases() {
+            (config.handler_timeout(), Some(shared.leases.renew(&lease)))
+        } else {
+            (left.min(config.handler_timeout()), None)
+        };
         let started = Instant::now();
-        let outcome = tokio::time::timeout(left, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
+        let outcome = tokio::time::timeout(limit, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
         record_duration(&shared, started.elapsed());
+        drop(renewing);
+        let held = lease.finish().await;
+        let (lease, deadline) = (held.lease, held.deadline);
         match outcome {
             Ok(Ok(Ok(()))) => {
                 let _ = shared.acks.send(AckItem { id, lease, deadline });
@@ -373,7 +400,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
                 nack(&shared, &id, lease, deadline, NackMode::Fail).await;
             }
             Err(_) => {
-                tracing::warn!(queue = %name, %id, attempt, "handler exceeded max_consume_duration; cancelled");
+                tracing::warn!(queue = %name, %id, attempt, ?limit, "handler exceeded its time limit; cancelled");
                 nack(&shared, &id, lease, deadline, NackMode::Fail).await;
             }
         }

@@ -88,6 +88,10 @@ impl Keys {
         ]
     }
 
+    pub fn for_extend(&self) -> Vec<String> {
+        vec![self.unack.clone()]
+    }
+
     pub fn for_ack(&self) -> Vec<String> {
         vec![self.unack.clone(), self.retries.clone()]
     }

@@ -67,6 +67,7 @@ mod handler;
 mod id;
 mod integrity;
 mod keys;
+mod lease;
 mod message;
 mod payload;
 mod producer;

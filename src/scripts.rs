@@ -44,6 +44,7 @@ lua_scripts! {
     SEND = "send";
     PROMOTE = "promote";
     CLAIM = "claim";
+    EXTEND = "extend";
     ACK = "ack";
     NACK = "nack";
     TIMEOUT = "timeout";

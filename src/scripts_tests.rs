@@ -298,6 +298,15 @@ impl Env {
         self.run(&scripts::ACK, k.for_ack(), args).await
     }
 
+    async fn extend(&self, triples: &[(&str, i64, i64)]) -> Vec<i64> {
+        let k = self.k();
+        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), TTL.into()];
+        for (id, current, new) in triples {
+            args.extend([(*id).into(), (*current).into(), (*new).into()]);
+        }
+        self.run(&scripts::EXTEND, k.for_extend(), args).await
+    }
+
     async fn nack(&self, id: &str, lease: i64, delay_ms: i64, mode: &str) -> i64 {
         let k = self.k();
         let keys = k.for_nack(id);
@@ -1734,6 +1743,57 @@ async fn ack_of_no_pairs_returns_an_empty_reply() {
         Ok(results) => assert_eq!(results, Vec::<i64>::new()),
         Err(e) => panic!("ack of no pairs failed: {e:?}"),
     }
+}
+
+// ======================= extend =======================
+
+#[tokio::test]
+async fn extend_renews_only_current_leases_and_keeps_payloads_past_them() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let la = seed_unack(&env, "a", "1");
+    let lb = seed_unack(&env, "b", "1");
+    let (na, nb) = (la + 60_000_000, lb + 60_000_000);
+    let before = env.now_us();
+    let reply = env.extend(&[("a", la, na), ("b", lb - 1, nb), ("nope", la, na)]).await;
+    assert_eq!(
+        reply,
+        vec![1, 0, 0],
+        "only the pair holding the current lease is renewed"
+    );
+    assert_eq!(env.zscore(&k.unack, "a"), Some(na));
+    assert_eq!(env.zscore(&k.unack, "b"), Some(lb), "a lost lease is left alone");
+    assert!(!env.exists(&k.msg("nope")) && env.zscore(&k.unack, "nope").is_none());
+    // The payload outlives the new lease by msg ttl (about 60 s + TTL from now).
+    assert_pttl_near(env.pttl("a"), (na - before) / 1000 + TTL);
+
+    // A re-sent request (reply lost) finds its own renewal and says so.
+    let state = env.snapshot();
+    assert_eq!(env.extend(&[("a", la, na)]).await, vec![1]);
+    assert_eq!(env.snapshot(), state);
+
+    // The renewed lease fences ack: the old one no longer acks.
+    assert_eq!(env.ack(&[("a", la)]).await, vec![0]);
+    assert_eq!(env.ack(&[("a", na)]).await, vec![1]);
+}
+
+#[tokio::test]
+async fn extend_does_not_renew_into_the_past_or_a_redelivered_message() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = seed_unack(&env, "a", "1");
+    let past = env.now_us() - 1_000;
+    assert_eq!(env.extend(&[("a", lease, past)]).await, vec![0]);
+    assert_eq!(env.zscore(&k.unack, "a"), Some(lease));
+
+    // Timed out and taken back: a renewal of the old lease does nothing.
+    env.raw(&["ZADD", &k.unack, "1", "a"]);
+    assert_eq!(env.timeout(10).await[0], 1);
+    let state = env.snapshot();
+    assert_eq!(env.extend(&[("a", lease, lease + 60_000_000)]).await, vec![0]);
+    assert_eq!(env.snapshot(), state);
+    assert_eq!(env.list(&k.retry), vec!["a"]);
+    assert_eq!(env.extend(&[]).await, Vec::<i64>::new());
 }
 
 // ======================= nack =======================
