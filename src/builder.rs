@@ -7,7 +7,7 @@ use fred::prelude::Client;
 
 use crate::keys::Keys;
 use crate::queue::{DelayQueue, Inner};
-use crate::Error;
+use crate::{Durability, Error};
 
 /// Most deliveries a message may be retried.
 pub const MAX_RETRY_COUNT: u32 = 1000;
@@ -37,6 +37,7 @@ pub(crate) struct Config {
     pub msg_ttl: Duration,
     pub max_payload_size: usize,
     pub batch_size: usize,
+    pub durability: Durability,
 }
 
 impl Config {
@@ -64,6 +65,7 @@ impl Default for Config {
             msg_ttl: Duration::from_secs(3600),
             max_payload_size: 1024 * 1024,
             batch_size: MAX_BATCH_SIZE,
+            durability: Durability::Memory,
         }
     }
 }
@@ -193,6 +195,14 @@ impl DelayQueueBuilder {
     /// Most ids one script call moves (1 to 1000). Default 1000.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.config.batch_size = n;
+        self
+    }
+
+    /// When a send returns `Ok`: once the primary has the message (default),
+    /// or once replicas or append-only files confirm it too. See
+    /// [`Durability`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.config.durability = durability;
         self
     }
 

@@ -74,6 +74,22 @@ pub enum Error {
         /// Redis's message.
         detail: String,
     },
+    /// A send stored its message on the primary, but the confirmation that
+    /// [`Durability`](crate::Durability) asks for did not come in time: it
+    /// may be lost if the primary fails now. Send again with the same
+    /// caller-given id to be sure: `Ok` or [`Error::Duplicate`] then means
+    /// stored and confirmed.
+    #[error("queue {queue:?}: sent, but only {confirmed} of {wanted} replicas confirmed it (primary's AOF: {local})")]
+    NotDurable {
+        /// The queue.
+        queue: String,
+        /// Replicas that confirmed.
+        confirmed: u32,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Whether the primary's own AOF confirmed it, where asked for.
+        local: bool,
+    },
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),

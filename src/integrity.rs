@@ -1,8 +1,20 @@
-//! [`IntegrityReport`]: what `DelayQueue::check_integrity` found.
+//! The integrity check: scans a queue's keys page by page, then confirms
+//! each inconsistency it saw with one atomic look at the ids involved, so
+//! messages moving between states during the scan are not reported.
 
+use std::collections::HashMap;
 use std::fmt;
 
-use crate::MessageId;
+use fred::prelude::Value;
+
+use crate::{scripts, DelayQueue, Error, MessageId};
+
+/// Ids per scan page.
+const PAGE: i64 = 1000;
+/// Most ids confirmed per `inspect` call.
+const CONFIRM_BATCH: usize = 100;
+/// List entries `inspect` may compare per call (it scans the lists per id).
+const CONFIRM_BUDGET: usize = 100_000;
 
 /// A state a message can be in: the queue key that holds its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,5 +86,277 @@ impl fmt::Display for IntegrityReport {
             write!(f, "\n  {a:?}")?;
         }
         Ok(())
+    }
+}
+
+/// Where one id was found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Presence {
+    pending: bool,
+    ready: u32,
+    processing: bool,
+    retry: u32,
+    garbage: bool,
+    payload: bool,
+    record: bool,
+}
+
+impl Presence {
+    /// The anomalies of `id`. `stale`: the STALE mark is set, so list
+    /// entries may be left over from cancelled messages; claim then checks
+    /// where a popped id lives and skips such entries, so they are no
+    /// anomaly.
+    fn anomalies(&self, id: &str, stale: bool) -> Vec<Anomaly> {
+        let id = || MessageId::from(id.to_string());
+        let mut states: Vec<MessageState> = [
+            (self.pending, MessageState::Pending),
+            (self.processing, MessageState::Processing),
+            (self.garbage, MessageState::Garbage),
+        ]
+        .into_iter()
+        .filter_map(|(is, state)| is.then_some(state))
+        .collect();
+        let listed = std::iter::repeat(MessageState::Ready)
+            .take(self.ready as usize)
+            .chain(std::iter::repeat(MessageState::Retry).take(self.retry as usize));
+        if !stale {
+            states.extend(listed);
+        } else if states.is_empty() && self.payload {
+            states.extend(listed.take(1));
+        }
+        let mut found = Vec::new();
+        if states.len() > 1 {
+            found.push(Anomaly::ManyStates {
+                id: id(),
+                states: states.clone(),
+            });
+        }
+        match (states.first(), self.payload) {
+            (Some(&state), false) => found.push(Anomaly::MissingPayload { id: id(), state }),
+            (None, true) => found.push(Anomaly::OrphanPayload { id: id() }),
+            (None, false) if self.record => found.push(Anomaly::OrphanRetryRecord { id: id() }),
+            _ => {}
+        }
+        found
+    }
+}
+
+/// Runs the check; see [`DelayQueue::check_integrity`].
+pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> {
+    let mut seen: HashMap<String, Presence> = HashMap::new();
+    let mut listed = 0usize;
+    for what in 1..=7 {
+        let ids = scan(queue, what).await?;
+        if what == 2 || what == 4 {
+            listed += ids.len();
+        }
+        for id in ids {
+            let p = seen.entry(id).or_default();
+            match what {
+                1 => p.pending = true,
+                2 => p.ready += 1,
+                3 => p.processing = true,
+                4 => p.retry += 1,
+                5 => p.garbage = true,
+                6 => p.record = true,
+                _ => p.payload = true,
+            }
+        }
+    }
+    // The STALE mark is a field of the retries hash, not an id.
+    seen.remove(" stale");
+    // Without the mark more counts as an anomaly, so this finds every suspect.
+    let suspects: Vec<&String> = seen
+        .iter()
+        .filter(|(id, p)| !p.anomalies(id, false).is_empty())
+        .map(|(id, _)| id)
+        .collect();
+    let batch = (CONFIRM_BUDGET / (listed + 1)).clamp(1, CONFIRM_BATCH);
+    let mut anomalies = Vec::new();
+    for chunk in suspects.chunks(batch) {
+        let (stale, found) = inspect(queue, chunk).await?;
+        for (id, p) in chunk.iter().zip(found) {
+            anomalies.extend(p.anomalies(id, stale));
+        }
+    }
+    Ok(IntegrityReport {
+        scanned: seen.len() as u64,
+        anomalies,
+    })
+}
+
+/// Every id one key holds (`what`: see lua/scan.lua), page by page.
+async fn scan(queue: &DelayQueue, what: i64) -> Result<Vec<String>, Error> {
+    let k = &queue.inner.keys;
+    let pattern = glob_escape(&k.msg_prefix);
+    let (mut cursor, mut ids) = ("0".to_string(), Vec::new());
+    loop {
+        let args: Vec<Value> = vec![
+            what.into(),
+            cursor.as_str().into(),
+            PAGE.into(),
+            k.msg_prefix.as_str().into(),
+            pattern.as_str().into(),
+        ];
+        let reply: Vec<String> = queue.call(&scripts::SCAN, k.for_inspect(), args).await?;
+        let mut reply = reply.into_iter();
+        cursor = reply.next().ok_or_else(|| Error::UnexpectedReply {
+            script: "scan",
+            detail: "empty reply".into(),
+        })?;
+        ids.extend(reply);
+        if cursor == "0" {
+            return Ok(ids);
+        }
+    }
+}
+
+/// Where each id lives, taken atomically; and whether the STALE mark is set.
+async fn inspect(queue: &DelayQueue, ids: &[&String]) -> Result<(bool, Vec<Presence>), Error> {
+    let k = &queue.inner.keys;
+    let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
+    args.extend(ids.iter().map(|id| Value::from(id.as_str())));
+    let reply: Vec<Value> = queue.call(&scripts::INSPECT, k.for_inspect(), args).await?;
+    let bad = || Error::UnexpectedReply {
+        script: "inspect",
+        detail: format!("{} values for {} ids", reply.len(), ids.len()),
+    };
+    let (stale, rest) = reply.split_first().ok_or_else(bad)?;
+    if rest.len() != 7 * ids.len() {
+        return Err(bad());
+    }
+    let present = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
+    let number = |v: &Value| v.as_u64().unwrap_or(0);
+    let found = rest
+        .chunks_exact(7)
+        .map(|v| Presence {
+            pending: present(&v[0]),
+            ready: number(&v[1]) as u32,
+            processing: present(&v[2]),
+            retry: number(&v[3]) as u32,
+            garbage: number(&v[4]) == 1,
+            payload: number(&v[5]) == 1,
+            record: present(&v[6]),
+        })
+        .collect();
+    Ok((number(stale) == 1, found))
+}
+
+/// `s` with the characters SCAN's MATCH treats specially escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MessageState::*;
+
+    fn live(p: Presence) -> Presence {
+        Presence { payload: true, ..p }
+    }
+
+    #[test]
+    fn one_state_with_its_payload_is_clean() {
+        for p in [
+            Presence {
+                pending: true,
+                ..Default::default()
+            },
+            Presence {
+                ready: 1,
+                ..Default::default()
+            },
+            Presence {
+                processing: true,
+                record: true,
+                ..Default::default()
+            },
+            Presence {
+                retry: 1,
+                record: true,
+                ..Default::default()
+            },
+            Presence {
+                garbage: true,
+                record: true,
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(live(p.clone()).anomalies("a", false), vec![], "{p:?}");
+            assert_eq!(live(p.clone()).anomalies("a", true), vec![], "{p:?}");
+        }
+    }
+
+    #[test]
+    fn two_states_are_an_anomaly_unless_a_list_entry_may_be_stale() {
+        let p = live(Presence {
+            pending: true,
+            ready: 1,
+            ..Default::default()
+        });
+        assert_eq!(
+            p.anomalies("a", false),
+            vec![Anomaly::ManyStates {
+                id: "a".into(),
+                states: vec![Pending, Ready]
+            }]
+        );
+        assert_eq!(p.anomalies("a", true), vec![]);
+        let p = live(Presence {
+            pending: true,
+            processing: true,
+            ..Default::default()
+        });
+        assert_eq!(p.anomalies("a", true).len(), 1, "pending and processing is never fine");
+        let twice = live(Presence {
+            retry: 2,
+            ..Default::default()
+        });
+        assert_eq!(twice.anomalies("a", false).len(), 1);
+        assert_eq!(twice.anomalies("a", true), vec![]);
+    }
+
+    #[test]
+    fn missing_and_orphan_parts() {
+        let p = Presence {
+            pending: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            p.anomalies("a", true),
+            vec![Anomaly::MissingPayload {
+                id: "a".into(),
+                state: Pending
+            }]
+        );
+        let stale_entry = Presence {
+            ready: 1,
+            ..Default::default()
+        };
+        assert_eq!(stale_entry.anomalies("a", true), vec![]);
+        assert_eq!(stale_entry.anomalies("a", false).len(), 1);
+        let p = Presence {
+            payload: true,
+            record: true,
+            ..Default::default()
+        };
+        assert_eq!(p.anomalies("a", false), vec![Anomaly::OrphanPayload { id: "a".into() }]);
+        let p = Presence {
+            record: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            p.anomalies("a", false),
+            vec![Anomaly::OrphanRetryRecord { id: "a".into() }]
+        );
+        assert_eq!(glob_escape("dq:{a*b}:m:"), "dq:{a\\*b}:m:");
     }
 }

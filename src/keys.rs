@@ -125,6 +125,18 @@ impl Keys {
         vec![self.garbage.clone(), self.retries.clone()]
     }
 
+    /// Every key that holds ids, for `scan` and `inspect`.
+    pub fn for_inspect(&self) -> Vec<String> {
+        vec![
+            self.pending.clone(),
+            self.ready.clone(),
+            self.unack.clone(),
+            self.retry.clone(),
+            self.garbage.clone(),
+            self.retries.clone(),
+        ]
+    }
+
     pub fn for_stats(&self) -> Vec<String> {
         vec![
             self.pending.clone(),

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::builder::{check_msg_ttl, Config, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::payload::{encode_stored, IntoPayload, Payload};
-use crate::{scripts, DelayQueue, Error, MessageId};
+use crate::{durability, scripts, DelayQueue, Error, MessageId};
 
 /// Most bytes of payload in one script call; larger batches are split.
 const CHUNK_BYTES: usize = 1024 * 1024;
@@ -160,6 +160,7 @@ pub(crate) async fn send_batch(
         .buffered(CHUNKS_IN_FLIGHT)
         .try_collect()
         .await?;
+    durability::confirm(queue).await?;
     Ok(results.into_iter().flatten().collect())
 }
 

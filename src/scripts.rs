@@ -51,6 +51,8 @@ lua_scripts! {
     CANCEL = "cancel";
     GC = "gc";
     STATS = "stats";
+    SCAN = "scan";
+    INSPECT = "inspect";
 }
 
 impl LuaScript {

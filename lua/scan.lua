@@ -1,0 +1,48 @@
+#!lua flags=no-writes
+--[[ scan: read-only: one page of the ids held by one of the queue's keys,
+for the integrity check. Pages of a key that changes meanwhile may miss or
+repeat ids; the check confirms what it finds with `inspect`.
+
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
+KEYS[4] retry list     KEYS[5] garbage set  KEYS[6] retries hash
+ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys
+ARGV[2] cursor, "0" to start   ARGV[3] page size (<= 1000)
+ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
+Returns {next cursor ("0": done), id1, id2, ...}; for the retries hash the
+ids are its fields, for payload keys the ids their keys end with.
+Idempotent: reads only.
+Complexity: O(page) per call (O(log N + page) for zsets).
+]]
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'set',
+  KEYS[6], 'hash')
+local what, cursor, size = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local key = KEYS[what]
+local out, page = {}, nil
+if what == 1 or what == 3 or what == 2 or what == 4 then
+  local from = tonumber(cursor)
+  if what == 1 or what == 3 then
+    page = redis.call('ZRANGE', key, from, from + size - 1)
+  else
+    page = redis.call('LRANGE', key, from, from + size - 1)
+  end
+  out[1] = #page == size and tostring(from + size) or '0'
+elseif what == 5 then
+  local reply = redis.call('SSCAN', key, cursor, 'COUNT', size)
+  out[1], page = reply[1], reply[2]
+elseif what == 6 then
+  local reply = redis.call('HSCAN', key, cursor, 'COUNT', size)
+  out[1], page = reply[1], {}
+  for i = 1, #reply[2], 2 do
+    page[#page + 1] = reply[2][i]
+  end
+else
+  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[5] .. '*', 'COUNT', size)
+  out[1], page = reply[1], {}
+  for _, k in ipairs(reply[2]) do
+    page[#page + 1] = string.sub(k, #ARGV[4] + 1)
+  end
+end
+for _, id in ipairs(page) do
+  out[#out + 1] = id
+end
+return out

@@ -1,0 +1,160 @@
+//! The durability option: a send that waits for a replica (WAIT) or for
+//! append-only files (WAITAOF), against a primary and a replica
+//! `redis-server` spawned by the test.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use delayqueue::{DelayQueue, Durability, Error, NewMessage};
+use support::{wait_until, RedisServer, ServerOptions};
+
+/// A primary and a replica of it, linked.
+async fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start().await;
+    let replica = RedisServer::start_with(ServerOptions {
+        extra_args: vec!["--replicaof".into(), "127.0.0.1".into(), primary.port().to_string()],
+        ..Default::default()
+    })
+    .await;
+    let linked = wait_until(Duration::from_secs(10), || {
+        replica
+            .raw_command(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    })
+    .await;
+    assert!(linked, "replica never linked to its primary");
+    (primary, replica)
+}
+
+fn replicas(n: u32) -> Durability {
+    Durability::Replicas {
+        replicas: n,
+        timeout: Duration::from_millis(300),
+    }
+}
+
+#[tokio::test]
+async fn a_durable_send_returns_once_the_replica_has_the_message() {
+    let (primary, mut replica) = primary_and_replica().await;
+    let client = primary.client().await;
+    let q = DelayQueue::builder("pay", client.clone())
+        .durability(replicas(1))
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        let id = q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        // Read from the replica right after Ok: WAIT means it is there already.
+        let key = format!("dq:{{pay}}:m:{id}");
+        assert_eq!(replica.raw_command(&["EXISTS", &key]), "1", "{id} not on the replica");
+    }
+    let batch = (0..500).map(|i| NewMessage::new(format!("m{i}"), Duration::from_secs(60)));
+    let results = q.send_batch(batch).await.unwrap();
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(replica.raw_command(&["ZCARD", "dq:{pay}:pending"]), "520");
+
+    // Without its replica the confirmation cannot come: a typed error after
+    // the timeout, while the primary holds the message all the same.
+    replica.kill();
+    let started = Instant::now();
+    let err = q
+        .send_delay_msg("y", Duration::from_secs(60))
+        .id("order-1")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotDurable {
+                confirmed: 0,
+                wanted: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(q.stats().await.unwrap().pending, 521);
+    // Sending again with the same id is how a caller makes sure: still
+    // unconfirmed while the replica is away ...
+    let again = q.send_delay_msg("y", Duration::from_secs(60)).id("order-1").await;
+    assert!(matches!(again, Err(Error::NotDurable { .. })), "{again:?}");
+
+    // The replica comes back and resyncs: durable sends succeed again.
+    replica.start_again().await;
+    assert!(
+        wait_until(Duration::from_secs(10), || replica
+            .raw_command(&["INFO", "replication"])
+            .contains("master_link_status:up"))
+        .await
+    );
+    // ... and Duplicate once it is back: stored, and now confirmed.
+    let again = q.send_delay_msg("y", Duration::from_secs(60)).id("order-1").await;
+    assert!(matches!(again, Err(Error::Duplicate(_))), "{again:?}");
+    q.send_delay_msg("z", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(replica.raw_command(&["ZCARD", "dq:{pay}:pending"]), "522");
+}
+
+#[tokio::test]
+async fn asking_for_more_replicas_than_exist_fails_each_send_with_not_durable() {
+    let (primary, _replica) = primary_and_replica().await;
+    let q = DelayQueue::builder("pay", primary.client().await)
+        .durability(replicas(2))
+        .build()
+        .unwrap();
+    let err = q.send_delay_msg("x", Duration::ZERO).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotDurable {
+                confirmed: 1,
+                wanted: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+/// WAITAOF exists from Redis 7.2; on older servers the send says so.
+#[tokio::test]
+async fn aof_durability_confirms_the_local_append_only_file() {
+    let server = RedisServer::start_with(ServerOptions {
+        appendonly: true,
+        appendfsync: Some("everysec".into()),
+        ..Default::default()
+    })
+    .await;
+    let version = server.raw_command(&["INFO", "server"]);
+    let version = version
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let q = DelayQueue::builder("pay", server.client().await)
+        .durability(Durability::Aof {
+            local: true,
+            replicas: 0,
+            timeout: Duration::from_secs(2),
+        })
+        .build()
+        .unwrap();
+    let sent = q.send_delay_msg("x", Duration::ZERO).await;
+    let (major, minor) = {
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    };
+    if (major, minor) >= (7, 2) {
+        sent.unwrap();
+    } else {
+        let err = sent.unwrap_err();
+        assert!(matches!(err, Error::Redis(_)), "{err:?}");
+        assert!(err.to_string().to_lowercase().contains("waitaof"), "{err}");
+        println!("Redis {version} has no WAITAOF: {err}");
+    }
+}
