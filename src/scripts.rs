@@ -8,19 +8,22 @@
 //! and so freeing memory; read-only scripts say `no-writes`.
 //!
 //! Each script is one state transition. It is sent with `EVALSHA`; when
-//! Redis answers NOSCRIPT (restart, failover, `SCRIPT FLUSH`) the script is
-//! loaded again and the call retried once.
+//! Redis answers NOSCRIPT (restart, failover, `SCRIPT FLUSH`) the call is
+//! repeated once as `EVAL` with the whole source, which cannot fail with
+//! NOSCRIPT and caches the script again. (Loading it and retrying `EVALSHA`
+//! would fail again should another flush come in between.)
 
 use std::sync::OnceLock;
 
-use fred::prelude::{Client, FromValue, Value};
+use fred::prelude::{Client, FromValue, LuaInterface, Value};
 use fred::types::scripts::Script;
 
 /// A script of `lua/`, known by its file name.
 pub(crate) struct LuaScript {
     pub name: &'static str,
     file: &'static str,
-    script: OnceLock<Script>,
+    /// The assembled source and its SHA1, built at first use.
+    script: OnceLock<(Script, String)>,
 }
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
@@ -56,8 +59,11 @@ lua_scripts! {
 }
 
 impl LuaScript {
-    fn script(&self) -> &Script {
-        self.script.get_or_init(|| Script::from_lua(self.source()))
+    fn script(&self) -> &(Script, String) {
+        self.script.get_or_init(|| {
+            let source = self.source();
+            (Script::from_lua(source.clone()), source)
+        })
     }
 
     /// The shebang line, then the prelude, then the rest of the file.
@@ -69,10 +75,10 @@ impl LuaScript {
     /// The SHA1 that `EVALSHA` names the script by.
     #[cfg(test)]
     pub fn sha1(&self) -> &str {
-        self.script().sha1()
+        self.script().0.sha1()
     }
 
-    /// Runs the script with `EVALSHA`, reloading it on NOSCRIPT.
+    /// Runs the script with `EVALSHA`, or `EVAL` when Redis does not have it.
     pub async fn call<R: FromValue>(
         &self,
         client: &Client,
@@ -80,7 +86,14 @@ impl LuaScript {
         args: Vec<Value>,
     ) -> Result<R, fred::error::Error> {
         tracing::trace!(script = self.name, keys = keys.len(), args = args.len(), "evalsha");
-        self.script().evalsha_with_reload(client, keys, args).await
+        let (script, source) = self.script();
+        match client.evalsha(script.sha1().clone(), keys.clone(), args.clone()).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                tracing::debug!(script = self.name, "NOSCRIPT; sending the source");
+                client.eval(source.as_str(), keys, args).await
+            }
+            result => result,
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! Not every test binary uses every helper, hence the module-wide allow.
 #![allow(dead_code)]
 
+pub mod proxy;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

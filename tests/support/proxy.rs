@@ -1,0 +1,190 @@
+//! A loopback TCP proxy between clients and a Redis port, for network fault tests.
+//!
+//! Killing Redis tests restarts, but not the faults a live server sees on a
+//! flaky network: a connection that drops while Redis is fine, and above all
+//! a request that *reached* Redis and ran while its reply never came back.
+//! fred answers the latter by reconnecting and re-sending the command, so
+//! every script runs twice; only a proxy can produce that on demand.
+//!
+//! - [`Proxy::cut_all`] drops every open connection now (requests in flight
+//!   may or may not have reached Redis).
+//! - [`Proxy::cut_replies_once`] arms every open connection: the next reply
+//!   bytes Redis sends on it are swallowed and the connection is closed, so
+//!   the request they answer has run but its caller never learns the result.
+//!
+//! Connections opened after an arm are not armed (a reconnect is not cut at
+//! once); an armed connection stays armed until its next reply, however
+//! late (an idle pub/sub connection is cut at its next message). Dropping
+//! the proxy stops it and closes every connection.
+#![allow(dead_code)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// State shared by the proxy handle and its connection tasks.
+#[derive(Default)]
+struct Shared {
+    /// Bumped by `cut_replies_once`; a connection opened at an older value is armed.
+    swallow_epoch: AtomicU64,
+    /// Connections closed by a fault (either kind).
+    cuts: AtomicU64,
+    /// Of those, connections closed after swallowing a reply.
+    swallowed: AtomicU64,
+    /// Connections accepted so far.
+    accepted: AtomicU64,
+}
+
+/// A running proxy; see the module docs.
+pub struct Proxy {
+    port: u16,
+    shared: Arc<Shared>,
+    /// Bumped by `cut_all`; every connection task watches it.
+    cut_all: watch::Sender<u64>,
+    /// The accept loop; it owns the connection tasks, so aborting it ends them all.
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards each connection to
+    /// `127.0.0.1:upstream_port`.
+    pub async fn start(upstream_port: u16) -> Proxy {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("proxy: cannot bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("proxy: local_addr").port();
+        let shared = Arc::new(Shared::default());
+        let (cut_all, cut_rx) = watch::channel(0);
+        let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port));
+        let task = tokio::spawn(accept_loop(listener, upstream, shared.clone(), cut_rx));
+        Proxy {
+            port,
+            shared,
+            cut_all,
+            task,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Drops every open connection now.
+    pub fn cut_all(&self) {
+        self.cut_all.send_modify(|n| *n += 1);
+    }
+
+    /// Arms every open connection: its next reply chunk from Redis is
+    /// swallowed and the connection closed.
+    pub fn cut_replies_once(&self) {
+        self.shared.swallow_epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Connections closed by a fault so far.
+    pub fn cuts(&self) -> u64 {
+        self.shared.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Connections closed after swallowing a reply (so a request ran unanswered).
+    pub fn swallowed(&self) -> u64 {
+        self.shared.swallowed.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far (reconnects included).
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// A connected fred client through the proxy, set up like
+    /// `RedisServer::client()`: reconnects forever with a fast backoff,
+    /// commands time out after 10 s.
+    pub async fn client(&self) -> Client {
+        let url = self.url();
+        let cfg = Config::from_url(&url).expect("proxy: invalid redis url for fred Config");
+        let client = Builder::from_config(cfg)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 1000, 2))
+            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
+            .with_connection_config(|c| c.connection_timeout = Duration::from_secs(2))
+            .build()
+            .expect("proxy: failed to build fred client");
+        client
+            .init()
+            .await
+            .unwrap_or_else(|e| panic!("proxy: fred client failed to connect to {url}: {e:?}"));
+        client
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Shared>, cut: watch::Receiver<u64>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((client, _)) = accepted else { continue };
+                shared.accepted.fetch_add(1, Ordering::SeqCst);
+                conns.spawn(serve(client, upstream, shared.clone(), cut.clone()));
+            }
+            // Reap finished connections so the set does not grow.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Pumps one connection both ways until either side closes or a fault cuts it.
+/// Returning drops both sockets, which closes them.
+async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>, mut cut: watch::Receiver<u64>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    cut.mark_unchanged();
+    let armed_from = shared.swallow_epoch.load(Ordering::SeqCst);
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let requests = tokio::io::copy(&mut client_rx, &mut server_tx);
+    let replies = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match server_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if shared.swallow_epoch.load(Ordering::SeqCst) != armed_from {
+                // The request these bytes answer has run; its caller never hears.
+                shared.swallowed.fetch_add(1, Ordering::SeqCst);
+                shared.cuts.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            if client_tx.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = requests => {}
+        _ = replies => {}
+        _ = cut.changed() => {
+            shared.cuts.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
