@@ -326,23 +326,36 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         );
     }
     for triple in rest.chunks_exact(3) {
-        let id = triple[0].as_str().ok_or_else(|| bad("id"))?.into_owned();
-        let value = triple[1].as_bytes().ok_or_else(|| bad("payload"))?;
-        let payload = decode_stored(value).ok_or_else(|| bad("stored value"))?.to_vec();
-        let attempt = triple[2]
-            .as_u64()
-            .and_then(|a| u32::try_from(a).ok())
-            .ok_or_else(|| bad("attempt"))?;
-        let msg = Message {
-            id: MessageId::from(id),
-            payload,
-            attempt,
-            lease,
+        // One unreadable message must not cost its batch mates their
+        // delivery: they are leased already, and nothing would replay them.
+        let Some(msg) = read_delivery(triple, lease) else {
+            tracing::error!(
+                queue = %inner.name, id = ?triple[0], value = ?triple[1], attempt = ?triple[2],
+                "unreadable message (written by something else?); counted as a failed delivery"
+            );
+            if let Some(id) = triple[0].as_str() {
+                let (shared, id) = (shared.clone(), MessageId::from(id.into_owned()));
+                tokio::spawn(async move { nack(&shared, &id, lease, deadline, NackMode::Fail).await });
+            }
+            continue;
         };
         shared.in_flight.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(deliver(shared.clone(), msg, deadline));
     }
     Ok(popped as usize)
+}
+
+/// One delivery of a claim reply: id, stored value, attempt.
+fn read_delivery(triple: &[Value], lease: i64) -> Option<Message> {
+    let id = triple[0].as_str()?.into_owned();
+    let payload = decode_stored(triple[1].as_bytes()?)?.to_vec();
+    let attempt = triple[2].as_u64().map(|a| u32::try_from(a).unwrap_or(u32::MAX))?;
+    Some(Message {
+        id: MessageId::from(id),
+        payload,
+        attempt,
+        lease,
+    })
 }
 
 fn pair(script: &'static str) -> impl Fn(Vec<i64>) -> Result<[i64; 2], Error> {

@@ -1,0 +1,1027 @@
+//! Bad input and misuse (issue 4): every case gets a typed error, and
+//! nothing is lost or half-written. Each test runs against a private
+//! redis-server and checks the error's variant together with what Redis
+//! holds afterwards.
+
+mod support;
+support::queue_helpers!();
+
+use std::collections::BTreeMap;
+use std::future::IntoFuture;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use delayqueue::{
+    DelayQueue, Error, HandlerError, Json, Message, MessageId, NewMessage, QueueStats, MAX_DELAY, MAX_ID_LEN,
+    MAX_QUEUE_NAME_LEN, MAX_RETRY_COUNT,
+};
+use fred::prelude::*;
+use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
+use support::{all_keys, wait_until, RawReply, RedisServer};
+
+/// How often the consumers in these tests poll.
+const FETCH_INTERVAL: Duration = Duration::from_millis(50);
+/// A fetch interval that never comes around in a test: only wake-ups drive
+/// the consumer, so garbage stays until a sweep is forced.
+const NO_SWEEP: Duration = Duration::from_secs(3600);
+/// The documented default of `max_payload_size` (1 MiB).
+const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// Every key with its `DUMP` (type, value and encoding), read over a raw
+/// connection: two equal snapshots mean nothing was written in between.
+fn snapshot(server: &RedisServer) -> BTreeMap<String, RawReply> {
+    let RawReply::Array(keys) = server.raw_reply(&["KEYS", "*"]) else {
+        panic!("KEYS did not return an array");
+    };
+    keys.iter()
+        .map(|k| {
+            let k = k.render();
+            let dump = server.raw_reply(&["DUMP", &k]);
+            (k, dump)
+        })
+        .collect()
+}
+
+/// Every log line of the test binary goes to one global buffer (a
+/// thread-local subscriber misses events whose callsite another test thread
+/// hit first); a `Logs` sees the lines of its own queue.
+struct Logs(String);
+
+static LOG_LINES: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct LogSink;
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        LOG_LINES.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture(queue: &str) -> Logs {
+        static INSTALLED: std::sync::Once = std::sync::Once::new();
+        INSTALLED.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| LogSink)
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).expect("a global subscriber");
+        });
+        Logs(format!("queue={queue}"))
+    }
+
+    /// The lines that name this queue.
+    fn text(&self) -> String {
+        let all = String::from_utf8_lossy(&LOG_LINES.lock().unwrap()).into_owned();
+        all.lines()
+            .filter(|l| l.split_whitespace().any(|w| w == self.0))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------- queue names
+
+#[tokio::test]
+async fn invalid_queue_names_are_rejected_at_build_and_write_nothing() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let too_long = "q".repeat(MAX_QUEUE_NAME_LEN + 1);
+    let bad = [
+        "",
+        too_long.as_str(),
+        "a{b",
+        "a}b",
+        "{q}",
+        "a b",
+        " ",
+        "tab\t",
+        "nl\n",
+        "nul\0",
+        "bell\u{7}",
+        "del\u{7f}",
+        "é",
+        "a*b",
+    ];
+    for name in bad {
+        match DelayQueue::builder(name, client.clone()).build() {
+            Err(Error::InvalidQueueName { name: got, reason }) => {
+                assert_eq!(got, name);
+                assert!(!reason.is_empty());
+            }
+            other => panic!("queue name {name:?}: expected InvalidQueueName, got {other:?}"),
+        }
+    }
+    // A bad key prefix is a bad setting, not a bad name.
+    for prefix in ["a{", "}", "a b", "x\n"] {
+        let res = DelayQueue::builder("ok", client.clone()).key_prefix(prefix).build();
+        assert!(
+            matches!(res, Err(Error::InvalidArgument(_))),
+            "prefix {prefix:?}: {res:?}"
+        );
+    }
+    assert!(all_keys(&client).await.is_empty());
+
+    // The edges that are allowed work for real.
+    let longest = "q".repeat(MAX_QUEUE_NAME_LEN);
+    for name in [longest.as_str(), "a-b_c.d:e/f@g"] {
+        let q = DelayQueue::builder(name, client.clone()).build().unwrap();
+        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        assert_eq!(q.stats().await.unwrap().pending, 1);
+        let prefix = format!("dq:{{{name}}}:");
+        assert!(all_keys(&client).await.iter().all(|k| k.starts_with("dq:{")));
+        assert!(all_keys(&client).await.iter().any(|k| k.starts_with(&prefix)));
+    }
+}
+
+// ---------------------------------------------------------------- message ids
+
+fn bad_ids() -> Vec<String> {
+    vec![
+        String::new(),
+        "y".repeat(MAX_ID_LEN + 1),
+        // 101 characters, 202 bytes: the limit is in bytes.
+        "é".repeat(MAX_ID_LEN / 2 + 1),
+        "a b".into(),
+        " lead".into(),
+        // The retries hash's marker field; whitespace keeps ids from colliding with it.
+        " stale".into(),
+        "tab\there".into(),
+        "nl\n".into(),
+        "cr\r".into(),
+        "nul\0".into(),
+        "del\u{7f}".into(),
+        "esc\u{1b}[0m".into(),
+        "nbsp\u{a0}".into(),
+        "line\u{2028}sep".into(),
+    ]
+}
+
+#[tokio::test]
+async fn invalid_message_ids_are_rejected_before_anything_is_written() {
+    let (server, client, q) = start_queue("ids", FETCH_INTERVAL, |b| b).await;
+    // Something already in the queue, which must stay as it is.
+    let resident = q.send_delay_msg("resident", Duration::from_secs(60)).await.unwrap();
+    let before = snapshot(&server);
+    for id in bad_ids() {
+        let expect_invalid = |res: Result<(), Error>, what: &str| match res {
+            Err(Error::InvalidMessageId { id: got, reason }) => {
+                assert_eq!(got, id, "{what}");
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{what} with id {id:?}: expected InvalidMessageId, got {other:?}"),
+        };
+        let res = q.send_delay_msg("x", Duration::ZERO).id(id.as_str()).await;
+        expect_invalid(res.map(drop), "send");
+        let res = q.send_schedule_msg("x", SystemTime::now()).id(id.as_str()).await;
+        expect_invalid(res.map(drop), "send_schedule_msg");
+        expect_invalid(q.cancel(&MessageId::from(id.as_str())).await.map(drop), "cancel");
+        // One bad id fails the whole batch: the good messages are not stored either.
+        let batch = [
+            NewMessage::new("good", Duration::ZERO).id("good-1"),
+            NewMessage::new("bad", Duration::ZERO).id(id.as_str()),
+            NewMessage::new("good", Duration::ZERO),
+        ];
+        expect_invalid(q.send_batch(batch).await.map(drop), "send_batch");
+        assert_eq!(snapshot(&server), before, "id {id:?} wrote something");
+    }
+    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert!(q.cancel(&resident).await.unwrap());
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn unusual_but_valid_ids_round_trip() {
+    // Braces are allowed in ids: the key's hash tag is the first `{...}`,
+    // which is always the queue's, so `dq:{q}:m:{x}` stays in the queue's slot.
+    let (_server, client, q) = start_queue("okids", FETCH_INTERVAL, |b| b).await;
+    let valid: Vec<String> = vec![
+        "{".into(),
+        "}".into(),
+        "a{b}c".into(),
+        "{other-queue}".into(),
+        "order-42/é".into(),
+        "*?[glob]".into(),
+        "y".repeat(MAX_ID_LEN),
+        "é".repeat(MAX_ID_LEN / 2),
+    ];
+    for id in &valid {
+        let got = q
+            .send_delay_msg(format!("payload of {id}"), Duration::ZERO)
+            .id(id.as_str())
+            .await
+            .unwrap();
+        assert_eq!(got.as_str(), id);
+    }
+    let keys = all_keys(&client).await;
+    assert!(keys.iter().all(|k| k.starts_with("dq:{okids}:")), "{keys:?}");
+    // Cancel takes them too.
+    let later = q
+        .send_delay_msg("later", Duration::from_secs(60))
+        .id("{c}")
+        .await
+        .unwrap();
+    assert!(q.cancel(&later).await.unwrap());
+
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == valid.len()).await);
+    for (id, _attempt, _at, payload) in log.snapshot() {
+        assert_eq!(payload, format!("payload of {id}").into_bytes());
+    }
+    let delivered: std::collections::HashSet<String> = log.ids().iter().map(|i| i.to_string()).collect();
+    assert_eq!(delivered, valid.iter().cloned().collect());
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+// ---------------------------------------------------------------- payload size
+
+#[tokio::test]
+async fn payload_over_the_default_max_is_rejected_and_writes_nothing() {
+    let (server, client, q) = start_queue("big", FETCH_INTERVAL, |b| b).await;
+    let before = snapshot(&server);
+    let too_big = vec![b'x'; DEFAULT_MAX_PAYLOAD + 1];
+    match q.send_delay_msg(too_big.clone(), Duration::ZERO).await {
+        Err(Error::PayloadTooLarge { size, max }) => {
+            assert_eq!((size, max), (DEFAULT_MAX_PAYLOAD + 1, DEFAULT_MAX_PAYLOAD))
+        }
+        other => panic!("expected PayloadTooLarge, got {other:?}"),
+    }
+    // JSON payloads are measured after encoding.
+    let json = Json(serde_json::json!({ "blob": "y".repeat(DEFAULT_MAX_PAYLOAD) }));
+    assert!(matches!(
+        q.send_delay_msg(json, Duration::ZERO).await,
+        Err(Error::PayloadTooLarge {
+            max: DEFAULT_MAX_PAYLOAD,
+            ..
+        })
+    ));
+    let batch = [
+        NewMessage::new("small", Duration::ZERO),
+        NewMessage::new(too_big, Duration::ZERO),
+    ];
+    assert!(matches!(q.send_batch(batch).await, Err(Error::PayloadTooLarge { .. })));
+    assert_eq!(snapshot(&server), before);
+    assert!(all_keys(&client).await.is_empty());
+
+    // Exactly the maximum is accepted and delivered whole.
+    let largest = vec![b'z'; DEFAULT_MAX_PAYLOAD];
+    q.send_delay_msg(largest.clone(), Duration::ZERO).await.unwrap();
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert_eq!(log.snapshot()[0].3, largest);
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn payload_over_a_configured_max_is_rejected_and_writes_nothing() {
+    let (server, _client, q) = start_queue("small", FETCH_INTERVAL, |b| b.max_payload_size(100)).await;
+    q.send_delay_msg(vec![1u8; 100], Duration::from_secs(60)).await.unwrap();
+    let before = snapshot(&server);
+    match q.send_delay_msg(vec![1u8; 101], Duration::ZERO).await {
+        Err(Error::PayloadTooLarge { size, max }) => assert_eq!((size, max), (101, 100)),
+        other => panic!("expected PayloadTooLarge, got {other:?}"),
+    }
+    match q.send_delay_msg(Json("j".repeat(99)), Duration::ZERO).await {
+        // 99 characters and two quotes.
+        Err(Error::PayloadTooLarge { size, max }) => assert_eq!((size, max), (101, 100)),
+        other => panic!("expected PayloadTooLarge, got {other:?}"),
+    }
+    assert_eq!(snapshot(&server), before);
+    assert_eq!(q.stats().await.unwrap().pending, 1);
+}
+
+// ---------------------------------------------------------------- schedule times
+
+#[tokio::test]
+async fn schedule_time_in_the_past_is_due_now() {
+    let (server, client, q) = start_queue("past", FETCH_INTERVAL, |b| b).await;
+    let day = Duration::from_secs(24 * 3600);
+    let times = [
+        ("epoch", UNIX_EPOCH),
+        ("a day ago", SystemTime::now() - day),
+        ("a millisecond ago", SystemTime::now() - Duration::from_millis(1)),
+    ];
+    for (what, at) in times {
+        q.send_schedule_msg(what, at).await.unwrap();
+    }
+    // Stored as pending and due by Redis's clock already.
+    let redis_now_ms = match server.raw_reply(&["TIME"]) {
+        RawReply::Array(t) => {
+            t[0].render().parse::<u64>().unwrap() * 1000 + t[1].render().parse::<u64>().unwrap() / 1000
+        }
+        other => panic!("{other:?}"),
+    };
+    let RawReply::Array(pending) = server.raw_reply(&["ZRANGE", "dq:{past}:pending", "0", "-1", "WITHSCORES"]) else {
+        panic!("ZRANGE");
+    };
+    let due: Vec<u64> = pending.chunks(2).map(|p| p[1].render().parse().unwrap()).collect();
+    assert_eq!(due.len(), 3);
+    assert!(due.iter().all(|&d| d <= redis_now_ms), "{due:?} vs now {redis_now_ms}");
+
+    let log = Log::default();
+    let started = Instant::now();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 3).await);
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn delay_beyond_max_delay_is_rejected_and_writes_nothing() {
+    let (server, _client, q) = start_queue("far", FETCH_INTERVAL, |b| b).await;
+    let before = snapshot(&server);
+    let day = Duration::from_secs(24 * 3600);
+    let res = q.send_delay_msg("x", MAX_DELAY + Duration::from_millis(1)).await;
+    assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
+    let res = q.send_delay_msg("x", Duration::MAX).await;
+    assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
+    let res = q.send_schedule_msg("x", SystemTime::now() + MAX_DELAY + day).await;
+    assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
+    // msg_ttl has the same bounds: 1 s to MAX_DELAY.
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        MAX_DELAY + Duration::from_secs(1),
+    ] {
+        let res = q.send_delay_msg("x", Duration::ZERO).msg_ttl(ttl).await;
+        assert!(matches!(res, Err(Error::InvalidArgument(_))), "ttl {ttl:?}: {res:?}");
+    }
+    assert_eq!(snapshot(&server), before);
+}
+
+#[tokio::test]
+async fn the_longest_valid_delay_is_stored_pending() {
+    let (server, client, q) = start_queue("longest", FETCH_INTERVAL, |b| b).await;
+    let id = q.send_delay_msg("in ten years", MAX_DELAY).await.unwrap();
+    let scheduled = q
+        .send_schedule_msg("also far", SystemTime::now() + MAX_DELAY - Duration::from_secs(60))
+        .await
+        .unwrap();
+    let redis_now_ms = match server.raw_reply(&["TIME"]) {
+        RawReply::Array(t) => t[0].render().parse::<i64>().unwrap() * 1000,
+        other => panic!("{other:?}"),
+    };
+    let due: f64 = client.zscore("dq:{longest}:pending", id.as_str()).await.unwrap();
+    let max_ms = MAX_DELAY.as_millis() as i64;
+    assert!((due as i64 - redis_now_ms - max_ms).abs() < 10_000, "due {due}");
+    // The payload outlives its due time by msg_ttl (default 1 h).
+    let pttl: i64 = client.pttl(format!("dq:{{longest}}:m:{id}")).await.unwrap();
+    assert!(pttl > max_ms && pttl <= max_ms + 3_600_000, "pttl {pttl}");
+    let _: f64 = client.zscore("dq:{longest}:pending", scheduled.as_str()).await.unwrap();
+    // A running consumer leaves them alone.
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(log.is_empty());
+    consumer.shutdown().await.unwrap();
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.pending, s.live()), (2, 2), "{s:?}");
+}
+
+// ---------------------------------------------------------------- retry counts and settings
+
+#[tokio::test]
+async fn retry_counts_beyond_the_maximum_are_rejected() {
+    let (server, client, q) = start_queue("retries", FETCH_INTERVAL, |b| b).await;
+    let before = snapshot(&server);
+    for n in [MAX_RETRY_COUNT + 1, u32::MAX] {
+        let res = q.send_delay_msg("x", Duration::ZERO).retry_count(n).await;
+        assert!(
+            matches!(res, Err(Error::InvalidArgument(_))),
+            "retry_count {n}: {res:?}"
+        );
+        let res = queue_builder("retries", &client, FETCH_INTERVAL)
+            .default_retry_count(n)
+            .build();
+        assert!(
+            matches!(res, Err(Error::InvalidArgument(_))),
+            "default_retry_count {n}: {res:?}"
+        );
+    }
+    assert_eq!(snapshot(&server), before);
+    // The maximum itself is fine, per message and per queue.
+    let id = q
+        .send_delay_msg("x", Duration::from_secs(60))
+        .retry_count(MAX_RETRY_COUNT)
+        .await
+        .unwrap();
+    let stored: Vec<u8> = client.get(format!("dq:{{retries}}:m:{id}")).await.unwrap();
+    assert_eq!(stored, format!("{MAX_RETRY_COUNT}:x").into_bytes());
+    let q2 = queue_builder("retries", &client, FETCH_INTERVAL)
+        .default_retry_count(MAX_RETRY_COUNT)
+        .build()
+        .unwrap();
+    q2.send_delay_msg("y", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(q.stats().await.unwrap().pending, 2);
+}
+
+#[tokio::test]
+async fn builder_settings_out_of_range_are_rejected() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    type Configure = fn(delayqueue::DelayQueueBuilder) -> delayqueue::DelayQueueBuilder;
+    let cases: [(&str, Configure); 11] = [
+        ("fetch_interval 0", |b| b.fetch_interval(Duration::ZERO)),
+        ("max_consume_duration 9 ms", |b| {
+            b.max_consume_duration(Duration::from_millis(9))
+        }),
+        ("concurrency 0", |b| b.concurrency(0)),
+        ("fetch_limit below concurrency", |b| b.concurrency(4).fetch_limit(3)),
+        ("batch_size 0", |b| b.batch_size(0)),
+        ("batch_size 1001", |b| b.batch_size(1001)),
+        ("nack_redelivery_delay > MAX_DELAY", |b| {
+            b.nack_redelivery_delay(MAX_DELAY + Duration::from_secs(1))
+        }),
+        ("msg_ttl 999 ms", |b| b.msg_ttl(Duration::from_millis(999))),
+        ("msg_ttl > MAX_DELAY", |b| b.msg_ttl(MAX_DELAY + Duration::from_secs(1))),
+        ("default_retry_count > MAX", |b| {
+            b.default_retry_count(MAX_RETRY_COUNT + 1)
+        }),
+        ("key_prefix with a brace", |b| b.key_prefix("x{")),
+    ];
+    for (what, configure) in cases {
+        let res = configure(DelayQueue::builder("settings", client.clone())).build();
+        assert!(matches!(res, Err(Error::InvalidArgument(_))), "{what}: {res:?}");
+    }
+    assert!(all_keys(&client).await.is_empty());
+}
+
+// ---------------------------------------------------------------- keys of the wrong type
+
+/// The queue keys a foreign writer may clobber, with their script type.
+const QUEUE_KEYS: [&str; 6] = ["pending", "ready", "unack", "retry", "garbage", "retries"];
+
+#[tokio::test]
+async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    for key in QUEUE_KEYS {
+        let name = format!("wt-{key}");
+        let q = queue_builder(&name, &client, FETCH_INTERVAL).build().unwrap();
+        let full = format!("dq:{{{name}}}:{key}");
+        // A message already waiting (pending itself must not exist to be clobbered).
+        let resident = match key {
+            "pending" => None,
+            _ => Some(q.send_delay_msg("resident", Duration::from_secs(3600)).await.unwrap()),
+        };
+        assert_eq!(server.raw_command(&["SET", &full, "foreign", "NX"]), "OK");
+        let before = snapshot(&server);
+
+        // Which calls touch which key (see the KEYS of each script).
+        let send_touches = matches!(key, "pending" | "retries" | "unack" | "garbage");
+        let stats_touches = key != "retries";
+        let is_wrong_type = |e: &Error| match e {
+            Error::WrongType { queue, detail } => {
+                *queue == name && detail.contains("WRONGTYPE") && detail.contains(&full)
+            }
+            _ => false,
+        };
+
+        let sent = q.send_delay_msg("x", Duration::ZERO).await;
+        let batch = q
+            .send_batch([
+                NewMessage::new("b1", Duration::ZERO),
+                NewMessage::new("b2", Duration::ZERO),
+            ])
+            .await;
+        if send_touches {
+            assert!(matches!(&sent, Err(e) if is_wrong_type(e)), "{key}: send gave {sent:?}");
+            assert!(
+                matches!(&batch, Err(e) if is_wrong_type(e)),
+                "{key}: send_batch gave {batch:?}"
+            );
+            if let Some(resident) = &resident {
+                let res = q.cancel(resident).await;
+                assert!(matches!(&res, Err(e) if is_wrong_type(e)), "{key}: cancel gave {res:?}");
+            }
+            assert_eq!(snapshot(&server), before, "{key}: a refused call wrote something");
+        } else {
+            sent.unwrap_or_else(|e| panic!("{key}: send does not touch it, yet {e:?}"));
+            assert!(batch.unwrap().iter().all(Result::is_ok));
+            assert!(q.cancel(resident.as_ref().unwrap()).await.unwrap());
+            let pending: i64 = client.zcard(format!("dq:{{{name}}}:pending")).await.unwrap();
+            assert_eq!(pending, 3, "{key}");
+        }
+        let stats = q.stats().await;
+        if stats_touches {
+            assert!(
+                matches!(&stats, Err(e) if is_wrong_type(e)),
+                "{key}: stats gave {stats:?}"
+            );
+            let started = q.start_consume(acking(&Log::default())).await;
+            assert!(
+                matches!(&started, Err(e) if is_wrong_type(e)),
+                "{key}: start_consume gave {:?}",
+                started.as_ref().map(drop)
+            );
+        } else {
+            stats.unwrap();
+        }
+        // The foreign value itself is untouched.
+        assert_eq!(server.raw_command(&["GET", &full]), "foreign", "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_payload_key_of_the_wrong_type_fails_that_message_alone() {
+    let (server, client, q) = start_queue("wtmsg", FETCH_INTERVAL, |b| b).await;
+    let _: () = client.hset("dq:{wtmsg}:m:taken", ("f", "v")).await.unwrap();
+    let before = snapshot(&server);
+    let res = q.send_delay_msg("x", Duration::ZERO).id("taken").await;
+    match &res {
+        Err(Error::WrongType { queue, detail }) => assert!(queue == "wtmsg" && detail.contains("taken"), "{detail}"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert_eq!(snapshot(&server), before);
+    let results = q
+        .send_batch([
+            NewMessage::new("a", Duration::ZERO).id("a"),
+            NewMessage::new("t", Duration::ZERO).id("taken"),
+            NewMessage::new("c", Duration::ZERO).id("c"),
+        ])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert!(matches!(&results[1], Err(Error::WrongType { .. })), "{results:?}");
+    assert_eq!(q.stats().await.unwrap().pending, 2);
+    assert_eq!(server.raw_command(&["TYPE", "dq:{wtmsg}:m:taken"]), "hash");
+}
+
+#[tokio::test]
+async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed() {
+    let (server, client, q) = start_queue("wtrun", FETCH_INTERVAL, |b| b).await;
+    let logs = Logs::capture("wtrun");
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    let mut expected = 0;
+    for key in QUEUE_KEYS {
+        let full = format!("dq:{{wtrun}}:{key}");
+        assert_eq!(
+            wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+            QueueStats::default()
+        );
+        // Sent before the breakage and due during it (pending cannot hold
+        // anything while it is clobbered).
+        let before = match key {
+            "pending" => None,
+            _ => Some(
+                q.send_delay_msg(format!("before {key}"), Duration::from_millis(100))
+                    .await
+                    .unwrap(),
+            ),
+        };
+        assert_eq!(server.raw_command(&["SET", &full, "foreign", "NX"]), "OK");
+        let failing = format!("WRONGTYPE {full}");
+        assert!(
+            wait_until(Duration::from_secs(3), || logs.text().contains(&failing)).await,
+            "{key}: the consumer did not report the broken key"
+        );
+        // A send during the breakage: refused whole, or stored (when send does not touch the key).
+        let during = q.send_delay_msg(format!("during {key}"), Duration::ZERO).await;
+        match &during {
+            Ok(_) => assert!(matches!(key, "ready" | "retry")),
+            Err(Error::WrongType { .. }) => assert!(!matches!(key, "ready" | "retry")),
+            Err(e) => panic!("{key}: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(log.len(), expected, "{key}: delivered through a broken key");
+        // Repaired by the operator; the same consumer carries on.
+        assert_eq!(server.raw_command(&["DEL", &full]), "1");
+        let after = q.send_delay_msg(format!("after {key}"), Duration::ZERO).await.unwrap();
+        let want: Vec<MessageId> = before.into_iter().chain(during.ok()).chain(Some(after)).collect();
+        expected += want.len();
+        assert!(
+            wait_until(Duration::from_secs(5), || log.len() >= expected).await,
+            "{key}: consumer did not resume ({} of {expected})",
+            log.len()
+        );
+        let ids = log.ids();
+        assert!(want.iter().all(|id| ids.contains(id)), "{key}");
+    }
+    let text = logs.text();
+    assert!(text.contains("consumer step failed; backing off"), "{text}");
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(log.len(), expected, "duplicates: {:?}", log.counts());
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+// ---------------------------------------------------------------- foreign values inside keys
+
+/// Sets the retry record (delivery count) of `id` to `value`.
+async fn set_retry_record(client: &Client, queue: &str, id: &MessageId, value: &str) {
+    let _: () = client
+        .hset(format!("dq:{{{queue}}}:retries"), (id.as_str(), value))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_non_numeric_retry_record_is_counted_with_a_default() {
+    // Every delivery fails, so each message uses all 3 of its deliveries.
+    let (_server, client, q) = start_queue("abc", FETCH_INTERVAL, |b| {
+        // fetch_limit 1: while one message is handled, the next waits in ready.
+        b.default_retry_count(2).fetch_limit(1)
+    })
+    .await;
+    let log = Log::default();
+    let handler = |log: &Log| {
+        recording(log, |msg: Message| async move {
+            if msg.payload() == b"blocker" {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                return Ok(());
+            }
+            Err::<(), HandlerError>("always fails".into())
+        })
+    };
+    // Pending, not yet due; and pending, already due (not yet promoted).
+    let waiting = q.send_delay_msg("waiting", Duration::from_millis(500)).await.unwrap();
+    let due = q.send_delay_msg("due", Duration::ZERO).await.unwrap();
+    for (id, value) in [(&waiting, "abc"), (&due, "-7")] {
+        set_retry_record(&client, "abc", id, value).await;
+    }
+    let consumer = q.start_consume(handler(&log)).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || log.attempts(&waiting).len() == 3
+            && log.attempts(&due).len() == 3)
+        .await,
+        "{:?}",
+        log.counts()
+    );
+    // Ready: promoted while the only handler slot is busy.
+    q.send_delay_msg("blocker", Duration::ZERO).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(3), || log
+            .snapshot()
+            .iter()
+            .any(|e| e.3 == b"blocker"))
+        .await
+    );
+    let ready = q.send_delay_msg("ready", Duration::ZERO).await.unwrap();
+    let mut seen_ready = false;
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end && !seen_ready {
+        seen_ready = q.stats().await.unwrap().ready == 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen_ready, "the message never sat in ready");
+    assert!(log.attempts(&ready).is_empty());
+    set_retry_record(&client, "abc", &ready, "1.5e3").await;
+
+    assert!(
+        wait_until(Duration::from_secs(5), || log.len() == 3 + 3 + 3 + 1).await,
+        "{:?}",
+        log.counts()
+    );
+    for id in [&waiting, &due, &ready] {
+        assert_eq!(log.attempts(id), vec![1, 2, 3], "{id}");
+    }
+    // All three used up their deliveries, were dead and collected.
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(log.len(), 10);
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+#[tokio::test]
+async fn a_non_numeric_retry_record_while_waiting_for_a_retry_restarts_the_count() {
+    let (_server, client, q) = start_queue("abcretry", FETCH_INTERVAL, |b| {
+        b.default_retry_count(1)
+            .nack_redelivery_delay(Duration::from_millis(300))
+    })
+    .await;
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_msg: Message| async move {
+            Err::<(), HandlerError>("always fails".into())
+        }))
+        .await
+        .unwrap();
+    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    // Now waiting 300 ms for its retry, with record "1".
+    set_retry_record(&client, "abcretry", &id, "abc").await;
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 3).await);
+    // The unreadable record counts as 0 deliveries: one extra delivery, never endless.
+    assert_eq!(log.attempts(&id), vec![1, 1, 2]);
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(log.len(), 3);
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+/// Message `a`, made unreadable by `corrupt` once sent, is claimed in one
+/// batch with `b` (retry_count 0): `b` must still get its one delivery,
+/// promptly (well before the 2 s visibility timeout), and `a` must end
+/// delivered or dead, not stuck.
+async fn an_unreadable_message_spares_its_batch(name: &str, corrupt: impl FnOnce(&RedisServer, &MessageId)) {
+    let (server, client, q) = start_queue(name, FETCH_INTERVAL, |b| {
+        b.concurrency(8).max_consume_duration(Duration::from_secs(2))
+    })
+    .await;
+    let a = q.send_delay_msg("a", Duration::ZERO).await.unwrap();
+    let b = q.send_delay_msg("b", Duration::ZERO).retry_count(0).await.unwrap();
+    corrupt(&server, &a);
+    let logs = Logs::capture(name);
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    let got_b = wait_until(Duration::from_secs(1), || log.attempts(&b) == vec![1]).await;
+    // Where does everything end? (A few visibility timeouts.)
+    let mut s = q.stats().await.unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while s.live() > 0 && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s = q.stats().await.unwrap();
+    }
+    consumer.shutdown().await.unwrap();
+    let b_payload: Option<String> = client.get(format!("dq:{{{name}}}:m:{b}")).await.unwrap();
+    let problems: Vec<String> = logs
+        .text()
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .map(|l| l.chars().take(300).collect())
+        .collect();
+    let story = format!(
+        "a = {a}, b = {b}; deliveries {:?}; stats {s:?}; b's payload key afterwards {b_payload:?}; warnings:\n{}",
+        log.snapshot()
+            .iter()
+            .map(|e| (e.0.to_string(), e.1))
+            .collect::<Vec<_>>(),
+        problems.join("\n")
+    );
+    assert!(got_b, "b was not delivered within 1 s: {story}");
+    assert_eq!(log.attempts(&b), vec![1], "{story}");
+    assert_eq!(s.live(), 0, "a is stuck: {story}");
+}
+
+#[tokio::test]
+async fn a_retry_record_beyond_u32_spares_the_rest_of_its_claim() {
+    an_unreadable_message_spares_its_batch("huge", |server, a| {
+        server.raw_command(&["HSET", "dq:{huge}:retries", a.as_str(), "4294967296"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_payload_without_its_header_spares_the_rest_of_its_claim() {
+    // E.g. written by something else, or by a version that stored bare payloads.
+    an_unreadable_message_spares_its_batch("headless", |server, a| {
+        let key = format!("dq:{{headless}}:m:{a}");
+        assert_eq!(server.raw_command(&["SET", &key, "bare payload", "KEEPTTL"]), "OK");
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------- handler trouble
+
+#[derive(Debug, serde::Deserialize)]
+#[allow(dead_code)]
+struct Order {
+    order_id: u64,
+}
+
+#[tokio::test]
+async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
+    let (_server, client, q) = start_queue("json", NO_SWEEP, |b| b).await;
+    let logs = Logs::capture("json");
+    let log = Log::default();
+    let kinds = Arc::new(Mutex::new(Vec::new()));
+    let k = kinds.clone();
+    let consumer = q
+        .start_consume(recording(&log, move |msg: Message| {
+            let k = k.clone();
+            async move {
+                let parsed = msg.json::<Order>();
+                k.lock().unwrap().push(match &parsed {
+                    Err(Error::Json(_)) => "Error::Json",
+                    Err(_) => "another error",
+                    Ok(_) => "decoded",
+                });
+                let _order: Order = parsed?;
+                Ok(())
+            }
+        }))
+        .await
+        .unwrap();
+    let not_json = q
+        .send_delay_msg(&b"\xff\xfe not json"[..], Duration::ZERO)
+        .retry_count(2)
+        .await
+        .unwrap();
+    let wrong_shape = q
+        .send_delay_msg(Json(serde_json::json!({ "order_id": "seven" })), Duration::ZERO)
+        .await
+        .unwrap();
+    // retry_count 2 and the default 3: 3 and 4 deliveries.
+    assert!(
+        wait_until(Duration::from_secs(5), || log.len() == 7).await,
+        "{:?}",
+        log.counts()
+    );
+    assert_eq!(log.attempts(&not_json), vec![1, 2, 3]);
+    assert_eq!(log.attempts(&wrong_shape), vec![1, 2, 3, 4]);
+    assert!(kinds.lock().unwrap().iter().all(|k| *k == "Error::Json"), "{kinds:?}");
+    let want = QueueStats {
+        garbage: 2,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(log.len(), 7);
+    assert_eq!(q.stats().await.unwrap(), want);
+    // The handler's error reached the consumer's log as what it was.
+    let text = logs.text();
+    assert!(
+        text.contains("handler failed") && text.contains("JSON payload"),
+        "{text}"
+    );
+    assert!(text.contains("used up its deliveries"), "{text}");
+    consumer.shutdown().await.unwrap();
+
+    // The next sweep collects the dead messages.
+    let sweeper = queue_builder("json", &client, FETCH_INTERVAL).build().unwrap();
+    let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.len(), 7, "a dead message was delivered again");
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+#[tokio::test]
+async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on() {
+    let (_server, client, q) = start_queue("panic", NO_SWEEP, |b| b).await;
+    let logs = Logs::capture("panic");
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            if msg.payload() == b"poison" {
+                panic!("handler bug on attempt {}", msg.attempt());
+            }
+            Ok::<(), HandlerError>(())
+        }))
+        .await
+        .unwrap();
+    let poison = q.send_delay_msg("poison", Duration::ZERO).retry_count(2).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 3).await);
+    assert_eq!(log.attempts(&poison), vec![1, 2, 3]);
+    let want = QueueStats {
+        garbage: 1,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    // The same consumer serves the next messages.
+    let mut fine = Vec::new();
+    for i in 0..5 {
+        fine.push(q.send_delay_msg(format!("fine {i}"), Duration::ZERO).await.unwrap());
+    }
+    assert!(wait_until(Duration::from_secs(5), || log.len() == 8).await);
+    assert!(fine.iter().all(|id| log.attempts(id) == vec![1]));
+    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    assert_eq!(log.attempts(&poison).len(), 3);
+    // The nack logs after its reply, which may come after the stats show it.
+    wait_until(Duration::from_secs(2), || {
+        logs.text().contains("used up its deliveries")
+    })
+    .await;
+    let text = logs.text();
+    assert_eq!(text.matches("handler panicked").count(), 3, "{text}");
+    assert!(
+        text.contains("handler bug on attempt 3") && text.contains("used up its deliveries"),
+        "{text}"
+    );
+    consumer.shutdown().await.unwrap();
+    let sweeper = queue_builder("panic", &client, FETCH_INTERVAL).build().unwrap();
+    let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.len(), 8);
+    assert!(all_keys(&client).await.is_empty());
+}
+
+// ---------------------------------------------------------------- Redis unreachable
+
+/// A loopback port nobody listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn connect_to_a_closed_port_fails_within_its_limit() {
+    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let started = Instant::now();
+    let res = tokio::time::timeout(Duration::from_secs(15), delayqueue::connect(&url))
+        .await
+        .expect("connect hung");
+    assert!(matches!(res, Err(Error::Redis(_))), "{res:?}");
+    println!(
+        "connect to a closed port failed after {:?}: {}",
+        started.elapsed(),
+        res.unwrap_err()
+    );
+    // connect() gives up after 5 s at most.
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+    let res = delayqueue::connect("not a url").await;
+    assert!(matches!(res, Err(Error::Redis(_))), "{res:?}");
+}
+
+/// Kills the server, then keeps its port taken by a listener that drops
+/// every connection (so no other test's server can appear there).
+fn kill_and_hold_port(server: &mut RedisServer) -> std::net::TcpListener {
+    server.kill();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", server.port())).expect("could not take the port over");
+    let acceptor = listener.try_clone().unwrap();
+    std::thread::spawn(move || {
+        for stream in acceptor.incoming() {
+            drop(stream);
+        }
+    });
+    listener
+}
+
+/// Runs `call` on a dead server: `Error::Redis` within `limit`.
+async fn fails_within<T: std::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) {
+    let started = Instant::now();
+    let res = tokio::time::timeout(limit + Duration::from_secs(3), call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"));
+    let took = started.elapsed();
+    assert!(matches!(res, Err(Error::Redis(_))), "{what}: {res:?}");
+    assert!(took <= limit + Duration::from_secs(1), "{what} took {took:?}");
+    println!("{what} on a dead server failed after {took:?}: {}", res.unwrap_err());
+}
+
+/// Send, cancel and stats (at once) on a queue whose Redis is gone.
+async fn calls_fail_within(q: &DelayQueue, limit: Duration) {
+    let id = MessageId::from("someone");
+    tokio::join!(
+        fails_within("send", limit, q.send_delay_msg("x", Duration::ZERO).into_future()),
+        fails_within("cancel", limit, q.cancel(&id)),
+        fails_within("stats", limit, q.stats()),
+    );
+}
+
+#[tokio::test]
+async fn send_after_the_server_died_fails_within_a_short_command_timeout() {
+    let mut server = RedisServer::start().await;
+    let cfg = fred::prelude::Config::from_url(&server.url()).unwrap();
+    let client = Builder::from_config(cfg)
+        .with_connection_config(|c| c.connection_timeout = Duration::from_secs(1))
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(1))
+        .set_policy(ReconnectPolicy::new_exponential(0, 100, 1000, 2))
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let q = queue_builder("dead", &client, FETCH_INTERVAL).build().unwrap();
+    q.send_delay_msg("before", Duration::from_secs(60)).await.unwrap();
+    let _port = kill_and_hold_port(&mut server);
+    calls_fail_within(&q, Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn send_after_the_server_died_fails_within_connects_command_timeout() {
+    let mut server = RedisServer::start().await;
+    let client = delayqueue::connect(&server.url()).await.unwrap();
+    let q = queue_builder("dead10", &client, FETCH_INTERVAL).build().unwrap();
+    q.send_delay_msg("before", Duration::from_secs(60)).await.unwrap();
+    let _port = kill_and_hold_port(&mut server);
+    // connect() sets a 10 s command timeout.
+    calls_fail_within(&q, Duration::from_secs(10)).await;
+}
