@@ -5,4 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
+# faketime (libfaketime): one fault test runs a worker with its clock an
+# hour off (tests/faults_process.rs). Without it that test fails and says
+# how to install it.
+if ! command -v faketime >/dev/null 2>&1 && [ -z "${FAKETIME_LIB:-}" ]; then
+    apt_install faketime || echo "could not install faketime; the clock-skew fault test will fail" >&2
+fi
 cargo test "$@"

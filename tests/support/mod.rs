@@ -13,6 +13,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod worker;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
