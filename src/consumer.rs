@@ -166,9 +166,12 @@ async fn run(
         }
     }
     // Claiming nothing deletes the receipt. Should it replay a request that
-    // failed, the replayed deliveries see the stop and are handed back.
-    if let Err(e) = claim(&shared, 0).await {
-        tracing::debug!(error = %e, "could not delete the claim receipt; it expires on its own");
+    // failed, the replayed deliveries see the stop and are handed back. It
+    // expires on its own, so a Redis that does not answer only gets a moment.
+    match tokio::time::timeout(Duration::from_secs(2), claim(&shared, 0)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not delete the claim receipt; it expires on its own"),
+        Err(_) => tracing::debug!("claim receipt not deleted in time; it expires on its own"),
     }
     while shared.in_flight.load(Ordering::Acquire) > 0 {
         shared.done.notified().await;
