@@ -17,6 +17,7 @@ use delayqueue::{
 };
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
+use support::logs::Logs;
 use support::{all_keys, wait_until, RawReply, RedisServer};
 
 /// How often the consumers in these tests poll.
@@ -40,48 +41,6 @@ fn snapshot(server: &RedisServer) -> BTreeMap<String, RawReply> {
             (k, dump)
         })
         .collect()
-}
-
-/// Every log line of the test binary goes to one global buffer (a
-/// thread-local subscriber misses events whose callsite another test thread
-/// hit first); a `Logs` sees the lines of its own queue.
-struct Logs(String);
-
-static LOG_LINES: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct LogSink;
-
-impl std::io::Write for LogSink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        LOG_LINES.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture(queue: &str) -> Logs {
-        static INSTALLED: std::sync::Once = std::sync::Once::new();
-        INSTALLED.call_once(|| {
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(|| LogSink)
-                .with_ansi(false)
-                .finish();
-            tracing::subscriber::set_global_default(subscriber).expect("a global subscriber");
-        });
-        Logs(format!("queue={queue}"))
-    }
-
-    /// The lines that name this queue.
-    fn text(&self) -> String {
-        let all = String::from_utf8_lossy(&LOG_LINES.lock().unwrap()).into_owned();
-        all.lines()
-            .filter(|l| l.split_whitespace().any(|w| w == self.0))
-            .map(|l| format!("{l}\n"))
-            .collect()
-    }
 }
 
 // ---------------------------------------------------------------- queue names

@@ -23,6 +23,7 @@ use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Message, MessageId, Qu
 use fred::clients::Client;
 use fred::prelude::*;
 use helpers::{queue_builder, recording, start_queue_with, wait_stats, Log};
+use support::logs::Logs;
 use support::proxy::Proxy;
 use support::{all_keys, wait_until, RedisServer, ServerOptions};
 use tokio::task::JoinHandle;
@@ -310,18 +311,11 @@ async fn connections_cut_mid_run_lose_nothing() {
 }
 
 /// `SCRIPT FLUSH` again and again while sends and consumption run: every
-/// script call that meets NOSCRIPT is repeated as EVAL, so nothing fails. Runs on one thread so
-/// that a thread-local subscriber sees the consumers' warnings too.
+/// script call that meets NOSCRIPT is repeated as EVAL, so nothing fails,
+/// and nothing is warned about.
 #[tokio::test(flavor = "current_thread")]
 async fn script_flush_mid_run_fails_nothing() {
-    let warnings = Warnings::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(warnings.clone())
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
+    let logs = Logs::capture("flush");
     let (server, client, q) = start_queue_with(ServerOptions::default(), "flush", FETCH_INTERVAL, configure).await;
     let until = Instant::now() + FAULT_WINDOW;
     let run = Run::start(&q, until).await;
@@ -334,7 +328,7 @@ async fn script_flush_mid_run_fails_nothing() {
     }
     let out = run
         .finish("script_flush", &client, &format!("{flushes}"), || {
-            format!("warnings={}", warnings.text().lines().count())
+            format!("warnings={}", logs.warnings().len())
         })
         .await;
     assert_eq!(
@@ -342,8 +336,12 @@ async fn script_flush_mid_run_fails_nothing() {
         "{} sends failed, first: {:?}",
         out.send_errors, out.first_send_error
     );
-    let logged = warnings.text();
-    assert!(logged.is_empty(), "warnings while scripts were flushed:\n{logged}");
+    let warnings = logs.warnings();
+    assert!(
+        warnings.is_empty(),
+        "warnings while scripts were flushed:\n{}",
+        warnings.join("\n")
+    );
     assert!(out.sent > 0);
 }
 
@@ -392,33 +390,4 @@ async fn script_flush_storm_fails_no_send() {
     let flushes = flusher.join().unwrap();
     println!("FAULT scenario=script_flush_storm sent={ok} send_errors={failed} faults={flushes}");
     assert_eq!(failed, 0, "{failed} of {} sends failed, first: {first:?}", ok + failed);
-}
-
-/// Log output captured by the flush test.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<u8>>>);
-
-impl Warnings {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Warnings {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Warnings {
-    type Writer = Warnings;
-
-    fn make_writer(&'a self) -> Warnings {
-        self.clone()
-    }
 }

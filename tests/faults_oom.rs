@@ -9,11 +9,11 @@ mod support;
 support::queue_helpers!();
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use delayqueue::{Error, MessageId, NewMessage, QueueStats};
 use helpers::{acking, start_queue_with, wait_stats, Log};
+use support::logs::Logs;
 use support::{wait_until, RawReply, RedisServer, ServerOptions};
 
 /// Payload size of the messages that fill Redis.
@@ -38,44 +38,6 @@ fn memory_info(server: &RedisServer, field: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Everything logged by any thread (this binary holds one test, so the
-/// global subscriber is its own).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn capture() -> Logs {
-        let logs = Logs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("a global subscriber was set already");
-        logs
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
     let opts = ServerOptions {
@@ -84,7 +46,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
         ..Default::default()
     };
     let (server, _client, q) = start_queue_with(opts, "oom", Duration::from_millis(100), |b| b.concurrency(8)).await;
-    let logs = Logs::capture();
+    let logs = Logs::capture("oom");
     let log = Log::default();
     // Runs from before the first send to after the last.
     let consumer = q.start_consume(acking(&log)).await.unwrap();
@@ -188,12 +150,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
     assert!(msg_keys(&server, "dq:{oom}:m:*").is_empty());
     consumer.shutdown().await.unwrap();
     // The consumer's scripts are allowed under OOM: not one of its calls failed.
-    let warnings: Vec<String> = logs
-        .text()
-        .lines()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-        .map(str::to_string)
-        .collect();
+    let warnings = logs.warnings();
     assert!(
         warnings.is_empty(),
         "the consumer had trouble while Redis was full:\n{}",
