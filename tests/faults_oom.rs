@@ -149,6 +149,9 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
     assert!(handled.is_subset(&accepted), "delivered something that was refused");
     assert!(msg_keys(&server, "dq:{oom}:m:*").is_empty());
     consumer.shutdown().await.unwrap();
+    let report = q.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert!(support::all_keys(&server.client().await).await.is_empty());
     // The consumer's scripts are allowed under OOM: not one of its calls failed.
     let warnings = logs.warnings();
     assert!(
