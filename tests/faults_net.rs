@@ -21,7 +21,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Message, MessageId, QueueStats};
 use fred::clients::Client;
-use fred::prelude::*;
 use helpers::{queue_builder, recording, start_queue_with, wait_stats, Log};
 use support::logs::Logs;
 use support::proxy::Proxy;
@@ -192,7 +191,10 @@ impl Run {
         );
         if !lost.is_empty() {
             for id in lost.iter().take(5) {
-                eprintln!("lost {id}: {}", whereabouts(direct, self.queue.name(), id).await);
+                eprintln!(
+                    "lost {id}: {}",
+                    support::whereabouts(direct, self.queue.name(), id.as_str()).await
+                );
             }
         }
         assert!(
@@ -211,27 +213,6 @@ impl Run {
             duplicates,
         }
     }
-}
-
-/// Where Redis still holds `id`, for the report of a lost message.
-async fn whereabouts(client: &Client, queue: &str, id: &MessageId) -> String {
-    let base = format!("dq:{{{queue}}}");
-    let id = id.as_str();
-    let probes: [(&str, &str, Vec<String>); 7] = [
-        ("pending", "ZSCORE", vec![format!("{base}:pending"), id.into()]),
-        ("ready", "LPOS", vec![format!("{base}:ready"), id.into()]),
-        ("unack", "ZSCORE", vec![format!("{base}:unack"), id.into()]),
-        ("retry", "LPOS", vec![format!("{base}:retry"), id.into()]),
-        ("garbage", "SISMEMBER", vec![format!("{base}:garbage"), id.into()]),
-        ("retries", "HGET", vec![format!("{base}:retries"), id.into()]),
-        ("payload", "PTTL", vec![format!("{base}:m:{id}")]),
-    ];
-    let mut out = Vec::new();
-    for (what, cmd, args) in probes {
-        let reply: Result<Value, _> = client.custom(fred::cmd!(cmd), args).await;
-        out.push(format!("{what}={reply:?}"));
-    }
-    out.join(" ")
 }
 
 /// SIGKILL and restart of a durable Redis, twice, while sends and

@@ -67,22 +67,6 @@ async fn redis_time_ms(client: &Client) -> u64 {
     t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
 }
 
-/// Where the keys of queue `name` hold `id`, for the report of a lost message.
-async fn whereabouts(client: &Client, name: &str, id: &str) -> String {
-    let k = |s: &str| format!("dq:{{{name}}}:{s}");
-    let pending: Option<f64> = client.zscore(k("pending"), id).await.unwrap_or(None);
-    let unack: Option<f64> = client.zscore(k("unack"), id).await.unwrap_or(None);
-    let garbage: bool = client.sismember(k("garbage"), id).await.unwrap_or(false);
-    let ready: Option<i64> = client.lpos(k("ready"), id, None, None, None).await.unwrap_or(None);
-    let retry: Option<i64> = client.lpos(k("retry"), id, None, None, None).await.unwrap_or(None);
-    let payload: bool = client.exists(k(&format!("m:{id}"))).await.unwrap_or(false);
-    let retries: Option<String> = client.hget(k("retries"), id).await.unwrap_or(None);
-    format!(
-        "pending={pending:?} ready={ready:?} retry={retry:?} unack={unack:?} garbage={garbage} \
-         payload={payload} deliveries={retries:?}"
-    )
-}
-
 /// Stops every worker with SIGTERM and asserts each exits 0.
 async fn terminate_all(workers: &mut [Worker]) {
     for w in workers.iter_mut() {
@@ -147,7 +131,7 @@ async fn lost_ids(
     let mut lost: Vec<String> = sent.iter().filter(|id| !by_id.contains_key(*id)).cloned().collect();
     lost.sort();
     for id in lost.iter().take(5) {
-        eprintln!("lost {id}: {}", whereabouts(client, queue, id).await);
+        eprintln!("lost {id}: {}", support::whereabouts(client, queue, id).await);
     }
     lost
 }

@@ -168,24 +168,9 @@ impl RedisServer {
         &self.dir
     }
 
-    /// A connected fred client that reconnects forever (fast backoff) so it
-    /// survives `restart()`; commands time out after 10 s so tests can't hang.
+    /// A connected fred client on this server; see [`client_for`].
     pub async fn client(&self) -> Client {
-        let url = self.url();
-        let cfg = Config::from_url(&url).expect("support: invalid redis url for fred Config");
-        let client = Builder::from_config(cfg)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 1000, 2))
-            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
-            .with_connection_config(|c| {
-                c.connection_timeout = Duration::from_secs(2);
-            })
-            .build()
-            .expect("support: failed to build fred client");
-        client
-            .init()
-            .await
-            .unwrap_or_else(|e| panic!("support: fred client failed to connect to {url}: {e:?}"));
-        client
+        client_for(&self.url()).await
     }
 
     /// SIGKILL the server and reap it. Data not yet written (e.g. with
@@ -396,6 +381,43 @@ pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cond()
+}
+
+/// A connected fred client on `url` that reconnects forever (fast backoff),
+/// so it survives `restart()`; commands time out after 10 s so tests can't hang.
+pub async fn client_for(url: &str) -> Client {
+    let cfg = Config::from_url(url).expect("support: invalid redis url for fred Config");
+    let client = Builder::from_config(cfg)
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 1000, 2))
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
+        .with_connection_config(|c| {
+            c.connection_timeout = Duration::from_secs(2);
+        })
+        .build()
+        .expect("support: failed to build fred client");
+    client
+        .init()
+        .await
+        .unwrap_or_else(|e| panic!("support: fred client failed to connect to {url}: {e:?}"));
+    client
+}
+
+/// Where the keys of queue `name` (default prefix) hold `id`, for the report
+/// of a lost message.
+pub async fn whereabouts(client: &Client, name: &str, id: &str) -> String {
+    use fred::prelude::{HashesInterface, KeysInterface, ListInterface, SetsInterface, SortedSetsInterface};
+    let k = |s: &str| format!("dq:{{{name}}}:{s}");
+    let pending: Option<f64> = client.zscore(k("pending"), id).await.unwrap_or(None);
+    let unack: Option<f64> = client.zscore(k("unack"), id).await.unwrap_or(None);
+    let garbage: bool = client.sismember(k("garbage"), id).await.unwrap_or(false);
+    let ready: Option<i64> = client.lpos(k("ready"), id, None, None, None).await.unwrap_or(None);
+    let retry: Option<i64> = client.lpos(k("retry"), id, None, None, None).await.unwrap_or(None);
+    let payload: bool = client.exists(k(&format!("m:{id}"))).await.unwrap_or(false);
+    let retries: Option<String> = client.hget(k("retries"), id).await.unwrap_or(None);
+    format!(
+        "pending={pending:?} ready={ready:?} retry={retry:?} unack={unack:?} garbage={garbage} \
+         payload={payload} deliveries={retries:?}"
+    )
 }
 
 /// Every key in the server (the tests own the server), sorted.

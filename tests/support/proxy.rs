@@ -21,10 +21,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use fred::clients::Client;
-use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -109,22 +107,9 @@ impl Proxy {
     }
 
     /// A connected fred client through the proxy, set up like
-    /// `RedisServer::client()`: reconnects forever with a fast backoff,
-    /// commands time out after 10 s.
+    /// `RedisServer::client()`.
     pub async fn client(&self) -> Client {
-        let url = self.url();
-        let cfg = Config::from_url(&url).expect("proxy: invalid redis url for fred Config");
-        let client = Builder::from_config(cfg)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 1000, 2))
-            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
-            .with_connection_config(|c| c.connection_timeout = Duration::from_secs(2))
-            .build()
-            .expect("proxy: failed to build fred client");
-        client
-            .init()
-            .await
-            .unwrap_or_else(|e| panic!("proxy: fred client failed to connect to {url}: {e:?}"));
-        client
+        super::client_for(&self.url()).await
     }
 }
 
