@@ -100,6 +100,10 @@ async fn late_ack_after_redelivery_is_fenced() {
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
     assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    // A stops claiming now but finishes (and late-acks) its delivery. Else,
+    // should B's tasks be stalled behind the blocked worker thread, A could
+    // take the redelivery itself once its handler returns.
+    let a = tokio::spawn(a.shutdown());
     // Consumer B takes the redelivery and holds it for a while, within its
     // own longer lease (were it cut, the retry would go elsewhere at once).
     let b_log = Log::default();
@@ -131,7 +135,7 @@ async fn late_ack_after_redelivery_is_fenced() {
         QueueStats::default()
     );
     assert_eq!(log.len(), 1, "A got a second copy");
-    a.shutdown().await.unwrap();
+    a.await.unwrap().unwrap();
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
