@@ -121,6 +121,10 @@ impl Keys {
         self.for_send([id])
     }
 
+    pub fn for_reschedule(&self, id: &str) -> Vec<String> {
+        vec![self.pending.clone(), self.msg(id)]
+    }
+
     pub fn for_gc(&self) -> Vec<String> {
         vec![self.garbage.clone(), self.retries.clone()]
     }

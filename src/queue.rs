@@ -108,6 +108,41 @@ impl DelayQueue {
         Ok(removed == 1)
     }
 
+    /// Moves the due time of a message that has not become due yet to
+    /// `delay` from now (by Redis's clock), e.g. to restart a timeout each
+    /// time the user acts. Returns `false`, changing nothing, when the
+    /// message is no longer pending: already due, being processed, dead or
+    /// unknown. O(log n).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// // The user typed again: log them out 15 minutes from now, not before.
+    /// let id = "logout-user-7".into();
+    /// if !queue.reschedule(&id, Duration::from_secs(900)).await? {
+    ///     queue.send_delay_msg("user 7", Duration::from_secs(900)).id("logout-user-7").await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn reschedule(&self, id: &MessageId, delay: Duration) -> Result<bool, Error> {
+        id.validate()?;
+        if delay > crate::MAX_DELAY {
+            return Err(Error::InvalidArgument("delay is longer than MAX_DELAY".into()));
+        }
+        let k = &self.inner.keys;
+        let args: Vec<Value> = vec![
+            id.as_str().into(),
+            (delay.as_millis() as i64).into(),
+            (self.inner.config.msg_ttl.as_millis() as i64).into(),
+            k.wake.as_str().into(),
+        ];
+        let moved: i64 = self
+            .call(&scripts::RESCHEDULE, k.for_reschedule(id.as_str()), args)
+            .await?;
+        tracing::debug!(queue = %self.inner.name, %id, ?delay, moved, "reschedule");
+        Ok(moved == 1)
+    }
+
     /// Counts of the queue's states, taken atomically.
     pub async fn stats(&self) -> Result<QueueStats, Error> {
         let k = &self.inner.keys;

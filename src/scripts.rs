@@ -52,6 +52,7 @@ lua_scripts! {
     NACK = "nack";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
+    RESCHEDULE = "reschedule";
     GC = "gc";
     STATS = "stats";
     SCAN = "scan";

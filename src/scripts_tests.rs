@@ -340,6 +340,12 @@ impl Env {
             .await
     }
 
+    async fn reschedule(&self, id: &str, delay_ms: i64) -> i64 {
+        let k = self.k();
+        let args: Vec<Value> = vec![id.into(), delay_ms.into(), TTL.into(), k.wake.as_str().into()];
+        self.run(&scripts::RESCHEDULE, k.for_reschedule(id), args).await
+    }
+
     async fn gc(&self, limit: i64) -> i64 {
         let k = self.k();
         let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), limit.into()];
@@ -2400,6 +2406,57 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     );
     assert!(env.record("a").is_none(), "claim wrote before failing");
     assert!(!env.exists(&k.claim("c")), "claim wrote its receipt before failing");
+}
+
+// ======================= reschedule =======================
+
+#[tokio::test]
+async fn reschedule_moves_only_pending_messages_and_keeps_their_payload_long_enough() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send("a", "x", 1_000, TTL, RETRY).await, 1);
+    let before = env.now_ms();
+    assert_eq!(env.reschedule("a", 600_000).await, 1);
+    let due = env.zscore(&k.pending, "a").unwrap();
+    assert!(
+        due >= before + 600_000 && due < before + 600_000 + SLACK_MS,
+        "due {due}"
+    );
+    assert_pttl_near(env.pttl("a"), 600_000 + TTL);
+    // Earlier again: the due time moves, the payload keeps its longer TTL.
+    assert_eq!(env.reschedule("a", 0).await, 1);
+    assert!(env.zscore(&k.pending, "a").unwrap() < before + SLACK_MS);
+    assert_pttl_near(env.pttl("a"), 600_000 + TTL);
+
+    // Not pending: due (ready), processing, dead, unknown, expired payload.
+    env.promote(10).await;
+    let state = env.snapshot();
+    assert_eq!(env.reschedule("a", 5_000).await, 0, "ready");
+    let lease = seed_unack(&env, "u", "1");
+    env.seed("g", Some("4"));
+    env.raw(&["SADD", &k.garbage, "g"]);
+    env.raw(&["ZADD", &k.pending, "1", "expired"]);
+    let state_all = env.snapshot();
+    for id in ["u", "g", "nope", "expired"] {
+        assert_eq!(env.reschedule(id, 5_000).await, 0, "{id}");
+    }
+    assert_eq!(env.snapshot(), state_all);
+    assert_ne!(state, state_all);
+    assert_eq!(env.ack(&[("u", lease)]).await, vec![1]);
+}
+
+#[tokio::test]
+async fn reschedule_wakes_consumers_only_when_it_brings_the_head_forward() {
+    let env = Env::new().await;
+    let mut wakes = env.subscribe().await;
+    assert_eq!(env.send("a", "x", 60_000, TTL, RETRY).await, 1);
+    assert_eq!(wakes.next().await, "60000");
+    assert_eq!(env.send("b", "x", 90_000, TTL, RETRY).await, 1);
+    wakes.assert_quiet(&env, "send after the head").await;
+    assert_eq!(env.reschedule("b", 120_000).await, 1);
+    wakes.assert_quiet(&env, "reschedule later").await;
+    assert_eq!(env.reschedule("b", 1_000).await, 1);
+    assert_eq!(wakes.next().await, "1000");
 }
 
 // ======================= scan, inspect: the integrity check =======================

@@ -186,3 +186,31 @@ async fn invalid_input_gives_typed_errors() {
         "a rejected send wrote something"
     );
 }
+
+/// Debounce: each reschedule pushes the due time out again; the consumer
+/// delivers once, after the last one, and a delivered message can no
+/// longer be rescheduled.
+#[tokio::test]
+async fn reschedule_pushes_a_pending_message_out_and_delivers_it_once() {
+    let (_server, client, q) = start_queue("debounce", FETCH_INTERVAL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    let id = q.send_delay_msg("logout", Duration::from_millis(300)).await.unwrap();
+    let started = Instant::now();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(q.reschedule(&id, Duration::from_millis(300)).await.unwrap());
+    }
+    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    let delivered_after = log.snapshot()[0].2 - started;
+    assert!(delivered_after >= Duration::from_millis(740), "{delivered_after:?}");
+    assert!(!q.reschedule(&id, Duration::from_secs(1)).await.unwrap());
+    assert!(matches!(
+        q.reschedule(&"bad id".into(), Duration::ZERO).await,
+        Err(Error::InvalidMessageId { .. })
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(log.len(), 1);
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}

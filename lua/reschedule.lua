@@ -1,0 +1,28 @@
+#!lua flags=allow-oom
+--[[ reschedule: pending -> pending (new due time)
+Moves the due time of a message that still waits in pending, e.g. to
+reset a timeout each time the user acts (debounce). A message that is
+already due (ready, retry), being processed, dead or unknown is left alone.
+The payload is kept at least msg ttl past the new due time.
+
+KEYS[1] pending zset   KEYS[2] msg string of this id
+ARGV[1] id   ARGV[2] delay ms (from now, by Redis's clock)
+ARGV[3] msg ttl ms   ARGV[4] wake-up channel
+Returns 1 rescheduled, 0 not pending (nothing done).
+Publishes a wake-up when the new due time is earlier than every other
+pending message's.
+Idempotent: a re-run sets the due time again, to now + delay of its own run.
+Complexity: O(log N).
+]]
+check_types(KEYS[1], 'zset')
+local id = ARGV[1]
+if not redis.call('ZSCORE', KEYS[1], id) or redis.call('EXISTS', KEYS[2]) == 0 then
+  return 0
+end
+local now = now_ms()
+local due = now + tonumber(ARGV[2])
+local head = head_due(KEYS[1])
+redis.call('ZADD', KEYS[1], 'XX', due, id)
+keep_payload(KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))
+wake_if_earlier(ARGV[4], due, head, now)
+return 1
