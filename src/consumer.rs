@@ -376,8 +376,7 @@ fn pair(script: &'static str) -> impl Fn(Vec<i64>) -> Result<[i64; 2], Error> {
 async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     let permit = shared.workers.acquire().await;
     let config = &shared.queue.inner.config;
-    let (id, attempt) = (msg.id.clone(), msg.attempt);
-    let lease = Lease::new(id.clone(), msg.lease, deadline);
+    let (id, attempt, lease) = (msg.id.clone(), msg.attempt, msg.lease);
     let name = shared.queue.name().to_string();
     let left = deadline.saturating_duration_since(Instant::now());
     // Starting with almost no lease left would only earn a duplicate; a
@@ -385,19 +384,26 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     let least = config.max_consume_duration / if config.renews_leases() { 4 } else { 20 };
     if *shared.stop.borrow() || left < least {
         tracing::debug!(queue = %name, %id, "handing back an unstarted delivery");
-        nack(&shared, &id, msg.lease, deadline, NackMode::Release).await;
+        nack(&shared, &id, lease, deadline, NackMode::Release).await;
     } else {
-        let (limit, renewing) = if config.renews_leases() {
-            (config.handler_timeout(), Some(shared.leases.renew(&lease)))
-        } else {
-            (left.min(config.handler_timeout()), None)
+        // Only a renewed lease can change while the handler runs.
+        let renewed = config.renews_leases().then(|| Lease::new(id.clone(), lease, deadline));
+        let renewing = renewed.as_ref().map(|l| shared.leases.renew(l));
+        let limit = match renewed {
+            Some(_) => config.handler_timeout(),
+            None => left.min(config.handler_timeout()),
         };
         let started = Instant::now();
         let outcome = tokio::time::timeout(limit, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
         record_duration(&shared, started.elapsed());
         drop(renewing);
-        let held = lease.finish().await;
-        let (lease, deadline) = (held.lease, held.deadline);
+        let (lease, deadline) = match renewed {
+            Some(l) => {
+                let held = l.finish().await;
+                (held.lease, held.deadline)
+            }
+            None => (lease, deadline),
+        };
         match outcome {
             Ok(Ok(Ok(()))) => {
                 let _ = shared.acks.send(AckItem { id, lease, deadline });
