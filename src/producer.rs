@@ -160,7 +160,9 @@ pub(crate) async fn send_batch(
         .buffered(CHUNKS_IN_FLIGHT)
         .try_collect()
         .await?;
-    durability::confirm(queue).await?;
+    if !results.is_empty() {
+        durability::confirm(queue).await?;
+    }
     Ok(results.into_iter().flatten().collect())
 }
 
