@@ -4,13 +4,14 @@ Finishes a batch of deliveries. Each id is acked only while its lease is
 the current one, so a late ack of a delivery that timed out and was
 redelivered deletes nothing.
 
-KEYS[1] unack zset   KEYS[2] retries hash
+KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2..] pairs of id, lease
-Returns one 1 (acked) or 0 (lease lost) per pair, in order.
+Returns one 1 (acked) or 0 (lease lost) per pair, in order. Counts
+'acked' in the totals.
 Idempotent: a re-run finds nothing left and returns 0s.
-Complexity: O(M log N) with M = pairs, in four calls whatever M.
+Complexity: O(M log N) with M = pairs, in five calls whatever M.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, keys, out = ids_of(2, 2), {}, {}
 if #ids == 0 then
   return {}
@@ -30,5 +31,6 @@ if #done > 0 then
   redis.call('ZREM', KEYS[1], unpack(done))
   redis.call('DEL', unpack(keys))
   redis.call('HDEL', KEYS[2], unpack(done))
+  tally(KEYS[3], 'acked', #done)
 end
 return out

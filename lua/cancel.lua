@@ -6,20 +6,20 @@ in the ready or retry list is skipped when claim pops it (cancel marks the
 retries hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
-KEYS[4] garbage set    KEYS[5] msg string of this id
+KEYS[4] garbage zset   KEYS[5] msg string of this id
 ARGV[1] id
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
 Complexity: O(log N).
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'set')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
 local payload = redis.call('DEL', KEYS[5])
-local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('SREM', KEYS[4], id)
+local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 redis.call('HDEL', KEYS[2], id)
 if payload == 1 and waiting == 0 then
   -- Neither pending nor dead: it waits in the ready or retry list, where

@@ -2,7 +2,7 @@
 --[[ claim: retry | ready -> unack
 Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up
-(its retry record counts deliveries). A leased payload is kept at least
+(its retry record counts deliveries; a failure reason in it is kept). A leased payload is kept at least
 msg ttl past the lease, so it cannot expire during the delivery or before
 its retry. An id whose payload is gone is dropped: counted as expired,
 unless the retries hash says stale entries may exist (then a missing
@@ -12,13 +12,15 @@ garbage) is skipped too; the mark is cleared once both lists are empty.
 An id already in unack is never leased twice.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
-KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage set
+KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage zset
 KEYS[7] receipt string of this consumer (its last claim; TTL = visibility timeout)
+KEYS[8] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
 ARGV[3] visibility timeout ms
 ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[5] msg ttl ms
+Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, id1, value1, attempt1, id2, ...}
 with each value as stored ("<retry count>:<payload>").
 left_ms is how much of the lease was left when the script ran: the
@@ -33,7 +35,7 @@ Complexity: O(M log N) with M = popped; a fixed number of calls per list
 plus one PEXPIRE per leased id.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
-  KEYS[6], 'set', KEYS[7], 'string')
+  KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   local out = {0, 0, 0, 0}
@@ -79,7 +81,7 @@ local function lease_all(ids)
   local in_pending, in_garbage = {}, {}
   if stale then
     in_pending = redis.call('ZMSCORE', KEYS[5], unpack(ids))
-    in_garbage = redis.call('SMISMEMBER', KEYS[6], unpack(ids))
+    in_garbage = redis.call('ZMSCORE', KEYS[6], unpack(ids))
   end
   local take, gone = {}, {}
   for i, id in ipairs(ids) do
@@ -87,7 +89,7 @@ local function lease_all(ids)
       -- Being processed, or popped twice: a stale duplicate entry.
     elseif not values[i] then
       gone[#gone + 1] = id
-    elseif not (in_pending[i] or in_garbage[i] == 1) then
+    elseif not (in_pending[i] or in_garbage[i]) then
       seen[id] = true
       take[#take + 1] = i
     end
@@ -111,7 +113,7 @@ local function lease_all(ids)
   for j, i in ipairs(take) do
     local a = count(counts[j], 0) + 1
     records[#records + 1] = ids[i]
-    records[#records + 1] = a
+    records[#records + 1] = a .. reason_part(counts[j])
     keep_payload(keys[i], vis + tonumber(ARGV[5]))
     leased[#leased + 1] = ids[i]
     out[#out + 1] = ids[i]
@@ -138,6 +140,7 @@ if #leased > 2 then
 else
   redis.call('DEL', KEYS[7])
 end
+tally(KEYS[8], 'expired', expired)
 out[1] = popped
 out[2] = expired
 return out

@@ -1,18 +1,46 @@
 #!lua flags=allow-oom
 --[[ gc: garbage -> (deleted)
-Deletes up to ARGV[2] messages that exhausted their deliveries: payload,
-retry record and garbage entry.
+Deletes dead messages (payload, retry record, garbage entry), at most
+ARGV[2] per call: with ids given, those of them that are dead; else the
+ones dead longer than the retention, then the oldest beyond the size cap.
 
-KEYS[1] garbage set   KEYS[2] retries hash
+KEYS[1] garbage zset   KEYS[2] retries hash
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
+ARGV[3] retention ms (0: every dead message)   ARGV[4] most dead messages kept
+ARGV[5..] ids (optional)
 Returns the number of messages deleted.
 Idempotent: a re-run deletes only what is still in garbage.
-Complexity: O(M) with M = deleted.
+Complexity: O(log N + M) with M = deleted.
 ]]
-check_types(KEYS[1], 'set', KEYS[2], 'hash')
-local ids = redis.call('SPOP', KEYS[1], tonumber(ARGV[2]))
-for _, id in ipairs(ids) do
-  redis.call('DEL', ARGV[1] .. id)
-  redis.call('HDEL', KEYS[2], id)
+check_types(KEYS[1], 'zset', KEYS[2], 'hash')
+local limit = tonumber(ARGV[2])
+local ids
+if #ARGV >= 5 then
+  ids = {}
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 5, math.min(#ARGV, 4 + limit)))
+  for i, score in ipairs(scores) do
+    if score then
+      ids[#ids + 1] = ARGV[4 + i]
+    end
+  end
+else
+  ids = redis.call('ZRANGE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[3]), 'BYSCORE', 'LIMIT', 0, limit)
+  local over = redis.call('ZCARD', KEYS[1]) - #ids - tonumber(ARGV[4])
+  if over > 0 and #ids < limit then
+    local oldest = redis.call('ZRANGE', KEYS[1], #ids, #ids + math.min(over, limit - #ids) - 1)
+    for _, id in ipairs(oldest) do
+      ids[#ids + 1] = id
+    end
+  end
 end
+if #ids == 0 then
+  return 0
+end
+local keys = {}
+for i, id in ipairs(ids) do
+  keys[i] = ARGV[1] .. id
+end
+redis.call('ZREM', KEYS[1], unpack(ids))
+redis.call('DEL', unpack(keys))
+redis.call('HDEL', KEYS[2], unpack(ids))
 return #ids

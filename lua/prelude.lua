@@ -13,10 +13,14 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- A retry record's delivery count; `default` when it is missing (false)
--- or not a plain count.
+-- A retry record is "<deliveries>" or "<deliveries>:<last failure reason>".
+-- Its delivery count; `default` when it is missing (false) or malformed.
 local function count(record, default)
-  return tonumber(string.match(record or '', '^%d+$')) or default
+  local n, rest = string.match(record or '', '^(%d+)(.*)$')
+  if n and (rest == '' or string.sub(rest, 1, 1) == ':') then
+    return tonumber(n)
+  end
+  return default
 end
 
 -- Deliveries of an id so far, from its retry record.
@@ -24,18 +28,54 @@ local function attempts(retries, id, default)
   return count(redis.call('HGET', retries, id), default)
 end
 
+-- The ":<reason>" part of a retry record ('' when there is none), kept
+-- when its count changes.
+local function reason_part(record)
+  return string.match(record or '', '^%d+(:.*)$') or ''
+end
+
+-- Sets the delivery count of a record, keeping its reason.
+local function set_count(retries, id, n)
+  redis.call('HSET', retries, id, n .. reason_part(redis.call('HGET', retries, id)))
+end
+
+-- Records why the delivery of `id` failed, keeping its count.
+local function set_reason(retries, id, reason)
+  local n = attempts(retries, id, 1)
+  if reason == '' then
+    redis.call('HSET', retries, id, n)
+  else
+    redis.call('HSET', retries, id, n .. ':' .. reason)
+  end
+end
+
+
 -- Retries allowed for a message: the header of its stored value
--- "<retry count>:<payload>" (read without copying the payload); `default`
--- when the payload is gone or unreadable.
+-- "<retry count>[;<backoff>]:<payload>" (read without copying the
+-- payload); `default` when the payload is gone or unreadable.
 local function max_retries(key, default)
   local head = redis.pcall('GETRANGE', key, 0, 11)
-  return tonumber(type(head) == 'string' and string.match(head, '^(%d+):') or default)
+  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;]') or default)
 end
 
 -- Whether a message whose delivery just failed has used them all up:
 -- retry count n allows n + 1 deliveries. `key` is its payload key.
 local function used_up(retries, id, key, default)
   return attempts(retries, id, 1) > max_retries(key, default)
+end
+
+-- Moves a message whose deliveries are over to garbage (the dead letters,
+-- scored by time of death in ms) and keeps its payload for the retention.
+local function bury(garbage, id, key, now, retention)
+  redis.call('ZADD', garbage, now, id)
+  redis.call('PEXPIRE', key, math.max(retention, 1), 'GT')
+end
+
+-- Adds n to a field of the queue's totals hash.
+local function tally(totals, field, n)
+  if n > 0 then
+    redis.call('HINCRBY', totals, field, n)
+  end
 end
 
 -- Field of the retries hash (never an id: ids hold no whitespace) that is

@@ -4,31 +4,28 @@ for the integrity check. Pages of a key that changes meanwhile may miss or
 repeat ids; the check confirms what it finds with `inspect`.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage set  KEYS[6] retries hash
+KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
 ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys
 ARGV[2] cursor, "0" to start   ARGV[3] page size (<= 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
 Returns {next cursor ("0": done), id1, id2, ...}; for the retries hash the
 ids are its fields, for payload keys the ids their keys end with.
 Idempotent: reads only.
-Complexity: O(page) per call (O(log N + page) for zsets).
+Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists).
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'set',
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local what, cursor, size = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local key = KEYS[what]
 local out, page = {}, nil
-if what == 1 or what == 3 or what == 2 or what == 4 then
+if what <= 5 then
   local from = tonumber(cursor)
-  if what == 1 or what == 3 then
+  if what == 1 or what == 3 or what == 5 then
     page = redis.call('ZRANGE', key, from, from + size - 1)
   else
     page = redis.call('LRANGE', key, from, from + size - 1)
   end
   out[1] = #page == size and tostring(from + size) or '0'
-elseif what == 5 then
-  local reply = redis.call('SSCAN', key, cursor, 'COUNT', size)
-  out[1], page = reply[1], reply[2]
 elseif what == 6 then
   local reply = redis.call('HSCAN', key, cursor, 'COUNT', size)
   out[1], page = reply[1], {}

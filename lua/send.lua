@@ -9,11 +9,13 @@ its first delivery; until then its retry count travels in the stored value
 ("<retry count>:<payload>"), which keeps a pending message small.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
-KEYS[4] garbage set    KEYS[5..] msg string of each message, in order
+KEYS[4] garbage zset   KEYS[5] totals hash
+KEYS[6..] msg string of each message, in order
 ARGV[1] wake-up channel
 ARGV[2..] per message, 5 values: id, stored value, delay ms, payload TTL
 ms (delay + msg ttl: the payload outlives its due time by msg ttl), and 1
 when the caller chose the id (0: generated, so it has no past).
+Counts 'sent' in the totals.
 Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
 2 its msg key holds another type (nothing written for it).
@@ -22,12 +24,13 @@ message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
 Complexity: O(M log N) with M = messages, N = size of pending.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'set')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
 local now = now_ms()
 local head = head_due(KEYS[1])
 local out, earliest = {}, false
-for i = 5, #KEYS do
-  local a = (i - 5) * 5 + 2
+local stored = 0
+for i = 6, #KEYS do
+  local a = (i - 6) * 5 + 2
   local id, value, delay, ttl = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
   local status = 0
   if not redis.call('ZSCORE', KEYS[3], id) then
@@ -35,18 +38,19 @@ for i = 5, #KEYS do
       status = 1
     elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
       status = 2
-    elseif redis.call('SISMEMBER', KEYS[4], id) == 1 then
+    elseif redis.call('ZSCORE', KEYS[4], id) then
       -- A dead message with the same id is replaced by the new one.
       redis.call('SET', KEYS[i], value, 'PX', ttl)
       status = 1
     end
   end
   if status == 1 and ARGV[a + 4] == '1' then
-    redis.call('SREM', KEYS[4], id)
+    redis.call('ZREM', KEYS[4], id)
     redis.call('HDEL', KEYS[2], id)
     redis.call('HSET', KEYS[2], STALE, 1)
   end
   if status == 1 then
+    stored = stored + 1
     local due = now + delay
     redis.call('ZADD', KEYS[1], due, id)
     if not earliest or due < earliest then
@@ -56,4 +60,5 @@ for i = 5, #KEYS do
   out[#out + 1] = status
 end
 wake_if_earlier(ARGV[1], earliest, head, now)
+tally(KEYS[5], 'sent', stored)
 return out

@@ -2,18 +2,29 @@
 --[[ stats: read-only snapshot of the queue's sizes, taken atomically.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage set
+KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] totals hash
 ARGV none
-Returns {pending, ready, processing, retry, garbage}. Lists may hold
-stale entries of cancelled messages until a claim pops them.
+Returns {pending, ready, processing, retry, garbage, now_ms,
+earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
+failed, dead, expired}. Lists may hold stale entries of cancelled
+messages until a claim pops them.
 Idempotent: read-only.
 Complexity: O(1).
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'set')
-return {
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
+  KEYS[6], 'hash')
+local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired')
+local out = {
   redis.call('ZCARD', KEYS[1]),
   redis.call('LLEN', KEYS[2]),
   redis.call('ZCARD', KEYS[3]),
   redis.call('LLEN', KEYS[4]),
-  redis.call('SCARD', KEYS[5]),
+  redis.call('ZCARD', KEYS[5]),
+  now_ms(),
+  tonumber(head_due(KEYS[1]) or -1),
+  tonumber(redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2] or -1),
 }
+for i = 1, 5 do
+  out[#out + 1] = tonumber(totals[i] or 0)
+end
+return out

@@ -1,27 +1,30 @@
 #!lua flags=allow-oom
 --[[ timeout: unack -> retry | garbage
 Takes back deliveries whose visibility deadline passed (the consumer died,
-hung or was too slow): each counts as a failed delivery. With deliveries
-left the id goes to retry, else to garbage.
+hung or was too slow): each counts as a failed delivery, with reason
+"timeout". With deliveries left the id goes to retry, else to garbage.
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
-KEYS[4] garbage set
+KEYS[4] garbage zset KEYS[5] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)   ARGV[3] msg ttl ms
 ARGV[4] default retry count   ARGV[5] wake-up channel
-Returns {timed_out, moved_to_garbage}.
+ARGV[6] dead-letter retention ms
+Returns {timed_out, moved_to_garbage}. Counts 'failed' and 'dead' in the
+totals.
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'set')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'hash')
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, tonumber(ARGV[2]))
 local dead = 0
-local ttl = tonumber(ARGV[3])
+local ttl, now = tonumber(ARGV[3]), now_ms()
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local key = ARGV[1] .. id
+  set_reason(KEYS[2], id, 'timeout')
   if used_up(KEYS[2], id, key, tonumber(ARGV[4])) then
-    redis.call('SADD', KEYS[4], id)
+    bury(KEYS[4], id, key, now, tonumber(ARGV[6]))
     dead = dead + 1
   else
     keep_payload(key, ttl)
@@ -31,4 +34,6 @@ end
 if #ids > dead then
   wake(ARGV[5], 0)
 end
+tally(KEYS[5], 'failed', #ids)
+tally(KEYS[5], 'dead', dead)
 return {#ids, dead}

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::events::{self, Event};
 use crate::{scripts, DelayQueue, MessageId};
 
 /// Most acks in one script call.
@@ -60,14 +61,19 @@ async fn flush(queue: &DelayQueue, batch: &mut Vec<AckItem>) {
         let keys = k.for_ack();
         match queue.call::<Vec<i64>>(&scripts::ACK, keys, args).await {
             Ok(acked) => {
+                let inner = &queue.inner;
                 for (item, ok) in batch.iter().zip(acked) {
                     if ok == 1 {
-                        tracing::trace!(queue = %queue.name(), id = %item.id, "acked");
+                        tracing::trace!(queue = %inner.name, id = %item.id, "acked");
+                        inner.meters.acked.increment(1);
+                        events::emit(&inner.events, || Event::Acked { id: item.id.clone() });
                     } else {
                         tracing::warn!(
-                            queue = %queue.name(), id = %item.id,
+                            queue = %inner.name, id = %item.id,
                             "ack came after the lease ran out; the message was or will be delivered again"
                         );
+                        inner.meters.lease_lost.increment(1);
+                        events::emit(&inner.events, || Event::LeaseLost { id: item.id.clone() });
                     }
                 }
                 batch.clear();

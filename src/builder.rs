@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use fred::prelude::Client;
 
+use crate::events;
 use crate::keys::Keys;
+use crate::meters::Meters;
 use crate::queue::{DelayQueue, Inner};
-use crate::{Durability, Error};
+use crate::{Backoff, Durability, Error};
 
 /// Most deliveries a message may be retried.
 pub const MAX_RETRY_COUNT: u32 = 1000;
@@ -23,6 +25,11 @@ pub const MIN_MSG_TTL: Duration = Duration::from_secs(1);
 const DEFAULT_FETCH_LIMIT: usize = 256;
 const DEFAULT_FETCH_PER_HANDLER: usize = 32;
 
+/// How long dead letters are kept unless set: 7 days.
+const DEFAULT_DEAD_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most dead letters kept unless set.
+const DEFAULT_DEAD_LIMIT: u64 = 10_000;
+
 /// Settings of a queue; see the builder's methods for their meaning.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -33,7 +40,9 @@ pub(crate) struct Config {
     pub fetch_limit: usize,
     pub concurrency: usize,
     pub default_retry_count: u32,
-    pub nack_redelivery_delay: Duration,
+    pub backoff: Backoff,
+    pub dead_retention: Duration,
+    pub dead_limit: u64,
     pub msg_ttl: Duration,
     pub max_payload_size: usize,
     pub batch_size: usize,
@@ -61,7 +70,9 @@ impl Default for Config {
             fetch_limit: DEFAULT_FETCH_LIMIT,
             concurrency: 1,
             default_retry_count: 3,
-            nack_redelivery_delay: Duration::ZERO,
+            backoff: Backoff::default(),
+            dead_retention: DEFAULT_DEAD_RETENTION,
+            dead_limit: DEFAULT_DEAD_LIMIT,
             msg_ttl: Duration::from_secs(3600),
             max_payload_size: 1024 * 1024,
             batch_size: MAX_BATCH_SIZE,
@@ -170,9 +181,43 @@ impl DelayQueueBuilder {
         self
     }
 
-    /// Delay before a nacked message is delivered again. Default zero.
-    pub fn nack_redelivery_delay(mut self, d: Duration) -> Self {
-        self.config.nack_redelivery_delay = d;
+    /// A fixed delay before a failed message is delivered again: the same
+    /// as `.backoff(Backoff::fixed(d))`.
+    pub fn nack_redelivery_delay(self, d: Duration) -> Self {
+        self.backoff(Backoff::fixed(d))
+    }
+
+    /// How long a failed message waits before its next delivery, unless
+    /// its send or its handler says otherwise. Default: exponential from
+    /// 1 s, doubling up to 10 min, with jitter. See [`Backoff`].
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::{Backoff, DelayQueue};
+    /// let queue = DelayQueue::builder("webhooks", client)
+    ///     .backoff(Backoff::exponential(Duration::from_secs(5), Duration::from_secs(3600)))
+    ///     .default_retry_count(8)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.config.backoff = backoff;
+        self
+    }
+
+    /// How long a dead letter (a message that used up its deliveries) is
+    /// kept for inspection and requeueing before it is deleted. Default 7
+    /// days; zero deletes dead messages at the next sweep.
+    pub fn dead_letter_retention(mut self, d: Duration) -> Self {
+        self.config.dead_retention = d;
+        self
+    }
+
+    /// Most dead letters kept; beyond it the oldest are deleted first.
+    /// Default 10,000.
+    pub fn dead_letter_limit(mut self, n: u64) -> Self {
+        self.config.dead_limit = n;
         self
     }
 
@@ -240,8 +285,9 @@ impl DelayQueueBuilder {
         if c.default_retry_count > MAX_RETRY_COUNT {
             return bad(format!("default_retry_count must be at most {MAX_RETRY_COUNT}"));
         }
-        if c.nack_redelivery_delay > MAX_DELAY {
-            return bad("nack_redelivery_delay is longer than MAX_DELAY".into());
+        c.backoff.validate()?;
+        if c.dead_retention > MAX_DELAY {
+            return bad("dead_letter_retention is longer than MAX_DELAY".into());
         }
         check_msg_ttl(c.msg_ttl)?;
         if !(1..=MAX_BATCH_SIZE).contains(&c.batch_size) {
@@ -249,8 +295,10 @@ impl DelayQueueBuilder {
         }
         Ok(DelayQueue {
             inner: Arc::new(Inner {
-                name: self.name,
                 keys,
+                meters: Meters::new(&self.name),
+                events: tokio::sync::broadcast::channel(events::CAPACITY).0,
+                name: self.name,
                 config,
                 client: self.client,
             }),

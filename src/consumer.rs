@@ -21,8 +21,9 @@ use tokio::time::Instant;
 use crate::acker::{self, AckItem};
 use crate::lease::{self, Lease, Leases};
 use crate::payload::decode_stored;
+use crate::events::{self, Event};
 use crate::wake;
-use crate::{scripts, DelayQueue, Error, Handler, Message, MessageId};
+use crate::{scripts, DelayQueue, Error, Handler, HandlerError, Message, MessageId, RetryAfter, SkipRetry};
 
 /// Most script calls of one kind in a row before the loop does other work.
 const MAX_ROUNDS: usize = 8;
@@ -228,6 +229,7 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
             (inner.config.msg_ttl.as_millis() as i64).into(),
             i64::from(inner.config.default_retry_count).into(),
             k.wake.as_str().into(),
+            (inner.config.dead_retention.as_millis() as i64).into(),
         ];
         let [timed_out, dead]: [i64; 2] = queue
             .call::<Vec<i64>>(&scripts::TIMEOUT, keys, args)
@@ -235,6 +237,13 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
             .and_then(pair("timeout"))?;
         if timed_out > 0 {
             tracing::warn!(queue = %inner.name, timed_out, dead, "deliveries exceeded max_consume_duration; redelivering");
+            inner.meters.timed_out.increment(timed_out as u64);
+            inner.meters.retried.increment((timed_out - dead) as u64);
+            inner.meters.dead.increment(dead as u64);
+            events::emit(&inner.events, || Event::TimedOut {
+                count: timed_out as u64,
+                dead: dead as u64,
+            });
         }
         if timed_out < batch {
             break;
@@ -242,10 +251,15 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
     }
     for _ in 0..MAX_ROUNDS {
         let keys = k.for_gc();
-        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), batch.into()];
+        let args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            batch.into(),
+            (inner.config.dead_retention.as_millis() as i64).into(),
+            (inner.config.dead_limit.min(i64::MAX as u64) as i64).into(),
+        ];
         let collected: i64 = queue.call(&scripts::GC, keys, args).await?;
         if collected > 0 {
-            tracing::debug!(queue = %inner.name, collected, "garbage collected");
+            tracing::debug!(queue = %inner.name, collected, "dead letters past their retention deleted");
         }
         if collected < batch {
             break;
@@ -262,10 +276,16 @@ async fn promote(queue: &DelayQueue) -> Result<(usize, Option<Duration>), Error>
     let (mut total, mut wait) = (0, -1);
     for _ in 0..MAX_ROUNDS {
         let keys = inner.keys.for_promote();
-        let [moved, next] = queue
-            .call::<Vec<i64>>(&scripts::PROMOTE, keys, vec![batch.into()])
-            .await
-            .and_then(pair("promote"))?;
+        let reply: Vec<i64> = queue.call(&scripts::PROMOTE, keys, vec![batch.into()]).await?;
+        let [moved, next, ..] = reply[..] else {
+            return Err(Error::UnexpectedReply {
+                script: "promote",
+                detail: format!("{reply:?}"),
+            });
+        };
+        for late_ms in &reply[2..] {
+            inner.meters.lateness.record(*late_ms as f64 / 1000.0);
+        }
         total += moved as usize;
         wait = next;
         if moved < batch {
@@ -327,6 +347,8 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
             queue = %inner.name, expired,
             "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
         );
+        inner.meters.expired.increment(expired as u64);
+        events::emit(&inner.events, || Event::Expired { count: expired as u64 });
     }
     for triple in rest.chunks_exact(3) {
         // One unreadable message must not cost its batch mates their
@@ -338,7 +360,8 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
             );
             if let Some(id) = triple[0].as_str() {
                 let (shared, id) = (shared.clone(), MessageId::from(id.into_owned()));
-                tokio::spawn(async move { nack(&shared, &id, lease, deadline, NackMode::Fail).await });
+                let failure = Failure::dead("unreadable stored value");
+                tokio::spawn(async move { nack(&shared, &id, 1, lease, deadline, failure).await });
             }
             continue;
         };
@@ -351,12 +374,14 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
 /// One delivery of a claim reply: id, stored value, attempt.
 fn read_delivery(triple: &[Value], lease: i64) -> Option<Message> {
     let id = triple[0].as_str()?.into_owned();
-    let payload = decode_stored(triple[1].as_bytes()?)?.to_vec();
+    let stored = decode_stored(triple[1].as_bytes()?)?;
     let attempt = triple[2].as_u64().map(|a| u32::try_from(a).unwrap_or(u32::MAX))?;
     Some(Message {
         id: MessageId::from(id),
-        payload,
+        payload: stored.payload.to_vec(),
         attempt,
+        retry_count: stored.retry_count,
+        backoff: stored.backoff,
         lease,
     })
 }
@@ -384,7 +409,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     let least = config.max_consume_duration / if config.renews_leases() { 4 } else { 20 };
     if *shared.stop.borrow() || left < least {
         tracing::debug!(queue = %name, %id, "handing back an unstarted delivery");
-        nack(&shared, &id, lease, deadline, NackMode::Release).await;
+        nack(&shared, &id, attempt, lease, deadline, Failure::release()).await;
     } else {
         // Only a renewed lease can change while the handler runs.
         let renewed = config.renews_leases().then(|| Lease::new(id.clone(), lease, deadline));
@@ -393,6 +418,10 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
             Some(_) => config.handler_timeout(),
             None => left.min(config.handler_timeout()),
         };
+        let backoff = msg.backoff.clone();
+        tracing::trace!(queue = %name, %id, attempt, "delivering");
+        shared.queue.inner.meters.delivered.increment(1);
+        events::emit(&shared.queue.inner.events, || Event::Delivered { id: id.clone(), attempt });
         let started = Instant::now();
         let outcome = tokio::time::timeout(limit, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
         record_duration(&shared, started.elapsed());
@@ -404,13 +433,18 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
             }
             None => (lease, deadline),
         };
-        match outcome {
+        let failure = match outcome {
             Ok(Ok(Ok(()))) => {
-                let _ = shared.acks.send(AckItem { id, lease, deadline });
+                let _ = shared.acks.send(AckItem {
+                    id: id.clone(),
+                    lease,
+                    deadline,
+                });
+                None
             }
             Ok(Ok(Err(e))) => {
                 tracing::warn!(queue = %name, %id, attempt, error = %e, "handler failed");
-                nack(&shared, &id, lease, deadline, NackMode::Fail).await;
+                Some(Failure::from_error(e))
             }
             Ok(Err(panic)) => {
                 let what = panic
@@ -419,12 +453,20 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
                 tracing::error!(queue = %name, %id, attempt, panic = %what, "handler panicked");
-                nack(&shared, &id, lease, deadline, NackMode::Fail).await;
+                Some(Failure::retry(format!("panic: {what}")))
             }
             Err(_) => {
                 tracing::warn!(queue = %name, %id, attempt, ?limit, "handler exceeded its time limit; cancelled");
-                nack(&shared, &id, lease, deadline, NackMode::Fail).await;
+                Some(Failure::retry(format!("handler timed out after {limit:?}")))
             }
+        };
+        if let Some(mut failure) = failure {
+            shared.queue.inner.meters.nacked.increment(1);
+            if let Mode::Fail(delay @ None) = &mut failure.mode {
+                let backoff = backoff.as_ref().unwrap_or(&config.backoff);
+                *delay = Some(backoff.delay(attempt));
+            }
+            nack(&shared, &id, attempt, lease, deadline, failure).await;
         }
     }
     drop(permit);
@@ -433,6 +475,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
 }
 
 fn record_duration(shared: &Shared, took: Duration) {
+    shared.queue.inner.meters.handler_duration.record(took.as_secs_f64());
     let us = (took.as_micros() as u64).max(1);
     let _ = shared
         .avg_handler_us
@@ -441,22 +484,75 @@ fn record_duration(shared: &Shared, took: Duration) {
         });
 }
 
-#[derive(Clone, Copy)]
-enum NackMode {
-    /// The delivery failed and counts.
-    Fail,
+/// Longest failure reason stored with a message, in bytes.
+const MAX_REASON: usize = 1000;
+
+/// Why and how a delivery ends without an ack.
+struct Failure {
+    mode: Mode,
+    reason: String,
+}
+
+enum Mode {
+    /// The delivery failed and counts; retry after the delay (the backoff's
+    /// when None).
+    Fail(Option<Duration>),
+    /// The delivery failed and retrying cannot help: dead at once.
+    Dead,
     /// The delivery never started; it does not count.
     Release,
 }
 
+impl Failure {
+    fn retry(reason: String) -> Self {
+        Failure {
+            mode: Mode::Fail(None),
+            reason,
+        }
+    }
+
+    fn dead(reason: &str) -> Self {
+        Failure {
+            mode: Mode::Dead,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn release() -> Self {
+        Failure {
+            mode: Mode::Release,
+            reason: String::new(),
+        }
+    }
+
+    /// A handler's error; [`SkipRetry`] and [`RetryAfter`] steer the retry.
+    fn from_error(e: HandlerError) -> Self {
+        let mode = if e.is::<SkipRetry>() {
+            Mode::Dead
+        } else {
+            Mode::Fail(e.downcast_ref::<RetryAfter>().map(|r| r.delay))
+        };
+        let mut reason = e.to_string();
+        if reason.len() > MAX_REASON {
+            let mut end = MAX_REASON;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+        }
+        Failure { mode, reason }
+    }
+}
+
 /// Nacks one delivery, retrying on Redis errors while the lease lasts;
 /// after that the visibility timeout takes the message back anyway.
-async fn nack(shared: &Shared, id: &MessageId, lease: i64, deadline: Instant, mode: NackMode) {
+async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadline: Instant, failure: Failure) {
     let inner = &shared.queue.inner;
     let k = &inner.keys;
-    let (mode_arg, delay) = match mode {
-        NackMode::Fail => ("fail", inner.config.nack_redelivery_delay),
-        NackMode::Release => ("release", Duration::ZERO),
+    let (mode_arg, delay) = match failure.mode {
+        Mode::Fail(delay) => ("fail", delay.unwrap_or_default()),
+        Mode::Dead => ("dead", Duration::ZERO),
+        Mode::Release => ("release", Duration::ZERO),
     };
     let mut backoff = Duration::from_millis(20);
     loop {
@@ -469,17 +565,39 @@ async fn nack(shared: &Shared, id: &MessageId, lease: i64, deadline: Instant, mo
             mode_arg.into(),
             i64::from(inner.config.default_retry_count).into(),
             k.wake.as_str().into(),
+            failure.reason.as_str().into(),
+            (inner.config.dead_retention.as_millis() as i64).into(),
         ];
         match shared.queue.call::<i64>(&scripts::NACK, keys, args).await {
             Ok(0) => {
                 tracing::warn!(queue = %inner.name, %id, "nack came after the lease ran out; the message was already taken back");
+                inner.meters.lease_lost.increment(1);
+                events::emit(&inner.events, || Event::LeaseLost { id: id.clone() });
                 return;
             }
             Ok(2) => {
-                tracing::warn!(queue = %inner.name, %id, "message used up its deliveries; moved to garbage");
+                tracing::warn!(queue = %inner.name, %id, attempt, reason = %failure.reason, "message is dead: moved to the dead letters");
+                inner.meters.dead.increment(1);
+                events::emit(&inner.events, || Event::Dead {
+                    id: id.clone(),
+                    attempt,
+                    reason: failure.reason.clone(),
+                });
                 return;
             }
-            Ok(_) => return,
+            Ok(_) => {
+                if mode_arg == "fail" {
+                    tracing::debug!(queue = %inner.name, %id, attempt, retry_in = ?delay, "retry scheduled");
+                    inner.meters.retried.increment(1);
+                    events::emit(&inner.events, || Event::Failed {
+                        id: id.clone(),
+                        attempt,
+                        reason: failure.reason.clone(),
+                        retry_in: delay,
+                    });
+                }
+                return;
+            }
             Err(e) if Instant::now() + backoff < deadline => {
                 tracing::warn!(queue = %inner.name, %id, error = %e, "nack failed; retrying");
                 tokio::time::sleep(backoff).await;

@@ -1,15 +1,106 @@
-//! The user's message handler.
+//! The user's message handler, and the errors it can return to steer a retry.
 
+use std::fmt;
 use std::future::Future;
+use std::time::Duration;
 
 use crate::Message;
 
 /// What a handler returns on failure: any error. The message is nacked and
-/// retried (or moved to garbage when its deliveries are used up).
+/// retried after the queue's [`Backoff`](crate::Backoff) (or moved to the
+/// dead letters when its deliveries are used up). Return a [`RetryAfter`]
+/// to choose the delay, or a [`SkipRetry`] to give up at once.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A handler error that asks for the next delivery after `delay` instead of
+/// the backoff's delay, e.g. when a server answered "429, retry in 30 s".
+/// The failed delivery still counts.
+///
+/// ```
+/// use std::time::Duration;
+/// use delayqueue::{HandlerError, Message, RetryAfter};
+///
+/// async fn handle(msg: Message) -> Result<(), HandlerError> {
+///     let busy = true;
+///     if busy {
+///         return Err(RetryAfter::new(Duration::from_secs(30), "rate limited").into());
+///     }
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct RetryAfter {
+    /// How long until the next delivery.
+    pub delay: Duration,
+    /// Why the delivery failed; recorded as its failure reason.
+    pub reason: HandlerError,
+}
+
+impl RetryAfter {
+    /// Retry after `delay`, because of `reason`.
+    pub fn new(delay: Duration, reason: impl Into<HandlerError>) -> Self {
+        RetryAfter {
+            delay,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (retry in {:?})", self.reason, self.delay)
+    }
+}
+
+impl std::error::Error for RetryAfter {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.reason.as_ref())
+    }
+}
+
+/// A handler error that says retrying cannot help (a malformed payload, an
+/// order that no longer exists): the message goes to the dead letters at
+/// once, whatever retries it has left. Like asynq's `SkipRetry` or BullMQ's
+/// `UnrecoverableError`.
+///
+/// ```
+/// use delayqueue::{HandlerError, Message, SkipRetry};
+///
+/// async fn handle(msg: Message) -> Result<(), HandlerError> {
+///     let Ok(order_id) = std::str::from_utf8(msg.payload()) else {
+///         return Err(SkipRetry::new("payload is not UTF-8").into());
+///     };
+///     println!("closing {order_id}");
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct SkipRetry {
+    /// Why the message cannot be handled; recorded as its failure reason.
+    pub reason: HandlerError,
+}
+
+impl SkipRetry {
+    /// Give up on this message, because of `reason`.
+    pub fn new(reason: impl Into<HandlerError>) -> Self {
+        SkipRetry { reason: reason.into() }
+    }
+}
+
+impl fmt::Display for SkipRetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (not retried)", self.reason)
+    }
+}
+
+impl std::error::Error for SkipRetry {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.reason.as_ref())
+    }
+}
+
 /// Processes delivered messages. `Ok` acks the message, `Err` nacks it; a
-/// panic or exceeding `max_consume_duration` counts like an `Err`.
+/// panic or exceeding `handler_timeout` counts like an `Err`.
 ///
 /// Implement it on a type, or pass an async closure:
 ///

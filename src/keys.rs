@@ -17,6 +17,8 @@ pub(crate) struct Keys {
     pub retry: String,
     pub garbage: String,
     pub retries: String,
+    /// Running totals (sent, acked, failed, dead, expired) kept by the scripts.
+    pub totals: String,
     /// Prefix of the per-message payload keys; the id follows it.
     pub msg_prefix: String,
     /// Pub/sub channel (not a key) on which scripts wake sleeping consumers.
@@ -42,6 +44,7 @@ impl Keys {
             retry: format!("{base}:retry"),
             garbage: format!("{base}:garbage"),
             retries: format!("{base}:retries"),
+            totals: format!("{base}:totals"),
             msg_prefix: format!("{base}:m:"),
             wake: format!("{base}:wake"),
             claim_prefix: format!("{base}:claim:"),
@@ -67,6 +70,7 @@ impl Keys {
             self.retries.clone(),
             self.unack.clone(),
             self.garbage.clone(),
+            self.totals.clone(),
         ];
         keys.extend(ids.into_iter().map(|id| self.msg(id)));
         keys
@@ -85,6 +89,7 @@ impl Keys {
             self.pending.clone(),
             self.garbage.clone(),
             receipt.to_string(),
+            self.totals.clone(),
         ]
     }
 
@@ -93,7 +98,7 @@ impl Keys {
     }
 
     pub fn for_ack(&self) -> Vec<String> {
-        vec![self.unack.clone(), self.retries.clone()]
+        vec![self.unack.clone(), self.retries.clone(), self.totals.clone()]
     }
 
     pub fn for_nack(&self, id: &str) -> Vec<String> {
@@ -104,6 +109,7 @@ impl Keys {
             self.pending.clone(),
             self.garbage.clone(),
             self.msg(id),
+            self.totals.clone(),
         ]
     }
 
@@ -113,12 +119,18 @@ impl Keys {
             self.retries.clone(),
             self.retry.clone(),
             self.garbage.clone(),
+            self.totals.clone(),
         ]
     }
 
-    /// Cancel touches the same keys as a send of one message, in the same order.
     pub fn for_cancel(&self, id: &str) -> Vec<String> {
-        self.for_send([id])
+        vec![
+            self.pending.clone(),
+            self.retries.clone(),
+            self.unack.clone(),
+            self.garbage.clone(),
+            self.msg(id),
+        ]
     }
 
     pub fn for_reschedule(&self, id: &str) -> Vec<String> {
@@ -129,7 +141,25 @@ impl Keys {
         vec![self.garbage.clone(), self.retries.clone()]
     }
 
-    /// Every key that holds ids, for `scan` and `inspect`.
+    pub fn for_requeue(&self) -> Vec<String> {
+        vec![self.garbage.clone(), self.retries.clone(), self.ready.clone()]
+    }
+
+    /// The keys of `for_inspect`, then the payload key of `id`.
+    pub fn for_get(&self, id: &str) -> Vec<String> {
+        let mut keys = self.for_inspect();
+        keys.push(self.msg(id));
+        keys
+    }
+
+    /// The keys of `for_inspect`, then the totals.
+    pub fn for_purge(&self) -> Vec<String> {
+        let mut keys = self.for_inspect();
+        keys.push(self.totals.clone());
+        keys
+    }
+
+    /// Every key that holds ids, for `scan`, `inspect` and `list`.
     pub fn for_inspect(&self) -> Vec<String> {
         vec![
             self.pending.clone(),
@@ -148,6 +178,7 @@ impl Keys {
             self.unack.clone(),
             self.retry.clone(),
             self.garbage.clone(),
+            self.totals.clone(),
         ]
     }
 }
@@ -187,6 +218,7 @@ mod tests {
             &k.retry,
             &k.garbage,
             &k.retries,
+            &k.totals,
             &k.msg("x"),
             &k.claim("r"),
         ] {

@@ -59,17 +59,22 @@
 #![warn(missing_docs)]
 
 mod acker;
+mod backoff;
 mod builder;
 mod connect;
 mod consumer;
+mod dead_letters;
 mod durability;
 mod error;
+mod events;
 mod handler;
 mod id;
+mod inspect;
 mod integrity;
 mod keys;
 mod lease;
 mod message;
+mod meters;
 mod payload;
 mod producer;
 mod queue;
@@ -82,20 +87,23 @@ mod stats;
 mod test_support;
 mod wake;
 
+pub use backoff::Backoff;
 pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT, MIN_MSG_TTL};
 pub use connect::connect;
 pub use consumer::Consumer;
 pub use durability::Durability;
 pub use error::Error;
-pub use handler::{Handler, HandlerError};
+pub use events::Event;
+pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
+pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use integrity::{Anomaly, IntegrityReport, MessageState};
 pub use keys::MAX_QUEUE_NAME_LEN;
 pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
 pub use producer::{NewMessage, SendBuilder};
 pub use queue::DelayQueue;
-pub use stats::QueueStats;
+pub use stats::{QueueStats, QueueStatus, Totals};
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;

@@ -1,6 +1,6 @@
 //! A delivered message, as the handler sees it.
 
-use crate::{Error, MessageId};
+use crate::{Backoff, Error, MessageId};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).
 #[derive(Debug, Clone)]
@@ -8,6 +8,9 @@ pub struct Message {
     pub(crate) id: MessageId,
     pub(crate) payload: Vec<u8>,
     pub(crate) attempt: u32,
+    pub(crate) retry_count: u32,
+    /// Its own backoff, when its send set one.
+    pub(crate) backoff: Option<Backoff>,
     /// Visibility deadline in microseconds of Redis time; fences ack and nack.
     pub(crate) lease: i64,
 }
@@ -31,6 +34,17 @@ impl Message {
     /// Which delivery this is: 1 for the first, 2 for the first retry, ...
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// Retries this message was sent with: at most `retry_count + 1` deliveries.
+    pub fn retry_count(&self) -> u32 {
+        self.retry_count
+    }
+
+    /// Deliveries left after this one should it fail; 0 on the last
+    /// attempt, after which a failure makes it a dead letter.
+    pub fn retries_left(&self) -> u32 {
+        (self.retry_count + 1).saturating_sub(self.attempt)
     }
 
     /// The payload decoded as JSON.

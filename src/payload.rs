@@ -1,6 +1,6 @@
 //! Message payloads: bytes, with JSON helpers.
 
-use crate::Error;
+use crate::{Backoff, Error};
 
 /// The body of a message: any bytes.
 ///
@@ -116,21 +116,46 @@ impl<T: serde::Serialize> IntoPayload for Json<T> {
     }
 }
 
-/// How a payload is stored in Redis: `"<retry count>:"` then its bytes.
-/// Keeping the retry count here rather than in the retries hash saves a hash
-/// entry per pending message (see `lua/send.lua`).
-pub(crate) fn encode_stored(retry_count: u32, payload: &[u8]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(payload.len() + 5);
+/// How a message is stored in Redis: `"<retry count>:"`, or
+/// `"<retry count>;<backoff>:"` when it has a backoff of its own, then the
+/// payload's bytes. Keeping these here rather than in the retries hash saves
+/// a hash entry per pending message (see `lua/send.lua`).
+pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(payload.len() + 5 + backoff.map_or(0, |b| b.len() + 1));
     value.extend_from_slice(retry_count.to_string().as_bytes());
+    if let Some(backoff) = backoff {
+        value.push(b';');
+        value.extend_from_slice(backoff.as_bytes());
+    }
     value.push(b':');
     value.extend_from_slice(payload);
     value
 }
 
-/// The payload part of a stored value; `None` when it is not one.
-pub(crate) fn decode_stored(value: &[u8]) -> Option<&[u8]> {
+/// A stored value, read.
+#[derive(Debug)]
+pub(crate) struct Stored<'a> {
+    pub retry_count: u32,
+    pub backoff: Option<Backoff>,
+    pub payload: &'a [u8],
+}
+
+/// Reads a stored value; `None` when it is not one.
+pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
     let colon = value.iter().position(|&b| b == b':')?;
-    (colon > 0 && value[..colon].iter().all(u8::is_ascii_digit)).then(|| &value[colon + 1..])
+    let header = std::str::from_utf8(&value[..colon]).ok()?;
+    let (count, backoff) = match header.split_once(';') {
+        Some((count, backoff)) => (count, Some(Backoff::decode(backoff)?)),
+        None => (header, None),
+    };
+    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Stored {
+        retry_count: count.parse().ok()?,
+        backoff,
+        payload: &value[colon + 1..],
+    })
 }
 
 #[cfg(test)]
@@ -140,11 +165,17 @@ mod tests {
     #[test]
     fn stored_value_round_trips() {
         for payload in [&b""[..], b"x", b"12:34", b"\x00\xff:"] {
-            let value = encode_stored(7, payload);
-            assert_eq!(decode_stored(&value), Some(payload));
+            for backoff in [None, Some("f1500"), Some("e1000,60000,250")] {
+                let value = encode_stored(7, backoff, payload);
+                let stored = decode_stored(&value).unwrap();
+                assert_eq!((stored.retry_count, stored.payload), (7, payload));
+                assert_eq!(stored.backoff.map(|b| b.encode().unwrap()).as_deref(), backoff);
+            }
         }
-        assert_eq!(encode_stored(3, b"hi"), b"3:hi");
-        assert_eq!(decode_stored(b"no header"), None);
-        assert_eq!(decode_stored(b":x"), None);
+        assert_eq!(encode_stored(3, None, b"hi"), b"3:hi");
+        assert_eq!(encode_stored(3, Some("f5"), b"hi"), b"3;f5:hi");
+        for bad in [&b"no header"[..], b":x", b"3;:x", b"3;q1:x", b";f1:x", b"99999999999:x"] {
+            assert!(decode_stored(bad).is_none(), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

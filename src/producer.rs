@@ -13,7 +13,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::builder::{check_msg_ttl, Config, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::payload::{encode_stored, IntoPayload, Payload};
-use crate::{durability, scripts, DelayQueue, Error, MessageId};
+use crate::events::{self, Event};
+use crate::{durability, scripts, Backoff, DelayQueue, Error, MessageId};
 
 /// Most bytes of payload in one script call; larger batches are split.
 const CHUNK_BYTES: usize = 1024 * 1024;
@@ -37,6 +38,7 @@ pub struct NewMessage {
     id: Option<MessageId>,
     retry_count: Option<u32>,
     msg_ttl: Option<Duration>,
+    backoff: Option<Backoff>,
 }
 
 impl NewMessage {
@@ -49,6 +51,7 @@ impl NewMessage {
             id: None,
             retry_count: None,
             msg_ttl: None,
+            backoff: None,
         }
     }
 
@@ -77,6 +80,14 @@ impl NewMessage {
     /// How long this payload is kept past its due time.
     pub fn msg_ttl(mut self, ttl: Duration) -> Self {
         self.msg_ttl = Some(ttl);
+        self
+    }
+
+    /// This message's own [`Backoff`] between failed deliveries, instead of
+    /// the queue's. Fixed and exponential only: a custom one fails the send
+    /// with [`Error::InvalidArgument`].
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
         self
     }
 
@@ -110,11 +121,18 @@ impl NewMessage {
             }
             None => (MessageId::generate(), true),
         };
+        let backoff = match &self.backoff {
+            Some(b) => {
+                b.validate()?;
+                Some(b.encode()?)
+            }
+            None => None,
+        };
         let delay_ms = self.delay.as_millis() as i64;
         Ok(Prepared {
             id,
             generated,
-            value: encode_stored(retry_count, payload.as_bytes()),
+            value: encode_stored(retry_count, backoff.as_deref(), payload.as_bytes()),
             delay_ms,
             ttl_ms: delay_ms + ttl.as_millis() as i64,
         })
@@ -194,6 +212,8 @@ async fn send_chunk(queue: &DelayQueue, chunk: Vec<Prepared>) -> Result<Vec<Resu
         .map(|((id, generated, delay_ms), status)| match status {
             1 => {
                 tracing::debug!(queue = %q.name, %id, delay_ms, "sent");
+                q.meters.sent.increment(1);
+                events::emit(&q.events, || Event::Sent { id: id.clone() });
                 Ok(id)
             }
             // A generated id is unique to this call: finding it means fred
@@ -243,6 +263,12 @@ impl<'a> SendBuilder<'a> {
     /// How long this payload is kept past its due time.
     pub fn msg_ttl(mut self, ttl: Duration) -> Self {
         self.msg = self.msg.msg_ttl(ttl);
+        self
+    }
+
+    /// This message's own backoff; see [`NewMessage::backoff`].
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.msg = self.msg.backoff(backoff);
         self
     }
 

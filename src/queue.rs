@@ -4,12 +4,20 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fred::prelude::{Client, Value};
+use tokio::sync::broadcast;
 
 use crate::builder::Config;
 use crate::keys::Keys;
+use crate::meters::Meters;
 use crate::payload::IntoPayload;
 use crate::producer::{self, NewMessage, SendBuilder};
-use crate::{scripts, Consumer, DelayQueueBuilder, Error, Handler, MessageId, QueueStats};
+use crate::dead_letters::{self, Which};
+use crate::inspect;
+use crate::stats::Totals;
+use crate::{
+    scripts, Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page, QueueStats,
+    QueueStatus,
+};
 
 /// A delayed message queue stored in Redis.
 ///
@@ -26,6 +34,8 @@ pub(crate) struct Inner {
     pub keys: Keys,
     pub config: Config,
     pub client: Client,
+    pub meters: Meters,
+    pub events: broadcast::Sender<Event>,
 }
 
 impl DelayQueue {
@@ -145,22 +155,144 @@ impl DelayQueue {
 
     /// Counts of the queue's states, taken atomically.
     pub async fn stats(&self) -> Result<QueueStats, Error> {
-        let k = &self.inner.keys;
-        let keys = k.for_stats();
-        let counts: Vec<u64> = self.call(&scripts::STATS, keys, vec![]).await?;
-        match counts[..] {
-            [pending, ready, processing, retry, garbage] => Ok(QueueStats {
-                pending,
-                ready,
-                processing,
-                retry,
-                garbage,
-            }),
-            _ => Err(Error::UnexpectedReply {
+        Ok(self.status().await?.counts)
+    }
+
+    /// Counts per state, the age of the oldest overdue message and dead
+    /// letter, and running totals (sent, acked, failed, dead, expired),
+    /// taken atomically. O(1).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let status = queue.status().await?;
+    /// if status.oldest_overdue > Some(std::time::Duration::from_secs(60)) {
+    ///     eprintln!("is any consumer running? {:?}", status.counts);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn status(&self) -> Result<QueueStatus, Error> {
+        let v: Vec<i64> = self.call(&scripts::STATS, self.inner.keys.for_stats(), vec![]).await?;
+        let [pending, ready, processing, retry, garbage, now, head, oldest_dead, sent, acked, failed, dead, expired] =
+            v[..]
+        else {
+            return Err(Error::UnexpectedReply {
                 script: "stats",
-                detail: format!("{counts:?}"),
-            }),
+                detail: format!("{v:?}"),
+            });
+        };
+        let n = |x: i64| u64::try_from(x).unwrap_or(0);
+        let ms = |x: i64| Duration::from_millis(n(x));
+        Ok(QueueStatus {
+            counts: QueueStats {
+                pending: n(pending),
+                ready: n(ready),
+                processing: n(processing),
+                retry: n(retry),
+                garbage: n(garbage),
+            },
+            oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
+            next_due: (head > now).then(|| ms(head - now)),
+            oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
+            totals: Totals {
+                sent: n(sent),
+                acked: n(acked),
+                failed: n(failed),
+                dead: n(dead),
+                expired: n(expired),
+            },
+        })
+    }
+
+    /// One page of the messages in `state`: at most `limit` (1 to 1000)
+    /// from position `offset`, with a payload preview. Pass
+    /// [`Page::next`] as the next offset. One script call, O(log n +
+    /// limit) (lists: O(offset + limit)), so safe on a big queue.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use delayqueue::MessageState;
+    /// let mut offset = Some(0);
+    /// while let Some(at) = offset {
+    ///     let page = queue.list(MessageState::Garbage, at, 100).await?;
+    ///     for m in &page.items {
+    ///         println!("{} died after {} attempts: {:?}", m.id, m.attempts, m.last_error);
+    ///     }
+    ///     offset = page.next;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, state: MessageState, offset: u64, limit: usize) -> Result<Page, Error> {
+        inspect::list(self, state, offset, limit).await
+    }
+
+    /// One message by id, with its whole payload; `None` when the queue
+    /// does not hold it (unknown, acked, cancelled or deleted). O(log n),
+    /// or O(length of the ready and retry lists) when it waits in one.
+    pub async fn get(&self, id: &MessageId) -> Result<Option<MessageInfo>, Error> {
+        inspect::get(self, id).await
+    }
+
+    /// Moves a dead letter back to ready, with its retries restored.
+    /// Returns `false` when `id` is not a dead letter.
+    pub async fn requeue_dead(&self, id: &MessageId) -> Result<bool, Error> {
+        Ok(dead_letters::requeue(self, Which::One(id)).await? == 1)
+    }
+
+    /// Moves every dead letter back to ready, in batches of `batch_size`;
+    /// returns how many. Letters that die while it runs may stay.
+    pub async fn requeue_all_dead(&self) -> Result<u64, Error> {
+        dead_letters::requeue(self, Which::All).await
+    }
+
+    /// Deletes a dead letter. Returns `false` when `id` is not one.
+    pub async fn delete_dead(&self, id: &MessageId) -> Result<bool, Error> {
+        Ok(dead_letters::delete(self, Which::One(id)).await? == 1)
+    }
+
+    /// Deletes every dead letter, in batches; returns how many.
+    pub async fn delete_all_dead(&self) -> Result<u64, Error> {
+        dead_letters::delete(self, Which::All).await
+    }
+
+    /// Deletes every message of the queue, whatever its state, and its
+    /// totals, in batches of `batch_size` (each one script call). Running
+    /// deliveries finish, but their acks find nothing to ack. Returns how
+    /// many entries it removed.
+    pub async fn purge(&self) -> Result<u64, Error> {
+        let k = &self.inner.keys;
+        let mut removed = 0u64;
+        loop {
+            let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), (self.inner.config.batch_size as i64).into()];
+            let n: i64 = self.call(&scripts::PURGE, k.for_purge(), args).await?;
+            if n <= 0 {
+                break;
+            }
+            removed += n as u64;
         }
+        tracing::warn!(queue = %self.inner.name, removed, "queue purged");
+        Ok(removed)
+    }
+
+    /// A stream of what happens to this queue's messages in this process
+    /// (sends, deliveries, acks, failures, dead letters, ...), for code
+    /// that reacts to them. Each receiver sees every event sent after it
+    /// subscribed; one that falls 4096 events behind misses the oldest.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) {
+    /// use delayqueue::Event;
+    /// let mut events = queue.events();
+    /// tokio::spawn(async move {
+    ///     while let Ok(event) = events.recv().await {
+    ///         if let Event::Dead { id, reason, .. } = event {
+    ///             eprintln!("alert: {id} is dead: {reason}");
+    ///         }
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.inner.events.subscribe()
     }
 
     /// Scans the queue's keys and reports inconsistencies: ids in two

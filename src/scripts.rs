@@ -54,7 +54,11 @@ lua_scripts! {
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";
     GC = "gc";
+    REQUEUE = "requeue";
+    PURGE = "purge";
     STATS = "stats";
+    LIST = "list";
+    GET = "get";
     SCAN = "scan";
     INSPECT = "inspect";
 }

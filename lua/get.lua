@@ -1,0 +1,37 @@
+#!lua flags=no-writes
+--[[ get: read-only: one message by id, with its state, taken atomically.
+
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
+KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[7] msg string of this id
+ARGV[1] id
+Returns {state, score, retry record, stored value, TTL ms, now ms}:
+state 1 to 5 is the KEYS[n] holding the id (0: none); score as in `list`
+("" for lists); "" for a missing record or value.
+Idempotent: reads only.
+Complexity: O(log N) when the id is in a zset; otherwise O(L) to find it
+in the ready and retry lists (LPOS stops at the first match).
+]]
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
+  KEYS[6], 'hash')
+local id = ARGV[1]
+local value = redis.pcall('GET', KEYS[7])
+if type(value) ~= 'string' then
+  value = ''
+end
+local state, score = 0, ''
+for _, n in ipairs({1, 3, 5}) do
+  local s = redis.call('ZSCORE', KEYS[n], id)
+  if s then
+    state, score = n, s
+    break
+  end
+end
+if state == 0 and value ~= '' then
+  if redis.call('LPOS', KEYS[4], id) then
+    state = 4
+  elseif redis.call('LPOS', KEYS[2], id) then
+    state = 2
+  end
+end
+return {state, score, redis.call('HGET', KEYS[6], id) or '', value, redis.call('PTTL', KEYS[7]), now_ms()}

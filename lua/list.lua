@@ -1,0 +1,51 @@
+#!lua flags=no-writes
+--[[ list: read-only: one page of the messages in one state, with what an
+operator wants to see of each. Pages are by position, so a queue that
+changes between calls may shift entries across page boundaries.
+
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
+KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] offset   ARGV[3] page size (<= 1000)
+ARGV[4] msg key prefix   ARGV[5] bytes of each stored value to return
+Returns {size of the state, now ms, next offset (-1: last page), then 6
+values per message: id, score ("" in lists: due ms in pending, lease
+deadline us in unack, time of death ms in garbage), retry record ("" if
+none), the first ARGV[5] bytes of its stored value ("" if gone), its full
+length, its TTL ms}. List entries whose payload is gone (cancelled) or
+that live in another state are left out.
+Idempotent: reads only.
+Complexity: O(log N + page) for zsets, O(offset + page) for lists.
+]]
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
+  KEYS[6], 'hash')
+local state, from, size = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local key, is_list = KEYS[state], state == 2 or state == 4
+local page, total
+if is_list then
+  page, total = redis.call('LRANGE', key, from, from + size - 1), redis.call('LLEN', key)
+else
+  page, total = redis.call('ZRANGE', key, from, from + size - 1, 'WITHSCORES'), redis.call('ZCARD', key)
+end
+local step = is_list and 1 or 2
+local count = #page / step
+local out = {total, now_ms(), from + count < total and count == size and from + count or -1}
+local stale = is_list and redis.call('HEXISTS', KEYS[6], STALE) == 1
+for i = 1, #page, step do
+  local id = page[i]
+  local msg = ARGV[4] .. id
+  local value = redis.pcall('GETRANGE', msg, 0, tonumber(ARGV[5]) - 1)
+  local len = redis.pcall('STRLEN', msg)
+  if type(value) ~= 'string' then
+    value, len = '', 0
+  end
+  local moved = stale and (redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[5], id))
+  if not (is_list and (len == 0 or moved)) then
+    out[#out + 1] = id
+    out[#out + 1] = is_list and '' or page[i + 1]
+    out[#out + 1] = redis.call('HGET', KEYS[6], id) or ''
+    out[#out + 1] = value
+    out[#out + 1] = len
+    out[#out + 1] = redis.call('PTTL', msg)
+  end
+end
+return out

@@ -1,0 +1,48 @@
+#!lua flags=allow-oom
+--[[ purge: every state -> (deleted)
+Deletes up to ARGV[2] messages of the queue, whatever their state (a
+running delivery's ack then finds its lease gone). Once no message is
+left, deletes the retries hash and the totals too. Call until it returns 0.
+
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
+KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[7] totals hash
+ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
+Returns the number of ids removed (list entries included).
+Idempotent: a re-run deletes what is left.
+Complexity: O(M log N) with M = removed; the last call O(R) with R = the
+retries hash's leftover fields.
+]]
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
+  KEYS[6], 'hash', KEYS[7], 'hash')
+local limit = tonumber(ARGV[2])
+local ids = {}
+for _, n in ipairs({1, 3, 5, 2, 4}) do
+  local want = limit - #ids
+  if want <= 0 then
+    break
+  end
+  local page
+  if n == 2 or n == 4 then
+    page = redis.call('LPOP', KEYS[n], want) or {}
+  else
+    page = redis.call('ZRANGE', KEYS[n], 0, want - 1)
+    if #page > 0 then
+      redis.call('ZREM', KEYS[n], unpack(page))
+    end
+  end
+  for _, id in ipairs(page) do
+    ids[#ids + 1] = id
+  end
+end
+if #ids == 0 then
+  redis.call('DEL', KEYS[6], KEYS[7])
+  return 0
+end
+local keys = {}
+for i, id in ipairs(ids) do
+  keys[i] = ARGV[1] .. id
+end
+redis.call('DEL', unpack(keys))
+redis.call('HDEL', KEYS[6], unpack(ids))
+return #ids

@@ -1,0 +1,77 @@
+//! Dead letters: messages that used up their deliveries wait in the
+//! `garbage` zset (scored by time of death) for their retention. Requeue
+//! gives them a new life; delete ends theirs.
+
+use fred::prelude::Value;
+
+use crate::{scripts, DelayQueue, Error, MessageId};
+
+/// Which dead letters a call acts on.
+pub(crate) enum Which<'a> {
+    One(&'a MessageId),
+    All,
+}
+
+/// Requeues dead letters; returns how many went back to ready.
+pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
+    let inner = &queue.inner;
+    let k = &inner.keys;
+    let done = repeat(queue, which, |ids| {
+        let mut args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            (inner.config.batch_size as i64).into(),
+            (inner.config.msg_ttl.as_millis() as i64).into(),
+            k.wake.as_str().into(),
+        ];
+        args.extend(ids);
+        queue.call::<i64>(&scripts::REQUEUE, k.for_requeue(), args)
+    })
+    .await?;
+    tracing::info!(queue = %inner.name, requeued = done, "dead letters requeued");
+    Ok(done)
+}
+
+/// Deletes dead letters; returns how many.
+pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
+    let inner = &queue.inner;
+    let k = &inner.keys;
+    let done = repeat(queue, which, |ids| {
+        // Retention 0 and no size limit: every dead letter qualifies.
+        let mut args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            (inner.config.batch_size as i64).into(),
+            0.into(),
+            i64::MAX.into(),
+        ];
+        args.extend(ids);
+        queue.call::<i64>(&scripts::GC, k.for_gc(), args)
+    })
+    .await?;
+    tracing::info!(queue = %inner.name, deleted = done, "dead letters deleted");
+    Ok(done)
+}
+
+/// Runs `call` for one id, or in batches until the dead letters there were
+/// at the start are done (never more rounds than those need, so a steady
+/// stream of new deaths cannot keep it going).
+async fn repeat<F, Fut>(queue: &DelayQueue, which: Which<'_>, call: F) -> Result<u64, Error>
+where
+    F: Fn(Vec<Value>) -> Fut,
+    Fut: std::future::Future<Output = Result<i64, Error>>,
+{
+    if let Which::One(id) = which {
+        id.validate()?;
+        return Ok(call(vec![id.as_str().into()]).await?.max(0) as u64);
+    }
+    let batch = queue.inner.config.batch_size as u64;
+    let rounds = queue.stats().await?.garbage / batch + 1;
+    let mut done = 0;
+    for _ in 0..rounds {
+        let n = call(Vec::new()).await?.max(0) as u64;
+        done += n;
+        if n < batch {
+            break;
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,83 @@
+//! [`Event`]: what happens to messages, as a stream for code that reacts to
+//! it (alerting on dead letters, counting failures per customer, ...).
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::MessageId;
+
+/// Events buffered per subscriber before the slowest one starts missing
+/// some (it then gets `RecvError::Lagged`).
+pub(crate) const CAPACITY: usize = 4096;
+
+/// Something that happened to a queue's messages, seen by this process
+/// (its producers and consumers), from
+/// [`DelayQueue::events`](crate::DelayQueue::events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A message was stored.
+    Sent {
+        /// The message.
+        id: MessageId,
+    },
+    /// A handler started on a message.
+    Delivered {
+        /// The message.
+        id: MessageId,
+        /// Which delivery: 1 for the first.
+        attempt: u32,
+    },
+    /// A handler succeeded and the message is gone.
+    Acked {
+        /// The message.
+        id: MessageId,
+    },
+    /// A delivery failed and the message will be delivered again.
+    Failed {
+        /// The message.
+        id: MessageId,
+        /// The delivery that failed.
+        attempt: u32,
+        /// The handler's error, the panic or the time-out.
+        reason: String,
+        /// How long until the next delivery.
+        retry_in: Duration,
+    },
+    /// A delivery failed and the message is now a dead letter.
+    Dead {
+        /// The message.
+        id: MessageId,
+        /// The delivery that failed.
+        attempt: u32,
+        /// The handler's error, the panic or the time-out.
+        reason: String,
+    },
+    /// Deliveries whose lease ran out without an ack (a consumer died or
+    /// hung) were taken back; `dead` of them had no deliveries left.
+    TimedOut {
+        /// Deliveries taken back.
+        count: u64,
+        /// Of those, moved to the dead letters.
+        dead: u64,
+    },
+    /// Messages whose payload expired (`msg_ttl`) before delivery were dropped.
+    Expired {
+        /// Messages dropped.
+        count: u64,
+    },
+    /// An ack or nack came after the lease ran out: the message was or
+    /// will be delivered again.
+    LeaseLost {
+        /// The message.
+        id: MessageId,
+    },
+}
+
+/// Sends what `event` builds, only when someone listens.
+pub(crate) fn emit(tx: &broadcast::Sender<Event>, event: impl FnOnce() -> Event) {
+    if tx.receiver_count() > 0 {
+        let _ = tx.send(event());
+    }
+}
