@@ -44,7 +44,11 @@ type DelayFn = dyn Fn(u32) -> Duration + Send + Sync;
 #[derive(Clone)]
 enum Kind {
     Fixed(Duration),
-    Exponential { first: Duration, max: Duration, jitter: f64 },
+    Exponential {
+        first: Duration,
+        max: Duration,
+        jitter: f64,
+    },
     Custom(Arc<DelayFn>),
 }
 
@@ -75,7 +79,11 @@ impl Backoff {
             Kind::Exponential { first, max, .. } => Backoff(Kind::Exponential {
                 first,
                 max,
-                jitter: if fraction.is_nan() { 0.0 } else { fraction.clamp(0.0, 1.0) },
+                jitter: if fraction.is_nan() {
+                    0.0
+                } else {
+                    fraction.clamp(0.0, 1.0)
+                },
             }),
             other => Backoff(other),
         }
@@ -114,7 +122,9 @@ impl Backoff {
             Kind::Custom(_) => Duration::ZERO,
         };
         if longest > MAX_DELAY {
-            return Err(Error::InvalidArgument(format!("backoff delay {longest:?} is longer than MAX_DELAY")));
+            return Err(Error::InvalidArgument(format!(
+                "backoff delay {longest:?} is longer than MAX_DELAY"
+            )));
         }
         Ok(())
     }
@@ -125,9 +135,12 @@ impl Backoff {
         let ms = |d: &Duration| d.min(&MAX_DELAY).as_millis();
         match &self.0 {
             Kind::Fixed(d) => Ok(format!("f{}", ms(d))),
-            Kind::Exponential { first, max, jitter } => {
-                Ok(format!("e{},{},{}", ms(first), ms(max), (jitter * 1000.0).round() as u32))
-            }
+            Kind::Exponential { first, max, jitter } => Ok(format!(
+                "e{},{},{}",
+                ms(first),
+                ms(max),
+                (jitter * 1000.0).round() as u32
+            )),
             Kind::Custom(_) => Err(Error::InvalidArgument(
                 "a custom backoff can be set on the queue only, not on a message".into(),
             )),
@@ -141,7 +154,11 @@ impl Backoff {
             return ms(d).map(Backoff::fixed);
         }
         let mut parts = s.strip_prefix('e')?.split(',');
-        let (first, max, jitter) = (ms(parts.next()?)?, ms(parts.next()?)?, parts.next()?.parse::<u32>().ok()?);
+        let (first, max, jitter) = (
+            ms(parts.next()?)?,
+            ms(parts.next()?)?,
+            parts.next()?.parse::<u32>().ok()?,
+        );
         parts
             .next()
             .is_none()
@@ -181,12 +198,18 @@ mod tests {
         for attempt in 1..=100 {
             let base = if attempt > 10 { s(600) } else { s(1 << (attempt - 1)) };
             let d = b.delay(attempt);
-            assert!(d <= base && d >= base.mul_f64(0.75), "attempt {attempt}: {d:?} for {base:?}");
+            assert!(
+                d <= base && d >= base.mul_f64(0.75),
+                "attempt {attempt}: {d:?} for {base:?}"
+            );
         }
         let b = b.jitter(0.0);
         assert_eq!(b.delay(0), s(1));
         assert_eq!(b.delay(u32::MAX), s(600));
-        assert_eq!(Backoff::exponential(s(1), MAX_DELAY * 2).jitter(0.0).delay(u32::MAX), MAX_DELAY);
+        assert_eq!(
+            Backoff::exponential(s(1), MAX_DELAY * 2).jitter(0.0).delay(u32::MAX),
+            MAX_DELAY
+        );
     }
 
     #[test]

@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::acker::{self, AckItem};
+use crate::events::{self, Event};
 use crate::lease::{self, Lease, Leases};
 use crate::payload::decode_stored;
-use crate::events::{self, Event};
 use crate::wake;
 use crate::{scripts, DelayQueue, Error, Handler, HandlerError, Message, MessageId, RetryAfter, SkipRetry};
 
@@ -421,7 +421,10 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
         let backoff = msg.backoff.clone();
         tracing::trace!(queue = %name, %id, attempt, "delivering");
         shared.queue.inner.meters.delivered.increment(1);
-        events::emit(&shared.queue.inner.events, || Event::Delivered { id: id.clone(), attempt });
+        events::emit(&shared.queue.inner.events, || Event::Delivered {
+            id: id.clone(),
+            attempt,
+        });
         let started = Instant::now();
         let outcome = tokio::time::timeout(limit, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
         record_duration(&shared, started.elapsed());

@@ -12,8 +12,8 @@ use fred::prelude::Value;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::builder::{check_msg_ttl, Config, MAX_DELAY, MAX_RETRY_COUNT};
-use crate::payload::{encode_stored, IntoPayload, Payload};
 use crate::events::{self, Event};
+use crate::payload::{encode_stored, IntoPayload, Payload};
 use crate::{durability, scripts, Backoff, DelayQueue, Error, MessageId};
 
 /// Most bytes of payload in one script call; larger batches are split.

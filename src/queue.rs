@@ -7,16 +7,16 @@ use fred::prelude::{Client, Value};
 use tokio::sync::broadcast;
 
 use crate::builder::Config;
+use crate::dead_letters::{self, Which};
+use crate::inspect;
 use crate::keys::Keys;
 use crate::meters::Meters;
 use crate::payload::IntoPayload;
 use crate::producer::{self, NewMessage, SendBuilder};
-use crate::dead_letters::{self, Which};
-use crate::inspect;
 use crate::stats::Totals;
 use crate::{
-    scripts, Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page, QueueStats,
-    QueueStatus,
+    scripts, Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page,
+    QueueStats, QueueStatus,
 };
 
 /// A delayed message queue stored in Redis.
@@ -262,7 +262,10 @@ impl DelayQueue {
         let k = &self.inner.keys;
         let mut removed = 0u64;
         loop {
-            let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), (self.inner.config.batch_size as i64).into()];
+            let args: Vec<Value> = vec![
+                k.msg_prefix.as_str().into(),
+                (self.inner.config.batch_size as i64).into(),
+            ];
             let n: i64 = self.call(&scripts::PURGE, k.for_purge(), args).await?;
             if n <= 0 {
                 break;

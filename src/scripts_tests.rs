@@ -24,6 +24,8 @@ const TTL: i64 = 60_000;
 const RETRY: i64 = 3;
 /// Visibility timeout (ms) the tests pass to claim.
 const VIS: i64 = 5_000;
+/// Dead-letter retention (ms) the tests pass to nack and timeout.
+const RETENTION: i64 = 7 * 24 * 3_600_000;
 /// Slack for clock readings taken around a script call, in ms.
 const SLACK_MS: i64 = 1_000;
 /// How long a test waits for a wake-up it expects.
@@ -181,7 +183,7 @@ impl Env {
                 let retry = u32::try_from(retry).expect("retry count");
                 (
                     id,
-                    encode_stored(retry, payload.as_bytes()),
+                    encode_stored(retry, None, payload.as_bytes()),
                     delay_ms,
                     delay_ms + ttl_ms,
                     ids == Ids::Own,
@@ -211,8 +213,12 @@ impl Env {
         let reply: Vec<i64> = self
             .run(&scripts::PROMOTE, self.k().for_promote(), vec![limit.into()])
             .await;
-        assert_eq!(reply.len(), 2, "promote returns {{moved, wait_ms}}: {reply:?}");
-        reply
+        assert_eq!(
+            reply.len(),
+            2 + reply[0] as usize,
+            "promote returns {{moved, wait_ms, lateness...}}: {reply:?}"
+        );
+        reply[..2].to_vec()
     }
 
     /// The claim reply as it comes, values not decoded.
@@ -240,7 +246,9 @@ impl Env {
         };
         let value = |v: &Value| {
             let stored = v.as_bytes().unwrap_or_else(|| panic!("claim: no value: {v:?}"));
-            let payload = decode_stored(stored).unwrap_or_else(|| panic!("claim: {v:?} is not a stored value"));
+            let payload = decode_stored(stored)
+                .unwrap_or_else(|| panic!("claim: {v:?} is not a stored value"))
+                .payload;
             (
                 String::from_utf8_lossy(stored).into_owned(),
                 String::from_utf8_lossy(payload).into_owned(),
@@ -308,6 +316,10 @@ impl Env {
     }
 
     async fn nack(&self, id: &str, lease: i64, delay_ms: i64, mode: &str) -> i64 {
+        self.nack_because(id, lease, delay_ms, mode, "").await
+    }
+
+    async fn nack_because(&self, id: &str, lease: i64, delay_ms: i64, mode: &str, reason: &str) -> i64 {
         let k = self.k();
         let keys = k.for_nack(id);
         let args: Vec<Value> = vec![
@@ -318,6 +330,8 @@ impl Env {
             mode.into(),
             RETRY.into(),
             k.wake.as_str().into(),
+            reason.into(),
+            RETENTION.into(),
         ];
         self.run(&scripts::NACK, keys, args).await
     }
@@ -331,6 +345,7 @@ impl Env {
             TTL.into(),
             RETRY.into(),
             k.wake.as_str().into(),
+            RETENTION.into(),
         ];
         self.run(&scripts::TIMEOUT, keys, args).await
     }
@@ -346,14 +361,28 @@ impl Env {
         self.run(&scripts::RESCHEDULE, k.for_reschedule(id), args).await
     }
 
+    /// Collects every dead letter, whatever its age (retention 0).
     async fn gc(&self, limit: i64) -> i64 {
+        self.gc_with(limit, 0, i64::MAX, &[]).await
+    }
+
+    async fn gc_with(&self, limit: i64, retention_ms: i64, max_kept: i64, ids: &[&str]) -> i64 {
         let k = self.k();
-        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), limit.into()];
+        let mut args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            limit.into(),
+            retention_ms.into(),
+            max_kept.into(),
+        ];
+        args.extend(ids.iter().map(|id| Value::from(*id)));
         self.run(&scripts::GC, k.for_gc(), args).await
     }
 
+    /// The counts part of the stats reply.
     async fn stats(&self) -> Vec<i64> {
-        self.run(&scripts::STATS, self.k().for_stats(), vec![]).await
+        let reply: Vec<i64> = self.run(&scripts::STATS, self.k().for_stats(), vec![]).await;
+        assert_eq!(reply.len(), 13, "{reply:?}");
+        reply[..5].to_vec()
     }
 
     // ---- raw Redis access ----
@@ -407,10 +436,19 @@ impl Env {
         self.lines(&["LRANGE", key, "0", "-1"])
     }
 
-    fn set(&self, key: &str) -> Vec<String> {
-        let mut m = self.lines(&["SMEMBERS", key]);
+    /// The dead letters' ids, sorted.
+    fn dead(&self) -> Vec<String> {
+        let mut m = self.lines(&["ZRANGE", &self.k().garbage, "0", "-1"]);
         m.sort();
         m
+    }
+
+    /// Makes `ids` dead letters, died now.
+    fn bury(&self, ids: &[&str]) {
+        let now = self.now_ms().to_string();
+        for id in ids {
+            self.raw(&["ZADD", &self.k().garbage, &now, id]);
+        }
     }
 
     /// `id`'s retry record: its deliveries so far.
@@ -470,13 +508,22 @@ impl Env {
     /// The payload of `id`: its stored value without the header.
     fn payload(&self, id: &str) -> Option<String> {
         self.stored(id).map(|v| {
-            let payload = decode_stored(v.as_bytes()).unwrap_or_else(|| panic!("{id}: {v:?} is not a stored value"));
+            let payload = decode_stored(v.as_bytes())
+                .unwrap_or_else(|| panic!("{id}: {v:?} is not a stored value"))
+                .payload;
             String::from_utf8_lossy(payload).into_owned()
         })
     }
 
     fn pttl(&self, id: &str) -> i64 {
         self.int(&["PTTL", &self.k().msg(id)])
+    }
+
+    /// Every key in the server, sorted.
+    fn keys(&self) -> Vec<String> {
+        let mut keys = self.lines(&["KEYS", "*"]);
+        keys.sort();
+        keys
     }
 
     fn exists(&self, key: &str) -> bool {
@@ -493,7 +540,7 @@ impl Env {
         out += &format!("unack {:?}\n", self.zset(&k.unack));
         out += &format!("ready {:?}\n", self.list(&k.ready));
         out += &format!("retry {:?}\n", self.list(&k.retry));
-        out += &format!("garbage {:?}\n", self.set(&k.garbage));
+        out += &format!("garbage {:?}\n", self.dead());
         out += &format!("retries {:?}\n", {
             let mut h = self.lines(&["HGETALL", &k.retries]);
             h.sort();
@@ -570,7 +617,7 @@ async fn send_stores_payload_and_pending_entry_together() {
     for key in [&k.ready, &k.retry, &k.unack, &k.garbage, &k.retries] {
         assert!(!env.exists(key), "{key} written");
     }
-    assert_eq!(env.int(&["DBSIZE"]), 2);
+    assert_eq!(env.int(&["DBSIZE"]), 3, "payload, pending, totals");
 
     // The first claim creates the record: one delivery so far.
     env.raw(&["ZADD", &k.pending, "XX", "0", "a"]);
@@ -586,11 +633,11 @@ async fn send_stores_payload_and_pending_entry_together() {
 
     // Binary payloads are stored byte for byte.
     let bytes = vec![0u8, 255, b'\n', b' ', b':', 1];
-    let value = encode_stored(3, &bytes);
+    let value = encode_stored(3, None, &bytes);
     assert_eq!(env.send_values(&[("bin", value.clone(), 0, TTL, false)]).await, vec![1]);
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
     assert_eq!(stored, value);
-    assert_eq!(decode_stored(&stored), Some(&bytes[..]));
+    assert_eq!(decode_stored(&stored).map(|s| s.payload), Some(&bytes[..]));
     assert_pttl_near(env.pttl("bin"), TTL);
 }
 
@@ -651,10 +698,10 @@ async fn send_replaces_a_dead_message_in_garbage() {
     let env = Env::new().await;
     let k = env.k().clone();
     env.seed("g", Some("4"));
-    env.raw(&["SADD", &k.garbage, "g", "other"]);
+    env.bury(&["g", "other"]);
 
     assert_eq!(env.send_own("g", "again", 2_000, TTL, 7).await, 1);
-    assert_eq!(env.set(&k.garbage), vec!["other".to_string()]);
+    assert_eq!(env.dead(), vec!["other".to_string()]);
     let due = env.zscore(&k.pending, "g").expect("g pending");
     assert_eq!(env.zset(&k.pending), vec![("g".to_string(), due)]);
     assert_eq!(env.stored("g").as_deref(), Some("7:again"));
@@ -750,7 +797,11 @@ async fn send_batch_gives_each_message_its_own_status_and_ttl() {
     assert_eq!(env.int(&["PTTL", &k.msg("w")]), -1);
     assert!(env.zscore(&k.pending, "w").is_none());
     assert!(!env.exists(&k.retries));
-    assert_eq!(env.int(&["DBSIZE"]), 5, "pending, 3 payloads, the foreign list");
+    assert_eq!(
+        env.int(&["DBSIZE"]),
+        6,
+        "pending, 3 payloads, the foreign list, the totals"
+    );
 
     // Idempotent: the same batch again changes nothing.
     let state = env.snapshot();
@@ -877,7 +928,7 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
         .map(|(id, n)| (id.to_string(), n))
         .to_vec();
     assert_eq!(deliveries.into_iter().collect::<Vec<_>>(), expected);
-    assert_eq!(env.set(&k.garbage), vec!["bare", "one", "seven", "zero"]);
+    assert_eq!(env.dead(), vec!["bare", "one", "seven", "zero"]);
     let records: Vec<(String, String)> = expected.iter().map(|(id, n)| (id.clone(), n.to_string())).collect();
     assert_eq!(env.records(), records, "garbage keeps the records until gc");
     assert!(!env.exists(&k.retry) && !env.exists(&k.unack) && !env.exists(&k.pending));
@@ -889,14 +940,10 @@ async fn send_replaces_a_dead_message_whose_payload_expired() {
     let k = env.k().clone();
     // Dead, and its payload expired before gc ran (cancel's test has the same state).
     env.raw(&["HSET", &k.retries, "g", "4"]);
-    env.raw(&["SADD", &k.garbage, "g"]);
+    env.bury(&["g"]);
 
     assert_eq!(env.send_own("g", "again", 0, TTL, 7).await, 1);
-    assert!(
-        env.set(&k.garbage).is_empty(),
-        "garbage entry left: {:?}",
-        env.set(&k.garbage)
-    );
+    assert!(env.dead().is_empty(), "garbage entry left: {:?}", env.dead());
     assert!(env.record("g").is_none(), "old record left: {:?}", env.record("g"));
     assert_eq!(env.promote(10).await[0], 1);
     let c = env.claim(10).await;
@@ -1088,7 +1135,7 @@ async fn claim_drops_the_retry_record_of_an_id_that_expired_while_pending() {
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
     assert!(!env.exists(&k.pending) && !env.exists(&k.ready) && !env.exists(&k.unack));
     assert!(env.record("e").is_none(), "record leaked: {:?}", env.record("e"));
-    assert_eq!(env.int(&["DBSIZE"]), 0, "keys left behind");
+    assert_eq!(env.keys(), vec![k.totals.clone()], "keys left behind");
 
     // The same with STALE set (a cancel elsewhere): counted, since its record remained.
     env.raw(&["HSET", &k.retries, "e", "1"]);
@@ -1098,7 +1145,11 @@ async fn claim_drops_the_retry_record_of_an_id_that_expired_while_pending() {
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
     assert!(env.record("e").is_none(), "record leaked: {:?}", env.record("e"));
-    assert_eq!(env.int(&["DBSIZE"]), 0, "keys left behind (STALE mark included)");
+    assert_eq!(
+        env.keys(),
+        vec![k.totals.clone()],
+        "keys left behind (STALE mark included)"
+    );
 }
 
 // ======================= claim =======================
@@ -1199,7 +1250,7 @@ async fn claim_skips_stale_entries() {
     env.seed("u", Some("1"));
     env.raw(&["ZADD", &k.unack, &lease_u.to_string(), "u"]);
     env.seed("g", Some("4"));
-    env.raw(&["SADD", &k.garbage, "g"]);
+    env.bury(&["g"]);
     env.raw(&["RPUSH", &k.retry, "u", "g"]);
     env.raw(&["RPUSH", &k.ready, "p", "ok"]);
     env.seed("ok", Some("0"));
@@ -1214,7 +1265,7 @@ async fn claim_skips_stale_entries() {
     assert_eq!(env.zscore(&k.unack, "u"), Some(lease_u));
     assert_eq!(env.zscore(&k.unack, "ok"), Some(c.lease));
     assert!(env.zscore(&k.pending, "p").is_some());
-    assert_eq!(env.set(&k.garbage), vec!["g"]);
+    assert_eq!(env.dead(), vec!["g"]);
     assert_eq!(env.record("p").as_deref(), Some("0"));
     assert_eq!(env.record("u").as_deref(), Some("1"));
     assert_eq!(env.record("g").as_deref(), Some("4"));
@@ -1309,7 +1360,7 @@ async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
 async fn claim_without_or_with_malformed_record_counts_no_deliveries_so_far() {
     let env = Env::new().await;
     let k = env.k().clone();
-    // "2:5" is a record in the format of earlier versions ("attempts:max").
+    // "2:" and "2:5" are records "<deliveries>:<last failure reason>".
     let ids = ["none", "junk", "half", "neg", "old"];
     for (id, record) in ids
         .into_iter()
@@ -1323,10 +1374,10 @@ async fn claim_without_or_with_malformed_record_counts_no_deliveries_so_far() {
     let attempts: Vec<(&str, i64)> = c.got.iter().map(|d| (d.0.as_str(), d.2)).collect();
     assert_eq!(
         attempts,
-        vec![("none", 1), ("junk", 1), ("half", 1), ("neg", 1), ("old", 1)]
+        vec![("none", 1), ("junk", 1), ("half", 3), ("neg", 1), ("old", 3)]
     );
-    for id in ids {
-        assert_eq!(env.record(id).as_deref(), Some("1"), "{id}");
+    for (id, want) in ids.into_iter().zip(["1", "1", "3:", "1", "3:5"]) {
+        assert_eq!(env.record(id).as_deref(), Some(want), "{id}");
     }
 }
 
@@ -1416,7 +1467,11 @@ async fn claim_after_timeout_gets_a_larger_lease() {
     let second = env.claim_with("c", 10, 10, 2).await;
     assert_eq!(second.got, vec![("a".into(), "payload-a".into(), 2)]);
     assert!(second.lease > first.lease);
-    assert_eq!(env.record("a").as_deref(), Some("2"));
+    assert_eq!(
+        env.record("a").as_deref(),
+        Some("2:timeout"),
+        "the claim kept the reason"
+    );
 }
 
 #[tokio::test]
@@ -1521,8 +1576,8 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     assert!(env.records().iter().all(|r| r.1 == "1"));
     assert!(!env.exists(&k.ready) && !env.stale());
 
-    // With STALE the same batch also asks pending (ZMSCORE) and garbage
-    // (SMISMEMBER), once for the batch.
+    // With STALE the same batch also asks pending and garbage (ZMSCORE
+    // each), once for the batch.
     let more: Vec<String> = (0..N).map(|i| format!("n{i:02}")).collect();
     let batch: Vec<Msg> = more.iter().map(|id| (id.as_str(), "y", 0, TTL, RETRY)).collect();
     assert_eq!(env.send_many(&batch).await, vec![1; N]);
@@ -1531,7 +1586,7 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     env.reset_command_stats();
     let c = env.claim(1000).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (N as i64, 0, N));
-    assert_eq!(["mget", "zmscore", "smismember", "zadd"].map(calls), [1, 2, 1, 1]);
+    assert_eq!(["mget", "zmscore", "smismember", "zadd"].map(calls), [1, 3, 0, 1]);
     assert!(!env.stale());
 }
 
@@ -1595,7 +1650,7 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
     assert_eq!(env.send("d", "x", 60_000, TTL, RETRY).await, 1);
     assert_eq!(env.cancel("d").await, 1);
     env.seed("g", Some("4"));
-    env.raw(&["SADD", &k.garbage, "g"]);
+    env.bury(&["g"]);
     assert_eq!(env.cancel("g").await, 1);
     assert_eq!(env.cancel("b").await, 0, "b is being processed");
     assert_eq!(env.cancel("nope").await, 0);
@@ -1680,7 +1735,11 @@ async fn ack_is_fenced_by_lease() {
 
     // Idempotent re-run.
     assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![0, 0]);
-    assert_eq!(env.int(&["DBSIZE"]), 1, "only the claim receipt is left");
+    assert_eq!(
+        env.int(&["DBSIZE"]),
+        2,
+        "only the claim receipt and the totals are left"
+    );
 }
 
 #[tokio::test]
@@ -1879,14 +1938,14 @@ async fn nack_fail_out_of_retries_goes_to_garbage() {
     // No record: counted as delivery 1 of RETRY + 1, so retried.
     assert_eq!(env.nack("norecord", ln, 0, "fail").await, 1);
 
-    assert_eq!(env.set(&k.garbage), vec!["a", "zero"]);
+    assert_eq!(env.dead(), vec!["a", "zero"]);
     assert_eq!(env.list(&k.retry), vec!["norecord"]);
     assert!(!env.exists(&k.pending) && !env.exists(&k.unack));
     // Garbage keeps payload and record until gc.
     assert_eq!(env.payload("a").as_deref(), Some("payload-a"));
     assert_eq!(env.record("a").as_deref(), Some("4"));
     assert_eq!(env.record("zero").as_deref(), Some("1"));
-    assert!(env.record("norecord").is_none(), "a fail writes no record");
+    assert_eq!(env.record("norecord").as_deref(), Some("1"), "a fail records its count");
 }
 
 #[tokio::test]
@@ -1907,11 +1966,11 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
         ("foreign", None, Some("4"), 2),
         ("plain", Some("no header"), Some("4"), 2),
         ("plain3", Some("no header"), Some("3"), 1),
-        // A malformed record counts as one delivery (the format of earlier
-        // versions, "attempts:max", included).
+        // A malformed record counts as one delivery; a reason after the
+        // count ("4:3") does not change the count.
         ("junk0", Some("0:p"), Some("junk"), 2),
         ("junk3", Some("3:p"), Some("junk"), 1),
-        ("old", Some("3:p"), Some("4:3"), 1),
+        ("reason", Some("3:p"), Some("4:3"), 2),
     ];
     let mut leases = Vec::new();
     for (id, value, record, _) in cases {
@@ -1923,7 +1982,7 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
     }
     let mut garbage: Vec<&str> = cases.iter().filter(|c| c.3 == 2).map(|c| c.0).collect();
     garbage.sort();
-    assert_eq!(env.set(&k.garbage), garbage);
+    assert_eq!(env.dead(), garbage);
     let retried: Vec<&str> = cases.iter().filter(|c| c.3 == 1).map(|c| c.0).collect();
     assert_eq!(env.list(&k.retry), retried);
     assert_eq!(
@@ -1931,9 +1990,9 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
         "hash",
         "the foreign key is left alone"
     );
-    // Records are not rewritten by a fail.
-    assert_eq!(env.record("junk3").as_deref(), Some("junk"));
-    assert_eq!(env.record("old").as_deref(), Some("4:3"));
+    // A fail writes the count it went by, with its reason (none here).
+    assert_eq!(env.record("junk3").as_deref(), Some("1"));
+    assert_eq!(env.record("reason").as_deref(), Some("4"));
 
     // Timeout reads it the same way.
     env.raw(&["DEL", &k.retry, &k.garbage, &k.retries]);
@@ -1953,7 +2012,7 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
     assert_eq!(env.timeout(100).await, vec![6, 4]);
     let mut dead: Vec<&str> = timed.iter().filter(|t| t.3).map(|t| t.0).collect();
     dead.sort();
-    assert_eq!(env.set(&k.garbage), dead);
+    assert_eq!(env.dead(), dead);
     assert_eq!(env.list(&k.retry), vec!["t9", "tgone3"]);
     assert!(env.payload("tgone3").is_none(), "timeout does not revive a payload");
 }
@@ -2030,7 +2089,7 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
     assert_eq!(env.snapshot(), state);
     assert!(!env.exists(&k.retry) && !env.exists(&k.pending));
     assert_eq!(env.zset(&k.unack), vec![("a".to_string(), c2.lease)]);
-    assert_eq!(env.record("a").as_deref(), Some("2"));
+    assert_eq!(env.record("a").as_deref(), Some("2:timeout"));
 }
 
 // ======================= timeout =======================
@@ -2053,12 +2112,17 @@ async fn timeout_takes_back_only_overdue_deliveries() {
 
     assert_eq!(env.timeout(1000).await, vec![3, 1]);
     assert_eq!(env.list(&k.retry), vec!["late1", "late2"], "in deadline order");
-    assert_eq!(env.set(&k.garbage), vec!["dead"]);
+    assert_eq!(env.dead(), vec!["dead"]);
     assert_eq!(env.zset(&k.unack), vec![("ontime".to_string(), now + 60_000_000)]);
-    // Records untouched (the claim counted the delivery), payloads kept >= msg ttl.
-    assert_eq!(env.record("late1").as_deref(), Some("1"));
-    assert_eq!(env.record("dead").as_deref(), Some("4"));
-    assert!(env.record("late2").is_none());
+    // Counts untouched (the claim counted the delivery), the reason
+    // recorded; payloads kept >= msg ttl.
+    assert_eq!(env.record("late1").as_deref(), Some("1:timeout"));
+    assert_eq!(env.record("dead").as_deref(), Some("4:timeout"));
+    assert_eq!(
+        env.record("late2").as_deref(),
+        Some("1:timeout"),
+        "no record: delivery 1"
+    );
     assert_pttl_near(env.pttl("late2"), TTL);
     assert_eq!(env.payload("dead").as_deref(), Some("payload-dead"));
 
@@ -2080,7 +2144,7 @@ async fn timeout_is_bounded_by_limit() {
     }
     assert_eq!(env.timeout(2).await, vec![2, 1]);
     assert_eq!(env.list(&k.retry), vec!["t0"]);
-    assert_eq!(env.set(&k.garbage), vec!["t1"]);
+    assert_eq!(env.dead(), vec!["t1"]);
     assert_eq!(env.int(&["ZCARD", &k.unack]), 3);
     assert_eq!(env.timeout(2).await, vec![2, 0]);
     assert_eq!(env.timeout(2).await, vec![1, 0]);
@@ -2213,11 +2277,11 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
     env.seed("rt", Some("2"));
     env.raw(&["RPUSH", &k.retry, "rt"]);
     env.seed("g", Some("4"));
-    env.raw(&["SADD", &k.garbage, "g"]);
+    env.bury(&["g"]);
     env.seed("u", Some("1"));
     env.raw(&["ZADD", &k.unack, &lease.to_string(), "u"]);
     // A dead message whose payload was already collected.
-    env.raw(&["SADD", &k.garbage, "g2"]);
+    env.bury(&["g2"]);
 
     for id in ["p", "g", "g2", "rd", "rt"] {
         assert_eq!(env.cancel(id).await, 1, "{id}");
@@ -2274,7 +2338,11 @@ async fn cancel_of_a_listed_message_whose_payload_expired_leaves_it_to_claim_as_
     // Without the mark the claim counts the entry as the expired message it is.
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
-    assert_eq!(env.int(&["DBSIZE"]), 0);
+    assert_eq!(
+        env.keys(),
+        vec![k.totals.clone()],
+        "only the totals, counting it expired"
+    );
 }
 
 #[tokio::test]
@@ -2306,13 +2374,13 @@ async fn gc_deletes_up_to_limit_dead_messages() {
     let dead = ["d1", "d2", "d3", "d4", "d5"];
     for id in dead {
         env.seed(id, Some("4"));
-        env.raw(&["SADD", &k.garbage, id]);
+        env.bury(&[id]);
     }
     env.seed("live", Some("1"));
     env.raw(&["RPUSH", &k.retry, "live"]);
 
     assert_eq!(env.gc(3).await, 3);
-    let left = env.set(&k.garbage);
+    let left = env.dead();
     assert_eq!(left.len(), 2);
     for id in dead {
         let kept = left.iter().any(|l| l == id);
@@ -2339,7 +2407,7 @@ async fn stats_counts_every_state() {
     env.raw(&["RPUSH", &k.ready, "r1", "r2", "r3"]);
     env.raw(&["ZADD", &k.unack, "1", "u1"]);
     env.raw(&["RPUSH", &k.retry, "t1", "t2", "t3", "t4"]);
-    env.raw(&["SADD", &k.garbage, "g1", "g2", "g3", "g4", "g5"]);
+    env.bury(&["g1", "g2", "g3", "g4", "g5"]);
     let state = env.snapshot();
     assert_eq!(env.stats().await, vec![2, 3, 1, 4, 5]);
     assert_eq!(
@@ -2434,7 +2502,7 @@ async fn reschedule_moves_only_pending_messages_and_keeps_their_payload_long_eno
     assert_eq!(env.reschedule("a", 5_000).await, 0, "ready");
     let lease = seed_unack(&env, "u", "1");
     env.seed("g", Some("4"));
-    env.raw(&["SADD", &k.garbage, "g"]);
+    env.bury(&["g"]);
     env.raw(&["ZADD", &k.pending, "1", "expired"]);
     let state_all = env.snapshot();
     for id in ["u", "g", "nope", "expired"] {
@@ -2477,7 +2545,7 @@ async fn integrity_check_pages_through_a_clean_queue_and_finds_nothing() {
     env.promote(10).await;
     assert_eq!(env.claim(1).await.ids(), vec!["r"]);
     env.seed("g", Some("4"));
-    env.raw(&["SADD", &k.garbage, "g"]);
+    env.bury(&["g"]);
     env.mark_stale();
     let report = env.queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");

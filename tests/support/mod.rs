@@ -405,24 +405,26 @@ pub async fn client_for(url: &str) -> Client {
 /// Where the keys of queue `name` (default prefix) hold `id`, for the report
 /// of a lost message.
 pub async fn whereabouts(client: &Client, name: &str, id: &str) -> String {
-    use fred::prelude::{HashesInterface, KeysInterface, ListInterface, SetsInterface, SortedSetsInterface};
+    use fred::prelude::{HashesInterface, KeysInterface, ListInterface, SortedSetsInterface};
     let k = |s: &str| format!("dq:{{{name}}}:{s}");
     let pending: Option<f64> = client.zscore(k("pending"), id).await.unwrap_or(None);
     let unack: Option<f64> = client.zscore(k("unack"), id).await.unwrap_or(None);
-    let garbage: bool = client.sismember(k("garbage"), id).await.unwrap_or(false);
+    let garbage: Option<f64> = client.zscore(k("garbage"), id).await.unwrap_or(None);
     let ready: Option<i64> = client.lpos(k("ready"), id, None, None, None).await.unwrap_or(None);
     let retry: Option<i64> = client.lpos(k("retry"), id, None, None, None).await.unwrap_or(None);
     let payload: bool = client.exists(k(&format!("m:{id}"))).await.unwrap_or(false);
     let retries: Option<String> = client.hget(k("retries"), id).await.unwrap_or(None);
     format!(
-        "pending={pending:?} ready={ready:?} retry={retry:?} unack={unack:?} garbage={garbage} \
+        "pending={pending:?} ready={ready:?} retry={retry:?} unack={unack:?} garbage={garbage:?} \
          payload={payload} deliveries={retries:?}"
     )
 }
 
-/// Every key in the server (the tests own the server), sorted.
+/// Every key in the server (the tests own the server), sorted, except the
+/// queues' totals hashes: those are per queue, not per message, and stay.
 pub async fn all_keys(client: &Client) -> Vec<String> {
     let mut keys: Vec<String> = client.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    keys.retain(|k| !k.ends_with(":totals"));
     keys.sort();
     keys
 }
