@@ -243,7 +243,7 @@ async fn inspect(queue: &DelayQueue, ids: &[&String]) -> Result<(bool, Vec<Prese
 }
 
 /// `s` with the characters SCAN's MATCH treats specially escaped.
-fn glob_escape(s: &str) -> String {
+pub(crate) fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -51,6 +51,17 @@ impl Keys {
         })
     }
 
+    /// A SCAN pattern matching the totals hash of every queue under
+    /// `prefix` (every queue that was ever sent to has one).
+    pub fn totals_pattern(prefix: &str) -> String {
+        format!("{}{{*}}:totals", crate::integrity::glob_escape(prefix))
+    }
+
+    /// The queue name in a key that `totals_pattern` matched.
+    pub fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix("}:totals")
+    }
+
     /// The payload key of message `id`.
     pub fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
@@ -224,6 +235,15 @@ mod tests {
         ] {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }
+    }
+
+    #[test]
+    fn queue_names_are_read_back_from_totals_keys() {
+        let k = Keys::new("dq:", "orders").unwrap();
+        assert_eq!(Keys::name_of_totals("dq:", &k.totals), Some("orders"));
+        assert_eq!(Keys::name_of_totals("dq:", "dq:{orders}:pending"), None);
+        assert_eq!(Keys::name_of_totals("x:", &k.totals), None);
+        assert_eq!(Keys::totals_pattern("a*"), "a\\*{*}:totals");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::keys::Keys;
 use crate::payload::{decode_stored, encode_stored};
 use crate::scripts::{self, LuaScript};
 use crate::test_support::RedisServer;
-use crate::{DelayQueue, Error, QueueStats};
+use crate::{DelayQueue, Error, MessageState, QueueStats};
 
 /// msg ttl (ms) the tests pass to send, claim, nack and timeout.
 const TTL: i64 = 60_000;
@@ -2619,4 +2619,225 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     .map(String::from)
     .to_vec();
     assert_eq!(text, want);
+}
+
+// ======================= dead letters: nack reasons, gc, requeue =======================
+
+#[tokio::test]
+async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let la = seed_unack(&env, "a", "1");
+    let lb = seed_unack(&env, "b", "1");
+    let before = env.now_ms();
+    assert_eq!(env.nack_because("a", la, 0, "fail", "HTTP 503").await, 1);
+    assert_eq!(env.record("a").as_deref(), Some("1:HTTP 503"));
+    assert_eq!(env.list(&k.retry), vec!["a"]);
+    // 'dead' ignores the retries left.
+    assert_eq!(env.nack_because("b", lb, 0, "dead", "bad payload").await, 2);
+    assert_eq!(env.dead(), vec!["b"]);
+    let died = env.zscore(&k.garbage, "b").unwrap();
+    assert!(died >= before && died <= env.now_ms(), "scored by time of death");
+    assert_eq!(env.record("b").as_deref(), Some("1:bad payload"));
+    // The payload is kept for the retention, longer than its msg ttl.
+    assert_pttl_near(env.pttl("b"), RETENTION);
+    // The next claim keeps the reason with the new count.
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("a".into(), "payload-a".into(), 2)]);
+    assert_eq!(env.record("a").as_deref(), Some("2:HTTP 503"));
+    let totals = env.lines(&["HGETALL", &k.totals]);
+    assert_eq!(totals, vec!["failed", "2", "dead", "1"]);
+}
+
+#[tokio::test]
+async fn gc_deletes_by_age_then_the_oldest_beyond_the_cap() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let now = env.now_ms();
+    // Died 10 s, 5 s, 3 s, 2 s and 1 s ago.
+    for (id, ago) in [("d10", 10_000), ("d5", 5_000), ("d3", 3_000), ("d2", 2_000), ("d1", 1_000)] {
+        env.seed(id, Some("4"));
+        env.raw(&["ZADD", &k.garbage, &(now - ago).to_string(), id]);
+    }
+    // Retention 4 s, at most 10 kept: only d10 and d5 go.
+    assert_eq!(env.gc_with(100, 4_000, 10, &[]).await, 2);
+    assert_eq!(env.dead(), vec!["d1", "d2", "d3"]);
+    assert!(env.payload("d10").is_none() && env.record("d10").is_none());
+    // At most 1 kept: the oldest two beyond it go, within the limit.
+    assert_eq!(env.gc_with(1, 4_000, 1, &[]).await, 1);
+    assert_eq!(env.dead(), vec!["d1", "d2"]);
+    assert_eq!(env.gc_with(100, 4_000, 1, &[]).await, 1);
+    assert_eq!(env.dead(), vec!["d1"]);
+    assert_eq!(env.gc_with(100, 4_000, 1, &[]).await, 0, "idempotent");
+    // By id: only dead letters are deleted.
+    env.seed("live", None);
+    env.raw(&["ZADD", &k.pending, "1", "live"]);
+    assert_eq!(env.gc_with(100, 4_000, 10, &["live", "d1", "nope"]).await, 1);
+    assert!(env.dead().is_empty());
+    assert_eq!(env.payload("live").as_deref(), Some("payload-live"));
+}
+
+#[tokio::test]
+async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["a", "b", "c"] {
+        env.seed(id, Some("4:HTTP 503"));
+    }
+    env.bury(&["a", "b", "c"]);
+    env.raw(&["PEXPIRE", &k.msg("c"), "1"]);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let requeue = |ids: &[&str]| {
+        let mut args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            1000.into(),
+            TTL.into(),
+            k.wake.as_str().into(),
+        ];
+        args.extend(ids.iter().map(|id| Value::from(*id)));
+        env.run::<i64>(&scripts::REQUEUE, k.for_requeue(), args)
+    };
+    let mut wakes = env.subscribe().await;
+    assert_eq!(requeue(&["a", "unknown"]).await, 1);
+    assert_eq!(wakes.next().await, "0");
+    assert_eq!(env.list(&k.ready), vec!["a"]);
+    assert!(env.record("a").is_none(), "count and reason cleared");
+    // All: b goes back; c, whose payload expired, is deleted instead.
+    assert_eq!(requeue(&[]).await, 1);
+    assert_eq!(env.list(&k.ready), vec!["a", "b"]);
+    assert!(env.dead().is_empty() && env.record("c").is_none());
+    assert_eq!(requeue(&["a"]).await, 0, "idempotent");
+    let c = env.claim(10).await;
+    let got: Vec<i64> = c.got.iter().map(|d| d.2).collect();
+    assert_eq!(got, vec![1, 1], "first deliveries again");
+}
+
+// ======================= list, get, stats, purge =======================
+
+#[tokio::test]
+async fn list_pages_through_a_state_and_skips_stale_list_entries() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let ids: Vec<String> = (0..25).map(|i| format!("p{i:02}")).collect();
+    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 60_000, TTL, RETRY)).collect();
+    env.send_many(&batch).await;
+    let mut seen = Vec::new();
+    let mut offset = Some(0);
+    let mut calls = 0;
+    while let Some(at) = offset {
+        let page = env.queue.list(MessageState::Pending, at, 10).await.unwrap();
+        assert_eq!(page.total, 25);
+        seen.extend(page.items.iter().map(|m| m.id.to_string()));
+        offset = page.next;
+        calls += 1;
+    }
+    assert_eq!((seen, calls), (ids.clone(), 3));
+    let first = &env.queue.list(MessageState::Pending, 0, 1).await.unwrap().items[0];
+    assert_eq!(first.payload, b"x");
+    assert_eq!((first.attempts, first.retry_count), (0, Some(RETRY as u32)));
+    assert!(first.due.unwrap() > std::time::SystemTime::now());
+
+    // Ready: a cancelled message's stale entry is left out, previews are cut.
+    let long = "y".repeat(1000);
+    env.seed_value("r1", &format!("2:{long}"), Some("1:boom"));
+    env.raw(&["RPUSH", &k.ready, "gone", "r1"]);
+    env.mark_stale();
+    let page = env.queue.list(MessageState::Ready, 0, 10).await.unwrap();
+    assert_eq!((page.total, page.items.len(), page.next), (2, 1, None));
+    let r1 = &page.items[0];
+    assert_eq!((r1.payload.len(), r1.payload_len), (crate::PREVIEW_BYTES, 1000));
+    assert_eq!((r1.attempts, r1.last_error.as_deref(), r1.retries_left()), (1, Some("boom"), Some(2)));
+    assert!(matches!(
+        env.queue.list(MessageState::Ready, 0, 1001).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test]
+async fn get_finds_a_message_in_every_state() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send("p", "pay", 60_000, TTL, RETRY).await;
+    env.seed("rd", None);
+    env.raw(&["RPUSH", &k.ready, "rd"]);
+    env.seed("rt", Some("1:oops"));
+    env.raw(&["RPUSH", &k.retry, "rt"]);
+    let lease = seed_unack(&env, "u", "2");
+    env.seed("g", Some("4:timeout"));
+    env.bury(&["g"]);
+    let get = |id: &'static str| env.queue.get(&id.into());
+    let p = get("p").await.unwrap().unwrap();
+    assert_eq!((p.state, p.payload.as_slice(), p.attempts), (MessageState::Pending, &b"pay"[..], 0));
+    assert!(p.due.is_some() && p.expires_in.is_some());
+    assert_eq!(get("rd").await.unwrap().unwrap().state, MessageState::Ready);
+    let rt = get("rt").await.unwrap().unwrap();
+    assert_eq!((rt.state, rt.last_error.as_deref()), (MessageState::Retry, Some("oops")));
+    let u = get("u").await.unwrap().unwrap();
+    assert_eq!((u.state, u.attempts), (MessageState::Processing, 2));
+    let until = u.lease_until.unwrap().duration_since(std::time::UNIX_EPOCH).unwrap();
+    assert_eq!(until.as_micros() as i64, lease);
+    let g = get("g").await.unwrap().unwrap();
+    assert_eq!((g.state, g.retries_left(), g.last_error.as_deref()), (MessageState::Garbage, Some(0), Some("timeout")));
+    assert!(g.dead_since.is_some());
+    assert!(get("nope").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn status_reports_overdue_and_dead_ages_and_totals() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let now = env.now_ms();
+    env.raw(&["ZADD", &k.pending, &(now - 5_000).to_string(), "late"]);
+    env.raw(&["ZADD", &k.garbage, &(now - 60_000).to_string(), "old"]);
+    env.raw(&["HSET", &k.totals, "sent", "7", "acked", "3"]);
+    let s = env.queue.status().await.unwrap();
+    assert_eq!((s.counts.pending, s.counts.garbage), (1, 1));
+    let overdue = s.oldest_overdue.unwrap().as_millis();
+    assert!((5_000..6_000).contains(&overdue), "{overdue}");
+    assert!(s.next_due.is_none());
+    assert!(s.oldest_dead.unwrap() >= Duration::from_secs(60));
+    assert_eq!((s.totals.sent, s.totals.acked, s.totals.failed), (7, 3, 0));
+    env.raw(&["ZADD", &k.pending, &(now + 60_000).to_string(), "late"]);
+    let s = env.queue.status().await.unwrap();
+    assert!(s.oldest_overdue.is_none() && s.next_due.unwrap() > Duration::from_secs(50));
+}
+
+#[tokio::test]
+async fn promote_reports_how_late_each_moved_id_is() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let now = env.now_ms();
+    env.raw(&["ZADD", &k.pending, &(now - 300).to_string(), "a", &(now - 100).to_string(), "b"]);
+    let reply: Vec<i64> = env.run(&scripts::PROMOTE, k.for_promote(), vec![10.into()]).await;
+    assert_eq!(&reply[..2], &[2, -1]);
+    assert!((300..1300).contains(&reply[2]) && (100..1100).contains(&reply[3]), "{reply:?}");
+    assert!(reply[2] > reply[3], "oldest first");
+}
+
+#[tokio::test]
+async fn purge_deletes_every_message_in_bounded_calls() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let ids: Vec<String> = (0..30).map(|i| format!("p{i}")).collect();
+    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 60_000, TTL, RETRY)).collect();
+    env.send_many(&batch).await;
+    env.seed("rd", None);
+    env.raw(&["RPUSH", &k.ready, "rd", "stale"]);
+    seed_unack(&env, "u", "1");
+    env.seed("g", Some("4"));
+    env.bury(&["g"]);
+    let purge = || {
+        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), 10.into()];
+        env.run::<i64>(&scripts::PURGE, k.for_purge(), args)
+    };
+    let mut removed = Vec::new();
+    loop {
+        let n = purge().await;
+        removed.push(n);
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(removed, vec![10, 10, 10, 4, 0], "30 pending, unack, garbage, 2 ready entries");
+    assert!(env.keys().is_empty(), "left: {:?}", env.keys());
 }
