@@ -579,7 +579,11 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
                 return;
             }
             Ok(2) => {
-                tracing::warn!(queue = %inner.name, %id, attempt, reason = %failure.reason, "message is dead: moved to the dead letters");
+                let why = match mode_arg {
+                    "dead" => "the handler gave up on it (SkipRetry)",
+                    _ => "it used up its deliveries",
+                };
+                tracing::warn!(queue = %inner.name, %id, attempt, reason = %failure.reason, "{why}; moved to the dead letters");
                 inner.meters.dead.increment(1);
                 events::emit(&inner.events, || Event::Dead {
                     id: id.clone(),

@@ -26,7 +26,10 @@ pub async fn find_queues(client: &Client, key_prefix: &str) -> Result<Vec<String
     let pattern = Keys::totals_pattern(key_prefix);
     let kind = Some(ScanType::Hash);
     let keys: Vec<fred::types::Key> = if client.is_clustered() {
-        client.scan_cluster_buffered(pattern, Some(1000), kind).try_collect().await?
+        client
+            .scan_cluster_buffered(pattern, Some(1000), kind)
+            .try_collect()
+            .await?
     } else {
         client.scan_buffered(pattern, Some(1000), kind).try_collect().await?
     };

@@ -2532,7 +2532,6 @@ async fn reschedule_wakes_consumers_only_when_it_brings_the_head_forward() {
 #[tokio::test]
 async fn integrity_check_pages_through_a_clean_queue_and_finds_nothing() {
     let env = Env::new().await;
-    let k = env.k().clone();
     // More than a page of pending messages, and one message in each other state.
     let ids: Vec<String> = (0..2_500).map(|i| format!("p{i}")).collect();
     for chunk in ids.chunks(500) {
@@ -2655,7 +2654,13 @@ async fn gc_deletes_by_age_then_the_oldest_beyond_the_cap() {
     let k = env.k().clone();
     let now = env.now_ms();
     // Died 10 s, 5 s, 3 s, 2 s and 1 s ago.
-    for (id, ago) in [("d10", 10_000), ("d5", 5_000), ("d3", 3_000), ("d2", 2_000), ("d1", 1_000)] {
+    for (id, ago) in [
+        ("d10", 10_000),
+        ("d5", 5_000),
+        ("d3", 3_000),
+        ("d2", 2_000),
+        ("d1", 1_000),
+    ] {
         env.seed(id, Some("4"));
         env.raw(&["ZADD", &k.garbage, &(now - ago).to_string(), id]);
     }
@@ -2746,7 +2751,10 @@ async fn list_pages_through_a_state_and_skips_stale_list_entries() {
     assert_eq!((page.total, page.items.len(), page.next), (2, 1, None));
     let r1 = &page.items[0];
     assert_eq!((r1.payload.len(), r1.payload_len), (crate::PREVIEW_BYTES, 1000));
-    assert_eq!((r1.attempts, r1.last_error.as_deref(), r1.retries_left()), (1, Some("boom"), Some(2)));
+    assert_eq!(
+        (r1.attempts, r1.last_error.as_deref(), r1.retries_left()),
+        (1, Some("boom"), Some(2))
+    );
     assert!(matches!(
         env.queue.list(MessageState::Ready, 0, 1001).await,
         Err(Error::InvalidArgument(_))
@@ -2765,19 +2773,31 @@ async fn get_finds_a_message_in_every_state() {
     let lease = seed_unack(&env, "u", "2");
     env.seed("g", Some("4:timeout"));
     env.bury(&["g"]);
-    let get = |id: &'static str| env.queue.get(&id.into());
+    let get = |id: &'static str| {
+        let queue = env.queue.clone();
+        async move { queue.get(&id.into()).await }
+    };
     let p = get("p").await.unwrap().unwrap();
-    assert_eq!((p.state, p.payload.as_slice(), p.attempts), (MessageState::Pending, &b"pay"[..], 0));
+    assert_eq!(
+        (p.state, p.payload.as_slice(), p.attempts),
+        (MessageState::Pending, &b"pay"[..], 0)
+    );
     assert!(p.due.is_some() && p.expires_in.is_some());
     assert_eq!(get("rd").await.unwrap().unwrap().state, MessageState::Ready);
     let rt = get("rt").await.unwrap().unwrap();
-    assert_eq!((rt.state, rt.last_error.as_deref()), (MessageState::Retry, Some("oops")));
+    assert_eq!(
+        (rt.state, rt.last_error.as_deref()),
+        (MessageState::Retry, Some("oops"))
+    );
     let u = get("u").await.unwrap().unwrap();
     assert_eq!((u.state, u.attempts), (MessageState::Processing, 2));
     let until = u.lease_until.unwrap().duration_since(std::time::UNIX_EPOCH).unwrap();
     assert_eq!(until.as_micros() as i64, lease);
     let g = get("g").await.unwrap().unwrap();
-    assert_eq!((g.state, g.retries_left(), g.last_error.as_deref()), (MessageState::Garbage, Some(0), Some("timeout")));
+    assert_eq!(
+        (g.state, g.retries_left(), g.last_error.as_deref()),
+        (MessageState::Garbage, Some(0), Some("timeout"))
+    );
     assert!(g.dead_since.is_some());
     assert!(get("nope").await.unwrap().is_none());
 }
@@ -2807,10 +2827,20 @@ async fn promote_reports_how_late_each_moved_id_is() {
     let env = Env::new().await;
     let k = env.k().clone();
     let now = env.now_ms();
-    env.raw(&["ZADD", &k.pending, &(now - 300).to_string(), "a", &(now - 100).to_string(), "b"]);
+    env.raw(&[
+        "ZADD",
+        &k.pending,
+        &(now - 300).to_string(),
+        "a",
+        &(now - 100).to_string(),
+        "b",
+    ]);
     let reply: Vec<i64> = env.run(&scripts::PROMOTE, k.for_promote(), vec![10.into()]).await;
     assert_eq!(&reply[..2], &[2, -1]);
-    assert!((300..1300).contains(&reply[2]) && (100..1100).contains(&reply[3]), "{reply:?}");
+    assert!(
+        (300..1300).contains(&reply[2]) && (100..1100).contains(&reply[3]),
+        "{reply:?}"
+    );
     assert!(reply[2] > reply[3], "oldest first");
 }
 
@@ -2838,6 +2868,10 @@ async fn purge_deletes_every_message_in_bounded_calls() {
             break;
         }
     }
-    assert_eq!(removed, vec![10, 10, 10, 4, 0], "30 pending, unack, garbage, 2 ready entries");
+    assert_eq!(
+        removed,
+        vec![10, 10, 10, 4, 0],
+        "30 pending, unack, garbage, 2 ready entries"
+    );
     assert!(env.keys().is_empty(), "left: {:?}", env.keys());
 }

@@ -596,7 +596,10 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
     // Every delivery fails, so each message uses all 3 of its deliveries.
     let (_server, client, q) = start_queue("abc", FETCH_INTERVAL, |b| {
         // fetch_limit 1: while one message is handled, the next waits in ready.
-        b.default_retry_count(2).fetch_limit(1)
+        b.default_retry_count(2)
+            .fetch_limit(1)
+            .nack_redelivery_delay(Duration::ZERO)
+            .dead_letter_retention(Duration::ZERO)
     })
     .await;
     let log = Log::default();
@@ -666,6 +669,7 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
 async fn a_non_numeric_retry_record_while_waiting_for_a_retry_restarts_the_count() {
     let (_server, client, q) = start_queue("abcretry", FETCH_INTERVAL, |b| {
         b.default_retry_count(1)
+            .dead_letter_retention(Duration::ZERO)
             .nack_redelivery_delay(Duration::from_millis(300))
     })
     .await;
@@ -765,7 +769,7 @@ struct Order {
 
 #[tokio::test]
 async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
-    let (_server, client, q) = start_queue("json", NO_SWEEP, |b| b).await;
+    let (_server, client, q) = start_queue("json", NO_SWEEP, |b| b.nack_redelivery_delay(Duration::ZERO)).await;
     let logs = Logs::capture("json");
     let log = Log::default();
     let kinds = Arc::new(Mutex::new(Vec::new()));
@@ -822,7 +826,10 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
     consumer.shutdown().await.unwrap();
 
     // The next sweep collects the dead messages.
-    let sweeper = queue_builder("json", &client, FETCH_INTERVAL).build().unwrap();
+    let sweeper = queue_builder("json", &client, FETCH_INTERVAL)
+        .dead_letter_retention(Duration::ZERO)
+        .build()
+        .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
     assert_eq!(
         wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
@@ -835,7 +842,7 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
 
 #[tokio::test]
 async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on() {
-    let (_server, client, q) = start_queue("panic", NO_SWEEP, |b| b).await;
+    let (_server, client, q) = start_queue("panic", NO_SWEEP, |b| b.nack_redelivery_delay(Duration::ZERO)).await;
     let logs = Logs::capture("panic");
     let log = Log::default();
     let consumer = q
@@ -876,7 +883,10 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
         "{text}"
     );
     consumer.shutdown().await.unwrap();
-    let sweeper = queue_builder("panic", &client, FETCH_INTERVAL).build().unwrap();
+    let sweeper = queue_builder("panic", &client, FETCH_INTERVAL)
+        .dead_letter_retention(Duration::ZERO)
+        .build()
+        .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
     assert_eq!(
         wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,

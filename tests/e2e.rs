@@ -65,7 +65,12 @@ async fn schedule_at_and_immediate_delivery() {
 
 #[tokio::test]
 async fn handler_error_and_panic_retry_then_garbage_with_n_plus_1_attempts() {
-    let (_server, client, q) = start_queue("flaky", FETCH_INTERVAL, |b| b.default_retry_count(2)).await;
+    let (_server, client, q) = start_queue("flaky", FETCH_INTERVAL, |b| {
+        b.default_retry_count(2)
+            .nack_redelivery_delay(Duration::ZERO)
+            .dead_letter_retention(Duration::ZERO)
+    })
+    .await;
     let log = Log::default();
     let consumer = q
         .start_consume(recording(&log, |msg: Message| async move {
