@@ -1,0 +1,363 @@
+//! Operating a queue: retry backoff, dead letters, inspection, events and
+//! metrics, end to end against a real redis-server.
+
+mod support;
+support::queue_helpers!();
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use delayqueue::{Backoff, Event, HandlerError, Message, MessageId, MessageState, QueueStats, RetryAfter, SkipRetry};
+use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use support::{all_keys, wait_until, RedisServer};
+
+/// How often the consumers in these tests poll.
+const FETCH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Gaps between the deliveries of `id`, in order.
+fn gaps(log: &Log, id: &MessageId) -> Vec<Duration> {
+    let times: Vec<_> = log.snapshot().into_iter().filter(|d| &d.0 == id).map(|d| d.2).collect();
+    times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+fn failing() -> impl Fn(Message) -> std::future::Ready<Result<(), HandlerError>> {
+    |_msg| std::future::ready(Err("HTTP 503 from the webhook".into()))
+}
+
+#[tokio::test]
+async fn the_default_backoff_doubles_from_one_second() {
+    let (_server, _client, q) = start_queue("backoff", FETCH_INTERVAL, |b| b.default_retry_count(2)).await;
+    let log = Log::default();
+    let consumer = q.start_consume(recording(&log, failing())).await.unwrap();
+    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(8), || log.len() == 3).await,
+        "{}",
+        log.len()
+    );
+    let gaps = gaps(&log, &id);
+    // 1 s then 2 s, each up to a quarter shorter (jitter), plus scheduling.
+    assert!(
+        gaps[0] >= Duration::from_millis(740) && gaps[0] < Duration::from_millis(1500),
+        "{gaps:?}"
+    );
+    assert!(
+        gaps[1] >= Duration::from_millis(1490) && gaps[1] < Duration::from_millis(2600),
+        "{gaps:?}"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn per_message_backoff_and_retry_after_override_the_queue() {
+    let (_server, _client, q) = start_queue("override", FETCH_INTERVAL, |b| {
+        b.backoff(Backoff::fixed(Duration::from_secs(30)))
+            .default_retry_count(2)
+    })
+    .await;
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            if msg.payload() == b"asks" {
+                return Err(RetryAfter::new(Duration::from_millis(300), "rate limited").into());
+            }
+            Err::<(), HandlerError>("fails".into())
+        }))
+        .await
+        .unwrap();
+    let own = q
+        .send_delay_msg("own", Duration::ZERO)
+        .backoff(Backoff::exponential(Duration::from_millis(200), Duration::from_secs(1)).jitter(0.0))
+        .await
+        .unwrap();
+    let asks = q.send_delay_msg("asks", Duration::ZERO).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || log.len() == 6).await,
+        "{:?}",
+        log.counts()
+    );
+    let own_gaps = gaps(&log, &own);
+    assert!(
+        own_gaps[0] >= Duration::from_millis(195) && own_gaps[1] >= Duration::from_millis(395),
+        "{own_gaps:?}"
+    );
+    assert!(own_gaps.iter().all(|g| *g < Duration::from_secs(2)), "{own_gaps:?}");
+    let asks_gaps = gaps(&log, &asks);
+    assert!(
+        asks_gaps
+            .iter()
+            .all(|g| *g >= Duration::from_millis(295) && *g < Duration::from_secs(2)),
+        "{asks_gaps:?}"
+    );
+    // A custom backoff cannot travel with a message.
+    let custom = q
+        .send_delay_msg("x", Duration::ZERO)
+        .backoff(Backoff::custom(|_| Duration::ZERO))
+        .await;
+    assert!(
+        matches!(custom, Err(delayqueue::Error::InvalidArgument(_))),
+        "{custom:?}"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
+    let (_server, client, q) = start_queue("dead", FETCH_INTERVAL, |b| {
+        b.nack_redelivery_delay(Duration::ZERO).default_retry_count(1)
+    })
+    .await;
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            match msg.payload() {
+                b"skip" => Err(SkipRetry::new("order 7 no longer exists").into()),
+                b"panic" => panic!("bug in the handler"),
+                _ => Err::<(), HandlerError>("HTTP 503 from the webhook".into()),
+            }
+        }))
+        .await
+        .unwrap();
+    let flaky = q.send_delay_msg("flaky", Duration::ZERO).await.unwrap();
+    let skip = q.send_delay_msg("skip", Duration::ZERO).await.unwrap();
+    let panics = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
+    let want = QueueStats {
+        garbage: 3,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want);
+    assert_eq!(log.attempts(&flaky), vec![1, 2]);
+    assert_eq!(log.attempts(&skip), vec![1], "SkipRetry is not retried");
+    consumer.shutdown().await.unwrap();
+
+    let page = q.list(MessageState::Garbage, 0, 10).await.unwrap();
+    assert_eq!((page.total, page.items.len(), page.next), (3, 3, None));
+    let reasons: HashMap<MessageId, (u32, Option<String>)> = page
+        .items
+        .into_iter()
+        .map(|m| (m.id, (m.attempts, m.last_error)))
+        .collect();
+    assert_eq!(reasons[&flaky], (2, Some("HTTP 503 from the webhook".into())));
+    assert_eq!(
+        reasons[&skip],
+        (1, Some("order 7 no longer exists (not retried)".into()))
+    );
+    assert_eq!(reasons[&panics], (2, Some("panic: bug in the handler".into())));
+    let shown = q.get(&flaky).await.unwrap().unwrap();
+    assert_eq!(
+        (shown.state, shown.payload.as_slice()),
+        (MessageState::Garbage, &b"flaky"[..])
+    );
+    assert!(shown.dead_since.is_some() && shown.retries_left() == Some(0));
+    let status = q.status().await.unwrap();
+    assert_eq!(
+        (status.totals.sent, status.totals.failed, status.totals.dead),
+        (3, 5, 3)
+    );
+    assert!(status.oldest_dead.is_some());
+
+    // Requeue one: delivered again with its retries restored; this time it works.
+    assert!(q.requeue_dead(&flaky).await.unwrap());
+    assert!(!q.requeue_dead(&flaky).await.unwrap(), "no longer dead");
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.attempts(&flaky) == vec![1, 2, 1]).await);
+    let want = QueueStats {
+        garbage: 2,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    // Requeue all, then nothing is dead; they are acked this time.
+    assert_eq!(q.requeue_all_dead().await.unwrap(), 2);
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    assert_eq!(q.status().await.unwrap().totals.acked, 3);
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+#[tokio::test]
+async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
+    let (_server, client, q) = start_queue("retention", FETCH_INTERVAL, |b| {
+        b.default_retry_count(0)
+            .dead_letter_retention(Duration::from_millis(1500))
+            .dead_letter_limit(3)
+    })
+    .await;
+    let consumer = q.start_consume(failing()).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(q.send_delay_msg(format!("m{i}"), Duration::ZERO).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    // Five died; the sweep keeps the newest three.
+    let capped = QueueStats {
+        garbage: 3,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(3), capped).await, capped);
+    let kept: Vec<MessageId> = q
+        .list(MessageState::Garbage, 0, 10)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(kept, ids[2..].to_vec());
+    // Then the retention passes: all gone, payloads and records too.
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(4), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+    let deleted = q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+    assert!(!q.delete_dead(&deleted).await.unwrap(), "pending is not dead");
+}
+
+#[tokio::test]
+async fn events_tell_what_happened_in_order() {
+    let (_server, _client, q) = start_queue("events", FETCH_INTERVAL, |b| {
+        b.nack_redelivery_delay(Duration::from_millis(50))
+            .default_retry_count(1)
+    })
+    .await;
+    let mut events = q.events();
+    let consumer = q
+        .start_consume(|msg: Message| async move {
+            match msg.payload() {
+                b"ok" => Ok(()),
+                _ => Err::<(), HandlerError>("nope".into()),
+            }
+        })
+        .await
+        .unwrap();
+    let ok = q.send_delay_msg("ok", Duration::ZERO).await.unwrap();
+    let bad = q.send_delay_msg("bad", Duration::from_millis(200)).await.unwrap();
+    let mut seen = Vec::new();
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while seen.len() < 8 && tokio::time::Instant::now() < end {
+        if let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(100), events.recv()).await {
+            seen.push(e);
+        }
+    }
+    consumer.shutdown().await.unwrap();
+    let want = vec![
+        Event::Sent { id: ok.clone() },
+        Event::Sent { id: bad.clone() },
+        Event::Delivered {
+            id: ok.clone(),
+            attempt: 1,
+        },
+        Event::Acked { id: ok },
+        Event::Delivered {
+            id: bad.clone(),
+            attempt: 1,
+        },
+        Event::Failed {
+            id: bad.clone(),
+            attempt: 1,
+            reason: "nope".into(),
+            retry_in: Duration::from_millis(50),
+        },
+        Event::Delivered {
+            id: bad.clone(),
+            attempt: 2,
+        },
+        Event::Dead {
+            id: bad,
+            attempt: 2,
+            reason: "nope".into(),
+        },
+    ];
+    assert_eq!(seen, want);
+}
+
+#[tokio::test]
+async fn metrics_reach_the_installed_recorder() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    // The queue registers its handles when it is built.
+    let q = metrics::with_local_recorder(&recorder, || {
+        queue_builder("metrics", &client, FETCH_INTERVAL)
+            .default_retry_count(0)
+            .build()
+            .unwrap()
+    });
+    let consumer = q
+        .start_consume(|msg: Message| async move {
+            match msg.payload() {
+                b"ok" => Ok(()),
+                _ => Err::<(), HandlerError>("nope".into()),
+            }
+        })
+        .await
+        .unwrap();
+    for payload in ["ok", "ok", "bad"] {
+        q.send_delay_msg(payload, Duration::ZERO).await.unwrap();
+    }
+    let want = QueueStats {
+        garbage: 1,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want);
+    consumer.shutdown().await.unwrap();
+    let mut counters = HashMap::new();
+    let mut histograms = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let name = key.key().name().to_string();
+        assert!(
+            key.key().labels().any(|l| l.key() == "queue" && l.value() == "metrics"),
+            "{name}"
+        );
+        match value {
+            DebugValue::Counter(n) => {
+                counters.insert(name, n);
+            }
+            DebugValue::Histogram(v) => {
+                histograms.insert(name, v.len());
+            }
+            DebugValue::Gauge(_) => {}
+        }
+    }
+    for (name, n) in [
+        ("delayqueue_sent_total", 3),
+        ("delayqueue_delivered_total", 3),
+        ("delayqueue_acked_total", 2),
+        ("delayqueue_nacked_total", 1),
+        ("delayqueue_dead_total", 1),
+    ] {
+        assert_eq!(counters.get(name), Some(&n), "{name}: {counters:?}");
+    }
+    assert_eq!(histograms.get("delayqueue_handler_duration_seconds"), Some(&3));
+    assert_eq!(histograms.get("delayqueue_lateness_seconds"), Some(&3));
+}
+
+#[tokio::test]
+async fn find_queues_and_purge() {
+    let (_server, client, q) = start_queue("alpha", FETCH_INTERVAL, |b| b).await;
+    let beta = delayqueue::DelayQueue::builder("beta", client.clone()).build().unwrap();
+    let other = delayqueue::DelayQueue::builder("gamma", client.clone())
+        .key_prefix("other:")
+        .build()
+        .unwrap();
+    assert!(delayqueue::find_queues(&client, "dq:").await.unwrap().is_empty());
+    for i in 0..2500 {
+        q.send_delay_msg(format!("{i}"), Duration::from_secs(60)).await.unwrap();
+    }
+    beta.send_delay_msg("b", Duration::ZERO).await.unwrap();
+    other.send_delay_msg("c", Duration::ZERO).await.unwrap();
+    assert_eq!(
+        delayqueue::find_queues(&client, "dq:").await.unwrap(),
+        vec!["alpha", "beta"]
+    );
+    assert_eq!(delayqueue::find_queues(&client, "other:").await.unwrap(), vec!["gamma"]);
+    assert_eq!(q.purge().await.unwrap(), 2500);
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(delayqueue::find_queues(&client, "dq:").await.unwrap(), vec!["beta"]);
+}
