@@ -1,0 +1,110 @@
+//! An HTTP service that schedules work and consumes it in the same tokio
+//! runtime: placing an order schedules its cancellation in 30 s unless it
+//! is paid first. Ctrl-C stops the server, then the consumer finishes its
+//! in-flight work.
+//!
+//! ```sh
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum
+//! curl -X POST localhost:3000/orders/42          # cancelled in 30 s ...
+//! curl -X POST localhost:3000/orders/42/pay      # ... unless paid first
+//! curl localhost:3000/stats
+//! ```
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use delayqueue::{DelayQueue, HandlerError, Message, MessageId};
+use serde_json::{json, Value};
+
+/// How long an unpaid order lives (`ORDER_TIMEOUT_SECS`, default 30).
+fn order_timeout() -> Duration {
+    let secs = std::env::var("ORDER_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok());
+    Duration::from_secs(secs.unwrap_or(30))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = delayqueue::connect(&url).await?;
+    let queue = DelayQueue::builder("example-order-timeouts", client)
+        .concurrency(8)
+        .build()?;
+
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            let order: Value = msg.json()?;
+            println!("order {} was not paid in time: cancelled", order["order"]);
+            Ok::<(), HandlerError>(())
+        })
+        .await?;
+
+    let app = Router::new()
+        .route("/orders/{id}", post(place_order))
+        .route("/orders/{id}/pay", post(pay_order))
+        .route("/stats", get(stats))
+        .with_state(queue);
+    let addr = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on http://{addr}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+            println!("shutting down: no new requests; finishing in-flight messages");
+        })
+        .await?;
+    consumer.shutdown().await?;
+    Ok(())
+}
+
+/// The timer's id is derived from the order, so placing it twice is
+/// idempotent and paying can cancel it by id.
+fn timer_id(order: u64) -> MessageId {
+    format!("order-{order}").into()
+}
+
+fn error(e: delayqueue::Error) -> (StatusCode, String) {
+    let status = match e {
+        delayqueue::Error::Duplicate(_) => StatusCode::CONFLICT,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, e.to_string())
+}
+
+async fn place_order(
+    State(queue): State<DelayQueue>,
+    Path(order): Path<u64>,
+) -> Result<Json<Value>, (StatusCode, String)> {
+    let payload = delayqueue::Json(json!({ "order": order }));
+    let id = queue
+        .send_delay_msg(payload, order_timeout())
+        .id(timer_id(order))
+        .await
+        .map_err(error)?;
+    Ok(Json(
+        json!({ "order": order, "timer": id.to_string(), "cancel_in_secs": order_timeout().as_secs() }),
+    ))
+}
+
+async fn pay_order(
+    State(queue): State<DelayQueue>,
+    Path(order): Path<u64>,
+) -> Result<Json<Value>, (StatusCode, String)> {
+    let stopped = queue.cancel(&timer_id(order)).await.map_err(error)?;
+    Ok(Json(json!({ "order": order, "paid": true, "timer_stopped": stopped })))
+}
+
+async fn stats(State(queue): State<DelayQueue>) -> Result<Json<Value>, (StatusCode, String)> {
+    let s = queue.status().await.map_err(error)?;
+    Ok(Json(json!({
+        "pending": s.counts.pending,
+        "ready": s.counts.ready,
+        "processing": s.counts.processing,
+        "retry": s.counts.retry,
+        "dead": s.counts.garbage,
+        "sent": s.totals.sent,
+        "acked": s.totals.acked,
+    })))
+}
