@@ -17,6 +17,7 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::acker::{self, AckItem};
 use crate::events::{self, Event};
@@ -425,8 +426,13 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
             id: id.clone(),
             attempt,
         });
+        // The handler's own logs carry the message they are about.
+        let span = tracing::info_span!("delayqueue.handle", queue = %name, id = %id, attempt);
+        let handled = AssertUnwindSafe(shared.handler.handle(msg))
+            .catch_unwind()
+            .instrument(span);
         let started = Instant::now();
-        let outcome = tokio::time::timeout(limit, AssertUnwindSafe(shared.handler.handle(msg)).catch_unwind()).await;
+        let outcome = tokio::time::timeout(limit, handled).await;
         record_duration(&shared, started.elapsed());
         drop(renewing);
         let (lease, deadline) = match renewed {
@@ -507,18 +513,23 @@ enum Mode {
 }
 
 impl Failure {
-    fn retry(reason: String) -> Self {
-        Failure {
-            mode: Mode::Fail(None),
-            reason,
+    fn new(mode: Mode, mut reason: String) -> Self {
+        if reason.len() > MAX_REASON {
+            let mut end = MAX_REASON;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
         }
+        Failure { mode, reason }
+    }
+
+    fn retry(reason: String) -> Self {
+        Failure::new(Mode::Fail(None), reason)
     }
 
     fn dead(reason: &str) -> Self {
-        Failure {
-            mode: Mode::Dead,
-            reason: reason.to_string(),
-        }
+        Failure::new(Mode::Dead, reason.to_string())
     }
 
     fn release() -> Self {
@@ -535,15 +546,7 @@ impl Failure {
         } else {
             Mode::Fail(e.downcast_ref::<RetryAfter>().map(|r| r.delay))
         };
-        let mut reason = e.to_string();
-        if reason.len() > MAX_REASON {
-            let mut end = MAX_REASON;
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            reason.truncate(end);
-        }
-        Failure { mode, reason }
+        Failure::new(mode, e.to_string())
     }
 }
 
