@@ -59,9 +59,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
             "purge deletes every message of queue {queue:?} and its totals; pass --yes to do it"
         )));
     }
-    let client = delayqueue::connect(&cli.url)
-        .await
-        .map_err(|e| Failure::usage(format!("cannot connect to Redis at {}: {e}", redact(&cli.url))))?;
+    let client = connect(&cli.url).await?;
     let ctx = Ctx {
         client,
         prefix: cli.prefix,
@@ -308,8 +306,9 @@ impl Ctx {
     async fn purge(&self, name: &str) -> Result<u8, Failure> {
         let queue = self.existing(name).await?;
         let removed = queue.purge().await?;
+        let entries = if removed == 1 { "entry" } else { "entries" };
         self.print(json!({"queue": name, "removed": removed}), || {
-            format!("purged {name}: {removed} entries removed\n")
+            format!("purged {name}: {removed} {entries} removed\n")
         })?;
         Ok(0)
     }
@@ -338,6 +337,39 @@ impl Ctx {
         })?;
         Ok(if report.is_clean() { 0 } else { NOT_FOUND })
     }
+}
+
+/// How long [`connect`] waits: `delayqueue::connect`'s own 5 s limit, and
+/// a little more for it to report. (Against a server that accepts but never
+/// answers, it would then wait for its QUIT, up to 10 s more.)
+const CONNECT_LIMIT: Duration = Duration::from_millis(5500);
+
+/// `delayqueue::connect`, bounded by [`CONNECT_LIMIT`], with an error that
+/// is one readable line and shows no password.
+async fn connect(url: &str) -> Result<Client, Failure> {
+    let shown = redact(url);
+    let why = match tokio::time::timeout(CONNECT_LIMIT, delayqueue::connect(url)).await {
+        Ok(Ok(client)) => return Ok(client),
+        Ok(Err(Error::Redis(e))) => {
+            // fred keeps an I/O error as its Debug text, e.g. `Os { code:
+            // 111, kind: ConnectionRefused, message: "Connection refused" }`:
+            // keep the message.
+            let details = e.details();
+            let quoted = ["message: \"", "error: \""]
+                .iter()
+                .find_map(|start| details.split_once(start)?.1.split_once('"'));
+            match quoted {
+                Some((message, _)) => message.to_string(),
+                None => details.to_string(),
+            }
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer within 5s".to_string(),
+    };
+    Err(Failure::usage(format!(
+        "cannot connect to Redis at {shown}: {}",
+        why.replace(url, &shown)
+    )))
 }
 
 /// Writes to stdout; a closed stdout (`| head`) ends the command quietly.

@@ -44,13 +44,16 @@ pub fn state_name(s: MessageState) -> &'static str {
     }
 }
 
-/// `d` in at most two units: `350ms`, `12.3s`, `4m 12s`, `1h 5m`, `7d 3h`.
+/// `d` in at most two units: `350ms`, `5s`, `12.3s`, `4m 12s`, `1h 5m`, `7d 3h`.
 pub fn duration(d: Duration) -> String {
     let ms = d.as_millis();
     let s = d.as_secs();
     match () {
         _ if ms < 1000 => format!("{ms}ms"),
-        _ if s < 60 => format!("{}.{}s", s, d.subsec_millis() / 100),
+        _ if s < 60 => match d.subsec_millis() / 100 {
+            0 => format!("{s}s"),
+            tenths => format!("{s}.{tenths}s"),
+        },
         _ if s < 3600 => format!("{}m {}s", s / 60, s % 60),
         _ if s < 86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
@@ -396,8 +399,9 @@ mod tests {
         assert_eq!(duration(s(3900)), "1h 5m");
         assert_eq!(duration(s(7 * 86400 + 3 * 3600)), "7d 3h");
         let now = SystemTime::UNIX_EPOCH + s(1000);
-        assert_eq!(relative(now + s(5), now), "in 5.0s");
-        assert_eq!(relative(now - s(5), now), "5.0s ago");
+        assert_eq!(duration(s(5)), "5s");
+        assert_eq!(relative(now + s(5), now), "in 5s");
+        assert_eq!(relative(now - Duration::from_millis(5500), now), "5.5s ago");
     }
 
     #[test]
