@@ -481,6 +481,32 @@ async fn stats_watch_refreshes_count_times_with_rates() {
     assert_eq!(second["rates"]["acked"], 0.0);
     assert_eq!(second["counts"]["pending"], 5);
 
+    // Without --count it runs until Ctrl-C (SIGINT), then exits 0.
+    let mut child = command(&[
+        "--url",
+        &url,
+        "--json",
+        "stats",
+        "orders",
+        "--watch",
+        "--interval",
+        "100ms",
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    next_json(&mut lines).await;
+    next_json(&mut lines).await;
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0), "Ctrl-C ends the watch quietly");
+
     assert!(run(&url, &["stats", "orders", "--count", "2"])
         .await
         .failed(2)
