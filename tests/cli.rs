@@ -14,7 +14,7 @@ use delayqueue::{DelayQueue, HandlerError, Message, MessageState, QueueStats};
 use serde_json::Value;
 use support::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{ChildStdout, Command};
+use tokio::process::{Child, ChildStdout, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_delayqueue");
 /// Longest one run of the binary may take.
@@ -448,7 +448,7 @@ async fn stats_watch_refreshes_count_times_with_rates() {
     );
 
     // JSON lines; messages sent between two refreshes show in the rates.
-    let mut child = command(&[
+    let (mut child, mut lines) = spawn_lines(&[
         "--url",
         &url,
         "--json",
@@ -459,11 +459,7 @@ async fn stats_watch_refreshes_count_times_with_rates() {
         "2",
         "--interval",
         "1s",
-    ])
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    ]);
     let first = next_json(&mut lines).await;
     for _ in 0..4 {
         q.send_delay_msg("more", Duration::from_secs(60)).await.unwrap();
@@ -482,7 +478,7 @@ async fn stats_watch_refreshes_count_times_with_rates() {
     assert_eq!(second["counts"]["pending"], 5);
 
     // Without --count it runs until Ctrl-C (SIGINT), then exits 0.
-    let mut child = command(&[
+    let (mut child, mut lines) = spawn_lines(&[
         "--url",
         &url,
         "--json",
@@ -491,11 +487,7 @@ async fn stats_watch_refreshes_count_times_with_rates() {
         "--watch",
         "--interval",
         "100ms",
-    ])
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    ]);
     next_json(&mut lines).await;
     next_json(&mut lines).await;
     let pid = child.id().unwrap().to_string();
@@ -511,6 +503,13 @@ async fn stats_watch_refreshes_count_times_with_rates() {
         .await
         .failed(2)
         .contains("--watch"));
+}
+
+/// The binary running with `args`, and its stdout line by line.
+fn spawn_lines(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = command(args).stdout(Stdio::piped()).spawn().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
 }
 
 /// The next line of a child's stdout, as JSON.
