@@ -190,7 +190,7 @@ async fn send_queues_show_and_cancel() {
         "id           order-42",
         "state        pending",
         "attempts     0",
-        "retry count  5 (6 left)",
+        "retry count  5 (6 deliveries left)",
         "last error   -",
         "payload      14 bytes, UTF-8:\nclose order 42\n",
     ] {
@@ -385,7 +385,7 @@ async fn dead_letters_list_requeue_and_delete() {
         (v["state"].as_str(), v["items"][0]["last_error"].as_str()),
         (Some("dead"), Some("HTTP 503"))
     );
-    assert_eq!(v["items"][0]["retries_left"], 0);
+    assert_eq!(v["items"][0]["deliveries_left"], 0);
 
     let r = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "requeued 1 dead letter\n"), "{r:?}");

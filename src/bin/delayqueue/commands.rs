@@ -125,8 +125,15 @@ impl Ctx {
             .custom(fred::cmd!("TIME"), Vec::<String>::new())
             .await
             .map_err(Error::from)?;
-        let n = |i: usize| reply.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        Ok(UNIX_EPOCH + Duration::from_secs(n(0)) + Duration::from_micros(n(1)))
+        match reply
+            .iter()
+            .map(|s| s.parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .as_deref()
+        {
+            Ok([secs, micros]) => Ok(UNIX_EPOCH + Duration::from_secs(*secs) + Duration::from_micros(*micros)),
+            _ => Err(Failure::usage(format!("unexpected reply to TIME: {reply:?}"))),
+        }
     }
 
     async fn queues(&self) -> Result<u8, Failure> {

@@ -3,8 +3,9 @@
 //! JSON output is one object per line. Field names are stable; new fields
 //! may be added. Durations are whole milliseconds in fields ending in `_ms`
 //! (`null` when there is none); points in time are RFC 3339 UTC strings
-//! with milliseconds (Redis's clock). A state is one of `pending`, `ready`,
-//! `processing`, `retry`, `dead`.
+//! with milliseconds, by Redis's clock (`time` of `stats --watch`: this
+//! host's). A state is one of `pending`, `ready`, `processing`, `retry`,
+//! `dead`.
 //!
 //! - counts: `{pending, ready, processing, retry, dead}`
 //! - `queues`: `{queues: [{name, counts}]}`
@@ -12,7 +13,7 @@
 //!   oldest_dead_ms, totals: {sent, acked, failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
-//! - message: `{id, state, attempts, retry_count, retries_left, last_error,
+//! - message: `{id, state, attempts, retry_count, deliveries_left, last_error,
 //!   due, lease_until, dead_since, expires_in_ms, payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
 //!   shows the first 256 bytes of a payload, `show` all of it
@@ -234,7 +235,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "state": state_name(m.state),
         "attempts": m.attempts,
         "retry_count": m.retry_count,
-        "retries_left": m.retries_left(),
+        "deliveries_left": m.retries_left(),
         "last_error": m.last_error,
         "due": time(m.due),
         "lease_until": time(m.lease_until),
@@ -290,7 +291,7 @@ pub fn list_text(state: MessageState, items: &[MessageInfo], now: SystemTime) ->
 pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
     let when = |t: Option<SystemTime>| t.map_or("-".into(), |t| format!("{} ({})", timestamp(t), relative(t, now)));
     let retries = match (m.retry_count, m.retries_left()) {
-        (Some(n), Some(left)) => format!("{n} ({left} left)"),
+        (Some(n), Some(left)) => format!("{n} ({left} deliveries left)"),
         _ => "- (payload gone)".into(),
     };
     let mut out = String::new();
