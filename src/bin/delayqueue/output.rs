@@ -47,17 +47,20 @@ pub fn state_name(s: MessageState) -> &'static str {
 
 /// `d` in at most two units: `350ms`, `5s`, `12.3s`, `4m 12s`, `1h 5m`, `7d 3h`.
 pub fn duration(d: Duration) -> String {
-    let ms = d.as_millis();
     let s = d.as_secs();
-    match () {
-        _ if ms < 1000 => format!("{ms}ms"),
-        _ if s < 60 => match d.subsec_millis() / 100 {
+    if s == 0 {
+        format!("{}ms", d.subsec_millis())
+    } else if s < 60 {
+        match d.subsec_millis() / 100 {
             0 => format!("{s}s"),
             tenths => format!("{s}.{tenths}s"),
-        },
-        _ if s < 3600 => format!("{}m {}s", s / 60, s % 60),
-        _ if s < 86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+        }
+    } else if s < 3600 {
+        format!("{}m {}s", s / 60, s % 60)
+    } else if s < 86400 {
+        format!("{}h {}m", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{}d {}h", s / 86400, s % 86400 / 3600)
     }
 }
 
@@ -95,9 +98,9 @@ pub fn preview(bytes: &[u8], truncated: bool, max: usize) -> String {
     let text: String = match utf8(bytes, truncated) {
         Some(s) => s
             .chars()
-            .flat_map(|c| {
-                let escaped = c.is_control().then(|| c.escape_default().collect::<String>());
-                escaped.unwrap_or_else(|| c.to_string()).chars().collect::<Vec<_>>()
+            .map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
             })
             .collect(),
         None => bytes.escape_ascii().to_string(),
@@ -107,7 +110,7 @@ pub fn preview(bytes: &[u8], truncated: bool, max: usize) -> String {
 
 /// `s` cut to `max` characters, with `…` when cut (or when `more` says the
 /// source was already cut).
-pub fn clip(s: &str, max: usize, more: bool) -> String {
+fn clip(s: &str, max: usize, more: bool) -> String {
     if s.chars().count() > max {
         let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
         out.push('…');
@@ -249,7 +252,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
 }
 
 /// The state-specific time column of `list`: its header and value.
-pub fn time_column(state: MessageState) -> &'static str {
+fn time_column(state: MessageState) -> &'static str {
     match state {
         MessageState::Pending => "DUE",
         MessageState::Processing => "LEASE LEFT",
