@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::{DelayQueue, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState, QueueStats};
 use serde_json::Value;
 use support::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -82,12 +82,15 @@ async fn start() -> (RedisServer, String, Client) {
     (server, url, client)
 }
 
-fn queue(client: &Client, name: &str) -> DelayQueue {
+/// Queue `name` as the tests build it: quick sweeps, long leases.
+fn builder(client: &Client, name: &str) -> DelayQueueBuilder {
     DelayQueue::builder(name, client.clone())
         .fetch_interval(Duration::from_millis(50))
         .max_consume_duration(Duration::from_secs(60))
-        .build()
-        .unwrap()
+}
+
+fn queue(client: &Client, name: &str) -> DelayQueue {
+    builder(client, name).build().unwrap()
 }
 
 /// Sends `payloads` with retry count 0 and lets a consumer fail each once:
@@ -305,13 +308,7 @@ async fn stats_and_list_pages_in_human_and_json() {
 #[tokio::test]
 async fn ready_processing_and_binary_payloads() {
     let (_server, url, client) = start().await;
-    let q = DelayQueue::builder("jobs", client.clone())
-        .fetch_interval(Duration::from_millis(50))
-        .max_consume_duration(Duration::from_secs(60))
-        .concurrency(1)
-        .fetch_limit(1)
-        .build()
-        .unwrap();
+    let q = builder(&client, "jobs").concurrency(1).fetch_limit(1).build().unwrap();
     for i in 0..3 {
         q.send_delay_msg(format!("job {i}"), Duration::ZERO).await.unwrap();
     }
