@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 if ! command -v faketime >/dev/null 2>&1 && [ -z "${FAKETIME_LIB:-}" ]; then
     apt_install faketime || echo "could not install faketime; the clock-skew fault test will fail" >&2
 fi
-cargo test "$@"
+cargo test --features cli "$@"

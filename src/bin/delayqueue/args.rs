@@ -1,0 +1,224 @@
+//! The command line: global options, subcommands and their arguments.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use delayqueue::{MessageState, MAX_PAGE};
+
+const AFTER_HELP: &str = "\
+Exit status:
+  0  success
+  1  the command ran, but found nothing or something wrong: unknown queue,
+     message not found, not cancelled, not a dead letter, duplicate id,
+     integrity anomalies
+  2  usage error, invalid queue name or message id, Redis unreachable or
+     another Redis error, purge without --yes
+
+Errors are one line on stderr, also with --json. JSON output is one object
+per line; docs/cli.md lists its fields. Times in human output are relative
+to Redis's clock.";
+
+/// Inspect and operate delayqueue queues stored in Redis.
+#[derive(Debug, Parser)]
+#[command(name = "delayqueue", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Redis to talk to (redis://, rediss://, redis-cluster://, redis-sentinel://).
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub url: String,
+    /// Key prefix of the queues (the builder's `key_prefix`).
+    #[arg(long, global = true, default_value = "dq:")]
+    pub prefix: String,
+    /// Print JSON (one object per line) instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the queues under the prefix, with their counts.
+    Queues,
+    /// Counts per state, oldest overdue and dead, totals; --watch refreshes them with rates.
+    Stats(StatsArgs),
+    /// One page of the messages in a state.
+    List(ListArgs),
+    /// Every field of one message, with its whole payload.
+    Show {
+        /// The queue's name.
+        queue: String,
+        /// The message's id.
+        id: String,
+    },
+    /// Send a message; prints its id.
+    Send(SendArgs),
+    /// Cancel a message that waits (pending, ready, retry or dead); exit 1 when not cancelled.
+    Cancel {
+        /// The queue's name.
+        queue: String,
+        /// The message's id.
+        id: String,
+    },
+    /// Dead letters: messages that used up their deliveries.
+    #[command(subcommand)]
+    Dead(DeadCommand),
+    /// Delete every message of a queue and its totals.
+    Purge {
+        /// The queue's name.
+        queue: String,
+        /// Confirm: without it purge refuses (exit 2).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Check a queue's keys for inconsistencies; exit 1 when anomalies are found.
+    Check {
+        /// The queue's name.
+        queue: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The queue's name.
+    pub queue: String,
+    /// Refresh until Ctrl-C (or --count refreshes), with rates per second.
+    #[arg(long, short)]
+    pub watch: bool,
+    /// Time between refreshes, e.g. 500ms, 2s.
+    #[arg(long, default_value = "1s", value_parser = parse_interval, requires = "watch")]
+    pub interval: Duration,
+    /// Stop after this many refreshes.
+    #[arg(long, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// The queue's name.
+    pub queue: String,
+    pub state: State,
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Most messages to show (1 to 1000).
+    #[arg(long, short = 'n', default_value_t = 20, value_parser = parse_limit)]
+    pub limit: usize,
+    /// Position of the first message to show (the "next page" hint gives it).
+    #[arg(long, default_value_t = 0)]
+    pub offset: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The queue's name.
+    pub queue: String,
+    /// The payload, sent as its UTF-8 bytes.
+    pub payload: String,
+    /// Due after this long, e.g. 1500ms, 5s, 2m, 1h, 7d.
+    #[arg(long, short, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub delay: Duration,
+    /// Use this id instead of a generated one (a second send with it fails while the first waits).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Retries after a failed delivery (default: the library's, 3).
+    #[arg(long)]
+    pub retry_count: Option<u32>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadCommand {
+    /// List dead letters (same as `list <queue> dead`).
+    List {
+        /// The queue's name.
+        queue: String,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Move dead letters back to ready, with their retries restored.
+    Requeue(DeadTarget),
+    /// Delete dead letters.
+    Delete(DeadTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct DeadTarget {
+    /// The queue's name.
+    pub queue: String,
+    /// One dead letter; exit 1 when it is not one.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub id: Option<String>,
+    /// Every dead letter of the queue.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// A state on the command line; `dead` is the library's `Garbage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum State {
+    Pending,
+    Ready,
+    Processing,
+    Retry,
+    #[value(alias = "garbage")]
+    Dead,
+}
+
+impl From<State> for MessageState {
+    fn from(s: State) -> Self {
+        match s {
+            State::Pending => MessageState::Pending,
+            State::Ready => MessageState::Ready,
+            State::Processing => MessageState::Processing,
+            State::Retry => MessageState::Retry,
+            State::Dead => MessageState::Garbage,
+        }
+    }
+}
+
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        _ => Err(format!("must be a number from 1 to {MAX_PAGE}")),
+    }
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(10) {
+        return Err("must be at least 10ms".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_and_limits() {
+        let d = |s| humantime::parse_duration(s).unwrap();
+        assert_eq!(d("5s"), Duration::from_secs(5));
+        assert_eq!(d("1500ms"), Duration::from_millis(1500));
+        assert_eq!(d("2m"), Duration::from_secs(120));
+        assert_eq!(d("1h"), Duration::from_secs(3600));
+        assert_eq!(d("7d"), Duration::from_secs(7 * 86400));
+        assert!(parse_interval("1ms").is_err());
+        assert!(parse_limit("0").is_err() && parse_limit("1001").is_err());
+        assert_eq!(parse_limit("1000"), Ok(1000));
+    }
+}

@@ -1,0 +1,418 @@
+//! Running the commands: one Redis client, the queue they name, output.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use delayqueue::fred::prelude::{Client, ClientLike};
+use delayqueue::{find_queues, DelayQueue, Error, MessageId, MessageState};
+use serde_json::{json, Value};
+
+use crate::args::{Cli, Command, DeadCommand, DeadTarget, PageArgs, SendArgs, StatsArgs};
+use crate::output::{self, Rates, Table};
+
+/// Why a command failed: its exit code and the one line for stderr
+/// (empty: say nothing, as when stdout was closed under us).
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+/// Exit code of "the command ran, but found nothing or something wrong".
+pub const NOT_FOUND: u8 = 1;
+/// Exit code of usage, input, connection and Redis errors.
+pub const USAGE: u8 = 2;
+
+impl Failure {
+    fn not_found(message: impl Into<String>) -> Failure {
+        Failure {
+            code: NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = match e {
+            Error::Duplicate(_) => NOT_FOUND,
+            _ => USAGE,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Runs the command; `Ok` holds the exit code (1 when `check` found anomalies).
+pub async fn run(cli: Cli) -> Result<u8, Failure> {
+    if let Command::Purge { queue, yes: false } = &cli.command {
+        return Err(Failure::usage(format!(
+            "purge deletes every message of queue {queue:?} and its totals; pass --yes to do it"
+        )));
+    }
+    let client = connect(&cli.url).await?;
+    let ctx = Ctx {
+        client,
+        prefix: cli.prefix,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Queues => ctx.queues().await,
+        Command::Stats(args) => ctx.stats(args).await,
+        Command::List(args) => ctx.list(&args.queue, args.state.into(), &args.page).await,
+        Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
+        Command::Send(args) => ctx.send(args).await,
+        Command::Cancel { queue, id } => ctx.cancel(&queue, id.into()).await,
+        Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Garbage, &page).await,
+        Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
+        Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
+        Command::Purge { queue, .. } => ctx.purge(&queue).await,
+        Command::Check { queue } => ctx.check(&queue).await,
+    }
+}
+
+struct Ctx {
+    client: Client,
+    prefix: String,
+    json: bool,
+}
+
+impl Ctx {
+    /// Queue `name`, which need not exist yet.
+    fn queue(&self, name: &str) -> Result<DelayQueue, Failure> {
+        Ok(DelayQueue::builder(name, self.client.clone())
+            .key_prefix(self.prefix.as_str())
+            .build()?)
+    }
+
+    /// Queue `name`, which must be one `find_queues` lists.
+    async fn existing(&self, name: &str) -> Result<DelayQueue, Failure> {
+        let queue = self.queue(name)?;
+        let known = find_queues(&self.client, &self.prefix).await?;
+        if !known.iter().any(|k| k == name) {
+            let known = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            return Err(Failure::not_found(format!("no queue named {name:?} (known: {known})")));
+        }
+        Ok(queue)
+    }
+
+    /// Prints `value` as one JSON line, or `text` as is.
+    fn print(&self, value: Value, text: impl FnOnce() -> String) -> Result<(), Failure> {
+        if self.json {
+            write_out(&format!("{value}\n"))
+        } else {
+            write_out(&text())
+        }
+    }
+
+    /// Redis's clock, which the queue's times are on.
+    async fn redis_now(&self) -> Result<SystemTime, Failure> {
+        let reply: Vec<String> = self
+            .client
+            .custom(fred::cmd!("TIME"), Vec::<String>::new())
+            .await
+            .map_err(Error::from)?;
+        match reply
+            .iter()
+            .map(|s| s.parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .as_deref()
+        {
+            Ok([secs, micros]) => Ok(UNIX_EPOCH + Duration::from_secs(*secs) + Duration::from_micros(*micros)),
+            _ => Err(Failure::usage(format!("unexpected reply to TIME: {reply:?}"))),
+        }
+    }
+
+    async fn queues(&self) -> Result<u8, Failure> {
+        let names = find_queues(&self.client, &self.prefix).await?;
+        let mut counts = Vec::with_capacity(names.len());
+        for name in &names {
+            counts.push(self.queue(name)?.stats().await?);
+        }
+        let json = json!({"queues": names.iter().zip(&counts)
+            .map(|(name, c)| json!({"name": name, "counts": output::counts_json(c)}))
+            .collect::<Vec<_>>()});
+        self.print(json, || {
+            if names.is_empty() {
+                return format!("no queues under prefix {:?}\n", self.prefix);
+            }
+            let mut t = Table::new(["QUEUE", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]);
+            for (name, c) in names.iter().zip(&counts) {
+                t.row([
+                    name.clone(),
+                    c.pending.to_string(),
+                    c.ready.to_string(),
+                    c.processing.to_string(),
+                    c.retry.to_string(),
+                    c.garbage.to_string(),
+                ]);
+            }
+            t.render()
+        })?;
+        Ok(0)
+    }
+
+    async fn stats(&self, args: StatsArgs) -> Result<u8, Failure> {
+        let queue = self.existing(&args.queue).await?;
+        if !args.watch {
+            let s = queue.status().await?;
+            self.print(output::status_json(queue.name(), &s), || {
+                output::status_text(queue.name(), &s, None)
+            })?;
+            return Ok(0);
+        }
+        tokio::select! {
+            done = self.watch(&queue, args.interval, args.count) => done,
+            _ = tokio::signal::ctrl_c() => Ok(0),
+        }
+    }
+
+    /// `stats --watch`: a refresh every `interval`, `count` times or forever.
+    async fn watch(&self, queue: &DelayQueue, interval: Duration, count: Option<u64>) -> Result<u8, Failure> {
+        let terminal = std::io::stdout().is_terminal();
+        let mut last: Option<(Instant, delayqueue::Totals)> = None;
+        let mut refreshes = 0u64;
+        loop {
+            let s = queue.status().await?;
+            let at = Instant::now();
+            let rates = last.map(|(then, totals)| Rates::between(&totals, &s.totals, at - then));
+            last = Some((at, s.totals));
+            let now = output::timestamp(SystemTime::now());
+            let mut json = output::status_json(queue.name(), &s);
+            json["time"] = json!(now);
+            json["rates"] = output::rates_json(rates);
+            self.print(json, || {
+                // Clear the screen on a terminal; else frames follow each other.
+                let (clear, gap) = if terminal { ("\x1b[H\x1b[2J", "") } else { ("", "\n") };
+                format!(
+                    "{clear}{gap}every {}, {now} (Ctrl-C to stop)\n{}",
+                    output::duration(interval),
+                    output::status_text(queue.name(), &s, Some(rates))
+                )
+            })?;
+            refreshes += 1;
+            if count.is_some_and(|n| refreshes >= n) {
+                return Ok(0);
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    async fn list(&self, name: &str, state: MessageState, page: &PageArgs) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        let found = queue.list(state, page.offset, page.limit).await?;
+        let now = self.redis_now().await?;
+        let state_name = output::state_name(state);
+        let json = json!({
+            "queue": name,
+            "state": state_name,
+            "total": found.total,
+            "offset": page.offset,
+            "next": found.next,
+            "items": found.items.iter().map(|m| output::message_json(m, false)).collect::<Vec<_>>(),
+        });
+        self.print(json, || {
+            if found.items.is_empty() {
+                return match found.total {
+                    0 => format!("no {state_name} messages in {name}\n"),
+                    n => format!("no {state_name} messages from offset {} ({n} in all)\n", page.offset),
+                };
+            }
+            let (from, to) = (page.offset + 1, page.offset + found.items.len() as u64);
+            let mut text = output::list_text(state, &found.items, now);
+            text += &format!("\n{from}-{to} of {} {state_name}", found.total);
+            if let Some(next) = found.next {
+                text += &format!("; next page: --offset {next}");
+            }
+            text + "\n"
+        })?;
+        Ok(0)
+    }
+
+    async fn show(&self, name: &str, id: MessageId) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        let Some(m) = queue.get(&id).await? else {
+            return Err(Failure::not_found(format!(
+                "no message {:?} in queue {name:?}",
+                id.as_str()
+            )));
+        };
+        let now = self.redis_now().await?;
+        self.print(
+            json!({"queue": name, "message": output::message_json(&m, true)}),
+            || output::show_text(&m, now),
+        )?;
+        Ok(0)
+    }
+
+    async fn send(&self, args: SendArgs) -> Result<u8, Failure> {
+        let queue = self.queue(&args.queue)?;
+        let mut send = queue.send_delay_msg(args.payload, args.delay);
+        if let Some(id) = args.id {
+            send = send.id(id);
+        }
+        if let Some(n) = args.retry_count {
+            send = send.retry_count(n);
+        }
+        let id = send.await?;
+        let json = json!({"queue": queue.name(), "id": id.as_str(), "delay_ms": args.delay.as_millis() as u64});
+        self.print(json, || format!("{id}\n"))?;
+        Ok(0)
+    }
+
+    async fn cancel(&self, name: &str, id: MessageId) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        if !queue.cancel(&id).await? {
+            return Err(Failure::not_found(format!(
+                "message {:?} not cancelled: queue {name:?} has no such message waiting \
+                 (unknown, done, or being processed right now)",
+                id.as_str()
+            )));
+        }
+        self.print(json!({"queue": name, "id": id.as_str(), "cancelled": true}), || {
+            format!("cancelled {id}\n")
+        })?;
+        Ok(0)
+    }
+
+    async fn dead(&self, target: DeadTarget, delete: bool) -> Result<u8, Failure> {
+        let queue = self.existing(&target.queue).await?;
+        let done = match (&target.id, delete) {
+            (Some(id), false) => u64::from(queue.requeue_dead(&id.as_str().into()).await?),
+            (Some(id), true) => u64::from(queue.delete_dead(&id.as_str().into()).await?),
+            (None, false) => queue.requeue_all_dead().await?,
+            (None, true) => queue.delete_all_dead().await?,
+        };
+        if let (Some(id), 0) = (&target.id, done) {
+            return Err(Failure::not_found(format!(
+                "{id:?} is not a dead letter of queue {:?}",
+                target.queue
+            )));
+        }
+        let verb = if delete { "deleted" } else { "requeued" };
+        let letters = if done == 1 { "dead letter" } else { "dead letters" };
+        self.print(json!({"queue": queue.name(), verb: done}), || {
+            format!("{verb} {done} {letters}\n")
+        })?;
+        Ok(0)
+    }
+
+    async fn purge(&self, name: &str) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        let removed = queue.purge().await?;
+        let entries = if removed == 1 { "entry" } else { "entries" };
+        self.print(json!({"queue": name, "removed": removed}), || {
+            format!("purged {name}: {removed} {entries} removed\n")
+        })?;
+        Ok(0)
+    }
+
+    async fn check(&self, name: &str) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        let report = queue.check_integrity().await?;
+        let json = json!({
+            "queue": name,
+            "scanned": report.scanned,
+            "clean": report.is_clean(),
+            "anomalies": report.anomalies.iter().map(output::anomaly_json).collect::<Vec<_>>(),
+        });
+        self.print(json, || {
+            let n = report.anomalies.len();
+            let mut text = format!("{name}: {} ids scanned, ", report.scanned);
+            if n == 0 {
+                return text + "clean\n";
+            }
+            text += &format!("{n} {}\n\n", if n == 1 { "anomaly" } else { "anomalies" });
+            let mut t = Table::new(["ANOMALY", "ID", "STATE"]);
+            for a in &report.anomalies {
+                t.row(output::anomaly_row(a));
+            }
+            text + &t.render()
+        })?;
+        Ok(if report.is_clean() { 0 } else { NOT_FOUND })
+    }
+}
+
+/// How long [`connect`] waits: `delayqueue::connect`'s own 5 s limit, and
+/// a little more for it to report. (Against a server that accepts but never
+/// answers, it would then wait for its QUIT, up to 10 s more.)
+const CONNECT_LIMIT: Duration = Duration::from_millis(5500);
+
+/// `delayqueue::connect`, bounded by [`CONNECT_LIMIT`], with an error that
+/// is one readable line and shows no password.
+async fn connect(url: &str) -> Result<Client, Failure> {
+    let shown = redact(url);
+    let why = match tokio::time::timeout(CONNECT_LIMIT, delayqueue::connect(url)).await {
+        Ok(Ok(client)) => return Ok(client),
+        Ok(Err(Error::Redis(e))) => {
+            // fred keeps an I/O error as its Debug text, e.g. `Os { code:
+            // 111, kind: ConnectionRefused, message: "Connection refused" }`:
+            // keep the message.
+            let details = e.details();
+            let quoted = ["message: \"", "error: \""]
+                .iter()
+                .find_map(|start| details.split_once(start)?.1.split_once('"'));
+            match quoted {
+                Some((message, _)) => message.to_string(),
+                None => details.to_string(),
+            }
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer within 5s".to_string(),
+    };
+    Err(Failure::usage(format!(
+        "cannot connect to Redis at {shown}: {}",
+        why.replace(url, &shown)
+    )))
+}
+
+/// Writes to stdout; a closed stdout (`| head`) ends the command quietly.
+fn write_out(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure {
+            code: 0,
+            message: String::new(),
+        }),
+        Err(e) => Err(Failure::usage(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// `url` with its user and password replaced by `***`, for error messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("redis://:secret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("rediss://user:p@ss@h/x@y"), "rediss://***@h/x@y");
+        assert_eq!(redact("nonsense"), "nonsense");
+    }
+}

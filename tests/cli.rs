@@ -1,0 +1,682 @@
+//! The `delayqueue` binary end to end: each test spawns it against a
+//! private redis-server (messages set up with the library) and checks its
+//! output and exit code.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use delayqueue::fred::clients::Client;
+use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState, QueueStats};
+use serde_json::Value;
+use support::RedisServer;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_delayqueue");
+/// Longest one run of the binary may take.
+const RUN_LIMIT: Duration = Duration::from_secs(15);
+
+/// What one run printed, and its exit code.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The stdout's one JSON line.
+    fn json(&self) -> Value {
+        assert_eq!(self.stdout.lines().count(), 1, "{self:?}");
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+
+    /// Asserts a failure: exit `code`, nothing on stdout, one `error:` line on stderr.
+    fn failed(&self, code: i32) -> &str {
+        assert_eq!(self.code, code, "{self:?}");
+        assert_eq!(self.stdout, "", "{self:?}");
+        assert!(self.stderr.starts_with("error: "), "{self:?}");
+        self.stderr.trim_end()
+    }
+}
+
+/// The binary with a clean environment: no REDIS_URL from outside, so a
+/// test never talks to a Redis it did not start.
+fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn run_command(mut cmd: Command) -> Run {
+    let out = tokio::time::timeout(RUN_LIMIT, cmd.output())
+        .await
+        .expect("delayqueue did not finish in time")
+        .expect("cannot run delayqueue");
+    Run {
+        code: out.status.code().expect("delayqueue killed by a signal"),
+        stdout: String::from_utf8(out.stdout).expect("stdout is not UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("stderr is not UTF-8"),
+    }
+}
+
+/// Runs `delayqueue --url <url> <args>`.
+async fn run(url: &str, args: &[&str]) -> Run {
+    let mut all = vec!["--url", url];
+    all.extend_from_slice(args);
+    run_command(command(&all)).await
+}
+
+/// A private Redis, its URL and a client on it.
+async fn start() -> (RedisServer, String, Client) {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let url = server.url();
+    (server, url, client)
+}
+
+/// Queue `name` as the tests build it: quick sweeps, long leases.
+fn builder(client: &Client, name: &str) -> DelayQueueBuilder {
+    DelayQueue::builder(name, client.clone())
+        .fetch_interval(Duration::from_millis(50))
+        .max_consume_duration(Duration::from_secs(60))
+}
+
+fn queue(client: &Client, name: &str) -> DelayQueue {
+    builder(client, name).build().unwrap()
+}
+
+/// Sends `payloads` with retry count 0 and lets a consumer fail each once:
+/// they become dead letters with that failure reason.
+async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> Vec<String> {
+    let before = q.stats().await.unwrap().garbage;
+    let mut ids = Vec::new();
+    for p in payloads {
+        let id = q.send_delay_msg(*p, Duration::ZERO).retry_count(0).await.unwrap();
+        ids.push(id.to_string());
+    }
+    let consumer = q
+        .start_consume(move |_msg: Message| async move { Err::<(), HandlerError>(reason.into()) })
+        .await
+        .unwrap();
+    let want = before + payloads.len() as u64;
+    let end = Instant::now() + Duration::from_secs(5);
+    while q.stats().await.unwrap().garbage < want {
+        assert!(Instant::now() < end, "dead letters did not appear");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    consumer.shutdown().await.unwrap();
+    ids
+}
+
+#[tokio::test]
+async fn send_queues_show_and_cancel() {
+    let server = RedisServer::start().await;
+    let url = server.url();
+
+    let r = run(&url, &["queues"]).await;
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "no queues under prefix \"dq:\"\n"),
+        "{r:?}"
+    );
+    assert_eq!(
+        run(&url, &["queues", "--json"]).await.json(),
+        serde_json::json!({"queues": []})
+    );
+
+    let r = run(
+        &url,
+        &[
+            "send",
+            "orders",
+            "close order 42",
+            "--delay",
+            "5m",
+            "--id",
+            "order-42",
+            "--retry-count",
+            "5",
+        ],
+    )
+    .await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "order-42\n"), "{r:?}");
+    let r = run(
+        &url,
+        &["--json", "send", "orders", "{\"order\": 43}", "--delay", "1500ms"],
+    )
+    .await;
+    let sent = r.json();
+    let id = sent["id"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 21, "a generated id: {sent}");
+    assert_eq!(
+        (sent["queue"].as_str(), sent["delay_ms"].as_u64()),
+        (Some("orders"), Some(1500))
+    );
+    // The same id again while the first waits.
+    let err = run(&url, &["send", "orders", "again", "--id", "order-42"]).await;
+    assert!(err.failed(1).contains("order-42 already exists"), "{err:?}");
+    assert!(run(&url, &["send", "orders", "x", "--delay", "soon"])
+        .await
+        .failed(2)
+        .contains("--delay"));
+    run(&url, &["send", "emails", "welcome", "--delay", "7d"]).await;
+
+    let r = run(&url, &["queues"]).await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["QUEUE", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["emails", "1", "0", "0", "0", "0"]
+    );
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        ["orders", "2", "0", "0", "0", "0"]
+    );
+    let v = run(&url, &["queues", "--json"]).await.json();
+    assert_eq!(v["queues"][1]["name"], "orders");
+    assert_eq!(v["queues"][1]["counts"]["pending"], 2);
+
+    let r = run(&url, &["show", "orders", "order-42"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    for line in [
+        "id           order-42",
+        "state        pending",
+        "attempts     0",
+        "retry count  5 (6 deliveries left)",
+        "last error   -",
+        "payload      14 bytes, UTF-8:\nclose order 42\n",
+    ] {
+        assert!(r.stdout.contains(line), "{line:?} missing in:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("(in 4m 5"), "due in about 5 minutes:\n{}", r.stdout);
+    let v = run(&url, &["show", "orders", &id, "--json"]).await.json();
+    let m = &v["message"];
+    assert_eq!(
+        (m["id"].as_str(), m["state"].as_str()),
+        (Some(id.as_str()), Some("pending"))
+    );
+    assert_eq!(
+        (m["payload"].as_str(), m["payload_encoding"].as_str()),
+        (Some("{\"order\": 43}"), Some("utf8"))
+    );
+    assert_eq!(
+        (m["retry_count"].as_u64(), m["payload_len"].as_u64()),
+        (Some(3), Some(13))
+    );
+    assert!(m["due"].as_str().unwrap().ends_with('Z'), "{m}");
+
+    let r = run(&url, &["cancel", "orders", "order-42"]).await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "cancelled order-42\n"), "{r:?}");
+    assert!(run(&url, &["cancel", "orders", "order-42"])
+        .await
+        .failed(1)
+        .contains("not cancelled"));
+    let v = run(&url, &["cancel", "orders", &id, "--json"]).await.json();
+    assert_eq!(v, serde_json::json!({"queue": "orders", "id": id, "cancelled": true}));
+    let err = run(&url, &["show", "orders", "order-42"]).await;
+    assert_eq!(err.failed(1), "error: no message \"order-42\" in queue \"orders\"");
+}
+
+#[tokio::test]
+async fn stats_and_list_pages_in_human_and_json() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "orders");
+    for (i, minutes) in [10, 20, 30].iter().enumerate() {
+        q.send_delay_msg(format!("close order {i}"), Duration::from_secs(60 * minutes))
+            .await
+            .unwrap();
+    }
+    make_dead(&q, &["charge card 7"], "card declined: insufficient funds").await;
+
+    let r = run(&url, &["stats", "orders"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let rows: Vec<Vec<&str>> = r.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    for row in [vec!["pending", "3"], vec!["ready", "0"], vec!["dead", "1"]] {
+        assert!(rows.contains(&row), "{row:?} missing in:\n{}", r.stdout);
+    }
+    assert!(r.stdout.contains("next due        in 9m 5"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("totals          sent 4  acked 0  failed 1  dead 1  expired 0"),
+        "{}",
+        r.stdout
+    );
+    let v = run(&url, &["stats", "orders", "--json"]).await.json();
+    assert_eq!(
+        v["counts"],
+        serde_json::json!({"pending": 3, "ready": 0, "processing": 0, "retry": 0, "dead": 1})
+    );
+    assert_eq!(v["totals"]["sent"], 4);
+    assert!(v["next_due_ms"].as_u64().unwrap() > 9 * 60_000, "{v}");
+    assert!(v["oldest_overdue_ms"].is_null() && v["oldest_dead_ms"].is_u64(), "{v}");
+
+    let r = run(&url, &["list", "orders", "pending", "--limit", "2"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["ID", "DUE", "ATTEMPTS", "LAST", "ERROR", "PAYLOAD"]
+    );
+    assert!(
+        lines[1].contains("in 9m 5") && lines[1].ends_with("close order 0"),
+        "{}",
+        r.stdout
+    );
+    assert!(lines[2].ends_with("close order 1"), "{}", r.stdout);
+    assert_eq!(&lines[3..], ["", "1-2 of 3 pending; next page: --offset 2"]);
+    let v = run(&url, &["list", "orders", "pending", "--offset", "2", "--json"])
+        .await
+        .json();
+    assert_eq!(
+        (v["total"].as_u64(), v["offset"].as_u64(), v["next"].as_u64()),
+        (Some(3), Some(2), None)
+    );
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    assert_eq!(v["items"][0]["payload"], "close order 2");
+
+    let r = run(&url, &["list", "orders", "dead"]).await;
+    let row = r.stdout.lines().nth(1).unwrap();
+    assert!(r.stdout.starts_with("ID") && r.stdout.contains("DIED"), "{}", r.stdout);
+    assert!(
+        row.contains(" ago ") && row.contains("card declined: insufficient f…"),
+        "{row}"
+    );
+    assert!(row.ends_with("charge card 7"), "{row}");
+    let r = run(&url, &["list", "orders", "retry"]).await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "no retry messages in orders\n"));
+    assert!(run(&url, &["list", "orders", "later"])
+        .await
+        .failed(2)
+        .contains("invalid value 'later'"));
+    assert!(run(&url, &["list", "orders", "ready", "-n", "1001"])
+        .await
+        .failed(2)
+        .contains("1 to 1000"));
+}
+
+#[tokio::test]
+async fn ready_processing_and_binary_payloads() {
+    let (_server, url, client) = start().await;
+    let q = builder(&client, "jobs").concurrency(1).fetch_limit(1).build().unwrap();
+    for i in 0..3 {
+        q.send_delay_msg(format!("job {i}"), Duration::ZERO).await.unwrap();
+    }
+    // One slot, taken by a handler that never returns: one message is
+    // processing and the other two wait in ready. (The consumer is dropped
+    // with the test.)
+    let _consumer = q
+        .start_consume(|_msg: Message| std::future::pending::<Result<(), HandlerError>>())
+        .await
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let want = QueueStats {
+        ready: 2,
+        processing: 1,
+        ..Default::default()
+    };
+    while q.stats().await.unwrap() != want {
+        assert!(Instant::now() < end, "{:?}", q.stats().await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let r = run(&url, &["list", "jobs", "processing"]).await;
+    assert!(r.stdout.starts_with("ID") && r.stdout.contains("LEASE LEFT"), "{r:?}");
+    let row = r.stdout.lines().nth(1).unwrap();
+    assert!(
+        row.contains(" 59.") || row.contains(" 1m 0s"),
+        "about a minute of lease left: {row}"
+    );
+    let v = run(&url, &["list", "jobs", "ready", "--json"]).await.json();
+    assert_eq!(v["total"], 2);
+    assert_eq!(v["items"][0]["state"], "ready");
+    assert!(v["items"][0]["expires_in_ms"].as_u64().unwrap() > 3_000_000, "{v}");
+    let r = run(&url, &["list", "jobs", "ready"]).await;
+    assert!(r.stdout.contains("EXPIRES IN"), "{r:?}");
+
+    q.send_delay_msg(vec![0u8, 0x9f, b'a', b'\n'], Duration::from_secs(60))
+        .id("bin")
+        .await
+        .unwrap();
+    let r = run(&url, &["show", "jobs", "bin"]).await;
+    assert!(
+        r.stdout
+            .ends_with("payload      4 bytes, binary (escaped):\n\\x00\\x9fa\\n\n"),
+        "{r:?}"
+    );
+    let v = run(&url, &["show", "jobs", "bin", "--json"]).await.json();
+    assert_eq!(
+        (
+            v["message"]["payload"].as_str(),
+            v["message"]["payload_encoding"].as_str()
+        ),
+        (Some("009f610a"), Some("hex"))
+    );
+    let r = run(&url, &["list", "jobs", "pending"]).await;
+    assert!(r.stdout.lines().nth(1).unwrap().ends_with("\\x00\\x9fa\\n"), "{r:?}");
+}
+
+#[tokio::test]
+async fn dead_letters_list_requeue_and_delete() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "hooks");
+    let ids = make_dead(&q, &["hook 1", "hook 2", "hook 3", "hook 4"], "HTTP 503").await;
+
+    let r = run(&url, &["dead", "list", "hooks", "--limit", "3"]).await;
+    assert_eq!(r.stdout.lines().filter(|l| l.contains("HTTP 503")).count(), 3, "{r:?}");
+    assert!(r.stdout.ends_with("\n1-3 of 4 dead; next page: --offset 3\n"), "{r:?}");
+    let v = run(&url, &["dead", "list", "hooks", "--json", "--offset", "3"])
+        .await
+        .json();
+    assert_eq!(
+        (v["state"].as_str(), v["items"][0]["last_error"].as_str()),
+        (Some("dead"), Some("HTTP 503"))
+    );
+    assert_eq!(v["items"][0]["deliveries_left"], 0);
+
+    let r = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "requeued 1 dead letter\n"), "{r:?}");
+    let m = q.get(&ids[0].as_str().into()).await.unwrap().unwrap();
+    assert_eq!(m.state, MessageState::Ready);
+    let err = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
+    assert_eq!(
+        err.failed(1),
+        format!("error: \"{}\" is not a dead letter of queue \"hooks\"", ids[0])
+    );
+    let r = run(&url, &["dead", "delete", "hooks", &ids[1]]).await;
+    assert_eq!(r.stdout, "deleted 1 dead letter\n", "{r:?}");
+    assert!(q.get(&ids[1].as_str().into()).await.unwrap().is_none());
+    let v = run(&url, &["dead", "delete", "hooks", "--all", "--json"]).await.json();
+    assert_eq!(v, serde_json::json!({"queue": "hooks", "deleted": 2}));
+    assert_eq!(q.stats().await.unwrap().garbage, 0);
+
+    let q2 = queue(&client, "hooks2");
+    make_dead(&q2, &["hook 5", "hook 6"], "HTTP 410").await;
+    let r = run(&url, &["dead", "requeue", "hooks2", "--all"]).await;
+    assert_eq!(r.stdout, "requeued 2 dead letters\n", "{r:?}");
+    let stats = q2.stats().await.unwrap();
+    assert_eq!((stats.ready, stats.garbage), (2, 0));
+    assert!(run(&url, &["dead", "delete", "hooks"]).await.failed(2).contains("<ID>"));
+    assert!(run(&url, &["dead", "delete", "hooks", "x", "--all"])
+        .await
+        .failed(2)
+        .contains("cannot be used with"));
+}
+
+#[tokio::test]
+async fn stats_watch_refreshes_count_times_with_rates() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "orders");
+    q.send_delay_msg("first", Duration::from_secs(60)).await.unwrap();
+
+    let started = Instant::now();
+    let r = run(
+        &url,
+        &["stats", "orders", "--watch", "--count", "2", "--interval", "100ms"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let frames: Vec<&str> = r.stdout.split("every 100ms, ").skip(1).collect();
+    assert_eq!(frames.len(), 2, "{}", r.stdout);
+    assert!(
+        frames[0].contains("per second      - (from the next refresh)"),
+        "{}",
+        frames[0]
+    );
+    assert!(
+        frames[1].contains("per second      sent 0.0  acked 0.0  failed 0.0"),
+        "{}",
+        frames[1]
+    );
+    assert!(
+        !r.stdout.contains('\x1b'),
+        "no screen clearing when stdout is not a terminal"
+    );
+
+    // JSON lines; messages sent between two refreshes show in the rates.
+    let (mut child, mut lines) = spawn_lines(&[
+        "--url",
+        &url,
+        "--json",
+        "stats",
+        "orders",
+        "-w",
+        "--count",
+        "2",
+        "--interval",
+        "1s",
+    ]);
+    let first = next_json(&mut lines).await;
+    for _ in 0..4 {
+        q.send_delay_msg("more", Duration::from_secs(60)).await.unwrap();
+    }
+    let second = next_json(&mut lines).await;
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait()).await.unwrap().unwrap();
+    assert!(status.success());
+    assert!(first["rates"].is_null() && first["time"].is_string(), "{first}");
+    assert_eq!(
+        (first["totals"]["sent"].as_u64(), second["totals"]["sent"].as_u64()),
+        (Some(1), Some(5))
+    );
+    let sent_rate = second["rates"]["sent"].as_f64().unwrap();
+    assert!(sent_rate > 0.0 && sent_rate <= 4.0, "4 sends in at least 1 s: {second}");
+    assert_eq!(second["rates"]["acked"], 0.0);
+    assert_eq!(second["counts"]["pending"], 5);
+
+    // Without --count it runs until Ctrl-C (SIGINT), then exits 0.
+    let (mut child, mut lines) = spawn_lines(&[
+        "--url",
+        &url,
+        "--json",
+        "stats",
+        "orders",
+        "--watch",
+        "--interval",
+        "100ms",
+    ]);
+    next_json(&mut lines).await;
+    next_json(&mut lines).await;
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0), "Ctrl-C ends the watch quietly");
+
+    assert!(run(&url, &["stats", "orders", "--count", "2"])
+        .await
+        .failed(2)
+        .contains("--watch"));
+}
+
+/// The binary running with `args`, and its stdout line by line.
+fn spawn_lines(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = command(args).stdout(Stdio::piped()).spawn().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
+}
+
+/// The next line of a child's stdout, as JSON.
+async fn next_json(lines: &mut Lines<BufReader<ChildStdout>>) -> Value {
+    let line = tokio::time::timeout(RUN_LIMIT, lines.next_line())
+        .await
+        .expect("no line in time");
+    let line = line.unwrap().expect("stdout ended early");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+#[tokio::test]
+async fn purge_needs_yes() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "orders");
+    for _ in 0..3 {
+        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+    }
+    let err = run(&url, &["purge", "orders"]).await;
+    assert!(err.failed(2).contains("pass --yes"), "{err:?}");
+    assert_eq!(q.stats().await.unwrap().pending, 3, "nothing purged without --yes");
+
+    let r = run(&url, &["purge", "orders", "--yes"]).await;
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "purged orders: 3 entries removed\n"),
+        "{r:?}"
+    );
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(
+        run(&url, &["queues", "--json"]).await.json()["queues"],
+        serde_json::json!([])
+    );
+    let err = run(&url, &["purge", "orders", "--yes", "--json"]).await;
+    assert_eq!(err.failed(1), "error: no queue named \"orders\" (known: none)");
+}
+
+#[tokio::test]
+async fn check_reports_clean_queues_and_anomalies() {
+    let (server, url, client) = start().await;
+    let q = queue(&client, "orders");
+    for _ in 0..2 {
+        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+    }
+    let lost = q.send_delay_msg("y", Duration::from_secs(60)).await.unwrap();
+
+    let r = run(&url, &["check", "orders"]).await;
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "orders: 3 ids scanned, clean\n"),
+        "{r:?}"
+    );
+    // A payload gone behind the queue's back.
+    let key = format!("dq:{{orders}}:m:{lost}");
+    assert_eq!(server.raw_command(&["DEL", &key]), "1");
+    let r = run(&url, &["check", "orders"]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stdout.starts_with("orders: 3 ids scanned, 1 anomaly\n\nANOMALY"),
+        "{}",
+        r.stdout
+    );
+    let row: Vec<&str> = r.stdout.lines().last().unwrap().split_whitespace().collect();
+    assert_eq!(row, ["missing", "payload", lost.as_str(), "pending"]);
+    let r = run(&url, &["check", "orders", "--json"]).await;
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"queue": "orders", "scanned": 3, "clean": false,
+            "anomalies": [{"kind": "missing_payload", "id": lost.as_str(), "state": "pending"}]})
+    );
+}
+
+#[tokio::test]
+async fn clear_errors_with_exit_codes() {
+    let (_server, url, client) = start().await;
+    queue(&client, "a").send_delay_msg("x", Duration::ZERO).await.unwrap();
+    queue(&client, "b").send_delay_msg("x", Duration::ZERO).await.unwrap();
+
+    let err = run(&url, &["stats", "nope"]).await;
+    assert_eq!(err.failed(1), "error: no queue named \"nope\" (known: a, b)");
+    for args in [
+        &["show", "nope", "id"][..],
+        &["list", "nope", "ready"],
+        &["cancel", "nope", "x"],
+        &["check", "nope"],
+    ] {
+        assert!(
+            run(&url, args).await.failed(1).contains("no queue named \"nope\""),
+            "{args:?}"
+        );
+    }
+    let err = run(&url, &["show", "a", "bad id"]).await;
+    assert!(
+        err.failed(2).starts_with("error: invalid message id \"bad id\""),
+        "{err:?}"
+    );
+    let err = run(&url, &["stats", "bad name"]).await;
+    assert!(
+        err.failed(2).starts_with("error: invalid queue name \"bad name\""),
+        "{err:?}"
+    );
+    let err = run(&url, &["send", "bad{name}", "x"]).await;
+    assert!(err.failed(2).starts_with("error: invalid queue name"), "{err:?}");
+
+    // Redis unreachable: a port nobody listens on.
+    let closed = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let closed_url = format!("redis://:secret@127.0.0.1:{closed}");
+    let started = Instant::now();
+    let err = run(&closed_url, &["queues"]).await;
+    assert_eq!(
+        err.failed(2),
+        format!("error: cannot connect to Redis at redis://***@127.0.0.1:{closed}: Connection refused")
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "refused at once");
+    let err = run(&closed_url, &["--json", "stats", "a"]).await;
+    assert!(err.failed(2).contains("cannot connect"), "{err:?}");
+    assert!(run(&url, &["frobnicate"])
+        .await
+        .failed(2)
+        .contains("unrecognized subcommand"));
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_given_up_on_in_time() {
+    // Connections complete (the kernel's backlog) but nothing ever answers.
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let started = Instant::now();
+    let err = run(&format!("redis://:hunter2@127.0.0.1:{port}"), &["queues"]).await;
+    let took = started.elapsed();
+    let line = err.failed(2);
+    assert!(
+        line.starts_with(&format!(
+            "error: cannot connect to Redis at redis://***@127.0.0.1:{port}: "
+        )) && line.ends_with("within 5s"),
+        "{line}"
+    );
+    assert!(!line.contains("hunter2"), "{line}");
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    drop(listener);
+}
+
+#[tokio::test]
+async fn url_from_the_environment_and_key_prefix() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    DelayQueue::builder("billing", client.clone())
+        .key_prefix("app:")
+        .build()
+        .unwrap()
+        .send_delay_msg("x", Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let mut cmd = command(&["queues"]);
+    cmd.env("REDIS_URL", server.url());
+    let r = run_command(cmd).await;
+    assert_eq!(r.stdout, "no queues under prefix \"dq:\"\n", "{r:?}");
+    let mut cmd = command(&["--prefix", "app:", "queues", "--json"]);
+    cmd.env("REDIS_URL", server.url());
+    let v = run_command(cmd).await.json();
+    assert_eq!(v["queues"][0]["name"], "billing");
+    let r = run(&server.url(), &["stats", "billing", "--prefix", "app:", "--json"]).await;
+    assert_eq!(r.json()["counts"]["pending"], 1);
+}
