@@ -38,12 +38,36 @@ pub async fn connect(url: &str) -> Result<Client, Error> {
         Ok(Ok(_task)) => Ok(client),
         Ok(Err(e)) => Err(e.into()),
         Err(_) => {
-            let _ = client.quit().await;
+            // Stop its reconnecting without waiting: quitting a connection
+            // that never answered waits out the command timeout.
+            tokio::spawn(async move {
+                let _ = client.quit().await;
+            });
             Err(fred::error::Error::new(
                 fred::error::ErrorKind::Timeout,
-                format!("could not connect to {url} within {CONNECT_TIMEOUT:?}"),
+                format!("could not connect to {} within {CONNECT_TIMEOUT:?}", redact(url)),
             )
             .into())
         }
+    }
+}
+
+/// `url` without the password of its user info, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_error_messages() {
+        assert_eq!(redact("redis://:hunter2@127.0.0.1:6379"), "redis://***@127.0.0.1:6379");
+        assert_eq!(redact("rediss://user:pw@h:1/0"), "rediss://***@h:1/0");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
 }

@@ -153,6 +153,20 @@ impl DelayQueue {
         Ok(moved == 1)
     }
 
+    /// Whether the queue was ever sent to (and not purged since): its
+    /// totals exist. O(1); see [`find_queues`](crate::find_queues) to list
+    /// them all.
+    pub async fn exists(&self) -> Result<bool, Error> {
+        use fred::prelude::KeysInterface;
+        let n: i64 = self
+            .inner
+            .client
+            .exists(&self.inner.keys.totals)
+            .await
+            .map_err(|e| Error::from_redis(&self.inner.name, e))?;
+        Ok(n == 1)
+    }
+
     /// Counts of the queue's states, taken atomically.
     pub async fn stats(&self) -> Result<QueueStats, Error> {
         Ok(self.status().await?.counts)

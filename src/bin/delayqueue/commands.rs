@@ -94,11 +94,11 @@ impl Ctx {
             .build()?)
     }
 
-    /// Queue `name`, which must be one `find_queues` lists.
+    /// Queue `name`, which must exist (have been sent to).
     async fn existing(&self, name: &str) -> Result<DelayQueue, Failure> {
         let queue = self.queue(name)?;
-        let known = find_queues(&self.client, &self.prefix).await?;
-        if !known.iter().any(|k| k == name) {
+        if !queue.exists().await? {
+            let known = find_queues(&self.client, &self.prefix).await?;
             let known = if known.is_empty() {
                 "none".to_string()
             } else {
