@@ -22,7 +22,7 @@ ARGV[4] request sequence number: new for each request of the consumer,
 ARGV[5] msg ttl ms
 Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, id1, value1, attempt1, id2, ...}
-with each value as stored ("<retry count>:<payload>").
+with each value as stored ("<retry count>[;<backoff>]:<payload>").
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one.
 lease is the deadline in microseconds of Redis time: it fences ack/nack,

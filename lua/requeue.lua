@@ -8,7 +8,7 @@ dead message whose payload is gone is deleted instead.
 KEYS[1] garbage zset   KEYS[2] retries hash   KEYS[3] ready list
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)   ARGV[3] msg ttl ms
 ARGV[4] wake-up channel   ARGV[5..] ids (optional; without: the oldest dead)
-Returns the number of messages requeued.
+Returns {requeued, taken out of garbage (requeued or deleted)}.
 Publishes a wake-up when it requeued any.
 Idempotent: a re-run finds them gone from garbage and requeues nothing.
 Complexity: O(M log N) with M = ids looked at.
@@ -28,7 +28,7 @@ else
   ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
 end
 if #ids == 0 then
-  return 0
+  return {0, 0}
 end
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
@@ -43,4 +43,4 @@ if #live > 0 then
   redis.call('RPUSH', KEYS[3], unpack(live))
   wake(ARGV[4], 0)
 end
-return #live
+return {#live, #ids}

@@ -181,10 +181,11 @@ async fn run(
     if let Some(renewer) = renewer {
         renewer.abort();
     }
+    let shared_name = shared.queue.name().to_string();
     drop(shared);
     let _ = acker.await;
     let _ = waker.await;
-    tracing::info!("consumer stopped");
+    tracing::info!(queue = %shared_name, "consumer stopped");
 }
 
 /// One round: sweep when due, promote when something is due, claim what
@@ -355,9 +356,11 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         // One unreadable message must not cost its batch mates their
         // delivery: they are leased already, and nothing would replay them.
         let Some(msg) = read_delivery(triple, lease) else {
+            // The value's length only: it may hold a payload, and payloads are never logged.
             tracing::error!(
-                queue = %inner.name, id = ?triple[0], value = ?triple[1], attempt = ?triple[2],
-                "unreadable message (written by something else?); counted as a failed delivery"
+                queue = %inner.name, id = ?triple[0], value_bytes = triple[1].as_bytes().map(<[u8]>::len),
+                attempt = ?triple[2],
+                "unreadable message (written by something else?); moved to the dead letters"
             );
             if let Some(id) = triple[0].as_str() {
                 let (shared, id) = (shared.clone(), MessageId::from(id.into_owned()));
@@ -544,7 +547,7 @@ impl Failure {
         let mode = if e.is::<SkipRetry>() {
             Mode::Dead
         } else {
-            Mode::Fail(e.downcast_ref::<RetryAfter>().map(|r| r.delay))
+            Mode::Fail(e.downcast_ref::<RetryAfter>().map(|r| r.delay.min(crate::MAX_DELAY)))
         };
         Failure::new(mode, e.to_string())
     }
@@ -583,7 +586,7 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
             }
             Ok(2) => {
                 let why = match mode_arg {
-                    "dead" => "the handler gave up on it (SkipRetry)",
+                    "dead" => "retrying cannot help",
                     _ => "it used up its deliveries",
                 };
                 tracing::warn!(queue = %inner.name, %id, attempt, reason = %failure.reason, "{why}; moved to the dead letters");

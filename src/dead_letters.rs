@@ -24,7 +24,16 @@ pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64,
             k.wake.as_str().into(),
         ];
         args.extend(ids);
-        queue.call::<i64>(&scripts::REQUEUE, k.for_requeue(), args)
+        async move {
+            let reply: Vec<i64> = queue.call(&scripts::REQUEUE, k.for_requeue(), args).await?;
+            match reply[..] {
+                [requeued, taken] => Ok((requeued, taken)),
+                _ => Err(Error::UnexpectedReply {
+                    script: "requeue",
+                    detail: format!("{reply:?}"),
+                }),
+            }
+        }
     })
     .await?;
     tracing::info!(queue = %inner.name, requeued = done, "dead letters requeued");
@@ -44,7 +53,10 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
             i64::MAX.into(),
         ];
         args.extend(ids);
-        queue.call::<i64>(&scripts::GC, k.for_gc(), args)
+        async move {
+            let deleted: i64 = queue.call(&scripts::GC, k.for_gc(), args).await?;
+            Ok((deleted, deleted))
+        }
     })
     .await?;
     tracing::info!(queue = %inner.name, deleted = done, "dead letters deleted");
@@ -53,23 +65,24 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
 
 /// Runs `call` for one id, or in batches until the dead letters there were
 /// at the start are done (never more rounds than those need, so a steady
-/// stream of new deaths cannot keep it going).
+/// stream of new deaths cannot keep it going). `call` returns how many it
+/// acted on and how many it took out of garbage.
 async fn repeat<F, Fut>(queue: &DelayQueue, which: Which<'_>, call: F) -> Result<u64, Error>
 where
     F: Fn(Vec<Value>) -> Fut,
-    Fut: std::future::Future<Output = Result<i64, Error>>,
+    Fut: std::future::Future<Output = Result<(i64, i64), Error>>,
 {
     if let Which::One(id) = which {
         id.validate()?;
-        return Ok(call(vec![id.as_str().into()]).await?.max(0) as u64);
+        return Ok(call(vec![id.as_str().into()]).await?.0.max(0) as u64);
     }
-    let batch = queue.inner.config.batch_size as u64;
-    let rounds = queue.stats().await?.garbage / batch + 1;
+    let batch = queue.inner.config.batch_size as i64;
+    let rounds = queue.stats().await?.garbage / batch as u64 + 1;
     let mut done = 0;
     for _ in 0..rounds {
-        let n = call(Vec::new()).await?.max(0) as u64;
-        done += n;
-        if n < batch {
+        let (acted, taken) = call(Vec::new()).await?;
+        done += acted.max(0) as u64;
+        if taken < batch {
             break;
         }
     }

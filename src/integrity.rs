@@ -28,7 +28,7 @@ pub enum MessageState {
     Processing,
     /// Waiting to be delivered again (`retry` list).
     Retry,
-    /// Out of deliveries (`garbage` set).
+    /// Out of deliveries: a dead letter (`garbage` zset).
     Garbage,
 }
 

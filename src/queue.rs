@@ -286,7 +286,9 @@ impl DelayQueue {
             }
             removed += n as u64;
         }
-        tracing::warn!(queue = %self.inner.name, removed, "queue purged");
+        if removed > 0 {
+            tracing::warn!(queue = %self.inner.name, removed, "queue purged");
+        }
         Ok(removed)
     }
 

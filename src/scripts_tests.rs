@@ -2700,18 +2700,18 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
             k.wake.as_str().into(),
         ];
         args.extend(ids.iter().map(|id| Value::from(*id)));
-        env.run::<i64>(&scripts::REQUEUE, k.for_requeue(), args)
+        env.run::<Vec<i64>>(&scripts::REQUEUE, k.for_requeue(), args)
     };
     let mut wakes = env.subscribe().await;
-    assert_eq!(requeue(&["a", "unknown"]).await, 1);
+    assert_eq!(requeue(&["a", "unknown"]).await, vec![1, 1]);
     assert_eq!(wakes.next().await, "0");
     assert_eq!(env.list(&k.ready), vec!["a"]);
     assert!(env.record("a").is_none(), "count and reason cleared");
     // All: b goes back; c, whose payload expired, is deleted instead.
-    assert_eq!(requeue(&[]).await, 1);
+    assert_eq!(requeue(&[]).await, vec![1, 2]);
     assert_eq!(env.list(&k.ready), vec!["a", "b"]);
     assert!(env.dead().is_empty() && env.record("c").is_none());
-    assert_eq!(requeue(&["a"]).await, 0, "idempotent");
+    assert_eq!(requeue(&["a"]).await, vec![0, 0], "idempotent");
     let c = env.claim(10).await;
     let got: Vec<i64> = c.got.iter().map(|d| d.2).collect();
     assert_eq!(got, vec![1, 1], "first deliveries again");
