@@ -12,6 +12,7 @@
 //! Not every test binary uses every helper, hence the module-wide allow.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod logs;
 pub mod proxy;
 pub mod worker;
