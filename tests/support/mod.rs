@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod logs;
 pub mod proxy;
+pub mod sentinel;
 pub mod worker;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
