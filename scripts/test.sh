@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit, per-script, end-to-end and doc tests.
+# Runs the whole test suite: unit, per-script, end-to-end and doc tests,
+# and the Redis Cluster, Sentinel, TLS and ACL tests.
 # Each test starts its own redis-server on a free loopback port and kills it
 # afterwards, so nothing else needs to run and no shared server is touched.
 set -euo pipefail
@@ -11,4 +12,6 @@ cd "$(dirname "$0")/.."
 if ! command -v faketime >/dev/null 2>&1 && [ -z "${FAKETIME_LIB:-}" ]; then
     apt_install faketime || echo "could not install faketime; the clock-skew fault test will fail" >&2
 fi
-cargo test --features cli "$@"
+# --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
+# --features cli: the CLI and its end-to-end tests (tests/cli.rs).
+cargo test --features cli,tls "$@"

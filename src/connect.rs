@@ -8,16 +8,27 @@ use crate::Error;
 
 /// How long [`connect`] waits for the first connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts per command on a cluster: more than fred's 5 redirections (see
+/// [`connect`]).
+const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
 
-/// Connects to Redis at `url` (`redis://`, `rediss://`, `redis-cluster://`,
-/// `redis-sentinel://`) with settings a queue needs and fred lacks by
-/// default:
+/// Connects to Redis at `url` (`redis://`, `redis-cluster://`,
+/// `redis-sentinel://`, and with the `tls` feature `rediss://`,
+/// `rediss-cluster://`, `rediss-sentinel://`, trusting the system's root
+/// certificates) with settings a queue needs and fred lacks by default:
 ///
 /// - reconnect forever with exponential backoff (100 ms to 5 s): without a
 ///   policy a fred client hangs for good after Redis restarts;
 /// - a 10 s timeout on every command, so a dead connection surfaces as an
 ///   error instead of a hang;
-/// - a 5 s limit on the first connection: an unreachable Redis is an error.
+/// - a 5 s limit on the first connection: an unreachable Redis is an error;
+/// - on a cluster, more attempts per command (10) than redirections (5):
+///   fred 10.1 sends a command that got `ASK` (its slot is being migrated)
+///   back to the slot's old owner, which answers `ASK` again, and when the
+///   command runs out of attempts before it runs out of redirections,
+///   fred's connection task ends and the client hangs for good. With more
+///   attempts the command fails with "Too many redirections" (retry it) and
+///   the client lives on. Set this on a cluster client you build yourself.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delayqueue::Error> {
@@ -25,11 +36,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<Client, Error> {
+    // Without a TLS backend fred would connect in plain text.
+    let scheme = url.trim_start().get(..7).unwrap_or_default().to_ascii_lowercase();
+    if !cfg!(feature = "tls") && (scheme.starts_with("rediss") || scheme.starts_with("valkeys")) {
+        return Err(Error::InvalidArgument(
+            "a rediss:// (TLS) url needs delayqueue's `tls` cargo feature".into(),
+        ));
+    }
     let config = Config::from_url(url)?;
+    let clustered = config.server.is_clustered();
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = CONNECT_TIMEOUT;
             c.internal_command_timeout = CONNECT_TIMEOUT;
+            if clustered {
+                c.max_command_attempts = CLUSTER_COMMAND_ATTEMPTS;
+            }
         })
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
         .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))

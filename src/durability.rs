@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use fred::prelude::ClientLike;
+use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 
 use crate::{DelayQueue, Error};
@@ -61,7 +62,10 @@ pub enum Durability {
 ///
 /// `WAIT`/`WAITAOF` cover every write sent earlier on the same connection:
 /// fred keeps one connection per server and routes this to the queue's
-/// node, so it covers the send that just returned.
+/// node, so it covers the send that just returned. If the connection closes
+/// while it waits, or is down when it is sent, this fails rather than
+/// confirm nothing on a new connection; a reconnect completed between the
+/// send and this call still goes unnoticed.
 pub(crate) async fn confirm(queue: &DelayQueue) -> Result<(), Error> {
     let inner = &queue.inner;
     let slot = ClusterHash::Custom(fred::util::redis_keyslot(inner.keys.pending.as_bytes()));
@@ -80,8 +84,18 @@ pub(crate) async fn confirm(queue: &DelayQueue) -> Result<(), Error> {
             ("WAITAOF", vec![local, replicas, millis(timeout)], [local, replicas])
         }
     };
+    // WAIT/WAITAOF count the writes of their own connection. Re-sent on a
+    // new connection (fred re-sends a command whose connection closed, e.g.
+    // when the primary died and a replica took over) it would count nothing
+    // and confirm at once. So: one attempt, and none while disconnected.
+    let once = Options {
+        max_attempts: Some(1),
+        fail_fast: true,
+        ..Default::default()
+    };
     let reply: fred::prelude::Value = inner
         .client
+        .with_options(&once)
         .custom(CustomCommand::new_static(command, slot, true), args)
         .await
         .map_err(|e| Error::from_redis(&inner.name, e))?;

@@ -12,8 +12,11 @@
 //! Not every test binary uses every helper, hence the module-wide allow.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod logs;
 pub mod proxy;
+pub mod sentinel;
+pub mod tls;
 pub mod worker;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -387,6 +390,12 @@ pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
 /// so it survives `restart()`; commands time out after 10 s so tests can't hang.
 pub async fn client_for(url: &str) -> Client {
     let cfg = Config::from_url(url).expect("support: invalid redis url for fred Config");
+    client_with(cfg, url).await
+}
+
+/// [`client_for`] with a fred `Config` the caller built (e.g. with TLS
+/// settings); `url` only names it in the panic message.
+pub async fn client_with(cfg: Config, url: &str) -> Client {
     let client = Builder::from_config(cfg)
         .set_policy(ReconnectPolicy::new_exponential(0, 50, 1000, 2))
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))

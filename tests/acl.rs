@@ -1,0 +1,373 @@
+//! ACL: the queue run by Redis users that may touch only its own keys
+//! (`~dq:{orders}*`) and wake-up channel (`&dq:{orders}:wake`) with only
+//! the commands the crate uses (docs/scaling.md lists them):
+//!
+//! - every connection: `EVALSHA`, `EVAL` (the fallback after NOSCRIPT), and
+//!   `PING`, `CLIENT ID`, `INFO` (fred's connection set-up and the consumer's
+//!   eviction check; refused, they only leave an ACL log entry);
+//! - producers: `WAIT` with `Durability::Replicas` (`WAITAOF` on 7.2 for
+//!   `Durability::Aof`), and what `send`, `cancel`, `reschedule` run;
+//! - consumers: `SUBSCRIBE`, and what the consumer's scripts run;
+//! - an inspecting CLI (`stats`, `check_integrity`): read commands only.
+//!
+//! Scripts do not widen a user's rights: every command a script runs is
+//! checked against the user's ACL, so a user with `EVAL` still reaches no
+//! other key.
+
+mod support;
+support::queue_helpers!();
+
+use std::time::Duration;
+
+use delayqueue::fred::clients::Client;
+use delayqueue::fred::prelude::{ClientLike, KeysInterface, LuaInterface, PubsubInterface, Value};
+use delayqueue::fred::types::{ClusterHash, CustomCommand};
+use delayqueue::{DelayQueue, Error, HandlerError, Message, QueueStats};
+use helpers::{recording, wait_stats, Log};
+use support::{client_for, wait_until, RawReply, RedisServer};
+
+/// Commands of every connection.
+const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
+/// What a producer runs besides its scripts (`WAIT` for durable sends).
+const PRODUCER: &[&str] = &["wait"];
+/// Commands that `send`, `cancel` and `reschedule` run.
+const PRODUCER_SCRIPTS: &[&str] = &[
+    "del",
+    "exists",
+    "hdel",
+    "hset",
+    "pexpire",
+    "publish",
+    "set",
+    "sismember",
+    "srem",
+    "time",
+    "type",
+    "zadd",
+    "zrange",
+    "zrem",
+    "zscore",
+];
+/// What a consumer runs besides its scripts.
+const CONSUMER: &[&str] = &["subscribe"];
+/// Commands that promote, claim, ack, nack, timeout, gc, extend and stats run.
+const CONSUMER_SCRIPTS: &[&str] = &[
+    "del",
+    "get",
+    "getrange",
+    "hdel",
+    "hexists",
+    "hget",
+    "hmget",
+    "hset",
+    "llen",
+    "lpop",
+    "lpush",
+    "mget",
+    "pexpire",
+    "publish",
+    "rpush",
+    "sadd",
+    "scard",
+    "set",
+    "smismember",
+    "spop",
+    "time",
+    "type",
+    "zadd",
+    "zcard",
+    "zmscore",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zscore",
+];
+/// Commands that stats, scan and inspect (`check_integrity`) run: reads.
+const CLI_SCRIPTS: &[&str] = &[
+    "exists",
+    "hexists",
+    "hget",
+    "hscan",
+    "llen",
+    "lpos",
+    "lrange",
+    "scan",
+    "scard",
+    "sismember",
+    "sscan",
+    "type",
+    "zcard",
+    "zrange",
+    "zscore",
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    Producer,
+    Consumer,
+    Cli,
+    /// Producer, consumer and CLI in one user.
+    All,
+}
+
+/// `ACL SETUSER <user> ...` for `role` on queue `queue` (default prefix).
+fn setuser(user: &str, role: Role, queue: &str) -> Vec<String> {
+    let mut commands: Vec<&str> = CONNECTION.to_vec();
+    let parts: &[&[&str]] = match role {
+        Role::Producer => &[PRODUCER, PRODUCER_SCRIPTS],
+        Role::Consumer => &[CONSUMER, CONSUMER_SCRIPTS],
+        Role::Cli => &[CLI_SCRIPTS],
+        Role::All => &[PRODUCER, PRODUCER_SCRIPTS, CONSUMER, CONSUMER_SCRIPTS, CLI_SCRIPTS],
+    };
+    for part in parts {
+        commands.extend(part.iter().copied());
+    }
+    commands.sort_unstable();
+    commands.dedup();
+    let channels = if role == Role::Cli {
+        Vec::new()
+    } else {
+        vec![format!("&dq:{{{queue}}}:wake")]
+    };
+    let mut args: Vec<String> = ["ACL", "SETUSER", user, "reset", "on", &format!(">{user}-secret")]
+        .map(String::from)
+        .to_vec();
+    args.push(format!("~dq:{{{queue}}}*"));
+    args.push("resetchannels".into());
+    args.extend(channels);
+    args.push("-@all".into());
+    args.extend(commands.iter().map(|c| format!("+{c}")));
+    args
+}
+
+/// Creates `user` for `role` and returns a client logged in as it.
+async fn user(server: &RedisServer, user: &str, role: Role) -> Client {
+    let args = setuser(user, role, "orders");
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(server.raw_command(&refs), "OK", "{args:?}");
+    println!("{}", args.join(" "));
+    client_for(&format!("redis://{user}:{user}-secret@127.0.0.1:{}", server.port())).await
+}
+
+/// `ACL LOG` entries as "user: reason object" lines.
+fn acl_log(server: &RedisServer) -> Vec<String> {
+    let RawReply::Array(entries) = server.raw_reply(&["ACL", "LOG"]) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let RawReply::Array(fields) = entry else {
+                return entry.render();
+            };
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|kv| kv[0].render() == name)
+                    .map(|kv| kv[1].render())
+                    .unwrap_or_default()
+            };
+            format!("{}: {} {}", field("username"), field("reason"), field("object"))
+        })
+        .collect()
+}
+
+/// A handler for the scenario: "fail" always fails, "slow" outlives the
+/// visibility timeout (its lease is renewed), everything else succeeds
+/// after 2 ms.
+fn handler(log: &Log) -> impl delayqueue::Handler {
+    recording(log, |msg: Message| async move {
+        match msg.payload() {
+            b"fail" => Err::<(), HandlerError>("fails".into()),
+            b"slow" => {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                Ok(())
+            }
+            _ => {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok(())
+            }
+        }
+    })
+}
+
+/// Sends, cancels, reschedules, consumes (acks, nacks, garbage, lease
+/// renewal, releases at shutdown), and checks stats and integrity, each
+/// with the client of the role that does it.
+async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
+    let builder = |c: &Client| {
+        DelayQueue::builder("orders", c.clone())
+            .fetch_interval(Duration::from_millis(100))
+            .default_retry_count(1)
+            .max_consume_duration(Duration::from_millis(300))
+            .handler_timeout(Duration::from_secs(3))
+    };
+    let sender = builder(producer).build().unwrap();
+    // Short claims: a long one would outlive the 300 ms visibility timeout.
+    let consuming = builder(consumer).concurrency(1).fetch_limit(4).build().unwrap();
+    let inspector = builder(cli).build().unwrap();
+
+    let mut ids = Vec::new();
+    for i in 0..200 {
+        ids.push(sender.send_delay_msg(format!("m{i}"), Duration::ZERO).await.unwrap());
+    }
+    let fail = sender.send_delay_msg("fail", Duration::ZERO).await.unwrap();
+    let later = sender.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
+    assert!(sender.reschedule(&later, Duration::from_secs(90)).await.unwrap());
+    assert!(sender.cancel(&later).await.unwrap());
+    sender
+        .send_delay_msg("dup", Duration::from_secs(60))
+        .id("k")
+        .await
+        .unwrap();
+    assert!(matches!(
+        sender.send_delay_msg("dup", Duration::from_secs(60)).id("k").await,
+        Err(Error::Duplicate(_))
+    ));
+    assert!(sender.cancel(&"k".into()).await.unwrap());
+    assert_eq!(inspector.stats().await.unwrap().pending, 201);
+
+    // One worker: shut down early, it releases the deliveries it claimed
+    // but had not started; a second consumer then finishes the work.
+    let log = Log::default();
+    let first = consuming.start_consume(handler(&log)).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.len() >= 5).await);
+    first.shutdown().await.unwrap();
+    let second = consuming.start_consume(handler(&log)).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let counts = log.counts();
+            ids.iter().all(|id| counts.contains_key(id)) && log.attempts(&fail).len() == 2
+        })
+        .await,
+        "{} deliveries, fail attempts {:?}, stats {:?}",
+        log.len(),
+        log.attempts(&fail),
+        inspector.stats().await
+    );
+    // Alone in the queue (nothing waits behind it for the one worker), a
+    // handler slower than the visibility timeout keeps its lease.
+    let slow = sender.send_delay_msg("slow", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(5), || log.attempts(&slow).len() == 1).await);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(log.attempts(&slow), vec![1], "the slow handler's lease was not renewed");
+    assert_eq!(
+        wait_stats(&inspector, Duration::from_secs(5), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    let report = inspector.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    second.shutdown().await.unwrap();
+}
+
+/// Whether `error` is an ACL refusal: NOPERM for a command, and this for
+/// a command a script runs.
+fn refused(error: &str) -> bool {
+    error.contains("NOPERM") || error.contains("The user executing the script can't")
+}
+
+/// Checks that `client` reaches nothing outside queue `orders`: other
+/// keys, another queue's keys (directly, through a queue, and through a
+/// script), other channels, admin commands.
+async fn cannot_touch_anything_else(client: &Client, server: &RedisServer) {
+    let noperm = |what: &str, r: Result<(), String>| {
+        let e = r.expect_err(what);
+        assert!(refused(&e), "{what}: {e}");
+    };
+    server.raw_command(&["SET", "secret", "s3cret"]);
+    let get: Result<Option<String>, _> = client.get("secret").await;
+    noperm("GET secret", get.map(|_| ()).map_err(|e| e.to_string()));
+    let set: Result<(), _> = client.set("dq:{payments}:pending", "x", None, None, false).await;
+    noperm("SET of another queue's key", set.map_err(|e| e.to_string()));
+    let other = DelayQueue::builder("payments", client.clone()).build().unwrap();
+    noperm(
+        "send to another queue",
+        other
+            .send_delay_msg("x", Duration::ZERO)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    );
+    noperm(
+        "stats of another queue",
+        other.stats().await.map(|_| ()).map_err(|e| e.to_string()),
+    );
+    // A script of ours builds key names from ARGV: the built key is checked too.
+    let eval: Result<Option<String>, _> = client
+        .eval(
+            "return redis.call('GET', 'secret')",
+            Vec::<String>::new(),
+            Vec::<String>::new(),
+        )
+        .await;
+    noperm("GET inside a script", eval.map(|_| ()).map_err(|e| e.to_string()));
+    let publish: Result<i64, _> = client.publish("dq:{payments}:wake", "0").await;
+    noperm(
+        "PUBLISH to another channel",
+        publish.map(|_| ()).map_err(|e| e.to_string()),
+    );
+    let admin: [(&'static str, Vec<&str>); 3] =
+        [("FLUSHALL", vec![]), ("KEYS", vec!["*"]), ("CONFIG", vec!["GET", "*"])];
+    for (command, args) in admin {
+        let r: Result<Value, _> = client
+            .custom(CustomCommand::new_static(command, ClusterHash::Random, false), args)
+            .await;
+        noperm(command, r.map(|_| ()).map_err(|e| e.to_string()));
+    }
+    assert_eq!(server.raw_command(&["GET", "secret"]), "s3cret");
+    assert_eq!(server.raw_command(&["EXISTS", "dq:{payments}:pending"]), "0");
+}
+
+/// One user with the rules of all roles runs the whole scenario, leaves no
+/// ACL log entry, and cannot touch anything else.
+#[tokio::test]
+async fn a_queue_runs_as_an_acl_user_limited_to_its_keys_and_channel() {
+    let server = RedisServer::start().await;
+    let app = user(&server, "orders-app", Role::All).await;
+    scenario(&app, &app, &app).await;
+    assert_eq!(
+        acl_log(&server),
+        Vec::<String>::new(),
+        "refused while running the queue"
+    );
+    cannot_touch_anything_else(&app, &server).await;
+    assert!(!acl_log(&server).is_empty());
+}
+
+/// A producer, a consumer and a read-only CLI user, each with only its own
+/// role's commands, run the scenario between them; the CLI user cannot
+/// write to the queue.
+#[tokio::test]
+async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
+    let server = RedisServer::start().await;
+    let producer = user(&server, "orders-producer", Role::Producer).await;
+    let consumer = user(&server, "orders-consumer", Role::Consumer).await;
+    let cli = user(&server, "orders-cli", Role::Cli).await;
+    scenario(&producer, &consumer, &cli).await;
+    assert_eq!(
+        acl_log(&server),
+        Vec::<String>::new(),
+        "refused while running the queue"
+    );
+
+    let inspector = DelayQueue::builder("orders", cli.clone()).build().unwrap();
+    let send = inspector.send_delay_msg("x", Duration::ZERO).await;
+    assert!(send.as_ref().is_err_and(|e| refused(&e.to_string())), "{send:?}");
+    assert!(inspector.cancel(&"x".into()).await.is_err());
+    // fred 10.1 answers Ok to a SUBSCRIBE that Redis refused (so a consumer
+    // without channel rights does not log its "cannot subscribe" warning);
+    // the ACL log shows the refusal.
+    let sub = cli.clone_new();
+    sub.init().await.unwrap();
+    sub.subscribe("dq:{orders}:wake").await.unwrap();
+    let refusal = "orders-cli: command subscribe".to_string();
+    assert!(
+        wait_until(Duration::from_secs(2), || acl_log(&server).contains(&refusal)).await,
+        "{:?}",
+        acl_log(&server)
+    );
+    for client in [&producer, &consumer, &cli] {
+        cannot_touch_anything_else(client, &server).await;
+    }
+    assert_eq!(server.raw_command(&["EXISTS", "dq:{orders}:pending"]), "0");
+}

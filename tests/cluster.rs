@@ -1,0 +1,365 @@
+//! The queue on a Redis Cluster: a fred cluster client against 3 local
+//! primaries (`tests/support/cluster.rs`), with queues whose hash tags land
+//! on different primaries, a slot migration while producers and consumers
+//! run, and `SCRIPT FLUSH` on every node.
+
+mod support;
+support::queue_helpers!();
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, NewMessage, QueueStats};
+use helpers::{recording, wait_stats, Log};
+use support::cluster::RedisCluster;
+use support::logs::Logs;
+use support::wait_until;
+
+/// Primaries in every test cluster.
+const PRIMARIES: usize = 3;
+
+/// The same scenario on one queue per primary, run at once: delayed
+/// delivery not before its due time (woken by pub/sub, which the cluster
+/// broadcasts), batch and single sends, cancel, reschedule, retries ending
+/// in garbage, stats, the integrity check, and nothing left behind. Each
+/// queue's keys stay on its own primary.
+#[tokio::test]
+async fn queues_on_every_primary_work_unchanged() {
+    let cluster = RedisCluster::start(PRIMARIES).await;
+    let client = cluster.client().await;
+    let names: Vec<String> = (0..PRIMARIES).map(|node| cluster.queue_on(node, "e2e")).collect();
+    let runs = names.iter().enumerate().map(|(node, name)| {
+        let queue = DelayQueue::builder(name.as_str(), client.clone())
+            .concurrency(8)
+            .default_retry_count(2)
+            .build()
+            .unwrap();
+        scenario(&cluster, node, queue)
+    });
+    futures::future::join_all(runs).await;
+    assert_eq!(cluster.all_keys(), Vec::<String>::new(), "keys left in the cluster");
+}
+
+async fn scenario(cluster: &RedisCluster, node: usize, q: DelayQueue) {
+    let name = q.name().to_string();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            match msg.payload() {
+                b"panic" => panic!("boom"),
+                b"err" => Err::<(), HandlerError>("always fails".into()),
+                _ => Ok(()),
+            }
+        }))
+        .await
+        .unwrap();
+
+    // Long-delayed messages: cancelled, rescheduled, counted by stats.
+    let later = q
+        .send_batch((0..20).map(|i| NewMessage::new("later", Duration::from_secs(600)).id(format!("later-{i}"))))
+        .await
+        .unwrap();
+    let later: Vec<MessageId> = later.into_iter().map(Result::unwrap).collect();
+    assert_eq!(q.stats().await.unwrap().pending, 20);
+    let tag = format!("{{{name}}}");
+    for (i, _) in cluster.nodes().iter().enumerate() {
+        let here = cluster.keys_of(i).iter().filter(|k| k.contains(&tag)).count();
+        if i == node {
+            assert!(here >= 21, "queue {name}: {here} keys on its own node {i}");
+        } else {
+            assert_eq!(here, 0, "queue {name}: keys on node {i}, not its node {node}");
+        }
+    }
+    assert!(matches!(
+        q.send_delay_msg("again", Duration::ZERO).id("later-0").await,
+        Err(Error::Duplicate(_))
+    ));
+
+    // Due soon: the consumer sleeps until the due time a wake-up told it.
+    let sent_at = Instant::now();
+    let timed = q.send_delay_msg("timed", Duration::from_millis(300)).await.unwrap();
+    let batch = q
+        .send_batch((0..200).map(|i| NewMessage::new(format!("b{i}"), Duration::from_millis(i % 200))))
+        .await
+        .unwrap();
+    let mut ok_ids: Vec<MessageId> = batch.into_iter().map(Result::unwrap).collect();
+    for i in 0..50 {
+        ok_ids.push(q.send_delay_msg(format!("s{i}"), Duration::ZERO).await.unwrap());
+    }
+    ok_ids.push(timed.clone());
+    let failing = q.send_delay_msg("err", Duration::ZERO).await.unwrap();
+    let panicking = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
+    let once_more = q.send_delay_msg("err", Duration::ZERO).retry_count(0).await.unwrap();
+
+    // Cancel half of the later ones; move one of the rest to now.
+    for id in &later[..10] {
+        assert!(q.cancel(id).await.unwrap(), "{id}");
+    }
+    assert!(!q.cancel(&later[0]).await.unwrap());
+    assert!(q.reschedule(&later[10], Duration::ZERO).await.unwrap());
+    ok_ids.push(later[10].clone());
+
+    let expected = ok_ids.len() + 3 + 3 + 1;
+    assert!(
+        wait_until(Duration::from_secs(20), || log.len() >= expected).await,
+        "queue {name}: {} of {expected} deliveries",
+        log.len()
+    );
+    let counts = log.counts();
+    for id in &ok_ids {
+        assert_eq!(counts.get(id), Some(&1), "queue {name}: {id}");
+    }
+    assert_eq!(log.attempts(&failing), vec![1, 2, 3], "queue {name}");
+    assert_eq!(log.attempts(&panicking), vec![1, 2, 3], "queue {name}");
+    assert_eq!(log.attempts(&once_more), vec![1], "queue {name}");
+    let timed_at = log.snapshot().iter().find(|d| d.0 == timed).unwrap().2 - sent_at;
+    assert!(
+        timed_at >= Duration::from_millis(295) && timed_at < Duration::from_millis(1000),
+        "queue {name}: delivered after {timed_at:?}, due after 300 ms"
+    );
+
+    // What is left: the 9 later ones, pending; garbage is collected.
+    let want = QueueStats {
+        pending: 9,
+        ..Default::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want, "queue {name}");
+    let report = q.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "queue {name}: {report}");
+    for id in &later[11..] {
+        assert!(q.cancel(id).await.unwrap());
+    }
+    consumer.shutdown().await.unwrap();
+    assert_eq!(q.stats().await.unwrap(), QueueStats::default(), "queue {name}");
+    let report = q.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "queue {name}: {report}");
+    println!("queue {name} on node {node}: {} deliveries", log.len());
+}
+
+/// What a producer saw while sending ids `m0..m{total}` with retries.
+#[derive(Default)]
+struct Sent {
+    /// Ids whose send returned `Ok` or `Duplicate` (stored before).
+    acknowledged: Vec<MessageId>,
+    /// Failed send calls by error text (their messages were sent again).
+    errors: HashMap<String, usize>,
+}
+
+/// Sends `total` messages with caller-given ids in batches of `batch`,
+/// one batch every `every`, due within `spread`; a failed call is repeated
+/// with the same ids (a retry is idempotent) until `limit` passes.
+async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spread: u64, limit: Duration) -> Sent {
+    let mut sent = Sent::default();
+    let deadline = Instant::now() + limit;
+    for start in (0..total).step_by(batch) {
+        let ids: Vec<String> = (start..(start + batch).min(total)).map(|i| format!("m{i}")).collect();
+        loop {
+            let msgs = ids.iter().enumerate().map(|(k, id)| {
+                NewMessage::new(
+                    format!("payload of {id}"),
+                    Duration::from_millis((start + k) as u64 % spread),
+                )
+                .id(id.as_str())
+            });
+            match q.send_batch(msgs).await {
+                Ok(results) => {
+                    for (id, result) in ids.iter().zip(results) {
+                        match result {
+                            Ok(_) | Err(Error::Duplicate(_)) => sent.acknowledged.push(MessageId::from(id.as_str())),
+                            Err(e) => panic!("{id}: {e:?}"),
+                        }
+                    }
+                    break;
+                }
+                Err(e) => {
+                    let kind = e.to_string().chars().take(60).collect::<String>();
+                    *sent.errors.entry(kind).or_insert(0) += 1;
+                    assert!(
+                        Instant::now() < deadline,
+                        "sends kept failing: {e:?}; errors so far {:?}",
+                        sent.errors
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+    sent
+}
+
+/// A queue's slot moves to another primary while a producer sends and a
+/// consumer consumes (clients get ASK, TRYAGAIN and finally MOVED): every
+/// acknowledged message is delivered, duplicates are counted, and the
+/// queue ends clean on its new node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_during_a_run_loses_nothing() {
+    let cluster = RedisCluster::start(PRIMARIES).await;
+    // The crate's own connect(): on a cluster it gives commands more
+    // attempts than redirections, without which the fred client dies at the
+    // first command that is redirected with ASK too often (see connect).
+    let client = delayqueue::connect(&cluster.url()).await.unwrap();
+    let name = cluster.queue_on(0, "mig");
+    let slot = RedisCluster::slot_of(&format!("dq:{{{name}}}:pending"));
+    let q = DelayQueue::builder(name.as_str(), client.clone())
+        .concurrency(16)
+        .fetch_interval(Duration::from_millis(100))
+        .max_consume_duration(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let logs = Logs::capture(&name);
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_msg: Message| async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok::<(), HandlerError>(())
+        }))
+        .await
+        .unwrap();
+
+    const TOTAL: usize = 6000;
+    let started = Instant::now();
+    // 50 messages every 20 ms, due within 1.5 s: about 2.5 s of sending,
+    // with a few thousand messages (and so payload keys) live in the slot.
+    let producer = tokio::spawn(produce(
+        q.clone(),
+        TOTAL,
+        50,
+        Duration::from_millis(20),
+        1500,
+        Duration::from_secs(30),
+    ));
+    // Two moves while the producer sends: node 0 -> 1, then 1 -> 2.
+    let mut moves = Vec::new();
+    for (at, to) in [(Duration::from_millis(700), 1), (Duration::from_millis(1600), 2)] {
+        tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+        let stats = q.stats().await.unwrap();
+        let m = cluster.migrate_slot(slot, to, 50, Duration::from_millis(5)).await;
+        moves.push(format!(
+            "node {} -> {}: {} keys in {} MIGRATE batches, {:?}, {:?} into the run, with {} pending",
+            m.from,
+            m.to,
+            m.keys,
+            m.batches,
+            m.elapsed,
+            started.elapsed() - m.elapsed,
+            stats.pending
+        ));
+        assert!(m.keys > 0, "nothing was in the slot when it moved");
+    }
+    let sent = producer.await.unwrap();
+    assert_eq!(sent.acknowledged.len(), TOTAL);
+    assert_eq!(cluster.owner_of_queue(&name), 2);
+
+    let delivered = wait_until(Duration::from_secs(30), || {
+        let ids = log.ids();
+        sent.acknowledged.iter().all(|id| ids.contains(id))
+    })
+    .await;
+    let ids = log.ids();
+    let lost: Vec<&MessageId> = sent.acknowledged.iter().filter(|id| !ids.contains(id)).collect();
+    let duplicates = log.counts().values().filter(|n| **n > 1).count();
+    let warnings = logs.warnings();
+    let mut consumer_warnings: HashMap<String, usize> = HashMap::new();
+    for w in &warnings {
+        let what = [
+            "consumer step failed",
+            "ack failed",
+            "nack failed",
+            "exceeded max_consume_duration",
+        ]
+        .into_iter()
+        .find(|k| w.contains(k))
+        .unwrap_or("other");
+        *consumer_warnings.entry(what.to_string()).or_insert(0) += 1;
+    }
+    println!(
+        "slot {slot} of queue {name} moved {}; sends repeated after an error: {:?}; consumer warnings: \
+         {consumer_warnings:?}; {} messages, {} lost, {duplicates} delivered more than once, {} deliveries",
+        moves.join("; "),
+        sent.errors,
+        sent.acknowledged.len(),
+        lost.len(),
+        log.len(),
+    );
+    assert!(
+        delivered && lost.is_empty(),
+        "lost {} messages: {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(10), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    let report = q.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    consumer.shutdown().await.unwrap();
+    assert_eq!(cluster.all_keys(), Vec::<String>::new());
+}
+
+/// `SCRIPT FLUSH` on every primary, repeatedly, while queues on each of
+/// them send and consume: no call fails (NOSCRIPT falls back to `EVAL` on
+/// the node the call was routed to) and every message is delivered once.
+#[tokio::test]
+async fn script_flush_on_every_node_is_survived() {
+    let cluster = RedisCluster::start(PRIMARIES).await;
+    let client = cluster.client().await;
+    let stop = AtomicBool::new(false);
+    let mut runs = Vec::new();
+    for node in 0..PRIMARIES {
+        let q = DelayQueue::builder(cluster.queue_on(node, "flush").as_str(), client.clone())
+            .concurrency(4)
+            .fetch_interval(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        runs.push(async move {
+            let log = Log::default();
+            let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
+            let mut ids = Vec::new();
+            for i in 0..300u64 {
+                ids.push(
+                    q.send_delay_msg(format!("f{i}"), Duration::from_millis(i % 50))
+                        .await
+                        .unwrap(),
+                );
+                if i % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            assert!(
+                wait_until(Duration::from_secs(15), || log.len() >= ids.len()).await,
+                "queue {}: {} of {} delivered",
+                q.name(),
+                log.len(),
+                ids.len()
+            );
+            let counts = log.counts();
+            assert!(ids.iter().all(|id| counts.get(id) == Some(&1)), "queue {}", q.name());
+            consumer.shutdown().await.unwrap();
+            let report = q.check_integrity().await.unwrap();
+            assert!(report.is_clean(), "{report}");
+            assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+        });
+    }
+    // Raw commands on the test's own thread: each blocks it for well under a
+    // millisecond.
+    let flusher = async {
+        let mut flushes = 0;
+        while !stop.load(Ordering::Relaxed) {
+            cluster.script_flush_all();
+            flushes += 1;
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        flushes
+    };
+    let runs = async {
+        futures::future::join_all(runs).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let ((), flushes) = tokio::join!(runs, flusher);
+    println!("{flushes} rounds of SCRIPT FLUSH on all {PRIMARIES} primaries");
+    assert!(flushes >= 3, "only {flushes} flush rounds ran");
+    assert_eq!(cluster.all_keys(), Vec::<String>::new());
+}

@@ -1,0 +1,338 @@
+//! A private Redis Cluster for tests: `n` cluster-enabled `redis-server`
+//! processes on free loopback ports (each a [`RedisServer`] with its own temp
+//! dir, so each has its own `nodes.conf`), joined by
+//! `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`.
+//! Every process is killed when the [`RedisCluster`] is dropped.
+//!
+//! Also: where a slot lives, a queue name whose slot lands on a given node,
+//! every key of every node, `SCRIPT FLUSH` on every node, and
+//! [`RedisCluster::migrate_slot`], which moves one slot to another node the
+//! way `redis-cli --cluster reshard` does (IMPORTING/MIGRATING, `MIGRATE` in
+//! batches, `SETSLOT NODE` on every node) while clients keep running.
+//!
+//! Std and fred only (no `delayqueue` types): this file is also compiled into
+//! the library's unit tests.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::clients::Client;
+
+use super::{client_for, free_port, RawReply, RedisServer, ServerOptions};
+
+/// How long the cluster may take to agree on its slots after `create`.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `redis-cli --cluster create` may run.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest time one slot migration may take.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most `MIGRATE` batches of one slot migration.
+const MIGRATE_MAX_BATCHES: usize = 100_000;
+
+/// A running cluster of primaries; see the module docs.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    /// `CLUSTER MYID` of each node, by index.
+    ids: Vec<String>,
+}
+
+/// What [`RedisCluster::migrate_slot`] did.
+#[derive(Debug, Clone)]
+pub struct Migration {
+    pub slot: u16,
+    pub from: usize,
+    pub to: usize,
+    /// Keys moved with `MIGRATE`.
+    pub keys: usize,
+    /// `MIGRATE` calls made.
+    pub batches: usize,
+    /// From `SETSLOT IMPORTING` to the last `SETSLOT NODE`.
+    pub elapsed: Duration,
+}
+
+impl RedisCluster {
+    /// Starts `primaries` (at least 3, as `redis-cli --cluster create`
+    /// requires) cluster-enabled servers, creates the cluster and waits until
+    /// every node says `cluster_state:ok` and all agree on who owns each slot.
+    pub async fn start(primaries: usize) -> RedisCluster {
+        assert!(
+            primaries >= 3,
+            "support: redis-cli --cluster create needs at least 3 primaries"
+        );
+        let mut nodes = Vec::with_capacity(primaries);
+        for _ in 0..primaries {
+            nodes.push(RedisServer::start_with(node_options()).await);
+        }
+        let ids = nodes.iter().map(|n| n.raw_command(&["CLUSTER", "MYID"])).collect();
+        let cluster = RedisCluster { nodes, ids };
+        cluster.create();
+        cluster.wait_joined().await;
+        cluster
+    }
+
+    /// `redis-cluster://127.0.0.1:p1?node=127.0.0.1:p2&node=...`
+    pub fn url(&self) -> String {
+        let first = self.nodes[0].port();
+        let others: Vec<String> = self.nodes[1..]
+            .iter()
+            .map(|n| format!("node=127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis-cluster://127.0.0.1:{first}?{}", others.join("&"))
+    }
+
+    /// A connected fred cluster client, set up as [`client_for`] sets up
+    /// every test client (reconnect policy, timeouts).
+    pub async fn client(&self) -> Client {
+        client_for(&self.url()).await
+    }
+
+    /// The servers, by index.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    pub fn node(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+
+    /// The slot of `key` (only its hash tag counts when it has one).
+    pub fn slot_of(key: &str) -> u16 {
+        fred::util::redis_keyslot(key.as_bytes())
+    }
+
+    /// Index of the node that owns `slot`, as node 0 sees it.
+    pub fn owner_of(&self, slot: u16) -> usize {
+        let map = slot_map(&self.nodes[0]);
+        let port = map
+            .iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|(_, _, port)| *port)
+            .unwrap_or_else(|| panic!("support: no node owns slot {slot}: {map:?}"));
+        self.index_of_port(port)
+    }
+
+    /// The node that holds the keys of queue `name` (default prefix `dq:`).
+    pub fn owner_of_queue(&self, name: &str) -> usize {
+        self.owner_of(Self::slot_of(&format!("dq:{{{name}}}:pending")))
+    }
+
+    /// The first of `base0`, `base1`, ... whose queue keys live on `node`.
+    pub fn queue_on(&self, node: usize, base: &str) -> String {
+        (0..10_000)
+            .map(|i| format!("{base}{i}"))
+            .find(|name| self.owner_of_queue(name) == node)
+            .unwrap_or_else(|| panic!("support: no queue name {base}N lands on node {node}"))
+    }
+
+    /// Every key of every node, sorted (`KEYS *`: the tests own the cluster).
+    pub fn all_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = (0..self.nodes.len()).flat_map(|i| self.keys_of(i)).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Every key of node `i`.
+    pub fn keys_of(&self, i: usize) -> Vec<String> {
+        match self.nodes[i].raw_reply(&["KEYS", "*"]) {
+            RawReply::Array(items) => items.iter().map(RawReply::render).collect(),
+            other => panic!("support: KEYS * on node {i}: {other:?}"),
+        }
+    }
+
+    /// `SCRIPT FLUSH` on every node.
+    pub fn script_flush_all(&self) {
+        for (i, node) in self.nodes.iter().enumerate() {
+            let reply = node.raw_command(&["SCRIPT", "FLUSH"]);
+            assert_eq!(reply, "OK", "support: SCRIPT FLUSH on node {i}");
+        }
+    }
+
+    /// Moves `slot` to node `to` while clients keep using it, as
+    /// `redis-cli --cluster reshard` does: the target is marked IMPORTING and
+    /// the owner MIGRATING, the slot's keys are moved with `MIGRATE` in
+    /// batches of `batch` keys (sleeping `pause` between batches, which keeps
+    /// the slot half-moved for longer), and then every node is told the new
+    /// owner (target first, then the old owner, then the rest). Meanwhile
+    /// clients get `ASK` for keys already moved, and `TRYAGAIN` for
+    /// multi-key commands whose keys are split between the two nodes.
+    ///
+    /// Call it from a multi-threaded runtime when clients run in the same
+    /// test: the raw commands block the calling thread.
+    pub async fn migrate_slot(&self, slot: u16, to: usize, batch: usize, pause: Duration) -> Migration {
+        let from = self.owner_of(slot);
+        assert_ne!(from, to, "support: slot {slot} is on node {to} already");
+        let slot_arg = slot.to_string();
+        let (source, target) = (&self.nodes[from], &self.nodes[to]);
+        let started = Instant::now();
+        let ok = |node: &RedisServer, args: &[&str]| {
+            let reply = node.raw_command(args);
+            assert_eq!(reply, "OK", "support: {args:?} on port {}", node.port());
+        };
+        ok(target, &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &self.ids[from]]);
+        ok(source, &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]]);
+        let target_port = target.port().to_string();
+        let batch_arg = batch.max(1).to_string();
+        let (mut keys, mut batches) = (0, 0);
+        loop {
+            assert!(
+                started.elapsed() < MIGRATE_TIMEOUT && batches < MIGRATE_MAX_BATCHES,
+                "support: migrating slot {slot} took more than {MIGRATE_TIMEOUT:?} or {MIGRATE_MAX_BATCHES} batches"
+            );
+            let found = match source.raw_reply(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, &batch_arg]) {
+                RawReply::Array(items) => items.iter().map(RawReply::render).collect::<Vec<_>>(),
+                other => panic!("support: GETKEYSINSLOT {slot}: {other:?}"),
+            };
+            if found.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &target_port, "", "0", "5000", "KEYS"];
+            args.extend(found.iter().map(String::as_str));
+            // NOKEY: every key of the batch expired in between.
+            let reply = source.raw_command(&args);
+            assert!(
+                reply == "OK" || reply == "NOKEY",
+                "support: MIGRATE of slot {slot}: {reply}"
+            );
+            keys += found.len();
+            batches += 1;
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        let node_arg = &self.ids[to];
+        ok(target, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
+        ok(source, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i != from && i != to {
+                ok(node, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
+            }
+        }
+        Migration {
+            slot,
+            from,
+            to,
+            keys,
+            batches,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    fn index_of_port(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("support: port {port} is not a node of this cluster"))
+    }
+
+    /// `redis-cli --cluster create`, killed if it runs too long.
+    fn create(&self) {
+        let bin = std::env::var_os("REDIS_CLI_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("redis-cli"));
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        let out_path = self.nodes[0].dir().join("cluster-create.out");
+        let out = std::fs::File::create(&out_path).expect("support: create cluster-create.out");
+        let mut child = Command::new(&bin)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("support: clone file handle"))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "support: cannot run {} (install redis-tools or set REDIS_CLI_BIN): {e}",
+                    bin.display()
+                )
+            });
+        let deadline = Instant::now() + CREATE_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("support: try_wait on redis-cli") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "support: redis-cli --cluster create ran longer than {CREATE_TIMEOUT:?}:\n{}",
+                    std::fs::read_to_string(&out_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+        assert!(
+            status.success() && output.contains("All 16384 slots covered"),
+            "support: redis-cli --cluster create failed ({status}):\n{output}"
+        );
+    }
+
+    /// Until every node says `cluster_state:ok`, knows every other node and
+    /// reports the same slot map.
+    async fn wait_joined(&self) {
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        let known = format!("cluster_known_nodes:{}", self.nodes.len());
+        loop {
+            let states_ok = self.nodes.iter().all(|n| {
+                let info = n.raw_command(&["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok") && info.contains(&known)
+            });
+            let first = slot_map(&self.nodes[0]);
+            let maps_agree = self.nodes[1..].iter().all(|n| slot_map(n) == first);
+            if states_ok && maps_agree {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "support: cluster not ok after {JOIN_TIMEOUT:?}: {}",
+                self.nodes[0].raw_command(&["CLUSTER", "INFO"])
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A cluster node: cluster mode on, its `nodes.conf` in its own dir, and
+/// an explicit bus port (the default, port + 10000, may not exist).
+fn node_options() -> ServerOptions {
+    ServerOptions {
+        extra_args: [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+            "--cluster-port",
+            &free_port().to_string(),
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Default::default()
+    }
+}
+
+/// `CLUSTER SLOTS` of `node` as sorted (first slot, last slot, primary port).
+fn slot_map(node: &RedisServer) -> Vec<(u16, u16, u16)> {
+    let RawReply::Array(ranges) = node.raw_reply(&["CLUSTER", "SLOTS"]) else {
+        return Vec::new();
+    };
+    let mut map: Vec<(u16, u16, u16)> = ranges
+        .iter()
+        .filter_map(|range| {
+            let RawReply::Array(parts) = range else { return None };
+            let int = |r: &RawReply| match r {
+                RawReply::Integer(i) => u16::try_from(*i).ok(),
+                _ => None,
+            };
+            let RawReply::Array(primary) = parts.get(2)? else {
+                return None;
+            };
+            Some((int(parts.first()?)?, int(parts.get(1)?)?, int(primary.get(1)?)?))
+        })
+        .collect();
+    map.sort_unstable();
+    map
+}
