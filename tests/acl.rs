@@ -22,7 +22,7 @@ use std::time::Duration;
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{ClientLike, KeysInterface, LuaInterface, PubsubInterface, Value};
 use delayqueue::fred::types::{ClusterHash, CustomCommand};
-use delayqueue::{DelayQueue, Error, HandlerError, Message, QueueStats};
+use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageState, QueueStats};
 use helpers::{recording, wait_stats, Log};
 use support::{client_for, wait_until, RawReply, RedisServer};
 
@@ -32,20 +32,7 @@ const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
 const PRODUCER: &[&str] = &["wait"];
 /// Commands that `send`, `cancel` and `reschedule` run.
 const PRODUCER_SCRIPTS: &[&str] = &[
-    "del",
-    "exists",
-    "hdel",
-    "hset",
-    "pexpire",
-    "publish",
-    "set",
-    "sismember",
-    "srem",
-    "time",
-    "type",
-    "zadd",
-    "zrange",
-    "zrem",
+    "del", "exists", "hdel", "hincrby", "hset", "pexpire", "publish", "set", "time", "type", "zadd", "zrange", "zrem",
     "zscore",
 ];
 /// What a consumer runs besides its scripts.
@@ -58,6 +45,7 @@ const CONSUMER_SCRIPTS: &[&str] = &[
     "hdel",
     "hexists",
     "hget",
+    "hincrby",
     "hmget",
     "hset",
     "llen",
@@ -67,11 +55,7 @@ const CONSUMER_SCRIPTS: &[&str] = &[
     "pexpire",
     "publish",
     "rpush",
-    "sadd",
-    "scard",
     "set",
-    "smismember",
-    "spop",
     "time",
     "type",
     "zadd",
@@ -82,23 +66,11 @@ const CONSUMER_SCRIPTS: &[&str] = &[
     "zrem",
     "zscore",
 ];
-/// Commands that stats, scan and inspect (`check_integrity`) run: reads.
+/// Commands that the read-only scripts run (stats, scan and inspect for
+/// `check_integrity`, list, get) and `find_queues`/`exists`: reads.
 const CLI_SCRIPTS: &[&str] = &[
-    "exists",
-    "hexists",
-    "hget",
-    "hscan",
-    "llen",
-    "lpos",
-    "lrange",
-    "scan",
-    "scard",
-    "sismember",
-    "sscan",
-    "type",
-    "zcard",
-    "zrange",
-    "zscore",
+    "exists", "get", "getrange", "hexists", "hget", "hmget", "hscan", "llen", "lpos", "lrange", "pttl", "scan",
+    "strlen", "time", "type", "zcard", "zrange", "zscore",
 ];
 
 #[derive(Clone, Copy, PartialEq)]
@@ -201,6 +173,8 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
             .default_retry_count(1)
             .max_consume_duration(Duration::from_millis(300))
             .handler_timeout(Duration::from_secs(3))
+            .nack_redelivery_delay(Duration::ZERO)
+            .dead_letter_retention(Duration::ZERO)
     };
     let sender = builder(producer).build().unwrap();
     // Short claims: a long one would outlive the 300 ms visibility timeout.
@@ -257,6 +231,18 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     );
     let report = inspector.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
+    // The read-only user sees everything the CLI shows.
+    let status = inspector.status().await.unwrap();
+    assert_eq!((status.totals.sent, status.totals.dead), (204, 1));
+    assert!(inspector.exists().await.unwrap());
+    assert!(inspector
+        .list(MessageState::Pending, 0, 10)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    assert!(inspector.get(&slow).await.unwrap().is_none(), "acked");
+    assert_eq!(delayqueue::find_queues(cli, "dq:").await.unwrap(), vec!["orders"]);
     second.shutdown().await.unwrap();
 }
 
