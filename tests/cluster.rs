@@ -33,6 +33,8 @@ async fn queues_on_every_primary_work_unchanged() {
         let queue = DelayQueue::builder(name.as_str(), client.clone())
             .concurrency(8)
             .default_retry_count(2)
+            .nack_redelivery_delay(Duration::ZERO)
+            .dead_letter_retention(Duration::ZERO)
             .build()
             .unwrap();
         scenario(&cluster, node, queue)
