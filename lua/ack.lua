@@ -12,7 +12,7 @@ Idempotent: a re-run finds nothing left and returns 0s.
 Complexity: O(M log N) with M = pairs, in five calls whatever M.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
-local ids, keys, out = ids_of(2, 2), {}, {}
+local ids, out = ids_of(2, 2), {}
 if #ids == 0 then
   return {}
 end
@@ -21,7 +21,6 @@ local done = {}
 for i, id in ipairs(ids) do
   if scores[i] and tonumber(scores[i]) == tonumber(ARGV[2 * i + 1]) then
     done[#done + 1] = id
-    keys[#keys + 1] = ARGV[1] .. id
     out[i] = 1
   else
     out[i] = 0
@@ -29,8 +28,7 @@ for i, id in ipairs(ids) do
 end
 if #done > 0 then
   redis.call('ZREM', KEYS[1], unpack(done))
-  redis.call('DEL', unpack(keys))
-  redis.call('HDEL', KEYS[2], unpack(done))
+  forget(KEYS[2], ARGV[1], done)
   tally(KEYS[3], 'acked', #done)
 end
 return out

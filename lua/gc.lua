@@ -16,13 +16,7 @@ check_types(KEYS[1], 'zset', KEYS[2], 'hash')
 local limit = tonumber(ARGV[2])
 local ids
 if #ARGV >= 5 then
-  ids = {}
-  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 5, math.min(#ARGV, 4 + limit)))
-  for i, score in ipairs(scores) do
-    if score then
-      ids[#ids + 1] = ARGV[4 + i]
-    end
-  end
+  ids = members_of(KEYS[1], 5, limit)
 else
   ids = redis.call('ZRANGE', KEYS[1], '-inf', now_ms() - tonumber(ARGV[3]), 'BYSCORE', 'LIMIT', 0, limit)
   local over = redis.call('ZCARD', KEYS[1]) - #ids - tonumber(ARGV[4])
@@ -36,11 +30,6 @@ end
 if #ids == 0 then
   return 0
 end
-local keys = {}
-for i, id in ipairs(ids) do
-  keys[i] = ARGV[1] .. id
-end
 redis.call('ZREM', KEYS[1], unpack(ids))
-redis.call('DEL', unpack(keys))
-redis.call('HDEL', KEYS[2], unpack(ids))
+forget(KEYS[2], ARGV[1], ids)
 return #ids

@@ -121,6 +121,32 @@ local function ids_of(first, step)
   return ids
 end
 
+-- The ids among ARGV[first..] (at most `limit` of them) that are members
+-- of zset `key`, in order.
+local function members_of(key, first, limit)
+  local ids, last = {}, math.min(#ARGV, first + limit - 1)
+  if last < first then
+    return ids
+  end
+  local scores = redis.call('ZMSCORE', key, unpack(ARGV, first, last))
+  for i, score in ipairs(scores) do
+    if score then
+      ids[#ids + 1] = ARGV[first + i - 1]
+    end
+  end
+  return ids
+end
+
+-- Deletes the payloads (keys `prefix .. id`) and retry records of `ids`.
+local function forget(retries, prefix, ids)
+  local keys = {}
+  for i, id in ipairs(ids) do
+    keys[i] = prefix .. id
+  end
+  redis.call('DEL', unpack(keys))
+  redis.call('HDEL', retries, unpack(ids))
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)

@@ -39,10 +39,5 @@ if #ids == 0 then
   redis.call('DEL', KEYS[6], KEYS[7])
   return 0
 end
-local keys = {}
-for i, id in ipairs(ids) do
-  keys[i] = ARGV[1] .. id
-end
-redis.call('DEL', unpack(keys))
-redis.call('HDEL', KEYS[6], unpack(ids))
+forget(KEYS[6], ARGV[1], ids)
 return #ids

@@ -17,13 +17,7 @@ check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list')
 local limit = tonumber(ARGV[2])
 local ids
 if #ARGV >= 5 then
-  ids = {}
-  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 5, math.min(#ARGV, 4 + limit)))
-  for i, score in ipairs(scores) do
-    if score then
-      ids[#ids + 1] = ARGV[4 + i]
-    end
-  end
+  ids = members_of(KEYS[1], 5, limit)
 else
   ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
 end
