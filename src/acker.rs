@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::events::{self, Event};
+use crate::keys::Keys;
 use crate::{scripts, DelayQueue, MessageId};
 
 /// Most acks in one script call.
@@ -26,13 +27,14 @@ pub(crate) struct AckItem {
     pub deadline: Instant,
 }
 
-/// Starts the ack task; it ends once every sender is dropped and all acks are sent.
-pub(crate) fn spawn(queue: DelayQueue) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
+/// Starts the ack task of the shard with keys `k`; it ends once every
+/// sender is dropped and all acks are sent.
+pub(crate) fn spawn(queue: DelayQueue, k: Keys) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (tx, tokio::spawn(run(queue, rx)))
+    (tx, tokio::spawn(run(queue, k, rx)))
 }
 
-async fn run(queue: DelayQueue, mut rx: mpsc::UnboundedReceiver<AckItem>) {
+async fn run(queue: DelayQueue, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem>) {
     let mut batch = Vec::with_capacity(ACK_BATCH);
     while let Some(item) = rx.recv().await {
         batch.push(item);
@@ -42,14 +44,13 @@ async fn run(queue: DelayQueue, mut rx: mpsc::UnboundedReceiver<AckItem>) {
                 Err(_) => break,
             }
         }
-        flush(&queue, &mut batch).await;
+        flush(&queue, &k, &mut batch).await;
     }
 }
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
 /// (the script is idempotent, so a retry after a lost reply is harmless).
-async fn flush(queue: &DelayQueue, batch: &mut Vec<AckItem>) {
-    let k = &queue.inner.keys;
+async fn flush(queue: &DelayQueue, k: &Keys, batch: &mut Vec<AckItem>) {
     let mut backoff = Duration::from_millis(20);
     loop {
         let mut args: Vec<Value> = Vec::with_capacity(1 + 2 * batch.len());

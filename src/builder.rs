@@ -101,6 +101,7 @@ pub struct DelayQueueBuilder {
     name: String,
     client: Client,
     key_prefix: String,
+    shards: usize,
     /// Set explicitly: then it must not be below `concurrency`.
     fetch_limit: Option<usize>,
     config: Config,
@@ -112,6 +113,7 @@ impl DelayQueueBuilder {
             name: name.into(),
             client,
             key_prefix: "dq:".into(),
+            shards: 1,
             fetch_limit: None,
             config: Config::default(),
         }
@@ -258,9 +260,37 @@ impl DelayQueueBuilder {
         self
     }
 
+    /// Spreads the queue over `n` hash tags, `{name#0}` .. `{name#<n-1>}`
+    /// (1 to 1024), so one busy queue uses every primary of a Redis Cluster
+    /// instead of one. Default 1: an ordinary queue, tagged `{name}`.
+    ///
+    /// Each message lives in one shard, picked by a hash of its id, so
+    /// per-message semantics stay the same (idempotent ids, cancel,
+    /// reschedule, fencing). A consumer claims from every shard in turn, no
+    /// shard getting more than its share of `fetch_limit` while others have
+    /// work; stats, inspection, dead letters and purge cover all shards. Each
+    /// shard costs a consumer its own sweep per `fetch_interval`.
+    ///
+    /// Every producer and consumer of a queue must use the same `n`: a
+    /// consumer reads shards `0..n` only, and ids are looked up in the shard
+    /// their hash picks among `n`. A consumer warns when it finds keys of
+    /// another layout. See `docs/scaling.md` for changing `n`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), delayqueue::Error> {
+    /// let client = delayqueue::connect("redis-cluster://127.0.0.1:7000").await?;
+    /// let queue = delayqueue::DelayQueue::builder("emails", client).shards(6).build()?;
+    /// assert_eq!(queue.shards(), 6);
+    /// # Ok(()) }
+    /// ```
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n;
+        self
+    }
+
     /// Checks the settings and builds the queue. Nothing is sent to Redis.
     pub fn build(self) -> Result<DelayQueue, Error> {
-        let keys = Keys::new(&self.key_prefix, &self.name)?;
+        let shards = Keys::shards(&self.key_prefix, &self.name, self.shards)?;
         let mut config = self.config;
         config.fetch_limit = self
             .fetch_limit
@@ -295,7 +325,8 @@ impl DelayQueueBuilder {
         }
         Ok(DelayQueue {
             inner: Arc::new(Inner {
-                keys,
+                shards,
+                prefix: self.key_prefix,
                 meters: Meters::new(&self.name),
                 events: tokio::sync::broadcast::channel(events::CAPACITY).0,
                 name: self.name,

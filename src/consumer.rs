@@ -1,11 +1,13 @@
 //! The consume loop: moves due messages, claims them in batches, runs the
 //! handler on each, and acks or nacks the outcome.
 //!
-//! One loop task per consumer sweeps on every `fetch_interval` (timed-out
+//! One loop task per shard sweeps on every `fetch_interval` (timed-out
 //! deliveries back to retry, garbage collected) and in between sleeps until
 //! the earliest due time it knows of, or until a handler frees a slot. Each
 //! claimed message gets a task of its own, which waits for one of the
-//! `concurrency` permits before it runs the handler.
+//! `concurrency` permits before it runs the handler. The loops of a sharded
+//! queue share the handlers and `fetch_limit`, each claiming no more than
+//! its share while the others have work.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +23,7 @@ use tracing::Instrument;
 
 use crate::acker::{self, AckItem};
 use crate::events::{self, Event};
+use crate::keys::Keys;
 use crate::lease::{self, Lease, Leases};
 use crate::payload::decode_stored;
 use crate::wake;
@@ -35,37 +38,53 @@ const MAX_ROUNDS: usize = 8;
 #[must_use = "dropping a Consumer stops it"]
 pub struct Consumer {
     stop: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
+    /// The loop of each shard, then the wake-up task.
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Consumer {
     pub(crate) async fn start(queue: DelayQueue, handler: Arc<dyn Handler>) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let wakes = wake::spawn(&queue.inner.client, queue.inner.keys.wake.clone(), stop_rx.clone()).await;
-        let (acks, acker) = acker::spawn(queue.clone());
-        let receipt = queue.inner.keys.claim(MessageId::generate().as_str());
-        let workers = Semaphore::new(queue.inner.config.concurrency);
-        let leases = Arc::new(Leases::default());
-        let renewer = queue
-            .inner
-            .config
-            .renews_leases()
-            .then(|| lease::spawn(queue.clone(), leases.clone()));
-        let shared = Arc::new(Shared {
-            queue,
+        let shards = &queue.inner.shards;
+        let channels = shards.iter().map(|k| k.wake.clone()).collect();
+        let (wakes, waker) = wake::spawn(&queue.inner.client, channels, stop_rx.clone()).await;
+        let me = MessageId::generate();
+        let pool = Arc::new(Pool {
             handler,
-            workers,
+            workers: Semaphore::new(queue.inner.config.concurrency),
             in_flight: AtomicUsize::new(0),
-            done: Notify::new(),
+            done: shards.iter().map(|_| Notify::new()).collect(),
             avg_handler_us: AtomicU64::new(0),
-            receipt,
-            claims: AtomicU64::new(0),
             stop: stop_rx,
-            acks,
-            leases,
         });
-        let task = tokio::spawn(run(shared, acker, wakes, renewer));
-        Consumer { stop, task: Some(task) }
+        let mut tasks: Vec<JoinHandle<()>> = shards
+            .iter()
+            .zip(wakes)
+            .enumerate()
+            .map(|(index, (keys, wakes))| {
+                let (acks, acker) = acker::spawn(queue.clone(), keys.clone());
+                let leases = Arc::new(Leases::default());
+                let renewer = queue
+                    .inner
+                    .config
+                    .renews_leases()
+                    .then(|| lease::spawn(queue.clone(), keys.clone(), leases.clone()));
+                let shared = Arc::new(Shared {
+                    queue: queue.clone(),
+                    receipt: keys.claim(me.as_str()),
+                    keys: keys.clone(),
+                    index,
+                    pool: pool.clone(),
+                    in_flight: AtomicUsize::new(0),
+                    claims: AtomicU64::new(0),
+                    acks,
+                    leases,
+                });
+                tokio::spawn(run(shared, acker, wakes, renewer))
+            })
+            .collect();
+        tasks.push(waker);
+        Consumer { stop, tasks }
     }
 
     /// Stops gracefully: claims nothing more, lets running handlers finish
@@ -74,7 +93,7 @@ impl Consumer {
     /// returns once nothing is left claimed by this consumer.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         let _ = self.stop.send(true);
-        if let Some(task) = self.task.take() {
+        for task in std::mem::take(&mut self.tasks) {
             task.await
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
@@ -88,23 +107,34 @@ impl Drop for Consumer {
     }
 }
 
-/// State shared by the loop and the delivery tasks.
-struct Shared {
-    queue: DelayQueue,
+/// What the loops of every shard share: the handlers and their limits.
+struct Pool {
     handler: Arc<dyn Handler>,
     /// One permit per handler that may run at once.
     workers: Semaphore,
-    /// Messages claimed and not finished.
+    /// Messages claimed and not finished, over all shards.
     in_flight: AtomicUsize,
-    /// Signalled whenever a delivery finishes.
-    done: Notify,
+    /// One per shard loop, each signalled whenever any delivery finishes.
+    done: Vec<Notify>,
     /// Moving average of handler run time, 0 until the first one ends.
     avg_handler_us: AtomicU64,
+    stop: watch::Receiver<bool>,
+}
+
+/// State of one shard's loop, shared with its delivery tasks.
+struct Shared {
+    queue: DelayQueue,
+    /// The keys of this loop's shard.
+    keys: Keys,
+    /// This shard's number; its loop waits on `pool.done[index]`.
+    index: usize,
+    pool: Arc<Pool>,
+    /// Messages of this shard claimed and not finished.
+    in_flight: AtomicUsize,
     /// Key of this consumer's claim receipt.
     receipt: String,
     /// Claim requests answered so far; numbers each request for its receipt.
     claims: AtomicU64,
-    stop: watch::Receiver<bool>,
     acks: mpsc::UnboundedSender<AckItem>,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     leases: Arc<Leases>,
@@ -123,11 +153,11 @@ struct Schedule {
 async fn run(
     shared: Arc<Shared>,
     acker: JoinHandle<()>,
-    (mut wakes, waker): (mpsc::UnboundedReceiver<Instant>, JoinHandle<()>),
+    mut wakes: mpsc::UnboundedReceiver<Instant>,
     renewer: Option<JoinHandle<()>>,
 ) {
     let interval = shared.queue.inner.config.fetch_interval;
-    let mut stop = shared.stop.clone();
+    let mut stop = shared.pool.stop.clone();
     let now = Instant::now();
     let mut at = Schedule {
         sweep: now,
@@ -135,7 +165,7 @@ async fn run(
         claim: true,
     };
     let mut failures = 0u32;
-    tracing::info!(queue = %shared.queue.name(), "consumer started");
+    tracing::info!(queue = %shared.queue.name(), shard = shared.index, "consumer started");
     while !*stop.borrow() {
         let (until, on_slot) = match step(&shared, &mut at).await {
             Ok(slot) => {
@@ -156,7 +186,7 @@ async fn run(
         tokio::select! {
             _ = stop.changed() => {}
             _ = tokio::time::sleep_until(until) => {}
-            _ = shared.done.notified(), if on_slot => {}
+            _ = shared.pool.done[shared.index].notified(), if on_slot => {}
             Some(due) = wakes.recv() => {
                 let now = Instant::now();
                 for due in std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())) {
@@ -176,16 +206,15 @@ async fn run(
         Err(_) => tracing::debug!("claim receipt not deleted in time; it expires on its own"),
     }
     while shared.in_flight.load(Ordering::Acquire) > 0 {
-        shared.done.notified().await;
+        shared.pool.done[shared.index].notified().await;
     }
     if let Some(renewer) = renewer {
         renewer.abort();
     }
-    let shared_name = shared.queue.name().to_string();
+    let (name, shard) = (shared.queue.name().to_string(), shared.index);
     drop(shared);
     let _ = acker.await;
-    let _ = waker.await;
-    tracing::info!(queue = %shared_name, "consumer stopped");
+    tracing::info!(queue = %name, shard, "consumer stopped");
 }
 
 /// One round: sweep when due, promote when something is due, claim what
@@ -194,13 +223,13 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
     let config = &shared.queue.inner.config;
     let now = Instant::now();
     if now >= at.sweep {
-        sweep(&shared.queue).await?;
+        sweep(&shared.queue, &shared.keys).await?;
         at.sweep = now + config.fetch_interval;
         at.promote = now;
         at.claim = true;
     }
     if now >= at.promote {
-        let (moved, next_due) = promote(&shared.queue).await?;
+        let (moved, next_due) = promote(&shared.queue, &shared.keys).await?;
         // Nothing pending: the next sweep looks again, or a wake-up comes first.
         at.promote = next_due.map_or(at.sweep, |d| now + d);
         at.claim |= moved > 0;
@@ -219,9 +248,8 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
 }
 
 /// Takes back timed-out deliveries and collects garbage, a bounded number of batches.
-async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
+async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
     let inner = &queue.inner;
-    let k = &inner.keys;
     let batch = inner.config.batch_size as i64;
     for _ in 0..MAX_ROUNDS {
         let keys = k.for_timeout();
@@ -272,12 +300,12 @@ async fn sweep(queue: &DelayQueue) -> Result<(), Error> {
 
 /// Moves due messages to ready; returns how many moved and how long until
 /// the next one is due.
-async fn promote(queue: &DelayQueue) -> Result<(usize, Option<Duration>), Error> {
+async fn promote(queue: &DelayQueue, k: &Keys) -> Result<(usize, Option<Duration>), Error> {
     let inner = &queue.inner;
     let batch = inner.config.batch_size as i64;
     let (mut total, mut wait) = (0, -1);
     for _ in 0..MAX_ROUNDS {
-        let keys = inner.keys.for_promote();
+        let keys = k.for_promote();
         let reply: Vec<i64> = queue.call(&scripts::PROMOTE, keys, vec![batch.into()]).await?;
         let [moved, next, ..] = reply[..] else {
             return Err(Error::UnexpectedReply {
@@ -299,11 +327,14 @@ async fn promote(queue: &DelayQueue) -> Result<(usize, Option<Duration>), Error>
 
 /// How many messages to claim now: free slots, but no more than the
 /// handlers can start before the visibility timeout, judged by how long
-/// they have taken so far.
+/// they have taken so far. A shard of several takes at most its share of
+/// that (but enough to keep every handler busy), so a shard whose claims
+/// happen to come first cannot crowd out the others.
 fn claim_capacity(shared: &Shared) -> usize {
     let config = &shared.queue.inner.config;
-    let in_flight = shared.in_flight.load(Ordering::Acquire);
-    let avg_us = shared.avg_handler_us.load(Ordering::Relaxed);
+    let pool = &shared.pool;
+    let in_flight = pool.in_flight.load(Ordering::Acquire);
+    let avg_us = pool.avg_handler_us.load(Ordering::Relaxed);
     let startable = match avg_us {
         0 => config.concurrency,
         avg => {
@@ -311,13 +342,15 @@ fn claim_capacity(shared: &Shared) -> usize {
         }
     };
     let limit = startable.max(config.concurrency).min(config.fetch_limit);
-    limit.saturating_sub(in_flight).min(config.batch_size)
+    let share = limit.div_ceil(pool.done.len()).max(config.concurrency.min(limit));
+    let mine = share.saturating_sub(shared.in_flight.load(Ordering::Acquire));
+    limit.saturating_sub(in_flight).min(mine).min(config.batch_size)
 }
 
 /// Claims up to `want` messages and starts a delivery task for each; returns how many ids were popped.
 async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
     let inner = &shared.queue.inner;
-    let k = &inner.keys;
+    let k = &shared.keys;
     let vis = inner.config.max_consume_duration;
     let keys = k.for_claim(&shared.receipt);
     let args: Vec<Value> = vec![
@@ -370,6 +403,7 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
             continue;
         };
         shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(deliver(shared.clone(), msg, deadline));
     }
     Ok(popped as usize)
@@ -403,7 +437,8 @@ fn pair(script: &'static str) -> impl Fn(Vec<i64>) -> Result<[i64; 2], Error> {
 /// its time limit (renewing the lease meanwhile when the limit is longer than
 /// a lease), then acks or nacks.
 async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
-    let permit = shared.workers.acquire().await;
+    let pool = &shared.pool;
+    let permit = pool.workers.acquire().await;
     let config = &shared.queue.inner.config;
     let (id, attempt, lease) = (msg.id.clone(), msg.attempt, msg.lease);
     let name = shared.queue.name().to_string();
@@ -411,7 +446,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     // Starting with almost no lease left would only earn a duplicate; a
     // renewed lease needs a quarter left to reach its first renewal.
     let least = config.max_consume_duration / if config.renews_leases() { 4 } else { 20 };
-    if *shared.stop.borrow() || left < least {
+    if *pool.stop.borrow() || left < least {
         tracing::debug!(queue = %name, %id, "handing back an unstarted delivery");
         nack(&shared, &id, attempt, lease, deadline, Failure::release()).await;
     } else {
@@ -431,7 +466,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
         });
         // The handler's own logs carry the message they are about.
         let span = tracing::info_span!("delayqueue.handle", queue = %name, id = %id, attempt);
-        let handled = AssertUnwindSafe(shared.handler.handle(msg))
+        let handled = AssertUnwindSafe(pool.handler.handle(msg))
             .catch_unwind()
             .instrument(span);
         let started = Instant::now();
@@ -483,13 +518,18 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     }
     drop(permit);
     shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-    shared.done.notify_one();
+    pool.in_flight.fetch_sub(1, Ordering::AcqRel);
+    // Any shard's loop may be waiting for a slot.
+    for done in &pool.done {
+        done.notify_one();
+    }
 }
 
 fn record_duration(shared: &Shared, took: Duration) {
     shared.queue.inner.meters.handler_duration.record(took.as_secs_f64());
     let us = (took.as_micros() as u64).max(1);
     let _ = shared
+        .pool
         .avg_handler_us
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |avg| {
             Some(if avg == 0 { us } else { (avg * 7 + us) / 8 })
@@ -557,7 +597,7 @@ impl Failure {
 /// after that the visibility timeout takes the message back anyway.
 async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadline: Instant, failure: Failure) {
     let inner = &shared.queue.inner;
-    let k = &inner.keys;
+    let k = &shared.keys;
     let (mode_arg, delay) = match failure.mode {
         Mode::Fail(delay) => ("fail", delay.unwrap_or_default()),
         Mode::Dead => ("dead", Duration::ZERO),

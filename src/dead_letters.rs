@@ -4,6 +4,7 @@
 
 use fred::prelude::Value;
 
+use crate::keys::Keys;
 use crate::{scripts, DelayQueue, Error, MessageId};
 
 /// Which dead letters a call acts on.
@@ -15,8 +16,7 @@ pub(crate) enum Which<'a> {
 /// Requeues dead letters; returns how many went back to ready.
 pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
-    let k = &inner.keys;
-    let done = repeat(queue, which, |ids| {
+    let done = repeat(queue, which, |k, ids| {
         let mut args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             (inner.config.batch_size as i64).into(),
@@ -43,8 +43,7 @@ pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64,
 /// Deletes dead letters; returns how many.
 pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
-    let k = &inner.keys;
-    let done = repeat(queue, which, |ids| {
+    let done = repeat(queue, which, |k, ids| {
         // Retention 0 and no size limit: every dead letter qualifies.
         let mut args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
@@ -63,27 +62,30 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
     Ok(done)
 }
 
-/// Runs `call` for one id, or in batches until the dead letters there were
-/// at the start are done (never more rounds than those need, so a steady
-/// stream of new deaths cannot keep it going). `call` returns how many it
-/// acted on and how many it took out of garbage.
-async fn repeat<F, Fut>(queue: &DelayQueue, which: Which<'_>, call: F) -> Result<u64, Error>
+/// Runs `call` for one id in its shard, or shard by shard in batches until
+/// the dead letters there were at the start are done (never more rounds
+/// than those need, so a steady stream of new deaths cannot keep it going).
+/// `call` returns how many it acted on and how many it took out of garbage.
+async fn repeat<'k, F, Fut>(queue: &'k DelayQueue, which: Which<'_>, call: F) -> Result<u64, Error>
 where
-    F: Fn(Vec<Value>) -> Fut,
+    F: Fn(&'k Keys, Vec<Value>) -> Fut,
     Fut: std::future::Future<Output = Result<(i64, i64), Error>>,
 {
     if let Which::One(id) = which {
         id.validate()?;
-        return Ok(call(vec![id.as_str().into()]).await?.0.max(0) as u64);
+        let k = queue.shard_of(id.as_str());
+        return Ok(call(k, vec![id.as_str().into()]).await?.0.max(0) as u64);
     }
     let batch = queue.inner.config.batch_size as i64;
-    let rounds = queue.stats().await?.garbage / batch as u64 + 1;
     let mut done = 0;
-    for _ in 0..rounds {
-        let (acted, taken) = call(Vec::new()).await?;
-        done += acted.max(0) as u64;
-        if taken < batch {
-            break;
+    for k in &queue.inner.shards {
+        let rounds = queue.shard_status(k).await?.counts.garbage / batch as u64 + 1;
+        for _ in 0..rounds {
+            let (acted, taken) = call(k, Vec::new()).await?;
+            done += acted.max(0) as u64;
+            if taken < batch {
+                break;
+            }
         }
     }
     Ok(done)

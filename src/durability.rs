@@ -58,7 +58,8 @@ pub enum Durability {
     },
 }
 
-/// Waits until the writes this client made so far meet `durability`.
+/// Waits until the writes this client made so far to the nodes of
+/// `shards` meet `durability`.
 ///
 /// `WAIT`/`WAITAOF` cover every write sent earlier on the same connection:
 /// fred keeps one connection per server and routes this to the queue's
@@ -66,9 +67,18 @@ pub enum Durability {
 /// while it waits, or is down when it is sent, this fails rather than
 /// confirm nothing on a new connection; a reconnect completed between the
 /// send and this call still goes unnoticed.
-pub(crate) async fn confirm(queue: &DelayQueue) -> Result<(), Error> {
+pub(crate) async fn confirm(queue: &DelayQueue, shards: &[usize]) -> Result<(), Error> {
+    // One at a time: a blocking WAIT holds up its connection anyway.
+    for &shard in shards {
+        confirm_shard(queue, shard).await?;
+    }
+    Ok(())
+}
+
+/// Waits on the node of one shard.
+async fn confirm_shard(queue: &DelayQueue, shard: usize) -> Result<(), Error> {
     let inner = &queue.inner;
-    let slot = ClusterHash::Custom(fred::util::redis_keyslot(inner.keys.pending.as_bytes()));
+    let slot = ClusterHash::Custom(fred::util::redis_keyslot(inner.shards[shard].pending.as_bytes()));
     let (command, args, wanted): (&'static str, Vec<i64>, [i64; 2]) = match inner.config.durability {
         Durability::Memory => return Ok(()),
         Durability::Replicas { replicas, timeout } => {

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::Value;
 
+use crate::keys::Keys;
 use crate::payload::decode_stored;
 use crate::{scripts, DelayQueue, Error, MessageId, MessageState};
 
@@ -136,7 +137,48 @@ pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, l
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
     }
-    let k = &queue.inner.keys;
+    let shards = &queue.inner.shards;
+    if let [k] = &shards[..] {
+        return list_shard(queue, k, state, offset, limit).await;
+    }
+    // Shard after shard: positions offset.. of the shards laid end to end.
+    let sizes = queue
+        .each_shard(|k| async move { Ok::<_, Error>(queue.shard_status(k).await?.counts.of(state)) })
+        .await?;
+    let mut page = Page {
+        total: sizes.iter().sum(),
+        ..Page::default()
+    };
+    let mut start = 0;
+    for (k, size) in shards.iter().zip(sizes) {
+        if offset >= start + size {
+            start += size;
+            continue;
+        }
+        let left = limit - page.items.len();
+        if left == 0 {
+            page.next = Some(offset.max(start));
+            break;
+        }
+        let part = list_shard(queue, k, state, offset.saturating_sub(start), left).await?;
+        page.items.extend(part.items);
+        if let Some(next) = part.next {
+            page.next = Some(start + next);
+            break;
+        }
+        start += part.total;
+    }
+    Ok(page)
+}
+
+/// One page of one shard.
+async fn list_shard(
+    queue: &DelayQueue,
+    k: &Keys,
+    state: MessageState,
+    offset: u64,
+    limit: usize,
+) -> Result<Page, Error> {
     let args: Vec<Value> = vec![
         state_number(state).into(),
         (offset.min(i64::MAX as u64) as i64).into(),
@@ -166,7 +208,7 @@ pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, l
 
 pub(crate) async fn get(queue: &DelayQueue, id: &MessageId) -> Result<Option<MessageInfo>, Error> {
     id.validate()?;
-    let k = &queue.inner.keys;
+    let k = queue.shard_of(id.as_str());
     let reply: Vec<Value> = queue
         .call(&scripts::GET, k.for_get(id.as_str()), vec![id.as_str().into()])
         .await?;

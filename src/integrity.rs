@@ -7,6 +7,7 @@ use std::fmt;
 
 use fred::prelude::Value;
 
+use crate::keys::Keys;
 use crate::{scripts, DelayQueue, Error, MessageId};
 
 /// Ids per scan page.
@@ -141,12 +142,25 @@ impl Presence {
     }
 }
 
-/// Runs the check; see [`DelayQueue::check_integrity`].
+/// Runs the check, shard by shard; see [`DelayQueue::check_integrity`].
 pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> {
+    let mut report = IntegrityReport {
+        scanned: 0,
+        anomalies: Vec::new(),
+    };
+    for k in &queue.inner.shards {
+        let shard = check_shard(queue, k).await?;
+        report.scanned += shard.scanned;
+        report.anomalies.extend(shard.anomalies);
+    }
+    Ok(report)
+}
+
+async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Error> {
     let mut seen: HashMap<String, Presence> = HashMap::new();
     let mut listed = 0usize;
     for what in 1..=7 {
-        let ids = scan(queue, what).await?;
+        let ids = scan(queue, k, what).await?;
         if what == 2 || what == 4 {
             listed += ids.len();
         }
@@ -174,7 +188,7 @@ pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> 
     let batch = (CONFIRM_BUDGET / (listed + 1)).clamp(1, CONFIRM_BATCH);
     let mut anomalies = Vec::new();
     for chunk in suspects.chunks(batch) {
-        let (stale, found) = inspect(queue, chunk).await?;
+        let (stale, found) = inspect(queue, k, chunk).await?;
         for (id, p) in chunk.iter().zip(found) {
             anomalies.extend(p.anomalies(id, stale));
         }
@@ -186,8 +200,7 @@ pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> 
 }
 
 /// Every id one key holds (`what`: see lua/scan.lua), page by page.
-async fn scan(queue: &DelayQueue, what: i64) -> Result<Vec<String>, Error> {
-    let k = &queue.inner.keys;
+async fn scan(queue: &DelayQueue, k: &Keys, what: i64) -> Result<Vec<String>, Error> {
     let pattern = glob_escape(&k.msg_prefix);
     let (mut cursor, mut ids) = ("0".to_string(), Vec::new());
     loop {
@@ -212,8 +225,7 @@ async fn scan(queue: &DelayQueue, what: i64) -> Result<Vec<String>, Error> {
 }
 
 /// Where each id lives, taken atomically; and whether the STALE mark is set.
-async fn inspect(queue: &DelayQueue, ids: &[&String]) -> Result<(bool, Vec<Presence>), Error> {
-    let k = &queue.inner.keys;
+async fn inspect(queue: &DelayQueue, k: &Keys, ids: &[&String]) -> Result<(bool, Vec<Presence>), Error> {
     let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
     args.extend(ids.iter().map(|id| Value::from(id.as_str())));
     let reply: Vec<Value> = queue.call(&scripts::INSPECT, k.for_inspect(), args).await?;

@@ -1,12 +1,19 @@
 //! The one place that builds Redis key names.
 //!
 //! Every key of a queue shares the cluster hash tag `{<name>}`, so a queue
-//! lives in one slot and every script touches keys of one slot only.
+//! lives in one slot and every script touches keys of one slot only. A
+//! sharded queue is several such sets of keys, one per shard, tagged
+//! `{<name>#<shard>}`: each shard is a queue of its own to the scripts.
 
 use crate::Error;
 
 /// Longest accepted queue name, in bytes.
 pub const MAX_QUEUE_NAME_LEN: usize = 128;
+/// Most shards one queue may be spread over.
+pub const MAX_SHARDS: usize = 1024;
+/// Separates a sharded queue's name from the shard number in its hash tag;
+/// queue names cannot contain it.
+const SHARD_MARK: char = '#';
 
 /// Key names of one queue.
 #[derive(Debug, Clone)]
@@ -36,8 +43,27 @@ impl Keys {
                 "key prefix {prefix:?} must not contain braces, whitespace or control characters"
             )));
         }
-        let base = format!("{prefix}{{{name}}}");
-        Ok(Keys {
+        Ok(Self::tagged(prefix, name))
+    }
+
+    /// The keys of every shard of queue `name` spread over `shards` hash
+    /// tags: `{name}` alone for one shard, else `{name#0}` .. `{name#<shards-1>}`.
+    pub fn shards(prefix: &str, name: &str, shards: usize) -> Result<Vec<Self>, Error> {
+        if !(1..=MAX_SHARDS).contains(&shards) {
+            return Err(Error::InvalidArgument(format!("shards must be 1 to {MAX_SHARDS}")));
+        }
+        let one = Self::new(prefix, name)?;
+        if shards == 1 {
+            return Ok(vec![one]);
+        }
+        Ok((0..shards)
+            .map(|i| Self::tagged(prefix, &format!("{name}{SHARD_MARK}{i}")))
+            .collect())
+    }
+
+    fn tagged(prefix: &str, tag: &str) -> Self {
+        let base = format!("{prefix}{{{tag}}}");
+        Keys {
             pending: format!("{base}:pending"),
             ready: format!("{base}:ready"),
             unack: format!("{base}:unack"),
@@ -48,7 +74,7 @@ impl Keys {
             msg_prefix: format!("{base}:m:"),
             wake: format!("{base}:wake"),
             claim_prefix: format!("{base}:claim:"),
-        })
+        }
     }
 
     /// A SCAN pattern matching the totals hash of every queue under
@@ -57,9 +83,14 @@ impl Keys {
         format!("{}{{*}}:totals", crate::integrity::glob_escape(prefix))
     }
 
-    /// The queue name in a key that `totals_pattern` matched.
-    pub fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
-        key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix("}:totals")
+    /// The queue name in a key that `totals_pattern` matched, and the
+    /// shard number when the key is of a sharded queue's shard.
+    pub fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, Option<usize>)> {
+        let tag = key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix("}:totals")?;
+        Some(match tag.split_once(SHARD_MARK) {
+            Some((name, shard)) => (name, Some(shard.parse().ok()?)),
+            None => (tag, None),
+        })
     }
 
     /// The payload key of message `id`.
@@ -240,10 +271,43 @@ mod tests {
     #[test]
     fn queue_names_are_read_back_from_totals_keys() {
         let k = Keys::new("dq:", "orders").unwrap();
-        assert_eq!(Keys::name_of_totals("dq:", &k.totals), Some("orders"));
+        assert_eq!(Keys::name_of_totals("dq:", &k.totals), Some(("orders", None)));
+        let shards = Keys::shards("dq:", "orders", 3).unwrap();
+        assert_eq!(
+            Keys::name_of_totals("dq:", &shards[2].totals),
+            Some(("orders", Some(2)))
+        );
         assert_eq!(Keys::name_of_totals("dq:", "dq:{orders}:pending"), None);
         assert_eq!(Keys::name_of_totals("x:", &k.totals), None);
         assert_eq!(Keys::totals_pattern("a*"), "a\\*{*}:totals");
+    }
+
+    #[test]
+    fn shards_have_a_hash_tag_each() {
+        let one = Keys::shards("dq:", "orders", 1).unwrap();
+        assert_eq!(one[0].pending, "dq:{orders}:pending");
+        let four = Keys::shards("dq:", "orders", 4).unwrap();
+        let pending: Vec<&str> = four.iter().map(|k| k.pending.as_str()).collect();
+        assert_eq!(
+            pending,
+            [
+                "dq:{orders#0}:pending",
+                "dq:{orders#1}:pending",
+                "dq:{orders#2}:pending",
+                "dq:{orders#3}:pending"
+            ]
+        );
+        assert_eq!(four[3].msg("x"), "dq:{orders#3}:m:x");
+        for bad in [0, MAX_SHARDS + 1] {
+            assert!(matches!(
+                Keys::shards("dq:", "orders", bad),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
+        assert!(matches!(
+            Keys::shards("dq:", "a#1", 2),
+            Err(Error::InvalidQueueName { .. })
+        ));
     }
 
     #[test]

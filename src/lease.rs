@@ -18,6 +18,7 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::keys::Keys;
 use crate::{scripts, DelayQueue, MessageId};
 
 /// A delivery's current lease.
@@ -93,8 +94,9 @@ impl Leases {
     }
 }
 
-/// Starts the renewal task; abort it once no handler runs.
-pub(crate) fn spawn(queue: DelayQueue, leases: Arc<Leases>) -> JoinHandle<()> {
+/// Starts the renewal task of the shard with keys `k`; abort it once no
+/// handler runs.
+pub(crate) fn spawn(queue: DelayQueue, k: Keys, leases: Arc<Leases>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let every = queue.inner.config.max_consume_duration / 6;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
@@ -103,7 +105,7 @@ pub(crate) fn spawn(queue: DelayQueue, leases: Arc<Leases>) -> JoinHandle<()> {
             tick.tick().await;
             let running = leases.snapshot();
             for batch in running.chunks(queue.inner.config.batch_size) {
-                if let Err(e) = renew(&queue, batch).await {
+                if let Err(e) = renew(&queue, &k, batch).await {
                     tracing::warn!(queue = %queue.name(), error = %e, "lease renewal failed; retrying at the next tick");
                 }
             }
@@ -112,7 +114,7 @@ pub(crate) fn spawn(queue: DelayQueue, leases: Arc<Leases>) -> JoinHandle<()> {
 }
 
 /// Renews one batch of leases with one `extend` call.
-async fn renew(queue: &DelayQueue, batch: &[Arc<Lease>]) -> Result<(), crate::Error> {
+async fn renew(queue: &DelayQueue, k: &Keys, batch: &[Arc<Lease>]) -> Result<(), crate::Error> {
     let inner = &queue.inner;
     let vis = inner.config.max_consume_duration;
     let mut held = Vec::with_capacity(batch.len());
@@ -127,7 +129,7 @@ async fn renew(queue: &DelayQueue, batch: &[Arc<Lease>]) -> Result<(), crate::Er
     }
     let now = Instant::now();
     let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * held.len());
-    args.push(inner.keys.msg_prefix.as_str().into());
+    args.push(k.msg_prefix.as_str().into());
     args.push((inner.config.msg_ttl.as_millis() as i64).into());
     let mut renewed = Vec::with_capacity(held.len());
     for (lease, h) in &held {
@@ -140,7 +142,7 @@ async fn renew(queue: &DelayQueue, batch: &[Arc<Lease>]) -> Result<(), crate::Er
         args.push(new.into());
         renewed.push((new, h.deadline + extra));
     }
-    let reply: Vec<i64> = queue.call(&scripts::EXTEND, inner.keys.for_extend(), args).await?;
+    let reply: Vec<i64> = queue.call(&scripts::EXTEND, k.for_extend(), args).await?;
     for ((lease, h), (ok, (new, deadline))) in held.iter_mut().zip(reply.into_iter().zip(renewed)) {
         if ok == 1 {
             (h.lease, h.deadline) = (new, deadline);

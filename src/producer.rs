@@ -2,7 +2,8 @@
 //!
 //! A single send is a batch of one: every send goes through [`send_batch`],
 //! which validates all messages first, then stores them in chunks of at most
-//! `batch_size` messages (one `send` script call each, several in flight).
+//! `batch_size` messages of one shard (one `send` script call each, several
+//! in flight).
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -159,39 +160,72 @@ pub(crate) async fn send_batch(
         .into_iter()
         .map(|m| m.prepare(config))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut chunks: Vec<Vec<Prepared>> = Vec::new();
-    let mut bytes = 0;
-    for msg in prepared {
-        match chunks.last_mut() {
-            Some(chunk) if chunk.len() < config.batch_size && bytes + msg.value.len() <= CHUNK_BYTES => {
-                bytes += msg.value.len();
-                chunk.push(msg);
+    // Chunks per shard; each message keeps its place in the results.
+    let mut open: Vec<Option<usize>> = vec![None; queue.shards()];
+    let mut chunks: Vec<Chunk> = Vec::new();
+    for (place, msg) in prepared.into_iter().enumerate() {
+        let shard = queue.shard_index(msg.id.as_str());
+        let chunk = match open[shard] {
+            Some(c) if chunks[c].msgs.len() < config.batch_size && chunks[c].bytes + msg.value.len() <= CHUNK_BYTES => {
+                c
             }
             _ => {
-                bytes = msg.value.len();
-                chunks.push(vec![msg]);
+                chunks.push(Chunk {
+                    shard,
+                    msgs: Vec::new(),
+                    places: Vec::new(),
+                    bytes: 0,
+                });
+                open[shard] = Some(chunks.len() - 1);
+                chunks.len() - 1
             }
-        }
+        };
+        let chunk = &mut chunks[chunk];
+        chunk.bytes += msg.value.len();
+        chunk.places.push(place);
+        chunk.msgs.push(msg);
     }
+    let written: Vec<usize> = open
+        .iter()
+        .enumerate()
+        .filter_map(|(shard, c)| c.map(|_| shard))
+        .collect();
+    let places: Vec<Vec<usize>> = chunks.iter_mut().map(|c| std::mem::take(&mut c.places)).collect();
     let results: Vec<Vec<Result<MessageId, Error>>> = futures::stream::iter(chunks)
         .map(|chunk| send_chunk(queue, chunk))
         .buffered(CHUNKS_IN_FLIGHT)
         .try_collect()
         .await?;
-    if !results.is_empty() {
-        durability::confirm(queue).await?;
+    if !written.is_empty() {
+        durability::confirm(queue, &written).await?;
     }
-    Ok(results.into_iter().flatten().collect())
+    let mut ordered: Vec<(usize, Result<MessageId, Error>)> = places
+        .into_iter()
+        .flatten()
+        .zip(results.into_iter().flatten())
+        .collect();
+    ordered.sort_unstable_by_key(|(place, _)| *place);
+    Ok(ordered.into_iter().map(|(_, result)| result).collect())
+}
+
+/// Messages of one shard that one script call stores.
+struct Chunk {
+    shard: usize,
+    msgs: Vec<Prepared>,
+    /// Where each message was in the caller's batch.
+    places: Vec<usize>,
+    bytes: usize,
 }
 
 /// Stores one chunk with one `send` script call.
-async fn send_chunk(queue: &DelayQueue, chunk: Vec<Prepared>) -> Result<Vec<Result<MessageId, Error>>, Error> {
+async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<MessageId, Error>>, Error> {
     let q = &queue.inner;
-    let keys = q.keys.for_send(chunk.iter().map(|m| m.id.as_str()));
-    let mut args: Vec<Value> = Vec::with_capacity(1 + 5 * chunk.len());
-    args.push(q.keys.wake.as_str().into());
-    let mut sent = Vec::with_capacity(chunk.len());
-    for m in chunk {
+    let k = &q.shards[chunk.shard];
+    let keys = k.for_send(chunk.msgs.iter().map(|m| m.id.as_str()));
+    let mut args: Vec<Value> = Vec::with_capacity(1 + 5 * chunk.msgs.len());
+    args.push(k.wake.as_str().into());
+    let mut sent = Vec::with_capacity(chunk.msgs.len());
+    for m in chunk.msgs {
         args.push(m.id.as_str().into());
         args.push(Value::Bytes(m.value.into()));
         args.push(m.delay_ms.into());

@@ -13,7 +13,6 @@ use crate::keys::Keys;
 use crate::meters::Meters;
 use crate::payload::IntoPayload;
 use crate::producer::{self, NewMessage, SendBuilder};
-use crate::stats::Totals;
 use crate::{
     scripts, Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page,
     QueueStats, QueueStatus,
@@ -31,7 +30,9 @@ pub struct DelayQueue {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub name: String,
-    pub keys: Keys,
+    pub prefix: String,
+    /// The keys of each shard: one set for an ordinary queue.
+    pub shards: Vec<Keys>,
     pub config: Config,
     pub client: Client,
     pub meters: Meters,
@@ -49,6 +50,24 @@ impl DelayQueue {
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// How many shards the queue is spread over; see
+    /// [`DelayQueueBuilder::shards`]. 1 for an ordinary queue.
+    pub fn shards(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// The keys of the shard that holds message `id`: a hash of the id
+    /// (Redis's key-slot CRC16), so every producer and consumer agrees on it
+    /// without asking Redis.
+    pub(crate) fn shard_of(&self, id: &str) -> &Keys {
+        &self.inner.shards[self.shard_index(id)]
+    }
+
+    /// The number of the shard that holds message `id`.
+    pub(crate) fn shard_index(&self, id: &str) -> usize {
+        usize::from(fred::util::redis_keyslot(id.as_bytes())) % self.inner.shards.len()
     }
 
     /// Sends a message due after `delay`, measured by Redis's clock from
@@ -111,7 +130,7 @@ impl DelayQueue {
     /// decides its fate). O(log n): nothing is scanned.
     pub async fn cancel(&self, id: &MessageId) -> Result<bool, Error> {
         id.validate()?;
-        let k = &self.inner.keys;
+        let k = self.shard_of(id.as_str());
         let keys = k.for_cancel(id.as_str());
         let removed: i64 = self.call(&scripts::CANCEL, keys, vec![id.as_str().into()]).await?;
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
@@ -139,7 +158,7 @@ impl DelayQueue {
         if delay > crate::MAX_DELAY {
             return Err(Error::InvalidArgument("delay is longer than MAX_DELAY".into()));
         }
-        let k = &self.inner.keys;
+        let k = self.shard_of(id.as_str());
         let args: Vec<Value> = vec![
             id.as_str().into(),
             (delay.as_millis() as i64).into(),
@@ -154,17 +173,15 @@ impl DelayQueue {
     }
 
     /// Whether the queue was ever sent to (and not purged since): its
-    /// totals exist. O(1); see [`find_queues`](crate::find_queues) to list
-    /// them all.
+    /// totals exist. O(1) per shard; see [`find_queues`](crate::find_queues)
+    /// to list them all.
     pub async fn exists(&self) -> Result<bool, Error> {
         use fred::prelude::KeysInterface;
-        let n: i64 = self
-            .inner
-            .client
-            .exists(&self.inner.keys.totals)
+        let found: Vec<i64> = self
+            .each_shard(|k| async move { self.inner.client.exists(&k.totals).await })
             .await
             .map_err(|e| Error::from_redis(&self.inner.name, e))?;
-        Ok(n == 1)
+        Ok(found.contains(&1))
     }
 
     /// Counts of the queue's states, taken atomically.
@@ -174,7 +191,8 @@ impl DelayQueue {
 
     /// Counts per state, the age of the oldest overdue message and dead
     /// letter, and running totals (sent, acked, failed, dead, expired),
-    /// taken atomically. O(1).
+    /// taken atomically (on a sharded queue: each shard atomically, all
+    /// shards at once, summed). O(1) per shard.
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
@@ -185,42 +203,21 @@ impl DelayQueue {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self) -> Result<QueueStatus, Error> {
-        let v: Vec<i64> = self.call(&scripts::STATS, self.inner.keys.for_stats(), vec![]).await?;
-        let [pending, ready, processing, retry, garbage, now, head, oldest_dead, sent, acked, failed, dead, expired] =
-            v[..]
-        else {
-            return Err(Error::UnexpectedReply {
-                script: "stats",
-                detail: format!("{v:?}"),
-            });
-        };
-        let n = |x: i64| u64::try_from(x).unwrap_or(0);
-        let ms = |x: i64| Duration::from_millis(n(x));
-        Ok(QueueStatus {
-            counts: QueueStats {
-                pending: n(pending),
-                ready: n(ready),
-                processing: n(processing),
-                retry: n(retry),
-                garbage: n(garbage),
-            },
-            oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
-            next_due: (head > now).then(|| ms(head - now)),
-            oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
-            totals: Totals {
-                sent: n(sent),
-                acked: n(acked),
-                failed: n(failed),
-                dead: n(dead),
-                expired: n(expired),
-            },
-        })
+        let shards = self.each_shard(|k| self.shard_status(k)).await?;
+        Ok(shards.into_iter().reduce(QueueStatus::merge).unwrap_or_default())
+    }
+
+    /// The status of one shard, taken atomically.
+    pub(crate) async fn shard_status(&self, k: &Keys) -> Result<QueueStatus, Error> {
+        QueueStatus::from_script(self.call(&scripts::STATS, k.for_stats(), vec![]).await?)
     }
 
     /// One page of the messages in `state`: at most `limit` (1 to 1000)
     /// from position `offset`, with a payload preview. Pass
     /// [`Page::next`] as the next offset. One script call, O(log n +
-    /// limit) (lists: O(offset + limit)), so safe on a big queue.
+    /// limit) (lists: O(offset + limit)), so safe on a big queue. A sharded
+    /// queue lists shard after shard, each in the state's order, and counts
+    /// each shard's state first (one more O(1) call per shard).
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
@@ -273,18 +270,19 @@ impl DelayQueue {
     /// deliveries finish, but their acks find nothing to ack. Returns how
     /// many entries it removed.
     pub async fn purge(&self) -> Result<u64, Error> {
-        let k = &self.inner.keys;
         let mut removed = 0u64;
-        loop {
-            let args: Vec<Value> = vec![
-                k.msg_prefix.as_str().into(),
-                (self.inner.config.batch_size as i64).into(),
-            ];
-            let n: i64 = self.call(&scripts::PURGE, k.for_purge(), args).await?;
-            if n <= 0 {
-                break;
+        for k in &self.inner.shards {
+            loop {
+                let args: Vec<Value> = vec![
+                    k.msg_prefix.as_str().into(),
+                    (self.inner.config.batch_size as i64).into(),
+                ];
+                let n: i64 = self.call(&scripts::PURGE, k.for_purge(), args).await?;
+                if n <= 0 {
+                    break;
+                }
+                removed += n as u64;
             }
-            removed += n as u64;
         }
         if removed > 0 {
             tracing::warn!(queue = %self.inner.name, removed, "queue purged");
@@ -351,7 +349,43 @@ impl DelayQueue {
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
         self.stats().await?;
         self.warn_if_evicting().await;
+        self.warn_if_more_shards_exist().await;
         Ok(Consumer::start(self.clone(), Arc::new(handler)).await)
+    }
+
+    /// Messages sent with more shards than this consumer has sit in
+    /// shards it does not read: say so. Only the shard just past the last
+    /// is looked at, a key that an ACL for this sharded queue
+    /// (`~<prefix>{<name>#*}*`) allows; fewer shards, or an ordinary queue
+    /// of the same name, strand nothing in this queue's shards.
+    async fn warn_if_more_shards_exist(&self) {
+        use fred::prelude::KeysInterface;
+        let n = self.shards();
+        if n == 1 {
+            return;
+        }
+        let Some(next) = Keys::shards(&self.inner.prefix, &self.inner.name, n + 1)
+            .ok()
+            .and_then(|mut s| s.pop())
+        else {
+            return;
+        };
+        if let Ok(1) = self.inner.client.exists::<i64, _>(&next.totals).await {
+            tracing::warn!(
+                queue = %self.inner.name, shards = n, found = %next.totals,
+                "this queue has a shard beyond its shard count: a producer uses more shards, and this \
+                 consumer does not read the messages there. Use the same shards(n) everywhere (docs/scaling.md)"
+            );
+        }
+    }
+
+    /// Runs `f` on every shard's keys at once; the results in shard order.
+    pub(crate) async fn each_shard<'a, T, E, F, Fut>(&'a self, f: F) -> Result<Vec<T>, E>
+    where
+        F: Fn(&'a Keys) -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        futures::future::try_join_all(self.inner.shards.iter().map(f)).await
     }
 
     async fn warn_if_evicting(&self) {

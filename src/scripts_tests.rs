@@ -127,7 +127,7 @@ impl Env {
     }
 
     fn k(&self) -> &Keys {
-        &self.queue.inner.keys
+        &self.queue.inner.shards[0]
     }
 
     async fn run<R: FromValue>(&self, script: &LuaScript, keys: Vec<String>, args: Vec<Value>) -> R {

@@ -26,6 +26,18 @@ impl QueueStats {
     pub fn live(&self) -> u64 {
         self.pending + self.ready + self.processing + self.retry
     }
+
+    /// The count of one state.
+    pub(crate) fn of(&self, state: crate::MessageState) -> u64 {
+        use crate::MessageState::*;
+        match state {
+            Pending => self.pending,
+            Ready => self.ready,
+            Processing => self.processing,
+            Retry => self.retry,
+            Garbage => self.garbage,
+        }
+    }
 }
 
 /// Counts kept by the queue's scripts since the queue was first used (or
@@ -62,4 +74,92 @@ pub struct QueueStatus {
     pub oldest_dead: Option<Duration>,
     /// Running totals.
     pub totals: Totals,
+}
+
+impl QueueStatus {
+    /// Reads the reply of lua/stats.lua.
+    pub(crate) fn from_script(v: Vec<i64>) -> Result<Self, crate::Error> {
+        let [pending, ready, processing, retry, garbage, now, head, oldest_dead, sent, acked, failed, dead, expired] =
+            v[..]
+        else {
+            return Err(crate::Error::UnexpectedReply {
+                script: "stats",
+                detail: format!("{v:?}"),
+            });
+        };
+        let n = |x: i64| u64::try_from(x).unwrap_or(0);
+        let ms = |x: i64| Duration::from_millis(n(x));
+        Ok(QueueStatus {
+            counts: QueueStats {
+                pending: n(pending),
+                ready: n(ready),
+                processing: n(processing),
+                retry: n(retry),
+                garbage: n(garbage),
+            },
+            oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
+            next_due: (head > now).then(|| ms(head - now)),
+            oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
+            totals: Totals {
+                sent: n(sent),
+                acked: n(acked),
+                failed: n(failed),
+                dead: n(dead),
+                expired: n(expired),
+            },
+        })
+    }
+
+    /// The status of two shards of one queue as one: counts and totals
+    /// add up, the oldest age and the nearest due time win.
+    pub(crate) fn merge(self, other: Self) -> Self {
+        let (a, b) = (self.counts, other.counts);
+        let (s, t) = (self.totals, other.totals);
+        QueueStatus {
+            counts: QueueStats {
+                pending: a.pending + b.pending,
+                ready: a.ready + b.ready,
+                processing: a.processing + b.processing,
+                retry: a.retry + b.retry,
+                garbage: a.garbage + b.garbage,
+            },
+            oldest_overdue: self.oldest_overdue.max(other.oldest_overdue),
+            next_due: match (self.next_due, other.next_due) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            },
+            oldest_dead: self.oldest_dead.max(other.oldest_dead),
+            totals: Totals {
+                sent: s.sent + t.sent,
+                acked: s.acked + t.acked,
+                failed: s.failed + t.failed,
+                dead: s.dead + t.dead,
+                expired: s.expired + t.expired,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_merge_into_one_status() {
+        let ms = Duration::from_millis;
+        // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
+        let a = QueueStatus::from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0]).unwrap();
+        // pending 1 overdue by 30 ms, sent 2.
+        let b = QueueStatus::from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4]).unwrap();
+        let m = a.merge(b);
+        assert_eq!(m.counts.pending, 3);
+        assert_eq!(m.counts.live(), 3 + 3 + 1 + 2);
+        assert_eq!(
+            (m.oldest_overdue, m.next_due, m.oldest_dead),
+            (Some(ms(30)), Some(ms(50)), Some(ms(400)))
+        );
+        assert_eq!((m.totals.sent, m.totals.expired), (7, 4));
+        assert_eq!(a.merge(QueueStatus::default()), a);
+        assert!(QueueStatus::from_script(vec![1, 2]).is_err());
+    }
 }

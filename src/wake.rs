@@ -18,36 +18,37 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Subscribes on a connection of its own (a subscribed connection serves
-/// nothing else), then starts a task that sends the instant each wake-up
-/// asks for; it ends when `stop` turns true. Returns once subscribed, so
-/// every wake-up published after that arrives; when subscribing fails the
-/// consumer just polls.
+/// nothing else) to every channel of `channels` (one per shard), then
+/// starts a task that sends the instant each wake-up asks for to that
+/// channel's receiver; it ends when `stop` turns true. Returns once
+/// subscribed, so every wake-up published after that arrives; when
+/// subscribing fails the consumer just polls.
 pub(crate) async fn spawn(
     client: &Client,
-    channel: String,
+    channels: Vec<String>,
     stop: watch::Receiver<bool>,
-) -> (mpsc::UnboundedReceiver<Instant>, JoinHandle<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+) -> (Vec<mpsc::UnboundedReceiver<Instant>>, JoinHandle<()>) {
+    let (txs, rxs) = channels.iter().map(|_| mpsc::unbounded_channel()).unzip();
     let sub = client.clone_new();
     let messages = sub.message_rx();
     let subscribed = async {
         sub.init().await?;
-        sub.subscribe(channel.as_str()).await
+        sub.subscribe(channels.clone()).await
     };
     let task = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-        Ok(Ok(())) => tokio::spawn(run(sub, messages, channel, tx, stop)),
+        Ok(Ok(())) => tokio::spawn(run(sub, messages, channels, txs, stop)),
         failed => {
             let error = match failed {
                 Ok(Err(e)) => e.to_string(),
                 _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
             };
-            tracing::warn!(%channel, %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
+            tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
             tokio::spawn(async move {
                 let _ = sub.quit().await;
             })
         }
     };
-    (rx, task)
+    (rxs, task)
 }
 
 /// How long start-up waits for the subscription.
@@ -56,35 +57,36 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 async fn run(
     sub: Client,
     mut messages: broadcast::Receiver<Message>,
-    channel: String,
-    tx: mpsc::UnboundedSender<Instant>,
+    channels: Vec<String>,
+    txs: Vec<mpsc::UnboundedSender<Instant>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut reconnects = sub.reconnect_rx();
+    // A loop that has ended no longer listens; the others still do.
+    let wake_all = |at: Instant| {
+        for tx in &txs {
+            let _ = tx.send(at);
+        }
+    };
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             msg = messages.recv() => match msg {
-                Ok(msg) if *msg.channel == *channel => {
-                    let ms = msg.value.as_u64().unwrap_or(0);
-                    if tx.send(Instant::now() + Duration::from_millis(ms)).is_err() {
-                        break;
+                Ok(msg) => {
+                    if let Some(tx) = channels.iter().position(|c| **c == *msg.channel).map(|i| &txs[i]) {
+                        let ms = msg.value.as_u64().unwrap_or(0);
+                        let _ = tx.send(Instant::now() + Duration::from_millis(ms));
                     }
                 }
-                Ok(_) => {}
-                // Missed some: wake now, the loop sorts it out.
-                Err(RecvError::Lagged(_)) => {
-                    if tx.send(Instant::now()).is_err() {
-                        break;
-                    }
-                }
+                // Missed some: wake now, the loops sort it out.
+                Err(RecvError::Lagged(_)) => wake_all(Instant::now()),
                 Err(RecvError::Closed) => break,
             },
             Ok(_) = reconnects.recv() => {
                 // Wake-ups published while disconnected are lost: look now.
-                let _ = tx.send(Instant::now());
-                if let Err(e) = sub.subscribe(channel.as_str()).await {
-                    tracing::warn!(%channel, error = %e, "cannot resubscribe to wake-ups");
+                wake_all(Instant::now());
+                if let Err(e) = sub.subscribe(channels.clone()).await {
+                    tracing::warn!(channel = %channels[0], error = %e, "cannot resubscribe to wake-ups");
                 }
             }
         }

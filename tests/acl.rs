@@ -242,7 +242,11 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         .items
         .is_empty());
     assert!(inspector.get(&slow).await.unwrap().is_none(), "acked");
-    assert_eq!(delayqueue::find_queues(cli, "dq:").await.unwrap(), vec!["orders"]);
+    let found = delayqueue::find_queues(cli, "dq:").await.unwrap();
+    assert_eq!(
+        found.iter().map(|q| (q.name.as_str(), q.shards)).collect::<Vec<_>>(),
+        [("orders", 1)]
+    );
     second.shutdown().await.unwrap();
 }
 

@@ -173,18 +173,19 @@ async fn send_queues_show_and_cancel() {
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["QUEUE", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]
+        ["QUEUE", "SHARDS", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]
     );
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["emails", "1", "0", "0", "0", "0"]
+        ["emails", "1", "1", "0", "0", "0", "0"]
     );
     assert_eq!(
         lines[2].split_whitespace().collect::<Vec<_>>(),
-        ["orders", "2", "0", "0", "0", "0"]
+        ["orders", "1", "2", "0", "0", "0", "0"]
     );
     let v = run(&url, &["queues", "--json"]).await.json();
     assert_eq!(v["queues"][1]["name"], "orders");
+    assert_eq!(v["queues"][1]["shards"], 1);
     assert_eq!(v["queues"][1]["counts"]["pending"], 2);
 
     let r = run(&url, &["show", "orders", "order-42"]).await;
@@ -516,6 +517,48 @@ async fn next_json(lines: &mut Lines<BufReader<ChildStdout>>) -> Value {
         .expect("no line in time");
     let line = line.unwrap().expect("stdout ended early");
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
+
+#[tokio::test]
+async fn sharded_queues_are_found_and_worked_on_as_one() {
+    let (_server, url, client) = start().await;
+    let q = builder(&client, "fanout").shards(4).build().unwrap();
+    for i in 0..40 {
+        q.send_delay_msg("x", Duration::from_secs(60))
+            .id(format!("m-{i}"))
+            .await
+            .unwrap();
+    }
+    let v = run(&url, &["queues", "--json"]).await.json();
+    assert_eq!(v["queues"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(
+        (&v["queues"][0]["shards"], &v["queues"][0]["counts"]["pending"]),
+        (&4.into(), &40.into())
+    );
+
+    // Without --shards the CLI finds the layout in Redis.
+    let v = run(&url, &["stats", "fanout", "--json"]).await.json();
+    assert_eq!(
+        (&v["counts"]["pending"], &v["totals"]["sent"]),
+        (&40.into(), &40.into())
+    );
+    let page = run(&url, &["list", "fanout", "pending", "--json", "--limit", "1000"])
+        .await
+        .json();
+    assert_eq!(page["items"].as_array().unwrap().len(), 40, "{page}");
+    assert_eq!(run(&url, &["show", "fanout", "m-7"]).await.code, 0);
+    let r = run(&url, &["cancel", "fanout", "m-7"]).await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "cancelled m-7\n"), "{r:?}");
+    assert!(q.get(&"m-7".into()).await.unwrap().is_none());
+    let r = run(&url, &["--shards", "4", "send", "fanout", "y", "--id", "new-1"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        q.get(&"new-1".into()).await.unwrap().is_some(),
+        "sent to the shard its id picks"
+    );
+    let r = run(&url, &["purge", "fanout", "--yes"]).await;
+    assert_eq!(r.stdout, "purged fanout: 40 entries removed\n", "{r:?}");
+    assert_eq!(q.status().await.unwrap(), delayqueue::QueueStatus::default());
 }
 
 #[tokio::test]

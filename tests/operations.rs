@@ -7,7 +7,9 @@ support::queue_helpers!();
 use std::collections::HashMap;
 use std::time::Duration;
 
-use delayqueue::{Backoff, Event, HandlerError, Message, MessageId, MessageState, QueueStats, RetryAfter, SkipRetry};
+use delayqueue::{
+    Backoff, Event, HandlerError, Message, MessageId, MessageState, NewMessage, QueueStats, RetryAfter, SkipRetry,
+};
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::{all_keys, wait_until, RedisServer};
@@ -352,12 +354,27 @@ async fn find_queues_and_purge() {
     }
     beta.send_delay_msg("b", Duration::ZERO).await.unwrap();
     other.send_delay_msg("c", Duration::ZERO).await.unwrap();
-    assert_eq!(
-        delayqueue::find_queues(&client, "dq:").await.unwrap(),
-        vec!["alpha", "beta"]
-    );
-    assert_eq!(delayqueue::find_queues(&client, "other:").await.unwrap(), vec!["gamma"]);
+    let sharded = delayqueue::DelayQueue::builder("delta", client.clone())
+        .shards(3)
+        .build()
+        .unwrap();
+    // Enough ids that every shard gets one.
+    sharded
+        .send_batch((0..30).map(|i| NewMessage::new(format!("{i}"), Duration::from_secs(60))))
+        .await
+        .unwrap();
+    let found = |prefix: &'static str| {
+        let client = client.clone();
+        async move {
+            let found = delayqueue::find_queues(&client, prefix).await.unwrap();
+            found.into_iter().map(|q| (q.name, q.shards)).collect::<Vec<_>>()
+        }
+    };
+    let named = |names: &[(&str, usize)]| names.iter().map(|(n, s)| (n.to_string(), *s)).collect::<Vec<_>>();
+    assert_eq!(found("dq:").await, named(&[("alpha", 1), ("beta", 1), ("delta", 3)]));
+    assert_eq!(found("other:").await, named(&[("gamma", 1)]));
     assert_eq!(q.purge().await.unwrap(), 2500);
     assert_eq!(q.stats().await.unwrap(), QueueStats::default());
-    assert_eq!(delayqueue::find_queues(&client, "dq:").await.unwrap(), vec!["beta"]);
+    assert_eq!(sharded.purge().await.unwrap(), 30);
+    assert_eq!(found("dq:").await, named(&[("beta", 1)]));
 }

@@ -63,6 +63,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
     let ctx = Ctx {
         client,
         prefix: cli.prefix,
+        shards: cli.shards,
         json: cli.json,
     };
     match cli.command {
@@ -83,22 +84,55 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
 struct Ctx {
     client: Client,
     prefix: String,
+    /// `--shards`; unset: ordinary, or as found in Redis.
+    shards: Option<usize>,
     json: bool,
 }
 
 impl Ctx {
-    /// Queue `name`, which need not exist yet.
-    fn queue(&self, name: &str) -> Result<DelayQueue, Failure> {
+    /// Queue `name` spread over `shards`.
+    fn build(&self, name: &str, shards: usize) -> Result<DelayQueue, Failure> {
         Ok(DelayQueue::builder(name, self.client.clone())
             .key_prefix(self.prefix.as_str())
+            .shards(shards)
             .build()?)
+    }
+
+    /// Queue `name`, which need not exist yet: with `--shards`, or as found
+    /// in Redis, or an ordinary queue.
+    async fn queue(&self, name: &str) -> Result<DelayQueue, Failure> {
+        match self.shards {
+            Some(n) => self.build(name, n),
+            None => Ok(self.find(name).await?.unwrap_or(self.build(name, 1)?)),
+        }
+    }
+
+    /// Queue `name` as found in Redis: ordinary if it exists as one, else
+    /// sharded as `find_queues` sees it (a keyspace scan).
+    async fn find(&self, name: &str) -> Result<Option<DelayQueue>, Failure> {
+        let plain = self.build(name, 1)?;
+        if plain.exists().await? {
+            return Ok(Some(plain));
+        }
+        let found = find_queues(&self.client, &self.prefix).await?;
+        match found.iter().find(|q| q.name == name) {
+            Some(q) => Ok(Some(self.build(name, q.shards)?)),
+            None => Ok(None),
+        }
     }
 
     /// Queue `name`, which must exist (have been sent to).
     async fn existing(&self, name: &str) -> Result<DelayQueue, Failure> {
-        let queue = self.queue(name)?;
+        let queue = self.queue(name).await?;
         if !queue.exists().await? {
-            let known = find_queues(&self.client, &self.prefix).await?;
+            let known: Vec<String> = find_queues(&self.client, &self.prefix)
+                .await?
+                .into_iter()
+                .map(|q| match q.shards {
+                    1 => q.name,
+                    n => format!("{} ({n} shards)", q.name),
+                })
+                .collect();
             let known = if known.is_empty() {
                 "none".to_string()
             } else {
@@ -137,22 +171,23 @@ impl Ctx {
     }
 
     async fn queues(&self) -> Result<u8, Failure> {
-        let names = find_queues(&self.client, &self.prefix).await?;
-        let mut counts = Vec::with_capacity(names.len());
-        for name in &names {
-            counts.push(self.queue(name)?.stats().await?);
+        let found = find_queues(&self.client, &self.prefix).await?;
+        let mut counts = Vec::with_capacity(found.len());
+        for q in &found {
+            counts.push(self.build(&q.name, q.shards)?.stats().await?);
         }
-        let json = json!({"queues": names.iter().zip(&counts)
-            .map(|(name, c)| json!({"name": name, "counts": output::counts_json(c)}))
+        let json = json!({"queues": found.iter().zip(&counts)
+            .map(|(q, c)| json!({"name": q.name, "shards": q.shards, "counts": output::counts_json(c)}))
             .collect::<Vec<_>>()});
         self.print(json, || {
-            if names.is_empty() {
+            if found.is_empty() {
                 return format!("no queues under prefix {:?}\n", self.prefix);
             }
-            let mut t = Table::new(["QUEUE", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]);
-            for (name, c) in names.iter().zip(&counts) {
+            let mut t = Table::new(["QUEUE", "SHARDS", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]);
+            for (q, c) in found.iter().zip(&counts) {
                 t.row([
-                    name.clone(),
+                    q.name.clone(),
+                    q.shards.to_string(),
                     c.pending.to_string(),
                     c.ready.to_string(),
                     c.processing.to_string(),
@@ -259,7 +294,7 @@ impl Ctx {
     }
 
     async fn send(&self, args: SendArgs) -> Result<u8, Failure> {
-        let queue = self.queue(&args.queue)?;
+        let queue = self.queue(&args.queue).await?;
         let mut send = queue.send_delay_msg(args.payload, args.delay);
         if let Some(id) = args.id {
             send = send.id(id);
