@@ -5,7 +5,9 @@
 //! - `single_server::*`: a private `redis-server` per test;
 //! - `cluster::*`: a local 3-primary Redis Cluster (shared by the cluster
 //!   tests that run at the same time, each with its own client and queue
-//!   names) and a fred cluster client.
+//!   names) and a fred cluster client;
+//! - `sharded_cluster::*`: the same cluster, every queue spread over 4
+//!   shards (`DelayQueueBuilder::shards`).
 //!
 //! Filter by mode with e.g. `cargo test --test e2e cluster::`. Another
 //! backend is a type implementing `backends::Backend` (one that only
@@ -26,4 +28,8 @@ mod single_server {
 
 mod cluster {
     crate::scenarios::scenario_tests!(crate::backends::Cluster);
+}
+
+mod sharded_cluster {
+    crate::scenarios::scenario_tests!(crate::backends::ShardedCluster);
 }

@@ -146,6 +146,31 @@ impl Backend for Cluster {
     }
 }
 
+/// The shared cluster of [`Cluster`], every queue spread over
+/// [`SHARDS`] shards (so over the primaries).
+pub struct ShardedCluster(Cluster);
+
+/// Shards of each queue of [`ShardedCluster`].
+pub const SHARDS: usize = 4;
+
+impl Backend for ShardedCluster {
+    async fn start() -> Self {
+        ShardedCluster(Cluster::start().await)
+    }
+
+    fn scope(&self) -> &Scope {
+        self.0.scope()
+    }
+
+    fn configure(&self, b: DelayQueueBuilder) -> DelayQueueBuilder {
+        b.shards(SHARDS)
+    }
+
+    async fn all_keys(&self) -> Vec<String> {
+        self.0.all_keys().await
+    }
+}
+
 /// The cluster of the tests running now, started by the first of them.
 /// Starting one takes seconds, so tests share it, each with its own client
 /// and namespace; it stops when the last test holding it ends (a static
