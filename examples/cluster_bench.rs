@@ -15,7 +15,8 @@
 //! queue with `concurrency(16)` and a no-op handler. Per shard count S: the
 //! same with one queue of S shards (`bench:{cbS-0#i}`, named so that each
 //! primary gets its share of shards), sent from S tasks and consumed by one
-//! consumer with `concurrency(16)`. The queues are left empty.
+//! consumer with `concurrency(16 × S)`: as many handlers as S queues get.
+//! The queues are left empty.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,7 +137,7 @@ async fn run(
         .map(|name| {
             DelayQueue::builder(name.as_str(), client.clone())
                 .key_prefix("bench:")
-                .concurrency(16)
+                .concurrency(16 * shards)
                 .shards(shards)
                 .build()
         })
@@ -189,6 +190,7 @@ async fn run(
     Ok(json!({
         "queues": count,
         "shards": shards,
+        "handlers": queues.len() * 16 * shards,
         "n": total,
         "slots_per_node": per_node(tags, owners),
         "send_batch_per_s": send_rate.round(),

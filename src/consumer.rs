@@ -40,6 +40,8 @@ pub struct Consumer {
     stop: watch::Sender<bool>,
     /// The loop of each shard, then the wake-up task.
     tasks: Vec<JoinHandle<()>>,
+    /// The queue's name, for logs.
+    name: String,
 }
 
 impl Consumer {
@@ -84,7 +86,15 @@ impl Consumer {
             })
             .collect();
         tasks.push(waker);
-        Consumer { stop, tasks }
+        match shards.len() {
+            1 => tracing::info!(queue = %queue.name(), "consumer started"),
+            n => tracing::info!(queue = %queue.name(), shards = n, "consumer started"),
+        }
+        Consumer {
+            stop,
+            tasks,
+            name: queue.name().to_string(),
+        }
     }
 
     /// Stops gracefully: claims nothing more, lets running handlers finish
@@ -97,6 +107,7 @@ impl Consumer {
             task.await
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
+        tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }
 }
@@ -165,7 +176,7 @@ async fn run(
         claim: true,
     };
     let mut failures = 0u32;
-    tracing::info!(queue = %shared.queue.name(), shard = shared.index, "consumer started");
+    tracing::debug!(queue = %shared.queue.name(), shard = shared.index, "shard loop started");
     while !*stop.borrow() {
         let (until, on_slot) = match step(&shared, &mut at).await {
             Ok(slot) => {
@@ -214,7 +225,7 @@ async fn run(
     let (name, shard) = (shared.queue.name().to_string(), shared.index);
     drop(shared);
     let _ = acker.await;
-    tracing::info!(queue = %name, shard, "consumer stopped");
+    tracing::debug!(queue = %name, shard, "shard loop stopped");
 }
 
 /// One round: sweep when due, promote when something is due, claim what

@@ -82,6 +82,34 @@ async fn every_message_is_delivered_once_from_every_shard() {
     assert_eq!((status.totals.sent, status.totals.acked), (2100, 2100));
 }
 
+/// Each shard's wake-ups reach the consumer: with a 10 s sweep, messages
+/// sent to every shard after it started still come on time.
+#[tokio::test]
+async fn wake_ups_of_every_shard_reach_the_consumer() {
+    let (_server, _client, q) = start_queue("woken", Duration::from_secs(10), |b| b.shards(3)).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    // Past the first sweep, which looks at every shard once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ids: Vec<String> = (0..3).flat_map(|s| ids_in_shard("w", s, 3, 2)).collect();
+    let sent = Instant::now();
+    for id in &ids {
+        q.send_delay_msg("x", Duration::from_millis(200))
+            .id(id.as_str())
+            .await
+            .unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || log.len() == ids.len()).await,
+        "{} of {} delivered",
+        log.len(),
+        ids.len()
+    );
+    let last = log.snapshot().iter().map(|d| d.2).max().unwrap();
+    assert!(last - sent < Duration::from_secs(2), "woken late: {:?}", last - sent);
+    consumer.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn by_id_operations_and_inspection_cover_every_shard() {
     let (_server, client, q) = start_queue("byid", FETCH_INTERVAL, |b| {
