@@ -112,9 +112,15 @@ fn setuser(user: &str, role: Role, queue: &str) -> Vec<String> {
     args
 }
 
-/// Creates `user` for `role` and returns a client logged in as it.
+/// Creates `user` for `role` on queue `orders` and returns a client logged in as it.
 async fn user(server: &RedisServer, user: &str, role: Role) -> Client {
-    let args = setuser(user, role, "orders");
+    user_of(server, user, role, "orders").await
+}
+
+/// Creates `user` for `role` on the queue whose hash tags match `queue`
+/// (a glob: `orders#*` for the shards of `orders`).
+async fn user_of(server: &RedisServer, user: &str, role: Role, queue: &str) -> Client {
+    let args = setuser(user, role, queue);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(server.raw_command(&refs), "OK", "{args:?}");
     println!("{}", args.join(" "));
@@ -360,4 +366,43 @@ async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
         cannot_touch_anything_else(client, &server).await;
     }
     assert_eq!(server.raw_command(&["EXISTS", "dq:{orders}:pending"]), "0");
+}
+
+/// A sharded queue as a user limited to `~dq:{orders#*}*` and
+/// `&dq:{orders#*}:wake` (docs/scaling.md): sends, consumes with wake-ups,
+/// inspects and purges every shard, and is refused nothing.
+#[tokio::test]
+async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
+    let server = RedisServer::start().await;
+    let app = user_of(&server, "orders-sharded", Role::All, "orders#*").await;
+    let q = DelayQueue::builder("orders", app.clone())
+        .shards(3)
+        .fetch_interval(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let log = Log::default();
+    let consumer = q.start_consume(handler(&log)).await.unwrap();
+    let msgs = (0..30).map(|i| delayqueue::NewMessage::new(format!("m{i}"), Duration::from_millis(100)));
+    assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
+    // Woken on every shard: well before the 5 s sweep.
+    assert!(
+        wait_until(Duration::from_secs(3), || log.len() == 30).await,
+        "{} delivered",
+        log.len()
+    );
+    assert_eq!(
+        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
+        QueueStats::default()
+    );
+    consumer.shutdown().await.unwrap();
+    q.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(q.list(MessageState::Pending, 0, 10).await.unwrap().total, 1);
+    assert!(q.check_integrity().await.unwrap().is_clean());
+    assert_eq!(q.purge().await.unwrap(), 1);
+    assert_eq!(
+        acl_log(&server),
+        Vec::<String>::new(),
+        "refused while running the queue"
+    );
+    assert!(app.get::<Option<String>, _>("dq:{orders}:pending").await.is_err());
 }
