@@ -19,12 +19,20 @@ use crate::{scripts, DelayQueue, MessageId};
 /// Most acks in one script call.
 const ACK_BATCH: usize = 128;
 
+/// Acks waiting to be sent that are normal under load: a batch in flight
+/// and more gathering while it waits behind claims on the connection.
+/// More means acks fall behind the handlers.
+pub(crate) const ACK_SLACK: usize = 4 * ACK_BATCH;
+
 /// One successful delivery to acknowledge.
 pub(crate) struct AckItem {
     pub id: MessageId,
     pub lease: i64,
     /// When the lease runs out by this host's clock; retrying after that is pointless.
     pub deadline: Instant,
+    /// Dropped once the ack is sent or given up: the consumer counts acks
+    /// not yet sent, and claims less while more than `ACK_SLACK` wait.
+    pub _acking: Box<dyn Send>,
 }
 
 /// Starts the ack task of the shard with keys `k`; it ends once every

@@ -32,6 +32,11 @@ use crate::{scripts, DelayQueue, Error, Handler, HandlerError, Message, MessageI
 /// Most script calls of one kind in a row before the loop does other work.
 const MAX_ROUNDS: usize = 8;
 
+/// Most ids one claim call leases, whatever `batch_size`: a claim does
+/// several calls per id, and at 512 ids it ran up to ~8 ms with 1,000,000
+/// keys in Redis (docs/performance.md). More are claimed in further calls.
+const MAX_CLAIM: usize = 256;
+
 /// A running consumer. Stop it with [`shutdown`](Consumer::shutdown);
 /// dropping it stops it too, without waiting.
 #[derive(Debug)]
@@ -78,6 +83,7 @@ impl Consumer {
                     index,
                     pool: pool.clone(),
                     in_flight: AtomicUsize::new(0),
+                    acking: AtomicUsize::new(0),
                     claims: AtomicU64::new(0),
                     acks,
                     leases,
@@ -142,6 +148,8 @@ struct Shared {
     pool: Arc<Pool>,
     /// Messages of this shard claimed and not finished.
     in_flight: AtomicUsize,
+    /// Finished deliveries of this shard whose ack has not been sent yet.
+    acking: AtomicUsize,
     /// Key of this consumer's claim receipt.
     receipt: String,
     /// Claim requests answered so far; numbers each request for its receipt.
@@ -355,7 +363,32 @@ fn claim_capacity(shared: &Shared) -> usize {
     let limit = startable.max(config.concurrency).min(config.fetch_limit);
     let share = limit.div_ceil(pool.done.len()).max(config.concurrency.min(limit));
     let mine = share.saturating_sub(shared.in_flight.load(Ordering::Acquire));
-    limit.saturating_sub(in_flight).min(mine).min(config.batch_size)
+    // Acks that fall behind (Redis slower than the handlers) hold back
+    // claims, or their leases would run out while they wait to be sent.
+    let lagging = shared.acking.load(Ordering::Acquire).saturating_sub(acker::ACK_SLACK);
+    limit
+        .saturating_sub(in_flight + lagging)
+        .min(mine)
+        .min(config.batch_size)
+        .min(MAX_CLAIM)
+}
+
+/// A finished delivery counted in its shard's `acking` until its ack is
+/// sent (or given up).
+struct Acking(Arc<Shared>);
+
+impl Acking {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.acking.fetch_add(1, Ordering::AcqRel);
+        Acking(shared.clone())
+    }
+}
+
+impl Drop for Acking {
+    fn drop(&mut self) {
+        self.0.acking.fetch_sub(1, Ordering::AcqRel);
+        self.0.pool.done[self.0.index].notify_one();
+    }
 }
 
 /// Claims up to `want` messages and starts a delivery task for each; returns how many ids were popped.
@@ -497,6 +530,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
                     id: id.clone(),
                     lease,
                     deadline,
+                    _acking: Box::new(Acking::new(&shared)),
                 });
                 None
             }
