@@ -708,3 +708,71 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Message;
+
+    fn pool(shards: usize, concurrency: usize) -> Arc<Pool> {
+        Arc::new(Pool {
+            handler: Arc::new(|_m: Message| async { Ok::<(), HandlerError>(()) }),
+            workers: Semaphore::new(concurrency),
+            in_flight: AtomicUsize::new(0),
+            done: (0..shards).map(|_| Notify::new()).collect(),
+            // Fast handlers: fetch_limit, not the lease, bounds claims.
+            avg_handler_us: AtomicU64::new(1),
+            stop: watch::channel(false).1,
+        })
+    }
+
+    /// An idle shard `index` of a consumer of `queue`; nothing is sent.
+    fn shard(queue: &DelayQueue, pool: &Arc<Pool>, index: usize) -> Shared {
+        Shared {
+            queue: queue.clone(),
+            keys: queue.inner.shards[index].clone(),
+            index,
+            pool: pool.clone(),
+            in_flight: AtomicUsize::new(0),
+            acking: AtomicUsize::new(0),
+            receipt: String::new(),
+            claims: AtomicU64::new(0),
+            acks: mpsc::unbounded_channel().0,
+            leases: Arc::new(Leases::default()),
+        }
+    }
+
+    fn queue(shards: usize, fetch_limit: usize) -> DelayQueue {
+        let client = fred::prelude::Builder::default_centralized().build().unwrap();
+        DelayQueue::builder("q", client)
+            .shards(shards)
+            .concurrency(8)
+            .fetch_limit(fetch_limit)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_shard_claims_its_share_of_what_is_free() {
+        let (q, pool) = (queue(4, 256), pool(4, 8));
+        let (a, b) = (shard(&q, &pool, 0), shard(&q, &pool, 1));
+        assert_eq!(claim_capacity(&a), 64, "a quarter of fetch_limit");
+        a.in_flight.store(60, Ordering::Release);
+        pool.in_flight.store(250, Ordering::Release);
+        assert_eq!(claim_capacity(&a), 4, "its share, less what it holds");
+        assert_eq!(claim_capacity(&b), 6, "what is left of fetch_limit");
+        pool.in_flight.store(200, Ordering::Release);
+        assert_eq!(claim_capacity(&b), 56);
+        // Acks waiting beyond the slack hold claims back one for one.
+        b.acking.store(acker::ACK_SLACK + 3, Ordering::Release);
+        assert_eq!(claim_capacity(&b), 53);
+        b.acking.store(acker::ACK_SLACK, Ordering::Release);
+        assert_eq!(claim_capacity(&b), 56);
+    }
+
+    #[test]
+    fn one_claim_leases_at_most_max_claim_ids() {
+        let (q, pool) = (queue(1, 1000), pool(1, 8));
+        assert_eq!(claim_capacity(&shard(&q, &pool, 0)), MAX_CLAIM);
+    }
+}
