@@ -56,9 +56,13 @@ impl Keys {
         if shards == 1 {
             return Ok(vec![one]);
         }
-        Ok((0..shards)
-            .map(|i| Self::tagged(prefix, &format!("{name}{SHARD_MARK}{i}")))
-            .collect())
+        Ok((0..shards).map(|i| Self::shard(prefix, name, i)).collect())
+    }
+
+    /// The keys of shard `i` of queue `name`, both already checked by
+    /// [`Keys::shards`].
+    pub fn shard(prefix: &str, name: &str, i: usize) -> Self {
+        Self::tagged(prefix, &format!("{name}{SHARD_MARK}{i}"))
     }
 
     fn tagged(prefix: &str, tag: &str) -> Self {

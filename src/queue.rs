@@ -364,12 +364,7 @@ impl DelayQueue {
         if n == 1 {
             return;
         }
-        let Some(next) = Keys::shards(&self.inner.prefix, &self.inner.name, n + 1)
-            .ok()
-            .and_then(|mut s| s.pop())
-        else {
-            return;
-        };
+        let next = Keys::shard(&self.inner.prefix, &self.inner.name, n);
         if let Ok(1) = self.inner.client.exists::<i64, _>(&next.totals).await {
             tracing::warn!(
                 queue = %self.inner.name, shards = n, found = %next.totals,
