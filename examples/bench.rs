@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Options: `--only w1,w2,w3,w4,compare` (default: all), `--n 50000`
-//! (messages per throughput phase), `--scale 1000000` (w4 backlog).
+//! (messages per throughput phase), `--scale 1000000` (w4 backlog),
+//! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
+//! next database of `REDIS_URL`'s server for the empty side).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::interfaces::{ClientLike, SortedSetsInterface};
+use delayqueue::fred::prelude::{Builder, Config};
 use delayqueue::fred::types::{CustomCommand, InfoKind, Value};
 use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageId, NewMessage};
 use futures::StreamExt;
@@ -35,6 +38,7 @@ struct Opts {
     only: Vec<String>,
     n: usize,
     scale: usize,
+    rounds: usize,
 }
 
 fn opts() -> Res<Opts> {
@@ -42,6 +46,7 @@ fn opts() -> Res<Opts> {
         only: ["w1", "w2", "w3", "w4", "compare"].map(String::from).to_vec(),
         n: 50_000,
         scale: 1_000_000,
+        rounds: 3,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -50,6 +55,7 @@ fn opts() -> Res<Opts> {
             "--only" => o.only = val()?.split(',').map(String::from).collect(),
             "--n" => o.n = val()?.parse()?,
             "--scale" => o.scale = val()?.parse()?,
+            "--rounds" => o.rounds = val()?.parse()?,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -397,44 +403,92 @@ fn script_name(words: &[Value]) -> &'static str {
     }
 }
 
-/// w4: w1 again on top of `scale` pending messages (due in an hour); then
-/// the longest script call while draining `scale` due messages.
-async fn w4(client: &Client, tag: &str, n: usize, scale: usize, empty: &serde_json::Value) -> Res<serde_json::Value> {
+/// A client on another database of the same server (the one after
+/// `url`'s): the empty side of w4, so that both sides share one Redis
+/// process, its CPU and its noise, while each has a keyspace of its own.
+async fn other_database(url: &str) -> Res<Client> {
+    let mut config = Config::from_url(url)?;
+    config.database = Some(config.database.map_or(1, |d| (d + 1) % 16));
+    let client = Builder::from_config(config).build()?;
+    client.init().await?;
+    Ok(client)
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
+    }
+}
+
+/// The figures of w1 that w4 compares, loaded against empty.
+const W1_FIGURES: [(&str, &str); 5] = [
+    ("send_single_awaited", "send_single_awaited_per_s"),
+    ("send_concurrent", "send_concurrent_per_s"),
+    ("send_batch", "send_batch_per_s"),
+    ("consume_c16", "consume_c16_per_s"),
+    ("consume_redis_cpu_per_msg", "consume_redis_cpu_us_per_msg"),
+];
+
+/// Each figure of `loaded` divided by `base`'s, to two places.
+fn ratios(loaded: &serde_json::Value, base: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (name, key) in W1_FIGURES {
+        let r = loaded[key].as_f64().unwrap_or(0.0) / base[key].as_f64().unwrap_or(f64::NAN);
+        out.insert(name.into(), json!((r * 100.0).round() / 100.0));
+    }
+    out.into()
+}
+
+/// The median of each w1 figure over `runs`.
+fn medians(runs: &[serde_json::Value]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (_, key) in W1_FIGURES {
+        out.insert(
+            key.into(),
+            json!(median(runs.iter().filter_map(|r| r[key].as_f64()).collect())),
+        );
+    }
+    out.into()
+}
+
+/// w4: w1 on top of `scale` pending messages (due in an hour) against w1 on
+/// an empty database of the same server, in interleaved rounds; then the
+/// longest script call while draining `scale` due messages.
+async fn w4(client: &Client, url: &str, tag: &str, n: usize, scale: usize, rounds: usize) -> Res<serde_json::Value> {
+    let empty_db = other_database(url).await?;
     cleanup(client).await?;
+    cleanup(&empty_db).await?;
     let name = format!("{tag}-scale");
     send_batch(&queue(client, &name, |b| b)?, scale, HOUR).await?;
-    // Let Redis finish growing its hash tables (incremental rehashing), as
-    // it has long done under a backlog that built up over time.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    // First pass: the 3n messages it adds take a backlog of 1,000,000 past
-    // 2^20 keys, so Redis doubles its keyspace, expires and pending tables
-    // (and moves ~1,000,000 entries in each) during the measurement.
-    let first = w1(client, &name, n).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    // Second pass, on the same backlog (now scale + 2n pending): the tables
-    // have their new size, as they have in a queue that holds such a
-    // backlog for longer than one benchmark phase.
-    let second = w1(client, &name, n).await?;
+    // The first loaded round adds 3n messages, which take a backlog of
+    // 1,000,000 past 2^20 keys: Redis doubles its keyspace, expires and
+    // pending tables (moving ~1,000,000 entries in each) meanwhile. That
+    // happens once per doubling in a server's life, so it is reported on
+    // its own, and the rounds after it show the backlog's lasting cost.
+    let growth = w1(client, &name, n).await?;
+    let (mut empty, mut loaded) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // Alternate which side goes first, so drift in the machine's load
+        // does not always favour the same side.
+        for side in [round % 2, 1 - round % 2] {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            if side == 0 {
+                empty.push(w1(&empty_db, &format!("{tag}-empty"), n).await?);
+                cleanup(&empty_db).await?;
+            } else {
+                loaded.push(w1(client, &name, n).await?);
+            }
+        }
+    }
+    let base = medians(&empty);
+    let per_round: Vec<_> = loaded.iter().zip(&empty).map(|(l, e)| ratios(l, e)).collect();
+    let steady = ratios(&medians(&loaded), &base);
+    let growth_ratios = ratios(&growth, &base);
     cleanup(client).await?;
-    // A second empty run after the loaded ones, so that the machine's
-    // noise shows in the empty figures too; ratios are to their mean.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let empty2 = w1(client, &format!("{tag}-w1b"), n).await?;
-    cleanup(client).await?;
-    let ratios = |loaded: &serde_json::Value| {
-        let ratio = |k: &str| {
-            let base = (empty[k].as_f64().unwrap_or(f64::NAN) + empty2[k].as_f64().unwrap_or(f64::NAN)) / 2.0;
-            (loaded[k].as_f64().unwrap_or(0.0) / base * 100.0).round() / 100.0
-        };
-        json!({
-            "send_single_awaited": ratio("send_single_awaited_per_s"),
-            "send_concurrent": ratio("send_concurrent_per_s"),
-            "send_batch": ratio("send_batch_per_s"),
-            "consume_c16": ratio("consume_c16_per_s"),
-            "consume_redis_cpu_per_msg": ratio("consume_redis_cpu_us_per_msg"),
-        })
-    };
-    let (first_ratios, second_ratios) = (ratios(&first), ratios(&second));
 
     let q = queue(client, &format!("{tag}-drain"), |b| b.concurrency(16))?;
     send_batch(&q, scale, Duration::ZERO).await?;
@@ -475,10 +529,12 @@ async fn w4(client: &Client, tag: &str, n: usize, scale: usize, empty: &serde_js
     cleanup(client).await?;
     Ok(json!({
         "pending_backlog": scale,
-        "empty": [empty, empty2],
-        "with_backlog": [first, second],
-        "ratio_to_empty_first_pass": first_ratios,
-        "ratio_to_empty_second_pass": second_ratios,
+        "empty": empty,
+        "with_backlog_growth_round": growth,
+        "with_backlog": loaded,
+        "ratio_to_empty_growth_round": growth_ratios,
+        "ratio_to_empty_per_round": per_round,
+        "ratio_to_empty_median": steady,
         "drain_due_messages": scale,
         "drain_consume_c16_per_s": drain,
         "drain_redis_cpu_us_per_msg": drain_redis_us,
@@ -530,20 +586,16 @@ async fn main() -> Res<()> {
     if on("w3") {
         emit("w3_memory", w3(&client).await?);
     }
-    let mut empty = serde_json::Value::Null;
-    if on("w1") || on("w4") {
-        empty = w1(&client, &format!("{tag}-w1"), o.n).await?;
+    if on("w1") {
+        emit("w1_throughput", w1(&client, &format!("{tag}-w1"), o.n).await?);
         cleanup(&client).await?;
-        if on("w1") {
-            emit("w1_throughput", empty.clone());
-        }
     }
     if on("w2") {
         emit("w2_lateness", w2(&client, &tag).await?);
         cleanup(&client).await?;
     }
     if on("w4") {
-        emit("w4_scale", w4(&client, &tag, o.n, o.scale, &empty).await?);
+        emit("w4_scale", w4(&client, &url, &tag, o.n, o.scale, o.rounds).await?);
     }
     if on("compare") {
         emit("compare_go_style", compare(&client, &tag).await?);

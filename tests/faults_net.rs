@@ -1,7 +1,8 @@
 //! Reliability under faults, server and network side (issue 4: nothing
 //! lost): Redis killed and restarted mid-run, connections cut (also after a
 //! request ran but before its reply came back, so fred re-sends it), and
-//! scripts flushed, while producers and consumers keep going.
+//! scripts flushed, while producers and consumers keep going; and a slow
+//! link that holds acks back.
 //!
 //! Every scenario runs producers that record each id whose send returned
 //! `Ok` and two consumers that record every delivery, while a fault loop
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Message, MessageId, QueueStats};
+use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Message, MessageId, NewMessage, QueueStats};
 use fred::clients::Client;
 use helpers::{queue_builder, recording, start_queue_with, wait_stats, Log};
 use support::logs::Logs;
@@ -371,4 +372,49 @@ async fn script_flush_storm_fails_no_send() {
     let flushes = flusher.join().unwrap();
     println!("FAULT scenario=script_flush_storm sent={ok} send_errors={failed} faults={flushes}");
     assert_eq!(failed, 0, "{failed} of {} sends failed, first: {first:?}", ok + failed);
+}
+
+/// A slow link (each reply chunk held back 5 ms) and handlers that take no
+/// time: claims (256 ids per call while 512 slots are free) bring messages
+/// faster than acks (128 per call, one call at a time) can report them.
+/// Finished deliveries whose acks wait beyond a slack hold back further
+/// claims, so no ack waits until its 300 ms lease has run out: every
+/// message is delivered once and no delivery fails. With the slack made
+/// unreachable, 2,712 messages were delivered twice (1,944 with
+/// `fetch_limit(1024)`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
+    const N: usize = 30_000;
+    let server = RedisServer::start().await;
+    let direct = server.client().await;
+    let proxy = Proxy::start(server.port()).await;
+    let via_proxy = proxy.client().await;
+    let producer = queue_builder("acklag", &direct, FETCH_INTERVAL).build().unwrap();
+    for _ in 0..N / 1000 {
+        let batch = (0..1000).map(|_| NewMessage::new("x", Duration::ZERO));
+        for sent in producer.send_batch(batch).await.unwrap() {
+            sent.unwrap();
+        }
+    }
+    proxy.delay_replies(Duration::from_millis(5));
+    let q = queue_builder("acklag", &via_proxy, FETCH_INTERVAL)
+        .concurrency(16)
+        .fetch_limit(512)
+        .max_consume_duration(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let log = Log::default();
+    let consumer = q.start_consume(recording(&log, |_| async { Ok(()) })).await.unwrap();
+    let drained = wait_stats(&producer, Duration::from_secs(60), QueueStats::default()).await;
+    consumer.shutdown().await.unwrap();
+    assert_eq!(drained, QueueStats::default());
+    let failed = producer.status().await.unwrap().totals.failed;
+    let counts = log.counts();
+    let twice = counts.values().filter(|&&n| n > 1).count();
+    println!(
+        "ACKLAG deliveries {} of {N} ids, {twice} delivered more than once, {failed} failed",
+        log.len()
+    );
+    assert_eq!((counts.len(), twice, failed), (N, 0, 0));
+    assert!(all_keys(&direct).await.is_empty());
 }

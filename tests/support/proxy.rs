@@ -11,6 +11,8 @@
 //! - [`Proxy::cut_replies_once`] arms every open connection: the next reply
 //!   bytes Redis sends on it are swallowed and the connection is closed, so
 //!   the request they answer has run but its caller never learns the result.
+//! - [`Proxy::delay_replies`] holds every reply chunk back for a while: a
+//!   slow link, or a Redis slower than the client, as the client sees it.
 //!
 //! Connections opened after an arm are not armed (a reconnect is not cut at
 //! once); an armed connection stays armed until its next reply, however
@@ -21,6 +23,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fred::clients::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -39,6 +42,8 @@ struct Shared {
     swallowed: AtomicU64,
     /// Connections accepted so far.
     accepted: AtomicU64,
+    /// Set by `delay_replies`: µs each reply chunk is held back.
+    reply_delay_us: AtomicU64,
 }
 
 /// A running proxy; see the module docs.
@@ -89,6 +94,14 @@ impl Proxy {
     /// swallowed and the connection closed.
     pub fn cut_replies_once(&self) {
         self.shared.swallow_epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Holds each reply chunk back for `delay` before passing it on (zero:
+    /// no delay). Replies stay in order, so a connection answers at most one
+    /// chunk per `delay`, however many requests it carries.
+    pub fn delay_replies(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.reply_delay_us.store(us, Ordering::SeqCst);
     }
 
     /// Connections closed by a fault so far.
@@ -159,6 +172,10 @@ async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>, mut
                 shared.swallowed.fetch_add(1, Ordering::SeqCst);
                 shared.cuts.fetch_add(1, Ordering::SeqCst);
                 return;
+            }
+            let delay = shared.reply_delay_us.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_micros(delay)).await;
             }
             if client_tx.write_all(&buf[..n]).await.is_err() {
                 return;
