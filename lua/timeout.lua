@@ -9,8 +9,8 @@ KEYS[4] garbage zset KEYS[5] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)   ARGV[3] msg ttl ms
 ARGV[4] default retry count   ARGV[5] wake-up channel
 ARGV[6] dead-letter retention ms
-Returns {timed_out, moved_to_garbage}. Counts 'failed' and 'dead' in the
-totals.
+Returns {timed_out, moved_to_garbage, then for each id moved to garbage:
+id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
@@ -26,7 +26,8 @@ local ttl, now, default = tonumber(ARGV[3]), now_ms(), tonumber(ARGV[4])
 -- read and its TTL kept (a call per id would make 1000 ids take ~10 ms).
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
-local reasons, retry, dead = {}, {}, 0
+-- out: {timed_out, dead, then id and delivery count of each dead one}.
+local reasons, retry, out, dead = {}, {}, {#ids, 0}, 0
 for i, id in ipairs(ids) do
   local key = ARGV[1] .. id
   local n = count(records[i], 1)
@@ -35,6 +36,8 @@ for i, id in ipairs(ids) do
   if n > max_retries(key, default) then
     bury(KEYS[4], id, key, now, tonumber(ARGV[6]))
     dead = dead + 1
+    out[#out + 1] = id
+    out[#out + 1] = n
   else
     keep_payload(key, ttl)
     retry[#retry + 1] = id
@@ -47,4 +50,5 @@ if #retry > 0 then
 end
 tally(KEYS[5], 'failed', #ids)
 tally(KEYS[5], 'dead', dead)
-return {#ids, dead}
+out[2] = dead
+return out

@@ -280,21 +280,25 @@ async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
             k.wake.as_str().into(),
             (inner.config.dead_retention.as_millis() as i64).into(),
         ];
-        let [timed_out, dead]: [i64; 2] = queue
-            .call::<Vec<i64>>(&scripts::TIMEOUT, keys, args)
-            .await
-            .and_then(pair("timeout"))?;
+        let reply = queue.call::<Vec<Value>>(&scripts::TIMEOUT, keys, args).await?;
+        let (timed_out, buried) = timed_out_reply(&reply)?;
+        let dead = buried.len() as u64;
         if timed_out > 0 {
             tracing::warn!(queue = %inner.name, timed_out, dead, "deliveries exceeded max_consume_duration; redelivering");
-            inner.meters.timed_out.increment(timed_out as u64);
-            inner.meters.retried.increment((timed_out - dead) as u64);
-            inner.meters.dead.increment(dead as u64);
-            events::emit(&inner.events, || Event::TimedOut {
-                count: timed_out as u64,
-                dead: dead as u64,
+            inner.meters.timed_out.increment(timed_out);
+            inner.meters.retried.increment(timed_out - dead);
+            inner.meters.dead.increment(dead);
+            events::emit(&inner.events, || Event::TimedOut { count: timed_out, dead });
+        }
+        for (id, attempt) in buried {
+            tracing::warn!(queue = %inner.name, %id, attempt, reason = "timeout", "it used up its deliveries; moved to the dead letters");
+            events::emit(&inner.events, || Event::Dead {
+                id,
+                attempt,
+                reason: "timeout".into(),
             });
         }
-        if timed_out < batch {
+        if timed_out < batch as u64 {
             break;
         }
     }
@@ -468,13 +472,26 @@ fn read_delivery(triple: &[Value], lease: i64) -> Option<Message> {
     })
 }
 
-fn pair(script: &'static str) -> impl Fn(Vec<i64>) -> Result<[i64; 2], Error> {
-    move |v| {
-        v.try_into().map_err(|v| Error::UnexpectedReply {
-            script,
-            detail: format!("{v:?}"),
-        })
+/// The timeout script's reply: how many deliveries it took back, and the id
+/// and delivery count of each message it moved to the dead letters.
+fn timed_out_reply(reply: &[Value]) -> Result<(u64, Vec<(MessageId, u32)>), Error> {
+    let bad = || Error::UnexpectedReply {
+        script: "timeout",
+        detail: format!("{reply:?}"),
+    };
+    let number = |v: Option<&Value>| v.and_then(Value::as_u64).ok_or_else(bad);
+    let mut values = reply.iter();
+    let (timed_out, dead) = (number(values.next())?, number(values.next())?);
+    let mut buried = Vec::new();
+    while let Some(id) = values.next() {
+        let id = id.as_string().ok_or_else(bad)?;
+        let attempt = u32::try_from(number(values.next())?).map_err(|_| bad())?;
+        buried.push((MessageId::from(id), attempt));
     }
+    if buried.len() as u64 != dead || dead > timed_out {
+        return Err(bad());
+    }
+    Ok((timed_out, buried))
 }
 
 /// Runs one delivery: waits for a worker permit, runs the handler within

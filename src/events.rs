@@ -45,7 +45,9 @@ pub enum Event {
         /// How long until the next delivery.
         retry_in: Duration,
     },
-    /// A delivery failed and the message is now a dead letter.
+    /// A delivery failed and the message is now a dead letter. Also sent
+    /// for a message whose lease ran out on its last delivery (after
+    /// [`Event::TimedOut`]), with reason `"timeout"`.
     Dead {
         /// The message.
         id: MessageId,
@@ -55,7 +57,8 @@ pub enum Event {
         reason: String,
     },
     /// Deliveries whose lease ran out without an ack (a consumer died or
-    /// hung) were taken back; `dead` of them had no deliveries left.
+    /// hung) were taken back; `dead` of them had no deliveries left (each
+    /// of those also gets an [`Event::Dead`]).
     TimedOut {
         /// Deliveries taken back.
         count: u64,

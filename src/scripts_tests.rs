@@ -336,7 +336,13 @@ impl Env {
         self.run(&scripts::NACK, keys, args).await
     }
 
+    /// `[timed out, moved to garbage]` of a timeout call.
     async fn timeout(&self, limit: i64) -> Vec<i64> {
+        let reply = self.timeout_reply(limit).await;
+        reply[..2].iter().map(|v| v.as_i64().unwrap()).collect()
+    }
+
+    async fn timeout_reply(&self, limit: i64) -> Vec<Value> {
         let k = self.k();
         let keys = k.for_timeout();
         let args: Vec<Value> = vec![
@@ -2110,7 +2116,14 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     env.seed("ontime", Some("1"));
     zadd("ontime", now + 60_000_000);
 
-    assert_eq!(env.timeout(1000).await, vec![3, 1]);
+    // Each buried id comes back with its delivery count.
+    let reply: Vec<String> = env
+        .timeout_reply(1000)
+        .await
+        .iter()
+        .map(|v| v.as_string().unwrap())
+        .collect();
+    assert_eq!(reply, ["3", "1", "dead", "4"]);
     assert_eq!(env.list(&k.retry), vec!["late1", "late2"], "in deadline order");
     assert_eq!(env.dead(), vec!["dead"]);
     assert_eq!(env.zset(&k.unack), vec![("ontime".to_string(), now + 60_000_000)]);

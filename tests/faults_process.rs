@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayqueue::{DelayQueue, Error, NewMessage, QueueStats, MAX_RETRY_COUNT};
+use delayqueue::{
+    DelayQueue, Error, Event, HandlerError, Message, MessageState, NewMessage, QueueStats, MAX_RETRY_COUNT,
+};
 use fred::clients::Client;
 use fred::prelude::*;
 use support::worker::{libfaketime, read_ledgers, Delivery, Worker, WorkerOptions};
@@ -340,6 +342,71 @@ async fn sigkilled_workers_lose_nothing() {
         );
     }
     assert_nothing_left(&queue, &client, Duration::from_secs(3)).await;
+}
+
+/// A worker is SIGKILLed mid-handler on a message's only delivery. When its
+/// lease runs out, another consumer's sweep takes the delivery back and,
+/// with no deliveries left, buries it: its events say so per message
+/// (`TimedOut`, then `Dead` with the id and reason "timeout"), and the
+/// dead letter is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
+    support::worker::worker_bin();
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queue = DelayQueue::builder("lastgo", client.clone())
+        .default_retry_count(0)
+        .fetch_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let id = queue.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let (url, dir) = (server.url(), server.dir().to_path_buf());
+    let mut worker = Worker::spawn(WorkerOptions {
+        handler_ms: 0,
+        after_ms: 60_000,
+        max_consume_ms: 500,
+        ..WorkerOptions::new(&url, "lastgo", &dir, "w")
+    })
+    .await;
+    let ledger = worker.opts.ledger.clone();
+    let started = Instant::now();
+    while support::worker::read_ledger(&ledger).0.is_empty() && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    worker.kill();
+    assert_eq!(
+        support::worker::read_ledger(&ledger).0.len(),
+        1,
+        "the worker took the message"
+    );
+
+    let mut events = queue.events();
+    let consumer = queue
+        .start_consume(|_msg: Message| async { Ok::<(), HandlerError>(()) })
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let end = Instant::now() + Duration::from_secs(5);
+    while seen.len() < 2 && Instant::now() < end {
+        if let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(100), events.recv()).await {
+            seen.push(e);
+        }
+    }
+    consumer.shutdown().await.unwrap();
+    let want = vec![
+        Event::TimedOut { count: 1, dead: 1 },
+        Event::Dead {
+            id: id.clone(),
+            attempt: 1,
+            reason: "timeout".into(),
+        },
+    ];
+    assert_eq!(seen, want);
+    let dead = queue.get(&id).await.unwrap().expect("the dead letter is kept");
+    assert_eq!(
+        (dead.state, dead.attempts, dead.last_error.as_deref()),
+        (MessageState::Garbage, 1, Some("timeout"))
+    );
 }
 
 // ---------------------------------------------------------------------------
