@@ -28,7 +28,7 @@ use delayqueue::{
 use fred::clients::Client;
 use fred::prelude::*;
 use support::worker::{libfaketime, read_ledgers, Delivery, Worker, WorkerOptions};
-use support::{all_keys, RedisServer, ServerOptions};
+use support::{all_keys, wait_until, RedisServer, ServerOptions};
 
 /// xorshift64*: fault timing only needs to vary, not to be good.
 struct Rng(u64);
@@ -369,10 +369,10 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
     })
     .await;
     let ledger = worker.opts.ledger.clone();
-    let started = Instant::now();
-    while support::worker::read_ledger(&ledger).0.is_empty() && started.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until(Duration::from_secs(10), || {
+        !support::worker::read_ledger(&ledger).0.is_empty()
+    })
+    .await;
     worker.kill();
     assert_eq!(
         support::worker::read_ledger(&ledger).0.len(),
