@@ -9,7 +9,7 @@ ARGV[1] msg key prefix   ARGV[2..] pairs of id, lease
 Returns one 1 (acked) or 0 (lease lost) per pair, in order. Counts
 'acked' in the totals.
 Idempotent: a re-run finds nothing left and returns 0s.
-Complexity: O(M log N) with M = pairs, in five calls whatever M.
+Complexity: O(M log N) with M = pairs, in six calls whatever M.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, out = ids_of(2, 2), {}
@@ -27,6 +27,7 @@ for i, id in ipairs(ids) do
   end
 end
 if #done > 0 then
+  payloads_here(ARGV[1], done)
   redis.call('ZREM', KEYS[1], unpack(done))
   forget(KEYS[2], ARGV[1], done)
   tally(KEYS[3], 'acked', #done)

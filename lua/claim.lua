@@ -38,20 +38,19 @@ check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', 
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
-  local out = {0, 0, 0, 0}
-  local words = string.gmatch(receipt, '%S+')
+  local words, ids = string.gmatch(receipt, '%S+'), {}
   words()
+  local out = {0, 0, tonumber(words() or '') or 0, 0}
   for word in words do
-    if out[3] == 0 then
-      out[3] = tonumber(word)
-    else
-      local score = redis.call('ZSCORE', KEYS[3], word)
-      local value = redis.pcall('GET', ARGV[1] .. word)
-      if score and tonumber(score) == out[3] and type(value) == 'string' then
-        out[#out + 1] = word
-        out[#out + 1] = value
-        out[#out + 1] = attempts(KEYS[4], word, 1)
-      end
+    ids[#ids + 1] = word
+  end
+  for i, key in ipairs(payloads_here(ARGV[1], ids)) do
+    local score = redis.call('ZSCORE', KEYS[3], ids[i])
+    local value = redis.pcall('GET', key)
+    if score and tonumber(score) == out[3] and type(value) == 'string' then
+      out[#out + 1] = ids[i]
+      out[#out + 1] = value
+      out[#out + 1] = attempts(KEYS[4], ids[i], 1)
     end
   end
   out[4] = math.max(0, math.floor((out[3] - now_us()) / 1000))
@@ -70,10 +69,7 @@ local seen = {}
 -- Leases what can be leased of ids popped from one list, a few calls for
 -- the whole batch rather than several per id.
 local function lease_all(ids)
-  local keys = {}
-  for i, id in ipairs(ids) do
-    keys[i] = ARGV[1] .. id
-  end
+  local keys = payload_keys(ARGV[1], ids)
   -- MGET gives false for a missing payload and for a key of another type
   -- (written by something else: unreadable, so dropped like a missing one).
   local values = redis.call('MGET', unpack(keys))
@@ -123,13 +119,22 @@ local function lease_all(ids)
   redis.call('HSET', KEYS[4], unpack(records))
 end
 
-for _, list in ipairs({KEYS[2], KEYS[1]}) do
-  if #leased - 2 < limit then
-    local ids = redis.call('LPOP', list, limit - (#leased - 2))
-    if ids then
-      popped = popped + #ids
-      lease_all(ids)
-    end
+-- The heads of both lists are read, and their payloads checked, before
+-- the first write; then each list gives up what its lease_all takes.
+local heads, all = {}, {}
+for n, list in ipairs({KEYS[2], KEYS[1]}) do
+  heads[n] = redis.call('LRANGE', list, 0, limit - 1)
+  for _, id in ipairs(heads[n]) do
+    all[#all + 1] = id
+  end
+end
+payloads_here(ARGV[1], all)
+for n, list in ipairs({KEYS[2], KEYS[1]}) do
+  local take = math.min(limit - (#leased - 2), #heads[n])
+  if take > 0 then
+    redis.call('LTRIM', list, take, -1)
+    popped = popped + take
+    lease_all({unpack(heads[n], 1, take)})
   end
 end
 if stale and redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then

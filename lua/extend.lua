@@ -14,7 +14,7 @@ Returns one value per triple, in order: 1 renewed, 0 lease lost (the
 delivery timed out and was or will be redelivered; nothing done).
 The payload is kept at least msg ttl past the new lease.
 Idempotent: a re-run finds the new lease in place and returns 1 again.
-Complexity: O(M log N) with M = triples, in two calls plus one PEXPIRE
+Complexity: O(M log N) with M = triples, in three calls plus one PEXPIRE
 per renewed id.
 ]]
 check_types(KEYS[1], 'zset')
@@ -24,7 +24,7 @@ if #ids == 0 then
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local now = now_us()
-local renew = {}
+local renew, renewed, kept = {}, {}, {}
 for i, id in ipairs(ids) do
   local score = tonumber(scores[i])
   local current, new = tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
@@ -34,11 +34,15 @@ for i, id in ipairs(ids) do
     if score == current then
       renew[#renew + 1] = new
       renew[#renew + 1] = id
-      keep_payload(ARGV[1] .. id, math.floor((new - now) / 1000) + tonumber(ARGV[2]))
+      renewed[#renewed + 1] = id
+      kept[#kept + 1] = math.floor((new - now) / 1000) + tonumber(ARGV[2])
     end
   end
 end
 if #renew > 0 then
+  for j, key in ipairs(payloads_here(ARGV[1], renewed)) do
+    keep_payload(key, kept[j])
+  end
   redis.call('ZADD', KEYS[1], 'XX', unpack(renew))
 end
 return out

@@ -30,6 +30,7 @@ end
 if #ids == 0 then
   return 0
 end
+payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 forget(KEYS[2], ARGV[1], ids)
 return #ids

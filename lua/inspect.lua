@@ -15,6 +15,7 @@ and retry lists (LPOS scans them); callers keep M small for long lists.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
+local keys = payloads_here(ARGV[1], ids_of(2, 1))
 local out = {redis.call('HEXISTS', KEYS[6], STALE)}
 for i = 2, #ARGV do
   local id = ARGV[i]
@@ -23,7 +24,7 @@ for i = 2, #ARGV do
   out[#out + 1] = redis.call('ZSCORE', KEYS[3], id) or ''
   out[#out + 1] = #redis.call('LPOS', KEYS[4], id, 'COUNT', 0)
   out[#out + 1] = redis.call('ZSCORE', KEYS[5], id) and 1 or 0
-  out[#out + 1] = redis.call('EXISTS', ARGV[1] .. id)
+  out[#out + 1] = redis.call('EXISTS', keys[i - 1])
   out[#out + 1] = redis.call('HGET', KEYS[6], id) or ''
 end
 return out

@@ -30,9 +30,13 @@ local step = is_list and 1 or 2
 local count = #page / step
 local out = {total, now_ms(), from + count < total and count == size and from + count or -1}
 local stale = is_list and redis.call('HEXISTS', KEYS[6], STALE) == 1
+local ids = {}
 for i = 1, #page, step do
-  local id = page[i]
-  local msg = ARGV[4] .. id
+  ids[#ids + 1] = page[i]
+end
+local keys = payloads_here(ARGV[4], ids)
+for j, id in ipairs(ids) do
+  local i, msg = (j - 1) * step + 1, keys[j]
   local value = redis.pcall('GETRANGE', msg, 0, tonumber(ARGV[5]) - 1)
   local len = redis.pcall('STRLEN', msg)
   if type(value) ~= 'string' then

@@ -137,13 +137,36 @@ local function members_of(key, first, limit)
   return ids
 end
 
--- Deletes the payloads (keys `prefix .. id`) and retry records of `ids`.
-local function forget(retries, prefix, ids)
+-- The payload keys (`prefix .. id`) of `ids`.
+local function payload_keys(prefix, ids)
   local keys = {}
   for i, id in ipairs(ids) do
     keys[i] = prefix .. id
   end
-  redis.call('DEL', unpack(keys))
+  return keys
+end
+
+-- Fails, before the script's first write, unless the payloads of `ids` are
+-- all on this node; returns their keys. Scripts build payload keys from ids
+-- they find rather than declare them, and Redis checks only declared keys
+-- before it runs a script. While a cluster moves the queue's slot to
+-- another node, a payload may already be on the other side: touching it
+-- mid-script fails there, after earlier writes, on the old owner, and reads
+-- as missing on the new one. One EXISTS together with KEYS[1] (here for
+-- the script to run at all) applies Redis's multi-key rule up front:
+-- outside a move it only counts; during one it fails the script with
+-- nothing written, and the caller's retry finds the queue as it was.
+local function payloads_here(prefix, ids)
+  local keys = payload_keys(prefix, ids)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+  return keys
+end
+
+-- Deletes the payloads (keys `prefix .. id`) and retry records of `ids`.
+local function forget(retries, prefix, ids)
+  redis.call('DEL', unpack(payload_keys(prefix, ids)))
   redis.call('HDEL', retries, unpack(ids))
 end
 

@@ -16,21 +16,16 @@ retries hash's leftover fields.
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local limit = tonumber(ARGV[2])
-local ids = {}
+-- Reads every page first, so the payloads are checked before the first write.
+local ids, pages = {}, {}
 for _, n in ipairs({1, 3, 5, 2, 4}) do
   local want = limit - #ids
   if want <= 0 then
     break
   end
-  local page
-  if n == 2 or n == 4 then
-    page = redis.call('LPOP', KEYS[n], want) or {}
-  else
-    page = redis.call('ZRANGE', KEYS[n], 0, want - 1)
-    if #page > 0 then
-      redis.call('ZREM', KEYS[n], unpack(page))
-    end
-  end
+  local is_list = n == 2 or n == 4
+  local page = redis.call(is_list and 'LRANGE' or 'ZRANGE', KEYS[n], 0, want - 1)
+  pages[#pages + 1] = {n, is_list, page}
   for _, id in ipairs(page) do
     ids[#ids + 1] = id
   end
@@ -38,6 +33,15 @@ end
 if #ids == 0 then
   redis.call('DEL', KEYS[6], KEYS[7])
   return 0
+end
+payloads_here(ARGV[1], ids)
+for _, p in ipairs(pages) do
+  local n, is_list, page = p[1], p[2], p[3]
+  if #page > 0 and is_list then
+    redis.call('LTRIM', KEYS[n], #page, -1)
+  elseif #page > 0 then
+    redis.call('ZREM', KEYS[n], unpack(page))
+  end
 end
 forget(KEYS[6], ARGV[1], ids)
 return #ids

@@ -24,6 +24,7 @@ end
 if #ids == 0 then
   return {0, 0}
 end
+payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 local live = {}

@@ -24,12 +24,13 @@ end
 local ttl, now, default = tonumber(ARGV[3]), now_ms(), tonumber(ARGV[4])
 -- A few calls for the whole batch; per id only the payload's header is
 -- read and its TTL kept (a call per id would make 1000 ids take ~10 ms).
+local keys = payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
 -- out: {timed_out, dead, then id and delivery count of each dead one}.
 local reasons, retry, out, dead = {}, {}, {#ids, 0}, 0
 for i, id in ipairs(ids) do
-  local key = ARGV[1] .. id
+  local key = keys[i]
   local n = count(records[i], 1)
   reasons[#reasons + 1] = id
   reasons[#reasons + 1] = n .. ':timeout'

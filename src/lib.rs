@@ -81,6 +81,8 @@ mod producer;
 mod queue;
 mod scripts;
 #[cfg(test)]
+mod scripts_cluster_tests;
+#[cfg(test)]
 mod scripts_tests;
 mod stats;
 #[cfg(test)]

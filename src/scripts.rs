@@ -72,7 +72,7 @@ impl LuaScript {
     }
 
     /// The shebang line, then the prelude, then the rest of the file.
-    fn source(&self) -> String {
+    pub(crate) fn source(&self) -> String {
         let (shebang, body) = self.file.split_once('\n').unwrap_or((self.file, ""));
         format!("{shebang}\n{PRELUDE}{body}")
     }

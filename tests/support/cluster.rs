@@ -151,73 +151,94 @@ impl RedisCluster {
     }
 
     /// Moves `slot` to node `to` while clients keep using it, as
-    /// `redis-cli --cluster reshard` does: the target is marked IMPORTING and
-    /// the owner MIGRATING, the slot's keys are moved with `MIGRATE` in
-    /// batches of `batch` keys (sleeping `pause` between batches, which keeps
-    /// the slot half-moved for longer), and then every node is told the new
-    /// owner (target first, then the old owner, then the rest). Meanwhile
-    /// clients get `ASK` for keys already moved, and `TRYAGAIN` for
-    /// multi-key commands whose keys are split between the two nodes.
+    /// `redis-cli --cluster reshard` does: [`begin_move`](Self::begin_move),
+    /// the slot's keys moved with `MIGRATE` in batches of `batch` keys
+    /// (sleeping `pause` between batches, which keeps the slot half-moved
+    /// for longer), then [`end_move`](Self::end_move). Meanwhile clients get
+    /// `ASK` for keys already moved, and `TRYAGAIN` for multi-key commands
+    /// whose keys are split between the two nodes.
     ///
     /// Call it from a multi-threaded runtime when clients run in the same
     /// test: the raw commands block the calling thread.
     pub async fn migrate_slot(&self, slot: u16, to: usize, batch: usize, pause: Duration) -> Migration {
-        let from = self.owner_of(slot);
-        assert_ne!(from, to, "support: slot {slot} is on node {to} already");
-        let slot_arg = slot.to_string();
-        let (source, target) = (&self.nodes[from], &self.nodes[to]);
         let started = Instant::now();
-        let ok = |node: &RedisServer, args: &[&str]| {
-            let reply = node.raw_command(args);
-            assert_eq!(reply, "OK", "support: {args:?} on port {}", node.port());
-        };
-        ok(target, &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &self.ids[from]]);
-        ok(source, &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]]);
-        let target_port = target.port().to_string();
+        let mut m = self.begin_move(slot, to);
         let batch_arg = batch.max(1).to_string();
-        let (mut keys, mut batches) = (0, 0);
         loop {
             assert!(
-                started.elapsed() < MIGRATE_TIMEOUT && batches < MIGRATE_MAX_BATCHES,
+                started.elapsed() < MIGRATE_TIMEOUT && m.batches < MIGRATE_MAX_BATCHES,
                 "support: migrating slot {slot} took more than {MIGRATE_TIMEOUT:?} or {MIGRATE_MAX_BATCHES} batches"
             );
-            let found = match source.raw_reply(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, &batch_arg]) {
+            let found = match self.nodes[m.from].raw_reply(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), &batch_arg])
+            {
                 RawReply::Array(items) => items.iter().map(RawReply::render).collect::<Vec<_>>(),
                 other => panic!("support: GETKEYSINSLOT {slot}: {other:?}"),
             };
             if found.is_empty() {
                 break;
             }
-            let mut args = vec!["MIGRATE", "127.0.0.1", &target_port, "", "0", "5000", "KEYS"];
-            args.extend(found.iter().map(String::as_str));
-            // NOKEY: every key of the batch expired in between.
-            let reply = source.raw_command(&args);
-            assert!(
-                reply == "OK" || reply == "NOKEY",
-                "support: MIGRATE of slot {slot}: {reply}"
-            );
-            keys += found.len();
-            batches += 1;
+            self.move_keys(&mut m, &found);
             if !pause.is_zero() {
                 tokio::time::sleep(pause).await;
             }
         }
-        let node_arg = &self.ids[to];
-        ok(target, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
-        ok(source, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
-        for (i, node) in self.nodes.iter().enumerate() {
-            if i != from && i != to {
-                ok(node, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
-            }
-        }
+        self.end_move(&mut m);
+        m.elapsed = started.elapsed();
+        m
+    }
+
+    /// Opens a move of `slot` to node `to`: the target is marked IMPORTING,
+    /// then the owner MIGRATING. The keys stay where they are until
+    /// [`move_keys`](Self::move_keys).
+    pub fn begin_move(&self, slot: u16, to: usize) -> Migration {
+        let from = self.owner_of(slot);
+        assert_ne!(from, to, "support: slot {slot} is on node {to} already");
+        let slot_arg = slot.to_string();
+        self.ok(to, &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &self.ids[from]]);
+        self.ok(from, &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.ids[to]]);
         Migration {
             slot,
             from,
             to,
-            keys,
-            batches,
-            elapsed: started.elapsed(),
+            keys: 0,
+            batches: 0,
+            elapsed: Duration::ZERO,
         }
+    }
+
+    /// Moves `keys` (of the slot of `m`, on its old owner) with one `MIGRATE`.
+    pub fn move_keys(&self, m: &mut Migration, keys: &[String]) {
+        let target_port = self.nodes[m.to].port().to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &target_port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        // NOKEY: every key of the batch expired in between.
+        let reply = self.nodes[m.from].raw_command(&args);
+        assert!(
+            reply == "OK" || reply == "NOKEY",
+            "support: MIGRATE of slot {}: {reply}",
+            m.slot
+        );
+        m.keys += keys.len();
+        m.batches += 1;
+    }
+
+    /// Closes a move: every node is told the new owner (target first, then
+    /// the old owner, then the rest). Keys left on the old owner are lost to
+    /// the slot, so move them all first.
+    pub fn end_move(&self, m: &mut Migration) {
+        let (slot_arg, node_arg) = (m.slot.to_string(), &self.ids[m.to]);
+        let order = [m.to, m.from]
+            .into_iter()
+            .chain((0..self.nodes.len()).filter(|i| *i != m.from && *i != m.to));
+        for i in order {
+            self.ok(i, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", node_arg]);
+        }
+    }
+
+    /// Runs a command on node `i` that must answer OK.
+    fn ok(&self, i: usize, args: &[&str]) {
+        let reply = self.nodes[i].raw_command(args);
+        assert_eq!(reply, "OK", "support: {args:?} on port {}", self.nodes[i].port());
     }
 
     fn index_of_port(&self, port: u16) -> usize {

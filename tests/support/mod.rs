@@ -234,6 +234,13 @@ impl RedisServer {
 
     /// Like [`raw_command`](Self::raw_command) but returns the parsed reply.
     pub fn raw_reply(&self, args: &[&str]) -> RawReply {
+        self.raw_replies(&[args]).pop().expect("support: one reply")
+    }
+
+    /// Sends `commands` in order over one fresh raw connection (so that,
+    /// say, `ASKING` applies to the command after it) and returns their
+    /// replies.
+    pub fn raw_replies(&self, commands: &[&[&str]]) -> Vec<RawReply> {
         let mut stream = connect_raw(self.port, Duration::from_secs(2))
             .unwrap_or_else(|e| panic!("support: raw connect to port {} failed: {e}", self.port));
         stream
@@ -242,11 +249,16 @@ impl RedisServer {
         stream
             .set_write_timeout(Some(RAW_IO_TIMEOUT))
             .expect("support: set_write_timeout");
-        stream
-            .write_all(&encode_command(args))
-            .unwrap_or_else(|e| panic!("support: raw write of {args:?} failed: {e}"));
-        let mut reader = BufReader::new(stream);
-        read_reply(&mut reader).unwrap_or_else(|e| panic!("support: raw read of reply to {args:?} failed: {e}"))
+        let mut reader = BufReader::new(stream.try_clone().expect("support: clone raw stream"));
+        commands
+            .iter()
+            .map(|args| {
+                stream
+                    .write_all(&encode_command(args))
+                    .unwrap_or_else(|e| panic!("support: raw write of {args:?} failed: {e}"));
+                read_reply(&mut reader).unwrap_or_else(|e| panic!("support: raw read of reply to {args:?} failed: {e}"))
+            })
+            .collect()
     }
 
     /// Spawn the process for the current port/dir/options (does not wait).

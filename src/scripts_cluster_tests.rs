@@ -1,0 +1,229 @@
+//! The scripts while a cluster moves the queue's slot to another node.
+//!
+//! Redis checks the keys a script declares before it runs it, but most
+//! scripts build payload keys from the ids they find. Each test here stops
+//! a move half-way, with either the payloads or the other queue keys
+//! already on the new node, and runs one script where a client would reach
+//! it: on the old owner, or with `ASKING` on the new one. The script must
+//! fail before it writes (nothing changed on either node), never write half
+//! its transition or answer from half the queue; once the move is over, the
+//! same call succeeds and leaves a consistent queue.
+//!
+//! Scripts go by hand to one node (raw `EVAL`), so their KEYS come from
+//! `Keys` and their ARGV are spelled here, in the order `scripts_tests.rs`
+//! passes them.
+
+use crate::keys::Keys;
+use crate::scripts::{self, LuaScript};
+use crate::test_support::cluster::RedisCluster;
+use crate::test_support::{RawReply, RedisServer};
+use crate::DelayQueue;
+
+/// The key prefix of a queue built with the defaults.
+const PREFIX: &str = "dq:";
+/// msg ttl (ms) passed to the scripts that take one.
+const TTL: &str = "60000";
+/// The lease of the delivery in unack: long past, so overdue for timeout
+/// and still current for ack and extend.
+const LEASE: &str = "1000";
+/// A lease deadline far ahead (year 2096, in us) for extend.
+const FAR_LEASE: &str = "4000000000000000";
+/// The consumer whose claim receipt is seeded; it leased `u1` with
+/// request 0.
+const CONSUMER: &str = "c";
+
+/// The seeded queue: one message in each state, every payload "3:x".
+const IDS: [&str; 5] = ["p1", "r1", "u1", "t1", "g1"];
+
+/// Where the move stands when the script runs.
+#[derive(Debug, Clone, Copy)]
+enum HalfMoved {
+    /// The payloads are on the new node, the rest on the old one, where
+    /// the script is sent.
+    Payloads,
+    /// Everything but the payloads is on the new node, where the script
+    /// is sent (with ASKING, as after an ASK redirection).
+    QueueKeys,
+}
+
+/// One script call: the script, its KEYS and its ARGV.
+type Call = (&'static LuaScript, Vec<String>, Vec<String>);
+
+/// Every script that touches payloads it does not declare.
+fn calls(k: &Keys) -> Vec<Call> {
+    let p = k.msg_prefix.clone();
+    let s = |v: &[&str]| -> Vec<String> { v.iter().map(|a| a.to_string()).collect() };
+    vec![
+        (&scripts::ACK, k.for_ack(), s(&[&p, "u1", LEASE])),
+        // A new request: leases t1 and r1.
+        (
+            &scripts::CLAIM,
+            k.for_claim(&k.claim(CONSUMER)),
+            s(&[&p, "10", "5000", "1", TTL]),
+        ),
+        // The seeded request again: replays its receipt (u1).
+        (
+            &scripts::CLAIM,
+            k.for_claim(&k.claim(CONSUMER)),
+            s(&[&p, "10", "5000", "0", TTL]),
+        ),
+        (&scripts::EXTEND, k.for_extend(), s(&[&p, TTL, "u1", LEASE, FAR_LEASE])),
+        (
+            &scripts::TIMEOUT,
+            k.for_timeout(),
+            s(&[&p, "10", TTL, "3", &k.wake, "60000"]),
+        ),
+        (&scripts::GC, k.for_gc(), s(&[&p, "10", "0", "1000"])),
+        (&scripts::REQUEUE, k.for_requeue(), s(&[&p, "10", TTL, &k.wake])),
+        (&scripts::PURGE, k.for_purge(), s(&[&p, "1000"])),
+        (
+            &scripts::INSPECT,
+            k.for_inspect(),
+            s(&[&p, "p1", "r1", "u1", "t1", "g1"]),
+        ),
+        // Page 0 of the ready list.
+        (&scripts::LIST, k.for_inspect(), s(&["2", "0", "10", &p, "100"])),
+    ]
+}
+
+/// One message in each state and every key a script may declare, so that
+/// Redis lets each script run on a node holding all of its declared keys.
+fn seed(node: &RedisServer, k: &Keys) {
+    for id in IDS {
+        node.raw_command(&["SET", &k.msg(id), "3:x", "PX", TTL]);
+    }
+    let receipt = format!("0 {LEASE} u1");
+    let commands: [&[&str]; 8] = [
+        &["ZADD", &k.pending, "99999999999999", "p1"],
+        &["RPUSH", &k.ready, "r1"],
+        &["ZADD", &k.unack, LEASE, "u1"],
+        &["RPUSH", &k.retry, "t1"],
+        &["ZADD", &k.garbage, "1", "g1"],
+        &["HSET", &k.retries, "u1", "1", "t1", "1:boom", "g1", "4:boom"],
+        &["HSET", &k.totals, "sent", "5"],
+        &["SET", &k.claim(CONSUMER), &receipt, "PX", "60000"],
+    ];
+    for args in commands {
+        let reply = node.raw_reply(args);
+        assert!(!matches!(reply, RawReply::Error(_)), "seeding {args:?}: {reply:?}");
+    }
+}
+
+/// `script` sent as `EVAL` to `node`, after `ASKING` when `asking`.
+fn eval(node: &RedisServer, asking: bool, (script, keys, args): &Call) -> RawReply {
+    let source = script.source();
+    let nkeys = keys.len().to_string();
+    let mut eval: Vec<&str> = vec!["EVAL", &source, &nkeys];
+    eval.extend(keys.iter().chain(args).map(String::as_str));
+    let mut commands: Vec<&[&str]> = Vec::new();
+    if asking {
+        commands.push(&["ASKING"]);
+    }
+    commands.push(&eval);
+    node.raw_replies(&commands).pop().expect("a reply to EVAL")
+}
+
+/// Every key on nodes `nodes` with its type, value and expiry time, read
+/// with ASKING so that a node importing the slot answers too.
+fn snapshot(cluster: &RedisCluster, nodes: [usize; 2]) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in nodes {
+        let node = cluster.node(i);
+        let RawReply::Array(keys) = node.raw_reply(&["KEYS", "*"]) else {
+            panic!("KEYS * on node {i}");
+        };
+        let mut keys: Vec<String> = keys.iter().map(RawReply::render).collect();
+        keys.sort();
+        for key in keys {
+            let read = |args: &[&str]| node.raw_replies(&[&["ASKING"], args]).pop().expect("a reply");
+            let kind = read(&["TYPE", &key]).render();
+            let value = match kind.as_str() {
+                "string" => read(&["GET", &key]),
+                "list" => read(&["LRANGE", &key, "0", "-1"]),
+                "zset" => read(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]),
+                "hash" => read(&["HGETALL", &key]),
+                other => panic!("unexpected {other} key {key}"),
+            };
+            let expires = read(&["PEXPIRETIME", &key]).render();
+            out.push(format!(
+                "node {i}: {key} ({kind}, expires {expires}) = {:?}",
+                value.render()
+            ));
+        }
+    }
+    out
+}
+
+/// Runs every call of [`calls`] with its slot frozen at `half`, on a queue
+/// of its own; returns what went wrong, call by call.
+async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
+    let cluster = RedisCluster::start(3).await;
+    let client = cluster.client().await;
+    let (mut slots, mut wrong) = (Vec::new(), Vec::new());
+    for n in 0..calls(&Keys::new(PREFIX, "q").unwrap()).len() {
+        let name = cluster.queue_on(0, &format!("move{n}-"));
+        let k = Keys::new(PREFIX, &name).unwrap();
+        let call = calls(&k).swap_remove(n);
+        let what = format!("{} (call {n}) with the {half:?} moved", call.0.name);
+        let slot = RedisCluster::slot_of(&k.pending);
+        assert!(!slots.contains(&slot), "two queues in slot {slot}");
+        slots.push(slot);
+        seed(cluster.node(0), &k);
+        let q = DelayQueue::builder(name.as_str(), client.clone()).build().unwrap();
+        let report = q.check_integrity().await.unwrap();
+        assert!(report.is_clean(), "seeded queue: {report}");
+
+        let mut m = cluster.begin_move(slot, 1);
+        let payloads: Vec<String> = IDS.iter().map(|id| k.msg(id)).collect();
+        let RawReply::Array(all) = cluster
+            .node(0)
+            .raw_reply(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"])
+        else {
+            panic!("GETKEYSINSLOT");
+        };
+        let (first, rest): (Vec<String>, Vec<String>) = all
+            .iter()
+            .map(RawReply::render)
+            .partition(|key| payloads.contains(key) == matches!(half, HalfMoved::Payloads));
+        cluster.move_keys(&mut m, &first);
+        let before = snapshot(&cluster, [0, 1]);
+        let reply = match half {
+            HalfMoved::Payloads => eval(cluster.node(0), false, &call),
+            HalfMoved::QueueKeys => eval(cluster.node(1), true, &call),
+        };
+        // The script ran (Redis admitted it: no ASK or TRYAGAIN) and
+        // stopped at a payload on the other node, before its first write.
+        if !matches!(&reply, RawReply::Error(e) if e.contains("non local key")) {
+            wrong.push(format!("{what}: replied {reply:?}"));
+        }
+        let after = snapshot(&cluster, [0, 1]);
+        if after != before {
+            let changed: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
+            wrong.push(format!("{what}: wrote, changing {changed:?}"));
+        }
+
+        cluster.move_keys(&mut m, &rest);
+        cluster.end_move(&mut m);
+        let reply = eval(cluster.node(1), false, &call);
+        if let RawReply::Error(e) = reply {
+            wrong.push(format!("{what}: failed after the move: {e}"));
+        }
+        let report = q.check_integrity().await.unwrap();
+        if !report.is_clean() {
+            wrong.push(format!("{what}: after the move: {report}"));
+        }
+    }
+    wrong
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_meeting_payloads_already_moved_fail_before_they_write() {
+    let wrong = each_script_writes_nothing_when(HalfMoved::Payloads).await;
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_run_where_payloads_have_not_arrived_fail_before_they_write() {
+    let wrong = each_script_writes_nothing_when(HalfMoved::QueueKeys).await;
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
