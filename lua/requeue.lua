@@ -24,13 +24,13 @@ end
 if #ids == 0 then
   return {0, 0}
 end
-payloads_here(ARGV[1], ids)
+local keys = payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 local live = {}
-for _, id in ipairs(ids) do
-  if redis.call('PEXPIRE', ARGV[1] .. id, tonumber(ARGV[3]), 'GT') == 1
-      or redis.call('EXISTS', ARGV[1] .. id) == 1 then
+for i, id in ipairs(ids) do
+  if redis.call('PEXPIRE', keys[i], tonumber(ARGV[3]), 'GT') == 1
+      or redis.call('EXISTS', keys[i]) == 1 then
     live[#live + 1] = id
   end
 end

@@ -1296,7 +1296,7 @@ async fn claim_pops_each_list_once_so_stale_entries_use_up_the_pop() {
     assert_eq!(env.cancel("gone1").await, 1);
     assert_eq!(env.cancel("gone2").await, 1);
     assert_eq!(env.list(&k.ready), vec!["gone1", "gone2", "a", "b"]);
-    // One LPOP of `limit` per list: the stale id is popped, nothing leased;
+    // One take of `limit` per list: the stale id is popped, nothing leased;
     // popped == limit tells the consumer to claim again at once.
     let c = env.claim(1).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 0, 0));

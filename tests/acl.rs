@@ -40,6 +40,7 @@ const CONSUMER: &[&str] = &["subscribe"];
 /// Commands that promote, claim, ack, nack, timeout, gc, extend and stats run.
 const CONSUMER_SCRIPTS: &[&str] = &[
     "del",
+    "exists",
     "get",
     "getrange",
     "hdel",
@@ -49,8 +50,9 @@ const CONSUMER_SCRIPTS: &[&str] = &[
     "hmget",
     "hset",
     "llen",
-    "lpop",
     "lpush",
+    "lrange",
+    "ltrim",
     "mget",
     "pexpire",
     "publish",
