@@ -28,7 +28,8 @@ check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', 
 local now = now_ms()
 local head = head_due(KEYS[1])
 local out, earliest = {}, false
-local stored = 0
+-- Every stored message's pending entry goes in with one ZADD at the end.
+local entries = {}
 for i = 6, #KEYS do
   local a = (i - 6) * 5 + 2
   local id, value, delay, ttl = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
@@ -50,15 +51,18 @@ for i = 6, #KEYS do
     redis.call('HSET', KEYS[2], STALE, 1)
   end
   if status == 1 then
-    stored = stored + 1
     local due = now + delay
-    redis.call('ZADD', KEYS[1], due, id)
+    entries[#entries + 1] = due
+    entries[#entries + 1] = id
     if not earliest or due < earliest then
       earliest = due
     end
   end
   out[#out + 1] = status
 end
+if #entries > 0 then
+  redis.call('ZADD', KEYS[1], unpack(entries))
+end
 wake_if_earlier(ARGV[1], earliest, head, now)
-tally(KEYS[5], 'sent', stored)
+tally(KEYS[5], 'sent', #entries / 2)
 return out
