@@ -27,9 +27,9 @@ for i, id in ipairs(ids) do
   end
 end
 if #done > 0 then
-  payloads_here(ARGV[1], done)
+  local keys = payloads_here(ARGV[1], done)
   redis.call('ZREM', KEYS[1], unpack(done))
-  forget(KEYS[2], ARGV[1], done)
+  forget(KEYS[2], keys, done)
   tally(KEYS[3], 'acked', #done)
 end
 return out

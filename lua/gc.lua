@@ -30,7 +30,7 @@ end
 if #ids == 0 then
   return 0
 end
-payloads_here(ARGV[1], ids)
+local keys = payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
-forget(KEYS[2], ARGV[1], ids)
+forget(KEYS[2], keys, ids)
 return #ids

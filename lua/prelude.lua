@@ -164,9 +164,9 @@ local function payloads_here(prefix, ids)
   return keys
 end
 
--- Deletes the payloads (keys `prefix .. id`) and retry records of `ids`.
-local function forget(retries, prefix, ids)
-  redis.call('DEL', unpack(payload_keys(prefix, ids)))
+-- Deletes the payloads `keys` (from payloads_here) and retry records of `ids`.
+local function forget(retries, keys, ids)
+  redis.call('DEL', unpack(keys))
   redis.call('HDEL', retries, unpack(ids))
 end
 

@@ -34,7 +34,7 @@ if #ids == 0 then
   redis.call('DEL', KEYS[6], KEYS[7])
   return 0
 end
-payloads_here(ARGV[1], ids)
+local keys = payloads_here(ARGV[1], ids)
 for _, p in ipairs(pages) do
   local n, is_list, page = p[1], p[2], p[3]
   if #page > 0 and is_list then
@@ -43,5 +43,5 @@ for _, p in ipairs(pages) do
     redis.call('ZREM', KEYS[n], unpack(page))
   end
 end
-forget(KEYS[6], ARGV[1], ids)
+forget(KEYS[6], keys, ids)
 return #ids

@@ -175,15 +175,9 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
 
         let mut m = cluster.begin_move(slot, 1);
         let payloads: Vec<String> = IDS.iter().map(|id| k.msg(id)).collect();
-        let RawReply::Array(all) = cluster
-            .node(0)
-            .raw_reply(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100"])
-        else {
-            panic!("GETKEYSINSLOT");
-        };
-        let (first, rest): (Vec<String>, Vec<String>) = all
-            .iter()
-            .map(RawReply::render)
+        let (first, rest): (Vec<String>, Vec<String>) = cluster
+            .keys_left(&m, 100)
+            .into_iter()
             .partition(|key| payloads.contains(key) == matches!(half, HalfMoved::Payloads));
         cluster.move_keys(&mut m, &first);
         let before = snapshot(&cluster, [0, 1]);
@@ -203,7 +197,7 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
         }
 
         cluster.move_keys(&mut m, &rest);
-        cluster.end_move(&mut m);
+        cluster.end_move(&m);
         let reply = eval(cluster.node(1), false, &call);
         if let RawReply::Error(e) = reply {
             wrong.push(format!("{what}: failed after the move: {e}"));

@@ -163,17 +163,12 @@ impl RedisCluster {
     pub async fn migrate_slot(&self, slot: u16, to: usize, batch: usize, pause: Duration) -> Migration {
         let started = Instant::now();
         let mut m = self.begin_move(slot, to);
-        let batch_arg = batch.max(1).to_string();
         loop {
             assert!(
                 started.elapsed() < MIGRATE_TIMEOUT && m.batches < MIGRATE_MAX_BATCHES,
                 "support: migrating slot {slot} took more than {MIGRATE_TIMEOUT:?} or {MIGRATE_MAX_BATCHES} batches"
             );
-            let found = match self.nodes[m.from].raw_reply(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), &batch_arg])
-            {
-                RawReply::Array(items) => items.iter().map(RawReply::render).collect::<Vec<_>>(),
-                other => panic!("support: GETKEYSINSLOT {slot}: {other:?}"),
-            };
+            let found = self.keys_left(&m, batch.max(1));
             if found.is_empty() {
                 break;
             }
@@ -182,7 +177,7 @@ impl RedisCluster {
                 tokio::time::sleep(pause).await;
             }
         }
-        self.end_move(&mut m);
+        self.end_move(&m);
         m.elapsed = started.elapsed();
         m
     }
@@ -206,6 +201,15 @@ impl RedisCluster {
         }
     }
 
+    /// Up to `count` keys of the slot of `m` still on its old owner.
+    pub fn keys_left(&self, m: &Migration, count: usize) -> Vec<String> {
+        let args = ["CLUSTER", "GETKEYSINSLOT", &m.slot.to_string(), &count.to_string()];
+        match self.nodes[m.from].raw_reply(&args) {
+            RawReply::Array(items) => items.iter().map(RawReply::render).collect(),
+            other => panic!("support: GETKEYSINSLOT {}: {other:?}", m.slot),
+        }
+    }
+
     /// Moves `keys` (of the slot of `m`, on its old owner) with one `MIGRATE`.
     pub fn move_keys(&self, m: &mut Migration, keys: &[String]) {
         let target_port = self.nodes[m.to].port().to_string();
@@ -225,7 +229,7 @@ impl RedisCluster {
     /// Closes a move: every node is told the new owner (target first, then
     /// the old owner, then the rest). Keys left on the old owner are lost to
     /// the slot, so move them all first.
-    pub fn end_move(&self, m: &mut Migration) {
+    pub fn end_move(&self, m: &Migration) {
         let (slot_arg, node_arg) = (m.slot.to_string(), &self.ids[m.to]);
         let order = [m.to, m.from]
             .into_iter()
