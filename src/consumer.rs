@@ -37,8 +37,13 @@ const MAX_ROUNDS: usize = 8;
 /// keys in Redis (docs/performance.md). More are claimed in further calls.
 const MAX_CLAIM: usize = 256;
 
-/// A running consumer. Stop it with [`shutdown`](Consumer::shutdown);
-/// dropping it stops it too, without waiting.
+/// A running consumer. Stop it with [`shutdown`](Consumer::shutdown).
+///
+/// Dropping it stops it the same way without waiting: it claims nothing
+/// more, and in the background its running handlers finish (each within
+/// its time limit) and are acked or nacked, and unstarted deliveries are
+/// handed back. Should the tokio runtime end first, those tasks end with
+/// it and their messages are delivered again once their leases run out.
 #[derive(Debug)]
 #[must_use = "dropping a Consumer stops it"]
 pub struct Consumer {
@@ -494,20 +499,34 @@ fn timed_out_reply(reply: &[Value]) -> Result<(u64, Vec<(MessageId, u32)>), Erro
     Ok((timed_out, buried))
 }
 
+/// How much of its lease a delivery needs left to start its handler: a
+/// quarter (a renewed lease reaches its first renewal with that), and
+/// without renewals at least twice the recent handler time (up to half the
+/// lease), so a handler is not started only to be cut at the lease's end.
+fn least_lease_to_start(shared: &Shared) -> Duration {
+    let config = &shared.queue.inner.config;
+    let vis = config.max_consume_duration;
+    let recent = Duration::from_micros(shared.pool.avg_handler_us.load(Ordering::Relaxed)) * 2;
+    match config.renews_leases() {
+        true => vis / 4,
+        false => (vis / 4).max(recent.min(vis / 2)),
+    }
+}
+
 /// Runs one delivery: waits for a worker permit, runs the handler within
 /// its time limit (renewing the lease meanwhile when the limit is longer than
-/// a lease), then acks or nacks.
+/// a lease), then acks or nacks. A delivery that cannot start with enough of
+/// its lease left is handed back uncounted while the lease still holds, so
+/// a wait for a slot never turns into a failed delivery.
 async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
     let pool = &shared.pool;
-    let permit = pool.workers.acquire().await;
+    let give_up = deadline.checked_sub(least_lease_to_start(&shared)).unwrap_or(deadline);
+    let permit = tokio::time::timeout_at(give_up, pool.workers.acquire()).await;
     let config = &shared.queue.inner.config;
     let (id, attempt, lease) = (msg.id.clone(), msg.attempt, msg.lease);
     let name = shared.queue.name().to_string();
     let left = deadline.saturating_duration_since(Instant::now());
-    // Starting with almost no lease left would only earn a duplicate; a
-    // renewed lease needs a quarter left to reach its first renewal.
-    let least = config.max_consume_duration / if config.renews_leases() { 4 } else { 20 };
-    if *pool.stop.borrow() || left < least {
+    if *pool.stop.borrow() || permit.is_err() || left < least_lease_to_start(&shared) {
         tracing::debug!(queue = %name, %id, "handing back an unstarted delivery");
         nack(&shared, &id, attempt, lease, deadline, Failure::release()).await;
     } else {
@@ -536,7 +555,7 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
         drop(renewing);
         let (lease, deadline) = match renewed {
             Some(l) => {
-                let held = l.finish().await;
+                let held = l.finish(&shared.queue, &shared.keys).await;
                 (held.lease, held.deadline)
             }
             None => (lease, deadline),
@@ -566,7 +585,12 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
             }
             Err(_) => {
                 tracing::warn!(queue = %name, %id, attempt, ?limit, "handler exceeded its time limit; cancelled");
-                Some(Failure::retry(format!("handler timed out after {limit:?}")))
+                // The configured limit, not the time measured, so that
+                // failures of one cause share one reason.
+                Some(Failure::retry(format!(
+                    "handler timed out (limit {:?})",
+                    config.handler_timeout()
+                )))
             }
         };
         if let Some(mut failure) = failure {
@@ -590,11 +614,13 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
 fn record_duration(shared: &Shared, took: Duration) {
     shared.queue.inner.meters.handler_duration.record(took.as_secs_f64());
     let us = (took.as_micros() as u64).max(1);
+    // A slowdown counts at once, a speed-up gradually: claims sized by fast
+    // handlers would otherwise outlast their leases waiting for a slot.
     let _ = shared
         .pool
         .avg_handler_us
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |avg| {
-            Some(if avg == 0 { us } else { (avg * 7 + us) / 8 })
+            Some(if avg == 0 || us > avg { us } else { (avg * 7 + us) / 8 })
         });
 }
 

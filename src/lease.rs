@@ -8,10 +8,17 @@
 //! timeout with one `extend` call per batch. A delivery reads its lease only
 //! after its handler ends, through the same lock a renewal holds while in
 //! flight, so the ack always carries the lease Redis has.
+//!
+//! A renewal whose reply is lost (a command timeout while Redis stalls, a
+//! cut connection) may still run in Redis. Its target stays *unconfirmed*:
+//! the next renewal repeats exactly that call, which `extend` accepts
+//! whether or not it ran before, and the final lease is settled the same
+//! way before the ack. So a stall shorter than the lease left costs nothing.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
+use std::time::Duration;
 
 use fred::prelude::Value;
 use tokio::sync::Mutex;
@@ -32,6 +39,9 @@ pub(crate) struct Held {
     pub lost: bool,
     /// The handler has ended: the lease is no longer renewed.
     done: bool,
+    /// A renewal to this lease and deadline was sent, but its reply was
+    /// lost: Redis holds either it or `lease`.
+    unconfirmed: Option<(i64, Instant)>,
 }
 
 /// The lease of one running delivery.
@@ -49,15 +59,34 @@ impl Lease {
                 deadline,
                 lost: false,
                 done: false,
+                unconfirmed: None,
             }),
         })
     }
 
     /// Stops renewals and returns the final lease, after any renewal in
-    /// flight, so an ack never races a renewal that replaces its lease.
-    pub async fn finish(&self) -> Held {
+    /// flight, so an ack never races a renewal that replaces its lease. A
+    /// renewal whose reply was lost is settled first (repeated until it
+    /// answers or its lease is over).
+    pub async fn finish(&self, queue: &DelayQueue, k: &Keys) -> Held {
         let mut held = self.held.lock().await;
         held.done = true;
+        let mut backoff = Duration::from_millis(20);
+        while let Some((_, deadline)) = held.unconfirmed {
+            // The unconfirmed target is repeated; `next` is not asked.
+            match extend(queue, k, [(self, &mut *held)], |h| (h.lease, h.deadline)).await {
+                Ok(()) => break,
+                Err(e) if Instant::now() + backoff < deadline => {
+                    tracing::debug!(queue = %queue.name(), id = %self.id, error = %e, "settling a lease renewal; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(_) => {
+                    held.lost = true;
+                    break;
+                }
+            }
+        }
         *held
     }
 }
@@ -115,35 +144,55 @@ pub(crate) fn spawn(queue: DelayQueue, k: Keys, leases: Arc<Leases>) -> JoinHand
 
 /// Renews one batch of leases with one `extend` call.
 async fn renew(queue: &DelayQueue, k: &Keys, batch: &[Arc<Lease>]) -> Result<(), crate::Error> {
-    let inner = &queue.inner;
-    let vis = inner.config.max_consume_duration;
+    let vis = queue.inner.config.max_consume_duration;
     let mut held = Vec::with_capacity(batch.len());
     for lease in batch {
         let h = lease.held.lock().await;
-        if !h.done && !h.lost && h.deadline.saturating_duration_since(Instant::now()) < vis * 2 / 3 {
-            held.push((lease, h));
+        let due = h.unconfirmed.is_some() || h.deadline.saturating_duration_since(Instant::now()) < vis * 2 / 3;
+        if !h.done && !h.lost && due {
+            held.push((&**lease, h));
         }
     }
     if held.is_empty() {
         return Ok(());
     }
     let now = Instant::now();
-    let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * held.len());
-    args.push(k.msg_prefix.as_str().into());
-    args.push((inner.config.msg_ttl.as_millis() as i64).into());
-    let mut renewed = Vec::with_capacity(held.len());
-    for (lease, h) in &held {
-        // Moving the deadline by this host's clock keeps the mapping between
-        // the two clocks that the claim established.
+    // Moving the deadline by this host's clock keeps the mapping between
+    // the two clocks that the claim established.
+    extend(queue, k, held.iter_mut().map(|(l, h)| (*l, &mut **h)), |h| {
         let extra = (now + vis).saturating_duration_since(h.deadline);
-        let new = h.lease + extra.as_micros() as i64;
+        (h.lease + extra.as_micros() as i64, h.deadline + extra)
+    })
+    .await
+}
+
+/// One `extend` call for `leases`: each moves to its unconfirmed target if
+/// it has one (the repeat of a call whose reply was lost), else to the
+/// target `next` gives. Updates each lease from the reply; on an error the
+/// targets stay unconfirmed.
+async fn extend<'a>(
+    queue: &DelayQueue,
+    k: &Keys,
+    leases: impl IntoIterator<Item = (&'a Lease, &'a mut Held)>,
+    next: impl Fn(&Held) -> (i64, Instant),
+) -> Result<(), crate::Error> {
+    let inner = &queue.inner;
+    let mut calls = Vec::new();
+    let mut args: Vec<Value> = vec![
+        k.msg_prefix.as_str().into(),
+        (inner.config.msg_ttl.as_millis() as i64).into(),
+    ];
+    for (lease, h) in leases {
+        let target = h.unconfirmed.unwrap_or_else(|| next(h));
+        h.unconfirmed = Some(target);
         args.push(lease.id.as_str().into());
         args.push(h.lease.into());
-        args.push(new.into());
-        renewed.push((new, h.deadline + extra));
+        args.push(target.0.into());
+        calls.push((lease, h, target));
     }
     let reply: Vec<i64> = queue.call(&scripts::EXTEND, k.for_extend(), args).await?;
-    for ((lease, h), (ok, (new, deadline))) in held.iter_mut().zip(reply.into_iter().zip(renewed)) {
+    for ((lease, h, (new, deadline)), ok) in calls.into_iter().zip(reply) {
+        h.unconfirmed = None;
         if ok == 1 {
             (h.lease, h.deadline) = (new, deadline);
         } else {

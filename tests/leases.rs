@@ -1,0 +1,131 @@
+//! Leases under trouble: a renewal whose reply is lost, and claimed
+//! deliveries that wait too long for a handler slot. Each against a private
+//! redis-server.
+
+mod support;
+support::queue_helpers!();
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayqueue::fred::prelude::*;
+use delayqueue::{DelayQueue, Event, HandlerError, Message, MessageState, QueueStats};
+use helpers::{recording, wait_stats, Log};
+use support::{wait_until, RedisServer};
+
+/// A renewal (`extend`) that times out on the client but runs in Redis
+/// once a write pause ends leaves Redis holding a lease the consumer never
+/// heard of. Stalls shorter than the lease left must cost nothing: the
+/// handler runs once, its ack lands, no lease is reported lost.
+#[tokio::test]
+async fn a_renewal_whose_reply_is_lost_keeps_the_lease() {
+    let server = RedisServer::start().await;
+    let cfg = Config::from_url(&server.url()).unwrap();
+    // Commands give up after 200 ms, so a 1.1 s write pause loses replies
+    // of scripts that still run when it ends.
+    let client = Builder::from_config(cfg)
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 1000, 2))
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_millis(200))
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let q = DelayQueue::builder("renew", client.clone())
+        .fetch_interval(Duration::from_millis(100))
+        .max_consume_duration(Duration::from_secs(3))
+        .handler_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut events = q.events();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |_m: Message| async move {
+            tokio::time::sleep(Duration::from_secs(12)).await;
+            Ok::<(), HandlerError>(())
+        }))
+        .await
+        .unwrap();
+    let id = q.send_delay_msg("slow", Duration::ZERO).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || log.len() == 1).await,
+        "never delivered"
+    );
+    // Pauses of 1.1 s every 1.6 s while the handler runs: each is shorter
+    // than the 1.5 s or more a renewed lease has left, and renewals (every
+    // 0.5 s) keep running into them.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(server.raw_command(&["CLIENT", "PAUSE", "1100", "WRITE"]), "OK");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    let drained = wait_stats(&q, Duration::from_secs(60), QueueStats::default()).await;
+    assert_eq!(drained, QueueStats::default(), "the message was not acked");
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.attempts(&id), vec![1], "delivered more than once");
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(e, Event::LeaseLost { .. }),
+            "a lease was reported lost: {e:?}"
+        );
+    }
+    let totals = q.status().await.unwrap().totals;
+    assert_eq!((totals.acked, totals.failed), (1, 0), "{totals:?}");
+}
+
+/// Claims sized by fast handlers, then slow ones: deliveries still waiting
+/// for the one handler slot when their lease runs short are handed back
+/// uncounted, never timed out as failed deliveries that no handler ran.
+#[tokio::test]
+async fn deliveries_waiting_for_a_slot_are_handed_back_uncounted() {
+    let (_server, _client, q) = helpers::start_queue("slots", Duration::from_millis(50), |b| {
+        b.concurrency(1)
+            .max_consume_duration(Duration::from_millis(400))
+            .default_retry_count(0)
+    })
+    .await;
+    let log = Log::default();
+    let slow = Arc::new(AtomicUsize::new(0));
+    let runs = slow.clone();
+    let consumer = q
+        .start_consume(recording(&log, move |m: Message| {
+            let runs = runs.clone();
+            async move {
+                if m.payload() == b"slow" {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+                Ok::<(), HandlerError>(())
+            }
+        }))
+        .await
+        .unwrap();
+    q.send_delay_msg("fast", Duration::ZERO).await.unwrap();
+    assert!(wait_until(Duration::from_secs(20), || log.len() == 1).await);
+    let mut ids = HashSet::new();
+    for _ in 0..10 {
+        ids.insert(q.send_delay_msg("slow", Duration::ZERO).await.unwrap());
+    }
+    // Every message ends acked or dead; bounded by count and time.
+    let mut totals = q.status().await.unwrap().totals;
+    for _ in 0..600 {
+        if totals.acked + totals.dead == 11 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        totals = q.status().await.unwrap().totals;
+    }
+    consumer.shutdown().await.unwrap();
+    assert_eq!(totals.acked + totals.dead, 11, "not all handled: {totals:?}");
+    let dead = q.list(MessageState::Garbage, 0, 100).await.unwrap();
+    let seen = log.ids();
+    let unseen: Vec<_> = dead.items.iter().filter(|m| !seen.contains(&m.id)).collect();
+    assert!(unseen.is_empty(), "dead letters no handler ever saw: {unseen:?}");
+    // Every counted failure is a handler run that did not end in an ack.
+    let handled = log.snapshot().iter().filter(|d| ids.contains(&d.0)).count() as u64;
+    assert!(
+        totals.failed <= handled - (totals.acked - 1),
+        "{totals:?}, {handled} slow runs"
+    );
+    assert_eq!(slow.load(Ordering::SeqCst) as u64, handled);
+}
