@@ -128,9 +128,8 @@ async fn renew(queue: &DelayQueue, k: &Keys, batch: &[Arc<Lease>]) -> Result<(),
         return Ok(());
     }
     let now = Instant::now();
-    let mut args: Vec<Value> = Vec::with_capacity(2 + 3 * held.len());
+    let mut args: Vec<Value> = Vec::with_capacity(1 + 3 * held.len());
     args.push(k.msg_prefix.as_str().into());
-    args.push((inner.config.msg_ttl.as_millis() as i64).into());
     let mut renewed = Vec::with_capacity(held.len());
     for (lease, h) in &held {
         // Moving the deadline by this host's clock keeps the mapping between

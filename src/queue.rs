@@ -162,7 +162,6 @@ impl DelayQueue {
         let args: Vec<Value> = vec![
             id.as_str().into(),
             (delay.as_millis() as i64).into(),
-            (self.inner.config.msg_ttl.as_millis() as i64).into(),
             k.wake.as_str().into(),
         ];
         let moved: i64 = self
