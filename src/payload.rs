@@ -154,7 +154,9 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
     let colon = value.iter().position(|&b| b == b':')?;
     let header = std::str::from_utf8(&value[..colon]).ok()?;
     let (header, expires_at_ms) = match header.split_once('@') {
-        Some((header, at)) if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) => (header, Some(at.parse().ok()?)),
+        Some((header, at)) if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) => {
+            (header, Some(at.parse().ok()?))
+        }
         Some(_) => return None,
         None => (header, None),
     };
@@ -190,16 +192,39 @@ mod tests {
         assert_eq!(encode_stored(3, None, b"hi"), b"3:hi");
         assert_eq!(encode_stored(3, Some("f5"), b"hi"), b"3;f5:hi");
         // The deadline send.lua adds before the ':'.
-        for (value, backoff) in [(&b"3@1700000000000:hi"[..], None), (b"3;e1,2,3@1700000000000:hi", Some("e1,2,3"))] {
+        for (value, backoff) in [
+            (&b"3@1700000000000:hi"[..], None),
+            (b"3;e1,2,3@1700000000000:hi", Some("e1,2,3")),
+        ] {
             let stored = decode_stored(value).unwrap();
-            assert_eq!((stored.retry_count, stored.expires_at_ms, stored.payload), (3, Some(1_700_000_000_000), &b"hi"[..]));
+            assert_eq!(
+                (stored.retry_count, stored.expires_at_ms, stored.payload),
+                (3, Some(1_700_000_000_000), &b"hi"[..])
+            );
             assert_eq!(stored.backoff.map(|b| b.encode().unwrap()).as_deref(), backoff);
         }
         assert_eq!(decode_stored(b"3:hi").unwrap().expires_at_ms, None);
         // The longest header fits HEADER_BYTES.
-        let longest = format!("{};{}@{}:", crate::MAX_RETRY_COUNT, Backoff::exponential(crate::MAX_DELAY, crate::MAX_DELAY).encode().unwrap(), u64::MAX);
+        let longest = format!(
+            "{};{}@{}:",
+            crate::MAX_RETRY_COUNT,
+            Backoff::exponential(crate::MAX_DELAY, crate::MAX_DELAY)
+                .encode()
+                .unwrap(),
+            u64::MAX
+        );
         assert!(longest.len() <= HEADER_BYTES, "{longest}");
-        for bad in [&b"no header"[..], b":x", b"3;:x", b"3;q1:x", b";f1:x", b"99999999999:x", b"3@:x", b"3@x1:x", b"3@1@2:x"] {
+        for bad in [
+            &b"no header"[..],
+            b":x",
+            b"3;:x",
+            b"3;q1:x",
+            b";f1:x",
+            b"99999999999:x",
+            b"3@:x",
+            b"3@x1:x",
+            b"3@1@2:x",
+        ] {
             assert!(decode_stored(bad).is_none(), "{:?}", String::from_utf8_lossy(bad));
         }
     }

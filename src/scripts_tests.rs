@@ -290,7 +290,10 @@ impl Env {
         let seq = next_seq();
         let reply = self.claim_reply(&format!("c{seq}"), limit, VIS, seq).await;
         let n = reply[1].as_i64().expect("expired") as usize;
-        assert!(reply.len() >= 4 + n && (reply.len() - 4 - n) % 3 == 0, "claim reply {reply:?}");
+        assert!(
+            reply.len() >= 4 + n && (reply.len() - 4 - n) % 3 == 0,
+            "claim reply {reply:?}"
+        );
         let lease = reply[2].as_i64().expect("lease");
         let mut got: Vec<(String, String, i64)> = reply[4 + n..]
             .chunks_exact(3)
@@ -625,7 +628,11 @@ async fn send_stores_payload_and_pending_entry_together() {
     );
     assert_eq!(env.payload("a").as_deref(), Some("hello"));
     assert!(env.record("a").is_none(), "no retry record until the first claim");
-    assert_eq!(env.pttl("a"), -1, "a live payload has no TTL: it never expires undelivered");
+    assert_eq!(
+        env.pttl("a"),
+        -1,
+        "a live payload has no TTL: it never expires undelivered"
+    );
     // Nothing else was written: no record, and no STALE mark for a generated id.
     for key in [&k.ready, &k.retry, &k.unack, &k.garbage, &k.retries] {
         assert!(!env.exists(key), "{key} written");
@@ -647,7 +654,10 @@ async fn send_stores_payload_and_pending_entry_together() {
     // Binary payloads are stored byte for byte.
     let bytes = vec![0u8, 255, b'\n', b' ', b':', 1];
     let value = encode_stored(3, None, &bytes);
-    assert_eq!(env.send_values(&[("bin", value.clone(), 0, NEVER, false)]).await, vec![1]);
+    assert_eq!(
+        env.send_values(&[("bin", value.clone(), 0, NEVER, false)]).await,
+        vec![1]
+    );
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
     assert_eq!(stored, value);
     assert_eq!(decode_stored(&stored).map(|s| s.payload), Some(&bytes[..]));
@@ -850,7 +860,11 @@ async fn send_marks_stale_only_when_an_old_list_entry_may_remain() {
     env.raw(&["RPUSH", &k.ready, "live"]);
     env.seed("g", Some("4:boom"));
     env.bury(&["g"]);
-    let batch: Vec<Msg> = vec![("live", "x", 0, NEVER, 3), ("w", "x", 0, NEVER, 3), ("mine", "y", 0, NEVER, 3)];
+    let batch: Vec<Msg> = vec![
+        ("live", "x", 0, NEVER, 3),
+        ("w", "x", 0, NEVER, 3),
+        ("mine", "y", 0, NEVER, 3),
+    ];
     assert_eq!(env.send_batch(Ids::Own, &batch).await, vec![0, 2, 1]);
     assert_eq!(env.send("gen", "x", 0, NEVER, 3).await, 1);
     assert_eq!(env.send_own("g", "again", 0, NEVER, 3).await, 1);
@@ -1118,13 +1132,19 @@ async fn promote_moves_an_id_without_payload_and_claim_buries_and_counts_it() {
     // The claim buries the id without payload as an expired dead letter,
     // counts it and returns its id (no STALE mark: no cancelled message).
     let c = env.claim(10).await;
-    assert_eq!((c.popped, c.expired, c.expired_ids.clone()), (2, 1, vec!["gone".to_string()]));
+    assert_eq!(
+        (c.popped, c.expired, c.expired_ids.clone()),
+        (2, 1, vec!["gone".to_string()])
+    );
     assert_eq!(c.ids(), vec!["live"]);
     assert!(env.zscore(&k.unack, "gone").is_none());
     assert_eq!(env.dead(), vec!["gone"]);
     assert_eq!(
         env.records(),
-        vec![("gone".to_string(), "0:expired".to_string()), ("live".to_string(), "1".to_string())]
+        vec![
+            ("gone".to_string(), "0:expired".to_string()),
+            ("live".to_string(), "1".to_string())
+        ]
     );
     assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["1"]);
     assert!(!env.exists(&k.ready));
@@ -1226,7 +1246,13 @@ async fn claim_with_limit_0_reads_no_list_and_deletes_the_receipt() {
     assert_eq!(env.int(&["LLEN", &k.ready]), 10_000);
     // A negative limit is refused before anything is read or written.
     let keys = k.for_claim(&k.claim("w"));
-    let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), (-1).into(), VIS.into(), 9.into(), RETENTION.into()];
+    let args: Vec<Value> = vec![
+        k.msg_prefix.as_str().into(),
+        (-1).into(),
+        VIS.into(),
+        9.into(),
+        RETENTION.into(),
+    ];
     let err = scripts::CLAIM.call::<Value>(&env.client, keys, args).await.unwrap_err();
     assert!(err.details().contains("limit"), "{err:?}");
     assert_eq!(env.command_calls("lrange"), 0);
@@ -1395,7 +1421,9 @@ async fn claim_skips_stale_entries() {
 async fn claim_pops_each_list_once_so_stale_entries_use_up_the_pop() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let batch: Vec<Msg> = ["gone1", "gone2", "a", "b"].map(|id| (id, "x", 0, NEVER, RETRY)).to_vec();
+    let batch: Vec<Msg> = ["gone1", "gone2", "a", "b"]
+        .map(|id| (id, "x", 0, NEVER, RETRY))
+        .to_vec();
     assert_eq!(env.send_many(&batch).await, vec![1; 4]);
     // Due in this order (ids due at the same ms would be promoted by name).
     env.raw(&["ZADD", &k.pending, "XX", "1", "gone1", "2", "gone2", "3", "a", "4", "b"]);
@@ -1415,42 +1443,54 @@ async fn claim_pops_each_list_once_so_stale_entries_use_up_the_pop() {
 }
 
 #[tokio::test]
-async fn claim_counts_an_expired_payload_and_drops_its_record() {
+async fn claim_buries_ids_without_payload_unless_stale_says_cancelled() {
     let env = Env::new().await;
     let k = env.k().clone();
     // Without STALE every list entry is a live message, so a missing payload
-    // expired: counted whether a record remained (e1, e2) or not (norec:
-    // expired before its first delivery).
+    // was lost: buried as expired whether a record remained (e1, e2) or not
+    // (norec: lost before its first delivery).
     env.raw(&["HSET", &k.retries, "e1", "0", "e2", "2"]);
     env.raw(&["RPUSH", &k.ready, "e1", "norec"]);
     env.raw(&["RPUSH", &k.retry, "e2"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (3, 3, 0));
-    assert!(!env.exists(&k.retries), "records left: {:?}", env.records());
+    assert_eq!(c.expired_ids, vec!["e2", "e1", "norec"], "retry list first");
+    assert_eq!(env.dead(), vec!["e1", "e2", "norec"]);
+    let expired = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(id, r)| (id.to_string(), r.to_string())).collect()
+    };
+    assert_eq!(
+        env.records(),
+        expired(&[("e1", "0:expired"), ("e2", "2:expired"), ("norec", "0:expired")])
+    );
     assert!(!env.exists(&k.ready) && !env.exists(&k.retry));
 
-    // With STALE a missing payload may be a cancelled message: counted only
-    // when its record remained (e3). An entry of an id being processed is
-    // not ours to count, even with its payload gone (its delivery decides).
+    // With STALE a missing payload without record is a cancelled message's
+    // leftover entry (cancel deletes both): skipped silently (c1). One whose
+    // record remained (e3) is buried. An entry of an id being processed is
+    // not ours to bury, even with its payload gone (its delivery decides),
+    // nor one of an id already dead (e1).
     env.mark_stale();
     env.raw(&["HSET", &k.retries, "e3", "1", "u", "1"]);
     env.raw(&["ZADD", &k.unack, "1", "u"]);
-    env.raw(&["RPUSH", &k.ready, "e1", "e3", "u"]);
+    env.raw(&["RPUSH", &k.ready, "c1", "e1", "e3", "u"]);
     let c = env.claim(10).await;
-    assert_eq!((c.popped, c.expired, c.got.len()), (3, 1, 0));
-    assert!(env.record("e3").is_none());
-    assert_eq!(env.records(), vec![("u".to_string(), "1".to_string())]);
+    assert_eq!((c.popped, c.expired, c.got.len()), (4, 1, 0));
+    assert_eq!(c.expired_ids, vec!["e3"]);
+    assert_eq!(env.record("e3").as_deref(), Some("1:expired"));
+    assert!(env.record("c1").is_none() && !env.dead().contains(&"c1".to_string()));
     assert_eq!(env.zset(&k.unack), vec![("u".to_string(), 1)]);
     assert!(!env.stale());
-    // A re-claim finds nothing more to expire.
+    // A re-claim finds nothing more to bury.
     env.mark_stale();
     env.raw(&["RPUSH", &k.ready, "e3"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired), (1, 0));
+    assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["4"]);
 }
 
 #[tokio::test]
-async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
+async fn claim_buries_an_id_whose_payload_key_has_another_type_instead_of_failing() {
     let env = Env::new().await;
     let k = env.k().clone();
     assert_eq!(env.send("ok", "x", 0, NEVER, RETRY).await, 1);
@@ -1460,7 +1500,9 @@ async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
     env.raw(&["LPUSH", &k.ready, "odd"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.ids()), (2, 1, vec!["ok"]));
-    assert!(env.record("odd").is_none());
+    assert_eq!(c.expired_ids, vec!["odd"]);
+    assert_eq!(env.record("odd").as_deref(), Some("0:expired"));
+    assert_eq!(env.dead(), vec!["odd"]);
     assert_eq!(
         env.raw(&["TYPE", &k.msg("odd")]),
         "hash",
@@ -1672,12 +1714,12 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     assert_eq!((c.popped, c.expired), (N as i64, 0));
     assert_eq!(c.ids(), ids.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(c.got.iter().all(|d| d.1 == "x" && d.2 == 1), "{:?}", c.got);
-    // A fixed number of calls for the batch, one PEXPIRE per leased id; no
-    // look at pending or garbage without STALE.
+    // A fixed number of calls for the batch, none per leased id (no TTL
+    // to extend); no look at pending or garbage without STALE.
     let calls = |cmd: &str| env.command_calls(cmd);
     assert_eq!(
         ["mget", "zmscore", "smismember", "zadd", "hmget", "hset", "pexpire"].map(calls),
-        [1, 1, 0, 1, 1, 1, N as i64]
+        [1, 1, 0, 1, 1, 1, 0]
     );
     assert_eq!(
         ["get", "zscore", "sismember", "hget"].map(calls),
@@ -1779,8 +1821,10 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 0, 0));
     assert!(!env.stale());
 
-    // A send with a caller-chosen id marks it; a claim with both lists
-    // already empty clears it, even one that pops nothing.
+    // A send of a caller-chosen id that was delivered and lost its payload
+    // marks it; a claim with both lists already empty clears it, even one
+    // that pops nothing.
+    env.raw(&["HSET", &k.retries, "e", "1"]);
     assert_eq!(env.send_own("e", "x", 60_000, NEVER, RETRY).await, 1);
     assert!(env.stale());
     let c = env.claim(10).await;
@@ -2021,7 +2065,6 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
     assert!(!env.exists(&k.unack));
     assert_eq!(env.record("b").as_deref(), Some("3"));
-
 
     // Idempotent: a re-run finds the lease gone.
     let state = env.snapshot();
@@ -2439,23 +2482,23 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
 }
 
 #[tokio::test]
-async fn cancel_of_a_listed_message_whose_payload_expired_leaves_it_to_claim_as_expired() {
+async fn cancel_of_a_listed_message_whose_payload_is_gone_leaves_it_to_claim_to_bury() {
     let env = Env::new().await;
     let k = env.k().clone();
-    // Waits in retry, payload expired: nothing of it left to cancel but its record.
+    // Waits in retry, payload deleted by something else: nothing of it left
+    // to cancel but its record.
     env.raw(&["HSET", &k.retries, "x", "1"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
     assert_eq!(env.cancel("x").await, 0);
     assert!(env.record("x").is_none());
     assert!(!env.stale(), "no payload deleted: no mark");
-    // Without the mark the claim counts the entry as the expired message it is.
+    // Without the mark the claim buries the entry as the lost message it is.
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
-    assert_eq!(
-        env.keys(),
-        vec![k.totals.clone()],
-        "only the totals, counting it expired"
-    );
+    assert_eq!(env.dead(), vec!["x"]);
+    let mut left = vec![k.garbage.clone(), k.retries.clone(), k.totals.clone()];
+    left.sort();
+    assert_eq!(env.keys(), left, "the dead letter and the totals, counting it expired");
 }
 
 #[tokio::test]
@@ -2648,7 +2691,10 @@ async fn integrity_check_pages_through_a_clean_queue_and_finds_nothing() {
     // More than a page of pending messages, and one message in each other state.
     let ids: Vec<String> = (0..2_500).map(|i| format!("p{i}")).collect();
     for chunk in ids.chunks(500) {
-        let batch: Vec<Msg> = chunk.iter().map(|id| (id.as_str(), "x", 60_000, NEVER, RETRY)).collect();
+        let batch: Vec<Msg> = chunk
+            .iter()
+            .map(|id| (id.as_str(), "x", 60_000, NEVER, RETRY))
+            .collect();
         env.send_many(&batch).await;
     }
     for id in ["r", "u", "t"] {
@@ -2802,15 +2848,17 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
     for id in ["a", "b", "c"] {
         env.seed(id, Some("4:HTTP 503"));
     }
+    // b expired: its deadline (long past) is in its header.
+    env.seed_value("b", &format!("{RETRY};f5@1000:payload-b"), Some("0:expired"));
     env.bury(&["a", "b", "c"]);
+    // Dead letters' payloads carry the retention as TTL.
+    for id in ["a", "b"] {
+        env.raw(&["PEXPIRE", &k.msg(id), &RETENTION.to_string()]);
+    }
     env.raw(&["PEXPIRE", &k.msg("c"), "1"]);
     tokio::time::sleep(Duration::from_millis(5)).await;
     let requeue = |ids: &[&str]| {
-        let mut args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            1000.into(),
-            k.wake.as_str().into(),
-        ];
+        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), 1000.into(), k.wake.as_str().into()];
         args.extend(ids.iter().map(|id| Value::from(*id)));
         env.run::<Vec<i64>>(&scripts::REQUEUE, k.for_requeue(), args)
     };
@@ -2819,9 +2867,13 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
     assert_eq!(wakes.next().await, "0");
     assert_eq!(env.list(&k.ready), vec!["a"]);
     assert!(env.record("a").is_none(), "count and reason cleared");
-    // All: b goes back; c, whose payload expired, is deleted instead.
+    assert_eq!(env.pttl("a"), -1, "live again: no TTL");
+    // All: b goes back, without its deadline; c, whose payload is gone, is
+    // deleted instead.
     assert_eq!(requeue(&[]).await, vec![1, 2]);
     assert_eq!(env.list(&k.ready), vec!["a", "b"]);
+    assert_eq!(env.pttl("b"), -1);
+    assert_eq!(env.stored("b"), Some(format!("{RETRY};f5:payload-b")));
     assert!(env.dead().is_empty() && env.record("c").is_none());
     assert_eq!(requeue(&["a"]).await, vec![0, 0], "idempotent");
     let c = env.claim(10).await;
@@ -2877,7 +2929,7 @@ async fn list_pages_through_a_state_and_skips_stale_list_entries() {
 async fn get_finds_a_message_in_every_state() {
     let env = Env::new().await;
     let k = env.k().clone();
-    env.send("p", "pay", 60_000, NEVER, RETRY).await;
+    env.send("p", "pay", 60_000, 5_000, RETRY).await;
     env.seed("rd", None);
     env.raw(&["RPUSH", &k.ready, "rd"]);
     env.seed("rt", Some("1:oops"));
@@ -2894,7 +2946,9 @@ async fn get_finds_a_message_in_every_state() {
         (p.state, p.payload.as_slice(), p.attempts),
         (MessageState::Pending, &b"pay"[..], 0)
     );
-    assert!(p.due.is_some() && p.expires_in.is_some());
+    // Live: no TTL; its expire_after deadline is due + 5 s.
+    assert_eq!(p.expires_in, None);
+    assert_eq!(p.due.unwrap() + Duration::from_secs(5), p.expires_at.unwrap());
     assert_eq!(get("rd").await.unwrap().unwrap().state, MessageState::Ready);
     let rt = get("rt").await.unwrap().unwrap();
     assert_eq!(

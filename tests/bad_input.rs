@@ -309,9 +309,16 @@ async fn delay_beyond_max_delay_is_rejected_and_writes_nothing() {
     let res = q.send_schedule_msg("x", SystemTime::now() + MAX_DELAY + day).await;
     assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
     // expire_after is 1 ms to MAX_DELAY.
-    for d in [Duration::ZERO, Duration::from_micros(999), MAX_DELAY + Duration::from_secs(1)] {
+    for d in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        MAX_DELAY + Duration::from_secs(1),
+    ] {
         let res = q.send_delay_msg("x", Duration::ZERO).expire_after(d).await;
-        assert!(matches!(res, Err(Error::InvalidArgument(_))), "expire_after {d:?}: {res:?}");
+        assert!(
+            matches!(res, Err(Error::InvalidArgument(_))),
+            "expire_after {d:?}: {res:?}"
+        );
     }
     assert_eq!(snapshot(&server), before);
 }
@@ -400,7 +407,9 @@ async fn builder_settings_out_of_range_are_rejected() {
             b.nack_redelivery_delay(MAX_DELAY + Duration::from_secs(1))
         }),
         ("expire_after 0", |b| b.expire_after(Duration::ZERO)),
-        ("expire_after > MAX_DELAY", |b| b.expire_after(MAX_DELAY + Duration::from_secs(1))),
+        ("expire_after > MAX_DELAY", |b| {
+            b.expire_after(MAX_DELAY + Duration::from_secs(1))
+        }),
         ("default_retry_count > MAX", |b| {
             b.default_retry_count(MAX_RETRY_COUNT + 1)
         }),
