@@ -21,7 +21,8 @@ KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage zset
 KEYS[7] receipt string of this consumer (its last claim; TTL = visibility timeout)
 KEYS[8] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (0 to 1000; 0 leases nothing and
-        reads no list: a stopping consumer deletes its receipt so)
+        reads no list, only deletes the receipt and clears STALE when both
+        lists are empty: what a stopping consumer sends)
 ARGV[3] visibility timeout ms
 ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
@@ -64,9 +65,17 @@ if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   return out
 end
 
+-- The STALE mark goes once both lists are empty: no stale entry is left.
+local function clear_stale()
+  if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
+    redis.call('HDEL', KEYS[4], STALE)
+  end
+end
+
 local limit = limit_arg(2, 0)
 if limit == 0 then
   redis.call('DEL', KEYS[7])
+  clear_stale()
   return {0, 0, 0, 0}
 end
 local vis = tonumber(ARGV[3])
@@ -170,8 +179,8 @@ for n, list in ipairs({KEYS[2], KEYS[1]}) do
     lease_all({unpack(heads[n], 1, take)})
   end
 end
-if stale and redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('HDEL', KEYS[4], STALE)
+if stale then
+  clear_stale()
 end
 if #leased > 2 then
   redis.call('SET', KEYS[7], table.concat(leased, ' '), 'PX', vis)

@@ -1256,6 +1256,12 @@ async fn claim_with_limit_0_reads_no_list_and_deletes_the_receipt() {
     let err = scripts::CLAIM.call::<Value>(&env.client, keys, args).await.unwrap_err();
     assert!(err.details().contains("limit"), "{err:?}");
     assert_eq!(env.command_calls("lrange"), 0);
+    // With both lists empty it clears the STALE mark too.
+    env.raw(&["DEL", &k.ready]);
+    env.mark_stale();
+    let c = env.claim_with("w", 0, VIS, 10).await;
+    assert_eq!((c.popped, c.expired), (0, 0));
+    assert!(!env.stale());
 }
 
 #[tokio::test]

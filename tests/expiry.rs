@@ -102,7 +102,7 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
         garbage: 1,
         ..QueueStats::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(5), dead.clone()).await, dead);
+    assert_eq!(wait_stats(&q, Duration::from_secs(5), dead).await, dead);
     consumer.shutdown().await.unwrap();
     assert_eq!(
         log.snapshot().iter().map(|d| d.0.clone()).collect::<Vec<MessageId>>(),
