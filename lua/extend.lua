@@ -2,47 +2,39 @@
 --[[ extend: unack -> unack (lease renewed)
 Renews the leases of deliveries whose handlers still run, so a slow but
 alive handler keeps its message (a consumer that stops renewing loses it
-at its lease's end, as before). Each id is renewed only while its lease is
+at its lease's end). Each id is renewed only while its lease is
 the one the consumer holds; the consumer chooses the new lease, so a re-run
 recognises its own renewal.
 
 KEYS[1] unack zset
-ARGV[1] msg key prefix   ARGV[2] msg ttl ms
-ARGV[3..] triples of id, current lease, new lease (microseconds of Redis
+ARGV[1..] triples of id, current lease, new lease (microseconds of Redis
 time; new > current)
 Returns one value per triple, in order: 1 renewed, 0 lease lost (the
 delivery timed out and was or will be redelivered; nothing done).
-The payload is kept at least msg ttl past the new lease.
 Idempotent: a re-run finds the new lease in place and returns 1 again.
-Complexity: O(M log N) with M = triples, in three calls plus one PEXPIRE
-per renewed id.
+Complexity: O(M log N) with M = triples, in two calls.
 ]]
 check_types(KEYS[1], 'zset')
-local ids, out = ids_of(3, 3), {}
+local ids, out = ids_of(1, 3), {}
 if #ids == 0 then
   return {}
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local now = now_us()
-local renew, renewed, kept = {}, {}, {}
+local renew = {}
 for i, id in ipairs(ids) do
   local score = tonumber(scores[i])
-  local current, new = tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
+  local current, new = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
   out[i] = 0
   if score and (score == current or score == new) and new > now then
     out[i] = 1
     if score == current then
       renew[#renew + 1] = new
       renew[#renew + 1] = id
-      renewed[#renewed + 1] = id
-      kept[#kept + 1] = math.floor((new - now) / 1000) + tonumber(ARGV[2])
     end
   end
 end
 if #renew > 0 then
-  for j, key in ipairs(payloads_here(ARGV[1], renewed)) do
-    keep_payload(key, kept[j])
-  end
   redis.call('ZADD', KEYS[1], 'XX', unpack(renew))
 end
 return out

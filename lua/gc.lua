@@ -5,7 +5,7 @@ ARGV[2] per call: with ids given, those of them that are dead; else the
 ones dead longer than the retention, then the oldest beyond the size cap.
 
 KEYS[1] garbage zset   KEYS[2] retries hash
-ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
+ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] retention ms (0: every dead message)   ARGV[4] most dead messages kept
 ARGV[5..] ids (optional)
 Returns the number of messages deleted.
@@ -13,7 +13,7 @@ Idempotent: a re-run deletes only what is still in garbage.
 Complexity: O(log N + M) with M = deleted.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash')
-local limit = tonumber(ARGV[2])
+local limit = limit_arg(2)
 local ids
 if #ARGV >= 5 then
   ids = members_of(KEYS[1], 5, limit)

@@ -5,8 +5,8 @@ changes between calls may shift entries across page boundaries.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
-ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] offset   ARGV[3] page size (<= 1000)
-ARGV[4] msg key prefix   ARGV[5] bytes of each stored value to return
+ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] offset   ARGV[3] page size (1 to 1000)
+ARGV[4] msg key prefix   ARGV[5] bytes of each stored value to return (1 to 1000)
 Returns {size of the state, now ms, next offset (-1: last page), then 6
 values per message: id, score ("" in lists: due ms in pending, lease
 deadline us in unack, time of death ms in garbage), retry record ("" if
@@ -18,7 +18,7 @@ Complexity: O(log N + page) for zsets, O(offset + page) for lists.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
-local state, from, size = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local state, from, size, bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), limit_arg(3), limit_arg(5)
 local key, is_list = KEYS[state], state == 2 or state == 4
 local page, total
 if is_list then
@@ -37,7 +37,7 @@ end
 local keys = payloads_here(ARGV[4], ids)
 for j, id in ipairs(ids) do
   local i, msg = (j - 1) * step + 1, keys[j]
-  local value = redis.pcall('GETRANGE', msg, 0, tonumber(ARGV[5]) - 1)
+  local value = redis.pcall('GETRANGE', msg, 0, bytes - 1)
   local len = redis.pcall('STRLEN', msg)
   if type(value) ~= 'string' then
     value, len = '', 0

@@ -13,9 +13,9 @@ does not count and the message goes back to the front of retry.
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] pending zset KEYS[5] garbage zset   KEYS[6] msg string of this id
 KEYS[7] totals hash
-ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms   ARGV[4] msg ttl ms
-ARGV[5] mode   ARGV[6] default retry count   ARGV[7] wake-up channel
-ARGV[8] reason of the failure ('' none)   ARGV[9] dead-letter retention ms
+ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms
+ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
+ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
 Counts 'failed' and 'dead' in the totals.
 Publishes a wake-up when the message can be claimed again now, or is due
@@ -25,7 +25,7 @@ Complexity: O(log N).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
   KEYS[7], 'hash')
-local id, mode = ARGV[1], ARGV[5]
+local id, mode = ARGV[1], ARGV[4]
 local score = redis.call('ZSCORE', KEYS[1], id)
 if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   return 0
@@ -34,26 +34,24 @@ redis.call('ZREM', KEYS[1], id)
 if mode == 'release' then
   set_count(KEYS[2], id, math.max(attempts(KEYS[2], id, 1) - 1, 0))
   redis.call('LPUSH', KEYS[3], id)
-  wake(ARGV[7], 0)
+  wake(ARGV[6], 0)
   return 1
 end
-set_reason(KEYS[2], id, ARGV[8])
+set_reason(KEYS[2], id, ARGV[7])
 tally(KEYS[7], 'failed', 1)
 local now = now_ms()
-if mode == 'dead' or used_up(KEYS[2], id, KEYS[6], tonumber(ARGV[6])) then
-  bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[9]))
+if mode == 'dead' or used_up(KEYS[2], id, KEYS[6], tonumber(ARGV[5])) then
+  bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
   tally(KEYS[7], 'dead', 1)
   return 2
 end
 local delay = tonumber(ARGV[3])
--- Keep the payload at least msg ttl past its next delivery.
-keep_payload(KEYS[6], delay + tonumber(ARGV[4]))
 if delay > 0 then
   local head = head_due(KEYS[4])
   redis.call('ZADD', KEYS[4], now + delay, id)
-  wake_if_earlier(ARGV[7], now + delay, head, now)
+  wake_if_earlier(ARGV[6], now + delay, head, now)
 else
   redis.call('RPUSH', KEYS[3], id)
-  wake(ARGV[7], 0)
+  wake(ARGV[6], 0)
 end
 return 1

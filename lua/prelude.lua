@@ -50,12 +50,24 @@ local function set_reason(retries, id, reason)
 end
 
 
--- Retries allowed for a message: the header of its stored value
--- "<retry count>[;<backoff>]:<payload>" (read without copying the
--- payload); `default` when the payload is gone or unreadable.
+-- A stored value is "<retry count>[;<backoff>][@<expires at ms>]:<payload>".
+-- The header holds only digits, letters, ',', ';' and '@' (the backoff is
+-- "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it, and
+-- HEADER_BYTES hold the longest one (HEADER_BYTES in src/payload.rs).
+local HEADER_BYTES = 64
+
+-- Retries allowed for a message, from its stored value's header (read
+-- without copying the payload); `default` when the payload is gone or
+-- unreadable.
 local function max_retries(key, default)
-  local head = redis.pcall('GETRANGE', key, 0, 11)
-  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;]') or default)
+  local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
+  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;@]') or default)
+end
+
+-- The deadline (ms of Redis time) in a stored value or its header, false
+-- when the message has none (it never expires).
+local function expires_at(value)
+  return tonumber(string.match(value, '^%d+[^:@]*@(%d+):') or '') or false
 end
 
 -- Whether a message whose delivery just failed has used them all up:
@@ -64,11 +76,15 @@ local function used_up(retries, id, key, default)
   return attempts(retries, id, 1) > max_retries(key, default)
 end
 
--- Moves a message whose deliveries are over to garbage (the dead letters,
--- scored by time of death in ms) and keeps its payload for the retention.
+-- Moves a message to garbage (the dead letters, scored by time of death in
+-- ms) and gives its payload the retention as TTL: only a dead letter's
+-- payload ever has one, so a plain PEXPIRE (GT would skip a key without
+-- TTL) cannot shorten a live message's life. `key` false: no payload to keep.
 local function bury(garbage, id, key, now, retention)
   redis.call('ZADD', garbage, now, id)
-  redis.call('PEXPIRE', key, math.max(retention, 1), 'GT')
+  if key then
+    redis.call('PEXPIRE', key, math.max(retention, 1))
+  end
 end
 
 -- Adds n to a field of the queue's totals hash.
@@ -79,16 +95,26 @@ local function tally(totals, field, n)
 end
 
 -- Field of the retries hash (never an id: ids hold no whitespace) that is
--- set while the ready or retry list may hold a stale entry: an id whose
--- message was cancelled, or expired and was sent again under the same
--- caller-given id. Only then must claim check where a popped id lives.
+-- set while the ready or retry list may hold a stale entry: the id of a
+-- message cancelled there, whose entry stays until claim pops it. Only
+-- then must claim check where a popped id lives. Claim deletes it once
+-- both lists are empty.
 local STALE = ' stale'
 
--- Keeps a payload alive at least `ms` from now; never shortens its TTL,
--- never gives a TTL to a payload without one, never revives a missing one
--- (GT treats a key without TTL as never expiring; Redis >= 7.0).
-local function keep_payload(key, ms)
-  redis.call('PEXPIRE', key, ms, 'GT')
+-- Most ids a script call reads or moves, so no call blocks Redis for long.
+local MAX_LIMIT = 1000
+
+-- ARGV[i] as a limit on the ids a call reads: an integer from `least` (1
+-- unless given) to MAX_LIMIT, else the script fails before any write.
+-- Below 1 a range bound of limit - 1 would read "to the end": a script that
+-- accepts 0 must return before any range read.
+local function limit_arg(i, least)
+  local n = tonumber(ARGV[i])
+  if not n or n ~= math.floor(n) or n < (least or 1) or n > MAX_LIMIT then
+    error(redis.error_reply('ERR limit must be an integer from ' .. (least or 1) .. ' to ' .. MAX_LIMIT
+      .. ', not ' .. tostring(ARGV[i])))
+  end
+  return n
 end
 
 -- Wakes sleeping consumers: something becomes claimable in `ms` (0: now).

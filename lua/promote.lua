@@ -2,11 +2,10 @@
 --[[ promote: pending -> ready
 Moves ids whose due time has come (by Redis's clock) to the ready list,
 oldest first, at most ARGV[1] per call so Redis is never blocked long.
-(An id whose payload expired meanwhile is moved too; claim drops and
-counts it.)
+(An id whose payload is gone is moved too; claim buries and counts it.)
 
 KEYS[1] pending zset   KEYS[2] ready list
-ARGV[1] limit (<= 1000)
+ARGV[1] limit (1 to 1000)
 Returns {moved, wait_ms, late1, late2, ...}: wait_ms is how long until the
 next pending id is due (0 when more are due now), -1 when pending is
 empty; late_i is how many ms after its due time each moved id moved (the
@@ -16,7 +15,7 @@ Complexity: O(log N + M) with M = moved.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list')
 local now = now_ms()
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]), 'WITHSCORES')
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit_arg(1), 'WITHSCORES')
 local out = {0, -1}
 local ids = {}
 for i = 1, #due, 2 do

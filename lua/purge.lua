@@ -7,7 +7,7 @@ left, deletes the retries hash and the totals too. Call until it returns 0.
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
 KEYS[7] totals hash
-ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)
+ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 Returns the number of ids removed (list entries included).
 Idempotent: a re-run deletes what is left.
 Complexity: O(M log N) with M = removed; the last call O(R) with R = the
@@ -15,7 +15,7 @@ retries hash's leftover fields.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
-local limit = tonumber(ARGV[2])
+local limit = limit_arg(2)
 -- Reads every page first, so the payloads are checked before the first write.
 local ids, pages = {}, {}
 for _, n in ipairs({1, 3, 5, 2, 4}) do

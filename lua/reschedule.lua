@@ -3,11 +3,10 @@
 Moves the due time of a message that still waits in pending, e.g. to
 reset a timeout each time the user acts (debounce). A message that is
 already due (ready, retry), being processed, dead or unknown is left alone.
-The payload is kept at least msg ttl past the new due time.
 
 KEYS[1] pending zset   KEYS[2] msg string of this id
 ARGV[1] id   ARGV[2] delay ms (from now, by Redis's clock)
-ARGV[3] msg ttl ms   ARGV[4] wake-up channel
+ARGV[3] wake-up channel
 Returns 1 rescheduled, 0 not pending (nothing done).
 Publishes a wake-up when the new due time is earlier than every other
 pending message's.
@@ -23,6 +22,5 @@ local now = now_ms()
 local due = now + tonumber(ARGV[2])
 local head = head_due(KEYS[1])
 redis.call('ZADD', KEYS[1], 'XX', due, id)
-keep_payload(KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))
-wake_if_earlier(ARGV[4], due, head, now)
+wake_if_earlier(ARGV[3], due, head, now)
 return 1

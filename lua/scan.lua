@@ -6,7 +6,7 @@ repeat ids; the check confirms what it finds with `inspect`.
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
 ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys
-ARGV[2] cursor, "0" to start   ARGV[3] page size (<= 1000)
+ARGV[2] cursor, "0" to start   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
 Returns {next cursor ("0": done), id1, id2, ...}; for the retries hash the
 ids are its fields, for payload keys the ids their keys end with.
@@ -15,7 +15,7 @@ Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for li
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
-local what, cursor, size = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local what, cursor, size = tonumber(ARGV[1]), ARGV[2], limit_arg(3)
 local key = KEYS[what]
 local out, page = {}, nil
 if what <= 5 then

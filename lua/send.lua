@@ -1,20 +1,27 @@
 #!lua
 --[[ send: (nothing) -> pending
 Stores a batch of messages. Each one is written whole or not at all:
-payload string (with TTL) and pending entry. A caller-chosen id may have
-had an earlier message: its dead garbage entry and retry record are
-removed, and the retries hash is marked (STALE) in case an old list entry
-of it remains. Its retry record is created at
-its first delivery; until then its retry count travels in the stored value
-("<retry count>:<payload>"), which keeps a pending message small.
+payload string (no TTL: a live message never expires on its own) and
+pending entry. A caller-chosen id may have had an earlier message: its dead
+garbage entry and retry record are removed, and its dead payload (TTL =
+retention) is overwritten by the new one, without TTL. A retry record of
+an id neither dead nor processing whose payload is gone (deleted by
+something else) means a list entry of it may remain: then the retries
+hash is marked STALE, so claim skips that entry. Its retry record is
+created at its first delivery; until then its retry count travels in the
+stored value ("<retry count>:<payload>"), which keeps a pending message
+small. A message sent with expire_after gets "@<expires at ms>" (Redis time
+now + delay + expire_after) in the stored value's header, before the ':';
+claim buries it as expired once that time has passed.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
 KEYS[4] garbage zset   KEYS[5] totals hash
 KEYS[6..] msg string of each message, in order
 ARGV[1] wake-up channel
-ARGV[2..] per message, 5 values: id, stored value, delay ms, payload TTL
-ms (delay + msg ttl: the payload outlives its due time by msg ttl), and 1
-when the caller chose the id (0: generated, so it has no past).
+ARGV[2..] per message, 5 values: id, stored value
+("<retry count>[;<backoff>]:<payload>"), delay ms, expire_after ms (0:
+never expires), and 1 when the caller chose the id (0: generated, so it
+has no past).
 Counts 'sent' in the totals.
 Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
@@ -32,23 +39,32 @@ local out, earliest = {}, false
 local entries = {}
 for i = 6, #KEYS do
   local a = (i - 6) * 5 + 2
-  local id, value, delay, ttl = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+  local id, value, delay, expire = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local colon = string.find(value, ':', 1, true)
+  if expire > 0 and colon then
+    value = string.sub(value, 1, colon - 1) .. '@' .. string.format('%d', now + delay + expire)
+      .. string.sub(value, colon)
+  end
   local status = 0
   if not redis.call('ZSCORE', KEYS[3], id) then
-    if redis.call('SET', KEYS[i], value, 'PX', ttl, 'NX') then
+    if redis.call('SET', KEYS[i], value, 'NX') then
       status = 1
     elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
       status = 2
     elseif redis.call('ZSCORE', KEYS[4], id) then
-      -- A dead message with the same id is replaced by the new one.
-      redis.call('SET', KEYS[i], value, 'PX', ttl)
+      -- A dead message with the same id is replaced by the new one; SET
+      -- drops the dead payload's TTL.
+      redis.call('SET', KEYS[i], value)
       status = 1
     end
   end
   if status == 1 and ARGV[a + 4] == '1' then
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HSET', KEYS[2], STALE, 1)
+    local dead = redis.call('ZREM', KEYS[4], id)
+    if redis.call('HDEL', KEYS[2], id) == 1 and dead == 0 then
+      -- Delivered before, neither dead nor processing, and its payload gone
+      -- (deleted by something else): an entry of it may remain in a list.
+      redis.call('HSET', KEYS[2], STALE, 1)
+    end
   end
   if status == 1 then
     local due = now + delay

@@ -6,24 +6,24 @@ hung or was too slow): each counts as a failed delivery, with reason
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] garbage zset KEYS[5] totals hash
-ARGV[1] msg key prefix   ARGV[2] limit (<= 1000)   ARGV[3] msg ttl ms
-ARGV[4] default retry count   ARGV[5] wake-up channel
-ARGV[6] dead-letter retention ms
+ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
+ARGV[3] default retry count   ARGV[4] wake-up channel
+ARGV[5] dead-letter retention ms
 Returns {timed_out, moved_to_garbage, then for each id moved to garbage:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
-calls per batch plus two per id (payload header, TTL) and one per dead id.
+calls per batch plus one per id (payload header) and one per dead id.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'hash')
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, tonumber(ARGV[2]))
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, limit_arg(2))
 if #ids == 0 then
   return {0, 0}
 end
-local ttl, now, default = tonumber(ARGV[3]), now_ms(), tonumber(ARGV[4])
+local now, default = now_ms(), tonumber(ARGV[3])
 -- A few calls for the whole batch; per id only the payload's header is
--- read and its TTL kept (a call per id would make 1000 ids take ~10 ms).
+-- read (a call per id would make 1000 ids take ~10 ms).
 local keys = payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
@@ -35,19 +35,18 @@ for i, id in ipairs(ids) do
   reasons[#reasons + 1] = id
   reasons[#reasons + 1] = n .. ':timeout'
   if n > max_retries(key, default) then
-    bury(KEYS[4], id, key, now, tonumber(ARGV[6]))
+    bury(KEYS[4], id, key, now, tonumber(ARGV[5]))
     dead = dead + 1
     out[#out + 1] = id
     out[#out + 1] = n
   else
-    keep_payload(key, ttl)
     retry[#retry + 1] = id
   end
 end
 redis.call('HSET', KEYS[2], unpack(reasons))
 if #retry > 0 then
   redis.call('RPUSH', KEYS[3], unpack(retry))
-  wake(ARGV[5], 0)
+  wake(ARGV[4], 0)
 end
 tally(KEYS[5], 'failed', #ids)
 tally(KEYS[5], 'dead', dead)

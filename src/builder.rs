@@ -17,8 +17,6 @@ pub const MAX_RETRY_COUNT: u32 = 1000;
 pub const MAX_BATCH_SIZE: usize = 1000;
 /// Longest delay a message may be sent with (about 10 years).
 pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
-/// Shortest `msg_ttl`: less would let a payload expire before it is handled.
-pub const MIN_MSG_TTL: Duration = Duration::from_secs(1);
 
 /// `fetch_limit` unless set: this many, or 32 per handler when that is
 /// larger. Larger claims share a script call's fixed cost among more messages.
@@ -43,7 +41,8 @@ pub(crate) struct Config {
     pub backoff: Backoff,
     pub dead_retention: Duration,
     pub dead_limit: u64,
-    pub msg_ttl: Duration,
+    /// Unset: messages never expire.
+    pub expire_after: Option<Duration>,
     pub max_payload_size: usize,
     pub batch_size: usize,
     pub durability: Durability,
@@ -73,7 +72,7 @@ impl Default for Config {
             backoff: Backoff::default(),
             dead_retention: DEFAULT_DEAD_RETENTION,
             dead_limit: DEFAULT_DEAD_LIMIT,
-            msg_ttl: Duration::from_secs(3600),
+            expire_after: None,
             max_payload_size: 1024 * 1024,
             batch_size: MAX_BATCH_SIZE,
             durability: Durability::Memory,
@@ -223,13 +222,29 @@ impl DelayQueueBuilder {
         self
     }
 
-    /// How long a payload is kept past its due time, unless its send says
-    /// otherwise. A message not delivered by then expires: it is dropped and
-    /// counted in the consumer's logs. Once delivered, the payload is kept
-    /// at least this long past the delivery's lease and past each retry it
-    /// is scheduled for. Default 1 h, at least 1 s.
-    pub fn msg_ttl(mut self, d: Duration) -> Self {
-        self.config.msg_ttl = d;
+    /// Discards a message not delivered within `d` of its due time, unless
+    /// its send says otherwise ([`SendBuilder::expire_after`](crate::SendBuilder::expire_after)):
+    /// for messages worthless after a while (a reminder for a meeting that
+    /// is over). Default: none, a message waits for a consumer however long
+    /// it takes.
+    ///
+    /// The deadline is due time + `d` by Redis's clock, fixed at send, and
+    /// holds for retries too: a claim after it does not deliver the message
+    /// but moves it to the dead letters with reason `"expired"`, counts it
+    /// in [`Totals::expired`](crate::Totals), emits
+    /// [`Event::Expired`](crate::Event::Expired) and logs a warning. 1 ms
+    /// to `MAX_DELAY`.
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// let queue = delayqueue::DelayQueue::builder("reminders", client)
+    ///     .expire_after(Duration::from_secs(600))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn expire_after(mut self, d: Duration) -> Self {
+        self.config.expire_after = Some(d);
         self
     }
 
@@ -319,7 +334,9 @@ impl DelayQueueBuilder {
         if c.dead_retention > MAX_DELAY {
             return bad("dead_letter_retention is longer than MAX_DELAY".into());
         }
-        check_msg_ttl(c.msg_ttl)?;
+        if let Some(d) = c.expire_after {
+            check_expire_after(d)?;
+        }
         if !(1..=MAX_BATCH_SIZE).contains(&c.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));
         }
@@ -337,12 +354,13 @@ impl DelayQueueBuilder {
     }
 }
 
-/// A msg ttl must be long enough for the payload to outlive a delivery.
-pub(crate) fn check_msg_ttl(ttl: Duration) -> Result<(), Error> {
-    if ttl < MIN_MSG_TTL || ttl > MAX_DELAY {
-        return Err(Error::InvalidArgument(format!(
-            "msg_ttl must be between {MIN_MSG_TTL:?} and MAX_DELAY"
-        )));
+/// An expire_after is 1 ms to `MAX_DELAY`: 0 ms is how the send script
+/// hears "never".
+pub(crate) fn check_expire_after(d: Duration) -> Result<(), Error> {
+    if d < Duration::from_millis(1) || d > MAX_DELAY {
+        return Err(Error::InvalidArgument(
+            "expire_after must be between 1 ms and MAX_DELAY".into(),
+        ));
     }
     Ok(())
 }

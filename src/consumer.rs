@@ -280,7 +280,6 @@ async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
         let args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             batch.into(),
-            (inner.config.msg_ttl.as_millis() as i64).into(),
             i64::from(inner.config.default_retry_count).into(),
             k.wake.as_str().into(),
             (inner.config.dead_retention.as_millis() as i64).into(),
@@ -411,7 +410,7 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         (want as i64).into(),
         (vis.as_millis() as i64).into(),
         (shared.claims.load(Ordering::Relaxed) as i64).into(),
-        (inner.config.msg_ttl.as_millis() as i64).into(),
+        (inner.config.dead_retention.as_millis() as i64).into(),
     ];
     let sent = Instant::now();
     // A failed request keeps its sequence number, so repeating it replays
@@ -424,19 +423,23 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
     };
     let (head, rest) = reply.split_at_checked(4).ok_or_else(|| bad("short reply"))?;
     let [popped, expired, lease, left_ms] = [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
-    if popped < 0 || expired < 0 || left_ms < 0 || rest.len() % 3 != 0 {
+    let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
+    let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
+    if popped < 0 || left_ms < 0 || rest.len() % 3 != 0 {
         return Err(bad("malformed header"));
     }
     // Redis ran the script after `sent`, so by this host's clock the lease
     // ends no earlier than this.
     let deadline = sent + Duration::from_millis(left_ms as u64);
-    if expired > 0 {
+    for id in expired {
+        // Not failing here: the reply's deliveries are leased already.
+        let id = MessageId::from(id.as_string().unwrap_or_else(|| format!("{id:?}")));
         tracing::warn!(
-            queue = %inner.name, expired,
-            "messages expired before delivery (msg_ttl passed while no consumer ran): dropped"
+            queue = %inner.name, %id,
+            "message expired (its expire_after passed, or its payload was gone) before delivery; moved to the dead letters"
         );
-        inner.meters.expired.increment(expired as u64);
-        events::emit(&inner.events, || Event::Expired { count: expired as u64 });
+        inner.meters.expired.increment(1);
+        events::emit(&inner.events, || Event::Expired { id });
     }
     for triple in rest.chunks_exact(3) {
         // One unreadable message must not cost its batch mates their
@@ -698,7 +701,6 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
             id.as_str().into(),
             lease.into(),
             (delay.as_millis() as i64).into(),
-            (inner.config.msg_ttl.as_millis() as i64).into(),
             mode_arg.into(),
             i64::from(inner.config.default_retry_count).into(),
             k.wake.as_str().into(),

@@ -20,7 +20,6 @@ pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64,
         let mut args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             (inner.config.batch_size as i64).into(),
-            (inner.config.msg_ttl.as_millis() as i64).into(),
             k.wake.as_str().into(),
         ];
         args.extend(ids);

@@ -65,10 +65,13 @@ pub enum Event {
         /// Of those, moved to the dead letters.
         dead: u64,
     },
-    /// Messages whose payload expired (`msg_ttl`) before delivery were dropped.
+    /// A message was discarded instead of delivered: its `expire_after`
+    /// deadline had passed, or its payload was gone (deleted by something
+    /// other than this crate). It is now a dead letter with reason
+    /// `"expired"`, counted in [`Totals::expired`](crate::Totals).
     Expired {
-        /// Messages dropped.
-        count: u64,
+        /// The message.
+        id: MessageId,
     },
     /// An ack or nack came after the lease ran out: the message was or
     /// will be delivered again.

@@ -6,15 +6,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fred::prelude::Value;
 
 use crate::keys::Keys;
-use crate::payload::decode_stored;
+use crate::payload::{decode_stored, HEADER_BYTES};
 use crate::{scripts, DelayQueue, Error, MessageId, MessageState};
 
 /// Most messages one [`DelayQueue::list`] call returns.
 pub const MAX_PAGE: usize = 1000;
 /// Payload bytes a listed message shows.
 pub const PREVIEW_BYTES: usize = 256;
-/// Room for the stored header ("<retry count>;<backoff>:") before the payload.
-const HEADER_BYTES: usize = 48;
 
 /// What is known of one message, from [`DelayQueue::list`] or
 /// [`DelayQueue::get`]. Times are by Redis's clock.
@@ -42,8 +40,13 @@ pub struct MessageInfo {
     pub payload: Vec<u8>,
     /// The payload's full length in bytes.
     pub payload_len: usize,
-    /// How long until its payload expires (`None`: gone, or no expiry).
+    /// How long until its payload is deleted: set for dead letters (their
+    /// retention), `None` for a live message (kept until handled) or a
+    /// payload that is gone.
     pub expires_in: Option<Duration>,
+    /// When it expires undelivered: due time + its `expire_after`, by
+    /// Redis's clock (`None`: never, or the payload is gone).
+    pub expires_at: Option<SystemTime>,
 }
 
 impl MessageInfo {
@@ -130,6 +133,10 @@ fn info(id: MessageId, state: MessageState, v: &[Value], stored_len: i64, full: 
         payload,
         payload_len: usize::try_from(stored_len).unwrap_or(0).saturating_sub(header),
         expires_in: u64::try_from(ttl).ok().map(Duration::from_millis),
+        expires_at: stored
+            .as_ref()
+            .and_then(|s| s.expires_at_ms)
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
     }
 }
 

@@ -178,10 +178,7 @@ async fn extend<'a>(
 ) -> Result<(), crate::Error> {
     let inner = &queue.inner;
     let mut calls = Vec::new();
-    let mut args: Vec<Value> = vec![
-        k.msg_prefix.as_str().into(),
-        (inner.config.msg_ttl.as_millis() as i64).into(),
-    ];
+    let mut args: Vec<Value> = Vec::new();
     for (lease, h) in leases {
         let target = h.unconfirmed.unwrap_or_else(|| next(h));
         h.unconfirmed = Some(target);

@@ -7,7 +7,11 @@
 //! **Guarantee: at-least-once.** A message whose send returned `Ok` is
 //! handled successfully at least once, or ends in `garbage` after its
 //! retries; a crashed worker, a failing or panicking handler, or a Redis
-//! restart with persistence does not lose it. Every state change is one Lua
+//! restart with persistence does not lose it. It is never dropped while
+//! undelivered, however long no consumer runs: only an explicit
+//! `expire_after` discards it, and every discard is counted
+//! (`totals.expired`), emitted ([`Event::Expired`]), logged and kept as a
+//! dead letter with reason `"expired"`. Every state change is one Lua
 //! script, time comes from Redis's clock, and acks are fenced by a lease,
 //! so a late ack or nack never deletes or duplicates a redelivered message.
 //! See `docs/design.md` for the state machine and what can cause duplicates.
@@ -35,13 +39,13 @@
 //!     .concurrency(16)                               // handler tasks per consumer, default 1
 //!     .default_retry_count(3)                        // default 3: at most 4 deliveries
 //!     .nack_redelivery_delay(Duration::ZERO)         // delay before a nacked message is redelivered
-//!     .msg_ttl(Duration::from_secs(3600))            // payload kept this long past its due time
+//!     .expire_after(Duration::from_secs(3600))       // opt-in: discard if undelivered 1 h past due (default: never)
 //!     .build()?;                                     // -> Result<DelayQueue, Error>
 //!
 //! let id: MessageId = queue.send_delay_msg("payload", Duration::from_millis(1500)).await?;
 //! let id = queue.send_schedule_msg(b"bytes".to_vec(), SystemTime::now() + Duration::from_secs(60)).await?;
 //! let id = queue.send_delay_msg(payload, delay)       // per-message options, builder that is IntoFuture
-//!     .retry_count(5).msg_ttl(Duration::from_secs(600)).id("order-42").await?;
+//!     .retry_count(5).expire_after(Duration::from_secs(600)).id("order-42").await?;
 //! let cancelled: bool = queue.cancel(&id).await?;     // true if it will not be delivered
 //! let stats: QueueStats = queue.stats().await?;       // pending, ready, processing, retry, garbage
 //!
@@ -91,7 +95,7 @@ mod test_support;
 mod wake;
 
 pub use backoff::Backoff;
-pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT, MIN_MSG_TTL};
+pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 pub use connect::connect;
 pub use consumer::Consumer;
 pub use discover::find_queues;

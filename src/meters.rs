@@ -20,7 +20,8 @@ pub(crate) struct Meters {
     pub retried: Counter,
     /// Messages moved to the dead letters.
     pub dead: Counter,
-    /// Messages dropped because their payload expired before delivery.
+    /// Messages discarded undelivered (past their `expire_after`, or their
+    /// payload gone) and made dead letters with reason `expired`.
     pub expired: Counter,
     /// Leases that ran out without an ack (consumer died or hung).
     pub timed_out: Counter,

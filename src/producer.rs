@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use fred::prelude::Value;
 use futures::{StreamExt, TryStreamExt};
 
-use crate::builder::{check_msg_ttl, Config, MAX_DELAY, MAX_RETRY_COUNT};
+use crate::builder::{check_expire_after, Config, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::events::{self, Event};
 use crate::payload::{encode_stored, IntoPayload, Payload};
 use crate::{durability, scripts, Backoff, DelayQueue, Error, MessageId};
@@ -38,7 +38,7 @@ pub struct NewMessage {
     delay: Duration,
     id: Option<MessageId>,
     retry_count: Option<u32>,
-    msg_ttl: Option<Duration>,
+    expire_after: Option<Duration>,
     backoff: Option<Backoff>,
 }
 
@@ -51,7 +51,7 @@ impl NewMessage {
             delay,
             id: None,
             retry_count: None,
-            msg_ttl: None,
+            expire_after: None,
             backoff: None,
         }
     }
@@ -78,9 +78,14 @@ impl NewMessage {
         self
     }
 
-    /// How long this payload is kept past its due time.
-    pub fn msg_ttl(mut self, ttl: Duration) -> Self {
-        self.msg_ttl = Some(ttl);
+    /// Discards this message if it is not delivered within `d` of its due
+    /// time, instead of the queue's
+    /// [`expire_after`](crate::DelayQueueBuilder::expire_after) (default:
+    /// never). The deadline is fixed at send by Redis's clock and holds for
+    /// retries too; a discarded message becomes a dead letter with reason
+    /// `"expired"`. 1 ms to `MAX_DELAY`.
+    pub fn expire_after(mut self, d: Duration) -> Self {
+        self.expire_after = Some(d);
         self
     }
 
@@ -113,8 +118,10 @@ impl NewMessage {
                 "retry_count must be at most {MAX_RETRY_COUNT}"
             )));
         }
-        let ttl = self.msg_ttl.unwrap_or(config.msg_ttl);
-        check_msg_ttl(ttl)?;
+        let expire_after = self.expire_after.or(config.expire_after);
+        if let Some(d) = expire_after {
+            check_expire_after(d)?;
+        }
         let (id, generated) = match self.id {
             Some(id) => {
                 id.validate()?;
@@ -135,7 +142,7 @@ impl NewMessage {
             generated,
             value: encode_stored(retry_count, backoff.as_deref(), payload.as_bytes()),
             delay_ms,
-            ttl_ms: delay_ms + ttl.as_millis() as i64,
+            expire_after_ms: expire_after.map_or(0, |d| d.as_millis() as i64),
         })
     }
 }
@@ -146,8 +153,8 @@ struct Prepared {
     generated: bool,
     value: Vec<u8>,
     delay_ms: i64,
-    /// TTL of the payload key: delay plus msg ttl.
-    ttl_ms: i64,
+    /// Deadline past the due time; 0: none.
+    expire_after_ms: i64,
 }
 
 /// Sends `msgs`; see [`DelayQueue::send_batch`].
@@ -229,7 +236,7 @@ async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<Messa
         args.push(m.id.as_str().into());
         args.push(Value::Bytes(m.value.into()));
         args.push(m.delay_ms.into());
-        args.push(m.ttl_ms.into());
+        args.push(m.expire_after_ms.into());
         args.push(i64::from(!m.generated).into());
         sent.push((m.id, m.generated, m.delay_ms));
     }
@@ -294,9 +301,20 @@ impl<'a> SendBuilder<'a> {
         self
     }
 
-    /// How long this payload is kept past its due time.
-    pub fn msg_ttl(mut self, ttl: Duration) -> Self {
-        self.msg = self.msg.msg_ttl(ttl);
+    /// Discards this message if it is not delivered within `d` of its due
+    /// time; see [`NewMessage::expire_after`].
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// // Worthless once the meeting has started.
+    /// queue.send_delay_msg("meeting in 5 min", Duration::from_secs(3300))
+    ///     .expire_after(Duration::from_secs(300))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn expire_after(mut self, d: Duration) -> Self {
+        self.msg = self.msg.expire_after(d);
         self
     }
 

@@ -162,7 +162,6 @@ impl DelayQueue {
         let args: Vec<Value> = vec![
             id.as_str().into(),
             (delay.as_millis() as i64).into(),
-            (self.inner.config.msg_ttl.as_millis() as i64).into(),
             k.wake.as_str().into(),
         ];
         let moved: i64 = self
@@ -316,9 +315,9 @@ impl DelayQueue {
     /// states, ids without payload, payloads and delivery counts without a
     /// message. A clean queue gives an empty list; anything else means lost
     /// or duplicate deliveries, or keys written by something other than
-    /// `delayqueue` (an id without payload is also what a message whose
-    /// `msg_ttl` ran out before delivery looks like until a consumer drops
-    /// it).
+    /// `delayqueue` (an id without payload, its payload deleted or evicted
+    /// by something else, is reported until a claim buries it as an
+    /// `expired` dead letter).
     ///
     /// Safe on a live queue: every script call reads one page of at most
     /// 1000 ids, and each suspect is confirmed by an atomic look at it

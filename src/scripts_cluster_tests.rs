@@ -21,13 +21,11 @@ use crate::DelayQueue;
 
 /// The key prefix of a queue built with the defaults.
 const PREFIX: &str = "dq:";
-/// msg ttl (ms) passed to the scripts that take one.
-const TTL: &str = "60000";
+/// Dead-letter retention (ms) passed to the scripts that take one.
+const RETENTION: &str = "60000";
 /// The lease of the delivery in unack: long past, so overdue for timeout
-/// and still current for ack and extend.
+/// and still current for ack.
 const LEASE: &str = "1000";
-/// A lease deadline far ahead (year 2096, in us) for extend.
-const FAR_LEASE: &str = "4000000000000000";
 /// The consumer whose claim receipt is seeded; it leased `u1` with
 /// request 0.
 const CONSUMER: &str = "c";
@@ -59,22 +57,21 @@ fn calls(k: &Keys) -> Vec<Call> {
         (
             &scripts::CLAIM,
             k.for_claim(&k.claim(CONSUMER)),
-            s(&[&p, "10", "5000", "1", TTL]),
+            s(&[&p, "10", "5000", "1", RETENTION]),
         ),
         // The seeded request again: replays its receipt (u1).
         (
             &scripts::CLAIM,
             k.for_claim(&k.claim(CONSUMER)),
-            s(&[&p, "10", "5000", "0", TTL]),
+            s(&[&p, "10", "5000", "0", RETENTION]),
         ),
-        (&scripts::EXTEND, k.for_extend(), s(&[&p, TTL, "u1", LEASE, FAR_LEASE])),
         (
             &scripts::TIMEOUT,
             k.for_timeout(),
-            s(&[&p, "10", TTL, "3", &k.wake, "60000"]),
+            s(&[&p, "10", "3", &k.wake, RETENTION]),
         ),
         (&scripts::GC, k.for_gc(), s(&[&p, "10", "0", "1000"])),
-        (&scripts::REQUEUE, k.for_requeue(), s(&[&p, "10", TTL, &k.wake])),
+        (&scripts::REQUEUE, k.for_requeue(), s(&[&p, "10", &k.wake])),
         (&scripts::PURGE, k.for_purge(), s(&[&p, "1000"])),
         (
             &scripts::INSPECT,
@@ -90,7 +87,7 @@ fn calls(k: &Keys) -> Vec<Call> {
 /// Redis lets each script run on a node holding all of its declared keys.
 fn seed(node: &RedisServer, k: &Keys) {
     for id in IDS {
-        node.raw_command(&["SET", &k.msg(id), "3:x", "PX", TTL]);
+        node.raw_command(&["SET", &k.msg(id), "3:x"]);
     }
     let receipt = format!("0 {LEASE} u1");
     let commands: [&[&str]; 8] = [

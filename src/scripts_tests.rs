@@ -17,8 +17,8 @@ use crate::scripts::{self, LuaScript};
 use crate::test_support::RedisServer;
 use crate::{DelayQueue, Error, MessageState, QueueStats};
 
-/// msg ttl (ms) the tests pass to send, claim, nack and timeout.
-const TTL: i64 = 60_000;
+/// expire_after (ms) of a message sent without one.
+const NEVER: i64 = 0;
 /// Default retry count the tests pass to nack and timeout, and the retry
 /// count in the header of every seeded payload.
 const RETRY: i64 = 3;
@@ -46,6 +46,8 @@ struct Env {
 struct Claimed {
     popped: i64,
     expired: i64,
+    /// The ids buried as expired, in reply order.
+    expired_ids: Vec<String>,
     lease: i64,
     /// Ms of the lease left when the script ran.
     left_ms: i64,
@@ -62,10 +64,11 @@ impl Claimed {
     }
 }
 
-/// One message of a send batch: id, payload, delay ms, msg ttl ms, retry count.
+/// One message of a send batch: id, payload, delay ms, expire_after ms
+/// (`NEVER`: none), retry count.
 type Msg<'a> = (&'a str, &'a str, i64, i64, i64);
 
-/// Exact send ARGV of one message: id, stored value, delay ms, payload TTL
+/// Exact send ARGV of one message: id, stored value, delay ms, expire_after
 /// ms, and whether the caller chose the id (`false`: generated).
 type RawMsg<'a> = (&'a str, Vec<u8>, i64, i64, bool);
 
@@ -162,11 +165,11 @@ impl Env {
         let k = self.k();
         let keys = k.for_send(msgs.iter().map(|m| m.0));
         let mut args: Vec<Value> = vec![k.wake.as_str().into()];
-        for (id, value, delay_ms, payload_ttl_ms, own) in msgs {
+        for (id, value, delay_ms, expire_after_ms, own) in msgs {
             args.push((*id).into());
             args.push(Value::Bytes(value.clone().into()));
             args.push((*delay_ms).into());
-            args.push((*payload_ttl_ms).into());
+            args.push((*expire_after_ms).into());
             args.push(i64::from(*own).into());
         }
         let statuses: Vec<i64> = self.run(&scripts::SEND, keys, args).await;
@@ -175,17 +178,17 @@ impl Env {
     }
 
     /// A batch as `producer.rs` encodes it: stored value "<retry>:<payload>",
-    /// payload TTL = delay + msg ttl, and whose ids they are.
+    /// expire_after, and whose ids they are.
     async fn send_batch(&self, ids: Ids, msgs: &[Msg<'_>]) -> Vec<i64> {
         let raw: Vec<RawMsg> = msgs
             .iter()
-            .map(|&(id, payload, delay_ms, ttl_ms, retry)| {
+            .map(|&(id, payload, delay_ms, expire_after_ms, retry)| {
                 let retry = u32::try_from(retry).expect("retry count");
                 (
                     id,
                     encode_stored(retry, None, payload.as_bytes()),
                     delay_ms,
-                    delay_ms + ttl_ms,
+                    expire_after_ms,
                     ids == Ids::Own,
                 )
             })
@@ -199,13 +202,13 @@ impl Env {
     }
 
     /// A batch of one with a generated id; returns its status.
-    async fn send(&self, id: &str, payload: &str, delay_ms: i64, ttl_ms: i64, retry: i64) -> i64 {
-        self.send_many(&[(id, payload, delay_ms, ttl_ms, retry)]).await[0]
+    async fn send(&self, id: &str, payload: &str, delay_ms: i64, expire_after_ms: i64, retry: i64) -> i64 {
+        self.send_many(&[(id, payload, delay_ms, expire_after_ms, retry)]).await[0]
     }
 
     /// A batch of one with a caller-chosen id; returns its status.
-    async fn send_own(&self, id: &str, payload: &str, delay_ms: i64, ttl_ms: i64, retry: i64) -> i64 {
-        self.send_batch(Ids::Own, &[(id, payload, delay_ms, ttl_ms, retry)])
+    async fn send_own(&self, id: &str, payload: &str, delay_ms: i64, expire_after_ms: i64, retry: i64) -> i64 {
+        self.send_batch(Ids::Own, &[(id, payload, delay_ms, expire_after_ms, retry)])
             .await[0]
     }
 
@@ -230,15 +233,20 @@ impl Env {
             limit.into(),
             vis_ms.into(),
             seq.into(),
-            TTL.into(),
+            RETENTION.into(),
         ];
         self.run(&scripts::CLAIM, keys, args).await
     }
 
     async fn claim_with(&self, consumer: &str, limit: i64, vis_ms: i64, seq: i64) -> Claimed {
         let reply = self.claim_reply(consumer, limit, vis_ms, seq).await;
-        assert!(reply.len() >= 4 && reply.len() % 3 == 1, "claim reply {reply:?}");
         let int = |v: &Value| v.as_i64().unwrap_or_else(|| panic!("claim: not an integer: {v:?}"));
+        let n = reply.get(1).map(int).unwrap_or(-1);
+        assert!(
+            n >= 0 && reply.len() >= 4 + n as usize && (reply.len() - 4 - n as usize) % 3 == 0,
+            "claim reply {reply:?}"
+        );
+        let (expired_ids, deliveries) = reply[4..].split_at(n as usize);
         let text = |v: &Value| {
             v.as_str()
                 .unwrap_or_else(|| panic!("claim: not a string: {v:?}"))
@@ -254,10 +262,11 @@ impl Env {
                 String::from_utf8_lossy(payload).into_owned(),
             )
         };
-        let deliveries = reply[4..].chunks_exact(3);
+        let deliveries = deliveries.chunks_exact(3);
         Claimed {
             popped: int(&reply[0]),
-            expired: int(&reply[1]),
+            expired: n,
+            expired_ids: expired_ids.iter().map(text).collect(),
             lease: int(&reply[2]),
             left_ms: int(&reply[3]),
             got: deliveries
@@ -280,9 +289,13 @@ impl Env {
     async fn claim_undecoded(&self, limit: i64) -> (i64, Vec<(String, String, i64)>) {
         let seq = next_seq();
         let reply = self.claim_reply(&format!("c{seq}"), limit, VIS, seq).await;
-        assert!(reply.len() >= 4 && reply.len() % 3 == 1, "claim reply {reply:?}");
+        let n = reply[1].as_i64().expect("expired") as usize;
+        assert!(
+            reply.len() >= 4 + n && (reply.len() - 4 - n) % 3 == 0,
+            "claim reply {reply:?}"
+        );
         let lease = reply[2].as_i64().expect("lease");
-        let mut got: Vec<(String, String, i64)> = reply[4..]
+        let mut got: Vec<(String, String, i64)> = reply[4 + n..]
             .chunks_exact(3)
             .map(|t| {
                 (
@@ -307,12 +320,11 @@ impl Env {
     }
 
     async fn extend(&self, triples: &[(&str, i64, i64)]) -> Vec<i64> {
-        let k = self.k();
-        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), TTL.into()];
+        let mut args: Vec<Value> = Vec::new();
         for (id, current, new) in triples {
             args.extend([(*id).into(), (*current).into(), (*new).into()]);
         }
-        self.run(&scripts::EXTEND, k.for_extend(), args).await
+        self.run(&scripts::EXTEND, self.k().for_extend(), args).await
     }
 
     async fn nack(&self, id: &str, lease: i64, delay_ms: i64, mode: &str) -> i64 {
@@ -326,7 +338,6 @@ impl Env {
             id.into(),
             lease.into(),
             delay_ms.into(),
-            TTL.into(),
             mode.into(),
             RETRY.into(),
             k.wake.as_str().into(),
@@ -348,7 +359,6 @@ impl Env {
         let args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             limit.into(),
-            TTL.into(),
             RETRY.into(),
             k.wake.as_str().into(),
             RETENTION.into(),
@@ -363,7 +373,7 @@ impl Env {
 
     async fn reschedule(&self, id: &str, delay_ms: i64) -> i64 {
         let k = self.k();
-        let args: Vec<Value> = vec![id.into(), delay_ms.into(), TTL.into(), k.wake.as_str().into()];
+        let args: Vec<Value> = vec![id.into(), delay_ms.into(), k.wake.as_str().into()];
         self.run(&scripts::RESCHEDULE, k.for_reschedule(id), args).await
     }
 
@@ -564,16 +574,17 @@ impl Env {
 
     // ---- seeding ----
 
-    /// Stores `value` as `id`'s msg key (TTL = `TTL`) and, if given, a retry record.
+    /// Stores `value` as `id`'s msg key (no TTL, as a live message's) and,
+    /// if given, a retry record.
     fn seed_value(&self, id: &str, value: &str, record: Option<&str>) {
-        self.raw(&["SET", &self.k().msg(id), value, "PX", &TTL.to_string()]);
+        self.raw(&["SET", &self.k().msg(id), value]);
         if let Some(r) = record {
             self.raw(&["HSET", &self.k().retries, id, r]);
         }
     }
 
     /// Stores a payload `payload-<id>` with retry count `RETRY` in its header
-    /// (TTL = `TTL`) and, if given, a retry record.
+    /// (no TTL) and, if given, a retry record.
     fn seed(&self, id: &str, record: Option<&str>) {
         self.seed_value(id, &format!("{RETRY}:payload-{id}"), record);
     }
@@ -600,7 +611,7 @@ async fn send_stores_payload_and_pending_entry_together() {
     let k = env.k().clone();
     let delay = 1_500;
     let before = env.now_ms();
-    assert_eq!(env.send("a", "hello", delay, TTL, 5).await, 1);
+    assert_eq!(env.send("a", "hello", delay, NEVER, 5).await, 1);
     let after = env.now_ms();
 
     let due = env.zscore(&k.pending, "a").expect("a pending");
@@ -616,9 +627,11 @@ async fn send_stores_payload_and_pending_entry_together() {
     );
     assert_eq!(env.payload("a").as_deref(), Some("hello"));
     assert!(env.record("a").is_none(), "no retry record until the first claim");
-    let pttl = env.pttl("a");
-    assert_pttl_near(pttl, delay + TTL);
-    assert!(pttl > delay, "payload must outlive its due time");
+    assert_eq!(
+        env.pttl("a"),
+        -1,
+        "a live payload has no TTL: it never expires undelivered"
+    );
     // Nothing else was written: no record, and no STALE mark for a generated id.
     for key in [&k.ready, &k.retry, &k.unack, &k.garbage, &k.retries] {
         assert!(!env.exists(key), "{key} written");
@@ -640,11 +653,14 @@ async fn send_stores_payload_and_pending_entry_together() {
     // Binary payloads are stored byte for byte.
     let bytes = vec![0u8, 255, b'\n', b' ', b':', 1];
     let value = encode_stored(3, None, &bytes);
-    assert_eq!(env.send_values(&[("bin", value.clone(), 0, TTL, false)]).await, vec![1]);
+    assert_eq!(
+        env.send_values(&[("bin", value.clone(), 0, NEVER, false)]).await,
+        vec![1]
+    );
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
     assert_eq!(stored, value);
     assert_eq!(decode_stored(&stored).map(|s| s.payload), Some(&bytes[..]));
-    assert_pttl_near(env.pttl("bin"), TTL);
+    assert_eq!(env.pttl("bin"), -1);
 }
 
 #[tokio::test]
@@ -652,10 +668,7 @@ async fn send_of_a_live_id_is_a_duplicate_and_changes_nothing() {
     let env = Env::new().await;
     let k = env.k().clone();
     // pending
-    assert_eq!(env.send_own("p", "first", 60_000, TTL, 1).await, 1);
-    // The caller-chosen id marked STALE; start from a clean hash so the
-    // snapshot shows that a duplicate does not mark it again.
-    env.raw(&["HDEL", &k.retries, STALE]);
+    assert_eq!(env.send_own("p", "first", 60_000, NEVER, 1).await, 1);
     // ready and retry: payload live, id in a list
     env.seed("rd", Some("0"));
     env.raw(&["RPUSH", &k.ready, "rd"]);
@@ -668,11 +681,11 @@ async fn send_of_a_live_id_is_a_duplicate_and_changes_nothing() {
     let before = env.snapshot();
     for ids in [Ids::Own, Ids::Generated] {
         for id in ["p", "rd", "rt", "u"] {
-            let batch = [(id, "second", 0, TTL, 9)];
+            let batch = [(id, "second", 0, NEVER, 9)];
             assert_eq!(env.send_batch(ids, &batch).await, vec![0], "{id} {ids:?}");
         }
         // The same as one batch.
-        let batch: Vec<Msg> = ["p", "rd", "rt", "u"].map(|id| (id, "second", 0, TTL, 9)).to_vec();
+        let batch: Vec<Msg> = ["p", "rd", "rt", "u"].map(|id| (id, "second", 0, NEVER, 9)).to_vec();
         assert_eq!(env.send_batch(ids, &batch).await, vec![0, 0, 0, 0], "{ids:?}");
     }
     assert_eq!(env.snapshot(), before);
@@ -688,8 +701,8 @@ async fn send_of_an_id_in_unack_is_a_duplicate_even_without_payload() {
     env.raw(&["HSET", &k.retries, "u", "1"]);
     env.raw(&["ZADD", &k.unack, "123", "u"]);
     let before = env.snapshot();
-    assert_eq!(env.send_own("u", "new", 0, TTL, 3).await, 0);
-    assert_eq!(env.send("u", "new", 0, TTL, 3).await, 0);
+    assert_eq!(env.send_own("u", "new", 0, NEVER, 3).await, 0);
+    assert_eq!(env.send("u", "new", 0, NEVER, 3).await, 0);
     assert_eq!(env.snapshot(), before);
     assert!(env.payload("u").is_none());
     assert_eq!(
@@ -706,14 +719,14 @@ async fn send_replaces_a_dead_message_in_garbage() {
     env.seed("g", Some("4"));
     env.bury(&["g", "other"]);
 
-    assert_eq!(env.send_own("g", "again", 2_000, TTL, 7).await, 1);
+    assert_eq!(env.send_own("g", "again", 2_000, NEVER, 7).await, 1);
     assert_eq!(env.dead(), vec!["other".to_string()]);
     let due = env.zscore(&k.pending, "g").expect("g pending");
     assert_eq!(env.zset(&k.pending), vec![("g".to_string(), due)]);
     assert_eq!(env.stored("g").as_deref(), Some("7:again"));
     assert!(env.record("g").is_none(), "the dead message's record is gone");
-    assert!(env.stale(), "a caller-chosen id marks STALE");
-    assert_pttl_near(env.pttl("g"), 2_000 + TTL);
+    assert!(!env.stale(), "a dead message has no list entry left: no STALE mark");
+    assert_eq!(env.pttl("g"), -1, "the dead payload's TTL is gone");
 
     // Attempts start again at 1; the new message's retry count is in its value.
     env.raw(&["ZADD", &k.pending, "XX", "0", "g"]);
@@ -764,7 +777,7 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
 }
 
 #[tokio::test]
-async fn send_batch_gives_each_message_its_own_status_and_ttl() {
+async fn send_batch_gives_each_message_its_own_status_and_deadline() {
     let env = Env::new().await;
     let k = env.k().clone();
     // A msg key of another type: that message gets 2, the others are stored.
@@ -772,10 +785,10 @@ async fn send_batch_gives_each_message_its_own_status_and_ttl() {
     let before = env.now_ms();
     let statuses = env
         .send_many(&[
-            ("a", "pa", 1_000, TTL, 2),
-            ("b", "pb", 0, 2 * TTL, 0),
-            ("a", "dup", 0, TTL, 9),
-            ("w", "pw", 0, TTL, 3),
+            ("a", "pa", 1_000, NEVER, 2),
+            ("b", "pb", 0, NEVER, 0),
+            ("a", "dup", 0, NEVER, 9),
+            ("w", "pw", 0, NEVER, 3),
             ("c", "pc", 30_000, 5_000, 1),
         ])
         .await;
@@ -792,11 +805,17 @@ async fn send_batch_gives_each_message_its_own_status_and_ttl() {
     // The first of two same-id messages wins; the duplicate wrote nothing.
     assert_eq!(env.stored("a").as_deref(), Some("2:pa"));
     assert_eq!(env.stored("b").as_deref(), Some("0:pb"));
-    assert_eq!(env.stored("c").as_deref(), Some("1:pc"));
-    // Payload TTL = delay + msg ttl, per message.
-    assert_pttl_near(env.pttl("a"), 1_000 + TTL);
-    assert_pttl_near(env.pttl("b"), 2 * TTL);
-    assert_pttl_near(env.pttl("c"), 30_000 + 5_000);
+    // c's deadline: Redis now + delay + expire_after, in its header.
+    let c = env.stored("c").unwrap();
+    let stored = decode_stored(c.as_bytes()).unwrap();
+    let at = stored.expires_at_ms.expect("c has a deadline") as i64;
+    assert!((before + 35_000..=after + 35_000).contains(&at), "{c}");
+    assert_eq!((stored.retry_count, stored.payload), (1, &b"pc"[..]));
+    assert_eq!(c, format!("1@{at}:pc"));
+    // No payload gets a TTL, with or without a deadline.
+    for id in ["a", "b", "c"] {
+        assert_eq!(env.pttl(id), -1, "{id}");
+    }
     // Nothing written for the wrong-type one, and no retry records at all.
     assert_eq!(env.raw(&["TYPE", &k.msg("w")]), "list");
     assert_eq!(env.list(&k.msg("w")), vec!["foreign"]);
@@ -813,10 +832,10 @@ async fn send_batch_gives_each_message_its_own_status_and_ttl() {
     let state = env.snapshot();
     let again = env
         .send_many(&[
-            ("a", "pa", 1_000, TTL, 2),
-            ("b", "pb", 0, 2 * TTL, 0),
-            ("a", "dup", 0, TTL, 9),
-            ("w", "pw", 0, TTL, 3),
+            ("a", "pa", 1_000, NEVER, 2),
+            ("b", "pb", 0, NEVER, 0),
+            ("a", "dup", 0, NEVER, 9),
+            ("w", "pw", 0, NEVER, 3),
             ("c", "pc", 30_000, 5_000, 1),
         ])
         .await;
@@ -829,38 +848,43 @@ async fn send_batch_gives_each_message_its_own_status_and_ttl() {
 }
 
 #[tokio::test]
-async fn send_with_caller_chosen_ids_marks_stale_only_for_what_it_stored() {
+async fn send_marks_stale_only_when_an_old_list_entry_may_remain() {
+    // A live payload never expires, so a send can store a caller-chosen id
+    // only when no list entry of it remains (or cancel, which marks STALE
+    // itself, left one), or when something else deleted its payload.
     let env = Env::new().await;
     let k = env.k().clone();
     env.raw(&["RPUSH", &k.msg("w"), "foreign"]);
     env.seed("live", None);
     env.raw(&["RPUSH", &k.ready, "live"]);
-    // A batch of caller-chosen ids that stores nothing (duplicate, wrong type): no mark.
-    let state = env.snapshot();
-    let batch: Vec<Msg> = vec![("live", "x", 0, TTL, 3), ("w", "x", 0, TTL, 3)];
-    assert_eq!(env.send_batch(Ids::Own, &batch).await, vec![0, 2]);
-    assert_eq!(env.snapshot(), state);
-    assert!(!env.stale());
-    // Generated ids never mark it.
-    assert_eq!(env.send("gen", "x", 0, TTL, 3).await, 1);
-    assert!(!env.exists(&k.retries));
-    // One stored caller-chosen id in a batch marks it, and writes no record.
-    let batch: Vec<Msg> = vec![("live", "x", 0, TTL, 3), ("mine", "y", 0, TTL, 3)];
-    assert_eq!(env.send_batch(Ids::Own, &batch).await, vec![0, 1]);
+    env.seed("g", Some("4:boom"));
+    env.bury(&["g"]);
+    let batch: Vec<Msg> = vec![
+        ("live", "x", 0, NEVER, 3),
+        ("w", "x", 0, NEVER, 3),
+        ("mine", "y", 0, NEVER, 3),
+    ];
+    assert_eq!(env.send_batch(Ids::Own, &batch).await, vec![0, 2, 1]);
+    assert_eq!(env.send("gen", "x", 0, NEVER, 3).await, 1);
+    assert_eq!(env.send_own("g", "again", 0, NEVER, 3).await, 1);
+    assert!(!env.stale(), "a send marked STALE");
+    assert!(!env.exists(&k.retries), "{:?}", env.records());
+    assert_eq!(env.stats().await, vec![3, 1, 0, 0, 0]);
+    // Delivered before (a retry record), not dead, payload deleted: marks.
+    env.raw(&["HSET", &k.retries, "lost", "2"]);
+    assert_eq!(env.send_own("lost", "z", 0, NEVER, 3).await, 1);
     assert!(env.stale());
     assert!(env.records().is_empty(), "{:?}", env.records());
-    // The mark is not a message: stats and the lists know nothing of it.
-    assert_eq!(env.stats().await, vec![2, 1, 0, 0, 0]);
 }
 
 #[tokio::test]
 async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("seven", "p7", 0, TTL, 7).await, 1);
-    assert_eq!(env.send("one", "p1", 0, TTL, 1).await, 1);
-    assert_eq!(env.send("zero", "p0", 0, TTL, 0).await, 1);
-    // Through the public API too (a caller-chosen id: marks STALE, no record).
+    assert_eq!(env.send("seven", "p7", 0, NEVER, 7).await, 1);
+    assert_eq!(env.send("one", "p1", 0, NEVER, 1).await, 1);
+    assert_eq!(env.send("zero", "p0", 0, NEVER, 0).await, 1);
+    // Through the public API too (a caller-chosen id: no record).
     let api = env
         .queue
         .send_delay_msg("pa", Duration::ZERO)
@@ -869,7 +893,6 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
         .await
         .unwrap();
     assert_eq!(env.stored(api.as_str()).as_deref(), Some("2:pa"));
-    assert!(env.stale());
     // A value without header (not written by send): nack and timeout use
     // the default retry count they are given.
     env.seed_value("bare", "no header", None);
@@ -895,7 +918,6 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
     let ones = ["api", "bare", "one", "seven", "zero"].map(|id| (id.to_string(), "1".to_string()));
     assert_eq!(env.records(), ones.to_vec());
     assert_eq!(env.stored("seven").as_deref(), Some("7:p7"));
-    assert!(!env.stale(), "the claim emptied both lists");
     assert_eq!(env.ack(&[("api", lease)]).await, vec![1]);
 
     // Fail every delivery: each message is delivered exactly retry count + 1
@@ -948,7 +970,7 @@ async fn send_replaces_a_dead_message_whose_payload_expired() {
     env.raw(&["HSET", &k.retries, "g", "4"]);
     env.bury(&["g"]);
 
-    assert_eq!(env.send_own("g", "again", 0, TTL, 7).await, 1);
+    assert_eq!(env.send_own("g", "again", 0, NEVER, 7).await, 1);
     assert!(env.dead().is_empty(), "garbage entry left: {:?}", env.dead());
     assert!(env.record("g").is_none(), "old record left: {:?}", env.record("g"));
     assert_eq!(env.promote(10).await[0], 1);
@@ -971,7 +993,7 @@ async fn send_over_an_expired_message_starts_a_fresh_retry_record() {
     env.raw(&["HSET", &k.retries, "x", "2"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
 
-    assert_eq!(env.send_own("x", "new", 0, TTL, 7).await, 1);
+    assert_eq!(env.send_own("x", "new", 0, NEVER, 7).await, 1);
     assert!(env.record("x").is_none(), "stale record kept: {:?}", env.record("x"));
     assert!(env.stale(), "the old retry entry is now stale");
     // Not promoted yet: the old retry entry is skipped, the new message stays pending.
@@ -996,7 +1018,7 @@ async fn send_over_an_expired_message_in_retry_is_delivered_once() {
     let k = env.k().clone();
     env.raw(&["HSET", &k.retries, "x", "2"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
-    assert_eq!(env.send_own("x", "new", 0, TTL, 7).await, 1);
+    assert_eq!(env.send_own("x", "new", 0, NEVER, 7).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(
         (env.list(&k.retry), env.list(&k.ready)),
@@ -1070,8 +1092,8 @@ async fn promote_moves_due_ids_in_due_order_in_batches() {
 async fn promote_moves_what_send_made_due() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("now", "x", 0, TTL, RETRY).await, 1);
-    assert_eq!(env.send("later", "y", 60_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("now", "x", 0, NEVER, RETRY).await, 1);
+    assert_eq!(env.send("later", "y", 60_000, NEVER, RETRY).await, 1);
     let reply = env.promote(1000).await;
     assert_eq!(reply[0], 1);
     assert!(reply[1] > 60_000 - SLACK_MS && reply[1] <= 60_000, "{reply:?}");
@@ -1080,24 +1102,24 @@ async fn promote_moves_what_send_made_due() {
     // Promote does not touch the payload, nor create a record.
     assert_eq!(env.stored("now").as_deref(), Some("3:x"));
     assert!(env.record("now").is_none());
-    assert_pttl_near(env.pttl("now"), TTL);
+    assert_eq!(env.pttl("now"), -1);
 }
 
 #[tokio::test]
-async fn promote_moves_an_expired_id_and_claim_drops_and_counts_it() {
+async fn promote_moves_an_id_without_payload_and_claim_buries_and_counts_it() {
     let env = Env::new().await;
     let k = env.k().clone();
     let batch: Vec<Msg> = vec![
-        ("gone", "x", 0, TTL, RETRY),
-        ("live", "y", 0, TTL, RETRY),
-        ("gone-later", "z", 60_000, TTL, RETRY),
+        ("gone", "x", 0, NEVER, RETRY),
+        ("live", "y", 0, NEVER, RETRY),
+        ("gone-later", "z", 60_000, NEVER, RETRY),
     ];
     assert_eq!(env.send_many(&batch).await, vec![1, 1, 1]);
-    // Their payloads expired (msg ttl passed while no consumer ran).
+    // Their payloads were deleted by something else.
     env.raw(&["DEL", &k.msg("gone"), &k.msg("gone-later")]);
 
     let reply = env.promote(10).await;
-    assert_eq!(reply[0], 2, "promote moves the expired id too: {reply:?}");
+    assert_eq!(reply[0], 2, "promote moves the id without payload too: {reply:?}");
     assert!(reply[1] > 60_000 - SLACK_MS && reply[1] <= 60_000, "{reply:?}");
     assert_eq!(env.list(&k.ready), vec!["gone", "live"]);
     // Not due yet: stays pending even without payload, until it is due.
@@ -1106,19 +1128,29 @@ async fn promote_moves_an_expired_id_and_claim_drops_and_counts_it() {
     assert_eq!(pending[0].0, "gone-later");
     assert!(!env.exists(&k.retries));
 
-    // The claim drops the expired id and counts it (no STALE mark: every
-    // missing payload is an expired message).
+    // The claim buries the id without payload as an expired dead letter,
+    // counts it and returns its id (no STALE mark: no cancelled message).
     let c = env.claim(10).await;
-    assert_eq!((c.popped, c.expired), (2, 1));
+    assert_eq!(
+        (c.popped, c.expired, c.expired_ids.clone()),
+        (2, 1, vec!["gone".to_string()])
+    );
     assert_eq!(c.ids(), vec!["live"]);
     assert!(env.zscore(&k.unack, "gone").is_none());
-    assert!(env.record("gone").is_none());
-    assert_eq!(env.records(), vec![("live".to_string(), "1".to_string())]);
+    assert_eq!(env.dead(), vec!["gone"]);
+    assert_eq!(
+        env.records(),
+        vec![
+            ("gone".to_string(), "0:expired".to_string()),
+            ("live".to_string(), "1".to_string())
+        ]
+    );
+    assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["1"]);
     assert!(!env.exists(&k.ready));
 
     // Once due it is moved too; a limit counts every id alike.
     env.raw(&["ZADD", &k.pending, "XX", "0", "gone-later"]);
-    assert_eq!(env.send("live2", "w", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("live2", "w", 0, NEVER, RETRY).await, 1);
     env.raw(&["ZADD", &k.pending, "XX", "1", "live2"]);
     assert_eq!(env.promote(1).await, vec![1, 0], "the limit reached by an expired id");
     assert_eq!(env.promote(1).await, vec![1, -1]);
@@ -1126,36 +1158,148 @@ async fn promote_moves_an_expired_id_and_claim_drops_and_counts_it() {
     assert!(!env.exists(&k.pending));
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.ids()), (2, 1, vec!["live2"]));
+    assert_eq!(env.dead(), vec!["gone", "gone-later"]);
 }
 
 #[tokio::test]
-async fn claim_drops_the_retry_record_of_an_id_that_expired_while_pending() {
+async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_letter() {
     let env = Env::new().await;
     let k = env.k().clone();
-    // Nacked with a delay after its first delivery, then its payload expired.
-    env.raw(&["HSET", &k.retries, "e", "1"]);
-    env.raw(&["ZADD", &k.pending, "1", "e"]);
+    // A caller-id message nacked with a delay after its first delivery,
+    // then its payload was deleted by something else.
+    assert_eq!(env.send_own("e", "x", 0, NEVER, RETRY).await, 1);
+    env.raw(&["HSET", &k.retries, "e", "1:boom"]);
+    env.raw(&["DEL", &k.msg("e")]);
+    env.raw(&["ZADD", &k.pending, "XX", "1", "e"]);
     assert_eq!(env.promote(10).await, vec![1, -1]);
-    assert_eq!(env.list(&k.ready), vec!["e"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
+    assert_eq!(c.expired_ids, vec!["e"]);
     assert!(!env.exists(&k.pending) && !env.exists(&k.ready) && !env.exists(&k.unack));
-    assert!(env.record("e").is_none(), "record leaked: {:?}", env.record("e"));
-    assert_eq!(env.keys(), vec![k.totals.clone()], "keys left behind");
+    assert_eq!(env.dead(), vec!["e"], "a dead letter, not a silent drop");
+    assert_eq!(env.record("e").as_deref(), Some("1:expired"), "its count kept");
+    let info = env.queue.get(&"e".into()).await.unwrap().expect("visible to get");
+    assert_eq!(info.state, MessageState::Garbage);
+    assert_eq!(info.last_error.as_deref(), Some("expired"));
 
-    // The same with STALE set (a cancel elsewhere): counted, since its record remained.
+    // The same with STALE set (a cancel elsewhere): buried, since its record remained.
+    env.raw(&["ZREM", &k.garbage, "e"]);
     env.raw(&["HSET", &k.retries, "e", "1"]);
     env.raw(&["ZADD", &k.pending, "1", "e"]);
     env.mark_stale();
     assert_eq!(env.promote(10).await, vec![1, -1]);
     let c = env.claim(10).await;
-    assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
-    assert!(env.record("e").is_none(), "record leaked: {:?}", env.record("e"));
-    assert_eq!(
-        env.keys(),
-        vec![k.totals.clone()],
-        "keys left behind (STALE mark included)"
-    );
+    assert_eq!((c.popped, c.expired, c.expired_ids), (1, 1, vec!["e".to_string()]));
+    assert_eq!(env.record("e").as_deref(), Some("1:expired"));
+    assert!(!env.stale(), "both lists empty: STALE cleared");
+    let mut left = vec![k.garbage.clone(), k.retries.clone(), k.totals.clone()];
+    left.sort();
+    assert_eq!(env.keys(), left);
+    assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["2"]);
+}
+
+#[tokio::test]
+async fn claim_buries_a_message_past_its_deadline_with_reason_expired() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Sent with expire_after 1 ms, then held back past its deadline; another
+    // with a deadline far ahead, and one without.
+    assert_eq!(env.send_own("late", "x", 0, 1, RETRY).await, 1);
+    assert_eq!(env.send("far", "y", 0, 3_600_000, RETRY).await, 1);
+    assert_eq!(env.send("plain", "z", 0, NEVER, RETRY).await, 1);
+    env.raw(&["HSET", &k.retries, "late", "2:HTTP 503"]);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(env.promote(10).await[0], 3);
+    let c = env.claim(10).await;
+    assert_eq!((c.popped, c.expired), (3, 1));
+    assert_eq!(c.expired_ids, vec!["late"]);
+    let mut ids = c.ids();
+    ids.sort();
+    assert_eq!(ids, vec!["far", "plain"], "a deadline ahead or none: leased");
+    assert!(c.values.iter().any(|v| v.starts_with("3@")), "{:?}", c.values);
+    assert_eq!(env.dead(), vec!["late"]);
+    assert!(env.zscore(&k.unack, "late").is_none());
+    assert_eq!(env.record("late").as_deref(), Some("2:expired"));
+    // Its payload stays for the retention, for inspection and requeue.
+    assert_pttl_near(env.pttl("late"), RETENTION);
+    assert_eq!(env.payload("late").as_deref(), Some("x"));
+    assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["1"]);
+}
+
+#[tokio::test]
+async fn claim_with_limit_0_reads_no_list_and_deletes_the_receipt() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let batch: Vec<String> = (0..10_000).map(|i| format!("m{i}")).collect();
+    for chunk in batch.chunks(1000) {
+        let mut cmd = vec!["RPUSH", k.ready.as_str()];
+        cmd.extend(chunk.iter().map(String::as_str));
+        env.raw(&cmd);
+    }
+    env.raw(&["SET", &k.claim("w"), "7 123", "PX", "60000"]);
+    env.reset_command_stats();
+    let c = env.claim_with("w", 0, VIS, 8).await;
+    assert_eq!((c.popped, c.expired, c.got.len()), (0, 0, 0));
+    assert_eq!(env.command_calls("lrange"), 0, "a list was read");
+    assert!(!env.exists(&k.claim("w")), "receipt left");
+    assert_eq!(env.int(&["LLEN", &k.ready]), 10_000);
+    // A negative limit is refused before anything is read or written.
+    let keys = k.for_claim(&k.claim("w"));
+    let args: Vec<Value> = vec![
+        k.msg_prefix.as_str().into(),
+        (-1).into(),
+        VIS.into(),
+        9.into(),
+        RETENTION.into(),
+    ];
+    let err = scripts::CLAIM.call::<Value>(&env.client, keys, args).await.unwrap_err();
+    assert!(err.details().contains("limit"), "{err:?}");
+    assert_eq!(env.command_calls("lrange"), 0);
+    // With both lists empty it clears the STALE mark too.
+    env.raw(&["DEL", &k.ready]);
+    env.mark_stale();
+    let c = env.claim_with("w", 0, VIS, 10).await;
+    assert_eq!((c.popped, c.expired), (0, 0));
+    assert!(!env.stale());
+}
+
+#[tokio::test]
+async fn every_limit_below_1_is_refused_before_a_range_read() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for i in 0..5 {
+        let id = format!("m{i}");
+        env.seed(&id, Some("1"));
+        env.raw(&["RPUSH", &k.ready, &id]);
+        env.raw(&["ZADD", &k.pending, "1", &id]);
+        env.raw(&["ZADD", &k.unack, "1", &id]);
+        env.raw(&["ZADD", &k.garbage, "1", &id]);
+    }
+    let before = env.snapshot();
+    let p = k.msg_prefix.as_str();
+    for limit in ["0", "-1", "1.5", "1001", "x"] {
+        let s = |v: &[&str]| -> Vec<Value> { v.iter().map(|a| Value::from(*a)).collect() };
+        let calls: Vec<(&LuaScript, Vec<String>, Vec<Value>)> = vec![
+            (&scripts::PROMOTE, k.for_promote(), s(&[limit])),
+            (&scripts::TIMEOUT, k.for_timeout(), s(&[p, limit, "3", &k.wake, "1000"])),
+            (&scripts::GC, k.for_gc(), s(&[p, limit, "0", "0"])),
+            (&scripts::REQUEUE, k.for_requeue(), s(&[p, limit, &k.wake])),
+            (&scripts::PURGE, k.for_purge(), s(&[p, limit])),
+            (&scripts::LIST, k.for_inspect(), s(&["2", "0", limit, p, "100"])),
+            (&scripts::LIST, k.for_inspect(), s(&["2", "0", "10", p, limit])),
+            (&scripts::SCAN, k.for_inspect(), s(&["2", "0", limit, p, p])),
+        ];
+        for (script, keys, args) in calls {
+            env.reset_command_stats();
+            let res = script.call::<Value>(&env.client, keys, args).await;
+            let err = res.expect_err(&format!("{} with limit {limit}", script.name));
+            assert!(err.details().contains("limit"), "{}: {err:?}", script.name);
+            for cmd in ["lrange", "zrange", "zrangebyscore", "getrange"] {
+                assert_eq!(env.command_calls(cmd), 0, "{} read with {cmd}", script.name);
+            }
+        }
+    }
+    assert_eq!(env.snapshot(), before);
 }
 
 // ======================= claim =======================
@@ -1170,10 +1314,6 @@ async fn claim_takes_retry_first_then_ready_and_leases_them() {
     env.seed_value("b", "0:payload-b", Some("0"));
     env.raw(&["RPUSH", &k.retry, "r1", "r2"]);
     env.raw(&["RPUSH", &k.ready, "a", "b"]);
-    // TTLs: a payload that already lives longer keeps its TTL, one without
-    // TTL keeps none.
-    env.raw(&["PEXPIRE", &k.msg("r2"), "600000"]);
-    env.raw(&["PERSIST", &k.msg("b")]);
 
     let before = env.now_us();
     let c = env.claim(10).await;
@@ -1208,12 +1348,11 @@ async fn claim_takes_retry_first_then_ready_and_leases_them() {
     assert_eq!(env.record("a").as_deref(), Some("1"));
     assert_eq!(env.record("b").as_deref(), Some("1"));
     assert!(!env.exists(&k.ready) && !env.exists(&k.retry));
-    // Payloads stay until ack, kept at least msg ttl past the lease.
+    // Payloads stay until ack, without TTL.
     assert_eq!(env.payload("a").as_deref(), Some("payload-a"));
-    assert_pttl_near(env.pttl("a"), VIS + TTL);
-    assert_pttl_near(env.pttl("r1"), VIS + TTL);
-    assert_pttl_near(env.pttl("r2"), 600_000);
-    assert_eq!(env.pttl("b"), -1);
+    for id in ["a", "b", "r1", "r2"] {
+        assert_eq!(env.pttl(id), -1, "{id}");
+    }
 
     // Nothing left: nothing popped or leased.
     let empty = env.claim(10).await;
@@ -1240,7 +1379,6 @@ async fn claim_is_bounded_by_limit() {
     assert_eq!(c.ids(), vec!["b"]);
     assert_eq!(env.list(&k.ready), vec!["c"]);
     assert_eq!(env.record("c").as_deref(), Some("0"), "unclaimed id untouched");
-    assert_pttl_near(env.pttl("c"), TTL);
 }
 
 #[tokio::test]
@@ -1278,7 +1416,7 @@ async fn claim_skips_stale_entries() {
     assert_eq!(env.record("ok").as_deref(), Some("1"));
     for id in ["p", "u", "g"] {
         assert_eq!(env.payload(id), Some(format!("payload-{id}")));
-        assert_pttl_near(env.pttl(id), TTL);
+        assert_eq!(env.pttl(id), -1);
     }
     assert!(env.record("cancelled").is_none());
     assert!(!env.stale(), "both lists emptied: STALE cleared");
@@ -1288,7 +1426,9 @@ async fn claim_skips_stale_entries() {
 async fn claim_pops_each_list_once_so_stale_entries_use_up_the_pop() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let batch: Vec<Msg> = ["gone1", "gone2", "a", "b"].map(|id| (id, "x", 0, TTL, RETRY)).to_vec();
+    let batch: Vec<Msg> = ["gone1", "gone2", "a", "b"]
+        .map(|id| (id, "x", 0, NEVER, RETRY))
+        .to_vec();
     assert_eq!(env.send_many(&batch).await, vec![1; 4]);
     // Due in this order (ids due at the same ms would be promoted by name).
     env.raw(&["ZADD", &k.pending, "XX", "1", "gone1", "2", "gone2", "3", "a", "4", "b"]);
@@ -1308,52 +1448,66 @@ async fn claim_pops_each_list_once_so_stale_entries_use_up_the_pop() {
 }
 
 #[tokio::test]
-async fn claim_counts_an_expired_payload_and_drops_its_record() {
+async fn claim_buries_ids_without_payload_unless_stale_says_cancelled() {
     let env = Env::new().await;
     let k = env.k().clone();
     // Without STALE every list entry is a live message, so a missing payload
-    // expired: counted whether a record remained (e1, e2) or not (norec:
-    // expired before its first delivery).
+    // was lost: buried as expired whether a record remained (e1, e2) or not
+    // (norec: lost before its first delivery).
     env.raw(&["HSET", &k.retries, "e1", "0", "e2", "2"]);
     env.raw(&["RPUSH", &k.ready, "e1", "norec"]);
     env.raw(&["RPUSH", &k.retry, "e2"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (3, 3, 0));
-    assert!(!env.exists(&k.retries), "records left: {:?}", env.records());
+    assert_eq!(c.expired_ids, vec!["e2", "e1", "norec"], "retry list first");
+    assert_eq!(env.dead(), vec!["e1", "e2", "norec"]);
+    let expired = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(id, r)| (id.to_string(), r.to_string())).collect()
+    };
+    assert_eq!(
+        env.records(),
+        expired(&[("e1", "0:expired"), ("e2", "2:expired"), ("norec", "0:expired")])
+    );
     assert!(!env.exists(&k.ready) && !env.exists(&k.retry));
 
-    // With STALE a missing payload may be a cancelled message: counted only
-    // when its record remained (e3). An entry of an id being processed is
-    // not ours to count, even with its payload gone (its delivery decides).
+    // With STALE a missing payload without record is a cancelled message's
+    // leftover entry (cancel deletes both): skipped silently (c1). One whose
+    // record remained (e3) is buried. An entry of an id being processed is
+    // not ours to bury, even with its payload gone (its delivery decides),
+    // nor one of an id already dead (e1).
     env.mark_stale();
     env.raw(&["HSET", &k.retries, "e3", "1", "u", "1"]);
     env.raw(&["ZADD", &k.unack, "1", "u"]);
-    env.raw(&["RPUSH", &k.ready, "e1", "e3", "u"]);
+    env.raw(&["RPUSH", &k.ready, "c1", "e1", "e3", "u"]);
     let c = env.claim(10).await;
-    assert_eq!((c.popped, c.expired, c.got.len()), (3, 1, 0));
-    assert!(env.record("e3").is_none());
-    assert_eq!(env.records(), vec![("u".to_string(), "1".to_string())]);
+    assert_eq!((c.popped, c.expired, c.got.len()), (4, 1, 0));
+    assert_eq!(c.expired_ids, vec!["e3"]);
+    assert_eq!(env.record("e3").as_deref(), Some("1:expired"));
+    assert!(env.record("c1").is_none() && !env.dead().contains(&"c1".to_string()));
     assert_eq!(env.zset(&k.unack), vec![("u".to_string(), 1)]);
     assert!(!env.stale());
-    // A re-claim finds nothing more to expire.
+    // A re-claim finds nothing more to bury.
     env.mark_stale();
     env.raw(&["RPUSH", &k.ready, "e3"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired), (1, 0));
+    assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["4"]);
 }
 
 #[tokio::test]
-async fn claim_drops_a_payload_key_of_another_type_instead_of_failing() {
+async fn claim_buries_an_id_whose_payload_key_has_another_type_instead_of_failing() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("ok", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("ok", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     env.raw(&["HSET", &k.retries, "odd", "0"]);
     env.raw(&["HSET", &k.msg("odd"), "f", "v"]);
     env.raw(&["LPUSH", &k.ready, "odd"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.ids()), (2, 1, vec!["ok"]));
-    assert!(env.record("odd").is_none());
+    assert_eq!(c.expired_ids, vec!["odd"]);
+    assert_eq!(env.record("odd").as_deref(), Some("0:expired"));
+    assert_eq!(env.dead(), vec!["odd"]);
     assert_eq!(
         env.raw(&["TYPE", &k.msg("odd")]),
         "hash",
@@ -1519,12 +1673,12 @@ async fn claim_leases_an_id_duplicated_within_one_popped_batch_once() {
     let k = env.k().clone();
     // Made by the scripts: "a" cancelled while ready, sent again under the
     // same id and promoted behind the old entry.
-    assert_eq!(env.send_own("a", "one", 0, TTL, RETRY).await, 1);
-    assert_eq!(env.send("b", "pb", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send_own("a", "one", 0, NEVER, RETRY).await, 1);
+    assert_eq!(env.send("b", "pb", 0, NEVER, RETRY).await, 1);
     env.raw(&["ZADD", &k.pending, "XX", "0", "a"]);
     assert_eq!(env.promote(10).await[0], 2);
     assert_eq!(env.cancel("a").await, 1);
-    assert_eq!(env.send_own("a", "two", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send_own("a", "two", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(env.list(&k.ready), vec!["a", "b", "a"]);
     assert!(env.stale());
@@ -1555,7 +1709,7 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     let k = env.k().clone();
     const N: usize = 50;
     let ids: Vec<String> = (0..N).map(|i| format!("m{i:02}")).collect();
-    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 0, TTL, RETRY)).collect();
+    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 0, NEVER, RETRY)).collect();
     assert_eq!(env.send_many(&batch).await, vec![1; N]);
     assert_eq!(env.promote(1000).await[0], N as i64);
     assert!(!env.stale());
@@ -1565,12 +1719,12 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     assert_eq!((c.popped, c.expired), (N as i64, 0));
     assert_eq!(c.ids(), ids.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(c.got.iter().all(|d| d.1 == "x" && d.2 == 1), "{:?}", c.got);
-    // A fixed number of calls for the batch, one PEXPIRE per leased id; no
-    // look at pending or garbage without STALE.
+    // A fixed number of calls for the batch, none per leased id (no TTL
+    // to extend); no look at pending or garbage without STALE.
     let calls = |cmd: &str| env.command_calls(cmd);
     assert_eq!(
         ["mget", "zmscore", "smismember", "zadd", "hmget", "hset", "pexpire"].map(calls),
-        [1, 1, 0, 1, 1, 1, N as i64]
+        [1, 1, 0, 1, 1, 1, 0]
     );
     assert_eq!(
         ["get", "zscore", "sismember", "hget"].map(calls),
@@ -1585,7 +1739,7 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     // With STALE the same batch also asks pending and garbage (ZMSCORE
     // each), once for the batch.
     let more: Vec<String> = (0..N).map(|i| format!("n{i:02}")).collect();
-    let batch: Vec<Msg> = more.iter().map(|id| (id.as_str(), "y", 0, TTL, RETRY)).collect();
+    let batch: Vec<Msg> = more.iter().map(|id| (id.as_str(), "y", 0, NEVER, RETRY)).collect();
     assert_eq!(env.send_many(&batch).await, vec![1; N]);
     assert_eq!(env.promote(1000).await[0], N as i64);
     env.mark_stale();
@@ -1600,11 +1754,11 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
 async fn claim_with_stale_skips_an_entry_whose_id_was_sent_again_and_is_pending() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send_own("a", "one", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send_own("a", "one", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(env.cancel("a").await, 1);
     // Sent again, due later: the old ready entry now names a pending message.
-    assert_eq!(env.send_own("a", "two", 60_000, TTL, 5).await, 1);
+    assert_eq!(env.send_own("a", "two", 60_000, NEVER, 5).await, 1);
     assert_eq!(env.list(&k.ready), vec!["a"]);
     assert!(env.stale());
 
@@ -1613,7 +1767,7 @@ async fn claim_with_stale_skips_an_entry_whose_id_was_sent_again_and_is_pending(
     assert!(!env.exists(&k.ready) && !env.exists(&k.unack));
     assert!(env.zscore(&k.pending, "a").is_some(), "the new message stays pending");
     assert_eq!(env.stored("a").as_deref(), Some("5:two"));
-    assert_pttl_near(env.pttl("a"), 60_000 + TTL);
+    assert_eq!(env.pttl("a"), -1);
     assert!(env.record("a").is_none());
     assert!(!env.stale());
 
@@ -1629,7 +1783,7 @@ async fn claim_with_stale_skips_an_entry_whose_id_was_sent_again_and_is_pending(
 async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_empties_both_lists() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let batch: Vec<Msg> = ["a", "b", "c"].map(|id| (id, "x", 0, TTL, RETRY)).to_vec();
+    let batch: Vec<Msg> = ["a", "b", "c"].map(|id| (id, "x", 0, NEVER, RETRY)).to_vec();
     assert_eq!(env.send_many(&batch).await, vec![1, 1, 1]);
     assert_eq!(env.promote(10).await[0], 3);
     assert!(!env.stale(), "generated ids leave no stale entry");
@@ -1653,7 +1807,7 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
 
     // Cancels that leave no list entry do not mark: pending, garbage,
     // being processed, unknown.
-    assert_eq!(env.send("d", "x", 60_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("d", "x", 60_000, NEVER, RETRY).await, 1);
     assert_eq!(env.cancel("d").await, 1);
     env.seed("g", Some("4"));
     env.bury(&["g"]);
@@ -1672,9 +1826,11 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 0, 0));
     assert!(!env.stale());
 
-    // A send with a caller-chosen id marks it; a claim with both lists
-    // already empty clears it, even one that pops nothing.
-    assert_eq!(env.send_own("e", "x", 60_000, TTL, RETRY).await, 1);
+    // A send of a caller-chosen id that was delivered and lost its payload
+    // marks it; a claim with both lists already empty clears it, even one
+    // that pops nothing.
+    env.raw(&["HSET", &k.retries, "e", "1"]);
+    assert_eq!(env.send_own("e", "x", 60_000, NEVER, RETRY).await, 1);
     assert!(env.stale());
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.got.len()), (0, 0));
@@ -1701,7 +1857,7 @@ async fn claim_replay_leaves_out_a_payload_key_of_another_type() {
         10.into(),
         VIS.into(),
         5.into(),
-        TTL.into(),
+        RETENTION.into(),
     ];
     let replay = scripts::CLAIM.call::<Value>(&env.client, keys, args).await;
     assert!(replay.is_ok(), "replay failed: {replay:?}");
@@ -1752,7 +1908,7 @@ async fn ack_is_fenced_by_lease() {
 async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let batch: Vec<Msg> = ["a", "b", "c", "d", "e"].map(|id| (id, "x", 0, TTL, RETRY)).to_vec();
+    let batch: Vec<Msg> = ["a", "b", "c", "d", "e"].map(|id| (id, "x", 0, NEVER, RETRY)).to_vec();
     assert_eq!(env.send_many(&batch).await, vec![1; 5]);
     assert_eq!(env.promote(10).await[0], 5);
     let first = env.claim(10).await;
@@ -1819,13 +1975,12 @@ async fn ack_of_no_pairs_returns_an_empty_reply() {
 // ======================= extend =======================
 
 #[tokio::test]
-async fn extend_renews_only_current_leases_and_keeps_payloads_past_them() {
+async fn extend_renews_only_current_leases_and_leaves_payloads_alone() {
     let env = Env::new().await;
     let k = env.k().clone();
     let la = seed_unack(&env, "a", "1");
     let lb = seed_unack(&env, "b", "1");
     let (na, nb) = (la + 60_000_000, lb + 60_000_000);
-    let before = env.now_us();
     let reply = env.extend(&[("a", la, na), ("b", lb - 1, nb), ("nope", la, na)]).await;
     assert_eq!(
         reply,
@@ -1835,8 +1990,8 @@ async fn extend_renews_only_current_leases_and_keeps_payloads_past_them() {
     assert_eq!(env.zscore(&k.unack, "a"), Some(na));
     assert_eq!(env.zscore(&k.unack, "b"), Some(lb), "a lost lease is left alone");
     assert!(!env.exists(&k.msg("nope")) && env.zscore(&k.unack, "nope").is_none());
-    // The payload outlives the new lease by msg ttl (about 60 s + TTL from now).
-    assert_pttl_near(env.pttl("a"), (na - before) / 1000 + TTL);
+    // A live payload has no TTL to extend.
+    assert_eq!(env.pttl("a"), -1);
 
     // A re-sent request (reply lost) finds its own renewal and says so.
     let state = env.snapshot();
@@ -1874,11 +2029,11 @@ fn seed_unack(env: &Env, id: &str, record: &str) -> i64 {
     seed_unack_value(env, id, Some(&format!("{RETRY}:payload-{id}")), Some(record))
 }
 
-/// Seeds `id` as claimed, with `value` as its msg key (none: expired) and
+/// Seeds `id` as claimed, with `value` as its msg key (none: gone) and
 /// `record` (none: no record); returns its lease.
 fn seed_unack_value(env: &Env, id: &str, value: Option<&str>, record: Option<&str>) -> i64 {
     if let Some(value) = value {
-        env.raw(&["SET", &env.k().msg(id), value, "PX", &TTL.to_string()]);
+        env.raw(&["SET", &env.k().msg(id), value]);
     }
     if let Some(record) = record {
         env.raw(&["HSET", &env.k().retries, id, record]);
@@ -1893,36 +2048,28 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     let env = Env::new().await;
     let k = env.k().clone();
 
-    // delay 0: straight to the end of the retry list, payload kept >= msg ttl.
+    // delay 0: straight to the end of the retry list, payload without TTL.
     env.raw(&["RPUSH", &k.retry, "older"]);
     let la = seed_unack(&env, "a", "1");
-    env.raw(&["PEXPIRE", &k.msg("a"), "2000"]);
     assert_eq!(env.nack("a", la, 0, "fail").await, 1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
     assert!(env.zscore(&k.unack, "a").is_none());
     assert_eq!(env.record("a").as_deref(), Some("1"), "claim counted the delivery");
-    assert_pttl_near(env.pttl("a"), TTL);
+    assert_eq!(env.pttl("a"), -1);
 
-    // delay > 0: pending at Redis now + delay, payload kept >= delay + msg ttl.
+    // delay > 0: pending at Redis now + delay.
     // Its RETRY-th delivery failed: one more is allowed.
     let delay = 30_000;
     let lb = seed_unack(&env, "b", &RETRY.to_string());
-    env.raw(&["PEXPIRE", &k.msg("b"), "2000"]);
     let before = env.now_ms();
     assert_eq!(env.nack("b", lb, delay, "fail").await, 1);
     let after = env.now_ms();
     let due = env.zscore(&k.pending, "b").expect("b pending");
     assert!((before + delay..=after + delay).contains(&due), "due {due}");
-    assert_pttl_near(env.pttl("b"), delay + TTL);
+    assert_eq!(env.pttl("b"), -1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
     assert!(!env.exists(&k.unack));
     assert_eq!(env.record("b").as_deref(), Some("3"));
-
-    // A payload that already lives longer keeps its TTL.
-    let lc = seed_unack(&env, "c", "1");
-    env.raw(&["PEXPIRE", &k.msg("c"), "600000"]);
-    assert_eq!(env.nack("c", lc, 0, "fail").await, 1);
-    assert_pttl_near(env.pttl("c"), 600_000);
 
     // Idempotent: a re-run finds the lease gone.
     let state = env.snapshot();
@@ -2112,7 +2259,6 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     zadd("dead", now - 2_000);
     env.seed("late2", None); // no record: delivery 1 of default
     zadd("late2", now - 1_000);
-    env.raw(&["PEXPIRE", &k.msg("late2"), "5000"]);
     env.seed("ontime", Some("1"));
     zadd("ontime", now + 60_000_000);
 
@@ -2128,7 +2274,7 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     assert_eq!(env.dead(), vec!["dead"]);
     assert_eq!(env.zset(&k.unack), vec![("ontime".to_string(), now + 60_000_000)]);
     // Counts untouched (the claim counted the delivery), the reason
-    // recorded; payloads kept >= msg ttl.
+    // recorded.
     assert_eq!(env.record("late1").as_deref(), Some("1:timeout"));
     assert_eq!(env.record("dead").as_deref(), Some("4:timeout"));
     assert_eq!(
@@ -2136,8 +2282,10 @@ async fn timeout_takes_back_only_overdue_deliveries() {
         Some("1:timeout"),
         "no record: delivery 1"
     );
-    assert_pttl_near(env.pttl("late2"), TTL);
+    // A retried payload stays without TTL; a buried one gets the retention.
+    assert_eq!((env.pttl("late1"), env.pttl("late2")), (-1, -1));
     assert_eq!(env.payload("dead").as_deref(), Some("payload-dead"));
+    assert_pttl_near(env.pttl("dead"), RETENTION);
 
     // Idempotent.
     let state = env.snapshot();
@@ -2173,35 +2321,35 @@ async fn send_wakes_consumers_only_when_it_brings_the_earliest_due_time_forward(
     let mut wakes = env.subscribe().await;
 
     // Pending empty: publishes the delay.
-    assert_eq!(env.send("a", "x", 5_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("a", "x", 5_000, NEVER, RETRY).await, 1);
     assert_eq!(wakes.next().await, "5000");
     // Due after the current head: nothing.
-    assert_eq!(env.send("b", "x", 10_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("b", "x", 10_000, NEVER, RETRY).await, 1);
     wakes.assert_quiet(&env, "send due later than the head").await;
     // Due before the head: publishes its delay.
-    assert_eq!(env.send("c", "x", 1_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("c", "x", 1_000, NEVER, RETRY).await, 1);
     assert_eq!(wakes.next().await, "1000");
     // A batch: one wake-up, for its earliest message.
     let batch: Vec<Msg> = vec![
-        ("d", "x", 20_000, TTL, RETRY),
-        ("e", "x", 500, TTL, RETRY),
-        ("f", "x", 200, TTL, RETRY),
-        ("g", "x", 30_000, TTL, RETRY),
+        ("d", "x", 20_000, NEVER, RETRY),
+        ("e", "x", 500, NEVER, RETRY),
+        ("f", "x", 200, NEVER, RETRY),
+        ("g", "x", 30_000, NEVER, RETRY),
     ];
     assert_eq!(env.send_many(&batch).await, vec![1, 1, 1, 1]);
     assert_eq!(wakes.next().await, "200");
     wakes.assert_quiet(&env, "second wake-up for one batch").await;
     // A batch entirely due after the head: nothing.
-    let later: Vec<Msg> = vec![("h", "x", 40_000, TTL, RETRY), ("i", "x", 50_000, TTL, RETRY)];
+    let later: Vec<Msg> = vec![("h", "x", 40_000, NEVER, RETRY), ("i", "x", 50_000, NEVER, RETRY)];
     assert_eq!(env.send_many(&later).await, vec![1, 1]);
     wakes.assert_quiet(&env, "batch due later than the head").await;
     // A batch that stored nothing (duplicate: 0, wrong type: 2): nothing.
     env.raw(&["RPUSH", &env.k().msg("w"), "foreign"]);
-    let dups: Vec<Msg> = vec![("a", "x", 0, TTL, RETRY), ("w", "x", 0, TTL, RETRY)];
+    let dups: Vec<Msg> = vec![("a", "x", 0, NEVER, RETRY), ("w", "x", 0, NEVER, RETRY)];
     assert_eq!(env.send_many(&dups).await, vec![0, 2]);
     wakes.assert_quiet(&env, "send that stored nothing").await;
     // Due now into a pending whose head is later: publishes 0.
-    assert_eq!(env.send("now", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("now", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(wakes.next().await, "0");
     wakes.assert_quiet(&env, "end").await;
 }
@@ -2339,34 +2487,34 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
 }
 
 #[tokio::test]
-async fn cancel_of_a_listed_message_whose_payload_expired_leaves_it_to_claim_as_expired() {
+async fn cancel_of_a_listed_message_whose_payload_is_gone_leaves_it_to_claim_to_bury() {
     let env = Env::new().await;
     let k = env.k().clone();
-    // Waits in retry, payload expired: nothing of it left to cancel but its record.
+    // Waits in retry, payload deleted by something else: nothing of it left
+    // to cancel but its record.
     env.raw(&["HSET", &k.retries, "x", "1"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
     assert_eq!(env.cancel("x").await, 0);
     assert!(env.record("x").is_none());
     assert!(!env.stale(), "no payload deleted: no mark");
-    // Without the mark the claim counts the entry as the expired message it is.
+    // Without the mark the claim buries the entry as the lost message it is.
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
-    assert_eq!(
-        env.keys(),
-        vec![k.totals.clone()],
-        "only the totals, counting it expired"
-    );
+    assert_eq!(env.dead(), vec!["x"]);
+    let mut left = vec![k.garbage.clone(), k.retries.clone(), k.totals.clone()];
+    left.sort();
+    assert_eq!(env.keys(), left, "the dead letter and the totals, counting it expired");
 }
 
 #[tokio::test]
 async fn cancelled_id_sent_again_is_delivered_once() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send_own("a", "one", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send_own("a", "one", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(env.cancel("a").await, 1);
     // The stale ready entry is still there when the id is sent again.
-    assert_eq!(env.send_own("a", "two", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send_own("a", "two", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     assert_eq!(env.list(&k.ready), vec!["a", "a"]);
     assert!(env.stale());
@@ -2444,7 +2592,7 @@ async fn scripts_are_reloaded_after_script_flush() {
     let loaded = |script: &LuaScript| env.raw(&["SCRIPT", "EXISTS", script.sha1()]) == "1";
     let claim_src = &scripts::CLAIM;
     assert_eq!(env.stats().await, vec![0, 0, 0, 0, 0]);
-    assert_eq!(env.send("a", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("a", "x", 0, NEVER, RETRY).await, 1);
     assert!(loaded(&scripts::SEND));
 
     assert_eq!(env.raw(&["SCRIPT", "FLUSH"]), "OK");
@@ -2467,7 +2615,7 @@ async fn scripts_are_reloaded_after_script_flush() {
 async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("a", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("a", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     env.raw(&["SET", &k.unack, "not a zset"]);
     let keys = k.for_claim(&k.claim("c"));
@@ -2476,7 +2624,7 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
         10.into(),
         VIS.into(),
         0.into(),
-        TTL.into(),
+        RETENTION.into(),
     ];
     let err = scripts::CLAIM.call::<Value>(&env.client, keys, args).await.unwrap_err();
     assert!(err.details().contains("WRONGTYPE"), "{err:?}");
@@ -2492,10 +2640,10 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
 // ======================= reschedule =======================
 
 #[tokio::test]
-async fn reschedule_moves_only_pending_messages_and_keeps_their_payload_long_enough() {
+async fn reschedule_moves_only_pending_messages_and_leaves_their_payload_alone() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("a", "x", 1_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("a", "x", 1_000, NEVER, RETRY).await, 1);
     let before = env.now_ms();
     assert_eq!(env.reschedule("a", 600_000).await, 1);
     let due = env.zscore(&k.pending, "a").unwrap();
@@ -2503,11 +2651,11 @@ async fn reschedule_moves_only_pending_messages_and_keeps_their_payload_long_eno
         due >= before + 600_000 && due < before + 600_000 + SLACK_MS,
         "due {due}"
     );
-    assert_pttl_near(env.pttl("a"), 600_000 + TTL);
-    // Earlier again: the due time moves, the payload keeps its longer TTL.
+    assert_eq!(env.pttl("a"), -1);
+    // Earlier again: the due time moves.
     assert_eq!(env.reschedule("a", 0).await, 1);
     assert!(env.zscore(&k.pending, "a").unwrap() < before + SLACK_MS);
-    assert_pttl_near(env.pttl("a"), 600_000 + TTL);
+    assert_eq!(env.pttl("a"), -1);
 
     // Not pending: due (ready), processing, dead, unknown, expired payload.
     env.promote(10).await;
@@ -2530,9 +2678,9 @@ async fn reschedule_moves_only_pending_messages_and_keeps_their_payload_long_eno
 async fn reschedule_wakes_consumers_only_when_it_brings_the_head_forward() {
     let env = Env::new().await;
     let mut wakes = env.subscribe().await;
-    assert_eq!(env.send("a", "x", 60_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("a", "x", 60_000, NEVER, RETRY).await, 1);
     assert_eq!(wakes.next().await, "60000");
-    assert_eq!(env.send("b", "x", 90_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("b", "x", 90_000, NEVER, RETRY).await, 1);
     wakes.assert_quiet(&env, "send after the head").await;
     assert_eq!(env.reschedule("b", 120_000).await, 1);
     wakes.assert_quiet(&env, "reschedule later").await;
@@ -2548,11 +2696,14 @@ async fn integrity_check_pages_through_a_clean_queue_and_finds_nothing() {
     // More than a page of pending messages, and one message in each other state.
     let ids: Vec<String> = (0..2_500).map(|i| format!("p{i}")).collect();
     for chunk in ids.chunks(500) {
-        let batch: Vec<Msg> = chunk.iter().map(|id| (id.as_str(), "x", 60_000, TTL, RETRY)).collect();
+        let batch: Vec<Msg> = chunk
+            .iter()
+            .map(|id| (id.as_str(), "x", 60_000, NEVER, RETRY))
+            .collect();
         env.send_many(&batch).await;
     }
     for id in ["r", "u", "t"] {
-        assert_eq!(env.send(id, "x", 0, TTL, RETRY).await, 1);
+        assert_eq!(env.send(id, "x", 0, NEVER, RETRY).await, 1);
     }
     env.promote(10).await;
     assert_eq!(env.claim(1).await.ids(), vec!["r"]);
@@ -2570,9 +2721,9 @@ async fn integrity_check_reports_each_kind_of_anomaly_once_confirmed() {
     let env = Env::new().await;
     let k = env.k().clone();
     for id in ["a", "b", "c"] {
-        assert_eq!(env.send(id, "x", 60_000, TTL, RETRY).await, 1);
+        assert_eq!(env.send(id, "x", 60_000, NEVER, RETRY).await, 1);
     }
-    assert_eq!(env.send("d", "x", 0, TTL, RETRY).await, 1);
+    assert_eq!(env.send("d", "x", 0, NEVER, RETRY).await, 1);
     env.promote(10).await;
     let lease = env.claim(1).await.lease;
     env.raw(&["ZADD", &k.pending, "1", "d"]); // pending and processing
@@ -2615,7 +2766,7 @@ async fn integrity_check_reports_each_kind_of_anomaly_once_confirmed() {
 async fn inspect_reports_where_each_id_lives_atomically() {
     let env = Env::new().await;
     let k = env.k().clone();
-    assert_eq!(env.send("a", "x", 60_000, TTL, RETRY).await, 1);
+    assert_eq!(env.send("a", "x", 60_000, NEVER, RETRY).await, 1);
     env.raw(&["RPUSH", &k.ready, "b", "b"]);
     let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
     args.extend(["a", "b", "none"].map(Value::from));
@@ -2651,7 +2802,7 @@ async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
     let died = env.zscore(&k.garbage, "b").unwrap();
     assert!(died >= before && died <= env.now_ms(), "scored by time of death");
     assert_eq!(env.record("b").as_deref(), Some("1:bad payload"));
-    // The payload is kept for the retention, longer than its msg ttl.
+    // The payload, live without TTL until now, gets the retention as TTL.
     assert_pttl_near(env.pttl("b"), RETENTION);
     // The next claim keeps the reason with the new count.
     let c = env.claim(10).await;
@@ -2702,16 +2853,17 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
     for id in ["a", "b", "c"] {
         env.seed(id, Some("4:HTTP 503"));
     }
+    // b expired: its deadline (long past) is in its header.
+    env.seed_value("b", &format!("{RETRY};f5@1000:payload-b"), Some("0:expired"));
     env.bury(&["a", "b", "c"]);
+    // Dead letters' payloads carry the retention as TTL.
+    for id in ["a", "b"] {
+        env.raw(&["PEXPIRE", &k.msg(id), &RETENTION.to_string()]);
+    }
     env.raw(&["PEXPIRE", &k.msg("c"), "1"]);
     tokio::time::sleep(Duration::from_millis(5)).await;
     let requeue = |ids: &[&str]| {
-        let mut args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            1000.into(),
-            TTL.into(),
-            k.wake.as_str().into(),
-        ];
+        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), 1000.into(), k.wake.as_str().into()];
         args.extend(ids.iter().map(|id| Value::from(*id)));
         env.run::<Vec<i64>>(&scripts::REQUEUE, k.for_requeue(), args)
     };
@@ -2720,9 +2872,13 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
     assert_eq!(wakes.next().await, "0");
     assert_eq!(env.list(&k.ready), vec!["a"]);
     assert!(env.record("a").is_none(), "count and reason cleared");
-    // All: b goes back; c, whose payload expired, is deleted instead.
+    assert_eq!(env.pttl("a"), -1, "live again: no TTL");
+    // All: b goes back, without its deadline; c, whose payload is gone, is
+    // deleted instead.
     assert_eq!(requeue(&[]).await, vec![1, 2]);
     assert_eq!(env.list(&k.ready), vec!["a", "b"]);
+    assert_eq!(env.pttl("b"), -1);
+    assert_eq!(env.stored("b"), Some(format!("{RETRY};f5:payload-b")));
     assert!(env.dead().is_empty() && env.record("c").is_none());
     assert_eq!(requeue(&["a"]).await, vec![0, 0], "idempotent");
     let c = env.claim(10).await;
@@ -2737,7 +2893,7 @@ async fn list_pages_through_a_state_and_skips_stale_list_entries() {
     let env = Env::new().await;
     let k = env.k().clone();
     let ids: Vec<String> = (0..25).map(|i| format!("p{i:02}")).collect();
-    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 60_000, TTL, RETRY)).collect();
+    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 60_000, NEVER, RETRY)).collect();
     env.send_many(&batch).await;
     let mut seen = Vec::new();
     let mut offset = Some(0);
@@ -2778,7 +2934,7 @@ async fn list_pages_through_a_state_and_skips_stale_list_entries() {
 async fn get_finds_a_message_in_every_state() {
     let env = Env::new().await;
     let k = env.k().clone();
-    env.send("p", "pay", 60_000, TTL, RETRY).await;
+    env.send("p", "pay", 60_000, 5_000, RETRY).await;
     env.seed("rd", None);
     env.raw(&["RPUSH", &k.ready, "rd"]);
     env.seed("rt", Some("1:oops"));
@@ -2795,7 +2951,9 @@ async fn get_finds_a_message_in_every_state() {
         (p.state, p.payload.as_slice(), p.attempts),
         (MessageState::Pending, &b"pay"[..], 0)
     );
-    assert!(p.due.is_some() && p.expires_in.is_some());
+    // Live: no TTL; its expire_after deadline is due + 5 s.
+    assert_eq!(p.expires_in, None);
+    assert_eq!(p.due.unwrap() + Duration::from_secs(5), p.expires_at.unwrap());
     assert_eq!(get("rd").await.unwrap().unwrap().state, MessageState::Ready);
     let rt = get("rt").await.unwrap().unwrap();
     assert_eq!(
@@ -2862,7 +3020,7 @@ async fn purge_deletes_every_message_in_bounded_calls() {
     let env = Env::new().await;
     let k = env.k().clone();
     let ids: Vec<String> = (0..30).map(|i| format!("p{i}")).collect();
-    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 60_000, TTL, RETRY)).collect();
+    let batch: Vec<Msg> = ids.iter().map(|id| (id.as_str(), "x", 60_000, NEVER, RETRY)).collect();
     env.send_many(&batch).await;
     env.seed("rd", None);
     env.raw(&["RPUSH", &k.ready, "rd", "stale"]);

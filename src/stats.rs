@@ -53,7 +53,8 @@ pub struct Totals {
     pub failed: u64,
     /// Messages that became dead letters.
     pub dead: u64,
-    /// Messages dropped because their payload expired before delivery.
+    /// Messages discarded undelivered (past their `expire_after`, or their
+    /// payload gone): dead letters with reason `"expired"`.
     pub expired: u64,
 }
 

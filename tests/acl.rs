@@ -32,8 +32,7 @@ const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
 const PRODUCER: &[&str] = &["wait"];
 /// Commands that `send`, `cancel` and `reschedule` run.
 const PRODUCER_SCRIPTS: &[&str] = &[
-    "del", "exists", "hdel", "hincrby", "hset", "pexpire", "publish", "set", "time", "type", "zadd", "zrange", "zrem",
-    "zscore",
+    "del", "exists", "hdel", "hincrby", "hset", "publish", "set", "time", "type", "zadd", "zrange", "zrem", "zscore",
 ];
 /// What a consumer runs besides its scripts.
 const CONSUMER: &[&str] = &["subscribe"];
@@ -68,6 +67,9 @@ const CONSUMER_SCRIPTS: &[&str] = &[
     "zrem",
     "zscore",
 ];
+/// What `requeue` (dead letters back to ready) runs beyond the consumer's
+/// commands: it makes a dead letter's payload persistent again.
+const REQUEUE_SCRIPTS: &[&str] = &["persist"];
 /// Commands that the read-only scripts run (stats, scan and inspect for
 /// `check_integrity`, list, get) and `find_queues`/`exists`: reads.
 const CLI_SCRIPTS: &[&str] = &[
@@ -91,7 +93,14 @@ fn setuser(user: &str, role: Role, queue: &str) -> Vec<String> {
         Role::Producer => &[PRODUCER, PRODUCER_SCRIPTS],
         Role::Consumer => &[CONSUMER, CONSUMER_SCRIPTS],
         Role::Cli => &[CLI_SCRIPTS],
-        Role::All => &[PRODUCER, PRODUCER_SCRIPTS, CONSUMER, CONSUMER_SCRIPTS, CLI_SCRIPTS],
+        Role::All => &[
+            PRODUCER,
+            PRODUCER_SCRIPTS,
+            CONSUMER,
+            CONSUMER_SCRIPTS,
+            REQUEUE_SCRIPTS,
+            CLI_SCRIPTS,
+        ],
     };
     for part in parts {
         commands.extend(part.iter().copied());

@@ -308,14 +308,17 @@ async fn delay_beyond_max_delay_is_rejected_and_writes_nothing() {
     assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
     let res = q.send_schedule_msg("x", SystemTime::now() + MAX_DELAY + day).await;
     assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
-    // msg_ttl has the same bounds: 1 s to MAX_DELAY.
-    for ttl in [
+    // expire_after is 1 ms to MAX_DELAY.
+    for d in [
         Duration::ZERO,
-        Duration::from_millis(999),
+        Duration::from_micros(999),
         MAX_DELAY + Duration::from_secs(1),
     ] {
-        let res = q.send_delay_msg("x", Duration::ZERO).msg_ttl(ttl).await;
-        assert!(matches!(res, Err(Error::InvalidArgument(_))), "ttl {ttl:?}: {res:?}");
+        let res = q.send_delay_msg("x", Duration::ZERO).expire_after(d).await;
+        assert!(
+            matches!(res, Err(Error::InvalidArgument(_))),
+            "expire_after {d:?}: {res:?}"
+        );
     }
     assert_eq!(snapshot(&server), before);
 }
@@ -335,9 +338,9 @@ async fn the_longest_valid_delay_is_stored_pending() {
     let due: f64 = client.zscore("dq:{longest}:pending", id.as_str()).await.unwrap();
     let max_ms = MAX_DELAY.as_millis() as i64;
     assert!((due as i64 - redis_now_ms - max_ms).abs() < 10_000, "due {due}");
-    // The payload outlives its due time by msg_ttl (default 1 h).
+    // The payload has no TTL: it waits for its delivery however long that takes.
     let pttl: i64 = client.pttl(format!("dq:{{longest}}:m:{id}")).await.unwrap();
-    assert!(pttl > max_ms && pttl <= max_ms + 3_600_000, "pttl {pttl}");
+    assert_eq!(pttl, -1);
     let _: f64 = client.zscore("dq:{longest}:pending", scheduled.as_str()).await.unwrap();
     // A running consumer leaves them alone.
     let log = Log::default();
@@ -403,8 +406,10 @@ async fn builder_settings_out_of_range_are_rejected() {
         ("nack_redelivery_delay > MAX_DELAY", |b| {
             b.nack_redelivery_delay(MAX_DELAY + Duration::from_secs(1))
         }),
-        ("msg_ttl 999 ms", |b| b.msg_ttl(Duration::from_millis(999))),
-        ("msg_ttl > MAX_DELAY", |b| b.msg_ttl(MAX_DELAY + Duration::from_secs(1))),
+        ("expire_after 0", |b| b.expire_after(Duration::ZERO)),
+        ("expire_after > MAX_DELAY", |b| {
+            b.expire_after(MAX_DELAY + Duration::from_secs(1))
+        }),
         ("default_retry_count > MAX", |b| {
             b.default_retry_count(MAX_RETRY_COUNT + 1)
         }),

@@ -195,10 +195,11 @@ async fn caller_id_makes_send_idempotent() {
 }
 
 #[tokio::test]
-async fn expired_payload_is_dropped_and_leaves_no_key() {
+async fn expired_message_is_not_delivered_and_becomes_a_dead_letter() {
     let (_server, client, q) = start_queue("ttl", FETCH_INTERVAL, |b| b).await;
-    q.send_delay_msg("stale", Duration::ZERO)
-        .msg_ttl(Duration::from_secs(1))
+    let stale = q
+        .send_delay_msg("stale", Duration::ZERO)
+        .expire_after(Duration::from_secs(1))
         .await
         .unwrap();
     let kept = q.send_delay_msg("fresh", Duration::ZERO).await.unwrap();
@@ -206,14 +207,16 @@ async fn expired_payload_is_dropped_and_leaves_no_key() {
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    let dead = QueueStats {
+        garbage: 1,
+        ..QueueStats::default()
+    };
+    assert_eq!(wait_stats(&q, Duration::from_secs(2), dead).await, dead);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 1);
     assert_eq!(log.snapshot()[0].0, kept);
     consumer.shutdown().await.unwrap();
+    assert!(q.delete_dead(&stale).await.unwrap());
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }
 

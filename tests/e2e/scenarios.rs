@@ -229,7 +229,7 @@ pub async fn invalid_input_gives_typed_errors(b: &impl Backend) {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.send_delay_msg("x", Duration::ZERO).msg_ttl(Duration::ZERO).await,
+        q.send_delay_msg("x", Duration::ZERO).expire_after(Duration::ZERO).await,
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(b.keys().await, Vec::<String>::new(), "a rejected send wrote something");

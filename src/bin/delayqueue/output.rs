@@ -14,7 +14,8 @@
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
 //! - message: `{id, state, attempts, retry_count, deliveries_left, last_error,
-//!   due, lease_until, dead_since, expires_in_ms, payload_len, payload,
+//!   due, lease_until, dead_since, expires_in_ms (a dead letter's payload
+//!   TTL), expires_at (the `expire_after` deadline), payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
 //!   shows the first 256 bytes of a payload, `show` all of it
 //! - `list`, `dead list`: `{queue, state, total, offset, next, items:
@@ -244,6 +245,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "lease_until": time(m.lease_until),
         "dead_since": time(m.dead_since),
         "expires_in_ms": ms(m.expires_in),
+        "expires_at": time(m.expires_at),
         "payload_len": m.payload_len,
         "payload": payload,
         "payload_encoding": encoding,
@@ -267,7 +269,7 @@ fn time_cell(m: &MessageInfo, now: SystemTime) -> String {
         MessageState::Pending => m.due.map(|t| relative(t, now)),
         MessageState::Processing => m.lease_until.map(left),
         MessageState::Garbage => m.dead_since.map(|t| relative(t, now)),
-        _ => m.expires_in.map(duration),
+        _ => m.expires_at.map(left),
     }
     .unwrap_or_else(|| "-".into())
 }
@@ -308,6 +310,7 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
         ("lease until", when(m.lease_until)),
         ("dead since", when(m.dead_since)),
         ("expires in", m.expires_in.map_or("-".into(), duration)),
+        ("expires at", when(m.expires_at)),
     ] {
         let _ = writeln!(out, "{k:<12} {v}");
     }
