@@ -177,6 +177,18 @@ impl History {
             if o.id != id && !shown.contains(&i) {
                 continue;
             }
+            lines.push((
+                o.start,
+                format!(
+                    "{} {}{} -> {:?} (returned at {})",
+                    self.ms(o.start),
+                    o.kind,
+                    o.delay.map(|d| format!(" delay={d:?}")).unwrap_or_default(),
+                    o.result,
+                    self.ms(o.end)
+                ),
+            ));
+        }
         for d in self.deliveries.iter().filter(|d| d.id == id) {
             lines.push((d.start, self.delivery_line(d)));
         }
