@@ -20,6 +20,9 @@
 //!   consumer): from the seed unless set.
 //! - `HISTORY_BURST=<n>`: once, a backlog of `n` messages due at once,
 //!   followed by a graceful stop of a consumer.
+//! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
+//!   violations are printed at the end but do not fail the run, to look
+//!   past a known defect for others.
 //!
 //! `scripts/soak.sh history` runs it over and over with fresh seeds.
 
@@ -151,6 +154,8 @@ struct Knobs {
     concurrency: usize,
     default_retry_count: u32,
     burst: usize,
+    /// Rules whose violations are printed but do not fail the run.
+    allow: Vec<String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -214,6 +219,9 @@ fn knobs() -> Knobs {
         concurrency,
         default_retry_count: rng.range(1, 3) as u32,
         burst,
+        allow: env("HISTORY_ALLOW")
+            .map(|a| a.split(',').map(|r| r.trim().to_string()).collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -344,7 +352,7 @@ impl Handler for Recorder {
             }
             HandlerKind::Slow => {
                 // Past the lease: renewed, it ends Ok; unrenewed, it is cancelled.
-                tokio::time::sleep(LEASE * rng.range(12, 20) as u32 / 10).await;
+                tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10).await;
                 running.finish(Outcome::Ok);
                 Ok(())
             }
@@ -622,7 +630,20 @@ fn fail(knobs: &Knobs, h: &History, violations: &[model::Violation], when: &str)
 
 fn verify(knobs: &Knobs, history: &Shared, fin: Option<&Final>, when: &str) {
     let h = history.lock().unwrap().clone();
-    let violations = model::check(&h, Limits { lease: LEASE }, fin);
+    let (allowed, violations): (Vec<_>, Vec<_>) = model::check(&h, Limits {
+        lease: LEASE,
+        command_timeout: COMMAND_TIMEOUT,
+    }, fin)
+        .into_iter()
+        .partition(|v| knobs.allow.iter().any(|a| a == v.rule));
+    if fin.is_some() && !allowed.is_empty() {
+        println!(
+            "HISTORY seed={}: {} violation(s) of rules allowed by HISTORY_ALLOW:\n{}",
+            knobs.seed,
+            allowed.len(),
+            model::render(&h, &allowed, 1)
+        );
+    }
     if !violations.is_empty() {
         fail(knobs, &h, &violations, when);
     }

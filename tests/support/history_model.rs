@@ -261,6 +261,8 @@ pub struct Final {
 pub struct Limits {
     /// The visibility timeout (lease).
     pub lease: Duration,
+    /// The clients' command time-out: a pause longer than it loses replies.
+    pub command_timeout: Duration,
 }
 
 /// Splits the deliveries of one id (in start order) into lives: a requeue
@@ -362,29 +364,49 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
             }
         }
         // Not before its due time: the send's delay from when it was
-        // called, or a reschedule's from when that was called.
-        let mut due = send.start + send.delay;
-        for o in h.ops.iter().filter(|o| o.id == id && o.kind == "reschedule") {
-            if o.start > ds[0].start {
-                continue;
+        // called; for a retry, the delay its handler asked for from when it
+        // returned; or the delay of a reschedule (pending messages and
+        // retries waiting for their delay both move) from when it was called.
+        for (i, d) in ds.iter().enumerate() {
+            let prev = i.checked_sub(1).map(|p| ds[p]);
+            let (mut due, why, since) = match prev {
+                None => (send.start + send.delay, format!("sent with delay {:?}", send.delay), send.start),
+                Some(p) => match p.end {
+                    Some((end, Outcome::RetryAfter(delay))) if d.attempt == p.attempt + 1 => (
+                        end + delay,
+                        format!("attempt {} asked RetryAfter({delay:?}) at {}", p.attempt, h.ms(end)),
+                        end,
+                    ),
+                    _ => (h.t0, String::new(), p.end.map_or(p.start, |e| e.0)),
+                },
+            };
+            let mut why = why;
+            for o in h.ops.iter().filter(|o| o.id == id && o.kind == "reschedule") {
+                if o.start < since || o.start > d.start {
+                    continue;
+                }
+                let at = o.start + o.delay.unwrap_or_default();
+                match o.result {
+                    Ok(true) => {
+                        due = at;
+                        why = format!("rescheduled at {} by {:?}", h.ms(o.start), o.delay.unwrap_or_default());
+                    }
+                    Ok(false) => {}
+                    Err(_) => due = due.min(at),
+                }
             }
-            let at = o.start + o.delay.unwrap_or_default();
-            match o.result {
-                Ok(true) => due = at,
-                Ok(false) => {}
-                Err(_) => due = due.min(at),
+            if d.start + CLOCK_SLACK < due {
+                v(
+                    "early",
+                    id,
+                    format!(
+                        "attempt {} at {} before its due time {} ({why})",
+                        d.attempt,
+                        h.ms(d.start),
+                        h.ms(due)
+                    ),
+                );
             }
-        }
-        if ds[0].start + CLOCK_SLACK < due {
-            v(
-                "early",
-                id,
-                format!(
-                    "first delivery {} before its due time {}",
-                    h.ms(ds[0].start),
-                    h.ms(due)
-                ),
-            );
         }
         // Never after a successful cancel.
         for o in h.ops.iter().filter(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true)) {
@@ -448,23 +470,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                         );
                     }
                 }
-                // A retry the handler asked to delay comes no sooner.
                 if let Some(p) = prev {
-                    if let Some((end, Outcome::RetryAfter(delay))) = p.end {
-                        if d.attempt == p.attempt + 1 && d.start + CLOCK_SLACK < end + delay {
-                            v(
-                                "early-retry",
-                                id,
-                                format!(
-                                    "attempt {} at {} but attempt {} asked RetryAfter({delay:?}) at {}",
-                                    d.attempt,
-                                    h.ms(d.start),
-                                    p.attempt,
-                                    h.ms(end)
-                                ),
-                            );
-                        }
-                    }
                     if matches!(p.end, Some((_, Outcome::Skip))) && d.attempt == p.attempt + 1 {
                         v(
                             "retried-skip",
@@ -497,7 +503,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
         let Some(d) = latest.filter(|d| &d.consumer == consumer) else {
             if stalled(h.t0, *at).is_none() {
                 v(
-                    "lease-lost",
+                    "lease-lost-unstarted",
                     id,
                     format!(
                         "LeaseLost on {consumer} at {} for a delivery no handler there ran (claimed, then \
@@ -509,23 +515,53 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
             continue;
         };
         let timed_out = !d.renews && matches!(d.end, Some((_, Outcome::Cancelled)));
-        let cut = h
-            .faults
-            .iter()
-            .any(|f| f.overlaps(d.start, *at) && matches!(f.kind, "cut" | "flush"));
-        if !timed_out && !cut && stalled(d.start, *at).is_none() {
-            v(
+        if timed_out || stalled(d.start, *at).is_some() {
+            continue;
+        }
+        // A renewal whose reply was lost (a command time-out in a pause)
+        // leaves the consumer with a lease Redis no longer has.
+        let renewal = d.renews
+            && d.end.map_or(*at, |e| e.0) - d.start > limits.lease / 6
+            && h.faults
+                .iter()
+                .any(|f| f.kind == "pause" && f.overlaps(d.start, d.end.map_or(*at, |e| e.0)));
+        // Otherwise a reply lost to a cut, a restart or a command time-out
+        // makes the ack or nack run again; its first run did the work, the
+        // re-run finds no lease.
+        let replayed = h.faults.iter().find(|f| {
+            f.overlaps(d.start, *at)
+                && match f.kind {
+                    "cut" | "restart" => true,
+                    "pause" => f.end - f.start >= limits.command_timeout,
+                    _ => false,
+                }
+        });
+        let replayed = replayed.filter(|_| !renewal);
+        match replayed {
+            Some(f) => v(
+                "lease-lost-replayed",
+                id,
+                format!(
+                    "LeaseLost on {consumer} at {} for attempt {} (renews={}), whose lease could not run out; \
+                     a reply was lost to {} (an ack or nack sent again after its first run did the work?)",
+                    h.ms(*at),
+                    d.attempt,
+                    d.renews,
+                    h.fault_line(f).trim()
+                ),
+            ),
+            None => v(
                 "lease-lost",
                 id,
                 format!(
-                    "LeaseLost on {consumer} at {} for attempt {} (renews={}), with no stall of >= {:?}, \
-                     crash or cut since it started",
+                    "LeaseLost on {consumer} at {} for attempt {} (renews={}), with no stall of >= {:?} nor crash \
+                     since it started (a lease renewal lost to a pause shorter than that, or to nothing)",
                     h.ms(*at),
                     d.attempt,
                     d.renews,
                     limits.lease / 2
                 ),
-            );
+            ),
         }
     }
 
