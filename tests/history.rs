@@ -26,9 +26,9 @@
 //!
 //! `scripts/soak.sh history` runs it over and over with fresh seeds.
 
-mod support;
 #[path = "support/history_model.rs"]
 mod model;
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -178,7 +178,12 @@ fn chosen<T: Copy>(var: &str, table: &[(&str, T)]) -> Vec<T> {
             table
                 .iter()
                 .find(|t| t.0 == name.trim())
-                .unwrap_or_else(|| panic!("{var}: unknown name {name:?}; choose from {:?}", table.iter().map(|t| t.0).collect::<Vec<_>>()))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{var}: unknown name {name:?}; choose from {:?}",
+                        table.iter().map(|t| t.0).collect::<Vec<_>>()
+                    )
+                })
                 .1
         })
         .collect()
@@ -361,8 +366,9 @@ impl Handler for Recorder {
 }
 
 fn fnv(s: &str) -> u64 {
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// One consumer on its own runtime, so a crash is dropping that runtime.
@@ -382,46 +388,45 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     let (stop, stop_rx) = oneshot::channel::<()>();
     let (ready, ready_rx) = oneshot::channel::<()>();
     let (knobs, name) = (knobs.clone(), handler.consumer.clone());
-    let task = rt.spawn(async move {
-        let client = client(&url, COMMAND_TIMEOUT).await;
-        let queue = configure(
-            DelayQueue::builder(QUEUE, client),
-            &knobs,
-            knobs.concurrency,
-            handler.renews,
-        )
-        .build()
-        .unwrap();
-        let mut events = queue.events();
-        let (history, me) = (handler.history.clone(), handler.consumer.clone());
-        tokio::spawn(async move {
-            use tokio::sync::broadcast::error::RecvError;
-            loop {
-                match events.recv().await {
-                    Ok(Event::LeaseLost { id }) => {
-                        history
-                            .lock()
-                            .unwrap()
-                            .lease_lost
-                            .push((me.clone(), id.as_str().to_string(), Instant::now()))
+    let task =
+        rt.spawn(async move {
+            let client = client(&url, COMMAND_TIMEOUT).await;
+            let queue = configure(
+                DelayQueue::builder(QUEUE, client),
+                &knobs,
+                knobs.concurrency,
+                handler.renews,
+            )
+            .build()
+            .unwrap();
+            let mut events = queue.events();
+            let (history, me) = (handler.history.clone(), handler.consumer.clone());
+            tokio::spawn(async move {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    match events.recv().await {
+                        Ok(Event::LeaseLost { id }) => history.lock().unwrap().lease_lost.push((
+                            me.clone(),
+                            id.as_str().to_string(),
+                            Instant::now(),
+                        )),
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => break,
                     }
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => break,
                 }
-            }
+            });
+            let started = Instant::now();
+            let consumer = loop {
+                match queue.start_consume(handler.clone()).await {
+                    Ok(c) => break c,
+                    Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            };
+            let _ = ready.send(());
+            let _ = stop_rx.await;
+            consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
         });
-        let started = Instant::now();
-        let consumer = loop {
-            match queue.start_consume(handler.clone()).await {
-                Ok(c) => break c,
-                Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        };
-        let _ = ready.send(());
-        let _ = stop_rx.await;
-        consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
-    });
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
         .await
         .unwrap_or_else(|_| panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}"))
@@ -584,7 +589,14 @@ impl Producer {
         self.push_op("requeue_all_dead", "*", None, start, result.map_err(|e| e.to_string()));
     }
 
-    fn push_op(&self, kind: &'static str, id: &str, delay: Option<Duration>, start: Instant, result: Result<bool, String>) {
+    fn push_op(
+        &self,
+        kind: &'static str,
+        id: &str,
+        delay: Option<Duration>,
+        start: Instant,
+        result: Result<bool, String>,
+    ) {
         self.history.lock().unwrap().ops.push(IdOp {
             kind,
             id: id.to_string(),
@@ -630,12 +642,16 @@ fn fail(knobs: &Knobs, h: &History, violations: &[model::Violation], when: &str)
 
 fn verify(knobs: &Knobs, history: &Shared, fin: Option<&Final>, when: &str) {
     let h = history.lock().unwrap().clone();
-    let (allowed, violations): (Vec<_>, Vec<_>) = model::check(&h, Limits {
-        lease: LEASE,
-        command_timeout: COMMAND_TIMEOUT,
-    }, fin)
-        .into_iter()
-        .partition(|v| knobs.allow.iter().any(|a| a == v.rule));
+    let (allowed, violations): (Vec<_>, Vec<_>) = model::check(
+        &h,
+        Limits {
+            lease: LEASE,
+            command_timeout: COMMAND_TIMEOUT,
+        },
+        fin,
+    )
+    .into_iter()
+    .partition(|v| knobs.allow.iter().any(|a| a == v.rule));
     if fin.is_some() && !allowed.is_empty() {
         println!(
             "HISTORY seed={}: {} violation(s) of rules allowed by HISTORY_ALLOW:\n{}",
@@ -660,7 +676,10 @@ fn redis_error(v: &support::RawReply) -> Option<String> {
 async fn history_keeps_the_at_least_once_promise() {
     let knobs = knobs();
     quiet_injected_panics();
-    println!("HISTORY seed={} (replay: HISTORY_SEED={}) knobs {knobs:?}", knobs.seed, knobs.seed);
+    println!(
+        "HISTORY seed={} (replay: HISTORY_SEED={}) knobs {knobs:?}",
+        knobs.seed, knobs.seed
+    );
     let mut rng = Rng(knobs.seed.rotate_left(17) ^ 0x5eed);
     let mut server = RedisServer::start_with(ServerOptions::durable()).await;
     let proxy = Proxy::start(server.port()).await;
@@ -716,7 +735,12 @@ async fn history_keeps_the_at_least_once_promise() {
             generation += 1;
             let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
             consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
-            record_fault(&history, "stop", start, format!("{name} stopped over a backlog of {}", knobs.burst));
+            record_fault(
+                &history,
+                "stop",
+                start,
+                format!("{name} stopped over a backlog of {}", knobs.burst),
+            );
         }
         match rng.weighted(&OPS) {
             Op::Send => producer.send_one(&mut rng).await,
@@ -758,30 +782,39 @@ async fn history_keeps_the_at_least_once_promise() {
                     } else {
                         proxy.cut_all();
                     }
-                    let what = if replies { "next reply of every connection swallowed" } else { "every connection dropped" };
+                    let what = if replies {
+                        "next reply of every connection swallowed"
+                    } else {
+                        "every connection dropped"
+                    };
                     record_fault(&history, "cut", start, what.to_string());
                 }
                 FaultKind::Crash | FaultKind::Stop => {
                     let i = rng.below(consumers.len() as u64) as usize;
                     let slot = consumers[i].take().unwrap();
                     let name = slot.name.clone();
-                    let kind = if kind == FaultKind::Crash {
+                    let (kind, done) = if kind == FaultKind::Crash {
                         slot.crash();
-                        "crash"
+                        ("crash", "runtime dropped")
                     } else {
                         if let Some(e) = slot.stop().await {
                             shutdown_errors.push(e);
                         }
-                        "stop"
+                        ("stop", "shut down")
                     };
-                    record_fault(&history, kind, start, format!("{name} {kind}ed"));
+                    record_fault(&history, kind, start, format!("{name} {done}"));
                     generation += 1;
                     let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
                     consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
                 }
                 FaultKind::Restart => {
                     server.restart().await;
-                    record_fault(&history, "restart", start, "redis-server killed and restarted (AOF always)".into());
+                    record_fault(
+                        &history,
+                        "restart",
+                        start,
+                        "redis-server killed and restarted (AOF always)".into(),
+                    );
                 }
                 FaultKind::Flush => {
                     let reply = server.raw_reply(&["SCRIPT", "FLUSH"]);
@@ -801,7 +834,15 @@ async fn history_keeps_the_at_least_once_promise() {
     server.raw_command(&["CLIENT", "UNPAUSE"]);
     draining.store(true, Ordering::Relaxed);
     let drained = drain(&producer.queue, false).await;
-    let running = || history.lock().unwrap().deliveries.iter().filter(|d| d.end.is_none()).count();
+    let running = || {
+        history
+            .lock()
+            .unwrap()
+            .deliveries
+            .iter()
+            .filter(|d| d.end.is_none())
+            .count()
+    };
     wait_until(CONSUMER_LIMIT, || running() == 0).await;
     let status = producer.queue.status().await.unwrap();
     let mut fin = Final {
@@ -839,7 +880,11 @@ async fn history_keeps_the_at_least_once_promise() {
     );
     verify(&knobs, &history, Some(&fin), "at the end");
     let report = producer.queue.check_integrity().await.unwrap();
-    assert!(report.is_clean(), "HISTORY seed={}: integrity after the run: {report}", knobs.seed);
+    assert!(
+        report.is_clean(),
+        "HISTORY seed={}: integrity after the run: {report}",
+        knobs.seed
+    );
     assert!(
         shutdown_errors.is_empty(),
         "HISTORY seed={}: consumer shutdowns failed: {shutdown_errors:?}",
@@ -861,8 +906,17 @@ async fn history_keeps_the_at_least_once_promise() {
     }
     verify(&knobs, &history, None, "after the dead letters were requeued");
     let report = producer.queue.check_integrity().await.unwrap();
-    assert!(report.is_clean(), "HISTORY seed={}: integrity at the end: {report}", knobs.seed);
-    assert_eq!(all_keys(&direct).await, Vec::<String>::new(), "HISTORY seed={}: keys left", knobs.seed);
+    assert!(
+        report.is_clean(),
+        "HISTORY seed={}: integrity at the end: {report}",
+        knobs.seed
+    );
+    assert_eq!(
+        all_keys(&direct).await,
+        Vec::<String>::new(),
+        "HISTORY seed={}: keys left",
+        knobs.seed
+    );
 }
 
 /// Injected handler panics are expected by the hundred: keep them out of

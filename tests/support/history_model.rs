@@ -195,10 +195,7 @@ impl History {
         for (consumer, _, at) in self.lease_lost.iter().filter(|l| l.1 == id) {
             lines.push((*at, format!("{} LeaseLost event on {consumer}", self.ms(*at))));
         }
-        if let (Some(first), Some(last)) = (
-            lines.iter().map(|l| l.0).min(),
-            lines.iter().map(|l| l.0).max(),
-        ) {
+        if let (Some(first), Some(last)) = (lines.iter().map(|l| l.0).min(), lines.iter().map(|l| l.0).max()) {
             let last = last + Duration::from_secs(10);
             for f in self.faults.iter().filter(|f| f.overlaps(first, last)) {
                 lines.push((f.start, self.fault_line(f)));
@@ -351,7 +348,11 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
         let id: &str = id;
         // Every delivery belongs to a send.
         let Some(send) = sends_by_payload.get(ds[0].payload.as_str()) else {
-            v("delivered-unsent", id, format!("payload {:?} was never sent", ds[0].payload));
+            v(
+                "delivered-unsent",
+                id,
+                format!("payload {:?} was never sent", ds[0].payload),
+            );
             continue;
         };
         if let Some(sid) = &send.id {
@@ -370,7 +371,11 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
         for (i, d) in ds.iter().enumerate() {
             let prev = i.checked_sub(1).map(|p| ds[p]);
             let (mut due, why, since) = match prev {
-                None => (send.start + send.delay, format!("sent with delay {:?}", send.delay), send.start),
+                None => (
+                    send.start + send.delay,
+                    format!("sent with delay {:?}", send.delay),
+                    send.start,
+                ),
                 Some(p) => match p.end {
                     Some((end, Outcome::RetryAfter(delay))) if d.attempt == p.attempt + 1 => (
                         end + delay,
@@ -409,7 +414,11 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
             }
         }
         // Never after a successful cancel.
-        for o in h.ops.iter().filter(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true)) {
+        for o in h
+            .ops
+            .iter()
+            .filter(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true))
+        {
             for d in ds.iter().filter(|d| d.start > o.end) {
                 v(
                     "after-cancel",
@@ -581,8 +590,16 @@ fn check_final(
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
     let now = Instant::now();
-    let cancelled = |id: &str| h.ops.iter().any(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true));
-    let maybe_cancelled = |id: &str| h.ops.iter().any(|o| o.id == id && o.kind == "cancel" && o.result.is_err());
+    let cancelled = |id: &str| {
+        h.ops
+            .iter()
+            .any(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true))
+    };
+    let maybe_cancelled = |id: &str| {
+        h.ops
+            .iter()
+            .any(|o| o.id == id && o.kind == "cancel" && o.result.is_err())
+    };
     let acked = |id: &str| {
         by_id
             .get(id)
@@ -647,7 +664,11 @@ fn check_final(
         }
     }
     // Totals: each stored message ends acked, cancelled or dead, once.
-    let cancels = h.ops.iter().filter(|o| o.kind == "cancel" && o.result == Ok(true)).count() as u64;
+    let cancels = h
+        .ops
+        .iter()
+        .filter(|o| o.kind == "cancel" && o.result == Ok(true))
+        .count() as u64;
     let unknown_cancels = h.ops.iter().filter(|o| o.kind == "cancel" && o.result.is_err()).count() as u64;
     let dead = fin.dead.len() as u64;
     let accounted = fin.totals_acked + cancels + dead;
