@@ -656,11 +656,20 @@ fn check_final(
                 }
             }
             _ if excused(last.start, now).is_some() => {}
-            other => v(
-                "dead-after-ok",
-                id,
-                format!("dead, but its last delivery (attempt {}) ended {other:?}", last.attempt),
-            ),
+            other => {
+                let ended = other.map_or("never ended".to_string(), |(_, o)| format!("ended {o:?}"));
+                let lost = h.lease_lost.iter().any(|l| &l.1 == id && l.2 >= last.start);
+                let why = if lost {
+                    "; its lease was lost meanwhile (LeaseLost)"
+                } else {
+                    ""
+                };
+                v(
+                    "dead-after-ok",
+                    id,
+                    format!("dead, but its last delivery (attempt {}) {ended}{why}", last.attempt),
+                )
+            }
         }
     }
     // Totals: each stored message ends acked, cancelled or dead, once.
