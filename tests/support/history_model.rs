@@ -608,10 +608,34 @@ fn check_final(
     for s in h.sends.iter().filter(|s| s.error.is_none()) {
         let id = s.id.as_deref().unwrap_or_default();
         if !acked(id) && !fin.dead.contains_key(id) && !cancelled(id) && !maybe_cancelled(id) {
+            // A cancel that said false while a reply could be lost may
+            // have run twice, the first run removing the message.
+            let hint = h
+                .ops
+                .iter()
+                .filter(|o| o.id == id && o.kind == "cancel")
+                .find_map(|o| {
+                    h.faults
+                        .iter()
+                        // A swallowed reply is armed before the request it cuts.
+                        .find(|f| {
+                            let from = o.start.checked_sub(Duration::from_secs(1)).unwrap_or(o.start);
+                            f.overlaps(from, o.end) && matches!(f.kind, "cut" | "restart" | "pause")
+                        })
+                        .map(|f| {
+                            format!(
+                                "; cancel returned {:?} at {} across {}",
+                                o.result,
+                                h.ms(o.end),
+                                h.fault_line(f).trim()
+                            )
+                        })
+                })
+                .unwrap_or_default();
             v(
                 "lost",
                 id,
-                "sent Ok, not cancelled, never handled with Ok and not a dead letter".to_string(),
+                format!("sent Ok, not cancelled, never handled with Ok and not a dead letter{hint}"),
             );
         }
     }
