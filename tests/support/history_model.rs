@@ -106,6 +106,20 @@ impl FaultRec {
     fn overlaps(&self, from: Instant, to: Instant) -> bool {
         self.start <= to && self.end >= from
     }
+
+    /// Whether a request made from `from` to `to` may have lost its reply to
+    /// this fault, so that fred sent it again: a cut (armed up to a second
+    /// before the request it swallows), a restart, or a pause longer than
+    /// the command time-out.
+    pub fn loses_replies(&self, from: Instant, to: Instant, limits: Limits) -> bool {
+        let armed = from.checked_sub(Duration::from_secs(1)).unwrap_or(from);
+        match self.kind {
+            "cut" => self.overlaps(armed, to),
+            "restart" => self.overlaps(from, to),
+            "pause" => self.overlaps(from, to) && self.end - self.start >= limits.command_timeout,
+            _ => false,
+        }
+    }
 }
 
 /// Everything a run did and saw.
@@ -401,16 +415,41 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 }
             }
             if d.start + CLOCK_SLACK < due {
-                v(
-                    "early",
-                    id,
-                    format!(
-                        "attempt {} at {} before its due time {} ({why})",
-                        d.attempt,
-                        h.ms(d.start),
-                        h.ms(due)
+                // A reschedule that said false (nothing moved) but may have
+                // run twice across a lost reply, its first run moving it.
+                let replayed = h.ops.iter().find(|o| {
+                    o.id == id
+                        && o.kind == "reschedule"
+                        && o.result == Ok(false)
+                        && o.start >= since
+                        && o.start + o.delay.unwrap_or_default() <= d.start + CLOCK_SLACK
+                        && h.faults.iter().any(|f| f.loses_replies(o.start, o.end, limits))
+                });
+                match replayed {
+                    Some(o) => v(
+                        "reschedule-replayed",
+                        id,
+                        format!(
+                            "attempt {} at {} before its due time {} ({why}), but as due as the reschedule at {} by \
+                             {:?} made it, which returned false across a lost reply",
+                            d.attempt,
+                            h.ms(d.start),
+                            h.ms(due),
+                            h.ms(o.start),
+                            o.delay.unwrap_or_default()
+                        ),
                     ),
-                );
+                    None => v(
+                        "early",
+                        id,
+                        format!(
+                            "attempt {} at {} before its due time {} ({why})",
+                            d.attempt,
+                            h.ms(d.start),
+                            h.ms(due)
+                        ),
+                    ),
+                }
             }
         }
         // Never after a successful cancel.
@@ -537,14 +576,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
         // Otherwise a reply lost to a cut, a restart or a command time-out
         // makes the ack or nack run again; its first run did the work, the
         // re-run finds no lease.
-        let replayed = h.faults.iter().find(|f| {
-            f.overlaps(d.start, *at)
-                && match f.kind {
-                    "cut" | "restart" => true,
-                    "pause" => f.end - f.start >= limits.command_timeout,
-                    _ => false,
-                }
-        });
+        let replayed = h.faults.iter().find(|f| f.loses_replies(d.start, *at, limits));
         let replayed = replayed.filter(|_| !renewal);
         match replayed {
             Some(f) => v(
@@ -575,7 +607,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     }
 
     if let Some(fin) = fin {
-        check_final(h, fin, &by_id, &excused, &mut v);
+        check_final(h, fin, limits, &by_id, &excused, &mut v);
     }
     out
 }
@@ -585,6 +617,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
 fn check_final(
     h: &History,
     fin: &Final,
+    limits: Limits,
     by_id: &HashMap<&str, Vec<&Delivery>>,
     excused: &dyn Fn(Instant, Instant) -> Option<String>,
     v: &mut impl FnMut(&'static str, &str, String),
@@ -617,11 +650,7 @@ fn check_final(
                 .find_map(|o| {
                     h.faults
                         .iter()
-                        // A swallowed reply is armed before the request it cuts.
-                        .find(|f| {
-                            let from = o.start.checked_sub(Duration::from_secs(1)).unwrap_or(o.start);
-                            f.overlaps(from, o.end) && matches!(f.kind, "cut" | "restart" | "pause")
-                        })
+                        .find(|f| f.loses_replies(o.start, o.end, limits))
                         .map(|f| {
                             format!(
                                 "; cancel returned {:?} at {} across {}",
@@ -707,7 +736,7 @@ fn check_final(
     let accounted = fin.totals_acked + cancels + dead;
     if fin.totals_sent < accounted || fin.totals_sent > accounted + unknown_cancels {
         v(
-            "totals",
+            "totals-balance",
             "*",
             format!(
                 "totals: sent {} but acked {} + cancelled {cancels} (+ up to {unknown_cancels} unknown) + dead {dead}",
@@ -716,14 +745,26 @@ fn check_final(
         );
     }
     let ok_sends = h.sends.iter().filter(|s| s.error.is_none()).count() as u64;
+    let twice = by_id
+        .values()
+        .filter(|ds| ds.iter().filter(|d| matches!(d.end, Some((_, Outcome::Ok)))).count() > 1)
+        .count();
     let all_sends = h.sends.len() as u64;
     if fin.totals_sent < ok_sends || fin.totals_sent > all_sends {
         v(
-            "totals",
+            "totals-sent",
             "*",
             format!(
-                "totals: sent {} but {ok_sends} sends returned Ok of {all_sends} tried",
-                fin.totals_sent
+                "totals: sent {} but {ok_sends} sends returned Ok of {all_sends} tried{}",
+                fin.totals_sent,
+                if fin.totals_sent > all_sends {
+                    format!(
+                        "; {twice} message(s) were handled with Ok twice (a send re-run after a lost reply \
+                         stored again a message already handled?)"
+                    )
+                } else {
+                    String::new()
+                }
             ),
         );
     }
@@ -736,7 +777,7 @@ fn check_final(
     let n = handled_ok.len() as u64;
     if fin.totals_acked > n || fin.totals_acked + maybe < n {
         v(
-            "totals",
+            "totals-acked",
             "*",
             format!(
                 "totals: acked {} but {n} messages were handled with Ok and are neither dead nor cancelled",
@@ -746,7 +787,7 @@ fn check_final(
     }
     if fin.totals_expired != 0 {
         v(
-            "totals",
+            "totals-expired",
             "*",
             format!("totals: {} messages expired unhandled", fin.totals_expired),
         );
