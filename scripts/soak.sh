@@ -12,9 +12,10 @@
 # again, each run with a fresh seed, for SOAK_SECS seconds in all (default
 # 600) and at most SOAK_RUNS runs (default 1000); stops at the first failing
 # run and prints its seed and its output. Each run lasts HISTORY_SECS
-# (default 20); the HISTORY_* knobs (faults, handlers, ...; see
+# (default 45); the HISTORY_* knobs (faults, handlers, ...; see
 # tests/history.rs and docs/reliability.md) pass through, e.g.
 #   HISTORY_FAULTS=pause HISTORY_HANDLERS=ok,slow HISTORY_RENEW=on scripts/soak.sh history
+# SOAK_PROFILE picks the cargo profile of the history runs (default release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
@@ -27,13 +28,14 @@ fi
 shift
 secs="${SOAK_SECS:-600}"
 runs="${SOAK_RUNS:-1000}"
-cargo test --release --features cli,tls --test history --no-run
+cargo=(cargo test --profile "${SOAK_PROFILE:-release}" --features cli,tls --test history)
+"${cargo[@]}" --no-run
 log="$(mktemp -t history-soak.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 end=$((SECONDS + secs))
 for ((run = 1; run <= runs && SECONDS < end; run++)); do
     seed="$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')"
-    if HISTORY_SEED="$seed" cargo test --release --features cli,tls --test history -- --nocapture "$@" >"$log" 2>&1; then
+    if HISTORY_SEED="$seed" "${cargo[@]}" -- --nocapture "$@" >"$log" 2>&1; then
         echo "run $run: seed $seed ok ($(grep -o 'sends=.*' "$log" | head -1))"
     else
         cat "$log"
