@@ -542,13 +542,17 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     // LeaseLost only after a stall that outlasts the lease left, a crash,
     // or a handler that ran out its (unrenewed) lease.
     for (consumer, id, at) in &h.lease_lost {
-        // The delivery whose lease it was: the latest of the id, on this consumer.
-        let latest = h
+        // The delivery whose lease it was: on this consumer, the one whose
+        // ack or nack came last before the event (at most a lease after the
+        // handler, the longest an ack or nack is retried), or one still
+        // renewing. Without one, a claimed delivery that no handler ran.
+        let own = h
             .deliveries
             .iter()
-            .filter(|d| &d.id == id && d.start <= *at)
-            .max_by_key(|d| d.start);
-        let Some(d) = latest.filter(|d| &d.consumer == consumer) else {
+            .filter(|d| &d.id == id && &d.consumer == consumer && d.start <= *at)
+            .filter(|d| d.end.is_none_or(|(end, _)| end <= *at && *at - end <= limits.lease))
+            .max_by_key(|d| d.end.map_or(*at, |e| e.0));
+        let Some(d) = own else {
             if stalled(h.t0, *at).is_none() {
                 v(
                     "lease-lost-unstarted",
