@@ -6,10 +6,15 @@ redelivered deletes nothing.
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2..] pairs of id, lease
-Returns one 1 (acked) or 0 (lease lost) per pair, in order. Counts
-'acked' in the totals.
-Idempotent: a re-run finds nothing left and returns 0s.
-Complexity: O(M log N) with M = pairs, in six calls whatever M.
+Returns one value per pair, in order: 1 acked, 0 lease lost (the message
+was taken back: it is or will be delivered again), 2 nothing left to ack
+(neither in unack nor stored: finished already, by an earlier run of this
+call whose reply was lost, or by the ack of a redelivery). Counts 'acked'
+in the totals.
+Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
+is not mistaken for a lost lease.
+Complexity: O(M log N) with M = pairs, in six calls whatever M, plus one
+EXISTS per id not in unack.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, out = ids_of(2, 2), {}
@@ -17,13 +22,28 @@ if #ids == 0 then
   return {}
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local done = {}
+local done, absent = {}, {}
 for i, id in ipairs(ids) do
   if scores[i] and tonumber(scores[i]) == tonumber(ARGV[2 * i + 1]) then
     done[#done + 1] = id
     out[i] = 1
   else
     out[i] = 0
+    if not scores[i] then
+      absent[#absent + 1] = i
+    end
+  end
+end
+-- Not in unack: taken back (still stored) or finished (not stored).
+if #absent > 0 then
+  local absent_ids = {}
+  for j, i in ipairs(absent) do
+    absent_ids[j] = ids[i]
+  end
+  for j, key in ipairs(payloads_here(ARGV[1], absent_ids)) do
+    if redis.call('EXISTS', key) == 0 then
+      out[absent[j]] = 2
+    end
   end
 end
 if #done > 0 then

@@ -16,18 +16,34 @@ KEYS[7] totals hash
 ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms
 ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
+ARGV[9] the delivery's count (its attempt number)
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
 Counts 'failed' and 'dead' in the totals.
 Publishes a wake-up when the message can be claimed again now, or is due
 before every other pending message.
-Idempotent: a re-run finds the lease gone and returns 0.
+Idempotent: a re-run finds the lease gone and its own work done (the id
+out of unack, its retry record as this call left it) and returns what the
+first run returned, so a re-sent nack is not mistaken for a lost lease.
 Complexity: O(log N).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
   KEYS[7], 'hash')
 local id, mode = ARGV[1], ARGV[4]
 local score = redis.call('ZSCORE', KEYS[1], id)
-if not score or tonumber(score) ~= tonumber(ARGV[2]) then
+if not score then
+  -- An earlier run of this call left the record so: release takes one
+  -- delivery off the count, fail and dead record this reason with it.
+  local record, attempt = redis.call('HGET', KEYS[2], id), tonumber(ARGV[9])
+  if mode == 'release' and record and count(record, -1) == attempt - 1 then
+    return 1
+  end
+  if mode ~= 'release' and record and count(record, -1) == attempt
+      and reason_part(record) == (ARGV[7] == '' and '' or ':' .. ARGV[7]) then
+    return redis.call('ZSCORE', KEYS[5], id) and 2 or 1
+  end
+  return 0
+end
+if tonumber(score) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZREM', KEYS[1], id)

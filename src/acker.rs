@@ -72,8 +72,13 @@ async fn flush(queue: &DelayQueue, k: &Keys, batch: &mut Vec<AckItem>) {
             Ok(acked) => {
                 let inner = &queue.inner;
                 for (item, ok) in batch.iter().zip(acked) {
-                    if ok == 1 {
-                        tracing::trace!(queue = %inner.name, id = %item.id, "acked");
+                    if ok == 1 || ok == 2 {
+                        // 2: finished already, most likely by an earlier run
+                        // of this call whose reply was lost (it is re-sent).
+                        match ok {
+                            1 => tracing::trace!(queue = %inner.name, id = %item.id, "acked"),
+                            _ => tracing::debug!(queue = %inner.name, id = %item.id, "acked already"),
+                        }
                         inner.meters.acked.increment(1);
                         events::emit(&inner.events, || Event::Acked { id: item.id.clone() });
                     } else {

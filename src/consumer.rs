@@ -706,6 +706,7 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
             k.wake.as_str().into(),
             failure.reason.as_str().into(),
             (inner.config.dead_retention.as_millis() as i64).into(),
+            i64::from(attempt).into(),
         ];
         match shared.queue.call::<i64>(&scripts::NACK, keys, args).await {
             Ok(0) => {

@@ -331,7 +331,17 @@ impl Env {
         self.nack_because(id, lease, delay_ms, mode, "").await
     }
 
+    /// A nack of the delivery `id` holds now: its attempt is the count in
+    /// its retry record.
     async fn nack_because(&self, id: &str, lease: i64, delay_ms: i64, mode: &str, reason: &str) -> i64 {
+        let attempt = self
+            .record(id)
+            .and_then(|r| r.split(':').next().and_then(|n| n.parse().ok()))
+            .unwrap_or(1);
+        self.nack_of(id, lease, delay_ms, mode, reason, attempt).await
+    }
+
+    async fn nack_of(&self, id: &str, lease: i64, delay_ms: i64, mode: &str, reason: &str, attempt: i64) -> i64 {
         let k = self.k();
         let keys = k.for_nack(id);
         let args: Vec<Value> = vec![
@@ -343,6 +353,7 @@ impl Env {
             k.wake.as_str().into(),
             reason.into(),
             RETENTION.into(),
+            attempt.into(),
         ];
         self.run(&scripts::NACK, keys, args).await
     }
@@ -1877,11 +1888,12 @@ async fn ack_is_fenced_by_lease() {
     let c = env.claim(10).await;
     let lease = c.lease;
 
-    // Wrong leases (older, newer) and unknown ids: nothing deleted.
+    // Wrong leases (older, newer) and unknown ids: nothing deleted; an id
+    // neither in unack nor stored has nothing left to ack (2).
     let before = env.snapshot();
     assert_eq!(
         env.ack(&[("a", lease - 1), ("b", lease + 1), ("nope", lease)]).await,
-        vec![0, 0, 0]
+        vec![0, 0, 2]
     );
     assert_eq!(env.snapshot(), before);
 
@@ -1891,12 +1903,12 @@ async fn ack_is_fenced_by_lease() {
     assert!(env.record("b").is_none());
     assert_eq!(env.zset(&k.unack), vec![("a".to_string(), lease)]);
 
-    assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![1, 0]);
+    assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![1, 2]);
     assert!(env.payload("a").is_none() && env.record("a").is_none());
     assert!(!env.exists(&k.unack) && !env.exists(&k.retries));
 
-    // Idempotent re-run.
-    assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![0, 0]);
+    // Idempotent re-run: finished already, not a lost lease.
+    assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![2, 2]);
     assert_eq!(
         env.int(&["DBSIZE"]),
         2,
@@ -1929,11 +1941,11 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
         ("b", l1 - 1), // wrong lease
         ("d", l1),     // the first delivery of d: lease lost
         ("c", l1),     // current
-        ("nope", l1),  // unknown id
+        ("nope", l1),  // unknown id: nothing left to ack
         ("e", l1),     // not being processed
         ("d", l2),     // the second delivery of d: current
     ];
-    assert_eq!(env.ack(&pairs).await, vec![1, 0, 0, 1, 0, 0, 1]);
+    assert_eq!(env.ack(&pairs).await, vec![1, 0, 0, 1, 2, 0, 1]);
     // One call of each command for the whole batch.
     let calls = |cmd: &str| env.command_calls(cmd);
     assert_eq!(["zmscore", "zrem", "del", "hdel"].map(calls), [1, 1, 1, 1]);
@@ -1950,10 +1962,12 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
     assert_eq!(env.record("e").as_deref(), Some("0"), "released: no delivery counted");
     assert_eq!(env.list(&k.retry), vec!["e"]);
 
-    // A batch of lost leases only writes nothing.
+    // The same batch again writes nothing: what was acked (a, c, d, and d's
+    // first delivery, finished by the second) has nothing left to ack; b
+    // and e are still stored elsewhere, so their leases are lost.
     let state = env.snapshot();
     env.reset_command_stats();
-    assert_eq!(env.ack(&pairs).await, vec![0; 7]);
+    assert_eq!(env.ack(&pairs).await, vec![2, 0, 2, 2, 2, 0, 2]);
     assert_eq!(env.snapshot(), state);
     assert_eq!(["zmscore", "zrem", "del", "hdel"].map(calls), [1, 0, 0, 0]);
 }
@@ -2071,10 +2085,11 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     assert!(!env.exists(&k.unack));
     assert_eq!(env.record("b").as_deref(), Some("3"));
 
-    // Idempotent: a re-run finds the lease gone.
+    // Idempotent: a re-run finds its own work done, answers as the first
+    // run did, and changes nothing.
     let state = env.snapshot();
-    assert_eq!(env.nack("a", la, 0, "fail").await, 0);
-    assert_eq!(env.nack("b", lb, delay, "fail").await, 0);
+    assert_eq!(env.nack_of("a", la, 0, "fail", "", 1).await, 1);
+    assert_eq!(env.nack_of("b", lb, delay, "fail", "", 3).await, 1);
     assert_eq!(env.snapshot(), state);
 }
 
@@ -2245,6 +2260,36 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
     assert_eq!(env.record("a").as_deref(), Some("2:timeout"));
 }
 
+/// A nack re-sent after its reply was lost answers what its first run did
+/// (retried, buried, released), so the consumer does not report a lost
+/// lease; a nack whose lease the sweep took back still answers 0.
+#[tokio::test]
+async fn a_re_sent_nack_answers_as_its_first_run_did() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lf = seed_unack(&env, "f", "1");
+    let ld = seed_unack(&env, "d", "2");
+    let lr = seed_unack(&env, "r", "2");
+    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 1).await, 1);
+    assert_eq!(env.nack_of("d", ld, 0, "dead", "bad input", 2).await, 2);
+    assert_eq!(env.nack_of("r", lr, 0, "release", "", 2).await, 1);
+    let state = env.snapshot();
+    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 1).await, 1);
+    assert_eq!(env.nack_of("d", ld, 0, "dead", "bad input", 2).await, 2);
+    assert_eq!(env.nack_of("r", lr, 0, "release", "", 2).await, 1);
+    assert_eq!(env.snapshot(), state, "a re-run writes nothing");
+    // Another reason or attempt is not this call's work: the lease is lost.
+    assert_eq!(env.nack_of("f", lf, 0, "fail", "other", 1).await, 0);
+    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 2).await, 0);
+
+    // Taken back by the sweep: a late nack finds the lease lost.
+    let lt = seed_unack(&env, "t", "1");
+    env.raw(&["ZADD", &k.unack, &(env.now_us() - 1_000).to_string(), "t"]);
+    assert_eq!(env.timeout(10).await, vec![1, 0]);
+    assert_eq!(env.nack_of("t", lt, 0, "fail", "boom", 1).await, 0);
+    assert_eq!(env.nack_of("t", lt, 0, "release", "", 1).await, 0);
+}
+
 // ======================= timeout =======================
 
 #[tokio::test]
@@ -2388,8 +2433,8 @@ async fn nack_wakes_consumers_when_the_message_is_claimable_now_or_due_first() {
     let lg = seed_unack(&env, "g", "4");
     assert_eq!(env.nack("g", lg, 0, "fail").await, 2);
     wakes.assert_quiet(&env, "nack to garbage").await;
-    // Lease lost: nothing.
-    assert_eq!(env.nack("a", la, 0, "fail").await, 0);
+    // A re-run of a's nack, and a lost lease: nothing.
+    assert_eq!(env.nack_of("a", la, 0, "fail", "", 1).await, 1);
     assert_eq!(env.nack("b", lb, 0, "release").await, 0);
     wakes.assert_quiet(&env, "nack with a lost lease").await;
 }
