@@ -386,6 +386,11 @@ impl Drop for RedisServer {
     }
 }
 
+/// How long a test waits for something that should happen within moments.
+/// Generous on purpose: a loaded machine may stall a process for seconds,
+/// and a passing test never waits this long, so it costs nothing.
+pub const WAIT: Duration = Duration::from_secs(30);
+
 /// Polls `cond` every 10 ms until it holds or `limit` passes.
 pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
@@ -396,6 +401,23 @@ pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cond()
+}
+
+/// [`wait_until`] for a condition that has to await (e.g. ask Redis):
+/// polls `cond` every 10 ms until it holds or `limit` passes.
+pub async fn wait_for<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond().await
 }
 
 /// A connected fred client on `url` that reconnects forever (fast backoff),
