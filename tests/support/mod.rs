@@ -30,7 +30,7 @@ use fred::clients::Client;
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 
 /// How long a freshly spawned server may take to answer `PING`.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const READY_TIMEOUT: Duration = WAIT;
 /// Poll interval while waiting for the server to come up.
 const READY_POLL: Duration = Duration::from_millis(20);
 /// Attempts with a fresh port when the server exits early (port race).
