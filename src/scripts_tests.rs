@@ -29,7 +29,7 @@ const RETENTION: i64 = 7 * 24 * 3_600_000;
 /// Slack for clock readings taken around a script call, in ms.
 const SLACK_MS: i64 = 1_000;
 /// How long a test waits for a wake-up it expects.
-const WAKE_WAIT: Duration = Duration::from_secs(2);
+const WAKE_WAIT: Duration = crate::test_support::WAIT;
 /// Field of the retries hash that marks possible stale list entries
 /// (`STALE` in lua/prelude.lua; ids hold no whitespace, so never an id).
 const STALE: &str = " stale";

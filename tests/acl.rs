@@ -24,7 +24,7 @@ use delayqueue::fred::prelude::{ClientLike, KeysInterface, LuaInterface, PubsubI
 use delayqueue::fred::types::{ClusterHash, CustomCommand};
 use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageState, QueueStats};
 use helpers::{recording, wait_stats, Log};
-use support::{client_for, wait_until, RawReply, RedisServer};
+use support::{client_for, wait_until, RawReply, RedisServer, WAIT};
 
 /// Commands of every connection.
 const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
@@ -161,6 +161,10 @@ fn acl_log(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// The scenario's visibility timeout: a renewal comes when a third of it
+/// has passed, long enough that a loaded machine does not miss it.
+const VIS: Duration = Duration::from_secs(2);
+
 /// A handler for the scenario: "fail" always fails, "slow" outlives the
 /// visibility timeout (its lease is renewed), everything else succeeds
 /// after 2 ms.
@@ -169,7 +173,7 @@ fn handler(log: &Log) -> impl delayqueue::Handler {
         match msg.payload() {
             b"fail" => Err::<(), HandlerError>("fails".into()),
             b"slow" => {
-                tokio::time::sleep(Duration::from_millis(700)).await;
+                tokio::time::sleep(VIS * 2).await;
                 Ok(())
             }
             _ => {
@@ -188,13 +192,13 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         DelayQueue::builder("orders", c.clone())
             .fetch_interval(Duration::from_millis(100))
             .default_retry_count(1)
-            .max_consume_duration(Duration::from_millis(300))
-            .handler_timeout(Duration::from_secs(3))
+            .max_consume_duration(VIS)
+            .handler_timeout(VIS * 4)
             .nack_redelivery_delay(Duration::ZERO)
             .dead_letter_retention(Duration::ZERO)
     };
     let sender = builder(producer).build().unwrap();
-    // Short claims: a long one would outlive the 300 ms visibility timeout.
+    // Short claims: a long one would outlive the visibility timeout.
     let consuming = builder(consumer).concurrency(1).fetch_limit(4).build().unwrap();
     let inspector = builder(cli).build().unwrap();
 
@@ -222,11 +226,11 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     // but had not started; a second consumer then finishes the work.
     let log = Log::default();
     let first = consuming.start_consume(handler(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() >= 5).await);
+    assert!(wait_until(WAIT, || log.len() >= 5).await);
     first.shutdown().await.unwrap();
     let second = consuming.start_consume(handler(&log)).await.unwrap();
     assert!(
-        wait_until(Duration::from_secs(20), || {
+        wait_until(2 * WAIT, || {
             let counts = log.counts();
             ids.iter().all(|id| counts.contains_key(id)) && log.attempts(&fail).len() == 2
         })
@@ -239,13 +243,14 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     // Alone in the queue (nothing waits behind it for the one worker), a
     // handler slower than the visibility timeout keeps its lease.
     let slow = sender.send_delay_msg("slow", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.attempts(&slow).len() == 1).await);
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    assert_eq!(log.attempts(&slow), vec![1], "the slow handler's lease was not renewed");
+    assert!(wait_until(WAIT, || log.attempts(&slow).len() == 1).await);
+    // Acked with its renewed lease once done; were the lease lost, the
+    // message would come again.
     assert_eq!(
-        wait_stats(&inspector, Duration::from_secs(5), QueueStats::default()).await,
+        wait_stats(&inspector, WAIT, QueueStats::default()).await,
         QueueStats::default()
     );
+    assert_eq!(log.attempts(&slow), vec![1], "the slow handler's lease was not renewed");
     let report = inspector.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
     // The read-only user sees everything the CLI shows.
@@ -369,7 +374,7 @@ async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
     sub.subscribe("dq:{orders}:wake").await.unwrap();
     let refusal = "orders-cli: command subscribe".to_string();
     assert!(
-        wait_until(Duration::from_secs(2), || acl_log(&server).contains(&refusal)).await,
+        wait_until(WAIT, || acl_log(&server).contains(&refusal)).await,
         "{:?}",
         acl_log(&server)
     );
@@ -388,23 +393,16 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
     let app = user_of(&server, "orders-sharded", Role::All, "orders#*").await;
     let q = DelayQueue::builder("orders", app.clone())
         .shards(3)
-        .fetch_interval(Duration::from_secs(5))
+        .fetch_interval(Duration::from_secs(600))
         .build()
         .unwrap();
     let log = Log::default();
     let consumer = q.start_consume(handler(&log)).await.unwrap();
     let msgs = (0..30).map(|i| delayqueue::NewMessage::new(format!("m{i}"), Duration::from_millis(100)));
     assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
-    // Woken on every shard: well before the 5 s sweep.
-    assert!(
-        wait_until(Duration::from_secs(3), || log.len() == 30).await,
-        "{} delivered",
-        log.len()
-    );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    // Woken on every shard: long before the 600 s sweep.
+    assert!(wait_until(WAIT, || log.len() == 30).await, "{} delivered", log.len());
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     q.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
     assert_eq!(q.list(MessageState::Pending, 0, 10).await.unwrap().total, 1);

@@ -18,7 +18,7 @@ use delayqueue::{
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use support::logs::Logs;
-use support::{all_keys, wait_until, RawReply, RedisServer};
+use support::{all_keys, wait_for, wait_until, RawReply, RedisServer, WAIT};
 
 /// How often the consumers in these tests poll.
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
@@ -188,16 +188,13 @@ async fn unusual_but_valid_ids_round_trip() {
 
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == valid.len()).await);
+    assert!(wait_until(WAIT, || log.len() == valid.len()).await);
     for (id, _attempt, _at, payload) in log.snapshot() {
         assert_eq!(payload, format!("payload of {id}").into_bytes());
     }
     let delivered: std::collections::HashSet<String> = log.ids().iter().map(|i| i.to_string()).collect();
     assert_eq!(delivered, valid.iter().cloned().collect());
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }
@@ -237,7 +234,7 @@ async fn payload_over_the_default_max_is_rejected_and_writes_nothing() {
     q.send_delay_msg(largest.clone(), Duration::ZERO).await.unwrap();
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(log.snapshot()[0].3, largest);
     consumer.shutdown().await.unwrap();
 }
@@ -288,11 +285,11 @@ async fn schedule_time_in_the_past_is_due_now() {
     assert_eq!(due.len(), 3);
     assert!(due.iter().all(|&d| d <= redis_now_ms), "{due:?} vs now {redis_now_ms}");
 
+    // Due already (the scores say so): delivered. How soon is not a pass
+    // condition on a possibly loaded machine.
     let log = Log::default();
-    let started = Instant::now();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 3).await);
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(wait_until(WAIT, || log.len() == 3).await);
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -532,24 +529,20 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
     let mut expected = 0;
     for key in QUEUE_KEYS {
         let full = format!("dq:{{wtrun}}:{key}");
-        assert_eq!(
-            wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-            QueueStats::default()
-        );
+        assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
         // Sent before the breakage and due during it (pending cannot hold
-        // anything while it is clobbered).
+        // anything while it is clobbered): due late enough that a slow
+        // machine still breaks the key first.
+        let due = Duration::from_secs(1);
+        let due_at = tokio::time::Instant::now() + due;
         let before = match key {
             "pending" => None,
-            _ => Some(
-                q.send_delay_msg(format!("before {key}"), Duration::from_millis(100))
-                    .await
-                    .unwrap(),
-            ),
+            _ => Some(q.send_delay_msg(format!("before {key}"), due).await.unwrap()),
         };
         assert_eq!(server.raw_command(&["SET", &full, "foreign", "NX"]), "OK");
         let failing = format!("WRONGTYPE {full}");
         assert!(
-            wait_until(Duration::from_secs(3), || logs.text().contains(&failing)).await,
+            wait_until(WAIT, || logs.text().contains(&failing)).await,
             "{key}: the consumer did not report the broken key"
         );
         // A send during the breakage: refused whole, or stored (when send does not touch the key).
@@ -559,7 +552,8 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
             Err(Error::WrongType { .. }) => assert!(!matches!(key, "ready" | "retry")),
             Err(e) => panic!("{key}: {e:?}"),
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Past the due time of `before`, and a few sweeps more.
+        tokio::time::sleep_until(due_at + FETCH_INTERVAL * 6).await;
         assert_eq!(log.len(), expected, "{key}: delivered through a broken key");
         // Repaired by the operator; the same consumer carries on.
         assert_eq!(server.raw_command(&["DEL", &full]), "1");
@@ -567,7 +561,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
         let want: Vec<MessageId> = before.into_iter().chain(during.ok()).chain(Some(after)).collect();
         expected += want.len();
         assert!(
-            wait_until(Duration::from_secs(5), || log.len() >= expected).await,
+            wait_until(WAIT, || log.len() >= expected).await,
             "{key}: consumer did not resume ({} of {expected})",
             log.len()
         );
@@ -576,10 +570,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
     }
     let text = logs.text();
     assert!(text.contains("consumer step failed; backing off"), "{text}");
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), expected, "duplicates: {:?}", log.counts());
     consumer.shutdown().await.unwrap();
@@ -608,13 +599,19 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
     })
     .await;
     let log = Log::default();
+    // The blocker holds the only slot until the test has seen "ready" wait.
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
     let handler = |log: &Log| {
-        recording(log, |msg: Message| async move {
-            if msg.payload() == b"blocker" {
-                tokio::time::sleep(Duration::from_millis(400)).await;
-                return Ok(());
+        recording(log, move |msg: Message| {
+            let held = held.clone();
+            async move {
+                if msg.payload() == b"blocker" {
+                    let _ = tokio::time::timeout(WAIT, held.notified()).await;
+                    return Ok(());
+                }
+                Err::<(), HandlerError>("always fails".into())
             }
-            Err::<(), HandlerError>("always fails".into())
         })
     };
     // Pending, not yet due; and pending, already due (not yet promoted).
@@ -625,7 +622,7 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
     }
     let consumer = q.start_consume(handler(&log)).await.unwrap();
     assert!(
-        wait_until(Duration::from_secs(5), || log.attempts(&waiting).len() == 3
+        wait_until(WAIT, || log.attempts(&waiting).len() == 3
             && log.attempts(&due).len() == 3)
         .await,
         "{:?}",
@@ -633,26 +630,16 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
     );
     // Ready: promoted while the only handler slot is busy.
     q.send_delay_msg("blocker", Duration::ZERO).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(3), || log
-            .snapshot()
-            .iter()
-            .any(|e| e.3 == b"blocker"))
-        .await
-    );
+    assert!(wait_until(WAIT, || log.snapshot().iter().any(|e| e.3 == b"blocker")).await);
     let ready = q.send_delay_msg("ready", Duration::ZERO).await.unwrap();
-    let mut seen_ready = false;
-    let end = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < end && !seen_ready {
-        seen_ready = q.stats().await.unwrap().ready == 1;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let seen_ready = wait_for(WAIT, || async { q.stats().await.unwrap().ready == 1 }).await;
     assert!(seen_ready, "the message never sat in ready");
     assert!(log.attempts(&ready).is_empty());
     set_retry_record(&client, "abc", &ready, "1.5e3").await;
+    release.notify_one();
 
     assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 3 + 3 + 3 + 1).await,
+        wait_until(WAIT, || log.len() == 3 + 3 + 3 + 1).await,
         "{:?}",
         log.counts()
     );
@@ -660,10 +647,7 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
         assert_eq!(log.attempts(id), vec![1, 2, 3], "{id}");
     }
     // All three used up their deliveries, were dead and collected.
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 10);
     consumer.shutdown().await.unwrap();
@@ -679,23 +663,36 @@ async fn a_non_numeric_retry_record_while_waiting_for_a_retry_restarts_the_count
     })
     .await;
     let log = Log::default();
+    // The first failure asks for a retry long after the test, so the record
+    // is changed while the retry waits however slow the machine; a
+    // reschedule then makes it due.
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let consumer = q
-        .start_consume(recording(&log, |_msg: Message| async move {
-            Err::<(), HandlerError>("always fails".into())
+        .start_consume(recording(&log, move |_msg: Message| {
+            let first = first.swap(false, std::sync::atomic::Ordering::Relaxed);
+            async move {
+                if first {
+                    return Err(delayqueue::RetryAfter::new(Duration::from_secs(3600), "not yet").into());
+                }
+                Err::<(), HandlerError>("always fails".into())
+            }
         }))
         .await
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    // Now waiting 300 ms for its retry, with record "1".
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    // Waiting for its retry, with record "1".
+    assert!(
+        wait_for(WAIT, || async { q.stats().await.unwrap().pending == 1 }).await,
+        "{:?}",
+        q.stats().await
+    );
     set_retry_record(&client, "abcretry", &id, "abc").await;
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 3).await);
+    assert!(q.reschedule(&id, Duration::ZERO).await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 3).await);
     // The unreadable record counts as 0 deliveries: one extra delivery, never endless.
     assert_eq!(log.attempts(&id), vec![1, 1, 2]);
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(log.len(), 3);
     consumer.shutdown().await.unwrap();
@@ -704,11 +701,11 @@ async fn a_non_numeric_retry_record_while_waiting_for_a_retry_restarts_the_count
 
 /// Message `a`, made unreadable by `corrupt` once sent, is claimed in one
 /// batch with `b` (retry_count 0): `b` must still get its one delivery,
-/// promptly (well before the 2 s visibility timeout), and `a` must end
-/// delivered or dead, not stuck.
+/// promptly (before the visibility timeout, longer than the test waits),
+/// and `a` must end delivered or dead, not stuck.
 async fn an_unreadable_message_spares_its_batch(name: &str, corrupt: impl FnOnce(&RedisServer, &MessageId)) {
     let (server, client, q) = start_queue(name, FETCH_INTERVAL, |b| {
-        b.concurrency(8).max_consume_duration(Duration::from_secs(2))
+        b.concurrency(8).max_consume_duration(2 * WAIT)
     })
     .await;
     let a = q.send_delay_msg("a", Duration::ZERO).await.unwrap();
@@ -717,14 +714,10 @@ async fn an_unreadable_message_spares_its_batch(name: &str, corrupt: impl FnOnce
     let logs = Logs::capture(name);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    let got_b = wait_until(Duration::from_secs(1), || log.attempts(&b) == vec![1]).await;
-    // Where does everything end? (A few visibility timeouts.)
-    let mut s = q.stats().await.unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    while s.live() > 0 && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        s = q.stats().await.unwrap();
-    }
+    let got_b = wait_until(WAIT, || log.attempts(&b) == vec![1]).await;
+    // Where does everything end? (Before any lease runs out.)
+    wait_for(WAIT, || async { q.stats().await.unwrap().live() == 0 }).await;
+    let s = q.stats().await.unwrap();
     consumer.shutdown().await.unwrap();
     let b_payload: Option<String> = client.get(format!("dq:{{{name}}}:m:{b}")).await.unwrap();
     let problems: Vec<String> = logs
@@ -741,7 +734,7 @@ async fn an_unreadable_message_spares_its_batch(name: &str, corrupt: impl FnOnce
             .collect::<Vec<_>>(),
         problems.join("\n")
     );
-    assert!(got_b, "b was not delivered within 1 s: {story}");
+    assert!(got_b, "b was not delivered within {WAIT:?}: {story}");
     assert_eq!(log.attempts(&b), vec![1], "{story}");
     assert_eq!(s.live(), 0, "a is stuck: {story}");
 }
@@ -805,11 +798,7 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
         .await
         .unwrap();
     // retry_count 2 and the default 3: 3 and 4 deliveries.
-    assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 7).await,
-        "{:?}",
-        log.counts()
-    );
+    assert!(wait_until(WAIT, || log.len() == 7).await, "{:?}", log.counts());
     assert_eq!(log.attempts(&not_json), vec![1, 2, 3]);
     assert_eq!(log.attempts(&wrong_shape), vec![1, 2, 3, 4]);
     assert!(kinds.lock().unwrap().iter().all(|k| *k == "Error::Json"), "{kinds:?}");
@@ -817,7 +806,7 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
         garbage: 2,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(log.len(), 7);
     assert_eq!(q.stats().await.unwrap(), want);
@@ -836,10 +825,7 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
         .build()
         .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(log.len(), 7, "a dead message was delivered again");
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -860,27 +846,24 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
         .await
         .unwrap();
     let poison = q.send_delay_msg("poison", Duration::ZERO).retry_count(2).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 3).await);
+    assert!(wait_until(WAIT, || log.len() == 3).await);
     assert_eq!(log.attempts(&poison), vec![1, 2, 3]);
     let want = QueueStats {
         garbage: 1,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     // The same consumer serves the next messages.
     let mut fine = Vec::new();
     for i in 0..5 {
         fine.push(q.send_delay_msg(format!("fine {i}"), Duration::ZERO).await.unwrap());
     }
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 8).await);
+    assert!(wait_until(WAIT, || log.len() == 8).await);
     assert!(fine.iter().all(|id| log.attempts(id) == vec![1]));
-    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     assert_eq!(log.attempts(&poison).len(), 3);
     // The nack logs after its reply, which may come after the stats show it.
-    wait_until(Duration::from_secs(2), || {
-        logs.text().contains("used up its deliveries")
-    })
-    .await;
+    wait_until(WAIT, || logs.text().contains("used up its deliveries")).await;
     let text = logs.text();
     assert_eq!(text.matches("handler panicked").count(), 3, "{text}");
     assert!(
@@ -893,10 +876,7 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
         .build()
         .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(log.len(), 8);
     assert!(all_keys(&client).await.is_empty());
@@ -917,7 +897,7 @@ fn closed_port() -> u16 {
 async fn connect_to_a_closed_port_fails_within_its_limit() {
     let url = format!("redis://127.0.0.1:{}", closed_port());
     let started = Instant::now();
-    let res = tokio::time::timeout(Duration::from_secs(15), delayqueue::connect(&url))
+    let res = tokio::time::timeout(WAIT, delayqueue::connect(&url))
         .await
         .expect("connect hung");
     assert!(matches!(res, Err(Error::Redis(_))), "{res:?}");
@@ -927,7 +907,8 @@ async fn connect_to_a_closed_port_fails_within_its_limit() {
         res.unwrap_err()
     );
     // connect() gives up after 5 s at most.
-    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+    let limit = Duration::from_secs(5);
+    assert!(started.elapsed() <= limit + slack(limit), "{:?}", started.elapsed());
     let res = delayqueue::connect("not a url").await;
     assert!(matches!(res, Err(Error::Redis(_))), "{res:?}");
 }
@@ -946,6 +927,12 @@ fn kill_and_hold_port(server: &mut RedisServer) -> std::net::TcpListener {
     listener
 }
 
+/// What a loaded machine may add to a time limit before the call returns:
+/// less than the limit again, so one more attempt would still show.
+fn slack(limit: Duration) -> Duration {
+    (limit / 2).max(Duration::from_secs(1))
+}
+
 /// Runs `call` on a dead server: `Error::Redis` within `limit`.
 async fn fails_within<T: std::fmt::Debug>(
     what: &str,
@@ -953,12 +940,12 @@ async fn fails_within<T: std::fmt::Debug>(
     call: impl std::future::Future<Output = Result<T, Error>>,
 ) {
     let started = Instant::now();
-    let res = tokio::time::timeout(limit + Duration::from_secs(3), call)
+    let res = tokio::time::timeout(limit * 2 + WAIT, call)
         .await
         .unwrap_or_else(|_| panic!("{what} hung"));
     let took = started.elapsed();
     assert!(matches!(res, Err(Error::Redis(_))), "{what}: {res:?}");
-    assert!(took <= limit + Duration::from_secs(1), "{what} took {took:?}");
+    assert!(took <= limit + slack(limit), "{what} took {took:?}");
     println!("{what} on a dead server failed after {took:?}: {}", res.unwrap_err());
 }
 

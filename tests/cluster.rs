@@ -15,7 +15,7 @@ use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, NewMessage
 use helpers::{recording, wait_stats, Log};
 use support::cluster::RedisCluster;
 use support::logs::Logs;
-use support::wait_until;
+use support::{wait_until, WAIT};
 
 /// Primaries in every test cluster.
 const PRIMARIES: usize = 3;
@@ -68,7 +68,7 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
         );
     }
     assert!(
-        wait_until(Duration::from_secs(10), || log.len() >= ids.len()).await,
+        wait_until(WAIT, || log.len() >= ids.len()).await,
         "queue {name}: {} of {} delivered",
         log.len(),
         ids.len()
@@ -168,14 +168,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
     let started = Instant::now();
     // 50 messages every 20 ms, due within 1.5 s: about 2.5 s of sending,
     // with a few thousand messages (and so payload keys) live in the slot.
-    let producer = tokio::spawn(produce(
-        q.clone(),
-        TOTAL,
-        50,
-        Duration::from_millis(20),
-        1500,
-        Duration::from_secs(30),
-    ));
+    let producer = tokio::spawn(produce(q.clone(), TOTAL, 50, Duration::from_millis(20), 1500, 2 * WAIT));
     // Two moves while the producer sends: node 0 -> 1, then 1 -> 2.
     let mut moves = Vec::new();
     for (at, to) in [(Duration::from_millis(700), 1), (Duration::from_millis(1600), 2)] {
@@ -198,7 +191,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
     assert_eq!(sent.acknowledged.len(), TOTAL);
     assert_eq!(cluster.owner_of_queue(&name), 2);
 
-    let delivered = wait_until(Duration::from_secs(30), || {
+    let delivered = wait_until(2 * WAIT, || {
         let ids = log.ids();
         sent.acknowledged.iter().all(|id| ids.contains(id))
     })
@@ -235,10 +228,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
         lost.len(),
         &lost[..lost.len().min(10)]
     );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(10), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     let report = q.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
     consumer.shutdown().await.unwrap();
@@ -275,7 +265,7 @@ async fn script_flush_on_every_node_is_survived() {
                 }
             }
             assert!(
-                wait_until(Duration::from_secs(15), || log.len() >= ids.len()).await,
+                wait_until(WAIT, || log.len() >= ids.len()).await,
                 "queue {}: {} of {} delivered",
                 q.name(),
                 log.len(),

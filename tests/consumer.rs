@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use delayqueue::{Error, HandlerError, Message, MessageId, QueueStats};
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, start_queue_with, wait_stats, Log};
-use support::{all_keys, wait_until, RedisServer, ServerOptions};
+use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
 
 /// How often the consumers in these tests poll.
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
@@ -35,15 +35,12 @@ async fn nack_redelivers_after_the_nack_delay() {
         .await
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 2).await);
     let log = log.snapshot();
     assert_eq!((log[0].0.clone(), log[0].1, log[1].1), (id, 1, 2));
     let gap = log[1].2 - log[0].2;
     assert!(gap >= Duration::from_millis(390), "redelivered after {gap:?}");
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -57,26 +54,25 @@ async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
     let log = Log::default();
     let consumer = q
         .start_consume(recording(&log, |msg: Message| async move {
+            // Longer than the test waits: only a cut lets attempt 2 start
+            // (one handler at a time), however slow the machine is.
             if msg.attempt() == 1 {
-                tokio::time::sleep(Duration::from_secs(3)).await;
+                tokio::time::sleep(WAIT * 4).await;
             }
             Ok(())
         }))
         .await
         .unwrap();
+    let sent = Instant::now();
     q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 2).await, "attempt 1 was not cut");
     let log = log.snapshot();
     assert_eq!((log[0].1, log[1].1), (1, 2));
-    let gap = log[1].2 - log[0].2;
-    assert!(
-        gap >= Duration::from_millis(250) && gap < Duration::from_secs(2),
-        "redelivered after {gap:?}"
-    );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    // Not before the lease (taken after the send) ran out; 10 ms for the
+    // difference between Redis' clock and ours.
+    let gap = log[1].2 - sent;
+    assert!(gap >= Duration::from_millis(290), "redelivered after {gap:?}");
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
 }
 
@@ -87,55 +83,64 @@ async fn late_ack_after_redelivery_is_fenced() {
     })
     .await;
     let log = Log::default();
-    // Consumer A blocks its thread past the lease (so the timeout cannot cut
-    // it) and then returns Ok: its ack arrives late.
+    // Consumer A blocks its thread past the lease (so the time limit cannot
+    // cut it) until B holds the redelivery, then returns Ok: its ack comes
+    // late. With its one handler busy A claims nothing, so only B can take
+    // the redelivery; block_in_place moves A's other tasks to another thread.
+    let (release_a, a_held) = std::sync::mpsc::channel::<()>();
+    let a_held = Arc::new(Mutex::new(a_held));
     let a = q
-        .start_consume(recording(&log, |msg: Message| async move {
-            if msg.attempt() == 1 {
-                std::thread::sleep(Duration::from_millis(900));
+        .start_consume(recording(&log, move |msg: Message| {
+            let a_held = a_held.clone();
+            async move {
+                if msg.attempt() == 1 {
+                    let _ = tokio::task::block_in_place(|| a_held.lock().unwrap().recv_timeout(WAIT));
+                }
+                Ok(())
             }
-            Ok(())
         }))
         .await
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    // A stops claiming now but finishes (and late-acks) its delivery. Else,
-    // should B's tasks be stalled behind the blocked worker thread, A could
-    // take the redelivery itself once its handler returns.
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    // A stops claiming now but finishes (and late-acks) its delivery.
     let a = tokio::spawn(a.shutdown());
-    // Consumer B takes the redelivery and holds it for a while, within its
-    // own longer lease (were it cut, the retry would go elsewhere at once).
+    // Consumer B takes the redelivery and holds it until told, within a lease
+    // longer than the test (were it cut, the retry would go elsewhere).
     let b_log = Log::default();
+    let release_b = Arc::new(tokio::sync::Notify::new());
     let b_queue = queue_builder("fence", &client, FETCH_INTERVAL)
-        .max_consume_duration(Duration::from_secs(5))
+        .max_consume_duration(WAIT * 4)
         .build()
         .unwrap();
+    let b_held = release_b.clone();
     let b = b_queue
-        .start_consume(recording(&b_log, |_msg: Message| async move {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            Ok(())
+        .start_consume(recording(&b_log, move |_msg: Message| {
+            let b_held = b_held.clone();
+            async move {
+                let _ = tokio::time::timeout(WAIT, b_held.notified()).await;
+                Ok(())
+            }
         }))
         .await
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(3), || b_log.len() == 1).await,
+        wait_until(WAIT, || b_log.len() == 1).await,
         "B never got the redelivery"
     );
     assert_eq!(b_log.snapshot()[0].1, 2);
-    // A's late ack has come in by now; the message B holds must be intact.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A's shutdown returns once its late ack was sent; the message B holds
+    // must be intact.
+    release_a.send(()).unwrap();
+    a.await.unwrap().unwrap();
     let s = q.stats().await.unwrap();
     assert_eq!(s.processing, 1, "late ack deleted the redelivered message: {s:?}");
     let payload: Option<String> = client.get(format!("dq:{{fence}}:m:{id}")).await.unwrap();
     // Stored as "<retry count>:<payload>".
     assert_eq!(payload.as_deref(), Some("3:x"));
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    release_b.notify_one();
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     assert_eq!(log.len(), 1, "A got a second copy");
-    a.await.unwrap().unwrap();
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -143,25 +148,36 @@ async fn late_ack_after_redelivery_is_fenced() {
 #[tokio::test]
 async fn cancel_pending_processing_and_unknown() {
     let (_server, client, q) = start_queue("cancel", FETCH_INTERVAL, |b| b).await;
+    // Sent and cancelled before a consumer runs, so however slow the
+    // machine, `later` is still pending when cancelled.
+    let later_due = Instant::now() + Duration::from_millis(400);
+    let later = q.send_delay_msg("later", Duration::from_millis(400)).await.unwrap();
+    assert!(q.cancel(&later).await.unwrap(), "pending message not cancelled");
+    assert!(!q.cancel(&later).await.unwrap(), "cancelled twice");
     let log = Log::default();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
     let consumer = q
-        .start_consume(recording(&log, |_msg: Message| async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            Ok(())
+        .start_consume(recording(&log, move |_msg: Message| {
+            let held = held.clone();
+            async move {
+                let _ = tokio::time::timeout(WAIT, held.notified()).await;
+                Ok(())
+            }
         }))
         .await
         .unwrap();
-    let later = q.send_delay_msg("later", Duration::from_millis(400)).await.unwrap();
     let now = q.send_delay_msg("now", Duration::ZERO).await.unwrap();
-    assert!(q.cancel(&later).await.unwrap(), "pending message not cancelled");
-    assert!(!q.cancel(&later).await.unwrap(), "cancelled twice");
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    // `now` is being processed: cancel leaves it to its delivery.
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    // `now` is being processed (its handler waits for us): cancel leaves it
+    // to its delivery.
     assert!(!q.cancel(&now).await.unwrap());
     assert!(!q.cancel(&MessageId::from("never-sent")).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    release.notify_one();
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    // Give a wrongly kept `later` its due time and a few sweeps to show up.
+    tokio::time::sleep_until((later_due + 10 * FETCH_INTERVAL).into()).await;
     assert_eq!(log.len(), 1, "the cancelled message was delivered");
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -182,36 +198,36 @@ async fn caller_id_makes_send_idempotent() {
     assert_eq!(q.stats().await.unwrap().pending, 1);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(log.snapshot()[0].3, b"a", "the duplicate overwrote the payload");
     // Once finished, the id can be used again.
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     q.send_delay_msg("c", Duration::ZERO).id("order-42").await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 2).await);
     consumer.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn expired_message_is_not_delivered_and_becomes_a_dead_letter() {
-    let (_server, client, q) = start_queue("ttl", FETCH_INTERVAL, |b| b).await;
+    let (server, client, q) = start_queue("ttl", FETCH_INTERVAL, |b| b).await;
     let stale = q
         .send_delay_msg("stale", Duration::ZERO)
         .expire_after(Duration::from_secs(1))
         .await
         .unwrap();
     let kept = q.send_delay_msg("fresh", Duration::ZERO).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    // Until Redis's clock has passed the deadline, however late that is.
+    let deadline = q.get(&stale).await.unwrap().unwrap().expires_at.expect("a deadline");
+    let deadline_ms = deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    assert!(wait_until(WAIT, || server.now_ms() > deadline_ms).await);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     let dead = QueueStats {
         garbage: 1,
         ..QueueStats::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(2), dead).await, dead);
+    assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 1);
     assert_eq!(log.snapshot()[0].0, kept);
@@ -226,14 +242,11 @@ async fn script_flush_is_survived() {
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     q.send_delay_msg("1", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     for round in 0..3 {
         assert_eq!(server.raw_command(&["SCRIPT", "FLUSH"]), "OK");
         q.send_delay_msg("again", Duration::from_millis(50)).await.unwrap();
-        assert!(
-            wait_until(Duration::from_secs(3), || log.len() == round + 2).await,
-            "round {round}"
-        );
+        assert!(wait_until(WAIT, || log.len() == round + 2).await, "round {round}");
     }
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
@@ -270,11 +283,7 @@ async fn two_consumers_never_hold_the_same_message() {
         }
     });
     futures::future::join_all(sends).await;
-    assert!(
-        wait_until(Duration::from_secs(20), || log.len() >= 1000).await,
-        "{}",
-        log.len()
-    );
+    assert!(wait_until(2 * WAIT, || log.len() >= 1000).await, "{}", log.len());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(overlaps.load(Ordering::Relaxed), 0);
     let ids = log.ids();
@@ -308,13 +317,14 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
         }))
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(3), || finished.load(Ordering::Relaxed) == 10).await);
+    assert!(wait_until(WAIT, || finished.load(Ordering::Relaxed) == 10).await);
     for i in 0..10 {
         q.send_delay_msg(format!("slow{i}"), Duration::ZERO).await.unwrap();
     }
-    assert!(wait_until(Duration::from_secs(3), || log.len() >= 12).await);
-    let started = log.len();
+    assert!(wait_until(WAIT, || log.len() >= 12).await);
     consumer.shutdown().await.unwrap();
+    // Counted after the stop: a handler may start while it is on its way.
+    let started = log.len();
     // Everything that started has finished and was acked; nothing is left claimed.
     assert_eq!(finished.load(Ordering::Relaxed), started);
     let s = q.stats().await.unwrap();
@@ -325,7 +335,7 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
     // Handed-back messages were not charged a delivery.
     let log2 = Log::default();
     let again = q.start_consume(acking(&log2)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log2.len() == 20 - started).await);
+    assert!(wait_until(WAIT, || log2.len() == 20 - started).await);
     assert!(
         log2.snapshot().iter().all(|e| e.1 == 1),
         "attempt counted for an unstarted delivery"
@@ -359,10 +369,7 @@ async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _: () = client.del("dq:{typed}:pending").await.unwrap();
     q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 1).await,
-        "consumer did not resume"
-    );
+    assert!(wait_until(WAIT, || log.len() == 1).await, "consumer did not resume");
     consumer.shutdown().await.unwrap();
 }
 
@@ -376,9 +383,9 @@ async fn consumer_keeps_going_across_a_redis_restart() {
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let before = q.send_delay_msg("before", Duration::from_millis(1500)).await.unwrap();
     q.send_delay_msg("now", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     server.restart().await;
-    let after = tokio::time::timeout(Duration::from_secs(15), async {
+    let after = tokio::time::timeout(WAIT, async {
         loop {
             match q.send_delay_msg("after", Duration::ZERO).await {
                 Ok(id) => return id,
@@ -388,11 +395,7 @@ async fn consumer_keeps_going_across_a_redis_restart() {
     })
     .await
     .expect("send never succeeded after the restart");
-    assert!(
-        wait_until(Duration::from_secs(10), || log.len() == 3).await,
-        "{}",
-        log.len()
-    );
+    assert!(wait_until(WAIT, || log.len() == 3).await, "{}", log.len());
     let ids = log.ids();
     assert!(ids.contains(&before) && ids.contains(&after));
     consumer.shutdown().await.unwrap();

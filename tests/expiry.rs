@@ -13,21 +13,11 @@ use delayqueue::{Event, HandlerError, Message, MessageId, MessageState, QueueSta
 use fred::prelude::*;
 use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::logs::Logs;
-use support::{all_keys, wait_until, RawReply, RedisServer};
+use support::{all_keys, wait_until, RawReply, WAIT};
 use tokio::sync::Semaphore;
 
 /// How often the consumers in these tests poll.
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
-
-/// Redis's clock in ms.
-fn redis_now_ms(server: &RedisServer) -> u64 {
-    match server.raw_reply(&["TIME"]) {
-        RawReply::Array(t) => {
-            t[0].render().parse::<u64>().unwrap() * 1000 + t[1].render().parse::<u64>().unwrap() / 1000
-        }
-        other => panic!("TIME -> {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_runs() {
@@ -41,8 +31,8 @@ async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_ru
     let pttl: i64 = client.pttl(&key).await.unwrap();
     assert_eq!(pttl, -1, "a live payload must not carry a TTL");
     // No consumer for a while: the message is overdue and still whole.
-    let due = redis_now_ms(&server) + 1_200;
-    assert!(wait_until(Duration::from_secs(10), || redis_now_ms(&server) > due).await);
+    let due = server.now_ms() + 1_200;
+    assert!(wait_until(WAIT, || server.now_ms() > due).await);
     let pttl: i64 = client.pttl(&key).await.unwrap();
     assert_eq!(pttl, -1);
     let info = q.get(&id).await.unwrap().expect("still there");
@@ -53,10 +43,7 @@ async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_ru
 
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 1).await,
-        "not delivered"
-    );
+    assert!(wait_until(WAIT, || log.len() == 1).await, "not delivered");
     assert_eq!(
         (log.snapshot()[0].0.clone(), log.snapshot()[0].3.clone()),
         (id, b"close order 7".to_vec())
@@ -79,14 +66,14 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
     let deadline = q.get(&id).await.unwrap().unwrap().expires_at.expect("a deadline");
     let deadline_ms = deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     // No consumer for more than a second (by Redis's clock).
-    assert!(wait_until(Duration::from_secs(10), || redis_now_ms(&server) > deadline_ms).await);
+    assert!(wait_until(WAIT, || server.now_ms() > deadline_ms).await);
 
     let logs = Logs::capture("expire");
     let mut events = q.events();
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
-    let expired = tokio::time::timeout(Duration::from_secs(5), async {
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    let expired = tokio::time::timeout(WAIT, async {
         loop {
             match events.recv().await {
                 Ok(Event::Expired { id }) => return id,
@@ -102,7 +89,7 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
         garbage: 1,
         ..QueueStats::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(5), dead).await, dead);
+    assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     consumer.shutdown().await.unwrap();
     assert_eq!(
         log.snapshot().iter().map(|d| d.0.clone()).collect::<Vec<MessageId>>(),
@@ -124,7 +111,7 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
     // Requeued, it is delivered: the operator overrides the deadline.
     assert!(q.requeue_dead(&id).await.unwrap());
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 2).await);
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }
@@ -155,7 +142,7 @@ async fn stopping_a_consumer_over_10000_ready_messages_deletes_its_receipt_and_l
     });
     let consumer = q.start_consume(handler).await.unwrap();
     q.send_delay_msg("first", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(receipts(), 1);
     const N: usize = 10_000;
     for chunk in (0..N).collect::<Vec<_>>().chunks(1000) {
@@ -173,7 +160,7 @@ async fn stopping_a_consumer_over_10000_ready_messages_deletes_its_receipt_and_l
     // The stop's claim of nothing deletes the receipt while the handler
     // still runs; then the handler may finish.
     let stopping = tokio::spawn(consumer.shutdown());
-    let deleted = wait_until(Duration::from_secs(3), || receipts() == 0).await;
+    let deleted = wait_until(WAIT, || receipts() == 0).await;
     gate.add_permits(1);
     stopping.await.unwrap().unwrap();
     assert!(deleted, "the stopping consumer left its claim receipt");
@@ -196,15 +183,8 @@ async fn a_drained_queue_of_caller_id_messages_leaves_only_its_totals() {
         let delay = Duration::from_millis(if i % 2 == 0 { 0 } else { 100 });
         q.send_delay_msg("x", delay).id(format!("order-{i}")).await.unwrap();
     }
-    assert!(
-        wait_until(Duration::from_secs(10), || log.len() == 20).await,
-        "{}",
-        log.len()
-    );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert!(wait_until(WAIT, || log.len() == 20).await, "{}", log.len());
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     // all_keys leaves the totals out: nothing else may remain.
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);

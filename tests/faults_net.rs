@@ -25,7 +25,7 @@ use fred::clients::Client;
 use helpers::{queue_builder, recording, start_queue_with, wait_stats, Log};
 use support::logs::Logs;
 use support::proxy::Proxy;
-use support::{all_keys, wait_until, RedisServer, ServerOptions};
+use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
 use tokio::task::JoinHandle;
 
 /// Short, so redeliveries after a fault come quickly.
@@ -44,7 +44,7 @@ const MAX_DELAY_MS: u64 = 500;
 /// How long producers send and faults strike.
 const FAULT_WINDOW: Duration = Duration::from_secs(3);
 /// Longest wait, after the faults, for every sent message to be handled.
-const DRAIN_LIMIT: Duration = Duration::from_secs(15);
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
 /// The settings every scenario's queue uses.
 fn configure(b: DelayQueueBuilder) -> DelayQueueBuilder {
@@ -165,7 +165,7 @@ impl Run {
         let checker = queue_builder(self.queue.name(), direct, FETCH_INTERVAL)
             .build()
             .unwrap();
-        let stats = wait_stats(&checker, Duration::from_secs(5), QueueStats::default()).await;
+        let stats = wait_stats(&checker, WAIT, QueueStats::default()).await;
         for c in self.consumers {
             c.shutdown().await.unwrap();
         }
@@ -298,7 +298,12 @@ async fn connections_cut_mid_run_lose_nothing() {
 #[tokio::test(flavor = "current_thread")]
 async fn script_flush_mid_run_fails_nothing() {
     let logs = Logs::capture("flush");
-    let (server, client, q) = start_queue_with(ServerOptions::default(), "flush", FETCH_INTERVAL, configure).await;
+    // Flushes lose no delivery, so the visibility timeout is not needed
+    // here: long, so that no lease of a stalled process runs out (a warning).
+    let (server, client, q) = start_queue_with(ServerOptions::default(), "flush", FETCH_INTERVAL, |b| {
+        configure(b).max_consume_duration(WAIT)
+    })
+    .await;
     let until = Instant::now() + FAULT_WINDOW;
     let run = Run::start(&q, until).await;
     let mut rng = Rng::new();

@@ -28,7 +28,7 @@ use delayqueue::{
 use fred::clients::Client;
 use fred::prelude::*;
 use support::worker::{libfaketime, read_ledgers, Delivery, Worker, WorkerOptions};
-use support::{all_keys, wait_until, RedisServer, ServerOptions};
+use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
 
 /// xorshift64*: fault timing only needs to vary, not to be good.
 struct Rng(u64);
@@ -72,7 +72,7 @@ async fn redis_time_ms(client: &Client) -> u64 {
 /// Stops every worker with SIGTERM and asserts each exits 0.
 async fn terminate_all(workers: &mut [Worker]) {
     for w in workers.iter_mut() {
-        let status = w.terminate(Duration::from_secs(15)).await;
+        let status = w.terminate(WAIT).await;
         assert!(
             status.is_some_and(|s| s.success()),
             "worker {} did not stop cleanly on SIGTERM ({status:?}); log:\n{}",
@@ -191,7 +191,7 @@ const ACK_SLACK: usize = 32;
 
 /// Three workers drain 2,000 messages while, at random points of the
 /// progress, one of them is SIGKILLed and replaced, five times. What a
-/// killed worker had claimed comes back after the visibility timeout (1 s),
+/// killed worker had claimed comes back after the visibility timeout (3 s),
 /// so nothing is lost; a message whose ledger line it had written but
 /// whose ack it had not sent is handled again: a duplicate, and only
 /// killed workers may cause one.
@@ -215,7 +215,9 @@ async fn sigkilled_workers_lose_nothing() {
         // second half leaves a handled message unacked (a duplicate).
         handler_ms: 5,
         after_ms: 5,
-        max_consume_ms: 1_000,
+        // Long enough that a live worker on a loaded machine keeps its
+        // leases: only killed workers may cause duplicates.
+        max_consume_ms: 3_000,
         fetch_interval_ms: 100,
         fetch_limit: Some(KILL_FETCH_LIMIT),
         ..WorkerOptions::new(&url, "kill", &dir, &format!("w{n}"))
@@ -236,7 +238,7 @@ async fn sigkilled_workers_lose_nothing() {
     // Per kill: the victim's ledger lines, and whether it grew in the last 10 ms.
     let mut kill_notes: Vec<String> = Vec::new();
     let mut mid_handler = 0;
-    let kill_deadline = Instant::now() + Duration::from_secs(10);
+    let kill_deadline = Instant::now() + WAIT;
     for point in points {
         let ledgers: Vec<PathBuf> = workers.iter().chain(&killed).map(|w| w.opts.ledger.clone()).collect();
         while Instant::now() < kill_deadline {
@@ -263,7 +265,7 @@ async fn sigkilled_workers_lose_nothing() {
     }
 
     let ledgers: Vec<PathBuf> = workers.iter().chain(&killed).map(|w| w.opts.ledger.clone()).collect();
-    let by_id = wait_drained(&queue, &ledgers, &sent, Duration::from_secs(15)).await;
+    let by_id = wait_drained(&queue, &ledgers, &sent, 2 * WAIT).await;
     let lost = lost_ids(&client, "kill", &sent, &by_id).await;
     let stats = queue.stats().await.unwrap();
     terminate_all(&mut workers).await;
@@ -341,7 +343,7 @@ async fn sigkilled_workers_lose_nothing() {
             "{victim}: {n} duplicates, more than it can have held ({KILL_FETCH_LIMIT} + {ACK_SLACK})"
         );
     }
-    assert_nothing_left(&queue, &client, Duration::from_secs(3)).await;
+    assert_nothing_left(&queue, &client, WAIT).await;
 }
 
 /// A worker is SIGKILLed mid-handler on a message's only delivery. When its
@@ -369,10 +371,7 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
     })
     .await;
     let ledger = worker.opts.ledger.clone();
-    wait_until(Duration::from_secs(10), || {
-        !support::worker::read_ledger(&ledger).0.is_empty()
-    })
-    .await;
+    wait_until(WAIT, || !support::worker::read_ledger(&ledger).0.is_empty()).await;
     worker.kill();
     assert_eq!(
         support::worker::read_ledger(&ledger).0.len(),
@@ -386,7 +385,7 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
         .await
         .unwrap();
     let mut seen = Vec::new();
-    let end = Instant::now() + Duration::from_secs(5);
+    let end = Instant::now() + WAIT;
     while seen.len() < 2 && Instant::now() < end {
         if let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(100), events.recv()).await {
             seen.push(e);
@@ -477,7 +476,7 @@ async fn skewed_worker_clocks_change_nothing() {
     let sent: HashSet<String> = ids.iter().cloned().collect();
 
     let ledgers: Vec<PathBuf> = workers.iter().map(|w| w.opts.ledger.clone()).collect();
-    let by_id = wait_drained(&queue, &ledgers, &sent, Duration::from_secs(10)).await;
+    let by_id = wait_drained(&queue, &ledgers, &sent, WAIT).await;
     let lost = lost_ids(&client, "skew", &sent, &by_id).await;
     terminate_all(&mut workers).await;
 
@@ -531,7 +530,7 @@ async fn skewed_worker_clocks_change_nothing() {
         let n = share.get(w).copied().unwrap_or(0);
         assert!(n as u64 >= SKEW_MESSAGES / 10, "worker {w} handled only {n}: {share:?}");
     }
-    assert_nothing_left(&queue, &client, Duration::from_secs(3)).await;
+    assert_nothing_left(&queue, &client, WAIT).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -731,5 +730,5 @@ async fn soak() {
     assert_eq!(unknown, 0, "handled ids that were never sent");
     assert_eq!(partial, 0, "a ledger ends in a torn line");
     assert_eq!(stats, QueueStats::default(), "queue not drained");
-    assert_nothing_left(&queue, &client, Duration::from_secs(3)).await;
+    assert_nothing_left(&queue, &client, WAIT).await;
 }

@@ -9,15 +9,38 @@ mod support;
 support::queue_helpers!();
 
 use std::future::IntoFuture;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayqueue::{DelayQueue, Message, MessageId, QueueStats};
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
-use support::{all_keys, wait_until};
+use support::{all_keys, wait_for, wait_until, WAIT};
+use tokio::sync::Semaphore;
 
 const FETCH_INTERVAL: Duration = Duration::from_millis(50);
-const VIS: Duration = Duration::from_millis(300);
+/// The visibility timeout. A renewal comes when a third of the lease has
+/// passed, so a process stalled for about half a lease loses it: long
+/// enough that a loaded machine does not stall that long.
+const VIS: Duration = Duration::from_secs(2);
+
+/// The lease deadline (µs of Redis time) of `id` in queue `name`, if held.
+async fn lease_of(client: &Client, name: &str, id: &MessageId) -> Option<f64> {
+    client
+        .zscore(format!("dq:{{{name}}}:unack"), id.as_str())
+        .await
+        .unwrap()
+}
+
+/// Waits until `id`'s lease was renewed at or after `deadline` (µs), that is
+/// until it outlived a lease ending then.
+async fn wait_renewed_past(client: &Client, name: &str, id: &MessageId, deadline: f64) -> bool {
+    let past = deadline + VIS.as_micros() as f64;
+    wait_for(WAIT, || async {
+        lease_of(client, name, id).await.is_some_and(|l| l >= past)
+    })
+    .await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
@@ -28,10 +51,16 @@ async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
     })
     .await;
     let log = Log::default();
+    // The handlers run until the test has seen their leases outlive the first.
+    let release = Arc::new(Semaphore::new(0));
+    let held = release.clone();
     let slow = q
-        .start_consume(recording(&log, |_msg: Message| async move {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-            Ok(())
+        .start_consume(recording(&log, move |_msg: Message| {
+            let held = held.clone();
+            async move {
+                let _ = tokio::time::timeout(WAIT, held.acquire()).await;
+                Ok(())
+            }
         }))
         .await
         .unwrap();
@@ -39,21 +68,20 @@ async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
         futures::future::try_join_all((0..5).map(|i| q.send_delay_msg(format!("m{i}"), Duration::ZERO).into_future()))
             .await
             .unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 5).await);
+    assert!(wait_until(WAIT, || log.len() == 5).await);
     // A second consumer sweeps for timed-out deliveries all along: it must
     // find none, since the slow handlers' leases keep being renewed.
     let other_log = Log::default();
     let other = q.start_consume(acking(&other_log)).await.unwrap();
-    let unack = "dq:{slow}:unack";
-    let first: f64 = client.zscore(unack, ids[0].as_str()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let later: f64 = client.zscore(unack, ids[0].as_str()).await.unwrap();
-    assert!(later > first, "lease not renewed: {first} -> {later}");
-
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
-        QueueStats::default()
+    let first = lease_of(&client, "slow", &ids[0]).await.expect("m0 not held");
+    assert!(
+        wait_renewed_past(&client, "slow", &ids[0], first).await,
+        "lease not renewed past {first}: {:?}",
+        lease_of(&client, "slow", &ids[0]).await
     );
+    release.add_permits(ids.len());
+
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     assert!(
         other_log.is_empty(),
         "a renewed message was redelivered: {:?}",
@@ -107,73 +135,67 @@ async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
         rt.shutdown_background();
     });
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    tokio::task::spawn_blocking(move || started_rx.recv_timeout(Duration::from_secs(5)))
+    tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
         .await
         .unwrap()
         .expect("A never started the handler");
-    // Alive, A keeps the message for several leases.
-    tokio::time::sleep(VIS * 3).await;
+    // Alive, A keeps the message past its first lease.
+    let first = lease_of(&client, "dead", &id).await.expect("not held");
+    assert!(wait_renewed_past(&client, "dead", &id, first).await, "A did not renew");
     assert_eq!(q.stats().await.unwrap().processing, 1);
     let log = Log::default();
     let b = q.start_consume(acking(&log)).await.unwrap();
-    tokio::time::sleep(VIS).await;
+    // B sweeps while A renews past the lease B first saw.
+    let seen = lease_of(&client, "dead", &id).await.expect("not held");
+    assert!(wait_renewed_past(&client, "dead", &id, seen).await, "A did not renew");
     assert!(log.is_empty(), "B took a message A still renews");
 
     let crashed = Instant::now();
     crash_tx.send(()).unwrap();
     a.join().unwrap();
-    assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 1).await,
-        "never redelivered"
-    );
+    assert!(wait_until(WAIT, || log.len() == 1).await, "never redelivered");
+    // How soon is a measurement, not a pass condition: a loaded machine
+    // may take longer.
     let took = log.snapshot()[0].2 - crashed;
     println!("FAULT scenario=dead-renewer redelivered_after_ms={}", took.as_millis());
     assert_eq!(log.attempts(&id), vec![2]);
-    assert!(
-        took < VIS + FETCH_INTERVAL * 4 + Duration::from_millis(500),
-        "took {took:?}"
-    );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
 
 #[tokio::test]
 async fn a_stuck_handler_is_cut_at_its_handler_timeout_and_the_delivery_counts() {
+    let limit = VIS * 2;
     let (_server, client, q) = start_queue("stuck", FETCH_INTERVAL, |b| {
-        b.max_consume_duration(Duration::from_millis(200))
-            .handler_timeout(Duration::from_secs(1))
+        b.max_consume_duration(VIS)
+            .handler_timeout(limit)
             .default_retry_count(1)
     })
     .await;
     let log = Log::default();
     let consumer = q
         .start_consume(recording(&log, |msg: Message| async move {
+            // Longer than the test waits: only a cut ends it.
             if msg.attempt() < 3 {
-                tokio::time::sleep(Duration::from_secs(30)).await;
+                tokio::time::sleep(WAIT * 4).await;
             }
             Ok(())
         }))
         .await
         .unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 2).await, "attempt 1 was not cut");
     let deliveries = log.snapshot();
-    // Renewed past five leases, then cut at the handler's limit.
+    // Renewed past its first lease, then cut at the handler's limit.
     let gap = deliveries[1].2 - deliveries[0].2;
-    assert!(
-        gap >= Duration::from_millis(950) && gap < Duration::from_secs(3),
-        "gap {gap:?}"
-    );
+    assert!(gap >= limit - Duration::from_millis(50), "gap {gap:?}");
     assert_eq!(log.attempts(&id), vec![1, 2]);
     // Retry count 1: two deliveries, both cut, so the message is dead.
     assert_eq!(
         wait_stats(
             &q,
-            Duration::from_secs(3),
+            WAIT,
             QueueStats {
                 garbage: 1,
                 ..Default::default()
@@ -194,21 +216,31 @@ async fn a_stuck_handler_is_cut_at_its_handler_timeout_and_the_delivery_counts()
 #[tokio::test]
 async fn shutdown_waits_for_renewed_handlers_and_acks_them() {
     let (_server, client, q): (_, _, DelayQueue) = start_queue("shut", FETCH_INTERVAL, |b| {
-        b.max_consume_duration(Duration::from_millis(150))
-            .handler_timeout(Duration::from_secs(5))
+        b.max_consume_duration(VIS).handler_timeout(WAIT * 2)
     })
     .await;
     let log = Log::default();
+    let release = Arc::new(Semaphore::new(0));
+    let held = release.clone();
     let consumer = q
-        .start_consume(recording(&log, |_msg: Message| async move {
-            tokio::time::sleep(Duration::from_millis(1000)).await;
-            Ok(())
+        .start_consume(recording(&log, move |_msg: Message| {
+            let held = held.clone();
+            async move {
+                let _ = tokio::time::timeout(WAIT, held.acquire()).await;
+                Ok(())
+            }
         }))
         .await
         .unwrap();
-    q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    consumer.shutdown().await.unwrap();
+    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    let first = lease_of(&client, "shut", &id).await.expect("not held");
+    let stopping = tokio::spawn(consumer.shutdown());
+    // Still renewed while the consumer stops, past the first lease.
+    assert!(wait_renewed_past(&client, "shut", &id, first).await, "not renewed");
+    assert!(!stopping.is_finished(), "shutdown did not wait for the running handler");
+    release.add_permits(1);
+    stopping.await.unwrap().unwrap();
     assert_eq!(log.len(), 1);
     assert_eq!(q.stats().await.unwrap(), QueueStats::default());
     assert!(all_keys(&client).await.is_empty());

@@ -13,7 +13,7 @@ use std::time::Duration;
 use delayqueue::fred::prelude::*;
 use delayqueue::{DelayQueue, Event, HandlerError, Message, MessageState, QueueStats};
 use helpers::{recording, wait_stats, Log};
-use support::{wait_until, RedisServer};
+use support::{wait_until, RedisServer, WAIT};
 
 /// A renewal (`extend`) that times out on the client but runs in Redis
 /// once a write pause ends leaves Redis holding a lease the consumer never
@@ -47,10 +47,7 @@ async fn a_renewal_whose_reply_is_lost_keeps_the_lease() {
         .await
         .unwrap();
     let id = q.send_delay_msg("slow", Duration::ZERO).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(20), || log.len() == 1).await,
-        "never delivered"
-    );
+    assert!(wait_until(WAIT, || log.len() == 1).await, "never delivered");
     // Pauses of 1.1 s every 1.6 s while the handler runs: each is shorter
     // than the 1.5 s or more a renewed lease has left, and renewals (every
     // 0.5 s) keep running into them.
@@ -59,7 +56,7 @@ async fn a_renewal_whose_reply_is_lost_keeps_the_lease() {
         assert_eq!(server.raw_command(&["CLIENT", "PAUSE", "1100", "WRITE"]), "OK");
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    let drained = wait_stats(&q, Duration::from_secs(60), QueueStats::default()).await;
+    let drained = wait_stats(&q, WAIT, QueueStats::default()).await;
     assert_eq!(drained, QueueStats::default(), "the message was not acked");
     consumer.shutdown().await.unwrap();
     assert_eq!(log.attempts(&id), vec![1], "delivered more than once");
@@ -101,7 +98,7 @@ async fn deliveries_waiting_for_a_slot_are_handed_back_uncounted() {
         .await
         .unwrap();
     q.send_delay_msg("fast", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(20), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     let mut ids = HashSet::new();
     for _ in 0..10 {
         ids.insert(q.send_delay_msg("slow", Duration::ZERO).await.unwrap());

@@ -12,7 +12,8 @@ use delayqueue::{
 };
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use support::{all_keys, wait_until, RedisServer};
+use support::{all_keys, wait_until, RedisServer, WAIT};
+use tokio::sync::broadcast;
 
 /// How often the consumers in these tests poll.
 const FETCH_INTERVAL: Duration = Duration::from_millis(100);
@@ -23,6 +24,29 @@ fn gaps(log: &Log, id: &MessageId) -> Vec<Duration> {
     times.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
+/// The events `events` has received so far.
+fn received(events: &mut broadcast::Receiver<Event>) -> Vec<Event> {
+    std::iter::from_fn(|| events.try_recv().ok()).collect()
+}
+
+/// The next event, waiting for it up to `WAIT`.
+async fn next_event(events: &mut broadcast::Receiver<Event>) -> Event {
+    tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("no event came")
+        .expect("events were missed")
+}
+
+/// The `retry_in` of each `Failed` event of `id` in `seen`, in order.
+fn retry_ins(seen: &[Event], id: &MessageId) -> Vec<Duration> {
+    seen.iter()
+        .filter_map(|e| match e {
+            Event::Failed { id: of, retry_in, .. } if of == id => Some(*retry_in),
+            _ => None,
+        })
+        .collect()
+}
+
 fn failing() -> impl Fn(Message) -> std::future::Ready<Result<(), HandlerError>> {
     |_msg| std::future::ready(Err("HTTP 503 from the webhook".into()))
 }
@@ -31,34 +55,35 @@ fn failing() -> impl Fn(Message) -> std::future::Ready<Result<(), HandlerError>>
 async fn the_default_backoff_doubles_from_one_second() {
     let (_server, _client, q) = start_queue("backoff", FETCH_INTERVAL, |b| b.default_retry_count(2)).await;
     let log = Log::default();
+    let mut events = q.events();
     let consumer = q.start_consume(recording(&log, failing())).await.unwrap();
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(8), || log.len() == 3).await,
-        "{}",
-        log.len()
-    );
-    let gaps = gaps(&log, &id);
-    // 1 s then 2 s, each up to a quarter shorter (jitter), plus scheduling.
-    assert!(
-        gaps[0] >= Duration::from_millis(740) && gaps[0] < Duration::from_millis(1500),
-        "{gaps:?}"
-    );
-    assert!(
-        gaps[1] >= Duration::from_millis(1490) && gaps[1] < Duration::from_millis(2600),
-        "{gaps:?}"
-    );
+    assert!(wait_until(WAIT, || log.len() == 3).await, "{}", log.len());
     consumer.shutdown().await.unwrap();
+    // 1 s then 2 s, each up to a quarter shorter (jitter), as scheduled.
+    let delays = retry_ins(&received(&mut events), &id);
+    assert_eq!(delays.len(), 2, "{delays:?}");
+    let ms = |d: Duration| d.as_millis();
+    assert!((750..=1000).contains(&ms(delays[0])), "{delays:?}");
+    assert!((1500..=2000).contains(&ms(delays[1])), "{delays:?}");
+    // And never delivered before that (10 ms for Redis' clock against ours).
+    // How much later is scheduling, not the backoff: not checked here.
+    let gaps = gaps(&log, &id);
+    for (gap, delay) in gaps.iter().zip(&delays) {
+        assert!(*gap + Duration::from_millis(10) >= *delay, "{gaps:?} {delays:?}");
+    }
 }
 
 #[tokio::test]
 async fn per_message_backoff_and_retry_after_override_the_queue() {
+    // Far longer than the test waits: a retry that comes at all did not use it.
     let (_server, _client, q) = start_queue("override", FETCH_INTERVAL, |b| {
-        b.backoff(Backoff::fixed(Duration::from_secs(30)))
+        b.backoff(Backoff::fixed(Duration::from_secs(3600)))
             .default_retry_count(2)
     })
     .await;
     let log = Log::default();
+    let mut events = q.events();
     let consumer = q
         .start_consume(recording(&log, |msg: Message| async move {
             if msg.payload() == b"asks" {
@@ -74,24 +99,20 @@ async fn per_message_backoff_and_retry_after_override_the_queue() {
         .await
         .unwrap();
     let asks = q.send_delay_msg("asks", Duration::ZERO).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 6).await,
-        "{:?}",
-        log.counts()
-    );
-    let own_gaps = gaps(&log, &own);
-    assert!(
-        own_gaps[0] >= Duration::from_millis(195) && own_gaps[1] >= Duration::from_millis(395),
-        "{own_gaps:?}"
-    );
-    assert!(own_gaps.iter().all(|g| *g < Duration::from_secs(2)), "{own_gaps:?}");
-    let asks_gaps = gaps(&log, &asks);
-    assert!(
-        asks_gaps
-            .iter()
-            .all(|g| *g >= Duration::from_millis(295) && *g < Duration::from_secs(2)),
-        "{asks_gaps:?}"
-    );
+    assert!(wait_until(WAIT, || log.len() == 6).await, "{:?}", log.counts());
+    // Scheduled as the message's backoff and the handler's RetryAfter say,
+    // and not delivered before (5 ms for Redis' clock against ours).
+    let seen = received(&mut events);
+    let (own_delays, asks_delays) = (retry_ins(&seen, &own), retry_ins(&seen, &asks));
+    let ms = |d: &[Duration]| d.iter().map(Duration::as_millis).collect::<Vec<_>>();
+    assert_eq!(ms(&own_delays), vec![200, 400]);
+    assert_eq!(ms(&asks_delays), vec![300, 300]);
+    for (id, delays) in [(&own, &own_delays), (&asks, &asks_delays)] {
+        let gaps = gaps(&log, id);
+        for (gap, delay) in gaps.iter().zip(delays) {
+            assert!(*gap + Duration::from_millis(5) >= *delay, "{id}: {gaps:?} {delays:?}");
+        }
+    }
     // A custom backoff cannot travel with a message.
     let custom = q
         .send_delay_msg("x", Duration::ZERO)
@@ -128,7 +149,7 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
         garbage: 3,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     assert_eq!(log.attempts(&flaky), vec![1, 2]);
     assert_eq!(log.attempts(&skip), vec![1], "SkipRetry is not retried");
     consumer.shutdown().await.unwrap();
@@ -163,18 +184,15 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
     assert!(q.requeue_dead(&flaky).await.unwrap());
     assert!(!q.requeue_dead(&flaky).await.unwrap(), "no longer dead");
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.attempts(&flaky) == vec![1, 2, 1]).await);
+    assert!(wait_until(WAIT, || log.attempts(&flaky) == vec![1, 2, 1]).await);
     let want = QueueStats {
         garbage: 2,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(3), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     // Requeue all, then nothing is dead; they are acked this time.
     assert_eq!(q.requeue_all_dead().await.unwrap(), 2);
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(q.status().await.unwrap().totals.acked, 3);
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -184,7 +202,8 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
 async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
     let (_server, client, q) = start_queue("retention", FETCH_INTERVAL, |b| {
         b.default_retry_count(0)
-            .dead_letter_retention(Duration::from_millis(1500))
+            // Long enough to see the cap at work first on a loaded machine.
+            .dead_letter_retention(Duration::from_secs(8))
             .dead_letter_limit(3)
     })
     .await;
@@ -199,7 +218,7 @@ async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
         garbage: 3,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(3), capped).await, capped);
+    assert_eq!(wait_stats(&q, WAIT, capped).await, capped);
     let kept: Vec<MessageId> = q
         .list(MessageState::Garbage, 0, 10)
         .await
@@ -210,10 +229,7 @@ async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
         .collect();
     assert_eq!(kept, ids[2..].to_vec());
     // Then the retention passes: all gone, payloads and records too.
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(4), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
     let deleted = q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
@@ -237,24 +253,25 @@ async fn events_tell_what_happened_in_order() {
         })
         .await
         .unwrap();
-    let ok = q.send_delay_msg("ok", Duration::ZERO).await.unwrap();
-    let bad = q.send_delay_msg("bad", Duration::from_millis(200)).await.unwrap();
     let mut seen = Vec::new();
-    let end = tokio::time::Instant::now() + Duration::from_secs(5);
-    while seen.len() < 8 && tokio::time::Instant::now() < end {
-        if let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(100), events.recv()).await {
-            seen.push(e);
-        }
+    // "bad" is sent once "ok" is done, so the order of the two is fixed.
+    let ok = q.send_delay_msg("ok", Duration::ZERO).await.unwrap();
+    while seen.len() < 3 {
+        seen.push(next_event(&mut events).await);
+    }
+    let bad = q.send_delay_msg("bad", Duration::from_millis(200)).await.unwrap();
+    while seen.len() < 8 {
+        seen.push(next_event(&mut events).await);
     }
     consumer.shutdown().await.unwrap();
     let want = vec![
         Event::Sent { id: ok.clone() },
-        Event::Sent { id: bad.clone() },
         Event::Delivered {
             id: ok.clone(),
             attempt: 1,
         },
         Event::Acked { id: ok },
+        Event::Sent { id: bad.clone() },
         Event::Delivered {
             id: bad.clone(),
             attempt: 1,
@@ -307,7 +324,7 @@ async fn metrics_reach_the_installed_recorder() {
         garbage: 1,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     consumer.shutdown().await.unwrap();
     let mut counters = HashMap::new();
     let mut histograms = HashMap::new();

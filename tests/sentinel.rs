@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use delayqueue::{DelayQueue, Durability, Error, MessageId};
 use helpers::{acking, Log};
 use support::sentinel::SentinelSetup;
+use support::{wait_for, wait_until, WAIT};
 
 /// Producer tasks per queue.
 const PRODUCERS: usize = 2;
@@ -145,11 +146,15 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
     if cut_link_first {
         setup.signal_replicas("CONT");
     }
-    let new = setup.wait_failover(old, Duration::from_secs(30)).await;
+    let new = setup.wait_failover(old, 2 * WAIT).await;
     let failover_took = started.elapsed() - killed_at;
-    let replica_back = setup.wait_replicas_of(new, 1, Duration::from_secs(15)).await;
+    let replica_back = setup.wait_replicas_of(new, 1, WAIT).await;
     let resynced_after = started.elapsed() - killed_at;
+    // Keep sending until both queues made progress on the new primary
+    // (for at least 1.5 s), however slow the machine.
+    let marks: Vec<usize> = lanes.iter().map(|l| l.log.len()).collect();
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_until(WAIT, || lanes.iter().zip(&marks).all(|(l, m)| l.log.len() >= m + 20)).await;
     stop.store(true, Ordering::Relaxed);
 
     let mut lost_by_queue = HashMap::new();
@@ -166,14 +171,11 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
         let acknowledged: HashSet<&MessageId> = sent.acknowledged.iter().map(|(id, _)| id).collect();
         // Until every acknowledged message is delivered, or the queue is
         // drained (lost messages are not coming).
-        let end = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < end {
+        wait_for(WAIT, || async {
             let ids = lane.log.ids();
-            if acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.stats().await.unwrap().live() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.stats().await.unwrap().live() == 0
+        })
+        .await;
         let log = &lane.log;
         let ids = log.ids();
         let lost: Vec<&(MessageId, Duration)> = sent.acknowledged.iter().filter(|(id, _)| !ids.contains(id)).collect();

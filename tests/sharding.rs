@@ -18,7 +18,7 @@ use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, MessageSta
 use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::cluster::RedisCluster;
 use support::logs::Logs;
-use support::{all_keys, wait_until};
+use support::{all_keys, wait_until, WAIT};
 
 const FETCH_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -69,11 +69,8 @@ async fn every_message_is_delivered_once_from_every_shard() {
 
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(20), || log.ids().len() == 2100).await);
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert!(wait_until(2 * WAIT, || log.ids().len() == 2100).await);
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert!(log.counts().values().all(|&n| n == 1), "a message was delivered twice");
     assert!(q.check_integrity().await.unwrap().is_clean());
@@ -82,15 +79,21 @@ async fn every_message_is_delivered_once_from_every_shard() {
     assert_eq!((status.totals.sent, status.totals.acked), (2100, 2100));
 }
 
-/// Each shard's wake-ups reach the consumer: with a 10 s sweep, messages
-/// sent to every shard after it started still come on time.
+/// Each shard's wake-ups reach the consumer: with a sweep far apart,
+/// messages sent to every shard after it started still come, and not early.
 #[tokio::test]
 async fn wake_ups_of_every_shard_reach_the_consumer() {
-    let (_server, _client, q) = start_queue("woken", Duration::from_secs(10), |b| b.shards(3)).await;
+    // Far longer than the test waits: only wake-ups bring messages in time.
+    let (_server, _client, q) = start_queue("woken", Duration::from_secs(600), |b| b.shards(3)).await;
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    // Past the first sweep, which looks at every shard once.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once a first message of each shard went through, each shard's first
+    // sweep has passed.
+    let first: Vec<String> = (0..3).flat_map(|s| ids_in_shard("first", s, 3, 1)).collect();
+    for id in &first {
+        q.send_delay_msg("x", Duration::ZERO).id(id.as_str()).await.unwrap();
+    }
+    assert!(wait_until(WAIT, || log.len() == first.len()).await);
     let ids: Vec<String> = (0..3).flat_map(|s| ids_in_shard("w", s, 3, 2)).collect();
     let sent = Instant::now();
     for id in &ids {
@@ -100,13 +103,17 @@ async fn wake_ups_of_every_shard_reach_the_consumer() {
             .unwrap();
     }
     assert!(
-        wait_until(Duration::from_secs(5), || log.len() == ids.len()).await,
+        wait_until(WAIT, || log.len() == first.len() + ids.len()).await,
         "{} of {} delivered",
-        log.len(),
+        log.len() - first.len(),
         ids.len()
     );
-    let last = log.snapshot().iter().map(|d| d.2).max().unwrap();
-    assert!(last - sent < Duration::from_secs(2), "woken late: {:?}", last - sent);
+    let earliest = log.snapshot()[first.len()..].iter().map(|d| d.2).min().unwrap();
+    assert!(
+        earliest - sent >= Duration::from_millis(195),
+        "early: {:?}",
+        earliest - sent
+    );
     consumer.shutdown().await.unwrap();
 }
 
@@ -172,13 +179,13 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
         }))
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 2).await);
     let want = QueueStats {
         pending: 27,
         garbage: 2,
         ..QueueStats::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     consumer.shutdown().await.unwrap();
     let status = q.status().await.unwrap();
     assert_eq!((status.totals.sent, status.totals.dead), (30, 2));
@@ -224,10 +231,10 @@ async fn claims_are_fair_between_shards() {
         .await
         .unwrap();
     // The busy shard has claimed all it may by the time its 10th is done.
-    assert!(wait_until(Duration::from_secs(10), || order.lock().unwrap().len() >= 10).await);
+    assert!(wait_until(WAIT, || order.lock().unwrap().len() >= 10).await);
     let before = order.lock().unwrap().len();
     send(&small).await;
-    assert!(wait_until(Duration::from_secs(30), || order.lock().unwrap().len() >= 1020).await);
+    assert!(wait_until(2 * WAIT, || order.lock().unwrap().len() >= 1020).await);
     consumer.shutdown().await.unwrap();
     let order = order.lock().unwrap().clone();
     let last_small = order.iter().rposition(|id| id.starts_with("small")).unwrap();
@@ -309,15 +316,9 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
     });
     futures::future::join_all(producers).await;
     let total = 600 + 3 * 10 * 81;
-    let end = Instant::now() + Duration::from_secs(30);
-    while log.ids().len() < total && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(2 * WAIT, || log.ids().len() >= total).await;
     assert_eq!(log.ids().len(), total, "messages lost");
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     for c in consumers {
         c.shutdown().await.unwrap();
     }

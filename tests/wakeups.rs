@@ -13,18 +13,21 @@ use std::time::{Duration, Instant};
 
 use delayqueue::{Error, MessageId, NewMessage, QueueStats};
 use helpers::{acking, queue_builder, start_queue, wait_stats, Log};
-use support::{all_keys, wait_until};
+use support::{all_keys, wait_until, WAIT};
 
-/// Far longer than any wait below: without a wake-up nothing arrives in time.
-const SLOW_POLL: Duration = Duration::from_secs(60);
+/// Far longer than any wait below (`WAIT`): without a wake-up nothing
+/// arrives in time.
+const SLOW_POLL: Duration = Duration::from_secs(600);
 
 #[tokio::test]
 async fn a_send_from_another_client_wakes_an_idle_consumer() {
     let (server, _client, q) = start_queue("idle", SLOW_POLL, |b| b).await;
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    // Let the first sweep pass so the consumer is asleep until SLOW_POLL.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once a first message went through, the first sweep has passed and
+    // the consumer is asleep until SLOW_POLL.
+    q.send_delay_msg("first", Duration::ZERO).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     // Another process: its own connection and queue handle.
     let other = server.client().await;
     let producer = queue_builder("idle", &other, SLOW_POLL).build().unwrap();
@@ -35,7 +38,7 @@ async fn a_send_from_another_client_wakes_an_idle_consumer() {
         .await
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(5), || log.len() == 2).await,
+        wait_until(WAIT, || log.len() == 3).await,
         "no wake-up: {} delivered",
         log.len()
     );
@@ -53,11 +56,11 @@ async fn a_message_due_before_the_known_head_wakes_the_consumer_earlier() {
     let (_server, _client, q) = start_queue("head", SLOW_POLL, |b| b).await;
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    // The consumer learns of a message due in 30 s and sleeps until then.
-    q.send_delay_msg("late", Duration::from_secs(30)).await.unwrap();
+    // The consumer learns of a message due after SLOW_POLL and sleeps until then.
+    q.send_delay_msg("late", SLOW_POLL).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     q.send_delay_msg("early", Duration::from_millis(200)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(log.snapshot()[0].3, b"early");
     consumer.shutdown().await.unwrap();
 }
@@ -71,7 +74,7 @@ async fn a_failed_delivery_is_retried_at_once_through_a_wake_up() {
         .start_consume(move |msg: delayqueue::Message| {
             l.record(&msg);
             async move {
-                if msg.attempt() == 1 {
+                if msg.payload() == b"x" && msg.attempt() == 1 {
                     Err("first attempt fails".into())
                 } else {
                     Ok(())
@@ -80,9 +83,11 @@ async fn a_failed_delivery_is_retried_at_once_through_a_wake_up() {
         })
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Past the first sweep once a first message went through.
+    q.send_delay_msg("first", Duration::ZERO).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 2).await);
+    assert!(wait_until(WAIT, || log.len() == 3).await);
     assert_eq!(log.attempts(&id), vec![1, 2]);
     consumer.shutdown().await.unwrap();
 }
@@ -98,10 +103,10 @@ async fn wake_ups_resume_after_the_subscriber_connection_is_killed() {
     // on the resubscribed connection, the message is delivered.
     tokio::time::sleep(Duration::from_millis(100)).await;
     q.send_delay_msg("after kill", Duration::ZERO).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     // The subscriber came back: the next wake-up is delivered without a sweep.
     assert!(
-        wait_until(Duration::from_secs(5), || server
+        wait_until(WAIT, || server
             .raw_command(&["PUBSUB", "NUMSUB", "dq:{killed}:wake"])
             .ends_with('1'))
         .await
@@ -145,11 +150,8 @@ async fn send_batch_reports_each_message_and_all_are_delivered_once() {
     assert!(q.cancel(&MessageId::from("dup")).await.unwrap());
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(10), || log.len() >= 251).await);
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert!(wait_until(WAIT, || log.len() >= 251).await);
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     // Exactly once each, every id sent, nothing left behind.
     assert_eq!(log.len(), 251);
@@ -170,15 +172,8 @@ async fn a_backlog_drains_through_batched_claims_and_acks_exactly_once() {
     // Two consumers compete for the same backlog.
     let a = q.start_consume(acking(&log)).await.unwrap();
     let b = q.start_consume(acking(&log)).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(20), || log.len() >= n).await,
-        "{}",
-        log.len()
-    );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(5), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert!(wait_until(2 * WAIT, || log.len() >= n).await, "{}", log.len());
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
     assert_eq!(log.len(), n, "a message was delivered twice");

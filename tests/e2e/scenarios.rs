@@ -14,7 +14,7 @@ use delayqueue::{DelayQueue, DelayQueueBuilder, Error, HandlerError, Message, Me
 
 use crate::backends::Backend;
 use crate::helpers::{acking, recording, wait_stats, Log};
-use crate::support::wait_until;
+use crate::support::{wait_until, WAIT};
 
 /// How often the consumers in these tests poll.
 const FETCH_INTERVAL: Duration = Duration::from_millis(100);
@@ -72,23 +72,17 @@ pub async fn delayed_message_is_delivered_not_before_due_and_leaves_nothing(b: &
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let sent_at = Instant::now();
     let id = q.send_delay_msg("hello", Duration::from_millis(300)).await.unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 1).await);
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     let (got, attempt, at, payload) = log.snapshot()[0].clone();
     assert_eq!((got, attempt, payload), (id, 1, b"hello".to_vec()));
+    // Never early. How late is scheduling on a possibly loaded machine,
+    // not a pass condition.
     assert!(
         at - sent_at >= Duration::from_millis(295),
         "delivered early: {:?}",
         at - sent_at
     );
-    assert!(
-        at - sent_at < Duration::from_millis(1000),
-        "delivered late: {:?}",
-        at - sent_at
-    );
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(b.keys().await, Vec::<String>::new(), "keys left after ack");
 }
@@ -105,16 +99,15 @@ pub async fn schedule_at_and_immediate_delivery(b: &impl Backend) {
     q.send_schedule_msg("later", SystemTime::now() + Duration::from_millis(400))
         .await
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || log.len() == 3).await);
+    assert!(wait_until(WAIT, || log.len() == 3).await);
     let log = log.snapshot();
     let at = |p: &[u8]| log.iter().find(|e| e.3 == p).unwrap().2 - start;
-    assert!(at(b"now") < Duration::from_millis(300), "{:?}", at(b"now"));
-    assert!(at(b"past") < Duration::from_millis(300));
+    // Due now and overdue come at once: before the one due later, which
+    // comes not early. (How soon is not a pass condition.)
+    assert!(at(b"now") < at(b"later"), "{log:?}");
+    assert!(at(b"past") < at(b"later"), "{log:?}");
     assert!(at(b"later") >= Duration::from_millis(390), "{:?}", at(b"later"));
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(2), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(b.keys().await, Vec::<String>::new());
 }
@@ -138,19 +131,12 @@ pub async fn handler_error_and_panic_retry_then_garbage_with_n_plus_1_attempts(b
     let failing = q.send_delay_msg("err", Duration::ZERO).await.unwrap();
     let panicking = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
     let five = q.send_delay_msg("err", Duration::ZERO).retry_count(4).await.unwrap();
-    assert!(
-        wait_until(Duration::from_secs(10), || log.len() == 3 + 3 + 5).await,
-        "{}",
-        log.len()
-    );
+    assert!(wait_until(WAIT, || log.len() == 3 + 3 + 5).await, "{}", log.len());
     assert_eq!(log.attempts(&failing), vec![1, 2, 3]);
     assert_eq!(log.attempts(&panicking), vec![1, 2, 3]);
     assert_eq!(log.attempts(&five), vec![1, 2, 3, 4, 5]);
     // Collected as garbage: nothing of them remains.
-    assert_eq!(
-        wait_stats(&q, Duration::from_secs(3), QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(log.len(), 11, "delivered again after garbage");
     consumer.shutdown().await.unwrap();
@@ -182,11 +168,7 @@ pub async fn many_messages_with_concurrency_are_each_delivered_once(b: &impl Bac
         }
     });
     let ids = futures::future::join_all(sends).await;
-    assert!(
-        wait_until(Duration::from_secs(30), || log.len() >= 2000).await,
-        "{}",
-        log.len()
-    );
+    assert!(wait_until(2 * WAIT, || log.len() >= 2000).await, "{}", log.len());
     let counts = log.counts();
     for id in &ids {
         assert_eq!(counts.get(id), Some(&1), "{id}");
@@ -242,15 +224,22 @@ pub async fn reschedule_pushes_a_pending_message_out_and_delivers_it_once(b: &im
     let q = queue(b, "debounce", |b| b);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    let id = q.send_delay_msg("logout", Duration::from_millis(300)).await.unwrap();
-    let started = Instant::now();
+    // Due long after each next reschedule, however slow the machine: the
+    // consumer sees a due time come that was pushed out before it came.
+    let debounce = Duration::from_secs(2);
+    let id = q.send_delay_msg("logout", debounce).await.unwrap();
+    let mut last = Instant::now();
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert!(q.reschedule(&id, Duration::from_millis(300)).await.unwrap());
+        last = Instant::now();
+        assert!(q.reschedule(&id, debounce).await.unwrap());
     }
-    assert!(wait_until(Duration::from_secs(3), || log.len() == 1).await);
-    let delivered_after = log.snapshot()[0].2 - started;
-    assert!(delivered_after >= Duration::from_millis(740), "{delivered_after:?}");
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    let delivered_after = log.snapshot()[0].2 - last;
+    assert!(
+        delivered_after >= debounce - Duration::from_millis(10),
+        "{delivered_after:?}"
+    );
     assert!(!q.reschedule(&id, Duration::from_secs(1)).await.unwrap());
     assert!(matches!(
         q.reschedule(&"bad id".into(), Duration::ZERO).await,
@@ -301,7 +290,7 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
     ids.push(later[10].clone());
 
     assert!(
-        wait_until(Duration::from_secs(10), || log.len() >= ids.len()).await,
+        wait_until(WAIT, || log.len() >= ids.len()).await,
         "{} of {} delivered",
         log.len(),
         ids.len()
@@ -316,7 +305,7 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
         pending: 9,
         ..Default::default()
     };
-    assert_eq!(wait_stats(&q, Duration::from_secs(5), want).await, want);
+    assert_eq!(wait_stats(&q, WAIT, want).await, want);
     let report = q.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
     for id in &later[11..] {

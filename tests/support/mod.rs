@@ -30,7 +30,7 @@ use fred::clients::Client;
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 
 /// How long a freshly spawned server may take to answer `PING`.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const READY_TIMEOUT: Duration = WAIT;
 /// Poll interval while waiting for the server to come up.
 const READY_POLL: Duration = Duration::from_millis(20);
 /// Attempts with a fresh port when the server exits early (port race).
@@ -226,6 +226,17 @@ impl RedisServer {
         self.start_again().await;
     }
 
+    /// Redis's clock (`TIME`) in ms since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        match self.raw_reply(&["TIME"]) {
+            RawReply::Array(t) => {
+                t[0].render().parse::<u64>().expect("support: TIME seconds") * 1000
+                    + t[1].render().parse::<u64>().expect("support: TIME micros") / 1000
+            }
+            other => panic!("support: TIME -> {other:?}"),
+        }
+    }
+
     /// Send one command over a fresh raw TCP connection (no fred involved) and
     /// return the reply rendered by [`RawReply::render`].
     pub fn raw_command(&self, args: &[&str]) -> String {
@@ -386,6 +397,11 @@ impl Drop for RedisServer {
     }
 }
 
+/// How long a test waits for something that should happen within moments.
+/// Generous on purpose: a loaded machine may stall a process for seconds,
+/// and a passing test never waits this long, so it costs nothing.
+pub const WAIT: Duration = Duration::from_secs(30);
+
 /// Polls `cond` every 10 ms until it holds or `limit` passes.
 pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
@@ -396,6 +412,23 @@ pub async fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cond()
+}
+
+/// [`wait_until`] for a condition that has to await (e.g. ask Redis):
+/// polls `cond` every 10 ms until it holds or `limit` passes.
+pub async fn wait_for<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond().await
 }
 
 /// A connected fred client on `url` that reconnects forever (fast backoff),

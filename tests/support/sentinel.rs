@@ -32,7 +32,7 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_millis(3000);
 /// How long the deployment may take to find all its members.
 const DISCOVER_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a sentinel may take to answer PING after it is spawned.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const READY_TIMEOUT: Duration = super::WAIT;
 /// Attempts with a fresh port when a sentinel exits early (port race).
 const START_ATTEMPTS: usize = 5;
 

@@ -17,7 +17,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 use super::{free_port, unique_temp_dir};
 
 /// How long the server may take to say it is ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const READY_TIMEOUT: Duration = super::WAIT;
 /// Attempts with a fresh port when the server exits early (port race).
 const START_ATTEMPTS: usize = 5;
 

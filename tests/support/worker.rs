@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a worker may take from spawn to `ready`.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
+pub const READY_TIMEOUT: Duration = super::WAIT;
 
 /// Settings of one worker process; see `examples/worker.rs` for the flags.
 #[derive(Debug, Clone)]
