@@ -79,7 +79,7 @@ impl IdOp {
     /// reschedule or requeue whose reply a fault could have swallowed may
     /// have run twice (fred re-sends it): the re-run of one whose first run
     /// did the work answers `false`, a limit the library documents
-    /// (docs/design.md, Known limits). So `Ok(false)` across such a fault
+    /// (docs/design.md §3, §11). So `Ok(false)` across such a fault
     /// and `Err` are uncertain; `Ok(true)` always holds, and `Ok(false)`
     /// without such a fault is certain (the id was unknown or in a state
     /// the call does not touch).
@@ -605,8 +605,13 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 let replayed = h
                     .faults
                     .iter()
-                    .find(|f| f.loses_replies(from, *at, limits))
-                    .map(|f| format!("; a reply was lost to {} (a hand-back sent again?)", h.fault_line(f).trim()))
+                    .rfind(|f| f.loses_replies(from, *at, limits))
+                    .map(|f| {
+                        format!(
+                            "; a reply was lost to {} (a hand-back sent again?)",
+                            h.fault_line(f).trim()
+                        )
+                    })
                     .unwrap_or_default();
                 v(
                     "lease-lost-unstarted",
@@ -630,7 +635,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
         // makes the ack or nack run again; its first run did the work, the
         // re-run finds no lease. (A renewal re-sends its own target, so a
         // renewal's lost reply loses no lease.)
-        let replayed = h.faults.iter().find(|f| f.loses_replies(d.start, *at, limits));
+        let replayed = h.faults.iter().rfind(|f| f.loses_replies(d.start, *at, limits));
         match replayed {
             Some(f) => v(
                 "lease-lost-replayed",
