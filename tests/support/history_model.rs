@@ -862,3 +862,138 @@ pub fn render(h: &History, violations: &[Violation], per_rule: usize) -> String 
     }
     s
 }
+
+/// The rules on small hand-made histories: what a fault excuses and what
+/// it does not.
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        lease: Duration::from_secs(2),
+        command_timeout: Duration::from_millis(500),
+    };
+
+    fn at(h: &History, ms: u64) -> Instant {
+        h.t0 + Duration::from_millis(ms)
+    }
+
+    /// A history with message `m` sent Ok at 0 ms, due at once, retry count 3.
+    fn sent() -> History {
+        let mut h = History::new();
+        h.sends.push(SendRec {
+            payload: "p".into(),
+            id: Some("m".into()),
+            caller_id: true,
+            delay: Duration::ZERO,
+            retry_count: 3,
+            start: h.t0,
+            end: at(&h, 1),
+            error: None,
+            how: "delay",
+        });
+        h
+    }
+
+    fn fault(h: &mut History, kind: &'static str, from: u64, to: u64) {
+        let (start, end) = (at(h, from), at(h, to));
+        h.faults.push(FaultRec {
+            kind,
+            start,
+            end,
+            detail: String::new(),
+        });
+    }
+
+    fn cancel(h: &mut History, from: u64, to: u64, result: Result<bool, String>) {
+        let (start, end) = (at(h, from), at(h, to));
+        h.ops.push(IdOp {
+            kind: "cancel",
+            id: "m".into(),
+            delay: None,
+            start,
+            end,
+            result,
+        });
+    }
+
+    fn deliver(h: &mut History, attempt: u32, from: u64, outcome: Outcome) {
+        let start = at(h, from);
+        h.deliveries.push(Delivery {
+            id: "m".into(),
+            payload: "p".into(),
+            attempt,
+            retry_count: 3,
+            consumer: "c0".into(),
+            renews: false,
+            start,
+            end: Some((start, outcome)),
+        });
+    }
+
+    fn rules(h: &History, fin: Option<&Final>) -> Vec<&'static str> {
+        check(h, LIMITS, fin).into_iter().map(|v| v.rule).collect()
+    }
+
+    fn drained(sent: u64) -> Final {
+        Final {
+            totals_sent: sent,
+            ..Final::default()
+        }
+    }
+
+    #[test]
+    fn a_false_cancel_across_a_lost_reply_may_have_cancelled() {
+        let mut h = sent();
+        cancel(&mut h, 100, 150, Ok(false));
+        assert_eq!(rules(&h, Some(&drained(1))), ["lost", "totals-balance"]);
+        fault(&mut h, "cut", 90, 90);
+        assert_eq!(rules(&h, Some(&drained(1))), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_send_across_a_lost_reply_may_be_stored_twice() {
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Ok);
+        deliver(&mut h, 1, 20, Outcome::Ok);
+        let fin = Final {
+            totals_sent: 2,
+            totals_acked: 2,
+            ..Final::default()
+        };
+        assert_eq!(rules(&h, Some(&fin)), ["totals-sent", "totals-acked"]);
+        fault(&mut h, "restart", 0, 1);
+        assert_eq!(rules(&h, Some(&fin)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn an_uncounted_delivery_needs_a_fault_in_its_lease_window() {
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Error);
+        deliver(&mut h, 3, 4000, Outcome::Ok);
+        assert_eq!(rules(&h, None), ["uncounted-delivery"]);
+        // Shorter than both the command time-out and a quarter lease.
+        fault(&mut h, "pause", 1000, 1300);
+        assert_eq!(rules(&h, None), ["uncounted-delivery"]);
+        // After the redelivery: not in the window.
+        fault(&mut h, "crash", 4100, 4100);
+        assert_eq!(rules(&h, None), ["uncounted-delivery"]);
+        fault(&mut h, "pause", 1000, 1593);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_lease_lost_to_a_lost_reply_is_reported_a_stall_excuses_it() {
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Ok);
+        let lost_at = at(&h, 400);
+        h.lease_lost.push(("c0".into(), "m".into(), lost_at));
+        assert_eq!(rules(&h, None), ["lease-lost"]);
+        fault(&mut h, "cut", 5, 5);
+        assert_eq!(rules(&h, None), ["lease-lost-replayed"]);
+        // An unrenewed delivery has at least a quarter lease left.
+        fault(&mut h, "pause", 20, 420);
+        assert_eq!(rules(&h, None), ["lease-lost-replayed"]);
+        fault(&mut h, "pause", 20, 560);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+}
