@@ -7,7 +7,8 @@
 //!
 //! The seed is printed at the start; `HISTORY_SEED=<n>` replays its choices
 //! (the timing of a run differs, so a failure may need a few replays).
-//! Knobs, each optional:
+//! With no knob set it is the run CI makes: about a minute, every fault,
+//! every handler kind, a fresh seed. Knobs, each optional:
 //!
 //! - `HISTORY_SECS`: how long operations and faults run (default 45).
 //! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush`,
@@ -22,7 +23,7 @@
 //!   followed by a graceful stop of a consumer.
 //! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
 //!   violations are printed at the end but do not fail the run, to look
-//!   past a known defect for others.
+//!   past a known defect for others. For debugging only, never in CI.
 //!
 //! `scripts/soak.sh history` runs it over and over with fresh seeds.
 
