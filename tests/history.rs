@@ -11,7 +11,7 @@
 //! every handler kind, a fresh seed. Knobs, each optional:
 //!
 //! - `HISTORY_SECS`: how long operations and faults run (default 45).
-//! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush`,
+//! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage`,
 //!   `all` (default) or `none`.
 //! - `HISTORY_HANDLERS`: comma list of `ok,error,panic,retry,skip,slow`,
 //!   `all` (default). `ok` is always among them in the final drain.
@@ -113,15 +113,17 @@ enum FaultKind {
     Stop,
     Restart,
     Flush,
+    Outage,
 }
 
-const FAULTS: [(&str, FaultKind); 6] = [
+const FAULTS: [(&str, FaultKind); 7] = [
     ("pause", FaultKind::Pause),
     ("cut", FaultKind::Cut),
     ("crash", FaultKind::Crash),
     ("stop", FaultKind::Stop),
     ("restart", FaultKind::Restart),
     ("flush", FaultKind::Flush),
+    ("outage", FaultKind::Outage),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -813,6 +815,27 @@ async fn history_keeps_the_at_least_once_promise() {
                     generation += 1;
                     let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
                     consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
+                }
+                FaultKind::Outage => {
+                    // No consumer at all for a while: messages fall due with
+                    // nobody to take them, and must wait, not vanish.
+                    for slot in consumers.iter_mut() {
+                        if let Some(e) = slot.take().unwrap().stop().await {
+                            shutdown_errors.push(e);
+                        }
+                    }
+                    generation += 1;
+                    tokio::time::sleep(Duration::from_millis(rng.range(2500, 4000))).await;
+                    for (i, slot) in consumers.iter_mut().enumerate() {
+                        let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
+                        *slot = Some(start_consumer(proxy.url(), &knobs, handler).await);
+                    }
+                    record_fault(
+                        &history,
+                        "outage",
+                        start,
+                        "every consumer shut down, then started again".into(),
+                    );
                 }
                 FaultKind::Restart => {
                     server.restart().await;
