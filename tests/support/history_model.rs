@@ -562,7 +562,14 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                     }
                 }
                 if let Some(p) = prev {
-                    if matches!(p.end, Some((_, Outcome::Skip))) && d.attempt == p.attempt + 1 {
+                    // Its dead nack may miss the lease only to a stall that
+                    // outlasts what the lease had left, or a crash before
+                    // the nack went out.
+                    let lost_nack = |end: Instant| {
+                        stalled(Some((p.start, p.renews)), end, d.start).is_some()
+                            || h.faults.iter().any(|f| f.kind == "crash" && f.overlaps(end, d.start))
+                    };
+                    if matches!(p.end, Some((end, Outcome::Skip)) if !lost_nack(end)) && d.attempt == p.attempt + 1 {
                         v(
                             "retried-skip",
                             id,
