@@ -21,29 +21,31 @@ Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
 Counts 'failed' and 'dead' in the totals.
 Publishes a wake-up when the message can be claimed again now, or is due
 before every other pending message.
-Idempotent: a re-run finds the lease gone and its own work done (the id
-out of unack, its retry record as this call left it) and returns what the
-first run returned, so a re-sent nack is not mistaken for a lost lease.
+Idempotent: a re-run finds the lease gone and its own work done (its
+retry record as this call left it, or one delivery on, if the message was
+claimed again since) and returns what the first run returned, so a
+re-sent nack is not mistaken for a lost lease.
 Complexity: O(log N).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
   KEYS[7], 'hash')
 local id, mode = ARGV[1], ARGV[4]
 local score = redis.call('ZSCORE', KEYS[1], id)
-if not score then
-  -- An earlier run of this call left the record so: release takes one
-  -- delivery off the count, fail and dead record this reason with it.
+if not score or tonumber(score) ~= tonumber(ARGV[2]) then
+  -- Not this delivery's lease. An earlier run of this call may have done
+  -- the work: it left the record so (release takes one delivery off the
+  -- count; fail and dead record this reason with it), plus one delivery
+  -- if the message was claimed again since. A lease taken back by the
+  -- sweep leaves another record (reason timeout, one more delivery).
   local record, attempt = redis.call('HGET', KEYS[2], id), tonumber(ARGV[9])
-  if mode == 'release' and record and count(record, -1) == attempt - 1 then
+  local n, again = count(record, -1), score and 1 or 0
+  if mode == 'release' and record and n == attempt - 1 + again then
     return 1
   end
-  if mode ~= 'release' and record and count(record, -1) == attempt
+  if mode ~= 'release' and record and n == attempt + again
       and reason_part(record) == (ARGV[7] == '' and '' or ':' .. ARGV[7]) then
-    return redis.call('ZSCORE', KEYS[5], id) and 2 or 1
+    return (not score and redis.call('ZSCORE', KEYS[5], id)) and 2 or 1
   end
-  return 0
-end
-if tonumber(score) ~= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('ZREM', KEYS[1], id)

@@ -2233,13 +2233,15 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
     env.seed("a", Some("0"));
     env.raw(&["RPUSH", &k.ready, "a"]);
 
-    // Wrong lease: nothing happens.
+    // Wrong lease: nothing happens. (A release of the attempt Redis holds
+    // under another lease reads as its own re-run after a new claim, the
+    // one way a consumer meets that state, and answers 1.)
     let c1 = env.claim_with("c", 10, 10, 1).await;
     // The receipt expires after 10 ms, at any point of what follows: drop it.
     env.raw(&["DEL", &k.claim("c")]);
     let state = env.snapshot();
     assert_eq!(env.nack("a", c1.lease + 1, 0, "fail").await, 0);
-    assert_eq!(env.nack("a", c1.lease - 1, 0, "release").await, 0);
+    assert_eq!(env.nack("a", c1.lease - 1, 0, "release").await, 1);
     assert_eq!(env.snapshot(), state);
 
     // The lease runs out, the message is taken back and claimed again.
@@ -2250,9 +2252,9 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
 
     // The first delivery's late nack, release and ack do nothing.
     let state = env.snapshot();
-    assert_eq!(env.nack("a", c1.lease, 0, "fail").await, 0);
-    assert_eq!(env.nack("a", c1.lease, 5_000, "fail").await, 0);
-    assert_eq!(env.nack("a", c1.lease, 0, "release").await, 0);
+    assert_eq!(env.nack_of("a", c1.lease, 0, "fail", "", 1).await, 0);
+    assert_eq!(env.nack_of("a", c1.lease, 5_000, "fail", "", 1).await, 0);
+    assert_eq!(env.nack_of("a", c1.lease, 0, "release", "", 1).await, 0);
     assert_eq!(env.ack(&[("a", c1.lease)]).await, vec![0]);
     assert_eq!(env.snapshot(), state);
     assert!(!env.exists(&k.retry) && !env.exists(&k.pending));
@@ -2281,6 +2283,12 @@ async fn a_re_sent_nack_answers_as_its_first_run_did() {
     // Another reason or attempt is not this call's work: the lease is lost.
     assert_eq!(env.nack_of("f", lf, 0, "fail", "other", 1).await, 0);
     assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 2).await, 0);
+
+    // Claimed again after the first run: a re-run still recognises it.
+    assert_eq!(env.claim(10).await.ids(), vec!["r", "f"]);
+    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 1).await, 1);
+    assert_eq!(env.nack_of("r", lr, 0, "release", "", 2).await, 1);
+    assert_eq!(env.nack_of("r", lr, 0, "fail", "", 2).await, 0);
 
     // Taken back by the sweep: a late nack finds the lease lost.
     let lt = seed_unack(&env, "t", "1");
