@@ -42,8 +42,7 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   if mode == 'release' and record and n == attempt - 1 + again then
     return 1
   end
-  if mode ~= 'release' and record and n == attempt + again
-      and reason_part(record) == (ARGV[7] == '' and '' or ':' .. ARGV[7]) then
+  if mode ~= 'release' and record == record_of(attempt + again, ARGV[7]) then
     return (not score and redis.call('ZSCORE', KEYS[5], id)) and 2 or 1
   end
   return 0

@@ -40,13 +40,16 @@ local function set_count(retries, id, n)
 end
 
 -- Records why the delivery of `id` failed, keeping its count.
-local function set_reason(retries, id, reason)
-  local n = attempts(retries, id, 1)
+-- The retry record of `n` deliveries whose last failed for `reason` ('' none).
+local function record_of(n, reason)
   if reason == '' then
-    redis.call('HSET', retries, id, n)
-  else
-    redis.call('HSET', retries, id, n .. ':' .. reason)
+    return tostring(n)
   end
+  return n .. ':' .. reason
+end
+
+local function set_reason(retries, id, reason)
+  redis.call('HSET', retries, id, record_of(attempts(retries, id, 1), reason))
 end
 
 
