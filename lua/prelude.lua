@@ -56,7 +56,7 @@ end
 -- A stored value is "<retry count>[;<backoff>][@<expires at ms>]:<payload>".
 -- The header holds only digits, letters, ',', ';' and '@' (the backoff is
 -- "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it, and
--- HEADER_BYTES hold the longest one (HEADER_BYTES in src/payload.rs).
+-- HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
 local HEADER_BYTES = 64
 
 -- Retries allowed for a message, from its stored value's header (read

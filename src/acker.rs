@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use fred::prelude::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::events::{self, Event};
-use crate::keys::Keys;
-use crate::{scripts, DelayQueue, MessageId};
+use crate::store::ops::ack::{Ack, AckOutcome};
+use crate::store::Keys;
+use crate::{DelayQueue, MessageId};
 
 /// Most acks in one script call.
 const ACK_BATCH: usize = 128;
@@ -61,22 +61,16 @@ async fn run(queue: DelayQueue, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem
 async fn flush(queue: &DelayQueue, k: &Keys, batch: &mut Vec<AckItem>) {
     let mut backoff = Duration::from_millis(20);
     loop {
-        let mut args: Vec<Value> = Vec::with_capacity(1 + 2 * batch.len());
-        args.push(k.msg_prefix.as_str().into());
-        for item in batch.iter() {
-            args.push(item.id.as_str().into());
-            args.push(item.lease.into());
-        }
-        let keys = k.for_ack();
-        match queue.call::<Vec<i64>>(&scripts::ACK, keys, args).await {
+        let leases = batch.iter().map(|item| (item.id.as_str(), item.lease)).collect();
+        match queue.store(k).run(&Ack { leases }).await {
             Ok(acked) => {
                 let inner = &queue.inner;
-                for (item, ok) in batch.iter().zip(acked) {
-                    if ok == 1 || ok == 2 {
-                        // 2: finished already, most likely by an earlier run
+                for (item, outcome) in batch.iter().zip(acked) {
+                    if outcome != AckOutcome::LeaseLost {
+                        // Finished already: most likely by an earlier run
                         // of this call whose reply was lost (it is re-sent).
-                        match ok {
-                            1 => tracing::trace!(queue = %inner.name, id = %item.id, "acked"),
+                        match outcome {
+                            AckOutcome::Acked => tracing::trace!(queue = %inner.name, id = %item.id, "acked"),
                             _ => tracing::debug!(queue = %inner.name, id = %item.id, "acked already"),
                         }
                         inner.meters.acked.increment(1);

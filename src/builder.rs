@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::prelude::Client;
 
 use crate::events;
-use crate::keys::Keys;
+use crate::store::Keys;
 use crate::meters::Meters;
 use crate::queue::{DelayQueue, Inner};
 use crate::{Backoff, Durability, Error};

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::Value;
 use futures::FutureExt;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
@@ -23,11 +22,15 @@ use tracing::Instrument;
 
 use crate::acker::{self, AckItem};
 use crate::events::{self, Event};
-use crate::keys::Keys;
 use crate::lease::{self, Lease, Leases};
-use crate::payload::decode_stored;
+use crate::store::ops::claim::Claim;
+use crate::store::ops::gc::Gc;
+use crate::store::ops::nack::{Nack, NackMode, NackOutcome};
+use crate::store::ops::promote::Promote;
+use crate::store::ops::timeout::Timeout;
+use crate::store::{Keys, Op};
 use crate::wake;
-use crate::{scripts, DelayQueue, Error, Handler, HandlerError, Message, MessageId, RetryAfter, SkipRetry};
+use crate::{DelayQueue, Error, Handler, HandlerError, Message, MessageId, RetryAfter, SkipRetry};
 
 /// Most script calls of one kind in a row before the loop does other work.
 const MAX_ROUNDS: usize = 8;
@@ -274,18 +277,15 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
 /// Takes back timed-out deliveries and collects garbage, a bounded number of batches.
 async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
     let inner = &queue.inner;
-    let batch = inner.config.batch_size as i64;
+    let batch = inner.config.batch_size;
+    let timeout = Timeout {
+        limit: batch,
+        default_retry_count: inner.config.default_retry_count,
+        retention: inner.config.dead_retention,
+    };
     for _ in 0..MAX_ROUNDS {
-        let keys = k.for_timeout();
-        let args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            batch.into(),
-            i64::from(inner.config.default_retry_count).into(),
-            k.wake.as_str().into(),
-            (inner.config.dead_retention.as_millis() as i64).into(),
-        ];
-        let reply = queue.call::<Vec<Value>>(&scripts::TIMEOUT, keys, args).await?;
-        let (timed_out, buried) = timed_out_reply(&reply)?;
+        let reply = queue.store(k).run(&timeout).await?;
+        let (timed_out, buried) = (reply.count, reply.dead);
         let dead = buried.len() as u64;
         if timed_out > 0 {
             tracing::warn!(queue = %inner.name, timed_out, dead, "deliveries exceeded max_consume_duration; redelivering");
@@ -306,19 +306,18 @@ async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
             break;
         }
     }
+    let gc = Gc {
+        limit: batch,
+        retention: inner.config.dead_retention,
+        max_kept: inner.config.dead_limit,
+        ids: Vec::new(),
+    };
     for _ in 0..MAX_ROUNDS {
-        let keys = k.for_gc();
-        let args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            batch.into(),
-            (inner.config.dead_retention.as_millis() as i64).into(),
-            (inner.config.dead_limit.min(i64::MAX as u64) as i64).into(),
-        ];
-        let collected: i64 = queue.call(&scripts::GC, keys, args).await?;
+        let collected = queue.store(k).run(&gc).await?;
         if collected > 0 {
             tracing::debug!(queue = %inner.name, collected, "dead letters past their retention deleted");
         }
-        if collected < batch {
+        if collected < batch as u64 {
             break;
         }
     }
@@ -329,27 +328,20 @@ async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
 /// the next one is due.
 async fn promote(queue: &DelayQueue, k: &Keys) -> Result<(usize, Option<Duration>), Error> {
     let inner = &queue.inner;
-    let batch = inner.config.batch_size as i64;
-    let (mut total, mut wait) = (0, -1);
+    let batch = inner.config.batch_size;
+    let (mut total, mut wait) = (0, None);
     for _ in 0..MAX_ROUNDS {
-        let keys = k.for_promote();
-        let reply: Vec<i64> = queue.call(&scripts::PROMOTE, keys, vec![batch.into()]).await?;
-        let [moved, next, ..] = reply[..] else {
-            return Err(Error::UnexpectedReply {
-                script: "promote",
-                detail: format!("{reply:?}"),
-            });
-        };
-        for late_ms in &reply[2..] {
-            inner.meters.lateness.record(*late_ms as f64 / 1000.0);
+        let reply = queue.store(k).run(&Promote { limit: batch }).await?;
+        for late in &reply.late {
+            inner.meters.lateness.record(late.as_secs_f64());
         }
-        total += moved as usize;
-        wait = next;
-        if moved < batch {
+        total += reply.moved as usize;
+        wait = reply.next_due;
+        if reply.moved < batch as u64 {
             break;
         }
     }
-    Ok((total, u64::try_from(wait).ok().map(Duration::from_millis)))
+    Ok((total, wait))
 }
 
 /// How many messages to claim now: free slots, but no more than the
@@ -402,38 +394,24 @@ impl Drop for Acking {
 /// Claims up to `want` messages and starts a delivery task for each; returns how many ids were popped.
 async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
     let inner = &shared.queue.inner;
-    let k = &shared.keys;
-    let vis = inner.config.max_consume_duration;
-    let keys = k.for_claim(&shared.receipt);
-    let args: Vec<Value> = vec![
-        k.msg_prefix.as_str().into(),
-        (want as i64).into(),
-        (vis.as_millis() as i64).into(),
-        (shared.claims.load(Ordering::Relaxed) as i64).into(),
-        (inner.config.dead_retention.as_millis() as i64).into(),
-    ];
+    let claim = Claim {
+        receipt: &shared.receipt,
+        limit: want,
+        visibility: inner.config.max_consume_duration,
+        seq: shared.claims.load(Ordering::Relaxed),
+        retention: inner.config.dead_retention,
+    };
     let sent = Instant::now();
     // A failed request keeps its sequence number, so repeating it replays
     // whatever it leased if it did reach Redis.
-    let reply: Vec<Value> = shared.queue.call(&scripts::CLAIM, keys, args).await?;
+    let reply = shared.queue.store(&shared.keys).eval(&claim).await?;
     shared.claims.fetch_add(1, Ordering::Relaxed);
-    let bad = |detail: &str| Error::UnexpectedReply {
-        script: "claim",
-        detail: detail.to_string(),
-    };
-    let (head, rest) = reply.split_at_checked(4).ok_or_else(|| bad("short reply"))?;
-    let [popped, expired, lease, left_ms] = [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
-    let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
-    let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
-    if popped < 0 || left_ms < 0 || rest.len() % 3 != 0 {
-        return Err(bad("malformed header"));
-    }
+    let reply = claim.reply(reply)?;
+    let (popped, lease) = (reply.popped, reply.lease);
     // Redis ran the script after `sent`, so by this host's clock the lease
     // ends no earlier than this.
-    let deadline = sent + Duration::from_millis(left_ms as u64);
-    for id in expired {
-        // Not failing here: the reply's deliveries are leased already.
-        let id = MessageId::from(id.as_string().unwrap_or_else(|| format!("{id:?}")));
+    let deadline = sent + reply.left;
+    for id in reply.expired {
         tracing::warn!(
             queue = %inner.name, %id,
             "message expired (its expire_after passed, or its payload was gone) before delivery; moved to the dead letters"
@@ -441,18 +419,18 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         inner.meters.expired.increment(1);
         events::emit(&inner.events, || Event::Expired { id });
     }
-    for triple in rest.chunks_exact(3) {
+    for delivery in reply.deliveries {
         // One unreadable message must not cost its batch mates their
         // delivery: they are leased already, and nothing would replay them.
-        let Some(msg) = read_delivery(triple, lease) else {
+        let Some(msg) = delivery.message(lease) else {
             // The value's length only: it may hold a payload, and payloads are never logged.
             tracing::error!(
-                queue = %inner.name, id = ?triple[0], value_bytes = triple[1].as_bytes().map(<[u8]>::len),
-                attempt = ?triple[2],
+                queue = %inner.name, id = ?delivery.id, value_bytes = delivery.value.len(),
+                attempt = delivery.attempt,
                 "unreadable message (written by something else?); moved to the dead letters"
             );
-            if let Some(id) = triple[0].as_str() {
-                let (shared, id) = (shared.clone(), MessageId::from(id.into_owned()));
+            if let Some(id) = delivery.id {
+                let shared = shared.clone();
                 let failure = Failure::dead("unreadable stored value");
                 tokio::spawn(async move { nack(&shared, &id, 1, lease, deadline, failure).await });
             }
@@ -463,43 +441,6 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
         tokio::spawn(deliver(shared.clone(), msg, deadline));
     }
     Ok(popped as usize)
-}
-
-/// One delivery of a claim reply: id, stored value, attempt.
-fn read_delivery(triple: &[Value], lease: i64) -> Option<Message> {
-    let id = triple[0].as_str()?.into_owned();
-    let stored = decode_stored(triple[1].as_bytes()?)?;
-    let attempt = triple[2].as_u64().map(|a| u32::try_from(a).unwrap_or(u32::MAX))?;
-    Some(Message {
-        id: MessageId::from(id),
-        payload: stored.payload.to_vec(),
-        attempt,
-        retry_count: stored.retry_count,
-        backoff: stored.backoff,
-        lease,
-    })
-}
-
-/// The timeout script's reply: how many deliveries it took back, and the id
-/// and delivery count of each message it moved to the dead letters.
-fn timed_out_reply(reply: &[Value]) -> Result<(u64, Vec<(MessageId, u32)>), Error> {
-    let bad = || Error::UnexpectedReply {
-        script: "timeout",
-        detail: format!("{reply:?}"),
-    };
-    let number = |v: Option<&Value>| v.and_then(Value::as_u64).ok_or_else(bad);
-    let mut values = reply.iter();
-    let (timed_out, dead) = (number(values.next())?, number(values.next())?);
-    let mut buried = Vec::new();
-    while let Some(id) = values.next() {
-        let id = id.as_string().ok_or_else(bad)?;
-        let attempt = u32::try_from(number(values.next())?).map_err(|_| bad())?;
-        buried.push((MessageId::from(id), attempt));
-    }
-    if buried.len() as u64 != dead || dead > timed_out {
-        return Err(bad());
-    }
-    Ok((timed_out, buried))
 }
 
 /// How much of its lease a delivery needs left to start its handler: a
@@ -688,36 +629,33 @@ impl Failure {
 /// after that the visibility timeout takes the message back anyway.
 async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadline: Instant, failure: Failure) {
     let inner = &shared.queue.inner;
-    let k = &shared.keys;
-    let (mode_arg, delay) = match failure.mode {
-        Mode::Fail(delay) => ("fail", delay.unwrap_or_default()),
-        Mode::Dead => ("dead", Duration::ZERO),
-        Mode::Release => ("release", Duration::ZERO),
+    let op = Nack {
+        id: id.as_str(),
+        lease,
+        mode: match failure.mode {
+            Mode::Fail(delay) => NackMode::Fail {
+                delay: delay.unwrap_or_default(),
+            },
+            Mode::Dead => NackMode::Dead,
+            Mode::Release => NackMode::Release,
+        },
+        reason: &failure.reason,
+        attempt,
+        default_retry_count: inner.config.default_retry_count,
+        retention: inner.config.dead_retention,
     };
     let mut backoff = Duration::from_millis(20);
     loop {
-        let keys = k.for_nack(id.as_str());
-        let args: Vec<Value> = vec![
-            id.as_str().into(),
-            lease.into(),
-            (delay.as_millis() as i64).into(),
-            mode_arg.into(),
-            i64::from(inner.config.default_retry_count).into(),
-            k.wake.as_str().into(),
-            failure.reason.as_str().into(),
-            (inner.config.dead_retention.as_millis() as i64).into(),
-            i64::from(attempt).into(),
-        ];
-        match shared.queue.call::<i64>(&scripts::NACK, keys, args).await {
-            Ok(0) => {
+        match shared.queue.store(&shared.keys).run(&op).await {
+            Ok(NackOutcome::LeaseLost) => {
                 tracing::warn!(queue = %inner.name, %id, "nack came after the lease ran out; the message was already taken back");
                 inner.meters.lease_lost.increment(1);
                 events::emit(&inner.events, || Event::LeaseLost { id: id.clone() });
                 return;
             }
-            Ok(2) => {
-                let why = match mode_arg {
-                    "dead" => "retrying cannot help",
+            Ok(NackOutcome::Dead) => {
+                let why = match op.mode {
+                    NackMode::Dead => "retrying cannot help",
                     _ => "it used up its deliveries",
                 };
                 tracing::warn!(queue = %inner.name, %id, attempt, reason = %failure.reason, "{why}; moved to the dead letters");
@@ -729,8 +667,8 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
                 });
                 return;
             }
-            Ok(_) => {
-                if mode_arg == "fail" {
+            Ok(NackOutcome::Retried) => {
+                if let NackMode::Fail { delay } = op.mode {
                     tracing::debug!(queue = %inner.name, %id, attempt, retry_in = ?delay, "retry scheduled");
                     inner.meters.retried.increment(1);
                     events::emit(&inner.events, || Event::Failed {

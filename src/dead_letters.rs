@@ -2,10 +2,11 @@
 //! `garbage` zset (scored by time of death) for their retention. Requeue
 //! gives them a new life; delete ends theirs.
 
-use fred::prelude::Value;
+use std::time::Duration;
 
-use crate::keys::Keys;
-use crate::{scripts, DelayQueue, Error, MessageId};
+use crate::store::ops::{gc::Gc, requeue::Requeue};
+use crate::store::Keys;
+use crate::{DelayQueue, Error, MessageId};
 
 /// Which dead letters a call acts on.
 pub(crate) enum Which<'a> {
@@ -16,23 +17,10 @@ pub(crate) enum Which<'a> {
 /// Requeues dead letters; returns how many went back to ready.
 pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
-    let done = repeat(queue, which, |k, ids| {
-        let mut args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            (inner.config.batch_size as i64).into(),
-            k.wake.as_str().into(),
-        ];
-        args.extend(ids);
-        async move {
-            let reply: Vec<i64> = queue.call(&scripts::REQUEUE, k.for_requeue(), args).await?;
-            match reply[..] {
-                [requeued, taken] => Ok((requeued, taken)),
-                _ => Err(Error::UnexpectedReply {
-                    script: "requeue",
-                    detail: format!("{reply:?}"),
-                }),
-            }
-        }
+    let done = repeat(queue, which, |k, ids| async move {
+        let limit = inner.config.batch_size;
+        let done = queue.store(k).run(&Requeue { limit, ids }).await?;
+        Ok((done.requeued, done.taken))
     })
     .await?;
     tracing::info!(queue = %inner.name, requeued = done, "dead letters requeued");
@@ -42,19 +30,12 @@ pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64,
 /// Deletes dead letters; returns how many.
 pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
-    let done = repeat(queue, which, |k, ids| {
+    let done = repeat(queue, which, |k, ids| async move {
         // Retention 0 and no size limit: every dead letter qualifies.
-        let mut args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            (inner.config.batch_size as i64).into(),
-            0.into(),
-            i64::MAX.into(),
-        ];
-        args.extend(ids);
-        async move {
-            let deleted: i64 = queue.call(&scripts::GC, k.for_gc(), args).await?;
-            Ok((deleted, deleted))
-        }
+        let (retention, max_kept) = (Duration::ZERO, u64::MAX);
+        let limit = inner.config.batch_size;
+        let deleted = queue.store(k).run(&Gc { limit, retention, max_kept, ids }).await?;
+        Ok((deleted, deleted))
     })
     .await?;
     tracing::info!(queue = %inner.name, deleted = done, "dead letters deleted");
@@ -65,23 +46,23 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
 /// the dead letters there were at the start are done (never more rounds
 /// than those need, so a steady stream of new deaths cannot keep it going).
 /// `call` returns how many it acted on and how many it took out of garbage.
-async fn repeat<'k, F, Fut>(queue: &'k DelayQueue, which: Which<'_>, call: F) -> Result<u64, Error>
+async fn repeat<'k, F, Fut>(queue: &'k DelayQueue, which: Which<'k>, call: F) -> Result<u64, Error>
 where
-    F: Fn(&'k Keys, Vec<Value>) -> Fut,
-    Fut: std::future::Future<Output = Result<(i64, i64), Error>>,
+    F: Fn(&'k Keys, Vec<&'k str>) -> Fut,
+    Fut: std::future::Future<Output = Result<(u64, u64), Error>>,
 {
     if let Which::One(id) = which {
         id.validate()?;
         let k = queue.shard_of(id.as_str());
-        return Ok(call(k, vec![id.as_str().into()]).await?.0.max(0) as u64);
+        return Ok(call(k, vec![id.as_str()]).await?.0);
     }
-    let batch = queue.inner.config.batch_size as i64;
+    let batch = queue.inner.config.batch_size as u64;
     let mut done = 0;
     for k in &queue.inner.shards {
-        let rounds = queue.shard_status(k).await?.counts.garbage / batch as u64 + 1;
+        let rounds = queue.shard_status(k).await?.counts.garbage / batch + 1;
         for _ in 0..rounds {
             let (acted, taken) = call(k, Vec::new()).await?;
-            done += acted.max(0) as u64;
+            done += acted;
             if taken < batch {
                 break;
             }

@@ -5,7 +5,7 @@ use fred::types::scan::ScanType;
 use futures::TryStreamExt;
 use std::collections::BTreeMap;
 
-use crate::keys::Keys;
+use crate::store::Keys;
 use crate::Error;
 
 /// A queue that [`find_queues`] found.

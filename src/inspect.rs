@@ -1,13 +1,11 @@
 //! Looking at messages without touching them: [`MessageInfo`], one page of
 //! a state ([`DelayQueue::list`]) or one message by id ([`DelayQueue::get`]).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use fred::prelude::Value;
-
-use crate::keys::Keys;
-use crate::payload::{decode_stored, HEADER_BYTES};
-use crate::{scripts, DelayQueue, Error, MessageId, MessageState};
+use crate::store::ops::{get::Get, list::List};
+use crate::store::Keys;
+use crate::{DelayQueue, Error, MessageId, MessageState};
 
 /// Most messages one [`DelayQueue::list`] call returns.
 pub const MAX_PAGE: usize = 1000;
@@ -71,75 +69,6 @@ pub struct Page {
     pub next: Option<u64>,
 }
 
-/// The number `list`, `get` and `scan` use for a state: its position in
-/// `Keys::for_inspect`, counted from 1.
-fn state_number(state: MessageState) -> i64 {
-    match state {
-        MessageState::Pending => 1,
-        MessageState::Ready => 2,
-        MessageState::Processing => 3,
-        MessageState::Retry => 4,
-        MessageState::Garbage => 5,
-    }
-}
-
-fn state_of(n: i64) -> Option<MessageState> {
-    [
-        MessageState::Pending,
-        MessageState::Ready,
-        MessageState::Processing,
-        MessageState::Retry,
-        MessageState::Garbage,
-    ]
-    .get(usize::try_from(n).ok()?.checked_sub(1)?)
-    .copied()
-}
-
-fn bad(script: &'static str, detail: impl Into<String>) -> Error {
-    Error::UnexpectedReply {
-        script,
-        detail: detail.into(),
-    }
-}
-
-/// Builds a [`MessageInfo`] from the script values: score, record, stored
-/// value (whole or its head), payload length, TTL. `full` says whether the
-/// value is whole.
-fn info(id: MessageId, state: MessageState, v: &[Value], stored_len: i64, full: bool) -> MessageInfo {
-    let score = v[0].as_str().and_then(|s| s.parse::<f64>().ok());
-    let record = v[1].as_string().unwrap_or_default();
-    let (count, reason) = match record.split_once(':') {
-        Some((count, reason)) => (count, Some(reason.to_string())),
-        None => (record.as_str(), None),
-    };
-    let value = v[2].as_bytes().unwrap_or_default();
-    let stored = decode_stored(value);
-    let header = value.len() - stored.as_ref().map_or(value.len(), |s| s.payload.len());
-    let mut payload = stored.as_ref().map(|s| s.payload.to_vec()).unwrap_or_default();
-    if !full {
-        payload.truncate(PREVIEW_BYTES);
-    }
-    let time = |unit_ms: f64| score.map(|s| UNIX_EPOCH + Duration::from_micros((s * 1000.0 / unit_ms) as u64));
-    let ttl = v[3].as_i64().unwrap_or(-2);
-    MessageInfo {
-        id,
-        state,
-        attempts: count.parse().unwrap_or(0),
-        retry_count: stored.as_ref().map(|s| s.retry_count),
-        last_error: reason,
-        due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
-        lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
-        dead_since: (state == MessageState::Garbage).then(|| time(1.0)).flatten(),
-        payload,
-        payload_len: usize::try_from(stored_len).unwrap_or(0).saturating_sub(header),
-        expires_in: u64::try_from(ttl).ok().map(Duration::from_millis),
-        expires_at: stored
-            .as_ref()
-            .and_then(|s| s.expires_at_ms)
-            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
-    }
-}
-
 pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, limit: usize) -> Result<Page, Error> {
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
@@ -186,46 +115,17 @@ async fn list_shard(
     offset: u64,
     limit: usize,
 ) -> Result<Page, Error> {
-    let args: Vec<Value> = vec![
-        state_number(state).into(),
-        (offset.min(i64::MAX as u64) as i64).into(),
-        (limit as i64).into(),
-        k.msg_prefix.as_str().into(),
-        ((PREVIEW_BYTES + HEADER_BYTES) as i64).into(),
-    ];
-    let reply: Vec<Value> = queue.call(&scripts::LIST, k.for_inspect(), args).await?;
-    let (head, rest) = reply.split_at_checked(3).ok_or_else(|| bad("list", "short reply"))?;
-    if rest.len() % 6 != 0 {
-        return Err(bad("list", "malformed reply"));
-    }
-    let items = rest
-        .chunks_exact(6)
-        .map(|v| {
-            let id = MessageId::from(v[0].as_string().unwrap_or_default());
-            let values = [v[1].clone(), v[2].clone(), v[3].clone(), v[5].clone()];
-            info(id, state, &values, v[4].as_i64().unwrap_or(0), false)
-        })
-        .collect();
-    Ok(Page {
-        items,
-        total: head[0].as_u64().unwrap_or(0),
-        next: head[2].as_i64().and_then(|n| u64::try_from(n).ok()),
-    })
+    let list = List {
+        state,
+        offset,
+        limit,
+        preview: PREVIEW_BYTES,
+    };
+    queue.store(k).run(&list).await
 }
 
 pub(crate) async fn get(queue: &DelayQueue, id: &MessageId) -> Result<Option<MessageInfo>, Error> {
     id.validate()?;
     let k = queue.shard_of(id.as_str());
-    let reply: Vec<Value> = queue
-        .call(&scripts::GET, k.for_get(id.as_str()), vec![id.as_str().into()])
-        .await?;
-    if reply.len() != 6 {
-        return Err(bad("get", format!("{} values", reply.len())));
-    }
-    let Some(state) = reply[0].as_i64().and_then(state_of) else {
-        return Ok(None);
-    };
-    let len = reply[3].as_bytes().map_or(0, <[u8]>::len) as i64;
-    let values = [reply[1].clone(), reply[2].clone(), reply[3].clone(), reply[4].clone()];
-    Ok(Some(info(id.clone(), state, &values, len, true)))
+    queue.store(k).run(&Get { id }).await
 }

@@ -5,13 +5,14 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use fred::prelude::Value;
-
-use crate::keys::Keys;
-use crate::{scripts, DelayQueue, Error, MessageId};
+use crate::store::ops::inspect::{Inspect, Presence};
+use crate::store::ops::scan::Scan;
+use crate::store::ops::IdKey;
+use crate::store::Keys;
+use crate::{DelayQueue, Error, MessageId};
 
 /// Ids per scan page.
-const PAGE: i64 = 1000;
+const PAGE: usize = 1000;
 /// Most ids confirmed per `inspect` call.
 const CONFIRM_BATCH: usize = 100;
 /// List entries `inspect` may compare per call (it scans the lists per id).
@@ -90,18 +91,6 @@ impl fmt::Display for IntegrityReport {
     }
 }
 
-/// Where one id was found.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Presence {
-    pending: bool,
-    ready: u32,
-    processing: bool,
-    retry: u32,
-    garbage: bool,
-    payload: bool,
-    record: bool,
-}
-
 impl Presence {
     /// The anomalies of `id`. `stale`: the STALE mark is set, so list
     /// entries may be left over from cancelled messages; claim then checks
@@ -159,21 +148,21 @@ pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> 
 async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Error> {
     let mut seen: HashMap<String, Presence> = HashMap::new();
     let mut listed = 0usize;
-    for what in 1..=7 {
+    for what in IdKey::ALL {
         let ids = scan(queue, k, what).await?;
-        if what == 2 || what == 4 {
+        if matches!(what, IdKey::Ready | IdKey::Retry) {
             listed += ids.len();
         }
         for id in ids {
             let p = seen.entry(id).or_default();
             match what {
-                1 => p.pending = true,
-                2 => p.ready += 1,
-                3 => p.processing = true,
-                4 => p.retry += 1,
-                5 => p.garbage = true,
-                6 => p.record = true,
-                _ => p.payload = true,
+                IdKey::Pending => p.pending = true,
+                IdKey::Ready => p.ready += 1,
+                IdKey::Unack => p.processing = true,
+                IdKey::Retry => p.retry += 1,
+                IdKey::Garbage => p.garbage = true,
+                IdKey::Retries => p.record = true,
+                IdKey::Payloads => p.payload = true,
             }
         }
     }
@@ -199,71 +188,24 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
     })
 }
 
-/// Every id one key holds (`what`: see lua/scan.lua), page by page.
-async fn scan(queue: &DelayQueue, k: &Keys, what: i64) -> Result<Vec<String>, Error> {
-    let pattern = glob_escape(&k.msg_prefix);
+/// Every id key `of` holds, page by page.
+async fn scan(queue: &DelayQueue, k: &Keys, of: IdKey) -> Result<Vec<String>, Error> {
     let (mut cursor, mut ids) = ("0".to_string(), Vec::new());
     loop {
-        let args: Vec<Value> = vec![
-            what.into(),
-            cursor.as_str().into(),
-            PAGE.into(),
-            k.msg_prefix.as_str().into(),
-            pattern.as_str().into(),
-        ];
-        let reply: Vec<String> = queue.call(&scripts::SCAN, k.for_inspect(), args).await?;
-        let mut reply = reply.into_iter();
-        cursor = reply.next().ok_or_else(|| Error::UnexpectedReply {
-            script: "scan",
-            detail: "empty reply".into(),
-        })?;
-        ids.extend(reply);
-        if cursor == "0" {
-            return Ok(ids);
+        let page = queue.store(k).run(&Scan { of, cursor: &cursor, page: PAGE }).await?;
+        ids.extend(page.ids);
+        match page.next {
+            Some(next) => cursor = next,
+            None => return Ok(ids),
         }
     }
 }
 
 /// Where each id lives, taken atomically; and whether the STALE mark is set.
 async fn inspect(queue: &DelayQueue, k: &Keys, ids: &[&String]) -> Result<(bool, Vec<Presence>), Error> {
-    let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
-    args.extend(ids.iter().map(|id| Value::from(id.as_str())));
-    let reply: Vec<Value> = queue.call(&scripts::INSPECT, k.for_inspect(), args).await?;
-    let bad = || Error::UnexpectedReply {
-        script: "inspect",
-        detail: format!("{} values for {} ids", reply.len(), ids.len()),
-    };
-    let (stale, rest) = reply.split_first().ok_or_else(bad)?;
-    if rest.len() != 7 * ids.len() {
-        return Err(bad());
-    }
-    let present = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
-    let number = |v: &Value| v.as_u64().unwrap_or(0);
-    let found = rest
-        .chunks_exact(7)
-        .map(|v| Presence {
-            pending: present(&v[0]),
-            ready: number(&v[1]) as u32,
-            processing: present(&v[2]),
-            retry: number(&v[3]) as u32,
-            garbage: number(&v[4]) == 1,
-            payload: number(&v[5]) == 1,
-            record: present(&v[6]),
-        })
-        .collect();
-    Ok((number(stale) == 1, found))
-}
-
-/// `s` with the characters SCAN's MATCH treats specially escaped.
-pub(crate) fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+    let ids = ids.iter().map(|id| id.as_str()).collect();
+    let reply = queue.store(k).run(&Inspect { ids }).await?;
+    Ok((reply.stale, reply.found))
 }
 
 #[cfg(test)]
@@ -369,6 +311,5 @@ mod tests {
             p.anomalies("a", false),
             vec![Anomaly::OrphanRetryRecord { id: "a".into() }]
         );
-        assert_eq!(glob_escape("dq:{a*b}:m:"), "dq:{a\\*b}:m:");
     }
 }

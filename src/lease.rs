@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::Duration;
 
-use fred::prelude::Value;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::keys::Keys;
-use crate::{scripts, DelayQueue, MessageId};
+use crate::store::ops::extend::Extend;
+use crate::store::Keys;
+use crate::{DelayQueue, MessageId};
 
 /// A delivery's current lease.
 #[derive(Debug, Clone, Copy)]
@@ -178,19 +178,17 @@ async fn extend<'a>(
 ) -> Result<(), crate::Error> {
     let inner = &queue.inner;
     let mut calls = Vec::new();
-    let mut args: Vec<Value> = Vec::new();
+    let mut renewals = Vec::new();
     for (lease, h) in leases {
         let target = h.unconfirmed.unwrap_or_else(|| next(h));
         h.unconfirmed = Some(target);
-        args.push(lease.id.as_str().into());
-        args.push(h.lease.into());
-        args.push(target.0.into());
+        renewals.push((lease.id.as_str(), h.lease, target.0));
         calls.push((lease, h, target));
     }
-    let reply: Vec<i64> = queue.call(&scripts::EXTEND, k.for_extend(), args).await?;
-    for ((lease, h, (new, deadline)), ok) in calls.into_iter().zip(reply) {
+    let reply = queue.store(k).run(&Extend { renewals }).await?;
+    for ((lease, h, (new, deadline)), renewed) in calls.into_iter().zip(reply) {
         h.unconfirmed = None;
-        if ok == 1 {
+        if renewed {
             (h.lease, h.deadline) = (new, deadline);
         } else {
             h.lost = true;

@@ -76,19 +76,18 @@ mod handler;
 mod id;
 mod inspect;
 mod integrity;
-mod keys;
 mod lease;
 mod message;
 mod meters;
 mod payload;
 mod producer;
 mod queue;
-mod scripts;
 #[cfg(test)]
 mod scripts_cluster_tests;
 #[cfg(test)]
 mod scripts_tests;
 mod stats;
+mod store;
 #[cfg(test)]
 #[path = "../tests/support/mod.rs"]
 mod test_support;
@@ -106,7 +105,7 @@ pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use integrity::{Anomaly, IntegrityReport, MessageState};
-pub use keys::MAX_QUEUE_NAME_LEN;
+pub use store::keys::MAX_QUEUE_NAME_LEN;
 pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
 pub use producer::{NewMessage, SendBuilder};

@@ -1,6 +1,6 @@
 //! Message payloads: bytes, with JSON helpers.
 
-use crate::{Backoff, Error};
+use crate::Error;
 
 /// The body of a message: any bytes.
 ///
@@ -113,119 +113,5 @@ impl<T: Into<Payload>> IntoPayload for T {
 impl<T: serde::Serialize> IntoPayload for Json<T> {
     fn into_payload(self) -> Result<Payload, Error> {
         Payload::try_from(self)
-    }
-}
-
-/// Longest header of a stored value ("<retry count>;<backoff>@<expires
-/// at>:"), `HEADER_BYTES` in lua/prelude.lua too.
-pub(crate) const HEADER_BYTES: usize = 64;
-
-/// How a message is stored in Redis: `"<retry count>:"`, or
-/// `"<retry count>;<backoff>:"` when it has a backoff of its own, then the
-/// payload's bytes. Keeping these here rather than in the retries hash saves
-/// a hash entry per pending message (see `lua/send.lua`). A message sent
-/// with an expiry gets `"@<expires at ms>"` before the `':'`, added by the
-/// send script from Redis's clock; backoffs encode to digits, letters and
-/// `','` only, so neither `'@'` nor `':'` can occur before it.
-pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[u8]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(payload.len() + 5 + backoff.map_or(0, |b| b.len() + 1));
-    value.extend_from_slice(retry_count.to_string().as_bytes());
-    if let Some(backoff) = backoff {
-        value.push(b';');
-        value.extend_from_slice(backoff.as_bytes());
-    }
-    value.push(b':');
-    value.extend_from_slice(payload);
-    value
-}
-
-/// A stored value, read.
-#[derive(Debug)]
-pub(crate) struct Stored<'a> {
-    pub retry_count: u32,
-    pub backoff: Option<Backoff>,
-    /// The expiry deadline, ms of Redis time; `None`: never expires.
-    pub expires_at_ms: Option<u64>,
-    pub payload: &'a [u8],
-}
-
-/// Reads a stored value; `None` when it is not one.
-pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
-    let colon = value.iter().position(|&b| b == b':')?;
-    let header = std::str::from_utf8(&value[..colon]).ok()?;
-    let (header, expires_at_ms) = match header.split_once('@') {
-        Some((header, at)) if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) => {
-            (header, Some(at.parse().ok()?))
-        }
-        Some(_) => return None,
-        None => (header, None),
-    };
-    let (count, backoff) = match header.split_once(';') {
-        Some((count, backoff)) => (count, Some(Backoff::decode(backoff)?)),
-        None => (header, None),
-    };
-    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    Some(Stored {
-        retry_count: count.parse().ok()?,
-        backoff,
-        expires_at_ms,
-        payload: &value[colon + 1..],
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stored_value_round_trips() {
-        for payload in [&b""[..], b"x", b"12:34", b"\x00\xff:"] {
-            for backoff in [None, Some("f1500"), Some("e1000,60000,250")] {
-                let value = encode_stored(7, backoff, payload);
-                let stored = decode_stored(&value).unwrap();
-                assert_eq!((stored.retry_count, stored.payload), (7, payload));
-                assert_eq!(stored.backoff.map(|b| b.encode().unwrap()).as_deref(), backoff);
-            }
-        }
-        assert_eq!(encode_stored(3, None, b"hi"), b"3:hi");
-        assert_eq!(encode_stored(3, Some("f5"), b"hi"), b"3;f5:hi");
-        // The deadline send.lua adds before the ':'.
-        for (value, backoff) in [
-            (&b"3@1700000000000:hi"[..], None),
-            (b"3;e1,2,3@1700000000000:hi", Some("e1,2,3")),
-        ] {
-            let stored = decode_stored(value).unwrap();
-            assert_eq!(
-                (stored.retry_count, stored.expires_at_ms, stored.payload),
-                (3, Some(1_700_000_000_000), &b"hi"[..])
-            );
-            assert_eq!(stored.backoff.map(|b| b.encode().unwrap()).as_deref(), backoff);
-        }
-        assert_eq!(decode_stored(b"3:hi").unwrap().expires_at_ms, None);
-        // The longest header fits HEADER_BYTES.
-        let longest = format!(
-            "{};{}@{}:",
-            crate::MAX_RETRY_COUNT,
-            Backoff::exponential(crate::MAX_DELAY, crate::MAX_DELAY)
-                .encode()
-                .unwrap(),
-            u64::MAX
-        );
-        assert!(longest.len() <= HEADER_BYTES, "{longest}");
-        for bad in [
-            &b"no header"[..],
-            b":x",
-            b"3;:x",
-            b"3;q1:x",
-            b";f1:x",
-            b"99999999999:x",
-            b"3@:x",
-            b"3@x1:x",
-            b"3@1@2:x",
-        ] {
-            assert!(decode_stored(bad).is_none(), "{:?}", String::from_utf8_lossy(bad));
-        }
     }
 }

@@ -9,13 +9,14 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-use fred::prelude::Value;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::builder::{check_expire_after, Config, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::events::{self, Event};
-use crate::payload::{encode_stored, IntoPayload, Payload};
-use crate::{durability, scripts, Backoff, DelayQueue, Error, MessageId};
+use crate::payload::{IntoPayload, Payload};
+use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
+use crate::store::stored::encode_stored;
+use crate::{durability, Backoff, DelayQueue, Error, MessageId};
 
 /// Most bytes of payload in one script call; larger batches are split.
 const CHUNK_BYTES: usize = 1024 * 1024;
@@ -98,7 +99,7 @@ impl NewMessage {
     }
 
     /// Checks the message against the queue's limits and encodes it.
-    fn prepare(self, config: &Config) -> Result<Prepared, Error> {
+    fn prepare(self, config: &Config) -> Result<Outgoing, Error> {
         let payload = self.payload?;
         if payload.len() > config.max_payload_size {
             return Err(Error::PayloadTooLarge {
@@ -122,12 +123,12 @@ impl NewMessage {
         if let Some(d) = expire_after {
             check_expire_after(d)?;
         }
-        let (id, generated) = match self.id {
+        let (id, own_id) = match self.id {
             Some(id) => {
                 id.validate()?;
-                (id, false)
+                (id, true)
             }
-            None => (MessageId::generate(), true),
+            None => (MessageId::generate(), false),
         };
         let backoff = match &self.backoff {
             Some(b) => {
@@ -136,25 +137,14 @@ impl NewMessage {
             }
             None => None,
         };
-        let delay_ms = self.delay.as_millis() as i64;
-        Ok(Prepared {
+        Ok(Outgoing {
             id,
-            generated,
-            value: encode_stored(retry_count, backoff.as_deref(), payload.as_bytes()),
-            delay_ms,
-            expire_after_ms: expire_after.map_or(0, |d| d.as_millis() as i64),
+            value: encode_stored(retry_count, backoff.as_deref(), payload.as_bytes()).into(),
+            delay: self.delay,
+            expire_after,
+            own_id,
         })
     }
-}
-
-/// A validated message, encoded as the send script wants it.
-struct Prepared {
-    id: MessageId,
-    generated: bool,
-    value: Vec<u8>,
-    delay_ms: i64,
-    /// Deadline past the due time; 0: none.
-    expire_after_ms: i64,
 }
 
 /// Sends `msgs`; see [`DelayQueue::send_batch`].
@@ -218,7 +208,7 @@ pub(crate) async fn send_batch(
 /// Messages of one shard that one script call stores.
 struct Chunk {
     shard: usize,
-    msgs: Vec<Prepared>,
+    msgs: Vec<Outgoing>,
     /// Where each message was in the caller's batch.
     places: Vec<usize>,
     bytes: usize,
@@ -227,47 +217,26 @@ struct Chunk {
 /// Stores one chunk with one `send` script call.
 async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<MessageId, Error>>, Error> {
     let q = &queue.inner;
-    let k = &q.shards[chunk.shard];
-    let keys = k.for_send(chunk.msgs.iter().map(|m| m.id.as_str()));
-    let mut args: Vec<Value> = Vec::with_capacity(1 + 5 * chunk.msgs.len());
-    args.push(k.wake.as_str().into());
-    let mut sent = Vec::with_capacity(chunk.msgs.len());
-    for m in chunk.msgs {
-        args.push(m.id.as_str().into());
-        args.push(Value::Bytes(m.value.into()));
-        args.push(m.delay_ms.into());
-        args.push(m.expire_after_ms.into());
-        args.push(i64::from(!m.generated).into());
-        sent.push((m.id, m.generated, m.delay_ms));
-    }
-    let statuses: Vec<i64> = queue.call(&scripts::SEND, keys, args).await?;
-    if statuses.len() != sent.len() {
-        return Err(Error::UnexpectedReply {
-            script: "send",
-            detail: format!("{} statuses for {} messages", statuses.len(), sent.len()),
-        });
-    }
-    let results = sent
+    let op = SendBatch { msgs: chunk.msgs };
+    let statuses = queue.store(&q.shards[chunk.shard]).run(&op).await?;
+    let results = op
+        .msgs
         .into_iter()
         .zip(statuses)
-        .map(|((id, generated, delay_ms), status)| match status {
-            1 => {
-                tracing::debug!(queue = %q.name, %id, delay_ms, "sent");
+        .map(|(m, status)| match status {
+            SendOutcome::Stored => {
+                tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "sent");
                 q.meters.sent.increment(1);
-                events::emit(&q.events, || Event::Sent { id: id.clone() });
-                Ok(id)
+                events::emit(&q.events, || Event::Sent { id: m.id.clone() });
+                Ok(m.id)
             }
             // A generated id is unique to this call: finding it means fred
             // re-sent the script after a lost reply, and the first run stored it.
-            0 if generated => Ok(id),
-            0 => Err(Error::Duplicate(id)),
-            2 => Err(Error::WrongType {
+            SendOutcome::Live if !m.own_id => Ok(m.id),
+            SendOutcome::Live => Err(Error::Duplicate(m.id)),
+            SendOutcome::WrongType => Err(Error::WrongType {
                 queue: q.name.clone(),
-                detail: format!("the payload key of message {id} holds another type"),
-            }),
-            other => Err(Error::UnexpectedReply {
-                script: "send",
-                detail: format!("status {other}"),
+                detail: format!("the payload key of message {} holds another type", m.id),
             }),
         })
         .collect();

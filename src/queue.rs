@@ -3,19 +3,20 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fred::prelude::{Client, Value};
+use fred::prelude::Client;
 use tokio::sync::broadcast;
 
 use crate::builder::Config;
 use crate::dead_letters::{self, Which};
 use crate::inspect;
-use crate::keys::Keys;
 use crate::meters::Meters;
 use crate::payload::IntoPayload;
 use crate::producer::{self, NewMessage, SendBuilder};
+use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, stats::Stats};
+use crate::store::{Keys, Shard};
 use crate::{
-    scripts, Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page,
-    QueueStats, QueueStatus,
+    Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page, QueueStats,
+    QueueStatus,
 };
 
 /// A delayed message queue stored in Redis.
@@ -131,10 +132,9 @@ impl DelayQueue {
     pub async fn cancel(&self, id: &MessageId) -> Result<bool, Error> {
         id.validate()?;
         let k = self.shard_of(id.as_str());
-        let keys = k.for_cancel(id.as_str());
-        let removed: i64 = self.call(&scripts::CANCEL, keys, vec![id.as_str().into()]).await?;
+        let removed = self.store(k).run(&Cancel { id: id.as_str() }).await?;
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
-        Ok(removed == 1)
+        Ok(removed)
     }
 
     /// Moves the due time of a message that has not become due yet to
@@ -159,16 +159,9 @@ impl DelayQueue {
             return Err(Error::InvalidArgument("delay is longer than MAX_DELAY".into()));
         }
         let k = self.shard_of(id.as_str());
-        let args: Vec<Value> = vec![
-            id.as_str().into(),
-            (delay.as_millis() as i64).into(),
-            k.wake.as_str().into(),
-        ];
-        let moved: i64 = self
-            .call(&scripts::RESCHEDULE, k.for_reschedule(id.as_str()), args)
-            .await?;
+        let moved = self.store(k).run(&Reschedule { id: id.as_str(), delay }).await?;
         tracing::debug!(queue = %self.inner.name, %id, ?delay, moved, "reschedule");
-        Ok(moved == 1)
+        Ok(moved)
     }
 
     /// Whether the queue was ever sent to (and not purged since): its
@@ -208,7 +201,7 @@ impl DelayQueue {
 
     /// The status of one shard, taken atomically.
     pub(crate) async fn shard_status(&self, k: &Keys) -> Result<QueueStatus, Error> {
-        QueueStatus::from_script(self.call(&scripts::STATS, k.for_stats(), vec![]).await?)
+        self.store(k).run(&Stats).await
     }
 
     /// One page of the messages in `state`: at most `limit` (1 to 1000)
@@ -272,15 +265,12 @@ impl DelayQueue {
         let mut removed = 0u64;
         for k in &self.inner.shards {
             loop {
-                let args: Vec<Value> = vec![
-                    k.msg_prefix.as_str().into(),
-                    (self.inner.config.batch_size as i64).into(),
-                ];
-                let n: i64 = self.call(&scripts::PURGE, k.for_purge(), args).await?;
-                if n <= 0 {
+                let limit = self.inner.config.batch_size;
+                let n = self.store(k).run(&Purge { limit }).await?;
+                if n == 0 {
                     break;
                 }
-                removed += n as u64;
+                removed += n;
             }
         }
         if removed > 0 {
@@ -404,16 +394,8 @@ impl DelayQueue {
         }
     }
 
-    /// Runs a script of this queue, mapping WRONGTYPE to [`Error::WrongType`].
-    pub(crate) async fn call<R: fred::prelude::FromValue>(
-        &self,
-        script: &scripts::LuaScript,
-        keys: Vec<String>,
-        args: Vec<Value>,
-    ) -> Result<R, Error> {
-        script
-            .call(&self.inner.client, keys, args)
-            .await
-            .map_err(|e| Error::from_redis(&self.inner.name, e))
+    /// The store handle of the shard with keys `k`.
+    pub(crate) fn store<'a>(&'a self, k: &'a Keys) -> Shard<'a> {
+        Shard::new(&self.inner.client, k, &self.inner.name)
     }
 }

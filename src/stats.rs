@@ -78,39 +78,6 @@ pub struct QueueStatus {
 }
 
 impl QueueStatus {
-    /// Reads the reply of lua/stats.lua.
-    pub(crate) fn from_script(v: Vec<i64>) -> Result<Self, crate::Error> {
-        let [pending, ready, processing, retry, garbage, now, head, oldest_dead, sent, acked, failed, dead, expired] =
-            v[..]
-        else {
-            return Err(crate::Error::UnexpectedReply {
-                script: "stats",
-                detail: format!("{v:?}"),
-            });
-        };
-        let n = |x: i64| u64::try_from(x).unwrap_or(0);
-        let ms = |x: i64| Duration::from_millis(n(x));
-        Ok(QueueStatus {
-            counts: QueueStats {
-                pending: n(pending),
-                ready: n(ready),
-                processing: n(processing),
-                retry: n(retry),
-                garbage: n(garbage),
-            },
-            oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
-            next_due: (head > now).then(|| ms(head - now)),
-            oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
-            totals: Totals {
-                sent: n(sent),
-                acked: n(acked),
-                failed: n(failed),
-                dead: n(dead),
-                expired: n(expired),
-            },
-        })
-    }
-
     /// The status of two shards of one queue as one: counts and totals
     /// add up, the oldest age and the nearest due time win.
     pub(crate) fn merge(self, other: Self) -> Self {
@@ -144,14 +111,21 @@ impl QueueStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::ops::{stats::Stats, Op};
+    use fred::prelude::Value;
+
+    /// The status lua/stats.lua replies `v` means.
+    fn from_script(v: Vec<i64>) -> QueueStatus {
+        Stats.reply(Value::Array(v.into_iter().map(Value::Integer).collect())).unwrap()
+    }
 
     #[test]
     fn shards_merge_into_one_status() {
         let ms = Duration::from_millis;
         // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
-        let a = QueueStatus::from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0]).unwrap();
+        let a = from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0]);
         // pending 1 overdue by 30 ms, sent 2.
-        let b = QueueStatus::from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4]).unwrap();
+        let b = from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 3);
         assert_eq!(m.counts.live(), 3 + 3 + 1 + 2);
@@ -161,6 +135,5 @@ mod tests {
         );
         assert_eq!((m.totals.sent, m.totals.expired), (7, 4));
         assert_eq!(a.merge(QueueStatus::default()), a);
-        assert!(QueueStatus::from_script(vec![1, 2]).is_err());
     }
 }

@@ -21,19 +21,19 @@ use fred::types::scripts::Script;
 /// A script of `lua/`, known by its file name.
 pub(crate) struct LuaScript {
     pub name: &'static str,
-    file: &'static str,
+    pub(crate) file: &'static str,
     /// The assembled source and its SHA1, built at first use.
     script: OnceLock<(Script, String)>,
 }
 
-const PRELUDE: &str = include_str!("../lua/prelude.lua");
+const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 
 macro_rules! lua_scripts {
     ($($konst:ident = $file:literal;)*) => {
         $(
             pub(crate) static $konst: LuaScript = LuaScript {
                 name: $file,
-                file: include_str!(concat!("../lua/", $file, ".lua")),
+                file: include_str!(concat!("../../lua/", $file, ".lua")),
                 script: OnceLock::new(),
             };
         )*

@@ -1,4 +1,5 @@
-//! The one place that builds Redis key names.
+//! The one place that builds Redis key names. Which keys each script
+//! takes is up to its operation in `ops/`.
 //!
 //! Every key of a queue shares the cluster hash tag `{<name>}`, so a queue
 //! lives in one slot and every script touches keys of one slot only. A
@@ -84,7 +85,7 @@ impl Keys {
     /// A SCAN pattern matching the totals hash of every queue under
     /// `prefix` (every queue that was ever sent to has one).
     pub fn totals_pattern(prefix: &str) -> String {
-        format!("{}{{*}}:totals", crate::integrity::glob_escape(prefix))
+        format!("{}{{*}}:totals", glob_escape(prefix))
     }
 
     /// The queue name in a key that `totals_pattern` matched, and the
@@ -105,127 +106,6 @@ impl Keys {
     /// The claim receipt key of consumer `consumer`.
     pub fn claim(&self, consumer: &str) -> String {
         format!("{}{consumer}", self.claim_prefix)
-    }
-
-    // KEYS of each script, in the order its header in lua/ states.
-
-    /// Send takes the payload key of every message of its batch.
-    pub fn for_send<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-        let mut keys = vec![
-            self.pending.clone(),
-            self.retries.clone(),
-            self.unack.clone(),
-            self.garbage.clone(),
-            self.totals.clone(),
-        ];
-        keys.extend(ids.into_iter().map(|id| self.msg(id)));
-        keys
-    }
-
-    pub fn for_promote(&self) -> Vec<String> {
-        vec![self.pending.clone(), self.ready.clone()]
-    }
-
-    pub fn for_claim(&self, receipt: &str) -> Vec<String> {
-        vec![
-            self.ready.clone(),
-            self.retry.clone(),
-            self.unack.clone(),
-            self.retries.clone(),
-            self.pending.clone(),
-            self.garbage.clone(),
-            receipt.to_string(),
-            self.totals.clone(),
-        ]
-    }
-
-    pub fn for_extend(&self) -> Vec<String> {
-        vec![self.unack.clone()]
-    }
-
-    pub fn for_ack(&self) -> Vec<String> {
-        vec![self.unack.clone(), self.retries.clone(), self.totals.clone()]
-    }
-
-    pub fn for_nack(&self, id: &str) -> Vec<String> {
-        vec![
-            self.unack.clone(),
-            self.retries.clone(),
-            self.retry.clone(),
-            self.pending.clone(),
-            self.garbage.clone(),
-            self.msg(id),
-            self.totals.clone(),
-        ]
-    }
-
-    pub fn for_timeout(&self) -> Vec<String> {
-        vec![
-            self.unack.clone(),
-            self.retries.clone(),
-            self.retry.clone(),
-            self.garbage.clone(),
-            self.totals.clone(),
-        ]
-    }
-
-    pub fn for_cancel(&self, id: &str) -> Vec<String> {
-        vec![
-            self.pending.clone(),
-            self.retries.clone(),
-            self.unack.clone(),
-            self.garbage.clone(),
-            self.msg(id),
-        ]
-    }
-
-    pub fn for_reschedule(&self, id: &str) -> Vec<String> {
-        vec![self.pending.clone(), self.msg(id)]
-    }
-
-    pub fn for_gc(&self) -> Vec<String> {
-        vec![self.garbage.clone(), self.retries.clone()]
-    }
-
-    pub fn for_requeue(&self) -> Vec<String> {
-        vec![self.garbage.clone(), self.retries.clone(), self.ready.clone()]
-    }
-
-    /// The keys of `for_inspect`, then the payload key of `id`.
-    pub fn for_get(&self, id: &str) -> Vec<String> {
-        let mut keys = self.for_inspect();
-        keys.push(self.msg(id));
-        keys
-    }
-
-    /// The keys of `for_inspect`, then the totals.
-    pub fn for_purge(&self) -> Vec<String> {
-        let mut keys = self.for_inspect();
-        keys.push(self.totals.clone());
-        keys
-    }
-
-    /// Every key that holds ids, for `scan`, `inspect` and `list`.
-    pub fn for_inspect(&self) -> Vec<String> {
-        vec![
-            self.pending.clone(),
-            self.ready.clone(),
-            self.unack.clone(),
-            self.retry.clone(),
-            self.garbage.clone(),
-            self.retries.clone(),
-        ]
-    }
-
-    pub fn for_stats(&self) -> Vec<String> {
-        vec![
-            self.pending.clone(),
-            self.ready.clone(),
-            self.unack.clone(),
-            self.retry.clone(),
-            self.garbage.clone(),
-            self.totals.clone(),
-        ]
     }
 }
 
@@ -248,6 +128,18 @@ fn validate_queue_name(name: &str) -> Result<(), Error> {
         }),
         None => Ok(()),
     }
+}
+
+/// `s` with the characters SCAN's MATCH treats specially escaped.
+pub(crate) fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -284,6 +176,7 @@ mod tests {
         assert_eq!(Keys::name_of_totals("dq:", "dq:{orders}:pending"), None);
         assert_eq!(Keys::name_of_totals("x:", &k.totals), None);
         assert_eq!(Keys::totals_pattern("a*"), "a\\*{*}:totals");
+        assert_eq!(glob_escape("dq:{a*b}:m:"), "dq:{a\\*b}:m:");
     }
 
     #[test]

@@ -1,0 +1,58 @@
+//! The Redis store: everything that knows how a queue lies in Redis.
+//!
+//! - [`keys`] names the keys of a queue (or of one shard of it);
+//! - [`stored`] encodes the value stored per message;
+//! - [`scripts`] loads the Lua scripts of `lua/` and sends them;
+//! - [`ops`] has one typed operation per script: its KEYS, its ARGV and
+//!   its reply, each written once, next to each other.
+//!
+//! The rest of the crate reaches Redis's queue state only through a
+//! [`Shard`]: build an operation, [`Shard::run`] it, get its typed reply.
+//! The script tests (`scripts_tests.rs`, `scripts_cluster_tests.rs`)
+//! build the same operations, so a script's contract is written once in
+//! Lua and once in Rust. Nothing here knows the queue handle or the
+//! consumer's runtime.
+
+pub(crate) mod keys;
+pub(crate) mod ops;
+pub(crate) mod scripts;
+pub(crate) mod stored;
+
+use fred::prelude::{Client, Value};
+
+pub(crate) use keys::Keys;
+pub(crate) use ops::Op;
+
+use crate::Error;
+
+/// The narrow handle the rest of the crate runs operations through: the
+/// client, the keys of one shard, and the queue's name for errors.
+/// Borrowed, so making one per call costs nothing.
+#[derive(Clone, Copy)]
+pub(crate) struct Shard<'a> {
+    client: &'a Client,
+    keys: &'a Keys,
+    queue: &'a str,
+}
+
+impl<'a> Shard<'a> {
+    pub fn new(client: &'a Client, keys: &'a Keys, queue: &'a str) -> Self {
+        Shard { client, keys, queue }
+    }
+
+    /// Runs `op` and reads its reply.
+    pub async fn run<O: Op>(&self, op: &O) -> Result<O::Reply, Error> {
+        op.reply(self.eval(op).await?)
+    }
+
+    /// Runs `op` and returns its reply unread, mapping WRONGTYPE and OOM
+    /// to their own errors.
+    pub async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
+        let keys = op.keys(self.keys);
+        debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
+        O::script()
+            .call(self.client, keys, op.args(self.keys))
+            .await
+            .map_err(|e| Error::from_redis(self.queue, e))
+    }
+}

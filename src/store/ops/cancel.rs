@@ -1,0 +1,45 @@
+//! `cancel`: deletes a message waiting for delivery (`lua/cancel.lua`).
+
+use fred::prelude::Value;
+
+use super::{int, unexpected, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::Error;
+
+/// Deletes message `id` unless it is being processed.
+pub(crate) struct Cancel<'a> {
+    pub id: &'a str,
+}
+
+impl Op for Cancel<'_> {
+    /// Whether a waiting message was removed (`false`: unknown or processing).
+    type Reply = bool;
+    const KEYS: &'static [&'static str] = &["pending", "retries", "unack", "garbage", "msg"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::CANCEL
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        vec![
+            k.pending.clone(),
+            k.retries.clone(),
+            k.unack.clone(),
+            k.garbage.clone(),
+            k.msg(self.id),
+        ]
+    }
+
+    fn args(&self, _: &Keys) -> Vec<Value> {
+        vec![self.id.into()]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        match int::<Self>(&v)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            n => Err(unexpected::<Self>(format!("{n}"))),
+        }
+    }
+}

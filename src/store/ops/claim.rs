@@ -1,0 +1,140 @@
+//! `claim`: leases ready and retried messages to a consumer
+//! (`lua/claim.lua`).
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+
+use super::{array, count, ms, unexpected, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::store::stored::decode_stored;
+use crate::{Error, Message, MessageId};
+
+/// One claim request of a consumer: leases up to `limit` messages, retry
+/// list first.
+pub(crate) struct Claim<'a> {
+    /// The consumer's receipt key (`Keys::claim`), which makes a repeated
+    /// request replay what the first leased.
+    pub receipt: &'a str,
+    /// 0 leases nothing: it deletes the receipt (a stopping consumer).
+    pub limit: usize,
+    /// How long each lease lasts.
+    pub visibility: Duration,
+    /// The request's number: new for each request of the consumer, the
+    /// same when it repeats one that failed.
+    pub seq: u64,
+    /// How long a message buried as expired is kept.
+    pub retention: Duration,
+}
+
+/// What one claim leased.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    /// Ids taken off the lists, skipped ones included.
+    pub popped: u64,
+    /// Messages buried as expired instead (deadline passed, or payload gone).
+    pub expired: Vec<MessageId>,
+    /// The lease of every delivery: microseconds of Redis time, fencing ack and nack.
+    pub lease: i64,
+    /// How much of the lease was left when the script ran.
+    pub left: Duration,
+    pub deliveries: Vec<Delivery>,
+}
+
+/// One leased message, as the script returned it.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    /// `None` when the id is not text (written by something else).
+    pub id: Option<MessageId>,
+    /// The stored value, header included.
+    pub value: Vec<u8>,
+    /// Which delivery this is, 1 for the first.
+    pub attempt: u32,
+}
+
+impl Delivery {
+    /// The message a handler gets; `None` when the value is not one this
+    /// crate stores.
+    pub fn message(&self, lease: i64) -> Option<Message> {
+        let stored = decode_stored(&self.value)?;
+        Some(Message {
+            id: self.id.clone()?,
+            payload: stored.payload.to_vec(),
+            attempt: self.attempt,
+            retry_count: stored.retry_count,
+            backoff: stored.backoff,
+            lease,
+        })
+    }
+}
+
+impl Op for Claim<'_> {
+    type Reply = Claimed;
+    const KEYS: &'static [&'static str] = &[
+        "ready", "retry", "unack", "retries", "pending", "garbage", "receipt", "totals",
+    ];
+
+    fn script() -> &'static LuaScript {
+        &scripts::CLAIM
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        vec![
+            k.ready.clone(),
+            k.retry.clone(),
+            k.unack.clone(),
+            k.retries.clone(),
+            k.pending.clone(),
+            k.garbage.clone(),
+            self.receipt.to_string(),
+            k.totals.clone(),
+        ]
+    }
+
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![
+            k.msg_prefix.as_str().into(),
+            count(self.limit as u64),
+            ms(self.visibility),
+            count(self.seq),
+            ms(self.retention),
+        ]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        let reply = array::<Self>(v)?;
+        let bad = |detail: &str| unexpected::<Self>(detail);
+        let (head, rest) = reply.split_at_checked(4).ok_or_else(|| bad("short reply"))?;
+        let [popped, expired, lease, left_ms] = [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
+        let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
+        let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
+        let (Ok(popped), Ok(left_ms)) = (u64::try_from(popped), u64::try_from(left_ms)) else {
+            return Err(bad("malformed header"));
+        };
+        if rest.len() % 3 != 0 {
+            return Err(bad("malformed header"));
+        }
+        let deliveries = rest.chunks_exact(3).map(|t| {
+            // Id and value are read leniently: the caller buries an
+            // unreadable delivery alone, its batch mates being leased already.
+            let attempt = t[2].as_u64().ok_or_else(|| bad("malformed attempt"))?;
+            Ok(Delivery {
+                id: t[0].as_str().map(|id| MessageId::from(id.into_owned())),
+                value: t[1].as_bytes().map(<[u8]>::to_vec).unwrap_or_default(),
+                attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+            })
+        });
+        Ok(Claimed {
+            popped,
+            // Never fails: the ids are buried already.
+            expired: expired
+                .iter()
+                .map(|id| MessageId::from(id.as_string().unwrap_or_else(|| format!("{id:?}"))))
+                .collect(),
+            lease,
+            left: Duration::from_millis(left_ms),
+            deliveries: deliveries.collect::<Result<_, Error>>()?,
+        })
+    }
+}

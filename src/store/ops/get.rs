@@ -1,0 +1,48 @@
+//! `get`: one message by id, with its state (`lua/get.lua`).
+
+use fred::prelude::Value;
+
+use super::{array, id_keys, list::info, unexpected, IdKey, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::{Error, MessageId, MessageInfo};
+
+/// Message `id`, whole.
+pub(crate) struct Get<'a> {
+    pub id: &'a MessageId,
+}
+
+impl Op for Get<'_> {
+    /// `None` when the queue does not hold it.
+    type Reply = Option<MessageInfo>;
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "msg"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::GET
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        let mut keys = id_keys(k);
+        keys.push(k.msg(self.id.as_str()));
+        keys
+    }
+
+    fn args(&self, _: &Keys) -> Vec<Value> {
+        vec![self.id.as_str().into()]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        let reply = array::<Self>(v)?;
+        if reply.len() != 6 {
+            return Err(unexpected::<Self>(format!("{} values", reply.len())));
+        }
+        // 0: in no state.
+        let state = reply[0].as_i64().and_then(IdKey::from_number).and_then(IdKey::state);
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let len = reply[3].as_bytes().map_or(0, <[u8]>::len) as i64;
+        let values = [reply[1].clone(), reply[2].clone(), reply[3].clone(), reply[4].clone()];
+        Ok(Some(info(self.id.clone(), state, &values, len, None)))
+    }
+}

@@ -1,0 +1,84 @@
+//! `inspect`: where each of a batch of ids lives, taken atomically
+//! (`lua/inspect.lua`).
+
+use fred::prelude::Value;
+
+use super::{array, id_keys, unexpected, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::Error;
+
+/// Where each of `ids` lives.
+pub(crate) struct Inspect<'a> {
+    pub ids: Vec<&'a str>,
+}
+
+/// Where one id was found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Presence {
+    pub pending: bool,
+    /// Times in the ready list.
+    pub ready: u32,
+    pub processing: bool,
+    /// Times in the retry list.
+    pub retry: u32,
+    pub garbage: bool,
+    pub payload: bool,
+    /// It has a retry record.
+    pub record: bool,
+}
+
+/// What one inspect found.
+#[derive(Debug)]
+pub(crate) struct Inspected {
+    /// The STALE mark is set: list entries may be left over from cancelled messages.
+    pub stale: bool,
+    /// One per id, in order.
+    pub found: Vec<Presence>,
+}
+
+impl Op for Inspect<'_> {
+    type Reply = Inspected;
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::INSPECT
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        id_keys(k)
+    }
+
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
+        args.extend(self.ids.iter().map(|&id| Value::from(id)));
+        args
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        let reply = array::<Self>(v)?;
+        let bad = || unexpected::<Self>(format!("{} values for {} ids", reply.len(), self.ids.len()));
+        let (stale, rest) = reply.split_first().ok_or_else(bad)?;
+        if rest.len() != 7 * self.ids.len() {
+            return Err(bad());
+        }
+        let present = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
+        let number = |v: &Value| v.as_u64().unwrap_or(0);
+        let found = rest
+            .chunks_exact(7)
+            .map(|v| Presence {
+                pending: present(&v[0]),
+                ready: number(&v[1]) as u32,
+                processing: present(&v[2]),
+                retry: number(&v[3]) as u32,
+                garbage: number(&v[4]) == 1,
+                payload: number(&v[5]) == 1,
+                record: present(&v[6]),
+            })
+            .collect();
+        Ok(Inspected {
+            stale: number(stale) == 1,
+            found,
+        })
+    }
+}

@@ -1,0 +1,324 @@
+//! One typed operation per script of `lua/`: what the script takes (its
+//! KEYS and ARGV, built from typed inputs) and what it answers (its reply,
+//! read into Rust types), next to each other in one file per script.
+//!
+//! Production code and the script tests build the same operations and run
+//! them through [`Shard::run`](super::Shard::run), so ARGV and KEYS are
+//! built in one place. Each operation names its KEYS as its script's header
+//! does; a test reads the headers and holds the two to each other.
+//! Numbers the scripts use for modes, states and outcomes are Rust enums
+//! here, each number written once (see [`numbered!`]).
+
+pub(crate) mod ack;
+pub(crate) mod cancel;
+pub(crate) mod claim;
+pub(crate) mod extend;
+pub(crate) mod gc;
+pub(crate) mod get;
+pub(crate) mod inspect;
+pub(crate) mod list;
+pub(crate) mod nack;
+pub(crate) mod promote;
+pub(crate) mod purge;
+pub(crate) mod requeue;
+pub(crate) mod reschedule;
+pub(crate) mod scan;
+pub(crate) mod send;
+pub(crate) mod stats;
+pub(crate) mod timeout;
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+
+use super::keys::Keys;
+use super::scripts::LuaScript;
+use crate::{Error, MessageState};
+
+/// One call of one script.
+pub(crate) trait Op: Sync {
+    /// The script's reply, read.
+    type Reply: Send;
+
+    /// The names of the script's KEYS, in order, as its header in `lua/`
+    /// gives them (`KEYS[i] <name> ...`); a last name ending in `..` stands
+    /// for any number of keys of that name.
+    const KEYS: &'static [&'static str];
+
+    /// The script.
+    fn script() -> &'static LuaScript;
+
+    /// KEYS, for the shard with keys `k`, in the order of [`Op::KEYS`].
+    fn keys(&self, k: &Keys) -> Vec<String>;
+
+    /// ARGV, in the order of the script's header.
+    fn args(&self, k: &Keys) -> Vec<Value>;
+
+    /// Reads the reply, or fails with [`Error::UnexpectedReply`].
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error>;
+}
+
+/// An enum whose variants carry the numbers a script uses for them, and
+/// [`from_number`](IdKey::from_number) to read one: each number is
+/// written once, at its variant.
+macro_rules! numbered {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $n:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis enum $name { $($(#[$vmeta])* $variant = $n,)* }
+
+        impl $name {
+            /// The variant the script numbers `n`.
+            pub fn from_number(n: i64) -> Option<Self> {
+                match n {
+                    $($n => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+pub(crate) use numbered;
+
+numbered! {
+    /// A key that holds ids, numbered as `list`, `get` and `scan` number
+    /// it: its place in their KEYS, from 1. Payload keys, which only `scan`
+    /// pages through, come after them.
+    pub(crate) enum IdKey {
+        Pending = 1,
+        Ready = 2,
+        Unack = 3,
+        Retry = 4,
+        Garbage = 5,
+        Retries = 6,
+        Payloads = 7,
+    }
+}
+
+impl IdKey {
+    /// Every key that holds ids, in order.
+    pub const ALL: [IdKey; 7] = [
+        IdKey::Pending,
+        IdKey::Ready,
+        IdKey::Unack,
+        IdKey::Retry,
+        IdKey::Garbage,
+        IdKey::Retries,
+        IdKey::Payloads,
+    ];
+
+    /// The key of the messages in `state`.
+    pub fn of(state: MessageState) -> Self {
+        match state {
+            MessageState::Pending => IdKey::Pending,
+            MessageState::Ready => IdKey::Ready,
+            MessageState::Processing => IdKey::Unack,
+            MessageState::Retry => IdKey::Retry,
+            MessageState::Garbage => IdKey::Garbage,
+        }
+    }
+
+    /// The state of the messages this key holds, if it holds messages.
+    pub fn state(self) -> Option<MessageState> {
+        match self {
+            IdKey::Pending => Some(MessageState::Pending),
+            IdKey::Ready => Some(MessageState::Ready),
+            IdKey::Unack => Some(MessageState::Processing),
+            IdKey::Retry => Some(MessageState::Retry),
+            IdKey::Garbage => Some(MessageState::Garbage),
+            IdKey::Retries | IdKey::Payloads => None,
+        }
+    }
+}
+
+/// Whether `n` keys fit KEYS named `names` (see [`Op::KEYS`]).
+pub(super) fn fits(names: &[&str], n: usize) -> bool {
+    match names.last() {
+        Some(last) if last.ends_with("..") => n >= names.len() - 1,
+        _ => n == names.len(),
+    }
+}
+
+/// The KEYS of the scripts that look at every key holding ids, in
+/// [`IdKey`] order: `pending ready unack retry garbage retries`.
+fn id_keys(k: &Keys) -> Vec<String> {
+    vec![
+        k.pending.clone(),
+        k.ready.clone(),
+        k.unack.clone(),
+        k.retry.clone(),
+        k.garbage.clone(),
+        k.retries.clone(),
+    ]
+}
+
+/// A duration as the scripts take it: whole milliseconds.
+fn ms(d: Duration) -> Value {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).into()
+}
+
+/// A count or size as the scripts take it.
+fn count(n: u64) -> Value {
+    i64::try_from(n).unwrap_or(i64::MAX).into()
+}
+
+/// The error for a reply of `O` this version does not understand.
+fn unexpected<O: Op>(detail: impl Into<String>) -> Error {
+    Error::UnexpectedReply {
+        script: O::script().name,
+        detail: detail.into(),
+    }
+}
+
+/// A reply that must be an array.
+fn array<O: Op>(v: Value) -> Result<Vec<Value>, Error> {
+    match v {
+        Value::Array(values) => Ok(values),
+        other => Err(unexpected::<O>(format!("not an array: {other:?}"))),
+    }
+}
+
+/// A reply that must be an integer.
+fn int<O: Op>(v: &Value) -> Result<i64, Error> {
+    match v {
+        Value::Integer(n) => Ok(*n),
+        other => Err(unexpected::<O>(format!("not an integer: {other:?}"))),
+    }
+}
+
+/// A reply that must be a count.
+fn number<O: Op>(v: &Value) -> Result<u64, Error> {
+    u64::try_from(int::<O>(v)?).map_err(|_| unexpected::<O>(format!("negative: {v:?}")))
+}
+
+/// A reply that must be an array of integers.
+fn ints<O: Op>(v: Value) -> Result<Vec<i64>, Error> {
+    array::<O>(v)?.iter().map(int::<O>).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::scripts;
+    use crate::MessageId;
+
+    /// `O`'s script, KEYS names and KEYS for a sample call.
+    fn entry<O: Op>(op: O, k: &Keys) -> (&'static LuaScript, &'static [&'static str], Vec<String>) {
+        (O::script(), O::KEYS, op.keys(k))
+    }
+
+    /// One sample call of every operation.
+    fn every_op(k: &Keys) -> Vec<(&'static LuaScript, &'static [&'static str], Vec<String>)> {
+        let id = MessageId::from("a");
+        let receipt = k.claim("c");
+        let outgoing = |id: &str| send::Outgoing {
+            id: id.into(),
+            value: Default::default(),
+            delay: Duration::ZERO,
+            expire_after: None,
+            own_id: false,
+        };
+        let d = Duration::from_secs(1);
+        vec![
+            entry(send::SendBatch { msgs: vec![outgoing("a"), outgoing("b")] }, k),
+            entry(promote::Promote { limit: 1 }, k),
+            entry(
+                claim::Claim { receipt: &receipt, limit: 1, visibility: d, seq: 0, retention: d },
+                k,
+            ),
+            entry(extend::Extend { renewals: vec![] }, k),
+            entry(ack::Ack { leases: vec![] }, k),
+            entry(
+                nack::Nack {
+                    id: "a",
+                    lease: 0,
+                    mode: nack::NackMode::Dead,
+                    reason: "",
+                    attempt: 1,
+                    default_retry_count: 0,
+                    retention: d,
+                },
+                k,
+            ),
+            entry(timeout::Timeout { limit: 1, default_retry_count: 0, retention: d }, k),
+            entry(cancel::Cancel { id: "a" }, k),
+            entry(reschedule::Reschedule { id: "a", delay: d }, k),
+            entry(gc::Gc { limit: 1, retention: d, max_kept: 0, ids: vec![] }, k),
+            entry(requeue::Requeue { limit: 1, ids: vec![] }, k),
+            entry(purge::Purge { limit: 1 }, k),
+            entry(stats::Stats, k),
+            entry(
+                list::List { state: MessageState::Ready, offset: 0, limit: 1, preview: 1 },
+                k,
+            ),
+            entry(get::Get { id: &id }, k),
+            entry(scan::Scan { of: IdKey::Ready, cursor: "0", page: 1 }, k),
+            entry(inspect::Inspect { ids: vec!["a"] }, k),
+        ]
+    }
+
+    /// The KEYS names in a script's header: the word after each
+    /// `KEYS[<i>]`, with `..` added for a `KEYS[<i>..]` (a `KEYS[n]` in
+    /// the prose declares nothing).
+    fn header_keys(file: &str) -> Vec<String> {
+        let header = file.split("]]").next().unwrap_or_default();
+        let mut names = Vec::new();
+        for (at, _) in header.match_indices("KEYS[") {
+            let rest = &header[at + "KEYS[".len()..];
+            let Some((index, rest)) = rest.split_once(']') else { continue };
+            let (first, tail) = match index.strip_suffix("..") {
+                Some(first) => (first, ".."),
+                None => (index, ""),
+            };
+            let Ok(i) = first.parse::<usize>() else { continue };
+            assert_eq!(i, names.len() + 1, "KEYS[{index}] out of order");
+            let name = rest.split_whitespace().next().expect("a name after KEYS[i]");
+            names.push(format!("{name}{tail}"));
+        }
+        names
+    }
+
+    #[test]
+    fn every_script_header_names_the_keys_its_op_passes() {
+        let k = Keys::new("dq:", "q").unwrap();
+        let ops = every_op(&k);
+        let mut covered: Vec<&str> = ops.iter().map(|(s, _, _)| s.name).collect();
+        covered.sort_unstable();
+        let mut all: Vec<&str> = scripts::ALL.iter().map(|s| s.name).collect();
+        all.sort_unstable();
+        assert_eq!(covered, all, "one operation per script");
+        // `{q}:pending` names KEYS "pending", and so on.
+        let tag = k.totals.strip_suffix("totals").unwrap();
+        for (script, names, keys) in ops {
+            let name = script.name;
+            assert_eq!(header_keys(script.file), names, "lua/{name}.lua header against its op's KEYS");
+            let (fixed, rest) = match names.last().and_then(|n| n.strip_suffix("..")) {
+                Some(tail) => (&names[..names.len() - 1], Some(tail)),
+                None => (names, None),
+            };
+            let named = |key: &str, n: &str| match n {
+                "msg" => key.starts_with(&k.msg_prefix),
+                "receipt" => key.starts_with(&k.claim("")),
+                _ => key.strip_prefix(tag) == Some(n),
+            };
+            let expected = fixed.iter().copied().chain(std::iter::repeat(rest.unwrap_or("")));
+            let expected: Vec<&str> = expected.take(keys.len().max(fixed.len())).collect();
+            assert_eq!(keys.len(), expected.len(), "{name}: {keys:?} for KEYS {names:?}");
+            for (key, n) in keys.iter().zip(expected) {
+                assert!(named(key, n), "{name}: {key} passed as KEYS {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn numbered_enums_read_their_numbers() {
+        for key in IdKey::ALL {
+            assert_eq!(IdKey::from_number(key as i64), Some(key));
+            if let Some(state) = key.state() {
+                assert_eq!(IdKey::of(state), key);
+            }
+        }
+        assert_eq!(IdKey::from_number(0), None);
+        assert_eq!(IdKey::from_number(8), None);
+    }
+}

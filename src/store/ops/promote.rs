@@ -1,0 +1,61 @@
+//! `promote`: moves due messages from pending to ready (`lua/promote.lua`).
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+
+use super::{count, ints, unexpected, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::Error;
+
+/// Moves at most `limit` due messages to ready, oldest first.
+pub(crate) struct Promote {
+    pub limit: usize,
+}
+
+/// What one promote did.
+#[derive(Debug)]
+pub(crate) struct Promoted {
+    pub moved: u64,
+    /// How long until the next pending message is due (zero when more are
+    /// due now); `None` when pending is empty.
+    pub next_due: Option<Duration>,
+    /// How late each moved message moved, oldest first.
+    pub late: Vec<Duration>,
+}
+
+impl Op for Promote {
+    type Reply = Promoted;
+    const KEYS: &'static [&'static str] = &["pending", "ready"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::PROMOTE
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        vec![k.pending.clone(), k.ready.clone()]
+    }
+
+    fn args(&self, _: &Keys) -> Vec<Value> {
+        vec![count(self.limit as u64)]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        let reply = ints::<Self>(v)?;
+        let bad = || unexpected::<Self>(format!("{reply:?}"));
+        let [moved, next, ref late @ ..] = reply[..] else {
+            return Err(bad());
+        };
+        let moved = u64::try_from(moved).map_err(|_| bad())?;
+        if late.len() as u64 != moved {
+            return Err(bad());
+        }
+        let ms = |n: i64| Duration::from_millis(u64::try_from(n).unwrap_or(0));
+        Ok(Promoted {
+            moved,
+            next_due: (next >= 0).then(|| ms(next)),
+            late: late.iter().copied().map(ms).collect(),
+        })
+    }
+}

@@ -1,0 +1,38 @@
+//! `purge`: deletes messages whatever their state (`lua/purge.lua`).
+
+use fred::prelude::Value;
+
+use super::{count, id_keys, number, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::Error;
+
+/// Deletes at most `limit` messages; once none is left, the retries and
+/// totals too. Run until it deletes nothing.
+pub(crate) struct Purge {
+    pub limit: usize,
+}
+
+impl Op for Purge {
+    /// Ids removed, list entries included.
+    type Reply = u64;
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::PURGE
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        let mut keys = id_keys(k);
+        keys.push(k.totals.clone());
+        keys
+    }
+
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![k.msg_prefix.as_str().into(), count(self.limit as u64)]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        number::<Self>(&v)
+    }
+}

@@ -1,0 +1,79 @@
+//! `stats`: the counts, ages and totals of a queue, taken atomically
+//! (`lua/stats.lua`).
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+
+use super::{ints, unexpected, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::{Error, QueueStats, QueueStatus, Totals};
+
+/// Reads the status of one shard.
+pub(crate) struct Stats;
+
+impl Op for Stats {
+    type Reply = QueueStatus;
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "totals"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::STATS
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        vec![
+            k.pending.clone(),
+            k.ready.clone(),
+            k.unack.clone(),
+            k.retry.clone(),
+            k.garbage.clone(),
+            k.totals.clone(),
+        ]
+    }
+
+    fn args(&self, _: &Keys) -> Vec<Value> {
+        Vec::new()
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        let v = ints::<Self>(v)?;
+        let [pending, ready, processing, retry, garbage, now, head, oldest_dead, sent, acked, failed, dead, expired] =
+            v[..]
+        else {
+            return Err(unexpected::<Self>(format!("{v:?}")));
+        };
+        let n = |x: i64| u64::try_from(x).unwrap_or(0);
+        let ms = |x: i64| Duration::from_millis(n(x));
+        Ok(QueueStatus {
+            counts: QueueStats {
+                pending: n(pending),
+                ready: n(ready),
+                processing: n(processing),
+                retry: n(retry),
+                garbage: n(garbage),
+            },
+            oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
+            next_due: (head > now).then(|| ms(head - now)),
+            oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
+            totals: Totals {
+                sent: n(sent),
+                acked: n(acked),
+                failed: n(failed),
+                dead: n(dead),
+                expired: n(expired),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_of_another_length_is_unexpected() {
+        let reply = Value::Array(vec![Value::Integer(1), Value::Integer(2)]);
+        assert!(matches!(Stats.reply(reply), Err(Error::UnexpectedReply { script: "stats", .. })));
+    }
+}

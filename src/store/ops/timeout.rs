@@ -1,0 +1,77 @@
+//! `timeout`: takes back deliveries whose lease ran out (`lua/timeout.lua`).
+
+use std::time::Duration;
+
+use fred::prelude::Value;
+
+use super::{array, count, ms, number, unexpected, Op};
+use crate::store::keys::Keys;
+use crate::store::scripts::{self, LuaScript};
+use crate::{Error, MessageId};
+
+/// Takes back at most `limit` deliveries past their lease: to retry, or to
+/// the dead letters when they have no deliveries left.
+pub(crate) struct Timeout {
+    pub limit: usize,
+    /// Retries of a message whose stored value does not say.
+    pub default_retry_count: u32,
+    /// How long a dead message is kept.
+    pub retention: Duration,
+}
+
+/// What one timeout took back.
+#[derive(Debug)]
+pub(crate) struct TimedOut {
+    /// Deliveries taken back, `dead` included.
+    pub count: u64,
+    /// Each message moved to the dead letters, with its delivery count.
+    pub dead: Vec<(MessageId, u32)>,
+}
+
+impl Op for Timeout {
+    type Reply = TimedOut;
+    const KEYS: &'static [&'static str] = &["unack", "retries", "retry", "garbage", "totals"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::TIMEOUT
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        vec![
+            k.unack.clone(),
+            k.retries.clone(),
+            k.retry.clone(),
+            k.garbage.clone(),
+            k.totals.clone(),
+        ]
+    }
+
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![
+            k.msg_prefix.as_str().into(),
+            count(self.limit as u64),
+            count(self.default_retry_count.into()),
+            k.wake.as_str().into(),
+            ms(self.retention),
+        ]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        let reply = array::<Self>(v)?;
+        let bad = || unexpected::<Self>(format!("{reply:?}"));
+        let (head, rest) = reply.split_at_checked(2).ok_or_else(bad)?;
+        let (count, dead) = (number::<Self>(&head[0])?, number::<Self>(&head[1])?);
+        if rest.len() % 2 != 0 || rest.len() as u64 != 2 * dead || dead > count {
+            return Err(bad());
+        }
+        let dead = rest
+            .chunks_exact(2)
+            .map(|pair| {
+                let id = pair[0].as_string().ok_or_else(bad)?;
+                let attempt = u32::try_from(number::<Self>(&pair[1])?).map_err(|_| bad())?;
+                Ok((MessageId::from(id), attempt))
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(TimedOut { count, dead })
+    }
+}
