@@ -6,9 +6,9 @@ use std::time::Duration;
 use fred::prelude::Client;
 
 use crate::events;
-use crate::store::Keys;
 use crate::meters::Meters;
 use crate::queue::{DelayQueue, Inner};
+use crate::store::Keys;
 use crate::{Backoff, Durability, Error};
 
 /// Most deliveries a message may be retried.

@@ -34,7 +34,15 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
         // Retention 0 and no size limit: every dead letter qualifies.
         let (retention, max_kept) = (Duration::ZERO, u64::MAX);
         let limit = inner.config.batch_size;
-        let deleted = queue.store(k).run(&Gc { limit, retention, max_kept, ids }).await?;
+        let deleted = queue
+            .store(k)
+            .run(&Gc {
+                limit,
+                retention,
+                max_kept,
+                ids,
+            })
+            .await?;
         Ok((deleted, deleted))
     })
     .await?;

@@ -192,7 +192,14 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
 async fn scan(queue: &DelayQueue, k: &Keys, of: IdKey) -> Result<Vec<String>, Error> {
     let (mut cursor, mut ids) = ("0".to_string(), Vec::new());
     loop {
-        let page = queue.store(k).run(&Scan { of, cursor: &cursor, page: PAGE }).await?;
+        let page = queue
+            .store(k)
+            .run(&Scan {
+                of,
+                cursor: &cursor,
+                page: PAGE,
+            })
+            .await?;
         ids.extend(page.ids);
         match page.next {
             Some(next) => cursor = next,

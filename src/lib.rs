@@ -105,12 +105,12 @@ pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use integrity::{Anomaly, IntegrityReport, MessageState};
-pub use store::keys::MAX_QUEUE_NAME_LEN;
 pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
 pub use producer::{NewMessage, SendBuilder};
 pub use queue::DelayQueue;
 pub use stats::{QueueStats, QueueStatus, Totals};
+pub use store::keys::MAX_QUEUE_NAME_LEN;
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;

@@ -9,23 +9,27 @@
 //! its transition or answer from half the queue; once the move is over, the
 //! same call succeeds and leaves a consistent queue.
 //!
-//! Scripts go by hand to one node (raw `EVAL`), so their KEYS come from
-//! `Keys` and their ARGV are spelled here, in the order `scripts_tests.rs`
-//! passes them.
+//! Scripts go by hand to one node (raw `EVAL`), with the KEYS and ARGV
+//! their operations in `store/ops/` build.
 
-use crate::keys::Keys;
-use crate::scripts::{self, LuaScript};
+use std::time::Duration;
+
+use crate::store::ops::{
+    ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, purge::Purge, requeue::Requeue, timeout::Timeout,
+};
+use crate::store::scripts::LuaScript;
+use crate::store::{Keys, Op};
 use crate::test_support::cluster::RedisCluster;
 use crate::test_support::{RawReply, RedisServer};
-use crate::DelayQueue;
+use crate::{DelayQueue, MessageState};
 
 /// The key prefix of a queue built with the defaults.
 const PREFIX: &str = "dq:";
-/// Dead-letter retention (ms) passed to the scripts that take one.
-const RETENTION: &str = "60000";
+/// Dead-letter retention passed to the scripts that take one.
+const RETENTION: Duration = Duration::from_secs(60);
 /// The lease of the delivery in unack: long past, so overdue for timeout
 /// and still current for ack.
-const LEASE: &str = "1000";
+const LEASE: i64 = 1000;
 /// The consumer whose claim receipt is seeded; it leased `u1` with
 /// request 0.
 const CONSUMER: &str = "c";
@@ -44,42 +48,64 @@ enum HalfMoved {
     QueueKeys,
 }
 
-/// One script call: the script, its KEYS and its ARGV.
+/// One script call: the script, its KEYS and its ARGV as `EVAL` takes them.
 type Call = (&'static LuaScript, Vec<String>, Vec<String>);
+
+/// The call `op` makes on the queue with keys `k`.
+fn call<O: Op>(op: O, k: &Keys) -> Call {
+    let args = op
+        .args(k)
+        .iter()
+        .map(|v| v.as_string().expect("a text argument"))
+        .collect();
+    (O::script(), op.keys(k), args)
+}
 
 /// Every script that touches payloads it does not declare.
 fn calls(k: &Keys) -> Vec<Call> {
-    let p = k.msg_prefix.clone();
-    let s = |v: &[&str]| -> Vec<String> { v.iter().map(|a| a.to_string()).collect() };
+    let receipt = k.claim(CONSUMER);
+    let claim = |seq| Claim {
+        receipt: &receipt,
+        limit: 10,
+        visibility: Duration::from_secs(5),
+        seq,
+        retention: RETENTION,
+    };
+    let timeout = Timeout {
+        limit: 10,
+        default_retry_count: 3,
+        retention: RETENTION,
+    };
+    let gc = Gc {
+        limit: 10,
+        retention: Duration::ZERO,
+        max_kept: 1000,
+        ids: vec![],
+    };
+    // Page 0 of the ready list.
+    let list = List {
+        state: MessageState::Ready,
+        offset: 0,
+        limit: 10,
+        preview: 36,
+    };
     vec![
-        (&scripts::ACK, k.for_ack(), s(&[&p, "u1", LEASE])),
+        call(
+            Ack {
+                leases: vec![("u1", LEASE)],
+            },
+            k,
+        ),
         // A new request: leases t1 and r1.
-        (
-            &scripts::CLAIM,
-            k.for_claim(&k.claim(CONSUMER)),
-            s(&[&p, "10", "5000", "1", RETENTION]),
-        ),
+        call(claim(1), k),
         // The seeded request again: replays its receipt (u1).
-        (
-            &scripts::CLAIM,
-            k.for_claim(&k.claim(CONSUMER)),
-            s(&[&p, "10", "5000", "0", RETENTION]),
-        ),
-        (
-            &scripts::TIMEOUT,
-            k.for_timeout(),
-            s(&[&p, "10", "3", &k.wake, RETENTION]),
-        ),
-        (&scripts::GC, k.for_gc(), s(&[&p, "10", "0", "1000"])),
-        (&scripts::REQUEUE, k.for_requeue(), s(&[&p, "10", &k.wake])),
-        (&scripts::PURGE, k.for_purge(), s(&[&p, "1000"])),
-        (
-            &scripts::INSPECT,
-            k.for_inspect(),
-            s(&[&p, "p1", "r1", "u1", "t1", "g1"]),
-        ),
-        // Page 0 of the ready list.
-        (&scripts::LIST, k.for_inspect(), s(&["2", "0", "10", &p, "100"])),
+        call(claim(0), k),
+        call(timeout, k),
+        call(gc, k),
+        call(Requeue { limit: 10, ids: vec![] }, k),
+        call(Purge { limit: 1000 }, k),
+        call(Inspect { ids: IDS.to_vec() }, k),
+        call(list, k),
     ]
 }
 
@@ -89,11 +115,11 @@ fn seed(node: &RedisServer, k: &Keys) {
     for id in IDS {
         node.raw_command(&["SET", &k.msg(id), "3:x"]);
     }
-    let receipt = format!("0 {LEASE} u1");
+    let (lease, receipt) = (LEASE.to_string(), format!("0 {LEASE} u1"));
     let commands: [&[&str]; 8] = [
         &["ZADD", &k.pending, "99999999999999", "p1"],
         &["RPUSH", &k.ready, "r1"],
-        &["ZADD", &k.unack, LEASE, "u1"],
+        &["ZADD", &k.unack, &lease, "u1"],
         &["RPUSH", &k.retry, "t1"],
         &["ZADD", &k.garbage, "1", "g1"],
         &["HSET", &k.retries, "u1", "1", "t1", "1:boom", "g1", "4:boom"],

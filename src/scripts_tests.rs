@@ -3,17 +3,37 @@
 //! redis-server, seeds exact Redis state, runs one script directly and
 //! checks the exact Redis state afterwards.
 //!
-//! KEYS/ARGV of each script are built once, in the `Env` helpers below, in
-//! the same order as `producer.rs`, `consumer.rs`, `queue.rs` and `acker.rs`.
+//! Each script runs through its operation in `store/ops/`, the one
+//! production code runs, so KEYS/ARGV are built there alone. A test that
+//! passes an argument the typed operation cannot express (a limit out of
+//! range, a release with a delay) replaces that one ARGV entry of the
+//! operation's (`with_arg`).
 
 use std::time::Duration;
 
-use fred::prelude::{Client, ClientLike, EventInterface, FromValue, KeysInterface, PubsubInterface, Value};
+use fred::prelude::{Client, ClientLike, EventInterface, KeysInterface, PubsubInterface, Value};
 use tokio::sync::broadcast;
 
-use crate::keys::Keys;
-use crate::payload::{decode_stored, encode_stored};
-use crate::scripts::{self, LuaScript};
+use crate::store::ops::ack::Ack;
+use crate::store::ops::cancel::Cancel;
+use crate::store::ops::claim::{Claim, Delivery};
+use crate::store::ops::extend::Extend;
+use crate::store::ops::gc::Gc;
+use crate::store::ops::inspect::Inspect;
+use crate::store::ops::list::List;
+use crate::store::ops::nack::{Nack, NackMode, NackMode::Dead, NackMode::Release};
+use crate::store::ops::promote::Promote;
+use crate::store::ops::purge::Purge;
+use crate::store::ops::requeue::Requeue;
+use crate::store::ops::reschedule::Reschedule;
+use crate::store::ops::scan::Scan;
+use crate::store::ops::send::{Outgoing, SendBatch};
+use crate::store::ops::stats::Stats;
+use crate::store::ops::timeout::{TimedOut, Timeout};
+use crate::store::ops::IdKey;
+use crate::store::scripts::{self, LuaScript};
+use crate::store::stored::{decode_stored, encode_stored};
+use crate::store::{Keys, Op, Shard};
 use crate::test_support::RedisServer;
 use crate::{DelayQueue, Error, MessageState, QueueStats};
 
@@ -133,11 +153,23 @@ impl Env {
         &self.queue.inner.shards[0]
     }
 
-    async fn run<R: FromValue>(&self, script: &LuaScript, keys: Vec<String>, args: Vec<Value>) -> R {
-        script
-            .call(&self.client, keys, args)
+    /// The store handle production code runs the scripts through.
+    fn store(&self) -> Shard<'_> {
+        self.queue.store(self.k())
+    }
+
+    /// Runs `op` as production code does; an error fails the test.
+    async fn run<O: Op>(&self, op: &O) -> O::Reply {
+        self.store()
+            .run(op)
             .await
-            .unwrap_or_else(|e| panic!("script {} failed: {e:?}", script.name))
+            .unwrap_or_else(|e| panic!("script {} failed: {e:?}", O::script().name))
+    }
+
+    /// Runs `op` with ARGV[i] replaced by `value` (see [`with_arg`]).
+    async fn run_with_arg<O: Op>(&self, op: &O, i: usize, value: Value) -> Result<Value, fred::error::Error> {
+        let (script, keys, args) = with_arg(op, self.k(), i, value);
+        script.call(&self.client, keys, args).await
     }
 
     /// Subscribes a second client to the wake-up channel; returns once the
@@ -158,23 +190,22 @@ impl Env {
         wakes
     }
 
-    // ---- the scripts, KEYS/ARGV in the order the crate uses ----
+    // ---- the scripts, through the operations production code runs ----
 
-    /// Send with exact ARGV per message (see `RawMsg`).
+    /// Send with exact ARGV per message (see `RawMsg`); one status per message.
     async fn send_values(&self, msgs: &[RawMsg<'_>]) -> Vec<i64> {
-        let k = self.k();
-        let keys = k.for_send(msgs.iter().map(|m| m.0));
-        let mut args: Vec<Value> = vec![k.wake.as_str().into()];
-        for (id, value, delay_ms, expire_after_ms, own) in msgs {
-            args.push((*id).into());
-            args.push(Value::Bytes(value.clone().into()));
-            args.push((*delay_ms).into());
-            args.push((*expire_after_ms).into());
-            args.push(i64::from(*own).into());
-        }
-        let statuses: Vec<i64> = self.run(&scripts::SEND, keys, args).await;
-        assert_eq!(statuses.len(), msgs.len(), "one status per message: {statuses:?}");
-        statuses
+        let msgs = msgs
+            .iter()
+            .map(|(id, value, delay_ms, expire_after_ms, own)| Outgoing {
+                id: (*id).into(),
+                value: value.clone().into(),
+                delay: ms(*delay_ms),
+                expire_after: (*expire_after_ms != NEVER).then(|| ms(*expire_after_ms)),
+                own_id: *own,
+            })
+            .collect();
+        let statuses = self.run(&SendBatch { msgs }).await;
+        statuses.into_iter().map(|s| s as i64).collect()
     }
 
     /// A batch as `producer.rs` encodes it: stored value "<retry>:<payload>",
@@ -212,68 +243,37 @@ impl Env {
             .await[0]
     }
 
+    /// `[moved, ms until the next pending id is due (-1: none pending)]`.
     async fn promote(&self, limit: i64) -> Vec<i64> {
-        let reply: Vec<i64> = self
-            .run(&scripts::PROMOTE, self.k().for_promote(), vec![limit.into()])
-            .await;
-        assert_eq!(
-            reply.len(),
-            2 + reply[0] as usize,
-            "promote returns {{moved, wait_ms, lateness...}}: {reply:?}"
-        );
-        reply[..2].to_vec()
-    }
-
-    /// The claim reply as it comes, values not decoded.
-    async fn claim_reply(&self, consumer: &str, limit: i64, vis_ms: i64, seq: i64) -> Vec<Value> {
-        let k = self.k();
-        let keys = k.for_claim(&k.claim(consumer));
-        let args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            limit.into(),
-            vis_ms.into(),
-            seq.into(),
-            RETENTION.into(),
-        ];
-        self.run(&scripts::CLAIM, keys, args).await
+        let reply = self.run(&Promote { limit: count(limit) }).await;
+        vec![reply.moved as i64, reply.next_due.map_or(-1, |d| d.as_millis() as i64)]
     }
 
     async fn claim_with(&self, consumer: &str, limit: i64, vis_ms: i64, seq: i64) -> Claimed {
-        let reply = self.claim_reply(consumer, limit, vis_ms, seq).await;
-        let int = |v: &Value| v.as_i64().unwrap_or_else(|| panic!("claim: not an integer: {v:?}"));
-        let n = reply.get(1).map(int).unwrap_or(-1);
-        assert!(
-            n >= 0 && reply.len() >= 4 + n as usize && (reply.len() - 4 - n as usize) % 3 == 0,
-            "claim reply {reply:?}"
-        );
-        let (expired_ids, deliveries) = reply[4..].split_at(n as usize);
-        let text = |v: &Value| {
-            v.as_str()
-                .unwrap_or_else(|| panic!("claim: not a string: {v:?}"))
-                .into_owned()
-        };
-        let value = |v: &Value| {
-            let stored = v.as_bytes().unwrap_or_else(|| panic!("claim: no value: {v:?}"));
-            let payload = decode_stored(stored)
-                .unwrap_or_else(|| panic!("claim: {v:?} is not a stored value"))
+        let receipt = self.k().claim(consumer);
+        let reply = self.run(&claim_op(&receipt, limit, vis_ms, seq)).await;
+        let value = |d: &Delivery| {
+            let payload = decode_stored(&d.value)
+                .unwrap_or_else(|| panic!("claim: {d:?} is not a stored value"))
                 .payload;
             (
-                String::from_utf8_lossy(stored).into_owned(),
+                String::from_utf8_lossy(&d.value).into_owned(),
                 String::from_utf8_lossy(payload).into_owned(),
             )
         };
-        let deliveries = deliveries.chunks_exact(3);
+        let id = |d: &Delivery| d.id.as_ref().expect("a text id").as_str().to_string();
         Claimed {
-            popped: int(&reply[0]),
-            expired: n,
-            expired_ids: expired_ids.iter().map(text).collect(),
-            lease: int(&reply[2]),
-            left_ms: int(&reply[3]),
-            got: deliveries
-                .clone()
-                .map(|t| (text(&t[0]), value(&t[1]).1, int(&t[2])))
+            popped: reply.popped as i64,
+            expired: reply.expired.len() as i64,
+            expired_ids: reply.expired.iter().map(|id| id.as_str().to_string()).collect(),
+            lease: reply.lease,
+            left_ms: reply.left.as_millis() as i64,
+            got: reply
+                .deliveries
+                .iter()
+                .map(|d| (id(d), value(d).1, i64::from(d.attempt)))
                 .collect(),
-            values: deliveries.map(|t| value(&t[1]).0).collect(),
+            values: reply.deliveries.iter().map(|d| value(d).0).collect(),
         }
     }
 
@@ -288,104 +288,92 @@ impl Env {
     /// (id, value as stored, attempt), sorted by id).
     async fn claim_undecoded(&self, limit: i64) -> (i64, Vec<(String, String, i64)>) {
         let seq = next_seq();
-        let reply = self.claim_reply(&format!("c{seq}"), limit, VIS, seq).await;
-        let n = reply[1].as_i64().expect("expired") as usize;
-        assert!(
-            reply.len() >= 4 + n && (reply.len() - 4 - n) % 3 == 0,
-            "claim reply {reply:?}"
-        );
-        let lease = reply[2].as_i64().expect("lease");
-        let mut got: Vec<(String, String, i64)> = reply[4 + n..]
-            .chunks_exact(3)
-            .map(|t| {
+        let receipt = self.k().claim(&format!("c{seq}"));
+        let reply = self.run(&claim_op(&receipt, limit, VIS, seq)).await;
+        let mut got: Vec<(String, String, i64)> = reply
+            .deliveries
+            .into_iter()
+            .map(|d| {
                 (
-                    t[0].as_string().expect("id"),
-                    t[1].as_string().expect("value"),
-                    t[2].as_i64().expect("attempt"),
+                    d.id.expect("id").as_str().to_string(),
+                    String::from_utf8(d.value).expect("value"),
+                    i64::from(d.attempt),
                 )
             })
             .collect();
         got.sort();
-        (lease, got)
+        (reply.lease, got)
     }
 
     async fn ack(&self, pairs: &[(&str, i64)]) -> Vec<i64> {
-        let k = self.k();
-        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
-        for (id, lease) in pairs {
-            args.push((*id).into());
-            args.push((*lease).into());
-        }
-        self.run(&scripts::ACK, k.for_ack(), args).await
+        let acked = self.run(&Ack { leases: pairs.to_vec() }).await;
+        acked.into_iter().map(|a| a as i64).collect()
     }
 
     async fn extend(&self, triples: &[(&str, i64, i64)]) -> Vec<i64> {
-        let mut args: Vec<Value> = Vec::new();
-        for (id, current, new) in triples {
-            args.extend([(*id).into(), (*current).into(), (*new).into()]);
-        }
-        self.run(&scripts::EXTEND, self.k().for_extend(), args).await
+        let renewed = self
+            .run(&Extend {
+                renewals: triples.to_vec(),
+            })
+            .await;
+        renewed.into_iter().map(i64::from).collect()
     }
 
-    async fn nack(&self, id: &str, lease: i64, delay_ms: i64, mode: &str) -> i64 {
-        self.nack_because(id, lease, delay_ms, mode, "").await
+    async fn nack(&self, id: &str, lease: i64, mode: NackMode) -> i64 {
+        self.nack_because(id, lease, mode, "").await
     }
 
-    /// A nack of the delivery `id` holds now: its attempt is the count in
-    /// its retry record.
-    async fn nack_because(&self, id: &str, lease: i64, delay_ms: i64, mode: &str, reason: &str) -> i64 {
-        let attempt = self
-            .record(id)
+    /// A nack of the delivery `id` holds now (see `attempt`).
+    async fn nack_because(&self, id: &str, lease: i64, mode: NackMode, reason: &str) -> i64 {
+        self.nack_of(id, lease, mode, reason, self.attempt(id)).await
+    }
+
+    async fn nack_of(&self, id: &str, lease: i64, mode: NackMode, reason: &str, attempt: i64) -> i64 {
+        self.run(&nack_op(id, lease, mode, reason, attempt)).await as i64
+    }
+
+    /// A release given a delay, which the typed op cannot pass: the script
+    /// must ignore it. The op's ARGV with ARGV[3] (delay ms) replaced.
+    async fn release_with_delay(&self, id: &str, lease: i64, delay_ms: i64) -> i64 {
+        let op = nack_op(id, lease, Release, "", self.attempt(id));
+        let reply = self.run_with_arg(&op, 3, delay_ms.into()).await;
+        reply.expect("nack").as_i64().expect("an integer")
+    }
+
+    /// The attempt of the delivery `id` holds now: the count in its retry record.
+    fn attempt(&self, id: &str) -> i64 {
+        self.record(id)
             .and_then(|r| r.split(':').next().and_then(|n| n.parse().ok()))
-            .unwrap_or(1);
-        self.nack_of(id, lease, delay_ms, mode, reason, attempt).await
-    }
-
-    async fn nack_of(&self, id: &str, lease: i64, delay_ms: i64, mode: &str, reason: &str, attempt: i64) -> i64 {
-        let k = self.k();
-        let keys = k.for_nack(id);
-        let args: Vec<Value> = vec![
-            id.into(),
-            lease.into(),
-            delay_ms.into(),
-            mode.into(),
-            RETRY.into(),
-            k.wake.as_str().into(),
-            reason.into(),
-            RETENTION.into(),
-            attempt.into(),
-        ];
-        self.run(&scripts::NACK, keys, args).await
+            .unwrap_or(1)
     }
 
     /// `[timed out, moved to garbage]` of a timeout call.
     async fn timeout(&self, limit: i64) -> Vec<i64> {
-        let reply = self.timeout_reply(limit).await;
-        reply[..2].iter().map(|v| v.as_i64().unwrap()).collect()
+        let reply = self.timed_out(limit).await;
+        vec![reply.count as i64, reply.dead.len() as i64]
     }
 
-    async fn timeout_reply(&self, limit: i64) -> Vec<Value> {
-        let k = self.k();
-        let keys = k.for_timeout();
-        let args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            limit.into(),
-            RETRY.into(),
-            k.wake.as_str().into(),
-            RETENTION.into(),
-        ];
-        self.run(&scripts::TIMEOUT, keys, args).await
+    async fn timed_out(&self, limit: i64) -> TimedOut {
+        let op = Timeout {
+            limit: count(limit),
+            default_retry_count: RETRY as u32,
+            retention: ms(RETENTION),
+        };
+        self.run(&op).await
     }
 
     async fn cancel(&self, id: &str) -> i64 {
-        self.run(&scripts::CANCEL, self.k().for_cancel(id), vec![id.into()])
-            .await
+        i64::from(self.run(&Cancel { id }).await)
     }
 
     async fn reschedule(&self, id: &str, delay_ms: i64) -> i64 {
-        let k = self.k();
-        let args: Vec<Value> = vec![id.into(), delay_ms.into(), k.wake.as_str().into()];
-        self.run(&scripts::RESCHEDULE, k.for_reschedule(id), args).await
+        i64::from(
+            self.run(&Reschedule {
+                id,
+                delay: ms(delay_ms),
+            })
+            .await,
+        )
     }
 
     /// Collects every dead letter, whatever its age (retention 0).
@@ -394,22 +382,21 @@ impl Env {
     }
 
     async fn gc_with(&self, limit: i64, retention_ms: i64, max_kept: i64, ids: &[&str]) -> i64 {
-        let k = self.k();
-        let mut args: Vec<Value> = vec![
-            k.msg_prefix.as_str().into(),
-            limit.into(),
-            retention_ms.into(),
-            max_kept.into(),
-        ];
-        args.extend(ids.iter().map(|id| Value::from(*id)));
-        self.run(&scripts::GC, k.for_gc(), args).await
+        let op = Gc {
+            limit: count(limit),
+            retention: ms(retention_ms),
+            max_kept: max_kept as u64,
+            ids: ids.to_vec(),
+        };
+        self.run(&op).await as i64
     }
 
     /// The counts part of the stats reply.
     async fn stats(&self) -> Vec<i64> {
-        let reply: Vec<i64> = self.run(&scripts::STATS, self.k().for_stats(), vec![]).await;
-        assert_eq!(reply.len(), 13, "{reply:?}");
-        reply[..5].to_vec()
+        let s = self.run(&Stats).await.counts;
+        [s.pending, s.ready, s.processing, s.retry, s.garbage]
+            .map(|n| n as i64)
+            .to_vec()
     }
 
     // ---- raw Redis access ----
@@ -599,6 +586,55 @@ impl Env {
     fn seed(&self, id: &str, record: Option<&str>) {
         self.seed_value(id, &format!("{RETRY}:payload-{id}"), record);
     }
+}
+
+/// `ms` milliseconds.
+fn ms(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).expect("ms >= 0"))
+}
+
+/// A limit as the operations take it.
+fn count(limit: i64) -> usize {
+    usize::try_from(limit).expect("limit >= 0")
+}
+
+/// A nack that counts and retries after `delay_ms`.
+fn fail(delay_ms: i64) -> NackMode {
+    NackMode::Fail { delay: ms(delay_ms) }
+}
+
+/// The claim request `seq` of the consumer with receipt key `receipt`,
+/// with the tests' retention.
+fn claim_op(receipt: &str, limit: i64, vis_ms: i64, seq: i64) -> Claim<'_> {
+    Claim {
+        receipt,
+        limit: count(limit),
+        visibility: ms(vis_ms),
+        seq: u64::try_from(seq).expect("seq >= 0"),
+        retention: ms(RETENTION),
+    }
+}
+
+/// A nack with the tests' default retry count and retention.
+fn nack_op<'a>(id: &'a str, lease: i64, mode: NackMode, reason: &'a str, attempt: i64) -> Nack<'a> {
+    Nack {
+        id,
+        lease,
+        mode,
+        reason,
+        attempt: u32::try_from(attempt).expect("attempt"),
+        default_retry_count: RETRY as u32,
+        retention: ms(RETENTION),
+    }
+}
+
+/// `op`'s script, KEYS and ARGV with ARGV[i] (from 1) replaced by `value`,
+/// to send raw: for an argument the typed operation cannot express, to
+/// show the script refuses or ignores it.
+fn with_arg<O: Op>(op: &O, k: &Keys, i: usize, value: Value) -> (&'static LuaScript, Vec<String>, Vec<Value>) {
+    let mut args = op.args(k);
+    args[i - 1] = value;
+    (O::script(), op.keys(k), args)
 }
 
 /// A new claim request number, unique within the test binary.
@@ -957,7 +993,7 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
             *seen += 1;
             assert_eq!(*attempt, *seen, "{id}: attempt numbers count deliveries");
             let want = if *attempt > max(id) { 2 } else { 1 };
-            assert_eq!(env.nack(id, lease, 0, "fail").await, want, "{id} attempt {attempt}");
+            assert_eq!(env.nack(id, lease, fail(0)).await, want, "{id} attempt {attempt}");
         }
         let (next_lease, got) = env.claim_undecoded(10).await;
         lease = next_lease;
@@ -1255,15 +1291,11 @@ async fn claim_with_limit_0_reads_no_list_and_deletes_the_receipt() {
     assert!(!env.exists(&k.claim("w")), "receipt left");
     assert_eq!(env.int(&["LLEN", &k.ready]), 10_000);
     // A negative limit is refused before anything is read or written.
-    let keys = k.for_claim(&k.claim("w"));
-    let args: Vec<Value> = vec![
-        k.msg_prefix.as_str().into(),
-        (-1).into(),
-        VIS.into(),
-        9.into(),
-        RETENTION.into(),
-    ];
-    let err = scripts::CLAIM.call::<Value>(&env.client, keys, args).await.unwrap_err();
+    let receipt = k.claim("w");
+    let err = env
+        .run_with_arg(&claim_op(&receipt, 0, VIS, 9), 2, (-1).into())
+        .await
+        .unwrap_err();
     assert!(err.details().contains("limit"), "{err:?}");
     assert_eq!(env.command_calls("lrange"), 0);
     // With both lists empty it clears the STALE mark too.
@@ -1287,23 +1319,46 @@ async fn every_limit_below_1_is_refused_before_a_range_read() {
         env.raw(&["ZADD", &k.garbage, "1", &id]);
     }
     let before = env.snapshot();
-    let p = k.msg_prefix.as_str();
-    for limit in ["0", "-1", "1.5", "1001", "x"] {
-        let s = |v: &[&str]| -> Vec<Value> { v.iter().map(|a| Value::from(*a)).collect() };
-        let calls: Vec<(&LuaScript, Vec<String>, Vec<Value>)> = vec![
-            (&scripts::PROMOTE, k.for_promote(), s(&[limit])),
-            (&scripts::TIMEOUT, k.for_timeout(), s(&[p, limit, "3", &k.wake, "1000"])),
-            (&scripts::GC, k.for_gc(), s(&[p, limit, "0", "0"])),
-            (&scripts::REQUEUE, k.for_requeue(), s(&[p, limit, &k.wake])),
-            (&scripts::PURGE, k.for_purge(), s(&[p, limit])),
-            (&scripts::LIST, k.for_inspect(), s(&["2", "0", limit, p, "100"])),
-            (&scripts::LIST, k.for_inspect(), s(&["2", "0", "10", p, limit])),
-            (&scripts::SCAN, k.for_inspect(), s(&["2", "0", limit, p, p])),
+    for text in ["0", "-1", "1.5", "1001", "x"] {
+        let limit = Value::from(text);
+        let timeout = Timeout {
+            limit: 1,
+            default_retry_count: 3,
+            retention: ms(1000),
+        };
+        let gc = Gc {
+            limit: 1,
+            retention: Duration::ZERO,
+            max_kept: 0,
+            ids: vec![],
+        };
+        let list = |limit| List {
+            state: MessageState::Ready,
+            offset: 0,
+            limit,
+            preview: 36,
+        };
+        let scan = Scan {
+            of: IdKey::Ready,
+            cursor: "0",
+            page: 1,
+        };
+        // Each with its limit (ARGV[i]) replaced.
+        let calls = vec![
+            with_arg(&Promote { limit: 1 }, &k, 1, limit.clone()),
+            with_arg(&timeout, &k, 2, limit.clone()),
+            with_arg(&gc, &k, 2, limit.clone()),
+            with_arg(&Requeue { limit: 1, ids: vec![] }, &k, 2, limit.clone()),
+            with_arg(&Purge { limit: 1 }, &k, 2, limit.clone()),
+            with_arg(&list(1), &k, 3, limit.clone()),
+            // The bytes of each value to return.
+            with_arg(&list(10), &k, 5, limit.clone()),
+            with_arg(&scan, &k, 3, limit.clone()),
         ];
         for (script, keys, args) in calls {
             env.reset_command_stats();
             let res = script.call::<Value>(&env.client, keys, args).await;
-            let err = res.expect_err(&format!("{} with limit {limit}", script.name));
+            let err = res.expect_err(&format!("{} with limit {text}", script.name));
             assert!(err.details().contains("limit"), "{}: {err:?}", script.name);
             for cmd in ["lrange", "zrange", "zrangebyscore", "getrange"] {
                 assert_eq!(env.command_calls(cmd), 0, "{} read with {cmd}", script.name);
@@ -1562,8 +1617,8 @@ async fn claim_treats_a_record_that_is_not_a_delivery_count_as_malformed() {
         env.seed(id, Some(record));
     }
     env.raw(&["RPUSH", &k.ready, "neg", "exp", "hex", "frac"]);
-    let reply = env.claim_reply("c", 10, VIS, 1).await;
-    let attempts: Vec<i64> = reply[4..].chunks_exact(3).map(|t| t[2].as_i64().unwrap()).collect();
+    let reply = env.claim_with("c", 10, VIS, 1).await;
+    let attempts: Vec<i64> = reply.got.iter().map(|d| d.2).collect();
     assert_eq!(
         attempts,
         vec![1, 1, 1, 1],
@@ -1829,7 +1884,7 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
 
     // Cancel of a message in retry marks it too; the claim drops the entry
     // without counting it (cancel deleted the record) and clears the mark.
-    assert_eq!(env.nack("b", c.lease, 0, "fail").await, 1);
+    assert_eq!(env.nack("b", c.lease, fail(0)).await, 1);
     assert_eq!(env.list(&k.retry), vec!["b"]);
     assert_eq!(env.cancel("b").await, 1);
     assert!(env.stale());
@@ -1862,15 +1917,8 @@ async fn claim_replay_leaves_out_a_payload_key_of_another_type() {
     assert_eq!(first.ids(), vec!["a", "b"]);
     env.raw(&["DEL", &k.msg("a")]);
     env.raw(&["HSET", &k.msg("a"), "f", "v"]);
-    let keys = k.for_claim(&k.claim("w"));
-    let args: Vec<Value> = vec![
-        k.msg_prefix.as_str().into(),
-        10.into(),
-        VIS.into(),
-        5.into(),
-        RETENTION.into(),
-    ];
-    let replay = scripts::CLAIM.call::<Value>(&env.client, keys, args).await;
+    let receipt = k.claim("w");
+    let replay = env.store().eval(&claim_op(&receipt, 10, VIS, 5)).await;
     assert!(replay.is_ok(), "replay failed: {replay:?}");
     let again = env.claim_with("w", 10, VIS, 5).await;
     assert_eq!(again.ids(), vec!["b"]);
@@ -1927,8 +1975,8 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
     let l1 = first.lease;
     // "d" is handed back and delivered again under a new lease; "e" is
     // handed back and waits in retry.
-    assert_eq!(env.nack("e", l1, 0, "release").await, 1);
-    assert_eq!(env.nack("d", l1, 0, "release").await, 1);
+    assert_eq!(env.nack("e", l1, Release).await, 1);
+    assert_eq!(env.nack("d", l1, Release).await, 1);
     let second = env.claim(1).await;
     assert_eq!(second.ids(), vec!["d"]);
     let l2 = second.lease;
@@ -1976,12 +2024,9 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
 #[tokio::test]
 async fn ack_of_no_pairs_returns_an_empty_reply() {
     let env = Env::new().await;
-    let k = env.k().clone();
-    let reply = scripts::ACK
-        .call::<Vec<i64>>(&env.client, k.for_ack(), vec![k.msg_prefix.as_str().into()])
-        .await;
+    let reply = env.store().run(&Ack { leases: vec![] }).await;
     match reply {
-        Ok(results) => assert_eq!(results, Vec::<i64>::new()),
+        Ok(results) => assert!(results.is_empty(), "{results:?}"),
         Err(e) => panic!("ack of no pairs failed: {e:?}"),
     }
 }
@@ -2065,7 +2110,7 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     // delay 0: straight to the end of the retry list, payload without TTL.
     env.raw(&["RPUSH", &k.retry, "older"]);
     let la = seed_unack(&env, "a", "1");
-    assert_eq!(env.nack("a", la, 0, "fail").await, 1);
+    assert_eq!(env.nack("a", la, fail(0)).await, 1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
     assert!(env.zscore(&k.unack, "a").is_none());
     assert_eq!(env.record("a").as_deref(), Some("1"), "claim counted the delivery");
@@ -2076,7 +2121,7 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     let delay = 30_000;
     let lb = seed_unack(&env, "b", &RETRY.to_string());
     let before = env.now_ms();
-    assert_eq!(env.nack("b", lb, delay, "fail").await, 1);
+    assert_eq!(env.nack("b", lb, fail(delay)).await, 1);
     let after = env.now_ms();
     let due = env.zscore(&k.pending, "b").expect("b pending");
     assert!((before + delay..=after + delay).contains(&due), "due {due}");
@@ -2088,8 +2133,8 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     // Idempotent: a re-run finds its own work done, answers as the first
     // run did, and changes nothing.
     let state = env.snapshot();
-    assert_eq!(env.nack_of("a", la, 0, "fail", "", 1).await, 1);
-    assert_eq!(env.nack_of("b", lb, delay, "fail", "", 3).await, 1);
+    assert_eq!(env.nack_of("a", la, fail(0), "", 1).await, 1);
+    assert_eq!(env.nack_of("b", lb, fail(delay), "", 3).await, 1);
     assert_eq!(env.snapshot(), state);
 }
 
@@ -2101,10 +2146,10 @@ async fn nack_fail_out_of_retries_goes_to_garbage() {
     let lz = seed_unack_value(&env, "zero", Some("0:payload-zero"), Some("1"));
     let ln = seed_unack_value(&env, "norecord", Some("3:payload-norecord"), None);
 
-    assert_eq!(env.nack("a", la, 0, "fail").await, 2);
-    assert_eq!(env.nack("zero", lz, 5_000, "fail").await, 2);
+    assert_eq!(env.nack("a", la, fail(0)).await, 2);
+    assert_eq!(env.nack("zero", lz, fail(5_000)).await, 2);
     // No record: counted as delivery 1 of RETRY + 1, so retried.
-    assert_eq!(env.nack("norecord", ln, 0, "fail").await, 1);
+    assert_eq!(env.nack("norecord", ln, fail(0)).await, 1);
 
     assert_eq!(env.dead(), vec!["a", "zero"]);
     assert_eq!(env.list(&k.retry), vec!["norecord"]);
@@ -2146,7 +2191,7 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
     }
     env.raw(&["HSET", &k.msg("foreign"), "f", "v"]);
     for ((id, _, _, want), lease) in cases.iter().zip(&leases) {
-        assert_eq!(env.nack(id, *lease, 0, "fail").await, *want, "{id}");
+        assert_eq!(env.nack(id, *lease, fail(0)).await, *want, "{id}");
     }
     let mut garbage: Vec<&str> = cases.iter().filter(|c| c.3 == 2).map(|c| c.0).collect();
     garbage.sort();
@@ -2196,13 +2241,13 @@ async fn nack_release_uncounts_the_delivery_and_goes_first() {
     let ld = seed_unack_value(&env, "d", Some("3:payload-d"), None);
     let lj = seed_unack(&env, "j", "junk");
 
-    assert_eq!(env.nack("a", la, 30_000, "release").await, 1);
-    assert_eq!(env.nack("b", lb, 0, "release").await, 1);
+    assert_eq!(env.release_with_delay("a", la, 30_000).await, 1);
+    assert_eq!(env.nack("b", lb, Release).await, 1);
     // Out of retries by the record, but a release does not count: retried.
-    assert_eq!(env.nack("c", lc, 0, "release").await, 1);
+    assert_eq!(env.nack("c", lc, Release).await, 1);
     // No record or a malformed one: one delivery, uncounted.
-    assert_eq!(env.nack("d", ld, 0, "release").await, 1);
-    assert_eq!(env.nack("j", lj, 0, "release").await, 1);
+    assert_eq!(env.nack("d", ld, Release).await, 1);
+    assert_eq!(env.nack("j", lj, Release).await, 1);
 
     assert_eq!(env.list(&k.retry), vec!["j", "d", "c", "b", "a", "older"]);
     // The record is written back as a plain count.
@@ -2240,8 +2285,8 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
     // The receipt expires after 10 ms, at any point of what follows: drop it.
     env.raw(&["DEL", &k.claim("c")]);
     let state = env.snapshot();
-    assert_eq!(env.nack("a", c1.lease + 1, 0, "fail").await, 0);
-    assert_eq!(env.nack("a", c1.lease - 1, 0, "release").await, 1);
+    assert_eq!(env.nack("a", c1.lease + 1, fail(0)).await, 0);
+    assert_eq!(env.nack("a", c1.lease - 1, Release).await, 1);
     assert_eq!(env.snapshot(), state);
 
     // The lease runs out, the message is taken back and claimed again.
@@ -2252,9 +2297,9 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
 
     // The first delivery's late nack, release and ack do nothing.
     let state = env.snapshot();
-    assert_eq!(env.nack_of("a", c1.lease, 0, "fail", "", 1).await, 0);
-    assert_eq!(env.nack_of("a", c1.lease, 5_000, "fail", "", 1).await, 0);
-    assert_eq!(env.nack_of("a", c1.lease, 0, "release", "", 1).await, 0);
+    assert_eq!(env.nack_of("a", c1.lease, fail(0), "", 1).await, 0);
+    assert_eq!(env.nack_of("a", c1.lease, fail(5_000), "", 1).await, 0);
+    assert_eq!(env.nack_of("a", c1.lease, Release, "", 1).await, 0);
     assert_eq!(env.ack(&[("a", c1.lease)]).await, vec![0]);
     assert_eq!(env.snapshot(), state);
     assert!(!env.exists(&k.retry) && !env.exists(&k.pending));
@@ -2272,30 +2317,30 @@ async fn a_re_sent_nack_answers_as_its_first_run_did() {
     let lf = seed_unack(&env, "f", "1");
     let ld = seed_unack(&env, "d", "2");
     let lr = seed_unack(&env, "r", "2");
-    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 1).await, 1);
-    assert_eq!(env.nack_of("d", ld, 0, "dead", "bad input", 2).await, 2);
-    assert_eq!(env.nack_of("r", lr, 0, "release", "", 2).await, 1);
+    assert_eq!(env.nack_of("f", lf, fail(0), "boom", 1).await, 1);
+    assert_eq!(env.nack_of("d", ld, Dead, "bad input", 2).await, 2);
+    assert_eq!(env.nack_of("r", lr, Release, "", 2).await, 1);
     let state = env.snapshot();
-    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 1).await, 1);
-    assert_eq!(env.nack_of("d", ld, 0, "dead", "bad input", 2).await, 2);
-    assert_eq!(env.nack_of("r", lr, 0, "release", "", 2).await, 1);
+    assert_eq!(env.nack_of("f", lf, fail(0), "boom", 1).await, 1);
+    assert_eq!(env.nack_of("d", ld, Dead, "bad input", 2).await, 2);
+    assert_eq!(env.nack_of("r", lr, Release, "", 2).await, 1);
     assert_eq!(env.snapshot(), state, "a re-run writes nothing");
     // Another reason or attempt is not this call's work: the lease is lost.
-    assert_eq!(env.nack_of("f", lf, 0, "fail", "other", 1).await, 0);
-    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 2).await, 0);
+    assert_eq!(env.nack_of("f", lf, fail(0), "other", 1).await, 0);
+    assert_eq!(env.nack_of("f", lf, fail(0), "boom", 2).await, 0);
 
     // Claimed again after the first run: a re-run still recognises it.
     assert_eq!(env.claim(10).await.ids(), vec!["r", "f"]);
-    assert_eq!(env.nack_of("f", lf, 0, "fail", "boom", 1).await, 1);
-    assert_eq!(env.nack_of("r", lr, 0, "release", "", 2).await, 1);
-    assert_eq!(env.nack_of("r", lr, 0, "fail", "", 2).await, 0);
+    assert_eq!(env.nack_of("f", lf, fail(0), "boom", 1).await, 1);
+    assert_eq!(env.nack_of("r", lr, Release, "", 2).await, 1);
+    assert_eq!(env.nack_of("r", lr, fail(0), "", 2).await, 0);
 
     // Taken back by the sweep: a late nack finds the lease lost.
     let lt = seed_unack(&env, "t", "1");
     env.raw(&["ZADD", &k.unack, &(env.now_us() - 1_000).to_string(), "t"]);
     assert_eq!(env.timeout(10).await, vec![1, 0]);
-    assert_eq!(env.nack_of("t", lt, 0, "fail", "boom", 1).await, 0);
-    assert_eq!(env.nack_of("t", lt, 0, "release", "", 1).await, 0);
+    assert_eq!(env.nack_of("t", lt, fail(0), "boom", 1).await, 0);
+    assert_eq!(env.nack_of("t", lt, Release, "", 1).await, 0);
 }
 
 // ======================= timeout =======================
@@ -2316,13 +2361,8 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     zadd("ontime", now + 60_000_000);
 
     // Each buried id comes back with its delivery count.
-    let reply: Vec<String> = env
-        .timeout_reply(1000)
-        .await
-        .iter()
-        .map(|v| v.as_string().unwrap())
-        .collect();
-    assert_eq!(reply, ["3", "1", "dead", "4"]);
+    let reply = env.timed_out(1000).await;
+    assert_eq!((reply.count, reply.dead), (3, vec![("dead".into(), 4)]));
     assert_eq!(env.list(&k.retry), vec!["late1", "late2"], "in deadline order");
     assert_eq!(env.dead(), vec!["dead"]);
     assert_eq!(env.zset(&k.unack), vec![("ontime".to_string(), now + 60_000_000)]);
@@ -2415,23 +2455,23 @@ async fn nack_wakes_consumers_when_the_message_is_claimable_now_or_due_first() {
 
     // fail with no delay: to retry, publishes 0.
     let la = seed_unack(&env, "a", "1");
-    assert_eq!(env.nack("a", la, 0, "fail").await, 1);
+    assert_eq!(env.nack("a", la, fail(0)).await, 1);
     assert_eq!(wakes.next().await, "0");
     // release: to retry, publishes 0 (even with a delay given).
     let lb = seed_unack(&env, "b", "1");
-    assert_eq!(env.nack("b", lb, 30_000, "release").await, 1);
+    assert_eq!(env.release_with_delay("b", lb, 30_000).await, 1);
     assert_eq!(wakes.next().await, "0");
     // fail with a delay into an empty pending: publishes the delay.
     let lc = seed_unack(&env, "c", "1");
-    assert_eq!(env.nack("c", lc, 20_000, "fail").await, 1);
+    assert_eq!(env.nack("c", lc, fail(20_000)).await, 1);
     assert_eq!(wakes.next().await, "20000");
     // fail with a delay later than the head: nothing.
     let ld = seed_unack(&env, "d", "1");
-    assert_eq!(env.nack("d", ld, 40_000, "fail").await, 1);
+    assert_eq!(env.nack("d", ld, fail(40_000)).await, 1);
     wakes.assert_quiet(&env, "nack due later than the head").await;
     // fail with a delay earlier than the head: publishes the delay.
     let le = seed_unack(&env, "e", "1");
-    assert_eq!(env.nack("e", le, 7_000, "fail").await, 1);
+    assert_eq!(env.nack("e", le, fail(7_000)).await, 1);
     assert_eq!(wakes.next().await, "7000");
     assert_eq!(
         env.zset(&k.pending).iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
@@ -2439,11 +2479,11 @@ async fn nack_wakes_consumers_when_the_message_is_claimable_now_or_due_first() {
     );
     // Out of deliveries, to garbage: nothing.
     let lg = seed_unack(&env, "g", "4");
-    assert_eq!(env.nack("g", lg, 0, "fail").await, 2);
+    assert_eq!(env.nack("g", lg, fail(0)).await, 2);
     wakes.assert_quiet(&env, "nack to garbage").await;
     // A re-run of a's nack, and a lost lease: nothing.
-    assert_eq!(env.nack_of("a", la, 0, "fail", "", 1).await, 1);
-    assert_eq!(env.nack("b", lb, 0, "release").await, 0);
+    assert_eq!(env.nack_of("a", la, fail(0), "", 1).await, 1);
+    assert_eq!(env.nack("b", lb, Release).await, 0);
     wakes.assert_quiet(&env, "nack with a lost lease").await;
 }
 
@@ -2671,16 +2711,9 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     assert_eq!(env.send("a", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
     env.raw(&["SET", &k.unack, "not a zset"]);
-    let keys = k.for_claim(&k.claim("c"));
-    let args: Vec<Value> = vec![
-        k.msg_prefix.as_str().into(),
-        10.into(),
-        VIS.into(),
-        0.into(),
-        RETENTION.into(),
-    ];
-    let err = scripts::CLAIM.call::<Value>(&env.client, keys, args).await.unwrap_err();
-    assert!(err.details().contains("WRONGTYPE"), "{err:?}");
+    let receipt = k.claim("c");
+    let err = env.store().run(&claim_op(&receipt, 10, VIS, 0)).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     assert_eq!(
         env.lines(&["LRANGE", &k.ready, "0", "-1"]),
         vec!["a"],
@@ -2821,10 +2854,16 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     let k = env.k().clone();
     assert_eq!(env.send("a", "x", 60_000, NEVER, RETRY).await, 1);
     env.raw(&["RPUSH", &k.ready, "b", "b"]);
-    let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into()];
-    args.extend(["a", "b", "none"].map(Value::from));
-    let reply: Vec<Value> = env.run(&scripts::INSPECT, k.for_inspect(), args).await;
-    let text: Vec<String> = reply.iter().map(|v| v.as_string().unwrap_or_default()).collect();
+    // The reply as it comes: the score is left out of the typed one.
+    let inspect = Inspect {
+        ids: vec!["a", "b", "none"],
+    };
+    let reply = env.store().eval(&inspect).await.expect("inspect");
+    let text: Vec<String> = reply
+        .into_array()
+        .iter()
+        .map(|v| v.as_string().unwrap_or_default())
+        .collect();
     let due = env.zscore(&k.pending, "a").unwrap().to_string();
     let want: Vec<String> = [
         "0", // no STALE mark
@@ -2846,11 +2885,11 @@ async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
     let la = seed_unack(&env, "a", "1");
     let lb = seed_unack(&env, "b", "1");
     let before = env.now_ms();
-    assert_eq!(env.nack_because("a", la, 0, "fail", "HTTP 503").await, 1);
+    assert_eq!(env.nack_because("a", la, fail(0), "HTTP 503").await, 1);
     assert_eq!(env.record("a").as_deref(), Some("1:HTTP 503"));
     assert_eq!(env.list(&k.retry), vec!["a"]);
     // 'dead' ignores the retries left.
-    assert_eq!(env.nack_because("b", lb, 0, "dead", "bad payload").await, 2);
+    assert_eq!(env.nack_because("b", lb, Dead, "bad payload").await, 2);
     assert_eq!(env.dead(), vec!["b"]);
     let died = env.zscore(&k.garbage, "b").unwrap();
     assert!(died >= before && died <= env.now_ms(), "scored by time of death");
@@ -2915,10 +2954,16 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
     }
     env.raw(&["PEXPIRE", &k.msg("c"), "1"]);
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let requeue = |ids: &[&str]| {
-        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), 1000.into(), k.wake.as_str().into()];
-        args.extend(ids.iter().map(|id| Value::from(*id)));
-        env.run::<Vec<i64>>(&scripts::REQUEUE, k.for_requeue(), args)
+    let requeue = |ids: &[&'static str]| {
+        let op = Requeue {
+            limit: 1000,
+            ids: ids.to_vec(),
+        };
+        let env = &env;
+        async move {
+            let done = env.run(&op).await;
+            vec![done.requeued, done.taken]
+        }
     };
     let mut wakes = env.subscribe().await;
     assert_eq!(requeue(&["a", "unknown"]).await, vec![1, 1]);
@@ -3059,13 +3104,14 @@ async fn promote_reports_how_late_each_moved_id_is() {
         &(now - 100).to_string(),
         "b",
     ]);
-    let reply: Vec<i64> = env.run(&scripts::PROMOTE, k.for_promote(), vec![10.into()]).await;
-    assert_eq!(&reply[..2], &[2, -1]);
+    let reply = env.run(&Promote { limit: 10 }).await;
+    assert_eq!((reply.moved, reply.next_due), (2, None));
+    let late: Vec<u128> = reply.late.iter().map(Duration::as_millis).collect();
     assert!(
-        (300..1300).contains(&reply[2]) && (100..1100).contains(&reply[3]),
-        "{reply:?}"
+        (300..1300).contains(&late[0]) && (100..1100).contains(&late[1]),
+        "{late:?}"
     );
-    assert!(reply[2] > reply[3], "oldest first");
+    assert!(late[0] > late[1], "oldest first");
 }
 
 #[tokio::test]
@@ -3080,10 +3126,7 @@ async fn purge_deletes_every_message_in_bounded_calls() {
     seed_unack(&env, "u", "1");
     env.seed("g", Some("4"));
     env.bury(&["g"]);
-    let purge = || {
-        let args: Vec<Value> = vec![k.msg_prefix.as_str().into(), 10.into()];
-        env.run::<i64>(&scripts::PURGE, k.for_purge(), args)
-    };
+    let purge = || env.run(&Purge { limit: 10 });
     let mut removed = Vec::new();
     loop {
         let n = purge().await;

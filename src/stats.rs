@@ -116,7 +116,9 @@ mod tests {
 
     /// The status lua/stats.lua replies `v` means.
     fn from_script(v: Vec<i64>) -> QueueStatus {
-        Stats.reply(Value::Array(v.into_iter().map(Value::Integer).collect())).unwrap()
+        Stats
+            .reply(Value::Array(v.into_iter().map(Value::Integer).collect()))
+            .unwrap()
     }
 
     #[test]

@@ -106,7 +106,8 @@ impl Op for Claim<'_> {
         let reply = array::<Self>(v)?;
         let bad = |detail: &str| unexpected::<Self>(detail);
         let (head, rest) = reply.split_at_checked(4).ok_or_else(|| bad("short reply"))?;
-        let [popped, expired, lease, left_ms] = [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
+        let [popped, expired, lease, left_ms] =
+            [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
         let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
         let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
         let (Ok(popped), Ok(left_ms)) = (u64::try_from(popped), u64::try_from(left_ms)) else {

@@ -38,7 +38,10 @@ impl Op for Extend<'_> {
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = ints::<Self>(v)?;
         if reply.len() != self.renewals.len() || reply.iter().any(|&n| n != 0 && n != 1) {
-            return Err(unexpected::<Self>(format!("{reply:?} for {} renewals", self.renewals.len())));
+            return Err(unexpected::<Self>(format!(
+                "{reply:?} for {} renewals",
+                self.renewals.len()
+            )));
         }
         Ok(reply.into_iter().map(|n| n == 1).collect())
     }

@@ -220,10 +220,21 @@ mod tests {
         };
         let d = Duration::from_secs(1);
         vec![
-            entry(send::SendBatch { msgs: vec![outgoing("a"), outgoing("b")] }, k),
+            entry(
+                send::SendBatch {
+                    msgs: vec![outgoing("a"), outgoing("b")],
+                },
+                k,
+            ),
             entry(promote::Promote { limit: 1 }, k),
             entry(
-                claim::Claim { receipt: &receipt, limit: 1, visibility: d, seq: 0, retention: d },
+                claim::Claim {
+                    receipt: &receipt,
+                    limit: 1,
+                    visibility: d,
+                    seq: 0,
+                    retention: d,
+                },
                 k,
             ),
             entry(extend::Extend { renewals: vec![] }, k),
@@ -240,19 +251,46 @@ mod tests {
                 },
                 k,
             ),
-            entry(timeout::Timeout { limit: 1, default_retry_count: 0, retention: d }, k),
+            entry(
+                timeout::Timeout {
+                    limit: 1,
+                    default_retry_count: 0,
+                    retention: d,
+                },
+                k,
+            ),
             entry(cancel::Cancel { id: "a" }, k),
             entry(reschedule::Reschedule { id: "a", delay: d }, k),
-            entry(gc::Gc { limit: 1, retention: d, max_kept: 0, ids: vec![] }, k),
+            entry(
+                gc::Gc {
+                    limit: 1,
+                    retention: d,
+                    max_kept: 0,
+                    ids: vec![],
+                },
+                k,
+            ),
             entry(requeue::Requeue { limit: 1, ids: vec![] }, k),
             entry(purge::Purge { limit: 1 }, k),
             entry(stats::Stats, k),
             entry(
-                list::List { state: MessageState::Ready, offset: 0, limit: 1, preview: 1 },
+                list::List {
+                    state: MessageState::Ready,
+                    offset: 0,
+                    limit: 1,
+                    preview: 1,
+                },
                 k,
             ),
             entry(get::Get { id: &id }, k),
-            entry(scan::Scan { of: IdKey::Ready, cursor: "0", page: 1 }, k),
+            entry(
+                scan::Scan {
+                    of: IdKey::Ready,
+                    cursor: "0",
+                    page: 1,
+                },
+                k,
+            ),
             entry(inspect::Inspect { ids: vec!["a"] }, k),
         ]
     }
@@ -265,7 +303,9 @@ mod tests {
         let mut names = Vec::new();
         for (at, _) in header.match_indices("KEYS[") {
             let rest = &header[at + "KEYS[".len()..];
-            let Some((index, rest)) = rest.split_once(']') else { continue };
+            let Some((index, rest)) = rest.split_once(']') else {
+                continue;
+            };
             let (first, tail) = match index.strip_suffix("..") {
                 Some(first) => (first, ".."),
                 None => (index, ""),
@@ -291,7 +331,11 @@ mod tests {
         let tag = k.totals.strip_suffix("totals").unwrap();
         for (script, names, keys) in ops {
             let name = script.name;
-            assert_eq!(header_keys(script.file), names, "lua/{name}.lua header against its op's KEYS");
+            assert_eq!(
+                header_keys(script.file),
+                names,
+                "lua/{name}.lua header against its op's KEYS"
+            );
             let (fixed, rest) = match names.last().and_then(|n| n.strip_suffix("..")) {
                 Some(tail) => (&names[..names.len() - 1], Some(tail)),
                 None => (names, None),

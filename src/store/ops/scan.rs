@@ -48,7 +48,10 @@ impl Op for Scan<'_> {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let mut reply = array::<Self>(v)?.into_iter().map(|v| v.as_string());
-        let next = reply.next().flatten().ok_or_else(|| unexpected::<Self>("empty reply"))?;
+        let next = reply
+            .next()
+            .flatten()
+            .ok_or_else(|| unexpected::<Self>("empty reply"))?;
         let ids = reply
             .collect::<Option<Vec<String>>>()
             .ok_or_else(|| unexpected::<Self>("an id is not text"))?;

@@ -74,6 +74,9 @@ mod tests {
     #[test]
     fn a_reply_of_another_length_is_unexpected() {
         let reply = Value::Array(vec![Value::Integer(1), Value::Integer(2)]);
-        assert!(matches!(Stats.reply(reply), Err(Error::UnexpectedReply { script: "stats", .. })));
+        assert!(matches!(
+            Stats.reply(reply),
+            Err(Error::UnexpectedReply { script: "stats", .. })
+        ));
     }
 }
