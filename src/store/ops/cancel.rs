@@ -2,7 +2,7 @@
 
 use fred::prelude::Value;
 
-use super::{int, unexpected, Op};
+use super::{flag, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -36,10 +36,6 @@ impl Op for Cancel<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        match int::<Self>(&v)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            n => Err(unexpected::<Self>(format!("{n}"))),
-        }
+        flag::<Self>(&v)
     }
 }

@@ -139,17 +139,24 @@ pub(super) fn fits(names: &[&str], n: usize) -> bool {
     }
 }
 
-/// The KEYS of the scripts that look at every key holding ids, in
-/// [`IdKey`] order: `pending ready unack retry garbage retries`.
-fn id_keys(k: &Keys) -> Vec<String> {
+/// The key of each state, in [`IdKey`] order: `pending ready unack retry
+/// garbage`.
+fn state_keys(k: &Keys) -> Vec<String> {
     vec![
         k.pending.clone(),
         k.ready.clone(),
         k.unack.clone(),
         k.retry.clone(),
         k.garbage.clone(),
-        k.retries.clone(),
     ]
+}
+
+/// The KEYS of the scripts that look at every key holding ids, in
+/// [`IdKey`] order: the state keys, then `retries`.
+fn id_keys(k: &Keys) -> Vec<String> {
+    let mut keys = state_keys(k);
+    keys.push(k.retries.clone());
+    keys
 }
 
 /// A duration as the scripts take it: whole milliseconds.
@@ -189,6 +196,15 @@ fn int<O: Op>(v: &Value) -> Result<i64, Error> {
 /// A reply that must be a count.
 fn number<O: Op>(v: &Value) -> Result<u64, Error> {
     u64::try_from(int::<O>(v)?).map_err(|_| unexpected::<O>(format!("negative: {v:?}")))
+}
+
+/// A reply that must be 1 (yes) or 0 (no).
+fn flag<O: Op>(v: &Value) -> Result<bool, Error> {
+    match int::<O>(v)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        n => Err(unexpected::<O>(format!("{n} is not 0 or 1"))),
+    }
 }
 
 /// A reply that must be an array of integers.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{int, ms, unexpected, Op};
+use super::{flag, ms, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -34,10 +34,6 @@ impl Op for Reschedule<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        match int::<Self>(&v)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            n => Err(unexpected::<Self>(format!("{n}"))),
-        }
+        flag::<Self>(&v)
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{ints, unexpected, Op};
+use super::{ints, state_keys, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::{Error, QueueStats, QueueStatus, Totals};
@@ -22,14 +22,9 @@ impl Op for Stats {
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![
-            k.pending.clone(),
-            k.ready.clone(),
-            k.unack.clone(),
-            k.retry.clone(),
-            k.garbage.clone(),
-            k.totals.clone(),
-        ]
+        let mut keys = state_keys(k);
+        keys.push(k.totals.clone());
+        keys
     }
 
     fn args(&self, _: &Keys) -> Vec<Value> {
