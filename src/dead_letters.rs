@@ -18,8 +18,11 @@ pub(crate) enum Which<'a> {
 pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
     let done = repeat(queue, which, |k, ids| async move {
-        let limit = inner.config.batch_size;
-        let done = queue.store(k).run(&Requeue { limit, ids }).await?;
+        let requeue = Requeue {
+            limit: inner.config.batch_size,
+            ids,
+        };
+        let done = queue.store(k).run(&requeue).await?;
         Ok((done.requeued, done.taken))
     })
     .await?;
@@ -32,17 +35,13 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
     let inner = &queue.inner;
     let done = repeat(queue, which, |k, ids| async move {
         // Retention 0 and no size limit: every dead letter qualifies.
-        let (retention, max_kept) = (Duration::ZERO, u64::MAX);
-        let limit = inner.config.batch_size;
-        let deleted = queue
-            .store(k)
-            .run(&Gc {
-                limit,
-                retention,
-                max_kept,
-                ids,
-            })
-            .await?;
+        let gc = Gc {
+            limit: inner.config.batch_size,
+            retention: Duration::ZERO,
+            max_kept: u64::MAX,
+            ids,
+        };
+        let deleted = queue.store(k).run(&gc).await?;
         Ok((deleted, deleted))
     })
     .await?;
