@@ -103,7 +103,7 @@ async fn stats(State(queue): State<DelayQueue>) -> Result<Json<Value>, (StatusCo
         "ready": s.counts.ready,
         "processing": s.counts.processing,
         "retry": s.counts.retry,
-        "dead": s.counts.garbage,
+        "dead": s.counts.dead,
         "sent": s.totals.sent,
         "acked": s.totals.acked,
     })))

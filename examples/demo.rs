@@ -83,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let expected = ORDERS - cancelled;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let s = queue.stats().await?;
+        let s = queue.counts().await?;
         let done = closed.load(Ordering::Relaxed);
         print!(
             "\r  pending {:>3}  ready {:>3}  processing {:>2}  |  closed {:>3}/{expected}  cancelled {cancelled}   ",

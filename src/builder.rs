@@ -119,7 +119,7 @@ impl DelayQueueBuilder {
     }
 
     /// How often a consumer sweeps the queue: moves due messages, takes back
-    /// timed-out deliveries and collects garbage. Default 1 s. Due messages
+    /// timed-out deliveries and deletes old dead letters. Default 1 s. Due messages
     /// the consumer knows of are fetched on time regardless of the tick.
     pub fn fetch_interval(mut self, d: Duration) -> Self {
         self.config.fetch_interval = d;

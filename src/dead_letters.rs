@@ -78,7 +78,7 @@ where
     let batch = queue.inner.config.batch_size as i64;
     let mut done = 0;
     for k in &queue.inner.shards {
-        let rounds = queue.shard_status(k).await?.counts.garbage / batch as u64 + 1;
+        let rounds = queue.shard_status(k).await?.counts.dead / batch as u64 + 1;
         for _ in 0..rounds {
             let (acted, taken) = call(k, Vec::new()).await?;
             done += acted.max(0) as u64;

@@ -79,7 +79,7 @@ fn state_number(state: MessageState) -> i64 {
         MessageState::Ready => 2,
         MessageState::Processing => 3,
         MessageState::Retry => 4,
-        MessageState::Garbage => 5,
+        MessageState::Dead => 5,
     }
 }
 
@@ -89,7 +89,7 @@ fn state_of(n: i64) -> Option<MessageState> {
         MessageState::Ready,
         MessageState::Processing,
         MessageState::Retry,
-        MessageState::Garbage,
+        MessageState::Dead,
     ]
     .get(usize::try_from(n).ok()?.checked_sub(1)?)
     .copied()
@@ -129,7 +129,7 @@ fn info(id: MessageId, state: MessageState, v: &[Value], stored_len: i64, full: 
         last_error: reason,
         due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
-        dead_since: (state == MessageState::Garbage).then(|| time(1.0)).flatten(),
+        dead_since: (state == MessageState::Dead).then(|| time(1.0)).flatten(),
         payload,
         payload_len: usize::try_from(stored_len).unwrap_or(0).saturating_sub(header),
         expires_in: u64::try_from(ttl).ok().map(Duration::from_millis),

@@ -18,7 +18,7 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, SystemTime};
-//! use delayqueue::{DelayQueue, Handler, HandlerError, Message, MessageId, QueueStats, Error};
+//! use delayqueue::{DelayQueue, Handler, HandlerError, Message, MessageId, Counts, Error};
 //!
 //! struct CloseOrder;
 //! #[async_trait::async_trait]
@@ -47,7 +47,7 @@
 //! let id = queue.send_delay_msg(payload, delay)       // per-message options, builder that is IntoFuture
 //!     .retry_count(5).expire_after(Duration::from_secs(600)).id("order-42").await?;
 //! let cancelled: bool = queue.cancel(&id).await?;     // true if it will not be delivered
-//! let stats: QueueStats = queue.stats().await?;       // pending, ready, processing, retry, garbage
+//! let stats: Counts = queue.counts().await?;       // pending, ready, processing, retry, garbage
 //!
 //! let consumer = queue.start_consume(CloseOrder).await?;   // spawns on the caller's tokio runtime
 //! consumer.shutdown().await?;                              // graceful: finish in-flight work, ack/nack it
@@ -111,7 +111,7 @@ pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
 pub use producer::{NewMessage, SendBuilder};
 pub use queue::DelayQueue;
-pub use stats::{QueueStats, QueueStatus, Totals};
+pub use stats::{Counts, QueueStatus, Totals};
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;

@@ -14,8 +14,8 @@ use crate::meters::Meters;
 use crate::payload::IntoPayload;
 use crate::producer::{self, NewMessage, SendBuilder};
 use crate::{
-    scripts, Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page,
-    QueueStats, QueueStatus,
+    scripts, Consumer, Counts, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page,
+    QueueStatus,
 };
 
 /// A delayed message queue stored in Redis.
@@ -123,8 +123,8 @@ impl DelayQueue {
         producer::send_batch(self, msgs).await
     }
 
-    /// Cancels a message that waits for delivery (pending, ready, waiting
-    /// for a retry, or dead in garbage). Returns `true` when it was removed
+    /// Cancels a message that waits for delivery (pending, ready, retry)
+    /// or a dead letter. Returns `true` when it was removed
     /// and will not be delivered; `false` when the id is unknown, or the
     /// message is being processed right now (that delivery finishes and
     /// decides its fate). O(log n): nothing is scanned.
@@ -183,8 +183,10 @@ impl DelayQueue {
         Ok(found.contains(&1))
     }
 
-    /// Counts of the queue's states, taken atomically.
-    pub async fn stats(&self) -> Result<QueueStats, Error> {
+    /// How many messages are in each state, taken atomically: the
+    /// `counts` part of [`status`](Self::status), for when the rest is not
+    /// needed. O(1) per shard.
+    pub async fn counts(&self) -> Result<Counts, Error> {
         Ok(self.status().await?.counts)
     }
 
@@ -223,7 +225,7 @@ impl DelayQueue {
     /// use delayqueue::MessageState;
     /// let mut offset = Some(0);
     /// while let Some(at) = offset {
-    ///     let page = queue.list(MessageState::Garbage, at, 100).await?;
+    ///     let page = queue.list(MessageState::Dead, at, 100).await?;
     ///     for m in &page.items {
     ///         println!("{} died after {} attempts: {:?}", m.id, m.attempts, m.last_error);
     ///     }
@@ -346,7 +348,7 @@ impl DelayQueue {
     /// Logs a warning when Redis may evict keys (`maxmemory-policy` other
     /// than `noeviction`): an evicted payload is a lost message.
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
-        self.stats().await?;
+        self.counts().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
         Ok(Consumer::start(self.clone(), Arc::new(handler)).await)

@@ -15,7 +15,7 @@ use crate::keys::Keys;
 use crate::payload::{decode_stored, encode_stored};
 use crate::scripts::{self, LuaScript};
 use crate::test_support::RedisServer;
-use crate::{DelayQueue, Error, MessageState, QueueStats};
+use crate::{Counts, DelayQueue, Error, MessageState};
 
 /// expire_after (ms) of a message sent without one.
 const NEVER: i64 = 0;
@@ -766,7 +766,7 @@ async fn send_through_the_api_reports_wrongtype() {
         }
         other => panic!("expected WrongType, got {other:?}"),
     }
-    assert!(matches!(env.queue.stats().await, Err(Error::WrongType { .. })));
+    assert!(matches!(env.queue.counts().await, Err(Error::WrongType { .. })));
 }
 
 #[tokio::test]
@@ -1190,7 +1190,7 @@ async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_le
     assert_eq!(env.dead(), vec!["e"], "a dead letter, not a silent drop");
     assert_eq!(env.record("e").as_deref(), Some("1:expired"), "its count kept");
     let info = env.queue.get(&"e".into()).await.unwrap().expect("visible to get");
-    assert_eq!(info.state, MessageState::Garbage);
+    assert_eq!(info.state, MessageState::Dead);
     assert_eq!(info.last_error.as_deref(), Some("expired"));
 
     // The same with STALE set (a cancel elsewhere): buried, since its record remained.
@@ -2625,13 +2625,13 @@ async fn stats_counts_every_state() {
     let state = env.snapshot();
     assert_eq!(env.stats().await, vec![2, 3, 1, 4, 5]);
     assert_eq!(
-        env.queue.stats().await.unwrap(),
-        QueueStats {
+        env.queue.counts().await.unwrap(),
+        Counts {
             pending: 2,
             ready: 3,
             processing: 1,
             retry: 4,
-            garbage: 5,
+            dead: 5,
         }
     );
     assert_eq!(env.snapshot(), state, "read-only");
@@ -2660,7 +2660,7 @@ async fn scripts_are_reloaded_after_script_flush() {
     assert_eq!(env.ack(&[("a", c.lease)]).await, vec![1]);
     // The public API too.
     assert_eq!(env.raw(&["SCRIPT", "FLUSH"]), "OK");
-    assert_eq!(env.queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(env.queue.counts().await.unwrap(), Counts::default());
     assert!(loaded(&scripts::STATS));
 }
 
@@ -3020,7 +3020,7 @@ async fn get_finds_a_message_in_every_state() {
     let g = get("g").await.unwrap().unwrap();
     assert_eq!(
         (g.state, g.retries_left(), g.last_error.as_deref()),
-        (MessageState::Garbage, Some(0), Some("timeout"))
+        (MessageState::Dead, Some(0), Some("timeout"))
     );
     assert!(g.dead_since.is_some());
     assert!(get("nope").await.unwrap().is_none());
@@ -3035,7 +3035,7 @@ async fn status_reports_overdue_and_dead_ages_and_totals() {
     env.raw(&["ZADD", &k.garbage, &(now - 60_000).to_string(), "old"]);
     env.raw(&["HSET", &k.totals, "sent", "7", "acked", "3"]);
     let s = env.queue.status().await.unwrap();
-    assert_eq!((s.counts.pending, s.counts.garbage), (1, 1));
+    assert_eq!((s.counts.pending, s.counts.dead), (1, 1));
     let overdue = s.oldest_overdue.unwrap().as_millis();
     assert!((5_000..6_000).contains(&overdue), "{overdue}");
     assert!(s.next_due.is_none());

@@ -22,7 +22,7 @@ use std::time::Duration;
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{ClientLike, KeysInterface, LuaInterface, PubsubInterface, Value};
 use delayqueue::fred::types::{ClusterHash, CustomCommand};
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageState};
 use helpers::{recording, wait_stats, Log};
 use support::{client_for, wait_until, RawReply, RedisServer, WAIT};
 
@@ -220,7 +220,7 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         Err(Error::Duplicate(_))
     ));
     assert!(sender.cancel(&"k".into()).await.unwrap());
-    assert_eq!(inspector.stats().await.unwrap().pending, 201);
+    assert_eq!(inspector.counts().await.unwrap().pending, 201);
 
     // One worker: shut down early, it releases the deliveries it claimed
     // but had not started; a second consumer then finishes the work.
@@ -238,7 +238,7 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         "{} deliveries, fail attempts {:?}, stats {:?}",
         log.len(),
         log.attempts(&fail),
-        inspector.stats().await
+        inspector.counts().await
     );
     // Alone in the queue (nothing waits behind it for the one worker), a
     // handler slower than the visibility timeout keeps its lease.
@@ -246,10 +246,7 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     assert!(wait_until(WAIT, || log.attempts(&slow).len() == 1).await);
     // Acked with its renewed lease once done; were the lease lost, the
     // message would come again.
-    assert_eq!(
-        wait_stats(&inspector, WAIT, QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&inspector, WAIT, Counts::default()).await, Counts::default());
     assert_eq!(log.attempts(&slow), vec![1], "the slow handler's lease was not renewed");
     let report = inspector.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
@@ -302,7 +299,7 @@ async fn cannot_touch_anything_else(client: &Client, server: &RedisServer) {
     );
     noperm(
         "stats of another queue",
-        other.stats().await.map(|_| ()).map_err(|e| e.to_string()),
+        other.counts().await.map(|_| ()).map_err(|e| e.to_string()),
     );
     // A script of ours builds key names from ARGV: the built key is checked too.
     let eval: Result<Option<String>, _> = client
@@ -402,7 +399,7 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
     assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
     // Woken on every shard: long before the 600 s sweep.
     assert!(wait_until(WAIT, || log.len() == 30).await, "{} delivered", log.len());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     q.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
     assert_eq!(q.list(MessageState::Pending, 0, 10).await.unwrap().total, 1);

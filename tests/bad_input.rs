@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::{
-    DelayQueue, Error, HandlerError, Json, Message, MessageId, NewMessage, QueueStats, MAX_DELAY, MAX_ID_LEN,
+    Counts, DelayQueue, Error, HandlerError, Json, Message, MessageId, NewMessage, MAX_DELAY, MAX_ID_LEN,
     MAX_QUEUE_NAME_LEN, MAX_RETRY_COUNT,
 };
 use fred::prelude::*;
@@ -90,7 +90,7 @@ async fn invalid_queue_names_are_rejected_at_build_and_write_nothing() {
     for name in [longest.as_str(), "a-b_c.d:e/f@g"] {
         let q = DelayQueue::builder(name, client.clone()).build().unwrap();
         q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
-        assert_eq!(q.stats().await.unwrap().pending, 1);
+        assert_eq!(q.counts().await.unwrap().pending, 1);
         let prefix = format!("dq:{{{name}}}:");
         assert!(all_keys(&client).await.iter().all(|k| k.starts_with("dq:{")));
         assert!(all_keys(&client).await.iter().any(|k| k.starts_with(&prefix)));
@@ -148,7 +148,7 @@ async fn invalid_message_ids_are_rejected_before_anything_is_written() {
         expect_invalid(q.send_batch(batch).await.map(drop), "send_batch");
         assert_eq!(snapshot(&server), before, "id {id:?} wrote something");
     }
-    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
     assert!(q.cancel(&resident).await.unwrap());
     assert!(all_keys(&client).await.is_empty());
 }
@@ -194,7 +194,7 @@ async fn unusual_but_valid_ids_round_trip() {
     }
     let delivered: std::collections::HashSet<String> = log.ids().iter().map(|i| i.to_string()).collect();
     assert_eq!(delivered, valid.iter().cloned().collect());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }
@@ -254,7 +254,7 @@ async fn payload_over_a_configured_max_is_rejected_and_writes_nothing() {
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
     assert_eq!(snapshot(&server), before);
-    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
 }
 
 // ---------------------------------------------------------------- schedule times
@@ -345,7 +345,7 @@ async fn the_longest_valid_delay_is_stored_pending() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(log.is_empty());
     consumer.shutdown().await.unwrap();
-    let s = q.stats().await.unwrap();
+    let s = q.counts().await.unwrap();
     assert_eq!((s.pending, s.live()), (2, 2), "{s:?}");
 }
 
@@ -383,7 +383,7 @@ async fn retry_counts_beyond_the_maximum_are_rejected() {
         .build()
         .unwrap();
     q2.send_delay_msg("y", Duration::from_secs(60)).await.unwrap();
-    assert_eq!(q.stats().await.unwrap().pending, 2);
+    assert_eq!(q.counts().await.unwrap().pending, 2);
 }
 
 #[tokio::test]
@@ -475,7 +475,7 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
             let pending: i64 = client.zcard(format!("dq:{{{name}}}:pending")).await.unwrap();
             assert_eq!(pending, 3, "{key}");
         }
-        let stats = q.stats().await;
+        let stats = q.counts().await;
         if stats_touches {
             assert!(
                 matches!(&stats, Err(e) if is_wrong_type(e)),
@@ -516,7 +516,7 @@ async fn a_payload_key_of_the_wrong_type_fails_that_message_alone() {
         .unwrap();
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
     assert!(matches!(&results[1], Err(Error::WrongType { .. })), "{results:?}");
-    assert_eq!(q.stats().await.unwrap().pending, 2);
+    assert_eq!(q.counts().await.unwrap().pending, 2);
     assert_eq!(server.raw_command(&["TYPE", "dq:{wtmsg}:m:taken"]), "hash");
 }
 
@@ -529,7 +529,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
     let mut expected = 0;
     for key in QUEUE_KEYS {
         let full = format!("dq:{{wtrun}}:{key}");
-        assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+        assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
         // Sent before the breakage and due during it (pending cannot hold
         // anything while it is clobbered): due late enough that a slow
         // machine still breaks the key first.
@@ -570,7 +570,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
     }
     let text = logs.text();
     assert!(text.contains("consumer step failed; backing off"), "{text}");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), expected, "duplicates: {:?}", log.counts());
     consumer.shutdown().await.unwrap();
@@ -632,7 +632,7 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
     q.send_delay_msg("blocker", Duration::ZERO).await.unwrap();
     assert!(wait_until(WAIT, || log.snapshot().iter().any(|e| e.3 == b"blocker")).await);
     let ready = q.send_delay_msg("ready", Duration::ZERO).await.unwrap();
-    let seen_ready = wait_for(WAIT, || async { q.stats().await.unwrap().ready == 1 }).await;
+    let seen_ready = wait_for(WAIT, || async { q.counts().await.unwrap().ready == 1 }).await;
     assert!(seen_ready, "the message never sat in ready");
     assert!(log.attempts(&ready).is_empty());
     set_retry_record(&client, "abc", &ready, "1.5e3").await;
@@ -647,7 +647,7 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
         assert_eq!(log.attempts(id), vec![1, 2, 3], "{id}");
     }
     // All three used up their deliveries, were dead and collected.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 10);
     consumer.shutdown().await.unwrap();
@@ -683,16 +683,16 @@ async fn a_non_numeric_retry_record_while_waiting_for_a_retry_restarts_the_count
     assert!(wait_until(WAIT, || log.len() == 1).await);
     // Waiting for its retry, with record "1".
     assert!(
-        wait_for(WAIT, || async { q.stats().await.unwrap().pending == 1 }).await,
+        wait_for(WAIT, || async { q.counts().await.unwrap().pending == 1 }).await,
         "{:?}",
-        q.stats().await
+        q.counts().await
     );
     set_retry_record(&client, "abcretry", &id, "abc").await;
     assert!(q.reschedule(&id, Duration::ZERO).await.unwrap());
     assert!(wait_until(WAIT, || log.len() == 3).await);
     // The unreadable record counts as 0 deliveries: one extra delivery, never endless.
     assert_eq!(log.attempts(&id), vec![1, 1, 2]);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(log.len(), 3);
     consumer.shutdown().await.unwrap();
@@ -716,8 +716,8 @@ async fn an_unreadable_message_spares_its_batch(name: &str, corrupt: impl FnOnce
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let got_b = wait_until(WAIT, || log.attempts(&b) == vec![1]).await;
     // Where does everything end? (Before any lease runs out.)
-    wait_for(WAIT, || async { q.stats().await.unwrap().live() == 0 }).await;
-    let s = q.stats().await.unwrap();
+    wait_for(WAIT, || async { q.counts().await.unwrap().live() == 0 }).await;
+    let s = q.counts().await.unwrap();
     consumer.shutdown().await.unwrap();
     let b_payload: Option<String> = client.get(format!("dq:{{{name}}}:m:{b}")).await.unwrap();
     let problems: Vec<String> = logs
@@ -802,14 +802,12 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
     assert_eq!(log.attempts(&not_json), vec![1, 2, 3]);
     assert_eq!(log.attempts(&wrong_shape), vec![1, 2, 3, 4]);
     assert!(kinds.lock().unwrap().iter().all(|k| *k == "Error::Json"), "{kinds:?}");
-    let want = QueueStats {
-        garbage: 2,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 2;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(log.len(), 7);
-    assert_eq!(q.stats().await.unwrap(), want);
+    assert_eq!(q.counts().await.unwrap(), want);
     // The handler's error reached the consumer's log as what it was.
     let text = logs.text();
     assert!(
@@ -825,7 +823,7 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
         .build()
         .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(log.len(), 7, "a dead message was delivered again");
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -848,10 +846,8 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
     let poison = q.send_delay_msg("poison", Duration::ZERO).retry_count(2).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 3).await);
     assert_eq!(log.attempts(&poison), vec![1, 2, 3]);
-    let want = QueueStats {
-        garbage: 1,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     // The same consumer serves the next messages.
     let mut fine = Vec::new();
@@ -876,7 +872,7 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
         .build()
         .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(log.len(), 8);
     assert!(all_keys(&client).await.is_empty());
@@ -955,7 +951,7 @@ async fn calls_fail_within(q: &DelayQueue, limit: Duration) {
     tokio::join!(
         fails_within("send", limit, q.send_delay_msg("x", Duration::ZERO).into_future()),
         fails_within("cancel", limit, q.cancel(&id)),
-        fails_within("stats", limit, q.stats()),
+        fails_within("stats", limit, q.counts()),
     );
 }
 

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{Counts, DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState};
 use serde_json::Value;
 use support::{wait_for, RedisServer, WAIT};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -96,7 +96,7 @@ fn queue(client: &Client, name: &str) -> DelayQueue {
 /// Sends `payloads` with retry count 0 and lets a consumer fail each once:
 /// they become dead letters with that failure reason.
 async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> Vec<String> {
-    let before = q.stats().await.unwrap().garbage;
+    let before = q.counts().await.unwrap().dead;
     let mut ids = Vec::new();
     for p in payloads {
         let id = q.send_delay_msg(*p, Duration::ZERO).retry_count(0).await.unwrap();
@@ -108,7 +108,7 @@ async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> V
         .unwrap();
     let want = before + payloads.len() as u64;
     assert!(
-        wait_for(WAIT, || async { q.stats().await.unwrap().garbage >= want }).await,
+        wait_for(WAIT, || async { q.counts().await.unwrap().dead >= want }).await,
         "dead letters did not appear"
     );
     consumer.shutdown().await.unwrap();
@@ -319,15 +319,13 @@ async fn ready_processing_and_binary_payloads() {
         .start_consume(|_msg: Message| std::future::pending::<Result<(), HandlerError>>())
         .await
         .unwrap();
-    let want = QueueStats {
-        ready: 2,
-        processing: 1,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.ready = 2;
+    want.processing = 1;
     assert!(
-        wait_for(WAIT, || async { q.stats().await.unwrap() == want }).await,
+        wait_for(WAIT, || async { q.counts().await.unwrap() == want }).await,
         "{:?}",
-        q.stats().await
+        q.counts().await
     );
 
     let r = run(&url, &["list", "jobs", "processing"]).await;
@@ -402,14 +400,14 @@ async fn dead_letters_list_requeue_and_delete() {
     assert!(q.get(&ids[1].as_str().into()).await.unwrap().is_none());
     let v = run(&url, &["dead", "delete", "hooks", "--all", "--json"]).await.json();
     assert_eq!(v, serde_json::json!({"queue": "hooks", "deleted": 2}));
-    assert_eq!(q.stats().await.unwrap().garbage, 0);
+    assert_eq!(q.counts().await.unwrap().dead, 0);
 
     let q2 = queue(&client, "hooks2");
     make_dead(&q2, &["hook 5", "hook 6"], "HTTP 410").await;
     let r = run(&url, &["dead", "requeue", "hooks2", "--all"]).await;
     assert_eq!(r.stdout, "requeued 2 dead letters\n", "{r:?}");
-    let stats = q2.stats().await.unwrap();
-    assert_eq!((stats.ready, stats.garbage), (2, 0));
+    let stats = q2.counts().await.unwrap();
+    assert_eq!((stats.ready, stats.dead), (2, 0));
     assert!(run(&url, &["dead", "delete", "hooks"]).await.failed(2).contains("<ID>"));
     assert!(run(&url, &["dead", "delete", "hooks", "x", "--all"])
         .await
@@ -572,7 +570,7 @@ async fn purge_needs_yes() {
     }
     let err = run(&url, &["purge", "orders"]).await;
     assert!(err.failed(2).contains("pass --yes"), "{err:?}");
-    assert_eq!(q.stats().await.unwrap().pending, 3, "nothing purged without --yes");
+    assert_eq!(q.counts().await.unwrap().pending, 3, "nothing purged without --yes");
 
     let r = run(&url, &["purge", "orders", "--yes"]).await;
     assert_eq!(
@@ -580,7 +578,7 @@ async fn purge_needs_yes() {
         (0, "purged orders: 3 entries removed\n"),
         "{r:?}"
     );
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     assert_eq!(
         run(&url, &["queues", "--json"]).await.json()["queues"],
         serde_json::json!([])

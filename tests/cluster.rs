@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, NewMessage, QueueStats};
+use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageId, NewMessage};
 use helpers::{recording, wait_stats, Log};
 use support::cluster::RedisCluster;
 use support::logs::Logs;
@@ -79,7 +79,7 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
         assert!(q.cancel(id).await.unwrap(), "queue {name}: {id}");
     }
     consumer.shutdown().await.unwrap();
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default(), "queue {name}");
+    assert_eq!(q.counts().await.unwrap(), Counts::default(), "queue {name}");
     assert_eq!(cluster.owner_of_queue(&name), node);
 }
 
@@ -173,7 +173,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
     let mut moves = Vec::new();
     for (at, to) in [(Duration::from_millis(700), 1), (Duration::from_millis(1600), 2)] {
         tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
-        let stats = q.stats().await.unwrap();
+        let stats = q.counts().await.unwrap();
         let m = cluster.migrate_slot(slot, to, 50, Duration::from_millis(5)).await;
         moves.push(format!(
             "node {} -> {}: {} keys in {} MIGRATE batches, {:?}, {:?} into the run, with {} pending",
@@ -228,7 +228,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
         lost.len(),
         &lost[..lost.len().min(10)]
     );
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     let report = q.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
     consumer.shutdown().await.unwrap();
@@ -276,7 +276,7 @@ async fn script_flush_on_every_node_is_survived() {
             consumer.shutdown().await.unwrap();
             let report = q.check_integrity().await.unwrap();
             assert!(report.is_clean(), "{report}");
-            assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+            assert_eq!(q.counts().await.unwrap(), Counts::default());
         });
     }
     // Raw commands on the test's own thread: each blocks it for well under a

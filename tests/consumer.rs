@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayqueue::{Error, HandlerError, Message, MessageId, QueueStats};
+use delayqueue::{Counts, Error, HandlerError, Message, MessageId};
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, start_queue_with, wait_stats, Log};
 use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
@@ -40,7 +40,7 @@ async fn nack_redelivers_after_the_nack_delay() {
     assert_eq!((log[0].0.clone(), log[0].1, log[1].1), (id, 1, 2));
     let gap = log[1].2 - log[0].2;
     assert!(gap >= Duration::from_millis(390), "redelivered after {gap:?}");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -72,7 +72,7 @@ async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
     // difference between Redis' clock and ours.
     let gap = log[1].2 - sent;
     assert!(gap >= Duration::from_millis(290), "redelivered after {gap:?}");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
 }
 
@@ -133,13 +133,13 @@ async fn late_ack_after_redelivery_is_fenced() {
     // must be intact.
     release_a.send(()).unwrap();
     a.await.unwrap().unwrap();
-    let s = q.stats().await.unwrap();
+    let s = q.counts().await.unwrap();
     assert_eq!(s.processing, 1, "late ack deleted the redelivered message: {s:?}");
     let payload: Option<String> = client.get(format!("dq:{{fence}}:m:{id}")).await.unwrap();
     // Stored as "<retry count>:<payload>".
     assert_eq!(payload.as_deref(), Some("3:x"));
     release_b.notify_one();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     assert_eq!(log.len(), 1, "A got a second copy");
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
@@ -174,7 +174,7 @@ async fn cancel_pending_processing_and_unknown() {
     assert!(!q.cancel(&now).await.unwrap());
     assert!(!q.cancel(&MessageId::from("never-sent")).await.unwrap());
     release.notify_one();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     // Give a wrongly kept `later` its due time and a few sweeps to show up.
     tokio::time::sleep_until((later_due + 10 * FETCH_INTERVAL).into()).await;
     assert_eq!(log.len(), 1, "the cancelled message was delivered");
@@ -195,13 +195,13 @@ async fn caller_id_makes_send_idempotent() {
         Err(Error::Duplicate(dup)) => assert_eq!(dup, id),
         other => panic!("expected Duplicate, got {other:?}"),
     }
-    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(log.snapshot()[0].3, b"a", "the duplicate overwrote the payload");
     // Once finished, the id can be used again.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     q.send_delay_msg("c", Duration::ZERO).id("order-42").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await);
     consumer.shutdown().await.unwrap();
@@ -223,10 +223,8 @@ async fn expired_message_is_not_delivered_and_becomes_a_dead_letter() {
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
-    let dead = QueueStats {
-        garbage: 1,
-        ..QueueStats::default()
-    };
+    let mut dead = Counts::default();
+    dead.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 1);
@@ -327,7 +325,7 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
     let started = log.len();
     // Everything that started has finished and was acked; nothing is left claimed.
     assert_eq!(finished.load(Ordering::Relaxed), started);
-    let s = q.stats().await.unwrap();
+    let s = q.counts().await.unwrap();
     assert_eq!(s.processing, 0, "{s:?}");
     // The rest waits: handed back to retry, in ready, or (sent just before the
     // stop, its wake-up not yet handled) still pending.

@@ -84,7 +84,7 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(q.stats().await.unwrap().pending, 521);
+    assert_eq!(q.counts().await.unwrap().pending, 521);
     // Sending again with the same id is how a caller makes sure: still
     // unconfirmed while the replica is away ...
     let again = short.send_delay_msg("y", Duration::from_secs(60)).id("order-1").await;

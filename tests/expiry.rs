@@ -9,7 +9,7 @@ support::queue_helpers!();
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayqueue::{Event, HandlerError, Message, MessageId, MessageState, QueueStats};
+use delayqueue::{Counts, Event, HandlerError, Message, MessageId, MessageState};
 use fred::prelude::*;
 use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::logs::Logs;
@@ -85,10 +85,8 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
     .await
     .expect("no Event::Expired");
     assert_eq!(expired, id);
-    let dead = QueueStats {
-        garbage: 1,
-        ..QueueStats::default()
-    };
+    let mut dead = Counts::default();
+    dead.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     consumer.shutdown().await.unwrap();
     assert_eq!(
@@ -102,7 +100,7 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
         "{warned:?}"
     );
     // A dead letter with reason "expired", payload kept for the retention.
-    let page = q.list(MessageState::Garbage, 0, 10).await.unwrap();
+    let page = q.list(MessageState::Dead, 0, 10).await.unwrap();
     assert_eq!(page.items.len(), 1);
     let letter = &page.items[0];
     assert_eq!((&letter.id, letter.last_error.as_deref()), (&id, Some("expired")));
@@ -165,7 +163,7 @@ async fn stopping_a_consumer_over_10000_ready_messages_deletes_its_receipt_and_l
     stopping.await.unwrap().unwrap();
     assert!(deleted, "the stopping consumer left its claim receipt");
     assert_eq!(log.len(), 1, "nothing more was delivered");
-    assert_eq!(q.stats().await.unwrap().ready, N as u64);
+    assert_eq!(q.counts().await.unwrap().ready, N as u64);
     let odd: Vec<String> = all_keys(&client)
         .await
         .into_iter()
@@ -184,7 +182,7 @@ async fn a_drained_queue_of_caller_id_messages_leaves_only_its_totals() {
         q.send_delay_msg("x", delay).id(format!("order-{i}")).await.unwrap();
     }
     assert!(wait_until(WAIT, || log.len() == 20).await, "{}", log.len());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     // all_keys leaves the totals out: nothing else may remain.
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Message, MessageId, NewMessage, QueueStats};
+use delayqueue::{Consumer, Counts, DelayQueue, DelayQueueBuilder, Message, MessageId, NewMessage};
 use fred::clients::Client;
 use helpers::{queue_builder, recording, start_queue_with, wait_stats, Log};
 use support::logs::Logs;
@@ -165,7 +165,7 @@ impl Run {
         let checker = queue_builder(self.queue.name(), direct, FETCH_INTERVAL)
             .build()
             .unwrap();
-        let stats = wait_stats(&checker, WAIT, QueueStats::default()).await;
+        let stats = wait_stats(&checker, WAIT, Counts::default()).await;
         for c in self.consumers {
             c.shutdown().await.unwrap();
         }
@@ -204,7 +204,7 @@ impl Run {
             lost.len(),
             sent.len()
         );
-        assert_eq!(stats, QueueStats::default(), "{scenario}: the queue did not drain");
+        assert_eq!(stats, Counts::default(), "{scenario}: the queue did not drain");
         assert!(keys.is_empty(), "{scenario}: keys left after shutdown: {keys:?}");
         assert!(integrity.is_clean(), "{scenario}: {integrity}");
         Outcome {
@@ -410,9 +410,9 @@ async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
         .unwrap();
     let log = Log::default();
     let consumer = q.start_consume(recording(&log, |_| async { Ok(()) })).await.unwrap();
-    let drained = wait_stats(&producer, Duration::from_secs(60), QueueStats::default()).await;
+    let drained = wait_stats(&producer, Duration::from_secs(60), Counts::default()).await;
     consumer.shutdown().await.unwrap();
-    assert_eq!(drained, QueueStats::default());
+    assert_eq!(drained, Counts::default());
     let failed = producer.status().await.unwrap().totals.failed;
     let counts = log.counts();
     let twice = counts.values().filter(|&&n| n > 1).count();

@@ -884,7 +884,7 @@ async fn history_keeps_the_at_least_once_promise() {
     let mut offset = Some(0);
     for _ in 0..10_000 {
         let Some(at) = offset else { break };
-        let page = producer.queue.list(MessageState::Garbage, at, 1000).await.unwrap();
+        let page = producer.queue.list(MessageState::Dead, at, 1000).await.unwrap();
         for m in page.items {
             fin.dead.insert(m.id.as_str().to_string(), m.attempts);
         }
@@ -1004,8 +1004,8 @@ fn record_fault(history: &Shared, kind: &'static str, start: Instant, detail: St
 async fn drain(queue: &DelayQueue, dead: bool) -> bool {
     let end = Instant::now() + DRAIN_LIMIT;
     while Instant::now() < end {
-        if let Ok(s) = queue.stats().await {
-            if s.pending + s.ready + s.processing + s.retry == 0 && (!dead || s.garbage == 0) {
+        if let Ok(s) = queue.counts().await {
+            if s.pending + s.ready + s.processing + s.retry == 0 && (!dead || s.dead == 0) {
                 return true;
             }
         }

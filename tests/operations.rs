@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use delayqueue::{
-    Backoff, Event, HandlerError, Message, MessageId, MessageState, NewMessage, QueueStats, RetryAfter, SkipRetry,
+    Backoff, Counts, Event, HandlerError, Message, MessageId, MessageState, NewMessage, RetryAfter, SkipRetry,
 };
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -145,16 +145,14 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
     let flaky = q.send_delay_msg("flaky", Duration::ZERO).await.unwrap();
     let skip = q.send_delay_msg("skip", Duration::ZERO).await.unwrap();
     let panics = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
-    let want = QueueStats {
-        garbage: 3,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 3;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     assert_eq!(log.attempts(&flaky), vec![1, 2]);
     assert_eq!(log.attempts(&skip), vec![1], "SkipRetry is not retried");
     consumer.shutdown().await.unwrap();
 
-    let page = q.list(MessageState::Garbage, 0, 10).await.unwrap();
+    let page = q.list(MessageState::Dead, 0, 10).await.unwrap();
     assert_eq!((page.total, page.items.len(), page.next), (3, 3, None));
     let reasons: HashMap<MessageId, (u32, Option<String>)> = page
         .items
@@ -170,7 +168,7 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
     let shown = q.get(&flaky).await.unwrap().unwrap();
     assert_eq!(
         (shown.state, shown.payload.as_slice()),
-        (MessageState::Garbage, &b"flaky"[..])
+        (MessageState::Dead, &b"flaky"[..])
     );
     assert!(shown.dead_since.is_some() && shown.retries_left() == Some(0));
     let status = q.status().await.unwrap();
@@ -185,14 +183,12 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
     assert!(!q.requeue_dead(&flaky).await.unwrap(), "no longer dead");
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.attempts(&flaky) == vec![1, 2, 1]).await);
-    let want = QueueStats {
-        garbage: 2,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 2;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     // Requeue all, then nothing is dead; they are acked this time.
     assert_eq!(q.requeue_all_dead().await.unwrap(), 2);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(q.status().await.unwrap().totals.acked, 3);
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -214,13 +210,11 @@ async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     // Five died; the sweep keeps the newest three.
-    let capped = QueueStats {
-        garbage: 3,
-        ..Default::default()
-    };
+    let mut capped = Counts::default();
+    capped.dead = 3;
     assert_eq!(wait_stats(&q, WAIT, capped).await, capped);
     let kept: Vec<MessageId> = q
-        .list(MessageState::Garbage, 0, 10)
+        .list(MessageState::Dead, 0, 10)
         .await
         .unwrap()
         .items
@@ -229,7 +223,7 @@ async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
         .collect();
     assert_eq!(kept, ids[2..].to_vec());
     // Then the retention passes: all gone, payloads and records too.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
     let deleted = q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
@@ -320,10 +314,8 @@ async fn metrics_reach_the_installed_recorder() {
     for payload in ["ok", "ok", "bad"] {
         q.send_delay_msg(payload, Duration::ZERO).await.unwrap();
     }
-    let want = QueueStats {
-        garbage: 1,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     consumer.shutdown().await.unwrap();
     let mut counters = HashMap::new();
@@ -391,7 +383,7 @@ async fn find_queues_and_purge() {
     assert_eq!(found("dq:").await, named(&[("alpha", 1), ("beta", 1), ("delta", 3)]));
     assert_eq!(found("other:").await, named(&[("gamma", 1)]));
     assert_eq!(q.purge().await.unwrap(), 2500);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     assert_eq!(sharded.purge().await.unwrap(), 30);
     assert_eq!(found("dq:").await, named(&[("beta", 1)]));
 }

@@ -173,7 +173,7 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
         // drained (lost messages are not coming).
         wait_for(WAIT, || async {
             let ids = lane.log.ids();
-            acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.stats().await.unwrap().live() == 0
+            acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.counts().await.unwrap().live() == 0
         })
         .await;
         let log = &lane.log;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::util::redis_keyslot;
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, MessageState, NewMessage, QueueStats};
+use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageId, MessageState, NewMessage};
 use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::cluster::RedisCluster;
 use support::logs::Logs;
@@ -65,12 +65,12 @@ async fn every_message_is_delivered_once_from_every_shard() {
     assert_eq!(spread.iter().sum::<i64>(), 2100, "{spread:?}");
     // A fair hash puts about 525 in each; far fewer means it does not spread.
     assert!(spread.iter().all(|&n| n > 350), "{spread:?}");
-    assert_eq!(q.stats().await.unwrap().pending, 2100);
+    assert_eq!(q.counts().await.unwrap().pending, 2100);
 
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(2 * WAIT, || log.ids().len() == 2100).await);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(log.counts().values().all(|&n| n == 1), "a message was delivered twice");
     assert!(q.check_integrity().await.unwrap().is_clean());
@@ -180,20 +180,18 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
         .await
         .unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await);
-    let want = QueueStats {
-        pending: 27,
-        garbage: 2,
-        ..QueueStats::default()
-    };
+    let mut want = Counts::default();
+    want.pending = 27;
+    want.dead = 2;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     consumer.shutdown().await.unwrap();
     let status = q.status().await.unwrap();
     assert_eq!((status.totals.sent, status.totals.dead), (30, 2));
     assert!(status.next_due > Some(Duration::from_secs(500)));
     assert!(status.oldest_dead.is_some());
-    assert_eq!(q.list(MessageState::Garbage, 0, 10).await.unwrap().items.len(), 2);
+    assert_eq!(q.list(MessageState::Dead, 0, 10).await.unwrap().items.len(), 2);
     assert_eq!(q.requeue_all_dead().await.unwrap(), 2);
-    assert_eq!(q.stats().await.unwrap().ready, 2);
+    assert_eq!(q.counts().await.unwrap().ready, 2);
     assert!(q.check_integrity().await.unwrap().is_clean());
     assert_eq!(q.purge().await.unwrap(), 29);
     assert_eq!(all_keys(&client).await, Vec::<String>::new());
@@ -318,7 +316,7 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
     let total = 600 + 3 * 10 * 81;
     wait_until(2 * WAIT, || log.ids().len() >= total).await;
     assert_eq!(log.ids().len(), total, "messages lost");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     for c in consumers {
         c.shutdown().await.unwrap();
     }

@@ -16,7 +16,7 @@ mod with_tls {
     use delayqueue::fred::rustls::pki_types::CertificateDer;
     use delayqueue::fred::rustls::{ClientConfig, RootCertStore};
     use delayqueue::fred::types::config::TlsConnector;
-    use delayqueue::{DelayQueue, NewMessage, QueueStats};
+    use delayqueue::{Counts, DelayQueue, NewMessage};
 
     use super::helpers::{acking, wait_stats, Log};
     use super::support::tls::TlsRedisServer;
@@ -84,7 +84,7 @@ mod with_tls {
         assert!(lateness >= Duration::from_millis(295), "{lateness:?}");
         let counts = log.counts();
         assert!(ids.iter().all(|id| counts.get(id) == Some(&1)));
-        assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+        assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
         assert!(q.check_integrity().await.unwrap().is_clean());
         consumer.shutdown().await.unwrap();
 

@@ -11,7 +11,7 @@ support::queue_helpers!();
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use delayqueue::{Error, MessageId, NewMessage, QueueStats};
+use delayqueue::{Counts, Error, MessageId, NewMessage};
 use helpers::{acking, queue_builder, start_queue, wait_stats, Log};
 use support::{all_keys, wait_until, WAIT};
 
@@ -139,19 +139,19 @@ async fn send_batch_reports_each_message_and_all_are_delivered_once() {
     assert_eq!(sent.len(), 251);
 
     // One invalid message fails the whole call before anything is written.
-    let before = q.stats().await.unwrap();
+    let before = q.counts().await.unwrap();
     let bad = vec![
         NewMessage::new("fine", Duration::ZERO),
         NewMessage::new("bad id", Duration::ZERO).id("has space"),
     ];
     assert!(matches!(q.send_batch(bad).await, Err(Error::InvalidMessageId { .. })));
-    assert_eq!(q.stats().await.unwrap(), before);
+    assert_eq!(q.counts().await.unwrap(), before);
 
     assert!(q.cancel(&MessageId::from("dup")).await.unwrap());
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() >= 251).await);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     // Exactly once each, every id sent, nothing left behind.
     assert_eq!(log.len(), 251);
@@ -173,7 +173,7 @@ async fn a_backlog_drains_through_batched_claims_and_acks_exactly_once() {
     let a = q.start_consume(acking(&log)).await.unwrap();
     let b = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(2 * WAIT, || log.len() >= n).await, "{}", log.len());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
     assert_eq!(log.len(), n, "a message was delivered twice");

@@ -73,7 +73,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
         Command::Send(args) => ctx.send(args).await,
         Command::Cancel { queue, id } => ctx.cancel(&queue, id.into()).await,
-        Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Garbage, &page).await,
+        Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Dead, &page).await,
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
@@ -174,7 +174,7 @@ impl Ctx {
         let found = find_queues(&self.client, &self.prefix).await?;
         let mut counts = Vec::with_capacity(found.len());
         for q in &found {
-            counts.push(self.build(&q.name, q.shards)?.stats().await?);
+            counts.push(self.build(&q.name, q.shards)?.counts().await?);
         }
         let json = json!({"queues": found.iter().zip(&counts)
             .map(|(q, c)| json!({"name": q.name, "shards": q.shards, "counts": output::counts_json(c)}))
@@ -192,7 +192,7 @@ impl Ctx {
                     c.ready.to_string(),
                     c.processing.to_string(),
                     c.retry.to_string(),
-                    c.garbage.to_string(),
+                    c.dead.to_string(),
                 ]);
             }
             t.render()
