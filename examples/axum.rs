@@ -79,7 +79,8 @@ async fn place_order(
 ) -> Result<Json<Value>, (StatusCode, String)> {
     let payload = delayqueue::Json(json!({ "order": order }));
     let id = queue
-        .send_delay_msg(payload, order_timeout())
+        .send(payload)
+        .delay(order_timeout())
         .id(timer_id(order))
         .await
         .map_err(error)?;

@@ -63,7 +63,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let timeout = Duration::from_millis(1000 + mix(order_id) % 4000);
         let due_ms = now_ms() + timeout.as_millis() as u64;
         let id = queue
-            .send_delay_msg(Json(CloseOrder { order_id, due_ms }), timeout)
+            .send(Json(CloseOrder { order_id, due_ms }))
+            .delay(timeout)
             .id(format!("order-{order_id}"))
             .await?;
         placed.push((order_id, id));

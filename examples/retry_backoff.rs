@@ -66,8 +66,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     println!("sending two webhooks");
-    queue.send_delay_msg("flaky", Duration::ZERO).id("hook-flaky").await?;
-    queue.send_delay_msg("broken", Duration::ZERO).id("hook-broken").await?;
+    queue.send("flaky").id("hook-flaky").await?;
+    queue.send("broken").id("hook-broken").await?;
     let mut dead = Counts::default();
     dead.dead = 1;
     wait_for(&queue, dead).await?;

@@ -223,7 +223,7 @@ impl DelayQueueBuilder {
     }
 
     /// Discards a message not delivered within `d` of its due time, unless
-    /// its send says otherwise ([`SendBuilder::expire_after`](crate::SendBuilder::expire_after)):
+    /// its send says otherwise ([`NewMessage::expire_after`](crate::NewMessage::expire_after)):
     /// for messages worthless after a while (a reminder for a meeting that
     /// is over). Default: none, a message waits for a consumer however long
     /// it takes.

@@ -9,7 +9,7 @@ use crate::{scripts, DelayQueue, Error, MessageId};
 
 /// Which dead letters a call acts on.
 pub(crate) enum Which<'a> {
-    One(&'a MessageId),
+    One(&'a str),
     All,
 }
 
@@ -71,9 +71,9 @@ where
     Fut: std::future::Future<Output = Result<(i64, i64), Error>>,
 {
     if let Which::One(id) = which {
-        id.validate()?;
-        let k = queue.shard_of(id.as_str());
-        return Ok(call(k, vec![id.as_str().into()]).await?.0.max(0) as u64);
+        MessageId::check(id)?;
+        let k = queue.shard_of(id);
+        return Ok(call(k, vec![id.into()]).await?.0.max(0) as u64);
     }
     let batch = queue.inner.config.batch_size as i64;
     let mut done = 0;

@@ -213,12 +213,10 @@ async fn list_shard(
     })
 }
 
-pub(crate) async fn get(queue: &DelayQueue, id: &MessageId) -> Result<Option<MessageInfo>, Error> {
-    id.validate()?;
-    let k = queue.shard_of(id.as_str());
-    let reply: Vec<Value> = queue
-        .call(&scripts::GET, k.for_get(id.as_str()), vec![id.as_str().into()])
-        .await?;
+pub(crate) async fn get(queue: &DelayQueue, id: &str) -> Result<Option<MessageInfo>, Error> {
+    MessageId::check(id)?;
+    let k = queue.shard_of(id);
+    let reply: Vec<Value> = queue.call(&scripts::GET, k.for_get(id), vec![id.into()]).await?;
     if reply.len() != 6 {
         return Err(bad("get", format!("{} values", reply.len())));
     }
@@ -227,5 +225,5 @@ pub(crate) async fn get(queue: &DelayQueue, id: &MessageId) -> Result<Option<Mes
     };
     let len = reply[3].as_bytes().map_or(0, <[u8]>::len) as i64;
     let values = [reply[1].clone(), reply[2].clone(), reply[3].clone(), reply[4].clone()];
-    Ok(Some(info(id.clone(), state, &values, len, true)))
+    Ok(Some(info(MessageId::from(id), state, &values, len, true)))
 }

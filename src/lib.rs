@@ -42,9 +42,9 @@
 //!     .expire_after(Duration::from_secs(3600))       // opt-in: discard if undelivered 1 h past due (default: never)
 //!     .build()?;                                     // -> Result<DelayQueue, Error>
 //!
-//! let id: MessageId = queue.send_delay_msg("payload", Duration::from_millis(1500)).await?;
-//! let id = queue.send_schedule_msg(b"bytes".to_vec(), SystemTime::now() + Duration::from_secs(60)).await?;
-//! let id = queue.send_delay_msg(payload, delay)       // per-message options, builder that is IntoFuture
+//! let id: MessageId = queue.send("payload").delay(Duration::from_millis(1500)).await?;
+//! let id = queue.send(b"bytes".to_vec()).at(SystemTime::now() + Duration::from_secs(60)).await?;
+//! let id = queue.send(payload).delay(delay)       // per-message options, builder that is IntoFuture
 //!     .retry_count(5).expire_after(Duration::from_secs(600)).id("order-42").await?;
 //! let cancelled: bool = queue.cancel(&id).await?;     // true if it will not be delivered
 //! let stats: Counts = queue.counts().await?;       // pending, ready, processing, retry, garbage
@@ -109,7 +109,7 @@ pub use integrity::{Anomaly, IntegrityReport, MessageState};
 pub use keys::MAX_QUEUE_NAME_LEN;
 pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
-pub use producer::{NewMessage, SendBuilder};
+pub use producer::NewMessage;
 pub use queue::DelayQueue;
 pub use stats::{Counts, QueueStatus, Totals};
 

@@ -81,7 +81,7 @@ impl From<Vec<u8>> for Payload {
 /// #[derive(serde::Serialize)]
 /// struct CloseOrder { order_id: u64 }
 ///
-/// queue.send_delay_msg(Json(CloseOrder { order_id: 42 }), Duration::from_secs(1800)).await?;
+/// queue.send(Json(CloseOrder { order_id: 42 })).delay(Duration::from_secs(1800)).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -755,7 +755,7 @@ async fn send_through_the_api_reports_wrongtype() {
     env.raw(&["SET", &env.k().pending, "not a zset"]);
     let err = env
         .queue
-        .send_delay_msg("x", Duration::ZERO)
+        .send("x")
         .id("w")
         .await
         .expect_err("send onto a string must fail");
@@ -774,7 +774,7 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
     let env = Env::new().await;
     let k = env.k().clone();
     env.raw(&["SET", &k.pending, "not a zset"]);
-    let res = env.queue.send_delay_msg("x", Duration::ZERO).id("w").await;
+    let res = env.queue.send("x").id("w").await;
     assert!(matches!(res, Err(Error::WrongType { .. })), "{res:?}");
     assert!(env.payload("w").is_none(), "payload written by a failed send");
     assert!(
@@ -783,7 +783,7 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
     );
     // Once the key is fixed, the same id must be accepted.
     env.raw(&["DEL", &k.pending]);
-    let id = env.queue.send_delay_msg("x", Duration::ZERO).id("w").await;
+    let id = env.queue.send("x").id("w").await;
     assert!(id.is_ok(), "re-send after a failed send: {id:?}");
 }
 
@@ -896,13 +896,7 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
     assert_eq!(env.send("one", "p1", 0, NEVER, 1).await, 1);
     assert_eq!(env.send("zero", "p0", 0, NEVER, 0).await, 1);
     // Through the public API too (a caller-chosen id: no record).
-    let api = env
-        .queue
-        .send_delay_msg("pa", Duration::ZERO)
-        .retry_count(2)
-        .id("api")
-        .await
-        .unwrap();
+    let api = env.queue.send("pa").retry_count(2).id("api").await.unwrap();
     assert_eq!(env.stored(api.as_str()).as_deref(), Some("2:pa"));
     // A value without header (not written by send): nack and timeout use
     // the default retry count they are given.
@@ -1189,7 +1183,7 @@ async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_le
     assert!(!env.exists(&k.pending) && !env.exists(&k.ready) && !env.exists(&k.unack));
     assert_eq!(env.dead(), vec!["e"], "a dead letter, not a silent drop");
     assert_eq!(env.record("e").as_deref(), Some("1:expired"), "its count kept");
-    let info = env.queue.get(&"e".into()).await.unwrap().expect("visible to get");
+    let info = env.queue.get("e").await.unwrap().expect("visible to get");
     assert_eq!(info.state, MessageState::Dead);
     assert_eq!(info.last_error.as_deref(), Some("expired"));
 
@@ -2532,7 +2526,7 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
     assert_eq!(env.records(), vec![("u".to_string(), "1".to_string())]);
 
     // Through the public API too.
-    let id = env.queue.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+    let id = env.queue.send("x").delay(Duration::from_secs(60)).await.unwrap();
     assert!(env.queue.cancel(&id).await.unwrap());
     assert!(!env.queue.cancel(&id).await.unwrap());
     assert!(env.payload(id.as_str()).is_none());
@@ -2997,7 +2991,7 @@ async fn get_finds_a_message_in_every_state() {
     env.bury(&["g"]);
     let get = |id: &'static str| {
         let queue = env.queue.clone();
-        async move { queue.get(&id.into()).await }
+        async move { queue.get(id).await }
     };
     let p = get("p").await.unwrap().unwrap();
     assert_eq!(

@@ -204,22 +204,18 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
 
     let mut ids = Vec::new();
     for i in 0..200 {
-        ids.push(sender.send_delay_msg(format!("m{i}"), Duration::ZERO).await.unwrap());
+        ids.push(sender.send(format!("m{i}")).await.unwrap());
     }
-    let fail = sender.send_delay_msg("fail", Duration::ZERO).await.unwrap();
-    let later = sender.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
+    let fail = sender.send("fail").await.unwrap();
+    let later = sender.send("later").delay(Duration::from_secs(60)).await.unwrap();
     assert!(sender.reschedule(&later, Duration::from_secs(90)).await.unwrap());
     assert!(sender.cancel(&later).await.unwrap());
-    sender
-        .send_delay_msg("dup", Duration::from_secs(60))
-        .id("k")
-        .await
-        .unwrap();
+    sender.send("dup").delay(Duration::from_secs(60)).id("k").await.unwrap();
     assert!(matches!(
-        sender.send_delay_msg("dup", Duration::from_secs(60)).id("k").await,
+        sender.send("dup").delay(Duration::from_secs(60)).id("k").await,
         Err(Error::Duplicate(_))
     ));
-    assert!(sender.cancel(&"k".into()).await.unwrap());
+    assert!(sender.cancel("k").await.unwrap());
     assert_eq!(inspector.counts().await.unwrap().pending, 201);
 
     // One worker: shut down early, it releases the deliveries it claimed
@@ -242,7 +238,7 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     );
     // Alone in the queue (nothing waits behind it for the one worker), a
     // handler slower than the visibility timeout keeps its lease.
-    let slow = sender.send_delay_msg("slow", Duration::ZERO).await.unwrap();
+    let slow = sender.send("slow").await.unwrap();
     assert!(wait_until(WAIT, || log.attempts(&slow).len() == 1).await);
     // Acked with its renewed lease once done; were the lease lost, the
     // message would come again.
@@ -291,11 +287,7 @@ async fn cannot_touch_anything_else(client: &Client, server: &RedisServer) {
     let other = DelayQueue::builder("payments", client.clone()).build().unwrap();
     noperm(
         "send to another queue",
-        other
-            .send_delay_msg("x", Duration::ZERO)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        other.send("x").await.map(|_| ()).map_err(|e| e.to_string()),
     );
     noperm(
         "stats of another queue",
@@ -360,9 +352,9 @@ async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
     );
 
     let inspector = DelayQueue::builder("orders", cli.clone()).build().unwrap();
-    let send = inspector.send_delay_msg("x", Duration::ZERO).await;
+    let send = inspector.send("x").await;
     assert!(send.as_ref().is_err_and(|e| refused(&e.to_string())), "{send:?}");
-    assert!(inspector.cancel(&"x".into()).await.is_err());
+    assert!(inspector.cancel("x").await.is_err());
     // fred 10.1 answers Ok to a SUBSCRIBE that Redis refused (so a consumer
     // without channel rights does not log its "cannot subscribe" warning);
     // the ACL log shows the refusal.
@@ -395,13 +387,13 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
         .unwrap();
     let log = Log::default();
     let consumer = q.start_consume(handler(&log)).await.unwrap();
-    let msgs = (0..30).map(|i| delayqueue::NewMessage::new(format!("m{i}"), Duration::from_millis(100)));
+    let msgs = (0..30).map(|i| delayqueue::NewMessage::new(format!("m{i}")).delay(Duration::from_millis(100)));
     assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
     // Woken on every shard: long before the 600 s sweep.
     assert!(wait_until(WAIT, || log.len() == 30).await, "{} delivered", log.len());
     assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
-    q.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
+    q.send("later").delay(Duration::from_secs(60)).await.unwrap();
     assert_eq!(q.list(MessageState::Pending, 0, 10).await.unwrap().total, 1);
     assert!(q.check_integrity().await.unwrap().is_clean());
     assert_eq!(q.purge().await.unwrap(), 1);

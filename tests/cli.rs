@@ -99,7 +99,7 @@ async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> V
     let before = q.counts().await.unwrap().dead;
     let mut ids = Vec::new();
     for p in payloads {
-        let id = q.send_delay_msg(*p, Duration::ZERO).retry_count(0).await.unwrap();
+        let id = q.send(*p).retry_count(0).await.unwrap();
         ids.push(id.to_string());
     }
     let consumer = q
@@ -233,7 +233,8 @@ async fn stats_and_list_pages_in_human_and_json() {
     let (_server, url, client) = start().await;
     let q = queue(&client, "orders");
     for (i, minutes) in [10, 20, 30].iter().enumerate() {
-        q.send_delay_msg(format!("close order {i}"), Duration::from_secs(60 * minutes))
+        q.send(format!("close order {i}"))
+            .delay(Duration::from_secs(60 * minutes))
             .await
             .unwrap();
     }
@@ -310,7 +311,7 @@ async fn ready_processing_and_binary_payloads() {
     let (_server, url, client) = start().await;
     let q = builder(&client, "jobs").concurrency(1).fetch_limit(1).build().unwrap();
     for i in 0..3 {
-        q.send_delay_msg(format!("job {i}"), Duration::ZERO).await.unwrap();
+        q.send(format!("job {i}")).await.unwrap();
     }
     // One slot, taken by a handler that never returns: one message is
     // processing and the other two wait in ready. (The consumer is dropped
@@ -346,7 +347,8 @@ async fn ready_processing_and_binary_payloads() {
     let r = run(&url, &["list", "jobs", "ready"]).await;
     assert!(r.stdout.contains("EXPIRES IN"), "{r:?}");
 
-    q.send_delay_msg(vec![0u8, 0x9f, b'a', b'\n'], Duration::from_secs(60))
+    q.send(vec![0u8, 0x9f, b'a', b'\n'])
+        .delay(Duration::from_secs(60))
         .id("bin")
         .await
         .unwrap();
@@ -388,7 +390,7 @@ async fn dead_letters_list_requeue_and_delete() {
 
     let r = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "requeued 1 dead letter\n"), "{r:?}");
-    let m = q.get(&ids[0].as_str().into()).await.unwrap().unwrap();
+    let m = q.get(&ids[0]).await.unwrap().unwrap();
     assert_eq!(m.state, MessageState::Ready);
     let err = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
     assert_eq!(
@@ -397,7 +399,7 @@ async fn dead_letters_list_requeue_and_delete() {
     );
     let r = run(&url, &["dead", "delete", "hooks", &ids[1]]).await;
     assert_eq!(r.stdout, "deleted 1 dead letter\n", "{r:?}");
-    assert!(q.get(&ids[1].as_str().into()).await.unwrap().is_none());
+    assert!(q.get(&ids[1]).await.unwrap().is_none());
     let v = run(&url, &["dead", "delete", "hooks", "--all", "--json"]).await.json();
     assert_eq!(v, serde_json::json!({"queue": "hooks", "deleted": 2}));
     assert_eq!(q.counts().await.unwrap().dead, 0);
@@ -419,7 +421,7 @@ async fn dead_letters_list_requeue_and_delete() {
 async fn stats_watch_refreshes_count_times_with_rates() {
     let (_server, url, client) = start().await;
     let q = queue(&client, "orders");
-    q.send_delay_msg("first", Duration::from_secs(60)).await.unwrap();
+    q.send("first").delay(Duration::from_secs(60)).await.unwrap();
 
     // Ends by itself after two frames (run() gives up after RUN_LIMIT).
     let r = run(
@@ -460,7 +462,7 @@ async fn stats_watch_refreshes_count_times_with_rates() {
     ]);
     let first = next_json(&mut lines).await;
     for _ in 0..4 {
-        q.send_delay_msg("more", Duration::from_secs(60)).await.unwrap();
+        q.send("more").delay(Duration::from_secs(60)).await.unwrap();
     }
     let second = next_json(&mut lines).await;
     let status = tokio::time::timeout(RUN_LIMIT, child.wait()).await.unwrap().unwrap();
@@ -524,7 +526,8 @@ async fn sharded_queues_are_found_and_worked_on_as_one() {
     let (_server, url, client) = start().await;
     let q = builder(&client, "fanout").shards(4).build().unwrap();
     for i in 0..40 {
-        q.send_delay_msg("x", Duration::from_secs(60))
+        q.send("x")
+            .delay(Duration::from_secs(60))
             .id(format!("m-{i}"))
             .await
             .unwrap();
@@ -549,11 +552,11 @@ async fn sharded_queues_are_found_and_worked_on_as_one() {
     assert_eq!(run(&url, &["show", "fanout", "m-7"]).await.code, 0);
     let r = run(&url, &["cancel", "fanout", "m-7"]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "cancelled m-7\n"), "{r:?}");
-    assert!(q.get(&"m-7".into()).await.unwrap().is_none());
+    assert!(q.get("m-7").await.unwrap().is_none());
     let r = run(&url, &["--shards", "4", "send", "fanout", "y", "--id", "new-1"]).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        q.get(&"new-1".into()).await.unwrap().is_some(),
+        q.get("new-1").await.unwrap().is_some(),
         "sent to the shard its id picks"
     );
     let r = run(&url, &["purge", "fanout", "--yes"]).await;
@@ -566,7 +569,7 @@ async fn purge_needs_yes() {
     let (_server, url, client) = start().await;
     let q = queue(&client, "orders");
     for _ in 0..3 {
-        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        q.send("x").delay(Duration::from_secs(60)).await.unwrap();
     }
     let err = run(&url, &["purge", "orders"]).await;
     assert!(err.failed(2).contains("pass --yes"), "{err:?}");
@@ -592,9 +595,9 @@ async fn check_reports_clean_queues_and_anomalies() {
     let (server, url, client) = start().await;
     let q = queue(&client, "orders");
     for _ in 0..2 {
-        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        q.send("x").delay(Duration::from_secs(60)).await.unwrap();
     }
-    let lost = q.send_delay_msg("y", Duration::from_secs(60)).await.unwrap();
+    let lost = q.send("y").delay(Duration::from_secs(60)).await.unwrap();
 
     let r = run(&url, &["check", "orders"]).await;
     assert_eq!(
@@ -626,8 +629,8 @@ async fn check_reports_clean_queues_and_anomalies() {
 #[tokio::test]
 async fn clear_errors_with_exit_codes() {
     let (_server, url, client) = start().await;
-    queue(&client, "a").send_delay_msg("x", Duration::ZERO).await.unwrap();
-    queue(&client, "b").send_delay_msg("x", Duration::ZERO).await.unwrap();
+    queue(&client, "a").send("x").await.unwrap();
+    queue(&client, "b").send("x").await.unwrap();
 
     let err = run(&url, &["stats", "nope"]).await;
     assert_eq!(err.failed(1), "error: no queue named \"nope\" (known: a, b)");
@@ -706,7 +709,8 @@ async fn url_from_the_environment_and_key_prefix() {
         .key_prefix("app:")
         .build()
         .unwrap()
-        .send_delay_msg("x", Duration::from_secs(60))
+        .send("x")
+        .delay(Duration::from_secs(60))
         .await
         .unwrap();
 

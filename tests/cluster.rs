@@ -46,7 +46,11 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
     let log = Log::default();
     let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
     let later = q
-        .send_batch((0..20).map(|i| NewMessage::new("later", Duration::from_secs(600)).id(format!("later-{i}"))))
+        .send_batch((0..20).map(|i| {
+            NewMessage::new("later")
+                .delay(Duration::from_secs(600))
+                .id(format!("later-{i}"))
+        }))
         .await
         .unwrap();
     let later: Vec<MessageId> = later.into_iter().map(Result::unwrap).collect();
@@ -62,7 +66,8 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
     let mut ids = Vec::new();
     for i in 0..50 {
         ids.push(
-            q.send_delay_msg(format!("s{i}"), Duration::from_millis(i % 20))
+            q.send(format!("s{i}"))
+                .delay(Duration::from_millis(i % 20))
                 .await
                 .unwrap(),
         );
@@ -102,11 +107,9 @@ async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spr
         let ids: Vec<String> = (start..(start + batch).min(total)).map(|i| format!("m{i}")).collect();
         loop {
             let msgs = ids.iter().enumerate().map(|(k, id)| {
-                NewMessage::new(
-                    format!("payload of {id}"),
-                    Duration::from_millis((start + k) as u64 % spread),
-                )
-                .id(id.as_str())
+                NewMessage::new(format!("payload of {id}"))
+                    .delay(Duration::from_millis((start + k) as u64 % spread))
+                    .id(id.as_str())
             });
             match q.send_batch(msgs).await {
                 Ok(results) => {
@@ -256,7 +259,8 @@ async fn script_flush_on_every_node_is_survived() {
             let mut ids = Vec::new();
             for i in 0..300u64 {
                 ids.push(
-                    q.send_delay_msg(format!("f{i}"), Duration::from_millis(i % 50))
+                    q.send(format!("f{i}"))
+                        .delay(Duration::from_millis(i % 50))
                         .await
                         .unwrap(),
                 );

@@ -23,7 +23,8 @@ const FETCH_INTERVAL: Duration = Duration::from_millis(50);
 async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_runs() {
     let (server, client, q) = start_queue("keep", FETCH_INTERVAL, |b| b).await;
     let id = q
-        .send_delay_msg("close order 7", Duration::from_millis(200))
+        .send("close order 7")
+        .delay(Duration::from_millis(200))
         .id("order-7")
         .await
         .unwrap();
@@ -57,12 +58,12 @@ async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_ru
 async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_logged_and_kept_dead() {
     let (server, client, q) = start_queue("expire", FETCH_INTERVAL, |b| b).await;
     let id = q
-        .send_delay_msg("meeting reminder", Duration::ZERO)
+        .send("meeting reminder")
         .expire_after(Duration::from_secs(1))
         .id("reminder-1")
         .await
         .unwrap();
-    let kept = q.send_delay_msg("keep me", Duration::ZERO).await.unwrap();
+    let kept = q.send("keep me").await.unwrap();
     let deadline = q.get(&id).await.unwrap().unwrap().expires_at.expect("a deadline");
     let deadline_ms = deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     // No consumer for more than a second (by Redis's clock).
@@ -139,7 +140,7 @@ async fn stopping_a_consumer_over_10000_ready_messages_deletes_its_receipt_and_l
         }
     });
     let consumer = q.start_consume(handler).await.unwrap();
-    q.send_delay_msg("first", Duration::ZERO).await.unwrap();
+    q.send("first").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(receipts(), 1);
     const N: usize = 10_000;
@@ -179,7 +180,7 @@ async fn a_drained_queue_of_caller_id_messages_leaves_only_its_totals() {
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     for i in 0..20 {
         let delay = Duration::from_millis(if i % 2 == 0 { 0 } else { 100 });
-        q.send_delay_msg("x", delay).id(format!("order-{i}")).await.unwrap();
+        q.send("x").delay(delay).id(format!("order-{i}")).await.unwrap();
     }
     assert!(wait_until(WAIT, || log.len() == 20).await, "{}", log.len());
     assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
@@ -194,11 +195,12 @@ async fn a_drained_queue_of_caller_id_messages_leaves_only_its_totals() {
 async fn a_cancelled_caller_id_message_leaves_only_the_totals_without_a_consumer() {
     let (_server, client, q) = start_queue("cancelled", FETCH_INTERVAL, |b| b).await;
     for i in 0..5 {
-        q.send_delay_msg("x", Duration::from_secs(60))
+        q.send("x")
+            .delay(Duration::from_secs(60))
             .id(format!("order-{i}"))
             .await
             .unwrap();
-        assert!(q.cancel(&MessageId::from(format!("order-{i}"))).await.unwrap());
+        assert!(q.cancel(format!("order-{i}")).await.unwrap());
     }
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }

@@ -92,7 +92,7 @@ async fn produce(queue: DelayQueue, sent: Arc<Sent>, producer: usize, until: Ins
             break;
         }
         let delay = Duration::from_millis(rng.below(MAX_DELAY_MS + 1));
-        match queue.send_delay_msg(format!("p{producer}-{i}"), delay).await {
+        match queue.send(format!("p{producer}-{i}")).delay(delay).await {
             Ok(id) => sent.ok.lock().unwrap().push(id),
             Err(e) => {
                 sent.errors.fetch_add(1, Ordering::Relaxed);
@@ -365,7 +365,7 @@ async fn script_flush_storm_fails_no_send() {
     let (mut ok, mut failed, mut first) = (0, 0, None);
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(1) {
-        match q.send_delay_msg("x", Duration::from_secs(60)).await {
+        match q.send("x").delay(Duration::from_secs(60)).await {
             Ok(_) => ok += 1,
             Err(e) => {
                 failed += 1;
@@ -396,7 +396,7 @@ async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
     let via_proxy = proxy.client().await;
     let producer = queue_builder("acklag", &direct, FETCH_INTERVAL).build().unwrap();
     for _ in 0..N / 1000 {
-        let batch = (0..1000).map(|_| NewMessage::new("x", Duration::ZERO));
+        let batch = (0..1000).map(|_| NewMessage::new("x"));
         for sent in producer.send_batch(batch).await.unwrap() {
             sent.unwrap();
         }

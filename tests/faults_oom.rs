@@ -60,7 +60,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
     let due = SystemTime::now() + Duration::from_secs(3600);
     let mut first_refusal = None;
     for _ in 0..MAX_FILL {
-        match q.send_schedule_msg(payload.clone(), due).await {
+        match q.send(payload.clone()).at(due).await {
             Ok(id) => ok.push(id),
             Err(e) => {
                 first_refusal = Some(e);
@@ -83,7 +83,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
     assert_eq!(msg_keys(&server, "dq:{oom}:m:*").len(), ok.len());
     assert!(log.is_empty());
     // A batch, and sends with caller-given ids, are refused whole too.
-    let batch = (0..10).map(|i| NewMessage::new("small", Duration::ZERO).id(format!("batch-{i}")));
+    let batch = (0..10).map(|i| NewMessage::new("small").id(format!("batch-{i}")));
     match q.send_batch(batch).await {
         Err(Error::OutOfMemory { .. }) => refused += 1,
         other => panic!("a batch into a full Redis gave {other:?}"),
@@ -110,7 +110,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
         );
         let id = format!("later-{i}");
         i += 1;
-        match q.send_delay_msg(payload.clone(), Duration::ZERO).id(id.as_str()).await {
+        match q.send(payload.clone()).id(id.as_str()).await {
             Ok(id) => {
                 ok.push(id);
                 accepted_after += 1;

@@ -162,7 +162,7 @@ fn log_summary<'a>(workers: impl IntoIterator<Item = &'a Worker>) -> String {
 
 /// Sends `n` messages due over `0..spread_ms` ms (payload: the index) in one batch; returns their ids.
 async fn send_spread(queue: &DelayQueue, n: u64, spread_ms: u64) -> Vec<String> {
-    let msgs = (0..n).map(|i| NewMessage::new(i.to_string(), Duration::from_millis(i * spread_ms / n)));
+    let msgs = (0..n).map(|i| NewMessage::new(i.to_string()).delay(Duration::from_millis(i * spread_ms / n)));
     queue
         .send_batch(msgs)
         .await
@@ -359,7 +359,7 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
         .fetch_interval(Duration::from_millis(100))
         .build()
         .unwrap();
-    let id = queue.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = queue.send("x").await.unwrap();
     let (url, dir) = (server.url(), server.dir().to_path_buf());
     let mut worker = Worker::spawn(WorkerOptions {
         handler_ms: 0,
@@ -450,7 +450,7 @@ async fn skewed_worker_clocks_change_nothing() {
     let t0 = redis_time_ms(&client).await;
     let msgs = (0..SKEW_MESSAGES).map(|i| {
         let delay = 200 + i * 1300 / SKEW_MESSAGES;
-        NewMessage::new((t0 + delay).to_string(), Duration::from_millis(delay))
+        NewMessage::new((t0 + delay).to_string()).delay(Duration::from_millis(delay))
     });
     let ids: Vec<String> = queue
         .send_batch(msgs)
@@ -559,7 +559,7 @@ async fn produce(queue: DelayQueue, p: usize, seed: u64, sent: Arc<Sent>, stop: 
         seq += n;
         let msgs: Vec<NewMessage> = ids
             .iter()
-            .map(|id| NewMessage::new("soak", rng.ms(0, 2_000)).id(id.as_str()))
+            .map(|id| NewMessage::new("soak").delay(rng.ms(0, 2_000)).id(id.as_str()))
             .collect();
         match tokio::time::timeout(Duration::from_secs(20), queue.send_batch(msgs)).await {
             Ok(Ok(results)) => {

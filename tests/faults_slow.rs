@@ -64,10 +64,9 @@ async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
         }))
         .await
         .unwrap();
-    let ids: Vec<MessageId> =
-        futures::future::try_join_all((0..5).map(|i| q.send_delay_msg(format!("m{i}"), Duration::ZERO).into_future()))
-            .await
-            .unwrap();
+    let ids: Vec<MessageId> = futures::future::try_join_all((0..5).map(|i| q.send(format!("m{i}")).into_future()))
+        .await
+        .unwrap();
     assert!(wait_until(WAIT, || log.len() == 5).await);
     // A second consumer sweeps for timed-out deliveries all along: it must
     // find none, since the slow handlers' leases keep being renewed.
@@ -134,7 +133,7 @@ async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
         });
         rt.shutdown_background();
     });
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
         .await
         .unwrap()
@@ -184,7 +183,7 @@ async fn a_stuck_handler_is_cut_at_its_handler_timeout_and_the_delivery_counts()
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await, "attempt 1 was not cut");
     let deliveries = log.snapshot();
     // Renewed past its first lease, then cut at the handler's limit.
@@ -220,7 +219,7 @@ async fn shutdown_waits_for_renewed_handlers_and_acks_them() {
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     let first = lease_of(&client, "shut", &id).await.expect("not held");
     let stopping = tokio::spawn(consumer.shutdown());

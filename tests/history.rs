@@ -503,10 +503,9 @@ impl Producer {
         let start = Instant::now();
         let mut send = if rng.chance(30) {
             rec.how = "at";
-            self.queue
-                .send_schedule_msg(rec.payload.clone(), SystemTime::now() + rec.delay)
+            self.queue.send(rec.payload.clone()).at(SystemTime::now() + rec.delay)
         } else {
-            self.queue.send_delay_msg(rec.payload.clone(), rec.delay)
+            self.queue.send(rec.payload.clone()).delay(rec.delay)
         };
         if let Some(id) = &rec.id {
             send = send.id(id.as_str());
@@ -528,7 +527,7 @@ impl Producer {
             if due_now {
                 rec.delay = Duration::ZERO;
             }
-            let mut msg = NewMessage::new(rec.payload.clone(), rec.delay);
+            let mut msg = NewMessage::new(rec.payload.clone()).delay(rec.delay);
             if let Some(id) = &rec.id {
                 msg = msg.id(id.as_str());
             }

@@ -46,7 +46,7 @@ async fn a_renewal_whose_reply_is_lost_keeps_the_lease() {
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("slow", Duration::ZERO).await.unwrap();
+    let id = q.send("slow").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await, "never delivered");
     // Pauses of 1.1 s every 1.6 s while the handler runs: each is shorter
     // than the 1.5 s or more a renewed lease has left, and renewals (every
@@ -97,11 +97,11 @@ async fn deliveries_waiting_for_a_slot_are_handed_back_uncounted() {
         }))
         .await
         .unwrap();
-    q.send_delay_msg("fast", Duration::ZERO).await.unwrap();
+    q.send("fast").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     let mut ids = HashSet::new();
     for _ in 0..10 {
-        ids.insert(q.send_delay_msg("slow", Duration::ZERO).await.unwrap());
+        ids.insert(q.send("slow").await.unwrap());
     }
     // Every message ends acked or dead; bounded by count and time.
     let mut totals = q.status().await.unwrap().totals;

@@ -50,7 +50,8 @@ async fn produce(q: DelayQueue, prefix: String, started: Instant, stop: Arc<Atom
         let id = format!("{prefix}-{n}");
         loop {
             match q
-                .send_delay_msg(id.as_str(), Duration::from_millis(n % 300))
+                .send(id.as_str())
+                .delay(Duration::from_millis(n % 300))
                 .id(id.as_str())
                 .await
             {

@@ -52,14 +52,12 @@ async fn every_message_is_delivered_once_from_every_shard() {
     let (_server, client, q) = start_queue("spread", FETCH_INTERVAL, |b| b.shards(4).concurrency(8)).await;
     assert_eq!(q.shards(), 4);
     let batch = q
-        .send_batch((0..2000).map(|i| NewMessage::new(format!("b{i}"), Duration::from_millis(300 + i % 200))))
+        .send_batch((0..2000).map(|i| NewMessage::new(format!("b{i}")).delay(Duration::from_millis(300 + i % 200))))
         .await
         .unwrap();
     assert!(batch.iter().all(Result::is_ok));
     for i in 0..100 {
-        q.send_delay_msg(format!("s{i}"), Duration::from_millis(300))
-            .await
-            .unwrap();
+        q.send(format!("s{i}")).delay(Duration::from_millis(300)).await.unwrap();
     }
     let spread = pending_per_shard(&client, "spread", 4).await;
     assert_eq!(spread.iter().sum::<i64>(), 2100, "{spread:?}");
@@ -91,13 +89,14 @@ async fn wake_ups_of_every_shard_reach_the_consumer() {
     // sweep has passed.
     let first: Vec<String> = (0..3).flat_map(|s| ids_in_shard("first", s, 3, 1)).collect();
     for id in &first {
-        q.send_delay_msg("x", Duration::ZERO).id(id.as_str()).await.unwrap();
+        q.send("x").id(id.as_str()).await.unwrap();
     }
     assert!(wait_until(WAIT, || log.len() == first.len()).await);
     let ids: Vec<String> = (0..3).flat_map(|s| ids_in_shard("w", s, 3, 2)).collect();
     let sent = Instant::now();
     for id in &ids {
-        q.send_delay_msg("x", Duration::from_millis(200))
+        q.send("x")
+            .delay(Duration::from_millis(200))
             .id(id.as_str())
             .await
             .unwrap();
@@ -126,20 +125,14 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
     assert!(!q.exists().await.unwrap());
     let ids: Vec<MessageId> = (0..30).map(|i| MessageId::from(format!("id-{i}"))).collect();
     for id in &ids {
-        q.send_delay_msg("later", Duration::from_secs(600))
-            .id(id)
-            .await
-            .unwrap();
+        q.send("later").delay(Duration::from_secs(600)).id(id).await.unwrap();
     }
     assert!(q.exists().await.unwrap());
     assert_eq!(pending_per_shard(&client, "byid", 3).await.len(), 3);
     assert!(pending_per_shard(&client, "byid", 3).await.iter().all(|&n| n > 0));
     // Idempotent ids: the second send finds the first in its shard.
     for id in &ids[..5] {
-        assert!(matches!(
-            q.send_delay_msg("again", Duration::ZERO).id(id).await,
-            Err(Error::Duplicate(_))
-        ));
+        assert!(matches!(q.send("again").id(id).await, Err(Error::Duplicate(_))));
     }
     for id in &ids {
         let info = q.get(id).await.unwrap().expect("found in its shard");
@@ -208,10 +201,7 @@ async fn claims_are_fair_between_shards() {
     let big = ids_in_shard("big", 0, 4, 1000);
     let small = ids_in_shard("small", 3, 4, 20);
     let send = |ids: &[String]| {
-        let msgs: Vec<NewMessage> = ids
-            .iter()
-            .map(|id| NewMessage::new("x", Duration::ZERO).id(id.as_str()))
-            .collect();
+        let msgs: Vec<NewMessage> = ids.iter().map(|id| NewMessage::new("x").id(id.as_str())).collect();
         let q = q.clone();
         async move { assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok)) }
     };
@@ -247,7 +237,8 @@ async fn claims_are_fair_between_shards() {
 async fn a_consumer_warns_about_shards_beyond_its_count() {
     let (_server, client, wide) = start_queue("layout", FETCH_INTERVAL, |b| b.shards(3)).await;
     let in_last = ids_in_shard("x", 2, 3, 1);
-    wide.send_delay_msg("x", Duration::from_secs(60))
+    wide.send("x")
+        .delay(Duration::from_secs(60))
         .id(in_last[0].as_str())
         .await
         .unwrap();
@@ -289,7 +280,7 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
     };
     let q = build();
     let first = q
-        .send_batch((0..600).map(|i| NewMessage::new(format!("{i}"), Duration::from_millis(400))))
+        .send_batch((0..600).map(|i| NewMessage::new(format!("{i}")).delay(Duration::from_millis(400))))
         .await
         .unwrap();
     assert!(first.iter().all(Result::is_ok));
@@ -306,9 +297,10 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
         let q = build();
         async move {
             for round in 0..10 {
-                let msgs = (0..80).map(|i| NewMessage::new(format!("{p}-{round}-{i}"), Duration::from_millis(i % 50)));
+                let msgs =
+                    (0..80).map(|i| NewMessage::new(format!("{p}-{round}-{i}")).delay(Duration::from_millis(i % 50)));
                 assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
-                q.send_delay_msg("single", Duration::ZERO).await.unwrap();
+                q.send("single").await.unwrap();
             }
         }
     });

@@ -295,7 +295,7 @@ impl Ctx {
 
     async fn send(&self, args: SendArgs) -> Result<u8, Failure> {
         let queue = self.queue(&args.queue).await?;
-        let mut send = queue.send_delay_msg(args.payload, args.delay);
+        let mut send = queue.send(args.payload).delay(args.delay);
         if let Some(id) = args.id {
             send = send.id(id);
         }
@@ -326,8 +326,8 @@ impl Ctx {
     async fn dead(&self, target: DeadTarget, delete: bool) -> Result<u8, Failure> {
         let queue = self.existing(&target.queue).await?;
         let done = match (&target.id, delete) {
-            (Some(id), false) => u64::from(queue.requeue_dead(&id.as_str().into()).await?),
-            (Some(id), true) => u64::from(queue.delete_dead(&id.as_str().into()).await?),
+            (Some(id), false) => u64::from(queue.requeue_dead(id).await?),
+            (Some(id), true) => u64::from(queue.delete_dead(id).await?),
             (None, false) => queue.requeue_all_dead().await?,
             (None, true) => queue.delete_all_dead().await?,
         };
