@@ -50,12 +50,12 @@ pub(crate) struct Config {
 
 impl Config {
     /// Longest one handler run may take.
-    pub fn handler_timeout(&self) -> Duration {
+    pub(crate) fn handler_timeout(&self) -> Duration {
         self.handler_timeout.unwrap_or(self.max_consume_duration)
     }
 
     /// Whether running handlers outlive a lease, so their leases are renewed.
-    pub fn renews_leases(&self) -> bool {
+    pub(crate) fn renews_leases(&self) -> bool {
         self.handler_timeout() > self.max_consume_duration
     }
 }
@@ -276,7 +276,7 @@ impl DelayQueueBuilder {
     }
 
     /// Spreads the queue over `n` hash tags, `{name#0}` .. `{name#<n-1>}`
-    /// (1 to 1024), so one busy queue uses every primary of a Redis Cluster
+    /// (1 to [`MAX_SHARDS`](crate::MAX_SHARDS)), so one busy queue uses every primary of a Redis Cluster
     /// instead of one. Default 1: an ordinary queue, tagged `{name}`.
     ///
     /// Each message lives in one shard, picked by a hash of its id, so

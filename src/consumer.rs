@@ -477,6 +477,8 @@ fn read_delivery(triple: &[Value], lease: i64) -> Option<Message> {
         retry_count: stored.retry_count,
         backoff: stored.backoff,
         lease,
+        // Every value the send script writes has them.
+        times: stored.times?,
     })
 }
 

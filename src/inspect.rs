@@ -30,8 +30,12 @@ pub struct MessageInfo {
     /// Why its last delivery failed: the handler's error, the panic, or
     /// `timeout` (its lease ran out).
     pub last_error: Option<String>,
-    /// When it is due (pending only).
+    /// When it is due (pending only): when it becomes ready, a retry's
+    /// backoff included.
     pub due: Option<SystemTime>,
+    /// When its send stored it, by Redis's clock (`None` when the payload,
+    /// which holds it, is gone).
+    pub sent_at: Option<SystemTime>,
     /// When its running delivery's lease runs out (processing only).
     pub lease_until: Option<SystemTime>,
     /// When it died (dead letters only).
@@ -68,7 +72,7 @@ pub struct Page {
     /// Entries in the state (list entries of cancelled messages included).
     pub total: u64,
     /// The offset of the next page; `None` on the last page.
-    pub next: Option<u64>,
+    pub next: Option<usize>,
 }
 
 /// The number `list`, `get` and `scan` use for a state: its position in
@@ -119,7 +123,7 @@ fn info(id: MessageId, state: MessageState, v: &[Value], stored_len: i64, full: 
     if !full {
         payload.truncate(PREVIEW_BYTES);
     }
-    let time = |unit_ms: f64| score.map(|s| UNIX_EPOCH + Duration::from_micros((s * 1000.0 / unit_ms) as u64));
+    let time = |unit_ms: f64| score.map(|s| UNIX_EPOCH + Duration::from_micros((s * 1000.0 / unit_ms).round() as u64));
     let ttl = v[3].as_i64().unwrap_or(-2);
     MessageInfo {
         id,
@@ -130,6 +134,10 @@ fn info(id: MessageId, state: MessageState, v: &[Value], stored_len: i64, full: 
         due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
         dead_since: (state == MessageState::Dead).then(|| time(1.0)).flatten(),
+        sent_at: stored
+            .as_ref()
+            .and_then(|s| s.times)
+            .map(|t| UNIX_EPOCH + Duration::from_millis(t.sent_at_ms)),
         payload,
         payload_len: usize::try_from(stored_len).unwrap_or(0).saturating_sub(header),
         expires_in: u64::try_from(ttl).ok().map(Duration::from_millis),
@@ -140,7 +148,7 @@ fn info(id: MessageId, state: MessageState, v: &[Value], stored_len: i64, full: 
     }
 }
 
-pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, limit: usize) -> Result<Page, Error> {
+pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
     }
@@ -158,6 +166,7 @@ pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, l
     };
     let mut start = 0;
     for (k, size) in shards.iter().zip(sizes) {
+        let size = position(size);
         if offset >= start + size {
             start += size;
             continue;
@@ -173,9 +182,15 @@ pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, l
             page.next = Some(start + next);
             break;
         }
-        start += part.total;
+        start += position(part.total);
     }
     Ok(page)
+}
+
+/// A count of entries as a position in a page walk (saturating on a
+/// 32-bit target, where no page walk gets that far).
+fn position(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// One page of one shard.
@@ -183,12 +198,12 @@ async fn list_shard(
     queue: &DelayQueue,
     k: &Keys,
     state: MessageState,
-    offset: u64,
+    offset: usize,
     limit: usize,
 ) -> Result<Page, Error> {
     let args: Vec<Value> = vec![
         state_number(state).into(),
-        (offset.min(i64::MAX as u64) as i64).into(),
+        (i64::try_from(offset).unwrap_or(i64::MAX)).into(),
         (limit as i64).into(),
         k.msg_prefix.as_str().into(),
         ((PREVIEW_BYTES + HEADER_BYTES) as i64).into(),
@@ -209,7 +224,7 @@ async fn list_shard(
     Ok(Page {
         items,
         total: head[0].as_u64().unwrap_or(0),
-        next: head[2].as_i64().and_then(|n| u64::try_from(n).ok()),
+        next: head[2].as_i64().and_then(|n| usize::try_from(n).ok()),
     })
 }
 

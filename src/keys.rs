@@ -36,7 +36,7 @@ pub(crate) struct Keys {
 
 impl Keys {
     /// Builds the key names for queue `name` under `prefix`, after checking both.
-    pub fn new(prefix: &str, name: &str) -> Result<Self, Error> {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, Error> {
         validate_queue_name(name)?;
         if prefix.contains(['{', '}']) || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(Error::InvalidArgument(format!(
@@ -48,7 +48,7 @@ impl Keys {
 
     /// The keys of every shard of queue `name` spread over `shards` hash
     /// tags: `{name}` alone for one shard, else `{name#0}` .. `{name#<shards-1>}`.
-    pub fn shards(prefix: &str, name: &str, shards: usize) -> Result<Vec<Self>, Error> {
+    pub(crate) fn shards(prefix: &str, name: &str, shards: usize) -> Result<Vec<Self>, Error> {
         if !(1..=MAX_SHARDS).contains(&shards) {
             return Err(Error::InvalidArgument(format!("shards must be 1 to {MAX_SHARDS}")));
         }
@@ -61,7 +61,7 @@ impl Keys {
 
     /// The keys of shard `i` of queue `name`, both already checked by
     /// [`Keys::shards`].
-    pub fn shard(prefix: &str, name: &str, i: usize) -> Self {
+    pub(crate) fn shard(prefix: &str, name: &str, i: usize) -> Self {
         Self::tagged(prefix, &format!("{name}{SHARD_MARK}{i}"))
     }
 
@@ -83,13 +83,13 @@ impl Keys {
 
     /// A SCAN pattern matching the totals hash of every queue under
     /// `prefix` (every queue that was ever sent to has one).
-    pub fn totals_pattern(prefix: &str) -> String {
+    pub(crate) fn totals_pattern(prefix: &str) -> String {
         format!("{}{{*}}:totals", crate::integrity::glob_escape(prefix))
     }
 
     /// The queue name in a key that `totals_pattern` matched, and the
     /// shard number when the key is of a sharded queue's shard.
-    pub fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, Option<usize>)> {
+    pub(crate) fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, Option<usize>)> {
         let tag = key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix("}:totals")?;
         Some(match tag.split_once(SHARD_MARK) {
             Some((name, shard)) => (name, Some(shard.parse().ok()?)),
@@ -98,19 +98,19 @@ impl Keys {
     }
 
     /// The payload key of message `id`.
-    pub fn msg(&self, id: &str) -> String {
+    pub(crate) fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
     }
 
     /// The claim receipt key of consumer `consumer`.
-    pub fn claim(&self, consumer: &str) -> String {
+    pub(crate) fn claim(&self, consumer: &str) -> String {
         format!("{}{consumer}", self.claim_prefix)
     }
 
     // KEYS of each script, in the order its header in lua/ states.
 
     /// Send takes the payload key of every message of its batch.
-    pub fn for_send<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    pub(crate) fn for_send<'a>(&self, ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         let mut keys = vec![
             self.pending.clone(),
             self.retries.clone(),
@@ -122,11 +122,11 @@ impl Keys {
         keys
     }
 
-    pub fn for_promote(&self) -> Vec<String> {
+    pub(crate) fn for_promote(&self) -> Vec<String> {
         vec![self.pending.clone(), self.ready.clone()]
     }
 
-    pub fn for_claim(&self, receipt: &str) -> Vec<String> {
+    pub(crate) fn for_claim(&self, receipt: &str) -> Vec<String> {
         vec![
             self.ready.clone(),
             self.retry.clone(),
@@ -139,15 +139,15 @@ impl Keys {
         ]
     }
 
-    pub fn for_extend(&self) -> Vec<String> {
+    pub(crate) fn for_extend(&self) -> Vec<String> {
         vec![self.unack.clone()]
     }
 
-    pub fn for_ack(&self) -> Vec<String> {
+    pub(crate) fn for_ack(&self) -> Vec<String> {
         vec![self.unack.clone(), self.retries.clone(), self.totals.clone()]
     }
 
-    pub fn for_nack(&self, id: &str) -> Vec<String> {
+    pub(crate) fn for_nack(&self, id: &str) -> Vec<String> {
         vec![
             self.unack.clone(),
             self.retries.clone(),
@@ -159,7 +159,7 @@ impl Keys {
         ]
     }
 
-    pub fn for_timeout(&self) -> Vec<String> {
+    pub(crate) fn for_timeout(&self) -> Vec<String> {
         vec![
             self.unack.clone(),
             self.retries.clone(),
@@ -169,7 +169,7 @@ impl Keys {
         ]
     }
 
-    pub fn for_cancel(&self, id: &str) -> Vec<String> {
+    pub(crate) fn for_cancel(&self, id: &str) -> Vec<String> {
         vec![
             self.pending.clone(),
             self.retries.clone(),
@@ -179,34 +179,34 @@ impl Keys {
         ]
     }
 
-    pub fn for_reschedule(&self, id: &str) -> Vec<String> {
+    pub(crate) fn for_reschedule(&self, id: &str) -> Vec<String> {
         vec![self.pending.clone(), self.msg(id)]
     }
 
-    pub fn for_gc(&self) -> Vec<String> {
+    pub(crate) fn for_gc(&self) -> Vec<String> {
         vec![self.garbage.clone(), self.retries.clone()]
     }
 
-    pub fn for_requeue(&self) -> Vec<String> {
+    pub(crate) fn for_requeue(&self) -> Vec<String> {
         vec![self.garbage.clone(), self.retries.clone(), self.ready.clone()]
     }
 
     /// The keys of `for_inspect`, then the payload key of `id`.
-    pub fn for_get(&self, id: &str) -> Vec<String> {
+    pub(crate) fn for_get(&self, id: &str) -> Vec<String> {
         let mut keys = self.for_inspect();
         keys.push(self.msg(id));
         keys
     }
 
     /// The keys of `for_inspect`, then the totals.
-    pub fn for_purge(&self) -> Vec<String> {
+    pub(crate) fn for_purge(&self) -> Vec<String> {
         let mut keys = self.for_inspect();
         keys.push(self.totals.clone());
         keys
     }
 
     /// Every key that holds ids, for `scan`, `inspect` and `list`.
-    pub fn for_inspect(&self) -> Vec<String> {
+    pub(crate) fn for_inspect(&self) -> Vec<String> {
         vec![
             self.pending.clone(),
             self.ready.clone(),
@@ -217,7 +217,7 @@ impl Keys {
         ]
     }
 
-    pub fn for_stats(&self) -> Vec<String> {
+    pub(crate) fn for_stats(&self) -> Vec<String> {
         vec![
             self.pending.clone(),
             self.ready.clone(),

@@ -239,7 +239,7 @@ impl DelayQueue {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn list(&self, state: MessageState, offset: u64, limit: usize) -> Result<Page, Error> {
+    pub async fn list(&self, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
         inspect::list(self, state, offset, limit).await
     }
 

@@ -258,7 +258,7 @@ impl Env {
                 .unwrap_or_else(|| panic!("claim: {v:?} is not a stored value"))
                 .payload;
             (
-                String::from_utf8_lossy(stored).into_owned(),
+                without_times(String::from_utf8_lossy(stored).into_owned()),
                 String::from_utf8_lossy(payload).into_owned(),
             )
         };
@@ -300,7 +300,7 @@ impl Env {
             .map(|t| {
                 (
                     t[0].as_string().expect("id"),
-                    t[1].as_string().expect("value"),
+                    without_times(t[1].as_string().expect("value")),
                     t[2].as_i64().expect("attempt"),
                 )
             })
@@ -524,8 +524,14 @@ impl Env {
         assert_eq!(self.raw(&["CONFIG", "RESETSTAT"]), "OK");
     }
 
-    /// The value of `id`'s msg key as stored: "<retry count>:<payload>".
+    /// The value of `id`'s msg key as stored, without the send times:
+    /// "<retry count>:<payload>".
     fn stored(&self, id: &str) -> Option<String> {
+        self.stored_whole(id).map(without_times)
+    }
+
+    /// The value of `id`'s msg key as stored.
+    fn stored_whole(&self, id: &str) -> Option<String> {
         match self.raw(&["GET", &self.k().msg(id)]).as_str() {
             "(nil)" => None,
             s => Some(s.to_string()),
@@ -601,6 +607,19 @@ impl Env {
     }
 }
 
+/// A stored value without the send times ("/<sent at>+<delay>") in its
+/// header, which `send_records_when_it_stored_each_message` checks.
+fn without_times(v: String) -> String {
+    let header = &v[..v.find(':').unwrap_or(0)];
+    match header.find('/') {
+        Some(slash) => {
+            let end = header.find('@').unwrap_or(header.len());
+            format!("{}{}", &v[..slash], &v[end..])
+        }
+        None => v,
+    }
+}
+
 /// A new claim request number, unique within the test binary.
 fn next_seq() -> i64 {
     static SEQ: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
@@ -669,9 +688,71 @@ async fn send_stores_payload_and_pending_entry_together() {
         vec![1]
     );
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
-    assert_eq!(stored, value);
+    assert!(
+        stored.ends_with(&value[1..]),
+        "only the send times are added to the header"
+    );
     assert_eq!(decode_stored(&stored).map(|s| s.payload), Some(&bytes[..]));
     assert_eq!(env.pttl("bin"), -1);
+}
+
+#[tokio::test]
+async fn send_records_when_it_stored_each_message() {
+    let env = Env::new().await;
+    let before = env.now_ms();
+    let statuses = env
+        .send_batch(Ids::Own, &[("now", "x", 0, NEVER, 3), ("later", "y", 90_000, 5_000, 2)])
+        .await;
+    let after = env.now_ms();
+    assert_eq!(statuses, vec![1, 1]);
+    for (id, delay, payload) in [("now", 0, "x"), ("later", 90_000, "y")] {
+        let whole = env.stored_whole(id).unwrap();
+        let stored = decode_stored(whole.as_bytes()).unwrap();
+        let times = stored.times.expect("send writes the times");
+        let sent = times.sent_at_ms as i64;
+        assert!((before..=after).contains(&sent), "{whole}");
+        assert_eq!(times.due_at_ms as i64 - sent, delay, "{whole}");
+        assert_eq!(
+            env.zscore(&env.k().pending, id),
+            Some(sent + delay),
+            "the pending score is the due time"
+        );
+        assert_eq!(stored.payload, payload.as_bytes());
+        let deadline = stored.expires_at_ms.map(|at| format!("@{at}")).unwrap_or_default();
+        let retry = stored.retry_count;
+        assert_eq!(whole, format!("{retry}/{sent}+{delay}{deadline}:{payload}"));
+    }
+}
+
+#[tokio::test]
+async fn reschedule_rewrites_the_due_time_in_the_header() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send_own("a", "pa:yload", 0, 60_000, 4).await, 1);
+    let times = |id: &str| {
+        let whole = env.stored_whole(id).unwrap();
+        let stored = decode_stored(whole.as_bytes()).unwrap();
+        let t = stored.times.unwrap();
+        assert_eq!((stored.retry_count, stored.payload), (4, &b"pa:yload"[..]), "{whole}");
+        (t.sent_at_ms as i64, t.due_at_ms as i64, stored.expires_at_ms)
+    };
+    let (sent, due, expires) = times("a");
+    assert_eq!(due, sent);
+    // From "+0" to five digits: the value is rewritten.
+    assert_eq!(env.reschedule("a", 50_000).await, 1);
+    let score = env.zscore(&k.pending, "a").unwrap();
+    assert_eq!(times("a"), (sent, score, expires), "due time follows the pending score");
+    assert!(score - sent >= 50_000 && score - sent < 50_000 + SLACK_MS);
+    // Five digits again: written in place.
+    assert_eq!(env.reschedule("a", 40_000).await, 1);
+    let score = env.zscore(&k.pending, "a").unwrap();
+    assert_eq!(times("a"), (sent, score, expires));
+    assert_eq!(env.pttl("a"), -1, "a live payload stays without TTL");
+    // A value without send times (not written by send) is left alone.
+    env.seed_value("bare", "3:x", None);
+    env.raw(&["ZADD", &k.pending, "99999999999999", "bare"]);
+    assert_eq!(env.reschedule("bare", 1_000).await, 1);
+    assert_eq!(env.stored_whole("bare").as_deref(), Some("3:x"));
 }
 
 #[tokio::test]

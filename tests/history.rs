@@ -308,7 +308,7 @@ struct Recorder {
     draining: Arc<AtomicBool>,
 }
 
-#[async_trait::async_trait]
+#[delayqueue::async_trait]
 impl Handler for Recorder {
     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
         let running = {

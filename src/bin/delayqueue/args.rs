@@ -118,7 +118,7 @@ pub struct PageArgs {
     pub limit: usize,
     /// Position of the first message to show (the "next page" hint gives it).
     #[arg(long, default_value_t = 0)]
-    pub offset: u64,
+    pub offset: usize,
 }
 
 #[derive(Debug, Args)]

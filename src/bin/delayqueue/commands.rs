@@ -266,7 +266,7 @@ impl Ctx {
                     n => format!("no {state_name} messages from offset {} ({n} in all)\n", page.offset),
                 };
             }
-            let (from, to) = (page.offset + 1, page.offset + found.items.len() as u64);
+            let (from, to) = (page.offset + 1, page.offset + found.items.len());
             let mut text = output::list_text(state, &found.items, now);
             text += &format!("\n{from}-{to} of {} {state_name}", found.total);
             if let Some(next) = found.next {
