@@ -97,10 +97,10 @@ impl<T: serde::Serialize> TryFrom<Json<T>> for Payload {
 
 /// Anything a send accepts as a payload: bytes, strings, or [`Json`].
 ///
-/// Implemented for every type that converts into [`Payload`], and for
-/// [`Json`] (whose serialization can fail). A struct is sent as JSON by
-/// wrapping it in [`Json`]; passed bare, it does not compile, and the
-/// compiler says to wrap it:
+/// Implemented for [`Payload`], `&str`, `String`, `&[u8]`, `&[u8; N]`,
+/// `Vec<u8>`, and [`Json`] (whose serialization can fail). A struct is
+/// sent as JSON by wrapping it in [`Json`]; passed bare, it does not
+/// compile, and the compiler says to wrap it:
 ///
 /// ```compile_fail,E0277
 /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
@@ -131,7 +131,22 @@ pub trait IntoPayload {
     fn into_payload(self) -> Result<Payload, Error>;
 }
 
-impl<T: Into<Payload>> IntoPayload for T {
+/// Types that convert into [`Payload`] without fail. Listed one by one
+/// rather than for every `T: Into<Payload>`, so that a type that is none
+/// of them fails on `IntoPayload` itself, whose message says what to do.
+macro_rules! into_payload_via_from {
+    ($($t:ty),*) => {$(
+        impl IntoPayload for $t {
+            fn into_payload(self) -> Result<Payload, Error> {
+                Ok(self.into())
+            }
+        }
+    )*};
+}
+
+into_payload_via_from!(Payload, &str, String, &[u8], Vec<u8>);
+
+impl<const N: usize> IntoPayload for &[u8; N] {
     fn into_payload(self) -> Result<Payload, Error> {
         Ok(self.into())
     }
