@@ -334,7 +334,7 @@ async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<Messa
     Ok(results)
 }
 
-impl<'a> NewMessage<&'a DelayQueue> {
+impl NewMessage<&DelayQueue> {
     async fn send(self) -> Result<MessageId, Error> {
         let mut results = send_batch(self.queue, [self]).await?;
         results
