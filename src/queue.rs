@@ -124,6 +124,18 @@ impl DelayQueue {
     /// and will not be delivered; `false` when the id is unknown, or the
     /// message is being processed right now (that delivery finishes and
     /// decides its fate). O(log n): nothing is scanned.
+    ///
+    /// Every call that takes an id takes any string (`&str`, `String`,
+    /// `&MessageId`); an invalid one fails with [`Error::InvalidMessageId`]
+    /// before Redis is asked.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let id = queue.send("close order 42").id("order-42").await?;
+    /// let cancelled = queue.cancel("order-42").await?;   // or queue.cancel(&id)
+    /// # let _ = cancelled;
+    /// # Ok(()) }
+    /// ```
     pub async fn cancel(&self, id: impl AsRef<str>) -> Result<bool, Error> {
         let id = id.as_ref();
         MessageId::check(id)?;
