@@ -30,9 +30,11 @@ use support::{client_for, wait_until, RawReply, RedisServer, WAIT};
 const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
 /// What a producer runs besides its scripts (`WAIT` for durable sends).
 const PRODUCER: &[&str] = &["wait"];
-/// Commands that `send`, `cancel` and `reschedule` run.
+/// Commands that `send`, `cancel` and `reschedule` run (reschedule
+/// rewrites the due time in the stored value's header).
 const PRODUCER_SCRIPTS: &[&str] = &[
-    "del", "exists", "hdel", "hincrby", "hset", "publish", "set", "time", "type", "zadd", "zrange", "zrem", "zscore",
+    "del", "exists", "get", "getrange", "hdel", "hincrby", "hset", "publish", "set", "setrange", "time", "type",
+    "zadd", "zrange", "zrem", "zscore",
 ];
 /// What a consumer runs besides its scripts.
 const CONSUMER: &[&str] = &["subscribe"];
