@@ -367,8 +367,12 @@ async fn retry_counts_beyond_the_maximum_are_rejected() {
         .retry_count(MAX_RETRY_COUNT)
         .await
         .unwrap();
-    let stored: Vec<u8> = client.get(format!("dq:{{retries}}:m:{id}")).await.unwrap();
-    assert_eq!(stored, format!("{MAX_RETRY_COUNT}:x").into_bytes());
+    let stored: String = client.get(format!("dq:{{retries}}:m:{id}")).await.unwrap();
+    // "<retry count>/<sent at>+<delay>:<payload>"
+    assert!(
+        stored.starts_with(&format!("{MAX_RETRY_COUNT}/")) && stored.ends_with("+60000:x"),
+        "{stored}"
+    );
     let q2 = queue_builder("retries", &client, FETCH_INTERVAL)
         .default_retry_count(MAX_RETRY_COUNT)
         .build()
