@@ -79,7 +79,8 @@ async fn place_order(
 ) -> Result<Json<Value>, (StatusCode, String)> {
     let payload = delayqueue::Json(json!({ "order": order }));
     let id = queue
-        .send_delay_msg(payload, order_timeout())
+        .send(payload)
+        .delay(order_timeout())
         .id(timer_id(order))
         .await
         .map_err(error)?;
@@ -103,7 +104,7 @@ async fn stats(State(queue): State<DelayQueue>) -> Result<Json<Value>, (StatusCo
         "ready": s.counts.ready,
         "processing": s.counts.processing,
         "retry": s.counts.retry,
-        "dead": s.counts.garbage,
+        "dead": s.counts.dead,
         "sent": s.totals.sent,
         "acked": s.totals.acked,
     })))

@@ -154,7 +154,7 @@ async fn redis_sched(client: &Client) -> Option<(f64, f64, u64)> {
 async fn send_single_awaited(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
     let t = Instant::now();
     for _ in 0..n {
-        q.send_delay_msg(&PAYLOAD, delay).await?;
+        q.send(&PAYLOAD).delay(delay).await?;
     }
     Ok(rate(n, t.elapsed()))
 }
@@ -162,7 +162,7 @@ async fn send_single_awaited(q: &DelayQueue, n: usize, delay: Duration) -> Res<f
 async fn send_concurrent(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
     let t = Instant::now();
     let mut sends = futures::stream::iter(0..n)
-        .map(|_| async move { q.send_delay_msg(&PAYLOAD, delay).await })
+        .map(|_| async move { q.send(&PAYLOAD).delay(delay).await })
         .buffer_unordered(IN_FLIGHT);
     while let Some(r) = sends.next().await {
         r?;
@@ -174,7 +174,7 @@ async fn send_batch(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
     let t = Instant::now();
     // In slices, as an application would, so the whole batch is never in memory at once.
     for start in (0..n).step_by(10_000) {
-        let msgs = (start..n.min(start + 10_000)).map(|_| NewMessage::new(&PAYLOAD, delay));
+        let msgs = (start..n.min(start + 10_000)).map(|_| NewMessage::new(&PAYLOAD).delay(delay));
         for r in q.send_batch(msgs).await? {
             r?;
         }
@@ -304,7 +304,7 @@ async fn w2(client: &Client, tag: &str) -> Res<serde_json::Value> {
         // Due 1-6 s after the start, whatever the send itself took.
         let at = Duration::from_millis(1000 + rng % 5000);
         let delay = at.saturating_sub(start.elapsed());
-        let id = q.send_delay_msg(&PAYLOAD, delay).await?;
+        let id = q.send(&PAYLOAD).delay(delay).await?;
         let score: f64 = client.zscore(&pending_key, id.as_str()).await?;
         due.lock().unwrap().insert(id, score);
     }

@@ -149,7 +149,7 @@ async fn run(
     let t = Instant::now();
     let sends = senders.iter().map(|q| async move {
         for start in (0..per_task).step_by(10_000) {
-            let msgs = (start..per_task.min(start + 10_000)).map(|_| NewMessage::new(&PAYLOAD, Duration::ZERO));
+            let msgs = (start..per_task.min(start + 10_000)).map(|_| NewMessage::new(&PAYLOAD));
             for r in q.send_batch(msgs).await? {
                 r?;
             }

@@ -63,7 +63,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let timeout = Duration::from_millis(1000 + mix(order_id) % 4000);
         let due_ms = now_ms() + timeout.as_millis() as u64;
         let id = queue
-            .send_delay_msg(Json(CloseOrder { order_id, due_ms }), timeout)
+            .send(Json(CloseOrder { order_id, due_ms }))
+            .delay(timeout)
             .id(format!("order-{order_id}"))
             .await?;
         placed.push((order_id, id));
@@ -83,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let expected = ORDERS - cancelled;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let s = queue.stats().await?;
+        let s = queue.counts().await?;
         let done = closed.load(Ordering::Relaxed);
         print!(
             "\r  pending {:>3}  ready {:>3}  processing {:>2}  |  closed {:>3}/{expected}  cancelled {cancelled}   ",

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayqueue::{Backoff, DelayQueue, Event, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{Backoff, Counts, DelayQueue, Event, HandlerError, Message, MessageState};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,15 +66,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     println!("sending two webhooks");
-    queue.send_delay_msg("flaky", Duration::ZERO).id("hook-flaky").await?;
-    queue.send_delay_msg("broken", Duration::ZERO).id("hook-broken").await?;
-    let dead = QueueStats {
-        garbage: 1,
-        ..Default::default()
-    };
+    queue.send("flaky").id("hook-flaky").await?;
+    queue.send("broken").id("hook-broken").await?;
+    let mut dead = Counts::default();
+    dead.dead = 1;
     wait_for(&queue, dead).await?;
 
-    for m in queue.list(MessageState::Garbage, 0, 10).await?.items {
+    for m in queue.list(MessageState::Dead, 0, 10).await?.items {
         println!(
             "dead letter {}: {} attempts, last error {:?}",
             m.id, m.attempts, m.last_error
@@ -84,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     fixed.store(true, Ordering::SeqCst);
     let requeued = queue.requeue_all_dead().await?;
     println!("requeued {requeued}");
-    wait_for(&queue, QueueStats::default()).await?;
+    wait_for(&queue, Counts::default()).await?;
 
     let status = queue.status().await?;
     println!(
@@ -97,9 +95,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Polls the counts until they are `want` (at most 20 s).
-async fn wait_for(queue: &DelayQueue, want: QueueStats) -> Result<(), Box<dyn std::error::Error>> {
+async fn wait_for(queue: &DelayQueue, want: Counts) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..400 {
-        if queue.stats().await? == want {
+        if queue.counts().await? == want {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

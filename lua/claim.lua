@@ -30,7 +30,7 @@ ARGV[5] dead-letter retention ms
 Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, expired id 1 .. expired id n,
 id1, value1, attempt1, id2, ...} with n = expired and each value as
-stored ("<retry count>[;<backoff>][@<expires at>]:<payload>").
+stored ("<retry count>[;<backoff>][/<sent at>+<delay>][@<expires at>]:<payload>").
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one.
 lease is the deadline in microseconds of Redis time: it fences ack/nack,

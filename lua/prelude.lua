@@ -53,18 +53,20 @@ local function set_reason(retries, id, reason)
 end
 
 
--- A stored value is "<retry count>[;<backoff>][@<expires at ms>]:<payload>".
--- The header holds only digits, letters, ',', ';' and '@' (the backoff is
+-- A stored value is
+-- "<retry count>[;<backoff>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- (send writes the times; a value from elsewhere may lack them). The header
+-- holds only digits, letters, ',', ';', '/', '+' and '@' (the backoff is
 -- "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it, and
 -- HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
-local HEADER_BYTES = 64
+local HEADER_BYTES = 96
 
 -- Retries allowed for a message, from its stored value's header (read
 -- without copying the payload); `default` when the payload is gone or
 -- unreadable.
 local function max_retries(key, default)
   local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
-  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;@]') or default)
+  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;/@]') or default)
 end
 
 -- The deadline (ms of Redis time) in a stored value or its header, false

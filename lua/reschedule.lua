@@ -4,6 +4,11 @@ Moves the due time of a message that still waits in pending, e.g. to
 reset a timeout each time the user acts (debounce). A message that is
 already due (ready, retry), being processed, dead or unknown is left alone.
 
+The delay in the stored value's header ("/<sent at>+<delay>", from send)
+becomes new due time - sent at, so the consumer reports the new due time;
+it is written in place (SETRANGE) while it keeps its number of digits,
+else the value is rewritten.
+
 KEYS[1] pending zset   KEYS[2] msg string of this id
 ARGV[1] id   ARGV[2] delay ms (from now, by Redis's clock)
 ARGV[3] wake-up channel
@@ -11,7 +16,8 @@ Returns 1 rescheduled, 0 not pending (nothing done).
 Publishes a wake-up when the new due time is earlier than every other
 pending message's.
 Idempotent: a re-run sets the due time again, to now + delay of its own run.
-Complexity: O(log N).
+Complexity: O(log N), plus O(payload size) when the header's delay gains
+or loses a digit.
 ]]
 check_types(KEYS[1], 'zset')
 local id = ARGV[1]
@@ -22,5 +28,18 @@ local now = now_ms()
 local due = now + tonumber(ARGV[2])
 local head = head_due(KEYS[1])
 redis.call('ZADD', KEYS[1], 'XX', due, id)
+local header = redis.call('GETRANGE', KEYS[2], 0, HEADER_BYTES - 1)
+local sent, at, old = string.match(header, '^%d+[^:/@]*/(%d+)%+()(%d+)[:@]')
+if at then
+  -- Due no earlier than sent: a Redis clock that stepped back says nothing
+  -- about when the message was meant for.
+  local delay = string.format('%d', math.max(0, due - tonumber(sent)))
+  if #delay == #old then
+    redis.call('SETRANGE', KEYS[2], at - 1, delay)
+  else
+    local value = redis.call('GET', KEYS[2])
+    redis.call('SET', KEYS[2], string.sub(value, 1, at - 1) .. delay .. string.sub(value, at + #old))
+  end
+end
 wake_if_earlier(ARGV[3], due, head, now)
 return 1

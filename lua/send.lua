@@ -10,9 +10,12 @@ something else) means a list entry of it may remain: then the retries
 hash is marked STALE, so claim skips that entry. Its retry record is
 created at its first delivery; until then its retry count travels in the
 stored value ("<retry count>:<payload>"), which keeps a pending message
-small. A message sent with expire_after gets "@<expires at ms>" (Redis time
-now + delay + expire_after) in the stored value's header, before the ':';
-claim buries it as expired once that time has passed.
+small. Every message gets "/<now ms>+<delay ms>" (when it was stored, by
+Redis's clock, and how long after that it is due: what the consumer
+reports as its send and due times) in the stored value's header, before
+the ':'. A message sent with expire_after then gets "@<expires at ms>"
+(Redis time now + delay + expire_after); claim buries it as expired once
+that time has passed.
 
 KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
 KEYS[4] garbage zset   KEYS[5] totals hash
@@ -41,9 +44,12 @@ for i = 6, #KEYS do
   local a = (i - 6) * 5 + 2
   local id, value, delay, expire = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local colon = string.find(value, ':', 1, true)
-  if expire > 0 and colon then
-    value = string.sub(value, 1, colon - 1) .. '@' .. string.format('%d', now + delay + expire)
-      .. string.sub(value, colon)
+  if colon then
+    local times = string.format('/%d+%d', now, delay)
+    if expire > 0 then
+      times = times .. string.format('@%d', now + delay + expire)
+    end
+    value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
   end
   local status = 0
   if not redis.call('ZSCORE', KEYS[3], id) then

@@ -14,7 +14,7 @@ use crate::{Error, MAX_DELAY};
 /// Set one per queue with
 /// [`DelayQueueBuilder::backoff`](crate::DelayQueueBuilder::backoff) and
 /// override it per message with
-/// [`SendBuilder::backoff`](crate::SendBuilder::backoff). A handler can
+/// [`NewMessage::backoff`](crate::NewMessage::backoff). A handler can
 /// also ask for a specific delay for one failure with
 /// [`RetryAfter`](crate::RetryAfter). The default is
 /// `Backoff::exponential(1 s, 10 min)` with a jitter of 0.25: 1 s, 2 s, 4 s

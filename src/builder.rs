@@ -50,12 +50,12 @@ pub(crate) struct Config {
 
 impl Config {
     /// Longest one handler run may take.
-    pub fn handler_timeout(&self) -> Duration {
+    pub(crate) fn handler_timeout(&self) -> Duration {
         self.handler_timeout.unwrap_or(self.max_consume_duration)
     }
 
     /// Whether running handlers outlive a lease, so their leases are renewed.
-    pub fn renews_leases(&self) -> bool {
+    pub(crate) fn renews_leases(&self) -> bool {
         self.handler_timeout() > self.max_consume_duration
     }
 }
@@ -119,7 +119,7 @@ impl DelayQueueBuilder {
     }
 
     /// How often a consumer sweeps the queue: moves due messages, takes back
-    /// timed-out deliveries and collects garbage. Default 1 s. Due messages
+    /// timed-out deliveries and deletes old dead letters. Default 1 s. Due messages
     /// the consumer knows of are fetched on time regardless of the tick.
     pub fn fetch_interval(mut self, d: Duration) -> Self {
         self.config.fetch_interval = d;
@@ -223,7 +223,7 @@ impl DelayQueueBuilder {
     }
 
     /// Discards a message not delivered within `d` of its due time, unless
-    /// its send says otherwise ([`SendBuilder::expire_after`](crate::SendBuilder::expire_after)):
+    /// its send says otherwise ([`NewMessage::expire_after`](crate::NewMessage::expire_after)):
     /// for messages worthless after a while (a reminder for a meeting that
     /// is over). Default: none, a message waits for a consumer however long
     /// it takes.
@@ -276,7 +276,7 @@ impl DelayQueueBuilder {
     }
 
     /// Spreads the queue over `n` hash tags, `{name#0}` .. `{name#<n-1>}`
-    /// (1 to 1024), so one busy queue uses every primary of a Redis Cluster
+    /// (1 to [`MAX_SHARDS`](crate::MAX_SHARDS)), so one busy queue uses every primary of a Redis Cluster
     /// instead of one. Default 1: an ordinary queue, tagged `{name}`.
     ///
     /// Each message lives in one shard, picked by a hash of its id, so

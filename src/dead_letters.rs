@@ -10,7 +10,7 @@ use crate::{DelayQueue, Error, MessageId};
 
 /// Which dead letters a call acts on.
 pub(crate) enum Which<'a> {
-    One(&'a MessageId),
+    One(&'a str),
     All,
 }
 
@@ -59,14 +59,14 @@ where
     Fut: std::future::Future<Output = Result<(u64, u64), Error>>,
 {
     if let Which::One(id) = which {
-        id.validate()?;
-        let k = queue.shard_of(id.as_str());
-        return Ok(call(k, vec![id.as_str()]).await?.0);
+        MessageId::check(id)?;
+        let k = queue.shard_of(id);
+        return Ok(call(k, vec![id]).await?.0);
     }
     let batch = queue.inner.config.batch_size as u64;
     let mut done = 0;
     for k in &queue.inner.shards {
-        let rounds = queue.shard_status(k).await?.counts.garbage / batch + 1;
+        let rounds = queue.shard_status(k).await?.counts.dead / batch + 1;
         for _ in 0..rounds {
             let (acted, taken) = call(k, Vec::new()).await?;
             done += acted;

@@ -29,6 +29,7 @@ pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 /// }
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct RetryAfter {
     /// How long until the next delivery.
     pub delay: Duration,
@@ -75,6 +76,7 @@ impl std::error::Error for RetryAfter {
 /// }
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct SkipRetry {
     /// Why the message cannot be handled; recorded as its failure reason.
     pub reason: HandlerError,
@@ -109,7 +111,7 @@ impl std::error::Error for SkipRetry {
 ///
 /// struct CloseOrder;
 ///
-/// #[async_trait::async_trait]
+/// #[delayqueue::async_trait]
 /// impl Handler for CloseOrder {
 ///     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
 ///         println!("closing {} (attempt {})", msg.id(), msg.attempt());

@@ -12,7 +12,7 @@ pub const MAX_ID_LEN: usize = 200;
 /// Generated ids are UUIDv7 (time-ordered) written in base62: 21
 /// characters (`0-9A-Za-z`) that sort by creation time. Short ids keep
 /// Redis memory low: each id is stored twice per message (key name and zset
-/// member). A caller-given id (see [`SendBuilder::id`](crate::SendBuilder::id))
+/// member). A caller-given id (see [`NewMessage::id`](crate::NewMessage::id))
 /// makes a send idempotent.
 ///
 /// ```
@@ -45,19 +45,24 @@ impl MessageId {
 
     /// Checks that the id can be used as part of a key name.
     pub(crate) fn validate(&self) -> Result<(), Error> {
-        let reason = if self.0.is_empty() {
+        Self::check(&self.0)
+    }
+
+    /// Checks that `id` can be used as part of a key name: what every call
+    /// that takes an id checks before it touches Redis.
+    pub(crate) fn check(id: &str) -> Result<(), Error> {
+        let reason = if id.is_empty() {
             Some("must not be empty".to_string())
-        } else if self.0.len() > MAX_ID_LEN {
+        } else if id.len() > MAX_ID_LEN {
             Some(format!("must be at most {MAX_ID_LEN} bytes"))
         } else {
-            self.0
-                .chars()
+            id.chars()
                 .find(|c| c.is_whitespace() || c.is_control())
                 .map(|c| format!("contains {c:?}; whitespace and control characters are not allowed"))
         };
         match reason {
             Some(reason) => Err(Error::InvalidMessageId {
-                id: self.0.clone(),
+                id: id.to_string(),
                 reason,
             }),
             None => Ok(()),

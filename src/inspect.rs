@@ -28,8 +28,12 @@ pub struct MessageInfo {
     /// Why its last delivery failed: the handler's error, the panic, or
     /// `timeout` (its lease ran out).
     pub last_error: Option<String>,
-    /// When it is due (pending only).
+    /// When it is due (pending only): when it becomes ready, a retry's
+    /// backoff included.
     pub due: Option<SystemTime>,
+    /// When its send stored it, by Redis's clock (`None` when the payload,
+    /// which holds it, is gone).
+    pub sent_at: Option<SystemTime>,
     /// When its running delivery's lease runs out (processing only).
     pub lease_until: Option<SystemTime>,
     /// When it died (dead letters only).
@@ -66,10 +70,10 @@ pub struct Page {
     /// Entries in the state (list entries of cancelled messages included).
     pub total: u64,
     /// The offset of the next page; `None` on the last page.
-    pub next: Option<u64>,
+    pub next: Option<usize>,
 }
 
-pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, limit: usize) -> Result<Page, Error> {
+pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
     }
@@ -87,6 +91,7 @@ pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, l
     };
     let mut start = 0;
     for (k, size) in shards.iter().zip(sizes) {
+        let size = position(size);
         if offset >= start + size {
             start += size;
             continue;
@@ -102,9 +107,15 @@ pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: u64, l
             page.next = Some(start + next);
             break;
         }
-        start += part.total;
+        start += position(part.total);
     }
     Ok(page)
+}
+
+/// A count of entries as a position in a page walk (saturating on a
+/// 32-bit target, where no page walk gets that far).
+fn position(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// One page of one shard.
@@ -112,7 +123,7 @@ async fn list_shard(
     queue: &DelayQueue,
     k: &Keys,
     state: MessageState,
-    offset: u64,
+    offset: usize,
     limit: usize,
 ) -> Result<Page, Error> {
     let list = List {
@@ -124,8 +135,8 @@ async fn list_shard(
     queue.store(k).run(&list).await
 }
 
-pub(crate) async fn get(queue: &DelayQueue, id: &MessageId) -> Result<Option<MessageInfo>, Error> {
-    id.validate()?;
-    let k = queue.shard_of(id.as_str());
+pub(crate) async fn get(queue: &DelayQueue, id: &str) -> Result<Option<MessageInfo>, Error> {
+    MessageId::check(id)?;
+    let k = queue.shard_of(id);
     queue.store(k).run(&Get { id }).await
 }

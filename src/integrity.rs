@@ -18,7 +18,9 @@ const CONFIRM_BATCH: usize = 100;
 /// List entries `inspect` may compare per call (it scans the lists per id).
 const CONFIRM_BUDGET: usize = 100_000;
 
-/// A state a message can be in: the queue key that holds its id.
+/// A state a message can be in: the queue key that holds its id (the key
+/// names differ for two states: `unack` holds [`Processing`](Self::Processing),
+/// `garbage` holds [`Dead`](Self::Dead)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum MessageState {
@@ -30,8 +32,8 @@ pub enum MessageState {
     Processing,
     /// Waiting to be delivered again (`retry` list).
     Retry,
-    /// Out of deliveries: a dead letter (`garbage` zset).
-    Garbage,
+    /// A dead letter: out of deliveries, expired or given up on (`garbage` zset).
+    Dead,
 }
 
 /// One inconsistency between a queue's keys.
@@ -101,7 +103,7 @@ impl Presence {
         let mut states: Vec<MessageState> = [
             (self.pending, MessageState::Pending),
             (self.processing, MessageState::Processing),
-            (self.garbage, MessageState::Garbage),
+            (self.garbage, MessageState::Dead),
         ]
         .into_iter()
         .filter_map(|(is, state)| is.then_some(state))

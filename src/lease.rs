@@ -51,7 +51,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub fn new(id: MessageId, lease: i64, deadline: Instant) -> Arc<Lease> {
+    pub(crate) fn new(id: MessageId, lease: i64, deadline: Instant) -> Arc<Lease> {
         Arc::new(Lease {
             id,
             held: Mutex::new(Held {
@@ -68,7 +68,7 @@ impl Lease {
     /// flight, so an ack never races a renewal that replaces its lease. A
     /// renewal whose reply was lost is settled first (repeated until it
     /// answers or its lease is over).
-    pub async fn finish(&self, queue: &DelayQueue, k: &Keys) -> Held {
+    pub(crate) async fn finish(&self, queue: &DelayQueue, k: &Keys) -> Held {
         let mut held = self.held.lock().await;
         held.done = true;
         let mut backoff = Duration::from_millis(20);
@@ -112,7 +112,7 @@ impl Drop for Renewing<'_> {
 
 impl Leases {
     /// Renews `lease` until the returned guard is dropped.
-    pub fn renew(&self, lease: &Arc<Lease>) -> Renewing<'_> {
+    pub(crate) fn renew(&self, lease: &Arc<Lease>) -> Renewing<'_> {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         self.running.lock().unwrap().insert(key, lease.clone());
         Renewing { leases: self, key }

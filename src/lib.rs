@@ -5,7 +5,7 @@
 //! each message to your [`Handler`] once it is due.
 //!
 //! **Guarantee: at-least-once.** A message whose send returned `Ok` is
-//! handled successfully at least once, or ends in `garbage` after its
+//! handled successfully at least once, or becomes a dead letter after its
 //! retries; a crashed worker, a failing or panicking handler, or a Redis
 //! restart with persistence does not lose it. It is never dropped while
 //! undelivered, however long no consumer runs: only an explicit
@@ -16,38 +16,44 @@
 //! so a late ack or nack never deletes or duplicates a redelivered message.
 //! See `docs/design.md` for the state machine and what can cause duplicates.
 //!
+//! A message is in one of five states ([`MessageState`]): pending (waiting
+//! for its due time), ready (due, waiting for a consumer), processing (a
+//! handler has it), retry (failed, waiting to be delivered again) and dead
+//! (a dead letter).
+//!
 //! ```no_run
 //! use std::time::{Duration, SystemTime};
-//! use delayqueue::{DelayQueue, Handler, HandlerError, Message, MessageId, QueueStats, Error};
+//! use delayqueue::{Counts, DelayQueue, Error, Handler, HandlerError, Message, MessageId};
 //!
 //! struct CloseOrder;
-//! #[async_trait::async_trait]
+//! #[delayqueue::async_trait]
 //! impl Handler for CloseOrder {
 //!     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {   // Ok = ack, Err = nack
 //!         let _ = (msg.id(), msg.payload(), msg.attempt());                 // &MessageId, &[u8], u32 (1 = first delivery)
+//!         let _ = (msg.due_at(), msg.sent_at());                            // SystemTime, by Redis's clock
 //!         Ok(())
 //!     }
 //! }
 //!
 //! # async fn run() -> Result<(), Error> {
 //! let client = delayqueue::connect("redis://127.0.0.1:6379").await?;
-//! let (payload, delay) = ("close order 7", Duration::from_secs(30));
 //! let queue = DelayQueue::builder("orders", client.clone())   // -> DelayQueueBuilder; name validated
 //!     .fetch_interval(Duration::from_secs(1))        // consume tick, default 1 s
 //!     .max_consume_duration(Duration::from_secs(5))  // visibility timeout, default 5 s
 //!     .fetch_limit(100)                              // max messages in flight per consumer
 //!     .concurrency(16)                               // handler tasks per consumer, default 1
 //!     .default_retry_count(3)                        // default 3: at most 4 deliveries
-//!     .nack_redelivery_delay(Duration::ZERO)         // delay before a nacked message is redelivered
 //!     .expire_after(Duration::from_secs(3600))       // opt-in: discard if undelivered 1 h past due (default: never)
 //!     .build()?;                                     // -> Result<DelayQueue, Error>
+//!                                                    // failed deliveries back off exponentially (see Backoff)
 //!
-//! let id: MessageId = queue.send_delay_msg("payload", Duration::from_millis(1500)).await?;
-//! let id = queue.send_schedule_msg(b"bytes".to_vec(), SystemTime::now() + Duration::from_secs(60)).await?;
-//! let id = queue.send_delay_msg(payload, delay)       // per-message options, builder that is IntoFuture
+//! let id: MessageId = queue.send("payload").delay(Duration::from_millis(1500)).await?;
+//! let id = queue.send(b"bytes".to_vec()).at(SystemTime::now() + Duration::from_secs(60)).await?;
+//! let id = queue.send("close order 42")               // per-message options, then .await
+//!     .delay(Duration::from_secs(1800))
 //!     .retry_count(5).expire_after(Duration::from_secs(600)).id("order-42").await?;
-//! let cancelled: bool = queue.cancel(&id).await?;     // true if it will not be delivered
-//! let stats: QueueStats = queue.stats().await?;       // pending, ready, processing, retry, garbage
+//! let cancelled: bool = queue.cancel("order-42").await?;  // true if it will not be delivered
+//! let counts: Counts = queue.counts().await?;         // pending, ready, processing, retry, dead
 //!
 //! let consumer = queue.start_consume(CloseOrder).await?;   // spawns on the caller's tokio runtime
 //! consumer.shutdown().await?;                              // graceful: finish in-flight work, ack/nack it
@@ -60,7 +66,7 @@
 //! consumer.shutdown().await?;
 //! # Ok(()) }
 //! ```
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub, unnameable_types, missing_debug_implementations)]
 
 mod acker;
 mod backoff;
@@ -90,6 +96,7 @@ mod stats;
 mod store;
 #[cfg(test)]
 #[path = "../tests/support/mod.rs"]
+#[allow(unreachable_pub)] // shared with the integration tests, which need its items pub
 mod test_support;
 mod wake;
 
@@ -97,7 +104,7 @@ pub use backoff::Backoff;
 pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 pub use connect::connect;
 pub use consumer::Consumer;
-pub use discover::find_queues;
+pub use discover::{find_queues, FoundQueue};
 pub use durability::Durability;
 pub use error::Error;
 pub use events::Event;
@@ -107,13 +114,17 @@ pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use integrity::{Anomaly, IntegrityReport, MessageState};
 pub use message::Message;
 pub use payload::{IntoPayload, Json, Payload};
-pub use producer::{NewMessage, SendBuilder};
+pub use producer::NewMessage;
 pub use queue::DelayQueue;
-pub use stats::{QueueStats, QueueStatus, Totals};
-pub use store::keys::MAX_QUEUE_NAME_LEN;
+pub use stats::{Counts, QueueStatus, Totals};
+pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;
+
+/// The attribute that makes an `impl Handler` with an `async fn` compile:
+/// `#[delayqueue::async_trait]`, so users need no `async-trait` of their own.
+pub use async_trait::async_trait;
 
 /// Compiles the README's Rust example as a doctest, so it stays true.
 #[doc = include_str!("../README.md")]

@@ -1,6 +1,9 @@
 //! A delivered message, as the handler sees it.
 
-use crate::{Backoff, Error, MessageId};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::store::stored::SendTimes;
+use crate::{Backoff, Error, MessageId, SkipRetry};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).
 #[derive(Debug, Clone)]
@@ -13,6 +16,8 @@ pub struct Message {
     pub(crate) backoff: Option<Backoff>,
     /// Visibility deadline in microseconds of Redis time; fences ack and nack.
     pub(crate) lease: i64,
+    /// When the send stored it and when it was due, ms of Redis time.
+    pub(crate) times: SendTimes,
 }
 
 impl Message {
@@ -41,6 +46,30 @@ impl Message {
         self.retry_count
     }
 
+    /// When the message was due: the time its send (or its last
+    /// [`reschedule`](crate::DelayQueue::reschedule)) set, by Redis's clock.
+    /// Retries do not move it, so `now - due_at` on a retry includes the
+    /// earlier deliveries and their backoff. Never before
+    /// [`sent_at`](Self::sent_at).
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     let late = msg.due_at().elapsed().unwrap_or_default();
+    ///     println!("{} handled {late:?} after its due time", msg.id());
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn due_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.times.due_at_ms)
+    }
+
+    /// When the message was stored by its send, by Redis's clock (a send
+    /// that replaced a dead letter of the same id: the new send).
+    pub fn sent_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.times.sent_at_ms)
+    }
+
     /// Deliveries left after this one should it fail; 0 on the last
     /// attempt, after which a failure makes it a dead letter.
     pub fn retries_left(&self) -> u32 {
@@ -50,7 +79,11 @@ impl Message {
     /// The payload decoded as JSON.
     ///
     /// A payload that does not decode gives [`Error::Json`]; return it from
-    /// the handler (`?`) and the message follows the normal retry path.
+    /// the handler (`?`) and the message follows the normal retry path:
+    /// redelivered until its retries are used up, then a dead letter. That
+    /// suits a rolling deploy, where a retry may reach a consumer that
+    /// knows the new shape; when no retry can help, use
+    /// [`json_or_skip`](Self::json_or_skip).
     ///
     /// ```
     /// # use delayqueue::{Message, HandlerError};
@@ -65,5 +98,25 @@ impl Message {
     /// ```
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
         Ok(serde_json::from_slice(&self.payload)?)
+    }
+
+    /// The payload decoded as JSON; a payload that does not decode gives a
+    /// [`SkipRetry`] (its reason the [`Error::Json`]): return it from the
+    /// handler (`?`) and the message becomes a dead letter at once, with
+    /// the decode error as its reason, instead of being retried.
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// #[derive(serde::Deserialize)]
+    /// struct CloseOrder { order_id: u64 }
+    ///
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     let job: CloseOrder = msg.json_or_skip()?;   // malformed: dead now, not retried
+    ///     println!("closing order {}", job.order_id);
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn json_or_skip<T: serde::de::DeserializeOwned>(&self) -> Result<T, SkipRetry> {
+        self.json().map_err(SkipRetry::new)
     }
 }

@@ -34,7 +34,7 @@ pub(crate) struct Meters {
 }
 
 impl Meters {
-    pub fn new(queue: &str) -> Self {
+    pub(crate) fn new(queue: &str) -> Self {
         let q = queue.to_string();
         Meters {
             sent: counter!("delayqueue_sent_total", "queue" => q.clone()),

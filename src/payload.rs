@@ -81,7 +81,7 @@ impl From<Vec<u8>> for Payload {
 /// #[derive(serde::Serialize)]
 /// struct CloseOrder { order_id: u64 }
 ///
-/// queue.send_delay_msg(Json(CloseOrder { order_id: 42 }), Duration::from_secs(1800)).await?;
+/// queue.send(Json(CloseOrder { order_id: 42 })).delay(Duration::from_secs(1800)).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,14 +97,56 @@ impl<T: serde::Serialize> TryFrom<Json<T>> for Payload {
 
 /// Anything a send accepts as a payload: bytes, strings, or [`Json`].
 ///
-/// Implemented for every type that converts into [`Payload`], and for
-/// [`Json`] (whose serialization can fail).
+/// Implemented for [`Payload`], `&str`, `String`, `&[u8]`, `&[u8; N]`,
+/// `Vec<u8>`, and [`Json`] (whose serialization can fail). A struct is
+/// sent as JSON by wrapping it in [`Json`]; passed bare, it does not
+/// compile, and the compiler says to wrap it:
+///
+/// ```compile_fail,E0277
+/// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+/// #[derive(serde::Serialize)]
+/// struct CloseOrder { order_id: u64 }
+///
+/// // error[E0277]: `CloseOrder` is not a message payload
+/// //   = note: wrap a `Serialize` value in `delayqueue::Json(..)` to send it as JSON
+/// queue.send(CloseOrder { order_id: 42 }).await?;
+/// # Ok(()) }
+/// ```
+///
+/// ```no_run
+/// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+/// # #[derive(serde::Serialize)]
+/// # struct CloseOrder { order_id: u64 }
+/// queue.send(delayqueue::Json(CloseOrder { order_id: 42 })).await?;
+/// # Ok(()) }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a message payload",
+    label = "not bytes, a string or `Json(..)`",
+    note = "a payload is `&str`, `String`, `&[u8]`, `Vec<u8>` or `Payload`",
+    note = "wrap a `Serialize` value in `delayqueue::Json(..)` to send it as JSON"
+)]
 pub trait IntoPayload {
     /// Converts into bytes, or fails with [`Error::Json`].
     fn into_payload(self) -> Result<Payload, Error>;
 }
 
-impl<T: Into<Payload>> IntoPayload for T {
+/// Types that convert into [`Payload`] without fail. Listed one by one
+/// rather than for every `T: Into<Payload>`, so that a type that is none
+/// of them fails on `IntoPayload` itself, whose message says what to do.
+macro_rules! into_payload_via_from {
+    ($($t:ty),*) => {$(
+        impl IntoPayload for $t {
+            fn into_payload(self) -> Result<Payload, Error> {
+                Ok(self.into())
+            }
+        }
+    )*};
+}
+
+into_payload_via_from!(Payload, &str, String, &[u8], Vec<u8>);
+
+impl<const N: usize> IntoPayload for &[u8; N] {
     fn into_payload(self) -> Result<Payload, Error> {
         Ok(self.into())
     }

@@ -1,4 +1,4 @@
-//! Sending messages: [`NewMessage`], [`SendBuilder`] and the send transition.
+//! Sending messages: [`NewMessage`] and the send transition.
 //!
 //! A single send is a batch of one: every send goes through [`send_batch`],
 //! which validates all messages first, then stores them in chunks of at most
@@ -23,33 +23,66 @@ const CHUNK_BYTES: usize = 1024 * 1024;
 /// Script calls of one batch in flight at once.
 const CHUNKS_IN_FLIGHT: usize = 8;
 
-/// A message to send with its options, for [`DelayQueue::send_batch`].
+/// A message to send, with its options: one builder for single and batch
+/// sends.
 ///
-/// ```
+/// [`DelayQueue::send`] returns one bound to its queue
+/// (`NewMessage<&DelayQueue>`): set options, then `.await` it to send.
+/// [`NewMessage::new`] makes a free-standing one (`NewMessage`, with
+/// `Q = ()`) for [`DelayQueue::send_batch`]. A message is due now unless
+/// [`delay`](Self::delay) or [`at`](Self::at) says otherwise.
+///
+/// ```no_run
+/// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
 /// use std::time::Duration;
 /// use delayqueue::NewMessage;
-/// let msg = NewMessage::new("close order 42", Duration::from_secs(1800))
+/// // One message: options on the send, then await it.
+/// let id = queue.send("close order 42")
+///     .delay(Duration::from_secs(1800))
 ///     .id("order-42")
-///     .retry_count(5);
+///     .retry_count(5)
+///     .await?;
+/// // Many: the same options on each NewMessage.
+/// let reminders = (0..3).map(|i| NewMessage::new(format!("remind user {i}")).delay(Duration::from_secs(60)));
+/// queue.send_batch(reminders).await?;
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
-#[must_use = "a NewMessage does nothing until it is sent"]
-pub struct NewMessage {
+#[must_use = "a message is sent only when awaited (from queue.send) or passed to send_batch"]
+pub struct NewMessage<Q = ()> {
+    /// The queue it is bound to (from `DelayQueue::send`), or `()`.
+    queue: Q,
     payload: Result<Payload, Error>,
-    delay: Duration,
+    due: Due,
     id: Option<MessageId>,
     retry_count: Option<u32>,
     expire_after: Option<Duration>,
     backoff: Option<Backoff>,
 }
 
+/// When a message is due: after a delay by Redis's clock, or at a time of
+/// this host's clock.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    In(Duration),
+    At(SystemTime),
+}
+
 impl NewMessage {
-    /// A message due after `delay`, measured by Redis's clock from when
-    /// Redis stores it.
-    pub fn new(payload: impl IntoPayload, delay: Duration) -> Self {
+    /// A message with `payload`, due now unless [`delay`](Self::delay) or
+    /// [`at`](Self::at) says otherwise; for
+    /// [`DelayQueue::send_batch`].
+    pub fn new(payload: impl IntoPayload) -> Self {
+        Self::bound((), payload)
+    }
+}
+
+impl<Q> NewMessage<Q> {
+    pub(crate) fn bound(queue: Q, payload: impl IntoPayload) -> Self {
         NewMessage {
+            queue,
             payload: payload.into_payload(),
-            delay,
+            due: Due::In(Duration::ZERO),
             id: None,
             retry_count: None,
             expire_after: None,
@@ -57,11 +90,19 @@ impl NewMessage {
         }
     }
 
-    /// A message due at `at`, turned into a delay by this host's clock now;
-    /// a time in the past means due now.
-    pub fn at(payload: impl IntoPayload, at: SystemTime) -> Self {
-        let delay = at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-        Self::new(payload, delay)
+    /// Due after `d`, measured by Redis's clock from when Redis stores it.
+    /// At most [`MAX_DELAY`]. Replaces an earlier [`at`](Self::at).
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.due = Due::In(d);
+        self
+    }
+
+    /// Due at `t`. The time is turned into a delay by this host's clock
+    /// when the message is sent; a time in the past means due now.
+    /// Replaces an earlier [`delay`](Self::delay).
+    pub fn at(mut self, t: SystemTime) -> Self {
+        self.due = Due::At(t);
+        self
     }
 
     /// Uses this id instead of a generated one. The send is then idempotent:
@@ -85,6 +126,17 @@ impl NewMessage {
     /// never). The deadline is fixed at send by Redis's clock and holds for
     /// retries too; a discarded message becomes a dead letter with reason
     /// `"expired"`. 1 ms to `MAX_DELAY`.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// // Worthless once the meeting has started.
+    /// queue.send("meeting in 5 min")
+    ///     .delay(Duration::from_secs(3300))
+    ///     .expire_after(Duration::from_secs(300))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn expire_after(mut self, d: Duration) -> Self {
         self.expire_after = Some(d);
         self
@@ -107,10 +159,13 @@ impl NewMessage {
                 max: config.max_payload_size,
             });
         }
-        if self.delay > MAX_DELAY {
+        let delay = match self.due {
+            Due::In(d) => d,
+            Due::At(t) => delay_until(t),
+        };
+        if delay > MAX_DELAY {
             return Err(Error::InvalidArgument(format!(
-                "delay {:?} is longer than MAX_DELAY",
-                self.delay
+                "delay {delay:?} is longer than MAX_DELAY"
             )));
         }
         let retry_count = self.retry_count.unwrap_or(config.default_retry_count);
@@ -140,17 +195,22 @@ impl NewMessage {
         Ok(Outgoing {
             id,
             value: encode_stored(retry_count, backoff.as_deref(), payload.as_bytes()).into(),
-            delay: self.delay,
+            delay,
             expire_after,
             own_id,
         })
     }
 }
 
+/// The delay until `at` by this host's clock; zero when it has passed.
+pub(crate) fn delay_until(at: SystemTime) -> Duration {
+    at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
+}
+
 /// Sends `msgs`; see [`DelayQueue::send_batch`].
-pub(crate) async fn send_batch(
+pub(crate) async fn send_batch<Q>(
     queue: &DelayQueue,
-    msgs: impl IntoIterator<Item = NewMessage>,
+    msgs: impl IntoIterator<Item = NewMessage<Q>>,
 ) -> Result<Vec<Result<MessageId, Error>>, Error> {
     let config = &queue.inner.config;
     let prepared = msgs
@@ -243,65 +303,17 @@ async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<Messa
     Ok(results)
 }
 
-/// A send with per-message options; `.await` it to send.
-///
-/// Created by [`DelayQueue::send_delay_msg`] and
-/// [`DelayQueue::send_schedule_msg`].
-#[must_use = "a send does nothing until it is awaited"]
-pub struct SendBuilder<'a> {
-    queue: &'a DelayQueue,
-    msg: NewMessage,
-}
-
-impl<'a> SendBuilder<'a> {
-    pub(crate) fn new(queue: &'a DelayQueue, msg: NewMessage) -> Self {
-        SendBuilder { queue, msg }
-    }
-
-    /// Uses this id instead of a generated one; see [`NewMessage::id`].
-    pub fn id(mut self, id: impl Into<MessageId>) -> Self {
-        self.msg = self.msg.id(id);
-        self
-    }
-
-    /// Retries of this message: at most `n + 1` deliveries.
-    pub fn retry_count(mut self, n: u32) -> Self {
-        self.msg = self.msg.retry_count(n);
-        self
-    }
-
-    /// Discards this message if it is not delivered within `d` of its due
-    /// time; see [`NewMessage::expire_after`].
-    ///
-    /// ```no_run
-    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// use std::time::Duration;
-    /// // Worthless once the meeting has started.
-    /// queue.send_delay_msg("meeting in 5 min", Duration::from_secs(3300))
-    ///     .expire_after(Duration::from_secs(300))
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn expire_after(mut self, d: Duration) -> Self {
-        self.msg = self.msg.expire_after(d);
-        self
-    }
-
-    /// This message's own backoff; see [`NewMessage::backoff`].
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.msg = self.msg.backoff(backoff);
-        self
-    }
-
+impl NewMessage<&DelayQueue> {
     async fn send(self) -> Result<MessageId, Error> {
-        let mut results = send_batch(self.queue, [self.msg]).await?;
+        let mut results = send_batch(self.queue, [self]).await?;
         results
             .pop()
             .unwrap_or_else(|| Err(Error::Internal("send of one message returned nothing".into())))
     }
 }
 
-impl<'a> IntoFuture for SendBuilder<'a> {
+/// Sends the message: `queue.send(payload).await`.
+impl<'a> IntoFuture for NewMessage<&'a DelayQueue> {
     type Output = Result<MessageId, Error>;
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
 

@@ -11,12 +11,11 @@ use crate::dead_letters::{self, Which};
 use crate::inspect;
 use crate::meters::Meters;
 use crate::payload::IntoPayload;
-use crate::producer::{self, NewMessage, SendBuilder};
+use crate::producer::{self, NewMessage};
 use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, stats::Stats};
 use crate::store::{Keys, Shard};
 use crate::{
-    Consumer, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page, QueueStats,
-    QueueStatus,
+    Consumer, Counts, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page, QueueStatus,
 };
 
 /// A delayed message queue stored in Redis.
@@ -71,27 +70,23 @@ impl DelayQueue {
         usize::from(fred::util::redis_keyslot(id.as_bytes())) % self.inner.shards.len()
     }
 
-    /// Sends a message due after `delay`, measured by Redis's clock from
-    /// when Redis receives it. Await the returned builder, or set per-message
-    /// options on it first:
+    /// Sends a message with `payload`, due now unless the returned
+    /// [`NewMessage`] says otherwise: set its options, then `.await` it.
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// use std::time::Duration;
-    /// let id = queue.send_delay_msg("close order 42", Duration::from_secs(1800))
+    /// use std::time::{Duration, SystemTime};
+    /// let id = queue.send("close order 42")
+    ///     .delay(Duration::from_secs(1800))         // or .at(SystemTime)
     ///     .id("order-42")
     ///     .retry_count(5)
     ///     .await?;
+    /// queue.send("report").at(SystemTime::now() + Duration::from_secs(3600)).await?;
+    /// queue.send("now").await?;
     /// # Ok(()) }
     /// ```
-    pub fn send_delay_msg(&self, payload: impl IntoPayload, delay: Duration) -> SendBuilder<'_> {
-        SendBuilder::new(self, NewMessage::new(payload, delay))
-    }
-
-    /// Sends a message due at `at`. The time is turned into a delay by this
-    /// host's clock at the call; a time in the past means due now.
-    pub fn send_schedule_msg(&self, payload: impl IntoPayload, at: SystemTime) -> SendBuilder<'_> {
-        SendBuilder::new(self, NewMessage::at(payload, at))
+    pub fn send(&self, payload: impl IntoPayload) -> NewMessage<&DelayQueue> {
+        NewMessage::bound(self, payload)
     }
 
     /// Sends many messages with few round trips: each chunk of up to
@@ -110,7 +105,7 @@ impl DelayQueue {
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// use std::time::Duration;
     /// use delayqueue::NewMessage;
-    /// let msgs = (0..1000).map(|i| NewMessage::new(format!("remind user {i}"), Duration::from_secs(60)));
+    /// let msgs = (0..1000).map(|i| NewMessage::new(format!("remind user {i}")).delay(Duration::from_secs(60)));
     /// for result in queue.send_batch(msgs).await? {
     ///     let id = result?;
     /// #   let _ = id;
@@ -124,15 +119,28 @@ impl DelayQueue {
         producer::send_batch(self, msgs).await
     }
 
-    /// Cancels a message that waits for delivery (pending, ready, waiting
-    /// for a retry, or dead in garbage). Returns `true` when it was removed
+    /// Cancels a message that waits for delivery (pending, ready, retry)
+    /// or a dead letter. Returns `true` when it was removed
     /// and will not be delivered; `false` when the id is unknown, or the
     /// message is being processed right now (that delivery finishes and
     /// decides its fate). O(log n): nothing is scanned.
-    pub async fn cancel(&self, id: &MessageId) -> Result<bool, Error> {
-        id.validate()?;
-        let k = self.shard_of(id.as_str());
-        let removed = self.store(k).run(&Cancel { id: id.as_str() }).await?;
+    ///
+    /// Every call that takes an id takes any string (`&str`, `String`,
+    /// `&MessageId`); an invalid one fails with [`Error::InvalidMessageId`]
+    /// before Redis is asked.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let id = queue.send("close order 42").id("order-42").await?;
+    /// let cancelled = queue.cancel("order-42").await?;   // or queue.cancel(&id)
+    /// # let _ = cancelled;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cancel(&self, id: impl AsRef<str>) -> Result<bool, Error> {
+        let id = id.as_ref();
+        MessageId::check(id)?;
+        let k = self.shard_of(id);
+        let removed = self.store(k).run(&Cancel { id }).await?;
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
         Ok(removed)
     }
@@ -147,21 +155,36 @@ impl DelayQueue {
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// use std::time::Duration;
     /// // The user typed again: log them out 15 minutes from now, not before.
-    /// let id = "logout-user-7".into();
-    /// if !queue.reschedule(&id, Duration::from_secs(900)).await? {
-    ///     queue.send_delay_msg("user 7", Duration::from_secs(900)).id("logout-user-7").await?;
+    /// if !queue.reschedule("logout-user-7", Duration::from_secs(900)).await? {
+    ///     queue.send("user 7").delay(Duration::from_secs(900)).id("logout-user-7").await?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn reschedule(&self, id: &MessageId, delay: Duration) -> Result<bool, Error> {
-        id.validate()?;
+    pub async fn reschedule(&self, id: impl AsRef<str>, delay: Duration) -> Result<bool, Error> {
+        let id = id.as_ref();
+        MessageId::check(id)?;
         if delay > crate::MAX_DELAY {
             return Err(Error::InvalidArgument("delay is longer than MAX_DELAY".into()));
         }
-        let k = self.shard_of(id.as_str());
-        let moved = self.store(k).run(&Reschedule { id: id.as_str(), delay }).await?;
+        let k = self.shard_of(id);
+        let moved = self.store(k).run(&Reschedule { id, delay }).await?;
         tracing::debug!(queue = %self.inner.name, %id, ?delay, moved, "reschedule");
         Ok(moved)
+    }
+
+    /// Like [`reschedule`](Self::reschedule), to the time `at`: turned into
+    /// a delay by this host's clock at the call (as
+    /// [`NewMessage::at`] does); a time in the past means due now.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::{Duration, SystemTime};
+    /// let moved = queue.reschedule_at("report-7", SystemTime::now() + Duration::from_secs(3600)).await?;
+    /// # let _ = moved;
+    /// # Ok(()) }
+    /// ```
+    pub async fn reschedule_at(&self, id: impl AsRef<str>, at: SystemTime) -> Result<bool, Error> {
+        self.reschedule(id, producer::delay_until(at)).await
     }
 
     /// Whether the queue was ever sent to (and not purged since): its
@@ -176,8 +199,10 @@ impl DelayQueue {
         Ok(found.contains(&1))
     }
 
-    /// Counts of the queue's states, taken atomically.
-    pub async fn stats(&self) -> Result<QueueStats, Error> {
+    /// How many messages are in each state, taken atomically: the
+    /// `counts` part of [`status`](Self::status), for when the rest is not
+    /// needed. O(1) per shard.
+    pub async fn counts(&self) -> Result<Counts, Error> {
         Ok(self.status().await?.counts)
     }
 
@@ -216,7 +241,7 @@ impl DelayQueue {
     /// use delayqueue::MessageState;
     /// let mut offset = Some(0);
     /// while let Some(at) = offset {
-    ///     let page = queue.list(MessageState::Garbage, at, 100).await?;
+    ///     let page = queue.list(MessageState::Dead, at, 100).await?;
     ///     for m in &page.items {
     ///         println!("{} died after {} attempts: {:?}", m.id, m.attempts, m.last_error);
     ///     }
@@ -224,21 +249,21 @@ impl DelayQueue {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn list(&self, state: MessageState, offset: u64, limit: usize) -> Result<Page, Error> {
+    pub async fn list(&self, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
         inspect::list(self, state, offset, limit).await
     }
 
     /// One message by id, with its whole payload; `None` when the queue
     /// does not hold it (unknown, acked, cancelled or deleted). O(log n),
     /// or O(length of the ready and retry lists) when it waits in one.
-    pub async fn get(&self, id: &MessageId) -> Result<Option<MessageInfo>, Error> {
-        inspect::get(self, id).await
+    pub async fn get(&self, id: impl AsRef<str>) -> Result<Option<MessageInfo>, Error> {
+        inspect::get(self, id.as_ref()).await
     }
 
     /// Moves a dead letter back to ready, with its retries restored.
     /// Returns `false` when `id` is not a dead letter.
-    pub async fn requeue_dead(&self, id: &MessageId) -> Result<bool, Error> {
-        Ok(dead_letters::requeue(self, Which::One(id)).await? == 1)
+    pub async fn requeue_dead(&self, id: impl AsRef<str>) -> Result<bool, Error> {
+        Ok(dead_letters::requeue(self, Which::One(id.as_ref())).await? == 1)
     }
 
     /// Moves every dead letter back to ready, in batches of `batch_size`;
@@ -248,8 +273,8 @@ impl DelayQueue {
     }
 
     /// Deletes a dead letter. Returns `false` when `id` is not one.
-    pub async fn delete_dead(&self, id: &MessageId) -> Result<bool, Error> {
-        Ok(dead_letters::delete(self, Which::One(id)).await? == 1)
+    pub async fn delete_dead(&self, id: impl AsRef<str>) -> Result<bool, Error> {
+        Ok(dead_letters::delete(self, Which::One(id.as_ref())).await? == 1)
     }
 
     /// Deletes every dead letter, in batches; returns how many.
@@ -336,7 +361,7 @@ impl DelayQueue {
     /// Logs a warning when Redis may evict keys (`maxmemory-policy` other
     /// than `noeviction`): an evicted payload is a lost message.
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
-        self.stats().await?;
+        self.counts().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
         Ok(Consumer::start(self.clone(), Arc::new(handler)).await)

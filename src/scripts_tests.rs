@@ -35,7 +35,7 @@ use crate::store::scripts::{self, LuaScript};
 use crate::store::stored::{decode_stored, encode_stored};
 use crate::store::{Keys, Op, Shard};
 use crate::test_support::RedisServer;
-use crate::{DelayQueue, Error, MessageState, QueueStats};
+use crate::{Counts, DelayQueue, Error, MessageState};
 
 /// expire_after (ms) of a message sent without one.
 const NEVER: i64 = 0;
@@ -257,7 +257,7 @@ impl Env {
                 .unwrap_or_else(|| panic!("claim: {d:?} is not a stored value"))
                 .payload;
             (
-                String::from_utf8_lossy(&d.value).into_owned(),
+                without_times(String::from_utf8_lossy(&d.value).into_owned()),
                 String::from_utf8_lossy(payload).into_owned(),
             )
         };
@@ -296,7 +296,7 @@ impl Env {
             .map(|d| {
                 (
                     d.id.expect("id").as_str().to_string(),
-                    String::from_utf8(d.value).expect("value"),
+                    without_times(String::from_utf8(d.value).expect("value")),
                     i64::from(d.attempt),
                 )
             })
@@ -394,7 +394,7 @@ impl Env {
     /// The counts part of the stats reply.
     async fn stats(&self) -> Vec<i64> {
         let s = self.run(&Stats).await.counts;
-        [s.pending, s.ready, s.processing, s.retry, s.garbage]
+        [s.pending, s.ready, s.processing, s.retry, s.dead]
             .map(|n| n as i64)
             .to_vec()
     }
@@ -511,8 +511,14 @@ impl Env {
         assert_eq!(self.raw(&["CONFIG", "RESETSTAT"]), "OK");
     }
 
-    /// The value of `id`'s msg key as stored: "<retry count>:<payload>".
+    /// The value of `id`'s msg key as stored, without the send times:
+    /// "<retry count>:<payload>".
     fn stored(&self, id: &str) -> Option<String> {
+        self.stored_whole(id).map(without_times)
+    }
+
+    /// The value of `id`'s msg key as stored.
+    fn stored_whole(&self, id: &str) -> Option<String> {
         match self.raw(&["GET", &self.k().msg(id)]).as_str() {
             "(nil)" => None,
             s => Some(s.to_string()),
@@ -637,6 +643,19 @@ fn with_arg<O: Op>(op: &O, k: &Keys, i: usize, value: Value) -> (&'static LuaScr
     (O::script(), op.keys(k), args)
 }
 
+/// A stored value without the send times ("/<sent at>+<delay>") in its
+/// header, which `send_records_when_it_stored_each_message` checks.
+fn without_times(v: String) -> String {
+    let header = &v[..v.find(':').unwrap_or(0)];
+    match header.find('/') {
+        Some(slash) => {
+            let end = header.find('@').unwrap_or(header.len());
+            format!("{}{}", &v[..slash], &v[end..])
+        }
+        None => v,
+    }
+}
+
 /// A new claim request number, unique within the test binary.
 fn next_seq() -> i64 {
     static SEQ: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
@@ -705,9 +724,71 @@ async fn send_stores_payload_and_pending_entry_together() {
         vec![1]
     );
     let stored: Vec<u8> = env.client.get(k.msg("bin")).await.unwrap();
-    assert_eq!(stored, value);
+    assert!(
+        stored.ends_with(&value[1..]),
+        "only the send times are added to the header"
+    );
     assert_eq!(decode_stored(&stored).map(|s| s.payload), Some(&bytes[..]));
     assert_eq!(env.pttl("bin"), -1);
+}
+
+#[tokio::test]
+async fn send_records_when_it_stored_each_message() {
+    let env = Env::new().await;
+    let before = env.now_ms();
+    let statuses = env
+        .send_batch(Ids::Own, &[("now", "x", 0, NEVER, 3), ("later", "y", 90_000, 5_000, 2)])
+        .await;
+    let after = env.now_ms();
+    assert_eq!(statuses, vec![1, 1]);
+    for (id, delay, payload) in [("now", 0, "x"), ("later", 90_000, "y")] {
+        let whole = env.stored_whole(id).unwrap();
+        let stored = decode_stored(whole.as_bytes()).unwrap();
+        let times = stored.times.expect("send writes the times");
+        let sent = times.sent_at_ms as i64;
+        assert!((before..=after).contains(&sent), "{whole}");
+        assert_eq!(times.due_at_ms as i64 - sent, delay, "{whole}");
+        assert_eq!(
+            env.zscore(&env.k().pending, id),
+            Some(sent + delay),
+            "the pending score is the due time"
+        );
+        assert_eq!(stored.payload, payload.as_bytes());
+        let deadline = stored.expires_at_ms.map(|at| format!("@{at}")).unwrap_or_default();
+        let retry = stored.retry_count;
+        assert_eq!(whole, format!("{retry}/{sent}+{delay}{deadline}:{payload}"));
+    }
+}
+
+#[tokio::test]
+async fn reschedule_rewrites_the_due_time_in_the_header() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send_own("a", "pa:yload", 0, 60_000, 4).await, 1);
+    let times = |id: &str| {
+        let whole = env.stored_whole(id).unwrap();
+        let stored = decode_stored(whole.as_bytes()).unwrap();
+        let t = stored.times.unwrap();
+        assert_eq!((stored.retry_count, stored.payload), (4, &b"pa:yload"[..]), "{whole}");
+        (t.sent_at_ms as i64, t.due_at_ms as i64, stored.expires_at_ms)
+    };
+    let (sent, due, expires) = times("a");
+    assert_eq!(due, sent);
+    // From "+0" to five digits: the value is rewritten.
+    assert_eq!(env.reschedule("a", 50_000).await, 1);
+    let score = env.zscore(&k.pending, "a").unwrap();
+    assert_eq!(times("a"), (sent, score, expires), "due time follows the pending score");
+    assert!(score - sent >= 50_000 && score - sent < 50_000 + SLACK_MS);
+    // Five digits again: written in place.
+    assert_eq!(env.reschedule("a", 40_000).await, 1);
+    let score = env.zscore(&k.pending, "a").unwrap();
+    assert_eq!(times("a"), (sent, score, expires));
+    assert_eq!(env.pttl("a"), -1, "a live payload stays without TTL");
+    // A value without send times (not written by send) is left alone.
+    env.seed_value("bare", "3:x", None);
+    env.raw(&["ZADD", &k.pending, "99999999999999", "bare"]);
+    assert_eq!(env.reschedule("bare", 1_000).await, 1);
+    assert_eq!(env.stored_whole("bare").as_deref(), Some("3:x"));
 }
 
 #[tokio::test]
@@ -791,7 +872,7 @@ async fn send_through_the_api_reports_wrongtype() {
     env.raw(&["SET", &env.k().pending, "not a zset"]);
     let err = env
         .queue
-        .send_delay_msg("x", Duration::ZERO)
+        .send("x")
         .id("w")
         .await
         .expect_err("send onto a string must fail");
@@ -802,7 +883,7 @@ async fn send_through_the_api_reports_wrongtype() {
         }
         other => panic!("expected WrongType, got {other:?}"),
     }
-    assert!(matches!(env.queue.stats().await, Err(Error::WrongType { .. })));
+    assert!(matches!(env.queue.counts().await, Err(Error::WrongType { .. })));
 }
 
 #[tokio::test]
@@ -810,7 +891,7 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
     let env = Env::new().await;
     let k = env.k().clone();
     env.raw(&["SET", &k.pending, "not a zset"]);
-    let res = env.queue.send_delay_msg("x", Duration::ZERO).id("w").await;
+    let res = env.queue.send("x").id("w").await;
     assert!(matches!(res, Err(Error::WrongType { .. })), "{res:?}");
     assert!(env.payload("w").is_none(), "payload written by a failed send");
     assert!(
@@ -819,7 +900,7 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
     );
     // Once the key is fixed, the same id must be accepted.
     env.raw(&["DEL", &k.pending]);
-    let id = env.queue.send_delay_msg("x", Duration::ZERO).id("w").await;
+    let id = env.queue.send("x").id("w").await;
     assert!(id.is_ok(), "re-send after a failed send: {id:?}");
 }
 
@@ -932,13 +1013,7 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
     assert_eq!(env.send("one", "p1", 0, NEVER, 1).await, 1);
     assert_eq!(env.send("zero", "p0", 0, NEVER, 0).await, 1);
     // Through the public API too (a caller-chosen id: no record).
-    let api = env
-        .queue
-        .send_delay_msg("pa", Duration::ZERO)
-        .retry_count(2)
-        .id("api")
-        .await
-        .unwrap();
+    let api = env.queue.send("pa").retry_count(2).id("api").await.unwrap();
     assert_eq!(env.stored(api.as_str()).as_deref(), Some("2:pa"));
     // A value without header (not written by send): nack and timeout use
     // the default retry count they are given.
@@ -1225,8 +1300,8 @@ async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_le
     assert!(!env.exists(&k.pending) && !env.exists(&k.ready) && !env.exists(&k.unack));
     assert_eq!(env.dead(), vec!["e"], "a dead letter, not a silent drop");
     assert_eq!(env.record("e").as_deref(), Some("1:expired"), "its count kept");
-    let info = env.queue.get(&"e".into()).await.unwrap().expect("visible to get");
-    assert_eq!(info.state, MessageState::Garbage);
+    let info = env.queue.get("e").await.unwrap().expect("visible to get");
+    assert_eq!(info.state, MessageState::Dead);
     assert_eq!(info.last_error.as_deref(), Some("expired"));
 
     // The same with STALE set (a cancel elsewhere): buried, since its record remained.
@@ -2572,7 +2647,7 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
     assert_eq!(env.records(), vec![("u".to_string(), "1".to_string())]);
 
     // Through the public API too.
-    let id = env.queue.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+    let id = env.queue.send("x").delay(Duration::from_secs(60)).await.unwrap();
     assert!(env.queue.cancel(&id).await.unwrap());
     assert!(!env.queue.cancel(&id).await.unwrap());
     assert!(env.payload(id.as_str()).is_none());
@@ -2665,13 +2740,13 @@ async fn stats_counts_every_state() {
     let state = env.snapshot();
     assert_eq!(env.stats().await, vec![2, 3, 1, 4, 5]);
     assert_eq!(
-        env.queue.stats().await.unwrap(),
-        QueueStats {
+        env.queue.counts().await.unwrap(),
+        Counts {
             pending: 2,
             ready: 3,
             processing: 1,
             retry: 4,
-            garbage: 5,
+            dead: 5,
         }
     );
     assert_eq!(env.snapshot(), state, "read-only");
@@ -2700,7 +2775,7 @@ async fn scripts_are_reloaded_after_script_flush() {
     assert_eq!(env.ack(&[("a", c.lease)]).await, vec![1]);
     // The public API too.
     assert_eq!(env.raw(&["SCRIPT", "FLUSH"]), "OK");
-    assert_eq!(env.queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(env.queue.counts().await.unwrap(), Counts::default());
     assert!(loaded(&scripts::STATS));
 }
 
@@ -3042,7 +3117,7 @@ async fn get_finds_a_message_in_every_state() {
     env.bury(&["g"]);
     let get = |id: &'static str| {
         let queue = env.queue.clone();
-        async move { queue.get(&id.into()).await }
+        async move { queue.get(id).await }
     };
     let p = get("p").await.unwrap().unwrap();
     assert_eq!(
@@ -3065,7 +3140,7 @@ async fn get_finds_a_message_in_every_state() {
     let g = get("g").await.unwrap().unwrap();
     assert_eq!(
         (g.state, g.retries_left(), g.last_error.as_deref()),
-        (MessageState::Garbage, Some(0), Some("timeout"))
+        (MessageState::Dead, Some(0), Some("timeout"))
     );
     assert!(g.dead_since.is_some());
     assert!(get("nope").await.unwrap().is_none());
@@ -3080,7 +3155,7 @@ async fn status_reports_overdue_and_dead_ages_and_totals() {
     env.raw(&["ZADD", &k.garbage, &(now - 60_000).to_string(), "old"]);
     env.raw(&["HSET", &k.totals, "sent", "7", "acked", "3"]);
     let s = env.queue.status().await.unwrap();
-    assert_eq!((s.counts.pending, s.counts.garbage), (1, 1));
+    assert_eq!((s.counts.pending, s.counts.dead), (1, 1));
     let overdue = s.oldest_overdue.unwrap().as_millis();
     assert!((5_000..6_000).contains(&overdue), "{overdue}");
     assert!(s.next_due.is_none());

@@ -1,4 +1,4 @@
-//! [`QueueStats`]: how many messages are in each state; [`QueueStatus`]:
+//! [`Counts`]: how many messages are in each state; [`QueueStatus`]:
 //! that plus ages and running totals.
 
 use std::time::Duration;
@@ -6,9 +6,21 @@ use std::time::Duration;
 /// Number of messages in each state of a queue.
 ///
 /// `ready` and `retry` count list entries, which may include entries of
-/// cancelled messages until a consumer pops and skips them.
+/// cancelled messages until a consumer pops and skips them. From
+/// [`DelayQueue::counts`](crate::DelayQueue::counts), or as part of
+/// [`QueueStatus`].
+///
+/// Non-exhaustive: build an expected value from `Counts::default()` and
+/// set fields.
+///
+/// ```
+/// let mut want = delayqueue::Counts::default();
+/// want.dead = 2;
+/// assert_eq!(want.live(), 0);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueStats {
+#[non_exhaustive]
+pub struct Counts {
     /// Waiting for their due time.
     pub pending: u64,
     /// Due, waiting for a consumer.
@@ -17,12 +29,13 @@ pub struct QueueStats {
     pub processing: u64,
     /// Failed or timed out, waiting to be delivered again.
     pub retry: u64,
-    /// Dead letters: out of deliveries, kept for their retention.
-    pub garbage: u64,
+    /// Dead letters: out of deliveries, expired or given up on, kept for
+    /// their retention.
+    pub dead: u64,
 }
 
-impl QueueStats {
-    /// Messages not yet finished: everything but garbage.
+impl Counts {
+    /// Messages not yet finished: everything but the dead letters.
     pub fn live(&self) -> u64 {
         self.pending + self.ready + self.processing + self.retry
     }
@@ -35,7 +48,7 @@ impl QueueStats {
             Ready => self.ready,
             Processing => self.processing,
             Retry => self.retry,
-            Garbage => self.garbage,
+            Dead => self.dead,
         }
     }
 }
@@ -58,13 +71,13 @@ pub struct Totals {
     pub expired: u64,
 }
 
-/// [`QueueStats`] plus what an operator watches, from
+/// [`Counts`] plus what an operator watches, from
 /// [`DelayQueue::status`](crate::DelayQueue::status), taken atomically.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueStatus {
     /// Messages per state.
-    pub counts: QueueStats,
+    pub counts: Counts,
     /// How long the earliest pending message is overdue: due but not yet
     /// moved to ready, as when no consumer runs. `None` when none is.
     pub oldest_overdue: Option<Duration>,
@@ -84,12 +97,12 @@ impl QueueStatus {
         let (a, b) = (self.counts, other.counts);
         let (s, t) = (self.totals, other.totals);
         QueueStatus {
-            counts: QueueStats {
+            counts: Counts {
                 pending: a.pending + b.pending,
                 ready: a.ready + b.ready,
                 processing: a.processing + b.processing,
                 retry: a.retry + b.retry,
-                garbage: a.garbage + b.garbage,
+                dead: a.dead + b.dead,
             },
             oldest_overdue: self.oldest_overdue.max(other.oldest_overdue),
             next_due: match (self.next_due, other.next_due) {

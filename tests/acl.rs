@@ -22,7 +22,7 @@ use std::time::Duration;
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{ClientLike, KeysInterface, LuaInterface, PubsubInterface, Value};
 use delayqueue::fred::types::{ClusterHash, CustomCommand};
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageState};
 use helpers::{recording, wait_stats, Log};
 use support::{client_for, wait_until, RawReply, RedisServer, WAIT};
 
@@ -30,9 +30,11 @@ use support::{client_for, wait_until, RawReply, RedisServer, WAIT};
 const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
 /// What a producer runs besides its scripts (`WAIT` for durable sends).
 const PRODUCER: &[&str] = &["wait"];
-/// Commands that `send`, `cancel` and `reschedule` run.
+/// Commands that `send`, `cancel` and `reschedule` run (reschedule
+/// rewrites the due time in the stored value's header).
 const PRODUCER_SCRIPTS: &[&str] = &[
-    "del", "exists", "hdel", "hincrby", "hset", "publish", "set", "time", "type", "zadd", "zrange", "zrem", "zscore",
+    "del", "exists", "get", "getrange", "hdel", "hincrby", "hset", "publish", "set", "setrange", "time", "type",
+    "zadd", "zrange", "zrem", "zscore",
 ];
 /// What a consumer runs besides its scripts.
 const CONSUMER: &[&str] = &["subscribe"];
@@ -204,23 +206,19 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
 
     let mut ids = Vec::new();
     for i in 0..200 {
-        ids.push(sender.send_delay_msg(format!("m{i}"), Duration::ZERO).await.unwrap());
+        ids.push(sender.send(format!("m{i}")).await.unwrap());
     }
-    let fail = sender.send_delay_msg("fail", Duration::ZERO).await.unwrap();
-    let later = sender.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
+    let fail = sender.send("fail").await.unwrap();
+    let later = sender.send("later").delay(Duration::from_secs(60)).await.unwrap();
     assert!(sender.reschedule(&later, Duration::from_secs(90)).await.unwrap());
     assert!(sender.cancel(&later).await.unwrap());
-    sender
-        .send_delay_msg("dup", Duration::from_secs(60))
-        .id("k")
-        .await
-        .unwrap();
+    sender.send("dup").delay(Duration::from_secs(60)).id("k").await.unwrap();
     assert!(matches!(
-        sender.send_delay_msg("dup", Duration::from_secs(60)).id("k").await,
+        sender.send("dup").delay(Duration::from_secs(60)).id("k").await,
         Err(Error::Duplicate(_))
     ));
-    assert!(sender.cancel(&"k".into()).await.unwrap());
-    assert_eq!(inspector.stats().await.unwrap().pending, 201);
+    assert!(sender.cancel("k").await.unwrap());
+    assert_eq!(inspector.counts().await.unwrap().pending, 201);
 
     // One worker: shut down early, it releases the deliveries it claimed
     // but had not started; a second consumer then finishes the work.
@@ -238,18 +236,15 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         "{} deliveries, fail attempts {:?}, stats {:?}",
         log.len(),
         log.attempts(&fail),
-        inspector.stats().await
+        inspector.counts().await
     );
     // Alone in the queue (nothing waits behind it for the one worker), a
     // handler slower than the visibility timeout keeps its lease.
-    let slow = sender.send_delay_msg("slow", Duration::ZERO).await.unwrap();
+    let slow = sender.send("slow").await.unwrap();
     assert!(wait_until(WAIT, || log.attempts(&slow).len() == 1).await);
     // Acked with its renewed lease once done; were the lease lost, the
     // message would come again.
-    assert_eq!(
-        wait_stats(&inspector, WAIT, QueueStats::default()).await,
-        QueueStats::default()
-    );
+    assert_eq!(wait_stats(&inspector, WAIT, Counts::default()).await, Counts::default());
     assert_eq!(log.attempts(&slow), vec![1], "the slow handler's lease was not renewed");
     let report = inspector.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
@@ -294,15 +289,11 @@ async fn cannot_touch_anything_else(client: &Client, server: &RedisServer) {
     let other = DelayQueue::builder("payments", client.clone()).build().unwrap();
     noperm(
         "send to another queue",
-        other
-            .send_delay_msg("x", Duration::ZERO)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        other.send("x").await.map(|_| ()).map_err(|e| e.to_string()),
     );
     noperm(
         "stats of another queue",
-        other.stats().await.map(|_| ()).map_err(|e| e.to_string()),
+        other.counts().await.map(|_| ()).map_err(|e| e.to_string()),
     );
     // A script of ours builds key names from ARGV: the built key is checked too.
     let eval: Result<Option<String>, _> = client
@@ -363,9 +354,9 @@ async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
     );
 
     let inspector = DelayQueue::builder("orders", cli.clone()).build().unwrap();
-    let send = inspector.send_delay_msg("x", Duration::ZERO).await;
+    let send = inspector.send("x").await;
     assert!(send.as_ref().is_err_and(|e| refused(&e.to_string())), "{send:?}");
-    assert!(inspector.cancel(&"x".into()).await.is_err());
+    assert!(inspector.cancel("x").await.is_err());
     // fred 10.1 answers Ok to a SUBSCRIBE that Redis refused (so a consumer
     // without channel rights does not log its "cannot subscribe" warning);
     // the ACL log shows the refusal.
@@ -398,13 +389,13 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
         .unwrap();
     let log = Log::default();
     let consumer = q.start_consume(handler(&log)).await.unwrap();
-    let msgs = (0..30).map(|i| delayqueue::NewMessage::new(format!("m{i}"), Duration::from_millis(100)));
+    let msgs = (0..30).map(|i| delayqueue::NewMessage::new(format!("m{i}")).delay(Duration::from_millis(100)));
     assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
     // Woken on every shard: long before the 600 s sweep.
     assert!(wait_until(WAIT, || log.len() == 30).await, "{} delivered", log.len());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
-    q.send_delay_msg("later", Duration::from_secs(60)).await.unwrap();
+    q.send("later").delay(Duration::from_secs(60)).await.unwrap();
     assert_eq!(q.list(MessageState::Pending, 0, 10).await.unwrap().total, 1);
     assert!(q.check_integrity().await.unwrap().is_clean());
     assert_eq!(q.purge().await.unwrap(), 1);

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::{
-    DelayQueue, Error, HandlerError, Json, Message, MessageId, NewMessage, QueueStats, MAX_DELAY, MAX_ID_LEN,
+    Counts, DelayQueue, Error, HandlerError, Json, Message, MessageId, NewMessage, MAX_DELAY, MAX_ID_LEN,
     MAX_QUEUE_NAME_LEN, MAX_RETRY_COUNT,
 };
 use fred::prelude::*;
@@ -89,8 +89,8 @@ async fn invalid_queue_names_are_rejected_at_build_and_write_nothing() {
     let longest = "q".repeat(MAX_QUEUE_NAME_LEN);
     for name in [longest.as_str(), "a-b_c.d:e/f@g"] {
         let q = DelayQueue::builder(name, client.clone()).build().unwrap();
-        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
-        assert_eq!(q.stats().await.unwrap().pending, 1);
+        q.send("x").delay(Duration::from_secs(60)).await.unwrap();
+        assert_eq!(q.counts().await.unwrap().pending, 1);
         let prefix = format!("dq:{{{name}}}:");
         assert!(all_keys(&client).await.iter().all(|k| k.starts_with("dq:{")));
         assert!(all_keys(&client).await.iter().any(|k| k.starts_with(&prefix)));
@@ -124,7 +124,7 @@ fn bad_ids() -> Vec<String> {
 async fn invalid_message_ids_are_rejected_before_anything_is_written() {
     let (server, client, q) = start_queue("ids", FETCH_INTERVAL, |b| b).await;
     // Something already in the queue, which must stay as it is.
-    let resident = q.send_delay_msg("resident", Duration::from_secs(60)).await.unwrap();
+    let resident = q.send("resident").delay(Duration::from_secs(60)).await.unwrap();
     let before = snapshot(&server);
     for id in bad_ids() {
         let expect_invalid = |res: Result<(), Error>, what: &str| match res {
@@ -134,21 +134,21 @@ async fn invalid_message_ids_are_rejected_before_anything_is_written() {
             }
             other => panic!("{what} with id {id:?}: expected InvalidMessageId, got {other:?}"),
         };
-        let res = q.send_delay_msg("x", Duration::ZERO).id(id.as_str()).await;
+        let res = q.send("x").id(id.as_str()).await;
         expect_invalid(res.map(drop), "send");
-        let res = q.send_schedule_msg("x", SystemTime::now()).id(id.as_str()).await;
-        expect_invalid(res.map(drop), "send_schedule_msg");
-        expect_invalid(q.cancel(&MessageId::from(id.as_str())).await.map(drop), "cancel");
+        let res = q.send("x").at(SystemTime::now()).id(id.as_str()).await;
+        expect_invalid(res.map(drop), "send at");
+        expect_invalid(q.cancel(id.as_str()).await.map(drop), "cancel");
         // One bad id fails the whole batch: the good messages are not stored either.
         let batch = [
-            NewMessage::new("good", Duration::ZERO).id("good-1"),
-            NewMessage::new("bad", Duration::ZERO).id(id.as_str()),
-            NewMessage::new("good", Duration::ZERO),
+            NewMessage::new("good").id("good-1"),
+            NewMessage::new("bad").id(id.as_str()),
+            NewMessage::new("good"),
         ];
         expect_invalid(q.send_batch(batch).await.map(drop), "send_batch");
         assert_eq!(snapshot(&server), before, "id {id:?} wrote something");
     }
-    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
     assert!(q.cancel(&resident).await.unwrap());
     assert!(all_keys(&client).await.is_empty());
 }
@@ -169,21 +169,13 @@ async fn unusual_but_valid_ids_round_trip() {
         "é".repeat(MAX_ID_LEN / 2),
     ];
     for id in &valid {
-        let got = q
-            .send_delay_msg(format!("payload of {id}"), Duration::ZERO)
-            .id(id.as_str())
-            .await
-            .unwrap();
+        let got = q.send(format!("payload of {id}")).id(id.as_str()).await.unwrap();
         assert_eq!(got.as_str(), id);
     }
     let keys = all_keys(&client).await;
     assert!(keys.iter().all(|k| k.starts_with("dq:{okids}:")), "{keys:?}");
     // Cancel takes them too.
-    let later = q
-        .send_delay_msg("later", Duration::from_secs(60))
-        .id("{c}")
-        .await
-        .unwrap();
+    let later = q.send("later").delay(Duration::from_secs(60)).id("{c}").await.unwrap();
     assert!(q.cancel(&later).await.unwrap());
 
     let log = Log::default();
@@ -194,7 +186,7 @@ async fn unusual_but_valid_ids_round_trip() {
     }
     let delivered: std::collections::HashSet<String> = log.ids().iter().map(|i| i.to_string()).collect();
     assert_eq!(delivered, valid.iter().cloned().collect());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }
@@ -206,7 +198,7 @@ async fn payload_over_the_default_max_is_rejected_and_writes_nothing() {
     let (server, client, q) = start_queue("big", FETCH_INTERVAL, |b| b).await;
     let before = snapshot(&server);
     let too_big = vec![b'x'; DEFAULT_MAX_PAYLOAD + 1];
-    match q.send_delay_msg(too_big.clone(), Duration::ZERO).await {
+    match q.send(too_big.clone()).await {
         Err(Error::PayloadTooLarge { size, max }) => {
             assert_eq!((size, max), (DEFAULT_MAX_PAYLOAD + 1, DEFAULT_MAX_PAYLOAD))
         }
@@ -215,23 +207,20 @@ async fn payload_over_the_default_max_is_rejected_and_writes_nothing() {
     // JSON payloads are measured after encoding.
     let json = Json(serde_json::json!({ "blob": "y".repeat(DEFAULT_MAX_PAYLOAD) }));
     assert!(matches!(
-        q.send_delay_msg(json, Duration::ZERO).await,
+        q.send(json).await,
         Err(Error::PayloadTooLarge {
             max: DEFAULT_MAX_PAYLOAD,
             ..
         })
     ));
-    let batch = [
-        NewMessage::new("small", Duration::ZERO),
-        NewMessage::new(too_big, Duration::ZERO),
-    ];
+    let batch = [NewMessage::new("small"), NewMessage::new(too_big)];
     assert!(matches!(q.send_batch(batch).await, Err(Error::PayloadTooLarge { .. })));
     assert_eq!(snapshot(&server), before);
     assert!(all_keys(&client).await.is_empty());
 
     // Exactly the maximum is accepted and delivered whole.
     let largest = vec![b'z'; DEFAULT_MAX_PAYLOAD];
-    q.send_delay_msg(largest.clone(), Duration::ZERO).await.unwrap();
+    q.send(largest.clone()).await.unwrap();
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
@@ -242,19 +231,19 @@ async fn payload_over_the_default_max_is_rejected_and_writes_nothing() {
 #[tokio::test]
 async fn payload_over_a_configured_max_is_rejected_and_writes_nothing() {
     let (server, _client, q) = start_queue("small", FETCH_INTERVAL, |b| b.max_payload_size(100)).await;
-    q.send_delay_msg(vec![1u8; 100], Duration::from_secs(60)).await.unwrap();
+    q.send(vec![1u8; 100]).delay(Duration::from_secs(60)).await.unwrap();
     let before = snapshot(&server);
-    match q.send_delay_msg(vec![1u8; 101], Duration::ZERO).await {
+    match q.send(vec![1u8; 101]).await {
         Err(Error::PayloadTooLarge { size, max }) => assert_eq!((size, max), (101, 100)),
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
-    match q.send_delay_msg(Json("j".repeat(99)), Duration::ZERO).await {
+    match q.send(Json("j".repeat(99))).await {
         // 99 characters and two quotes.
         Err(Error::PayloadTooLarge { size, max }) => assert_eq!((size, max), (101, 100)),
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
     assert_eq!(snapshot(&server), before);
-    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
 }
 
 // ---------------------------------------------------------------- schedule times
@@ -269,7 +258,7 @@ async fn schedule_time_in_the_past_is_due_now() {
         ("a millisecond ago", SystemTime::now() - Duration::from_millis(1)),
     ];
     for (what, at) in times {
-        q.send_schedule_msg(what, at).await.unwrap();
+        q.send(what).at(at).await.unwrap();
     }
     // Stored as pending and due by Redis's clock already.
     let redis_now_ms = match server.raw_reply(&["TIME"]) {
@@ -299,11 +288,11 @@ async fn delay_beyond_max_delay_is_rejected_and_writes_nothing() {
     let (server, _client, q) = start_queue("far", FETCH_INTERVAL, |b| b).await;
     let before = snapshot(&server);
     let day = Duration::from_secs(24 * 3600);
-    let res = q.send_delay_msg("x", MAX_DELAY + Duration::from_millis(1)).await;
+    let res = q.send("x").delay(MAX_DELAY + Duration::from_millis(1)).await;
     assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
-    let res = q.send_delay_msg("x", Duration::MAX).await;
+    let res = q.send("x").delay(Duration::MAX).await;
     assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
-    let res = q.send_schedule_msg("x", SystemTime::now() + MAX_DELAY + day).await;
+    let res = q.send("x").at(SystemTime::now() + MAX_DELAY + day).await;
     assert!(matches!(res, Err(Error::InvalidArgument(_))), "{res:?}");
     // expire_after is 1 ms to MAX_DELAY.
     for d in [
@@ -311,7 +300,7 @@ async fn delay_beyond_max_delay_is_rejected_and_writes_nothing() {
         Duration::from_micros(999),
         MAX_DELAY + Duration::from_secs(1),
     ] {
-        let res = q.send_delay_msg("x", Duration::ZERO).expire_after(d).await;
+        let res = q.send("x").expire_after(d).await;
         assert!(
             matches!(res, Err(Error::InvalidArgument(_))),
             "expire_after {d:?}: {res:?}"
@@ -323,9 +312,10 @@ async fn delay_beyond_max_delay_is_rejected_and_writes_nothing() {
 #[tokio::test]
 async fn the_longest_valid_delay_is_stored_pending() {
     let (server, client, q) = start_queue("longest", FETCH_INTERVAL, |b| b).await;
-    let id = q.send_delay_msg("in ten years", MAX_DELAY).await.unwrap();
+    let id = q.send("in ten years").delay(MAX_DELAY).await.unwrap();
     let scheduled = q
-        .send_schedule_msg("also far", SystemTime::now() + MAX_DELAY - Duration::from_secs(60))
+        .send("also far")
+        .at(SystemTime::now() + MAX_DELAY - Duration::from_secs(60))
         .await
         .unwrap();
     let redis_now_ms = match server.raw_reply(&["TIME"]) {
@@ -345,7 +335,7 @@ async fn the_longest_valid_delay_is_stored_pending() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(log.is_empty());
     consumer.shutdown().await.unwrap();
-    let s = q.stats().await.unwrap();
+    let s = q.counts().await.unwrap();
     assert_eq!((s.pending, s.live()), (2, 2), "{s:?}");
 }
 
@@ -356,7 +346,7 @@ async fn retry_counts_beyond_the_maximum_are_rejected() {
     let (server, client, q) = start_queue("retries", FETCH_INTERVAL, |b| b).await;
     let before = snapshot(&server);
     for n in [MAX_RETRY_COUNT + 1, u32::MAX] {
-        let res = q.send_delay_msg("x", Duration::ZERO).retry_count(n).await;
+        let res = q.send("x").retry_count(n).await;
         assert!(
             matches!(res, Err(Error::InvalidArgument(_))),
             "retry_count {n}: {res:?}"
@@ -372,18 +362,23 @@ async fn retry_counts_beyond_the_maximum_are_rejected() {
     assert_eq!(snapshot(&server), before);
     // The maximum itself is fine, per message and per queue.
     let id = q
-        .send_delay_msg("x", Duration::from_secs(60))
+        .send("x")
+        .delay(Duration::from_secs(60))
         .retry_count(MAX_RETRY_COUNT)
         .await
         .unwrap();
-    let stored: Vec<u8> = client.get(format!("dq:{{retries}}:m:{id}")).await.unwrap();
-    assert_eq!(stored, format!("{MAX_RETRY_COUNT}:x").into_bytes());
+    let stored: String = client.get(format!("dq:{{retries}}:m:{id}")).await.unwrap();
+    // "<retry count>/<sent at>+<delay>:<payload>"
+    assert!(
+        stored.starts_with(&format!("{MAX_RETRY_COUNT}/")) && stored.ends_with("+60000:x"),
+        "{stored}"
+    );
     let q2 = queue_builder("retries", &client, FETCH_INTERVAL)
         .default_retry_count(MAX_RETRY_COUNT)
         .build()
         .unwrap();
-    q2.send_delay_msg("y", Duration::from_secs(60)).await.unwrap();
-    assert_eq!(q.stats().await.unwrap().pending, 2);
+    q2.send("y").delay(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(q.counts().await.unwrap().pending, 2);
 }
 
 #[tokio::test]
@@ -435,7 +430,7 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
         // A message already waiting (pending itself must not exist to be clobbered).
         let resident = match key {
             "pending" => None,
-            _ => Some(q.send_delay_msg("resident", Duration::from_secs(3600)).await.unwrap()),
+            _ => Some(q.send("resident").delay(Duration::from_secs(3600)).await.unwrap()),
         };
         assert_eq!(server.raw_command(&["SET", &full, "foreign", "NX"]), "OK");
         let before = snapshot(&server);
@@ -450,13 +445,8 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
             _ => false,
         };
 
-        let sent = q.send_delay_msg("x", Duration::ZERO).await;
-        let batch = q
-            .send_batch([
-                NewMessage::new("b1", Duration::ZERO),
-                NewMessage::new("b2", Duration::ZERO),
-            ])
-            .await;
+        let sent = q.send("x").await;
+        let batch = q.send_batch([NewMessage::new("b1"), NewMessage::new("b2")]).await;
         if send_touches {
             assert!(matches!(&sent, Err(e) if is_wrong_type(e)), "{key}: send gave {sent:?}");
             assert!(
@@ -475,7 +465,7 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
             let pending: i64 = client.zcard(format!("dq:{{{name}}}:pending")).await.unwrap();
             assert_eq!(pending, 3, "{key}");
         }
-        let stats = q.stats().await;
+        let stats = q.counts().await;
         if stats_touches {
             assert!(
                 matches!(&stats, Err(e) if is_wrong_type(e)),
@@ -500,7 +490,7 @@ async fn a_payload_key_of_the_wrong_type_fails_that_message_alone() {
     let (server, client, q) = start_queue("wtmsg", FETCH_INTERVAL, |b| b).await;
     let _: () = client.hset("dq:{wtmsg}:m:taken", ("f", "v")).await.unwrap();
     let before = snapshot(&server);
-    let res = q.send_delay_msg("x", Duration::ZERO).id("taken").await;
+    let res = q.send("x").id("taken").await;
     match &res {
         Err(Error::WrongType { queue, detail }) => assert!(queue == "wtmsg" && detail.contains("taken"), "{detail}"),
         other => panic!("expected WrongType, got {other:?}"),
@@ -508,15 +498,15 @@ async fn a_payload_key_of_the_wrong_type_fails_that_message_alone() {
     assert_eq!(snapshot(&server), before);
     let results = q
         .send_batch([
-            NewMessage::new("a", Duration::ZERO).id("a"),
-            NewMessage::new("t", Duration::ZERO).id("taken"),
-            NewMessage::new("c", Duration::ZERO).id("c"),
+            NewMessage::new("a").id("a"),
+            NewMessage::new("t").id("taken"),
+            NewMessage::new("c").id("c"),
         ])
         .await
         .unwrap();
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
     assert!(matches!(&results[1], Err(Error::WrongType { .. })), "{results:?}");
-    assert_eq!(q.stats().await.unwrap().pending, 2);
+    assert_eq!(q.counts().await.unwrap().pending, 2);
     assert_eq!(server.raw_command(&["TYPE", "dq:{wtmsg}:m:taken"]), "hash");
 }
 
@@ -529,7 +519,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
     let mut expected = 0;
     for key in QUEUE_KEYS {
         let full = format!("dq:{{wtrun}}:{key}");
-        assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+        assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
         // Sent before the breakage and due during it (pending cannot hold
         // anything while it is clobbered): due late enough that a slow
         // machine still breaks the key first.
@@ -537,7 +527,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
         let due_at = tokio::time::Instant::now() + due;
         let before = match key {
             "pending" => None,
-            _ => Some(q.send_delay_msg(format!("before {key}"), due).await.unwrap()),
+            _ => Some(q.send(format!("before {key}")).delay(due).await.unwrap()),
         };
         assert_eq!(server.raw_command(&["SET", &full, "foreign", "NX"]), "OK");
         let failing = format!("WRONGTYPE {full}");
@@ -546,7 +536,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
             "{key}: the consumer did not report the broken key"
         );
         // A send during the breakage: refused whole, or stored (when send does not touch the key).
-        let during = q.send_delay_msg(format!("during {key}"), Duration::ZERO).await;
+        let during = q.send(format!("during {key}")).await;
         match &during {
             Ok(_) => assert!(matches!(key, "ready" | "retry")),
             Err(Error::WrongType { .. }) => assert!(!matches!(key, "ready" | "retry")),
@@ -557,7 +547,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
         assert_eq!(log.len(), expected, "{key}: delivered through a broken key");
         // Repaired by the operator; the same consumer carries on.
         assert_eq!(server.raw_command(&["DEL", &full]), "1");
-        let after = q.send_delay_msg(format!("after {key}"), Duration::ZERO).await.unwrap();
+        let after = q.send(format!("after {key}")).await.unwrap();
         let want: Vec<MessageId> = before.into_iter().chain(during.ok()).chain(Some(after)).collect();
         expected += want.len();
         assert!(
@@ -570,7 +560,7 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
     }
     let text = logs.text();
     assert!(text.contains("consumer step failed; backing off"), "{text}");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), expected, "duplicates: {:?}", log.counts());
     consumer.shutdown().await.unwrap();
@@ -615,8 +605,8 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
         })
     };
     // Pending, not yet due; and pending, already due (not yet promoted).
-    let waiting = q.send_delay_msg("waiting", Duration::from_millis(500)).await.unwrap();
-    let due = q.send_delay_msg("due", Duration::ZERO).await.unwrap();
+    let waiting = q.send("waiting").delay(Duration::from_millis(500)).await.unwrap();
+    let due = q.send("due").await.unwrap();
     for (id, value) in [(&waiting, "abc"), (&due, "-7")] {
         set_retry_record(&client, "abc", id, value).await;
     }
@@ -629,10 +619,10 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
         log.counts()
     );
     // Ready: promoted while the only handler slot is busy.
-    q.send_delay_msg("blocker", Duration::ZERO).await.unwrap();
+    q.send("blocker").await.unwrap();
     assert!(wait_until(WAIT, || log.snapshot().iter().any(|e| e.3 == b"blocker")).await);
-    let ready = q.send_delay_msg("ready", Duration::ZERO).await.unwrap();
-    let seen_ready = wait_for(WAIT, || async { q.stats().await.unwrap().ready == 1 }).await;
+    let ready = q.send("ready").await.unwrap();
+    let seen_ready = wait_for(WAIT, || async { q.counts().await.unwrap().ready == 1 }).await;
     assert!(seen_ready, "the message never sat in ready");
     assert!(log.attempts(&ready).is_empty());
     set_retry_record(&client, "abc", &ready, "1.5e3").await;
@@ -647,7 +637,7 @@ async fn a_non_numeric_retry_record_is_counted_with_a_default() {
         assert_eq!(log.attempts(id), vec![1, 2, 3], "{id}");
     }
     // All three used up their deliveries, were dead and collected.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 10);
     consumer.shutdown().await.unwrap();
@@ -679,20 +669,20 @@ async fn a_non_numeric_retry_record_while_waiting_for_a_retry_restarts_the_count
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     // Waiting for its retry, with record "1".
     assert!(
-        wait_for(WAIT, || async { q.stats().await.unwrap().pending == 1 }).await,
+        wait_for(WAIT, || async { q.counts().await.unwrap().pending == 1 }).await,
         "{:?}",
-        q.stats().await
+        q.counts().await
     );
     set_retry_record(&client, "abcretry", &id, "abc").await;
     assert!(q.reschedule(&id, Duration::ZERO).await.unwrap());
     assert!(wait_until(WAIT, || log.len() == 3).await);
     // The unreadable record counts as 0 deliveries: one extra delivery, never endless.
     assert_eq!(log.attempts(&id), vec![1, 1, 2]);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(log.len(), 3);
     consumer.shutdown().await.unwrap();
@@ -708,16 +698,16 @@ async fn an_unreadable_message_spares_its_batch(name: &str, corrupt: impl FnOnce
         b.concurrency(8).max_consume_duration(2 * WAIT)
     })
     .await;
-    let a = q.send_delay_msg("a", Duration::ZERO).await.unwrap();
-    let b = q.send_delay_msg("b", Duration::ZERO).retry_count(0).await.unwrap();
+    let a = q.send("a").await.unwrap();
+    let b = q.send("b").retry_count(0).await.unwrap();
     corrupt(&server, &a);
     let logs = Logs::capture(name);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let got_b = wait_until(WAIT, || log.attempts(&b) == vec![1]).await;
     // Where does everything end? (Before any lease runs out.)
-    wait_for(WAIT, || async { q.stats().await.unwrap().live() == 0 }).await;
-    let s = q.stats().await.unwrap();
+    wait_for(WAIT, || async { q.counts().await.unwrap().live() == 0 }).await;
+    let s = q.counts().await.unwrap();
     consumer.shutdown().await.unwrap();
     let b_payload: Option<String> = client.get(format!("dq:{{{name}}}:m:{b}")).await.unwrap();
     let problems: Vec<String> = logs
@@ -788,28 +778,19 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
         }))
         .await
         .unwrap();
-    let not_json = q
-        .send_delay_msg(&b"\xff\xfe not json"[..], Duration::ZERO)
-        .retry_count(2)
-        .await
-        .unwrap();
-    let wrong_shape = q
-        .send_delay_msg(Json(serde_json::json!({ "order_id": "seven" })), Duration::ZERO)
-        .await
-        .unwrap();
+    let not_json = q.send(&b"\xff\xfe not json"[..]).retry_count(2).await.unwrap();
+    let wrong_shape = q.send(Json(serde_json::json!({ "order_id": "seven" }))).await.unwrap();
     // retry_count 2 and the default 3: 3 and 4 deliveries.
     assert!(wait_until(WAIT, || log.len() == 7).await, "{:?}", log.counts());
     assert_eq!(log.attempts(&not_json), vec![1, 2, 3]);
     assert_eq!(log.attempts(&wrong_shape), vec![1, 2, 3, 4]);
     assert!(kinds.lock().unwrap().iter().all(|k| *k == "Error::Json"), "{kinds:?}");
-    let want = QueueStats {
-        garbage: 2,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 2;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(log.len(), 7);
-    assert_eq!(q.stats().await.unwrap(), want);
+    assert_eq!(q.counts().await.unwrap(), want);
     // The handler's error reached the consumer's log as what it was.
     let text = logs.text();
     assert!(
@@ -825,7 +806,7 @@ async fn an_undecodable_json_payload_follows_the_retry_path_to_garbage() {
         .build()
         .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(log.len(), 7, "a dead message was delivered again");
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -845,18 +826,16 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
         }))
         .await
         .unwrap();
-    let poison = q.send_delay_msg("poison", Duration::ZERO).retry_count(2).await.unwrap();
+    let poison = q.send("poison").retry_count(2).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 3).await);
     assert_eq!(log.attempts(&poison), vec![1, 2, 3]);
-    let want = QueueStats {
-        garbage: 1,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     // The same consumer serves the next messages.
     let mut fine = Vec::new();
     for i in 0..5 {
-        fine.push(q.send_delay_msg(format!("fine {i}"), Duration::ZERO).await.unwrap());
+        fine.push(q.send(format!("fine {i}")).await.unwrap());
     }
     assert!(wait_until(WAIT, || log.len() == 8).await);
     assert!(fine.iter().all(|id| log.attempts(id) == vec![1]));
@@ -876,7 +855,7 @@ async fn a_handler_that_always_panics_ends_in_garbage_and_the_consumer_goes_on()
         .build()
         .unwrap();
     let consumer = sweeper.start_consume(acking(&log)).await.unwrap();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(log.len(), 8);
     assert!(all_keys(&client).await.is_empty());
@@ -953,9 +932,9 @@ async fn fails_within<T: std::fmt::Debug>(
 async fn calls_fail_within(q: &DelayQueue, limit: Duration) {
     let id = MessageId::from("someone");
     tokio::join!(
-        fails_within("send", limit, q.send_delay_msg("x", Duration::ZERO).into_future()),
+        fails_within("send", limit, q.send("x").into_future()),
         fails_within("cancel", limit, q.cancel(&id)),
-        fails_within("stats", limit, q.stats()),
+        fails_within("stats", limit, q.counts()),
     );
 }
 
@@ -971,7 +950,7 @@ async fn send_after_the_server_died_fails_within_a_short_command_timeout() {
         .unwrap();
     client.init().await.unwrap();
     let q = queue_builder("dead", &client, FETCH_INTERVAL).build().unwrap();
-    q.send_delay_msg("before", Duration::from_secs(60)).await.unwrap();
+    q.send("before").delay(Duration::from_secs(60)).await.unwrap();
     let _port = kill_and_hold_port(&mut server);
     calls_fail_within(&q, Duration::from_secs(1)).await;
 }
@@ -981,7 +960,7 @@ async fn send_after_the_server_died_fails_within_connects_command_timeout() {
     let mut server = RedisServer::start().await;
     let client = delayqueue::connect(&server.url()).await.unwrap();
     let q = queue_builder("dead10", &client, FETCH_INTERVAL).build().unwrap();
-    q.send_delay_msg("before", Duration::from_secs(60)).await.unwrap();
+    q.send("before").delay(Duration::from_secs(60)).await.unwrap();
     let _port = kill_and_hold_port(&mut server);
     // connect() sets a 10 s command timeout.
     calls_fail_within(&q, Duration::from_secs(10)).await;

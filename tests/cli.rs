@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{Counts, DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState};
 use serde_json::Value;
 use support::{wait_for, RedisServer, WAIT};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -96,10 +96,10 @@ fn queue(client: &Client, name: &str) -> DelayQueue {
 /// Sends `payloads` with retry count 0 and lets a consumer fail each once:
 /// they become dead letters with that failure reason.
 async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> Vec<String> {
-    let before = q.stats().await.unwrap().garbage;
+    let before = q.counts().await.unwrap().dead;
     let mut ids = Vec::new();
     for p in payloads {
-        let id = q.send_delay_msg(*p, Duration::ZERO).retry_count(0).await.unwrap();
+        let id = q.send(*p).retry_count(0).await.unwrap();
         ids.push(id.to_string());
     }
     let consumer = q
@@ -108,7 +108,7 @@ async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> V
         .unwrap();
     let want = before + payloads.len() as u64;
     assert!(
-        wait_for(WAIT, || async { q.stats().await.unwrap().garbage >= want }).await,
+        wait_for(WAIT, || async { q.counts().await.unwrap().dead >= want }).await,
         "dead letters did not appear"
     );
     consumer.shutdown().await.unwrap();
@@ -233,7 +233,8 @@ async fn stats_and_list_pages_in_human_and_json() {
     let (_server, url, client) = start().await;
     let q = queue(&client, "orders");
     for (i, minutes) in [10, 20, 30].iter().enumerate() {
-        q.send_delay_msg(format!("close order {i}"), Duration::from_secs(60 * minutes))
+        q.send(format!("close order {i}"))
+            .delay(Duration::from_secs(60 * minutes))
             .await
             .unwrap();
     }
@@ -310,7 +311,7 @@ async fn ready_processing_and_binary_payloads() {
     let (_server, url, client) = start().await;
     let q = builder(&client, "jobs").concurrency(1).fetch_limit(1).build().unwrap();
     for i in 0..3 {
-        q.send_delay_msg(format!("job {i}"), Duration::ZERO).await.unwrap();
+        q.send(format!("job {i}")).await.unwrap();
     }
     // One slot, taken by a handler that never returns: one message is
     // processing and the other two wait in ready. (The consumer is dropped
@@ -319,15 +320,13 @@ async fn ready_processing_and_binary_payloads() {
         .start_consume(|_msg: Message| std::future::pending::<Result<(), HandlerError>>())
         .await
         .unwrap();
-    let want = QueueStats {
-        ready: 2,
-        processing: 1,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.ready = 2;
+    want.processing = 1;
     assert!(
-        wait_for(WAIT, || async { q.stats().await.unwrap() == want }).await,
+        wait_for(WAIT, || async { q.counts().await.unwrap() == want }).await,
         "{:?}",
-        q.stats().await
+        q.counts().await
     );
 
     let r = run(&url, &["list", "jobs", "processing"]).await;
@@ -348,7 +347,8 @@ async fn ready_processing_and_binary_payloads() {
     let r = run(&url, &["list", "jobs", "ready"]).await;
     assert!(r.stdout.contains("EXPIRES IN"), "{r:?}");
 
-    q.send_delay_msg(vec![0u8, 0x9f, b'a', b'\n'], Duration::from_secs(60))
+    q.send(vec![0u8, 0x9f, b'a', b'\n'])
+        .delay(Duration::from_secs(60))
         .id("bin")
         .await
         .unwrap();
@@ -390,7 +390,7 @@ async fn dead_letters_list_requeue_and_delete() {
 
     let r = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "requeued 1 dead letter\n"), "{r:?}");
-    let m = q.get(&ids[0].as_str().into()).await.unwrap().unwrap();
+    let m = q.get(&ids[0]).await.unwrap().unwrap();
     assert_eq!(m.state, MessageState::Ready);
     let err = run(&url, &["dead", "requeue", "hooks", &ids[0]]).await;
     assert_eq!(
@@ -399,17 +399,17 @@ async fn dead_letters_list_requeue_and_delete() {
     );
     let r = run(&url, &["dead", "delete", "hooks", &ids[1]]).await;
     assert_eq!(r.stdout, "deleted 1 dead letter\n", "{r:?}");
-    assert!(q.get(&ids[1].as_str().into()).await.unwrap().is_none());
+    assert!(q.get(&ids[1]).await.unwrap().is_none());
     let v = run(&url, &["dead", "delete", "hooks", "--all", "--json"]).await.json();
     assert_eq!(v, serde_json::json!({"queue": "hooks", "deleted": 2}));
-    assert_eq!(q.stats().await.unwrap().garbage, 0);
+    assert_eq!(q.counts().await.unwrap().dead, 0);
 
     let q2 = queue(&client, "hooks2");
     make_dead(&q2, &["hook 5", "hook 6"], "HTTP 410").await;
     let r = run(&url, &["dead", "requeue", "hooks2", "--all"]).await;
     assert_eq!(r.stdout, "requeued 2 dead letters\n", "{r:?}");
-    let stats = q2.stats().await.unwrap();
-    assert_eq!((stats.ready, stats.garbage), (2, 0));
+    let stats = q2.counts().await.unwrap();
+    assert_eq!((stats.ready, stats.dead), (2, 0));
     assert!(run(&url, &["dead", "delete", "hooks"]).await.failed(2).contains("<ID>"));
     assert!(run(&url, &["dead", "delete", "hooks", "x", "--all"])
         .await
@@ -421,7 +421,7 @@ async fn dead_letters_list_requeue_and_delete() {
 async fn stats_watch_refreshes_count_times_with_rates() {
     let (_server, url, client) = start().await;
     let q = queue(&client, "orders");
-    q.send_delay_msg("first", Duration::from_secs(60)).await.unwrap();
+    q.send("first").delay(Duration::from_secs(60)).await.unwrap();
 
     // Ends by itself after two frames (run() gives up after RUN_LIMIT).
     let r = run(
@@ -462,7 +462,7 @@ async fn stats_watch_refreshes_count_times_with_rates() {
     ]);
     let first = next_json(&mut lines).await;
     for _ in 0..4 {
-        q.send_delay_msg("more", Duration::from_secs(60)).await.unwrap();
+        q.send("more").delay(Duration::from_secs(60)).await.unwrap();
     }
     let second = next_json(&mut lines).await;
     let status = tokio::time::timeout(RUN_LIMIT, child.wait()).await.unwrap().unwrap();
@@ -526,7 +526,8 @@ async fn sharded_queues_are_found_and_worked_on_as_one() {
     let (_server, url, client) = start().await;
     let q = builder(&client, "fanout").shards(4).build().unwrap();
     for i in 0..40 {
-        q.send_delay_msg("x", Duration::from_secs(60))
+        q.send("x")
+            .delay(Duration::from_secs(60))
             .id(format!("m-{i}"))
             .await
             .unwrap();
@@ -551,11 +552,11 @@ async fn sharded_queues_are_found_and_worked_on_as_one() {
     assert_eq!(run(&url, &["show", "fanout", "m-7"]).await.code, 0);
     let r = run(&url, &["cancel", "fanout", "m-7"]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "cancelled m-7\n"), "{r:?}");
-    assert!(q.get(&"m-7".into()).await.unwrap().is_none());
+    assert!(q.get("m-7").await.unwrap().is_none());
     let r = run(&url, &["--shards", "4", "send", "fanout", "y", "--id", "new-1"]).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        q.get(&"new-1".into()).await.unwrap().is_some(),
+        q.get("new-1").await.unwrap().is_some(),
         "sent to the shard its id picks"
     );
     let r = run(&url, &["purge", "fanout", "--yes"]).await;
@@ -568,11 +569,11 @@ async fn purge_needs_yes() {
     let (_server, url, client) = start().await;
     let q = queue(&client, "orders");
     for _ in 0..3 {
-        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        q.send("x").delay(Duration::from_secs(60)).await.unwrap();
     }
     let err = run(&url, &["purge", "orders"]).await;
     assert!(err.failed(2).contains("pass --yes"), "{err:?}");
-    assert_eq!(q.stats().await.unwrap().pending, 3, "nothing purged without --yes");
+    assert_eq!(q.counts().await.unwrap().pending, 3, "nothing purged without --yes");
 
     let r = run(&url, &["purge", "orders", "--yes"]).await;
     assert_eq!(
@@ -580,7 +581,7 @@ async fn purge_needs_yes() {
         (0, "purged orders: 3 entries removed\n"),
         "{r:?}"
     );
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     assert_eq!(
         run(&url, &["queues", "--json"]).await.json()["queues"],
         serde_json::json!([])
@@ -594,9 +595,9 @@ async fn check_reports_clean_queues_and_anomalies() {
     let (server, url, client) = start().await;
     let q = queue(&client, "orders");
     for _ in 0..2 {
-        q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        q.send("x").delay(Duration::from_secs(60)).await.unwrap();
     }
-    let lost = q.send_delay_msg("y", Duration::from_secs(60)).await.unwrap();
+    let lost = q.send("y").delay(Duration::from_secs(60)).await.unwrap();
 
     let r = run(&url, &["check", "orders"]).await;
     assert_eq!(
@@ -628,8 +629,8 @@ async fn check_reports_clean_queues_and_anomalies() {
 #[tokio::test]
 async fn clear_errors_with_exit_codes() {
     let (_server, url, client) = start().await;
-    queue(&client, "a").send_delay_msg("x", Duration::ZERO).await.unwrap();
-    queue(&client, "b").send_delay_msg("x", Duration::ZERO).await.unwrap();
+    queue(&client, "a").send("x").await.unwrap();
+    queue(&client, "b").send("x").await.unwrap();
 
     let err = run(&url, &["stats", "nope"]).await;
     assert_eq!(err.failed(1), "error: no queue named \"nope\" (known: a, b)");
@@ -708,7 +709,8 @@ async fn url_from_the_environment_and_key_prefix() {
         .key_prefix("app:")
         .build()
         .unwrap()
-        .send_delay_msg("x", Duration::from_secs(60))
+        .send("x")
+        .delay(Duration::from_secs(60))
         .await
         .unwrap();
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, NewMessage, QueueStats};
+use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageId, NewMessage};
 use helpers::{recording, wait_stats, Log};
 use support::cluster::RedisCluster;
 use support::logs::Logs;
@@ -46,7 +46,11 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
     let log = Log::default();
     let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
     let later = q
-        .send_batch((0..20).map(|i| NewMessage::new("later", Duration::from_secs(600)).id(format!("later-{i}"))))
+        .send_batch((0..20).map(|i| {
+            NewMessage::new("later")
+                .delay(Duration::from_secs(600))
+                .id(format!("later-{i}"))
+        }))
         .await
         .unwrap();
     let later: Vec<MessageId> = later.into_iter().map(Result::unwrap).collect();
@@ -62,7 +66,8 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
     let mut ids = Vec::new();
     for i in 0..50 {
         ids.push(
-            q.send_delay_msg(format!("s{i}"), Duration::from_millis(i % 20))
+            q.send(format!("s{i}"))
+                .delay(Duration::from_millis(i % 20))
                 .await
                 .unwrap(),
         );
@@ -79,7 +84,7 @@ async fn placement(cluster: &RedisCluster, node: usize, q: DelayQueue) {
         assert!(q.cancel(id).await.unwrap(), "queue {name}: {id}");
     }
     consumer.shutdown().await.unwrap();
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default(), "queue {name}");
+    assert_eq!(q.counts().await.unwrap(), Counts::default(), "queue {name}");
     assert_eq!(cluster.owner_of_queue(&name), node);
 }
 
@@ -102,11 +107,9 @@ async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spr
         let ids: Vec<String> = (start..(start + batch).min(total)).map(|i| format!("m{i}")).collect();
         loop {
             let msgs = ids.iter().enumerate().map(|(k, id)| {
-                NewMessage::new(
-                    format!("payload of {id}"),
-                    Duration::from_millis((start + k) as u64 % spread),
-                )
-                .id(id.as_str())
+                NewMessage::new(format!("payload of {id}"))
+                    .delay(Duration::from_millis((start + k) as u64 % spread))
+                    .id(id.as_str())
             });
             match q.send_batch(msgs).await {
                 Ok(results) => {
@@ -173,7 +176,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
     let mut moves = Vec::new();
     for (at, to) in [(Duration::from_millis(700), 1), (Duration::from_millis(1600), 2)] {
         tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
-        let stats = q.stats().await.unwrap();
+        let stats = q.counts().await.unwrap();
         let m = cluster.migrate_slot(slot, to, 50, Duration::from_millis(5)).await;
         moves.push(format!(
             "node {} -> {}: {} keys in {} MIGRATE batches, {:?}, {:?} into the run, with {} pending",
@@ -228,7 +231,7 @@ async fn a_slot_migration_during_a_run_loses_nothing() {
         lost.len(),
         &lost[..lost.len().min(10)]
     );
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     let report = q.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
     consumer.shutdown().await.unwrap();
@@ -256,7 +259,8 @@ async fn script_flush_on_every_node_is_survived() {
             let mut ids = Vec::new();
             for i in 0..300u64 {
                 ids.push(
-                    q.send_delay_msg(format!("f{i}"), Duration::from_millis(i % 50))
+                    q.send(format!("f{i}"))
+                        .delay(Duration::from_millis(i % 50))
                         .await
                         .unwrap(),
                 );
@@ -276,7 +280,7 @@ async fn script_flush_on_every_node_is_survived() {
             consumer.shutdown().await.unwrap();
             let report = q.check_integrity().await.unwrap();
             assert!(report.is_clean(), "{report}");
-            assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+            assert_eq!(q.counts().await.unwrap(), Counts::default());
         });
     }
     // Raw commands on the test's own thread: each blocks it for well under a

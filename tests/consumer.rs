@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayqueue::{Error, HandlerError, Message, MessageId, QueueStats};
+use delayqueue::{Counts, Error, HandlerError, Message};
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, start_queue_with, wait_stats, Log};
 use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
@@ -34,13 +34,13 @@ async fn nack_redelivers_after_the_nack_delay() {
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await);
     let log = log.snapshot();
     assert_eq!((log[0].0.clone(), log[0].1, log[1].1), (id, 1, 2));
     let gap = log[1].2 - log[0].2;
     assert!(gap >= Duration::from_millis(390), "redelivered after {gap:?}");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -64,7 +64,7 @@ async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
         .await
         .unwrap();
     let sent = Instant::now();
-    q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await, "attempt 1 was not cut");
     let log = log.snapshot();
     assert_eq!((log[0].1, log[1].1), (1, 2));
@@ -72,7 +72,7 @@ async fn slow_handler_is_cut_at_the_visibility_timeout_and_redelivered() {
     // difference between Redis' clock and ours.
     let gap = log[1].2 - sent;
     assert!(gap >= Duration::from_millis(290), "redelivered after {gap:?}");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
 }
 
@@ -101,7 +101,7 @@ async fn late_ack_after_redelivery_is_fenced() {
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     // A stops claiming now but finishes (and late-acks) its delivery.
     let a = tokio::spawn(a.shutdown());
@@ -133,13 +133,14 @@ async fn late_ack_after_redelivery_is_fenced() {
     // must be intact.
     release_a.send(()).unwrap();
     a.await.unwrap().unwrap();
-    let s = q.stats().await.unwrap();
+    let s = q.counts().await.unwrap();
     assert_eq!(s.processing, 1, "late ack deleted the redelivered message: {s:?}");
     let payload: Option<String> = client.get(format!("dq:{{fence}}:m:{id}")).await.unwrap();
-    // Stored as "<retry count>:<payload>".
-    assert_eq!(payload.as_deref(), Some("3:x"));
+    // Stored as "<retry count>/<sent at>+<delay>:<payload>".
+    let payload = payload.unwrap_or_default();
+    assert!(payload.starts_with("3/") && payload.ends_with("+0:x"), "{payload}");
     release_b.notify_one();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     assert_eq!(log.len(), 1, "A got a second copy");
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
@@ -151,7 +152,7 @@ async fn cancel_pending_processing_and_unknown() {
     // Sent and cancelled before a consumer runs, so however slow the
     // machine, `later` is still pending when cancelled.
     let later_due = Instant::now() + Duration::from_millis(400);
-    let later = q.send_delay_msg("later", Duration::from_millis(400)).await.unwrap();
+    let later = q.send("later").delay(Duration::from_millis(400)).await.unwrap();
     assert!(q.cancel(&later).await.unwrap(), "pending message not cancelled");
     assert!(!q.cancel(&later).await.unwrap(), "cancelled twice");
     let log = Log::default();
@@ -167,14 +168,14 @@ async fn cancel_pending_processing_and_unknown() {
         }))
         .await
         .unwrap();
-    let now = q.send_delay_msg("now", Duration::ZERO).await.unwrap();
+    let now = q.send("now").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     // `now` is being processed (its handler waits for us): cancel leaves it
     // to its delivery.
     assert!(!q.cancel(&now).await.unwrap());
-    assert!(!q.cancel(&MessageId::from("never-sent")).await.unwrap());
+    assert!(!q.cancel("never-sent").await.unwrap());
     release.notify_one();
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     // Give a wrongly kept `later` its due time and a few sweeps to show up.
     tokio::time::sleep_until((later_due + 10 * FETCH_INTERVAL).into()).await;
     assert_eq!(log.len(), 1, "the cancelled message was delivered");
@@ -186,23 +187,24 @@ async fn cancel_pending_processing_and_unknown() {
 async fn caller_id_makes_send_idempotent() {
     let (_server, _client, q) = start_queue("idem", FETCH_INTERVAL, |b| b).await;
     let id = q
-        .send_delay_msg("a", Duration::from_millis(200))
+        .send("a")
+        .delay(Duration::from_millis(200))
         .id("order-42")
         .await
         .unwrap();
     assert_eq!(id.as_str(), "order-42");
-    match q.send_delay_msg("b", Duration::ZERO).id("order-42").await {
+    match q.send("b").id("order-42").await {
         Err(Error::Duplicate(dup)) => assert_eq!(dup, id),
         other => panic!("expected Duplicate, got {other:?}"),
     }
-    assert_eq!(q.stats().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().pending, 1);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(log.snapshot()[0].3, b"a", "the duplicate overwrote the payload");
     // Once finished, the id can be used again.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
-    q.send_delay_msg("c", Duration::ZERO).id("order-42").await.unwrap();
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
+    q.send("c").id("order-42").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await);
     consumer.shutdown().await.unwrap();
 }
@@ -210,12 +212,8 @@ async fn caller_id_makes_send_idempotent() {
 #[tokio::test]
 async fn expired_message_is_not_delivered_and_becomes_a_dead_letter() {
     let (server, client, q) = start_queue("ttl", FETCH_INTERVAL, |b| b).await;
-    let stale = q
-        .send_delay_msg("stale", Duration::ZERO)
-        .expire_after(Duration::from_secs(1))
-        .await
-        .unwrap();
-    let kept = q.send_delay_msg("fresh", Duration::ZERO).await.unwrap();
+    let stale = q.send("stale").expire_after(Duration::from_secs(1)).await.unwrap();
+    let kept = q.send("fresh").await.unwrap();
     // Until Redis's clock has passed the deadline, however late that is.
     let deadline = q.get(&stale).await.unwrap().unwrap().expires_at.expect("a deadline");
     let deadline_ms = deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
@@ -223,10 +221,8 @@ async fn expired_message_is_not_delivered_and_becomes_a_dead_letter() {
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
-    let dead = QueueStats {
-        garbage: 1,
-        ..QueueStats::default()
-    };
+    let mut dead = Counts::default();
+    dead.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(log.len(), 1);
@@ -241,11 +237,11 @@ async fn script_flush_is_survived() {
     let (server, client, q) = start_queue("flush", FETCH_INTERVAL, |b| b).await;
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    q.send_delay_msg("1", Duration::ZERO).await.unwrap();
+    q.send("1").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     for round in 0..3 {
         assert_eq!(server.raw_command(&["SCRIPT", "FLUSH"]), "OK");
-        q.send_delay_msg("again", Duration::from_millis(50)).await.unwrap();
+        q.send("again").delay(Duration::from_millis(50)).await.unwrap();
         assert!(wait_until(WAIT, || log.len() == round + 2).await, "round {round}");
     }
     consumer.shutdown().await.unwrap();
@@ -277,7 +273,8 @@ async fn two_consumers_never_hold_the_same_message() {
     let sends = (0..1000u64).map(|i| {
         let q = q.clone();
         async move {
-            q.send_delay_msg(i.to_string(), Duration::from_millis(i % 300))
+            q.send(i.to_string())
+                .delay(Duration::from_millis(i % 300))
                 .await
                 .unwrap()
         }
@@ -302,7 +299,7 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
     // Handler time is not known yet, so the first claim takes `concurrency`
     // messages; a fast first batch teaches it to claim up to fetch_limit.
     for i in 0..10 {
-        q.send_delay_msg(format!("fast{i}"), Duration::ZERO).await.unwrap();
+        q.send(format!("fast{i}")).await.unwrap();
     }
     let consumer = q
         .start_consume(recording(&log, move |msg: Message| {
@@ -319,7 +316,7 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
         .unwrap();
     assert!(wait_until(WAIT, || finished.load(Ordering::Relaxed) == 10).await);
     for i in 0..10 {
-        q.send_delay_msg(format!("slow{i}"), Duration::ZERO).await.unwrap();
+        q.send(format!("slow{i}")).await.unwrap();
     }
     assert!(wait_until(WAIT, || log.len() >= 12).await);
     consumer.shutdown().await.unwrap();
@@ -327,7 +324,7 @@ async fn graceful_shutdown_finishes_running_work_and_hands_back_the_rest() {
     let started = log.len();
     // Everything that started has finished and was acked; nothing is left claimed.
     assert_eq!(finished.load(Ordering::Relaxed), started);
-    let s = q.stats().await.unwrap();
+    let s = q.counts().await.unwrap();
     assert_eq!(s.processing, 0, "{s:?}");
     // The rest waits: handed back to retry, in ready, or (sent just before the
     // stop, its wake-up not yet handled) still pending.
@@ -351,7 +348,7 @@ async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
         .set("dq:{typed}:pending", "oops", None, None, false)
         .await
         .unwrap();
-    let err = q.send_delay_msg("x", Duration::ZERO).await.unwrap_err();
+    let err = q.send("x").await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     assert!(err.to_string().contains("wrong type"), "{err}");
     let log = Log::default();
@@ -368,7 +365,7 @@ async fn wrong_type_key_is_a_clear_error_and_the_consumer_survives_it() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let _: () = client.del("dq:{typed}:pending").await.unwrap();
-    q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await, "consumer did not resume");
     consumer.shutdown().await.unwrap();
 }
@@ -381,13 +378,13 @@ async fn consumer_keeps_going_across_a_redis_restart() {
     let q = queue_builder("restart", &client, FETCH_INTERVAL).build().unwrap();
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
-    let before = q.send_delay_msg("before", Duration::from_millis(1500)).await.unwrap();
-    q.send_delay_msg("now", Duration::ZERO).await.unwrap();
+    let before = q.send("before").delay(Duration::from_millis(1500)).await.unwrap();
+    q.send("now").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     server.restart().await;
     let after = tokio::time::timeout(WAIT, async {
         loop {
-            match q.send_delay_msg("after", Duration::ZERO).await {
+            match q.send("after").await {
                 Ok(id) => return id,
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }

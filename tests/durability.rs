@@ -49,12 +49,12 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
         .build()
         .unwrap();
     for _ in 0..20 {
-        let id = q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+        let id = q.send("x").delay(Duration::from_secs(60)).await.unwrap();
         // Read from the replica right after Ok: WAIT means it is there already.
         let key = format!("dq:{{pay}}:m:{id}");
         assert_eq!(replica.raw_command(&["EXISTS", &key]), "1", "{id} not on the replica");
     }
-    let batch = (0..500).map(|i| NewMessage::new(format!("m{i}"), Duration::from_secs(60)));
+    let batch = (0..500).map(|i| NewMessage::new(format!("m{i}")).delay(Duration::from_secs(60)));
     let results = q.send_batch(batch).await.unwrap();
     assert!(results.iter().all(Result::is_ok));
     assert_eq!(replica.raw_command(&["ZCARD", "dq:{pay}:pending"]), "520");
@@ -64,7 +64,8 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
     replica.kill();
     let started = Instant::now();
     let err = short
-        .send_delay_msg("y", Duration::from_secs(60))
+        .send("y")
+        .delay(Duration::from_secs(60))
         .id("order-1")
         .await
         .unwrap_err();
@@ -84,10 +85,10 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(q.stats().await.unwrap().pending, 521);
+    assert_eq!(q.counts().await.unwrap().pending, 521);
     // Sending again with the same id is how a caller makes sure: still
     // unconfirmed while the replica is away ...
-    let again = short.send_delay_msg("y", Duration::from_secs(60)).id("order-1").await;
+    let again = short.send("y").delay(Duration::from_secs(60)).id("order-1").await;
     assert!(matches!(again, Err(Error::NotDurable { .. })), "{again:?}");
 
     // The replica comes back and resyncs: durable sends succeed again.
@@ -99,9 +100,9 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
         .await
     );
     // ... and Duplicate once it is back: stored, and now confirmed.
-    let again = q.send_delay_msg("y", Duration::from_secs(60)).id("order-1").await;
+    let again = q.send("y").delay(Duration::from_secs(60)).id("order-1").await;
     assert!(matches!(again, Err(Error::Duplicate(_))), "{again:?}");
-    q.send_delay_msg("z", Duration::from_secs(60)).await.unwrap();
+    q.send("z").delay(Duration::from_secs(60)).await.unwrap();
     assert_eq!(replica.raw_command(&["ZCARD", "dq:{pay}:pending"]), "522");
 }
 
@@ -112,7 +113,7 @@ async fn asking_for_more_replicas_than_exist_fails_each_send_with_not_durable() 
         .durability(replicas(2, SHORT))
         .build()
         .unwrap();
-    let err = q.send_delay_msg("x", Duration::ZERO).await.unwrap_err();
+    let err = q.send("x").await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -150,7 +151,7 @@ async fn aof_durability_confirms_the_local_append_only_file() {
         })
         .build()
         .unwrap();
-    let sent = q.send_delay_msg("x", Duration::ZERO).await;
+    let sent = q.send("x").await;
     let (major, minor) = {
         let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         (parts.next().unwrap_or(0), parts.next().unwrap_or(0))

@@ -9,7 +9,7 @@ support::queue_helpers!();
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayqueue::{Event, HandlerError, Message, MessageId, MessageState, QueueStats};
+use delayqueue::{Counts, Event, HandlerError, Message, MessageId, MessageState};
 use fred::prelude::*;
 use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::logs::Logs;
@@ -23,7 +23,8 @@ const FETCH_INTERVAL: Duration = Duration::from_millis(50);
 async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_runs() {
     let (server, client, q) = start_queue("keep", FETCH_INTERVAL, |b| b).await;
     let id = q
-        .send_delay_msg("close order 7", Duration::from_millis(200))
+        .send("close order 7")
+        .delay(Duration::from_millis(200))
         .id("order-7")
         .await
         .unwrap();
@@ -57,12 +58,12 @@ async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_ru
 async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_logged_and_kept_dead() {
     let (server, client, q) = start_queue("expire", FETCH_INTERVAL, |b| b).await;
     let id = q
-        .send_delay_msg("meeting reminder", Duration::ZERO)
+        .send("meeting reminder")
         .expire_after(Duration::from_secs(1))
         .id("reminder-1")
         .await
         .unwrap();
-    let kept = q.send_delay_msg("keep me", Duration::ZERO).await.unwrap();
+    let kept = q.send("keep me").await.unwrap();
     let deadline = q.get(&id).await.unwrap().unwrap().expires_at.expect("a deadline");
     let deadline_ms = deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
     // No consumer for more than a second (by Redis's clock).
@@ -85,10 +86,8 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
     .await
     .expect("no Event::Expired");
     assert_eq!(expired, id);
-    let dead = QueueStats {
-        garbage: 1,
-        ..QueueStats::default()
-    };
+    let mut dead = Counts::default();
+    dead.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     consumer.shutdown().await.unwrap();
     assert_eq!(
@@ -102,7 +101,7 @@ async fn a_message_past_its_expire_after_is_not_delivered_but_counted_emitted_lo
         "{warned:?}"
     );
     // A dead letter with reason "expired", payload kept for the retention.
-    let page = q.list(MessageState::Garbage, 0, 10).await.unwrap();
+    let page = q.list(MessageState::Dead, 0, 10).await.unwrap();
     assert_eq!(page.items.len(), 1);
     let letter = &page.items[0];
     assert_eq!((&letter.id, letter.last_error.as_deref()), (&id, Some("expired")));
@@ -141,7 +140,7 @@ async fn stopping_a_consumer_over_10000_ready_messages_deletes_its_receipt_and_l
         }
     });
     let consumer = q.start_consume(handler).await.unwrap();
-    q.send_delay_msg("first", Duration::ZERO).await.unwrap();
+    q.send("first").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(receipts(), 1);
     const N: usize = 10_000;
@@ -165,7 +164,7 @@ async fn stopping_a_consumer_over_10000_ready_messages_deletes_its_receipt_and_l
     stopping.await.unwrap().unwrap();
     assert!(deleted, "the stopping consumer left its claim receipt");
     assert_eq!(log.len(), 1, "nothing more was delivered");
-    assert_eq!(q.stats().await.unwrap().ready, N as u64);
+    assert_eq!(q.counts().await.unwrap().ready, N as u64);
     let odd: Vec<String> = all_keys(&client)
         .await
         .into_iter()
@@ -181,10 +180,10 @@ async fn a_drained_queue_of_caller_id_messages_leaves_only_its_totals() {
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     for i in 0..20 {
         let delay = Duration::from_millis(if i % 2 == 0 { 0 } else { 100 });
-        q.send_delay_msg("x", delay).id(format!("order-{i}")).await.unwrap();
+        q.send("x").delay(delay).id(format!("order-{i}")).await.unwrap();
     }
     assert!(wait_until(WAIT, || log.len() == 20).await, "{}", log.len());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     // all_keys leaves the totals out: nothing else may remain.
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -196,11 +195,12 @@ async fn a_drained_queue_of_caller_id_messages_leaves_only_its_totals() {
 async fn a_cancelled_caller_id_message_leaves_only_the_totals_without_a_consumer() {
     let (_server, client, q) = start_queue("cancelled", FETCH_INTERVAL, |b| b).await;
     for i in 0..5 {
-        q.send_delay_msg("x", Duration::from_secs(60))
+        q.send("x")
+            .delay(Duration::from_secs(60))
             .id(format!("order-{i}"))
             .await
             .unwrap();
-        assert!(q.cancel(&MessageId::from(format!("order-{i}"))).await.unwrap());
+        assert!(q.cancel(format!("order-{i}")).await.unwrap());
     }
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
 }

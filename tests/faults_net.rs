@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Message, MessageId, NewMessage, QueueStats};
+use delayqueue::{Consumer, Counts, DelayQueue, DelayQueueBuilder, Message, MessageId, NewMessage};
 use fred::clients::Client;
 use helpers::{queue_builder, recording, start_queue_with, wait_stats, Log};
 use support::logs::Logs;
@@ -92,7 +92,7 @@ async fn produce(queue: DelayQueue, sent: Arc<Sent>, producer: usize, until: Ins
             break;
         }
         let delay = Duration::from_millis(rng.below(MAX_DELAY_MS + 1));
-        match queue.send_delay_msg(format!("p{producer}-{i}"), delay).await {
+        match queue.send(format!("p{producer}-{i}")).delay(delay).await {
             Ok(id) => sent.ok.lock().unwrap().push(id),
             Err(e) => {
                 sent.errors.fetch_add(1, Ordering::Relaxed);
@@ -165,7 +165,7 @@ impl Run {
         let checker = queue_builder(self.queue.name(), direct, FETCH_INTERVAL)
             .build()
             .unwrap();
-        let stats = wait_stats(&checker, WAIT, QueueStats::default()).await;
+        let stats = wait_stats(&checker, WAIT, Counts::default()).await;
         for c in self.consumers {
             c.shutdown().await.unwrap();
         }
@@ -204,7 +204,7 @@ impl Run {
             lost.len(),
             sent.len()
         );
-        assert_eq!(stats, QueueStats::default(), "{scenario}: the queue did not drain");
+        assert_eq!(stats, Counts::default(), "{scenario}: the queue did not drain");
         assert!(keys.is_empty(), "{scenario}: keys left after shutdown: {keys:?}");
         assert!(integrity.is_clean(), "{scenario}: {integrity}");
         Outcome {
@@ -365,7 +365,7 @@ async fn script_flush_storm_fails_no_send() {
     let (mut ok, mut failed, mut first) = (0, 0, None);
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(1) {
-        match q.send_delay_msg("x", Duration::from_secs(60)).await {
+        match q.send("x").delay(Duration::from_secs(60)).await {
             Ok(_) => ok += 1,
             Err(e) => {
                 failed += 1;
@@ -396,7 +396,7 @@ async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
     let via_proxy = proxy.client().await;
     let producer = queue_builder("acklag", &direct, FETCH_INTERVAL).build().unwrap();
     for _ in 0..N / 1000 {
-        let batch = (0..1000).map(|_| NewMessage::new("x", Duration::ZERO));
+        let batch = (0..1000).map(|_| NewMessage::new("x"));
         for sent in producer.send_batch(batch).await.unwrap() {
             sent.unwrap();
         }
@@ -410,9 +410,9 @@ async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
         .unwrap();
     let log = Log::default();
     let consumer = q.start_consume(recording(&log, |_| async { Ok(()) })).await.unwrap();
-    let drained = wait_stats(&producer, Duration::from_secs(60), QueueStats::default()).await;
+    let drained = wait_stats(&producer, Duration::from_secs(60), Counts::default()).await;
     consumer.shutdown().await.unwrap();
-    assert_eq!(drained, QueueStats::default());
+    assert_eq!(drained, Counts::default());
     let failed = producer.status().await.unwrap().totals.failed;
     let counts = log.counts();
     let twice = counts.values().filter(|&&n| n > 1).count();

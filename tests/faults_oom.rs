@@ -11,7 +11,7 @@ support::queue_helpers!();
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
-use delayqueue::{Error, MessageId, NewMessage, QueueStats};
+use delayqueue::{Counts, Error, MessageId, NewMessage};
 use helpers::{acking, start_queue_with, wait_stats, Log};
 use support::logs::Logs;
 use support::{wait_until, RawReply, RedisServer, ServerOptions, WAIT};
@@ -60,7 +60,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
     let due = SystemTime::now() + Duration::from_secs(3600);
     let mut first_refusal = None;
     for _ in 0..MAX_FILL {
-        match q.send_schedule_msg(payload.clone(), due).await {
+        match q.send(payload.clone()).at(due).await {
             Ok(id) => ok.push(id),
             Err(e) => {
                 first_refusal = Some(e);
@@ -78,24 +78,18 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
 
     // 2. Nothing half-written: exactly the accepted messages are stored,
     //    each whole (a pending entry and a payload key). Nothing is due yet.
-    let s = q.stats().await.unwrap();
-    assert_eq!(
-        s,
-        QueueStats {
-            pending: ok.len() as u64,
-            ..Default::default()
-        }
-    );
+    let s = q.counts().await.unwrap();
+    assert_eq!((s.pending, s.live(), s.dead), (ok.len() as u64, ok.len() as u64, 0));
     assert_eq!(msg_keys(&server, "dq:{oom}:m:*").len(), ok.len());
     assert!(log.is_empty());
     // A batch, and sends with caller-given ids, are refused whole too.
-    let batch = (0..10).map(|i| NewMessage::new("small", Duration::ZERO).id(format!("batch-{i}")));
+    let batch = (0..10).map(|i| NewMessage::new("small").id(format!("batch-{i}")));
     match q.send_batch(batch).await {
         Err(Error::OutOfMemory { .. }) => refused += 1,
         other => panic!("a batch into a full Redis gave {other:?}"),
     }
     assert!(msg_keys(&server, "dq:{oom}:m:batch-*").is_empty());
-    assert_eq!(q.stats().await.unwrap().pending, ok.len() as u64);
+    assert_eq!(q.counts().await.unwrap().pending, ok.len() as u64);
 
     // 3. Keep sending while the consumer, which never stopped, drains the
     //    queue once it is due: refused until acks free memory, then accepted.
@@ -116,7 +110,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
         );
         let id = format!("later-{i}");
         i += 1;
-        match q.send_delay_msg(payload.clone(), Duration::ZERO).id(id.as_str()).await {
+        match q.send(payload.clone()).id(id.as_str()).await {
             Ok(id) => {
                 ok.push(id);
                 accepted_after += 1;
@@ -139,7 +133,7 @@ async fn redis_full_refuses_sends_whole_and_a_running_consumer_drains_it() {
         accepted.intersection(&log.ids()).count(),
         accepted.len()
     );
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let handled = log.ids();
     let lost = accepted.difference(&handled).count();

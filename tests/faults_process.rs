@@ -22,9 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayqueue::{
-    DelayQueue, Error, Event, HandlerError, Message, MessageState, NewMessage, QueueStats, MAX_RETRY_COUNT,
-};
+use delayqueue::{Counts, DelayQueue, Error, Event, HandlerError, Message, MessageState, NewMessage, MAX_RETRY_COUNT};
 use fred::clients::Client;
 use fred::prelude::*;
 use support::worker::{libfaketime, read_ledgers, Delivery, Worker, WorkerOptions};
@@ -86,7 +84,7 @@ async fn terminate_all(workers: &mut [Worker]) {
 /// worker's claim receipt expires after one visibility timeout, hence the
 /// wait) and the integrity check is clean.
 async fn assert_nothing_left(queue: &DelayQueue, client: &Client, limit: Duration) {
-    assert_eq!(queue.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(queue.counts().await.unwrap(), Counts::default());
     let end = Instant::now() + limit;
     let mut keys = all_keys(client).await;
     while !keys.is_empty() && Instant::now() < end {
@@ -113,8 +111,8 @@ async fn wait_drained(
         // Stats may fail while Redis restarts; then look again.
         let empty = all_handled
             && matches!(
-                tokio::time::timeout(Duration::from_secs(5), queue.stats()).await,
-                Ok(Ok(s)) if s == QueueStats::default()
+                tokio::time::timeout(Duration::from_secs(5), queue.counts()).await,
+                Ok(Ok(s)) if s == Counts::default()
             );
         if empty || Instant::now() > end {
             return by_id;
@@ -164,7 +162,7 @@ fn log_summary<'a>(workers: impl IntoIterator<Item = &'a Worker>) -> String {
 
 /// Sends `n` messages due over `0..spread_ms` ms (payload: the index) in one batch; returns their ids.
 async fn send_spread(queue: &DelayQueue, n: u64, spread_ms: u64) -> Vec<String> {
-    let msgs = (0..n).map(|i| NewMessage::new(i.to_string(), Duration::from_millis(i * spread_ms / n)));
+    let msgs = (0..n).map(|i| NewMessage::new(i.to_string()).delay(Duration::from_millis(i * spread_ms / n)));
     queue
         .send_batch(msgs)
         .await
@@ -267,7 +265,7 @@ async fn sigkilled_workers_lose_nothing() {
     let ledgers: Vec<PathBuf> = workers.iter().chain(&killed).map(|w| w.opts.ledger.clone()).collect();
     let by_id = wait_drained(&queue, &ledgers, &sent, 2 * WAIT).await;
     let lost = lost_ids(&client, "kill", &sent, &by_id).await;
-    let stats = queue.stats().await.unwrap();
+    let stats = queue.counts().await.unwrap();
     terminate_all(&mut workers).await;
     let (by_id_final, partial) = read_ledgers(ledgers.iter().map(PathBuf::as_path));
     assert_eq!(partial, 0, "a ledger ends in a torn line");
@@ -324,7 +322,7 @@ async fn sigkilled_workers_lose_nothing() {
         sent.len()
     );
     assert_eq!(unknown, 0, "handled ids that were never sent");
-    assert_eq!(stats, QueueStats::default(), "queue not drained");
+    assert_eq!(stats, Counts::default(), "queue not drained");
     assert_eq!(late, 0, "deliveries after the queue had drained");
     assert!(
         redelivered > 0,
@@ -361,7 +359,7 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
         .fetch_interval(Duration::from_millis(100))
         .build()
         .unwrap();
-    let id = queue.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = queue.send("x").await.unwrap();
     let (url, dir) = (server.url(), server.dir().to_path_buf());
     let mut worker = Worker::spawn(WorkerOptions {
         handler_ms: 0,
@@ -404,7 +402,7 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
     let dead = queue.get(&id).await.unwrap().expect("the dead letter is kept");
     assert_eq!(
         (dead.state, dead.attempts, dead.last_error.as_deref()),
-        (MessageState::Garbage, 1, Some("timeout"))
+        (MessageState::Dead, 1, Some("timeout"))
     );
 }
 
@@ -452,7 +450,7 @@ async fn skewed_worker_clocks_change_nothing() {
     let t0 = redis_time_ms(&client).await;
     let msgs = (0..SKEW_MESSAGES).map(|i| {
         let delay = 200 + i * 1300 / SKEW_MESSAGES;
-        NewMessage::new((t0 + delay).to_string(), Duration::from_millis(delay))
+        NewMessage::new((t0 + delay).to_string()).delay(Duration::from_millis(delay))
     });
     let ids: Vec<String> = queue
         .send_batch(msgs)
@@ -561,7 +559,7 @@ async fn produce(queue: DelayQueue, p: usize, seed: u64, sent: Arc<Sent>, stop: 
         seq += n;
         let msgs: Vec<NewMessage> = ids
             .iter()
-            .map(|id| NewMessage::new("soak", rng.ms(0, 2_000)).id(id.as_str()))
+            .map(|id| NewMessage::new("soak").delay(rng.ms(0, 2_000)).id(id.as_str()))
             .collect();
         match tokio::time::timeout(Duration::from_secs(20), queue.send_batch(msgs)).await {
             Ok(Ok(results)) => {
@@ -676,7 +674,7 @@ async fn soak() {
     let by_id = wait_drained(&queue, &ledgers, &sent_ok, Duration::from_secs(60)).await;
     let drain = drain_started.elapsed();
     let lost = lost_ids(&client, "soak", &sent_ok, &by_id).await;
-    let stats = queue.stats().await.unwrap();
+    let stats = queue.counts().await.unwrap();
     terminate_all(&mut workers).await;
     let (by_id, partial) = read_ledgers(ledgers.iter().map(PathBuf::as_path));
 
@@ -729,6 +727,6 @@ async fn soak() {
     );
     assert_eq!(unknown, 0, "handled ids that were never sent");
     assert_eq!(partial, 0, "a ledger ends in a torn line");
-    assert_eq!(stats, QueueStats::default(), "queue not drained");
+    assert_eq!(stats, Counts::default(), "queue not drained");
     assert_nothing_left(&queue, &client, WAIT).await;
 }

@@ -12,7 +12,7 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::{DelayQueue, Message, MessageId, QueueStats};
+use delayqueue::{Counts, DelayQueue, Message, MessageId};
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use support::{all_keys, wait_for, wait_until, WAIT};
@@ -64,10 +64,9 @@ async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
         }))
         .await
         .unwrap();
-    let ids: Vec<MessageId> =
-        futures::future::try_join_all((0..5).map(|i| q.send_delay_msg(format!("m{i}"), Duration::ZERO).into_future()))
-            .await
-            .unwrap();
+    let ids: Vec<MessageId> = futures::future::try_join_all((0..5).map(|i| q.send(format!("m{i}")).into_future()))
+        .await
+        .unwrap();
     assert!(wait_until(WAIT, || log.len() == 5).await);
     // A second consumer sweeps for timed-out deliveries all along: it must
     // find none, since the slow handlers' leases keep being renewed.
@@ -81,7 +80,7 @@ async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
     );
     release.add_permits(ids.len());
 
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     assert!(
         other_log.is_empty(),
         "a renewed message was redelivered: {:?}",
@@ -134,7 +133,7 @@ async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
         });
         rt.shutdown_background();
     });
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
         .await
         .unwrap()
@@ -142,7 +141,7 @@ async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
     // Alive, A keeps the message past its first lease.
     let first = lease_of(&client, "dead", &id).await.expect("not held");
     assert!(wait_renewed_past(&client, "dead", &id, first).await, "A did not renew");
-    assert_eq!(q.stats().await.unwrap().processing, 1);
+    assert_eq!(q.counts().await.unwrap().processing, 1);
     let log = Log::default();
     let b = q.start_consume(acking(&log)).await.unwrap();
     // B sweeps while A renews past the lease B first saw.
@@ -159,7 +158,7 @@ async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
     let took = log.snapshot()[0].2 - crashed;
     println!("FAULT scenario=dead-renewer redelivered_after_ms={}", took.as_millis());
     assert_eq!(log.attempts(&id), vec![2]);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     b.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
 }
@@ -184,7 +183,7 @@ async fn a_stuck_handler_is_cut_at_its_handler_timeout_and_the_delivery_counts()
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await, "attempt 1 was not cut");
     let deliveries = log.snapshot();
     // Renewed past its first lease, then cut at the handler's limit.
@@ -192,21 +191,9 @@ async fn a_stuck_handler_is_cut_at_its_handler_timeout_and_the_delivery_counts()
     assert!(gap >= limit - Duration::from_millis(50), "gap {gap:?}");
     assert_eq!(log.attempts(&id), vec![1, 2]);
     // Retry count 1: two deliveries, both cut, so the message is dead.
-    assert_eq!(
-        wait_stats(
-            &q,
-            WAIT,
-            QueueStats {
-                garbage: 1,
-                ..Default::default()
-            }
-        )
-        .await,
-        QueueStats {
-            garbage: 1,
-            ..Default::default()
-        }
-    );
+    let mut dead = Counts::default();
+    dead.dead = 1;
+    assert_eq!(wait_stats(&q, WAIT, dead).await, dead);
     consumer.shutdown().await.unwrap();
     let _ = client;
 }
@@ -232,7 +219,7 @@ async fn shutdown_waits_for_renewed_handlers_and_acks_them() {
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     let first = lease_of(&client, "shut", &id).await.expect("not held");
     let stopping = tokio::spawn(consumer.shutdown());
@@ -242,6 +229,6 @@ async fn shutdown_waits_for_renewed_handlers_and_acks_them() {
     release.add_permits(1);
     stopping.await.unwrap().unwrap();
     assert_eq!(log.len(), 1);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     assert!(all_keys(&client).await.is_empty());
 }

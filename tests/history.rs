@@ -308,7 +308,7 @@ struct Recorder {
     draining: Arc<AtomicBool>,
 }
 
-#[async_trait::async_trait]
+#[delayqueue::async_trait]
 impl Handler for Recorder {
     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
         let running = {
@@ -503,10 +503,9 @@ impl Producer {
         let start = Instant::now();
         let mut send = if rng.chance(30) {
             rec.how = "at";
-            self.queue
-                .send_schedule_msg(rec.payload.clone(), SystemTime::now() + rec.delay)
+            self.queue.send(rec.payload.clone()).at(SystemTime::now() + rec.delay)
         } else {
-            self.queue.send_delay_msg(rec.payload.clone(), rec.delay)
+            self.queue.send(rec.payload.clone()).delay(rec.delay)
         };
         if let Some(id) = &rec.id {
             send = send.id(id.as_str());
@@ -528,7 +527,7 @@ impl Producer {
             if due_now {
                 rec.delay = Duration::ZERO;
             }
-            let mut msg = NewMessage::new(rec.payload.clone(), rec.delay);
+            let mut msg = NewMessage::new(rec.payload.clone()).delay(rec.delay);
             if let Some(id) = &rec.id {
                 msg = msg.id(id.as_str());
             }
@@ -884,7 +883,7 @@ async fn history_keeps_the_at_least_once_promise() {
     let mut offset = Some(0);
     for _ in 0..10_000 {
         let Some(at) = offset else { break };
-        let page = producer.queue.list(MessageState::Garbage, at, 1000).await.unwrap();
+        let page = producer.queue.list(MessageState::Dead, at, 1000).await.unwrap();
         for m in page.items {
             fin.dead.insert(m.id.as_str().to_string(), m.attempts);
         }
@@ -1004,8 +1003,8 @@ fn record_fault(history: &Shared, kind: &'static str, start: Instant, detail: St
 async fn drain(queue: &DelayQueue, dead: bool) -> bool {
     let end = Instant::now() + DRAIN_LIMIT;
     while Instant::now() < end {
-        if let Ok(s) = queue.stats().await {
-            if s.pending + s.ready + s.processing + s.retry == 0 && (!dead || s.garbage == 0) {
+        if let Ok(s) = queue.counts().await {
+            if s.pending + s.ready + s.processing + s.retry == 0 && (!dead || s.dead == 0) {
                 return true;
             }
         }

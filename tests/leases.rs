@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayqueue::fred::prelude::*;
-use delayqueue::{DelayQueue, Event, HandlerError, Message, MessageState, QueueStats};
+use delayqueue::{Counts, DelayQueue, Event, HandlerError, Message, MessageState};
 use helpers::{recording, wait_stats, Log};
 use support::{wait_until, RedisServer, WAIT};
 
@@ -46,7 +46,7 @@ async fn a_renewal_whose_reply_is_lost_keeps_the_lease() {
         }))
         .await
         .unwrap();
-    let id = q.send_delay_msg("slow", Duration::ZERO).await.unwrap();
+    let id = q.send("slow").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await, "never delivered");
     // Pauses of 1.1 s every 1.6 s while the handler runs: each is shorter
     // than the 1.5 s or more a renewed lease has left, and renewals (every
@@ -56,8 +56,8 @@ async fn a_renewal_whose_reply_is_lost_keeps_the_lease() {
         assert_eq!(server.raw_command(&["CLIENT", "PAUSE", "1100", "WRITE"]), "OK");
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    let drained = wait_stats(&q, WAIT, QueueStats::default()).await;
-    assert_eq!(drained, QueueStats::default(), "the message was not acked");
+    let drained = wait_stats(&q, WAIT, Counts::default()).await;
+    assert_eq!(drained, Counts::default(), "the message was not acked");
     consumer.shutdown().await.unwrap();
     assert_eq!(log.attempts(&id), vec![1], "delivered more than once");
     while let Ok(e) = events.try_recv() {
@@ -97,11 +97,11 @@ async fn deliveries_waiting_for_a_slot_are_handed_back_uncounted() {
         }))
         .await
         .unwrap();
-    q.send_delay_msg("fast", Duration::ZERO).await.unwrap();
+    q.send("fast").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     let mut ids = HashSet::new();
     for _ in 0..10 {
-        ids.insert(q.send_delay_msg("slow", Duration::ZERO).await.unwrap());
+        ids.insert(q.send("slow").await.unwrap());
     }
     // Every message ends acked or dead; bounded by count and time.
     let mut totals = q.status().await.unwrap().totals;
@@ -114,7 +114,7 @@ async fn deliveries_waiting_for_a_slot_are_handed_back_uncounted() {
     }
     consumer.shutdown().await.unwrap();
     assert_eq!(totals.acked + totals.dead, 11, "not all handled: {totals:?}");
-    let dead = q.list(MessageState::Garbage, 0, 100).await.unwrap();
+    let dead = q.list(MessageState::Dead, 0, 100).await.unwrap();
     let seen = log.ids();
     let unseen: Vec<_> = dead.items.iter().filter(|m| !seen.contains(&m.id)).collect();
     assert!(unseen.is_empty(), "dead letters no handler ever saw: {unseen:?}");

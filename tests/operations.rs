@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use delayqueue::{
-    Backoff, Event, HandlerError, Message, MessageId, MessageState, NewMessage, QueueStats, RetryAfter, SkipRetry,
+    Backoff, Counts, Event, HandlerError, Message, MessageId, MessageState, NewMessage, RetryAfter, SkipRetry,
 };
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -57,7 +57,7 @@ async fn the_default_backoff_doubles_from_one_second() {
     let log = Log::default();
     let mut events = q.events();
     let consumer = q.start_consume(recording(&log, failing())).await.unwrap();
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 3).await, "{}", log.len());
     consumer.shutdown().await.unwrap();
     // 1 s then 2 s, each up to a quarter shorter (jitter), as scheduled.
@@ -94,11 +94,11 @@ async fn per_message_backoff_and_retry_after_override_the_queue() {
         .await
         .unwrap();
     let own = q
-        .send_delay_msg("own", Duration::ZERO)
+        .send("own")
         .backoff(Backoff::exponential(Duration::from_millis(200), Duration::from_secs(1)).jitter(0.0))
         .await
         .unwrap();
-    let asks = q.send_delay_msg("asks", Duration::ZERO).await.unwrap();
+    let asks = q.send("asks").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 6).await, "{:?}", log.counts());
     // Scheduled as the message's backoff and the handler's RetryAfter say,
     // and not delivered before (5 ms for Redis' clock against ours).
@@ -114,10 +114,7 @@ async fn per_message_backoff_and_retry_after_override_the_queue() {
         }
     }
     // A custom backoff cannot travel with a message.
-    let custom = q
-        .send_delay_msg("x", Duration::ZERO)
-        .backoff(Backoff::custom(|_| Duration::ZERO))
-        .await;
+    let custom = q.send("x").backoff(Backoff::custom(|_| Duration::ZERO)).await;
     assert!(
         matches!(custom, Err(delayqueue::Error::InvalidArgument(_))),
         "{custom:?}"
@@ -142,19 +139,17 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
         }))
         .await
         .unwrap();
-    let flaky = q.send_delay_msg("flaky", Duration::ZERO).await.unwrap();
-    let skip = q.send_delay_msg("skip", Duration::ZERO).await.unwrap();
-    let panics = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
-    let want = QueueStats {
-        garbage: 3,
-        ..Default::default()
-    };
+    let flaky = q.send("flaky").await.unwrap();
+    let skip = q.send("skip").await.unwrap();
+    let panics = q.send("panic").await.unwrap();
+    let mut want = Counts::default();
+    want.dead = 3;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     assert_eq!(log.attempts(&flaky), vec![1, 2]);
     assert_eq!(log.attempts(&skip), vec![1], "SkipRetry is not retried");
     consumer.shutdown().await.unwrap();
 
-    let page = q.list(MessageState::Garbage, 0, 10).await.unwrap();
+    let page = q.list(MessageState::Dead, 0, 10).await.unwrap();
     assert_eq!((page.total, page.items.len(), page.next), (3, 3, None));
     let reasons: HashMap<MessageId, (u32, Option<String>)> = page
         .items
@@ -170,7 +165,7 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
     let shown = q.get(&flaky).await.unwrap().unwrap();
     assert_eq!(
         (shown.state, shown.payload.as_slice()),
-        (MessageState::Garbage, &b"flaky"[..])
+        (MessageState::Dead, &b"flaky"[..])
     );
     assert!(shown.dead_since.is_some() && shown.retries_left() == Some(0));
     let status = q.status().await.unwrap();
@@ -185,14 +180,12 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
     assert!(!q.requeue_dead(&flaky).await.unwrap(), "no longer dead");
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.attempts(&flaky) == vec![1, 2, 1]).await);
-    let want = QueueStats {
-        garbage: 2,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 2;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     // Requeue all, then nothing is dead; they are acked this time.
     assert_eq!(q.requeue_all_dead().await.unwrap(), 2);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(q.status().await.unwrap().totals.acked, 3);
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
@@ -210,17 +203,15 @@ async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
     let consumer = q.start_consume(failing()).await.unwrap();
     let mut ids = Vec::new();
     for i in 0..5 {
-        ids.push(q.send_delay_msg(format!("m{i}"), Duration::ZERO).await.unwrap());
+        ids.push(q.send(format!("m{i}")).await.unwrap());
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     // Five died; the sweep keeps the newest three.
-    let capped = QueueStats {
-        garbage: 3,
-        ..Default::default()
-    };
+    let mut capped = Counts::default();
+    capped.dead = 3;
     assert_eq!(wait_stats(&q, WAIT, capped).await, capped);
     let kept: Vec<MessageId> = q
-        .list(MessageState::Garbage, 0, 10)
+        .list(MessageState::Dead, 0, 10)
         .await
         .unwrap()
         .items
@@ -229,10 +220,10 @@ async fn dead_letters_go_after_their_retention_or_beyond_the_cap() {
         .collect();
     assert_eq!(kept, ids[2..].to_vec());
     // Then the retention passes: all gone, payloads and records too.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
-    let deleted = q.send_delay_msg("x", Duration::from_secs(60)).await.unwrap();
+    let deleted = q.send("x").delay(Duration::from_secs(60)).await.unwrap();
     assert!(!q.delete_dead(&deleted).await.unwrap(), "pending is not dead");
 }
 
@@ -255,11 +246,11 @@ async fn events_tell_what_happened_in_order() {
         .unwrap();
     let mut seen = Vec::new();
     // "bad" is sent once "ok" is done, so the order of the two is fixed.
-    let ok = q.send_delay_msg("ok", Duration::ZERO).await.unwrap();
+    let ok = q.send("ok").await.unwrap();
     while seen.len() < 3 {
         seen.push(next_event(&mut events).await);
     }
-    let bad = q.send_delay_msg("bad", Duration::from_millis(200)).await.unwrap();
+    let bad = q.send("bad").delay(Duration::from_millis(200)).await.unwrap();
     while seen.len() < 8 {
         seen.push(next_event(&mut events).await);
     }
@@ -318,12 +309,10 @@ async fn metrics_reach_the_installed_recorder() {
         .await
         .unwrap();
     for payload in ["ok", "ok", "bad"] {
-        q.send_delay_msg(payload, Duration::ZERO).await.unwrap();
+        q.send(payload).await.unwrap();
     }
-    let want = QueueStats {
-        garbage: 1,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.dead = 1;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     consumer.shutdown().await.unwrap();
     let mut counters = HashMap::new();
@@ -367,17 +356,17 @@ async fn find_queues_and_purge() {
         .unwrap();
     assert!(delayqueue::find_queues(&client, "dq:").await.unwrap().is_empty());
     for i in 0..2500 {
-        q.send_delay_msg(format!("{i}"), Duration::from_secs(60)).await.unwrap();
+        q.send(format!("{i}")).delay(Duration::from_secs(60)).await.unwrap();
     }
-    beta.send_delay_msg("b", Duration::ZERO).await.unwrap();
-    other.send_delay_msg("c", Duration::ZERO).await.unwrap();
+    beta.send("b").await.unwrap();
+    other.send("c").await.unwrap();
     let sharded = delayqueue::DelayQueue::builder("delta", client.clone())
         .shards(3)
         .build()
         .unwrap();
     // Enough ids that every shard gets one.
     sharded
-        .send_batch((0..30).map(|i| NewMessage::new(format!("{i}"), Duration::from_secs(60))))
+        .send_batch((0..30).map(|i| NewMessage::new(format!("{i}")).delay(Duration::from_secs(60))))
         .await
         .unwrap();
     let found = |prefix: &'static str| {
@@ -391,7 +380,7 @@ async fn find_queues_and_purge() {
     assert_eq!(found("dq:").await, named(&[("alpha", 1), ("beta", 1), ("delta", 3)]));
     assert_eq!(found("other:").await, named(&[("gamma", 1)]));
     assert_eq!(q.purge().await.unwrap(), 2500);
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     assert_eq!(sharded.purge().await.unwrap(), 30);
     assert_eq!(found("dq:").await, named(&[("beta", 1)]));
 }

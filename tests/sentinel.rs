@@ -50,7 +50,8 @@ async fn produce(q: DelayQueue, prefix: String, started: Instant, stop: Arc<Atom
         let id = format!("{prefix}-{n}");
         loop {
             match q
-                .send_delay_msg(id.as_str(), Duration::from_millis(n % 300))
+                .send(id.as_str())
+                .delay(Duration::from_millis(n % 300))
                 .id(id.as_str())
                 .await
             {
@@ -173,7 +174,7 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
         // drained (lost messages are not coming).
         wait_for(WAIT, || async {
             let ids = lane.log.ids();
-            acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.stats().await.unwrap().live() == 0
+            acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.counts().await.unwrap().live() == 0
         })
         .await;
         let log = &lane.log;

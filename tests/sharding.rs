@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::util::redis_keyslot;
-use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageId, MessageState, NewMessage, QueueStats};
+use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageId, MessageState, NewMessage};
 use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::cluster::RedisCluster;
 use support::logs::Logs;
@@ -52,25 +52,23 @@ async fn every_message_is_delivered_once_from_every_shard() {
     let (_server, client, q) = start_queue("spread", FETCH_INTERVAL, |b| b.shards(4).concurrency(8)).await;
     assert_eq!(q.shards(), 4);
     let batch = q
-        .send_batch((0..2000).map(|i| NewMessage::new(format!("b{i}"), Duration::from_millis(300 + i % 200))))
+        .send_batch((0..2000).map(|i| NewMessage::new(format!("b{i}")).delay(Duration::from_millis(300 + i % 200))))
         .await
         .unwrap();
     assert!(batch.iter().all(Result::is_ok));
     for i in 0..100 {
-        q.send_delay_msg(format!("s{i}"), Duration::from_millis(300))
-            .await
-            .unwrap();
+        q.send(format!("s{i}")).delay(Duration::from_millis(300)).await.unwrap();
     }
     let spread = pending_per_shard(&client, "spread", 4).await;
     assert_eq!(spread.iter().sum::<i64>(), 2100, "{spread:?}");
     // A fair hash puts about 525 in each; far fewer means it does not spread.
     assert!(spread.iter().all(|&n| n > 350), "{spread:?}");
-    assert_eq!(q.stats().await.unwrap().pending, 2100);
+    assert_eq!(q.counts().await.unwrap().pending, 2100);
 
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(2 * WAIT, || log.ids().len() == 2100).await);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(log.counts().values().all(|&n| n == 1), "a message was delivered twice");
     assert!(q.check_integrity().await.unwrap().is_clean());
@@ -91,13 +89,14 @@ async fn wake_ups_of_every_shard_reach_the_consumer() {
     // sweep has passed.
     let first: Vec<String> = (0..3).flat_map(|s| ids_in_shard("first", s, 3, 1)).collect();
     for id in &first {
-        q.send_delay_msg("x", Duration::ZERO).id(id.as_str()).await.unwrap();
+        q.send("x").id(id.as_str()).await.unwrap();
     }
     assert!(wait_until(WAIT, || log.len() == first.len()).await);
     let ids: Vec<String> = (0..3).flat_map(|s| ids_in_shard("w", s, 3, 2)).collect();
     let sent = Instant::now();
     for id in &ids {
-        q.send_delay_msg("x", Duration::from_millis(200))
+        q.send("x")
+            .delay(Duration::from_millis(200))
             .id(id.as_str())
             .await
             .unwrap();
@@ -126,20 +125,14 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
     assert!(!q.exists().await.unwrap());
     let ids: Vec<MessageId> = (0..30).map(|i| MessageId::from(format!("id-{i}"))).collect();
     for id in &ids {
-        q.send_delay_msg("later", Duration::from_secs(600))
-            .id(id)
-            .await
-            .unwrap();
+        q.send("later").delay(Duration::from_secs(600)).id(id).await.unwrap();
     }
     assert!(q.exists().await.unwrap());
     assert_eq!(pending_per_shard(&client, "byid", 3).await.len(), 3);
     assert!(pending_per_shard(&client, "byid", 3).await.iter().all(|&n| n > 0));
     // Idempotent ids: the second send finds the first in its shard.
     for id in &ids[..5] {
-        assert!(matches!(
-            q.send_delay_msg("again", Duration::ZERO).id(id).await,
-            Err(Error::Duplicate(_))
-        ));
+        assert!(matches!(q.send("again").id(id).await, Err(Error::Duplicate(_))));
     }
     for id in &ids {
         let info = q.get(id).await.unwrap().expect("found in its shard");
@@ -180,20 +173,18 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
         .await
         .unwrap();
     assert!(wait_until(WAIT, || log.len() == 2).await);
-    let want = QueueStats {
-        pending: 27,
-        garbage: 2,
-        ..QueueStats::default()
-    };
+    let mut want = Counts::default();
+    want.pending = 27;
+    want.dead = 2;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     consumer.shutdown().await.unwrap();
     let status = q.status().await.unwrap();
     assert_eq!((status.totals.sent, status.totals.dead), (30, 2));
     assert!(status.next_due > Some(Duration::from_secs(500)));
     assert!(status.oldest_dead.is_some());
-    assert_eq!(q.list(MessageState::Garbage, 0, 10).await.unwrap().items.len(), 2);
+    assert_eq!(q.list(MessageState::Dead, 0, 10).await.unwrap().items.len(), 2);
     assert_eq!(q.requeue_all_dead().await.unwrap(), 2);
-    assert_eq!(q.stats().await.unwrap().ready, 2);
+    assert_eq!(q.counts().await.unwrap().ready, 2);
     assert!(q.check_integrity().await.unwrap().is_clean());
     assert_eq!(q.purge().await.unwrap(), 29);
     assert_eq!(all_keys(&client).await, Vec::<String>::new());
@@ -210,10 +201,7 @@ async fn claims_are_fair_between_shards() {
     let big = ids_in_shard("big", 0, 4, 1000);
     let small = ids_in_shard("small", 3, 4, 20);
     let send = |ids: &[String]| {
-        let msgs: Vec<NewMessage> = ids
-            .iter()
-            .map(|id| NewMessage::new("x", Duration::ZERO).id(id.as_str()))
-            .collect();
+        let msgs: Vec<NewMessage> = ids.iter().map(|id| NewMessage::new("x").id(id.as_str())).collect();
         let q = q.clone();
         async move { assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok)) }
     };
@@ -249,7 +237,8 @@ async fn claims_are_fair_between_shards() {
 async fn a_consumer_warns_about_shards_beyond_its_count() {
     let (_server, client, wide) = start_queue("layout", FETCH_INTERVAL, |b| b.shards(3)).await;
     let in_last = ids_in_shard("x", 2, 3, 1);
-    wide.send_delay_msg("x", Duration::from_secs(60))
+    wide.send("x")
+        .delay(Duration::from_secs(60))
         .id(in_last[0].as_str())
         .await
         .unwrap();
@@ -291,7 +280,7 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
     };
     let q = build();
     let first = q
-        .send_batch((0..600).map(|i| NewMessage::new(format!("{i}"), Duration::from_millis(400))))
+        .send_batch((0..600).map(|i| NewMessage::new(format!("{i}")).delay(Duration::from_millis(400))))
         .await
         .unwrap();
     assert!(first.iter().all(Result::is_ok));
@@ -308,9 +297,10 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
         let q = build();
         async move {
             for round in 0..10 {
-                let msgs = (0..80).map(|i| NewMessage::new(format!("{p}-{round}-{i}"), Duration::from_millis(i % 50)));
+                let msgs =
+                    (0..80).map(|i| NewMessage::new(format!("{p}-{round}-{i}")).delay(Duration::from_millis(i % 50)));
                 assert!(q.send_batch(msgs).await.unwrap().iter().all(Result::is_ok));
-                q.send_delay_msg("single", Duration::ZERO).await.unwrap();
+                q.send("single").await.unwrap();
             }
         }
     });
@@ -318,7 +308,7 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
     let total = 600 + 3 * 10 * 81;
     wait_until(2 * WAIT, || log.ids().len() >= total).await;
     assert_eq!(log.ids().len(), total, "messages lost");
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     for c in consumers {
         c.shutdown().await.unwrap();
     }

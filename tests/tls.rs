@@ -16,7 +16,7 @@ mod with_tls {
     use delayqueue::fred::rustls::pki_types::CertificateDer;
     use delayqueue::fred::rustls::{ClientConfig, RootCertStore};
     use delayqueue::fred::types::config::TlsConnector;
-    use delayqueue::{DelayQueue, NewMessage, QueueStats};
+    use delayqueue::{Counts, DelayQueue, NewMessage};
 
     use super::helpers::{acking, wait_stats, Log};
     use super::support::tls::TlsRedisServer;
@@ -68,7 +68,7 @@ mod with_tls {
         let log = Log::default();
         let consumer = q.start_consume(acking(&log)).await.unwrap();
         let mut ids = q
-            .send_batch((0..100).map(|i| NewMessage::new(format!("b{i}"), Duration::from_millis(i * 3))))
+            .send_batch((0..100).map(|i| NewMessage::new(format!("b{i}")).delay(Duration::from_millis(i * 3))))
             .await
             .unwrap()
             .into_iter()
@@ -78,13 +78,13 @@ mod with_tls {
         // Idle consumer: woken by a wake-up, and not early. (How soon after
         // its due time is not a pass condition.)
         let sent_at = Instant::now();
-        ids.push(q.send_delay_msg("timed", Duration::from_millis(300)).await.unwrap());
+        ids.push(q.send("timed").delay(Duration::from_millis(300)).await.unwrap());
         assert!(wait_until(WAIT, || log.len() >= 101).await);
         let lateness = log.snapshot().last().unwrap().2 - sent_at;
         assert!(lateness >= Duration::from_millis(295), "{lateness:?}");
         let counts = log.counts();
         assert!(ids.iter().all(|id| counts.get(id) == Some(&1)));
-        assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+        assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
         assert!(q.check_integrity().await.unwrap().is_clean());
         consumer.shutdown().await.unwrap();
 
@@ -96,7 +96,7 @@ mod with_tls {
         let q = DelayQueue::builder("tls2", client).build().unwrap();
         let log = Log::default();
         let consumer = q.start_consume(acking(&log)).await.unwrap();
-        let id = q.send_delay_msg("via connect", Duration::ZERO).await.unwrap();
+        let id = q.send("via connect").await.unwrap();
         assert!(wait_until(WAIT, || log.len() == 1).await);
         assert_eq!(log.snapshot()[0].0, id);
         consumer.shutdown().await.unwrap();

@@ -11,7 +11,7 @@ support::queue_helpers!();
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use delayqueue::{Error, MessageId, NewMessage, QueueStats};
+use delayqueue::{Counts, Error, MessageId, NewMessage};
 use helpers::{acking, queue_builder, start_queue, wait_stats, Log};
 use support::{all_keys, wait_until, WAIT};
 
@@ -26,17 +26,14 @@ async fn a_send_from_another_client_wakes_an_idle_consumer() {
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     // Once a first message went through, the first sweep has passed and
     // the consumer is asleep until SLOW_POLL.
-    q.send_delay_msg("first", Duration::ZERO).await.unwrap();
+    q.send("first").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     // Another process: its own connection and queue handle.
     let other = server.client().await;
     let producer = queue_builder("idle", &other, SLOW_POLL).build().unwrap();
     let sent = Instant::now();
-    producer.send_delay_msg("now", Duration::ZERO).await.unwrap();
-    producer
-        .send_delay_msg("soon", Duration::from_millis(300))
-        .await
-        .unwrap();
+    producer.send("now").await.unwrap();
+    producer.send("soon").delay(Duration::from_millis(300)).await.unwrap();
     assert!(
         wait_until(WAIT, || log.len() == 3).await,
         "no wake-up: {} delivered",
@@ -57,9 +54,9 @@ async fn a_message_due_before_the_known_head_wakes_the_consumer_earlier() {
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     // The consumer learns of a message due after SLOW_POLL and sleeps until then.
-    q.send_delay_msg("late", SLOW_POLL).await.unwrap();
+    q.send("late").delay(SLOW_POLL).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    q.send_delay_msg("early", Duration::from_millis(200)).await.unwrap();
+    q.send("early").delay(Duration::from_millis(200)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     assert_eq!(log.snapshot()[0].3, b"early");
     consumer.shutdown().await.unwrap();
@@ -84,9 +81,9 @@ async fn a_failed_delivery_is_retried_at_once_through_a_wake_up() {
         .await
         .unwrap();
     // Past the first sweep once a first message went through.
-    q.send_delay_msg("first", Duration::ZERO).await.unwrap();
+    q.send("first").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
-    let id = q.send_delay_msg("x", Duration::ZERO).await.unwrap();
+    let id = q.send("x").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 3).await);
     assert_eq!(log.attempts(&id), vec![1, 2]);
     consumer.shutdown().await.unwrap();
@@ -102,7 +99,7 @@ async fn wake_ups_resume_after_the_subscriber_connection_is_killed() {
     // Whether the wake-up is lost (then the 1 s sweep finds it) or arrives
     // on the resubscribed connection, the message is delivered.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    q.send_delay_msg("after kill", Duration::ZERO).await.unwrap();
+    q.send("after kill").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     // The subscriber came back: the next wake-up is delivered without a sweep.
     assert!(
@@ -122,15 +119,12 @@ async fn send_batch_reports_each_message_and_all_are_delivered_once() {
         b.batch_size(100).concurrency(8)
     })
     .await;
-    q.send_delay_msg("taken", Duration::from_secs(60))
-        .id("dup")
-        .await
-        .unwrap();
+    q.send("taken").delay(Duration::from_secs(60)).id("dup").await.unwrap();
     let mut msgs: Vec<NewMessage> = (0..250)
-        .map(|i| NewMessage::new(format!("m{i}"), Duration::from_millis(i % 50)))
+        .map(|i| NewMessage::new(format!("m{i}")).delay(Duration::from_millis(i % 50)))
         .collect();
-    msgs.insert(10, NewMessage::new("again", Duration::ZERO).id("dup"));
-    msgs.push(NewMessage::new("mine", Duration::ZERO).id("custom-1"));
+    msgs.insert(10, NewMessage::new("again").id("dup"));
+    msgs.push(NewMessage::new("mine").id("custom-1"));
     let results = q.send_batch(msgs).await.unwrap();
     assert_eq!(results.len(), 252);
     assert!(matches!(&results[10], Err(Error::Duplicate(id)) if id.as_str() == "dup"));
@@ -139,19 +133,16 @@ async fn send_batch_reports_each_message_and_all_are_delivered_once() {
     assert_eq!(sent.len(), 251);
 
     // One invalid message fails the whole call before anything is written.
-    let before = q.stats().await.unwrap();
-    let bad = vec![
-        NewMessage::new("fine", Duration::ZERO),
-        NewMessage::new("bad id", Duration::ZERO).id("has space"),
-    ];
+    let before = q.counts().await.unwrap();
+    let bad = vec![NewMessage::new("fine"), NewMessage::new("bad id").id("has space")];
     assert!(matches!(q.send_batch(bad).await, Err(Error::InvalidMessageId { .. })));
-    assert_eq!(q.stats().await.unwrap(), before);
+    assert_eq!(q.counts().await.unwrap(), before);
 
-    assert!(q.cancel(&MessageId::from("dup")).await.unwrap());
+    assert!(q.cancel("dup").await.unwrap());
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() >= 251).await);
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     // Exactly once each, every id sent, nothing left behind.
     assert_eq!(log.len(), 251);
@@ -164,7 +155,7 @@ async fn a_backlog_drains_through_batched_claims_and_acks_exactly_once() {
     let (_server, client, q) = start_queue("drain", Duration::from_millis(200), |b| b.concurrency(16)).await;
     let n = 3000;
     let results = q
-        .send_batch((0..n).map(|i| NewMessage::new(format!("{i}"), Duration::ZERO)))
+        .send_batch((0..n).map(|i| NewMessage::new(format!("{i}"))))
         .await
         .unwrap();
     let sent: HashSet<MessageId> = results.into_iter().map(Result::unwrap).collect();
@@ -173,7 +164,7 @@ async fn a_backlog_drains_through_batched_claims_and_acks_exactly_once() {
     let a = q.start_consume(acking(&log)).await.unwrap();
     let b = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(2 * WAIT, || log.len() >= n).await, "{}", log.len());
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
     assert_eq!(log.len(), n, "a message was delivered twice");

@@ -37,7 +37,7 @@ pub(crate) struct Keys {
 
 impl Keys {
     /// Builds the key names for queue `name` under `prefix`, after checking both.
-    pub fn new(prefix: &str, name: &str) -> Result<Self, Error> {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, Error> {
         validate_queue_name(name)?;
         if prefix.contains(['{', '}']) || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(Error::InvalidArgument(format!(
@@ -49,7 +49,7 @@ impl Keys {
 
     /// The keys of every shard of queue `name` spread over `shards` hash
     /// tags: `{name}` alone for one shard, else `{name#0}` .. `{name#<shards-1>}`.
-    pub fn shards(prefix: &str, name: &str, shards: usize) -> Result<Vec<Self>, Error> {
+    pub(crate) fn shards(prefix: &str, name: &str, shards: usize) -> Result<Vec<Self>, Error> {
         if !(1..=MAX_SHARDS).contains(&shards) {
             return Err(Error::InvalidArgument(format!("shards must be 1 to {MAX_SHARDS}")));
         }
@@ -62,7 +62,7 @@ impl Keys {
 
     /// The keys of shard `i` of queue `name`, both already checked by
     /// [`Keys::shards`].
-    pub fn shard(prefix: &str, name: &str, i: usize) -> Self {
+    pub(crate) fn shard(prefix: &str, name: &str, i: usize) -> Self {
         Self::tagged(prefix, &format!("{name}{SHARD_MARK}{i}"))
     }
 
@@ -84,13 +84,13 @@ impl Keys {
 
     /// A SCAN pattern matching the totals hash of every queue under
     /// `prefix` (every queue that was ever sent to has one).
-    pub fn totals_pattern(prefix: &str) -> String {
+    pub(crate) fn totals_pattern(prefix: &str) -> String {
         format!("{}{{*}}:totals", glob_escape(prefix))
     }
 
     /// The queue name in a key that `totals_pattern` matched, and the
     /// shard number when the key is of a sharded queue's shard.
-    pub fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, Option<usize>)> {
+    pub(crate) fn name_of_totals<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, Option<usize>)> {
         let tag = key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix("}:totals")?;
         Some(match tag.split_once(SHARD_MARK) {
             Some((name, shard)) => (name, Some(shard.parse().ok()?)),
@@ -99,12 +99,12 @@ impl Keys {
     }
 
     /// The payload key of message `id`.
-    pub fn msg(&self, id: &str) -> String {
+    pub(crate) fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
     }
 
     /// The claim receipt key of consumer `consumer`.
-    pub fn claim(&self, consumer: &str) -> String {
+    pub(crate) fn claim(&self, consumer: &str) -> String {
         format!("{}{consumer}", self.claim_prefix)
     }
 }

@@ -36,18 +36,18 @@ pub(crate) struct Shard<'a> {
 }
 
 impl<'a> Shard<'a> {
-    pub fn new(client: &'a Client, keys: &'a Keys, queue: &'a str) -> Self {
+    pub(crate) fn new(client: &'a Client, keys: &'a Keys, queue: &'a str) -> Self {
         Shard { client, keys, queue }
     }
 
     /// Runs `op` and reads its reply.
-    pub async fn run<O: Op>(&self, op: &O) -> Result<O::Reply, Error> {
+    pub(crate) async fn run<O: Op>(&self, op: &O) -> Result<O::Reply, Error> {
         op.reply(self.eval(op).await?)
     }
 
     /// Runs `op` and returns its reply unread, mapping WRONGTYPE and OOM
     /// to their own errors.
-    pub async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
+    pub(crate) async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
         let keys = op.keys(self.keys);
         debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
         O::script()

@@ -79,12 +79,12 @@ impl LuaScript {
 
     /// The SHA1 that `EVALSHA` names the script by.
     #[cfg(test)]
-    pub fn sha1(&self) -> &str {
+    pub(crate) fn sha1(&self) -> &str {
         self.script().0.sha1()
     }
 
     /// Runs the script with `EVALSHA`, or `EVAL` when Redis does not have it.
-    pub async fn call<R: FromValue>(
+    pub(crate) async fn call<R: FromValue>(
         &self,
         client: &Client,
         keys: Vec<String>,

@@ -1,18 +1,19 @@
 //! The value stored per message: a short header, then the payload.
 
 use crate::Backoff;
-
-/// Longest header of a stored value ("<retry count>;<backoff>@<expires
-/// at>:"), `HEADER_BYTES` in lua/prelude.lua too.
-pub(crate) const HEADER_BYTES: usize = 64;
+/// Longest header of a stored value ("<retry count>;<backoff>/<sent
+/// at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
+pub(crate) const HEADER_BYTES: usize = 96;
 
 /// How a message is stored in Redis: `"<retry count>:"`, or
 /// `"<retry count>;<backoff>:"` when it has a backoff of its own, then the
 /// payload's bytes. Keeping these here rather than in the retries hash saves
-/// a hash entry per pending message (see `lua/send.lua`). A message sent
-/// with an expiry gets `"@<expires at ms>"` before the `':'`, added by the
-/// send script from Redis's clock; backoffs encode to digits, letters and
-/// `','` only, so neither `'@'` nor `':'` can occur before it.
+/// a hash entry per pending message (see `lua/send.lua`). The send script
+/// adds, from Redis's clock, `"/<sent at ms>+<delay ms>"` (when it stored
+/// the message, and how long after that it is due; reschedule rewrites the
+/// delay) and, for a message sent with an expiry, `"@<expires at ms>"`,
+/// before the `':'`. Backoffs encode to digits, letters and `','` only, so
+/// none of `'/'`, `'@'` and `':'` can occur before it.
 pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[u8]) -> Vec<u8> {
     let mut value = Vec::with_capacity(payload.len() + 5 + backoff.map_or(0, |b| b.len() + 1));
     value.extend_from_slice(retry_count.to_string().as_bytes());
@@ -28,34 +29,54 @@ pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[
 /// A stored value, read.
 #[derive(Debug)]
 pub(crate) struct Stored<'a> {
-    pub retry_count: u32,
-    pub backoff: Option<Backoff>,
+    pub(crate) retry_count: u32,
+    pub(crate) backoff: Option<Backoff>,
+    /// When the send script stored it and when it is due, ms of Redis
+    /// time; `None` in a value the send script did not write.
+    pub(crate) times: Option<SendTimes>,
     /// The expiry deadline, ms of Redis time; `None`: never expires.
-    pub expires_at_ms: Option<u64>,
-    pub payload: &'a [u8],
+    pub(crate) expires_at_ms: Option<u64>,
+    pub(crate) payload: &'a [u8],
+}
+
+/// The send script's `"/<sent at ms>+<delay ms>"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendTimes {
+    pub(crate) sent_at_ms: u64,
+    pub(crate) due_at_ms: u64,
 }
 
 /// Reads a stored value; `None` when it is not one.
 pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
     let colon = value.iter().position(|&b| b == b':')?;
     let header = std::str::from_utf8(&value[..colon]).ok()?;
-    let (header, expires_at_ms) = match header.split_once('@') {
-        Some((header, at)) if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) => {
-            (header, Some(at.parse().ok()?))
+    let digits = |s: &str| -> Option<u64> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
         }
-        Some(_) => return None,
+        s.parse().ok()
+    };
+    let (header, expires_at_ms) = match header.split_once('@') {
+        Some((header, at)) => (header, Some(digits(at)?)),
+        None => (header, None),
+    };
+    let (header, times) = match header.split_once('/') {
+        Some((header, times)) => {
+            let (sent, delay) = times.split_once('+')?;
+            let sent_at_ms = digits(sent)?;
+            let due_at_ms = sent_at_ms.checked_add(digits(delay)?)?;
+            (header, Some(SendTimes { sent_at_ms, due_at_ms }))
+        }
         None => (header, None),
     };
     let (count, backoff) = match header.split_once(';') {
         Some((count, backoff)) => (count, Some(Backoff::decode(backoff)?)),
         None => (header, None),
     };
-    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
     Some(Stored {
-        retry_count: count.parse().ok()?,
+        retry_count: u32::try_from(digits(count)?).ok()?,
         backoff,
+        times,
         expires_at_ms,
         payload: &value[colon + 1..],
     })
@@ -90,13 +111,28 @@ mod tests {
             assert_eq!(stored.backoff.map(|b| b.encode().unwrap()).as_deref(), backoff);
         }
         assert_eq!(decode_stored(b"3:hi").unwrap().expires_at_ms, None);
+        // The send times send.lua adds before the deadline.
+        for value in [
+            &b"3/1700000000000+1500@1700000061500:hi"[..],
+            b"3;f5/1700000000000+1500:hi",
+        ] {
+            let stored = decode_stored(value).unwrap();
+            let times = SendTimes {
+                sent_at_ms: 1_700_000_000_000,
+                due_at_ms: 1_700_000_001_500,
+            };
+            assert_eq!((stored.times, stored.payload), (Some(times), &b"hi"[..]));
+        }
+        assert_eq!(decode_stored(b"3:hi").unwrap().times, None);
         // The longest header fits HEADER_BYTES.
         let longest = format!(
-            "{};{}@{}:",
+            "{};{}/{}+{}@{}:",
             crate::MAX_RETRY_COUNT,
             Backoff::exponential(crate::MAX_DELAY, crate::MAX_DELAY)
                 .encode()
                 .unwrap(),
+            u64::MAX,
+            crate::MAX_DELAY.as_millis(),
             u64::MAX
         );
         assert!(longest.len() <= HEADER_BYTES, "{longest}");
@@ -110,6 +146,13 @@ mod tests {
             b"3@:x",
             b"3@x1:x",
             b"3@1@2:x",
+            b"3/:x",
+            b"3/1:x",
+            b"3/1+:x",
+            b"3/+1:x",
+            b"3/1+x:x",
+            b"3/18446744073709551615+1:x",
+            b"4294967296:x",
         ] {
             assert!(decode_stored(bad).is_none(), "{:?}", String::from_utf8_lossy(bad));
         }

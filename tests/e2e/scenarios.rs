@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use delayqueue::{DelayQueue, DelayQueueBuilder, Error, HandlerError, Message, MessageId, NewMessage, QueueStats};
+use delayqueue::{Counts, DelayQueue, DelayQueueBuilder, Error, HandlerError, Message, MessageId, NewMessage};
 
 use crate::backends::Backend;
 use crate::helpers::{acking, recording, wait_stats, Log};
@@ -71,7 +71,7 @@ pub async fn delayed_message_is_delivered_not_before_due_and_leaves_nothing(b: &
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let sent_at = Instant::now();
-    let id = q.send_delay_msg("hello", Duration::from_millis(300)).await.unwrap();
+    let id = q.send("hello").delay(Duration::from_millis(300)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
     let (got, attempt, at, payload) = log.snapshot()[0].clone();
     assert_eq!((got, attempt, payload), (id, 1, b"hello".to_vec()));
@@ -82,7 +82,7 @@ pub async fn delayed_message_is_delivered_not_before_due_and_leaves_nothing(b: &
         "delivered early: {:?}",
         at - sent_at
     );
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(b.keys().await, Vec::<String>::new(), "keys left after ack");
 }
@@ -92,11 +92,13 @@ pub async fn schedule_at_and_immediate_delivery(b: &impl Backend) {
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let start = Instant::now();
-    q.send_delay_msg("now", Duration::ZERO).await.unwrap();
-    q.send_schedule_msg("past", SystemTime::now() - Duration::from_secs(60))
+    q.send("now").await.unwrap();
+    q.send("past")
+        .at(SystemTime::now() - Duration::from_secs(60))
         .await
         .unwrap();
-    q.send_schedule_msg("later", SystemTime::now() + Duration::from_millis(400))
+    q.send("later")
+        .at(SystemTime::now() + Duration::from_millis(400))
         .await
         .unwrap();
     assert!(wait_until(WAIT, || log.len() == 3).await);
@@ -107,7 +109,7 @@ pub async fn schedule_at_and_immediate_delivery(b: &impl Backend) {
     assert!(at(b"now") < at(b"later"), "{log:?}");
     assert!(at(b"past") < at(b"later"), "{log:?}");
     assert!(at(b"later") >= Duration::from_millis(390), "{:?}", at(b"later"));
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert_eq!(b.keys().await, Vec::<String>::new());
 }
@@ -128,15 +130,15 @@ pub async fn handler_error_and_panic_retry_then_garbage_with_n_plus_1_attempts(b
         }))
         .await
         .unwrap();
-    let failing = q.send_delay_msg("err", Duration::ZERO).await.unwrap();
-    let panicking = q.send_delay_msg("panic", Duration::ZERO).await.unwrap();
-    let five = q.send_delay_msg("err", Duration::ZERO).retry_count(4).await.unwrap();
+    let failing = q.send("err").await.unwrap();
+    let panicking = q.send("panic").await.unwrap();
+    let five = q.send("err").retry_count(4).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 3 + 3 + 5).await, "{}", log.len());
     assert_eq!(log.attempts(&failing), vec![1, 2, 3]);
     assert_eq!(log.attempts(&panicking), vec![1, 2, 3]);
     assert_eq!(log.attempts(&five), vec![1, 2, 3, 4, 5]);
     // Collected as garbage: nothing of them remains.
-    assert_eq!(wait_stats(&q, WAIT, QueueStats::default()).await, QueueStats::default());
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(log.len(), 11, "delivered again after garbage");
     consumer.shutdown().await.unwrap();
@@ -162,7 +164,8 @@ pub async fn many_messages_with_concurrency_are_each_delivered_once(b: &impl Bac
     let sends = (0..2000).map(|i| {
         let q = q.clone();
         async move {
-            q.send_delay_msg(format!("m{i}"), Duration::from_millis(i % 500))
+            q.send(format!("m{i}"))
+                .delay(Duration::from_millis(i % 500))
                 .await
                 .unwrap()
         }
@@ -174,7 +177,7 @@ pub async fn many_messages_with_concurrency_are_each_delivered_once(b: &impl Bac
         assert_eq!(counts.get(id), Some(&1), "{id}");
     }
     consumer.shutdown().await.unwrap();
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     assert_eq!(b.keys().await, Vec::<String>::new());
 }
 
@@ -191,27 +194,24 @@ pub async fn invalid_input_gives_typed_errors(b: &impl Backend) {
     ));
     let q = b.builder("q").max_payload_size(10).build().unwrap();
     assert!(matches!(
-        q.send_delay_msg("01234567890", Duration::ZERO).await,
+        q.send("01234567890").await,
         Err(Error::PayloadTooLarge { size: 11, max: 10 })
     ));
+    assert!(matches!(q.send("x").id("").await, Err(Error::InvalidMessageId { .. })));
     assert!(matches!(
-        q.send_delay_msg("x", Duration::ZERO).id("").await,
+        q.send("x").id("a b").await,
         Err(Error::InvalidMessageId { .. })
     ));
     assert!(matches!(
-        q.send_delay_msg("x", Duration::ZERO).id("a b").await,
-        Err(Error::InvalidMessageId { .. })
-    ));
-    assert!(matches!(
-        q.send_delay_msg("x", Duration::ZERO).retry_count(1_000_000).await,
+        q.send("x").retry_count(1_000_000).await,
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.send_delay_msg("x", Duration::from_secs(u64::MAX / 4)).await,
+        q.send("x").delay(Duration::from_secs(u64::MAX / 4)).await,
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.send_delay_msg("x", Duration::ZERO).expire_after(Duration::ZERO).await,
+        q.send("x").expire_after(Duration::ZERO).await,
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(b.keys().await, Vec::<String>::new(), "a rejected send wrote something");
@@ -227,7 +227,7 @@ pub async fn reschedule_pushes_a_pending_message_out_and_delivers_it_once(b: &im
     // Due long after each next reschedule, however slow the machine: the
     // consumer sees a due time come that was pushed out before it came.
     let debounce = Duration::from_secs(2);
-    let id = q.send_delay_msg("logout", debounce).await.unwrap();
+    let id = q.send("logout").delay(debounce).await.unwrap();
     let mut last = Instant::now();
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -242,7 +242,7 @@ pub async fn reschedule_pushes_a_pending_message_out_and_delivers_it_once(b: &im
     );
     assert!(!q.reschedule(&id, Duration::from_secs(1)).await.unwrap());
     assert!(matches!(
-        q.reschedule(&"bad id".into(), Duration::ZERO).await,
+        q.reschedule("bad id", Duration::ZERO).await,
         Err(Error::InvalidMessageId { .. })
     ));
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -261,24 +261,25 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
 
     // Long-delayed messages: cancelled, rescheduled, counted by stats.
     let later = q
-        .send_batch((0..20).map(|i| NewMessage::new("later", Duration::from_secs(600)).id(format!("later-{i}"))))
+        .send_batch((0..20).map(|i| {
+            NewMessage::new("later")
+                .delay(Duration::from_secs(600))
+                .id(format!("later-{i}"))
+        }))
         .await
         .unwrap();
     let later: Vec<MessageId> = later.into_iter().map(Result::unwrap).collect();
-    assert_eq!(q.stats().await.unwrap().pending, 20);
-    assert!(matches!(
-        q.send_delay_msg("again", Duration::ZERO).id("later-0").await,
-        Err(Error::Duplicate(_))
-    ));
+    assert_eq!(q.counts().await.unwrap().pending, 20);
+    assert!(matches!(q.send("again").id("later-0").await, Err(Error::Duplicate(_))));
 
     // Due within 200 ms, in a batch and one by one.
     let batch = q
-        .send_batch((0..200).map(|i| NewMessage::new(format!("b{i}"), Duration::from_millis(i % 200))))
+        .send_batch((0..200).map(|i| NewMessage::new(format!("b{i}")).delay(Duration::from_millis(i % 200))))
         .await
         .unwrap();
     let mut ids: Vec<MessageId> = batch.into_iter().map(Result::unwrap).collect();
     for i in 0..50 {
-        ids.push(q.send_delay_msg(format!("s{i}"), Duration::ZERO).await.unwrap());
+        ids.push(q.send(format!("s{i}")).await.unwrap());
     }
 
     // Cancel half of the later ones; move one of the rest to now.
@@ -301,10 +302,8 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
     }
 
     // What is left: the 9 later ones, pending.
-    let want = QueueStats {
-        pending: 9,
-        ..Default::default()
-    };
+    let mut want = Counts::default();
+    want.pending = 9;
     assert_eq!(wait_stats(&q, WAIT, want).await, want);
     let report = q.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
@@ -312,7 +311,7 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
         assert!(q.cancel(id).await.unwrap(), "{id}");
     }
     consumer.shutdown().await.unwrap();
-    assert_eq!(q.stats().await.unwrap(), QueueStats::default());
+    assert_eq!(q.counts().await.unwrap(), Counts::default());
     let report = q.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(log.len(), ids.len(), "delivered more than once");

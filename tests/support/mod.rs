@@ -503,7 +503,7 @@ macro_rules! queue_helpers {
             use std::time::{Duration, Instant};
 
             use ::delayqueue::fred::clients::Client;
-            use ::delayqueue::{DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId, QueueStats};
+            use ::delayqueue::{Counts, DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId};
             use $crate::support::{RedisServer, ServerOptions};
 
             /// One delivery as the handler saw it: (id, attempt, arrival, payload).
@@ -584,10 +584,10 @@ macro_rules! queue_helpers {
 
             /// Polls the queue's stats every 20 ms until they equal `want` or
             /// `limit` passes; returns the last stats seen.
-            pub async fn wait_stats(queue: &DelayQueue, limit: Duration, want: QueueStats) -> QueueStats {
+            pub async fn wait_stats(queue: &DelayQueue, limit: Duration, want: Counts) -> Counts {
                 let end = Instant::now() + limit;
                 loop {
-                    let s = queue.stats().await.unwrap();
+                    let s = queue.counts().await.unwrap();
                     if s == want || Instant::now() > end {
                         return s;
                     }

@@ -118,7 +118,7 @@ pub struct PageArgs {
     pub limit: usize,
     /// Position of the first message to show (the "next page" hint gives it).
     #[arg(long, default_value_t = 0)]
-    pub offset: u64,
+    pub offset: usize,
 }
 
 #[derive(Debug, Args)]
@@ -165,7 +165,7 @@ pub struct DeadTarget {
     pub all: bool,
 }
 
-/// A state on the command line; `dead` is the library's `Garbage`.
+/// A state on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum State {
     Pending,
@@ -183,7 +183,7 @@ impl From<State> for MessageState {
             State::Ready => MessageState::Ready,
             State::Processing => MessageState::Processing,
             State::Retry => MessageState::Retry,
-            State::Dead => MessageState::Garbage,
+            State::Dead => MessageState::Dead,
         }
     }
 }

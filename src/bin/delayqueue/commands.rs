@@ -73,7 +73,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
         Command::Send(args) => ctx.send(args).await,
         Command::Cancel { queue, id } => ctx.cancel(&queue, id.into()).await,
-        Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Garbage, &page).await,
+        Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Dead, &page).await,
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
@@ -174,7 +174,7 @@ impl Ctx {
         let found = find_queues(&self.client, &self.prefix).await?;
         let mut counts = Vec::with_capacity(found.len());
         for q in &found {
-            counts.push(self.build(&q.name, q.shards)?.stats().await?);
+            counts.push(self.build(&q.name, q.shards)?.counts().await?);
         }
         let json = json!({"queues": found.iter().zip(&counts)
             .map(|(q, c)| json!({"name": q.name, "shards": q.shards, "counts": output::counts_json(c)}))
@@ -192,7 +192,7 @@ impl Ctx {
                     c.ready.to_string(),
                     c.processing.to_string(),
                     c.retry.to_string(),
-                    c.garbage.to_string(),
+                    c.dead.to_string(),
                 ]);
             }
             t.render()
@@ -266,7 +266,7 @@ impl Ctx {
                     n => format!("no {state_name} messages from offset {} ({n} in all)\n", page.offset),
                 };
             }
-            let (from, to) = (page.offset + 1, page.offset + found.items.len() as u64);
+            let (from, to) = (page.offset + 1, page.offset + found.items.len());
             let mut text = output::list_text(state, &found.items, now);
             text += &format!("\n{from}-{to} of {} {state_name}", found.total);
             if let Some(next) = found.next {
@@ -295,7 +295,7 @@ impl Ctx {
 
     async fn send(&self, args: SendArgs) -> Result<u8, Failure> {
         let queue = self.queue(&args.queue).await?;
-        let mut send = queue.send_delay_msg(args.payload, args.delay);
+        let mut send = queue.send(args.payload).delay(args.delay);
         if let Some(id) = args.id {
             send = send.id(id);
         }
@@ -326,8 +326,8 @@ impl Ctx {
     async fn dead(&self, target: DeadTarget, delete: bool) -> Result<u8, Failure> {
         let queue = self.existing(&target.queue).await?;
         let done = match (&target.id, delete) {
-            (Some(id), false) => u64::from(queue.requeue_dead(&id.as_str().into()).await?),
-            (Some(id), true) => u64::from(queue.delete_dead(&id.as_str().into()).await?),
+            (Some(id), false) => u64::from(queue.requeue_dead(id).await?),
+            (Some(id), true) => u64::from(queue.delete_dead(id).await?),
             (None, false) => queue.requeue_all_dead().await?,
             (None, true) => queue.delete_all_dead().await?,
         };

@@ -31,7 +31,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use delayqueue::{Anomaly, MessageInfo, MessageState, QueueStats, QueueStatus, Totals};
+use delayqueue::{Anomaly, Counts, MessageInfo, MessageState, QueueStatus, Totals};
 use serde_json::{json, Value};
 
 /// The name the CLI uses for a state.
@@ -41,7 +41,7 @@ pub fn state_name(s: MessageState) -> &'static str {
         MessageState::Ready => "ready",
         MessageState::Processing => "processing",
         MessageState::Retry => "retry",
-        MessageState::Garbage => "dead",
+        MessageState::Dead => "dead",
         _ => "unknown",
     }
 }
@@ -130,13 +130,13 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-pub fn counts_json(c: &QueueStats) -> Value {
+pub fn counts_json(c: &Counts) -> Value {
     json!({
         "pending": c.pending,
         "ready": c.ready,
         "processing": c.processing,
         "retry": c.retry,
-        "dead": c.garbage,
+        "dead": c.dead,
     })
 }
 
@@ -195,7 +195,7 @@ pub fn status_text(queue: &str, s: &QueueStatus, rates: Option<Option<Rates>>) -
         ("ready", c.ready),
         ("processing", c.processing),
         ("retry", c.retry),
-        ("dead", c.garbage),
+        ("dead", c.dead),
     ] {
         rows.row([name.to_string(), n.to_string()]);
     }
@@ -258,7 +258,7 @@ fn time_column(state: MessageState) -> &'static str {
     match state {
         MessageState::Pending => "DUE",
         MessageState::Processing => "LEASE LEFT",
-        MessageState::Garbage => "DIED",
+        MessageState::Dead => "DIED",
         _ => "EXPIRES IN",
     }
 }
@@ -268,7 +268,7 @@ fn time_cell(m: &MessageInfo, now: SystemTime) -> String {
     match m.state {
         MessageState::Pending => m.due.map(|t| relative(t, now)),
         MessageState::Processing => m.lease_until.map(left),
-        MessageState::Garbage => m.dead_since.map(|t| relative(t, now)),
+        MessageState::Dead => m.dead_since.map(|t| relative(t, now)),
         _ => m.expires_at.map(left),
     }
     .unwrap_or_else(|| "-".into())

@@ -56,7 +56,7 @@ pub(crate) struct Delivery {
 impl Delivery {
     /// The message a handler gets; `None` when the value is not one this
     /// crate stores.
-    pub fn message(&self, lease: i64) -> Option<Message> {
+    pub(crate) fn message(&self, lease: i64) -> Option<Message> {
         let stored = decode_stored(&self.value)?;
         Some(Message {
             id: self.id.clone()?,
@@ -65,6 +65,8 @@ impl Delivery {
             retry_count: stored.retry_count,
             backoff: stored.backoff,
             lease,
+            // Every value the send script writes has them.
+            times: stored.times?,
         })
     }
 }

@@ -9,7 +9,7 @@ use crate::{Error, MessageId, MessageInfo};
 
 /// Message `id`, whole.
 pub(crate) struct Get<'a> {
-    pub id: &'a MessageId,
+    pub id: &'a str,
 }
 
 impl Op for Get<'_> {
@@ -23,12 +23,12 @@ impl Op for Get<'_> {
 
     fn keys(&self, k: &Keys) -> Vec<String> {
         let mut keys = id_keys(k);
-        keys.push(k.msg(self.id.as_str()));
+        keys.push(k.msg(self.id));
         keys
     }
 
     fn args(&self, _: &Keys) -> Vec<Value> {
-        vec![self.id.as_str().into()]
+        vec![self.id.into()]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
@@ -43,6 +43,6 @@ impl Op for Get<'_> {
         };
         let len = reply[3].as_bytes().map_or(0, <[u8]>::len) as i64;
         let values = [reply[1].clone(), reply[2].clone(), reply[3].clone(), reply[4].clone()];
-        Ok(Some(info(self.id.clone(), state, &values, len, None)))
+        Ok(Some(info(MessageId::from(self.id), state, &values, len, None)))
     }
 }

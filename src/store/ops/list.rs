@@ -14,7 +14,7 @@ use crate::{Error, MessageId, MessageInfo, MessageState, Page};
 /// the first `preview` bytes of its payload.
 pub(crate) struct List {
     pub state: MessageState,
-    pub offset: u64,
+    pub offset: usize,
     pub limit: usize,
     pub preview: usize,
 }
@@ -34,7 +34,7 @@ impl Op for List {
     fn args(&self, k: &Keys) -> Vec<Value> {
         vec![
             (IdKey::of(self.state) as i64).into(),
-            count(self.offset),
+            count(self.offset as u64),
             count(self.limit as u64),
             k.msg_prefix.as_str().into(),
             count((self.preview + HEADER_BYTES) as u64),
@@ -60,7 +60,7 @@ impl Op for List {
         Ok(Page {
             items,
             total: head[0].as_u64().unwrap_or(0),
-            next: head[2].as_i64().and_then(|n| u64::try_from(n).ok()),
+            next: head[2].as_i64().and_then(|n| usize::try_from(n).ok()),
         })
     }
 }
@@ -88,7 +88,7 @@ pub(super) fn info(
     if let Some(preview) = preview {
         payload.truncate(preview);
     }
-    let time = |unit_ms: f64| score.map(|s| UNIX_EPOCH + Duration::from_micros((s * 1000.0 / unit_ms) as u64));
+    let time = |unit_ms: f64| score.map(|s| UNIX_EPOCH + Duration::from_micros((s * 1000.0 / unit_ms).round() as u64));
     let ttl = v[3].as_i64().unwrap_or(-2);
     MessageInfo {
         id,
@@ -98,7 +98,11 @@ pub(super) fn info(
         last_error: reason,
         due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
-        dead_since: (state == MessageState::Garbage).then(|| time(1.0)).flatten(),
+        dead_since: (state == MessageState::Dead).then(|| time(1.0)).flatten(),
+        sent_at: stored
+            .as_ref()
+            .and_then(|s| s.times)
+            .map(|t| UNIX_EPOCH + Duration::from_millis(t.sent_at_ms)),
         payload,
         payload_len: usize::try_from(stored_len).unwrap_or(0).saturating_sub(header),
         expires_in: u64::try_from(ttl).ok().map(Duration::from_millis),

@@ -69,7 +69,7 @@ macro_rules! numbered {
 
         impl $name {
             /// The variant the script numbers `n`.
-            pub fn from_number(n: i64) -> Option<Self> {
+            pub(crate) fn from_number(n: i64) -> Option<Self> {
                 match n {
                     $($n => Some($name::$variant),)*
                     _ => None,
@@ -97,7 +97,7 @@ numbered! {
 
 impl IdKey {
     /// Every key that holds ids, in order.
-    pub const ALL: [IdKey; 7] = [
+    pub(crate) const ALL: [IdKey; 7] = [
         IdKey::Pending,
         IdKey::Ready,
         IdKey::Unack,
@@ -108,24 +108,24 @@ impl IdKey {
     ];
 
     /// The key of the messages in `state`.
-    pub fn of(state: MessageState) -> Self {
+    pub(crate) fn of(state: MessageState) -> Self {
         match state {
             MessageState::Pending => IdKey::Pending,
             MessageState::Ready => IdKey::Ready,
             MessageState::Processing => IdKey::Unack,
             MessageState::Retry => IdKey::Retry,
-            MessageState::Garbage => IdKey::Garbage,
+            MessageState::Dead => IdKey::Garbage,
         }
     }
 
     /// The state of the messages this key holds, if it holds messages.
-    pub fn state(self) -> Option<MessageState> {
+    pub(crate) fn state(self) -> Option<MessageState> {
         match self {
             IdKey::Pending => Some(MessageState::Pending),
             IdKey::Ready => Some(MessageState::Ready),
             IdKey::Unack => Some(MessageState::Processing),
             IdKey::Retry => Some(MessageState::Retry),
-            IdKey::Garbage => Some(MessageState::Garbage),
+            IdKey::Garbage => Some(MessageState::Dead),
             IdKey::Retries | IdKey::Payloads => None,
         }
     }
@@ -298,7 +298,7 @@ mod tests {
                 },
                 k,
             ),
-            entry(get::Get { id: &id }, k),
+            entry(get::Get { id: id.as_str() }, k),
             entry(
                 scan::Scan {
                     of: IdKey::Ready,

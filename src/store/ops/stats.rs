@@ -8,7 +8,7 @@ use fred::prelude::Value;
 use super::{ints, state_keys, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
-use crate::{Error, QueueStats, QueueStatus, Totals};
+use crate::{Counts, Error, QueueStatus, Totals};
 
 /// Reads the status of one shard.
 pub(crate) struct Stats;
@@ -33,7 +33,7 @@ impl Op for Stats {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, garbage, now, head, oldest_dead, sent, acked, failed, dead, expired] =
+        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -41,12 +41,12 @@ impl Op for Stats {
         let n = |x: i64| u64::try_from(x).unwrap_or(0);
         let ms = |x: i64| Duration::from_millis(n(x));
         Ok(QueueStatus {
-            counts: QueueStats {
+            counts: Counts {
                 pending: n(pending),
                 ready: n(ready),
                 processing: n(processing),
                 retry: n(retry),
-                garbage: n(garbage),
+                dead: n(dead_letters),
             },
             oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
             next_due: (head > now).then(|| ms(head - now)),
