@@ -88,9 +88,6 @@ mod scripts_cluster_tests;
 mod scripts_tests;
 mod stats;
 mod store;
-#[cfg(test)]
-#[path = "../tests/support/mod.rs"]
-mod test_support;
 mod wake;
 
 pub use backoff::Backoff;
@@ -111,6 +108,10 @@ pub use producer::{NewMessage, SendBuilder};
 pub use queue::DelayQueue;
 pub use stats::{QueueStats, QueueStatus, Totals};
 pub use store::keys::MAX_QUEUE_NAME_LEN;
+
+// The unit tests' harness, the crate the integration tests use too.
+#[cfg(test)]
+use delayqueue_test_support as test_support;
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;

@@ -14,8 +14,8 @@
 //! checked against the user's ACL, so a user with `EVAL` still reaches no
 //! other key.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::time::Duration;
 

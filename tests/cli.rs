@@ -3,7 +3,7 @@
 //! output and exit code.
 #![cfg(feature = "cli")]
 
-mod support;
+use delayqueue_test_support as support;
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::Stdio;

@@ -4,8 +4,8 @@
 //! while producers and consumers run, and `SCRIPT FLUSH` on every node.
 //! The end-to-end scenarios run on a cluster as well, in `tests/e2e.rs`.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

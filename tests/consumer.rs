@@ -1,8 +1,8 @@
 //! Consumer behaviour under retries, timeouts, cancels, shutdown and Redis trouble,
 //! each against a private redis-server.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

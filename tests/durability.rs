@@ -2,7 +2,7 @@
 //! append-only files (WAITAOF), against a primary and a replica
 //! `redis-server` spawned by the test.
 
-mod support;
+use delayqueue_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,8 @@
 //! Operating a queue: retry backoff, dead letters, inspection, events and
 //! metrics, end to end against a real redis-server.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -6,8 +6,8 @@
 //! of another layout. On a 3-primary cluster: the shards land on every
 //! primary and a run with two consumers loses nothing.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

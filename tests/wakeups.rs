@@ -5,8 +5,8 @@
 //! only come from a wake-up: each test's time bound is far below the poll
 //! interval. These bounds check that a wake-up happened, not how fast.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
