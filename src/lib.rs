@@ -103,6 +103,7 @@ pub use id::{MessageId, MAX_ID_LEN};
 pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use integrity::{Anomaly, IntegrityReport, MessageState};
 pub use message::Message;
+pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
 pub use producer::{NewMessage, SendBuilder};
 pub use queue::DelayQueue;
