@@ -217,7 +217,7 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         .unwrap();
     assert!(matches!(
         sender.send_delay_msg("dup", Duration::from_secs(60)).id("k").await,
-        Err(Error::Duplicate(_))
+        Err(Error::Duplicate { .. })
     ));
     assert!(sender.cancel(&"k".into()).await.unwrap());
     assert_eq!(inspector.stats().await.unwrap().pending, 201);

@@ -112,7 +112,9 @@ async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spr
                 Ok(results) => {
                     for (id, result) in ids.iter().zip(results) {
                         match result {
-                            Ok(_) | Err(Error::Duplicate(_)) => sent.acknowledged.push(MessageId::from(id.as_str())),
+                            Ok(_) | Err(Error::Duplicate { .. }) => {
+                                sent.acknowledged.push(MessageId::from(id.as_str()))
+                            }
                             Err(e) => panic!("{id}: {e:?}"),
                         }
                     }

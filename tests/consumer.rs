@@ -192,7 +192,7 @@ async fn caller_id_makes_send_idempotent() {
         .unwrap();
     assert_eq!(id.as_str(), "order-42");
     match q.send_delay_msg("b", Duration::ZERO).id("order-42").await {
-        Err(Error::Duplicate(dup)) => assert_eq!(dup, id),
+        Err(Error::Duplicate { id: dup, .. }) => assert_eq!(dup, id),
         other => panic!("expected Duplicate, got {other:?}"),
     }
     assert_eq!(q.stats().await.unwrap().pending, 1);

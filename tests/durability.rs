@@ -100,7 +100,7 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
     );
     // ... and Duplicate once it is back: stored, and now confirmed.
     let again = q.send_delay_msg("y", Duration::from_secs(60)).id("order-1").await;
-    assert!(matches!(again, Err(Error::Duplicate(_))), "{again:?}");
+    assert!(matches!(again, Err(Error::Duplicate { .. })), "{again:?}");
     q.send_delay_msg("z", Duration::from_secs(60)).await.unwrap();
     assert_eq!(replica.raw_command(&["ZCARD", "dq:{pay}:pending"]), "522");
 }

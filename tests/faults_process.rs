@@ -569,7 +569,7 @@ async fn produce(queue: DelayQueue, p: usize, seed: u64, sent: Arc<Sent>, stop: 
                 for (id, r) in ids.into_iter().zip(results) {
                     match r {
                         Ok(_) => sent.ok.lock().unwrap().insert(id),
-                        Err(Error::Duplicate(_)) => {
+                        Err(Error::Duplicate { .. }) => {
                             sent.dup_replies.fetch_add(1, Ordering::Relaxed);
                             sent.ok.lock().unwrap().insert(id)
                         }

@@ -54,7 +54,7 @@ async fn produce(q: DelayQueue, prefix: String, started: Instant, stop: Arc<Atom
                 .id(id.as_str())
                 .await
             {
-                Ok(_) | Err(Error::Duplicate(_)) => {
+                Ok(_) | Err(Error::Duplicate { .. }) => {
                     sent.acknowledged
                         .push((MessageId::from(id.as_str()), started.elapsed()));
                     break;

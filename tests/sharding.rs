@@ -138,7 +138,7 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
     for id in &ids[..5] {
         assert!(matches!(
             q.send_delay_msg("again", Duration::ZERO).id(id).await,
-            Err(Error::Duplicate(_))
+            Err(Error::Duplicate { .. })
         ));
     }
     for id in &ids {

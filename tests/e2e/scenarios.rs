@@ -268,7 +268,7 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
     assert_eq!(q.stats().await.unwrap().pending, 20);
     assert!(matches!(
         q.send_delay_msg("again", Duration::ZERO).id("later-0").await,
-        Err(Error::Duplicate(_))
+        Err(Error::Duplicate { .. })
     ));
 
     // Due within 200 ms, in a batch and one by one.
