@@ -105,10 +105,7 @@ async fn each_event_is_one_log_line_at_its_level() {
     assert!(purged.len() == 1 && purged[0].contains(" INFO "), "{text}");
     // Every script's first call meets NOSCRIPT on a fresh server: routine.
     let everything = logs.all_text();
-    let loads: Vec<&str> = everything
-        .lines()
-        .filter(|l| l.contains("delayqueue::scripts"))
-        .collect();
+    let loads: Vec<&str> = everything.lines().filter(|l| l.contains(" script=")).collect();
     assert!(!loads.is_empty(), "no script was loaded? {everything}");
     assert!(
         loads.iter().all(|l| l.contains("DEBUG") && !l.contains("NOSCRIPT")),
