@@ -67,7 +67,7 @@ fn timer_id(order: u64) -> MessageId {
 
 fn error(e: delayqueue::Error) -> (StatusCode, String) {
     let status = match e {
-        delayqueue::Error::Duplicate(_) => StatusCode::CONFLICT,
+        delayqueue::Error::Duplicate { .. } => StatusCode::CONFLICT,
         _ => StatusCode::SERVICE_UNAVAILABLE,
     };
     (status, e.to_string())

@@ -13,5 +13,6 @@ if ! command -v faketime >/dev/null 2>&1 && [ -z "${FAKETIME_LIB:-}" ]; then
     apt_install faketime || echo "could not install faketime; the clock-skew fault test will fail" >&2
 fi
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
-# --features cli: the CLI and its end-to-end tests (tests/cli.rs).
-cargo test --features cli,tls "$@"
+# --features cli: the CLI and its end-to-end tests (tests/cli.rs);
+# --workspace: also the test harness's own tests (crate delayqueue-test-support).
+cargo test --workspace --features cli,tls "$@"

@@ -88,9 +88,17 @@ async fn flush(queue: &DelayQueue, k: &Keys, batch: &mut Vec<AckItem>) {
                 return;
             }
             Err(e) => {
-                tracing::warn!(queue = %queue.name(), error = %e, acks = batch.len(), "ack failed; retrying");
+                // Only giving up is worth a warning: a retry that works changes nothing.
+                tracing::debug!(queue = %queue.name(), error = %e, acks = batch.len(), "ack failed; retrying");
                 let now = Instant::now();
+                let before = batch.len();
                 batch.retain(|item| item.deadline > now);
+                if batch.len() < before {
+                    tracing::warn!(
+                        queue = %queue.name(), error = %e, acks = before - batch.len(),
+                        "acks failed until their leases ran out; those messages will be delivered again"
+                    );
+                }
                 if batch.is_empty() {
                     return;
                 }

@@ -340,6 +340,8 @@ impl DelayQueueBuilder {
         if !(1..=MAX_BATCH_SIZE).contains(&c.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));
         }
+        // Cheap, and it reaches a recorder installed since the last build.
+        crate::meters::describe_metrics();
         Ok(DelayQueue {
             inner: Arc::new(Inner {
                 shards,

@@ -196,6 +196,9 @@ async fn run(
     while !*stop.borrow() {
         let (until, on_slot) = match step(&shared, &mut at).await {
             Ok(slot) => {
+                if failures > 0 {
+                    tracing::info!(queue = %shared.queue.name(), failed_steps = failures, "consumer step succeeded again");
+                }
                 failures = 0;
                 (at.sweep.min(at.promote), slot)
             }
@@ -203,7 +206,12 @@ async fn run(
                 failures += 1;
                 let backoff =
                     (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
-                tracing::warn!(queue = %shared.queue.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
+                // An outage is one event: one warning, then one line when it ends.
+                if failures == 1 {
+                    tracing::warn!(queue = %shared.queue.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
+                } else {
+                    tracing::debug!(queue = %shared.queue.name(), error = %e, retry_in = ?backoff, failures, "consumer step failed again");
+                }
                 (Instant::now() + backoff, false)
             }
         };
@@ -288,14 +296,23 @@ async fn sweep(queue: &DelayQueue, k: &Keys) -> Result<(), Error> {
         let (timed_out, buried) = (reply.count, reply.dead);
         let dead = buried.len() as u64;
         if timed_out > 0 {
-            tracing::warn!(queue = %inner.name, timed_out, dead, "deliveries exceeded max_consume_duration; redelivering");
+            // The buried ones get a line each below.
+            if timed_out > dead {
+                tracing::warn!(
+                    queue = %inner.name, count = timed_out - dead,
+                    "deliveries exceeded max_consume_duration; redelivering"
+                );
+            }
             inner.meters.timed_out.increment(timed_out);
             inner.meters.retried.increment(timed_out - dead);
             inner.meters.dead.increment(dead);
             events::emit(&inner.events, || Event::TimedOut { count: timed_out, dead });
         }
         for (id, attempt) in buried {
-            tracing::warn!(queue = %inner.name, %id, attempt, reason = "timeout", "it used up its deliveries; moved to the dead letters");
+            tracing::warn!(
+                queue = %inner.name, %id, attempt, reason = "timeout",
+                "delivery exceeded max_consume_duration and used up its deliveries; moved to the dead letters"
+            );
             events::emit(&inner.events, || Event::Dead {
                 id,
                 attempt,
@@ -427,11 +444,11 @@ async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
             tracing::error!(
                 queue = %inner.name, id = ?delivery.id, value_bytes = delivery.value.len(),
                 attempt = delivery.attempt,
-                "unreadable message (written by something else?); moved to the dead letters"
+                "unreadable message (written by something else?); moving it to the dead letters"
             );
             if let Some(id) = delivery.id {
                 let shared = shared.clone();
-                let failure = Failure::dead("unreadable stored value");
+                let failure = Failure::new(Mode::Dead, Cause::Unreadable, "unreadable stored value".into());
                 tokio::spawn(async move { nack(&shared, &id, 1, lease, deadline, failure).await });
             }
             continue;
@@ -514,28 +531,22 @@ async fn deliver(shared: Arc<Shared>, msg: Message, deadline: Instant) {
                 });
                 None
             }
-            Ok(Ok(Err(e))) => {
-                tracing::warn!(queue = %name, %id, attempt, error = %e, "handler failed");
-                Some(Failure::from_error(e))
-            }
+            Ok(Ok(Err(e))) => Some(Failure::from_error(e)),
             Ok(Err(panic)) => {
                 let what = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                tracing::error!(queue = %name, %id, attempt, panic = %what, "handler panicked");
-                Some(Failure::retry(format!("panic: {what}")))
+                Some(Failure::new(Mode::Fail(None), Cause::Panic, format!("panic: {what}")))
             }
-            Err(_) => {
-                tracing::warn!(queue = %name, %id, attempt, ?limit, "handler exceeded its time limit; cancelled");
-                // The configured limit, not the time measured, so that
-                // failures of one cause share one reason.
-                Some(Failure::retry(format!(
-                    "handler timed out (limit {:?})",
-                    config.handler_timeout()
-                )))
-            }
+            // The configured limit, not the time measured, so that failures
+            // of one cause share one reason.
+            Err(_) => Some(Failure::new(
+                Mode::Fail(None),
+                Cause::TimeLimit,
+                format!("handler timed out (limit {:?})", config.handler_timeout()),
+            )),
         };
         if let Some(mut failure) = failure {
             shared.queue.inner.meters.nacked.increment(1);
@@ -574,7 +585,36 @@ const MAX_REASON: usize = 1000;
 /// Why and how a delivery ends without an ack.
 struct Failure {
     mode: Mode,
+    cause: Cause,
     reason: String,
+}
+
+/// What ended a delivery without an ack: the subject of its one log line,
+/// which the nack writes once it knows the outcome.
+#[derive(Clone, Copy, PartialEq)]
+enum Cause {
+    /// The handler returned an error.
+    Error,
+    /// The handler panicked: a bug, logged at ERROR.
+    Panic,
+    /// The handler ran past its time limit and was cancelled.
+    TimeLimit,
+    /// The claimed value was unreadable; the claim logged it at ERROR.
+    Unreadable,
+    /// The delivery never started; handing it back is routine.
+    Unstarted,
+}
+
+impl Cause {
+    fn describe(self) -> &'static str {
+        match self {
+            Cause::Error => "handler failed",
+            Cause::Panic => "handler panicked",
+            Cause::TimeLimit => "handler exceeded its time limit and was cancelled",
+            Cause::Unreadable => "unreadable message",
+            Cause::Unstarted => "unstarted delivery handed back",
+        }
+    }
 }
 
 enum Mode {
@@ -588,7 +628,7 @@ enum Mode {
 }
 
 impl Failure {
-    fn new(mode: Mode, mut reason: String) -> Self {
+    fn new(mode: Mode, cause: Cause, mut reason: String) -> Self {
         if reason.len() > MAX_REASON {
             let mut end = MAX_REASON;
             while !reason.is_char_boundary(end) {
@@ -596,22 +636,11 @@ impl Failure {
             }
             reason.truncate(end);
         }
-        Failure { mode, reason }
-    }
-
-    fn retry(reason: String) -> Self {
-        Failure::new(Mode::Fail(None), reason)
-    }
-
-    fn dead(reason: &str) -> Self {
-        Failure::new(Mode::Dead, reason.to_string())
+        Failure { mode, cause, reason }
     }
 
     fn release() -> Self {
-        Failure {
-            mode: Mode::Release,
-            reason: String::new(),
-        }
+        Failure::new(Mode::Release, Cause::Unstarted, String::new())
     }
 
     /// A handler's error; [`SkipRetry`] and [`RetryAfter`] steer the retry.
@@ -621,7 +650,24 @@ impl Failure {
         } else {
             Mode::Fail(e.downcast_ref::<RetryAfter>().map(|r| r.delay.min(crate::MAX_DELAY)))
         };
-        Failure::new(mode, e.to_string())
+        Failure::new(mode, Cause::Error, e.to_string())
+    }
+
+    /// The one line about this failed delivery, once its `outcome` is
+    /// known: ERROR for a panic, WARN for a failure, DEBUG for what needs
+    /// no attention or was logged already.
+    fn log(&self, queue: &str, id: &MessageId, attempt: u32, outcome: &str, retry_in: Option<Duration>) {
+        let (what, reason) = (self.cause.describe(), &self.reason);
+        let retry_in = retry_in.map(tracing::field::debug);
+        match self.cause {
+            Cause::Panic => tracing::error!(%queue, %id, attempt, %reason, retry_in, "{what}; {outcome}"),
+            Cause::Error | Cause::TimeLimit => {
+                tracing::warn!(%queue, %id, attempt, %reason, retry_in, "{what}; {outcome}")
+            }
+            Cause::Unreadable | Cause::Unstarted => {
+                tracing::debug!(%queue, %id, attempt, %reason, retry_in, "{what}; {outcome}")
+            }
+        }
     }
 }
 
@@ -648,17 +694,22 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
     loop {
         match shared.queue.store(&shared.keys).run(&op).await {
             Ok(NackOutcome::LeaseLost) => {
-                tracing::warn!(queue = %inner.name, %id, "nack came after the lease ran out; the message was already taken back");
+                tracing::warn!(
+                    queue = %inner.name, %id, attempt, reason = %failure.reason,
+                    "{}, but its lease ran out before the nack; the message was already taken back",
+                    failure.cause.describe()
+                );
                 inner.meters.lease_lost.increment(1);
                 events::emit(&inner.events, || Event::LeaseLost { id: id.clone() });
                 return;
             }
             Ok(NackOutcome::Dead) => {
-                let why = match op.mode {
-                    NackMode::Dead => "retrying cannot help",
-                    _ => "it used up its deliveries",
+                let outcome = match (failure.cause, &op.mode) {
+                    (Cause::Unreadable, _) => "moved to the dead letters",
+                    (_, NackMode::Dead) => "retrying cannot help; moved to the dead letters",
+                    _ => "it used up its deliveries; moved to the dead letters",
                 };
-                tracing::warn!(queue = %inner.name, %id, attempt, reason = %failure.reason, "{why}; moved to the dead letters");
+                failure.log(&inner.name, id, attempt, outcome, None);
                 inner.meters.dead.increment(1);
                 events::emit(&inner.events, || Event::Dead {
                     id: id.clone(),
@@ -669,7 +720,7 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
             }
             Ok(NackOutcome::Retried) => {
                 if let NackMode::Fail { delay } = op.mode {
-                    tracing::debug!(queue = %inner.name, %id, attempt, retry_in = ?delay, "retry scheduled");
+                    failure.log(&inner.name, id, attempt, "retrying", Some(delay));
                     inner.meters.retried.increment(1);
                     events::emit(&inner.events, || Event::Failed {
                         id: id.clone(),
@@ -680,13 +731,18 @@ async fn nack(shared: &Shared, id: &MessageId, attempt: u32, lease: i64, deadlin
                 }
                 return;
             }
+            // Only giving up is worth a warning: a retry that works changes nothing.
             Err(e) if Instant::now() + backoff < deadline => {
-                tracing::warn!(queue = %inner.name, %id, error = %e, "nack failed; retrying");
+                tracing::debug!(queue = %inner.name, %id, error = %e, "nack failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
             Err(e) => {
-                tracing::warn!(queue = %inner.name, %id, error = %e, "nack failed; the visibility timeout will redeliver it");
+                tracing::warn!(
+                    queue = %inner.name, %id, attempt, reason = %failure.reason, error = %e,
+                    "{}; the nack failed until its lease ran out, so the visibility timeout will redeliver it",
+                    failure.cause.describe()
+                );
                 return;
             }
         }

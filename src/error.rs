@@ -38,8 +38,13 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A message with this id is still pending, ready, being retried or processed.
-    #[error("message {0} already exists in the queue")]
-    Duplicate(MessageId),
+    #[error("message {id} already exists in queue {queue:?}")]
+    Duplicate {
+        /// The queue.
+        queue: String,
+        /// The caller-given id.
+        id: MessageId,
+    },
     /// A queue key holds a value of the wrong type: something other than
     /// `delayqueue` wrote to it.
     #[error("a key of queue {queue:?} holds the wrong type of value (written by something else?): {detail}")]

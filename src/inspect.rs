@@ -52,10 +52,16 @@ pub struct MessageInfo {
 }
 
 impl MessageInfo {
-    /// Deliveries left, counting none for a running delivery: `None` when
-    /// the payload (which holds the retry count) is gone.
+    /// Deliveries left, counting none for a running delivery, and none
+    /// for a dead letter, whatever ended it early (`SkipRetry`, expiry):
+    /// a requeue gives it its retries again. `None` when the payload
+    /// (which holds the retry count) is gone.
     pub fn retries_left(&self) -> Option<u32> {
-        self.retry_count.map(|n| (n + 1).saturating_sub(self.attempts))
+        let n = self.retry_count?;
+        Some(match self.state {
+            MessageState::Dead => 0,
+            _ => (n + 1).saturating_sub(self.attempts),
+        })
     }
 }
 

@@ -135,7 +135,8 @@ pub(crate) fn spawn(queue: DelayQueue, k: Keys, leases: Arc<Leases>) -> JoinHand
             let running = leases.snapshot();
             for batch in running.chunks(queue.inner.config.batch_size) {
                 if let Err(e) = renew(&queue, &k, batch).await {
-                    tracing::warn!(queue = %queue.name(), error = %e, "lease renewal failed; retrying at the next tick");
+                    // A renewal that fails for good shows as a late ack or nack, which warns.
+                    tracing::debug!(queue = %queue.name(), error = %e, "lease renewal failed; retrying at the next tick");
                 }
             }
         }
@@ -192,7 +193,8 @@ async fn extend<'a>(
             (h.lease, h.deadline) = (new, deadline);
         } else {
             h.lost = true;
-            tracing::warn!(
+            // Debug: the handler's ack or nack finds the lease gone and warns.
+            tracing::debug!(
                 queue = %inner.name, id = %lease.id,
                 "lease lost while the handler runs (renewal came too late); the message is delivered again"
             );

@@ -94,10 +94,6 @@ mod scripts_cluster_tests;
 mod scripts_tests;
 mod stats;
 mod store;
-#[cfg(test)]
-#[path = "../tests/support/mod.rs"]
-#[allow(unreachable_pub)] // shared with the integration tests, which need its items pub
-mod test_support;
 mod wake;
 
 pub use backoff::Backoff;
@@ -113,11 +109,16 @@ pub use id::{MessageId, MAX_ID_LEN};
 pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use integrity::{Anomaly, IntegrityReport, MessageState};
 pub use message::Message;
+pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
 pub use producer::NewMessage;
 pub use queue::DelayQueue;
 pub use stats::{Counts, QueueStatus, Totals};
 pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
+
+// The unit tests' harness, the crate the integration tests use too.
+#[cfg(test)]
+use delayqueue_test_support as test_support;
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;

@@ -293,7 +293,10 @@ async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<Messa
             // A generated id is unique to this call: finding it means fred
             // re-sent the script after a lost reply, and the first run stored it.
             SendOutcome::Live if !m.own_id => Ok(m.id),
-            SendOutcome::Live => Err(Error::Duplicate(m.id)),
+            SendOutcome::Live => Err(Error::Duplicate {
+                queue: q.name.clone(),
+                id: m.id,
+            }),
             SendOutcome::WrongType => Err(Error::WrongType {
                 queue: q.name.clone(),
                 detail: format!("the payload key of message {} holds another type", m.id),

@@ -299,7 +299,7 @@ impl DelayQueue {
             }
         }
         if removed > 0 {
-            tracing::warn!(queue = %self.inner.name, removed, "queue purged");
+            tracing::info!(queue = %self.inner.name, removed, "queue purged");
         }
         Ok(removed)
     }

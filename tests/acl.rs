@@ -14,8 +14,8 @@
 //! checked against the user's ACL, so a user with `EVAL` still reaches no
 //! other key.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::time::Duration;
 
@@ -215,7 +215,7 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     sender.send("dup").delay(Duration::from_secs(60)).id("k").await.unwrap();
     assert!(matches!(
         sender.send("dup").delay(Duration::from_secs(60)).id("k").await,
-        Err(Error::Duplicate(_))
+        Err(Error::Duplicate { .. })
     ));
     assert!(sender.cancel("k").await.unwrap());
     assert_eq!(inspector.counts().await.unwrap().pending, 201);

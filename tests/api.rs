@@ -2,8 +2,8 @@
 //! taken as any string, the due and send times a handler sees,
 //! `reschedule_at`, and `json_or_skip`.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -3,8 +3,8 @@
 //! redis-server and checks the error's variant together with what Redis
 //! holds afterwards.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::BTreeMap;
 use std::future::IntoFuture;

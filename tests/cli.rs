@@ -3,15 +3,15 @@
 //! output and exit code.
 #![cfg(feature = "cli")]
 
-mod support;
+use delayqueue_test_support as support;
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::{Counts, DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState};
-use serde_json::Value;
+use delayqueue::{Counts, DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageState, SkipRetry};
+use serde_json::{json, Value};
 use support::{wait_for, RedisServer, WAIT};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -161,7 +161,10 @@ async fn send_queues_show_and_cancel() {
     );
     // The same id again while the first waits.
     let err = run(&url, &["send", "orders", "again", "--id", "order-42"]).await;
-    assert!(err.failed(1).contains("order-42 already exists"), "{err:?}");
+    assert_eq!(
+        err.failed(1),
+        "error: message order-42 already exists in queue \"orders\""
+    );
     assert!(run(&url, &["send", "orders", "x", "--delay", "soon"])
         .await
         .failed(2)
@@ -410,7 +413,10 @@ async fn dead_letters_list_requeue_and_delete() {
     assert_eq!(r.stdout, "requeued 2 dead letters\n", "{r:?}");
     let stats = q2.counts().await.unwrap();
     assert_eq!((stats.ready, stats.dead), (2, 0));
-    assert!(run(&url, &["dead", "delete", "hooks"]).await.failed(2).contains("<ID>"));
+    assert!(run(&url, &["dead", "delete", "hooks"])
+        .await
+        .failed(2)
+        .contains("<ID|--all>"));
     assert!(run(&url, &["dead", "delete", "hooks", "x", "--all"])
         .await
         .failed(2)
@@ -724,4 +730,122 @@ async fn url_from_the_environment_and_key_prefix() {
     assert_eq!(v["queues"][0]["name"], "billing");
     let r = run(&server.url(), &["stats", "billing", "--prefix", "app:", "--json"]).await;
     assert_eq!(r.json()["counts"]["pending"], 1);
+}
+
+/// Usage lines show what is required: `--url` is not, even when it comes
+/// from REDIS_URL; `dead requeue` and `dead delete` want an id or --all.
+#[tokio::test]
+async fn usage_lines_show_what_is_required() {
+    for sub in ["requeue", "delete"] {
+        let mut cmd = command(&["dead", sub, "hooks"]);
+        cmd.env("REDIS_URL", "redis://127.0.0.1:1");
+        let err = run_command(cmd).await;
+        let text = err.failed(2);
+        let usage = text.lines().find(|l| l.starts_with("Usage:")).unwrap_or_default();
+        assert_eq!(
+            usage,
+            format!("Usage: delayqueue dead {sub} [OPTIONS] <QUEUE> <ID|--all>"),
+            "{text}"
+        );
+        assert!(text.contains("not provided:\n  <ID|--all>"), "{text}");
+    }
+    let mut cmd = command(&["show", "orders"]);
+    cmd.env("REDIS_URL", "redis://127.0.0.1:1");
+    let text = run_command(cmd).await.failed(2).to_string();
+    assert!(text.contains("Usage: delayqueue show <QUEUE> <ID>\n"), "{text}");
+    let help = run_command(command(&["--help"])).await;
+    assert!(
+        help.stdout
+            .contains("[default: $REDIS_URL, else redis://127.0.0.1:6379]"),
+        "{help:?}"
+    );
+}
+
+/// A dead letter has no deliveries left, however it died; requeued, it has
+/// them all again, and no expiry: its payload is live again (no TTL).
+#[tokio::test]
+async fn dead_letters_have_no_deliveries_left_and_requeued_ones_no_expiry() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "skips");
+    let id = q.send("x").id("skip-1").await.unwrap();
+    let consumer = q
+        .start_consume(|_msg: Message| async move { Err::<(), HandlerError>(SkipRetry::new("bad order").into()) })
+        .await
+        .unwrap();
+    assert!(
+        wait_for(WAIT, || async { q.counts().await.unwrap().dead == 1 }).await,
+        "{:?}",
+        q.counts().await
+    );
+    consumer.shutdown().await.unwrap();
+    let m = run(&url, &["show", "skips", "skip-1", "--json"]).await.json()["message"].clone();
+    assert_eq!(
+        (&m["state"], &m["attempts"], &m["retry_count"], &m["deliveries_left"]),
+        (&json!("dead"), &json!(1), &json!(3), &json!(0)),
+        "{m}"
+    );
+    assert!(
+        m["expires_in_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "the retention: {m}"
+    );
+    let r = run(&url, &["show", "skips", "skip-1"]).await;
+    assert!(r.stdout.contains("retry count  3 (0 deliveries left)\n"), "{r:?}");
+
+    run(&url, &["dead", "requeue", "skips", id.as_str()]).await;
+    let m = run(&url, &["show", "skips", "skip-1", "--json"]).await.json()["message"].clone();
+    assert_eq!(
+        (
+            &m["state"],
+            &m["deliveries_left"],
+            &m["expires_in_ms"],
+            &m["expires_at"]
+        ),
+        (&json!("ready"), &json!(4), &Value::Null, &Value::Null),
+        "{m}"
+    );
+    let r = run(&url, &["show", "skips", "skip-1"]).await;
+    assert!(r.stdout.contains("\nexpires in   -\n"), "{r:?}");
+}
+
+/// `reschedule` moves a pending message's due time; anything else is exit 1.
+#[tokio::test]
+async fn reschedule_moves_a_pending_message() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "later");
+    let dead = make_dead(&q, &["y"], "boom").await;
+    q.send("x").delay(Duration::from_secs(3600)).id("r-1").await.unwrap();
+
+    let r = run(&url, &["reschedule", "later", "r-1", "--delay", "5m"]).await;
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "rescheduled r-1: due in 5m 0s\n"),
+        "{r:?}"
+    );
+    let due = q.get("r-1").await.unwrap().unwrap().due.unwrap();
+    let left = due.duration_since(SystemTime::now()).unwrap_or_default();
+    assert!(
+        left > Duration::from_secs(240) && left <= Duration::from_secs(300),
+        "{left:?}"
+    );
+    let v = run(&url, &["--json", "reschedule", "later", "r-1", "-d", "0s"])
+        .await
+        .json();
+    assert_eq!(
+        v,
+        json!({"queue": "later", "id": "r-1", "rescheduled": true, "delay_ms": 0})
+    );
+    for id in [dead[0].as_str(), "nope"] {
+        let err = run(&url, &["reschedule", "later", id, "--delay", "1m"]).await;
+        assert_eq!(
+            err.failed(1),
+            format!(
+                "error: message \"{id}\" not rescheduled: queue \"later\" has no such message pending \
+                 (unknown, already due, being processed, or dead)"
+            )
+        );
+    }
+    assert!(run(&url, &["reschedule", "later", "r-1"])
+        .await
+        .failed(2)
+        .contains("--delay"));
 }

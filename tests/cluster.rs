@@ -4,8 +4,8 @@
 //! while producers and consumers run, and `SCRIPT FLUSH` on every node.
 //! The end-to-end scenarios run on a cluster as well, in `tests/e2e.rs`.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,7 +115,9 @@ async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spr
                 Ok(results) => {
                     for (id, result) in ids.iter().zip(results) {
                         match result {
-                            Ok(_) | Err(Error::Duplicate(_)) => sent.acknowledged.push(MessageId::from(id.as_str())),
+                            Ok(_) | Err(Error::Duplicate { .. }) => {
+                                sent.acknowledged.push(MessageId::from(id.as_str()))
+                            }
                             Err(e) => panic!("{id}: {e:?}"),
                         }
                     }

@@ -1,8 +1,8 @@
 //! Consumer behaviour under retries, timeouts, cancels, shutdown and Redis trouble,
 //! each against a private redis-server.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -194,7 +194,7 @@ async fn caller_id_makes_send_idempotent() {
         .unwrap();
     assert_eq!(id.as_str(), "order-42");
     match q.send("b").id("order-42").await {
-        Err(Error::Duplicate(dup)) => assert_eq!(dup, id),
+        Err(Error::Duplicate { id: dup, .. }) => assert_eq!(dup, id),
         other => panic!("expected Duplicate, got {other:?}"),
     }
     assert_eq!(q.counts().await.unwrap().pending, 1);

@@ -2,7 +2,7 @@
 //! append-only files (WAITAOF), against a primary and a replica
 //! `redis-server` spawned by the test.
 
-mod support;
+use delayqueue_test_support as support;
 
 use std::time::{Duration, Instant};
 
@@ -101,7 +101,7 @@ async fn a_durable_send_returns_once_the_replica_has_the_message() {
     );
     // ... and Duplicate once it is back: stored, and now confirmed.
     let again = q.send("y").delay(Duration::from_secs(60)).id("order-1").await;
-    assert!(matches!(again, Err(Error::Duplicate(_))), "{again:?}");
+    assert!(matches!(again, Err(Error::Duplicate { .. })), "{again:?}");
     q.send("z").delay(Duration::from_secs(60)).await.unwrap();
     assert_eq!(replica.raw_command(&["ZCARD", "dq:{pay}:pending"]), "522");
 }

@@ -14,8 +14,8 @@
 //! changes the queue settings wraps an existing one and overrides
 //! `configure`) and a module here expanding `scenario_tests!` with it.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 #[path = "e2e/backends.rs"]
 mod backends;

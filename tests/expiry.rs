@@ -3,8 +3,8 @@
 //! (event, warning, totals, dead letter). Also: a stopping consumer over a
 //! large backlog, and the keys a drained queue leaves.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;

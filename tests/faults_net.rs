@@ -12,8 +12,8 @@
 //! clean. Each scenario prints one `FAULT ...` line (see it with
 //! `--nocapture`).
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -194,7 +194,7 @@ impl Run {
             for id in lost.iter().take(5) {
                 eprintln!(
                     "lost {id}: {}",
-                    support::whereabouts(direct, self.queue.name(), id.as_str()).await
+                    helpers::whereabouts(direct, self.queue.name(), id.as_str()).await
                 );
             }
         }

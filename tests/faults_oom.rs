@@ -5,8 +5,8 @@
 //! acking frees the memory that lets sends succeed again. Every message
 //! whose send returned `Ok` is handled; none is lost.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};

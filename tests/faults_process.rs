@@ -14,7 +14,8 @@
 //!
 //! The soak is `#[ignore]`d; `scripts/soak.sh` runs it for `SOAK_SECS`.
 
-mod support;
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use delayqueue::{Counts, DelayQueue, Error, Event, HandlerError, Message, MessageState, NewMessage, MAX_RETRY_COUNT};
 use fred::clients::Client;
 use fred::prelude::*;
-use support::worker::{libfaketime, read_ledgers, Delivery, Worker, WorkerOptions};
+use helpers::worker::{libfaketime, read_ledgers, Delivery, Worker, WorkerOptions};
 use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
 
 /// xorshift64*: fault timing only needs to vary, not to be good.
@@ -131,7 +132,7 @@ async fn lost_ids(
     let mut lost: Vec<String> = sent.iter().filter(|id| !by_id.contains_key(*id)).cloned().collect();
     lost.sort();
     for id in lost.iter().take(5) {
-        eprintln!("lost {id}: {}", support::whereabouts(client, queue, id).await);
+        eprintln!("lost {id}: {}", helpers::whereabouts(client, queue, id).await);
     }
     lost
 }
@@ -195,7 +196,7 @@ const ACK_SLACK: usize = 32;
 /// killed workers may cause one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkilled_workers_lose_nothing() {
-    support::worker::worker_bin();
+    helpers::worker::worker_bin();
     let started = Instant::now();
     let seed = Rng::seed();
     let mut rng = Rng::new(seed);
@@ -248,9 +249,9 @@ async fn sigkilled_workers_lose_nothing() {
         }
         let victim = rng.range(0, workers.len() as u64) as usize;
         let mut w = workers.swap_remove(victim);
-        let before = support::worker::read_ledger(&w.opts.ledger).0.len();
+        let before = helpers::worker::read_ledger(&w.opts.ledger).0.len();
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let at_kill = support::worker::read_ledger(&w.opts.ledger).0.len();
+        let at_kill = helpers::worker::read_ledger(&w.opts.ledger).0.len();
         w.kill();
         mid_handler += usize::from(at_kill > before);
         kill_notes.push(format!(
@@ -351,7 +352,7 @@ async fn sigkilled_workers_lose_nothing() {
 /// dead letter is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
-    support::worker::worker_bin();
+    helpers::worker::worker_bin();
     let server = RedisServer::start().await;
     let client = server.client().await;
     let queue = DelayQueue::builder("lastgo", client.clone())
@@ -369,10 +370,10 @@ async fn a_killed_worker_s_last_delivery_is_buried_with_a_dead_event() {
     })
     .await;
     let ledger = worker.opts.ledger.clone();
-    wait_until(WAIT, || !support::worker::read_ledger(&ledger).0.is_empty()).await;
+    wait_until(WAIT, || !helpers::worker::read_ledger(&ledger).0.is_empty()).await;
     worker.kill();
     assert_eq!(
-        support::worker::read_ledger(&ledger).0.len(),
+        helpers::worker::read_ledger(&ledger).0.len(),
         1,
         "the worker took the message"
     );
@@ -418,7 +419,7 @@ const SKEW_MESSAGES: u64 = 300;
 /// Redis's clock, each once, and both workers take a share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_worker_clocks_change_nothing() {
-    support::worker::worker_bin();
+    helpers::worker::worker_bin();
     let started = Instant::now();
     // Fails here, with how to install it, when faketime is missing.
     libfaketime();
@@ -566,7 +567,7 @@ async fn produce(queue: DelayQueue, p: usize, seed: u64, sent: Arc<Sent>, stop: 
                 for (id, r) in ids.into_iter().zip(results) {
                     match r {
                         Ok(_) => sent.ok.lock().unwrap().insert(id),
-                        Err(Error::Duplicate(_)) => {
+                        Err(Error::Duplicate { .. }) => {
                             sent.dup_replies.fetch_add(1, Ordering::Relaxed);
                             sent.ok.lock().unwrap().insert(id)
                         }
@@ -592,7 +593,7 @@ async fn soak() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(120);
     // Built first (a release build takes a while), so it does not eat the soak's time.
-    support::worker::worker_bin();
+    helpers::worker::worker_bin();
     let started = Instant::now();
     let seed = Rng::seed();
     let mut rng = Rng::new(seed);

@@ -5,8 +5,8 @@
 //! the visibility timeout and the fencing of a late ack are shown in
 //! tests/consumer.rs.)
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::future::IntoFuture;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! cut connections, with random sends, cancels, reschedules and requeues,
 //! two or three consumers with random handler outcomes, and random faults;
 //! records the whole history and checks it against the at-least-once model
-//! in `tests/support/history_model.rs`, along the way and at the end.
+//! in `tests/support/history_model.rs` (crate `delayqueue-test-support`), along the way and at the end.
 //!
 //! The seed is printed at the start; `HISTORY_SEED=<n>` replays its choices
 //! (the timing of a run differs, so a failure may need a few replays).
@@ -27,9 +27,8 @@
 //!
 //! `scripts/soak.sh history` runs it over and over with fresh seeds.
 
-#[path = "support/history_model.rs"]
-mod model;
-mod support;
+use delayqueue_test_support as support;
+use support::history_model as model;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,8 +2,8 @@
 //! deliveries that wait too long for a handler slot. Each against a private
 //! redis-server.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

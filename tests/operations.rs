@@ -1,8 +1,8 @@
-//! Operating a queue: retry backoff, dead letters, inspection, events and
-//! metrics, end to end against a real redis-server.
+//! Operating a queue: retry backoff, dead letters, inspection and events,
+//! end to end against a real redis-server (metrics: `tests/observability.rs`).
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,9 +10,8 @@ use std::time::Duration;
 use delayqueue::{
     Backoff, Counts, Event, HandlerError, Message, MessageId, MessageState, NewMessage, RetryAfter, SkipRetry,
 };
-use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use support::{all_keys, wait_until, RedisServer, WAIT};
+use helpers::{acking, recording, start_queue, wait_stats, Log};
+use support::{all_keys, wait_until, WAIT};
 use tokio::sync::broadcast;
 
 /// How often the consumers in these tests poll.
@@ -284,66 +283,6 @@ async fn events_tell_what_happened_in_order() {
         },
     ];
     assert_eq!(seen, want);
-}
-
-#[tokio::test]
-async fn metrics_reach_the_installed_recorder() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    // The queue registers its handles when it is built.
-    let q = metrics::with_local_recorder(&recorder, || {
-        queue_builder("metrics", &client, FETCH_INTERVAL)
-            .default_retry_count(0)
-            .build()
-            .unwrap()
-    });
-    let consumer = q
-        .start_consume(|msg: Message| async move {
-            match msg.payload() {
-                b"ok" => Ok(()),
-                _ => Err::<(), HandlerError>("nope".into()),
-            }
-        })
-        .await
-        .unwrap();
-    for payload in ["ok", "ok", "bad"] {
-        q.send(payload).await.unwrap();
-    }
-    let mut want = Counts::default();
-    want.dead = 1;
-    assert_eq!(wait_stats(&q, WAIT, want).await, want);
-    consumer.shutdown().await.unwrap();
-    let mut counters = HashMap::new();
-    let mut histograms = HashMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let name = key.key().name().to_string();
-        assert!(
-            key.key().labels().any(|l| l.key() == "queue" && l.value() == "metrics"),
-            "{name}"
-        );
-        match value {
-            DebugValue::Counter(n) => {
-                counters.insert(name, n);
-            }
-            DebugValue::Histogram(v) => {
-                histograms.insert(name, v.len());
-            }
-            DebugValue::Gauge(_) => {}
-        }
-    }
-    for (name, n) in [
-        ("delayqueue_sent_total", 3),
-        ("delayqueue_delivered_total", 3),
-        ("delayqueue_acked_total", 2),
-        ("delayqueue_nacked_total", 1),
-        ("delayqueue_dead_total", 1),
-    ] {
-        assert_eq!(counters.get(name), Some(&n), "{name}: {counters:?}");
-    }
-    assert_eq!(histograms.get("delayqueue_handler_duration_seconds"), Some(&3));
-    assert_eq!(histograms.get("delayqueue_lateness_seconds"), Some(&3));
 }
 
 #[tokio::test]

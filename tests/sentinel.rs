@@ -10,8 +10,8 @@
 //! the failover a `WAIT 1` needs a replica of the new primary: Sentinel
 //! points the remaining one at it.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,7 +55,7 @@ async fn produce(q: DelayQueue, prefix: String, started: Instant, stop: Arc<Atom
                 .id(id.as_str())
                 .await
             {
-                Ok(_) | Err(Error::Duplicate(_)) => {
+                Ok(_) | Err(Error::Duplicate { .. }) => {
                     sent.acknowledged
                         .push((MessageId::from(id.as_str()), started.elapsed()));
                     break;

@@ -6,8 +6,8 @@
 //! of another layout. On a 3-primary cluster: the shards land on every
 //! primary and a run with two consumers loses nothing.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -132,7 +132,7 @@ async fn by_id_operations_and_inspection_cover_every_shard() {
     assert!(pending_per_shard(&client, "byid", 3).await.iter().all(|&n| n > 0));
     // Idempotent ids: the second send finds the first in its shard.
     for id in &ids[..5] {
-        assert!(matches!(q.send("again").id(id).await, Err(Error::Duplicate(_))));
+        assert!(matches!(q.send("again").id(id).await, Err(Error::Duplicate { .. })));
     }
     for id in &ids {
         let info = q.get(id).await.unwrap().expect("found in its shard");

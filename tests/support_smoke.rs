@@ -1,6 +1,6 @@
 //! Smoke tests for the shared `support` module itself.
 
-mod support;
+use delayqueue_test_support as support;
 
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 //! The TLS test is compiled only with the `tls` feature (`scripts/test.sh`
 //! turns it on); without it, `connect()` must refuse a `rediss://` url.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 #[cfg(feature = "tls")]
 mod with_tls {

@@ -5,8 +5,8 @@
 //! only come from a wake-up: each test's time bound is far below the poll
 //! interval. These bounds check that a wake-up happened, not how fast.
 
-mod support;
-support::queue_helpers!();
+mod helpers;
+use delayqueue_test_support as support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -127,7 +127,7 @@ async fn send_batch_reports_each_message_and_all_are_delivered_once() {
     msgs.push(NewMessage::new("mine").id("custom-1"));
     let results = q.send_batch(msgs).await.unwrap();
     assert_eq!(results.len(), 252);
-    assert!(matches!(&results[10], Err(Error::Duplicate(id)) if id.as_str() == "dup"));
+    assert!(matches!(&results[10], Err(Error::Duplicate { id, .. }) if id.as_str() == "dup"));
     assert_eq!(results[251].as_ref().unwrap().as_str(), "custom-1");
     let sent: HashSet<MessageId> = results.into_iter().filter_map(Result::ok).collect();
     assert_eq!(sent.len(), 251);

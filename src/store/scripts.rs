@@ -94,7 +94,11 @@ impl LuaScript {
         let (script, source) = self.script();
         match client.evalsha(script.sha1().clone(), keys.clone(), args.clone()).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
-                tracing::debug!(script = self.name, "NOSCRIPT; sending the source");
+                // Routine: every script's first call on a server, and after a restart or flush.
+                tracing::debug!(
+                    script = self.name,
+                    "script not in the server's cache yet; sending its source"
+                );
                 client.eval(source.as_str(), keys, args).await
             }
             result => result,

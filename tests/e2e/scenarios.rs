@@ -270,7 +270,10 @@ pub async fn batches_cancels_and_duplicates_keep_the_queue_consistent(b: &impl B
         .unwrap();
     let later: Vec<MessageId> = later.into_iter().map(Result::unwrap).collect();
     assert_eq!(q.counts().await.unwrap().pending, 20);
-    assert!(matches!(q.send("again").id("later-0").await, Err(Error::Duplicate(_))));
+    assert!(matches!(
+        q.send("again").id("later-0").await,
+        Err(Error::Duplicate { .. })
+    ));
 
     // Due within 200 ms, in a batch and one by one.
     let batch = q

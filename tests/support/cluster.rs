@@ -9,9 +9,6 @@
 //! [`RedisCluster::migrate_slot`], which moves one slot to another node the
 //! way `redis-cli --cluster reshard` does (IMPORTING/MIGRATING, `MIGRATE` in
 //! batches, `SETSLOT NODE` on every node) while clients keep running.
-//!
-//! Std and fred only (no `delayqueue` types): this file is also compiled into
-//! the library's unit tests.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

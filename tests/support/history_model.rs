@@ -9,7 +9,6 @@
 //!
 //! Std and `delayqueue`-free on purpose (ids and payloads are strings), so
 //! the rules read without the machinery that produced the history.
-#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -181,7 +180,14 @@ pub struct History {
     pub lease_lost: Vec<(String, String, Instant)>,
 }
 
+impl Default for History {
+    fn default() -> Self {
+        History::new()
+    }
+}
+
 impl History {
+    /// An empty history that starts now.
     pub fn new() -> History {
         History {
             t0: Instant::now(),
@@ -872,6 +878,7 @@ pub fn render(h: &History, violations: &[Violation], per_rule: usize) -> String 
 
 /// The rules on small hand-made histories: what a fault excuses and what
 /// it does not.
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -8,7 +8,8 @@
 //! and those that name one of the queue's keys or its wake-up channel (the
 //! hash tag `{<name>}`; queue names cannot contain braces).
 //!
-//! The subscriber logs at INFO and above (the `fmt` default).
+//! The subscriber logs at DEBUG and above, so tests can check what is
+//! logged at DEBUG rather than at a level that needs attention.
 
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard, Once};
@@ -40,7 +41,11 @@ impl Logs {
     pub fn capture(queue: &str) -> Logs {
         static INSTALLED: Once = Once::new();
         INSTALLED.call_once(|| {
-            let subscriber = tracing_subscriber::fmt().with_writer(Sink).with_ansi(false).finish();
+            let subscriber = tracing_subscriber::fmt()
+                .with_max_level(Level::DEBUG)
+                .with_writer(Sink)
+                .with_ansi(false)
+                .finish();
             tracing::subscriber::set_global_default(subscriber)
                 .expect("support::logs: another global tracing subscriber was set already");
         });
@@ -71,6 +76,12 @@ impl Logs {
             .into_iter()
             .map(|l| format!("{l}\n"))
             .collect()
+    }
+
+    /// Every line logged since the capture, of any queue: also those
+    /// without a queue (e.g. the script loader's), and other tests'.
+    pub fn all_text(&self) -> String {
+        events().iter().skip(self.from).map(|(_, text)| text.as_str()).collect()
     }
 
     /// This queue's lines at WARN or ERROR level.

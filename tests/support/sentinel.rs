@@ -2,9 +2,6 @@
 //! (each a [`RedisServer`]) and 3 sentinels (`redis-server <conf>
 //! --sentinel`, each in its own temp dir with its own config file, which
 //! Sentinel rewrites) on free loopback ports, all killed on drop.
-//!
-//! Std and fred only (no `delayqueue` types): this file is also compiled into
-//! the library's unit tests.
 
 use std::fs;
 use std::io::{BufReader, Write};

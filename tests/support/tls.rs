@@ -3,9 +3,8 @@
 //! and a server started with `--port 0 --tls-port <free port>` in its own
 //! temp dir. Killed and its dir removed on drop.
 //!
-//! Std and rcgen only (the fred TLS types need the crate's `tls` feature and
-//! stay in the test): this file is also compiled into the library's unit
-//! tests.
+//! Std and rcgen only: the fred TLS types need fred's TLS feature, which
+//! the test that connects enables through `delayqueue`'s `tls`.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -9,8 +9,8 @@ const AFTER_HELP: &str = "\
 Exit status:
   0  success
   1  the command ran, but found nothing or something wrong: unknown queue,
-     message not found, not cancelled, not a dead letter, duplicate id,
-     integrity anomalies
+     message not found, not cancelled, not rescheduled, not a dead letter,
+     duplicate id, integrity anomalies
   2  usage error, invalid queue name or message id, Redis unreachable or
      another Redis error, purge without --yes
 
@@ -18,19 +18,19 @@ Errors are one line on stderr, also with --json. JSON output is one object
 per line; docs/cli.md lists its fields. Times in human output are relative
 to Redis's clock.";
 
+/// The Redis of `--url` when neither it nor `REDIS_URL` is given.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
 /// Inspect and operate delayqueue queues stored in Redis.
 #[derive(Debug, Parser)]
 #[command(name = "delayqueue", version, after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Redis to talk to (redis://, rediss://, redis-cluster://, redis-sentinel://).
-    #[arg(
-        long,
-        global = true,
-        env = "REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
-    )]
-    pub url: String,
+    /// Redis to talk to (redis://, rediss://, redis-cluster://,
+    /// redis-sentinel://) [default: $REDIS_URL, else redis://127.0.0.1:6379]
+    // Not clap's `env`: clap puts an argument taken from the environment
+    // into every usage line, where it reads as required.
+    #[arg(long, global = true)]
+    url: Option<String>,
     /// Key prefix of the queues (the builder's `key_prefix`).
     #[arg(long, global = true, default_value = "dq:")]
     pub prefix: String,
@@ -43,6 +43,16 @@ pub struct Cli {
     pub json: bool,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// `--url`, else `$REDIS_URL` (when set and not empty), else [`DEFAULT_URL`].
+    pub fn url(&self) -> String {
+        self.url
+            .clone()
+            .or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| DEFAULT_URL.to_string())
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +78,16 @@ pub enum Command {
         queue: String,
         /// The message's id.
         id: String,
+    },
+    /// Move a pending message's due time to --delay from now; exit 1 when it is not pending.
+    Reschedule {
+        /// The queue's name.
+        queue: String,
+        /// The message's id.
+        id: String,
+        /// Due after this long from now, e.g. 0s (now), 1500ms, 5m, 1h.
+        #[arg(long, short, value_parser = humantime::parse_duration)]
+        delay: Duration,
     },
     /// Dead letters: messages that used up their deliveries.
     #[command(subcommand)]
@@ -148,8 +168,11 @@ pub enum DeadCommand {
         page: PageArgs,
     },
     /// Move dead letters back to ready, with their retries restored.
+    // clap would list the group first: `<ID|--all> <QUEUE>`.
+    #[command(override_usage = "delayqueue dead requeue [OPTIONS] <QUEUE> <ID|--all>")]
     Requeue(DeadTarget),
     /// Delete dead letters.
+    #[command(override_usage = "delayqueue dead delete [OPTIONS] <QUEUE> <ID|--all>")]
     Delete(DeadTarget),
 }
 
@@ -157,8 +180,16 @@ pub enum DeadCommand {
 pub struct DeadTarget {
     /// The queue's name.
     pub queue: String,
+    #[command(flatten)]
+    pub which: Which,
+}
+
+/// One dead letter or all of them: one of the two is required, and usage
+/// lines say so (`<ID|--all>`).
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct Which {
     /// One dead letter; exit 1 when it is not one.
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub id: Option<String>,
     /// Every dead letter of the queue.
     #[arg(long)]

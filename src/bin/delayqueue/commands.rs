@@ -42,7 +42,7 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         let code = match e {
-            Error::Duplicate(_) => NOT_FOUND,
+            Error::Duplicate { .. } => NOT_FOUND,
             _ => USAGE,
         };
         Failure {
@@ -59,7 +59,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
             "purge deletes every message of queue {queue:?} and its totals; pass --yes to do it"
         )));
     }
-    let client = connect(&cli.url).await?;
+    let client = connect(&cli.url()).await?;
     let ctx = Ctx {
         client,
         prefix: cli.prefix,
@@ -73,6 +73,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
         Command::Send(args) => ctx.send(args).await,
         Command::Cancel { queue, id } => ctx.cancel(&queue, id.into()).await,
+        Command::Reschedule { queue, id, delay } => ctx.reschedule(&queue, id, delay).await,
         Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Dead, &page).await,
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
@@ -323,15 +324,31 @@ impl Ctx {
         Ok(0)
     }
 
+    async fn reschedule(&self, name: &str, id: String, delay: Duration) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        if !queue.reschedule(&id, delay).await? {
+            return Err(Failure::not_found(format!(
+                "message {:?} not rescheduled: queue {name:?} has no such message pending \
+                 (unknown, already due, being processed, or dead)",
+                id.as_str()
+            )));
+        }
+        let json = json!({"queue": name, "id": id.as_str(), "rescheduled": true, "delay_ms": delay.as_millis() as u64});
+        self.print(json, || {
+            format!("rescheduled {id}: due in {}\n", output::duration(delay))
+        })?;
+        Ok(0)
+    }
+
     async fn dead(&self, target: DeadTarget, delete: bool) -> Result<u8, Failure> {
         let queue = self.existing(&target.queue).await?;
-        let done = match (&target.id, delete) {
+        let done = match (&target.which.id, delete) {
             (Some(id), false) => u64::from(queue.requeue_dead(id).await?),
             (Some(id), true) => u64::from(queue.delete_dead(id).await?),
             (None, false) => queue.requeue_all_dead().await?,
             (None, true) => queue.delete_all_dead().await?,
         };
-        if let (Some(id), 0) = (&target.id, done) {
+        if let (Some(id), 0) = (&target.which.id, done) {
             return Err(Failure::not_found(format!(
                 "{id:?} is not a dead letter of queue {:?}",
                 target.queue

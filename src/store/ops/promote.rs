@@ -52,10 +52,12 @@ impl Op for Promote {
             return Err(bad());
         }
         let ms = |n: i64| Duration::from_millis(u64::try_from(n).unwrap_or(0));
+        // Lateness in µs: in ms it would round to 0 for most messages.
+        let us = |n: i64| Duration::from_micros(u64::try_from(n).unwrap_or(0));
         Ok(Promoted {
             moved,
             next_due: (next >= 0).then(|| ms(next)),
-            late: late.iter().copied().map(ms).collect(),
+            late: late.iter().copied().map(us).collect(),
         })
     }
 }

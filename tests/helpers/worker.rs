@@ -1,10 +1,6 @@
 //! Worker processes for the fault tests: `examples/worker.rs`, built once
 //! per test process, spawned as a child, stopped with SIGKILL or SIGTERM,
 //! and the ledgers it writes (one line per handled delivery).
-//!
-//! Std only (no `delayqueue` types), because this file is also compiled
-//! into the library's unit tests.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::fs;
@@ -16,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a worker may take from spawn to `ready`.
-pub const READY_TIMEOUT: Duration = super::WAIT;
+pub const READY_TIMEOUT: Duration = delayqueue_test_support::WAIT;
 
 /// Settings of one worker process; see `examples/worker.rs` for the flags.
 #[derive(Debug, Clone)]

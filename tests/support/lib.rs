@@ -1,23 +1,25 @@
-//! Shared integration-test support: a real, private `redis-server` per test.
+//! The test harness of `delayqueue`, shared by its unit tests and its
+//! integration tests: a real, private `redis-server` per test.
 //!
 //! Every test gets its own server process on a free loopback port with its own
 //! temp directory, so tests can run in parallel, kill/restart the server, and
 //! inspect persistence without interfering with each other or with any Redis
-//! already running on the machine.
+//! already running on the machine. Also clusters ([`cluster`]), Sentinel
+//! ([`sentinel`]), TLS ([`tls`]), a proxy that cuts connections ([`proxy`]),
+//! log capture ([`logs`]), the at-least-once model that randomized runs are
+//! checked against ([`history_model`]), and the waits every test uses:
+//! [`wait_until`], [`wait_for`] and [`WAIT`].
 //!
-//! Also the helpers the queue tests share: [`wait_until`], [`all_keys`], and,
-//! through [`queue_helpers!`], a delivery log with its recording handlers,
-//! `wait_stats`, and `start_queue` (server + client + queue in one call).
-//!
-//! Not every test binary uses every helper, hence the module-wide allow.
-#![allow(dead_code)]
+//! Std, fred and tokio only, no `delayqueue` types: the library's unit tests
+//! use it too. The helpers that name `delayqueue` live in `tests/helpers/`.
 
 pub mod cluster;
+pub mod history_model;
 pub mod logs;
 pub mod proxy;
 pub mod sentinel;
 pub mod tls;
-pub mod worker;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -456,24 +458,6 @@ pub async fn client_with(cfg: Config, url: &str) -> Client {
     client
 }
 
-/// Where the keys of queue `name` (default prefix) hold `id`, for the report
-/// of a lost message.
-pub async fn whereabouts(client: &Client, name: &str, id: &str) -> String {
-    use fred::prelude::{HashesInterface, KeysInterface, ListInterface, SortedSetsInterface};
-    let k = |s: &str| format!("dq:{{{name}}}:{s}");
-    let pending: Option<f64> = client.zscore(k("pending"), id).await.unwrap_or(None);
-    let unack: Option<f64> = client.zscore(k("unack"), id).await.unwrap_or(None);
-    let garbage: Option<f64> = client.zscore(k("garbage"), id).await.unwrap_or(None);
-    let ready: Option<i64> = client.lpos(k("ready"), id, None, None, None).await.unwrap_or(None);
-    let retry: Option<i64> = client.lpos(k("retry"), id, None, None, None).await.unwrap_or(None);
-    let payload: bool = client.exists(k(&format!("m:{id}"))).await.unwrap_or(false);
-    let retries: Option<String> = client.hget(k("retries"), id).await.unwrap_or(None);
-    format!(
-        "pending={pending:?} ready={ready:?} retry={retry:?} unack={unack:?} garbage={garbage:?} \
-         payload={payload} deliveries={retries:?}"
-    )
-}
-
 /// Every key in the server (the tests own the server), sorted, except the
 /// queues' totals hashes: those are per queue, not per message, and stay.
 pub async fn all_keys(client: &Client) -> Vec<String> {
@@ -482,154 +466,6 @@ pub async fn all_keys(client: &Client) -> Vec<String> {
     keys.sort();
     keys
 }
-
-/// Defines module `helpers` with the shared helpers that name `delayqueue`
-/// types: the delivery `Log`, the `recording` and `acking`
-/// handlers, `wait_stats`, `queue_builder` and `start_queue[_with]`.
-///
-/// They sit in a macro because this file is also compiled into the library's
-/// own unit tests (`src/lib.rs`, as `test_support`), where the crate is
-/// `crate`, not `delayqueue`. An integration test that declares `mod support;`
-/// expands it once at its root with `support::queue_helpers!();`.
-#[allow(unused_macros)]
-macro_rules! queue_helpers {
-    () => {
-        /// Queue test helpers, expanded from `support::queue_helpers!`.
-        #[allow(dead_code)]
-        mod helpers {
-            use std::collections::{HashMap, HashSet};
-            use std::future::Future;
-            use std::sync::{Arc, Mutex};
-            use std::time::{Duration, Instant};
-
-            use ::delayqueue::fred::clients::Client;
-            use ::delayqueue::{Counts, DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId};
-            use $crate::support::{RedisServer, ServerOptions};
-
-            /// One delivery as the handler saw it: (id, attempt, arrival, payload).
-            pub type Delivery = (MessageId, u32, Instant, Vec<u8>);
-
-            /// Every delivery a handler saw, in order. Clones share the same log.
-            #[derive(Clone, Default)]
-            pub struct Log(Arc<Mutex<Vec<Delivery>>>);
-
-            impl Log {
-                pub fn record(&self, msg: &Message) {
-                    self.0.lock().unwrap().push((
-                        msg.id().clone(),
-                        msg.attempt(),
-                        Instant::now(),
-                        msg.payload().to_vec(),
-                    ));
-                }
-
-                pub fn len(&self) -> usize {
-                    self.0.lock().unwrap().len()
-                }
-
-                pub fn is_empty(&self) -> bool {
-                    self.len() == 0
-                }
-
-                /// A copy of the deliveries so far.
-                pub fn snapshot(&self) -> Vec<Delivery> {
-                    self.0.lock().unwrap().clone()
-                }
-
-                /// The attempt numbers `id` was delivered with, in order.
-                pub fn attempts(&self, id: &MessageId) -> Vec<u32> {
-                    self.0
-                        .lock()
-                        .unwrap()
-                        .iter()
-                        .filter(|e| &e.0 == id)
-                        .map(|e| e.1)
-                        .collect()
-                }
-
-                /// How often each id was delivered.
-                pub fn counts(&self) -> HashMap<MessageId, usize> {
-                    let mut m = HashMap::new();
-                    for e in self.0.lock().unwrap().iter() {
-                        *m.entry(e.0.clone()).or_insert(0) += 1;
-                    }
-                    m
-                }
-
-                /// The distinct ids delivered.
-                pub fn ids(&self) -> HashSet<MessageId> {
-                    self.0.lock().unwrap().iter().map(|e| e.0.clone()).collect()
-                }
-            }
-
-            /// A handler that records every delivery in `log` and then runs `then`.
-            pub fn recording<F, Fut>(log: &Log, then: F) -> impl Handler
-            where
-                F: Fn(Message) -> Fut + Send + Sync + 'static,
-                Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
-            {
-                let log = log.clone();
-                let then = Arc::new(then);
-                move |msg: Message| {
-                    log.record(&msg);
-                    let then = then.clone();
-                    async move { then(msg).await }
-                }
-            }
-
-            /// A handler that records every delivery in `log` and succeeds.
-            pub fn acking(log: &Log) -> impl Handler {
-                recording(log, |_msg: Message| async move { Ok(()) })
-            }
-
-            /// Polls the queue's stats every 20 ms until they equal `want` or
-            /// `limit` passes; returns the last stats seen.
-            pub async fn wait_stats(queue: &DelayQueue, limit: Duration, want: Counts) -> Counts {
-                let end = Instant::now() + limit;
-                loop {
-                    let s = queue.counts().await.unwrap();
-                    if s == want || Instant::now() > end {
-                        return s;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-
-            /// A builder for queue `name` on `client` whose consumers poll every `fetch_interval`.
-            pub fn queue_builder(name: &str, client: &Client, fetch_interval: Duration) -> DelayQueueBuilder {
-                DelayQueue::builder(name, client.clone()).fetch_interval(fetch_interval)
-            }
-
-            /// A private plain server, a client on it, and queue `name` built
-            /// from [`queue_builder`] after `configure`. Bind the server
-            /// (`_server`, not `_`): dropping it stops the server.
-            pub async fn start_queue(
-                name: &str,
-                fetch_interval: Duration,
-                configure: impl FnOnce(DelayQueueBuilder) -> DelayQueueBuilder,
-            ) -> (RedisServer, Client, DelayQueue) {
-                start_queue_with(ServerOptions::default(), name, fetch_interval, configure).await
-            }
-
-            /// [`start_queue`] with server options.
-            pub async fn start_queue_with(
-                opts: ServerOptions,
-                name: &str,
-                fetch_interval: Duration,
-                configure: impl FnOnce(DelayQueueBuilder) -> DelayQueueBuilder,
-            ) -> (RedisServer, Client, DelayQueue) {
-                let server = RedisServer::start_with(opts).await;
-                let client = server.client().await;
-                let queue = configure(queue_builder(name, &client, fetch_interval))
-                    .build()
-                    .unwrap();
-                (server, client, queue)
-            }
-        }
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use queue_helpers;
 
 /// Ask the OS for a free loopback port. Racy by nature (it is released before
 /// redis binds it), which is why `start_with` retries on early exit.

@@ -1,0 +1,356 @@
+//! The crate's module structure, checked: no module depends on itself
+//! through others (no cycle), and each layer uses only the layers below it.
+//!
+//! The dependencies are read from the source text: every `crate::a::b` and
+//! `super::` path outside test code, followed through `pub use`
+//! re-exports to the module that defines the item. Test modules and test
+//! files are left out: a test may reach across layers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+
+/// The layers, top to bottom, by the first segment of a module's path. A
+/// module may use its own layer and those below it. Modules not listed are
+/// leaves (errors, ids, messages, ...): anything may use them, and they
+/// may use only other leaves.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("queue", &["queue", "consume", "store"]),
+    ("consume", &["consume", "store"]),
+    ("store", &["store"]),
+];
+
+#[test]
+fn no_module_depends_on_itself() {
+    let graph = Graph::read();
+    let cycles = graph.cycles();
+    assert!(
+        cycles.is_empty(),
+        "module cycles (each line one strongly connected group):\n{}",
+        cycles.iter().map(|c| c.join(" <-> ")).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn each_layer_uses_only_the_layers_below() {
+    let graph = Graph::read();
+    let layer_of = |m: &str| m.split("::").next().unwrap_or("").to_string();
+    let mut wrong = Vec::new();
+    for (from, deps) in &graph.edges {
+        let allowed = LAYERS.iter().find(|(l, _)| *l == layer_of(from)).map(|(_, a)| *a);
+        for to in deps {
+            let to_layer = layer_of(to);
+            let is_layer = LAYERS.iter().any(|(l, _)| *l == to_layer);
+            let ok = match allowed {
+                Some(allowed) => !is_layer || allowed.contains(&to_layer.as_str()),
+                None => !is_layer,
+            };
+            if !ok {
+                wrong.push(format!("{from} -> {to}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "dependencies against the layering:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_finds_known_dependencies() {
+    let graph = Graph::read();
+    assert!(graph.edges.len() > 10, "{:?}", graph.edges.keys());
+    let uses_error = graph.edges.values().filter(|d| d.contains("error")).count();
+    assert!(uses_error > 5, "crate::Error uses not resolved to module `error`");
+}
+
+/// Module path -> the modules it uses.
+struct Graph {
+    edges: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// One source file's module: its path and its code without tests and comments.
+struct Module {
+    path: String,
+    code: String,
+}
+
+impl Graph {
+    fn read() -> Graph {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut modules = Vec::new();
+        collect(&root, &root, &mut modules);
+        let names: BTreeSet<String> = modules.iter().map(|m| m.path.clone()).collect();
+        let exports: BTreeMap<String, BTreeMap<String, String>> =
+            modules.iter().map(|m| (m.path.clone(), reexports(m, &names))).collect();
+        let mut edges = BTreeMap::new();
+        for m in &modules {
+            let mut deps = BTreeSet::new();
+            for path in references(&m.code, &m.path) {
+                if let Some(to) = resolve(&path, &names, &exports, 0) {
+                    if to != m.path && !to.is_empty() {
+                        deps.insert(to);
+                    }
+                }
+            }
+            edges.insert(m.path.clone(), deps);
+        }
+        edges.remove("");
+        Graph { edges }
+    }
+
+    /// Groups of modules that reach each other (Tarjan's algorithm).
+    fn cycles(&self) -> Vec<Vec<String>> {
+        struct Tarjan<'a> {
+            g: &'a BTreeMap<String, BTreeSet<String>>,
+            index: BTreeMap<&'a str, usize>,
+            low: BTreeMap<&'a str, usize>,
+            stack: Vec<&'a str>,
+            on_stack: BTreeSet<&'a str>,
+            out: Vec<Vec<String>>,
+        }
+        impl<'a> Tarjan<'a> {
+            fn visit(&mut self, v: &'a str) {
+                let i = self.index.len();
+                self.index.insert(v, i);
+                self.low.insert(v, i);
+                self.stack.push(v);
+                self.on_stack.insert(v);
+                for w in self.g.get(v).into_iter().flatten() {
+                    let w = w.as_str();
+                    if !self.index.contains_key(w) {
+                        self.visit(w);
+                        let l = self.low[v].min(self.low[w]);
+                        self.low.insert(v, l);
+                    } else if self.on_stack.contains(w) {
+                        let l = self.low[v].min(self.index[w]);
+                        self.low.insert(v, l);
+                    }
+                }
+                if self.low[v] == self.index[v] {
+                    let mut group = Vec::new();
+                    while let Some(w) = self.stack.pop() {
+                        self.on_stack.remove(w);
+                        group.push(w.to_string());
+                        if w == v {
+                            break;
+                        }
+                    }
+                    if group.len() > 1 {
+                        group.sort();
+                        self.out.push(group);
+                    }
+                }
+            }
+        }
+        let mut t = Tarjan {
+            g: &self.edges,
+            index: BTreeMap::new(),
+            low: BTreeMap::new(),
+            stack: Vec::new(),
+            on_stack: BTreeSet::new(),
+            out: Vec::new(),
+        };
+        for v in self.edges.keys() {
+            if !t.index.contains_key(v.as_str()) {
+                t.visit(v);
+            }
+        }
+        t.out
+    }
+}
+
+/// Every module file under `dir`, test files and the binaries left out.
+fn collect(root: &Path, dir: &Path, out: &mut Vec<Module>) {
+    let mut entries: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for p in entries {
+        let rel = p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        if p.is_dir() {
+            if rel != "bin" {
+                collect(root, &p, out);
+            }
+            continue;
+        }
+        if !rel.ends_with(".rs") || rel.ends_with("tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        let path = rel
+            .trim_end_matches(".rs")
+            .trim_end_matches("/mod")
+            .trim_end_matches("lib")
+            .replace('/', "::");
+        let code = strip(&fs::read_to_string(&p).unwrap());
+        out.push(Module { path, code });
+    }
+}
+
+/// The code without comments and without `#[cfg(test)]` items.
+fn strip(source: &str) -> String {
+    let mut code = String::new();
+    for line in source.lines() {
+        let line = match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        code.push_str(line);
+        code.push('\n');
+    }
+    while let Some(at) = code.find("#[cfg(test)]") {
+        let rest = &code[at..];
+        // The item ends at its `;` or at the `}` closing its first `{`.
+        let end = match (rest.find(';'), rest.find('{')) {
+            (Some(semi), Some(open)) if semi < open => at + semi + 1,
+            (_, Some(open)) => {
+                let mut depth = 0;
+                let mut end = code.len();
+                for (i, c) in rest[open..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = at + open + i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (Some(semi), None) => at + semi + 1,
+            (None, None) => code.len(),
+        };
+        code.replace_range(at..end, "");
+    }
+    code
+}
+
+/// Absolute paths (`a::b::c`, without `crate::`) that `code` names.
+fn references(code: &str, module: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (start, base) in [("crate::", String::new()), ("super::", parent(module))] {
+        let mut from = 0;
+        while let Some(i) = code[from..].find(start) {
+            let at = from + i;
+            from = at + start.len();
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            expand(&code[from..], &base, &mut out);
+        }
+    }
+    out
+}
+
+/// Expands one path at the start of `text`, with `{a, b::{c}}` groups.
+fn expand(text: &str, base: &str, out: &mut Vec<String>) {
+    let ident_end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(text.len());
+    let head = text[..ident_end].trim_end_matches(':');
+    let path = join(base, head);
+    if text[ident_end..].starts_with('{') && (ident_end == 0 || text[..ident_end].ends_with("::")) {
+        let body = &text[ident_end + 1..];
+        let mut depth = 0;
+        let mut item_start = 0;
+        for (i, c) in body.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    expand(body[item_start..i].trim(), &path, out);
+                    return;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    expand(body[item_start..i].trim(), &path, out);
+                    item_start = i + 1;
+                }
+                _ => {}
+            }
+        }
+    } else if !head.is_empty() && head != "self" {
+        out.push(path);
+    } else if head == "self" {
+        out.push(base.to_string());
+    }
+}
+
+fn join(base: &str, tail: &str) -> String {
+    let tail = tail.trim_end_matches("::self");
+    match (base.is_empty(), tail.is_empty()) {
+        (_, true) => base.to_string(),
+        (true, false) => tail.to_string(),
+        (false, false) => format!("{base}::{tail}"),
+    }
+}
+
+fn parent(module: &str) -> String {
+    module.rsplit_once("::").map(|(p, _)| p.to_string()).unwrap_or_default()
+}
+
+/// The items a module re-exports (`pub use` or `pub(crate) use`): name ->
+/// the absolute path it stands for.
+fn reexports(m: &Module, names: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for stmt in m.code.split(';') {
+        let stmt = stmt.trim();
+        let Some(rest) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .find_map(|p| stmt.strip_prefix(p))
+        else {
+            continue;
+        };
+        let rest = rest.trim_start_matches("crate::").trim_start_matches("self::");
+        let mut paths = Vec::new();
+        let base = if names.contains(&join(&m.path, first_segment(rest))) {
+            m.path.clone()
+        } else {
+            String::new()
+        };
+        expand(rest, &base, &mut paths);
+        for p in paths {
+            let name = p.rsplit("::").next().unwrap_or(&p).to_string();
+            map.insert(name, p);
+        }
+    }
+    map
+}
+
+fn first_segment(path: &str) -> &str {
+    path.split("::").next().unwrap_or(path)
+}
+
+/// The module that defines what `path` names: the longest module prefix,
+/// then through that module's re-exports.
+fn resolve(
+    path: &str,
+    names: &BTreeSet<String>,
+    exports: &BTreeMap<String, BTreeMap<String, String>>,
+    depth: usize,
+) -> Option<String> {
+    if depth > 8 {
+        return None;
+    }
+    let segments: Vec<&str> = path.split("::").collect();
+    let mut module = String::new();
+    let mut used = 0;
+    for (i, _) in segments.iter().enumerate() {
+        let candidate = segments[..=i].join("::");
+        if names.contains(&candidate) {
+            module = candidate;
+            used = i + 1;
+        }
+    }
+    if let Some(item) = segments.get(used) {
+        if let Some(target) = exports.get(&module).and_then(|e| e.get(*item)) {
+            if target != path {
+                return resolve(target, names, exports, depth + 1);
+            }
+        }
+    }
+    Some(module)
+}
