@@ -1,5 +1,6 @@
 //! The crate's error type.
 
+use crate::id::InvalidId;
 use crate::MessageId;
 
 /// Everything that can go wrong in `delayqueue`.
@@ -98,6 +99,15 @@ pub enum Error {
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
+}
+
+impl From<InvalidId> for Error {
+    fn from(e: InvalidId) -> Self {
+        Error::InvalidMessageId {
+            id: e.id,
+            reason: e.reason,
+        }
+    }
 }
 
 impl Error {

@@ -145,3 +145,27 @@ where
         self(msg).await
     }
 }
+
+// The handler-facing decode lives here, next to `SkipRetry`, so a message
+// does not depend on the handler that receives it.
+impl Message {
+    /// The payload decoded as JSON; a payload that does not decode gives a
+    /// [`SkipRetry`] (its reason the [`Error::Json`]): return it from the
+    /// handler (`?`) and the message becomes a dead letter at once, with
+    /// the decode error as its reason, instead of being retried.
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// #[derive(serde::Deserialize)]
+    /// struct CloseOrder { order_id: u64 }
+    ///
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     let job: CloseOrder = msg.json_or_skip()?;   // malformed: dead now, not retried
+    ///     println!("closing order {}", job.order_id);
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn json_or_skip<T: serde::de::DeserializeOwned>(&self) -> Result<T, SkipRetry> {
+        self.json().map_err(SkipRetry::new)
+    }
+}

@@ -2,10 +2,15 @@
 
 use std::fmt;
 
-use crate::Error;
-
 /// Longest accepted caller-given id, in bytes.
 pub const MAX_ID_LEN: usize = 200;
+
+/// Why an id was refused; it becomes [`Error::InvalidMessageId`](crate::Error::InvalidMessageId).
+#[derive(Debug)]
+pub(crate) struct InvalidId {
+    pub(crate) id: String,
+    pub(crate) reason: String,
+}
 
 /// The id of a message, unique within its queue.
 ///
@@ -44,13 +49,13 @@ impl MessageId {
     }
 
     /// Checks that the id can be used as part of a key name.
-    pub(crate) fn validate(&self) -> Result<(), Error> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidId> {
         Self::check(&self.0)
     }
 
     /// Checks that `id` can be used as part of a key name: what every call
     /// that takes an id checks before it touches Redis.
-    pub(crate) fn check(id: &str) -> Result<(), Error> {
+    pub(crate) fn check(id: &str) -> Result<(), InvalidId> {
         let reason = if id.is_empty() {
             Some("must not be empty".to_string())
         } else if id.len() > MAX_ID_LEN {
@@ -61,7 +66,7 @@ impl MessageId {
                 .map(|c| format!("contains {c:?}; whitespace and control characters are not allowed"))
         };
         match reason {
-            Some(reason) => Err(Error::InvalidMessageId {
+            Some(reason) => Err(InvalidId {
                 id: id.to_string(),
                 reason,
             }),

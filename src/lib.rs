@@ -70,50 +70,39 @@
 
 mod acker;
 mod backoff;
-mod builder;
 mod connect;
 mod consumer;
-mod dead_letters;
-mod discover;
-mod durability;
 mod error;
 mod events;
 mod handler;
 mod id;
-mod inspect;
-mod integrity;
+mod info;
 mod lease;
+mod limits;
 mod message;
 mod meters;
 mod payload;
-mod producer;
 mod queue;
-#[cfg(test)]
-mod scripts_cluster_tests;
-#[cfg(test)]
-mod scripts_tests;
-mod stats;
+mod status;
 mod store;
 mod wake;
 
 pub use backoff::Backoff;
-pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 pub use connect::connect;
 pub use consumer::Consumer;
-pub use discover::{find_queues, FoundQueue};
-pub use durability::Durability;
 pub use error::Error;
 pub use events::Event;
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
-pub use inspect::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
-pub use integrity::{Anomaly, IntegrityReport, MessageState};
+pub use info::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
+pub use limits::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 pub use message::Message;
 pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
-pub use producer::NewMessage;
-pub use queue::DelayQueue;
-pub use stats::{Counts, QueueStatus, Totals};
+pub use queue::{
+    find_queues, Anomaly, DelayQueue, DelayQueueBuilder, Durability, FoundQueue, IntegrityReport, NewMessage,
+};
+pub use status::{Counts, MessageState, QueueStatus, Totals};
 pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 
 // The unit tests' harness, the crate the integration tests use too.

@@ -2,8 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::store::stored::SendTimes;
-use crate::{Backoff, Error, MessageId, SkipRetry};
+use crate::{Backoff, Error, MessageId};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).
 #[derive(Debug, Clone)]
@@ -99,24 +98,12 @@ impl Message {
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
         Ok(serde_json::from_slice(&self.payload)?)
     }
+}
 
-    /// The payload decoded as JSON; a payload that does not decode gives a
-    /// [`SkipRetry`] (its reason the [`Error::Json`]): return it from the
-    /// handler (`?`) and the message becomes a dead letter at once, with
-    /// the decode error as its reason, instead of being retried.
-    ///
-    /// ```
-    /// # use delayqueue::{Message, HandlerError};
-    /// #[derive(serde::Deserialize)]
-    /// struct CloseOrder { order_id: u64 }
-    ///
-    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
-    ///     let job: CloseOrder = msg.json_or_skip()?;   // malformed: dead now, not retried
-    ///     println!("closing order {}", job.order_id);
-    ///     Ok(())
-    /// }
-    /// ```
-    pub fn json_or_skip<T: serde::de::DeserializeOwned>(&self) -> Result<T, SkipRetry> {
-        self.json().map_err(SkipRetry::new)
-    }
+/// When the send script stored a message and when it is due, ms of
+/// Redis time (the stored value's `"/<sent at ms>+<delay ms>"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendTimes {
+    pub(crate) sent_at_ms: u64,
+    pub(crate) due_at_ms: u64,
 }

@@ -87,7 +87,15 @@ impl Graph {
         let mut edges = BTreeMap::new();
         for m in &modules {
             let mut deps = BTreeSet::new();
-            for path in references(&m.code, &m.path) {
+            let code = without_reexports(&m.code);
+            let mut paths = references(&code, &m.path, &children(&m.code));
+            // A re-export is a dependency only when the module uses the item itself.
+            for (name, target) in &exports[&m.path] {
+                if mentions(&code, name) {
+                    paths.push(target.clone());
+                }
+            }
+            for path in paths {
                 if let Some(to) = resolve(&path, &names, &exports, 0) {
                     if to != m.path && !to.is_empty() {
                         deps.insert(to);
@@ -228,10 +236,17 @@ fn strip(source: &str) -> String {
     code
 }
 
-/// Absolute paths (`a::b::c`, without `crate::`) that `code` names.
-fn references(code: &str, module: &str) -> Vec<String> {
+/// Absolute paths (`a::b::c`, without `crate::`) that `code` names:
+/// through `crate::`, `super::` or one of the module's `children`.
+fn references(code: &str, module: &str, children: &[String]) -> Vec<String> {
     let mut out = Vec::new();
-    for (start, base) in [("crate::", String::new()), ("super::", parent(module))] {
+    let mut starts = vec![
+        ("crate::".to_string(), String::new()),
+        ("super::".to_string(), parent(module)),
+    ];
+    starts.extend(children.iter().map(|c| (format!("{c}::"), join(module, c))));
+    for (start, base) in &starts {
+        let start = start.as_str();
         let mut from = 0;
         while let Some(i) = code[from..].find(start) {
             let at = from + i;
@@ -240,10 +255,58 @@ fn references(code: &str, module: &str) -> Vec<String> {
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
                 continue;
             }
-            expand(&code[from..], &base, &mut out);
+            expand(&code[from..], base, &mut out);
         }
     }
     out
+}
+
+/// The modules `code` declares (`mod x;`), as names.
+fn children(code: &str) -> Vec<String> {
+    code.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let rest = ["pub mod ", "pub(crate) mod ", "mod "]
+                .iter()
+                .find_map(|p| line.strip_prefix(p))?;
+            let name = rest.strip_suffix(';')?;
+            name.chars()
+                .all(|c| c.is_alphanumeric() || c == '_')
+                .then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// `code` without its `pub use` / `pub(crate) use` statements.
+fn without_reexports(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    loop {
+        let next = ["pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .filter_map(|p| rest.find(p))
+            .min();
+        match next {
+            Some(i) => {
+                out.push_str(&rest[..i]);
+                rest = rest[i..].split_once(';').map_or("", |(_, r)| r);
+            }
+            None => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
+}
+
+/// Whether `code` names `word` as a whole identifier.
+fn mentions(code: &str, word: &str) -> bool {
+    code.match_indices(word).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + word.len()..].chars().next();
+        let ident = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !ident(before) && !ident(after)
+    })
 }
 
 /// Expands one path at the start of `text`, with `{a, b::{c}}` groups.

@@ -18,6 +18,11 @@ pub(crate) mod ops;
 pub(crate) mod scripts;
 pub(crate) mod stored;
 
+#[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
+mod script_tests;
+
 use fred::prelude::{Client, Value};
 
 pub(crate) use keys::Keys;

@@ -1,5 +1,6 @@
 //! The value stored per message: a short header, then the payload.
 
+use crate::message::SendTimes;
 use crate::Backoff;
 /// Longest header of a stored value ("<retry count>;<backoff>/<sent
 /// at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
@@ -37,13 +38,6 @@ pub(crate) struct Stored<'a> {
     /// The expiry deadline, ms of Redis time; `None`: never expires.
     pub(crate) expires_at_ms: Option<u64>,
     pub(crate) payload: &'a [u8],
-}
-
-/// The send script's `"/<sent at ms>+<delay ms>"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SendTimes {
-    pub(crate) sent_at_ms: u64,
-    pub(crate) due_at_ms: u64,
 }
 
 /// Reads a stored value; `None` when it is not one.

@@ -1,7 +1,26 @@
-//! [`Counts`]: how many messages are in each state; [`QueueStatus`]:
-//! that plus ages and running totals.
+//! The states a message can be in ([`MessageState`]), how many messages
+//! are in each ([`Counts`]), and [`QueueStatus`]: that plus ages and
+//! running totals.
 
 use std::time::Duration;
+
+/// A state a message can be in: the queue key that holds its id (the key
+/// names differ for two states: `unack` holds [`Processing`](Self::Processing),
+/// `garbage` holds [`Dead`](Self::Dead)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum MessageState {
+    /// Waiting for its due time (`pending` zset).
+    Pending,
+    /// Due, waiting for a consumer (`ready` list).
+    Ready,
+    /// Delivered to a handler (`unack` zset).
+    Processing,
+    /// Waiting to be delivered again (`retry` list).
+    Retry,
+    /// A dead letter: out of deliveries, expired or given up on (`garbage` zset).
+    Dead,
+}
 
 /// Number of messages in each state of a queue.
 ///

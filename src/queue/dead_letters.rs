@@ -77,3 +77,27 @@ where
     }
     Ok(done)
 }
+
+impl DelayQueue {
+    /// Moves a dead letter back to ready, with its retries restored.
+    /// Returns `false` when `id` is not a dead letter.
+    pub async fn requeue_dead(&self, id: impl AsRef<str>) -> Result<bool, Error> {
+        Ok(requeue(self, Which::One(id.as_ref())).await? == 1)
+    }
+
+    /// Moves every dead letter back to ready, in batches of `batch_size`;
+    /// returns how many. Letters that die while it runs may stay.
+    pub async fn requeue_all_dead(&self) -> Result<u64, Error> {
+        requeue(self, Which::All).await
+    }
+
+    /// Deletes a dead letter. Returns `false` when `id` is not one.
+    pub async fn delete_dead(&self, id: impl AsRef<str>) -> Result<bool, Error> {
+        Ok(delete(self, Which::One(id.as_ref())).await? == 1)
+    }
+
+    /// Deletes every dead letter, in batches; returns how many.
+    pub async fn delete_all_dead(&self) -> Result<u64, Error> {
+        delete(self, Which::All).await
+    }
+}

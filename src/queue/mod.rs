@@ -1,4 +1,24 @@
-//! [`DelayQueue`]: the handle users send, cancel and consume with.
+//! The public handle: [`DelayQueue`], what users send, cancel, inspect and
+//! consume with, and its operations, one file each (build, send, inspect,
+//! dead letters, integrity, durability, discovery). It runs scripts through
+//! the store layer (`crate::store`) and starts the consume runtime
+//! (`crate::consumer`).
+
+mod builder;
+mod config;
+mod dead_letters;
+mod discover;
+mod durability;
+mod inspect;
+mod integrity;
+mod send;
+
+pub use builder::DelayQueueBuilder;
+pub(crate) use config::Config;
+pub use discover::{find_queues, FoundQueue};
+pub use durability::Durability;
+pub use integrity::{Anomaly, IntegrityReport};
+pub use send::NewMessage;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -6,17 +26,10 @@ use std::time::{Duration, SystemTime};
 use fred::prelude::Client;
 use tokio::sync::broadcast;
 
-use crate::builder::Config;
-use crate::dead_letters::{self, Which};
-use crate::inspect;
 use crate::meters::Meters;
-use crate::payload::IntoPayload;
-use crate::producer::{self, NewMessage};
 use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, stats::Stats};
 use crate::store::{Keys, Shard};
-use crate::{
-    Consumer, Counts, DelayQueueBuilder, Error, Event, Handler, MessageId, MessageInfo, MessageState, Page, QueueStatus,
-};
+use crate::{Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
 
 /// A delayed message queue stored in Redis.
 ///
@@ -40,13 +53,6 @@ pub(crate) struct Inner {
 }
 
 impl DelayQueue {
-    /// Starts building queue `name` on `client` (any fred client:
-    /// standalone, cluster or sentinel; see [`connect`](crate::connect) for
-    /// one with sane defaults).
-    pub fn builder(name: impl Into<String>, client: Client) -> DelayQueueBuilder {
-        DelayQueueBuilder::new(name, client)
-    }
-
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -68,55 +74,6 @@ impl DelayQueue {
     /// The number of the shard that holds message `id`.
     pub(crate) fn shard_index(&self, id: &str) -> usize {
         usize::from(fred::util::redis_keyslot(id.as_bytes())) % self.inner.shards.len()
-    }
-
-    /// Sends a message with `payload`, due now unless the returned
-    /// [`NewMessage`] says otherwise: set its options, then `.await` it.
-    ///
-    /// ```no_run
-    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// use std::time::{Duration, SystemTime};
-    /// let id = queue.send("close order 42")
-    ///     .delay(Duration::from_secs(1800))         // or .at(SystemTime)
-    ///     .id("order-42")
-    ///     .retry_count(5)
-    ///     .await?;
-    /// queue.send("report").at(SystemTime::now() + Duration::from_secs(3600)).await?;
-    /// queue.send("now").await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn send(&self, payload: impl IntoPayload) -> NewMessage<&DelayQueue> {
-        NewMessage::bound(self, payload)
-    }
-
-    /// Sends many messages with few round trips: each chunk of up to
-    /// `batch_size` messages (and 1 MiB of payload) is stored by one script
-    /// call, several chunks in flight at once.
-    ///
-    /// Every message is checked first; one invalid message (too large, bad
-    /// id, ...) fails the whole call before anything is written. Then each
-    /// message gets its own result, in order: its id, or
-    /// [`Error::Duplicate`] / [`Error::WrongType`] for that message alone.
-    /// Each message is stored atomically, and so is each chunk; on a Redis
-    /// error the call fails, and chunks before the failing one may already be
-    /// stored (send again with caller-given ids to make a retry safe).
-    ///
-    /// ```no_run
-    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// use std::time::Duration;
-    /// use delayqueue::NewMessage;
-    /// let msgs = (0..1000).map(|i| NewMessage::new(format!("remind user {i}")).delay(Duration::from_secs(60)));
-    /// for result in queue.send_batch(msgs).await? {
-    ///     let id = result?;
-    /// #   let _ = id;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn send_batch(
-        &self,
-        msgs: impl IntoIterator<Item = NewMessage>,
-    ) -> Result<Vec<Result<MessageId, Error>>, Error> {
-        producer::send_batch(self, msgs).await
     }
 
     /// Cancels a message that waits for delivery (pending, ready, retry)
@@ -184,7 +141,7 @@ impl DelayQueue {
     /// # Ok(()) }
     /// ```
     pub async fn reschedule_at(&self, id: impl AsRef<str>, at: SystemTime) -> Result<bool, Error> {
-        self.reschedule(id, producer::delay_until(at)).await
+        self.reschedule(id, delay_until(at)).await
     }
 
     /// Whether the queue was ever sent to (and not purged since): its
@@ -229,59 +186,6 @@ impl DelayQueue {
         self.store(k).run(&Stats).await
     }
 
-    /// One page of the messages in `state`: at most `limit` (1 to 1000)
-    /// from position `offset`, with a payload preview. Pass
-    /// [`Page::next`] as the next offset. One script call, O(log n +
-    /// limit) (lists: O(offset + limit)), so safe on a big queue. A sharded
-    /// queue lists shard after shard, each in the state's order, and counts
-    /// each shard's state first (one more O(1) call per shard).
-    ///
-    /// ```no_run
-    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// use delayqueue::MessageState;
-    /// let mut offset = Some(0);
-    /// while let Some(at) = offset {
-    ///     let page = queue.list(MessageState::Dead, at, 100).await?;
-    ///     for m in &page.items {
-    ///         println!("{} died after {} attempts: {:?}", m.id, m.attempts, m.last_error);
-    ///     }
-    ///     offset = page.next;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn list(&self, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
-        inspect::list(self, state, offset, limit).await
-    }
-
-    /// One message by id, with its whole payload; `None` when the queue
-    /// does not hold it (unknown, acked, cancelled or deleted). O(log n),
-    /// or O(length of the ready and retry lists) when it waits in one.
-    pub async fn get(&self, id: impl AsRef<str>) -> Result<Option<MessageInfo>, Error> {
-        inspect::get(self, id.as_ref()).await
-    }
-
-    /// Moves a dead letter back to ready, with its retries restored.
-    /// Returns `false` when `id` is not a dead letter.
-    pub async fn requeue_dead(&self, id: impl AsRef<str>) -> Result<bool, Error> {
-        Ok(dead_letters::requeue(self, Which::One(id.as_ref())).await? == 1)
-    }
-
-    /// Moves every dead letter back to ready, in batches of `batch_size`;
-    /// returns how many. Letters that die while it runs may stay.
-    pub async fn requeue_all_dead(&self) -> Result<u64, Error> {
-        dead_letters::requeue(self, Which::All).await
-    }
-
-    /// Deletes a dead letter. Returns `false` when `id` is not one.
-    pub async fn delete_dead(&self, id: impl AsRef<str>) -> Result<bool, Error> {
-        Ok(dead_letters::delete(self, Which::One(id.as_ref())).await? == 1)
-    }
-
-    /// Deletes every dead letter, in batches; returns how many.
-    pub async fn delete_all_dead(&self) -> Result<u64, Error> {
-        dead_letters::delete(self, Which::All).await
-    }
-
     /// Deletes every message of the queue, whatever its state, and its
     /// totals, in batches of `batch_size` (each one script call). Running
     /// deliveries finish, but their acks find nothing to ack. Returns how
@@ -324,33 +228,6 @@ impl DelayQueue {
     /// ```
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.inner.events.subscribe()
-    }
-
-    /// Scans the queue's keys and reports inconsistencies: ids in two
-    /// states, ids without payload, payloads and delivery counts without a
-    /// message. A clean queue gives an empty list; anything else means lost
-    /// or duplicate deliveries, or keys written by something other than
-    /// `delayqueue` (an id without payload, its payload deleted or evicted
-    /// by something else, is reported until a claim buries it as an
-    /// `expired` dead letter).
-    ///
-    /// Safe on a live queue: every script call reads one page of at most
-    /// 1000 ids, and each suspect is confirmed by an atomic look at it
-    /// before it is reported, so messages moving meanwhile are not
-    /// reported. Holds every id in memory while it runs; the confirming
-    /// calls scan the ready and retry lists, so on a queue with long lists
-    /// and many suspects it takes a while.
-    ///
-    /// ```no_run
-    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// let report = queue.check_integrity().await?;
-    /// if !report.is_clean() {
-    ///     eprintln!("{report}");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn check_integrity(&self) -> Result<crate::IntegrityReport, Error> {
-        crate::integrity::check(self).await
     }
 
     /// Starts a consumer that delivers this queue's due messages to
@@ -423,4 +300,9 @@ impl DelayQueue {
     pub(crate) fn store<'a>(&'a self, k: &'a Keys) -> Shard<'a> {
         Shard::new(&self.inner.client, k, &self.inner.name)
     }
+}
+
+/// The delay until `at` by this host's clock; zero when it has passed.
+pub(crate) fn delay_until(at: SystemTime) -> Duration {
+    at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
 }

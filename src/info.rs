@@ -1,11 +1,10 @@
-//! Looking at messages without touching them: [`MessageInfo`], one page of
-//! a state ([`DelayQueue::list`]) or one message by id ([`DelayQueue::get`]).
+//! [`MessageInfo`]: what is known of one message, and [`Page`]: one page
+//! of a state, as [`DelayQueue::list`](crate::DelayQueue::list) and
+//! [`DelayQueue::get`](crate::DelayQueue::get) return them.
 
 use std::time::{Duration, SystemTime};
 
-use crate::store::ops::{get::Get, list::List};
-use crate::store::Keys;
-use crate::{DelayQueue, Error, MessageId, MessageState};
+use crate::{MessageId, MessageState};
 
 /// Most messages one [`DelayQueue::list`] call returns.
 pub const MAX_PAGE: usize = 1000;
@@ -77,72 +76,4 @@ pub struct Page {
     pub total: u64,
     /// The offset of the next page; `None` on the last page.
     pub next: Option<usize>,
-}
-
-pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
-    }
-    let shards = &queue.inner.shards;
-    if let [k] = &shards[..] {
-        return list_shard(queue, k, state, offset, limit).await;
-    }
-    // Shard after shard: positions offset.. of the shards laid end to end.
-    let sizes = queue
-        .each_shard(|k| async move { Ok::<_, Error>(queue.shard_status(k).await?.counts.of(state)) })
-        .await?;
-    let mut page = Page {
-        total: sizes.iter().sum(),
-        ..Page::default()
-    };
-    let mut start = 0;
-    for (k, size) in shards.iter().zip(sizes) {
-        let size = position(size);
-        if offset >= start + size {
-            start += size;
-            continue;
-        }
-        let left = limit - page.items.len();
-        if left == 0 {
-            page.next = Some(offset.max(start));
-            break;
-        }
-        let part = list_shard(queue, k, state, offset.saturating_sub(start), left).await?;
-        page.items.extend(part.items);
-        if let Some(next) = part.next {
-            page.next = Some(start + next);
-            break;
-        }
-        start += position(part.total);
-    }
-    Ok(page)
-}
-
-/// A count of entries as a position in a page walk (saturating on a
-/// 32-bit target, where no page walk gets that far).
-fn position(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
-}
-
-/// One page of one shard.
-async fn list_shard(
-    queue: &DelayQueue,
-    k: &Keys,
-    state: MessageState,
-    offset: usize,
-    limit: usize,
-) -> Result<Page, Error> {
-    let list = List {
-        state,
-        offset,
-        limit,
-        preview: PREVIEW_BYTES,
-    };
-    queue.store(k).run(&list).await
-}
-
-pub(crate) async fn get(queue: &DelayQueue, id: &str) -> Result<Option<MessageInfo>, Error> {
-    MessageId::check(id)?;
-    let k = queue.shard_of(id);
-    queue.store(k).run(&Get { id }).await
 }

@@ -9,7 +9,7 @@ use crate::store::ops::inspect::{Inspect, Presence};
 use crate::store::ops::scan::Scan;
 use crate::store::ops::IdKey;
 use crate::store::Keys;
-use crate::{DelayQueue, Error, MessageId};
+use crate::{DelayQueue, Error, MessageId, MessageState};
 
 /// Ids per scan page.
 const PAGE: usize = 1000;
@@ -17,24 +17,6 @@ const PAGE: usize = 1000;
 const CONFIRM_BATCH: usize = 100;
 /// List entries `inspect` may compare per call (it scans the lists per id).
 const CONFIRM_BUDGET: usize = 100_000;
-
-/// A state a message can be in: the queue key that holds its id (the key
-/// names differ for two states: `unack` holds [`Processing`](Self::Processing),
-/// `garbage` holds [`Dead`](Self::Dead)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum MessageState {
-    /// Waiting for its due time (`pending` zset).
-    Pending,
-    /// Due, waiting for a consumer (`ready` list).
-    Ready,
-    /// Delivered to a handler (`unack` zset).
-    Processing,
-    /// Waiting to be delivered again (`retry` list).
-    Retry,
-    /// A dead letter: out of deliveries, expired or given up on (`garbage` zset).
-    Dead,
-}
 
 /// One inconsistency between a queue's keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,6 +197,35 @@ async fn inspect(queue: &DelayQueue, k: &Keys, ids: &[&String]) -> Result<(bool,
     let ids = ids.iter().map(|id| id.as_str()).collect();
     let reply = queue.store(k).run(&Inspect { ids }).await?;
     Ok((reply.stale, reply.found))
+}
+
+impl DelayQueue {
+    /// Scans the queue's keys and reports inconsistencies: ids in two
+    /// states, ids without payload, payloads and delivery counts without a
+    /// message. A clean queue gives an empty list; anything else means lost
+    /// or duplicate deliveries, or keys written by something other than
+    /// `delayqueue` (an id without payload, its payload deleted or evicted
+    /// by something else, is reported until a claim buries it as an
+    /// `expired` dead letter).
+    ///
+    /// Safe on a live queue: every script call reads one page of at most
+    /// 1000 ids, and each suspect is confirmed by an atomic look at it
+    /// before it is reported, so messages moving meanwhile are not
+    /// reported. Holds every id in memory while it runs; the confirming
+    /// calls scan the ready and retry lists, so on a queue with long lists
+    /// and many suspects it takes a while.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let report = queue.check_integrity().await?;
+    /// if !report.is_clean() {
+    ///     eprintln!("{report}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_integrity(&self) -> Result<crate::IntegrityReport, Error> {
+        check(self).await
+    }
 }
 
 #[cfg(test)]

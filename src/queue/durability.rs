@@ -7,7 +7,10 @@ use fred::prelude::ClientLike;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 
-use crate::{DelayQueue, Error};
+use fred::prelude::Client;
+
+use crate::store::Keys;
+use crate::Error;
 
 /// When a send returns `Ok`. Set with
 /// [`DelayQueueBuilder::durability`](crate::DelayQueueBuilder::durability).
@@ -67,19 +70,23 @@ pub enum Durability {
 /// while it waits, or is down when it is sent, this fails rather than
 /// confirm nothing on a new connection; a reconnect completed between the
 /// send and this call still goes unnoticed.
-pub(crate) async fn confirm(queue: &DelayQueue, shards: &[usize]) -> Result<(), Error> {
+pub(crate) async fn confirm(
+    client: &Client,
+    queue: &str,
+    durability: &Durability,
+    shards: &[&Keys],
+) -> Result<(), Error> {
     // One at a time: a blocking WAIT holds up its connection anyway.
-    for &shard in shards {
-        confirm_shard(queue, shard).await?;
+    for k in shards {
+        confirm_shard(client, queue, durability, k).await?;
     }
     Ok(())
 }
 
 /// Waits on the node of one shard.
-async fn confirm_shard(queue: &DelayQueue, shard: usize) -> Result<(), Error> {
-    let inner = &queue.inner;
-    let slot = ClusterHash::Custom(fred::util::redis_keyslot(inner.shards[shard].pending.as_bytes()));
-    let (command, args, wanted): (&'static str, Vec<i64>, [i64; 2]) = match inner.config.durability {
+async fn confirm_shard(client: &Client, queue: &str, durability: &Durability, k: &Keys) -> Result<(), Error> {
+    let slot = ClusterHash::Custom(fred::util::redis_keyslot(k.pending.as_bytes()));
+    let (command, args, wanted): (&'static str, Vec<i64>, [i64; 2]) = match *durability {
         Durability::Memory => return Ok(()),
         Durability::Replicas { replicas, timeout } => {
             let replicas = i64::from(replicas);
@@ -103,12 +110,11 @@ async fn confirm_shard(queue: &DelayQueue, shard: usize) -> Result<(), Error> {
         fail_fast: true,
         ..Default::default()
     };
-    let reply: fred::prelude::Value = inner
-        .client
+    let reply: fred::prelude::Value = client
         .with_options(&once)
         .custom(CustomCommand::new_static(command, slot, true), args)
         .await
-        .map_err(|e| Error::from_redis(&inner.name, e))?;
+        .map_err(|e| Error::from_redis(queue, e))?;
     // WAIT answers the replicas that have it; WAITAOF [local, replicas].
     let got: [i64; 2] = match reply {
         fred::prelude::Value::Array(v) if v.len() == 2 => [v[0].as_i64().unwrap_or(0), v[1].as_i64().unwrap_or(0)],
@@ -116,7 +122,7 @@ async fn confirm_shard(queue: &DelayQueue, shard: usize) -> Result<(), Error> {
     };
     if got[0] < wanted[0] || got[1] < wanted[1] {
         return Err(Error::NotDurable {
-            queue: inner.name.clone(),
+            queue: queue.to_string(),
             confirmed: got[1].max(0) as u32,
             wanted: wanted[1] as u32,
             local: got[0] >= wanted[0],

@@ -11,12 +11,16 @@ use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
 
-use crate::builder::{check_expire_after, Config, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::events::{self, Event};
+use crate::limits::{MAX_DELAY, MAX_RETRY_COUNT};
 use crate::payload::{IntoPayload, Payload};
+use crate::queue::builder::check_expire_after;
+use crate::queue::durability;
+use crate::queue::Config;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
 use crate::store::stored::encode_stored;
-use crate::{durability, Backoff, DelayQueue, Error, MessageId};
+use crate::store::Keys;
+use crate::{Backoff, DelayQueue, Error, MessageId};
 
 /// Most bytes of payload in one script call; larger batches are split.
 const CHUNK_BYTES: usize = 1024 * 1024;
@@ -161,7 +165,7 @@ impl<Q> NewMessage<Q> {
         }
         let delay = match self.due {
             Due::In(d) => d,
-            Due::At(t) => delay_until(t),
+            Due::At(t) => super::delay_until(t),
         };
         if delay > MAX_DELAY {
             return Err(Error::InvalidArgument(format!(
@@ -200,11 +204,6 @@ impl<Q> NewMessage<Q> {
             own_id,
         })
     }
-}
-
-/// The delay until `at` by this host's clock; zero when it has passed.
-pub(crate) fn delay_until(at: SystemTime) -> Duration {
-    at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)
 }
 
 /// Sends `msgs`; see [`DelayQueue::send_batch`].
@@ -254,7 +253,9 @@ pub(crate) async fn send_batch<Q>(
         .try_collect()
         .await?;
     if !written.is_empty() {
-        durability::confirm(queue, &written).await?;
+        let inner = &queue.inner;
+        let shards: Vec<&Keys> = written.iter().map(|&i| &inner.shards[i]).collect();
+        durability::confirm(&inner.client, &inner.name, &inner.config.durability, &shards).await?;
     }
     let mut ordered: Vec<(usize, Result<MessageId, Error>)> = places
         .into_iter()
@@ -322,5 +323,56 @@ impl<'a> IntoFuture for NewMessage<&'a DelayQueue> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.send())
+    }
+}
+
+impl DelayQueue {
+    /// Sends a message with `payload`, due now unless the returned
+    /// [`NewMessage`] says otherwise: set its options, then `.await` it.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::{Duration, SystemTime};
+    /// let id = queue.send("close order 42")
+    ///     .delay(Duration::from_secs(1800))         // or .at(SystemTime)
+    ///     .id("order-42")
+    ///     .retry_count(5)
+    ///     .await?;
+    /// queue.send("report").at(SystemTime::now() + Duration::from_secs(3600)).await?;
+    /// queue.send("now").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn send(&self, payload: impl IntoPayload) -> NewMessage<&DelayQueue> {
+        NewMessage::bound(self, payload)
+    }
+
+    /// Sends many messages with few round trips: each chunk of up to
+    /// `batch_size` messages (and 1 MiB of payload) is stored by one script
+    /// call, several chunks in flight at once.
+    ///
+    /// Every message is checked first; one invalid message (too large, bad
+    /// id, ...) fails the whole call before anything is written. Then each
+    /// message gets its own result, in order: its id, or
+    /// [`Error::Duplicate`] / [`Error::WrongType`] for that message alone.
+    /// Each message is stored atomically, and so is each chunk; on a Redis
+    /// error the call fails, and chunks before the failing one may already be
+    /// stored (send again with caller-given ids to make a retry safe).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::NewMessage;
+    /// let msgs = (0..1000).map(|i| NewMessage::new(format!("remind user {i}")).delay(Duration::from_secs(60)));
+    /// for result in queue.send_batch(msgs).await? {
+    ///     let id = result?;
+    /// #   let _ = id;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_batch(
+        &self,
+        msgs: impl IntoIterator<Item = NewMessage>,
+    ) -> Result<Vec<Result<MessageId, Error>>, Error> {
+        send_batch(self, msgs).await
     }
 }

@@ -1,0 +1,10 @@
+//! The limits every layer checks against.
+
+use std::time::Duration;
+
+/// Most deliveries a message may be retried.
+pub const MAX_RETRY_COUNT: u32 = 1000;
+/// Most ids one script call moves, so no call blocks Redis for long.
+pub const MAX_BATCH_SIZE: usize = 1000;
+/// Longest delay a message may be sent with (about 10 years).
+pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
