@@ -5,7 +5,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Error, MAX_DELAY};
+use crate::Error;
+
+/// Longest delay a message may be sent with (about 10 years); every delay
+/// (backoffs, a handler's `RetryAfter`, reschedules) is capped by it.
+pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 /// How long a message waits after a failed delivery before it is delivered
 /// again, by the number of the attempt that failed (1 for the first

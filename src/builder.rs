@@ -5,18 +5,17 @@ use std::time::Duration;
 
 use fred::prelude::Client;
 
+use crate::consume::Settings;
 use crate::events;
 use crate::meters::Meters;
 use crate::queue::{DelayQueue, Inner};
 use crate::store::Keys;
-use crate::{Backoff, Durability, Error};
+use crate::{Backoff, Durability, Error, MAX_DELAY};
 
 /// Most deliveries a message may be retried.
 pub const MAX_RETRY_COUNT: u32 = 1000;
 /// Most ids one script call moves, so no call blocks Redis for long.
 pub const MAX_BATCH_SIZE: usize = 1000;
-/// Longest delay a message may be sent with (about 10 years).
-pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 /// `fetch_limit` unless set: this many, or 32 per handler when that is
 /// larger. Larger claims share a script call's fixed cost among more messages.
@@ -54,9 +53,20 @@ impl Config {
         self.handler_timeout.unwrap_or(self.max_consume_duration)
     }
 
-    /// Whether running handlers outlive a lease, so their leases are renewed.
-    pub(crate) fn renews_leases(&self) -> bool {
-        self.handler_timeout() > self.max_consume_duration
+    /// What a consumer of the queue runs with.
+    pub(crate) fn consume_settings(&self) -> Settings {
+        Settings {
+            fetch_interval: self.fetch_interval,
+            visibility: self.max_consume_duration,
+            handler_timeout: self.handler_timeout(),
+            fetch_limit: self.fetch_limit,
+            concurrency: self.concurrency,
+            default_retry_count: self.default_retry_count,
+            backoff: self.backoff.clone(),
+            dead_retention: self.dead_retention,
+            dead_limit: self.dead_limit,
+            batch_size: self.batch_size,
+        }
     }
 }
 

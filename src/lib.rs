@@ -68,11 +68,10 @@
 //! ```
 #![warn(missing_docs, unreachable_pub, unnameable_types, missing_debug_implementations)]
 
-mod acker;
 mod backoff;
 mod builder;
 mod connect;
-mod consumer;
+mod consume;
 mod dead_letters;
 mod discover;
 mod durability;
@@ -82,7 +81,6 @@ mod handler;
 mod id;
 mod inspect;
 mod integrity;
-mod lease;
 mod message;
 mod meters;
 mod payload;
@@ -94,12 +92,11 @@ mod scripts_cluster_tests;
 mod scripts_tests;
 mod stats;
 mod store;
-mod wake;
 
-pub use backoff::Backoff;
-pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
+pub use backoff::{Backoff, MAX_DELAY};
+pub use builder::{DelayQueueBuilder, MAX_BATCH_SIZE, MAX_RETRY_COUNT};
 pub use connect::connect;
-pub use consumer::Consumer;
+pub use consume::Consumer;
 pub use discover::{find_queues, FoundQueue};
 pub use durability::Durability;
 pub use error::Error;

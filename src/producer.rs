@@ -11,12 +11,12 @@ use std::time::{Duration, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
 
-use crate::builder::{check_expire_after, Config, MAX_DELAY, MAX_RETRY_COUNT};
+use crate::builder::{check_expire_after, Config, MAX_RETRY_COUNT};
 use crate::events::{self, Event};
 use crate::payload::{IntoPayload, Payload};
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
 use crate::store::stored::encode_stored;
-use crate::{durability, Backoff, DelayQueue, Error, MessageId};
+use crate::{durability, Backoff, DelayQueue, Error, MessageId, MAX_DELAY};
 
 /// Most bytes of payload in one script call; larger batches are split.
 const CHUNK_BYTES: usize = 1024 * 1024;

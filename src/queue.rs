@@ -7,6 +7,7 @@ use fred::prelude::Client;
 use tokio::sync::broadcast;
 
 use crate::builder::Config;
+use crate::consume;
 use crate::dead_letters::{self, Which};
 use crate::inspect;
 use crate::meters::Meters;
@@ -364,7 +365,16 @@ impl DelayQueue {
         self.counts().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
-        Ok(Consumer::start(self.clone(), Arc::new(handler)).await)
+        let inner = &self.inner;
+        let ctx = consume::Context {
+            name: inner.name.clone(),
+            client: inner.client.clone(),
+            shards: inner.shards.clone(),
+            settings: inner.config.consume_settings(),
+            meters: Meters::new(&inner.name),
+            events: inner.events.clone(),
+        };
+        Ok(Consumer::start(ctx, Arc::new(handler)).await)
     }
 
     /// Messages sent with more shards than this consumer has sit in
