@@ -11,7 +11,7 @@ pub(crate) const MAX_ROUNDS: usize = 8;
 
 /// What a consumer is configured with; see the queue builder's methods of
 /// the same names for their meaning.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Settings {
     /// How often each shard is swept.
     pub fetch_interval: Duration,
