@@ -68,16 +68,14 @@
 //! ```
 #![warn(missing_docs, unreachable_pub, unnameable_types, missing_debug_implementations)]
 
-mod acker;
 mod backoff;
 mod connect;
-mod consumer;
+mod consume;
 mod error;
 mod events;
 mod handler;
 mod id;
 mod info;
-mod lease;
 mod limits;
 mod message;
 mod meters;
@@ -85,11 +83,10 @@ mod payload;
 mod queue;
 mod status;
 mod store;
-mod wake;
 
 pub use backoff::Backoff;
 pub use connect::connect;
-pub use consumer::Consumer;
+pub use consume::Consumer;
 pub use error::Error;
 pub use events::Event;
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};

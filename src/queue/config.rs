@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::consume::Settings;
 use crate::limits::MAX_BATCH_SIZE;
 use crate::queue::Durability;
 use crate::Backoff;
@@ -42,9 +43,20 @@ impl Config {
         self.handler_timeout.unwrap_or(self.max_consume_duration)
     }
 
-    /// Whether running handlers outlive a lease, so their leases are renewed.
-    pub(crate) fn renews_leases(&self) -> bool {
-        self.handler_timeout() > self.max_consume_duration
+    /// What a consumer of the queue runs with.
+    pub(crate) fn consume_settings(&self) -> Settings {
+        Settings {
+            fetch_interval: self.fetch_interval,
+            visibility: self.max_consume_duration,
+            handler_timeout: self.handler_timeout(),
+            fetch_limit: self.fetch_limit,
+            concurrency: self.concurrency,
+            default_retry_count: self.default_retry_count,
+            backoff: self.backoff.clone(),
+            dead_retention: self.dead_retention,
+            dead_limit: self.dead_limit,
+            batch_size: self.batch_size,
+        }
     }
 }
 

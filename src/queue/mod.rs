@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime};
 use fred::prelude::Client;
 use tokio::sync::broadcast;
 
+use crate::consume;
 use crate::meters::Meters;
 use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, stats::Stats};
 use crate::store::{Keys, Shard};
@@ -241,7 +242,16 @@ impl DelayQueue {
         self.counts().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
-        Ok(Consumer::start(self.clone(), Arc::new(handler)).await)
+        let inner = &self.inner;
+        let ctx = consume::Context {
+            name: inner.name.clone(),
+            client: inner.client.clone(),
+            shards: inner.shards.clone(),
+            settings: inner.config.consume_settings(),
+            meters: Meters::new(&inner.name),
+            events: inner.events.clone(),
+        };
+        Ok(Consumer::start(ctx, Arc::new(handler)).await)
     }
 
     /// Messages sent with more shards than this consumer has sit in

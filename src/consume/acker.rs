@@ -3,18 +3,20 @@
 //!
 //! Batching adds no timer: while one call is in flight the next batch
 //! gathers, so under load many acks share a round trip and when idle each
-//! ack goes out at once. Fencing is per id inside the script, as before.
+//! ack goes out at once. Fencing is per id inside the script.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::context::Context;
 use crate::events::{self, Event};
 use crate::store::ops::ack::{Ack, AckOutcome};
 use crate::store::Keys;
-use crate::{DelayQueue, MessageId};
+use crate::MessageId;
 
 /// Most acks in one script call.
 const ACK_BATCH: usize = 128;
@@ -37,12 +39,12 @@ pub(crate) struct AckItem {
 
 /// Starts the ack task of the shard with keys `k`; it ends once every
 /// sender is dropped and all acks are sent.
-pub(crate) fn spawn(queue: DelayQueue, k: Keys) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
+pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (tx, tokio::spawn(run(queue, k, rx)))
+    (tx, tokio::spawn(run(ctx, k, rx)))
 }
 
-async fn run(queue: DelayQueue, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem>) {
+async fn run(ctx: Arc<Context>, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem>) {
     let mut batch = Vec::with_capacity(ACK_BATCH);
     while let Some(item) = rx.recv().await {
         batch.push(item);
@@ -52,36 +54,35 @@ async fn run(queue: DelayQueue, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem
                 Err(_) => break,
             }
         }
-        flush(&queue, &k, &mut batch).await;
+        flush(&ctx, &k, &mut batch).await;
     }
 }
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
 /// (the script is idempotent, so a retry after a lost reply is harmless).
-async fn flush(queue: &DelayQueue, k: &Keys, batch: &mut Vec<AckItem>) {
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
     let mut backoff = Duration::from_millis(20);
     loop {
         let leases = batch.iter().map(|item| (item.id.as_str(), item.lease)).collect();
-        match queue.store(k).run(&Ack { leases }).await {
+        match ctx.store(k).run(&Ack { leases }).await {
             Ok(acked) => {
-                let inner = &queue.inner;
                 for (item, outcome) in batch.iter().zip(acked) {
                     if outcome != AckOutcome::LeaseLost {
                         // Finished already: most likely by an earlier run
                         // of this call whose reply was lost (it is re-sent).
                         match outcome {
-                            AckOutcome::Acked => tracing::trace!(queue = %inner.name, id = %item.id, "acked"),
-                            _ => tracing::debug!(queue = %inner.name, id = %item.id, "acked already"),
+                            AckOutcome::Acked => tracing::trace!(queue = %ctx.name, id = %item.id, "acked"),
+                            _ => tracing::debug!(queue = %ctx.name, id = %item.id, "acked already"),
                         }
-                        inner.meters.acked.increment(1);
-                        events::emit(&inner.events, || Event::Acked { id: item.id.clone() });
+                        ctx.meters.acked.increment(1);
+                        events::emit(&ctx.events, || Event::Acked { id: item.id.clone() });
                     } else {
                         tracing::warn!(
-                            queue = %inner.name, id = %item.id,
+                            queue = %ctx.name, id = %item.id,
                             "ack came after the lease ran out; the message was or will be delivered again"
                         );
-                        inner.meters.lease_lost.increment(1);
-                        events::emit(&inner.events, || Event::LeaseLost { id: item.id.clone() });
+                        ctx.meters.lease_lost.increment(1);
+                        events::emit(&ctx.events, || Event::LeaseLost { id: item.id.clone() });
                     }
                 }
                 batch.clear();
@@ -89,13 +90,13 @@ async fn flush(queue: &DelayQueue, k: &Keys, batch: &mut Vec<AckItem>) {
             }
             Err(e) => {
                 // Only giving up is worth a warning: a retry that works changes nothing.
-                tracing::debug!(queue = %queue.name(), error = %e, acks = batch.len(), "ack failed; retrying");
+                tracing::debug!(queue = %ctx.name, error = %e, acks = batch.len(), "ack failed; retrying");
                 let now = Instant::now();
                 let before = batch.len();
                 batch.retain(|item| item.deadline > now);
                 if batch.len() < before {
                     tracing::warn!(
-                        queue = %queue.name(), error = %e, acks = before - batch.len(),
+                        queue = %ctx.name, error = %e, acks = before - batch.len(),
                         "acks failed until their leases ran out; those messages will be delivered again"
                     );
                 }

@@ -24,9 +24,10 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::context::Context;
 use crate::store::ops::extend::Extend;
 use crate::store::Keys;
-use crate::{DelayQueue, MessageId};
+use crate::{Error, MessageId};
 
 /// A delivery's current lease.
 #[derive(Debug, Clone, Copy)]
@@ -68,16 +69,16 @@ impl Lease {
     /// flight, so an ack never races a renewal that replaces its lease. A
     /// renewal whose reply was lost is settled first (repeated until it
     /// answers or its lease is over).
-    pub(crate) async fn finish(&self, queue: &DelayQueue, k: &Keys) -> Held {
+    pub(crate) async fn finish(&self, ctx: &Context, k: &Keys) -> Held {
         let mut held = self.held.lock().await;
         held.done = true;
         let mut backoff = Duration::from_millis(20);
         while let Some((_, deadline)) = held.unconfirmed {
             // The unconfirmed target is repeated; `next` is not asked.
-            match extend(queue, k, [(self, &mut *held)], |h| (h.lease, h.deadline)).await {
+            match extend(ctx, k, [(self, &mut *held)], |h| (h.lease, h.deadline)).await {
                 Ok(()) => break,
                 Err(e) if Instant::now() + backoff < deadline => {
-                    tracing::debug!(queue = %queue.name(), id = %self.id, error = %e, "settling a lease renewal; retrying");
+                    tracing::debug!(queue = %ctx.name, id = %self.id, error = %e, "settling a lease renewal; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
@@ -125,18 +126,18 @@ impl Leases {
 
 /// Starts the renewal task of the shard with keys `k`; abort it once no
 /// handler runs.
-pub(crate) fn spawn(queue: DelayQueue, k: Keys, leases: Arc<Leases>) -> JoinHandle<()> {
+pub(crate) fn spawn(ctx: Arc<Context>, k: Keys, leases: Arc<Leases>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let every = queue.inner.config.max_consume_duration / 6;
+        let every = ctx.settings.visibility / 6;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let running = leases.snapshot();
-            for batch in running.chunks(queue.inner.config.batch_size) {
-                if let Err(e) = renew(&queue, &k, batch).await {
+            for batch in running.chunks(ctx.settings.batch_size) {
+                if let Err(e) = renew(&ctx, &k, batch).await {
                     // A renewal that fails for good shows as a late ack or nack, which warns.
-                    tracing::debug!(queue = %queue.name(), error = %e, "lease renewal failed; retrying at the next tick");
+                    tracing::debug!(queue = %ctx.name, error = %e, "lease renewal failed; retrying at the next tick");
                 }
             }
         }
@@ -144,8 +145,8 @@ pub(crate) fn spawn(queue: DelayQueue, k: Keys, leases: Arc<Leases>) -> JoinHand
 }
 
 /// Renews one batch of leases with one `extend` call.
-async fn renew(queue: &DelayQueue, k: &Keys, batch: &[Arc<Lease>]) -> Result<(), crate::Error> {
-    let vis = queue.inner.config.max_consume_duration;
+async fn renew(ctx: &Context, k: &Keys, batch: &[Arc<Lease>]) -> Result<(), Error> {
+    let vis = ctx.settings.visibility;
     let mut held = Vec::with_capacity(batch.len());
     for lease in batch {
         let h = lease.held.lock().await;
@@ -160,7 +161,7 @@ async fn renew(queue: &DelayQueue, k: &Keys, batch: &[Arc<Lease>]) -> Result<(),
     let now = Instant::now();
     // Moving the deadline by this host's clock keeps the mapping between
     // the two clocks that the claim established.
-    extend(queue, k, held.iter_mut().map(|(l, h)| (*l, &mut **h)), |h| {
+    extend(ctx, k, held.iter_mut().map(|(l, h)| (*l, &mut **h)), |h| {
         let extra = (now + vis).saturating_duration_since(h.deadline);
         (h.lease + extra.as_micros() as i64, h.deadline + extra)
     })
@@ -172,12 +173,11 @@ async fn renew(queue: &DelayQueue, k: &Keys, batch: &[Arc<Lease>]) -> Result<(),
 /// target `next` gives. Updates each lease from the reply; on an error the
 /// targets stay unconfirmed.
 async fn extend<'a>(
-    queue: &DelayQueue,
+    ctx: &Context,
     k: &Keys,
     leases: impl IntoIterator<Item = (&'a Lease, &'a mut Held)>,
     next: impl Fn(&Held) -> (i64, Instant),
-) -> Result<(), crate::Error> {
-    let inner = &queue.inner;
+) -> Result<(), Error> {
     let mut calls = Vec::new();
     let mut renewals = Vec::new();
     for (lease, h) in leases {
@@ -186,7 +186,7 @@ async fn extend<'a>(
         renewals.push((lease.id.as_str(), h.lease, target.0));
         calls.push((lease, h, target));
     }
-    let reply = queue.store(k).run(&Extend { renewals }).await?;
+    let reply = ctx.store(k).run(&Extend { renewals }).await?;
     for ((lease, h, (new, deadline)), renewed) in calls.into_iter().zip(reply) {
         h.unconfirmed = None;
         if renewed {
@@ -195,7 +195,7 @@ async fn extend<'a>(
             h.lost = true;
             // Debug: the handler's ack or nack finds the lease gone and warns.
             tracing::debug!(
-                queue = %inner.name, id = %lease.id,
+                queue = %ctx.name, id = %lease.id,
                 "lease lost while the handler runs (renewal came too late); the message is delivered again"
             );
         }

@@ -1,0 +1,202 @@
+//! Claims: how many messages a shard's loop may lease now
+//! ([`claim_capacity`]), and the claim itself, which leases them and starts
+//! a delivery task for each.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::acker::ACK_SLACK;
+use super::delivery;
+use super::outcome::Failure;
+use super::settings::Settings;
+use super::settle;
+use super::state::Shared;
+use crate::events::{self, Event};
+use crate::store::ops::claim::Claim;
+use crate::store::Op;
+use crate::Error;
+
+/// Most ids one claim call leases, whatever `batch_size`: a claim does
+/// several calls per id, and at 512 ids it ran up to ~8 ms with 1,000,000
+/// keys in Redis (docs/performance.md). More are claimed in further calls.
+const MAX_CLAIM: usize = 256;
+
+/// How busy a consumer is, as one shard's loop sees it before a claim.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Load {
+    /// Shards the consumer reads.
+    pub shards: usize,
+    /// Messages claimed and not finished, over all shards.
+    pub in_flight: usize,
+    /// Of those, this shard's.
+    pub shard_in_flight: usize,
+    /// This shard's finished deliveries whose ack is not sent yet.
+    pub acking: usize,
+    /// Recent handler run time in microseconds; 0 before the first run ends.
+    pub avg_handler_us: u64,
+}
+
+impl Load {
+    /// The load of `shared`'s consumer now.
+    pub(crate) fn of(shared: &Shared) -> Load {
+        let pool = &shared.pool;
+        Load {
+            shards: pool.done.len(),
+            in_flight: pool.in_flight.load(Ordering::Acquire),
+            shard_in_flight: shared.in_flight.load(Ordering::Acquire),
+            acking: shared.acking.load(Ordering::Acquire),
+            avg_handler_us: pool.avg_handler_us(),
+        }
+    }
+}
+
+/// How many messages to claim now: free slots, but no more than the
+/// handlers can start before the visibility timeout, judged by how long
+/// they have taken so far. A shard of several takes at most its share of
+/// that (but enough to keep every handler busy), so a shard whose claims
+/// happen to come first cannot crowd out the others.
+pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
+    let startable = match load.avg_handler_us {
+        0 => settings.concurrency,
+        avg => (settings.visibility.as_micros() as u64 / avg).saturating_mul(settings.concurrency as u64) as usize,
+    };
+    let limit = startable.max(settings.concurrency).min(settings.fetch_limit);
+    let share = limit.div_ceil(load.shards).max(settings.concurrency.min(limit));
+    let mine = share.saturating_sub(load.shard_in_flight);
+    // Acks that fall behind (Redis slower than the handlers) hold back
+    // claims, or their leases would run out while they wait to be sent.
+    let lagging = load.acking.saturating_sub(ACK_SLACK);
+    limit
+        .saturating_sub(load.in_flight + lagging)
+        .min(mine)
+        .min(settings.batch_size)
+        .min(MAX_CLAIM)
+}
+
+/// Claims up to `want` messages and starts a delivery task for each; returns how many ids were popped.
+pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
+    let ctx = &shared.ctx;
+    let claim = Claim {
+        receipt: &shared.receipt,
+        limit: want,
+        visibility: ctx.settings.visibility,
+        seq: shared.claims.load(Ordering::Relaxed),
+        retention: ctx.settings.dead_retention,
+    };
+    let sent = Instant::now();
+    // A failed request keeps its sequence number, so repeating it replays
+    // whatever it leased if it did reach Redis.
+    let reply = shared.store().eval(&claim).await?;
+    shared.claims.fetch_add(1, Ordering::Relaxed);
+    let reply = claim.reply(reply)?;
+    let (popped, lease) = (reply.popped, reply.lease);
+    // Redis ran the script after `sent`, so by this host's clock the lease
+    // ends no earlier than this.
+    let deadline = sent + reply.left;
+    for id in reply.expired {
+        tracing::warn!(
+            queue = %ctx.name, %id,
+            "message expired (its expire_after passed, or its payload was gone) before delivery; moved to the dead letters"
+        );
+        ctx.meters.expired.increment(1);
+        events::emit(&ctx.events, || Event::Expired { id });
+    }
+    for delivery in reply.deliveries {
+        // One unreadable message must not cost its batch mates their
+        // delivery: they are leased already, and nothing would replay them.
+        let Some(msg) = delivery.message(lease) else {
+            // The value's length only: it may hold a payload, and payloads are never logged.
+            tracing::error!(
+                queue = %ctx.name, id = ?delivery.id, value_bytes = delivery.value.len(),
+                attempt = delivery.attempt,
+                "unreadable message (written by something else?); moving it to the dead letters"
+            );
+            if let Some(id) = delivery.id {
+                let shared = shared.clone();
+                tokio::spawn(
+                    async move { settle::nack(&shared, &id, 1, lease, deadline, Failure::unreadable()).await },
+                );
+            }
+            continue;
+        };
+        shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(delivery::run(shared.clone(), msg, deadline));
+    }
+    Ok(popped as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consume::settings;
+
+    /// An idle consumer of `shards` shards whose handlers are fast, so
+    /// `fetch_limit`, not the lease, bounds claims.
+    fn idle(shards: usize) -> Load {
+        Load {
+            shards,
+            avg_handler_us: 1,
+            ..Load::default()
+        }
+    }
+
+    #[test]
+    fn a_shard_claims_its_share_of_what_is_free() {
+        let s = settings::for_tests(8, 256);
+        let a = idle(4);
+        assert_eq!(claim_capacity(&s, &a), 64, "a quarter of fetch_limit");
+        let a = Load {
+            shard_in_flight: 60,
+            in_flight: 250,
+            ..a
+        };
+        assert_eq!(claim_capacity(&s, &a), 4, "its share, less what it holds");
+        let b = Load {
+            in_flight: 250,
+            ..idle(4)
+        };
+        assert_eq!(claim_capacity(&s, &b), 6, "what is left of fetch_limit");
+        let b = Load { in_flight: 200, ..b };
+        assert_eq!(claim_capacity(&s, &b), 56);
+        // Acks waiting beyond the slack hold claims back one for one.
+        let lagging = Load {
+            acking: ACK_SLACK + 3,
+            ..b
+        };
+        assert_eq!(claim_capacity(&s, &lagging), 53);
+        let at_slack = Load { acking: ACK_SLACK, ..b };
+        assert_eq!(claim_capacity(&s, &at_slack), 56);
+    }
+
+    #[test]
+    fn one_claim_leases_at_most_max_claim_ids() {
+        assert_eq!(claim_capacity(&settings::for_tests(8, 1000), &idle(1)), MAX_CLAIM);
+        let small_batches = Settings {
+            batch_size: 10,
+            ..settings::for_tests(8, 1000)
+        };
+        assert_eq!(claim_capacity(&small_batches, &idle(1)), 10);
+    }
+
+    #[test]
+    fn claims_are_no_more_than_the_handlers_start_within_a_lease() {
+        // A 5 s lease, 8 handlers.
+        let s = settings::for_tests(8, 256);
+        let after = |avg_handler_us| Load {
+            avg_handler_us,
+            ..idle(1)
+        };
+        assert_eq!(claim_capacity(&s, &after(0)), 8, "no handler has ended yet: one each");
+        assert_eq!(claim_capacity(&s, &after(1_000_000)), 40, "5 rounds of 1 s");
+        assert_eq!(
+            claim_capacity(&s, &after(60_000_000)),
+            8,
+            "slower than a lease: still one each"
+        );
+        // Sharded, each shard may still keep every handler busy.
+        assert_eq!(claim_capacity(&s, &Load { shards: 4, ..after(0) }), 8);
+    }
+}

@@ -1,0 +1,31 @@
+//! [`Context`]: everything a consumer is given to run with, so the runtime
+//! needs nothing of the queue handle.
+
+use fred::prelude::Client;
+use tokio::sync::broadcast;
+
+use super::settings::Settings;
+use crate::events::Event;
+use crate::meters::Meters;
+use crate::store::{Keys, Shard};
+
+/// What the queue handle hands a consumer it starts.
+#[derive(Debug)]
+pub(crate) struct Context {
+    /// The queue's name, for logs and errors.
+    pub name: String,
+    pub client: Client,
+    /// The keys of each shard: one set for an ordinary queue.
+    pub shards: Vec<Keys>,
+    pub settings: Settings,
+    pub meters: Meters,
+    /// Where the queue's events go.
+    pub events: broadcast::Sender<Event>,
+}
+
+impl Context {
+    /// The store handle of the shard with keys `k`.
+    pub(crate) fn store<'a>(&'a self, k: &'a Keys) -> Shard<'a> {
+        Shard::new(&self.client, k, &self.name)
+    }
+}

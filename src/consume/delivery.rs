@@ -1,0 +1,141 @@
+//! One delivery: the task a claim starts per message. It waits for a
+//! handler slot, hands the message back unstarted when too little of its
+//! lease is left, else runs the handler within its time limit (the lease
+//! renewed meanwhile when that limit is longer than a lease), and settles
+//! the [`Outcome`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::lease::Lease;
+use super::outcome::{Ended, Outcome};
+use super::settings::Settings;
+use super::settle;
+use super::state::Shared;
+use crate::events::{self, Event};
+use crate::Message;
+
+/// Runs one delivery: waits for a worker permit, runs the handler, then
+/// settles it. A delivery that cannot start with enough of its lease left
+/// is handed back uncounted while the lease still holds, so a wait for a
+/// slot never turns into a failed delivery.
+pub(crate) async fn run(shared: Arc<Shared>, msg: Message, deadline: Instant) {
+    let pool = &shared.pool;
+    let least = || least_lease_to_start(&shared.ctx.settings, pool.avg_handler_us());
+    let give_up = deadline.checked_sub(least()).unwrap_or(deadline);
+    let permit = tokio::time::timeout_at(give_up, pool.workers.acquire()).await;
+    let left = deadline.saturating_duration_since(Instant::now());
+    let ended = if *pool.stop.borrow() || permit.is_err() || left < least() {
+        tracing::debug!(queue = %shared.name(), id = %msg.id, "handing back an unstarted delivery");
+        Ended {
+            id: msg.id,
+            attempt: msg.attempt,
+            lease: msg.lease,
+            deadline,
+            backoff: None,
+            outcome: Outcome::Unstarted,
+        }
+    } else {
+        handle(&shared, msg, deadline, left).await
+    };
+    settle::settle(&shared, ended).await;
+    drop(permit);
+    shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+    pool.in_flight.fetch_sub(1, Ordering::AcqRel);
+    // Any shard's loop may be waiting for a slot.
+    for done in &pool.done {
+        done.notify_one();
+    }
+}
+
+/// How much of its lease a delivery needs left to start its handler: a
+/// quarter (a renewed lease reaches its first renewal with that), and
+/// without renewals at least twice the recent handler time (up to half the
+/// lease), so a handler is not started only to be cut at the lease's end.
+fn least_lease_to_start(settings: &Settings, avg_handler_us: u64) -> Duration {
+    let vis = settings.visibility;
+    let recent = Duration::from_micros(avg_handler_us) * 2;
+    match settings.renews_leases() {
+        true => vis / 4,
+        false => (vis / 4).max(recent.min(vis / 2)),
+    }
+}
+
+/// Runs the handler on `msg`, `left` of its lease left: within its time
+/// limit, renewing the lease meanwhile when the limit is longer than a
+/// lease. Returns how it ended, with the lease that fences its ack or nack.
+async fn handle(shared: &Shared, msg: Message, deadline: Instant, left: Duration) -> Ended {
+    let (ctx, settings) = (&shared.ctx, &shared.ctx.settings);
+    let (id, attempt, lease) = (msg.id.clone(), msg.attempt, msg.lease);
+    // Only a renewed lease can change while the handler runs.
+    let renewed = settings
+        .renews_leases()
+        .then(|| Lease::new(id.clone(), lease, deadline));
+    let renewing = renewed.as_ref().map(|l| shared.leases.renew(l));
+    let limit = match renewed {
+        Some(_) => settings.handler_timeout,
+        None => left.min(settings.handler_timeout),
+    };
+    let backoff = msg.backoff.clone();
+    tracing::trace!(queue = %ctx.name, %id, attempt, "delivering");
+    ctx.meters.delivered.increment(1);
+    events::emit(&ctx.events, || Event::Delivered {
+        id: id.clone(),
+        attempt,
+    });
+    // The handler's own logs carry the message they are about.
+    let span = tracing::info_span!("delayqueue.handle", queue = %ctx.name, id = %id, attempt);
+    let handled = AssertUnwindSafe(shared.pool.handler.handle(msg))
+        .catch_unwind()
+        .instrument(span);
+    let started = Instant::now();
+    let ran = tokio::time::timeout(limit, handled).await.ok();
+    let took = started.elapsed();
+    ctx.meters.handler_duration.record(took.as_secs_f64());
+    shared.pool.record_handler_time(took);
+    drop(renewing);
+    let (lease, deadline) = match renewed {
+        Some(l) => {
+            let held = l.finish(ctx, &shared.keys).await;
+            (held.lease, held.deadline)
+        }
+        None => (lease, deadline),
+    };
+    Ended {
+        id,
+        attempt,
+        lease,
+        deadline,
+        backoff,
+        outcome: Outcome::of(ran, settings.handler_timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consume::settings;
+
+    #[test]
+    fn a_delivery_starts_with_a_quarter_of_its_lease_or_twice_the_recent_handler_time() {
+        let ms = Duration::from_millis;
+        // A 5 s lease that is not renewed.
+        let s = settings::for_tests(1, 256);
+        assert_eq!(least_lease_to_start(&s, 0), ms(1250), "a quarter");
+        assert_eq!(least_lease_to_start(&s, 1_000_000), ms(2000), "twice 1 s");
+        assert_eq!(least_lease_to_start(&s, 10_000_000), ms(2500), "at most half the lease");
+        // Renewed: a quarter reaches the first renewal, however slow the handlers.
+        let renewed = Settings {
+            handler_timeout: Duration::from_secs(60),
+            ..settings::for_tests(1, 256)
+        };
+        assert!(renewed.renews_leases());
+        assert_eq!(least_lease_to_start(&renewed, 10_000_000), ms(1250));
+    }
+}

@@ -1,0 +1,29 @@
+//! Promotion: pending messages whose due time has come move to ready,
+//! where a claim finds them.
+
+use std::time::Duration;
+
+use super::context::Context;
+use super::settings::MAX_ROUNDS;
+use crate::store::ops::promote::Promote;
+use crate::store::Keys;
+use crate::Error;
+
+/// Moves due messages to ready; returns how many moved and how long until
+/// the next one is due.
+pub(crate) async fn promote(ctx: &Context, k: &Keys) -> Result<(usize, Option<Duration>), Error> {
+    let batch = ctx.settings.batch_size;
+    let (mut total, mut wait) = (0, None);
+    for _ in 0..MAX_ROUNDS {
+        let reply = ctx.store(k).run(&Promote { limit: batch }).await?;
+        for late in &reply.late {
+            ctx.meters.lateness.record(late.as_secs_f64());
+        }
+        total += reply.moved as usize;
+        wait = reply.next_due;
+        if reply.moved < batch as u64 {
+            break;
+        }
+    }
+    Ok((total, wait))
+}

@@ -1,0 +1,189 @@
+//! Settling a delivery that has ended: a success goes to the shard's
+//! acker, a failure is nacked (retried after its backoff, or moved to the
+//! dead letters), an unstarted one handed back; each with its log line,
+//! metrics and events.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::acker::AckItem;
+use super::outcome::{Cause, Ended, Failure, Mode, Outcome};
+use super::state::Shared;
+use crate::events::{self, Event};
+use crate::store::ops::nack::{Nack, NackMode, NackOutcome};
+use crate::{Backoff, MessageId};
+
+/// Acks, nacks or hands back the delivery that `ended`.
+pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
+    let Ended {
+        id,
+        attempt,
+        lease,
+        deadline,
+        backoff,
+        outcome,
+    } = ended;
+    match outcome {
+        Outcome::Done => {
+            let _ = shared.acks.send(AckItem {
+                id,
+                lease,
+                deadline,
+                _acking: Box::new(Acking::new(shared)),
+            });
+        }
+        Outcome::Failed(mut failure) => {
+            shared.ctx.meters.nacked.increment(1);
+            with_backoff(&mut failure, backoff.as_ref(), &shared.ctx.settings.backoff, attempt);
+            nack(shared, &id, attempt, lease, deadline, failure).await;
+        }
+        Outcome::Unstarted => nack(shared, &id, attempt, lease, deadline, Failure::release()).await,
+    }
+}
+
+/// Gives a failure that names no delay the backoff's: the message's own
+/// when its send set one, else the queue's.
+fn with_backoff(failure: &mut Failure, own: Option<&Backoff>, queue: &Backoff, attempt: u32) {
+    if let Mode::Fail(delay @ None) = &mut failure.mode {
+        *delay = Some(own.unwrap_or(queue).delay(attempt));
+    }
+}
+
+/// A finished delivery counted in its shard's `acking` until its ack is
+/// sent (or given up).
+struct Acking(Arc<Shared>);
+
+impl Acking {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.acking.fetch_add(1, Ordering::AcqRel);
+        Acking(shared.clone())
+    }
+}
+
+impl Drop for Acking {
+    fn drop(&mut self) {
+        self.0.acking.fetch_sub(1, Ordering::AcqRel);
+        self.0.pool.done[self.0.index].notify_one();
+    }
+}
+
+/// Nacks one delivery, retrying on Redis errors while the lease lasts;
+/// after that the visibility timeout takes the message back anyway.
+pub(crate) async fn nack(
+    shared: &Shared,
+    id: &MessageId,
+    attempt: u32,
+    lease: i64,
+    deadline: Instant,
+    failure: Failure,
+) {
+    let ctx = &shared.ctx;
+    let op = Nack {
+        id: id.as_str(),
+        lease,
+        mode: match failure.mode {
+            Mode::Fail(delay) => NackMode::Fail {
+                delay: delay.unwrap_or_default(),
+            },
+            Mode::Dead => NackMode::Dead,
+            Mode::Release => NackMode::Release,
+        },
+        reason: &failure.reason,
+        attempt,
+        default_retry_count: ctx.settings.default_retry_count,
+        retention: ctx.settings.dead_retention,
+    };
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match shared.store().run(&op).await {
+            Ok(NackOutcome::LeaseLost) => {
+                tracing::warn!(
+                    queue = %ctx.name, %id, attempt, reason = %failure.reason,
+                    "{}, but its lease ran out before the nack; the message was already taken back",
+                    failure.cause.describe()
+                );
+                ctx.meters.lease_lost.increment(1);
+                events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
+                return;
+            }
+            Ok(NackOutcome::Dead) => {
+                let outcome = match (failure.cause, &op.mode) {
+                    (Cause::Unreadable, _) => "moved to the dead letters",
+                    (_, NackMode::Dead) => "retrying cannot help; moved to the dead letters",
+                    _ => "it used up its deliveries; moved to the dead letters",
+                };
+                failure.log(&ctx.name, id, attempt, outcome, None);
+                ctx.meters.dead.increment(1);
+                events::emit(&ctx.events, || Event::Dead {
+                    id: id.clone(),
+                    attempt,
+                    reason: failure.reason.clone(),
+                });
+                return;
+            }
+            Ok(NackOutcome::Retried) => {
+                if let NackMode::Fail { delay } = op.mode {
+                    failure.log(&ctx.name, id, attempt, "retrying", Some(delay));
+                    ctx.meters.retried.increment(1);
+                    events::emit(&ctx.events, || Event::Failed {
+                        id: id.clone(),
+                        attempt,
+                        reason: failure.reason.clone(),
+                        retry_in: delay,
+                    });
+                }
+                return;
+            }
+            // Only giving up is worth a warning: a retry that works changes nothing.
+            Err(e) if Instant::now() + backoff < deadline => {
+                tracing::debug!(queue = %ctx.name, %id, error = %e, "nack failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                tracing::warn!(
+                    queue = %ctx.name, %id, attempt, reason = %failure.reason, error = %e,
+                    "{}; the nack failed until its lease ran out, so the visibility timeout will redeliver it",
+                    failure.cause.describe()
+                );
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(mode: Mode) -> Failure {
+        Failure::new(mode, Cause::Error, "boom".into())
+    }
+
+    #[test]
+    fn a_failure_without_a_delay_gets_the_backoffs() {
+        let s = Duration::from_secs;
+        let (own, queue) = (Backoff::fixed(s(7)), Backoff::fixed(s(60)));
+
+        let mut f = failure(Mode::Fail(None));
+        with_backoff(&mut f, Some(&own), &queue, 3);
+        assert_eq!(f.mode, Mode::Fail(Some(s(7))), "the message's own backoff first");
+
+        let mut f = failure(Mode::Fail(None));
+        with_backoff(&mut f, None, &Backoff::exponential(s(1), s(600)).jitter(0.0), 3);
+        assert_eq!(f.mode, Mode::Fail(Some(s(4))), "else the queue's, by attempt");
+
+        let mut f = failure(Mode::Fail(Some(s(42))));
+        with_backoff(&mut f, Some(&own), &queue, 1);
+        assert_eq!(f.mode, Mode::Fail(Some(s(42))), "a RetryAfter's delay stays");
+
+        for mode in [Mode::Dead, Mode::Release] {
+            let mut f = failure(mode);
+            with_backoff(&mut f, Some(&own), &queue, 1);
+            assert!(matches!(f.mode, Mode::Dead | Mode::Release), "no delay: {:?}", f.mode);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The loop of one shard: sweeps on every `fetch_interval`, promotes when
+//! something is due, claims what fits, and in between sleeps until the
+//! earliest due time it knows of, a wake-up, or a free handler slot. On
+//! stop it deletes its claim receipt, waits for its deliveries to settle
+//! and for its acker to send their acks.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::claim::{claim, claim_capacity, Load};
+use super::promote::promote;
+use super::state::Shared;
+use super::sweep::sweep;
+use crate::Error;
+
+/// When the loop next has something to do.
+struct Schedule {
+    /// Next sweep (timed-out deliveries, garbage); also a promote and a claim.
+    sweep: Instant,
+    /// When the earliest pending message is due, as far as this consumer knows.
+    promote: Instant,
+    /// Whether ready or retry may hold messages this consumer could claim.
+    claim: bool,
+}
+
+/// Runs the loop of `shared`'s shard until the consumer stops, then its
+/// shutdown: `acker` is its ack task, `wakes` its wake-ups, `renewer` its
+/// lease renewal task when leases are renewed.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    acker: JoinHandle<()>,
+    mut wakes: mpsc::UnboundedReceiver<Instant>,
+    renewer: Option<JoinHandle<()>>,
+) {
+    let interval = shared.ctx.settings.fetch_interval;
+    let mut stop = shared.pool.stop.clone();
+    let now = Instant::now();
+    let mut at = Schedule {
+        sweep: now,
+        promote: now,
+        claim: true,
+    };
+    let mut failures = 0u32;
+    tracing::debug!(queue = %shared.name(), shard = shared.index, "shard loop started");
+    while !*stop.borrow() {
+        let (until, on_slot) = match step(&shared, &mut at).await {
+            Ok(slot) => {
+                if failures > 0 {
+                    tracing::info!(queue = %shared.name(), failed_steps = failures, "consumer step succeeded again");
+                }
+                failures = 0;
+                (at.sweep.min(at.promote), slot)
+            }
+            Err(e) => {
+                failures += 1;
+                let backoff =
+                    (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
+                // An outage is one event: one warning, then one line when it ends.
+                if failures == 1 {
+                    tracing::warn!(queue = %shared.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
+                } else {
+                    tracing::debug!(queue = %shared.name(), error = %e, retry_in = ?backoff, failures, "consumer step failed again");
+                }
+                (Instant::now() + backoff, false)
+            }
+        };
+        if at.claim && !on_slot && failures == 0 {
+            continue;
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep_until(until) => {}
+            _ = shared.pool.done[shared.index].notified(), if on_slot => {}
+            Some(due) = wakes.recv() => {
+                let now = Instant::now();
+                for due in std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())) {
+                    at.promote = at.promote.min(due);
+                    // Due now: a retry or a due message; either way, look.
+                    at.claim |= due <= now;
+                }
+            }
+        }
+    }
+    // Claiming nothing deletes the receipt. Should it replay a request that
+    // failed, the replayed deliveries see the stop and are handed back. It
+    // expires on its own, so a Redis that does not answer only gets a moment.
+    match tokio::time::timeout(Duration::from_secs(2), claim(&shared, 0)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not delete the claim receipt; it expires on its own"),
+        Err(_) => tracing::debug!("claim receipt not deleted in time; it expires on its own"),
+    }
+    while shared.in_flight.load(Ordering::Acquire) > 0 {
+        shared.pool.done[shared.index].notified().await;
+    }
+    if let Some(renewer) = renewer {
+        renewer.abort();
+    }
+    let (name, shard) = (shared.name().to_string(), shared.index);
+    drop(shared);
+    let _ = acker.await;
+    tracing::debug!(queue = %name, shard, "shard loop stopped");
+}
+
+/// One round: sweep when due, promote when something is due, claim what
+/// fits. Returns true when claimable work waits for a free slot.
+async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
+    let (ctx, k) = (&*shared.ctx, &shared.keys);
+    let now = Instant::now();
+    if now >= at.sweep {
+        sweep(ctx, k).await?;
+        at.sweep = now + ctx.settings.fetch_interval;
+        at.promote = now;
+        at.claim = true;
+    }
+    if now >= at.promote {
+        let (moved, next_due) = promote(ctx, k).await?;
+        // Nothing pending: the next sweep looks again, or a wake-up comes first.
+        at.promote = next_due.map_or(at.sweep, |d| now + d);
+        at.claim |= moved > 0;
+    }
+    if !at.claim {
+        return Ok(false);
+    }
+    let want = claim_capacity(&ctx.settings, &Load::of(shared));
+    if want == 0 {
+        return Ok(true);
+    }
+    let popped = claim(shared, want).await?;
+    // A full batch means more may wait.
+    at.claim = popped >= want;
+    Ok(false)
+}
