@@ -150,7 +150,7 @@ where
 // does not depend on the handler that receives it.
 impl Message {
     /// The payload decoded as JSON; a payload that does not decode gives a
-    /// [`SkipRetry`] (its reason the [`Error::Json`]): return it from the
+    /// [`SkipRetry`] (its reason the [`Error::Json`](crate::Error::Json)): return it from the
     /// handler (`?`) and the message becomes a dead letter at once, with
     /// the decode error as its reason, instead of being retried.
     ///

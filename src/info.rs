@@ -6,13 +6,13 @@ use std::time::{Duration, SystemTime};
 
 use crate::{MessageId, MessageState};
 
-/// Most messages one [`DelayQueue::list`] call returns.
+/// Most messages one [`DelayQueue::list`](crate::DelayQueue::list) call returns.
 pub const MAX_PAGE: usize = 1000;
 /// Payload bytes a listed message shows.
 pub const PREVIEW_BYTES: usize = 256;
 
-/// What is known of one message, from [`DelayQueue::list`] or
-/// [`DelayQueue::get`]. Times are by Redis's clock.
+/// What is known of one message, from [`DelayQueue::list`](crate::DelayQueue::list) or
+/// [`DelayQueue::get`](crate::DelayQueue::get). Times are by Redis's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MessageInfo {
@@ -64,7 +64,7 @@ impl MessageInfo {
     }
 }
 
-/// One page of [`DelayQueue::list`].
+/// One page of [`DelayQueue::list`](crate::DelayQueue::list).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Page {
