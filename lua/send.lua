@@ -31,9 +31,30 @@ message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
 Complexity: O(M log N) with M = messages, N = size of pending.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
-local now = now_ms()
+-- Nothing may fail after the first write, so each key the batch may touch
+-- after one is checked before it. A read before the first write checks its
+-- key on the way (`checked`): pending here, and for the first message unack
+-- (and garbage, when its SET NX finds the key taken). TYPE calls go only to
+-- keys touched later: totals always, garbage and retries for caller-chosen
+-- ids, unack and garbage in a batch of several. Every call adds to the
+-- round trip of a single awaited send.
 local head = head_due(KEYS[1])
+local chosen, several = false, #KEYS > 6
+for a = 6, #ARGV, 5 do
+  chosen = chosen or ARGV[a] == '1'
+end
+local later = {KEYS[5], 'hash'}
+if chosen or several then
+  later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
+end
+if chosen then
+  later[#later + 1], later[#later + 2] = KEYS[2], 'hash'
+end
+if several then
+  later[#later + 1], later[#later + 2] = KEYS[3], 'zset'
+end
+check_types(unpack(later))
+local now = now_ms()
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
@@ -46,12 +67,12 @@ for i = 6, #KEYS do
       .. string.sub(value, colon)
   end
   local status = 0
-  if not redis.call('ZSCORE', KEYS[3], id) then
+  if not checked('zset', 'ZSCORE', KEYS[3], id) then
     if redis.call('SET', KEYS[i], value, 'NX') then
       status = 1
     elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
       status = 2
-    elseif redis.call('ZSCORE', KEYS[4], id) then
+    elseif checked('zset', 'ZSCORE', KEYS[4], id) then
       -- A dead message with the same id is replaced by the new one; SET
       -- drops the dead payload's TTL.
       redis.call('SET', KEYS[i], value)
