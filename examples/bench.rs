@@ -159,36 +159,39 @@ async fn redis_sched(client: &Client) -> Option<(f64, f64, u64)> {
     Some((ran, waited, preempted))
 }
 
-/// Rounds of single sends and floor calls in [`send_single_awaited`].
-const FLOOR_ROUNDS: usize = 10;
+/// Calls per side in each round of [`send_single_awaited`].
+const FLOOR_ROUND: usize = 100;
 
-/// One awaited single send at a time, `n` in all, and as its floor `n`
-/// awaited `EVALSHA`s of a script that does one `SET` (the same payload)
-/// from the same client: the round trip of a script call with no work in
-/// it. Both in alternating rounds, so machine noise falls on both alike.
-/// Returns (sends/s, floor calls/s).
-async fn send_single_awaited(q: &DelayQueue, client: &Client, n: usize, delay: Duration) -> Res<(f64, f64)> {
+/// One awaited single send at a time, `n` in all, against its floor: `n`
+/// awaited `EVALSHA`s, from the same client, of a script that does one
+/// `SET` of the same payload (a script call's round trip with no work in
+/// it). Short alternating rounds of each, so that the machine's noise falls
+/// on both alike. Returns sends/s, floor calls/s (each over all its rounds)
+/// and the median over the rounds of send rate / floor rate.
+async fn send_single_awaited(q: &DelayQueue, client: &Client, n: usize, delay: Duration) -> Res<(f64, f64, f64)> {
     let sha: String = client.script_load("return redis.call('SET', KEYS[1], ARGV[1])").await?;
     let key = format!("bench:{{{}}}:floor", q.name());
-    let (mut sends, mut floor) = (Duration::ZERO, Duration::ZERO);
-    let per_round = n.div_ceil(FLOOR_ROUNDS);
-    for round in 0..FLOOR_ROUNDS {
+    let (mut sends, mut floor, mut ratios) = (Duration::ZERO, Duration::ZERO, Vec::new());
+    let rounds = n.div_ceil(FLOOR_ROUND);
+    for round in 0..rounds {
+        let mut took = [Duration::ZERO; 2];
         for side in [round % 2, 1 - round % 2] {
             let t = Instant::now();
-            for _ in 0..per_round {
+            for _ in 0..FLOOR_ROUND {
                 if side == 0 {
                     q.send_delay_msg(&PAYLOAD, delay).await?;
                 } else {
                     let _: Value = client.evalsha(sha.as_str(), key.as_str(), &PAYLOAD[..]).await?;
                 }
             }
-            *[&mut sends, &mut floor][side] += t.elapsed();
+            took[side] = t.elapsed();
         }
+        sends += took[0];
+        floor += took[1];
+        ratios.push(took[1].as_secs_f64() / took[0].as_secs_f64());
     }
-    Ok((
-        rate(per_round * FLOOR_ROUNDS, sends),
-        rate(per_round * FLOOR_ROUNDS, floor),
-    ))
+    let calls = rounds * FLOOR_ROUND;
+    Ok((rate(calls, sends), rate(calls, floor), median(ratios)))
 }
 
 async fn send_concurrent(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
@@ -254,7 +257,7 @@ async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64, f6
 /// [`consume_as_user`]).
 async fn w1(client: &Client, name: &str, n: usize, user: Option<&str>) -> Res<serde_json::Value> {
     let q = queue(client, name, |b| b.concurrency(16))?;
-    let (single, floor) = send_single_awaited(&q, client, n, HOUR).await?;
+    let (single, floor, to_floor) = send_single_awaited(&q, client, n, HOUR).await?;
     let concurrent = send_concurrent(&q, n, HOUR).await?;
     let batch = send_batch(&q, n, Duration::ZERO).await?;
     let (consumed, redis_us, calls, failed) = consume(&q, client, n).await?;
@@ -262,7 +265,7 @@ async fn w1(client: &Client, name: &str, n: usize, user: Option<&str>) -> Res<se
         "n": n,
         "send_single_awaited_per_s": single,
         "floor_evalsha_one_set_per_s": floor,
-        "send_single_to_floor": (single / floor * 100.0).round() / 100.0,
+        "send_single_to_floor": (to_floor * 100.0).round() / 100.0,
         "send_concurrent_per_s": concurrent,
         "send_batch_per_s": batch,
         "consume_c16_per_s": consumed,
