@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::fred::interfaces::{ClientLike, SortedSetsInterface};
+use delayqueue::fred::interfaces::{ClientLike, LuaInterface, SortedSetsInterface};
 use delayqueue::fred::prelude::{Builder, Config};
 use delayqueue::fred::types::{CustomCommand, InfoKind, Value};
 use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageId, NewMessage};
@@ -70,8 +70,16 @@ fn rate(n: usize, took: Duration) -> f64 {
     (n as f64 / took.as_secs_f64()).round()
 }
 
-/// Deletes every key the benchmark wrote.
+/// Deletes every key the benchmark wrote: under `bench:`, and the queues
+/// of [`consume_as_user`] under the default prefix.
 async fn cleanup(client: &Client) -> Res<()> {
+    for pattern in ["bench:*", "dq:{b[0-9]*-user}:*"] {
+        cleanup_matching(client, pattern).await?;
+    }
+    Ok(())
+}
+
+async fn cleanup_matching(client: &Client, pattern: &str) -> Res<()> {
     let mut cursor = "0".to_string();
     loop {
         let reply: Vec<Value> = client
@@ -80,7 +88,7 @@ async fn cleanup(client: &Client) -> Res<()> {
                 vec![
                     cursor.clone(),
                     "MATCH".into(),
-                    "bench:*".into(),
+                    pattern.into(),
                     "COUNT".into(),
                     "10000".into(),
                 ],
@@ -151,12 +159,39 @@ async fn redis_sched(client: &Client) -> Option<(f64, f64, u64)> {
     Some((ran, waited, preempted))
 }
 
-async fn send_single_awaited(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
-    let t = Instant::now();
-    for _ in 0..n {
-        q.send(&PAYLOAD).delay(delay).await?;
+/// Calls per side in each round of [`send_single_awaited`].
+const FLOOR_ROUND: usize = 100;
+
+/// One awaited single send at a time, `n` in all, against its floor: `n`
+/// awaited `EVALSHA`s, from the same client, of a script that does one
+/// `SET` of the same payload (a script call's round trip with no work in
+/// it). Short alternating rounds of each, so that the machine's noise falls
+/// on both alike. Returns sends/s, floor calls/s (each over all its rounds)
+/// and the median over the rounds of send rate / floor rate.
+async fn send_single_awaited(q: &DelayQueue, client: &Client, n: usize, delay: Duration) -> Res<(f64, f64, f64)> {
+    let sha: String = client.script_load("return redis.call('SET', KEYS[1], ARGV[1])").await?;
+    let key = format!("bench:{{{}}}:floor", q.name());
+    let (mut sends, mut floor, mut ratios) = (Duration::ZERO, Duration::ZERO, Vec::new());
+    let rounds = n.div_ceil(FLOOR_ROUND);
+    for round in 0..rounds {
+        let mut took = [Duration::ZERO; 2];
+        for side in [round % 2, 1 - round % 2] {
+            let t = Instant::now();
+            for _ in 0..FLOOR_ROUND {
+                if side == 0 {
+                    q.send(&PAYLOAD).delay(delay).await?;
+                } else {
+                    let _: Value = client.evalsha(sha.as_str(), key.as_str(), &PAYLOAD[..]).await?;
+                }
+            }
+            took[side] = t.elapsed();
+        }
+        sends += took[0];
+        floor += took[1];
+        ratios.push(took[1].as_secs_f64() / took[0].as_secs_f64());
     }
-    Ok(rate(n, t.elapsed()))
+    let calls = rounds * FLOOR_ROUND;
+    Ok((rate(calls, sends), rate(calls, floor), median(ratios)))
 }
 
 async fn send_concurrent(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
@@ -217,23 +252,44 @@ async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64, f6
 
 /// w1: the three ways to send, then consume a backlog with concurrency 16,
 /// all on queue `name` (the first two send messages due in an hour, which
-/// stay pending; the batch sends due ones, which are then consumed).
-async fn w1(client: &Client, name: &str, n: usize) -> Res<serde_json::Value> {
+/// stay pending; the batch sends due ones, which are then consumed). With
+/// `user`, the Redis URL, also consume as an application does (see
+/// [`consume_as_user`]).
+async fn w1(client: &Client, name: &str, n: usize, user: Option<&str>) -> Res<serde_json::Value> {
     let q = queue(client, name, |b| b.concurrency(16))?;
-    let single = send_single_awaited(&q, n, HOUR).await?;
+    let (single, floor, to_floor) = send_single_awaited(&q, client, n, HOUR).await?;
     let concurrent = send_concurrent(&q, n, HOUR).await?;
     let batch = send_batch(&q, n, Duration::ZERO).await?;
     let (consumed, redis_us, calls, failed) = consume(&q, client, n).await?;
-    Ok(json!({
+    let mut out = json!({
         "n": n,
         "send_single_awaited_per_s": single,
+        "floor_evalsha_one_set_per_s": floor,
+        "send_single_to_floor": (to_floor * 100.0).round() / 100.0,
         "send_concurrent_per_s": concurrent,
         "send_batch_per_s": batch,
         "consume_c16_per_s": consumed,
         "consume_redis_cpu_us_per_msg": redis_us,
         "consume_script_calls_per_msg": calls,
         "consume_failed_deliveries": failed,
-    }))
+    });
+    if let Some(url) = user {
+        out["consume_user_c16_per_s"] = json!(consume_as_user(url, &format!("{name}-user"), n).await?);
+    }
+    Ok(out)
+}
+
+/// Consume as an application runs it: its own client from
+/// `delayqueue::connect`, a queue with builder defaults but
+/// `concurrency(16)` (and the default key prefix), `n` due messages, a
+/// no-op handler; msgs/s.
+async fn consume_as_user(url: &str, name: &str, n: usize) -> Res<f64> {
+    let client = delayqueue::connect(url).await?;
+    let q = DelayQueue::builder(name, client.clone()).concurrency(16).build()?;
+    send_batch(&q, n, Duration::ZERO).await?;
+    let (rate, ..) = consume(&q, &client, n).await?;
+    client.quit().await?;
+    Ok(rate)
 }
 
 /// Host clock in ms since the epoch, with fractions.
@@ -469,7 +525,7 @@ async fn w4(client: &Client, url: &str, tag: &str, n: usize, scale: usize, round
     // pending tables (moving ~1,000,000 entries in each) meanwhile. That
     // happens once per doubling in a server's life, so it is reported on
     // its own, and the rounds after it show the backlog's lasting cost.
-    let growth = w1(client, &name, n).await?;
+    let growth = w1(client, &name, n, None).await?;
     let (mut empty, mut loaded) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         // Alternate which side goes first, so drift in the machine's load
@@ -477,10 +533,10 @@ async fn w4(client: &Client, url: &str, tag: &str, n: usize, scale: usize, round
         for side in [round % 2, 1 - round % 2] {
             tokio::time::sleep(Duration::from_secs(2)).await;
             if side == 0 {
-                empty.push(w1(&empty_db, &format!("{tag}-empty"), n).await?);
+                empty.push(w1(&empty_db, &format!("{tag}-empty"), n, None).await?);
                 cleanup(&empty_db).await?;
             } else {
-                loaded.push(w1(client, &name, n).await?);
+                loaded.push(w1(client, &name, n, None).await?);
             }
         }
     }
@@ -587,7 +643,10 @@ async fn main() -> Res<()> {
         emit("w3_memory", w3(&client).await?);
     }
     if on("w1") {
-        emit("w1_throughput", w1(&client, &format!("{tag}-w1"), o.n).await?);
+        emit(
+            "w1_throughput",
+            w1(&client, &format!("{tag}-w1"), o.n, Some(&url)).await?,
+        );
         cleanup(&client).await?;
     }
     if on("w2") {

@@ -138,11 +138,6 @@ local function wake_if_earlier(channel, due, head, now)
   end
 end
 
--- The due time of the earliest pending message, false when there is none.
-local function head_due(pending)
-  return redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
-end
-
 -- The ids of a batch passed as tuples: every `step`-th argument from ARGV[first].
 local function ids_of(first, step)
   local ids = {}
@@ -211,4 +206,22 @@ local function check_types(...)
       error(redis.error_reply('WRONGTYPE ' .. args[i] .. ' holds a ' .. actual .. ', not a ' .. args[i + 1]))
     end
   end
+end
+
+-- redis.call(command, key, ...) where `key` must hold type `want`: a read
+-- that checks the type on the way, failing as check_types does (naming the
+-- key) when it is another. A key read before a script's first write needs
+-- no TYPE call of its own.
+local function checked(want, command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    check_types(key, want)
+    error(reply)
+  end
+  return reply
+end
+
+-- The due time of the earliest pending message, false when there is none.
+local function head_due(pending)
+  return checked('zset', 'ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end

@@ -34,9 +34,29 @@ message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
 Complexity: O(M log N) with M = messages, N = size of pending.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
-local now = now_ms()
+-- Nothing may fail after the first write, so each key the batch may touch
+-- after one is checked before it. Reads before the first write check their
+-- keys on the way (`checked`): pending and unack here, and garbage when the
+-- SET NX of a batch of one finds its key taken. TYPE calls go only to keys
+-- touched later: totals always, garbage for a batch of several or with
+-- caller-chosen ids, retries for caller-chosen ids. Every call adds to the
+-- round trip of a single awaited send.
 local head = head_due(KEYS[1])
+local ids = ids_of(2, 5)
+local live = #ids > 0 and checked('zset', 'ZMSCORE', KEYS[3], unpack(ids)) or {}
+local chosen = false
+for a = 6, #ARGV, 5 do
+  chosen = chosen or ARGV[a] == '1'
+end
+local later = {KEYS[5], 'hash'}
+if chosen or #ids > 1 then
+  later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
+end
+if chosen then
+  later[#later + 1], later[#later + 2] = KEYS[2], 'hash'
+end
+check_types(unpack(later))
+local now = now_ms()
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
@@ -52,12 +72,12 @@ for i = 6, #KEYS do
     value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
   end
   local status = 0
-  if not redis.call('ZSCORE', KEYS[3], id) then
+  if not live[i - 5] then
     if redis.call('SET', KEYS[i], value, 'NX') then
       status = 1
     elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
       status = 2
-    elseif redis.call('ZSCORE', KEYS[4], id) then
+    elseif checked('zset', 'ZSCORE', KEYS[4], id) then
       -- A dead message with the same id is replaced by the new one; SET
       -- drops the dead payload's TTL.
       redis.call('SET', KEYS[i], value)

@@ -435,8 +435,14 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
         assert_eq!(server.raw_command(&["SET", &full, "foreign", "NX"]), "OK");
         let before = snapshot(&server);
 
-        // Which calls touch which key (see the KEYS of each script).
-        let send_touches = matches!(key, "pending" | "retries" | "unack" | "garbage");
+        // Which calls touch which key (see each script). A send with a
+        // generated id reads unack and writes pending; a batch of several
+        // also reads garbage (an id found taken may be a dead letter's); a
+        // caller-chosen id also clears its dead letter and retry record.
+        let own_touches = matches!(key, "pending" | "retries" | "unack" | "garbage");
+        let send_touches = matches!(key, "pending" | "unack");
+        let batch_touches = send_touches || key == "garbage";
+        let cancel_touches = own_touches;
         let stats_touches = key != "retries";
         let is_wrong_type = |e: &Error| match e {
             Error::WrongType { queue, detail } => {
@@ -444,26 +450,42 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
             }
             _ => false,
         };
-
+        // A refused call writes nothing; the others go through.
+        let mut stored = i64::from(resident.is_some());
+        let expect =
+            |what: &str, touches: bool, refused: Option<&Error>, before: &BTreeMap<String, RawReply>| match refused {
+                Some(e) => {
+                    assert!(touches && is_wrong_type(e), "{key}: {what} gave {e:?}");
+                    assert_eq!(&snapshot(&server), before, "{key}: a refused {what} wrote something");
+                }
+                None => assert!(!touches, "{key}: {what} went through"),
+            };
         let sent = q.send("x").await;
+        expect("send", send_touches, sent.as_ref().err(), &before);
+        stored += i64::from(sent.is_ok());
+        let before = snapshot(&server);
+        let own = q.send("x").id("own").await;
+        expect("send with an id", own_touches, own.as_ref().err(), &before);
+        stored += i64::from(own.is_ok());
+        let before = snapshot(&server);
         let batch = q.send_batch([NewMessage::new("b1"), NewMessage::new("b2")]).await;
-        if send_touches {
-            assert!(matches!(&sent, Err(e) if is_wrong_type(e)), "{key}: send gave {sent:?}");
-            assert!(
-                matches!(&batch, Err(e) if is_wrong_type(e)),
-                "{key}: send_batch gave {batch:?}"
-            );
-            if let Some(resident) = &resident {
-                let res = q.cancel(resident).await;
-                assert!(matches!(&res, Err(e) if is_wrong_type(e)), "{key}: cancel gave {res:?}");
+        expect("send_batch", batch_touches, batch.as_ref().err(), &before);
+        if let Ok(results) = &batch {
+            assert!(results.iter().all(Result::is_ok), "{key}: {results:?}");
+            stored += 2;
+        }
+        if let Some(resident) = &resident {
+            let before = snapshot(&server);
+            let res = q.cancel(resident).await;
+            expect("cancel", cancel_touches, res.as_ref().err(), &before);
+            if let Ok(cancelled) = res {
+                assert!(cancelled, "{key}");
+                stored -= 1;
             }
-            assert_eq!(snapshot(&server), before, "{key}: a refused call wrote something");
-        } else {
-            sent.unwrap_or_else(|e| panic!("{key}: send does not touch it, yet {e:?}"));
-            assert!(batch.unwrap().iter().all(Result::is_ok));
-            assert!(q.cancel(resident.as_ref().unwrap()).await.unwrap());
+        }
+        if key != "pending" {
             let pending: i64 = client.zcard(format!("dq:{{{name}}}:pending")).await.unwrap();
-            assert_eq!(pending, 3, "{key}");
+            assert_eq!(pending, stored, "{key}");
         }
         let stats = q.counts().await;
         if stats_touches {
@@ -483,6 +505,29 @@ async fn a_wrong_type_key_fails_each_call_whole_that_touches_it() {
         // The foreign value itself is untouched.
         assert_eq!(server.raw_command(&["GET", &full]), "foreign", "{key}");
     }
+}
+
+#[tokio::test]
+async fn a_totals_key_of_the_wrong_type_refuses_every_send_whole() {
+    // Every send counts what it stored last, after its writes: the key is
+    // checked before the first one.
+    let (server, _client, q) = start_queue("wttotals", FETCH_INTERVAL, |b| b).await;
+    assert_eq!(server.raw_command(&["RPUSH", "dq:{wttotals}:totals", "foreign"]), "1");
+    let before = snapshot(&server);
+    let sends = [
+        q.send("x").await.map(drop),
+        q.send("x").id("own").await.map(drop),
+        q.send_batch([NewMessage::new("a"), NewMessage::new("b")])
+            .await
+            .map(drop),
+    ];
+    for sent in sends {
+        assert!(
+            matches!(&sent, Err(Error::WrongType { detail, .. }) if detail.contains("dq:{wttotals}:totals")),
+            "{sent:?}"
+        );
+    }
+    assert_eq!(snapshot(&server), before);
 }
 
 #[tokio::test]
@@ -535,11 +580,12 @@ async fn a_running_consumer_backs_off_on_wrong_type_keys_and_resumes_once_fixed(
             wait_until(WAIT, || logs.text().contains(&failing)).await,
             "{key}: the consumer did not report the broken key"
         );
-        // A send during the breakage: refused whole, or stored (when send does not touch the key).
+        // A send during the breakage: refused whole, or stored (when send
+        // does not touch the key: a generated id's reads unack and writes pending).
         let during = q.send(format!("during {key}")).await;
         match &during {
-            Ok(_) => assert!(matches!(key, "ready" | "retry")),
-            Err(Error::WrongType { .. }) => assert!(!matches!(key, "ready" | "retry")),
+            Ok(_) => assert!(!matches!(key, "pending" | "unack")),
+            Err(Error::WrongType { .. }) => assert!(matches!(key, "pending" | "unack")),
             Err(e) => panic!("{key}: {e:?}"),
         }
         // Past the due time of `before`, and a few sweeps more.

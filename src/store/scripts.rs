@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 
 use fred::prelude::{Client, FromValue, LuaInterface, Value};
 use fred::types::scripts::Script;
+use fred::types::MultipleKeys;
 
 /// A script of `lua/`, known by its file name.
 pub(crate) struct LuaScript {
@@ -71,10 +72,11 @@ impl LuaScript {
         })
     }
 
-    /// The shebang line, then the prelude, then the rest of the file.
+    /// The shebang line, then the prelude's helpers the script uses, then
+    /// the rest of the file.
     pub(crate) fn source(&self) -> String {
         let (shebang, body) = self.file.split_once('\n').unwrap_or((self.file, ""));
-        format!("{shebang}\n{PRELUDE}{body}")
+        format!("{shebang}\n{}{body}", prelude_for(body))
     }
 
     /// The SHA1 that `EVALSHA` names the script by.
@@ -92,6 +94,9 @@ impl LuaScript {
     ) -> Result<R, fred::error::Error> {
         tracing::trace!(script = self.name, keys = keys.len(), args = args.len(), "evalsha");
         let (script, source) = self.script();
+        // Keys and values share their bytes when cloned (for the fallback):
+        // no copy of the names and payloads on the way.
+        let keys = MultipleKeys::from(keys);
         match client.evalsha(script.sha1().clone(), keys.clone(), args.clone()).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Routine: every script's first call on a server, and after a restart or flush.
@@ -104,6 +109,73 @@ impl LuaScript {
             result => result,
         }
     }
+}
+
+/// The blocks of the prelude (separated by blank lines) that `body` needs:
+/// those defining a name that the body's code or another needed block's
+/// uses, and those defining none (comments). Every `local function` costs a
+/// closure at each run of a script, which a single awaited send pays in its
+/// round trip.
+fn prelude_for(body: &str) -> String {
+    let blocks: Vec<(&str, Vec<&str>)> = PRELUDE.split("\n\n").map(|b| (b, defined_names(b))).collect();
+    let mut needed: Vec<bool> = blocks.iter().map(|(_, names)| names.is_empty()).collect();
+    let mut users = vec![code_of(body)];
+    while let Some(user) = users.pop() {
+        for (i, (block, names)) in blocks.iter().enumerate() {
+            if !needed[i] && names.iter().any(|name| uses(&user, name)) {
+                needed[i] = true;
+                users.push(code_of(block));
+            }
+        }
+    }
+    let mut out = String::with_capacity(PRELUDE.len());
+    for ((block, _), _) in blocks.iter().zip(needed).filter(|(_, needed)| *needed) {
+        out.push_str(block.trim_end_matches('\n'));
+        out.push_str("\n\n");
+    }
+    out
+}
+
+/// The names a prelude block defines: `local function name(` and `local NAME =` at a line's start.
+fn defined_names(block: &str) -> Vec<&str> {
+    block
+        .lines()
+        .filter_map(|l| l.strip_prefix("local "))
+        .map(|l| l.strip_prefix("function ").unwrap_or(l))
+        .map(|l| l.split(|c: char| !is_ident(c)).next().unwrap_or_default())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// Lua source without its comments (`--[[ ... ]]` blocks and `--` to the
+/// end of a line), so that a name a comment mentions does not count as used.
+fn code_of(lua: &str) -> String {
+    let mut code = String::with_capacity(lua.len());
+    let mut rest = lua;
+    while let Some(at) = rest.find("--") {
+        code.push_str(&rest[..at]);
+        let comment = &rest[at..];
+        let end = match comment.strip_prefix("--[[") {
+            Some(block) => block.find("]]").map_or(comment.len(), |e| e + 6),
+            None => comment.find('\n').unwrap_or(comment.len()),
+        };
+        rest = &comment[end..];
+    }
+    code.push_str(rest);
+    code
+}
+
+/// Whether `text` holds `name` as a whole identifier.
+fn uses(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + name.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
 }
 
 #[cfg(test)]
@@ -119,5 +191,43 @@ mod tests {
             }
             assert_eq!(s.sha1().len(), 40);
         }
+    }
+
+    #[test]
+    fn a_script_gets_the_prelude_helpers_it_uses_and_no_others() {
+        let send = SEND.source();
+        for used in ["local function now_ms(", "local function check_types(", "local STALE ="] {
+            assert!(send.contains(used), "send lacks {used}");
+        }
+        // wake_if_earlier calls wake: helpers of helpers come along.
+        assert!(send.contains("local function wake("));
+        for unused in [
+            "local function members_of(",
+            "local function bury(",
+            "local MAX_LIMIT =",
+        ] {
+            assert!(!send.contains(unused), "send has {unused}");
+        }
+        // Every script still gets every helper its body names.
+        for s in ALL {
+            let source = s.source();
+            for name in PRELUDE.split("\n\n").flat_map(defined_names) {
+                if uses(&code_of(s.file), name) {
+                    assert!(
+                        defined_names(&source).contains(&name),
+                        "lua/{}.lua lacks {name}",
+                        s.name
+                    );
+                }
+            }
+        }
+        assert!(uses("x = now_ms()", "now_ms") && !uses("now_ms_x()", "now_ms") && !uses("a_now_ms", "now_ms"));
+        // Names in comments do not count.
+        let code = code_of("--[[ count\n now_ms ]]\nlocal a = tally(1) -- wake\n-- bury\nreturn a");
+        assert_eq!(code, "\nlocal a = tally(1) \n\nreturn a");
+        assert!(
+            !send.contains("local function count("),
+            "send's header mentions a retry count"
+        );
     }
 }
