@@ -36,20 +36,18 @@ Complexity: O(M log N) with M = messages, N = size of pending.
 ]]
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
--- keys on the way (`checked`): pending and unack here, and garbage when the
--- SET NX of a batch of one finds its key taken. TYPE calls go only to keys
--- touched later: totals always, garbage for a batch of several or with
--- caller-chosen ids, retries for caller-chosen ids. Every call adds to the
--- round trip of a single awaited send.
+-- keys on the way (`checked`): pending here, unack by the first message's
+-- read, garbage when the SET NX of a batch of one finds its key taken.
+-- TYPE calls go only to keys touched later: totals always, garbage for a
+-- batch of several or with caller-chosen ids, retries for caller-chosen
+-- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
-local ids = ids_of(2, 5)
-local live = #ids > 0 and checked('zset', 'ZMSCORE', KEYS[3], unpack(ids)) or {}
 local chosen = false
 for a = 6, #ARGV, 5 do
   chosen = chosen or ARGV[a] == '1'
 end
 local later = {KEYS[5], 'hash'}
-if chosen or #ids > 1 then
+if chosen or #KEYS > 6 then
   later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
 end
 if chosen then
@@ -72,7 +70,13 @@ for i = 6, #KEYS do
     value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
   end
   local status = 0
-  if not live[i - 5] then
+  local live
+  if i == 6 then
+    live = checked('zset', 'ZSCORE', KEYS[3], id)
+  else
+    live = redis.call('ZSCORE', KEYS[3], id)
+  end
+  if not live then
     if redis.call('SET', KEYS[i], value, 'NX') then
       status = 1
     elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
