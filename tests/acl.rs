@@ -34,7 +34,7 @@ const PRODUCER: &[&str] = &["wait"];
 /// rewrites the due time in the stored value's header).
 const PRODUCER_SCRIPTS: &[&str] = &[
     "del", "exists", "get", "getrange", "hdel", "hincrby", "hset", "publish", "set", "setrange", "time", "type",
-    "zadd", "zmscore", "zrange", "zrem", "zscore",
+    "zadd", "zrange", "zrem", "zscore",
 ];
 /// What a consumer runs besides its scripts.
 const CONSUMER: &[&str] = &["subscribe"];
