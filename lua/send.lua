@@ -55,6 +55,9 @@ if chosen then
 end
 check_types(unpack(later))
 local now = now_ms()
+-- The send times each stored value's header gets: "/<now>+" then the
+-- message's delay, as its ARGV already spells it.
+local sent = string.format('/%d+', now)
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
@@ -63,7 +66,7 @@ for i = 6, #KEYS do
   local id, value, delay, expire = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local colon = string.find(value, ':', 1, true)
   if colon then
-    local times = string.format('/%d+%d', now, delay)
+    local times = sent .. ARGV[a + 2]
     if expire > 0 then
       times = times .. string.format('@%d', now + delay + expire)
     end
