@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use delayqueue::fred::clients::Client;
 use delayqueue::{Counts, DelayQueue, HandlerError, Message, SkipRetry};
-use helpers::{recording, start_queue, wait_stats, Log};
+use helpers::{ok_else_fail, recording, start_queue, wait_stats, Log};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::logs::Logs;
@@ -193,15 +193,7 @@ async fn a_recorder_installed_after_the_queue_is_built_gets_its_metrics() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().expect("only this test installs a global recorder");
-    let consumer = q
-        .start_consume(|msg: Message| async move {
-            match msg.payload() {
-                b"ok" => Ok(()),
-                _ => Err::<(), HandlerError>("nope".into()),
-            }
-        })
-        .await
-        .unwrap();
+    let consumer = q.start_consume(ok_else_fail()).await.unwrap();
     for payload in ["ok", "ok", "bad"] {
         q.send(payload).await.unwrap();
     }

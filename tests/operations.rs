@@ -10,7 +10,7 @@ use std::time::Duration;
 use delayqueue::{
     Backoff, Counts, Event, HandlerError, Message, MessageId, MessageState, NewMessage, RetryAfter, SkipRetry,
 };
-use helpers::{acking, recording, start_queue, wait_stats, Log};
+use helpers::{acking, ok_else_fail, recording, start_queue, wait_stats, Log};
 use support::{all_keys, wait_until, WAIT};
 use tokio::sync::broadcast;
 
@@ -234,15 +234,7 @@ async fn events_tell_what_happened_in_order() {
     })
     .await;
     let mut events = q.events();
-    let consumer = q
-        .start_consume(|msg: Message| async move {
-            match msg.payload() {
-                b"ok" => Ok(()),
-                _ => Err::<(), HandlerError>("nope".into()),
-            }
-        })
-        .await
-        .unwrap();
+    let consumer = q.start_consume(ok_else_fail()).await.unwrap();
     let mut seen = Vec::new();
     // "bad" is sent once "ok" is done, so the order of the two is fixed.
     let ok = q.send("ok").await.unwrap();

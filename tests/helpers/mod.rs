@@ -94,6 +94,16 @@ pub fn acking(log: &Log) -> impl Handler {
     recording(log, |_msg: Message| async move { Ok(()) })
 }
 
+/// A handler that succeeds on the payload `ok` and fails on any other.
+pub fn ok_else_fail() -> impl Handler {
+    |msg: Message| async move {
+        match msg.payload() {
+            b"ok" => Ok(()),
+            _ => Err::<(), HandlerError>("nope".into()),
+        }
+    }
+}
+
 /// Polls the queue's stats every 20 ms until they equal `want` or
 /// `limit` passes; returns the last stats seen.
 pub async fn wait_stats(queue: &DelayQueue, limit: Duration, want: Counts) -> Counts {
