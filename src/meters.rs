@@ -22,7 +22,7 @@ fn key(name: &'static str, queue: &str) -> Key {
 }
 
 /// A counter of one queue, looked up in the current recorder at every use.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct QueueCounter(Key);
 
 impl QueueCounter {
@@ -41,7 +41,7 @@ impl QueueCounter {
 
 /// A histogram of one queue, in seconds, looked up in the current recorder
 /// at every use.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct QueueHistogram(Key);
 
 impl QueueHistogram {
@@ -63,7 +63,7 @@ impl QueueHistogram {
 macro_rules! meters {
     ($($field:ident: $kind:ident = $name:literal, $help:literal;)*) => {
         /// The metrics of one queue.
-        #[derive(Debug)]
+        #[derive(Debug, Clone)]
         pub(crate) struct Meters {
             $(#[doc = $help] pub $field: $kind,)*
         }

@@ -248,7 +248,7 @@ impl DelayQueue {
             client: inner.client.clone(),
             shards: inner.shards.clone(),
             settings: inner.config.consume_settings(),
-            meters: Meters::new(&inner.name),
+            meters: inner.meters.clone(),
             events: inner.events.clone(),
         };
         Ok(Consumer::start(ctx, Arc::new(handler)).await)
