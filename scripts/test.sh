@@ -12,6 +12,14 @@ cd "$(dirname "$0")/.."
 if ! command -v faketime >/dev/null 2>&1 && [ -z "${FAKETIME_LIB:-}" ]; then
     apt_install faketime || echo "could not install faketime; the clock-skew fault test will fail" >&2
 fi
+# chromium and chromedriver (Debian's chromium, chromium-driver): the dashboard's
+# real-browser test (tests/web_browser.rs). It fails, rather than skips, when
+# they are missing, because this script sets DELAYQUEUE_BROWSER_REQUIRED.
+if ! command -v chromedriver >/dev/null 2>&1 && [ -z "${CHROMEDRIVER:-}" ]; then
+    apt_install chromium && apt_install chromium-driver \
+        || echo "could not install chromium and chromium-driver; the browser test will fail" >&2
+fi
+export DELAYQUEUE_BROWSER_REQUIRED=1
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
 # --features cli: the CLI and its end-to-end tests (tests/cli.rs);
 # --workspace: also the test harness's own tests (crate delayqueue-test-support).

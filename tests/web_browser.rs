@@ -1,0 +1,623 @@
+//! The dashboard in a real browser: Debian's `chromium`, driven over
+//! WebDriver (`chromedriver`) from Rust, against a private redis-server, real
+//! queues and real consumers. The dashboard is mounted under a path prefix
+//! with bearer auth on, and the browser logs in the documented way (the page
+//! opened once with `?token=`).
+//!
+//! Each scenario waits on conditions (the DOM, the handler's log, Redis) with
+//! the generous `support::WAIT`, never on a fixed sleep. The browsers run one
+//! at a time: two cores do not run several chromiums well.
+//!
+//! Without chromium the tests say so and pass, unless `CI` is set or
+//! `DELAYQUEUE_BROWSER_REQUIRED=1` (scripts/test.sh sets it): then they fail.
+//! With `DELAYQUEUE_SCREENSHOTS=1` the screenshots go to `docs/web/*.png`,
+//! else into a temporary directory, so a test run does not dirty the tree.
+#![cfg(feature = "web")]
+
+mod helpers;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use delayqueue::fred::clients::Client;
+use delayqueue::web::{Auth, Dashboard};
+use delayqueue::{Counts, DelayQueue, HandlerError, Message, NewMessage};
+use delayqueue_test_support::{self as support, RedisServer};
+use fantoccini::{ClientBuilder, Locator};
+use helpers::Log;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "browser-test-token";
+const PREFIX: &str = "/admin/queues";
+/// Between two looks at the page while waiting for a condition.
+const POLL: Duration = Duration::from_millis(50);
+
+/// One chromium at a time across the tests of this binary.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn browser_required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var("DELAYQUEUE_BROWSER_REQUIRED").as_deref() == Ok("1")
+}
+
+/// `None` after saying why, when the browser is missing and not required.
+fn unavailable(why: String) -> Option<Browser> {
+    assert!(
+        !browser_required(),
+        "the browser test cannot run: {why}\n\
+         install Debian's chromium and chromium-driver (scripts/test.sh does: \
+         apt-get install -y chromium chromium-driver), or set CHROMEDRIVER / CHROMIUM to their paths"
+    );
+    eprintln!("SKIPPED: {why} (set DELAYQUEUE_BROWSER_REQUIRED=1 to fail instead)");
+    None
+}
+
+fn program(env: &str, default: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(PathBuf::from(p));
+    }
+    let p = PathBuf::from(default);
+    if p.exists() {
+        return Some(p);
+    }
+    let name = p.file_name()?;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.exists())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A chromedriver child on a loopback port. Dropping it asks it to shut
+/// down (which quits the browsers it started), then kills it.
+struct Chromedriver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.write_all(b"GET /shutdown HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+            let _ = s.read_to_end(&mut Vec::new());
+        }
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A WebDriver session in a fresh headless chromium profile.
+struct Browser {
+    wd: fantoccini::Client,
+    _driver: Chromedriver,
+    profile: PathBuf,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+impl Browser {
+    async fn start(dark: bool) -> Option<Browser> {
+        let Some(driver) = program("CHROMEDRIVER", "/usr/bin/chromedriver") else {
+            return unavailable("chromedriver not found".into());
+        };
+        let port = free_port();
+        let child = match Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => return unavailable(format!("{} does not start: {e}", driver.display())),
+        };
+        let driver = Chromedriver { child, port };
+        let listening = support::wait_until(support::WAIT, || TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+        if !listening {
+            return unavailable(format!("chromedriver did not listen on 127.0.0.1:{port} within 30 s"));
+        }
+        let profile = std::env::temp_dir().join(format!(
+            "delayqueue-chromium-{}-{}",
+            std::process::id(),
+            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()
+        ));
+        let mut args = vec![
+            "--headless=new".to_string(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-dev-shm-usage".into(),
+            "--disable-quic".into(),
+            "--no-first-run".into(),
+            "--disable-background-networking".into(),
+            "--disable-component-update".into(),
+            "--disable-sync".into(),
+            "--hide-scrollbars".into(),
+            format!("--user-data-dir={}", profile.display()),
+            "--window-size=1400,900".into(),
+        ];
+        if dark {
+            // preferredColorScheme 0 = dark: what prefers-color-scheme reports.
+            args.push("--blink-settings=preferredColorScheme=0".into());
+            args.push("--force-dark-mode".into());
+        }
+        let mut options = json!({ "args": args });
+        if let Some(chromium) = program("CHROMIUM", "/usr/bin/chromium") {
+            options["binary"] = json!(chromium);
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert("goog:chromeOptions".into(), options);
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+        {
+            Ok(wd) => Some(Browser { wd, _driver: driver, profile }),
+            Err(e) => unavailable(format!("chromium does not start under chromedriver: {e}")),
+        }
+    }
+
+    async fn close(self) {
+        let Browser { wd, _driver, profile } = self;
+        let _ = wd.close().await;
+        let _ = std::fs::remove_dir_all(profile);
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.wd
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    /// Waits until the JS expression `cond` is truthy; returns its value.
+    /// On a timeout, fails with `what` and the page's text.
+    async fn wait(&self, what: &str, cond: &str) -> Value {
+        let script = format!("return ({cond});");
+        let end = Instant::now() + support::WAIT;
+        for _ in 0..2000 {
+            let v = self.js(&script).await;
+            let truthy = !matches!(&v, Value::Null | Value::Bool(false))
+                && v != json!(0)
+                && v != json!("")
+                && v != json!([]);
+            if truthy {
+                return v;
+            }
+            if Instant::now() > end {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let page = self.js("return location.href + '\\n' + document.body.innerText;").await;
+        panic!("{what}: not seen within {:?}\nthe page:\n{}", support::WAIT, page.as_str().unwrap_or_default());
+    }
+
+    /// Waits for the element, then clicks it.
+    async fn click(&self, css: &str) {
+        self.wait(&format!("{css} to show"), &format!("(() => {{ const e = document.querySelector({css:?}); return !!e && e.offsetParent !== null && !e.disabled; }})()"))
+            .await;
+        let e = self.wd.find(Locator::Css(css)).await.unwrap();
+        e.click().await.unwrap_or_else(|err| panic!("click {css}: {err}"));
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        self.wait(&format!("{css} to show"), &format!("!!document.querySelector({css:?})")).await;
+        let e = self.wd.find(Locator::Css(css)).await.unwrap();
+        e.clear().await.unwrap();
+        e.send_keys(text).await.unwrap();
+    }
+
+    /// Saves a PNG of the viewport as `<name>.png` (see the module docs).
+    async fn screenshot(&self, name: &str) {
+        // Park the pointer's effects: no hovered row in the pictures.
+        self.js("document.activeElement && document.activeElement.blur && document.activeElement.blur(); return 1;").await;
+        let png = self.wd.screenshot().await.expect("screenshot");
+        let dir = if std::env::var("DELAYQUEUE_SCREENSHOTS").as_deref() == Ok("1") {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/web")
+        } else {
+            std::env::temp_dir().join(format!("delayqueue-web-shots-{}", std::process::id()))
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        eprintln!("screenshot {}", path.display());
+    }
+}
+
+/// A private redis-server and the dashboard serving its queues under
+/// [`PREFIX`] on a loopback port, with bearer auth.
+struct Dash {
+    server: RedisServer,
+    client: Client,
+    base: String,
+    serve: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Dash {
+    fn drop(&mut self) {
+        self.serve.abort();
+    }
+}
+
+impl Dash {
+    async fn start() -> Dash {
+        let server = RedisServer::start().await;
+        let client = server.client().await;
+        let dashboard = Dashboard::new(client.clone())
+            .auth(Auth::Bearer(TOKEN.into()))
+            .sample_every(Duration::from_millis(500))
+            .router();
+        let app = axum::Router::new().nest(PREFIX, dashboard);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serve = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Dash { server, client, base: format!("http://{addr}{PREFIX}/"), serve }
+    }
+
+    fn queue(&self, name: &str, configure: impl FnOnce(delayqueue::DelayQueueBuilder) -> delayqueue::DelayQueueBuilder) -> DelayQueue {
+        configure(helpers::queue_builder(name, &self.client, Duration::from_millis(100)))
+            .build()
+            .unwrap()
+    }
+
+    /// Logs in the way docs/web.md tells a person to: the page once with
+    /// `?token=`; then opens `hash`.
+    async fn login(&self, b: &Browser, hash: &str) {
+        b.wd.goto(&self.base).await.unwrap();
+        let refused = b.js("return document.body.innerText;").await;
+        assert!(
+            b.js("return !!document.querySelector('[data-testid=overview]');").await == json!(false),
+            "the dashboard showed without the token: {refused}"
+        );
+        b.wd.goto(&format!("{}?token={TOKEN}", self.base)).await.unwrap();
+        b.wait("the overview after logging in", "!!document.querySelector('[data-testid=queue-row], [data-testid=overview] td.empty')")
+            .await;
+        self.open(b, hash).await;
+    }
+
+    async fn open(&self, b: &Browser, hash: &str) {
+        b.js(&format!("location.hash = {hash:?}; return 1;")).await;
+    }
+}
+
+/// The counts one overview row shows, as numbers (its text without separators).
+async fn row_counts(b: &Browser, queue: &str) -> Option<Counts> {
+    let v = b
+        .js(&format!(
+            "const r = document.querySelector('[data-testid=queue-row][data-queue=\"{queue}\"]');
+             if (!r) return null;
+             const n = (s) => Number(r.querySelector('[data-testid=count-' + s + ']').textContent.replace(/[^0-9]/g, ''));
+             return [n('pending'), n('ready'), n('processing'), n('retry'), n('dead')];"
+        ))
+        .await;
+    let n: Vec<u64> = serde_json::from_value(v).ok()?;
+    let mut c = Counts::default();
+    (c.pending, c.ready, c.processing, c.retry, c.dead) = (n[0], n[1], n[2], n[3], n[4]);
+    Some(c)
+}
+
+/// Waits until the overview row of `queue` shows what Redis holds, read
+/// anew at every look, and returns it.
+async fn overview_matches_redis(b: &Browser, queue: &DelayQueue) -> Counts {
+    let end = Instant::now() + support::WAIT;
+    let mut last = (None, Counts::default());
+    for _ in 0..2000 {
+        let redis = queue.counts().await.unwrap();
+        let shown = row_counts(b, queue.name()).await;
+        if shown == Some(redis) {
+            return redis;
+        }
+        last = (shown, redis);
+        if Instant::now() > end {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("overview row {} shows {:?}, Redis holds {:?}", queue.name(), last.0, last.1);
+}
+
+fn failing_while(flag: &Arc<AtomicBool>, log: &Log) -> impl delayqueue::Handler {
+    let flag = flag.clone();
+    helpers::recording(log, move |_msg: Message| {
+        let fail = flag.load(Ordering::SeqCst);
+        async move {
+            if fail {
+                Err::<(), HandlerError>("upstream timed out (HTTP 503)".into())
+            } else {
+                Ok(())
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn overview_shows_the_counts_redis_holds_and_the_send_form_adds_one() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    // orders: 7 pending, 1 processing (the handler holds it), 2 dead.
+    let orders = dash.queue("orders", |b| b.max_consume_duration(Duration::from_secs(600)).concurrency(1).fetch_limit(1));
+    for i in 0..7u64 {
+        let body = json!({"order_id": 1000 + i, "action": "close_unpaid"}).to_string();
+        orders.send(body).delay(Duration::from_secs(600 + 60 * i)).await.unwrap();
+    }
+    for i in 0..2 {
+        orders.send(format!("{{\"order_id\": {i}, \"bad\": true}}")).id(format!("broken-{i}")).retry_count(0).await.unwrap();
+    }
+    let log = Log::default();
+    let consumer = orders
+        .start_consume(helpers::recording(&log, |msg: Message| async move {
+            if msg.id().as_str().starts_with("broken") {
+                return Err::<(), HandlerError>("invalid order: missing customer".into());
+            }
+            // Holds its message for the whole test: one stays processing.
+            std::future::pending::<()>().await;
+            Ok(())
+        }))
+        .await
+        .unwrap();
+    assert!(
+        support::wait_for(support::WAIT, || async { orders.counts().await.unwrap().dead == 2 }).await,
+        "the two broken orders did not die: {:?}",
+        orders.counts().await
+    );
+    orders.send("{\"order_id\": 77, \"action\": \"hold\"}").id("held").await.unwrap();
+    assert!(
+        support::wait_for(support::WAIT, || async { orders.counts().await.unwrap().processing == 1 }).await,
+        "the held order was not claimed: {:?}",
+        orders.counts().await
+    );
+    // emails: two shards, 4 pending; reports: no consumer, 3 pending.
+    let emails = dash.queue("emails", |b| b.shards(2));
+    for i in 0..4 {
+        emails.send(format!("welcome mail {i}")).delay(Duration::from_secs(3600)).await.unwrap();
+    }
+    let reports = dash.queue("reports", |b| b);
+    for i in 0..3 {
+        reports.send(format!("nightly report {i}")).delay(Duration::from_secs(7200 + i)).await.unwrap();
+    }
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/").await;
+    let shown = overview_matches_redis(&b, &orders).await;
+    let want = {
+        let mut c = Counts::default();
+        (c.pending, c.processing, c.dead) = (7, 1, 2);
+        c
+    };
+    assert_eq!(shown, want, "orders");
+    assert_eq!(overview_matches_redis(&b, &emails).await.pending, 4);
+    assert_eq!(overview_matches_redis(&b, &reports).await.pending, 3);
+    assert_eq!(
+        b.js("return document.querySelectorAll('[data-testid=paused-badge]').length;").await,
+        json!(0),
+        "no queue is paused"
+    );
+    // The sharded queue is one row; its shards show on demand and add up.
+    b.click("[data-queue=emails] [data-testid=shards-toggle]").await;
+    let per_shard = b
+        .wait(
+            "two shard rows of emails",
+            "(() => { const r = [...document.querySelectorAll('[data-testid=shard-row]')]; return r.length === 2 && r.map(x => Number(x.querySelector('[data-testid=count-pending]').textContent)); })()",
+        )
+        .await;
+    let sum: u64 = serde_json::from_value::<Vec<u64>>(per_shard).unwrap().iter().sum();
+    assert_eq!(sum, 4, "the shards' pending add up to the row's");
+    b.wait("the rate chart", "!!document.querySelector('svg.chart polyline')").await;
+    b.screenshot("overview").await;
+
+    // The row's name opens the queue; its pending tab lists the 7.
+    b.click("[data-queue=orders] a.qlink").await;
+    b.wait("the orders queue view", "!!document.querySelector('[data-testid=queue-view][data-queue=orders]')").await;
+    b.wait("7 pending rows", "document.querySelectorAll('[data-testid=message-row]').length === 7").await;
+    b.wait("the chart", "!!document.querySelector('svg.chart polyline')").await;
+    b.screenshot("queue-pending").await;
+
+    // Send a message from the form.
+    b.click("[data-testid=send-open]").await;
+    b.type_into("[data-testid=send-payload]", "{\"order_id\": 4242, \"action\": \"close_unpaid\"}").await;
+    b.type_into("[data-testid=send-id]", "order-4242").await;
+    b.type_into("[data-testid=send-retries]", "5").await;
+    b.screenshot("send-form").await;
+    b.click("[data-testid=send-submit]").await;
+    b.wait("the sent toast", "[...document.querySelectorAll('[data-testid=toast]')].some(t => t.textContent.includes('Sent order-4242'))")
+        .await;
+    let sent = orders.get("order-4242").await.unwrap().expect("the sent message is in Redis");
+    assert_eq!(sent.retry_count, Some(5));
+    assert_eq!(sent.payload, b"{\"order_id\": 4242, \"action\": \"close_unpaid\"}");
+    // Due now (delay 0): the consumer, busy holding "held", leaves it due.
+    b.wait("the sent row", "!!document.querySelector('[data-testid=message-row][data-id=order-4242]') || !!document.querySelector('[data-testid=tab-ready] .nz')").await;
+    b.close().await;
+    drop(consumer);
+}
+
+#[tokio::test]
+async fn a_dead_letter_requeued_with_clicks_leaves_the_dead_tab_and_is_handled() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let jobs = dash.queue("jobs", |b| b);
+    let failing = Arc::new(AtomicBool::new(true));
+    let log = Log::default();
+    let _consumer = jobs.start_consume(failing_while(&failing, &log)).await.unwrap();
+    for i in 1..=4 {
+        let body = json!({"job": "resize", "image": format!("cat-{i}.png"), "width": 640, "formats": ["webp", "avif"]});
+        jobs.send(body.to_string()).id(format!("job-{i}")).retry_count(0).await.unwrap();
+    }
+    assert!(
+        support::wait_for(support::WAIT, || async { jobs.counts().await.unwrap().dead == 4 }).await,
+        "the jobs did not die: {:?}",
+        jobs.counts().await
+    );
+    failing.store(false, Ordering::SeqCst);
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/q/jobs/dead").await;
+    b.wait("4 dead rows", "document.querySelectorAll('[data-testid=message-row]').length === 4").await;
+    // A selection of two, requeued with the bulk button.
+    for id in ["job-2", "job-3"] {
+        b.click(&format!("[data-testid=message-row][data-id={id}] [data-testid=select]")).await;
+    }
+    b.wait("2 selected", "document.querySelectorAll('[data-testid=select]:checked').length === 2").await;
+    b.screenshot("dead-selection").await;
+    b.click("[data-testid=requeue-selected]").await;
+    b.wait(
+        "job-2 and job-3 to leave the dead tab",
+        "document.querySelectorAll('[data-testid=message-row]').length === 2 && !document.querySelector('[data-id=job-2], [data-id=job-3]')",
+    )
+    .await;
+    let handled = |id: &'static str| {
+        let log = log.clone();
+        move || log.attempts(&id.into()).len() == 2
+    };
+    assert!(support::wait_until(support::WAIT, handled("job-2")).await, "job-2 was not handled again");
+    assert!(support::wait_until(support::WAIT, handled("job-3")).await, "job-3 was not handled again");
+
+    // One dead letter through its page: message view, requeue, confirm.
+    b.click("[data-testid=message-row][data-id=job-1] a").await;
+    b.wait("job-1's page", "!!document.querySelector('[data-testid=message-view][data-id=job-1]')").await;
+    let payload = b.wait("the payload", "document.querySelector('[data-testid=payload]').textContent").await;
+    assert!(payload.as_str().unwrap().contains("\"image\": \"cat-1.png\""), "pretty JSON payload: {payload}");
+    b.wait("the last error", "document.body.innerText.includes('upstream timed out (HTTP 503)')").await;
+    b.screenshot("message").await;
+    b.click("[data-testid=requeue]").await;
+    b.wait("the confirmation", "!!document.querySelector('[data-testid=confirm] [data-testid=confirm-yes]')").await;
+    b.screenshot("confirm").await;
+    b.click("[data-testid=confirm-yes]").await;
+    b.wait("back on the dead tab", "!!document.querySelector('[data-testid=queue-view][data-queue=jobs]') && location.hash.endsWith('/dead')").await;
+    b.wait(
+        "job-1 to leave the dead tab",
+        "document.querySelectorAll('[data-testid=message-row]').length === 1 && !!document.querySelector('[data-testid=message-row][data-id=job-4]')",
+    )
+    .await;
+    assert!(support::wait_until(support::WAIT, handled("job-1")).await, "job-1 was not handled again");
+    assert!(log.attempts(&"job-4".into()).len() == 1, "job-4 was left dead");
+    b.wait("the tab count", "document.querySelector('[data-testid=tab-dead] .n').textContent === '1'").await;
+    assert_eq!(jobs.counts().await.unwrap().dead, 1);
+    b.close().await;
+}
+
+#[tokio::test]
+async fn pausing_with_the_button_stops_the_consumers_and_resuming_hands_them_the_due_messages() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let tasks = dash.queue("tasks", |b| b);
+    let log = Log::default();
+    let _consumer = tasks.start_consume(helpers::acking(&log)).await.unwrap();
+    tasks.send("warm-up").id("warm-up").await.unwrap();
+    assert!(support::wait_until(support::WAIT, || log.len() == 1).await, "the consumer runs");
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/q/tasks/pending").await;
+    b.click("[data-testid=pause]").await;
+    b.wait("the paused badge", "!!document.querySelector('[data-testid=queue-view] [data-testid=paused-badge]')").await;
+    b.wait("the resume button", "!!document.querySelector('[data-testid=resume]')").await;
+    assert!(tasks.is_paused().await.unwrap(), "Redis says paused");
+
+    for i in 0..3 {
+        tasks.send(format!("task {i}")).id(format!("task-{i}")).await.unwrap();
+    }
+    // Due and waiting: a second past due, ten fetch intervals, still unclaimed.
+    assert!(
+        support::wait_for(support::WAIT, || async {
+            tasks.status().await.unwrap().oldest_overdue.is_some_and(|d| d >= Duration::from_secs(1))
+        })
+        .await,
+        "the tasks never became overdue: {:?}",
+        tasks.status().await
+    );
+    let c = tasks.counts().await.unwrap();
+    assert_eq!((c.pending + c.ready, c.processing), (3, 0), "due messages wait while paused: {c:?}");
+    assert_eq!(log.len(), 1, "the handler got nothing while paused: {:?}", log.ids());
+    dash.open(&b, "#/").await;
+    b.wait("the paused badge on the overview", "!!document.querySelector('[data-queue=tasks] [data-testid=paused-badge]')").await;
+
+    dash.open(&b, "#/q/tasks/pending").await;
+    b.click("[data-testid=resume]").await;
+    b.wait("the pause button again", "!!document.querySelector('[data-testid=pause]') && !document.querySelector('[data-testid=queue-view] [data-testid=paused-badge]')").await;
+    assert!(support::wait_until(support::WAIT, || log.len() == 4).await, "resumed: the 3 tasks are handled: {:?}", log.ids());
+    assert!(!tasks.is_paused().await.unwrap());
+    b.close().await;
+}
+
+#[tokio::test]
+async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let invoices = dash.queue("invoices", |b| b);
+    let msgs = (0..500u32).map(|i| {
+        let note = if i == 321 { "customer disputes: needle-7f3a" } else { "routine" };
+        NewMessage::new(json!({"invoice": i, "note": note}).to_string())
+            .id(format!("inv-{i:04}"))
+            .delay(Duration::from_secs(3600 + u64::from(i)))
+    });
+    for r in invoices.send_batch(msgs).await.unwrap() {
+        r.unwrap();
+    }
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/q/invoices/pending").await;
+    b.wait("a page of 50", "document.querySelectorAll('[data-testid=message-row]').length === 50").await;
+    b.type_into("[data-testid=search]", "needle-7f3a").await;
+    b.click("[data-testid=search-go]").await;
+    let found = b
+        .wait(
+            "the one match",
+            "(() => { const r = [...document.querySelectorAll('[data-testid=message-row]')]; return !!document.querySelector('[data-testid=search-info]') && r.length === 1 && r[0].dataset.id; })()",
+        )
+        .await;
+    assert_eq!(found, json!("inv-0321"));
+    b.type_into("[data-testid=search]", "inv-0007").await;
+    b.click("[data-testid=search-go]").await;
+    b.wait(
+        "the id match",
+        "(() => { const r = [...document.querySelectorAll('[data-testid=message-row]')]; return r.length === 1 && r[0].dataset.id === 'inv-0007'; })()",
+    )
+    .await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn the_overview_follows_a_dark_system_theme() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let log = Log::default();
+    let orders = dash.queue("orders", |b| b);
+    let _consumer = orders.start_consume(helpers::acking(&log)).await.unwrap();
+    for i in 0..20u64 {
+        orders.send(format!("order {i}")).delay(Duration::from_millis(200 * i)).await.unwrap();
+    }
+    let audit = dash.queue("audit", |b| b);
+    for i in 0..5 {
+        audit.send(format!("audit {i}")).delay(Duration::from_secs(900)).await.unwrap();
+    }
+
+    let Some(b) = Browser::start(true).await else { return };
+    dash.login(&b, "#/").await;
+    assert_eq!(b.js("return matchMedia('(prefers-color-scheme: dark)').matches;").await, json!(true));
+    // A dark page: the body's background is darker than mid-grey.
+    let bg = b.js("return getComputedStyle(document.body).backgroundColor;").await;
+    let rgb: Vec<u32> = bg.as_str().unwrap().split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
+    assert!(rgb.iter().take(3).all(|&c| c < 64), "dark background, got {bg}");
+    assert_eq!(overview_matches_redis(&b, &audit).await.pending, 5);
+    b.wait("the rate chart", "!!document.querySelector('svg.chart polyline')").await;
+    assert!(support::wait_until(support::WAIT, || log.len() == 20).await);
+    b.screenshot("overview-dark").await;
+    b.close().await;
+}
