@@ -355,7 +355,7 @@
   // ---------- chart ----------
 
   // A hand-drawn SVG line chart of the rates over the last 15 minutes.
-  function rateChart(history) {
+  function rateChart(history, width) {
     const points = (history && history.points) || [];
     const last = points[points.length - 1] || {};
     const legend = h('div.legend', null, RATES.map((k) =>
@@ -363,7 +363,7 @@
     if (points.length < 2) {
       return [legend, h('div.chart-empty', null, 'Collecting samples: the server records rates every 10 s while the dashboard runs.')];
     }
-    const W = 640, H = 150, L = 36, R = 8, T = 8, B = 20;
+    const W = Math.max(320, Math.round(width || 640)), H = 150, L = 40, R = 10, T = 8, B = 20;
     const end = Math.max(points[points.length - 1].t_ms, serverNow());
     const start = end - WINDOW_MS;
     let max = 0;
@@ -371,7 +371,7 @@
     max = niceMax(max);
     const x = (t) => L + ((t - start) / WINDOW_MS) * (W - L - R);
     const y = (v) => T + (1 - v / max) * (H - T - B);
-    const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img', 'aria-label': 'Rates over the last 15 minutes' });
+    const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Rates over the last 15 minutes' });
     for (let i = 0; i <= 3; i++) {
       const v = (max * i) / 3;
       svg.append(s('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }),
@@ -387,7 +387,7 @@
       if (k === 'sent') {
         svg.append(s('path', { class: `area ${k}`, d: `M${pts[0]} L${pts.join(' L')} L${x(shown[shown.length - 1].t_ms)},${y(0)} L${x(shown[0].t_ms)},${y(0)} Z` }));
       }
-      svg.append(s('polyline', { class: `line ${k}`, points: pts.join(' '), 'vector-effect': 'non-scaling-stroke' }));
+      svg.append(s('polyline', { class: `line ${k}`, points: pts.join(' ') }));
     }
     // Hover: a cursor line and the values at the nearest sample, in the legend.
     const cursor = s('line', { class: 'cursor', y1: T, y2: H - B, visibility: 'hidden' });
@@ -518,7 +518,7 @@
     let hist = null;
     function drawChart() {
       if (!data || !data.queues.length) { replace(chartBox, h('div.chart-empty', null, 'No queue to chart yet.')); return; }
-      replace(chartBox, rateChart(hist && hist.queue === chartQueue ? hist.data : null));
+      replace(chartBox, rateChart(hist && hist.queue === chartQueue ? hist.data : null, chartBox.clientWidth - 28));
       for (const tr of body.querySelectorAll('tr[data-queue]')) tr.classList.toggle('chart-on', tr.dataset.queue === chartQueue);
     }
 
@@ -793,7 +793,7 @@
         h('td.when', null, timeOf(m, state)),
         h(m.attempts ? 'td.num' : 'td.num.zero', null, fmtInt(m.attempts)),
         h('td.err', { title: m.last_error || '' }, m.last_error || h('span.faint', null, '—')),
-        h('td.payload', { title: m.payload_text || '' }, previewOf(m)));
+        h('td.preview', { title: m.payload_text || '' }, previewOf(m)));
       });
       if (!rows.length) {
         rows.push(h('tr', null, h('td.empty', { colspan: cols },
@@ -848,7 +848,7 @@
         if (page) view.page = page;
         renderHead();
         renderTable();
-        replace(chartBox, rateChart(await history(name)));
+        replace(chartBox, rateChart(await history(name), chartBox.clientWidth - 28));
       },
       failed(e) { if (!view.info) failure(root, e, 'Queue'); },
     };
