@@ -983,7 +983,8 @@
                   (r) => (r.done ? 'Rescheduled' : 'Not rescheduled: it was no longer pending'));
               },
             },
-          }, 'Reschedule')));
+          }, 'Reschedule')),
+        h('div.card-body.muted', { style: 'padding-top:0' }, 'Run now makes it due at once; reschedule moves its due time; cancel removes it.'));
       } else if (msg.state === 'dead') {
         parts.push(h('div.actionbar', null,
           h('button.primary', {
@@ -1005,7 +1006,8 @@
                 if (r) back();
               },
             },
-          }, 'Delete')));
+          }, 'Delete')),
+        h('div.card-body.muted', { style: 'padding-top:0' }, 'Requeue makes it ready now, with its retries restored; delete removes it for good.'));
       } else {
         parts.push(h('div.card-body.muted', null,
           msg.state === 'processing'
