@@ -15,6 +15,9 @@ cancelled message (cancel deletes both) and is skipped; so is an id live
 elsewhere (pending, garbage: cancelled, then sent again). The mark is
 cleared once both lists are empty.
 An id already in unack is never leased twice.
+While the queue is paused (the totals hash has the field 'paused') a new request leases nothing
+and deletes the receipt, as one that found nothing; a replayed request
+still returns what it leased before.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
 KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage zset
@@ -28,11 +31,12 @@ ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[5] dead-letter retention ms
 Counts 'expired' in the totals.
-Returns {popped, expired, lease, left_ms, expired id 1 .. expired id n,
+Returns {popped, expired, lease, left_ms, paused, expired id 1 .. expired id n,
 id1, value1, attempt1, id2, ...} with n = expired and each value as
 stored ("<retry count>[;<backoff>][/<sent at>+<delay>][@<expires at>]:<payload>").
 left_ms is how much of the lease was left when the script ran: the
-visibility timeout for a new request, less for a replayed one.
+visibility timeout for a new request, less for a replayed one. paused is
+1 while the queue is paused, else 0.
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -44,11 +48,12 @@ list plus one PEXPIRE per expired id; O(1) for limit 0.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
+local paused = redis.call('HEXISTS', KEYS[8], 'paused')
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   local words, ids = string.gmatch(receipt, '%S+'), {}
   words()
-  local out = {0, 0, tonumber(words() or '') or 0, 0}
+  local out = {0, 0, tonumber(words() or '') or 0, 0, paused}
   for word in words do
     ids[#ids + 1] = word
   end
@@ -73,10 +78,10 @@ local function clear_stale()
 end
 
 local limit = limit_arg(2, 0)
-if limit == 0 then
+if limit == 0 or paused == 1 then
   redis.call('DEL', KEYS[7])
   clear_stale()
-  return {0, 0, 0, 0}
+  return {0, 0, 0, 0, paused}
 end
 local vis = tonumber(ARGV[3])
 local lease = now_us() + vis * 1000
@@ -188,7 +193,7 @@ else
   redis.call('DEL', KEYS[7])
 end
 tally(KEYS[8], 'expired', #expired)
-local out = {popped, #expired, lease, vis}
+local out = {popped, #expired, lease, vis, 0}
 for _, id in ipairs(expired) do
   out[#out + 1] = id
 end

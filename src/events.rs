@@ -79,6 +79,36 @@ pub enum Event {
         /// The message.
         id: MessageId,
     },
+    /// An operator changed the queue; sent only when something changed.
+    Changed {
+        /// What was done.
+        action: Action,
+        /// The message acted on, for an action on one message.
+        id: Option<MessageId>,
+        /// How many messages it moved or deleted (0 for pause and resume).
+        count: u64,
+    },
+}
+
+/// What an operator (code, the CLI or the dashboard, through this
+/// process's queue handle) did to a queue, in [`Event::Changed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Action {
+    /// The queue was paused.
+    Paused,
+    /// The queue was resumed.
+    Resumed,
+    /// A waiting message was cancelled.
+    Cancelled,
+    /// A pending message got a new due time.
+    Rescheduled,
+    /// Dead letters were moved back to ready.
+    Requeued,
+    /// Dead letters were deleted.
+    Deleted,
+    /// Every message of the queue was deleted.
+    Purged,
 }
 
 /// Sends what `event` builds, only when someone listens.

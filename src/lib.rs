@@ -90,7 +90,7 @@ pub use backoff::Backoff;
 pub use connect::connect;
 pub use consume::Consumer;
 pub use error::Error;
-pub use events::Event;
+pub use events::{Action, Event};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};

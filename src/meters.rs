@@ -58,6 +58,24 @@ impl QueueHistogram {
     }
 }
 
+/// A gauge of one queue, looked up in the current recorder at every use.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueGauge(Key);
+
+impl QueueGauge {
+    fn new(name: &'static str, queue: &str) -> Self {
+        QueueGauge(key(name, queue))
+    }
+
+    fn describe(name: &'static str, help: &'static str) {
+        metrics::describe_gauge!(name, Unit::Count, help);
+    }
+
+    pub(crate) fn set(&self, value: f64) {
+        metrics::with_recorder(|r| r.register_gauge(&self.0, &METADATA)).set(value);
+    }
+}
+
 /// One list of the metrics: the fields of [`Meters`], their names and
 /// their help texts, so a metric cannot be recorded undescribed.
 macro_rules! meters {
@@ -114,6 +132,8 @@ meters! {
         "Acks and nacks that came after their lease ran out.";
     handler_duration: QueueHistogram = "delayqueue_handler_duration_seconds",
         "Seconds each handler run took, any outcome.";
+    paused: QueueGauge = "delayqueue_consumer_paused",
+        "1 while this process's consumer finds the queue paused, else 0.";
     lateness: QueueHistogram = "delayqueue_lateness_seconds",
         "Seconds between a message's due time and its move to ready (Redis clock).";
 }

@@ -158,6 +158,9 @@ pub struct QueueStatus {
     pub oldest_dead: Option<Duration>,
     /// Running totals.
     pub totals: Totals,
+    /// Whether the queue is paused ([`DelayQueue::pause`](crate::DelayQueue::pause)):
+    /// consumers lease nothing new until it is resumed.
+    pub paused: bool,
 }
 
 impl QueueStatus {
@@ -187,6 +190,8 @@ impl QueueStatus {
                 dead: s.dead + t.dead,
                 expired: s.expired + t.expired,
             },
+            // A pause that reached only some shards still holds those back.
+            paused: self.paused || other.paused,
         }
     }
 }
@@ -208,9 +213,9 @@ mod tests {
     fn shards_merge_into_one_status() {
         let ms = Duration::from_millis;
         // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
-        let a = from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0]);
+        let a = from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0]);
         // pending 1 overdue by 30 ms, sent 2.
-        let b = from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4]);
+        let b = from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 3);
         assert_eq!(m.counts.live(), 3 + 3 + 1 + 2);
@@ -219,6 +224,7 @@ mod tests {
             (Some(ms(30)), Some(ms(50)), Some(ms(400)))
         );
         assert_eq!((m.totals.sent, m.totals.expired), (7, 4));
+        assert!(m.paused && !a.paused);
         assert_eq!(a.merge(QueueStatus::default()), a);
     }
 }

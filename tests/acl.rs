@@ -395,6 +395,9 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
     assert!(wait_until(WAIT, || log.len() == 30).await, "{} delivered", log.len());
     assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
+    // Pause and resume (an operator's writes) on every shard.
+    assert!(q.pause().await.unwrap() && q.is_paused().await.unwrap());
+    assert!(q.resume().await.unwrap() && !q.is_paused().await.unwrap());
     q.send("later").delay(Duration::from_secs(60)).await.unwrap();
     assert_eq!(q.list(MessageState::Pending, 0, 10).await.unwrap().total, 1);
     assert!(q.check_integrity().await.unwrap().is_clean());

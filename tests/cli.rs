@@ -151,25 +151,56 @@ async fn send_queues_show_and_cancel() {
         .failed(2)
         .contains("--delay"));
     run(&url, &["send", "emails", "welcome", "--delay", "7d"]).await;
+    assert_eq!(run(&url, &["pause", "emails"]).await.stdout, "paused emails\n");
+    assert_eq!(
+        run(&url, &["pause", "emails"]).await.stdout,
+        "paused emails (it already was)\n"
+    );
+    assert!(run(&url, &["pause", "nosuchqueue"])
+        .await
+        .failed(1)
+        .contains("nosuchqueue"));
 
     let r = run(&url, &["queues"]).await;
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["QUEUE", "SHARDS", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]
+        [
+            "QUEUE",
+            "SHARDS",
+            "PAUSED",
+            "PENDING",
+            "READY",
+            "PROCESSING",
+            "RETRY",
+            "DEAD"
+        ]
     );
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["emails", "1", "1", "0", "0", "0", "0"]
+        ["emails", "1", "yes", "1", "0", "0", "0", "0"]
     );
     assert_eq!(
         lines[2].split_whitespace().collect::<Vec<_>>(),
-        ["orders", "1", "2", "0", "0", "0", "0"]
+        ["orders", "1", "no", "2", "0", "0", "0", "0"]
     );
     let v = run(&url, &["queues", "--json"]).await.json();
     assert_eq!(v["queues"][1]["name"], "orders");
     assert_eq!(v["queues"][1]["shards"], 1);
     assert_eq!(v["queues"][1]["counts"]["pending"], 2);
+    assert_eq!(
+        (&v["queues"][0]["paused"], &v["queues"][1]["paused"]),
+        (&true.into(), &false.into())
+    );
+    let r = run(&url, &["stats", "emails"]).await;
+    assert!(r.stdout.starts_with("queue emails (paused"), "{r:?}");
+    assert_eq!(run(&url, &["stats", "emails", "--json"]).await.json()["paused"], true);
+    let v = run(&url, &["resume", "emails", "--json"]).await.json();
+    assert_eq!(
+        v,
+        serde_json::json!({"queue": "emails", "paused": false, "changed": true})
+    );
+    assert_eq!(run(&url, &["stats", "emails", "--json"]).await.json()["paused"], false);
 
     let r = run(&url, &["show", "orders", "order-42"]).await;
     assert_eq!(r.code, 0, "{r:?}");

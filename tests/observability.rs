@@ -24,7 +24,7 @@ use support::{wait_until, WAIT};
 const FETCH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Every metric of the library, as docs/operations.md §6 lists them.
-const METRICS: [&str; 11] = [
+const METRICS: [&str; 12] = [
     "delayqueue_sent_total",
     "delayqueue_delivered_total",
     "delayqueue_acked_total",
@@ -34,6 +34,7 @@ const METRICS: [&str; 11] = [
     "delayqueue_expired_total",
     "delayqueue_timed_out_total",
     "delayqueue_lease_lost_total",
+    "delayqueue_consumer_paused",
     "delayqueue_handler_duration_seconds",
     "delayqueue_lateness_seconds",
 ];
@@ -168,9 +169,12 @@ fn every_metric_is_described_with_its_unit() {
         want.sort_unstable();
         assert_eq!(names, want, "{how}");
         for (name, (kind, unit, help)) in &described {
-            let expected = match name.ends_with("_seconds") {
-                true => ("histogram", Some(Unit::Seconds)),
-                false => ("counter", Some(Unit::Count)),
+            let expected = if name.ends_with("_seconds") {
+                ("histogram", Some(Unit::Seconds))
+            } else if name.ends_with("_total") {
+                ("counter", Some(Unit::Count))
+            } else {
+                ("gauge", Some(Unit::Count))
             };
             assert_eq!((*kind, *unit), expected, "{how}: {name}");
             assert!(help.len() > 10, "{how}: {name} has no help text");

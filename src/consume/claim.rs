@@ -92,6 +92,16 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Er
     shared.claims.fetch_add(1, Ordering::Relaxed);
     let reply = claim.reply(reply)?;
     let (popped, lease) = (reply.popped, reply.lease);
+    ctx.meters.paused.set(f64::from(u8::from(reply.paused)));
+    if shared.paused.swap(reply.paused, Ordering::Relaxed) != reply.paused {
+        // Claims go on while paused (one per fetch_interval or wake-up), so
+        // the consumer sees the resume at once.
+        if reply.paused {
+            tracing::info!(queue = %ctx.name, shard = shared.index, "queue is paused; leasing nothing until it is resumed");
+        } else {
+            tracing::info!(queue = %ctx.name, shard = shared.index, "queue resumed; leasing again");
+        }
+    }
     // Redis ran the script after `sent`, so by this host's clock the lease
     // ends no earlier than this.
     let deadline = sent + reply.left;

@@ -97,6 +97,7 @@ impl Consumer {
                     in_flight: Default::default(),
                     acking: Default::default(),
                     claims: Default::default(),
+                    paused: Default::default(),
                     acks,
                     leases,
                 });

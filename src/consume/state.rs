@@ -2,7 +2,7 @@
 //! every shard's loop uses, and each shard's own [`Shared`] state, which
 //! its loop and its delivery tasks hold.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     pub receipt: String,
     /// Claim requests answered so far; numbers each request for its receipt.
     pub claims: AtomicU64,
+    /// Whether the last claim found the queue paused.
+    pub paused: AtomicBool,
     pub acks: mpsc::UnboundedSender<AckItem>,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     pub leases: Arc<Leases>,

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::events::Action;
 use crate::store::ops::{gc::Gc, requeue::Requeue};
 use crate::store::Keys;
 use crate::{DelayQueue, Error, MessageId};
@@ -14,9 +15,19 @@ pub(crate) enum Which<'a> {
     All,
 }
 
+impl<'a> Which<'a> {
+    fn id(&self) -> Option<&'a str> {
+        match *self {
+            Which::One(id) => Some(id),
+            Which::All => None,
+        }
+    }
+}
+
 /// Requeues dead letters; returns how many went back to ready.
 pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
+    let one = which.id();
     let done = repeat(queue, which, |k, ids| async move {
         let requeue = Requeue {
             limit: inner.config.batch_size,
@@ -27,12 +38,16 @@ pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64,
     })
     .await?;
     tracing::info!(queue = %inner.name, requeued = done, "dead letters requeued");
+    if done > 0 {
+        queue.changed(Action::Requeued, one, done);
+    }
     Ok(done)
 }
 
 /// Deletes dead letters; returns how many.
 pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, Error> {
     let inner = &queue.inner;
+    let one = which.id();
     let done = repeat(queue, which, |k, ids| async move {
         // Retention 0 and no size limit: every dead letter qualifies.
         let gc = Gc {
@@ -46,6 +61,9 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
     })
     .await?;
     tracing::info!(queue = %inner.name, deleted = done, "dead letters deleted");
+    if done > 0 {
+        queue.changed(Action::Deleted, one, done);
+    }
     Ok(done)
 }
 

@@ -1,6 +1,6 @@
 //! The public handle: [`DelayQueue`], what users send, cancel, inspect and
 //! consume with, and its operations, one file each (build, send, inspect,
-//! dead letters, integrity, durability, discovery). It runs scripts through
+//! dead letters, pause, integrity, durability, discovery). It runs scripts through
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consumer`).
 
@@ -12,6 +12,7 @@ mod discover;
 mod durability;
 mod inspect;
 mod integrity;
+mod pause;
 mod send;
 
 pub use browse::{Browse, Search, MAX_SCAN};
@@ -29,6 +30,7 @@ use fred::prelude::Client;
 use tokio::sync::broadcast;
 
 use crate::consume;
+use crate::events::{self, Action};
 use crate::meters::Meters;
 use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, stats::Stats};
 use crate::store::{Keys, Shard};
@@ -102,6 +104,9 @@ impl DelayQueue {
         let k = self.shard_of(id);
         let removed = self.store(k).run(&Cancel { id }).await?;
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
+        if removed {
+            self.changed(Action::Cancelled, Some(id), 1);
+        }
         Ok(removed)
     }
 
@@ -129,6 +134,9 @@ impl DelayQueue {
         let k = self.shard_of(id);
         let moved = self.store(k).run(&Reschedule { id, delay }).await?;
         tracing::debug!(queue = %self.inner.name, %id, ?delay, moved, "reschedule");
+        if moved {
+            self.changed(Action::Rescheduled, Some(id), 1);
+        }
         Ok(moved)
     }
 
@@ -207,8 +215,8 @@ impl DelayQueue {
 
     /// Deletes every message of the queue, whatever its state, and its
     /// totals, in batches of `batch_size` (each one script call). Running
-    /// deliveries finish, but their acks find nothing to ack. Returns how
-    /// many entries it removed.
+    /// deliveries finish, but their acks find nothing to ack. A paused
+    /// queue stays paused. Returns how many entries it removed.
     pub async fn purge(&self) -> Result<u64, Error> {
         let mut removed = 0u64;
         for k in &self.inner.shards {
@@ -223,6 +231,7 @@ impl DelayQueue {
         }
         if removed > 0 {
             tracing::info!(queue = %self.inner.name, removed, "queue purged");
+            self.changed(Action::Purged, None, removed);
         }
         Ok(removed)
     }
@@ -325,6 +334,15 @@ impl DelayQueue {
     }
 
     /// The store handle of the shard with keys `k`.
+    /// Emits [`Event::Changed`] for an operator's action that changed something.
+    pub(crate) fn changed(&self, action: Action, id: Option<&str>, count: u64) {
+        events::emit(&self.inner.events, || Event::Changed {
+            action,
+            id: id.map(|id| MessageId::from(id.to_string())),
+            count,
+        });
+    }
+
     pub(crate) fn store<'a>(&'a self, k: &'a Keys) -> Shard<'a> {
         Shard::new(&self.inner.client, k, &self.inner.name)
     }

@@ -25,7 +25,8 @@ pub(crate) struct Keys {
     pub retry: String,
     pub garbage: String,
     pub retries: String,
-    /// Running totals (sent, acked, failed, dead, expired) kept by the scripts.
+    /// Running totals (sent, acked, failed, dead, expired) kept by the
+    /// scripts, and the paused flag (field `paused`).
     pub totals: String,
     /// Prefix of the per-message payload keys; the id follows it.
     pub msg_prefix: String,

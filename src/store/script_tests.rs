@@ -22,6 +22,7 @@ use crate::store::ops::gc::Gc;
 use crate::store::ops::inspect::Inspect;
 use crate::store::ops::list::List;
 use crate::store::ops::nack::{Nack, NackMode, NackMode::Dead, NackMode::Release};
+use crate::store::ops::pause::Pause;
 use crate::store::ops::promote::Promote;
 use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
@@ -72,6 +73,8 @@ struct Claimed {
     lease: i64,
     /// Ms of the lease left when the script ran.
     left_ms: i64,
+    /// The queue was paused.
+    paused: bool,
     /// (id, payload, attempt) per delivery, in reply order; the payload
     /// without the stored value's "<retry count>:" header.
     got: Vec<(String, String, i64)>,
@@ -269,6 +272,7 @@ impl Env {
             expired_ids: reply.expired.iter().map(|id| id.as_str().to_string()).collect(),
             lease: reply.lease,
             left_ms: reply.left.as_millis() as i64,
+            paused: reply.paused,
             got: reply
                 .deliveries
                 .iter()
@@ -1445,6 +1449,65 @@ async fn every_limit_below_1_is_refused_before_a_range_read() {
 }
 
 // ======================= claim =======================
+
+#[tokio::test]
+async fn pause_sets_and_resume_clears_the_flag_once_and_resume_wakes_consumers() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let mut wakes = env.subscribe().await;
+    let before = env.now_ms();
+    assert!(env.run(&Pause { paused: true }).await);
+    let since: i64 = env
+        .raw(&["HGET", &k.totals, "paused"])
+        .parse()
+        .expect("paused holds a time");
+    assert!((before..before + SLACK_MS).contains(&since), "{since} vs {before}");
+    assert!(env.run(&Stats).await.paused);
+    // Idempotent: a second pause changes nothing, not even the time.
+    assert!(!env.run(&Pause { paused: true }).await);
+    assert_eq!(env.raw(&["HGET", &k.totals, "paused"]), since.to_string());
+    wakes.assert_quiet(&env, "pause").await;
+
+    assert!(env.run(&Pause { paused: false }).await);
+    assert!(!env.exists(&k.totals), "resume leaves no field behind");
+    assert_eq!(wakes.next().await, "0", "resume wakes sleeping consumers");
+    assert!(!env.run(&Pause { paused: false }).await);
+    wakes.assert_quiet(&env, "resume of a queue not paused").await;
+    assert!(!env.run(&Stats).await.paused);
+}
+
+#[tokio::test]
+async fn a_paused_queue_leases_nothing_but_replays_a_resent_claim() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["a", "b"] {
+        env.seed(id, Some("0"));
+        env.raw(&["RPUSH", &k.ready, id]);
+    }
+    let first = env.claim_with("w", 1, VIS, 1).await;
+    assert_eq!((first.ids(), first.paused), (vec!["a"], false));
+    env.run(&Pause { paused: true }).await;
+    // The same request again (its reply was lost): the same delivery.
+    let replay = env.claim_with("w", 1, VIS, 1).await;
+    assert_eq!(
+        (replay.ids(), replay.lease, replay.paused),
+        (vec!["a"], first.lease, true)
+    );
+    // A new request leases nothing, reads no list and drops the receipt.
+    let state = env.snapshot();
+    env.reset_command_stats();
+    let paused = env.claim_with("w", 10, VIS, 2).await;
+    assert_eq!((paused.popped, paused.got.len(), paused.paused), (0, 0, true));
+    assert_eq!(env.command_calls("lrange"), 0, "a list was read");
+    assert!(!env.exists(&k.claim("w")), "receipt left");
+    // Nothing else changed (the snapshot lists key names: put the receipt back).
+    env.raw(&["SET", &k.claim("w"), "1", "PX", "60000"]);
+    assert_eq!(env.snapshot(), state, "a paused claim changed the queue");
+    // Resumed: the waiting message is leased.
+    env.run(&Pause { paused: false }).await;
+    let resumed = env.claim_with("w", 10, VIS, 3).await;
+    assert_eq!((resumed.ids(), resumed.paused), (vec!["b"], false));
+}
 
 #[tokio::test]
 async fn claim_takes_retry_first_then_ready_and_leases_them() {
@@ -3188,6 +3251,18 @@ async fn promote_reports_how_late_each_moved_id_is() {
         "{late:?}"
     );
     assert!(late[0] > late[1], "oldest first");
+}
+
+#[tokio::test]
+async fn purge_keeps_a_paused_queue_paused_and_drops_its_counts() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_many(&[("a", "x", 0, NEVER, RETRY)]).await;
+    env.run(&Pause { paused: true }).await;
+    while env.run(&Purge { limit: 10 }).await > 0 {}
+    assert_eq!(env.keys(), vec![k.totals.clone()]);
+    assert_eq!(env.lines(&["HKEYS", &k.totals]), vec!["paused"]);
+    assert!(env.run(&Stats).await.paused);
 }
 
 #[tokio::test]

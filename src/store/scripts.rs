@@ -51,6 +51,7 @@ lua_scripts! {
     EXTEND = "extend";
     ACK = "ack";
     NACK = "nack";
+    PAUSE = "pause";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

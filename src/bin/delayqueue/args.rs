@@ -92,6 +92,16 @@ pub enum Command {
     /// Dead letters: messages that used up their deliveries.
     #[command(subcommand)]
     Dead(DeadCommand),
+    /// Pause a queue for every consumer: they lease nothing new (sends still succeed).
+    Pause {
+        /// The queue's name.
+        queue: String,
+    },
+    /// Resume a paused queue: consumers lease again at once.
+    Resume {
+        /// The queue's name.
+        queue: String,
+    },
     /// Delete every message of a queue and its totals.
     Purge {
         /// The queue's name.

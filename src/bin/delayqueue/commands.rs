@@ -77,6 +77,8 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Dead, &page).await,
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
+        Command::Pause { queue } => ctx.pause(&queue, true).await,
+        Command::Resume { queue } => ctx.pause(&queue, false).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
         Command::Check { queue } => ctx.check(&queue).await,
     }
@@ -173,22 +175,33 @@ impl Ctx {
 
     async fn queues(&self) -> Result<u8, Failure> {
         let found = find_queues(&self.client, &self.prefix).await?;
-        let mut counts = Vec::with_capacity(found.len());
+        let mut statuses = Vec::with_capacity(found.len());
         for q in &found {
-            counts.push(self.build(&q.name, q.shards)?.counts().await?);
+            statuses.push(self.build(&q.name, q.shards)?.status().await?);
         }
-        let json = json!({"queues": found.iter().zip(&counts)
-            .map(|(q, c)| json!({"name": q.name, "shards": q.shards, "counts": output::counts_json(c)}))
+        let json = json!({"queues": found.iter().zip(&statuses)
+            .map(|(q, s)| json!({"name": q.name, "shards": q.shards, "paused": s.paused, "counts": output::counts_json(&s.counts)}))
             .collect::<Vec<_>>()});
         self.print(json, || {
             if found.is_empty() {
                 return format!("no queues under prefix {:?}\n", self.prefix);
             }
-            let mut t = Table::new(["QUEUE", "SHARDS", "PENDING", "READY", "PROCESSING", "RETRY", "DEAD"]);
-            for (q, c) in found.iter().zip(&counts) {
+            let mut t = Table::new([
+                "QUEUE",
+                "SHARDS",
+                "PAUSED",
+                "PENDING",
+                "READY",
+                "PROCESSING",
+                "RETRY",
+                "DEAD",
+            ]);
+            for (q, s) in found.iter().zip(&statuses) {
+                let c = &s.counts;
                 t.row([
                     q.name.clone(),
                     q.shards.to_string(),
+                    if s.paused { "yes" } else { "no" }.to_string(),
                     c.pending.to_string(),
                     c.ready.to_string(),
                     c.processing.to_string(),
@@ -336,6 +349,21 @@ impl Ctx {
         let json = json!({"queue": name, "id": id.as_str(), "rescheduled": true, "delay_ms": delay.as_millis() as u64});
         self.print(json, || {
             format!("rescheduled {id}: due in {}\n", output::duration(delay))
+        })?;
+        Ok(0)
+    }
+
+    async fn pause(&self, name: &str, pause: bool) -> Result<u8, Failure> {
+        let queue = self.existing(name).await?;
+        let changed = if pause {
+            queue.pause().await?
+        } else {
+            queue.resume().await?
+        };
+        let word = if pause { "paused" } else { "resumed" };
+        self.print(json!({"queue": name, "paused": pause, "changed": changed}), || {
+            let already = if changed { "" } else { " (it already was)" };
+            format!("{word} {name}{already}\n")
         })?;
         Ok(0)
     }

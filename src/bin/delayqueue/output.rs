@@ -135,6 +135,7 @@ fn totals_json(t: &Totals) -> Value {
 pub fn status_json(queue: &str, s: &QueueStatus) -> Value {
     json!({
         "queue": queue,
+        "paused": s.paused,
         "counts": counts_json(&s.counts),
         "next_due_ms": ms(s.next_due),
         "oldest_overdue_ms": ms(s.oldest_overdue),
@@ -188,7 +189,12 @@ pub fn status_text(queue: &str, s: &QueueStatus, rates: Option<Option<Rates>>) -
         rows.row([name.to_string(), n.to_string()]);
     }
     let or_none = |d: Option<Duration>, f: &dyn Fn(String) -> String| d.map_or("-".to_string(), |d| f(duration(d)));
-    let mut out = format!("queue {queue}\n\n{}\n", rows.render());
+    let paused = if s.paused {
+        " (paused: consumers lease nothing)"
+    } else {
+        ""
+    };
+    let mut out = format!("queue {queue}{paused}\n\n{}\n", rows.render());
     let _ = writeln!(out, "next due        {}", or_none(s.next_due, &|d| format!("in {d}")));
     let _ = writeln!(
         out,

@@ -39,6 +39,8 @@ pub(crate) struct Claimed {
     pub lease: i64,
     /// How much of the lease was left when the script ran.
     pub left: Duration,
+    /// The queue is paused: nothing new was leased.
+    pub paused: bool,
     pub deliveries: Vec<Delivery>,
 }
 
@@ -107,9 +109,9 @@ impl Op for Claim<'_> {
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = array::<Self>(v)?;
         let bad = |detail: &str| unexpected::<Self>(detail);
-        let (head, rest) = reply.split_at_checked(4).ok_or_else(|| bad("short reply"))?;
-        let [popped, expired, lease, left_ms] =
-            [&head[0], &head[1], &head[2], &head[3]].map(|v| v.as_i64().unwrap_or(-1));
+        let (head, rest) = reply.split_at_checked(5).ok_or_else(|| bad("short reply"))?;
+        let [popped, expired, lease, left_ms, paused] =
+            [&head[0], &head[1], &head[2], &head[3], &head[4]].map(|v| v.as_i64().unwrap_or(-1));
         let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
         let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
         let (Ok(popped), Ok(left_ms)) = (u64::try_from(popped), u64::try_from(left_ms)) else {
@@ -137,6 +139,7 @@ impl Op for Claim<'_> {
                 .collect(),
             lease,
             left: Duration::from_millis(left_ms),
+            paused: paused == 1,
             deliveries: deliveries.collect::<Result<_, Error>>()?,
         })
     }

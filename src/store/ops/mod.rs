@@ -18,6 +18,7 @@ pub(crate) mod get;
 pub(crate) mod inspect;
 pub(crate) mod list;
 pub(crate) mod nack;
+pub(crate) mod pause;
 pub(crate) mod promote;
 pub(crate) mod purge;
 pub(crate) mod requeue;
@@ -243,6 +244,7 @@ mod tests {
                 },
                 k,
             ),
+            entry(pause::Pause { paused: true }, k),
             entry(promote::Promote { limit: 1 }, k),
             entry(
                 claim::Claim {

@@ -33,7 +33,7 @@ impl Op for Stats {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired] =
+        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -58,6 +58,7 @@ impl Op for Stats {
                 dead: n(dead),
                 expired: n(expired),
             },
+            paused: paused == 1,
         })
     }
 }
