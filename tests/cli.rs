@@ -5,6 +5,9 @@
 
 use delayqueue_test_support as support;
 
+mod helpers;
+use helpers::make_dead;
+
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
@@ -91,28 +94,6 @@ fn builder(client: &Client, name: &str) -> DelayQueueBuilder {
 
 fn queue(client: &Client, name: &str) -> DelayQueue {
     builder(client, name).build().unwrap()
-}
-
-/// Sends `payloads` with retry count 0 and lets a consumer fail each once:
-/// they become dead letters with that failure reason.
-async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> Vec<String> {
-    let before = q.counts().await.unwrap().dead;
-    let mut ids = Vec::new();
-    for p in payloads {
-        let id = q.send(*p).retry_count(0).await.unwrap();
-        ids.push(id.to_string());
-    }
-    let consumer = q
-        .start_consume(move |_msg: Message| async move { Err::<(), HandlerError>(reason.into()) })
-        .await
-        .unwrap();
-    let want = before + payloads.len() as u64;
-    assert!(
-        wait_for(WAIT, || async { q.counts().await.unwrap().dead >= want }).await,
-        "dead letters did not appear"
-    );
-    consumer.shutdown().await.unwrap();
-    ids
 }
 
 #[tokio::test]

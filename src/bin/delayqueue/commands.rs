@@ -264,7 +264,7 @@ impl Ctx {
         let queue = self.existing(name).await?;
         let found = queue.list(state, page.offset, page.limit).await?;
         let now = self.redis_now().await?;
-        let state_name = output::state_name(state);
+        let state_name = state.as_str();
         let json = json!({
             "queue": name,
             "state": state_name,
