@@ -28,6 +28,7 @@ use delayqueue::fred::clients::Client;
 use delayqueue::web::{Auth, Dashboard};
 use delayqueue::{Counts, DelayQueue, HandlerError, Message, NewMessage};
 use delayqueue_test_support::{self as support, RedisServer};
+use fantoccini::actions::{InputSource, MouseActions, PointerAction};
 use fantoccini::{ClientBuilder, Locator};
 use helpers::Log;
 use serde_json::{json, Value};
@@ -133,7 +134,10 @@ impl Browser {
         let profile = std::env::temp_dir().join(format!(
             "delayqueue-chromium-{}-{}",
             std::process::id(),
-            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
         ));
         let mut args = vec![
             "--headless=new".to_string(),
@@ -167,15 +171,29 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
         {
-            Ok(wd) => Some(Browser { wd, _driver: driver, profile }),
+            Ok(wd) => {
+                // --window-size counts the window's frame; the pictures want a 1400x900 page.
+                let frame = wd
+                    .execute("return [outerWidth - innerWidth, outerHeight - innerHeight];", vec![])
+                    .await
+                    .ok()
+                    .and_then(|v| serde_json::from_value::<[u32; 2]>(v).ok())
+                    .unwrap_or([0, 0]);
+                wd.set_window_size(1400 + frame[0], 900 + frame[1]).await.unwrap();
+                Some(Browser {
+                    wd,
+                    _driver: driver,
+                    profile,
+                })
+            }
             Err(e) => unavailable(format!("chromium does not start under chromedriver: {e}")),
         }
     }
 
+    /// Ends the session (chromium quits); dropping `self` then stops
+    /// chromedriver and removes the profile.
     async fn close(self) {
-        let Browser { wd, _driver, profile } = self;
-        let _ = wd.close().await;
-        let _ = std::fs::remove_dir_all(profile);
+        let _ = self.wd.clone().close().await;
     }
 
     async fn js(&self, script: &str) -> Value {
@@ -192,10 +210,8 @@ impl Browser {
         let end = Instant::now() + support::WAIT;
         for _ in 0..2000 {
             let v = self.js(&script).await;
-            let truthy = !matches!(&v, Value::Null | Value::Bool(false))
-                && v != json!(0)
-                && v != json!("")
-                && v != json!([]);
+            let truthy =
+                !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("") && v != json!([]);
             if truthy {
                 return v;
             }
@@ -205,7 +221,11 @@ impl Browser {
             tokio::time::sleep(POLL).await;
         }
         let page = self.js("return location.href + '\\n' + document.body.innerText;").await;
-        panic!("{what}: not seen within {:?}\nthe page:\n{}", support::WAIT, page.as_str().unwrap_or_default());
+        panic!(
+            "{what}: not seen within {:?}\nthe page:\n{}",
+            support::WAIT,
+            page.as_str().unwrap_or_default()
+        );
     }
 
     /// Waits for the element, then clicks it.
@@ -217,7 +237,8 @@ impl Browser {
     }
 
     async fn type_into(&self, css: &str, text: &str) {
-        self.wait(&format!("{css} to show"), &format!("!!document.querySelector({css:?})")).await;
+        self.wait(&format!("{css} to show"), &format!("!!document.querySelector({css:?})"))
+            .await;
         let e = self.wd.find(Locator::Css(css)).await.unwrap();
         e.clear().await.unwrap();
         e.send_keys(text).await.unwrap();
@@ -225,8 +246,15 @@ impl Browser {
 
     /// Saves a PNG of the viewport as `<name>.png` (see the module docs).
     async fn screenshot(&self, name: &str) {
-        // Park the pointer's effects: no hovered row in the pictures.
-        self.js("document.activeElement && document.activeElement.blur && document.activeElement.blur(); return 1;").await;
+        // No hovered row or focused button in the pictures.
+        let park = MouseActions::new("mouse".into()).then(PointerAction::MoveTo {
+            duration: None,
+            x: 0.0,
+            y: 0.0,
+        });
+        self.wd.perform_actions(park).await.unwrap();
+        self.js("document.activeElement && document.activeElement.blur && document.activeElement.blur(); return 1;")
+            .await;
         let png = self.wd.screenshot().await.expect("screenshot");
         let dir = if std::env::var("DELAYQUEUE_SCREENSHOTS").as_deref() == Ok("1") {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/web")
@@ -243,7 +271,7 @@ impl Browser {
 /// A private redis-server and the dashboard serving its queues under
 /// [`PREFIX`] on a loopback port, with bearer auth.
 struct Dash {
-    server: RedisServer,
+    _server: RedisServer,
     client: Client,
     base: String,
     serve: tokio::task::JoinHandle<()>,
@@ -269,10 +297,19 @@ impl Dash {
         let serve = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Dash { server, client, base: format!("http://{addr}{PREFIX}/"), serve }
+        Dash {
+            _server: server,
+            client,
+            base: format!("http://{addr}{PREFIX}"),
+            serve,
+        }
     }
 
-    fn queue(&self, name: &str, configure: impl FnOnce(delayqueue::DelayQueueBuilder) -> delayqueue::DelayQueueBuilder) -> DelayQueue {
+    fn queue(
+        &self,
+        name: &str,
+        configure: impl FnOnce(delayqueue::DelayQueueBuilder) -> delayqueue::DelayQueueBuilder,
+    ) -> DelayQueue {
         configure(helpers::queue_builder(name, &self.client, Duration::from_millis(100)))
             .build()
             .unwrap()
@@ -288,8 +325,11 @@ impl Dash {
             "the dashboard showed without the token: {refused}"
         );
         b.wd.goto(&format!("{}?token={TOKEN}", self.base)).await.unwrap();
-        b.wait("the overview after logging in", "!!document.querySelector('[data-testid=queue-row], [data-testid=overview] td.empty')")
-            .await;
+        b.wait(
+            "the overview after logging in",
+            "!!document.querySelector('[data-testid=queue-row], [data-testid=overview] td.empty')",
+        )
+        .await;
         self.open(b, hash).await;
     }
 
@@ -331,7 +371,67 @@ async fn overview_matches_redis(b: &Browser, queue: &DelayQueue) -> Counts {
         }
         tokio::time::sleep(POLL).await;
     }
-    panic!("overview row {} shows {:?}, Redis holds {:?}", queue.name(), last.0, last.1);
+    panic!(
+        "overview row {} shows {:?}, Redis holds {:?}",
+        queue.name(),
+        last.0,
+        last.1
+    );
+}
+
+/// Live traffic for the pictures' rates and charts: a message every 100 ms
+/// (at most 6,000, so 10 minutes) due within 20 s, one in ten declined
+/// (retried once, then dead), handled by a consumer. Stops when dropped.
+struct Trickle {
+    sender: tokio::task::JoinHandle<()>,
+    _consumer: delayqueue::Consumer,
+}
+
+impl Drop for Trickle {
+    fn drop(&mut self) {
+        self.sender.abort();
+    }
+}
+
+async fn trickle(queue: DelayQueue) -> Trickle {
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            if msg.payload().windows(8).any(|w| w == b"declined") {
+                return Err::<(), HandlerError>("card declined: insufficient funds".into());
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let sender = tokio::spawn(async move {
+        for i in 0..6000u64 {
+            let status = if i % 10 == 3 { "declined" } else { "ok" };
+            let body = json!({"payment": i, "amount_cents": 1999 + i % 7 * 500, "card": status});
+            let _ = queue
+                .send(body.to_string())
+                .delay(Duration::from_millis(i * 7919 % 20_000))
+                .retry_count(1)
+                .await;
+            // Pacing the traffic, not waiting for anything.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    Trickle {
+        sender,
+        _consumer: consumer,
+    }
+}
+
+/// Waits until the chart shows sends and acks over at least 30 samples
+/// (15 s at the test's sampling), so the pictures have something to show.
+async fn wait_for_traffic(b: &Browser) {
+    b.wait(
+        "sent and acked rates and a chart of 30 samples",
+        "(() => { const v = [...document.querySelectorAll('.legend b')].map(x => x.textContent);
+                  const p = document.querySelector('svg.chart polyline');
+                  return v.length === 4 && v[0] !== '0' && v[1] !== '0' && !!p && p.getAttribute('points').split(' ').length >= 30; })()",
+    )
+    .await;
 }
 
 fn failing_while(flag: &Arc<AtomicBool>, log: &Log) -> impl delayqueue::Handler {
@@ -352,14 +452,28 @@ fn failing_while(flag: &Arc<AtomicBool>, log: &Log) -> impl delayqueue::Handler 
 async fn overview_shows_the_counts_redis_holds_and_the_send_form_adds_one() {
     let _one = ONE_BROWSER.lock().await;
     let dash = Dash::start().await;
+    let _payments = trickle(dash.queue("payments", |b| b)).await;
     // orders: 7 pending, 1 processing (the handler holds it), 2 dead.
-    let orders = dash.queue("orders", |b| b.max_consume_duration(Duration::from_secs(600)).concurrency(1).fetch_limit(1));
+    let orders = dash.queue("orders", |b| {
+        b.max_consume_duration(Duration::from_secs(600))
+            .concurrency(1)
+            .fetch_limit(1)
+    });
     for i in 0..7u64 {
         let body = json!({"order_id": 1000 + i, "action": "close_unpaid"}).to_string();
-        orders.send(body).delay(Duration::from_secs(600 + 60 * i)).await.unwrap();
+        orders
+            .send(body)
+            .delay(Duration::from_secs(600 + 60 * i))
+            .await
+            .unwrap();
     }
     for i in 0..2 {
-        orders.send(format!("{{\"order_id\": {i}, \"bad\": true}}")).id(format!("broken-{i}")).retry_count(0).await.unwrap();
+        orders
+            .send(format!("{{\"order_id\": {i}, \"bad\": true}}"))
+            .id(format!("broken-{i}"))
+            .retry_count(0)
+            .await
+            .unwrap();
     }
     let log = Log::default();
     let consumer = orders
@@ -378,20 +492,35 @@ async fn overview_shows_the_counts_redis_holds_and_the_send_form_adds_one() {
         "the two broken orders did not die: {:?}",
         orders.counts().await
     );
-    orders.send("{\"order_id\": 77, \"action\": \"hold\"}").id("held").await.unwrap();
+    orders
+        .send("{\"order_id\": 77, \"action\": \"hold\"}")
+        .id("held")
+        .await
+        .unwrap();
     assert!(
-        support::wait_for(support::WAIT, || async { orders.counts().await.unwrap().processing == 1 }).await,
+        support::wait_for(support::WAIT, || async {
+            orders.counts().await.unwrap().processing == 1
+        })
+        .await,
         "the held order was not claimed: {:?}",
         orders.counts().await
     );
     // emails: two shards, 4 pending; reports: no consumer, 3 pending.
     let emails = dash.queue("emails", |b| b.shards(2));
     for i in 0..4 {
-        emails.send(format!("welcome mail {i}")).delay(Duration::from_secs(3600)).await.unwrap();
+        emails
+            .send(format!("welcome mail {i}"))
+            .delay(Duration::from_secs(3600))
+            .await
+            .unwrap();
     }
     let reports = dash.queue("reports", |b| b);
     for i in 0..3 {
-        reports.send(format!("nightly report {i}")).delay(Duration::from_secs(7200 + i)).await.unwrap();
+        reports
+            .send(format!("nightly report {i}"))
+            .delay(Duration::from_secs(7200 + i))
+            .await
+            .unwrap();
     }
 
     let Some(b) = Browser::start(false).await else { return };
@@ -406,7 +535,8 @@ async fn overview_shows_the_counts_redis_holds_and_the_send_form_adds_one() {
     assert_eq!(overview_matches_redis(&b, &emails).await.pending, 4);
     assert_eq!(overview_matches_redis(&b, &reports).await.pending, 3);
     assert_eq!(
-        b.js("return document.querySelectorAll('[data-testid=paused-badge]').length;").await,
+        b.js("return document.querySelectorAll('[data-testid=paused-badge]').length;")
+            .await,
         json!(0),
         "no queue is paused"
     );
@@ -420,30 +550,69 @@ async fn overview_shows_the_counts_redis_holds_and_the_send_form_adds_one() {
         .await;
     let sum: u64 = serde_json::from_value::<Vec<u64>>(per_shard).unwrap().iter().sum();
     assert_eq!(sum, 4, "the shards' pending add up to the row's");
-    b.wait("the rate chart", "!!document.querySelector('svg.chart polyline')").await;
+    wait_for_traffic(&b).await;
     b.screenshot("overview").await;
 
-    // The row's name opens the queue; its pending tab lists the 7.
-    b.click("[data-queue=orders] a.qlink").await;
-    b.wait("the orders queue view", "!!document.querySelector('[data-testid=queue-view][data-queue=orders]')").await;
-    b.wait("7 pending rows", "document.querySelectorAll('[data-testid=message-row]').length === 7").await;
-    b.wait("the chart", "!!document.querySelector('svg.chart polyline')").await;
+    // A row's name opens the queue.
+    b.click("[data-queue=payments] a.qlink").await;
+    b.wait(
+        "the payments queue view",
+        "!!document.querySelector('[data-testid=queue-view][data-queue=payments]')",
+    )
+    .await;
+    b.wait(
+        "a page of pending payments",
+        "document.querySelectorAll('[data-testid=message-row]').length >= 20",
+    )
+    .await;
+    wait_for_traffic(&b).await;
     b.screenshot("queue-pending").await;
+    dash.open(&b, "#/q/orders/pending").await;
+    b.wait(
+        "the orders queue view",
+        "!!document.querySelector('[data-testid=queue-view][data-queue=orders]')",
+    )
+    .await;
+    b.wait(
+        "7 pending rows",
+        "document.querySelectorAll('[data-testid=message-row]').length === 7",
+    )
+    .await;
 
     // Send a message from the form.
     b.click("[data-testid=send-open]").await;
-    b.type_into("[data-testid=send-payload]", "{\"order_id\": 4242, \"action\": \"close_unpaid\"}").await;
+    b.type_into(
+        "[data-testid=send-payload]",
+        "{\"order_id\": 4242, \"action\": \"close_unpaid\"}",
+    )
+    .await;
     b.type_into("[data-testid=send-id]", "order-4242").await;
     b.type_into("[data-testid=send-retries]", "5").await;
+    b.type_into("[data-testid=send-delay]", "30").await;
     b.screenshot("send-form").await;
     b.click("[data-testid=send-submit]").await;
-    b.wait("the sent toast", "[...document.querySelectorAll('[data-testid=toast]')].some(t => t.textContent.includes('Sent order-4242'))")
-        .await;
-    let sent = orders.get("order-4242").await.unwrap().expect("the sent message is in Redis");
+    b.wait(
+        "the sent toast",
+        "[...document.querySelectorAll('[data-testid=toast]')].some(t => t.textContent.includes('Sent order-4242'))",
+    )
+    .await;
+    let sent = orders
+        .get("order-4242")
+        .await
+        .unwrap()
+        .expect("the sent message is in Redis");
     assert_eq!(sent.retry_count, Some(5));
     assert_eq!(sent.payload, b"{\"order_id\": 4242, \"action\": \"close_unpaid\"}");
-    // Due now (delay 0): the consumer, busy holding "held", leaves it due.
-    b.wait("the sent row", "!!document.querySelector('[data-testid=message-row][data-id=order-4242]') || !!document.querySelector('[data-testid=tab-ready] .nz')").await;
+    let due_in = sent.due.unwrap().duration_since(SystemTime::now()).unwrap_or_default();
+    assert!(
+        due_in > Duration::from_secs(20) && due_in <= Duration::from_secs(31),
+        "due in 30 s: {due_in:?}"
+    );
+    b.wait(
+        "the sent message first in the pending tab",
+        "document.querySelectorAll('[data-testid=message-row]').length === 8 && document.querySelector('[data-testid=message-row]').dataset.id === 'order-4242'",
+    )
+    .await;
     b.close().await;
     drop(consumer);
 }
@@ -458,7 +627,11 @@ async fn a_dead_letter_requeued_with_clicks_leaves_the_dead_tab_and_is_handled()
     let _consumer = jobs.start_consume(failing_while(&failing, &log)).await.unwrap();
     for i in 1..=4 {
         let body = json!({"job": "resize", "image": format!("cat-{i}.png"), "width": 640, "formats": ["webp", "avif"]});
-        jobs.send(body.to_string()).id(format!("job-{i}")).retry_count(0).await.unwrap();
+        jobs.send(body.to_string())
+            .id(format!("job-{i}"))
+            .retry_count(0)
+            .await
+            .unwrap();
     }
     assert!(
         support::wait_for(support::WAIT, || async { jobs.counts().await.unwrap().dead == 4 }).await,
@@ -469,12 +642,21 @@ async fn a_dead_letter_requeued_with_clicks_leaves_the_dead_tab_and_is_handled()
 
     let Some(b) = Browser::start(false).await else { return };
     dash.login(&b, "#/q/jobs/dead").await;
-    b.wait("4 dead rows", "document.querySelectorAll('[data-testid=message-row]').length === 4").await;
+    b.wait(
+        "4 dead rows",
+        "document.querySelectorAll('[data-testid=message-row]').length === 4",
+    )
+    .await;
     // A selection of two, requeued with the bulk button.
     for id in ["job-2", "job-3"] {
-        b.click(&format!("[data-testid=message-row][data-id={id}] [data-testid=select]")).await;
+        b.click(&format!("[data-testid=message-row][data-id={id}] [data-testid=select]"))
+            .await;
     }
-    b.wait("2 selected", "document.querySelectorAll('[data-testid=select]:checked').length === 2").await;
+    b.wait(
+        "2 selected",
+        "document.querySelectorAll('[data-testid=select]:checked').length === 2",
+    )
+    .await;
     b.screenshot("dead-selection").await;
     b.click("[data-testid=requeue-selected]").await;
     b.wait(
@@ -486,29 +668,66 @@ async fn a_dead_letter_requeued_with_clicks_leaves_the_dead_tab_and_is_handled()
         let log = log.clone();
         move || log.attempts(&id.into()).len() == 2
     };
-    assert!(support::wait_until(support::WAIT, handled("job-2")).await, "job-2 was not handled again");
-    assert!(support::wait_until(support::WAIT, handled("job-3")).await, "job-3 was not handled again");
+    assert!(
+        support::wait_until(support::WAIT, handled("job-2")).await,
+        "job-2 was not handled again"
+    );
+    assert!(
+        support::wait_until(support::WAIT, handled("job-3")).await,
+        "job-3 was not handled again"
+    );
 
     // One dead letter through its page: message view, requeue, confirm.
     b.click("[data-testid=message-row][data-id=job-1] a").await;
-    b.wait("job-1's page", "!!document.querySelector('[data-testid=message-view][data-id=job-1]')").await;
-    let payload = b.wait("the payload", "document.querySelector('[data-testid=payload]').textContent").await;
-    assert!(payload.as_str().unwrap().contains("\"image\": \"cat-1.png\""), "pretty JSON payload: {payload}");
-    b.wait("the last error", "document.body.innerText.includes('upstream timed out (HTTP 503)')").await;
+    b.wait(
+        "job-1's page",
+        "!!document.querySelector('[data-testid=message-view][data-id=job-1]')",
+    )
+    .await;
+    let payload = b
+        .wait(
+            "the payload",
+            "document.querySelector('[data-testid=payload]').textContent",
+        )
+        .await;
+    assert!(
+        payload.as_str().unwrap().contains("\"image\": \"cat-1.png\""),
+        "pretty JSON payload: {payload}"
+    );
+    b.wait(
+        "the last error",
+        "document.body.innerText.includes('upstream timed out (HTTP 503)')",
+    )
+    .await;
     b.screenshot("message").await;
     b.click("[data-testid=requeue]").await;
-    b.wait("the confirmation", "!!document.querySelector('[data-testid=confirm] [data-testid=confirm-yes]')").await;
+    b.wait(
+        "the confirmation",
+        "!!document.querySelector('[data-testid=confirm] [data-testid=confirm-yes]')",
+    )
+    .await;
     b.screenshot("confirm").await;
     b.click("[data-testid=confirm-yes]").await;
-    b.wait("back on the dead tab", "!!document.querySelector('[data-testid=queue-view][data-queue=jobs]') && location.hash.endsWith('/dead')").await;
+    b.wait(
+        "back on the dead tab",
+        "!!document.querySelector('[data-testid=queue-view][data-queue=jobs]') && location.hash.endsWith('/dead')",
+    )
+    .await;
     b.wait(
         "job-1 to leave the dead tab",
         "document.querySelectorAll('[data-testid=message-row]').length === 1 && !!document.querySelector('[data-testid=message-row][data-id=job-4]')",
     )
     .await;
-    assert!(support::wait_until(support::WAIT, handled("job-1")).await, "job-1 was not handled again");
+    assert!(
+        support::wait_until(support::WAIT, handled("job-1")).await,
+        "job-1 was not handled again"
+    );
     assert!(log.attempts(&"job-4".into()).len() == 1, "job-4 was left dead");
-    b.wait("the tab count", "document.querySelector('[data-testid=tab-dead] .n').textContent === '1'").await;
+    b.wait(
+        "the tab count",
+        "document.querySelector('[data-testid=tab-dead] .n').textContent === '1'",
+    )
+    .await;
     assert_eq!(jobs.counts().await.unwrap().dead, 1);
     b.close().await;
 }
@@ -521,13 +740,21 @@ async fn pausing_with_the_button_stops_the_consumers_and_resuming_hands_them_the
     let log = Log::default();
     let _consumer = tasks.start_consume(helpers::acking(&log)).await.unwrap();
     tasks.send("warm-up").id("warm-up").await.unwrap();
-    assert!(support::wait_until(support::WAIT, || log.len() == 1).await, "the consumer runs");
+    assert!(
+        support::wait_until(support::WAIT, || log.len() == 1).await,
+        "the consumer runs"
+    );
 
     let Some(b) = Browser::start(false).await else { return };
     dash.login(&b, "#/q/tasks/pending").await;
     b.click("[data-testid=pause]").await;
-    b.wait("the paused badge", "!!document.querySelector('[data-testid=queue-view] [data-testid=paused-badge]')").await;
-    b.wait("the resume button", "!!document.querySelector('[data-testid=resume]')").await;
+    b.wait(
+        "the paused badge",
+        "!!document.querySelector('[data-testid=queue-view] [data-testid=paused-badge]')",
+    )
+    .await;
+    b.wait("the resume button", "!!document.querySelector('[data-testid=resume]')")
+        .await;
     assert!(tasks.is_paused().await.unwrap(), "Redis says paused");
 
     for i in 0..3 {
@@ -536,22 +763,39 @@ async fn pausing_with_the_button_stops_the_consumers_and_resuming_hands_them_the
     // Due and waiting: a second past due, ten fetch intervals, still unclaimed.
     assert!(
         support::wait_for(support::WAIT, || async {
-            tasks.status().await.unwrap().oldest_overdue.is_some_and(|d| d >= Duration::from_secs(1))
+            tasks
+                .status()
+                .await
+                .unwrap()
+                .oldest_overdue
+                .is_some_and(|d| d >= Duration::from_secs(1))
         })
         .await,
         "the tasks never became overdue: {:?}",
         tasks.status().await
     );
     let c = tasks.counts().await.unwrap();
-    assert_eq!((c.pending + c.ready, c.processing), (3, 0), "due messages wait while paused: {c:?}");
+    assert_eq!(
+        (c.pending + c.ready, c.processing),
+        (3, 0),
+        "due messages wait while paused: {c:?}"
+    );
     assert_eq!(log.len(), 1, "the handler got nothing while paused: {:?}", log.ids());
     dash.open(&b, "#/").await;
-    b.wait("the paused badge on the overview", "!!document.querySelector('[data-queue=tasks] [data-testid=paused-badge]')").await;
+    b.wait(
+        "the paused badge on the overview",
+        "!!document.querySelector('[data-queue=tasks] [data-testid=paused-badge]')",
+    )
+    .await;
 
     dash.open(&b, "#/q/tasks/pending").await;
     b.click("[data-testid=resume]").await;
     b.wait("the pause button again", "!!document.querySelector('[data-testid=pause]') && !document.querySelector('[data-testid=queue-view] [data-testid=paused-badge]')").await;
-    assert!(support::wait_until(support::WAIT, || log.len() == 4).await, "resumed: the 3 tasks are handled: {:?}", log.ids());
+    assert!(
+        support::wait_until(support::WAIT, || log.len() == 4).await,
+        "resumed: the 3 tasks are handled: {:?}",
+        log.ids()
+    );
     assert!(!tasks.is_paused().await.unwrap());
     b.close().await;
 }
@@ -562,7 +806,11 @@ async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
     let dash = Dash::start().await;
     let invoices = dash.queue("invoices", |b| b);
     let msgs = (0..500u32).map(|i| {
-        let note = if i == 321 { "customer disputes: needle-7f3a" } else { "routine" };
+        let note = if i == 321 {
+            "customer disputes: needle-7f3a"
+        } else {
+            "routine"
+        };
         NewMessage::new(json!({"invoice": i, "note": note}).to_string())
             .id(format!("inv-{i:04}"))
             .delay(Duration::from_secs(3600 + u64::from(i)))
@@ -573,7 +821,11 @@ async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
 
     let Some(b) = Browser::start(false).await else { return };
     dash.login(&b, "#/q/invoices/pending").await;
-    b.wait("a page of 50", "document.querySelectorAll('[data-testid=message-row]').length === 50").await;
+    b.wait(
+        "a page of 50",
+        "document.querySelectorAll('[data-testid=message-row]').length === 50",
+    )
+    .await;
     b.type_into("[data-testid=search]", "needle-7f3a").await;
     b.click("[data-testid=search-go]").await;
     let found = b
@@ -597,27 +849,33 @@ async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
 async fn the_overview_follows_a_dark_system_theme() {
     let _one = ONE_BROWSER.lock().await;
     let dash = Dash::start().await;
-    let log = Log::default();
-    let orders = dash.queue("orders", |b| b);
-    let _consumer = orders.start_consume(helpers::acking(&log)).await.unwrap();
-    for i in 0..20u64 {
-        orders.send(format!("order {i}")).delay(Duration::from_millis(200 * i)).await.unwrap();
-    }
+    let _payments = trickle(dash.queue("payments", |b| b)).await;
     let audit = dash.queue("audit", |b| b);
     for i in 0..5 {
-        audit.send(format!("audit {i}")).delay(Duration::from_secs(900)).await.unwrap();
+        audit
+            .send(format!("audit {i}"))
+            .delay(Duration::from_secs(900))
+            .await
+            .unwrap();
     }
 
     let Some(b) = Browser::start(true).await else { return };
     dash.login(&b, "#/").await;
-    assert_eq!(b.js("return matchMedia('(prefers-color-scheme: dark)').matches;").await, json!(true));
+    assert_eq!(
+        b.js("return matchMedia('(prefers-color-scheme: dark)').matches;").await,
+        json!(true)
+    );
     // A dark page: the body's background is darker than mid-grey.
     let bg = b.js("return getComputedStyle(document.body).backgroundColor;").await;
-    let rgb: Vec<u32> = bg.as_str().unwrap().split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
+    let rgb: Vec<u32> = bg
+        .as_str()
+        .unwrap()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
     assert!(rgb.iter().take(3).all(|&c| c < 64), "dark background, got {bg}");
     assert_eq!(overview_matches_redis(&b, &audit).await.pending, 5);
-    b.wait("the rate chart", "!!document.querySelector('svg.chart polyline')").await;
-    assert!(support::wait_until(support::WAIT, || log.len() == 20).await);
+    wait_for_traffic(&b).await;
     b.screenshot("overview-dark").await;
     b.close().await;
 }

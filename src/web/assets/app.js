@@ -275,9 +275,9 @@
   }
 
   // "Delay" (number + unit) or "At" (local date-time) → {delay_ms} | {at_ms}.
-  function whenInput(defaultDelay) {
+  function whenInput(defaultDelay, testid) {
     const mode = { v: 'delay' };
-    const num = h('input', { type: 'number', min: '0', step: 'any', value: defaultDelay, 'aria-label': 'Delay' });
+    const num = h('input', { type: 'number', min: '0', step: 'any', value: defaultDelay, 'aria-label': 'Delay', testid });
     const unit = h('select', { 'aria-label': 'Unit' },
       [['ms', 1], ['seconds', 1000], ['minutes', 60000], ['hours', 3600000], ['days', 86400000]]
         .map(([n, f]) => h('option', { value: f, selected: n === 'seconds' }, n)));
@@ -316,7 +316,7 @@
     let back = null;
     const close = () => back.remove();
     const payload = h('textarea', { rows: 8, placeholder: '{"order_id": 42}', 'aria-label': 'Payload', testid: 'send-payload' });
-    const whenIn = whenInput('0');
+    const whenIn = whenInput('0', 'send-delay');
     const id = h('input', { placeholder: 'generated when empty', 'aria-label': 'Message id', testid: 'send-id' });
     const retries = h('input', { type: 'number', min: '0', step: '1', placeholder: 'queue default', 'aria-label': 'Retry count', testid: 'send-retries' });
     const submit = h('button.primary', { type: 'submit', testid: 'send-submit' }, 'Send message');
@@ -365,11 +365,13 @@
     }
     const W = Math.max(320, Math.round(width || 640)), H = 150, L = 40, R = 10, T = 8, B = 20;
     const end = Math.max(points[points.length - 1].t_ms, serverNow());
-    const start = end - WINDOW_MS;
+    // Until 15 minutes have been sampled, the axis spans what there is (at least 30 s).
+    const span = Math.max(30000, Math.min(WINDOW_MS, end - points[0].t_ms));
+    const start = end - span;
     let max = 0;
     for (const p of points) for (const k of RATES) max = Math.max(max, p[k] || 0);
     max = niceMax(max);
-    const x = (t) => L + ((t - start) / WINDOW_MS) * (W - L - R);
+    const x = (t) => L + ((t - start) / span) * (W - L - R);
     const y = (v) => T + (1 - v / max) * (H - T - B);
     const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Rates over the last 15 minutes' });
     for (let i = 0; i <= 3; i++) {
@@ -377,8 +379,10 @@
       svg.append(s('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }),
         s('text', { class: 'axis', x: L - 5, y: y(v) + 3, 'text-anchor': 'end' }, fmtRate(v)));
     }
-    for (const m of [15, 10, 5, 0]) {
-      svg.append(s('text', { class: 'axis', x: x(end - m * 60000), y: H - 5, 'text-anchor': m === 15 ? 'start' : m === 0 ? 'end' : 'middle' }, m ? `-${m}m` : 'now'));
+    for (let i = 0; i <= 3; i++) {
+      const ago = (span * (3 - i)) / 3;
+      const label = i === 3 ? 'now' : ago >= 60000 ? `-${Math.round(ago / 60000)}m` : `-${Math.round(ago / 1000)}s`;
+      svg.append(s('text', { class: 'axis', x: x(end - ago), y: H - 5, 'text-anchor': ['start', 'middle', 'middle', 'end'][i] }, label));
     }
     const shown = points.filter((p) => p.t_ms >= start);
     for (const k of RATES) {
@@ -394,7 +398,7 @@
     svg.append(cursor);
     svg.addEventListener('mousemove', (e) => {
       const r = svg.getBoundingClientRect();
-      const t = start + (((e.clientX - r.left) / r.width) * W - L) / (W - L - R) * WINDOW_MS;
+      const t = start + (((e.clientX - r.left) / r.width) * W - L) / (W - L - R) * span;
       let best = shown[0];
       for (const p of shown) if (Math.abs(p.t_ms - t) < Math.abs(best.t_ms - t)) best = p;
       cursor.setAttribute('x1', x(best.t_ms));
@@ -489,10 +493,12 @@
   function overviewView(root) {
     const expanded = new Map(); // queue name → shard_status (or null while loading)
     let chartQueue = null;
+    // Until a queue is picked, the chart follows the busiest one.
+    let chartPicked = false;
     let data = null;
     const body = h('tbody');
     const summary = h('span.sub');
-    const chartSel = h('select', { 'aria-label': 'Chart queue', on: { change: () => { chartQueue = chartSel.value; drawChart(); poller.kick(); } } });
+    const chartSel = h('select', { 'aria-label': 'Chart queue', on: { change: () => { chartQueue = chartSel.value; chartPicked = true; drawChart(); poller.kick(); } } });
     const chartBox = h('div.card-body');
     const section = h('section', { testid: 'overview' },
       h('div.pagehead', null, h('h1', null, 'Queues'), summary),
@@ -510,7 +516,7 @@
             RATES.map((k, i) => h(i ? 'th.num' : 'th.num.gap', null, k)))),
         body))),
       h('div.card', null,
-        h('div.card-head', null, h('h2', null, 'Last 15 minutes'), h('div.right', null, chartSel)),
+        h('div.card-head', null, h('h2', null, 'Rates'), h('span.sub.muted', null, 'last 15 minutes, per second'), h('div.right', null, chartSel)),
         chartBox));
     replace(root, section);
     crumbs({ text: 'Queues' });
@@ -553,7 +559,7 @@
         : h('span', { style: 'display:inline-block;width:22px' });
       const tr = h('tr.clickable', {
         testid: 'queue-row', 'data-queue': q.name, title: 'Click to chart this queue',
-        on: { click: () => { chartQueue = q.name; chartSel.value = q.name; drawChart(); poller.kick(); } },
+        on: { click: () => { chartQueue = q.name; chartPicked = true; chartSel.value = q.name; drawChart(); poller.kick(); } },
       },
       h('td.name', null, toggle,
         h('a.qlink', { href: `#/q/${enc(q.name)}/pending`, on: { click: (e) => e.stopPropagation() } }, q.name),
@@ -578,6 +584,15 @@
       }
       return rows;
     }
+    // The queue with the most traffic, so the chart shows something; the
+    // one charted stays while it has at least 2/3 of the most, so it does not flicker.
+    function busiest(qs) {
+      const rate = (q) => RATES.reduce((a, k) => a + (q.rates[k] || 0), 0);
+      let best = null, most = -1;
+      for (const q of qs) if (rate(q) > most) { best = q.name; most = rate(q); }
+      const current = qs.find((q) => q.name === chartQueue);
+      return current && rate(current) >= (2 / 3) * most ? current.name : best;
+    }
     function render() {
       const qs = data.queues;
       const total = qs.reduce((a, q) => a + STATES.reduce((b, st) => b + (q.counts[st] || 0), 0), 0);
@@ -592,7 +607,7 @@
         replace(body, qs.map(row));
       }
       const names = qs.map((q) => q.name);
-      if (!names.includes(chartQueue)) chartQueue = names[0] || null;
+      if (!chartPicked || !names.includes(chartQueue)) chartQueue = busiest(qs);
       if (chartSel.options.length !== names.length || names.some((n, i) => chartSel.options[i].value !== n)) {
         replace(chartSel, names.map((n) => h('option', { value: n }, n)));
       }
@@ -653,7 +668,7 @@
       head,
       h('div.grid2', null,
         h('div.card', null, stats),
-        h('div.card', null, h('div.card-head', null, h('h2', null, 'Last 15 minutes')), chartBox)),
+        h('div.card', null, h('div.card-head', null, h('h2', null, 'Rates'), h('span.sub.muted', null, 'last 15 minutes, per second')), chartBox)),
       tabs, toolbar, tableBox);
     replace(root, section);
     crumbs({ text: 'Queues', href: '#/' }, { text: name, href: `#/q/${enc(name)}/pending` }, { text: state });
@@ -932,7 +947,7 @@
         : `${fmtInt(m.retries_left)} of ${fmtInt(m.retry_count)}`;
       replace(details,
         row('State', stateBadge(m.state)),
-        row(m.state === 'dead' ? 'Was due' : 'Due', when(m.due_ms, { overdue: m.state !== 'pending' && m.state !== 'dead' })),
+        m.state !== 'dead' || m.due_ms ? row(m.state === 'dead' ? 'Was due' : 'Due', when(m.due_ms, { overdue: m.state !== 'pending' && m.state !== 'dead' })) : null,
         row('Sent', when(m.sent_ms)),
         row('Attempts', fmtInt(m.attempts)),
         row('Retries left', retries),
@@ -955,7 +970,7 @@
       if (session.readOnly) {
         parts.push(h('div.card-body.muted', null, 'Read-only dashboard: actions are disabled.'));
       } else if (msg.state === 'pending') {
-        const whenIn = whenInput('60');
+        const whenIn = whenInput('60', 'reschedule-delay');
         parts.push(h('div.actionbar', null,
           h('button.primary', {
             testid: 'run-now', title: 'Make it due now',
@@ -1084,5 +1099,7 @@
     poller.start(view);
   }
   window.addEventListener('hashchange', route);
-  route();
+  // index.html adds this script from the head, before the body exists.
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', route);
+  else route();
 })();
