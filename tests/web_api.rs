@@ -437,6 +437,18 @@ async fn actions_change_redis() {
         json!({"done": true})
     );
     assert!(q.get("seed").await.unwrap().is_none());
+    let cancelled = tokio::time::timeout(WAIT, async {
+        loop {
+            if let delayqueue::Event::Changed { action, id, .. } = events.recv().await.unwrap() {
+                if action == delayqueue::Action::Cancelled {
+                    return id;
+                }
+            }
+        }
+    })
+    .await
+    .expect("no Changed event for the cancel");
+    assert_eq!(cancelled.as_ref().map(|i| i.as_str()), Some("seed"));
     assert_eq!(
         act(&app, "/api/queues/acts/messages/seed/cancel", json!({})).await,
         json!({"done": false})
