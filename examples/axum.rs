@@ -46,10 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // nest_service, not nest: it serves both /admin/queues and /admin/queues/.
     let token = std::env::var("ADMIN_TOKEN").unwrap_or_else(|_| "change-me".into());
-    let dashboard = Dashboard::new(client)
-        .auth(Auth::Bearer(token))
-        .queue(&queue)
-        .router();
+    let dashboard = Dashboard::new(client).auth(Auth::Bearer(token)).queue(&queue).router();
     let app = Router::new()
         .route("/orders/{id}", post(place_order))
         .route("/orders/{id}/pay", post(pay_order))
