@@ -250,6 +250,27 @@ async fn messages_page_stably_and_one_message_shows_everything() {
         }
     }
     assert_eq!(seen, sent, "pages in due order, each message once");
+    let desc = get_ok(&app, "/api/queues/pages/messages?state=pending&limit=3&order=desc").await;
+    let ids: Vec<&str> = desc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [sent[119].as_str(), &sent[118], &sent[117]]);
+    let next = desc["next"].as_str().unwrap();
+    let desc = get_ok(
+        &app,
+        &format!("/api/queues/pages/messages?state=pending&limit=3&order=desc&cursor={next}"),
+    )
+    .await;
+    assert_eq!(desc["items"][0]["id"], sent[116].as_str());
+    // A page is stable: a message cancelled before the cursor moves nothing.
+    let page = get_ok(&app, "/api/queues/pages/messages?limit=10").await;
+    q.cancel(&sent[3]).await.unwrap();
+    let next = page["next"].as_str().unwrap();
+    let page = get_ok(&app, &format!("/api/queues/pages/messages?limit=10&cursor={next}")).await;
+    assert_eq!(page["items"][0]["id"], sent[10].as_str());
 
     let m = get_ok(&app, &format!("/api/queues/pages/messages/{}", sent[7])).await;
     assert_eq!(
@@ -291,6 +312,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
         "/api/queues/pages/messages?limit=0",
         "/api/queues/pages/messages?limit=201",
         "/api/queues/pages/messages?cursor=abc",
+        "/api/queues/pages/messages?order=up",
         "/api/queues/pages/messages/bad%20id",
         "/api/queues/pages/search?q=",
     ] {
@@ -351,7 +373,9 @@ async fn actions_change_redis() {
     let (_server, client) = start().await;
     let q = queue(&client, "acts");
     q.send("seed").delay(Duration::from_secs(600)).id("seed").await.unwrap();
-    let app = delayqueue::web::router(client.clone());
+    // The application's own handle: its events see the dashboard's actions.
+    let app = Dashboard::new(client.clone()).queue(&q).router();
+    let mut events = q.events();
 
     // Send, with every option.
     let v = act(
@@ -413,6 +437,18 @@ async fn actions_change_redis() {
         json!({"done": true})
     );
     assert!(q.get("seed").await.unwrap().is_none());
+    let cancelled = tokio::time::timeout(WAIT, async {
+        loop {
+            if let delayqueue::Event::Changed { action, id, .. } = events.recv().await.unwrap() {
+                if action == delayqueue::Action::Cancelled {
+                    return id;
+                }
+            }
+        }
+    })
+    .await
+    .expect("no Changed event for the cancel");
+    assert_eq!(cancelled.as_ref().map(|i| i.as_str()), Some("seed"));
     assert_eq!(
         act(&app, "/api/queues/acts/messages/seed/cancel", json!({})).await,
         json!({"done": false})

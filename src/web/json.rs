@@ -95,7 +95,7 @@ pub(crate) struct StatusJson {
 impl From<&QueueStatus> for StatusJson {
     fn from(s: &QueueStatus) -> Self {
         StatusJson {
-            paused: false,
+            paused: s.paused,
             counts: s.counts.into(),
             oldest_overdue_ms: s.oldest_overdue.map(ms),
             next_due_ms: s.next_due.map(ms),

@@ -31,7 +31,7 @@ impl Failure {
         }
     }
 
-    fn usage(message: impl Into<String>) -> Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
         Failure {
             code: USAGE,
             message: message.into(),
@@ -81,6 +81,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Resume { queue } => ctx.pause(&queue, false).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
         Command::Check { queue } => ctx.check(&queue).await,
+        Command::Web(args) => crate::web::serve(ctx.client, ctx.prefix, args).await,
     }
 }
 

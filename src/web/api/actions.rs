@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
-use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -184,18 +183,19 @@ pub(crate) async fn delete(
     on_dead(&app, &user, &name, dead_of(&bytes)?, true).await
 }
 
-pub(crate) async fn pause((State(app), Extension(_user)): Ctx, Path(name): Path<String>) -> ApiResult<Value> {
-    find(&app, &name).await?;
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "pausing a queue is not available in this version",
-    ))
+/// Pauses (`pause` true) or resumes a queue: `{"paused": bool}`, its state now.
+async fn set_paused(app: &App, user: &User, name: &str, pause: bool) -> ApiResult<Value> {
+    let q = find(app, name).await?;
+    let changed = if pause { q.pause().await? } else { q.resume().await? };
+    let action = if pause { "pause" } else { "resume" };
+    tracing::info!(target: TARGET, action, queue = %name, changed, user = user.log_name(), "dashboard action");
+    Ok(axum::Json(json!({ "paused": pause })))
 }
 
-pub(crate) async fn resume((State(app), Extension(_user)): Ctx, Path(name): Path<String>) -> ApiResult<Value> {
-    find(&app, &name).await?;
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "resuming a queue is not available in this version",
-    ))
+pub(crate) async fn pause((State(app), Extension(user)): Ctx, Path(name): Path<String>) -> ApiResult<Value> {
+    set_paused(&app, &user, &name, true).await
+}
+
+pub(crate) async fn resume((State(app), Extension(user)): Ctx, Path(name): Path<String>) -> ApiResult<Value> {
+    set_paused(&app, &user, &name, false).await
 }

@@ -1,4 +1,5 @@
-//! Reading messages: a page of a state, a search, one message.
+//! Reading messages: a page of a state ([`browse`](crate::DelayQueue::browse),
+//! a stable cursor), a bounded search, one message.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,12 +10,12 @@ use axum::http::StatusCode;
 use super::error::{find, ApiError, ApiResult};
 use crate::web::json::{FoundJson, MessageJson, PageJson};
 use crate::web::state::App;
-use crate::{MessageState, MAX_PAGE};
+use crate::{MessageState, Order};
 
-/// Most messages one page of the API holds.
+/// Most messages one page or search reply of the API holds.
 const MAX_LIMIT: usize = 200;
 const DEFAULT_LIMIT: usize = 50;
-/// Most messages one search request looks at.
+/// Most messages one search request reads.
 const SEARCH_WINDOW: usize = 10_000;
 
 type Params = Query<HashMap<String, String>>;
@@ -23,89 +24,80 @@ fn state_of(query: &HashMap<String, String>) -> Result<MessageState, ApiError> {
     Ok(query.get("state").map_or("pending", String::as_str).parse()?)
 }
 
-/// The position a cursor holds (none: the start).
-fn cursor_of(query: &HashMap<String, String>) -> Result<usize, ApiError> {
-    match query.get("cursor").filter(|c| !c.is_empty()) {
-        None => Ok(0),
-        Some(c) => c.parse().map_err(|_| ApiError::bad(format!("invalid cursor {c:?}"))),
+fn limit_of(query: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match query.get("limit") {
+        None => Ok(DEFAULT_LIMIT),
+        Some(l) => l
+            .parse()
+            .ok()
+            .filter(|l| (1..=MAX_LIMIT).contains(l))
+            .ok_or_else(|| ApiError::bad(format!("limit must be 1 to {MAX_LIMIT}"))),
     }
 }
 
+fn order_of(query: &HashMap<String, String>) -> Result<Order, ApiError> {
+    match query.get("order").map(String::as_str) {
+        None | Some("asc") => Ok(Order::Asc),
+        Some("desc") => Ok(Order::Desc),
+        Some(o) => Err(ApiError::bad(format!("unknown order {o:?}: asc or desc"))),
+    }
+}
+
+/// The opaque cursor of the previous reply; none (or empty): the start.
+fn cursor_of(query: &HashMap<String, String>) -> Option<String> {
+    query.get("cursor").filter(|c| !c.is_empty()).cloned()
+}
+
+/// `GET .../messages`: one browse call (one script call per shard it
+/// reads; a sharded queue also one status per shard for the total).
 pub(crate) async fn list(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
     Query(query): Params,
 ) -> ApiResult<PageJson> {
     let state = state_of(&query)?;
-    let limit = match query.get("limit") {
-        None => DEFAULT_LIMIT,
-        Some(l) => l
-            .parse()
-            .ok()
-            .filter(|l| (1..=MAX_LIMIT).contains(l))
-            .ok_or_else(|| ApiError::bad(format!("limit must be 1 to {MAX_LIMIT}")))?,
-    };
-    match query.get("order").map(String::as_str) {
-        None | Some("asc") => {}
-        Some(o) => return Err(ApiError::bad(format!("unsupported order {o:?}: asc"))),
-    }
-    let cursor = cursor_of(&query)?;
+    let (limit, order) = (limit_of(&query)?, order_of(&query)?);
     let q = find(&app, &name).await?;
-    let page = q.list(state, cursor, limit).await?;
+    let page = q
+        .browse(state)
+        .order(order)
+        .after(cursor_of(&query))
+        .limit(limit)
+        .await?;
     Ok(axum::Json(PageJson {
         state: state.as_str(),
         total: page.total,
         items: page.items.iter().map(MessageJson::from).collect(),
-        next: page.next.map(|n| n.to_string()),
+        next: page.cursor,
     }))
 }
 
+/// `GET .../search`: the id first (one lookup), then payloads of at most
+/// [`SEARCH_WINDOW`] messages per request; `next` goes on from there.
 pub(crate) async fn search(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
     Query(query): Params,
 ) -> ApiResult<FoundJson> {
     let state = state_of(&query)?;
+    let (limit, order) = (limit_of(&query)?, order_of(&query)?);
     let text = query.get("q").map_or("", String::as_str);
-    if text.is_empty() {
-        return Err(ApiError::bad("q (the text to search for) is empty"));
-    }
-    let start = cursor_of(&query)?;
+    let cursor = cursor_of(&query);
+    let first = cursor.is_none();
     let q = find(&app, &name).await?;
-    let mut found = FoundJson {
-        items: Vec::new(),
-        scanned: 0,
-        next: None,
-        id_match: false,
-    };
-    // An exact id first: one lookup, before any scan.
-    if start == 0 && crate::MessageId::check(text).is_ok() {
-        if let Some(m) = q.get(text).await?.filter(|m| m.state == state) {
-            found.items.push(MessageJson::from(&m));
-            found.id_match = true;
-        }
-    }
-    let mut at = Some(start);
-    while let Some(offset) = at.filter(|o| o - start < SEARCH_WINDOW) {
-        let page = q
-            .list(state, offset, MAX_PAGE.min(SEARCH_WINDOW - (offset - start)))
-            .await?;
-        found.scanned += page.items.len() as u64;
-        let needle = text.as_bytes();
-        found.items.extend(
-            page.items
-                .iter()
-                .filter(|m| m.id.as_str() != text && contains(&m.payload, needle))
-                .map(MessageJson::from),
-        );
-        at = page.next;
-    }
-    found.next = at.map(|n| n.to_string());
-    Ok(axum::Json(found))
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    let found = q
+        .search(state, text)
+        .order(order)
+        .after(cursor)
+        .limit(limit)
+        .scan(SEARCH_WINDOW)
+        .await?;
+    Ok(axum::Json(FoundJson {
+        id_match: first && found.items.first().is_some_and(|m| m.id.as_str() == text),
+        items: found.items.iter().map(MessageJson::from).collect(),
+        scanned: found.scanned,
+        next: found.cursor,
+    }))
 }
 
 pub(crate) async fn one(

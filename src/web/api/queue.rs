@@ -19,7 +19,7 @@ pub(crate) async fn queue(
 ) -> ApiResult<QueueJson> {
     crate::web::background::start(&app);
     let q = find(&app, &name).await?;
-    let shards = q.each_shard(|k| q.shard_status(k)).await?;
+    let shards = q.shard_statuses().await?;
     let merged = shards.iter().copied().reduce(QueueStatus::merge).unwrap_or_default();
     let mut json = queue_json(&app, &q, &merged);
     if query.get("shards").is_some_and(|v| v == "1" || v == "true") {

@@ -377,7 +377,7 @@
     for (let i = 0; i <= 3; i++) {
       const v = (max * i) / 3;
       svg.append(s('line', { class: 'grid', x1: L, x2: W - R, y1: y(v), y2: y(v) }),
-        s('text', { class: 'axis', x: L - 5, y: y(v) + 3, 'text-anchor': 'end' }, fmtRate(v)));
+        s('text', { class: 'axis', x: L - 5, y: y(v) + 3, 'text-anchor': 'end' }, String(Number(v.toPrecision(3)))));
     }
     for (let i = 0; i <= 3; i++) {
       const ago = (span * (3 - i)) / 3;
