@@ -285,13 +285,18 @@ impl Drop for Dash {
 
 impl Dash {
     async fn start() -> Dash {
+        Dash::start_with(false).await
+    }
+
+    async fn start_with(read_only: bool) -> Dash {
         let server = RedisServer::start().await;
         let client = server.client().await;
         let dashboard = Dashboard::new(client.clone())
             .auth(Auth::Bearer(TOKEN.into()))
+            .read_only(read_only)
             .sample_every(Duration::from_millis(500))
             .router();
-        let app = axum::Router::new().nest(PREFIX, dashboard);
+        let app = axum::Router::new().nest_service(PREFIX, dashboard);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let serve = tokio::spawn(async move {
@@ -835,6 +840,13 @@ async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
         )
         .await;
     assert_eq!(found, json!("inv-0321"));
+    // The mount path with a trailing slash serves the same page.
+    b.wd.goto(&format!("{}/#/q/invoices/pending", dash.base)).await.unwrap();
+    b.wait(
+        "the queue under the path with a slash",
+        "document.querySelectorAll('[data-testid=message-row]').length === 50",
+    )
+    .await;
     b.type_into("[data-testid=search]", "inv-0007").await;
     b.click("[data-testid=search-go]").await;
     b.wait(
@@ -846,9 +858,9 @@ async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
 }
 
 #[tokio::test]
-async fn the_overview_follows_a_dark_system_theme() {
+async fn the_overview_follows_a_dark_system_theme_and_read_only_shows_no_action() {
     let _one = ONE_BROWSER.lock().await;
-    let dash = Dash::start().await;
+    let dash = Dash::start_with(true).await;
     let _payments = trickle(dash.queue("payments", |b| b)).await;
     let audit = dash.queue("audit", |b| b);
     for i in 0..5 {
@@ -877,5 +889,36 @@ async fn the_overview_follows_a_dark_system_theme() {
     assert_eq!(overview_matches_redis(&b, &audit).await.pending, 5);
     wait_for_traffic(&b).await;
     b.screenshot("overview-dark").await;
+
+    // Read-only: the badge says so, and no view offers an action.
+    b.wait("the read-only badge", "!document.getElementById('ro-badge').hidden")
+        .await;
+    dash.open(&b, "#/q/payments/pending").await;
+    b.wait(
+        "a page of pending payments",
+        "document.querySelectorAll('[data-testid=message-row]').length > 0",
+    )
+    .await;
+    let id = b
+        .js("return document.querySelector('[data-testid=message-row]').dataset.id;")
+        .await;
+    assert_eq!(b.js(NO_ACTIONS).await, json!([]), "actions in a read-only queue view");
+    dash.open(&b, &format!("#/q/payments/m/{}", id.as_str().unwrap())).await;
+    b.wait(
+        "the message view",
+        "!!document.querySelector('[data-testid=message-view] [data-testid=payload]')",
+    )
+    .await;
+    b.wait(
+        "the read-only note",
+        "document.body.innerText.includes('Read-only dashboard')",
+    )
+    .await;
+    assert_eq!(b.js(NO_ACTIONS).await, json!([]), "actions in a read-only message view");
     b.close().await;
 }
+
+/// The action buttons on the page, by test id: none in read-only mode.
+const NO_ACTIONS: &str = "return ['pause', 'resume', 'send-open', 'requeue-selected', 'delete-selected', 'requeue-all',
+    'delete-all', 'requeue', 'delete', 'cancel', 'run-now', 'reschedule', 'select']
+    .filter(t => document.querySelector('[data-testid=' + t + ']'));";
