@@ -1,12 +1,18 @@
-//! [`MessageInfo`]: what is known of one message, and [`Page`]: one page
-//! of a state, as [`DelayQueue::list`](crate::DelayQueue::list) and
-//! [`DelayQueue::get`](crate::DelayQueue::get) return them.
+//! [`MessageInfo`]: what is known of one message, [`Page`]: one page of a
+//! state, and [`Found`]: what a search found, as
+//! [`DelayQueue::list`](crate::DelayQueue::list),
+//! [`DelayQueue::browse`](crate::DelayQueue::browse),
+//! [`DelayQueue::search`](crate::DelayQueue::search) and
+//! [`DelayQueue::get`](crate::DelayQueue::get) return them; [`Order`], the
+//! direction of a browse or search.
 
 use std::time::{Duration, SystemTime};
 
 use crate::{MessageId, MessageState};
 
-/// Most messages one [`DelayQueue::list`](crate::DelayQueue::list) call returns.
+/// Most messages one [`DelayQueue::list`](crate::DelayQueue::list),
+/// [`browse`](crate::DelayQueue::browse) or
+/// [`search`](crate::DelayQueue::search) call returns.
 pub const MAX_PAGE: usize = 1000;
 /// Payload bytes a listed message shows.
 pub const PREVIEW_BYTES: usize = 256;
@@ -64,7 +70,8 @@ impl MessageInfo {
     }
 }
 
-/// One page of [`DelayQueue::list`](crate::DelayQueue::list).
+/// One page of [`DelayQueue::list`](crate::DelayQueue::list) or
+/// [`DelayQueue::browse`](crate::DelayQueue::browse).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Page {
@@ -74,6 +81,40 @@ pub struct Page {
     pub items: Vec<MessageInfo>,
     /// Entries in the state (list entries of cancelled messages included).
     pub total: u64,
-    /// The offset of the next page; `None` on the last page.
+    /// `list`: the offset of the next page; `None` on the last page (and
+    /// always from `browse`).
     pub next: Option<usize>,
+    /// `browse`: where the next page starts, to pass to
+    /// [`Browse::after`](crate::Browse::after); `None` on the last page
+    /// (and always from `list`). Opaque.
+    pub cursor: Option<String>,
+}
+
+/// The direction of a [`browse`](crate::DelayQueue::browse) or
+/// [`search`](crate::DelayQueue::search): by score for pending (due time),
+/// processing (lease deadline) and dead (time of death), messages of equal
+/// score by id; by position for the ready and retry lists, head (next to
+/// be claimed) first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Earliest score, or the list's head, first.
+    #[default]
+    Asc,
+    /// Latest score, or the list's tail, first.
+    Desc,
+}
+
+/// What one [`DelayQueue::search`](crate::DelayQueue::search) call found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Found {
+    /// The matching messages, in the walk's order (the one whose id is the
+    /// text first), each with a payload preview.
+    pub items: Vec<MessageInfo>,
+    /// Messages read to find them.
+    pub scanned: u64,
+    /// Where the search stopped, to pass to
+    /// [`Search::after`](crate::Search::after) to go on; `None`: it reached
+    /// the end of the state. Opaque.
+    pub cursor: Option<String>,
 }

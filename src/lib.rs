@@ -91,13 +91,14 @@ pub use error::Error;
 pub use events::{Action, Event};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
-pub use info::{MessageInfo, Page, MAX_PAGE, PREVIEW_BYTES};
+pub use info::{Found, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use limits::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 pub use message::Message;
 pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, Anomaly, DelayQueue, DelayQueueBuilder, Durability, FoundQueue, IntegrityReport, NewMessage,
+    find_queues, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue, IntegrityReport, NewMessage,
+    Search, MAX_SCAN,
 };
 pub use status::{Counts, MessageState, QueueStatus, Totals};
 pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};

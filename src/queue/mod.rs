@@ -4,6 +4,7 @@
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consumer`).
 
+mod browse;
 mod builder;
 mod config;
 mod dead_letters;
@@ -14,6 +15,7 @@ mod integrity;
 mod pause;
 mod send;
 
+pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;
 pub use discover::{find_queues, FoundQueue};
@@ -186,8 +188,24 @@ impl DelayQueue {
     /// # Ok(()) }
     /// ```
     pub async fn status(&self) -> Result<QueueStatus, Error> {
-        let shards = self.each_shard(|k| self.shard_status(k)).await?;
+        let shards = self.shard_statuses().await?;
         Ok(shards.into_iter().reduce(QueueStatus::merge).unwrap_or_default())
+    }
+
+    /// The [`status`](Self::status) of each shard, in shard order (one for
+    /// an ordinary queue; see [`DelayQueueBuilder::shards`]), each taken
+    /// atomically, all shards at once; `status` is their sum. O(1) per
+    /// shard.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// for (shard, status) in queue.shard_statuses().await?.iter().enumerate() {
+    ///     println!("shard {shard}: {} pending", status.counts.pending);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn shard_statuses(&self) -> Result<Vec<QueueStatus>, Error> {
+        self.each_shard(|k| self.shard_status(k)).await
     }
 
     /// The status of one shard, taken atomically.

@@ -31,12 +31,13 @@ use crate::store::ops::scan::Scan;
 use crate::store::ops::send::{Outgoing, SendBatch};
 use crate::store::ops::stats::Stats;
 use crate::store::ops::timeout::{TimedOut, Timeout};
+use crate::store::ops::walk::{Anchor, Walk, Walked};
 use crate::store::ops::IdKey;
 use crate::store::scripts::{self, LuaScript};
 use crate::store::stored::{decode_stored, encode_stored};
 use crate::store::{Keys, Op, Shard};
 use crate::test_support::RedisServer;
-use crate::{Counts, DelayQueue, Error, MessageState};
+use crate::{Counts, DelayQueue, Error, MessageState, Order};
 
 /// expire_after (ms) of a message sent without one.
 const NEVER: i64 = 0;
@@ -3291,4 +3292,200 @@ async fn purge_deletes_every_message_in_bounded_calls() {
         "30 pending, unack, garbage, 2 ready entries"
     );
     assert!(env.keys().is_empty(), "left: {:?}", env.keys());
+}
+
+/// One `walk` step of `state` in `order` after (score or position, id),
+/// reading `read` entries for at most `limit` matches of `text`.
+async fn walk(
+    env: &Env,
+    state: MessageState,
+    order: Order,
+    after: Option<(&str, &str)>,
+    (read, limit): (usize, usize),
+    text: &str,
+) -> Walked {
+    let after = after.map(|(at, id)| Anchor {
+        at: at.into(),
+        id: id.into(),
+    });
+    let op = Walk {
+        state,
+        order,
+        after: after.as_ref(),
+        read,
+        limit,
+        preview: 4,
+        text,
+    };
+    env.run(&op).await
+}
+
+/// The ids of a walk step and its next cursor as (at, id).
+fn walked(w: &Walked) -> (Vec<String>, Option<(String, String)>) {
+    let ids = w.items.iter().map(|m| m.id.to_string()).collect();
+    (ids, w.next.as_ref().map(|a| (a.at.clone(), a.id.clone())))
+}
+
+fn strings(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+fn next(at: &str, id: &str) -> Option<(String, String)> {
+    Some((at.into(), id.into()))
+}
+
+#[tokio::test]
+async fn walk_pages_a_zset_by_score_then_id_bytewise_from_a_cursor_that_may_be_gone() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Equal scores order by id, byte by byte ("B" < "a-b" < "ab" < "b"),
+    // whatever collation the server's locale has.
+    env.raw(&[
+        "ZADD", &k.pending, "10", "b", "10", "ab", "10", "a-b", "10", "B", "5", "first", "20", "last",
+    ]);
+    for id in ["b", "ab", "a-b", "B", "first", "last"] {
+        env.seed(id, None);
+    }
+    env.raw(&["HSET", &k.retries, "ab", "2:boom"]);
+    let pending = MessageState::Pending;
+
+    let w = walk(&env, pending, Order::Asc, None, (3, 3), "").await;
+    assert_eq!((w.total, w.read), (6, 3));
+    assert_eq!(walked(&w), (strings(&["first", "B", "a-b"]), next("10", "a-b")));
+    assert_eq!(w.items[0].payload, b"payl", "4 bytes of preview");
+    let w = walk(&env, pending, Order::Asc, Some(("10", "a-b")), (3, 3), "").await;
+    assert_eq!(
+        walked(&w),
+        (strings(&["ab", "b", "last"]), None),
+        "the end is reached: no cursor"
+    );
+    assert_eq!(w.items[0].last_error.as_deref(), Some("boom"));
+    let w = walk(&env, pending, Order::Desc, None, (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["last", "b"]), next("10", "b")));
+    let w = walk(&env, pending, Order::Desc, Some(("10", "b")), (10, 10), "").await;
+    assert_eq!(walked(&w), (strings(&["ab", "a-b", "B", "first"]), None));
+
+    // The cursor's entry is gone, or has another score: the walk goes on
+    // strictly after (score, id), wherever that falls among equal scores.
+    env.raw(&["ZREM", &k.pending, "a-b"]);
+    env.raw(&["ZADD", &k.pending, "10", "aa"]);
+    let w = walk(&env, pending, Order::Asc, Some(("10", "a-b")), (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["aa", "ab"]), next("10", "ab")));
+    let w = walk(&env, pending, Order::Desc, Some(("10", "a-b")), (5, 5), "").await;
+    assert_eq!(walked(&w), (strings(&["B", "first"]), None));
+    env.raw(&["ZADD", &k.pending, "30", "b"]);
+    let w = walk(&env, pending, Order::Asc, Some(("10", "b")), (5, 5), "").await;
+    assert_eq!(
+        walked(&w),
+        (strings(&["last", "b"]), None),
+        "b moved on to 30: read again there"
+    );
+    let w = walk(&env, pending, Order::Asc, Some(("15", "zz")), (5, 5), "").await;
+    assert_eq!(walked(&w), (strings(&["last", "b"]), None));
+    let w = walk(&env, pending, Order::Asc, Some(("30", "b")), (5, 5), "").await;
+    assert_eq!((walked(&w), w.read), ((vec![], None), 0));
+
+    // Dead letters walk the same way; one whose payload is gone is listed.
+    env.raw(&["ZADD", &k.garbage, "7", "g1", "8", "g2"]);
+    let w = walk(&env, MessageState::Dead, Order::Desc, None, (1, 1), "").await;
+    assert_eq!(walked(&w), (strings(&["g2"]), next("8", "g2")));
+    assert_eq!(w.items[0].payload_len, 0);
+}
+
+#[tokio::test]
+async fn walk_finds_payload_text_within_its_read_budget_and_stops_at_the_limit() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for (i, payload) in ["no", "a needle", "no", "needle twice", "no:needle", "needle"]
+        .iter()
+        .enumerate()
+    {
+        let id = format!("m{i}");
+        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.seed_value(&id, &format!("3;f100:{payload}"), None);
+    }
+    // An id equal to the text is left out (the caller looks it up), and the
+    // header is not searched.
+    env.raw(&["ZADD", &k.garbage, "9", "needle"]);
+    env.seed_value("needle", "3:needle", None);
+    env.raw(&["ZADD", &k.garbage, "10", "h"]);
+    env.seed_value("h", "3;needle:x", None);
+    let dead = MessageState::Dead;
+    let w = walk(&env, dead, Order::Asc, None, (3, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["m1"]), next("2", "m2")), 3));
+    assert_eq!(w.items[0].payload, b"a ne", "preview of the payload");
+    assert_eq!(w.items[0].payload_len, 8);
+    let w = walk(&env, dead, Order::Asc, Some(("2", "m2")), (10, 2), "needle").await;
+    assert_eq!(
+        (walked(&w), w.read),
+        ((strings(&["m3", "m4"]), next("4", "m4")), 2),
+        "stops at the limit"
+    );
+    let w = walk(&env, dead, Order::Asc, Some(("4", "m4")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["m5"]), None), 3));
+    let w = walk(&env, dead, Order::Asc, None, (10, 10), "Needle").await;
+    assert!(w.items.is_empty(), "case-sensitive");
+}
+
+#[tokio::test]
+async fn walk_finds_its_place_in_a_list_after_pops_and_pushes_at_the_head() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["a", "b", "c", "d", "e"] {
+        env.seed(id, None);
+    }
+    env.raw(&["RPUSH", &k.ready, "a", "b", "c", "d", "e"]);
+    let ready = MessageState::Ready;
+    let w = walk(&env, ready, Order::Asc, None, (2, 2), "").await;
+    assert_eq!((walked(&w), w.total), ((strings(&["a", "b"]), next("1", "b")), 5));
+    assert_eq!(w.items[0].due, None, "lists have no score");
+    // Claims pop "a": "b" is found again one nearer the head.
+    env.raw(&["LPOP", &k.ready]);
+    let w = walk(&env, ready, Order::Asc, Some(("1", "b")), (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["c", "d"]), next("2", "d")));
+    // A release pushes at the head: "d" is found one further back.
+    env.seed("r", None);
+    env.raw(&["LPUSH", &k.ready, "r"]);
+    let w = walk(&env, ready, Order::Asc, Some(("2", "d")), (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["e"]), None));
+    // "d" was claimed, and everything before it: the walk goes on from the head.
+    env.raw(&["LTRIM", &k.ready, "4", "-1"]);
+    let w = walk(&env, ready, Order::Asc, Some(("3", "d")), (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["e"]), None));
+
+    // Descending: tail first; a cursor that was popped ends the walk.
+    env.raw(&["RPUSH", &k.retry, "a", "b", "c"]);
+    let retry = MessageState::Retry;
+    let w = walk(&env, retry, Order::Desc, None, (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["c", "b"]), next("1", "b")));
+    env.raw(&["LPUSH", &k.retry, "r"]);
+    let w = walk(&env, retry, Order::Desc, Some(("1", "b")), (5, 5), "").await;
+    assert_eq!(walked(&w), (strings(&["a", "r"]), None));
+    env.raw(&["LTRIM", &k.retry, "3", "-1"]);
+    let w = walk(&env, retry, Order::Desc, Some(("1", "b")), (5, 5), "").await;
+    assert_eq!((walked(&w), w.read), ((vec![], None), 0));
+
+    // Entries of cancelled messages are read, never returned.
+    env.raw(&["RPUSH", &k.retry, "gone", "a"]);
+    env.mark_stale();
+    let w = walk(&env, retry, Order::Asc, None, (2, 2), "").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["c"]), next("1", "gone")), 2));
+}
+
+#[tokio::test]
+async fn walk_refuses_limits_out_of_range_before_reading() {
+    let env = Env::new().await;
+    let op = Walk {
+        state: MessageState::Pending,
+        order: Order::Asc,
+        after: None,
+        read: 1,
+        limit: 1,
+        preview: 1,
+        text: "",
+    };
+    for (i, bad) in [(5, "0"), (5, "1001"), (6, "0"), (8, "x")] {
+        let err = env.run_with_arg(&op, i, bad.into()).await.unwrap_err();
+        assert!(err.details().contains("limit must be"), "ARGV[{i}] {bad}: {err:?}");
+    }
 }

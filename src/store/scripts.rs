@@ -60,6 +60,7 @@ lua_scripts! {
     PURGE = "purge";
     STATS = "stats";
     LIST = "list";
+    WALK = "walk";
     GET = "get";
     SCAN = "scan";
     INSPECT = "inspect";

@@ -46,23 +46,31 @@ impl Op for List {
         let (head, rest) = reply
             .split_at_checked(3)
             .ok_or_else(|| unexpected::<Self>("short reply"))?;
-        if rest.len() % 6 != 0 {
-            return Err(unexpected::<Self>("malformed reply"));
-        }
-        let items = rest
-            .chunks_exact(6)
-            .map(|v| {
-                let id = MessageId::from(v[0].as_string().unwrap_or_default());
-                let values = [v[1].clone(), v[2].clone(), v[3].clone(), v[5].clone()];
-                info(id, self.state, &values, v[4].as_i64().unwrap_or(0), Some(self.preview))
-            })
-            .collect();
         Ok(Page {
-            items,
+            items: items::<Self>(rest, self.state, self.preview)?,
             total: head[0].as_u64().unwrap_or(0),
             next: head[2].as_i64().and_then(|n| usize::try_from(n).ok()),
+            cursor: None,
         })
     }
+}
+
+/// The messages of a `list` or `walk` reply: 6 values each (id, score,
+/// record, stored value's head, its full length, TTL), payloads cut to
+/// `preview` bytes.
+pub(super) fn items<O: Op>(values: &[Value], state: MessageState, preview: usize) -> Result<Vec<MessageInfo>, Error> {
+    if values.len() % 6 != 0 {
+        return Err(unexpected::<O>("malformed reply"));
+    }
+    let items = values
+        .chunks_exact(6)
+        .map(|v| {
+            let id = MessageId::from(v[0].as_string().unwrap_or_default());
+            let values = [v[1].clone(), v[2].clone(), v[3].clone(), v[5].clone()];
+            info(id, state, &values, v[4].as_i64().unwrap_or(0), Some(preview))
+        })
+        .collect();
+    Ok(items)
 }
 
 /// Builds a [`MessageInfo`] from the script values: score, record, stored

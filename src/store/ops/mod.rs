@@ -27,6 +27,7 @@ pub(crate) mod scan;
 pub(crate) mod send;
 pub(crate) mod stats;
 pub(crate) mod timeout;
+pub(crate) mod walk;
 
 use std::time::Duration;
 
@@ -82,7 +83,7 @@ macro_rules! numbered {
 pub(crate) use numbered;
 
 numbered! {
-    /// A key that holds ids, numbered as `list`, `get` and `scan` number
+    /// A key that holds ids, numbered as `list`, `walk`, `get` and `scan` number
     /// it: its place in their KEYS, from 1. Payload keys, which only `scan`
     /// pages through, come after them.
     pub(crate) enum IdKey {
@@ -297,6 +298,18 @@ mod tests {
                     offset: 0,
                     limit: 1,
                     preview: 1,
+                },
+                k,
+            ),
+            entry(
+                walk::Walk {
+                    state: MessageState::Pending,
+                    order: crate::Order::Asc,
+                    after: None,
+                    read: 1,
+                    limit: 1,
+                    preview: 1,
+                    text: "",
                 },
                 k,
             ),

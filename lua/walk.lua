@@ -1,0 +1,164 @@
+#!lua flags=no-writes
+--[[ walk: read-only: one step of a walk through one state, in order, from
+just after a cursor: a browse page, or a batch of a search (the messages
+whose payload holds a text). The cursor is the last entry the previous
+step read, so steps find their place again however the state changed.
+A zset (pending, unack, garbage) is walked in (score, id) order, the id
+compared bytewise, and the next step starts strictly after (score, id):
+an entry that stays in the zset with its score is read exactly once. A
+list (ready, retry) is walked by position from the head; the cursor is
+the position and id of the last entry read, found again at that position
+or within the first position + 1000 entries (LPOS MAXLEN): claims pop
+from the head, releases push there. An id found nowhere was popped with
+everything before it: an ascending walk goes on from the head, a
+descending one ends.
+
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
+KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] order: 1 ascending, 0 descending
+ARGV[3] cursor: the score (zsets) or position from the head (lists) of the
+last entry read, "" to start at the first   ARGV[4] the cursor's id
+ARGV[5] entries to read (1 to 1000)   ARGV[6] matches to return (1 to 1000)
+ARGV[7] msg key prefix   ARGV[8] bytes of each stored value to return (1 to 1000)
+ARGV[9] text the payload must hold ("": every entry matches; an entry whose
+id is the text is left out, the caller looks that id up itself)
+Returns {size of the state, entries read, next cursor ("": the walk has
+reached the end of the state), its id, then 6 values per match: id, score
+("" in lists; as in `list`), retry record ("" if none), the first ARGV[8]
+bytes of its stored value ("" if gone), its full length, its TTL ms}. It
+stops after the entry that makes ARGV[6] matches. List entries whose
+payload is gone (cancelled) or that live in another state are read but
+never match.
+Idempotent: reads only.
+Complexity: zsets O(log N + read) (a cursor whose entry left the zset:
+O(log² N) to find its place); lists O(position + read); with a text, plus
+the read payloads' lengths (each is read whole).
+]]
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
+  KEYS[6], 'hash')
+local state, asc, at, after = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3], ARGV[4]
+local read, want, bytes, text = limit_arg(5), limit_arg(6), limit_arg(8), ARGV[9]
+local key, is_list = KEYS[state], state == 2 or state == 4
+local size = redis.call(is_list and 'LLEN' or 'ZCARD', key)
+
+-- Whether a sorts before b byte by byte (Lua's < follows the server's locale).
+local function bytes_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- The rank range to read: an ascending walk reads from `first` on, a
+-- descending one from `last` down.
+local first, last
+if at == '' then
+  first, last = 0, size - 1
+elseif is_list then
+  local pos = tonumber(at)
+  if redis.call('LRANGE', key, pos, pos)[1] ~= after then
+    pos = redis.call('LPOS', key, after, 'MAXLEN', pos + 1 + MAX_LIMIT)
+  end
+  if pos then
+    first, last = pos + 1, pos - 1
+  else
+    first, last = 0, -1
+  end
+else
+  local score = tonumber(at)
+  local now = redis.call('ZSCORE', key, after)
+  local rank
+  if now and tonumber(now) == score then
+    rank = redis.call('ZRANK', key, after)
+    first, last = rank + 1, rank - 1
+  else
+    -- Binary search among the entries of this score for the first id after the cursor's.
+    local lo, hi = redis.call('ZCOUNT', key, '-inf', '(' .. at), redis.call('ZCOUNT', key, '-inf', at)
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if bytes_before(redis.call('ZRANGE', key, mid, mid)[1], after) then
+        lo = mid + 1
+      else
+        hi = mid
+      end
+    end
+    first, last = lo, lo - 1
+  end
+end
+
+local from, to
+if asc then
+  from, to = first, math.min(first + read, size) - 1
+else
+  from, to = math.max(last - read + 1, 0), math.min(last, size - 1)
+end
+local page = {}
+if from <= to then
+  if is_list then
+    page = redis.call('LRANGE', key, from, to)
+  else
+    page = redis.call('ZRANGE', key, from, to, 'WITHSCORES')
+  end
+end
+local step = is_list and 1 or 2
+-- Entries in walk order: {id, score or position}.
+local entries = {}
+for i = 1, #page, step do
+  entries[#entries + 1] = {page[i], is_list and tostring(from + (i - 1)) or page[i + 1]}
+end
+if not asc then
+  local n = #entries
+  for i = 1, math.floor(n / 2) do
+    entries[i], entries[n + 1 - i] = entries[n + 1 - i], entries[i]
+  end
+end
+
+local ids = {}
+for i, e in ipairs(entries) do
+  ids[i] = e[1]
+end
+local keys = payloads_here(ARGV[7], ids)
+local stale = is_list and redis.call('HEXISTS', KEYS[6], STALE) == 1
+local out, matches, done = {size, 0, '', ''}, 0, 0
+for j, e in ipairs(entries) do
+  local id, msg = e[1], keys[j]
+  done = j
+  local value
+  if text == '' then
+    value = redis.pcall('GETRANGE', msg, 0, bytes - 1)
+  else
+    value = redis.pcall('GET', msg)
+  end
+  local len = redis.pcall('STRLEN', msg)
+  if type(value) ~= 'string' then
+    value, len = '', 0
+  end
+  local moved = stale and (redis.call('ZSCORE', KEYS[1], id) or redis.call('ZSCORE', KEYS[5], id))
+  local match = not (is_list and (len == 0 or moved))
+  if match and text ~= '' then
+    local header = string.find(value, ':', 1, true)
+    match = id ~= text and header ~= nil and string.find(value, text, header + 1, true) ~= nil
+  end
+  if match then
+    out[#out + 1] = id
+    out[#out + 1] = is_list and '' or e[2]
+    out[#out + 1] = redis.call('HGET', KEYS[6], id) or ''
+    out[#out + 1] = string.sub(value, 1, bytes)
+    out[#out + 1] = len
+    out[#out + 1] = redis.call('PTTL', msg)
+    matches = matches + 1
+    if matches == want then
+      break
+    end
+  end
+end
+out[2] = done
+-- The walk goes on after the last entry read unless that was the state's last.
+local at_end = asc and from + done >= size or not asc and to - done < 0
+if done > 0 and not at_end then
+  out[3], out[4] = entries[done][2], entries[done][1]
+end
+return out
