@@ -1,13 +1,15 @@
 //! An HTTP service that schedules work and consumes it in the same tokio
 //! runtime: placing an order schedules its cancellation in 30 s unless it
-//! is paid first. Ctrl-C stops the server, then the consumer finishes its
-//! in-flight work.
+//! is paid first. The queue dashboard is mounted at `/admin/queues`
+//! (feature `web`), acting through the service's own queue handle.
+//! Ctrl-C stops the server, then the consumer finishes its in-flight work.
 //!
 //! ```sh
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example axum
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --features web --example axum
 //! curl -X POST localhost:3000/orders/42          # cancelled in 30 s ...
 //! curl -X POST localhost:3000/orders/42/pay      # ... unless paid first
 //! curl localhost:3000/stats
+//! open http://localhost:3000/admin/queues?token=$ADMIN_TOKEN   # the dashboard (default token: change-me)
 //! ```
 
 use std::time::Duration;
@@ -16,6 +18,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use delayqueue::web::{Auth, Dashboard};
 use delayqueue::{DelayQueue, HandlerError, Message, MessageId};
 use serde_json::{json, Value};
 
@@ -29,7 +32,7 @@ fn order_timeout() -> Duration {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let client = delayqueue::connect(&url).await?;
-    let queue = DelayQueue::builder("example-order-timeouts", client)
+    let queue = DelayQueue::builder("example-order-timeouts", client.clone())
         .concurrency(8)
         .build()?;
 
@@ -41,11 +44,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .await?;
 
+    // nest_service, not nest: it serves both /admin/queues and /admin/queues/.
+    let token = std::env::var("ADMIN_TOKEN").unwrap_or_else(|_| "change-me".into());
+    let dashboard = Dashboard::new(client).auth(Auth::Bearer(token)).queue(&queue).router();
     let app = Router::new()
         .route("/orders/{id}", post(place_order))
         .route("/orders/{id}/pay", post(pay_order))
         .route("/stats", get(stats))
-        .with_state(queue);
+        .with_state(queue.clone())
+        .nest_service("/admin/queues", dashboard);
     let addr = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{addr}");

@@ -83,6 +83,8 @@ mod payload;
 mod queue;
 mod status;
 mod store;
+#[cfg(feature = "web")]
+pub mod web;
 
 pub use backoff::Backoff;
 pub use connect::connect;

@@ -22,6 +22,57 @@ pub enum MessageState {
     Dead,
 }
 
+impl MessageState {
+    /// Every state, in the order a message usually passes them.
+    pub const ALL: [MessageState; 5] = [
+        MessageState::Pending,
+        MessageState::Ready,
+        MessageState::Processing,
+        MessageState::Retry,
+        MessageState::Dead,
+    ];
+
+    /// The state's lowercase name, as the CLI and the dashboard spell it.
+    ///
+    /// ```
+    /// use delayqueue::MessageState;
+    /// assert_eq!(MessageState::Dead.as_str(), "dead");
+    /// assert_eq!("dead".parse::<MessageState>().ok(), Some(MessageState::Dead));
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageState::Pending => "pending",
+            MessageState::Ready => "ready",
+            MessageState::Processing => "processing",
+            MessageState::Retry => "retry",
+            MessageState::Dead => "dead",
+        }
+    }
+}
+
+impl std::fmt::Display for MessageState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for MessageState {
+    type Err = crate::Error;
+
+    /// A state by its [`as_str`](MessageState::as_str) name; `garbage`
+    /// (the dead letters' key) names [`Dead`](MessageState::Dead) too.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "garbage" => Ok(MessageState::Dead),
+            _ => MessageState::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| {
+                crate::Error::InvalidArgument(format!(
+                    "unknown state {s:?}: pending, ready, processing, retry or dead"
+                ))
+            }),
+        }
+    }
+}
+
 /// Number of messages in each state of a queue.
 ///
 /// `ready` and `retry` count list entries, which may include entries of

@@ -15,6 +15,7 @@ use std::path::Path;
 /// leaves (errors, ids, messages, ...): anything may use them, and they
 /// may use only other leaves.
 const LAYERS: &[(&str, &[&str])] = &[
+    ("web", &["web", "queue"]),
     ("queue", &["queue", "consume", "store"]),
     ("consume", &["consume", "store"]),
     ("store", &["store"]),

@@ -5,6 +5,9 @@
 
 use delayqueue_test_support as support;
 
+mod helpers;
+use helpers::make_dead;
+
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
@@ -45,11 +48,13 @@ impl Run {
 }
 
 /// The binary with a clean environment: no REDIS_URL from outside, so a
-/// test never talks to a Redis it did not start.
+/// test never talks to a Redis it did not start, and no dashboard secrets.
 fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env_remove("REDIS_URL")
+        .env_remove("DELAYQUEUE_WEB_TOKEN")
+        .env_remove("DELAYQUEUE_WEB_BASIC")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     cmd
@@ -91,28 +96,6 @@ fn builder(client: &Client, name: &str) -> DelayQueueBuilder {
 
 fn queue(client: &Client, name: &str) -> DelayQueue {
     builder(client, name).build().unwrap()
-}
-
-/// Sends `payloads` with retry count 0 and lets a consumer fail each once:
-/// they become dead letters with that failure reason.
-async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> Vec<String> {
-    let before = q.counts().await.unwrap().dead;
-    let mut ids = Vec::new();
-    for p in payloads {
-        let id = q.send(*p).retry_count(0).await.unwrap();
-        ids.push(id.to_string());
-    }
-    let consumer = q
-        .start_consume(move |_msg: Message| async move { Err::<(), HandlerError>(reason.into()) })
-        .await
-        .unwrap();
-    let want = before + payloads.len() as u64;
-    assert!(
-        wait_for(WAIT, || async { q.counts().await.unwrap().dead >= want }).await,
-        "dead letters did not appear"
-    );
-    consumer.shutdown().await.unwrap();
-    ids
 }
 
 #[tokio::test]
@@ -879,4 +862,60 @@ async fn reschedule_moves_a_pending_message() {
         .await
         .failed(2)
         .contains("--delay"));
+}
+
+/// One HTTP/1.1 GET to 127.0.0.1:`port`: the status line and the body.
+async fn http_get(port: u16, path: &str, auth: Option<&str>) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+            .await
+            .unwrap();
+        let auth = auth.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
+        let request = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{auth}connection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        reply
+    };
+    let reply = tokio::time::timeout(RUN_LIMIT, exchange)
+        .await
+        .expect("no HTTP reply in time");
+    let (head, body) = reply.split_once("\r\n\r\n").expect("no HTTP head");
+    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+}
+
+#[tokio::test]
+async fn web_serves_the_dashboard_and_refuses_an_open_public_address() {
+    let (_server, url, client) = start().await;
+    queue(&client, "shown").send("x").await.unwrap();
+
+    let r = run(&url, &["web", "--listen", "0.0.0.0:0"]).await;
+    let err = r.failed(2);
+    assert!(
+        err.contains("refusing to serve the dashboard on 0.0.0.0:0 without authentication"),
+        "{err}"
+    );
+    let r = run(&url, &["web", "--basic", "nopassword"]).await;
+    assert!(r.failed(2).contains("USER:PASSWORD"), "{r:?}");
+
+    let (mut child, mut lines) = spawn_lines(&["--url", &url, "web", "--listen", "127.0.0.1:0", "--token", "t0k"]);
+    let line = tokio::time::timeout(RUN_LIMIT, lines.next_line())
+        .await
+        .expect("no line in time")
+        .unwrap()
+        .expect("stdout ended early");
+    let port: u16 = line
+        .strip_prefix("dashboard on http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+    let (status, _) = http_get(port, "/api/overview", None).await;
+    assert!(status.contains(" 401 "), "{status}");
+    let (status, body) = http_get(port, "/api/overview", Some("Bearer t0k")).await;
+    assert!(status.contains(" 200 "), "{status}");
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    assert_eq!(v["queues"][0]["name"], "shown", "{v}");
+    assert_eq!(v["queues"][0]["counts"]["pending"], 1, "{v}");
+    child.kill().await.unwrap();
 }

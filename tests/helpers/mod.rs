@@ -104,6 +104,31 @@ pub fn ok_else_fail() -> impl Handler {
     }
 }
 
+/// Sends `payloads` with retry count 0 and lets a consumer fail each once:
+/// they become dead letters with that failure reason. Returns their ids.
+pub async fn make_dead(q: &DelayQueue, payloads: &[&str], reason: &'static str) -> Vec<String> {
+    let before = q.counts().await.unwrap().dead;
+    let mut ids = Vec::new();
+    for p in payloads {
+        let id = q.send(*p).retry_count(0).await.unwrap();
+        ids.push(id.to_string());
+    }
+    let consumer = q
+        .start_consume(move |_msg: Message| async move { Err::<(), HandlerError>(reason.into()) })
+        .await
+        .unwrap();
+    let want = before + payloads.len() as u64;
+    assert!(
+        delayqueue_test_support::wait_for(delayqueue_test_support::WAIT, || async {
+            q.counts().await.unwrap().dead >= want
+        })
+        .await,
+        "dead letters did not appear"
+    );
+    consumer.shutdown().await.unwrap();
+    ids
+}
+
 /// Polls the queue's stats every 20 ms until they equal `want` or
 /// `limit` passes; returns the last stats seen.
 pub async fn wait_stats(queue: &DelayQueue, limit: Duration, want: Counts) -> Counts {

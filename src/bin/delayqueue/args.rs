@@ -102,6 +102,8 @@ pub enum Command {
         /// The queue's name.
         queue: String,
     },
+    /// Serve the web dashboard and Prometheus /metrics of every queue under the prefix.
+    Web(WebArgs),
     /// Delete every message of a queue and its totals.
     Purge {
         /// The queue's name.
@@ -130,6 +132,23 @@ pub struct StatsArgs {
     /// Stop after this many refreshes.
     #[arg(long, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// Address to serve on; one that is not loopback needs --token or --basic.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Show only: refuse every action (send, cancel, requeue, pause, ...).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Require this bearer token [default: $DELAYQUEUE_WEB_TOKEN]; a
+    /// browser opens the dashboard once with ?token=<token>.
+    #[arg(long, conflicts_with = "basic")]
+    pub token: Option<String>,
+    /// Require HTTP basic auth with USER:PASSWORD [default: $DELAYQUEUE_WEB_BASIC].
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub basic: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -31,7 +31,7 @@ impl Failure {
         }
     }
 
-    fn usage(message: impl Into<String>) -> Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
         Failure {
             code: USAGE,
             message: message.into(),
@@ -81,6 +81,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Resume { queue } => ctx.pause(&queue, false).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
         Command::Check { queue } => ctx.check(&queue).await,
+        Command::Web(args) => crate::web::serve(ctx.client, ctx.prefix, args).await,
     }
 }
 
@@ -264,7 +265,7 @@ impl Ctx {
         let queue = self.existing(name).await?;
         let found = queue.list(state, page.offset, page.limit).await?;
         let now = self.redis_now().await?;
-        let state_name = output::state_name(state);
+        let state_name = state.as_str();
         let json = json!({
             "queue": name,
             "state": state_name,

@@ -6,6 +6,7 @@
 mod args;
 mod commands;
 mod output;
+mod web;
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -34,18 +34,6 @@ use std::time::{Duration, SystemTime};
 use delayqueue::{Anomaly, Counts, MessageInfo, MessageState, QueueStatus, Totals};
 use serde_json::{json, Value};
 
-/// The name the CLI uses for a state.
-pub fn state_name(s: MessageState) -> &'static str {
-    match s {
-        MessageState::Pending => "pending",
-        MessageState::Ready => "ready",
-        MessageState::Processing => "processing",
-        MessageState::Retry => "retry",
-        MessageState::Dead => "dead",
-        _ => "unknown",
-    }
-}
-
 /// `d` in at most two units: `350ms`, `5s`, `12.3s`, `4m 12s`, `1h 5m`, `7d 3h`.
 pub fn duration(d: Duration) -> String {
     let s = d.as_secs();
@@ -242,7 +230,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
     let time = |t: Option<SystemTime>| t.map_or(Value::Null, |t| json!(timestamp(t)));
     json!({
         "id": m.id.as_str(),
-        "state": state_name(m.state),
+        "state": m.state.as_str(),
         "attempts": m.attempts,
         "retry_count": m.retry_count,
         "deliveries_left": m.retries_left(),
@@ -308,7 +296,7 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
     let mut out = String::new();
     for (k, v) in [
         ("id", m.id.to_string()),
-        ("state", state_name(m.state).to_string()),
+        ("state", m.state.as_str().to_string()),
         ("attempts", m.attempts.to_string()),
         ("retry count", retries),
         ("last error", m.last_error.clone().unwrap_or_else(|| "-".into())),
@@ -341,10 +329,10 @@ pub fn anomaly_json(a: &Anomaly) -> Value {
         Anomaly::ManyStates { id, states } => json!({
             "kind": "many_states",
             "id": id.as_str(),
-            "states": states.iter().map(|s| state_name(*s)).collect::<Vec<_>>(),
+            "states": states.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         }),
         Anomaly::MissingPayload { id, state } => {
-            json!({"kind": "missing_payload", "id": id.as_str(), "state": state_name(*state)})
+            json!({"kind": "missing_payload", "id": id.as_str(), "state": state.as_str()})
         }
         Anomaly::OrphanPayload { id } => json!({"kind": "orphan_payload", "id": id.as_str()}),
         Anomaly::OrphanRetryRecord { id } => json!({"kind": "orphan_retry_record", "id": id.as_str()}),

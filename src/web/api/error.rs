@@ -1,0 +1,60 @@
+//! How the API's errors become HTTP replies: [`ApiError`].
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::web::state::App;
+use crate::{DelayQueue, Error};
+
+/// An error reply: its status and `{"error": message}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let status = match e {
+            Error::InvalidQueueName { .. }
+            | Error::InvalidMessageId { .. }
+            | Error::PayloadTooLarge { .. }
+            | Error::InvalidArgument(_)
+            | Error::Json(_) => StatusCode::BAD_REQUEST,
+            Error::Duplicate { .. } => StatusCode::CONFLICT,
+            Error::Redis(_) | Error::OutOfMemory { .. } | Error::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(serde_json::json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// What a handler returns.
+pub(crate) type ApiResult<T> = Result<axum::Json<T>, ApiError>;
+
+/// The queue named in the path: 404 when the dashboard does not know it.
+pub(crate) async fn find(app: &App, name: &str) -> Result<DelayQueue, ApiError> {
+    app.registry
+        .get(name)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no queue named {name:?}")))
+}

@@ -1,0 +1,35 @@
+//! The JSON API under `/api`: reading (overview, queue, messages) and
+//! acting (actions), and how their errors become HTTP statuses.
+
+mod actions;
+pub(crate) mod error;
+mod messages;
+mod overview;
+mod queue;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::web::state::App;
+use error::ApiError;
+
+pub(crate) fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/overview", get(overview::overview))
+        .route("/queues/{name}", get(queue::queue))
+        .route("/queues/{name}/history", get(queue::history))
+        .route("/queues/{name}/messages", get(messages::list).post(actions::send))
+        .route("/queues/{name}/search", get(messages::search))
+        .route("/queues/{name}/messages/{id}", get(messages::one))
+        .route("/queues/{name}/messages/{id}/cancel", post(actions::cancel))
+        .route("/queues/{name}/messages/{id}/reschedule", post(actions::reschedule))
+        .route("/queues/{name}/messages/{id}/run", post(actions::run_now))
+        .route("/queues/{name}/dead/requeue", post(actions::requeue))
+        .route("/queues/{name}/dead/delete", post(actions::delete))
+        .route("/queues/{name}/pause", post(actions::pause))
+        .route("/queues/{name}/resume", post(actions::resume))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+}

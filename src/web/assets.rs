@@ -1,0 +1,35 @@
+//! The page and its assets, embedded in the binary: no CDN, nothing
+//! fetched at run time. `no-cache`: a browser revalidates after an upgrade.
+
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+const INDEX: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+const FAVICON: &str = include_str!("assets/favicon.svg");
+
+fn serve(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub(crate) async fn index() -> Response {
+    serve("text/html; charset=utf-8", INDEX)
+}
+
+pub(crate) async fn file(Path(file): Path<String>) -> Response {
+    match file.as_str() {
+        "app.js" => serve("text/javascript; charset=utf-8", APP_JS),
+        "app.css" => serve("text/css; charset=utf-8", APP_CSS),
+        "favicon.svg" => serve("image/svg+xml", FAVICON),
+        _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),
+    }
+}

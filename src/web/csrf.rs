@@ -1,0 +1,91 @@
+//! Guards the actions (every method but `GET` and `HEAD`): refused in
+//! read-only mode, refused when the browser says the request comes from
+//! another site (`Sec-Fetch-Site`, `Origin`), and refused without the
+//! per-process CSRF token that `/api/overview` hands the page (header
+//! `x-csrf-token`). A cookie alone, sent by the browser with a forged
+//! cross-site form, therefore never suffices.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::state::App;
+
+/// The header that carries the CSRF token.
+pub(crate) const HEADER: &str = "x-csrf-token";
+
+pub(crate) async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    if matches!(*req.method(), Method::GET | Method::HEAD) {
+        return next.run(req).await;
+    }
+    let refused = if app.read_only {
+        Some("read-only")
+    } else if cross_site(req.headers()) {
+        Some("cross-site")
+    } else if !token_matches(req.headers(), &app.csrf) {
+        Some("csrf")
+    } else {
+        None
+    };
+    match refused {
+        Some(why) => (StatusCode::FORBIDDEN, axum::Json(serde_json::json!({ "error": why }))).into_response(),
+        None => next.run(req).await,
+    }
+}
+
+fn token_matches(headers: &HeaderMap, csrf: &str) -> bool {
+    headers
+        .get(HEADER)
+        .is_some_and(|v| bool::from(v.as_bytes().ct_eq(csrf.as_bytes())))
+}
+
+/// Whether the browser says another site sent it: `Sec-Fetch-Site` other
+/// than same-origin (or none: typed by the user), or an `Origin` whose
+/// host is not the `Host` asked for. Clients that send neither (curl,
+/// scripts) are not browsers acting for another site.
+fn cross_site(headers: &HeaderMap) -> bool {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        if !matches!(site, "same-origin" | "none") {
+            return true;
+        }
+    }
+    match text(header::ORIGIN) {
+        None => false,
+        Some(origin) => {
+            let origin_host = origin.split_once("://").map(|(_, h)| h);
+            origin_host.is_none() || origin_host != text(header::HOST)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn cross_site_requests_are_recognised() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        assert!(!cross_site(&h(&[])));
+        assert!(!cross_site(&h(&[("sec-fetch-site", "same-origin")])));
+        assert!(cross_site(&h(&[("sec-fetch-site", "cross-site")])));
+        assert!(cross_site(&h(&[("sec-fetch-site", "same-site")])));
+        assert!(!cross_site(&h(&[("origin", "http://a:8080"), ("host", "a:8080")])));
+        assert!(cross_site(&h(&[("origin", "http://evil"), ("host", "a:8080")])));
+        assert!(cross_site(&h(&[("origin", "null"), ("host", "a:8080")])));
+        assert!(token_matches(&h(&[("x-csrf-token", "abc")]), "abc"));
+        assert!(!token_matches(&h(&[("x-csrf-token", "abd")]), "abc"));
+        assert!(!token_matches(&h(&[]), "abc"));
+    }
+}

@@ -1,0 +1,243 @@
+//! The JSON the API speaks (docs/web.md lists it): queues, messages and
+//! the bodies of actions. Times are ms since the Unix epoch; ages and
+//! delays are ms.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use super::sampler::Rates;
+use crate::{Counts, MessageInfo, QueueStatus, Totals};
+
+/// ms since the Unix epoch.
+pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct CountsJson {
+    pending: u64,
+    ready: u64,
+    processing: u64,
+    retry: u64,
+    dead: u64,
+}
+
+impl From<Counts> for CountsJson {
+    fn from(c: Counts) -> Self {
+        CountsJson {
+            pending: c.pending,
+            ready: c.ready,
+            processing: c.processing,
+            retry: c.retry,
+            dead: c.dead,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct TotalsJson {
+    sent: u64,
+    acked: u64,
+    failed: u64,
+    dead: u64,
+    expired: u64,
+}
+
+impl From<Totals> for TotalsJson {
+    fn from(t: Totals) -> Self {
+        TotalsJson {
+            sent: t.sent,
+            acked: t.acked,
+            failed: t.failed,
+            dead: t.dead,
+            expired: t.expired,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct RatesJson {
+    sent: f64,
+    acked: f64,
+    failed: f64,
+    dead: f64,
+}
+
+impl From<Rates> for RatesJson {
+    fn from(r: Rates) -> Self {
+        RatesJson {
+            sent: r.sent,
+            acked: r.acked,
+            failed: r.failed,
+            dead: r.dead,
+        }
+    }
+}
+
+/// What a status says, as the fields of a queue or of one shard.
+#[derive(Debug, Serialize)]
+pub(crate) struct StatusJson {
+    paused: bool,
+    counts: CountsJson,
+    oldest_overdue_ms: Option<u64>,
+    next_due_ms: Option<u64>,
+    oldest_dead_ms: Option<u64>,
+    totals: TotalsJson,
+}
+
+impl From<&QueueStatus> for StatusJson {
+    fn from(s: &QueueStatus) -> Self {
+        StatusJson {
+            paused: s.paused,
+            counts: s.counts.into(),
+            oldest_overdue_ms: s.oldest_overdue.map(ms),
+            next_due_ms: s.next_due.map(ms),
+            oldest_dead_ms: s.oldest_dead.map(ms),
+            totals: s.totals.into(),
+        }
+    }
+}
+
+/// One shard of `GET /api/queues/{name}?shards=1`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ShardJson {
+    pub shard: usize,
+    #[serde(flatten)]
+    pub status: StatusJson,
+}
+
+/// A queue, in the overview and `GET /api/queues/{name}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct QueueJson {
+    pub name: String,
+    pub shards: usize,
+    #[serde(flatten)]
+    pub status: StatusJson,
+    pub rates: RatesJson,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_status: Option<Vec<ShardJson>>,
+}
+
+/// `GET /api/overview`.
+#[derive(Debug, Serialize)]
+pub(crate) struct OverviewJson {
+    pub read_only: bool,
+    pub csrf: String,
+    pub user: Option<String>,
+    pub now_ms: u64,
+    pub queues: Vec<QueueJson>,
+}
+
+/// One point of `GET /api/queues/{name}/history`.
+#[derive(Debug, Serialize)]
+pub(crate) struct PointJson {
+    pub t_ms: u64,
+    #[serde(flatten)]
+    pub rates: RatesJson,
+}
+
+/// `GET /api/queues/{name}/history`.
+#[derive(Debug, Serialize)]
+pub(crate) struct HistoryJson {
+    pub step_ms: u64,
+    pub points: Vec<PointJson>,
+}
+
+/// A message: whole from `GET .../messages/{id}`, with a preview of its
+/// payload in lists and search results.
+#[derive(Debug, Serialize)]
+pub(crate) struct MessageJson {
+    id: String,
+    state: &'static str,
+    attempts: u32,
+    retry_count: Option<u32>,
+    retries_left: Option<u32>,
+    last_error: Option<String>,
+    due_ms: Option<u64>,
+    sent_ms: Option<u64>,
+    lease_until_ms: Option<u64>,
+    dead_since_ms: Option<u64>,
+    expires_at_ms: Option<u64>,
+    payload_len: usize,
+    /// The payload (or preview) when it is UTF-8.
+    payload_text: Option<String>,
+    payload_base64: String,
+    /// Whether the payload (or preview) parses as JSON.
+    payload_json: bool,
+}
+
+impl From<&MessageInfo> for MessageJson {
+    fn from(m: &MessageInfo) -> Self {
+        let text = std::str::from_utf8(&m.payload).ok();
+        MessageJson {
+            id: m.id.to_string(),
+            state: m.state.as_str(),
+            attempts: m.attempts,
+            retry_count: m.retry_count,
+            retries_left: m.retries_left(),
+            last_error: m.last_error.clone(),
+            due_ms: m.due.map(epoch_ms),
+            sent_ms: m.sent_at.map(epoch_ms),
+            lease_until_ms: m.lease_until.map(epoch_ms),
+            dead_since_ms: m.dead_since.map(epoch_ms),
+            expires_at_ms: m.expires_at.map(epoch_ms),
+            payload_len: m.payload_len,
+            payload_json: serde_json::from_slice::<serde::de::IgnoredAny>(&m.payload).is_ok(),
+            payload_text: text.map(str::to_string),
+            payload_base64: base64::engine::general_purpose::STANDARD.encode(&m.payload),
+        }
+    }
+}
+
+/// `GET .../messages`.
+#[derive(Debug, Serialize)]
+pub(crate) struct PageJson {
+    pub state: &'static str,
+    pub total: u64,
+    pub items: Vec<MessageJson>,
+    pub next: Option<String>,
+}
+
+/// `GET .../search`.
+#[derive(Debug, Serialize)]
+pub(crate) struct FoundJson {
+    pub items: Vec<MessageJson>,
+    pub scanned: u64,
+    pub next: Option<String>,
+    pub id_match: bool,
+}
+
+/// The body of `POST .../messages`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendBody {
+    pub payload: String,
+    pub delay_ms: Option<u64>,
+    pub at_ms: Option<u64>,
+    pub id: Option<String>,
+    pub retry_count: Option<u32>,
+}
+
+/// The body of `POST .../reschedule`: one of the two.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WhenBody {
+    pub delay_ms: Option<u64>,
+    pub at_ms: Option<u64>,
+}
+
+/// The body of `POST .../dead/requeue` and `.../dead/delete`: some ids or all.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeadBody {
+    pub ids: Option<Vec<String>>,
+    #[serde(default)]
+    pub all: bool,
+}

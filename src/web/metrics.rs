@@ -1,0 +1,168 @@
+//! `GET /metrics`: Prometheus text format 0.0.4, read from Redis at each
+//! scrape: one status script per shard of every queue, at most
+//! 16 at once. Ages are in seconds.
+//!
+//! These are the queues' own numbers, whoever produces and consumes. The
+//! process-side metrics the library records (`describe_metrics`: handler
+//! durations, lateness, ...) go to the `metrics` recorder the application
+//! installs, and are exported by it.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use super::api::error::ApiError;
+use super::registry::statuses;
+use super::state::App;
+use crate::{Error, QueueStatus};
+
+/// One metric family: name, type, help, and its value per queue.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&QueueStatus) -> f64,
+}
+
+const fn family(name: &'static str, kind: &'static str, help: &'static str, value: fn(&QueueStatus) -> f64) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        value,
+    }
+}
+
+fn secs(d: Option<std::time::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.as_secs_f64())
+}
+
+const FAMILIES: &[Family] = &[
+    family(
+        "delayqueue_oldest_overdue_seconds",
+        "gauge",
+        "Seconds the earliest pending message is past its due time (0: none is).",
+        |s| secs(s.oldest_overdue),
+    ),
+    family(
+        "delayqueue_oldest_dead_seconds",
+        "gauge",
+        "Seconds since the oldest dead letter died (0: no dead letters).",
+        |s| secs(s.oldest_dead),
+    ),
+    family(
+        "delayqueue_paused",
+        "gauge",
+        "1 when the queue is paused, else 0.",
+        |_| 0.0,
+    ),
+    family(
+        "delayqueue_sent_total",
+        "counter",
+        "Messages stored by sends, by every producer (from Redis).",
+        |s| s.totals.sent as f64,
+    ),
+    family(
+        "delayqueue_acked_total",
+        "counter",
+        "Deliveries acked, by every consumer (from Redis).",
+        |s| s.totals.acked as f64,
+    ),
+    family(
+        "delayqueue_failed_total",
+        "counter",
+        "Deliveries that failed: handler errors, panics, time-outs (from Redis).",
+        |s| s.totals.failed as f64,
+    ),
+    family(
+        "delayqueue_dead_total",
+        "counter",
+        "Messages that became dead letters (from Redis).",
+        |s| s.totals.dead as f64,
+    ),
+    family(
+        "delayqueue_expired_total",
+        "counter",
+        "Messages discarded undelivered past their expire_after (from Redis).",
+        |s| s.totals.expired as f64,
+    ),
+];
+
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let queues = app.registry.all().await?;
+    let statuses = statuses(&queues)
+        .await
+        .into_iter()
+        .map(|(q, s)| Ok::<_, Error>((q.name().to_string(), s?)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        render(&statuses),
+    )
+        .into_response())
+}
+
+/// The text of one scrape.
+fn render(statuses: &[(String, QueueStatus)]) -> String {
+    let mut out = String::new();
+    out.push_str("# HELP delayqueue_messages Messages in each state (ready and retry count list entries).\n");
+    out.push_str("# TYPE delayqueue_messages gauge\n");
+    for (name, s) in statuses {
+        let c = s.counts;
+        let states = [
+            ("pending", c.pending),
+            ("ready", c.ready),
+            ("processing", c.processing),
+            ("retry", c.retry),
+            ("dead", c.dead),
+        ];
+        for (state, n) in states {
+            let _ = writeln!(
+                out,
+                "delayqueue_messages{{queue=\"{}\",state=\"{state}\"}} {n}",
+                escape(name)
+            );
+        }
+    }
+    for f in FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+        for (name, s) in statuses {
+            let _ = writeln!(out, "{}{{queue=\"{}\"}} {}", f.name, escape(name), (f.value)(s));
+        }
+    }
+    out
+}
+
+/// A label value as the text format wants it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_has_help_type_and_one_line_per_queue() {
+        let mut s = QueueStatus::default();
+        s.counts.pending = 3;
+        s.totals.sent = 7;
+        s.oldest_overdue = Some(std::time::Duration::from_millis(1500));
+        let text = render(&[("a\"b".into(), s)]);
+        assert!(text.contains("# TYPE delayqueue_messages gauge\n"), "{text}");
+        assert!(
+            text.contains("delayqueue_messages{queue=\"a\\\"b\",state=\"pending\"} 3\n"),
+            "{text}"
+        );
+        assert!(text.contains("delayqueue_sent_total{queue=\"a\\\"b\"} 7\n"), "{text}");
+        assert!(
+            text.contains("delayqueue_oldest_overdue_seconds{queue=\"a\\\"b\"} 1.5\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("# HELP").count(), 1 + FAMILIES.len());
+    }
+}

@@ -1,0 +1,166 @@
+//! The web dashboard (feature `web`): an [`axum::Router`] that shows every
+//! queue under a key prefix, pages through and searches its messages,
+//! acts on them (send, cancel, reschedule, run now, requeue or delete dead
+//! letters) and serves Prometheus metrics at `/metrics`. Mount it in an
+//! axum service under any path, or run it with `delayqueue web`.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use delayqueue::web::{Auth, Dashboard};
+//!
+//! let client = delayqueue::connect("redis://127.0.0.1:6379").await?;
+//! let dashboard = Dashboard::new(client)
+//!     .auth(Auth::Bearer("secret".into()))
+//!     .router();
+//! let app = axum::Router::new().nest("/admin/queues", dashboard);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! What each page costs in Redis calls (docs/web.md, "Performance"): the
+//! overview one `TIME` and one status script per shard of every queue; a
+//! queue one status per shard; a page of messages one script call (one
+//! more per shard on a sharded queue); `/metrics` one status per shard of
+//! every queue. The list of queues comes from a `SCAN` of the keyspace,
+//! run once at the first request and again in the background at most every
+//! 30 s. A sampler reads each queue's status every 10 s for the rates and
+//! their 15-minute history; it starts with the first request and stops
+//! when the router is dropped.
+
+mod api;
+mod assets;
+mod auth;
+mod background;
+mod csrf;
+mod json;
+mod metrics;
+mod registry;
+mod sampler;
+mod state;
+
+pub use auth::Auth;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::routing::get;
+use fred::prelude::Client;
+
+use crate::DelayQueue;
+use registry::Registry;
+use sampler::Sampler;
+use state::App;
+
+/// Builds the dashboard's router; every method takes and returns the builder.
+///
+/// ```no_run
+/// # async fn run(client: delayqueue::fred::clients::Client, orders: delayqueue::DelayQueue) {
+/// use delayqueue::web::{Auth, Dashboard};
+/// let app: axum::Router = Dashboard::new(client)
+///     .key_prefix("dq:")
+///     .read_only(true)
+///     .auth(Auth::Basic { user: "ops".into(), password: "secret".into() })
+///     .queue(&orders)
+///     .router();
+/// # let _ = app;
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "call .router() to get the dashboard"]
+pub struct Dashboard {
+    client: Client,
+    prefix: String,
+    read_only: bool,
+    auth: Auth,
+    queues: Vec<DelayQueue>,
+    sample_every: Duration,
+}
+
+/// Samples of rates kept: 15 minutes at the default 10 s.
+const HISTORY_SAMPLES: usize = 90;
+
+impl Dashboard {
+    /// A dashboard of the queues `client` reaches, under prefix `"dq:"`,
+    /// without authentication, not read-only.
+    pub fn new(client: Client) -> Self {
+        Dashboard {
+            client,
+            prefix: "dq:".into(),
+            read_only: false,
+            auth: Auth::None,
+            queues: Vec::new(),
+            sample_every: Duration::from_secs(10),
+        }
+    }
+
+    /// The key prefix of the queues to show (the builder's
+    /// [`key_prefix`](crate::DelayQueueBuilder::key_prefix)). Default `"dq:"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// When `true`, every action (a `POST`) is refused with 403: the
+    /// dashboard only shows. Default `false`.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Who may use the dashboard; checked on every route. Default [`Auth::None`].
+    pub fn auth(mut self, auth: Auth) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Acts on this queue through the application's own handle, so its
+    /// [`events`](DelayQueue::events) and metrics see what the dashboard
+    /// does, and shows it even before it holds a message. Other queues
+    /// under the prefix are found in Redis.
+    pub fn queue(mut self, queue: &DelayQueue) -> Self {
+        self.queues.retain(|q| q.name() != queue.name());
+        self.queues.push(queue.clone());
+        self
+    }
+
+    /// How often the rates are sampled; the history keeps the last 90
+    /// samples (15 minutes at the default 10 s). At least 100 ms.
+    pub fn sample_every(mut self, every: Duration) -> Self {
+        self.sample_every = every.max(Duration::from_millis(100));
+        self
+    }
+
+    /// The router: serve it, or nest it under a path of your service.
+    pub fn router(self) -> axum::Router {
+        let app = Arc::new(App {
+            registry: Registry::new(self.client.clone(), self.prefix, self.queues),
+            sampler: Sampler::new(self.sample_every, HISTORY_SAMPLES),
+            client: self.client,
+            read_only: self.read_only,
+            csrf: uuid::Uuid::new_v4().simple().to_string(),
+            background: OnceLock::new(),
+        });
+        axum::Router::new()
+            .route("/", get(assets::index))
+            .route("/assets/{file}", get(assets::file))
+            .route("/metrics", get(metrics::metrics))
+            .nest("/api", api::routes())
+            .with_state(app.clone())
+            .layer(axum::middleware::from_fn_with_state(app, csrf::check))
+            .layer(axum::middleware::from_fn_with_state(Arc::new(self.auth), auth::check))
+    }
+}
+
+/// [`Dashboard::new(client).router()`](Dashboard::router): every queue
+/// under `"dq:"`, no authentication, actions allowed.
+///
+/// ```no_run
+/// # async fn run(client: delayqueue::fred::clients::Client) {
+/// let app = axum::Router::new().nest("/admin/queues", delayqueue::web::router(client));
+/// # let _ = app;
+/// # }
+/// ```
+pub fn router(client: Client) -> axum::Router {
+    Dashboard::new(client).router()
+}

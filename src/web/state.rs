@@ -1,0 +1,32 @@
+//! What every handler shares: [`App`].
+
+use std::sync::OnceLock;
+
+use fred::prelude::Client;
+
+use super::registry::Registry;
+use super::sampler::Sampler;
+
+/// The dashboard's state, behind an `Arc` in the router.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub client: Client,
+    pub registry: Registry,
+    pub sampler: Sampler,
+    pub read_only: bool,
+    /// Required in `x-csrf-token` on every action.
+    pub csrf: String,
+    /// The background task (queue list refresh, sampling), started by the
+    /// first request and aborted when the last router clone is dropped.
+    pub background: OnceLock<AbortOnDrop>,
+}
+
+/// Aborts its task when dropped, so a dropped router leaves no task behind.
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,752 @@
+//! The dashboard's HTTP API against a private redis-server: each test
+//! builds the router and calls it with `tower::ServiceExt::oneshot`, as a
+//! server would, and checks statuses, JSON shapes and what Redis holds.
+#![cfg(feature = "web")]
+
+use delayqueue_test_support as support;
+
+mod helpers;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use delayqueue::fred::clients::Client;
+use delayqueue::web::{Auth, Dashboard};
+use delayqueue::{DelayQueue, MessageState};
+use helpers::make_dead;
+use serde_json::{json, Value};
+use support::{wait_for, RedisServer, WAIT};
+use tower::ServiceExt;
+
+/// One reply: status, headers, body.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("body is not UTF-8")
+    }
+
+    fn header(&self, name: header::HeaderName) -> &str {
+        self.headers.get(&name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+}
+
+async fn call(app: &Router, req: Request<Body>) -> Reply {
+    let res = tokio::time::timeout(WAIT, app.clone().oneshot(req))
+        .await
+        .expect("no reply in time")
+        .expect("infallible");
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap()
+        .to_vec();
+    Reply { status, headers, body }
+}
+
+async fn get(app: &Router, path: &str) -> Reply {
+    call(app, Request::get(path).body(Body::empty()).unwrap()).await
+}
+
+/// `GET path`, which must answer 200 with JSON.
+async fn get_ok(app: &Router, path: &str) -> Value {
+    let r = get(app, path).await;
+    assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.text());
+    r.json()
+}
+
+/// The CSRF token the overview hands out.
+async fn csrf(app: &Router) -> String {
+    get_ok(app, "/api/overview").await["csrf"].as_str().unwrap().to_string()
+}
+
+fn post_req(path: &str, csrf: Option<&str>) -> axum::http::request::Builder {
+    let mut req = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(t) = csrf {
+        req = req.header("x-csrf-token", t);
+    }
+    req
+}
+
+async fn post(app: &Router, path: &str, body: Value, csrf: Option<&str>) -> Reply {
+    let req = post_req(path, csrf).body(Body::from(body.to_string())).unwrap();
+    call(app, req).await
+}
+
+/// `POST path` with the right CSRF token, which must answer 200 with JSON.
+async fn act(app: &Router, path: &str, body: Value) -> Value {
+    let token = csrf(app).await;
+    let r = post(app, path, body, Some(&token)).await;
+    assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.text());
+    r.json()
+}
+
+async fn start() -> (RedisServer, Client) {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    (server, client)
+}
+
+fn queue(client: &Client, name: &str) -> DelayQueue {
+    DelayQueue::builder(name, client.clone())
+        .fetch_interval(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+#[tokio::test]
+async fn overview_and_queue_show_what_redis_holds() {
+    let (_server, client) = start().await;
+    let orders = queue(&client, "orders");
+    orders.send("a").delay(Duration::from_secs(60)).await.unwrap();
+    orders.send("b").delay(Duration::from_secs(60)).await.unwrap();
+    make_dead(&orders, &["c"], "boom").await;
+    let sharded = DelayQueue::builder("sharded", client.clone())
+        .shards(3)
+        .build()
+        .unwrap();
+    // Fixed ids, which land in every shard (found in Redis: 3 shards).
+    for i in 0..30 {
+        sharded
+            .send("m")
+            .delay(Duration::from_secs(60))
+            .id(format!("m{i}"))
+            .await
+            .unwrap();
+    }
+    let app = delayqueue::web::router(client.clone());
+
+    let v = get_ok(&app, "/api/overview").await;
+    assert_eq!(keys(&v), ["csrf", "now_ms", "queues", "read_only", "user"], "{v}");
+    assert_eq!((v["read_only"].clone(), v["user"].clone()), (json!(false), Value::Null));
+    assert!(v["csrf"].as_str().unwrap().len() >= 32, "{v}");
+    assert!(v["now_ms"].as_u64().unwrap() > 1_700_000_000_000, "{v}");
+    let queues = v["queues"].as_array().unwrap();
+    let names: Vec<&str> = queues.iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["orders", "sharded"]);
+    let o = &queues[0];
+    assert_eq!(
+        keys(o),
+        [
+            "counts",
+            "name",
+            "next_due_ms",
+            "oldest_dead_ms",
+            "oldest_overdue_ms",
+            "paused",
+            "rates",
+            "shards",
+            "totals"
+        ],
+        "{o}"
+    );
+    assert_eq!(
+        o["counts"],
+        json!({"pending": 2, "ready": 0, "processing": 0, "retry": 0, "dead": 1})
+    );
+    assert_eq!(
+        o["totals"],
+        json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0})
+    );
+    assert_eq!(keys(&o["rates"]), ["acked", "dead", "failed", "sent"]);
+    assert!(o["oldest_overdue_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
+    let due = o["next_due_ms"].as_u64().unwrap();
+    assert!((50_000..=60_000).contains(&due), "{o}");
+    assert_eq!((o["shards"].clone(), o["paused"].clone()), (json!(1), json!(false)));
+    assert_eq!(
+        (queues[1]["shards"].clone(), queues[1]["counts"]["pending"].clone()),
+        (json!(3), json!(30))
+    );
+
+    // One queue: the same, per shard on demand.
+    let q = get_ok(&app, "/api/queues/sharded").await;
+    assert!(q.get("shard_status").is_none(), "{q}");
+    assert_eq!(q["counts"]["pending"], 30);
+    let q = get_ok(&app, "/api/queues/sharded?shards=1").await;
+    let shards = q["shard_status"].as_array().unwrap();
+    assert_eq!(shards.len(), 3, "{q}");
+    let per_shard: u64 = shards.iter().map(|s| s["counts"]["pending"].as_u64().unwrap()).sum();
+    assert_eq!(per_shard, 30);
+    assert!(shards.iter().all(|s| s["counts"]["pending"].as_u64() > Some(0)), "{q}");
+    assert_eq!(
+        keys(&shards[2]),
+        [
+            "counts",
+            "next_due_ms",
+            "oldest_dead_ms",
+            "oldest_overdue_ms",
+            "paused",
+            "shard",
+            "totals"
+        ]
+    );
+    assert_eq!(shards[2]["shard"], 2);
+
+    let r = get(&app, "/api/queues/nope").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(r.json()["error"].as_str().unwrap().contains("nope"));
+    assert_eq!(get(&app, "/api/nothing-here").await.status, StatusCode::NOT_FOUND);
+
+    // A queue sent to after the first scan is found by name.
+    queue(&client, "later").send("x").await.unwrap();
+    assert_eq!(get_ok(&app, "/api/queues/later").await["counts"]["pending"], 1);
+}
+
+#[tokio::test]
+async fn messages_page_stably_and_one_message_shows_everything() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "pages");
+    let mut sent = Vec::new();
+    for i in 0..120u64 {
+        let id = q
+            .send(format!("{{\"n\":{i}}}"))
+            .delay(Duration::from_secs(100 + i))
+            .await
+            .unwrap();
+        sent.push(id.to_string());
+    }
+    let app = delayqueue::web::router(client.clone());
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let path = match &cursor {
+            Some(c) => format!("/api/queues/pages/messages?state=pending&limit=50&cursor={c}"),
+            None => "/api/queues/pages/messages?state=pending&limit=50".to_string(),
+        };
+        let page = get_ok(&app, &path).await;
+        assert_eq!(keys(&page), ["items", "next", "state", "total"]);
+        assert_eq!(
+            (page["state"].clone(), page["total"].clone()),
+            (json!("pending"), json!(120))
+        );
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 50);
+        seen.extend(items.iter().map(|m| m["id"].as_str().unwrap().to_string()));
+        cursor = page["next"].as_str().map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(seen, sent, "pages in due order, each message once");
+    let desc = get_ok(&app, "/api/queues/pages/messages?state=pending&limit=3&order=desc").await;
+    let ids: Vec<&str> = desc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [sent[119].as_str(), &sent[118], &sent[117]]);
+    let next = desc["next"].as_str().unwrap();
+    let desc = get_ok(
+        &app,
+        &format!("/api/queues/pages/messages?state=pending&limit=3&order=desc&cursor={next}"),
+    )
+    .await;
+    assert_eq!(desc["items"][0]["id"], sent[116].as_str());
+    // A page is stable: a message cancelled before the cursor moves nothing.
+    let page = get_ok(&app, "/api/queues/pages/messages?limit=10").await;
+    q.cancel(&sent[3]).await.unwrap();
+    let next = page["next"].as_str().unwrap();
+    let page = get_ok(&app, &format!("/api/queues/pages/messages?limit=10&cursor={next}")).await;
+    assert_eq!(page["items"][0]["id"], sent[10].as_str());
+
+    let m = get_ok(&app, &format!("/api/queues/pages/messages/{}", sent[7])).await;
+    assert_eq!(
+        keys(&m),
+        [
+            "attempts",
+            "dead_since_ms",
+            "due_ms",
+            "expires_at_ms",
+            "id",
+            "last_error",
+            "lease_until_ms",
+            "payload_base64",
+            "payload_json",
+            "payload_len",
+            "payload_text",
+            "retries_left",
+            "retry_count",
+            "sent_ms",
+            "state"
+        ]
+    );
+    assert_eq!(m["payload_text"], "{\"n\":7}");
+    assert_eq!(m["payload_base64"], "eyJuIjo3fQ==");
+    assert_eq!(
+        (m["payload_json"].clone(), m["payload_len"].clone()),
+        (json!(true), json!(7))
+    );
+    assert_eq!(
+        (m["state"].clone(), m["retries_left"].clone()),
+        (json!("pending"), json!(4))
+    );
+    let (due, sent_ms) = (m["due_ms"].as_u64().unwrap(), m["sent_ms"].as_u64().unwrap());
+    assert!((due - sent_ms).abs_diff(107_000) < 5_000, "{m}");
+
+    // Bad input is 400, unknown is 404, each with an error text.
+    for path in [
+        "/api/queues/pages/messages?state=lost",
+        "/api/queues/pages/messages?limit=0",
+        "/api/queues/pages/messages?limit=201",
+        "/api/queues/pages/messages?cursor=abc",
+        "/api/queues/pages/messages?order=up",
+        "/api/queues/pages/messages/bad%20id",
+        "/api/queues/pages/search?q=",
+    ] {
+        let r = get(&app, path).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.text());
+        assert!(r.json()["error"].is_string(), "{path}");
+    }
+    for path in ["/api/queues/pages/messages/unknown", "/api/queues/gone/messages"] {
+        assert_eq!(get(&app, path).await.status, StatusCode::NOT_FOUND, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn search_finds_by_id_first_then_by_payload_text() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "search");
+    for i in 0..30 {
+        q.send(format!("order {i} for alice"))
+            .delay(Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    q.send("order for bob")
+        .delay(Duration::from_secs(60))
+        .id("bob-1")
+        .await
+        .unwrap();
+    let app = delayqueue::web::router(client.clone());
+
+    let v = get_ok(&app, "/api/queues/search/search?state=pending&q=bob").await;
+    assert_eq!(keys(&v), ["id_match", "items", "next", "scanned"]);
+    assert_eq!(
+        (v["id_match"].clone(), v["scanned"].clone(), v["next"].clone()),
+        (json!(false), json!(31), Value::Null)
+    );
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    assert_eq!(v["items"][0]["id"], "bob-1");
+
+    let v = get_ok(&app, "/api/queues/search/search?state=pending&q=bob-1").await;
+    assert_eq!(v["id_match"], true);
+    assert_eq!(
+        v["items"].as_array().unwrap().len(),
+        1,
+        "the id match is not listed twice: {v}"
+    );
+
+    let v = get_ok(&app, "/api/queues/search/search?state=pending&q=alice").await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 30);
+    let v = get_ok(&app, "/api/queues/search/search?state=dead&q=alice").await;
+    assert_eq!(
+        (v["items"].as_array().unwrap().len(), v["scanned"].clone()),
+        (0, json!(0))
+    );
+}
+
+#[tokio::test]
+async fn actions_change_redis() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "acts");
+    q.send("seed").delay(Duration::from_secs(600)).id("seed").await.unwrap();
+    // The application's own handle: its events see the dashboard's actions.
+    let app = Dashboard::new(client.clone()).queue(&q).router();
+    let mut events = q.events();
+
+    // Send, with every option.
+    let v = act(
+        &app,
+        "/api/queues/acts/messages",
+        json!({"payload": "hello", "delay_ms": 60000, "id": "m1", "retry_count": 7}),
+    )
+    .await;
+    assert_eq!(v, json!({"id": "m1"}));
+    let m = q.get("m1").await.unwrap().unwrap();
+    assert_eq!(
+        (m.state, m.retry_count, m.payload.as_slice()),
+        (MessageState::Pending, Some(7), &b"hello"[..])
+    );
+    let v = act(&app, "/api/queues/acts/messages", json!({"payload": "now"})).await;
+    let now_id = v["id"].as_str().unwrap().to_string();
+    let due_now = q.get(&now_id).await.unwrap().unwrap().due;
+    assert!(due_now <= Some(std::time::SystemTime::now()), "{due_now:?}");
+    let token = csrf(&app).await;
+    let dup = post(
+        &app,
+        "/api/queues/acts/messages",
+        json!({"payload": "x", "id": "m1"}),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.text());
+    for bad in [
+        json!({"payload": "x", "delay_ms": 1, "at_ms": 1}),
+        json!({"payload": "x", "id": "has space"}),
+        json!({"nope": 1}),
+        json!("not an object"),
+    ] {
+        let r = post(&app, "/api/queues/acts/messages", bad.clone(), Some(&token)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+        assert!(r.json()["error"].is_string());
+    }
+
+    // Reschedule, run now, cancel.
+    let v = act(
+        &app,
+        "/api/queues/acts/messages/m1/reschedule",
+        json!({"delay_ms": 300000}),
+    )
+    .await;
+    assert_eq!(v, json!({"done": true}));
+    let due = q.get("m1").await.unwrap().unwrap().due.unwrap();
+    let left = due.duration_since(std::time::SystemTime::now()).unwrap();
+    assert!(left > Duration::from_secs(250), "{left:?}");
+    let v = act(&app, "/api/queues/acts/messages/m1/run", json!({})).await;
+    assert_eq!(v, json!({"done": true}));
+    let due = q.get("m1").await.unwrap().unwrap().due;
+    assert!(
+        due <= Some(std::time::SystemTime::now()),
+        "run now did not make it due: {due:?}"
+    );
+    assert_eq!(
+        act(&app, "/api/queues/acts/messages/seed/cancel", json!({})).await,
+        json!({"done": true})
+    );
+    assert!(q.get("seed").await.unwrap().is_none());
+    let cancelled = tokio::time::timeout(WAIT, async {
+        loop {
+            if let delayqueue::Event::Changed { action, id, .. } = events.recv().await.unwrap() {
+                if action == delayqueue::Action::Cancelled {
+                    return id;
+                }
+            }
+        }
+    })
+    .await
+    .expect("no Changed event for the cancel");
+    assert_eq!(cancelled.as_ref().map(|i| i.as_str()), Some("seed"));
+    assert_eq!(
+        act(&app, "/api/queues/acts/messages/seed/cancel", json!({})).await,
+        json!({"done": false})
+    );
+    let r = post(&app, "/api/queues/acts/messages/m1/reschedule", json!({}), Some(&token)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+
+    // Dead letters: one, a selection, all; requeue and delete.
+    let ids = make_dead(&q, &["d0", "d1", "d2", "d3", "d4", "d5", "d6"], "boom").await;
+    let dead = || async { q.counts().await.unwrap().dead };
+    let v = act(&app, "/api/queues/acts/dead/requeue", json!({"ids": [ids[0]]})).await;
+    assert_eq!((v, dead().await), (json!({"count": 1}), 6));
+    assert_eq!(q.get(&ids[0]).await.unwrap().unwrap().state, MessageState::Ready);
+    let v = act(
+        &app,
+        "/api/queues/acts/dead/delete",
+        json!({"ids": [ids[1], ids[2], "not-dead"]}),
+    )
+    .await;
+    assert_eq!((v, dead().await), (json!({"count": 2}), 4));
+    assert!(q.get(&ids[1]).await.unwrap().is_none());
+    let v = act(&app, "/api/queues/acts/dead/requeue", json!({"ids": [ids[3], ids[4]]})).await;
+    assert_eq!((v, dead().await), (json!({"count": 2}), 2));
+    let v = act(&app, "/api/queues/acts/dead/delete", json!({"all": true})).await;
+    assert_eq!((v, dead().await), (json!({"count": 2}), 0));
+    for bad in [json!({}), json!({"ids": []}), json!({"ids": ["a"], "all": true})] {
+        let r = post(&app, "/api/queues/acts/dead/requeue", bad.clone(), Some(&token)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+    }
+    // (The consumer that kills these also kills the requeued ones again.)
+    make_dead(&q, &["e0", "e1"], "boom").await;
+    let before = dead().await;
+    let v = act(&app, "/api/queues/acts/dead/requeue", json!({"all": true})).await;
+    assert_eq!((v, dead().await), (json!({ "count": before }), 0));
+
+    let r = post(
+        &app,
+        "/api/queues/unknown/messages",
+        json!({"payload": "x"}),
+        Some(&token),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn actions_need_the_csrf_token_a_same_site_request_and_write_access() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "guarded");
+    q.send("x").delay(Duration::from_secs(60)).id("x").await.unwrap();
+    let app = delayqueue::web::router(client.clone());
+    let token = csrf(&app).await;
+    let path = "/api/queues/guarded/messages/x/cancel";
+
+    let refused = |r: Reply, why: &str| {
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text());
+        assert_eq!(r.json(), json!({ "error": why }));
+    };
+    refused(post(&app, path, json!({}), None).await, "csrf");
+    refused(post(&app, path, json!({}), Some("wrong")).await, "csrf");
+    for (name, value) in [("origin", "http://evil.example"), ("sec-fetch-site", "cross-site")] {
+        let req = post_req(path, Some(&token))
+            .header(name, value)
+            .header(header::HOST, "localhost:8080")
+            .body(Body::from("{}"))
+            .unwrap();
+        refused(call(&app, req).await, "cross-site");
+    }
+    assert!(q.get("x").await.unwrap().is_some(), "a refused action changed nothing");
+    // The same origin is fine.
+    let req = post_req(path, Some(&token))
+        .header(header::ORIGIN, "http://localhost:8080")
+        .header(header::HOST, "localhost:8080")
+        .header("sec-fetch-site", "same-origin")
+        .body(Body::from("{}"))
+        .unwrap();
+    assert_eq!(call(&app, req).await.status, StatusCode::OK);
+    assert!(q.get("x").await.unwrap().is_none());
+
+    // Read-only: every action refused, reading works.
+    q.send("y").delay(Duration::from_secs(60)).id("y").await.unwrap();
+    let ro = Dashboard::new(client.clone()).read_only(true).router();
+    let v = get_ok(&ro, "/api/overview").await;
+    assert_eq!(v["read_only"], true);
+    let token = v["csrf"].as_str().unwrap().to_string();
+    for (path, body) in [
+        ("/api/queues/guarded/messages/y/cancel", json!({})),
+        ("/api/queues/guarded/messages", json!({"payload": "p"})),
+        ("/api/queues/guarded/dead/delete", json!({"all": true})),
+        ("/api/queues/guarded/pause", json!({})),
+    ] {
+        refused(post(&ro, path, body, Some(&token)).await, "read-only");
+    }
+    assert!(q.get("y").await.unwrap().is_some());
+    assert_eq!(q.counts().await.unwrap().pending, 1);
+}
+
+#[tokio::test]
+async fn bearer_and_basic_auth_guard_every_route() {
+    let (_server, client) = start().await;
+    queue(&client, "authq").send("x").await.unwrap();
+    let routes = ["/", "/assets/app.js", "/metrics", "/api/overview", "/api/queues/authq"];
+
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3cret".into()))
+        .router();
+    for path in routes {
+        let r = get(&app, path).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(r.header(header::WWW_AUTHENTICATE), "", "no basic prompt for a token");
+        let bearer = |t: &str| {
+            Request::get(path)
+                .header(header::AUTHORIZATION, format!("Bearer {t}"))
+                .body(Body::empty())
+                .unwrap()
+        };
+        assert_eq!(
+            call(&app, bearer("wrong")).await.status,
+            StatusCode::UNAUTHORIZED,
+            "{path}"
+        );
+        assert_eq!(call(&app, bearer("s3cret")).await.status, StatusCode::OK, "{path}");
+    }
+    // A browser: the token once in the URL, then a cookie, under any mount path.
+    let nested = Router::new().nest_service("/admin/queues", app.clone());
+    let r = get(&nested, "/admin/queues/?token=s3cret").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(r.header(header::LOCATION), "/admin/queues/");
+    let cookie = r.header(header::SET_COOKIE).to_string();
+    assert_eq!(
+        cookie,
+        "delayqueue_token=s3cret; Path=/admin/queues; HttpOnly; SameSite=Strict"
+    );
+    let with_cookie = Request::get("/admin/queues/api/overview")
+        .header(header::COOKIE, "delayqueue_token=s3cret")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(call(&nested, with_cookie).await.status, StatusCode::OK);
+    assert_eq!(
+        get(&nested, "/admin/queues/?token=wrong").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let r = get(&nested, "/admin/queues?token=s3cret").await;
+    assert_eq!(r.header(header::LOCATION), "/admin/queues");
+    assert!(r.header(header::SET_COOKIE).contains("; Path=/admin/queues;"));
+
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Basic {
+            user: "ops".into(),
+            password: "pw:1".into(),
+        })
+        .router();
+    let basic = |path: &str, cred: &str| {
+        use base64::Engine;
+        let cred = base64::engine::general_purpose::STANDARD.encode(cred);
+        Request::get(path)
+            .header(header::AUTHORIZATION, format!("Basic {cred}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    for path in routes {
+        let r = get(&app, path).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(r
+            .header(header::WWW_AUTHENTICATE)
+            .starts_with("Basic realm=\"delayqueue\""));
+        assert_eq!(
+            call(&app, basic(path, "ops:wrong")).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            call(&app, basic(path, "root:pw:1")).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            call(&app, basic(path, "ops:pw:1")).await.status,
+            StatusCode::OK,
+            "{path}"
+        );
+    }
+    let r = call(&app, basic("/api/overview", "ops:pw:1")).await;
+    assert_eq!(r.json()["user"], "ops");
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text_read_from_redis() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "metered");
+    for _ in 0..3 {
+        q.send("p").delay(Duration::from_secs(60)).await.unwrap();
+    }
+    make_dead(&q, &["d"], "boom").await;
+    let app = delayqueue::web::router(client.clone());
+    let r = get(&app, "/metrics").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.header(header::CONTENT_TYPE).starts_with("text/plain; version=0.0.4"));
+    let text = r.text();
+    for family in [
+        ("delayqueue_messages", "gauge"),
+        ("delayqueue_oldest_overdue_seconds", "gauge"),
+        ("delayqueue_oldest_dead_seconds", "gauge"),
+        ("delayqueue_paused", "gauge"),
+        ("delayqueue_sent_total", "counter"),
+        ("delayqueue_acked_total", "counter"),
+        ("delayqueue_failed_total", "counter"),
+        ("delayqueue_dead_total", "counter"),
+        ("delayqueue_expired_total", "counter"),
+    ] {
+        assert!(text.contains(&format!("# HELP {} ", family.0)), "{family:?}\n{text}");
+        assert!(
+            text.contains(&format!("# TYPE {} {}\n", family.0, family.1)),
+            "{family:?}\n{text}"
+        );
+    }
+    for line in [
+        "delayqueue_messages{queue=\"metered\",state=\"pending\"} 3",
+        "delayqueue_messages{queue=\"metered\",state=\"dead\"} 1",
+        "delayqueue_messages{queue=\"metered\",state=\"ready\"} 0",
+        "delayqueue_sent_total{queue=\"metered\"} 4",
+        "delayqueue_failed_total{queue=\"metered\"} 1",
+        "delayqueue_dead_total{queue=\"metered\"} 1",
+        "delayqueue_oldest_overdue_seconds{queue=\"metered\"} 0",
+        "delayqueue_paused{queue=\"metered\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    let dead_age = text
+        .lines()
+        .find_map(|l| l.strip_prefix("delayqueue_oldest_dead_seconds{queue=\"metered\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap();
+    assert!((0.0..60.0).contains(&dead_age), "{text}");
+}
+
+#[tokio::test]
+async fn pages_and_assets_are_embedded_and_work_under_a_mount_path() {
+    let (_server, client) = start().await;
+    let app = Router::new().nest_service("/admin/queues", delayqueue::web::router(client.clone()));
+    for (path, kind) in [
+        ("/admin/queues", "text/html"),
+        ("/admin/queues/", "text/html"),
+        ("/admin/queues/assets/app.js", "text/javascript"),
+        ("/admin/queues/assets/app.css", "text/css"),
+        ("/admin/queues/assets/favicon.svg", "image/svg+xml"),
+    ] {
+        let r = get(&app, path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+        assert!(r.header(header::CONTENT_TYPE).starts_with(kind), "{path}");
+        assert_eq!(r.header(header::CACHE_CONTROL), "no-cache", "{path}");
+    }
+    assert!(get(&app, "/admin/queues/").await.text().contains("delayqueue"));
+    assert_eq!(
+        get(&app, "/admin/queues/assets/nope.js").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(get(&app, "/admin/queues/api/overview").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn rates_are_sampled_and_the_sampler_stops_with_the_router() {
+    let (server, client) = start().await;
+    let q = queue(&client, "rated");
+    q.send("first").await.unwrap();
+    let app = Dashboard::new(client.clone())
+        .sample_every(Duration::from_millis(200))
+        .router();
+    get_ok(&app, "/api/overview").await;
+    for _ in 0..20 {
+        q.send("x").await.unwrap();
+    }
+    let sent_rate = || async {
+        let h = get_ok(&app, "/api/queues/rated/history").await;
+        assert_eq!(h["step_ms"], 200);
+        h["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["sent"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    assert!(
+        wait_for(WAIT, || async { sent_rate().await > 0.0 }).await,
+        "no rate sampled"
+    );
+    let points = get_ok(&app, "/api/queues/rated/history").await["points"].clone();
+    assert_eq!(keys(&points[0]), ["acked", "dead", "failed", "sent", "t_ms"]);
+
+    // Once the router is gone, nothing reads Redis any more.
+    drop(app);
+    let calls = || {
+        let info = server.raw_command(&["INFO", "commandstats"]);
+        info.lines()
+            .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+            .sum::<u64>()
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = calls();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Only the INFO calls themselves (1 per look).
+    assert!(calls() <= before + 1, "the sampler still runs: {before} -> {}", calls());
+}
