@@ -158,7 +158,7 @@ impl Dashboard {
 ///
 /// ```no_run
 /// # async fn run(client: delayqueue::fred::clients::Client) {
-/// let app = axum::Router::new().nest_service("/admin/queues", delayqueue::web::router(client));
+/// let app: axum::Router = axum::Router::new().nest_service("/admin/queues", delayqueue::web::router(client));
 /// # let _ = app;
 /// # }
 /// ```
