@@ -187,6 +187,50 @@ impl fmt::Debug for Backoff {
     }
 }
 
+/// Two custom backoffs are equal only when they are clones of one.
+impl PartialEq for Backoff {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Kind::Fixed(a), Kind::Fixed(b)) => a == b,
+            (
+                Kind::Exponential { first, max, jitter },
+                Kind::Exponential {
+                    first: f2,
+                    max: m2,
+                    jitter: j2,
+                },
+            ) => first == f2 && max == m2 && jitter.to_bits() == j2.to_bits(),
+            (Kind::Custom(a), Kind::Custom(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Backoff {}
+
+/// For people: `fixed 5s`, `exponential 1s to 10m, jitter 25%`, `custom`.
+///
+/// ```
+/// use std::time::Duration;
+/// let b = delayqueue::Backoff::exponential(Duration::from_secs(1), Duration::from_secs(600));
+/// assert_eq!(b.to_string(), "exponential 1s to 600s, jitter 25%");
+/// ```
+impl fmt::Display for Backoff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Kind::Fixed(d) => write!(f, "fixed {d:?}"),
+            Kind::Exponential { first, max, jitter } => {
+                write!(
+                    f,
+                    "exponential {first:?} to {max:?}, jitter {}%",
+                    (jitter * 100.0).round()
+                )
+            }
+            Kind::Custom(_) => f.write_str("custom"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,10 @@ pub struct MessageInfo {
     pub attempts: u32,
     /// Retries it was sent with (`None` when its payload is gone).
     pub retry_count: Option<u32>,
+    /// The backoff it was sent with
+    /// ([`NewMessage::backoff`](crate::NewMessage::backoff)); `None`: the
+    /// consumer's default applies (or its payload is gone).
+    pub backoff: Option<crate::Backoff>,
     /// Why its last delivery failed: the handler's error, the panic, or
     /// `timeout` (its lease ran out).
     pub last_error: Option<String>,

@@ -73,10 +73,10 @@ const CONSUMER_SCRIPTS: &[&str] = &[
 /// commands: it makes a dead letter's payload persistent again.
 const REQUEUE_SCRIPTS: &[&str] = &["persist"];
 /// Commands that the read-only scripts run (stats, scan and inspect for
-/// `check_integrity`, list, get) and `find_queues`/`exists`: reads.
+/// `check_integrity`, list, walk, get) and `find_queues`/`exists`: reads.
 const CLI_SCRIPTS: &[&str] = &[
     "exists", "get", "getrange", "hexists", "hget", "hmget", "hscan", "llen", "lpos", "lrange", "pttl", "scan",
-    "strlen", "time", "type", "zcard", "zrange", "zscore",
+    "strlen", "time", "type", "zcard", "zcount", "zrange", "zrank", "zscore",
 ];
 
 #[derive(Clone, Copy, PartialEq)]
@@ -264,6 +264,34 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
         found.iter().map(|q| (q.name.as_str(), q.shards)).collect::<Vec<_>>(),
         [("orders", 1)]
     );
+    // Browse and search: a cursor whose message stays (ZRANK) and one whose
+    // message was cancelled (ZCOUNT).
+    for i in 0..2 {
+        sender
+            .send("later")
+            .id(format!("later-{i}"))
+            .delay(Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let first = inspector.browse(MessageState::Pending).limit(1).await.unwrap();
+    let next = inspector
+        .browse(MessageState::Pending)
+        .after(first.cursor.clone())
+        .await
+        .unwrap();
+    assert_eq!(next.items[0].id.as_str(), "later-1");
+    assert!(sender.cancel("later-0").await.unwrap());
+    let next = inspector
+        .browse(MessageState::Pending)
+        .after(first.cursor)
+        .await
+        .unwrap();
+    assert_eq!(next.items[0].id.as_str(), "later-1");
+    let found = inspector.search(MessageState::Pending, "late").await.unwrap();
+    assert_eq!(found.items.len(), 1);
+    assert_eq!(inspector.shard_statuses().await.unwrap().len(), 1);
+    assert!(sender.cancel("later-1").await.unwrap());
     second.shutdown().await.unwrap();
 }
 

@@ -202,3 +202,24 @@ async fn json_or_skip_makes_an_undecodable_payload_dead_at_once() {
     assert!(q.delete_dead("bad-1").await.unwrap());
     assert_eq!(q.counts().await.unwrap(), Default::default());
 }
+
+#[tokio::test]
+async fn get_and_list_show_the_backoff_a_message_was_sent_with() {
+    let (_server, _client, q) = start_queue("backoffs", FETCH_INTERVAL, |b| b).await;
+    let minute = Duration::from_secs(60);
+    let fixed = delayqueue::Backoff::fixed(Duration::from_secs(5));
+    q.send("a")
+        .delay(minute)
+        .id("own")
+        .backoff(fixed.clone())
+        .await
+        .unwrap();
+    q.send("b").delay(minute).id("default").await.unwrap();
+    let own = q.get("own").await.unwrap().unwrap();
+    assert_eq!(own.backoff, Some(fixed));
+    assert_eq!(own.backoff.unwrap().to_string(), "fixed 5s");
+    assert_eq!(q.get("default").await.unwrap().unwrap().backoff, None);
+    let page = q.list(MessageState::Pending, 0, 10).await.unwrap();
+    let listed: Vec<bool> = page.items.iter().map(|m| m.backoff.is_some()).collect();
+    assert_eq!(listed.iter().filter(|b| **b).count(), 1);
+}

@@ -211,6 +211,7 @@ async fn send_queues_show_and_cancel() {
         "state        pending",
         "attempts     0",
         "retry count  5 (6 deliveries left)",
+        "backoff      the consumer's",
         "last error   -",
         "payload      14 bytes, UTF-8:\nclose order 42\n",
     ] {

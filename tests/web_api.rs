@@ -647,15 +647,15 @@ async fn metrics_are_prometheus_text_read_from_redis() {
     assert!(r.header(header::CONTENT_TYPE).starts_with("text/plain; version=0.0.4"));
     let text = r.text();
     for family in [
-        ("delayqueue_messages", "gauge"),
-        ("delayqueue_oldest_overdue_seconds", "gauge"),
-        ("delayqueue_oldest_dead_seconds", "gauge"),
-        ("delayqueue_paused", "gauge"),
-        ("delayqueue_sent_total", "counter"),
-        ("delayqueue_acked_total", "counter"),
-        ("delayqueue_failed_total", "counter"),
-        ("delayqueue_dead_total", "counter"),
-        ("delayqueue_expired_total", "counter"),
+        ("delayqueue_queue_messages", "gauge"),
+        ("delayqueue_queue_oldest_overdue_seconds", "gauge"),
+        ("delayqueue_queue_oldest_dead_seconds", "gauge"),
+        ("delayqueue_queue_paused", "gauge"),
+        ("delayqueue_queue_sent_total", "counter"),
+        ("delayqueue_queue_acked_total", "counter"),
+        ("delayqueue_queue_failed_total", "counter"),
+        ("delayqueue_queue_dead_total", "counter"),
+        ("delayqueue_queue_expired_total", "counter"),
     ] {
         assert!(text.contains(&format!("# HELP {} ", family.0)), "{family:?}\n{text}");
         assert!(
@@ -664,23 +664,31 @@ async fn metrics_are_prometheus_text_read_from_redis() {
         );
     }
     for line in [
-        "delayqueue_messages{queue=\"metered\",state=\"pending\"} 3",
-        "delayqueue_messages{queue=\"metered\",state=\"dead\"} 1",
-        "delayqueue_messages{queue=\"metered\",state=\"ready\"} 0",
-        "delayqueue_sent_total{queue=\"metered\"} 4",
-        "delayqueue_failed_total{queue=\"metered\"} 1",
-        "delayqueue_dead_total{queue=\"metered\"} 1",
-        "delayqueue_oldest_overdue_seconds{queue=\"metered\"} 0",
-        "delayqueue_paused{queue=\"metered\"} 0",
+        "delayqueue_queue_messages{queue=\"metered\",state=\"pending\"} 3",
+        "delayqueue_queue_messages{queue=\"metered\",state=\"dead\"} 1",
+        "delayqueue_queue_messages{queue=\"metered\",state=\"ready\"} 0",
+        "delayqueue_queue_sent_total{queue=\"metered\"} 4",
+        "delayqueue_queue_failed_total{queue=\"metered\"} 1",
+        "delayqueue_queue_dead_total{queue=\"metered\"} 1",
+        "delayqueue_queue_oldest_overdue_seconds{queue=\"metered\"} 0",
+        "delayqueue_queue_paused{queue=\"metered\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line}\n{text}");
     }
     let dead_age = text
         .lines()
-        .find_map(|l| l.strip_prefix("delayqueue_oldest_dead_seconds{queue=\"metered\"} "))
+        .find_map(|l| l.strip_prefix("delayqueue_queue_oldest_dead_seconds{queue=\"metered\"} "))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap();
     assert!((0.0..60.0).contains(&dead_age), "{text}");
+
+    q.pause().await.unwrap();
+    let text = get(&app, "/metrics").await.text();
+    assert!(
+        text.lines()
+            .any(|l| l == "delayqueue_queue_paused{queue=\"metered\"} 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -159,6 +159,8 @@ pub(crate) struct MessageJson {
     attempts: u32,
     retry_count: Option<u32>,
     retries_left: Option<u32>,
+    /// The message's own backoff, for people; `None`: the consumer's default.
+    backoff: Option<String>,
     last_error: Option<String>,
     due_ms: Option<u64>,
     sent_ms: Option<u64>,
@@ -182,6 +184,7 @@ impl From<&MessageInfo> for MessageJson {
             attempts: m.attempts,
             retry_count: m.retry_count,
             retries_left: m.retries_left(),
+            backoff: m.backoff.as_ref().map(ToString::to_string),
             last_error: m.last_error.clone(),
             due_ms: m.due.map(epoch_ms),
             sent_ms: m.sent_at.map(epoch_ms),

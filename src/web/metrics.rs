@@ -42,49 +42,49 @@ fn secs(d: Option<std::time::Duration>) -> f64 {
 
 const FAMILIES: &[Family] = &[
     family(
-        "delayqueue_oldest_overdue_seconds",
+        "delayqueue_queue_oldest_overdue_seconds",
         "gauge",
         "Seconds the earliest pending message is past its due time (0: none is).",
         |s| secs(s.oldest_overdue),
     ),
     family(
-        "delayqueue_oldest_dead_seconds",
+        "delayqueue_queue_oldest_dead_seconds",
         "gauge",
         "Seconds since the oldest dead letter died (0: no dead letters).",
         |s| secs(s.oldest_dead),
     ),
     family(
-        "delayqueue_paused",
+        "delayqueue_queue_paused",
         "gauge",
-        "1 when the queue is paused, else 0.",
-        |_| 0.0,
+        "1 while the queue is paused (consumers lease nothing), else 0.",
+        |s| f64::from(u8::from(s.paused)),
     ),
     family(
-        "delayqueue_sent_total",
+        "delayqueue_queue_sent_total",
         "counter",
         "Messages stored by sends, by every producer (from Redis).",
         |s| s.totals.sent as f64,
     ),
     family(
-        "delayqueue_acked_total",
+        "delayqueue_queue_acked_total",
         "counter",
         "Deliveries acked, by every consumer (from Redis).",
         |s| s.totals.acked as f64,
     ),
     family(
-        "delayqueue_failed_total",
+        "delayqueue_queue_failed_total",
         "counter",
         "Deliveries that failed: handler errors, panics, time-outs (from Redis).",
         |s| s.totals.failed as f64,
     ),
     family(
-        "delayqueue_dead_total",
+        "delayqueue_queue_dead_total",
         "counter",
         "Messages that became dead letters (from Redis).",
         |s| s.totals.dead as f64,
     ),
     family(
-        "delayqueue_expired_total",
+        "delayqueue_queue_expired_total",
         "counter",
         "Messages discarded undelivered past their expire_after (from Redis).",
         |s| s.totals.expired as f64,
@@ -108,8 +108,8 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Result<Response, Api
 /// The text of one scrape.
 fn render(statuses: &[(String, QueueStatus)]) -> String {
     let mut out = String::new();
-    out.push_str("# HELP delayqueue_messages Messages in each state (ready and retry count list entries).\n");
-    out.push_str("# TYPE delayqueue_messages gauge\n");
+    out.push_str("# HELP delayqueue_queue_messages Messages in each state (ready and retry count list entries).\n");
+    out.push_str("# TYPE delayqueue_queue_messages gauge\n");
     for (name, s) in statuses {
         let c = s.counts;
         let states = [
@@ -122,7 +122,7 @@ fn render(statuses: &[(String, QueueStatus)]) -> String {
         for (state, n) in states {
             let _ = writeln!(
                 out,
-                "delayqueue_messages{{queue=\"{}\",state=\"{state}\"}} {n}",
+                "delayqueue_queue_messages{{queue=\"{}\",state=\"{state}\"}} {n}",
                 escape(name)
             );
         }
@@ -153,14 +153,17 @@ mod tests {
         s.totals.sent = 7;
         s.oldest_overdue = Some(std::time::Duration::from_millis(1500));
         let text = render(&[("a\"b".into(), s)]);
-        assert!(text.contains("# TYPE delayqueue_messages gauge\n"), "{text}");
+        assert!(text.contains("# TYPE delayqueue_queue_messages gauge\n"), "{text}");
         assert!(
-            text.contains("delayqueue_messages{queue=\"a\\\"b\",state=\"pending\"} 3\n"),
+            text.contains("delayqueue_queue_messages{queue=\"a\\\"b\",state=\"pending\"} 3\n"),
             "{text}"
         );
-        assert!(text.contains("delayqueue_sent_total{queue=\"a\\\"b\"} 7\n"), "{text}");
         assert!(
-            text.contains("delayqueue_oldest_overdue_seconds{queue=\"a\\\"b\"} 1.5\n"),
+            text.contains("delayqueue_queue_sent_total{queue=\"a\\\"b\"} 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("delayqueue_queue_oldest_overdue_seconds{queue=\"a\\\"b\"} 1.5\n"),
             "{text}"
         );
         assert_eq!(text.matches("# HELP").count(), 1 + FAMILIES.len());

@@ -12,7 +12,8 @@
 //! let dashboard = Dashboard::new(client)
 //!     .auth(Auth::Bearer("secret".into()))
 //!     .router();
-//! let app = axum::Router::new().nest("/admin/queues", dashboard);
+//! // nest_service (not nest) serves both /admin/queues and /admin/queues/.
+//! let app = axum::Router::new().nest_service("/admin/queues", dashboard);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
@@ -157,7 +158,7 @@ impl Dashboard {
 ///
 /// ```no_run
 /// # async fn run(client: delayqueue::fred::clients::Client) {
-/// let app = axum::Router::new().nest("/admin/queues", delayqueue::web::router(client));
+/// let app: axum::Router = axum::Router::new().nest_service("/admin/queues", delayqueue::web::router(client));
 /// # let _ = app;
 /// # }
 /// ```

@@ -13,7 +13,7 @@
 //!   oldest_dead_ms, totals: {sent, acked, failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
-//! - message: `{id, state, attempts, retry_count, deliveries_left, last_error,
+//! - message: `{id, state, attempts, retry_count, deliveries_left, backoff, last_error,
 //!   due, lease_until, dead_since, expires_in_ms (a dead letter's payload
 //!   TTL), expires_at (the `expire_after` deadline), payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
@@ -234,6 +234,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "attempts": m.attempts,
         "retry_count": m.retry_count,
         "deliveries_left": m.retries_left(),
+        "backoff": m.backoff.as_ref().map(ToString::to_string),
         "last_error": m.last_error,
         "due": time(m.due),
         "lease_until": time(m.lease_until),
@@ -299,6 +300,10 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
         ("state", m.state.as_str().to_string()),
         ("attempts", m.attempts.to_string()),
         ("retry count", retries),
+        (
+            "backoff",
+            m.backoff.as_ref().map_or("the consumer's".into(), ToString::to_string),
+        ),
         ("last error", m.last_error.clone().unwrap_or_else(|| "-".into())),
         ("due", when(m.due)),
         ("lease until", when(m.lease_until)),
