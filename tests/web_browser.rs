@@ -271,7 +271,7 @@ impl Browser {
 /// A private redis-server and the dashboard serving its queues under
 /// [`PREFIX`] on a loopback port, with bearer auth.
 struct Dash {
-    _server: RedisServer,
+    server: RedisServer,
     client: Client,
     base: String,
     serve: tokio::task::JoinHandle<()>,
@@ -303,7 +303,7 @@ impl Dash {
             axum::serve(listener, app).await.unwrap();
         });
         Dash {
-            _server: server,
+            server,
             client,
             base: format!("http://{addr}{PREFIX}"),
             serve,
@@ -762,22 +762,21 @@ async fn pausing_with_the_button_stops_the_consumers_and_resuming_hands_them_the
         .await;
     assert!(tasks.is_paused().await.unwrap(), "Redis says paused");
 
+    let sent_at = dash.server.now_ms();
     for i in 0..3 {
         tasks.send(format!("task {i}")).id(format!("task-{i}")).await.unwrap();
     }
-    // Due and waiting: a second past due, ten fetch intervals, still unclaimed.
+    // The consumer's loop runs on (it moves the due messages to ready) but
+    // claims nothing. "Nothing" needs a window: ten fetch intervals by
+    // Redis's clock after the sends, each a claim the pause refused.
     assert!(
-        support::wait_for(support::WAIT, || async {
-            tasks
-                .status()
-                .await
-                .unwrap()
-                .oldest_overdue
-                .is_some_and(|d| d >= Duration::from_secs(1))
-        })
-        .await,
-        "the tasks never became overdue: {:?}",
-        tasks.status().await
+        support::wait_for(support::WAIT, || async { tasks.counts().await.unwrap().ready == 3 }).await,
+        "the due tasks wait in ready: {:?}",
+        tasks.counts().await
+    );
+    assert!(
+        support::wait_until(support::WAIT, || dash.server.now_ms() >= sent_at + 1000).await,
+        "Redis's clock stands still"
     );
     let c = tasks.counts().await.unwrap();
     assert_eq!(

@@ -361,7 +361,7 @@
     const legend = h('div.legend', null, RATES.map((k) =>
       h('span', null, h('i', { style: `background: var(--c-${k === 'dead' ? 'dead-rate' : k})` }), k, ' ', h('b', null, fmtRate(last[k])), '/s')));
     if (points.length < 2) {
-      return [legend, h('div.chart-empty', null, 'Collecting samples: the server records rates every 10 s while the dashboard runs.')];
+      return [legend, h('div.chart-empty', null, 'Collecting samples: the chart starts once the server has sampled the rates twice (every 10 s by default).')];
     }
     const W = Math.max(320, Math.round(width || 640)), H = 150, L = 40, R = 10, T = 8, B = 20;
     const end = Math.max(points[points.length - 1].t_ms, serverNow());
@@ -951,6 +951,7 @@
         row('Sent', when(m.sent_ms)),
         row('Attempts', fmtInt(m.attempts)),
         row('Retries left', retries),
+        row('Backoff', m.backoff || h('span.faint', null, "the consumer's default")),
         row('Last error', m.last_error || h('span.faint', null, '—'), m.last_error ? 'err' : null),
         m.lease_until_ms ? row('Lease until', when(m.lease_until_ms)) : null,
         m.dead_since_ms ? row('Died', when(m.dead_since_ms)) : null,
