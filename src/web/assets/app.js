@@ -73,7 +73,8 @@
     if (!r) return '0';
     if (r < 0.01) return '<0.01';
     if (r < 10) return String(Number(r.toFixed(2)));
-    if (r < 100) return r.toFixed(1);
+    // Trailing zeros dropped, as below 10: "12", not "12.0" beside a "4".
+    if (r < 100) return String(Number(r.toFixed(1)));
     return nf.format(Math.round(r));
   }
   function fmtDur(ms) {
