@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use delayqueue::fred::prelude::{Client, ClientLike};
+use delayqueue::fred::prelude::{Client, ClientLike, ServerInterface};
 use delayqueue::{DelayQueue, HandlerError, Message, NewMessage};
 use futures::StreamExt;
 use tower::ServiceExt;
@@ -89,6 +89,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_overview.busy_us / 2000.0
     );
 
+    discovery(&client).await?;
+
     for i in 0..QUEUES - 1 {
         DelayQueue::builder(format!("bench-{i:03}"), client.clone())
             .build()?
@@ -97,6 +99,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     queue.purge().await?;
     Ok(())
+}
+
+/// The queue list's refresh (at most every 30 s): one `find_queues`, a
+/// SCAN of the whole keyspace, over 1,010,000 message keys and 100 queues.
+async fn discovery(client: &Client) -> Result<(), delayqueue::Error> {
+    let keys: u64 = client.dbsize().await?;
+    let calls_before = scan_calls(client).await?;
+    let mut times = Vec::new();
+    let mut found = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        found = delayqueue::find_queues(client, "dq:").await?.len();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let calls = (scan_calls(client).await? - calls_before) / 5;
+    println!(
+        "queue list refresh (find_queues, {keys} keys): median {:.0} ms, {calls} SCAN calls, {found} queues found",
+        times[2].as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+async fn scan_calls(client: &Client) -> Result<u64, delayqueue::Error> {
+    let info: String = client
+        .info(Some(delayqueue::fred::types::InfoKind::CommandStats))
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0))
 }
 
 /// 10,000 dead letters: sent due now with no retry, failed by a consumer.
