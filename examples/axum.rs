@@ -9,6 +9,7 @@
 //! curl -X POST localhost:3000/orders/42          # cancelled in 30 s ...
 //! curl -X POST localhost:3000/orders/42/pay      # ... unless paid first
 //! curl localhost:3000/stats
+//! curl -H 'Authorization: Bearer change-me' localhost:3000/admin/queues/metrics   # Prometheus
 //! open http://localhost:3000/admin/queues?token=$ADMIN_TOKEN   # the dashboard (default token: change-me)
 //! ```
 
@@ -46,7 +47,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // nest_service, not nest: it serves both /admin/queues and /admin/queues/.
     let token = std::env::var("ADMIN_TOKEN").unwrap_or_else(|_| "change-me".into());
-    let dashboard = Dashboard::new(client).auth(Auth::Bearer(token)).queue(&queue).router();
+    // The process's own metrics (handler durations, lateness, ...) go to a
+    // Prometheus recorder; the dashboard's /metrics appends them to the
+    // queue-wide figures it reads from Redis.
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    delayqueue::describe_metrics();
+    let dashboard = Dashboard::new(client)
+        .auth(Auth::Bearer(token))
+        .queue(&queue)
+        .process_metrics(move || metrics.render())
+        .router();
     let app = Router::new()
         .route("/orders/{id}", post(place_order))
         .route("/orders/{id}/pay", post(pay_order))

@@ -277,6 +277,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
         keys(&m),
         [
             "attempts",
+            "backoff",
             "dead_since_ms",
             "due_ms",
             "expires_at_ms",
@@ -757,4 +758,39 @@ async fn rates_are_sampled_and_the_sampler_stops_with_the_router() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // Only the INFO calls themselves (1 per look).
     assert!(calls() <= before + 1, "the sampler still runs: {before} -> {}", calls());
+}
+
+/// `/metrics` appends the application's recorder (here
+/// metrics-exporter-prometheus, installed for this test binary) given to
+/// `process_metrics`: the library's per-process metrics with their help
+/// texts, next to the queue-wide families read from Redis.
+#[tokio::test]
+async fn metrics_append_the_process_metrics_of_the_application_recorder() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this test binary");
+    let (_server, client) = start().await;
+    let q = queue(&client, "recorded");
+    let log = helpers::Log::default();
+    let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
+    q.send("x").await.unwrap();
+    assert!(support::wait_until(WAIT, || log.len() == 1).await);
+    consumer.shutdown().await.unwrap();
+    let app = Dashboard::new(client.clone())
+        .process_metrics(move || recorder.render())
+        .router();
+    let text = get(&app, "/metrics").await.text();
+    for line in [
+        "# TYPE delayqueue_queue_acked_total counter",
+        "delayqueue_queue_acked_total{queue=\"recorded\"} 1",
+        "# TYPE delayqueue_acked_total counter",
+        "delayqueue_acked_total{queue=\"recorded\"} 1",
+        "# TYPE delayqueue_handler_duration_seconds summary",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    assert!(
+        text.contains("# HELP delayqueue_acked_total Acks that took effect."),
+        "{text}"
+    );
 }

@@ -98,9 +98,13 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Result<Response, Api
         .into_iter()
         .map(|(q, s)| Ok::<_, Error>((q.name().to_string(), s?)))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut text = render(&statuses);
+    if let Some(process) = &app.process_metrics {
+        text.push_str(&(process.0)());
+    }
     Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        render(&statuses),
+        text,
     )
         .into_response())
 }

@@ -51,7 +51,7 @@ use fred::prelude::Client;
 use crate::DelayQueue;
 use registry::Registry;
 use sampler::Sampler;
-use state::App;
+use state::{App, ProcessMetrics};
 
 /// Builds the dashboard's router; every method takes and returns the builder.
 ///
@@ -76,6 +76,7 @@ pub struct Dashboard {
     auth: Auth,
     queues: Vec<DelayQueue>,
     sample_every: Duration,
+    process_metrics: Option<ProcessMetrics>,
 }
 
 /// Samples of rates kept: 15 minutes at the default 10 s.
@@ -92,6 +93,7 @@ impl Dashboard {
             auth: Auth::None,
             queues: Vec::new(),
             sample_every: Duration::from_secs(10),
+            process_metrics: None,
         }
     }
 
@@ -132,6 +134,29 @@ impl Dashboard {
         self
     }
 
+    /// Appends what `render` returns, Prometheus text from the
+    /// application's `metrics` recorder, to `/metrics`: the process-side
+    /// metrics the library records (handler durations, lateness, leases,
+    /// ...; [`describe_metrics`](crate::describe_metrics) gives them their
+    /// `# HELP` and units) next to the queue-wide ones read from Redis.
+    /// Called once per scrape.
+    ///
+    /// ```no_run
+    /// # fn run(client: delayqueue::fred::clients::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// // With metrics-exporter-prometheus as the application's recorder:
+    /// let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    /// delayqueue::describe_metrics();
+    /// let app = delayqueue::web::Dashboard::new(client)
+    ///     .process_metrics(move || handle.render())
+    ///     .router();
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    pub fn process_metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.process_metrics = Some(ProcessMetrics(Arc::new(render)));
+        self
+    }
+
     /// The router: serve it, or nest it under a path of your service.
     pub fn router(self) -> axum::Router {
         let app = Arc::new(App {
@@ -140,6 +165,7 @@ impl Dashboard {
             client: self.client,
             read_only: self.read_only,
             csrf: uuid::Uuid::new_v4().simple().to_string(),
+            process_metrics: self.process_metrics,
             background: OnceLock::new(),
         });
         axum::Router::new()

@@ -1,6 +1,6 @@
 //! What every handler shares: [`App`].
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use fred::prelude::Client;
 
@@ -16,9 +16,22 @@ pub(crate) struct App {
     pub read_only: bool,
     /// Required in `x-csrf-token` on every action.
     pub csrf: String,
+    /// The application's own metrics text, appended to `/metrics`.
+    pub process_metrics: Option<ProcessMetrics>,
     /// The background task (queue list refresh, sampling), started by the
     /// first request and aborted when the last router clone is dropped.
     pub background: OnceLock<AbortOnDrop>,
+}
+
+/// Renders the application's metrics recorder as Prometheus text
+/// ([`Dashboard::process_metrics`](super::Dashboard::process_metrics)).
+#[derive(Clone)]
+pub(crate) struct ProcessMetrics(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for ProcessMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessMetrics(..)")
+    }
 }
 
 /// Aborts its task when dropped, so a dropped router leaves no task behind.
