@@ -890,12 +890,13 @@ async fn the_overview_follows_a_dark_system_theme_and_read_only_shows_no_action(
     wait_for_traffic(&b).await;
     b.screenshot("overview-dark").await;
 
-    // Read-only: the badge says so, and no view offers an action.
+    // Read-only: the badge says so, and no view offers an action. The
+    // message looked at is one of audit's, which no consumer takes away.
     b.wait("the read-only badge", "!document.getElementById('ro-badge').hidden")
         .await;
-    dash.open(&b, "#/q/payments/pending").await;
+    dash.open(&b, "#/q/audit/pending").await;
     b.wait(
-        "a page of pending payments",
+        "a page of pending audit messages",
         "document.querySelectorAll('[data-testid=message-row]').length > 0",
     )
     .await;
@@ -903,7 +904,7 @@ async fn the_overview_follows_a_dark_system_theme_and_read_only_shows_no_action(
         .js("return document.querySelector('[data-testid=message-row]').dataset.id;")
         .await;
     assert_eq!(b.js(NO_ACTIONS).await, json!([]), "actions in a read-only queue view");
-    dash.open(&b, &format!("#/q/payments/m/{}", id.as_str().unwrap())).await;
+    dash.open(&b, &format!("#/q/audit/m/{}", id.as_str().unwrap())).await;
     b.wait(
         "the message view",
         "!!document.querySelector('[data-testid=message-view] [data-testid=payload]')",
