@@ -225,3 +225,53 @@ end
 local function head_due(pending)
   return checked('zset', 'ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end
+
+-- Stores one message as send does, unless its id is live. Its value gets
+-- the send times in its header, before the ':': "/<now>+<delay ms>" and,
+-- when `expire` (ms) > 0, "@<now + delay + expire>". `delay` is the
+-- delay in ms as a string, written as given. A caller-chosen id (`own`)
+-- may have had an earlier message: its dead letter and retry record go,
+-- and STALE is set when an entry of it may remain in a list. `first`:
+-- this is the script's first read of `unack`, which then checks its type.
+-- Adds nothing to pending: the caller ZADDs `now + delay` for status 1.
+-- Returns 1 stored, 0 the id is live (pending, ready, retry or
+-- processing), 2 its payload key holds another type (nothing written).
+local function store_message(unack, garbage, retries, key, id, value, delay, expire, own, now, first)
+  local colon = string.find(value, ':', 1, true)
+  if colon then
+    local times = string.format('/%d+', now) .. delay
+    if expire > 0 then
+      times = times .. string.format('@%d', now + tonumber(delay) + expire)
+    end
+    value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
+  end
+  local live
+  if first then
+    live = checked('zset', 'ZSCORE', unack, id)
+  else
+    live = redis.call('ZSCORE', unack, id)
+  end
+  if live then
+    return 0
+  end
+  local status = 0
+  if redis.call('SET', key, value, 'NX') then
+    status = 1
+  elseif redis.call('TYPE', key)['ok'] ~= 'string' then
+    return 2
+  elseif checked('zset', 'ZSCORE', garbage, id) then
+    -- A dead message with the same id is replaced by the new one; SET
+    -- drops the dead payload's TTL.
+    redis.call('SET', key, value)
+    status = 1
+  end
+  if status == 1 and own then
+    local dead = redis.call('ZREM', garbage, id)
+    if redis.call('HDEL', retries, id) == 1 and dead == 0 then
+      -- Delivered before, neither dead nor processing, and its payload gone
+      -- (deleted by something else): an entry of it may remain in a list.
+      redis.call('HSET', retries, STALE, 1)
+    end
+  end
+  return status
+end

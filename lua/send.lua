@@ -55,52 +55,16 @@ if chosen then
 end
 check_types(unpack(later))
 local now = now_ms()
--- The send times each stored value's header gets: "/<now>+" then the
--- message's delay, as its ARGV already spells it.
-local sent = string.format('/%d+', now)
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
 for i = 6, #KEYS do
   local a = (i - 6) * 5 + 2
-  local id, value, delay, expire = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local colon = string.find(value, ':', 1, true)
-  if colon then
-    local times = sent .. ARGV[a + 2]
-    if expire > 0 then
-      times = times .. string.format('@%d', now + delay + expire)
-    end
-    value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
-  end
-  local status = 0
-  local live
-  if i == 6 then
-    live = checked('zset', 'ZSCORE', KEYS[3], id)
-  else
-    live = redis.call('ZSCORE', KEYS[3], id)
-  end
-  if not live then
-    if redis.call('SET', KEYS[i], value, 'NX') then
-      status = 1
-    elseif redis.call('TYPE', KEYS[i])['ok'] ~= 'string' then
-      status = 2
-    elseif checked('zset', 'ZSCORE', KEYS[4], id) then
-      -- A dead message with the same id is replaced by the new one; SET
-      -- drops the dead payload's TTL.
-      redis.call('SET', KEYS[i], value)
-      status = 1
-    end
-  end
-  if status == 1 and ARGV[a + 4] == '1' then
-    local dead = redis.call('ZREM', KEYS[4], id)
-    if redis.call('HDEL', KEYS[2], id) == 1 and dead == 0 then
-      -- Delivered before, neither dead nor processing, and its payload gone
-      -- (deleted by something else): an entry of it may remain in a list.
-      redis.call('HSET', KEYS[2], STALE, 1)
-    end
-  end
+  local id = ARGV[a]
+  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[i], id, ARGV[a + 1], ARGV[a + 2],
+    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 6)
   if status == 1 then
-    local due = now + delay
+    local due = now + tonumber(ARGV[a + 2])
     entries[#entries + 1] = due
     entries[#entries + 1] = id
     if not earliest or due < earliest then

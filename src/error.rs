@@ -96,6 +96,14 @@ pub enum Error {
         /// Whether the primary's own AOF confirmed it, where asked for.
         local: bool,
     },
+    /// The queue has no schedule of this name.
+    #[error("queue {queue:?} has no schedule {name:?}")]
+    NoSuchSchedule {
+        /// The queue.
+        queue: String,
+        /// The schedule's name.
+        name: String,
+    },
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),

@@ -79,6 +79,17 @@ pub enum Event {
         /// The message.
         id: MessageId,
     },
+    /// This process's scheduler sent a fire of schedule `schedule`, due
+    /// at `at`, as message `id` (instead of an [`Event::Sent`]). Every
+    /// fire is sent by one process only.
+    Fired {
+        /// The schedule's name.
+        schedule: String,
+        /// The fire's message.
+        id: MessageId,
+        /// The fire time.
+        at: std::time::SystemTime,
+    },
     /// An operator changed the queue; sent only when something changed.
     Changed {
         /// What was done.

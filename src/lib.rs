@@ -81,6 +81,7 @@ mod message;
 mod meters;
 mod payload;
 mod queue;
+mod schedule;
 mod status;
 mod store;
 #[cfg(feature = "web")]
@@ -88,7 +89,7 @@ pub mod web;
 
 pub use backoff::Backoff;
 pub use connect::connect;
-pub use consume::Consumer;
+pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
@@ -101,6 +102,9 @@ pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
     find_queues, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue, IntegrityReport, NewMessage,
     Search, MAX_SCAN,
+};
+pub use schedule::{
+    Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,
 };
 pub use status::{Counts, MessageState, QueueStatus, Totals};
 pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};

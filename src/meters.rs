@@ -134,6 +134,8 @@ meters! {
         "Seconds each handler run took, any outcome.";
     paused: QueueGauge = "delayqueue_consumer_paused",
         "1 while this process's consumer finds the queue paused, else 0.";
+    fired: QueueCounter = "delayqueue_schedule_fires_total",
+        "Fires of schedules this process's scheduler sent (each fire is sent by one process only).";
     lateness: QueueHistogram = "delayqueue_lateness_seconds",
         "Seconds between a message's due time and its move to ready (Redis clock).";
 }

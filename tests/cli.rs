@@ -920,3 +920,124 @@ async fn web_serves_the_dashboard_and_refuses_an_open_public_address() {
     assert_eq!(v["queues"][0]["counts"]["pending"], 1, "{v}");
     child.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn schedules_add_list_show_trigger_pause_resume_and_remove() {
+    let (_server, url, client) = start().await;
+    let r = run(
+        &url,
+        &[
+            "schedules",
+            "add",
+            "jobs",
+            "nightly",
+            "clean up",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Europe/Berlin",
+        ],
+    )
+    .await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "set nightly\n"), "{r:?}");
+    let r = run(
+        &url,
+        &[
+            "schedules",
+            "add",
+            "jobs",
+            "nightly",
+            "clean up",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Europe/Berlin",
+        ],
+    )
+    .await;
+    assert_eq!(r.stdout, "unchanged nightly\n");
+    assert!(run(
+        &url,
+        &[
+            "schedules",
+            "add",
+            "jobs",
+            "bad",
+            "x",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Mars/Base"
+        ]
+    )
+    .await
+    .failed(2)
+    .contains("Mars/Base"));
+    run(
+        &url,
+        &[
+            "schedules",
+            "add",
+            "jobs",
+            "ping",
+            "p",
+            "--every",
+            "1h",
+            "--misfire",
+            "skip",
+        ],
+    )
+    .await;
+
+    let r = run(&url, &["schedules", "list", "jobs"]).await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{r:?}");
+    assert!(
+        lines[1].starts_with("nightly") && lines[1].contains("Europe/Berlin") && lines[1].contains("active"),
+        "{r:?}"
+    );
+    let r = run(&url, &["--json", "schedules", "list", "jobs"]).await;
+    let list: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(list[1]["spec"], "every 3600000");
+    assert_eq!(list[1]["misfire"], "skip");
+    assert!(list[0]["next_fire_ms"].as_u64().is_some());
+    assert!(run(&url, &["schedules", "show", "jobs", "nightly"])
+        .await
+        .stdout
+        .contains("payload:     clean up"));
+
+    let r = run(&url, &["schedules", "trigger", "jobs", "nightly"]).await;
+    let id = r.stdout.trim().to_string();
+    assert!(id.starts_with("{nightly}@t"), "{r:?}");
+    let got = queue(&client, "jobs").get(&id).await.unwrap().expect("sent");
+    assert_eq!(got.state, delayqueue::MessageState::Pending);
+
+    assert_eq!(
+        run(&url, &["schedules", "pause", "jobs", "ping"]).await.stdout,
+        "paused ping\n"
+    );
+    assert_eq!(
+        run(&url, &["schedules", "pause", "jobs", "ping"]).await.stdout,
+        "paused ping (it already was)\n"
+    );
+    assert!(run(&url, &["schedules", "list", "jobs"])
+        .await
+        .stdout
+        .contains("paused"));
+    assert_eq!(
+        run(&url, &["schedules", "resume", "jobs", "ping"]).await.stdout,
+        "resumed ping\n"
+    );
+    assert_eq!(
+        run(&url, &["schedules", "remove", "jobs", "ping"]).await.stdout,
+        "removed ping\n"
+    );
+    assert!(run(&url, &["schedules", "remove", "jobs", "ping"])
+        .await
+        .failed(1)
+        .contains("ping"));
+    assert!(run(&url, &["schedules", "show", "jobs", "ping"])
+        .await
+        .failed(1)
+        .contains("ping"));
+}

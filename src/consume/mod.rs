@@ -22,7 +22,8 @@
 //! - `settle.rs`: an outcome turned into an ack, a nack or a hand-back;
 //! - `acker.rs`: each shard's acks, coalesced into batches;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
-//! - `wake.rs`: wake-ups from Redis pub/sub.
+//! - `wake.rs`: wake-ups from Redis pub/sub;
+//! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
 mod acker;
 mod claim;
@@ -31,6 +32,7 @@ mod delivery;
 mod lease;
 mod outcome;
 mod promote;
+mod scheduler;
 mod settings;
 mod settle;
 mod shard_loop;
@@ -44,6 +46,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub(crate) use context::Context;
+pub use scheduler::Scheduler;
+pub(crate) use scheduler::PAGE as SCHEDULE_PAGE;
 pub(crate) use settings::Settings;
 
 use crate::{Error, Handler, MessageId};
@@ -61,7 +65,7 @@ use state::{Pool, Shared};
 #[must_use = "dropping a Consumer stops it"]
 pub struct Consumer {
     stop: watch::Sender<bool>,
-    /// The loop of each shard, then the wake-up task.
+    /// The loop of each shard, then the wake-up task and the scheduler.
     tasks: Vec<JoinHandle<()>>,
     /// The queue's name, for logs.
     name: String,
@@ -76,6 +80,7 @@ impl Consumer {
         let channels = shards.iter().map(|k| k.wake.clone()).collect();
         let (wakes, waker) = wake::spawn(&ctx.client, channels, stop_rx.clone()).await;
         let me = MessageId::generate();
+        let scheduler = tokio::spawn(scheduler::run(ctx.clone(), stop_rx.clone()));
         let pool = Arc::new(Pool::new(handler, ctx.settings.concurrency, shards.len(), stop_rx));
         let mut tasks: Vec<JoinHandle<()>> = shards
             .iter()
@@ -105,6 +110,7 @@ impl Consumer {
             })
             .collect();
         tasks.push(waker);
+        tasks.push(scheduler);
         match shards.len() {
             1 => tracing::info!(queue = %ctx.name, "consumer started"),
             n => tracing::info!(queue = %ctx.name, shards = n, "consumer started"),

@@ -13,6 +13,7 @@ mod durability;
 mod inspect;
 mod integrity;
 mod pause;
+mod schedules;
 mod send;
 
 pub use browse::{Browse, Search, MAX_SCAN};
@@ -269,16 +270,20 @@ impl DelayQueue {
         self.counts().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
+        Ok(Consumer::start(self.consume_context(), Arc::new(handler)).await)
+    }
+
+    /// What the consume runtime (a consumer, a scheduler) runs with.
+    pub(crate) fn consume_context(&self) -> consume::Context {
         let inner = &self.inner;
-        let ctx = consume::Context {
+        consume::Context {
             name: inner.name.clone(),
             client: inner.client.clone(),
             shards: inner.shards.clone(),
             settings: inner.config.consume_settings(),
             meters: inner.meters.clone(),
             events: inner.events.clone(),
-        };
-        Ok(Consumer::start(ctx, Arc::new(handler)).await)
+        }
     }
 
     /// Messages sent with more shards than this consumer has sit in

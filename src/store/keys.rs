@@ -34,6 +34,11 @@ pub(crate) struct Keys {
     pub wake: String,
     /// Prefix of the receipts that make a consumer's claim requests idempotent.
     claim_prefix: String,
+    /// The shard's schedules: name -> cursor, the fire time (ms) of the
+    /// last fire sent (`+inf` while paused).
+    pub schedules: String,
+    /// Prefix of each schedule's definition hash; the name follows it.
+    pub schedule_prefix: String,
 }
 
 impl Keys {
@@ -80,6 +85,8 @@ impl Keys {
             msg_prefix: format!("{base}:m:"),
             wake: format!("{base}:wake"),
             claim_prefix: format!("{base}:claim:"),
+            schedules: format!("{base}:schedules"),
+            schedule_prefix: format!("{base}:schedule:"),
         }
     }
 
@@ -102,6 +109,11 @@ impl Keys {
     /// The payload key of message `id`.
     pub(crate) fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
+    }
+
+    /// The definition hash of schedule `name`.
+    pub(crate) fn schedule(&self, name: &str) -> String {
+        format!("{}{name}", self.schedule_prefix)
     }
 
     /// The claim receipt key of consumer `consumer`.
@@ -160,6 +172,8 @@ mod tests {
             &k.totals,
             &k.msg("x"),
             &k.claim("r"),
+            &k.schedules,
+            &k.schedule("daily"),
         ] {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }

@@ -52,6 +52,9 @@ lua_scripts! {
     ACK = "ack";
     NACK = "nack";
     PAUSE = "pause";
+    FIRE = "fire";
+    SCHEDULE = "schedule";
+    SCHEDULES = "schedules";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

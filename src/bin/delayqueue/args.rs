@@ -102,6 +102,9 @@ pub enum Command {
         /// The queue's name.
         queue: String,
     },
+    /// Repeating schedules of a queue (cron or interval), fired by its consumers.
+    #[command(subcommand)]
+    Schedules(SchedulesCommand),
     /// Serve the web dashboard and Prometheus /metrics of every queue under the prefix.
     Web(WebArgs),
     /// Delete every message of a queue and its totals.
@@ -185,6 +188,67 @@ pub struct SendArgs {
     /// Retries after a failed delivery (default: the library's, 3).
     #[arg(long)]
     pub retry_count: Option<u32>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// Every schedule of the queue with its next fire time.
+    List {
+        /// The queue's name.
+        queue: String,
+    },
+    /// One schedule, with its payload.
+    Show(ScheduleTarget),
+    /// Create or replace a schedule (exit 0; "unchanged" when it was so already).
+    Add(AddScheduleArgs),
+    /// Pause a schedule: its fires sent ahead are withdrawn, it fires nothing.
+    Pause(ScheduleTarget),
+    /// Resume a paused schedule from now.
+    Resume(ScheduleTarget),
+    /// Remove a schedule; exit 1 when there is none.
+    Remove(ScheduleTarget),
+    /// Send one fire of a schedule now; prints its message id.
+    Trigger(ScheduleTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleTarget {
+    /// The queue's name.
+    pub queue: String,
+    /// The schedule's name.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AddScheduleArgs {
+    /// The queue's name.
+    pub queue: String,
+    /// The schedule's name.
+    pub name: String,
+    /// Each fire's payload.
+    pub payload: String,
+    /// A cron expression, 5 fields or 6 with seconds first, e.g. "0 9 * * MON-FRI".
+    #[arg(long, conflicts_with = "every", required_unless_present = "every")]
+    pub cron: Option<String>,
+    /// A fixed interval, e.g. 30s, 5m.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub every: Option<Duration>,
+    /// IANA time zone of the cron expression (default UTC).
+    #[arg(long)]
+    pub tz: Option<String>,
+    /// Retries of each fire's message (default: the library's, 3).
+    #[arg(long)]
+    pub retry_count: Option<u32>,
+    /// Fires missed by more than a minute: skip them, or send one (default).
+    #[arg(long, value_enum, default_value = "once")]
+    pub misfire: MisfireArg,
+}
+
+/// `--misfire` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MisfireArg {
+    Skip,
+    Once,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,10 +4,12 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::prelude::{Client, ClientLike};
-use delayqueue::{find_queues, DelayQueue, Error, MessageId, MessageState};
+use delayqueue::{find_queues, DelayQueue, Error, MessageId, MessageState, Misfire, Schedule, ScheduleInfo};
 use serde_json::{json, Value};
 
-use crate::args::{Cli, Command, DeadCommand, DeadTarget, PageArgs, SendArgs, StatsArgs};
+use crate::args::{
+    Cli, Command, DeadCommand, DeadTarget, MisfireArg, PageArgs, ScheduleTarget, SchedulesCommand, SendArgs, StatsArgs,
+};
 use crate::output::{self, Rates, Table};
 
 /// Why a command failed: its exit code and the one line for stderr
@@ -77,6 +79,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Dead, &page).await,
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
+        Command::Schedules(cmd) => ctx.schedules(cmd).await,
         Command::Pause { queue } => ctx.pause(&queue, true).await,
         Command::Resume { queue } => ctx.pause(&queue, false).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
@@ -354,6 +357,98 @@ impl Ctx {
         Ok(0)
     }
 
+    async fn schedules(&self, cmd: SchedulesCommand) -> Result<u8, Failure> {
+        let now = self.redis_now().await?;
+        match cmd {
+            SchedulesCommand::List { queue } => {
+                let list = self.queue(&queue).await?.schedules().await?;
+                let rows: Vec<Value> = list.iter().map(schedule_json).collect();
+                self.print(json!(rows), || output::schedules_text(&list, now))?;
+                Ok(0)
+            }
+            SchedulesCommand::Show(t) => match self.queue(&t.queue).await?.schedule(&t.name).await? {
+                Some(s) => {
+                    self.print(schedule_json(&s), || output::schedule_text(&s, now))?;
+                    Ok(0)
+                }
+                None => Err(Failure::not_found(format!(
+                    "queue {:?} has no schedule {:?}",
+                    t.queue, t.name
+                ))),
+            },
+            SchedulesCommand::Add(a) => {
+                let payload = a.payload.clone();
+                let mut s = match (&a.cron, a.every) {
+                    (Some(expr), _) => Schedule::cron(expr, payload),
+                    (None, Some(every)) => Schedule::every(every, payload),
+                    (None, None) => return Err(Failure::usage("give --cron or --every")),
+                };
+                if let Some(tz) = &a.tz {
+                    s = s.timezone(tz);
+                }
+                if let Some(n) = a.retry_count {
+                    s = s.retry_count(n);
+                }
+                s = s.misfire(match a.misfire {
+                    MisfireArg::Skip => Misfire::Skip,
+                    MisfireArg::Once => Misfire::FireOnce,
+                });
+                let changed = self.queue(&a.queue).await?.set_schedule(&a.name, s).await?;
+                self.print(
+                    json!({"queue": a.queue, "schedule": a.name, "changed": changed}),
+                    || {
+                        let word = if changed { "set" } else { "unchanged" };
+                        format!("{word} {}\n", a.name)
+                    },
+                )?;
+                Ok(0)
+            }
+            SchedulesCommand::Pause(t) => self.flip_schedule(t, "paused").await,
+            SchedulesCommand::Resume(t) => self.flip_schedule(t, "resumed").await,
+            SchedulesCommand::Remove(t) => self.flip_schedule(t, "removed").await,
+            SchedulesCommand::Trigger(t) => {
+                let id = self.queue(&t.queue).await?.trigger_schedule(&t.name).await?;
+                self.print(json!({"queue": t.queue, "schedule": t.name, "id": id.as_str()}), || {
+                    format!("{id}\n")
+                })?;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Pauses, resumes or removes a schedule; exit 1 when there is none.
+    async fn flip_schedule(&self, t: ScheduleTarget, word: &str) -> Result<u8, Failure> {
+        let queue = self.queue(&t.queue).await?;
+        let result = match word {
+            "paused" => queue.pause_schedule(&t.name).await,
+            "resumed" => queue.resume_schedule(&t.name).await,
+            _ => match queue.remove_schedule(&t.name).await {
+                Ok(false) => Err(Error::NoSuchSchedule {
+                    queue: t.queue.clone(),
+                    name: t.name.clone(),
+                }),
+                other => other,
+            },
+        };
+        let changed = match result {
+            Err(Error::NoSuchSchedule { .. }) => {
+                return Err(Failure::not_found(format!(
+                    "queue {:?} has no schedule {:?}",
+                    t.queue, t.name
+                )))
+            }
+            other => other?,
+        };
+        self.print(
+            json!({"queue": t.queue, "schedule": t.name, "changed": changed}),
+            || {
+                let already = if changed { "" } else { " (it already was)" };
+                format!("{word} {}{already}\n", t.name)
+            },
+        )?;
+        Ok(0)
+    }
+
     async fn pause(&self, name: &str, pause: bool) -> Result<u8, Failure> {
         let queue = self.existing(name).await?;
         let changed = if pause {
@@ -483,6 +578,27 @@ fn redact(url: &str) -> String {
         Some(at) => format!("{scheme}://***{}", &rest[at..]),
         None => url.to_string(),
     }
+}
+
+/// A schedule as `--json` prints it; times in ms since the epoch.
+fn schedule_json(s: &ScheduleInfo) -> Value {
+    let ms = |t: Option<SystemTime>| {
+        t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+    };
+    json!({
+        "name": s.name,
+        "spec": s.spec,
+        "timezone": s.timezone,
+        "paused": s.paused,
+        "next_fire_ms": ms(s.next_fire),
+        "last_fire_ms": ms(s.last_fire),
+        "fired": s.fired,
+        "misfire": s.misfire.as_str(),
+        "misfire_grace_ms": s.misfire_grace.as_millis() as u64,
+        "retry_count": s.retry_count,
+        "payload": String::from_utf8_lossy(s.payload.as_bytes()),
+    })
 }
 
 #[cfg(test)]

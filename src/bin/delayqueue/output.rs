@@ -392,6 +392,50 @@ impl Table {
     }
 }
 
+/// `schedules list`: a line per schedule.
+pub fn schedules_text(list: &[delayqueue::ScheduleInfo], now: SystemTime) -> String {
+    if list.is_empty() {
+        return "no schedules\n".to_string();
+    }
+    let mut t = Table::new(["NAME", "SPEC", "TZ", "NEXT", "LAST", "FIRED", "STATE"]);
+    for s in list {
+        let when = |at: Option<SystemTime>| at.map_or("-".to_string(), |at| relative(at, now));
+        t.row([
+            s.name.clone(),
+            s.spec.clone(),
+            s.timezone.clone(),
+            when(s.next_fire),
+            when(s.last_fire),
+            s.fired.to_string(),
+            if s.paused { "paused" } else { "active" }.to_string(),
+        ]);
+    }
+    t.render()
+}
+
+/// `schedules show`: every field of one schedule.
+pub fn schedule_text(s: &delayqueue::ScheduleInfo, now: SystemTime) -> String {
+    let when = |at: Option<SystemTime>| {
+        at.map_or("-".to_string(), |at| {
+            format!("{} ({})", timestamp(at), relative(at, now))
+        })
+    };
+    format!(
+        "name:        {}\nspec:        {}\ntimezone:    {}\nstate:       {}\nnext fire:   {}\nlast fire:   {}\nfired:       {}\nmisfire:     {} (grace {:?})\nretry count: {}\npayload:     {}\n",
+        s.name,
+        s.spec,
+        s.timezone,
+        if s.paused { "paused" } else { "active" },
+        when(s.next_fire),
+        when(s.last_fire),
+        s.fired,
+        s.misfire.as_str(),
+        s.misfire_grace,
+        s.retry_count,
+        String::from_utf8_lossy(s.payload.as_bytes()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

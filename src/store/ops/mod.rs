@@ -13,6 +13,7 @@ pub(crate) mod ack;
 pub(crate) mod cancel;
 pub(crate) mod claim;
 pub(crate) mod extend;
+pub(crate) mod fire;
 pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod inspect;
@@ -24,6 +25,8 @@ pub(crate) mod purge;
 pub(crate) mod requeue;
 pub(crate) mod reschedule;
 pub(crate) mod scan;
+pub(crate) mod schedule;
+pub(crate) mod schedules;
 pub(crate) mod send;
 pub(crate) mod stats;
 pub(crate) mod timeout;
@@ -245,6 +248,30 @@ mod tests {
                 k,
             ),
             entry(pause::Pause { paused: true }, k),
+            entry(
+                fire::Fire {
+                    name: "s",
+                    id: "{s}@1",
+                    version: Some("1"),
+                    at_ms: 1,
+                    cursor_ms: 1,
+                    expire_after: None,
+                },
+                k,
+            ),
+            entry(
+                schedule::Schedule {
+                    name: "s",
+                    change: schedule::Change::Remove,
+                },
+                k,
+            ),
+            entry(
+                schedules::Schedules {
+                    which: schedules::Which::Named("s"),
+                },
+                k,
+            ),
             entry(promote::Promote { limit: 1 }, k),
             entry(
                 claim::Claim {
@@ -374,6 +401,7 @@ mod tests {
             let named = |key: &str, n: &str| match n {
                 "msg" => key.starts_with(&k.msg_prefix),
                 "receipt" => key.starts_with(&k.claim("")),
+                "schedule" => key.starts_with(&k.schedule_prefix),
                 _ => key.strip_prefix(tag) == Some(n),
             };
             let expected = fixed.iter().copied().chain(std::iter::repeat(rest.unwrap_or("")));

@@ -1,0 +1,176 @@
+//! The scheduler: keeps the schedules of a queue's shards fed, so that
+//! each schedule's next fire is always stored ahead as a pending message.
+//! Every consumer runs one; [`Scheduler`] runs one without consuming.
+//!
+//! Any number of them may run: each fire is sent by `fire.lua`, which
+//! moves the schedule's cursor past it in the same step and refuses a fire
+//! at or before the cursor, so no fire is sent twice and none needs a
+//! leader. Once per tick (the queue's `fetch_interval`) each shard's due
+//! schedules are read (`schedules.lua`, pages of [`PAGE`]) and the fires
+//! up to now + the horizon are sent, at most [`MAX_STEPS`] per schedule.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::Context;
+use crate::events::{self, Event};
+use crate::schedule::{self, Timing};
+use crate::store::ops::fire::{Fire, Fired};
+use crate::store::ops::schedules::{Schedules, StoredSchedule, Which};
+use crate::store::Keys;
+use crate::{Error, MessageId};
+
+/// Schedules read per script call.
+pub(crate) const PAGE: usize = 100;
+/// Most fires one schedule is sent per tick.
+const MAX_STEPS: usize = 16;
+
+/// How far ahead of now fires are stored: two ticks and a margin, so a
+/// tick that comes late still finds the next fires pending.
+pub(crate) fn horizon(tick: Duration) -> Duration {
+    2 * tick + Duration::from_millis(500)
+}
+
+/// A running scheduler without a consumer, for processes that only
+/// produce: from [`DelayQueue::run_schedules`](crate::DelayQueue::run_schedules).
+/// A consumer runs one of its own. Dropping it stops it.
+#[derive(Debug)]
+#[must_use = "dropping a Scheduler stops it"]
+pub struct Scheduler {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Scheduler {
+    pub(crate) fn start(ctx: Context) -> Self {
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(Arc::new(ctx), stop_rx));
+        Scheduler { stop, task: Some(task) }
+    }
+
+    /// Stops it, after the tick under way.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            task.await
+                .map_err(|e| Error::Internal(format!("scheduler task failed: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Ticks until `stop` says so.
+pub(crate) async fn run(ctx: Arc<Context>, mut stop: watch::Receiver<bool>) {
+    let every = ctx.settings.fetch_interval;
+    let mut failing = false;
+    while !*stop.borrow() {
+        match tick(&ctx, horizon(every)).await {
+            Ok(_) if failing => {
+                tracing::info!(queue = %ctx.name, "scheduler reaches Redis again");
+                failing = false;
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                tracing::warn!(queue = %ctx.name, error = %e, "scheduler tick failed; trying every fetch_interval");
+                failing = true;
+            }
+            Err(e) => tracing::debug!(queue = %ctx.name, error = %e, "scheduler tick failed"),
+        }
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// One pass over every shard; returns the fires this pass sent.
+pub(crate) async fn tick(ctx: &Context, horizon: Duration) -> Result<u64, Error> {
+    let mut sent = 0;
+    for keys in &ctx.shards {
+        sent += tick_shard(ctx, keys, horizon).await?;
+    }
+    Ok(sent)
+}
+
+async fn tick_shard(ctx: &Context, keys: &Keys, horizon: Duration) -> Result<u64, Error> {
+    let store = ctx.store(keys);
+    let mut sent = 0;
+    for page in 0..schedule::MAX_SCHEDULES.div_ceil(PAGE) {
+        let read = store
+            .run(&Schedules {
+                which: Which::Page {
+                    horizon: Some(horizon),
+                    offset: page * PAGE,
+                    limit: PAGE,
+                },
+            })
+            .await?;
+        let n = read.schedules.len();
+        for s in &read.schedules {
+            sent += feed(ctx, keys, s, read.now_ms, horizon).await?;
+        }
+        if n < PAGE {
+            break;
+        }
+    }
+    Ok(sent)
+}
+
+/// Sends the fires schedule `s` needs now; returns how many it sent.
+async fn feed(ctx: &Context, keys: &Keys, s: &StoredSchedule, now_ms: i64, horizon: Duration) -> Result<u64, Error> {
+    let (Some(cursor), Some(timing), Some(version)) = (s.cursor, timing_of(ctx, s), s.text("version")) else {
+        return Ok(0);
+    };
+    let mut sent = 0;
+    for step in schedule::plan(&timing, cursor, now_ms, horizon.as_millis() as i64, MAX_STEPS) {
+        let id = schedule::fire_id(&s.name, step.at_ms);
+        let op = Fire {
+            name: &s.name,
+            id: &id,
+            version: Some(version),
+            at_ms: step.at_ms,
+            cursor_ms: step.cursor_ms,
+            expire_after: None,
+        };
+        match ctx.store(keys).run(&op).await? {
+            Fired::Sent => {
+                sent += 1;
+                ctx.meters.fired.increment(1);
+                ctx.meters.sent.increment(1);
+                tracing::debug!(queue = %ctx.name, schedule = %s.name, %id, "schedule fired");
+                events::emit(&ctx.events, || Event::Fired {
+                    schedule: s.name.clone(),
+                    id: MessageId::from(id.clone()),
+                    at: schedule::from_ms(step.at_ms),
+                });
+            }
+            Fired::Live => {
+                tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "a message with the fire's id is live already; fire not sent again");
+            }
+            Fired::WrongType => {
+                tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "the fire's payload key holds another type; fire skipped");
+            }
+            // Another scheduler was first, or the schedule changed: read it again next tick.
+            Fired::Behind | Fired::Changed | Fired::Paused => break,
+        }
+    }
+    Ok(sent)
+}
+
+/// The timing of a stored schedule; `None` (logged) when it cannot be read.
+fn timing_of(ctx: &Context, s: &StoredSchedule) -> Option<Timing> {
+    s.timing()
+        .map_err(
+            |e| tracing::warn!(queue = %ctx.name, schedule = %s.name, error = %e, "schedule cannot be read; not fired"),
+        )
+        .ok()
+}
