@@ -102,7 +102,7 @@ pub use queue::{
     find_queues, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue, IntegrityReport, NewMessage,
     Search, MAX_SCAN,
 };
-pub use status::{Counts, MessageState, QueueStatus, Totals};
+pub use status::{Counts, MessageState, QueueStatus, RateLimit, Totals};
 pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 
 // The unit tests' harness, the crate the integration tests use too.

@@ -52,6 +52,7 @@ lua_scripts! {
     ACK = "ack";
     NACK = "nack";
     PAUSE = "pause";
+    LIMITS = "limits";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

@@ -16,6 +16,7 @@ pub(crate) mod extend;
 pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod inspect;
+pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod nack;
 pub(crate) mod pause;
@@ -245,6 +246,12 @@ mod tests {
                 k,
             ),
             entry(pause::Pause { paused: true }, k),
+            entry(
+                limits::SetLimit {
+                    limit: limits::Limit::Concurrency(Some(1)),
+                },
+                k,
+            ),
             entry(promote::Promote { limit: 1 }, k),
             entry(
                 claim::Claim {
