@@ -9,7 +9,8 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare` (default: all), `--n 50000`
+//! Options: `--only w1,w2,w3,w4,compare,rate,gconc` (default: all but
+//! `rate` and `gconc`, which measure the limits), `--n 50000`
 //! (messages per throughput phase), `--scale 1000000` (w4 backlog),
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
@@ -630,6 +631,127 @@ fn emit(workload: &str, mut v: serde_json::Value) {
     println!("{v}");
 }
 
+/// Consumers of one process started on `q`, each handling with `handler`.
+async fn consumers<H: delayqueue::Handler + Clone>(
+    q: &DelayQueue,
+    n: usize,
+    handler: H,
+) -> Res<Vec<delayqueue::Consumer>> {
+    let mut all = Vec::with_capacity(n);
+    for _ in 0..n {
+        all.push(q.start_consume(handler.clone()).await?);
+    }
+    Ok(all)
+}
+
+/// rate: a backlog consumed by 4 consumers (concurrency 16 each) under
+/// `rate_limit(1000, 1 s)` for 30 s. Each handler start is recorded; the
+/// start rate over the 30 s and the most starts in any 1 s window
+/// (sliding, by this host's clock) are reported.
+async fn rate_limited(client: &Client, tag: &str) -> Res<serde_json::Value> {
+    const LIMIT: u64 = 1000;
+    const RUN: Duration = Duration::from_secs(30);
+    let q = queue(client, &format!("{tag}-rate"), |b| {
+        b.concurrency(16).rate_limit(LIMIT, Duration::from_secs(1))
+    })?;
+    send_batch(&q, 36_000, Duration::ZERO).await?;
+    let starts = Arc::new(Mutex::new(Vec::with_capacity(40_000)));
+    let s = starts.clone();
+    let handler = move |_msg: Message| {
+        s.lock().unwrap().push(Instant::now());
+        async { Ok::<(), HandlerError>(()) }
+    };
+    let t = Instant::now();
+    let all = consumers(&q, 4, handler).await?;
+    tokio::time::sleep(RUN + Duration::from_secs(2)).await;
+    for c in all {
+        c.shutdown().await?;
+    }
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    let first = *starts.first().ok_or("nothing started")?;
+    let run: Vec<Instant> = starts.iter().copied().filter(|&x| x < first + RUN).collect();
+    let (mut most, mut j) = (0, 0);
+    for i in 0..run.len() {
+        while j < run.len() && run[j] < run[i] + Duration::from_secs(1) {
+            j += 1;
+        }
+        most = most.max(j - i);
+    }
+    let whole_seconds: Vec<usize> = (0..RUN.as_secs())
+        .map(|k| {
+            let from = first + Duration::from_secs(k);
+            run.iter()
+                .filter(|&&x| x >= from && x < from + Duration::from_secs(1))
+                .count()
+        })
+        .collect();
+    Ok(json!({
+        "limit_per_s": LIMIT,
+        "consumers": 4,
+        "first_start_after_ms": (first - t).as_millis() as u64,
+        "starts_in_30s": run.len(),
+        "rate_per_s": (run.len() as f64 / RUN.as_secs_f64() * 10.0).round() / 10.0,
+        "of_limit": (run.len() as f64 / RUN.as_secs_f64() / LIMIT as f64 * 1000.0).round() / 1000.0,
+        "most_in_any_1s_window": most,
+        "per_second": whole_seconds,
+    }))
+}
+
+/// gconc: 20,000 messages whose handler takes 2 ms, consumed by 4
+/// consumers of concurrency 16 under `global_concurrency(10)`; the
+/// processing count (`ZCARD` of unack) is sampled every ms, and the
+/// handlers running at once in this process are counted.
+async fn global_concurrency(client: &Client, tag: &str) -> Res<serde_json::Value> {
+    const N: usize = 20_000;
+    let name = format!("{tag}-gconc");
+    let q = queue(client, &name, |b| b.concurrency(16).global_concurrency(10))?;
+    send_batch(&q, N, Duration::ZERO).await?;
+    let (running, most, done) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (r, m, d) = (running.clone(), most.clone(), done.clone());
+    let handler = move |_msg: Message| {
+        let (r, m, d) = (r.clone(), m.clone(), d.clone());
+        async move {
+            m.fetch_max(r.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            r.fetch_sub(1, Ordering::SeqCst);
+            d.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), HandlerError>(())
+        }
+    };
+    let unack = format!("bench:{{{name}}}:unack");
+    let t = Instant::now();
+    let all = consumers(&q, 4, handler).await?;
+    let (mut samples, mut max_processing, mut at_limit) = (0u64, 0i64, 0u64);
+    let limit = Instant::now() + Duration::from_secs(300);
+    while (done.load(Ordering::SeqCst) as usize) < N && Instant::now() < limit {
+        let n: i64 = client.zcard(&unack).await?;
+        samples += 1;
+        max_processing = max_processing.max(n);
+        at_limit += u64::from(n == 10);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let took = t.elapsed();
+    for c in all {
+        c.shutdown().await?;
+    }
+    Ok(json!({
+        "global_concurrency": 10,
+        "consumers": 4,
+        "concurrency_each": 16,
+        "handler_ms": 2,
+        "msgs_per_s": rate(done.load(Ordering::SeqCst) as usize, took),
+        "samples": samples,
+        "max_processing_sampled": max_processing,
+        "share_of_samples_at_10": (at_limit as f64 / samples.max(1) as f64 * 1000.0).round() / 1000.0,
+        "max_running_handlers": most.load(Ordering::SeqCst),
+    }))
+}
+
 #[tokio::main]
 async fn main() -> Res<()> {
     let o = opts()?;
@@ -658,6 +780,14 @@ async fn main() -> Res<()> {
     }
     if on("compare") {
         emit("compare_go_style", compare(&client, &tag).await?);
+    }
+    if on("rate") {
+        emit("rate_limit", rate_limited(&client, &tag).await?);
+        cleanup(&client).await?;
+    }
+    if on("gconc") {
+        emit("global_concurrency", global_concurrency(&client, &tag).await?);
+        cleanup(&client).await?;
     }
     Ok(())
 }

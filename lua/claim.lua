@@ -18,6 +18,13 @@ An id already in unack is never leased twice.
 While the queue is paused (the totals hash has the field 'paused') a new request leases nothing
 and deletes the receipt, as one that found nothing; a replayed request
 still returns what it leased before.
+Limits (fields of the totals hash, set by limits.lua; read with 'paused'
+in one HMGET, so a queue without them pays nothing): 'concurrency' "<n>"
+leases no more than n - ZCARD unack; 'rate' "<n> <period ms>" leases no
+more than n in any window of one period by Redis time, counted in
+'rate_used' (rate_allowance below). A request held back by a limit
+(it leased all the limit allowed, less than asked) says which, and for
+the rate how long until it allows more.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
 KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage zset
@@ -31,12 +38,15 @@ ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[5] dead-letter retention ms
 Counts 'expired' in the totals.
-Returns {popped, expired, lease, left_ms, paused, expired id 1 .. expired id n,
-id1, value1, attempt1, id2, ...} with n = expired and each value as
+Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
+.. expired id n, id1, value1, attempt1, id2, ...} with n = expired and each value as
 stored ("<retry count>[;<backoff>][/<sent at>+<delay>][@<expires at>]:<payload>").
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one. paused is
-1 while the queue is paused, else 0.
+1 while the queue is paused, else 0. held is 0 when no limit held the
+request back, 1 the concurrency limit (it opens when a processing message
+leaves unack, which no script foresees), 2 the rate limit, which opens
+again in wait_ms (else 0).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -44,16 +54,18 @@ a re-sent request (its reply lost on a cut connection) returns the same
 deliveries again instead of leasing more. A request that leases nothing
 deletes the receipt, so an idle or stopped consumer leaves no key.
 Complexity: O(M log N) with M = popped, in a fixed number of calls per
-list plus one PEXPIRE per expired id; O(1) for limit 0.
+list plus one PEXPIRE per expired id; O(1) for limit 0 and when a limit
+allows nothing; the rate limit adds O(RATE_BUCKETS) Lua steps.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
-local paused = redis.call('HEXISTS', KEYS[8], 'paused')
+local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used')
+local paused = fields[1] and 1 or 0
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   local words, ids = string.gmatch(receipt, '%S+'), {}
   words()
-  local out = {0, 0, tonumber(words() or '') or 0, 0, paused}
+  local out = {0, 0, tonumber(words() or '') or 0, 0, paused, 0, 0}
   for word in words do
     ids[#ids + 1] = word
   end
@@ -77,15 +89,107 @@ local function clear_stale()
   end
 end
 
+-- The rate limiter: a sliding window of RATE_BUCKETS buckets per period,
+-- counting leases. A lease is allowed while the last RATE_BUCKETS + 1
+-- buckets (the current one included) hold fewer than n: any window of one
+-- period lies within that many buckets, so none ever holds more than n.
+-- A bucket takes at most ceil(n / RATE_BUCKETS), which paces a backlog
+-- evenly instead of in bursts of n: a stream that never lets up gets
+-- RATE_BUCKETS / (RATE_BUCKETS + 1) of n. 'rate_used' is
+-- "<bucket> <count> <count of the bucket before> ...", the bucket numbered
+-- by Redis time in units of period / RATE_BUCKETS (20 us per ms of period).
+local RATE_BUCKETS = 50
+local function rate_allowance(rate, used, now_u)
+  local n, period = string.match(rate, '^(%d+) (%d+)$')
+  n, period = tonumber(n), tonumber(period)
+  if not n or period < 1 then
+    error(redis.error_reply('ERR malformed rate limit ' .. rate))
+  end
+  local width = period * 1000 / RATE_BUCKETS
+  local bucket = math.floor(now_u / width)
+  -- counts[i]: leases in bucket - i, for i = 0 .. RATE_BUCKETS.
+  local counts = {}
+  for i = 0, RATE_BUCKETS do
+    counts[i] = 0
+  end
+  local words = string.gmatch(used or '', '%d+')
+  local last = tonumber(words() or '')
+  if last then
+    local i = bucket - last
+    for word in words do
+      if i > RATE_BUCKETS then
+        break
+      end
+      if i >= 0 then
+        counts[i] = tonumber(word)
+      end
+      i = i + 1
+    end
+  end
+  local total = 0
+  for i = 0, RATE_BUCKETS do
+    total = total + counts[i]
+  end
+  local per_bucket = math.ceil(n / RATE_BUCKETS)
+  local r = {allowed = math.max(0, math.min(n - total, per_bucket - counts[0]))}
+  -- The record once `granted` more are leased in this bucket.
+  function r.record(granted)
+    counts[0] = counts[0] + granted
+    local last_used = 0
+    for i = 0, RATE_BUCKETS do
+      if counts[i] > 0 then
+        last_used = i
+      end
+    end
+    local out = {string.format('%d', bucket)}
+    for i = 0, last_used do
+      out[#out + 1] = counts[i]
+    end
+    return table.concat(out, ' ')
+  end
+  -- Ms until a later bucket allows a lease, once `granted` more are leased
+  -- in this one: the first whose window has dropped enough old leases.
+  function r.wait_ms(granted)
+    local left = total + granted
+    for m = 1, RATE_BUCKETS + 1 do
+      left = left - counts[RATE_BUCKETS - m + 1]
+      if left < n then
+        return math.max(0, math.ceil(((bucket + m) * width - now_u) / 1000))
+      end
+    end
+    return 0
+  end
+  return r
+end
+
 local limit = limit_arg(2, 0)
 if limit == 0 or paused == 1 then
   redis.call('DEL', KEYS[7])
   clear_stale()
-  return {0, 0, 0, 0, paused}
+  return {0, 0, 0, 0, paused, 0, 0}
+end
+local now_u = now_us()
+local asked, held = limit, 0
+if fields[2] then
+  local free = math.max(0, tonumber(fields[2]) - redis.call('ZCARD', KEYS[3]))
+  if free < limit then
+    limit, held = free, 1
+  end
+end
+local rate
+if fields[3] then
+  rate = rate_allowance(fields[3], fields[4], now_u)
+  if rate.allowed < limit then
+    limit, held = rate.allowed, 2
+  end
+end
+if limit == 0 then
+  redis.call('DEL', KEYS[7])
+  return {0, 0, 0, 0, 0, held, held == 2 and rate.wait_ms(0) or 0}
 end
 local vis = tonumber(ARGV[3])
-local lease = now_us() + vis * 1000
-local now = now_ms()
+local lease = now_u + vis * 1000
+local now = math.floor(now_u / 1000)
 local leased = {ARGV[4], string.format('%d', lease)}
 local popped = 0
 local stale = redis.call('HEXISTS', KEYS[4], STALE) == 1
@@ -193,7 +297,18 @@ else
   redis.call('DEL', KEYS[7])
 end
 tally(KEYS[8], 'expired', #expired)
-local out = {popped, #expired, lease, vis, 0}
+local leased_n = #leased - 2
+local wait = 0
+if rate and leased_n > 0 then
+  redis.call('HSET', KEYS[8], 'rate_used', rate.record(leased_n))
+end
+-- Held back only when the limit, not the lists, ended the request.
+if popped < limit or limit == asked then
+  held = 0
+elseif held == 2 then
+  wait = rate.wait_ms(leased_n)
+end
+local out = {popped, #expired, lease, vis, 0, held, wait}
 for _, id in ipairs(expired) do
   out[#out + 1] = id
 end

@@ -9,6 +9,10 @@ mode 'dead': like 'fail', but straight to garbage (the handler said a
 retry cannot help).
 mode 'release': the delivery never started (consumer shutting down); it
 does not count and the message goes back to the front of retry.
+mode 'defer': the handler asked for a later delivery without this one
+counting (a RetryAfter marked uncounted: rate limited upstream); its
+reason is recorded, the count goes back down by one, and the message goes
+to pending (delay > 0) or retry, whatever deliveries it has left.
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] pending zset KEYS[5] garbage zset   KEYS[6] msg string of this id
@@ -18,7 +22,7 @@ ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 ARGV[9] the delivery's count (its attempt number)
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
-Counts 'failed' and 'dead' in the totals.
+Counts 'failed' and 'dead' in the totals (not for release and defer).
 Publishes a wake-up when the message can be claimed again now, or is due
 before every other pending message.
 Idempotent: a re-run finds the lease gone and its own work done (its
@@ -42,7 +46,10 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   if mode == 'release' and record and n == attempt - 1 + again then
     return 1
   end
-  if mode ~= 'release' and record == record_of(attempt + again, ARGV[7]) then
+  if mode == 'defer' and record == record_of(attempt - 1 + again, ARGV[7]) then
+    return 1
+  end
+  if (mode == 'fail' or mode == 'dead') and record == record_of(attempt + again, ARGV[7]) then
     return (not score and redis.call('ZSCORE', KEYS[5], id)) and 2 or 1
   end
   return 0
@@ -54,10 +61,14 @@ if mode == 'release' then
   wake(ARGV[6], 0)
   return 1
 end
-set_reason(KEYS[2], id, ARGV[7])
-tally(KEYS[7], 'failed', 1)
 local now = now_ms()
-if mode == 'dead' or used_up(KEYS[2], id, KEYS[6], tonumber(ARGV[5])) then
+if mode == 'defer' then
+  redis.call('HSET', KEYS[2], id, record_of(math.max(attempts(KEYS[2], id, 1) - 1, 0), ARGV[7]))
+else
+  set_reason(KEYS[2], id, ARGV[7])
+  tally(KEYS[7], 'failed', 1)
+end
+if mode ~= 'defer' and (mode == 'dead' or used_up(KEYS[2], id, KEYS[6], tonumber(ARGV[5]))) then
   bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
   tally(KEYS[7], 'dead', 1)
   return 2

@@ -2,8 +2,8 @@
 --[[ purge: every state -> (deleted)
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
-left, deletes the retries hash and the totals too (of a paused queue only
-the counts: it stays paused). Call until it returns 0.
+left, deletes the retries hash and the totals' counts (a paused queue
+stays paused, its limits stay). Call until it returns 0.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
@@ -33,12 +33,9 @@ for _, n in ipairs({1, 3, 5, 2, 4}) do
 end
 if #ids == 0 then
   redis.call('DEL', KEYS[6])
-  -- A paused queue stays paused: only the counts go.
-  if redis.call('HEXISTS', KEYS[7], 'paused') == 1 then
-    redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired')
-  else
-    redis.call('DEL', KEYS[7])
-  end
+  -- A paused queue stays paused and keeps its limits: only the counts go
+  -- (a hash left without fields is gone).
+  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used')
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)

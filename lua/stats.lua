@@ -6,14 +6,16 @@ KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] totals hash
 ARGV none
 Returns {pending, ready, processing, retry, garbage, now_ms,
 earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
-failed, dead, expired, paused (1 or 0)}. Lists may hold stale entries of cancelled
+failed, dead, expired, paused (1 or 0), concurrency limit (0: none),
+rate limit (0: none), its period ms (0: none)}. Lists may hold stale entries of cancelled
 messages until a claim pops them.
 Idempotent: read-only.
 Complexity: O(1).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
-local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused')
+local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused', 'concurrency',
+  'rate')
 local out = {
   redis.call('ZCARD', KEYS[1]),
   redis.call('LLEN', KEYS[2]),
@@ -28,4 +30,8 @@ for i = 1, 5 do
   out[#out + 1] = tonumber(totals[i] or 0)
 end
 out[#out + 1] = totals[6] and 1 or 0
+out[#out + 1] = tonumber(totals[7] or 0)
+local n, period = string.match(totals[8] or '', '^(%d+) (%d+)$')
+out[#out + 1] = tonumber(n or 0)
+out[#out + 1] = tonumber(period or 0)
 return out

@@ -120,6 +120,8 @@ pub enum Action {
     Deleted,
     /// Every message of the queue was deleted.
     Purged,
+    /// A rate limit or global concurrency limit was set or cleared.
+    LimitsChanged,
 }
 
 /// Sends what `event` builds, only when someone listens.

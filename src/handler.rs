@@ -14,7 +14,8 @@ pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A handler error that asks for the next delivery after `delay` instead of
 /// the backoff's delay, e.g. when a server answered "429, retry in 30 s".
-/// The failed delivery still counts.
+/// The failed delivery still counts, unless it is marked
+/// [`uncounted`](Self::uncounted).
 ///
 /// ```
 /// use std::time::Duration;
@@ -35,6 +36,9 @@ pub struct RetryAfter {
     pub delay: Duration,
     /// Why the delivery failed; recorded as its failure reason.
     pub reason: HandlerError,
+    /// Whether the delivery counts against the message's retries and in
+    /// the failure totals; `true` unless [`uncounted`](Self::uncounted).
+    pub counted: bool,
 }
 
 impl RetryAfter {
@@ -43,7 +47,30 @@ impl RetryAfter {
         RetryAfter {
             delay,
             reason: reason.into(),
+            counted: true,
         }
+    }
+
+    /// The delivery does not count: the message keeps all its retries, is
+    /// not counted in [`Totals::failed`](crate::Totals) or the retried
+    /// metric, emits no [`Event::Failed`](crate::Event::Failed) and is
+    /// logged at DEBUG. For "not now" answers that say nothing about the
+    /// message (a rate limit upstream). Its reason is still recorded. A
+    /// handler that always defers keeps the message forever; an
+    /// [`expire_after`](crate::DelayQueueBuilder::expire_after) bounds that.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use delayqueue::{HandlerError, RetryAfter};
+    ///
+    /// fn throttled(retry_in: Duration) -> HandlerError {
+    ///     RetryAfter::new(retry_in, "429 from the mail API").uncounted().into()
+    /// }
+    /// # let _ = throttled(Duration::from_secs(1));
+    /// ```
+    pub fn uncounted(mut self) -> Self {
+        self.counted = false;
+        self
     }
 }
 

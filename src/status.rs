@@ -161,6 +161,37 @@ pub struct QueueStatus {
     /// Whether the queue is paused ([`DelayQueue::pause`](crate::DelayQueue::pause)):
     /// consumers lease nothing new until it is resumed.
     pub paused: bool,
+    /// The queue's rate limit, over all its shards
+    /// ([`DelayQueue::set_rate_limit`](crate::DelayQueue::set_rate_limit)).
+    pub rate_limit: Option<RateLimit>,
+    /// Most messages of the queue processing at once, over all its shards
+    /// ([`DelayQueue::set_global_concurrency`](crate::DelayQueue::set_global_concurrency)).
+    pub global_concurrency: Option<u64>,
+}
+
+/// At most `limit` messages of a queue start (are leased to a consumer)
+/// in any window of `per`, across all its consumers; see
+/// [`DelayQueueBuilder::rate_limit`](crate::DelayQueueBuilder::rate_limit).
+///
+/// ```
+/// use std::time::Duration;
+/// let limit = delayqueue::RateLimit::new(1000, Duration::from_secs(1));
+/// assert_eq!((limit.limit, limit.per), (1000, Duration::from_secs(1)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimit {
+    /// Most starts per window.
+    pub limit: u64,
+    /// The window, in whole milliseconds.
+    pub per: Duration,
+}
+
+impl RateLimit {
+    /// At most `limit` starts in any window of `per`.
+    pub fn new(limit: u64, per: Duration) -> Self {
+        RateLimit { limit, per }
+    }
 }
 
 impl QueueStatus {
@@ -192,6 +223,15 @@ impl QueueStatus {
             },
             // A pause that reached only some shards still holds those back.
             paused: self.paused || other.paused,
+            // Each shard holds its share of a limit: the shares add up.
+            rate_limit: match (self.rate_limit, other.rate_limit) {
+                (Some(x), Some(y)) => Some(RateLimit::new(x.limit + y.limit, x.per.max(y.per))),
+                (x, y) => x.or(y),
+            },
+            global_concurrency: match (self.global_concurrency, other.global_concurrency) {
+                (Some(x), Some(y)) => Some(x + y),
+                (x, y) => x.or(y),
+            },
         }
     }
 }
@@ -213,9 +253,9 @@ mod tests {
     fn shards_merge_into_one_status() {
         let ms = Duration::from_millis;
         // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
-        let a = from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0]);
+        let a = from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000]);
         // pending 1 overdue by 30 ms, sent 2.
-        let b = from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1]);
+        let b = from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 3);
         assert_eq!(m.counts.live(), 3 + 3 + 1 + 2);
@@ -225,6 +265,12 @@ mod tests {
         );
         assert_eq!((m.totals.sent, m.totals.expired), (7, 4));
         assert!(m.paused && !a.paused);
+        // Each shard holds its share of a limit.
+        let per = Duration::from_secs(1);
+        assert_eq!(
+            (m.rate_limit, m.global_concurrency),
+            (Some(RateLimit::new(1000, per)), Some(5))
+        );
         assert_eq!(a.merge(QueueStatus::default()), a);
     }
 }

@@ -14,7 +14,7 @@ use super::settings::Settings;
 use super::settle;
 use super::state::Shared;
 use crate::events::{self, Event};
-use crate::store::ops::claim::Claim;
+use crate::store::ops::claim::{Claim, Held};
 use crate::store::Op;
 use crate::Error;
 
@@ -75,8 +75,10 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
         .min(MAX_CLAIM)
 }
 
-/// Claims up to `want` messages and starts a delivery task for each; returns how many ids were popped.
-pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Error> {
+/// Claims up to `want` messages and starts a delivery task for each;
+/// returns how many ids were popped, and the queue limit that held the
+/// claim back, if one did.
+pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, Option<Held>), Error> {
     let ctx = &shared.ctx;
     let claim = Claim {
         receipt: &shared.receipt,
@@ -91,7 +93,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Er
     let reply = shared.store().eval(&claim).await?;
     shared.claims.fetch_add(1, Ordering::Relaxed);
     let reply = claim.reply(reply)?;
-    let (popped, lease) = (reply.popped, reply.lease);
+    let (popped, lease, held) = (reply.popped, reply.lease, reply.held);
     ctx.meters.paused.set(f64::from(u8::from(reply.paused)));
     if shared.paused.swap(reply.paused, Ordering::Relaxed) != reply.paused {
         // Claims go on while paused (one per fetch_interval or wake-up), so
@@ -135,7 +137,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<usize, Er
         shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(delivery::run(shared.clone(), msg, deadline));
     }
-    Ok(popped as usize)
+    Ok((popped as usize, held))
 }
 
 #[cfg(test)]

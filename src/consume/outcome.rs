@@ -110,6 +110,9 @@ pub(crate) enum Mode {
     Dead,
     /// The delivery never started; it does not count.
     Release,
+    /// The handler asked for a delivery after the delay that does not
+    /// count this one ([`RetryAfter::uncounted`]).
+    Defer(Duration),
 }
 
 impl Failure {
@@ -139,7 +142,10 @@ impl Failure {
         let mode = if e.is::<SkipRetry>() {
             Mode::Dead
         } else {
-            Mode::Fail(e.downcast_ref::<RetryAfter>().map(|r| r.delay.min(MAX_DELAY)))
+            match e.downcast_ref::<RetryAfter>() {
+                Some(r) if !r.counted => Mode::Defer(r.delay.min(MAX_DELAY)),
+                r => Mode::Fail(r.map(|r| r.delay.min(MAX_DELAY))),
+            }
         };
         Failure::new(mode, Cause::Error, e.to_string())
     }
@@ -196,6 +202,8 @@ mod tests {
         assert_eq!((f.mode, f.cause), (Mode::Fail(Some(later)), Cause::Error));
         let f = failed(error(RetryAfter::new(MAX_DELAY * 2, "never")));
         assert_eq!(f.mode, Mode::Fail(Some(MAX_DELAY)), "capped at MAX_DELAY");
+        let f = failed(error(RetryAfter::new(later, "429").uncounted()));
+        assert_eq!((f.mode, f.reason.as_str()), (Mode::Defer(later), "429 (retry in 42s)"));
 
         let f = failed(None);
         assert_eq!(

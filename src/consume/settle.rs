@@ -90,6 +90,7 @@ pub(crate) async fn nack(
             },
             Mode::Dead => NackMode::Dead,
             Mode::Release => NackMode::Release,
+            Mode::Defer(delay) => NackMode::Defer { delay },
         },
         reason: &failure.reason,
         attempt,
@@ -125,6 +126,15 @@ pub(crate) async fn nack(
                 return;
             }
             Ok(NackOutcome::Retried) => {
+                if let NackMode::Defer { delay } = op.mode {
+                    failure.log(
+                        &ctx.name,
+                        id,
+                        attempt,
+                        "deferred, not counted as a failure",
+                        Some(delay),
+                    );
+                }
                 if let NackMode::Fail { delay } = op.mode {
                     failure.log(&ctx.name, id, attempt, "retrying", Some(delay));
                     ctx.meters.retried.increment(1);
@@ -185,5 +195,8 @@ mod tests {
             with_backoff(&mut f, Some(&own), &queue, 1);
             assert!(matches!(f.mode, Mode::Dead | Mode::Release), "no delay: {:?}", f.mode);
         }
+        let mut f = failure(Mode::Defer(s(5)));
+        with_backoff(&mut f, Some(&own), &queue, 1);
+        assert_eq!(f.mode, Mode::Defer(s(5)), "a deferral keeps its delay");
     }
 }

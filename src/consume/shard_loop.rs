@@ -16,6 +16,7 @@ use super::claim::{claim, claim_capacity, Load};
 use super::promote::promote;
 use super::state::Shared;
 use super::sweep::sweep;
+use crate::store::ops::claim::Held;
 use crate::Error;
 
 /// When the loop next has something to do.
@@ -26,7 +27,14 @@ struct Schedule {
     promote: Instant,
     /// Whether ready or retry may hold messages this consumer could claim.
     claim: bool,
+    /// Not before then: a queue limit held the last claim back.
+    claim_after: Instant,
 }
+
+/// How soon a loop held back by the global concurrency limit claims again,
+/// unless one of its own deliveries finishes first: another consumer's
+/// finished delivery frees a slot that no wake-up announces.
+const CONCURRENCY_POLL: Duration = Duration::from_millis(20);
 
 /// Runs the loop of `shared`'s shard until the consumer stops, then its
 /// shutdown: `acker` is its ack task, `wakes` its wake-ups, `renewer` its
@@ -44,6 +52,7 @@ pub(crate) async fn run(
         sweep: now,
         promote: now,
         claim: true,
+        claim_after: now,
     };
     let mut failures = 0u32;
     tracing::debug!(queue = %shared.name(), shard = shared.index, "shard loop started");
@@ -54,7 +63,8 @@ pub(crate) async fn run(
                     tracing::info!(queue = %shared.name(), failed_steps = failures, "consumer step succeeded again");
                 }
                 failures = 0;
-                (at.sweep.min(at.promote), slot)
+                let next = at.sweep.min(at.promote);
+                (if at.claim { next.min(at.claim_after) } else { next }, slot)
             }
             Err(e) => {
                 failures += 1;
@@ -69,13 +79,14 @@ pub(crate) async fn run(
                 (Instant::now() + backoff, false)
             }
         };
-        if at.claim && !on_slot && failures == 0 {
+        if at.claim && at.claim_after <= Instant::now() && !on_slot && failures == 0 {
             continue;
         }
         tokio::select! {
             _ = stop.changed() => {}
             _ = tokio::time::sleep_until(until) => {}
-            _ = shared.pool.done[shared.index].notified(), if on_slot => {}
+            // A finished delivery frees a slot of the global concurrency limit too.
+            _ = shared.pool.done[shared.index].notified(), if on_slot => at.claim_after = Instant::now(),
             Some(due) = wakes.recv() => {
                 let now = Instant::now();
                 for due in std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())) {
@@ -123,15 +134,29 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
         at.promote = next_due.map_or(at.sweep, |d| now + d);
         at.claim |= moved > 0;
     }
-    if !at.claim {
+    if !at.claim || now < at.claim_after {
         return Ok(false);
     }
     let want = claim_capacity(&ctx.settings, &Load::of(shared));
     if want == 0 {
         return Ok(true);
     }
-    let popped = claim(shared, want).await?;
-    // A full batch means more may wait.
-    at.claim = popped >= want;
+    let (popped, held) = claim(shared, want).await?;
+    match held {
+        // A full batch means more may wait.
+        None => at.claim = popped >= want,
+        // The lists may hold more than the limit let through: claim again
+        // when it may allow more, without spinning until then.
+        Some(Held::Rate { wait }) => {
+            at.claim = true;
+            at.claim_after = Instant::now() + wait;
+        }
+        Some(Held::Concurrency) => {
+            at.claim = true;
+            at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
+            // One of this consumer's own deliveries finishing frees a slot too.
+            return Ok(true);
+        }
+    }
     Ok(false)
 }

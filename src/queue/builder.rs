@@ -9,9 +9,9 @@ use crate::events;
 use crate::limits::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::meters::Meters;
 use crate::queue::config::{DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
-use crate::queue::{Config, DelayQueue, Inner};
+use crate::queue::{limits, Config, DelayQueue, Inner};
 use crate::store::Keys;
-use crate::{Backoff, Durability, Error};
+use crate::{Backoff, Durability, Error, RateLimit};
 
 /// Builds a [`DelayQueue`]; every method takes and returns the builder.
 ///
@@ -201,6 +201,55 @@ impl DelayQueueBuilder {
         self
     }
 
+    /// At most `n` messages of the queue start (are leased to a handler) in
+    /// any window of `per`, across all its consumers, by Redis's clock
+    /// (BullMQ's limiter). Written to Redis when a consumer of this queue
+    /// starts, where [`DelayQueue::set_rate_limit`] changes or clears it and
+    /// [`status`](DelayQueue::status) shows it; a consumer built without it
+    /// obeys what Redis holds. Default: none.
+    ///
+    /// Claims are paced: each fiftieth of `per` starts at most
+    /// `ceil(n / 50)`, and never more than `n` in any window of `per`, so
+    /// a backlog drains at 50/51 of `n` (98%), evenly, not in bursts. With
+    /// `shards(k)` each shard gets `n / k` (the first `n % k` one more):
+    /// the total never exceeds `n`, and reaches it only while every shard
+    /// has work. `n` is at least the shard count; `per` is whole
+    /// milliseconds from 1 ms to `MAX_DELAY`. See docs/limits.md.
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// let queue = delayqueue::DelayQueue::builder("emails", client)
+    ///     .rate_limit(100, Duration::from_secs(1))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limit(mut self, n: u64, per: Duration) -> Self {
+        self.config.rate_limit = Some(RateLimit::new(n, per));
+        self
+    }
+
+    /// At most `n` messages of the queue processing at once, across all its
+    /// consumers (each consumer's own [`concurrency`](Self::concurrency)
+    /// still holds too). Stored like [`rate_limit`](Self::rate_limit),
+    /// changed with [`DelayQueue::set_global_concurrency`]. With
+    /// `shards(k)` each shard gets its share as for the rate limit. A
+    /// delivery counts from its claim until its ack or nack, or until a
+    /// sweep takes back its lease after its consumer died. Default: none.
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// let queue = delayqueue::DelayQueue::builder("reports", client)
+    ///     .concurrency(16)
+    ///     .global_concurrency(10)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn global_concurrency(mut self, n: u64) -> Self {
+        self.config.global_concurrency = Some(n);
+        self
+    }
+
     /// Prefix of every key of the queue. Default `dq:`, so the keys of queue
     /// `orders` are `dq:{orders}:...`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -269,6 +318,12 @@ impl DelayQueueBuilder {
         }
         if let Some(d) = c.expire_after {
             check_expire_after(d)?;
+        }
+        if let Some(rate) = &c.rate_limit {
+            limits::check_rate(rate, shards.len())?;
+        }
+        if let Some(n) = c.global_concurrency {
+            limits::check_concurrency(n, shards.len())?;
         }
         if !(1..=MAX_BATCH_SIZE).contains(&c.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::consume::Settings;
 use crate::limits::MAX_BATCH_SIZE;
 use crate::queue::Durability;
-use crate::Backoff;
+use crate::{Backoff, RateLimit};
 
 /// `fetch_limit` unless set: this many, or 32 per handler when that is
 /// larger. Larger claims share a script call's fixed cost among more messages.
@@ -35,6 +35,10 @@ pub(crate) struct Config {
     pub max_payload_size: usize,
     pub batch_size: usize,
     pub durability: Durability,
+    /// Written to Redis when a consumer starts; unset: left as Redis has it.
+    pub rate_limit: Option<RateLimit>,
+    /// Like `rate_limit`.
+    pub global_concurrency: Option<u64>,
 }
 
 impl Config {
@@ -76,6 +80,8 @@ impl Default for Config {
             max_payload_size: 1024 * 1024,
             batch_size: MAX_BATCH_SIZE,
             durability: Durability::Memory,
+            rate_limit: None,
+            global_concurrency: None,
         }
     }
 }

@@ -12,6 +12,7 @@ mod discover;
 mod durability;
 mod inspect;
 mod integrity;
+mod limits;
 mod pause;
 mod schedules;
 mod send;
@@ -268,6 +269,7 @@ impl DelayQueue {
     /// than `noeviction`): an evicted payload is a lost message.
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
         self.counts().await?;
+        self.apply_configured_limits().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
         Ok(Consumer::start(self.consume_context(), Arc::new(handler)).await)

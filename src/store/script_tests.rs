@@ -16,11 +16,12 @@ use tokio::sync::broadcast;
 
 use crate::store::ops::ack::Ack;
 use crate::store::ops::cancel::Cancel;
-use crate::store::ops::claim::{Claim, Delivery};
+use crate::store::ops::claim::{Claim, Delivery, Held};
 use crate::store::ops::extend::Extend;
 use crate::store::ops::fire::{Fire, Fired};
 use crate::store::ops::gc::Gc;
 use crate::store::ops::inspect::Inspect;
+use crate::store::ops::limits::{Limit, SetLimit};
 use crate::store::ops::list::List;
 use crate::store::ops::nack::{Nack, NackMode, NackMode::Dead, NackMode::Release};
 use crate::store::ops::pause::Pause;
@@ -78,6 +79,8 @@ struct Claimed {
     left_ms: i64,
     /// The queue was paused.
     paused: bool,
+    /// The queue limit that held the claim back.
+    held: Option<Held>,
     /// (id, payload, attempt) per delivery, in reply order; the payload
     /// without the stored value's "<retry count>:" header.
     got: Vec<(String, String, i64)>,
@@ -276,6 +279,7 @@ impl Env {
             lease: reply.lease,
             left_ms: reply.left.as_millis() as i64,
             paused: reply.paused,
+            held: reply.held,
             got: reply
                 .deliveries
                 .iter()
@@ -1480,6 +1484,164 @@ async fn pause_sets_and_resume_clears_the_flag_once_and_resume_wakes_consumers()
 }
 
 #[tokio::test]
+async fn limits_are_set_and_cleared_once_and_wake_consumers() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let mut wakes = env.subscribe().await;
+    let rate = |r| SetLimit { limit: Limit::Rate(r) };
+    let conc = |n| SetLimit {
+        limit: Limit::Concurrency(n),
+    };
+    assert!(env.run(&rate(Some((100, 1000)))).await);
+    assert_eq!(wakes.next().await, "0", "a changed limit wakes consumers");
+    assert!(env.run(&conc(Some(7))).await);
+    assert_eq!(wakes.next().await, "0");
+    assert_eq!(env.raw(&["HGET", &k.totals, "rate"]), "100 1000");
+    assert_eq!(env.raw(&["HGET", &k.totals, "concurrency"]), "7");
+    let status = env.run(&Stats).await;
+    assert_eq!(
+        (status.rate_limit, status.global_concurrency),
+        (Some(crate::RateLimit::new(100, ms(1000))), Some(7))
+    );
+    // The same value again changes nothing and wakes nobody.
+    assert!(!env.run(&rate(Some((100, 1000)))).await);
+    assert!(!env.run(&conc(Some(7))).await);
+    wakes.assert_quiet(&env, "unchanged limits").await;
+    // A new rate starts with a full window.
+    env.raw(&["HSET", &k.totals, "rate_used", "1 5"]);
+    assert!(env.run(&rate(Some((50, 1000)))).await);
+    assert_eq!(
+        env.int(&["HEXISTS", &k.totals, "rate_used"]),
+        0,
+        "the old rate's count stays"
+    );
+    assert!(env.run(&rate(None)).await);
+    assert!(env.run(&conc(None)).await);
+    assert!(!env.exists(&k.totals), "cleared limits leave no field behind");
+    let status = env.run(&Stats).await;
+    assert_eq!((status.rate_limit, status.global_concurrency), (None, None));
+    // A value the claim could not read is refused before any write.
+    let op = rate(Some((1, 1)));
+    let err = env
+        .run_with_arg(&op, 2, "1 x".into())
+        .await
+        .expect_err("a malformed rate");
+    assert!(format!("{err:?}").contains("invalid limit"), "{err:?}");
+    assert!(!env.exists(&k.totals));
+}
+
+#[tokio::test]
+async fn a_global_concurrency_limit_leases_only_free_slots() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["a", "b", "c", "d", "e"] {
+        env.seed(id, None);
+        env.raw(&["RPUSH", &k.ready, id]);
+    }
+    env.run(&SetLimit {
+        limit: Limit::Concurrency(Some(3)),
+    })
+    .await;
+    let first = env.claim(2).await;
+    assert_eq!((first.ids(), first.held), (vec!["a", "b"], None), "within the limit");
+    let second = env.claim(10).await;
+    assert_eq!((second.ids(), second.held), (vec!["c"], Some(Held::Concurrency)));
+    // Full: no list is read, nothing changes but the receipt.
+    let state = env.snapshot();
+    env.reset_command_stats();
+    let full = env.claim(10).await;
+    assert_eq!((full.popped, full.held), (0, Some(Held::Concurrency)));
+    assert_eq!(env.command_calls("lrange"), 0, "a list was read");
+    assert_eq!(env.snapshot(), state);
+    // A finished delivery frees its slot.
+    env.raw(&["ZREM", &k.unack, "a"]);
+    let next = env.claim(10).await;
+    assert_eq!((next.ids(), next.held), (vec!["d"], Some(Held::Concurrency)));
+    // Fewer waiting than the limit allows: not held back.
+    env.raw(&["ZREM", &k.unack, "b", "c"]);
+    let last = env.claim(10).await;
+    assert_eq!((last.ids(), last.held), (vec!["e"], None));
+}
+
+#[tokio::test]
+async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for i in 0..10 {
+        let id = format!("m{i}");
+        env.seed(&id, None);
+        env.raw(&["RPUSH", &k.ready, &id]);
+    }
+    // 100 per 50 s: buckets of 1 s, at most 2 per bucket.
+    env.run(&SetLimit {
+        limit: Limit::Rate(Some((100, 50_000))),
+    })
+    .await;
+    let bucket = env.now_ms() / 1000;
+    // 98 leased in the bucket before this one.
+    env.raw(&["HSET", &k.totals, "rate_used", &format!("{} 98", bucket - 1)]);
+    let got = env.claim(10).await;
+    assert_eq!(got.ids(), vec!["m0", "m1"], "what is left of the window");
+    // The window opens again when the bucket of the 98 leaves it, 50 s on.
+    let Some(Held::Rate { wait }) = got.held else {
+        panic!("not held by the rate: {got:?}")
+    };
+    assert!((ms(47_000)..=ms(50_000)).contains(&wait), "{wait:?}");
+    let used = env.raw(&["HGET", &k.totals, "rate_used"]);
+    let words: Vec<i64> = used.split(' ').map(|w| w.parse().unwrap()).collect();
+    assert!(words[0] == bucket || words[0] == bucket + 1, "{used} at {bucket}");
+    assert_eq!(words[1..].iter().sum::<i64>(), 100, "{used}");
+    assert_eq!(words[1], 2, "this bucket's leases come first: {used}");
+    // The window is full: no list is read.
+    let state = env.snapshot();
+    env.reset_command_stats();
+    let full = env.claim(10).await;
+    assert_eq!(full.popped, 0);
+    assert!(
+        matches!(full.held, Some(Held::Rate { wait }) if wait >= ms(47_000)),
+        "{full:?}"
+    );
+    assert_eq!(env.command_calls("lrange"), 0, "a list was read");
+    assert_eq!(env.snapshot(), state);
+}
+
+#[tokio::test]
+async fn a_rate_limit_never_leases_more_than_its_limit_in_any_window() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for i in 0..300 {
+        let id = format!("m{i}");
+        env.seed(&id, None);
+        env.raw(&["RPUSH", &k.ready, &id]);
+    }
+    // 20 per 100 ms: at most 1 per 2 ms bucket.
+    let (n, period_us) = (20u64, 100_000i64);
+    env.run(&SetLimit {
+        limit: Limit::Rate(Some((n, period_us as u64 / 1000))),
+    })
+    .await;
+    // Each lease is Redis's time of the claim + VIS.
+    let mut leases = Vec::new();
+    let start = std::time::Instant::now();
+    for _ in 0..20_000 {
+        if start.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        let got = env.claim(50).await;
+        leases.extend(std::iter::repeat_n(got.lease - VIS * 1000, got.got.len()));
+    }
+    assert!(leases.len() >= 2 * n as usize, "only {} leases in 1 s", leases.len());
+    for (i, &t) in leases.iter().enumerate() {
+        let in_window = leases[i..].iter().take_while(|&&u| u < t + period_us).count();
+        assert!(in_window <= n as usize, "{in_window} leases in the window from {t}");
+    }
+    // Paced, not starved: about n per period while the claims went on.
+    let span = (leases[leases.len() - 1] - leases[0]) as f64 / period_us as f64;
+    let rate = leases.len() as f64 / (span + 1.0);
+    assert!(rate > n as f64 * 0.6, "{rate} per period, {} leases", leases.len());
+}
+
+#[tokio::test]
 async fn a_paused_queue_leases_nothing_but_replays_a_resent_claim() {
     let env = Env::new().await;
     let k = env.k().clone();
@@ -1928,11 +2090,23 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     assert_eq!(c.ids(), ids.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(c.got.iter().all(|d| d.1 == "x" && d.2 == 1), "{:?}", c.got);
     // A fixed number of calls for the batch, none per leased id (no TTL
-    // to extend); no look at pending or garbage without STALE.
+    // to extend); no look at pending or garbage without STALE. One HMGET
+    // reads the totals' pause flag and limits, one the retry records; a
+    // queue without limits makes no other call for them.
     let calls = |cmd: &str| env.command_calls(cmd);
     assert_eq!(
-        ["mget", "zmscore", "smismember", "zadd", "hmget", "hset", "pexpire"].map(calls),
-        [1, 1, 0, 1, 1, 1, 0]
+        [
+            "mget",
+            "zmscore",
+            "smismember",
+            "zadd",
+            "hmget",
+            "hset",
+            "pexpire",
+            "zcard"
+        ]
+        .map(calls),
+        [1, 1, 0, 1, 2, 1, 0, 0]
     );
     assert_eq!(
         ["get", "zscore", "sismember", "hget"].map(calls),
@@ -2370,6 +2544,31 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
     assert_eq!(env.dead(), dead);
     assert_eq!(env.list(&k.retry), vec!["t9", "tgone3"]);
     assert!(env.payload("tgone3").is_none(), "timeout does not revive a payload");
+}
+
+#[tokio::test]
+async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let defer = |delay_ms| NackMode::Defer { delay: ms(delay_ms) };
+    // The last delivery by its record (retry count 3, 4 deliveries).
+    let la = seed_unack(&env, "a", "4");
+    let lb = seed_unack(&env, "b", "2:boom");
+    let before = env.now_ms();
+    assert_eq!(env.nack_because("a", la, defer(30_000), "429").await, 1);
+    assert_eq!(env.nack_because("b", lb, defer(0), "429").await, 1);
+    // Not counted: the count goes back down, the reason is recorded.
+    assert_eq!(env.record("a").as_deref(), Some("3:429"));
+    assert_eq!(env.record("b").as_deref(), Some("1:429"));
+    let due = env.zscore(&k.pending, "a").expect("a waits in pending");
+    assert!((before + 30_000..before + 30_000 + SLACK_MS).contains(&due), "{due}");
+    assert_eq!(env.list(&k.retry), vec!["b"]);
+    assert!(!env.exists(&k.unack) && !env.exists(&k.garbage));
+    assert_eq!(env.int(&["HEXISTS", &k.totals, "failed"]), 0, "no failure counted");
+    // A re-sent deferral finds its own work and answers as the first did.
+    let state = env.snapshot();
+    assert_eq!(env.nack_of("a", la, defer(30_000), "429", 4).await, 1);
+    assert_eq!(env.snapshot(), state);
 }
 
 #[tokio::test]
@@ -3266,6 +3465,28 @@ async fn purge_keeps_a_paused_queue_paused_and_drops_its_counts() {
     assert_eq!(env.keys(), vec![k.totals.clone()]);
     assert_eq!(env.lines(&["HKEYS", &k.totals]), vec!["paused"]);
     assert!(env.run(&Stats).await.paused);
+}
+
+#[tokio::test]
+async fn purge_keeps_the_limits_and_drops_the_rate_count() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_many(&[("a", "x", 0, NEVER, RETRY)]).await;
+    env.promote(10).await;
+    let rate = SetLimit {
+        limit: Limit::Rate(Some((10, 1000))),
+    };
+    env.run(&rate).await;
+    env.run(&SetLimit {
+        limit: Limit::Concurrency(Some(2)),
+    })
+    .await;
+    assert_eq!(env.claim(10).await.ids(), vec!["a"]);
+    assert_eq!(env.int(&["HEXISTS", &k.totals, "rate_used"]), 1);
+    while env.run(&Purge { limit: 10 }).await > 0 {}
+    let mut fields = env.lines(&["HKEYS", &k.totals]);
+    fields.sort();
+    assert_eq!(fields, vec!["concurrency", "rate"]);
 }
 
 #[tokio::test]

@@ -55,6 +55,7 @@ lua_scripts! {
     FIRE = "fire";
     SCHEDULE = "schedule";
     SCHEDULES = "schedules";
+    LIMITS = "limits";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

@@ -141,6 +141,15 @@ pub fn status_json(queue: &str, s: &QueueStatus) -> Value {
         "oldest_overdue_ms": ms(s.oldest_overdue),
         "oldest_dead_ms": ms(s.oldest_dead),
         "totals": totals_json(&s.totals),
+        "limits": limits_json(s),
+    })
+}
+
+/// The queue-wide limits; `null` for one not set.
+fn limits_json(s: &QueueStatus) -> Value {
+    json!({
+        "rate": s.rate_limit.map(|r| json!({"limit": r.limit, "per_ms": r.per.as_millis() as u64})),
+        "global_concurrency": s.global_concurrency,
     })
 }
 
@@ -211,6 +220,13 @@ pub fn status_text(queue: &str, s: &QueueStatus, rates: Option<Option<Rates>>) -
         "totals          sent {}  acked {}  failed {}  dead {}  expired {}",
         t.sent, t.acked, t.failed, t.dead, t.expired
     );
+    if s.rate_limit.is_some() || s.global_concurrency.is_some() {
+        let rate = s
+            .rate_limit
+            .map_or("-".to_string(), |r| format!("{} per {}", r.limit, duration(r.per)));
+        let most = s.global_concurrency.map_or("-".to_string(), |n| n.to_string());
+        let _ = writeln!(out, "limits          rate {rate}  processing at most {most}");
+    }
     if let Some(rates) = rates {
         let line = rates.map_or("- (from the next refresh)".to_string(), |r| {
             format!("sent {:.1}  acked {:.1}  failed {:.1}", r.sent, r.acked, r.failed)

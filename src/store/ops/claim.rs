@@ -41,7 +41,20 @@ pub(crate) struct Claimed {
     pub left: Duration,
     /// The queue is paused: nothing new was leased.
     pub paused: bool,
+    /// A limit of the queue held the request back: it leased all the limit
+    /// allowed, fewer than asked.
+    pub held: Option<Held>,
     pub deliveries: Vec<Delivery>,
+}
+
+/// Which limit held a claim back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// The global concurrency limit: it opens when a processing message
+    /// finishes, anywhere.
+    Concurrency,
+    /// The rate limit, which allows more after `wait`.
+    Rate { wait: Duration },
 }
 
 /// One leased message, as the script returned it.
@@ -109,13 +122,21 @@ impl Op for Claim<'_> {
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = array::<Self>(v)?;
         let bad = |detail: &str| unexpected::<Self>(detail);
-        let (head, rest) = reply.split_at_checked(5).ok_or_else(|| bad("short reply"))?;
-        let [popped, expired, lease, left_ms, paused] =
-            [&head[0], &head[1], &head[2], &head[3], &head[4]].map(|v| v.as_i64().unwrap_or(-1));
+        let (head, rest) = reply.split_at_checked(7).ok_or_else(|| bad("short reply"))?;
+        let [popped, expired, lease, left_ms, paused, held, wait_ms] =
+            [&head[0], &head[1], &head[2], &head[3], &head[4], &head[5], &head[6]].map(|v| v.as_i64().unwrap_or(-1));
         let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
         let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
         let (Ok(popped), Ok(left_ms)) = (u64::try_from(popped), u64::try_from(left_ms)) else {
             return Err(bad("malformed header"));
+        };
+        let held = match (held, u64::try_from(wait_ms)) {
+            (0, Ok(_)) => None,
+            (1, Ok(_)) => Some(Held::Concurrency),
+            (2, Ok(wait)) => Some(Held::Rate {
+                wait: Duration::from_millis(wait),
+            }),
+            _ => return Err(bad("malformed header")),
         };
         if rest.len() % 3 != 0 {
             return Err(bad("malformed header"));
@@ -140,6 +161,7 @@ impl Op for Claim<'_> {
             lease,
             left: Duration::from_millis(left_ms),
             paused: paused == 1,
+            held,
             deliveries: deliveries.collect::<Result<_, Error>>()?,
         })
     }

@@ -17,6 +17,7 @@ pub(crate) mod fire;
 pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod inspect;
+pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod nack;
 pub(crate) mod pause;
@@ -269,6 +270,12 @@ mod tests {
             entry(
                 schedules::Schedules {
                     which: schedules::Which::Named("s"),
+                },
+                k,
+            ),
+            entry(
+                limits::SetLimit {
+                    limit: limits::Limit::Concurrency(Some(1)),
                 },
                 k,
             ),

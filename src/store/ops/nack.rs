@@ -19,6 +19,9 @@ pub(crate) enum NackMode {
     Dead,
     /// It never started: it does not count, and goes back to the front of retry.
     Release,
+    /// The handler asked for a later delivery that does not count this
+    /// one: retried after `delay` whatever deliveries it has left.
+    Defer { delay: Duration },
 }
 
 impl NackMode {
@@ -28,6 +31,7 @@ impl NackMode {
             NackMode::Fail { .. } => "fail",
             NackMode::Dead => "dead",
             NackMode::Release => "release",
+            NackMode::Defer { .. } => "defer",
         }
     }
 }
@@ -81,7 +85,7 @@ impl Op for Nack<'_> {
 
     fn args(&self, k: &Keys) -> Vec<Value> {
         let delay = match self.mode {
-            NackMode::Fail { delay } => delay,
+            NackMode::Fail { delay } | NackMode::Defer { delay } => delay,
             NackMode::Dead | NackMode::Release => Duration::ZERO,
         };
         vec![

@@ -8,7 +8,7 @@ use fred::prelude::Value;
 use super::{ints, state_keys, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
-use crate::{Counts, Error, QueueStatus, Totals};
+use crate::{Counts, Error, QueueStatus, RateLimit, Totals};
 
 /// Reads the status of one shard.
 pub(crate) struct Stats;
@@ -33,7 +33,7 @@ impl Op for Stats {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused] =
+        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -59,6 +59,8 @@ impl Op for Stats {
                 expired: n(expired),
             },
             paused: paused == 1,
+            rate_limit: (rate > 0).then(|| RateLimit::new(n(rate), ms(per))),
+            global_concurrency: (concurrency > 0).then(|| n(concurrency)),
         })
     }
 }

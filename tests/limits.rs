@@ -1,0 +1,129 @@
+//! Queue-wide limits through the public API: a global concurrency limit
+//! and a rate limit hold across consumers (and shards), are kept in Redis
+//! and shown by `status`; an uncounted `RetryAfter` does not use up
+//! deliveries.
+
+mod helpers;
+use delayqueue_test_support as support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayqueue::{HandlerError, Message, NewMessage, RateLimit, RetryAfter};
+use helpers::{acking, start_queue, Log};
+use support::{wait_for, wait_until, WAIT};
+
+const FETCH: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn global_concurrency_holds_across_consumers_and_shards() {
+    const N: usize = 60;
+    let (_server, client, queue) =
+        start_queue("gconc", FETCH, |b| b.shards(2).concurrency(8).global_concurrency(4)).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let handler = |running: Arc<AtomicUsize>, most: Arc<AtomicUsize>, done: Arc<AtomicUsize>| {
+        move |_msg: Message| {
+            let (running, most, done) = (running.clone(), most.clone(), done.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), HandlerError>(())
+            }
+        }
+    };
+    queue
+        .send_batch((0..N).map(|i| NewMessage::new(format!("m{i}"))))
+        .await
+        .unwrap();
+    // Two consumers of 8 handlers each, and a second handle built without
+    // the limit: it obeys what Redis holds.
+    let plain = helpers::queue_builder("gconc", &client, FETCH)
+        .shards(2)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let a = queue
+        .start_consume(handler(running.clone(), most.clone(), done.clone()))
+        .await
+        .unwrap();
+    let b = plain
+        .start_consume(handler(running.clone(), most.clone(), done.clone()))
+        .await
+        .unwrap();
+    assert_eq!(plain.status().await.unwrap().global_concurrency, Some(4));
+    assert!(wait_until(WAIT, || done.load(Ordering::SeqCst) == N).await);
+    let most = most.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&most), "at most 4 at once over both consumers: {most}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    // Cleared for everyone; a second clear changes nothing.
+    assert!(queue.set_global_concurrency(None).await.unwrap());
+    assert!(!queue.set_global_concurrency(None).await.unwrap());
+    assert_eq!(plain.status().await.unwrap().global_concurrency, None);
+    assert!(
+        queue.set_global_concurrency(Some(1)).await.is_err(),
+        "less than one per shard"
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limit_paces_starts_across_consumers() {
+    // 10 per 500 ms: 40 messages take at least 1.5 s whatever the consumers.
+    const N: usize = 40;
+    let per = Duration::from_millis(500);
+    let (_server, _client, queue) = start_queue("rate", FETCH, |b| b.concurrency(16).rate_limit(10, per)).await;
+    queue
+        .send_batch((0..N).map(|i| NewMessage::new(format!("m{i}"))))
+        .await
+        .unwrap();
+    let log = Log::default();
+    let start = Instant::now();
+    let a = queue.start_consume(acking(&log)).await.unwrap();
+    let b = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == N).await, "{} delivered", log.len());
+    let elapsed = start.elapsed();
+    assert!(elapsed >= per * 3, "40 starts at 10 per {per:?} in {elapsed:?}");
+    let status = queue.status().await.unwrap();
+    assert_eq!(status.rate_limit, Some(RateLimit::new(10, per)));
+    assert_eq!(status.totals.acked, N as u64);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert!(queue
+        .set_rate_limit(Some(RateLimit::new(10, Duration::ZERO)))
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn an_uncounted_retry_after_keeps_the_message_s_deliveries() {
+    let (_server, _client, queue) = start_queue("defer", FETCH, |b| b.default_retry_count(0)).await;
+    let log = Log::default();
+    let deferred = Arc::new(AtomicUsize::new(0));
+    let handler = helpers::recording(&log, move |_msg: Message| {
+        let deferred = deferred.clone();
+        async move {
+            if deferred.fetch_add(1, Ordering::SeqCst) < 3 {
+                return Err(RetryAfter::new(Duration::from_millis(50), "429").uncounted().into());
+            }
+            Ok::<(), HandlerError>(())
+        }
+    });
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() >= 4).await, "{:?}", log.attempts(&id));
+    // Retry count 0 allows one counted delivery; three deferrals used none.
+    assert_eq!(log.attempts(&id), vec![1, 1, 1, 1]);
+    assert!(
+        wait_for(WAIT, || async { queue.counts().await.unwrap().live() == 0 }).await,
+        "acked in the end"
+    );
+    let status = queue.status().await.unwrap();
+    assert_eq!((status.totals.failed, status.totals.dead), (0, 0));
+    consumer.shutdown().await.unwrap();
+}
