@@ -339,6 +339,13 @@ async fn run_schedules_alone_sends_each_fire_once_ahead_of_its_time() {
     }
     // Sent ahead: the latest fire was stored before its time.
     assert!(*times.last().unwrap() > now_ms() - 1000, "{times:?}");
+    // A pause withdraws the fires sent ahead; the last fire names none of them.
+    assert!(queue.pause_schedule("p").await.unwrap());
+    let paused_at = now_ms();
+    let left = stored_fires(&queue, "p").await;
+    assert!(left.keys().all(|f| *f <= paused_at), "{left:?}");
+    let info = queue.schedule("p").await.unwrap().unwrap();
+    assert!(info.last_fire.map_or(true, |t| ms(t) <= paused_at), "{info:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
