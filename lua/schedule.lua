@@ -5,7 +5,7 @@ A schedule is a hash (its definition: 'spec', 'tz', 'misfire', 'grace',
 scripts' own fields: 'version', bumped by every change; 'anchor', Redis
 time in ms of the last change (where an interval counts from); 'paused',
 Redis time when paused; 'ahead', the fire times sent and not yet due;
-'last', the last fire time sent; 'fired', fires sent) and its cursor,
+'last', the last fire time sent and not withdrawn; 'fired', fires sent) and its cursor,
 its score in the schedules zset: the last fire time sent, or the time of
 the last change, from which the next fire is computed; +inf while paused.
 Every change but resume withdraws the fires sent and not yet due (those
@@ -49,6 +49,10 @@ local function withdraw()
     end
   end
   redis.call('HDEL', KEYS[2], 'ahead')
+  -- 'last' never names a withdrawn fire (which will not happen).
+  if #ids > 0 then
+    redis.call('HDEL', KEYS[2], 'last')
+  end
 end
 
 if mode == '1' then

@@ -31,9 +31,17 @@ else
   end
   names = checked('zset', 'ZRANGE', KEYS[1], '-inf', max, 'BYSCORE', 'LIMIT', ARGV[3], limit, 'WITHSCORES')
 end
+-- The hashes are built, not declared: while a cluster moves the slot,
+-- one may be on the other node already, and this fails rather than
+-- answer from half the queue (a schedule without its definition).
+local found = {}
+for i = 1, #names, 2 do
+  found[#found + 1] = names[i]
+end
+local hashes = payloads_here(ARGV[1], found)
 for i = 1, #names, 2 do
   out[#out + 1] = names[i]
   out[#out + 1] = names[i + 1]
-  out[#out + 1] = redis.call('HGETALL', ARGV[1] .. names[i])
+  out[#out + 1] = redis.call('HGETALL', hashes[(i + 1) / 2])
 end
 return out

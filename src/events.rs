@@ -96,8 +96,11 @@ pub enum Event {
         action: Action,
         /// The message acted on, for an action on one message.
         id: Option<MessageId>,
-        /// How many messages it moved or deleted (0 for pause and resume).
+        /// How many messages it moved or deleted (0 for pause and resume
+        /// and for changes of a schedule, 1 for a trigger).
         count: u64,
+        /// The schedule acted on, for an action on a schedule.
+        schedule: Option<String>,
     },
 }
 
@@ -122,6 +125,16 @@ pub enum Action {
     Purged,
     /// A rate limit or global concurrency limit was set or cleared.
     LimitsChanged,
+    /// A schedule was created or its definition changed.
+    ScheduleSet,
+    /// A schedule was removed.
+    ScheduleRemoved,
+    /// A schedule was paused.
+    SchedulePaused,
+    /// A schedule was resumed.
+    ScheduleResumed,
+    /// A schedule was triggered: one fire sent now, message `id`.
+    ScheduleTriggered,
 }
 
 /// Sends what `event` builds, only when someone listens.

@@ -214,10 +214,12 @@ pub struct ScheduleInfo {
     pub timezone: String,
     /// Paused: it fires nothing until resumed.
     pub paused: bool,
-    /// The fire time of the last fire sent.
+    /// The fire time of the last fire sent (fires are sent ahead of their
+    /// time, so it may be in the future); none before the first, and after
+    /// a change withdrew the fires sent ahead.
     pub last_fire: Option<SystemTime>,
-    /// The next fire time not sent yet (none while paused, or when the
-    /// expression never matches again).
+    /// The next fire time after now, whether sent ahead already or not
+    /// (none while paused, or when the expression never matches again).
     pub next_fire: Option<SystemTime>,
     /// Fires sent since the schedule was created.
     pub fired: u64,

@@ -147,7 +147,7 @@ async fn every_operator_action_is_an_event() {
     let deadline = tokio::time::Instant::now() + WAIT;
     while changed.len() < 7 && tokio::time::Instant::now() < deadline {
         match tokio::time::timeout_at(deadline, events.recv()).await {
-            Ok(Ok(Event::Changed { action, id, count })) => {
+            Ok(Ok(Event::Changed { action, id, count, .. })) => {
                 changed.push((action, id.map(|i| i.as_str().to_string()), count))
             }
             Ok(Ok(_)) => {}

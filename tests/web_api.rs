@@ -794,3 +794,114 @@ async fn metrics_append_the_process_metrics_of_the_application_recorder() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn schedules_are_listed_and_paused_resumed_and_triggered() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "crons");
+    let hourly = delayqueue::Schedule::every(Duration::from_secs(3600), "h").retry_count(2);
+    assert!(q.set_schedule("hourly", hourly).await.unwrap());
+    let nightly = delayqueue::Schedule::cron("0 3 * * *", "n").timezone("Europe/Berlin");
+    assert!(q.set_schedule("nightly", nightly).await.unwrap());
+    let app = Dashboard::new(client.clone()).queue(&q).router();
+
+    let v = get_ok(&app, "/api/queues/crons/schedules").await;
+    assert_eq!(keys(&v), ["items", "now_ms"]);
+    let items = v["items"].as_array().unwrap();
+    let names: Vec<&str> = items.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["hourly", "nightly"]);
+    let h = &items[0];
+    assert_eq!(
+        keys(h),
+        [
+            "fired",
+            "last_fire_ms",
+            "misfire",
+            "misfire_grace_ms",
+            "name",
+            "next_fire_ms",
+            "paused",
+            "payload_len",
+            "retry_count",
+            "spec",
+            "timezone"
+        ]
+    );
+    assert_eq!(
+        (
+            &h["spec"],
+            &h["paused"],
+            &h["retry_count"],
+            &h["misfire"],
+            &h["payload_len"]
+        ),
+        (
+            &json!("every 3600000"),
+            &json!(false),
+            &json!(2),
+            &json!("once"),
+            &json!(1)
+        )
+    );
+    let now = v["now_ms"].as_u64().unwrap();
+    let next = h["next_fire_ms"].as_u64().expect("a next fire");
+    assert!(next > now && next <= now + 3_600_000, "next {next}, now {now}");
+    assert_eq!(items[1]["spec"], "cron 0 3 * * *");
+    assert_eq!(items[1]["timezone"], "Europe/Berlin");
+
+    // Pause, pause again, resume: each as the API says, and in Redis.
+    let path = |s: &str, what: &str| format!("/api/queues/crons/schedules/{s}/{what}");
+    assert_eq!(
+        act(&app, &path("hourly", "pause"), json!({})).await,
+        json!({"done": true})
+    );
+    assert_eq!(
+        act(&app, &path("hourly", "pause"), json!({})).await,
+        json!({"done": false})
+    );
+    let info = q.schedule("hourly").await.unwrap().unwrap();
+    assert!(info.paused && info.next_fire.is_none(), "{info:?}");
+    let v = get_ok(&app, "/api/queues/crons/schedules").await;
+    assert_eq!(
+        (&v["items"][0]["paused"], &v["items"][0]["next_fire_ms"]),
+        (&json!(true), &Value::Null)
+    );
+    assert_eq!(
+        act(&app, &path("hourly", "resume"), json!({})).await,
+        json!({"done": true})
+    );
+    assert!(!q.schedule("hourly").await.unwrap().unwrap().paused);
+
+    // Trigger: one message now, with the schedule's payload.
+    let v = act(&app, &path("nightly", "trigger"), json!({})).await;
+    let id = v["id"].as_str().unwrap();
+    assert!(id.starts_with("{nightly}@t"), "{id}");
+    let m = q.get(id).await.unwrap().expect("the triggered fire");
+    assert_eq!(m.payload.as_slice(), b"n");
+
+    // An unknown schedule is a 404; no CSRF token a 403; read-only refuses.
+    let token = csrf(&app).await;
+    let r = post(&app, &path("nope", "pause"), json!({}), Some(&token)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+    let r = post(&app, &path("nope", "trigger"), json!({}), Some(&token)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+    let r = post(&app, &path("hourly", "pause"), json!({}), None).await;
+    assert_eq!((r.status, r.json()), (StatusCode::FORBIDDEN, json!({"error": "csrf"})));
+    let ro = Dashboard::new(client.clone()).read_only(true).router();
+    let token = csrf(&ro).await;
+    for what in ["pause", "resume", "trigger"] {
+        let r = post(&ro, &path("hourly", what), json!({}), Some(&token)).await;
+        assert_eq!(
+            (r.status, r.json()),
+            (StatusCode::FORBIDDEN, json!({"error": "read-only"}))
+        );
+    }
+    assert_eq!(
+        get_ok(&ro, "/api/queues/crons/schedules").await["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(!q.schedule("hourly").await.unwrap().unwrap().paused);
+}

@@ -923,3 +923,54 @@ async fn the_overview_follows_a_dark_system_theme_and_read_only_shows_no_action(
 const NO_ACTIONS: &str = "return ['pause', 'resume', 'send-open', 'requeue-selected', 'delete-selected', 'requeue-all',
     'delete-all', 'requeue', 'delete', 'cancel', 'run-now', 'reschedule', 'select']
     .filter(t => document.querySelector('[data-testid=' + t + ']'));";
+
+#[tokio::test]
+async fn the_schedules_section_lists_the_schedules_and_pauses_one_with_a_click() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let reports = dash.queue("reports", |b| b);
+    reports.send("ad hoc").id("ad-hoc").await.unwrap();
+    let daily = delayqueue::Schedule::cron("30 9 * * MON-FRI", "{\"report\":\"daily\"}").timezone("Europe/Berlin");
+    reports.set_schedule("daily-report", daily).await.unwrap();
+    let ping = delayqueue::Schedule::every(Duration::from_secs(10), "ping");
+    reports.set_schedule("ping", ping).await.unwrap();
+    // A scheduler sends the next fires ahead, so they have a last fire.
+    let scheduler = reports.run_schedules();
+    assert!(
+        support::wait_for(support::WAIT, || async {
+            reports.schedules().await.unwrap().iter().all(|s| s.last_fire.is_some())
+        })
+        .await,
+        "fires sent ahead"
+    );
+    scheduler.shutdown().await.unwrap();
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/q/reports/pending").await;
+    b.wait(
+        "both schedules listed",
+        "document.querySelectorAll('[data-testid=schedules] [data-testid=schedule-row]').length === 2",
+    )
+    .await;
+    let row = "[data-testid=schedule-row][data-schedule=daily-report]";
+    let text = b
+        .js(&format!("return document.querySelector('{row}').innerText;"))
+        .await;
+    let text = text.as_str().unwrap();
+    assert!(
+        text.contains("cron 30 9 * * MON-FRI") && text.contains("Europe/Berlin"),
+        "{text}"
+    );
+    b.click(&format!("{row} [data-testid=schedule-pause]")).await;
+    b.wait(
+        "the paused badge on the schedule",
+        &format!("!!document.querySelector('{row} [data-testid=schedule-paused]')"),
+    )
+    .await;
+    assert!(
+        reports.schedule("daily-report").await.unwrap().unwrap().paused,
+        "Redis says paused"
+    );
+    b.screenshot("schedules").await;
+    b.close().await;
+}

@@ -343,10 +343,16 @@ impl DelayQueue {
     /// The store handle of the shard with keys `k`.
     /// Emits [`Event::Changed`] for an operator's action that changed something.
     pub(crate) fn changed(&self, action: Action, id: Option<&str>, count: u64) {
+        self.changed_schedule(action, None, id, count);
+    }
+
+    /// [`changed`](Self::changed) for an action on schedule `schedule`.
+    pub(crate) fn changed_schedule(&self, action: Action, schedule: Option<&str>, id: Option<&str>, count: u64) {
         events::emit(&self.inner.events, || Event::Changed {
             action,
             id: id.map(|id| MessageId::from(id.to_string())),
             count,
+            schedule: schedule.map(str::to_string),
         });
     }
 

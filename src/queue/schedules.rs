@@ -8,7 +8,7 @@ use std::time::Duration;
 use fred::bytes::Bytes;
 
 use crate::consume::Scheduler;
-use crate::events::{self, Event};
+use crate::events::{self, Action, Event};
 use crate::schedule::{self, fire_id, from_ms, Misfire, Schedule, ScheduleInfo, MAX_SCHEDULES};
 use crate::store::ops::fire::{Fire, Fired};
 use crate::store::ops::schedule::{Change, Changed, Schedule as ScheduleOp};
@@ -72,6 +72,7 @@ impl DelayQueue {
             done => {
                 let created = done == Changed::Yes;
                 tracing::info!(queue = %self.inner.name, schedule = name, created, spec = %schedule.spec, "schedule set");
+                self.changed_schedule(Action::ScheduleSet, Some(name), None, 0);
                 Ok(true)
             }
         }
@@ -84,6 +85,7 @@ impl DelayQueue {
         let removed = self.change_schedule(name, Change::Remove).await? == Changed::Yes;
         if removed {
             tracing::info!(queue = %self.inner.name, schedule = name, "schedule removed");
+            self.changed_schedule(Action::ScheduleRemoved, Some(name), None, 0);
         }
         Ok(removed)
     }
@@ -93,21 +95,21 @@ impl DelayQueue {
     /// Returns `false` when it was paused already;
     /// [`Error::NoSuchSchedule`] when there is none.
     pub async fn pause_schedule(&self, name: &str) -> Result<bool, Error> {
-        self.flip_schedule(name, Change::Pause).await
+        self.flip_schedule(name, Change::Pause, Action::SchedulePaused).await
     }
 
     /// Resumes schedule `name` from now: the fires its pause covered are
     /// not made up. Returns `false` when it was not paused.
     pub async fn resume_schedule(&self, name: &str) -> Result<bool, Error> {
-        self.flip_schedule(name, Change::Resume).await
+        self.flip_schedule(name, Change::Resume, Action::ScheduleResumed).await
     }
 
-    async fn flip_schedule(&self, name: &str, change: Change) -> Result<bool, Error> {
+    async fn flip_schedule(&self, name: &str, change: Change, action: Action) -> Result<bool, Error> {
         schedule::check_name(name)?;
-        let what = format!("{change:?}").to_lowercase();
         match self.change_schedule(name, change).await? {
             Changed::Yes => {
-                tracing::info!(queue = %self.inner.name, schedule = name, "schedule {what}d");
+                tracing::info!(queue = %self.inner.name, schedule = name, ?action, "schedule changed");
+                self.changed_schedule(action, Some(name), None, 0);
                 Ok(true)
             }
             Changed::Same => Err(self.no_such_schedule(name)),
@@ -189,6 +191,7 @@ impl DelayQueue {
                 tracing::info!(queue = %q.name, schedule = name, %id, "schedule triggered");
                 let id = MessageId::from(id);
                 events::emit(&q.events, || Event::Sent { id: id.clone() });
+                self.changed_schedule(Action::ScheduleTriggered, Some(name), Some(id.as_str()), 1);
                 Ok(id)
             }
             Fired::Changed => Err(self.no_such_schedule(name)),

@@ -14,6 +14,8 @@
 
 use std::time::Duration;
 
+use crate::store::ops::schedule::{Change, Schedule};
+use crate::store::ops::schedules::{Schedules, Which};
 use crate::store::ops::{
     ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, purge::Purge, requeue::Requeue, timeout::Timeout,
 };
@@ -36,6 +38,10 @@ const CONSUMER: &str = "c";
 
 /// The seeded queue: one message in each state, every payload "3:x".
 const IDS: [&str; 5] = ["p1", "r1", "u1", "t1", "g1"];
+/// The seeded schedule, with one fire sent ahead (pending, far ahead).
+/// `fire.lua` is not here: it declares every key it touches.
+const SCHEDULE: &str = "s";
+const FIRE: &str = "{s}@99999999999999";
 
 /// Where the move stands when the script runs.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +67,7 @@ fn call<O: Op>(op: O, k: &Keys) -> Call {
     (O::script(), op.keys(k), args)
 }
 
-/// Every script that touches payloads it does not declare.
+/// Every script that touches payloads (or schedule hashes) it does not declare.
 fn calls(k: &Keys) -> Vec<Call> {
     let receipt = k.claim(CONSUMER);
     let claim = |seq| Claim {
@@ -106,18 +112,38 @@ fn calls(k: &Keys) -> Vec<Call> {
         call(Purge { limit: 1000 }, k),
         call(Inspect { ids: IDS.to_vec() }, k),
         call(list, k),
+        // Withdraws the fire sent ahead: deletes its payload.
+        call(
+            Schedule {
+                name: SCHEDULE,
+                change: Change::Pause,
+            },
+            k,
+        ),
+        // Reads the schedule hashes it finds in the schedules zset.
+        call(
+            Schedules {
+                which: Which::Page {
+                    horizon: None,
+                    offset: 0,
+                    limit: 10,
+                },
+            },
+            k,
+        ),
     ]
 }
 
 /// One message in each state and every key a script may declare, so that
 /// Redis lets each script run on a node holding all of its declared keys.
 fn seed(node: &RedisServer, k: &Keys) {
-    for id in IDS {
+    for id in IDS.into_iter().chain([FIRE]) {
         node.raw_command(&["SET", &k.msg(id), "3:x"]);
     }
     let (lease, receipt) = (LEASE.to_string(), format!("0 {LEASE} u1"));
-    let commands: [&[&str]; 8] = [
-        &["ZADD", &k.pending, "99999999999999", "p1"],
+    let schedule = k.schedule(SCHEDULE);
+    let commands: [&[&str]; 10] = [
+        &["ZADD", &k.pending, "99999999999999", "p1", "99999999999999", FIRE],
         &["RPUSH", &k.ready, "r1"],
         &["ZADD", &k.unack, &lease, "u1"],
         &["RPUSH", &k.retry, "t1"],
@@ -126,6 +152,29 @@ fn seed(node: &RedisServer, k: &Keys) {
         // Limits that let the claim through: it runs their checks too.
         &["HSET", &k.totals, "sent", "5", "rate", "100 1000", "concurrency", "100"],
         &["SET", &k.claim(CONSUMER), &receipt, "PX", "60000"],
+        &["ZADD", &k.schedules, "1000", SCHEDULE],
+        &[
+            "HSET",
+            &schedule,
+            "spec",
+            "every 1000",
+            "tz",
+            "UTC",
+            "misfire",
+            "once",
+            "grace",
+            "60000",
+            "value",
+            "3:x",
+            "version",
+            "1",
+            "anchor",
+            "0",
+            "ahead",
+            "99999999999999",
+            "last",
+            "99999999999999",
+        ],
     ];
     for args in commands {
         let reply = node.raw_reply(args);
@@ -198,11 +247,19 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
         assert!(report.is_clean(), "seeded queue: {report}");
 
         let mut m = cluster.begin_move(slot, 1);
-        let payloads: Vec<String> = IDS.iter().map(|id| k.msg(id)).collect();
+        // The keys scripts build instead of declare: payloads, and the
+        // schedule hash for the scripts that do not declare it.
+        let built: Vec<String> = IDS
+            .iter()
+            .chain(&[FIRE])
+            .map(|id| k.msg(id))
+            .chain([k.schedule(SCHEDULE)])
+            .filter(|key| !call.1.contains(key))
+            .collect();
         let (first, rest): (Vec<String>, Vec<String>) = cluster
             .keys_left(&m, 100)
             .into_iter()
-            .partition(|key| payloads.contains(key) == matches!(half, HalfMoved::Payloads));
+            .partition(|key| built.contains(key) == matches!(half, HalfMoved::Payloads));
         cluster.move_keys(&mut m, &first);
         let before = snapshot(&cluster, [0, 1]);
         let reply = match half {

@@ -8,7 +8,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::sampler::Rates;
-use crate::{Counts, MessageInfo, QueueStatus, Totals};
+use crate::{Counts, MessageInfo, QueueStatus, ScheduleInfo, Totals};
 
 /// ms since the Unix epoch.
 pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
@@ -243,4 +243,45 @@ pub(crate) struct DeadBody {
     pub ids: Option<Vec<String>>,
     #[serde(default)]
     pub all: bool,
+}
+
+/// One schedule of a queue, as `GET /api/queues/{name}/schedules` lists it.
+#[derive(Debug, Serialize)]
+pub(crate) struct ScheduleJson {
+    name: String,
+    spec: String,
+    timezone: String,
+    paused: bool,
+    next_fire_ms: Option<u64>,
+    last_fire_ms: Option<u64>,
+    fired: u64,
+    misfire: &'static str,
+    misfire_grace_ms: u64,
+    retry_count: u32,
+    payload_len: usize,
+}
+
+impl From<&ScheduleInfo> for ScheduleJson {
+    fn from(s: &ScheduleInfo) -> Self {
+        ScheduleJson {
+            name: s.name.clone(),
+            spec: s.spec.clone(),
+            timezone: s.timezone.clone(),
+            paused: s.paused,
+            next_fire_ms: s.next_fire.map(epoch_ms),
+            last_fire_ms: s.last_fire.map(epoch_ms),
+            fired: s.fired,
+            misfire: s.misfire.as_str(),
+            misfire_grace_ms: ms(s.misfire_grace),
+            retry_count: s.retry_count,
+            payload_len: s.payload.len(),
+        }
+    }
+}
+
+/// `GET /api/queues/{name}/schedules`.
+#[derive(Debug, Serialize)]
+pub(crate) struct SchedulesJson {
+    pub now_ms: u64,
+    pub items: Vec<ScheduleJson>,
 }

@@ -35,6 +35,7 @@ impl From<Error> for ApiError {
             | Error::InvalidArgument(_)
             | Error::Json(_) => StatusCode::BAD_REQUEST,
             Error::Duplicate { .. } => StatusCode::CONFLICT,
+            Error::NoSuchSchedule { .. } => StatusCode::NOT_FOUND,
             Error::Redis(_) | Error::OutOfMemory { .. } | Error::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -1,11 +1,12 @@
-//! The JSON API under `/api`: reading (overview, queue, messages) and
-//! acting (actions), and how their errors become HTTP statuses.
+//! The JSON API under `/api`: reading (overview, queue, messages,
+//! schedules) and acting (actions, schedules), and how their errors become HTTP statuses.
 
 mod actions;
 pub(crate) mod error;
 mod messages;
 mod overview;
 mod queue;
+mod schedules;
 
 use std::sync::Arc;
 
@@ -31,5 +32,9 @@ pub(crate) fn routes() -> Router<Arc<App>> {
         .route("/queues/{name}/dead/delete", post(actions::delete))
         .route("/queues/{name}/pause", post(actions::pause))
         .route("/queues/{name}/resume", post(actions::resume))
+        .route("/queues/{name}/schedules", get(schedules::list))
+        .route("/queues/{name}/schedules/{schedule}/pause", post(schedules::pause))
+        .route("/queues/{name}/schedules/{schedule}/resume", post(schedules::resume))
+        .route("/queues/{name}/schedules/{schedule}/trigger", post(schedules::trigger))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
 }

@@ -665,12 +665,14 @@
     const tabs = h('nav.tabs');
     const toolbar = h('div.toolbar');
     const tableBox = h('div.card');
+    // Shown only when the queue has schedules.
+    const schedBox = h('div.card', { testid: 'schedules', hidden: true });
     const section = h('section', { testid: 'queue-view', 'data-queue': name },
       head,
       h('div.grid2', null,
         h('div.card', null, stats),
         h('div.card', null, h('div.card-head', null, h('h2', null, 'Rates'), h('span.sub.muted', null, 'last 15 minutes, per second')), chartBox)),
-      tabs, toolbar, tableBox);
+      tabs, toolbar, tableBox, schedBox);
     replace(root, section);
     crumbs({ text: 'Queues', href: '#/' }, { text: name, href: `#/q/${enc(name)}/pending` }, { text: state });
 
@@ -853,17 +855,52 @@
       replace(tableBox, parts);
     }
 
+    async function triggerSchedule(s) {
+      const ok = await confirmDialog({ title: `Trigger ${s.name} now?`, body: `One message with the schedule's payload is sent to ${name}, due now. Its timing does not change.`, yes: 'Trigger' });
+      if (ok) await act(`api/queues/${enc(name)}/schedules/${enc(s.name)}/trigger`, {}, (r) => `Triggered ${s.name}: ${r.id}`);
+    }
+
+    function renderSchedules(items) {
+      schedBox.hidden = !items.length;
+      if (!items.length) { replace(schedBox); return; }
+      const ro = session.readOnly;
+      const rows = items.map((s) => {
+        const path = `api/queues/${enc(name)}/schedules/${enc(s.name)}`;
+        const actions = ro ? null : h('td.actions', null,
+          s.paused
+            ? h('button.small.primary', { testid: 'schedule-resume', on: { click: () => act(`${path}/resume`, {}, `Resumed schedule ${s.name}`) } }, 'Resume')
+            : h('button.small', { testid: 'schedule-pause', title: 'Fires sent ahead are withdrawn', on: { click: () => act(`${path}/pause`, {}, `Paused schedule ${s.name}`) } }, 'Pause'),
+          h('button.small', { testid: 'schedule-trigger', title: 'Send one fire now', on: { click: () => triggerSchedule(s) } }, 'Trigger now'));
+        return h('tr', { testid: 'schedule-row', 'data-schedule': s.name },
+          h('td.name', null, h('strong', null, s.name), s.paused ? h('span.badge.badge-paused', { testid: 'schedule-paused', title: 'Fires nothing until resumed' }, 'paused') : null),
+          h('td.spec', { title: s.spec }, s.spec),
+          h('td', null, s.timezone),
+          h('td.when', { testid: 'schedule-next' }, s.paused ? h('span.faint', null, 'paused') : when(s.next_fire_ms)),
+          h('td.when', null, when(s.last_fire_ms)),
+          h(s.fired ? 'td.num' : 'td.num.zero', null, fmtInt(s.fired)),
+          actions);
+      });
+      replace(schedBox,
+        h('div.card-head', null, h('h2', null, 'Schedules'), h('span.sub.muted', null, `${fmtInt(items.length)} · each fire is a message with id {name}@<fire time>`)),
+        h('div.table-wrap', null, h('table', null,
+          h('thead', null, h('tr', null,
+            h('th', null, 'name'), h('th', null, 'spec'), h('th', null, 'time zone'), h('th', null, 'next fire'),
+            h('th', { title: 'The latest fire sent: fires are sent ahead of their time' }, 'last sent'), h('th.num', null, 'fires'), ro ? null : h('th', null, ''))),
+          h('tbody', null, rows))));
+    }
+
     return {
       async refresh() {
         if (!session.loaded) await loadSession();
         const cursor = view.cursors[view.cursors.length - 1];
         const list = view.search ? null
           : api(`api/queues/${enc(name)}/messages?state=${state}&limit=${view.limit}&order=${view.order}${cursor ? `&cursor=${enc(cursor)}` : ''}`);
-        const [info, page] = await Promise.all([api(`api/queues/${enc(name)}`), list]);
+        const [info, page, scheds] = await Promise.all([api(`api/queues/${enc(name)}`), list, api(`api/queues/${enc(name)}/schedules`)]);
         view.info = info;
         if (page) view.page = page;
         renderHead();
         renderTable();
+        renderSchedules(scheds.items);
         replace(chartBox, rateChart(await history(name), chartBox.clientWidth - 28));
       },
       failed(e) { if (!view.info) failure(root, e, 'Queue'); },
