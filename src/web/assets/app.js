@@ -87,6 +87,11 @@
     if (sec < 86400) return `${hr}h ${m % 60}m`;
     return `${d}d ${hr % 24}h`;
   }
+  // "every 10000" (ms, as stored) reads as "every 10s"; cron specs as they are.
+  function fmtSpec(spec) {
+    const m = /^every (\d+)$/.exec(spec);
+    return m ? `every ${fmtDur(Number(m[1]))}` : spec;
+  }
   function fmtBytes(n) {
     if (n < 1024) return `${n} B`;
     if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
@@ -873,7 +878,7 @@
           h('button.small', { testid: 'schedule-trigger', title: 'Send one fire now', on: { click: () => triggerSchedule(s) } }, 'Trigger now'));
         return h('tr', { testid: 'schedule-row', 'data-schedule': s.name },
           h('td.name', null, h('strong', null, s.name), s.paused ? h('span.badge.badge-paused', { testid: 'schedule-paused', title: 'Fires nothing until resumed' }, 'paused') : null),
-          h('td.spec', { title: s.spec }, s.spec),
+          h('td.spec', { title: s.spec }, fmtSpec(s.spec)),
           h('td', null, s.timezone),
           h('td.when', { testid: 'schedule-next' }, s.paused ? h('span.faint', null, 'paused') : when(s.next_fire_ms)),
           h('td.when', null, when(s.last_fire_ms)),
