@@ -104,6 +104,7 @@ pub(super) fn info(
         attempts: count.parse().unwrap_or(0),
         retry_count: stored.as_ref().map(|s| s.retry_count),
         backoff: stored.as_ref().and_then(|s| s.backoff.clone()),
+        priority: stored.as_ref().map_or(0, |s| s.priority),
         last_error: reason,
         due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
