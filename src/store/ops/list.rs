@@ -21,14 +21,16 @@ pub(crate) struct List {
 
 impl Op for List {
     type Reply = Page;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::LIST
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        id_keys(k)
+        let mut keys = id_keys(k);
+        keys.push(k.totals.clone());
+        keys
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
@@ -38,6 +40,7 @@ impl Op for List {
             count(self.limit as u64),
             k.msg_prefix.as_str().into(),
             count((self.preview + HEADER_BYTES) as u64),
+            k.prio.as_str().into(),
         ]
     }
 
