@@ -113,7 +113,7 @@ async fn operator_views_and_operations_reach_messages_waiting_by_priority() {
         .into_iter()
         .map(|i| i.id)
         .collect();
-    assert_eq!(second, [gone.clone()]);
+    assert_eq!(second, std::slice::from_ref(&gone));
     let report = queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
 

@@ -1319,6 +1319,7 @@ async fn a_cancelled_priority_message_is_skipped_and_stale_cleared_when_all_are_
     let got = env.claim(1).await;
     assert_eq!(got.got[0].0, "y");
     assert!(!env.stale());
+    assert!(!env.exists(&k.prio));
     assert!(env.dead().is_empty());
 }
 
