@@ -9,7 +9,7 @@ use delayqueue_test_support as support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use delayqueue::{Error, HandlerError, Message, MessageState, NewMessage, MAX_PRIORITY};
+use delayqueue::{Error, HandlerError, Message, MessageState, NewMessage, Order, MAX_PRIORITY};
 use helpers::start_queue;
 use support::{wait_for, wait_until, WAIT};
 
@@ -114,6 +114,35 @@ async fn operator_views_and_operations_reach_messages_waiting_by_priority() {
         .map(|i| i.id)
         .collect();
     assert_eq!(second, std::slice::from_ref(&gone));
+    // Browse walks the same sequence, a page of one at a time, both ways.
+    for order in [Order::Asc, Order::Desc] {
+        let (mut cursor, mut walked) = (None, Vec::new());
+        for _ in 0..10 {
+            let page = queue
+                .browse(MessageState::Ready)
+                .order(order)
+                .after(cursor)
+                .limit(1)
+                .await
+                .unwrap();
+            assert_eq!(page.total, 3);
+            walked.extend(page.items.into_iter().map(|m| m.id));
+            cursor = page.cursor;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let mut want = vec![high.clone(), gone.clone(), low.clone()];
+        if order == Order::Desc {
+            want.reverse();
+        }
+        assert_eq!(walked, want, "{order:?}");
+    }
+    let found = queue.search(MessageState::Ready, "gon").await.unwrap();
+    assert_eq!(
+        found.items.iter().map(|m| m.id.clone()).collect::<Vec<_>>(),
+        [gone.clone()]
+    );
     let report = queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
 
