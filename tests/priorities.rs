@@ -116,23 +116,8 @@ async fn operator_views_and_operations_reach_messages_waiting_by_priority() {
     assert_eq!(second, std::slice::from_ref(&gone));
     // Browse walks the same sequence, a page of one at a time, both ways.
     for order in [Order::Asc, Order::Desc] {
-        let (mut cursor, mut walked) = (None, Vec::new());
-        for _ in 0..10 {
-            let page = queue
-                .browse(MessageState::Ready)
-                .order(order)
-                .after(cursor)
-                .limit(1)
-                .await
-                .unwrap();
-            assert_eq!(page.total, 3);
-            walked.extend(page.items.into_iter().map(|m| m.id));
-            cursor = page.cursor;
-            if cursor.is_none() {
-                break;
-            }
-        }
-        let mut want = vec![high.clone(), gone.clone(), low.clone()];
+        let (walked, _) = helpers::browse_all(&queue, MessageState::Ready, order, 1, 3).await;
+        let mut want = vec![high.to_string(), gone.to_string(), low.to_string()];
         if order == Order::Desc {
             want.reverse();
         }
