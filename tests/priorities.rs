@@ -124,10 +124,8 @@ async fn operator_views_and_operations_reach_messages_waiting_by_priority() {
         assert_eq!(walked, want, "{order:?}");
     }
     let found = queue.search(MessageState::Ready, "gon").await.unwrap();
-    assert_eq!(
-        found.items.iter().map(|m| m.id.clone()).collect::<Vec<_>>(),
-        [gone.clone()]
-    );
+    let found: Vec<_> = found.items.into_iter().map(|m| m.id).collect();
+    assert_eq!(found, std::slice::from_ref(&gone));
     let report = queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
 
