@@ -207,10 +207,16 @@ async fn send_concurrent(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> 
 }
 
 async fn send_batch(q: &DelayQueue, n: usize, delay: Duration) -> Res<f64> {
+    send_levels(q, n, delay, 1).await
+}
+
+/// [`send_batch`] with message `i` of priority `i % levels` (1: all 0, the default).
+async fn send_levels(q: &DelayQueue, n: usize, delay: Duration, levels: usize) -> Res<f64> {
     let t = Instant::now();
     // In slices, as an application would, so the whole batch is never in memory at once.
     for start in (0..n).step_by(10_000) {
-        let msgs = (start..n.min(start + 10_000)).map(|_| NewMessage::new(&PAYLOAD).delay(delay));
+        let msgs =
+            (start..n.min(start + 10_000)).map(|i| NewMessage::new(&PAYLOAD).delay(delay).priority((i % levels) as u8));
         for r in q.send_batch(msgs).await? {
             r?;
         }
@@ -278,6 +284,29 @@ async fn w1(client: &Client, name: &str, n: usize, user: Option<&str>) -> Res<se
         out["consume_user_c16_per_s"] = json!(consume_as_user(url, &format!("{name}-user"), n).await?);
     }
     Ok(out)
+}
+
+/// prio: consume as in w1 (`concurrency(16)`, no-op handler, `n` due
+/// messages) from a queue whose messages have no priority and from one
+/// whose messages cycle through priorities 0-9, in `rounds` alternating
+/// rounds: what using priorities costs (header reads in promote, a zset).
+async fn prio(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    let (mut rates, mut cpu) = ([vec![], vec![]], [vec![], vec![]]);
+    for round in 0..rounds {
+        for (i, levels) in [1, 10].into_iter().enumerate() {
+            let q = queue(client, &format!("{tag}-prio{round}-{levels}"), |b| b.concurrency(16))?;
+            send_levels(&q, n, Duration::ZERO, levels).await?;
+            let (rate, redis_us, ..) = consume(&q, client, n).await?;
+            rates[i].push(rate);
+            cpu[i].push(redis_us);
+        }
+        cleanup(client).await?;
+    }
+    Ok(json!({
+        "n": n,
+        "consume_c16_per_s": {"no_priorities": rates[0], "priorities_0_to_9": rates[1]},
+        "redis_cpu_us_per_msg": {"no_priorities": cpu[0], "priorities_0_to_9": cpu[1]},
+    }))
 }
 
 /// Consume as an application runs it: its own client from
@@ -780,6 +809,9 @@ async fn main() -> Res<()> {
     }
     if on("compare") {
         emit("compare_go_style", compare(&client, &tag).await?);
+    }
+    if on("prio") {
+        emit("priorities", prio(&client, &tag, o.n, o.rounds).await?);
     }
     if on("rate") {
         emit("rate_limit", rate_limited(&client, &tag).await?);

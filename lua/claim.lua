@@ -1,6 +1,8 @@
 #!lua flags=allow-oom
 --[[ claim: retry | ready -> unack | garbage
-Pops up to ARGV[2] ids, retry list first, and leases each valid one: it
+Pops up to ARGV[2] ids, retry list first, then (once the queue has used
+priorities: the totals' field 'prios') the priority zset, highest priority
+first, then the ready list (priority 0), and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up
 (its retry record counts deliveries; a failure reason in it is kept).
 A popped id is not leased but buried as a dead letter with reason
@@ -37,6 +39,7 @@ ARGV[3] visibility timeout ms
 ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[5] dead-letter retention ms
+ARGV[6] priority zset (read only while the totals have 'prios')
 Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
 .. expired id n, id1, value1, attempt1, id2, ...} with n = expired and each value as
@@ -59,7 +62,12 @@ allows nothing; the rate limit adds O(RATE_BUCKETS) Lua steps.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
-local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used')
+local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios')
+-- The due messages of priority 1 to 9 (prio_score), once there are any.
+local prio = fields[5] and ARGV[6]
+if prio then
+  check_types(prio, 'zset')
+end
 local paused = fields[1] and 1 or 0
 local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
@@ -82,9 +90,11 @@ if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   return out
 end
 
--- The STALE mark goes once both lists are empty: no stale entry is left.
+-- The STALE mark goes once both lists (and the priority zset) are empty:
+-- no stale entry is left.
 local function clear_stale()
-  if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0 then
+  if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0
+    and not (prio and redis.call('ZCARD', prio) > 0) then
     redis.call('HDEL', KEYS[4], STALE)
   end
 end
@@ -270,20 +280,29 @@ local function lease_all(ids)
   redis.call('HSET', KEYS[4], unpack(records))
 end
 
--- The heads of both lists are read, and their payloads checked, before
--- the first write; then each list gives up what its lease_all takes.
+-- The heads of both lists (and of the priority zset) are read, and their
+-- payloads checked, before the first write; then each gives up what its
+-- lease_all takes.
+local sources = {KEYS[2], KEYS[1]}
+if prio then
+  sources = {KEYS[2], prio, KEYS[1]}
+end
 local heads, all = {}, {}
-for n, list in ipairs({KEYS[2], KEYS[1]}) do
-  heads[n] = redis.call('LRANGE', list, 0, limit - 1)
+for n, list in ipairs(sources) do
+  heads[n] = redis.call(list == prio and 'ZRANGE' or 'LRANGE', list, 0, limit - 1)
   for _, id in ipairs(heads[n]) do
     all[#all + 1] = id
   end
 end
 payloads_here(ARGV[1], all)
-for n, list in ipairs({KEYS[2], KEYS[1]}) do
+for n, list in ipairs(sources) do
   local take = math.min(limit - (#leased - 2), #heads[n])
   if take > 0 then
-    redis.call('LTRIM', list, take, -1)
+    if list == prio then
+      redis.call('ZREMRANGEBYRANK', list, 0, take - 1)
+    else
+      redis.call('LTRIM', list, take, -1)
+    end
     popped = popped + take
     lease_all({unpack(heads[n], 1, take)})
   end

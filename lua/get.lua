@@ -4,9 +4,10 @@
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
 KEYS[7] msg string of this id
-ARGV[1] id
+ARGV[1] id   ARGV[2] priority zset (read for a value with a priority)
 Returns {state, score, retry record, stored value, TTL ms, now ms}:
-state 1 to 5 is the KEYS[n] holding the id (0: none); score as in `list`
+state 1 to 5 is the KEYS[n] holding the id (0: none; 2 also for the
+priority zset); score as in `list`
 ("" for lists); "" for a missing record or value.
 Idempotent: reads only.
 Complexity: O(log N) when the id is in a zset; otherwise O(L) to find it
@@ -30,7 +31,8 @@ end
 if state == 0 and value ~= '' then
   if redis.call('LPOS', KEYS[4], id) then
     state = 4
-  elseif redis.call('LPOS', KEYS[2], id) then
+  elseif redis.call('LPOS', KEYS[2], id)
+    or (priority_of(value) > 0 and checked('zset', 'ZSCORE', ARGV[2], id)) then
     state = 2
   end
 end

@@ -5,8 +5,11 @@ changes between calls may shift entries across page boundaries.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[7] totals hash
 ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] offset   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] bytes of each stored value to return (1 to 1000)
+ARGV[6] priority zset: once the totals have 'prios', state 2 (ready) is
+        the zset by rank, then the ready list (the order claim takes them)
 Returns {size of the state, now ms, next offset (-1: last page), then 6
 values per message: id, score ("" in lists: due ms in pending, lease
 deadline us in unack, time of death ms in garbage), retry record ("" if
@@ -17,11 +20,24 @@ Idempotent: reads only.
 Complexity: O(log N + page) for zsets, O(offset + page) for lists.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
-  KEYS[6], 'hash')
+  KEYS[6], 'hash', KEYS[7], 'hash')
 local state, from, size, bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), limit_arg(3), limit_arg(5)
 local key, is_list = KEYS[state], state == 2 or state == 4
 local page, total
-if is_list then
+if state == 2 and redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
+  local ranked = checked('zset', 'ZCARD', ARGV[6])
+  page = {}
+  if from < ranked then
+    page = redis.call('ZRANGE', ARGV[6], from, from + size - 1)
+  end
+  local start = math.max(0, from - ranked)
+  if #page < size then
+    for _, id in ipairs(redis.call('LRANGE', key, start, start + size - #page - 1)) do
+      page[#page + 1] = id
+    end
+  end
+  total = ranked + redis.call('LLEN', key)
+elseif is_list then
   page, total = redis.call('LRANGE', key, from, from + size - 1), redis.call('LLEN', key)
 else
   page, total = redis.call('ZRANGE', key, from, from + size - 1, 'WITHSCORES'), redis.call('ZCARD', key)

@@ -54,9 +54,9 @@ end
 
 
 -- A stored value is
--- "<retry count>[;<backoff>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- "<retry count>[;<backoff>][!<priority>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
 -- (send writes the times; a value from elsewhere may lack them). The header
--- holds only digits, letters, ',', ';', '/', '+' and '@' (the backoff is
+-- holds only digits, letters, ',', ';', '!', '/', '+' and '@' (the backoff is
 -- "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it, and
 -- HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
 local HEADER_BYTES = 96
@@ -66,7 +66,25 @@ local HEADER_BYTES = 96
 -- unreadable.
 local function max_retries(key, default)
   local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
-  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;/@]') or default)
+  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;!/@]') or default)
+end
+
+-- The priority (1 to 9; 0, the default, is written as nothing) in a stored
+-- value or its header; 0 for anything else (a payload gone: false).
+local function priority_of(head)
+  return type(head) == 'string' and tonumber(string.match(head, '^%d+[^:/@!]*!(%d+)') or '') or 0
+end
+
+-- Due messages of priority 1 to 9 wait in one zset (those of priority 0 in
+-- the ready list), scored so that ZRANGE gives the highest priority first
+-- and, within one priority, the earliest due first: (10 - p) * PRIO_SPAN +
+-- due ms. PRIO_SPAN = 2^42 ms (past the year 2100); every score stays an
+-- exact double. The zset is touched only while the totals hash has the
+-- field 'prios' (set by the first send of a priority), so a queue that
+-- never uses priorities pays one HEXISTS per promote and nothing more.
+local PRIO_SPAN = 4398046511104
+local function prio_score(p, due)
+  return (10 - p) * PRIO_SPAN + due
 end
 
 -- The deadline (ms of Redis time) in a stored value or its header, false

@@ -3,17 +3,21 @@
 Moves ids whose due time has come (by Redis's clock) to the ready list,
 oldest first, at most ARGV[1] per call so Redis is never blocked long.
 (An id whose payload is gone is moved too; claim buries and counts it.)
+Once the queue has used priorities (the totals' field 'prios'), the
+header of each moved id is read: one of priority 1 to 9 goes to the
+priority zset (prio_score) instead of the ready list.
 
-KEYS[1] pending zset   KEYS[2] ready list
-ARGV[1] limit (1 to 1000)
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] totals hash
+ARGV[1] limit (1 to 1000)   ARGV[2] priority zset   ARGV[3] msg key prefix
 Returns {moved, wait_ms, late1, late2, ...}: wait_ms is how long until the
 next pending id is due (0 when more are due now), -1 when pending is
 empty; late_i is how many microseconds after its due time each moved id
 moved (the consumer's lateness metric, which a ms would round to 0).
 Idempotent: a re-run moves only what is still pending.
-Complexity: O(log N + M) with M = moved.
+Complexity: O(log N + M) with M = moved; O(M log P) more once the queue
+uses priorities, with P = size of the priority zset.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'list')
+check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'hash')
 local now_u = now_us()
 local now = math.floor(now_u / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit_arg(1), 'WITHSCORES')
@@ -24,7 +28,26 @@ for i = 1, #due, 2 do
   out[#out + 1] = now_u - tonumber(due[i + 1]) * 1000
 end
 if #ids > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ids))
+  local plain, scored = ids, {}
+  if redis.call('HEXISTS', KEYS[3], 'prios') == 1 then
+    check_types(ARGV[2], 'zset')
+    plain = {}
+    for i, key in ipairs(payloads_here(ARGV[3], ids)) do
+      local p = priority_of(redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1))
+      if p > 0 then
+        scored[#scored + 1] = prio_score(p, tonumber(due[2 * i]))
+        scored[#scored + 1] = ids[i]
+      else
+        plain[#plain + 1] = ids[i]
+      end
+    end
+  end
+  if #plain > 0 then
+    redis.call('RPUSH', KEYS[2], unpack(plain))
+  end
+  if #scored > 0 then
+    redis.call('ZADD', ARGV[2], unpack(scored))
+  end
   redis.call('ZREM', KEYS[1], unpack(ids))
 end
 local head = head_due(KEYS[1])

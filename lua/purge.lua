@@ -9,6 +9,8 @@ KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
 KEYS[7] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
+ARGV[3] priority zset (read only while the totals have 'prios'; the
+        last call deletes that field too)
 Returns the number of ids removed (list entries included).
 Idempotent: a re-run deletes what is left.
 Complexity: O(M log N) with M = removed; the last call O(R) with R = the
@@ -17,16 +19,21 @@ retries hash's leftover fields.
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local limit = limit_arg(2)
+local sources = {KEYS[1], KEYS[3], KEYS[5], KEYS[2], KEYS[4]}
+if redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
+  check_types(ARGV[3], 'zset')
+  sources[#sources + 1] = ARGV[3]
+end
 -- Reads every page first, so the payloads are checked before the first write.
 local ids, pages = {}, {}
-for _, n in ipairs({1, 3, 5, 2, 4}) do
+for _, key in ipairs(sources) do
   local want = limit - #ids
   if want <= 0 then
     break
   end
-  local is_list = n == 2 or n == 4
-  local page = redis.call(is_list and 'LRANGE' or 'ZRANGE', KEYS[n], 0, want - 1)
-  pages[#pages + 1] = {n, is_list, page}
+  local is_list = key == KEYS[2] or key == KEYS[4]
+  local page = redis.call(is_list and 'LRANGE' or 'ZRANGE', key, 0, want - 1)
+  pages[#pages + 1] = {key, is_list, page}
   for _, id in ipairs(page) do
     ids[#ids + 1] = id
   end
@@ -35,16 +42,16 @@ if #ids == 0 then
   redis.call('DEL', KEYS[6])
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
-  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used')
+  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios')
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)
 for _, p in ipairs(pages) do
-  local n, is_list, page = p[1], p[2], p[3]
+  local key, is_list, page = p[1], p[2], p[3]
   if #page > 0 and is_list then
-    redis.call('LTRIM', KEYS[n], #page, -1)
+    redis.call('LTRIM', key, #page, -1)
   elseif #page > 0 then
-    redis.call('ZREM', KEYS[n], unpack(page))
+    redis.call('ZREM', key, unpack(page))
   end
 end
 forget(KEYS[6], keys, ids)

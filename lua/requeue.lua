@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 --[[ requeue: garbage -> ready
 Gives dead messages a new life: each leaves garbage for the end of the
-ready list, with its delivery count and failure reason cleared (so it gets
+ready list (one with a priority: the priority zset, scored as due now), with its delivery count and failure reason cleared (so it gets
 its full retries again), its payload made persistent again (PERSIST: a
 live payload has no TTL) and its expire_after deadline, if any, removed
 (an operator who requeues a message wants it delivered). A dead message
@@ -9,7 +9,8 @@ whose payload is gone is deleted instead.
 
 KEYS[1] garbage zset   KEYS[2] retries hash   KEYS[3] ready list
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
-ARGV[3] wake-up channel   ARGV[4..] ids (optional; without: the oldest dead)
+ARGV[3] wake-up channel   ARGV[4] priority zset
+ARGV[5..] ids (optional; without: the oldest dead)
 Returns {requeued, taken out of garbage (requeued or deleted)}.
 Publishes a wake-up when it requeued any.
 Idempotent: a re-run finds them gone from garbage and requeues nothing.
@@ -19,8 +20,8 @@ is rewritten, O(its size).
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list')
 local limit = limit_arg(2)
 local ids
-if #ARGV >= 4 then
-  ids = members_of(KEYS[1], 4, limit)
+if #ARGV >= 5 then
+  ids = members_of(KEYS[1], 5, limit)
 else
   ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
 end
@@ -28,11 +29,25 @@ if #ids == 0 then
   return {0, 0}
 end
 local keys = payloads_here(ARGV[1], ids)
+-- The headers are read before the first write: one with a priority means
+-- the zset is written, so it is checked first.
+local heads, scored, now = {}, {}, now_ms()
+for i, id in ipairs(ids) do
+  heads[i] = redis.pcall('GETRANGE', keys[i], 0, HEADER_BYTES - 1)
+  local p = priority_of(heads[i])
+  if p > 0 then
+    scored[#scored + 1] = prio_score(p, now)
+    scored[#scored + 1] = id
+  end
+end
+if #scored > 0 then
+  check_types(ARGV[4], 'zset')
+end
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 local live = {}
 for i, id in ipairs(ids) do
-  local head = redis.pcall('GETRANGE', keys[i], 0, HEADER_BYTES - 1)
+  local head = heads[i]
   if type(head) == 'string' and head ~= '' then
     if expires_at(head) then
       local value = redis.call('GET', keys[i])
@@ -40,11 +55,18 @@ for i, id in ipairs(ids) do
     else
       redis.call('PERSIST', keys[i])
     end
-    live[#live + 1] = id
+    if priority_of(head) == 0 then
+      live[#live + 1] = id
+    end
   end
 end
 if #live > 0 then
   redis.call('RPUSH', KEYS[3], unpack(live))
+end
+if #scored > 0 then
+  redis.call('ZADD', ARGV[4], unpack(scored))
+end
+if #live + #scored > 0 then
   wake(ARGV[3], 0)
 end
-return {#live, #ids}
+return {#live + #scored / 2, #ids}

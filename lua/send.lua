@@ -25,7 +25,9 @@ ARGV[2..] per message, 5 values: id, stored value
 ("<retry count>[;<backoff>]:<payload>"), delay ms, expire_after ms (0:
 never expires), and 1 when the caller chose the id (0: generated, so it
 has no past).
-Counts 'sent' in the totals.
+Counts 'sent' in the totals. A message with a priority ("!<p>" in its
+header) sets the totals' 'prios' field, from when on promote reads the
+priority of each message it moves (docs/priorities.md).
 Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
 2 its msg key holds another type (nothing written for it).
@@ -42,9 +44,10 @@ Complexity: O(M log N) with M = messages, N = size of pending.
 -- batch of several or with caller-chosen ids, retries for caller-chosen
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
-local chosen = false
+local chosen, prio = false, false
 for a = 6, #ARGV, 5 do
   chosen = chosen or ARGV[a] == '1'
+  prio = prio or priority_of(ARGV[a - 3]) > 0
 end
 local later = {KEYS[5], 'hash'}
 if chosen or #KEYS > 6 then
@@ -78,4 +81,7 @@ if #entries > 0 then
 end
 wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', #entries / 2)
+if prio and #entries > 0 then
+  redis.call('HSET', KEYS[5], 'prios', 1)
+end
 return out

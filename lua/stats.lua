@@ -3,8 +3,8 @@
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] totals hash
-ARGV none
-Returns {pending, ready, processing, retry, garbage, now_ms,
+ARGV[1] priority zset (read only while the totals have 'prios')
+Returns {pending, ready (the ready list and the priority zset), processing, retry, garbage, now_ms,
 earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
 failed, dead, expired, paused (1 or 0), concurrency limit (0: none),
 rate limit (0: none), its period ms (0: none)}. Lists may hold stale entries of cancelled
@@ -15,10 +15,14 @@ Complexity: O(1).
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused', 'concurrency',
-  'rate')
+  'rate', 'prios')
+local prio = 0
+if totals[9] then
+  prio = checked('zset', 'ZCARD', ARGV[1])
+end
 local out = {
   redis.call('ZCARD', KEYS[1]),
-  redis.call('LLEN', KEYS[2]),
+  redis.call('LLEN', KEYS[2]) + prio,
   redis.call('ZCARD', KEYS[3]),
   redis.call('LLEN', KEYS[4]),
   redis.call('ZCARD', KEYS[5]),

@@ -15,6 +15,7 @@ descending one ends.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[7] totals hash
 ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] order: 1 ascending, 0 descending
 ARGV[3] cursor: the score (zsets) or position from the head (lists) of the
 last entry read, "" to start at the first   ARGV[4] the cursor's id
@@ -22,6 +23,9 @@ ARGV[5] entries to read (1 to 1000)   ARGV[6] matches to return (1 to 1000)
 ARGV[7] msg key prefix   ARGV[8] bytes of each stored value to return (1 to 1000)
 ARGV[9] text the payload must hold ("": every entry matches; an entry whose
 id is the text is left out, the caller looks that id up itself)
+ARGV[10] priority zset: once the totals have 'prios', state 2 (ready) is
+the zset by rank, then the ready list (the order claim takes them), one
+sequence of positions
 Returns {size of the state, entries read, next cursor ("": the walk has
 reached the end of the state), its id, then 6 values per match: id, score
 ("" in lists; as in `list`), retry record ("" if none), the first ARGV[8]
@@ -35,11 +39,28 @@ O(log² N) to find its place); lists O(position + read); with a text, plus
 the read payloads' lengths (each is read whole).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
-  KEYS[6], 'hash')
+  KEYS[6], 'hash', KEYS[7], 'hash')
 local state, asc, at, after = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3], ARGV[4]
 local read, want, bytes, text = limit_arg(5), limit_arg(6), limit_arg(8), ARGV[9]
 local key, is_list = KEYS[state], state == 2 or state == 4
-local size = redis.call(is_list and 'LLEN' or 'ZCARD', key)
+local prio = state == 2 and redis.call('HEXISTS', KEYS[7], 'prios') == 1 and ARGV[10]
+local ranked = prio and checked('zset', 'ZCARD', prio) or 0
+local size = redis.call(is_list and 'LLEN' or 'ZCARD', key) + ranked
+
+-- Positions from..to of a list state; the ready state with priorities is
+-- the zset's `ranked` entries, then the list.
+local function list_range(from, to)
+  local page = {}
+  if from < ranked then
+    page = redis.call('ZRANGE', prio, from, math.min(to, ranked - 1))
+  end
+  if to >= ranked then
+    for _, id in ipairs(redis.call('LRANGE', key, math.max(from - ranked, 0), to - ranked)) do
+      page[#page + 1] = id
+    end
+  end
+  return page
+end
 
 -- Whether a sorts before b byte by byte (Lua's < follows the server's locale).
 local function bytes_before(a, b)
@@ -59,8 +80,12 @@ if at == '' then
   first, last = 0, size - 1
 elseif is_list then
   local pos = tonumber(at)
-  if redis.call('LRANGE', key, pos, pos)[1] ~= after then
-    pos = redis.call('LPOS', key, after, 'MAXLEN', pos + 1 + MAX_LIMIT)
+  if list_range(pos, pos)[1] ~= after then
+    pos = prio and redis.call('ZRANK', prio, after)
+    if not pos then
+      pos = redis.call('LPOS', key, after, 'MAXLEN', math.max(tonumber(at) - ranked, 0) + 1 + MAX_LIMIT)
+      pos = pos and pos + ranked
+    end
   end
   if pos then
     first, last = pos + 1, pos - 1
@@ -98,7 +123,7 @@ end
 local page = {}
 if from <= to then
   if is_list then
-    page = redis.call('LRANGE', key, from, to)
+    page = list_range(from, to)
   else
     page = redis.call('ZRANGE', key, from, to, 'WITHSCORES')
   end

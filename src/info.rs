@@ -34,6 +34,10 @@ pub struct MessageInfo {
     /// ([`NewMessage::backoff`](crate::NewMessage::backoff)); `None`: the
     /// consumer's default applies (or its payload is gone).
     pub backoff: Option<crate::Backoff>,
+    /// The priority it was sent with
+    /// ([`NewMessage::priority`](crate::NewMessage::priority)); 0 when its
+    /// payload is gone.
+    pub priority: u8,
     /// Why its last delivery failed: the handler's error, the panic, or
     /// `timeout` (its lease ran out).
     pub last_error: Option<String>,

@@ -8,3 +8,8 @@ pub const MAX_RETRY_COUNT: u32 = 1000;
 pub const MAX_BATCH_SIZE: usize = 1000;
 /// Longest delay a message may be sent with (about 10 years).
 pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
+/// Highest message priority ([`NewMessage::priority`](crate::NewMessage::priority));
+/// 0, the default, is the lowest. Among due messages a higher priority is
+/// claimed first (docs/priorities.md).
+pub const MAX_PRIORITY: u8 = 9;

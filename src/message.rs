@@ -13,6 +13,8 @@ pub struct Message {
     pub(crate) retry_count: u32,
     /// Its own backoff, when its send set one.
     pub(crate) backoff: Option<Backoff>,
+    /// 0 (default) to `MAX_PRIORITY`.
+    pub(crate) priority: u8,
     /// Visibility deadline in microseconds of Redis time; fences ack and nack.
     pub(crate) lease: i64,
     /// When the send stored it and when it was due, ms of Redis time.
@@ -43,6 +45,12 @@ impl Message {
     /// Retries this message was sent with: at most `retry_count + 1` deliveries.
     pub fn retry_count(&self) -> u32 {
         self.retry_count
+    }
+
+    /// The priority it was sent with
+    /// ([`NewMessage::priority`](crate::NewMessage::priority)), 0 by default.
+    pub fn priority(&self) -> u8 {
+        self.priority
     }
 
     /// When the message was due: the time its send (or its last

@@ -142,24 +142,7 @@ async fn browse_walks_the_ready_list_head_first_and_tail_first() {
         (Order::Asc, ["r0", "r1", "r2", "r3", "r4"]),
         (Order::Desc, ["r4", "r3", "r2", "r1", "r0"]),
     ] {
-        let (mut cursor, mut ids, mut pages) = (None, Vec::new(), 0);
-        loop {
-            assert!(pages < 10, "{order:?}: no end");
-            pages += 1;
-            let page = q
-                .browse(MessageState::Ready)
-                .order(order)
-                .after(cursor)
-                .limit(2)
-                .await
-                .unwrap();
-            assert_eq!(page.total, 5);
-            ids.extend(page.items.iter().map(|m| m.id.to_string()));
-            cursor = page.cursor;
-            if cursor.is_none() {
-                break;
-            }
-        }
+        let (ids, pages) = helpers::browse_all(&q, MessageState::Ready, order, 2, 5).await;
         assert_eq!((ids, pages), (want.map(String::from).to_vec(), 3), "{order:?}");
     }
 }

@@ -98,7 +98,9 @@ struct Sent {
 }
 
 /// Sends `total` messages with caller-given ids in batches of `batch`,
-/// one batch every `every`, due within `spread`; a failed call is repeated
+/// one batch every `every`, due within `spread`, two of every three with a
+/// priority (so promote and claim use the priority zset while the slot
+/// moves); a failed call is repeated
 /// with the same ids (a retry is idempotent) until `limit` passes.
 async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spread: u64, limit: Duration) -> Sent {
     let mut sent = Sent::default();
@@ -109,6 +111,7 @@ async fn produce(q: DelayQueue, total: usize, batch: usize, every: Duration, spr
             let msgs = ids.iter().enumerate().map(|(k, id)| {
                 NewMessage::new(format!("payload of {id}"))
                     .delay(Duration::from_millis((start + k) as u64 % spread))
+                    .priority(((start + k) % 3) as u8)
                     .id(id.as_str())
             });
             match q.send_batch(msgs).await {

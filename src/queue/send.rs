@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::events::{self, Event};
-use crate::limits::{MAX_DELAY, MAX_RETRY_COUNT};
+use crate::limits::{MAX_DELAY, MAX_PRIORITY, MAX_RETRY_COUNT};
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
 use crate::queue::Config;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
-use crate::store::stored::encode_stored;
+use crate::store::stored::encode_stored_with_priority;
 use crate::store::Keys;
 use crate::{Backoff, DelayQueue, Error, MessageId};
 
@@ -62,6 +62,7 @@ pub struct NewMessage<Q = ()> {
     retry_count: Option<u32>,
     expire_after: Option<Duration>,
     backoff: Option<Backoff>,
+    priority: u8,
 }
 
 /// When a message is due: after a delay by Redis's clock, or at a time of
@@ -91,6 +92,7 @@ impl<Q> NewMessage<Q> {
             retry_count: None,
             expire_after: None,
             backoff: None,
+            priority: 0,
         }
     }
 
@@ -154,6 +156,24 @@ impl<Q> NewMessage<Q> {
         self
     }
 
+    /// Its priority, 0 (the default, lowest) to [`MAX_PRIORITY`]: among
+    /// messages that are due, a higher priority is delivered first, and
+    /// messages of one priority in due order. A priority above
+    /// `MAX_PRIORITY` fails the send with [`Error::InvalidArgument`].
+    /// Retries are delivered before any new message, whatever their
+    /// priority (docs/priorities.md).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// // Ahead of every due message of priority 0 to 4.
+    /// queue.send("password reset mail").priority(5).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// Checks the message against the queue's limits and encodes it.
     fn prepare(self, config: &Config) -> Result<Outgoing, Error> {
         let payload = self.payload?;
@@ -178,6 +198,12 @@ impl<Q> NewMessage<Q> {
                 "retry_count must be at most {MAX_RETRY_COUNT}"
             )));
         }
+        if self.priority > MAX_PRIORITY {
+            return Err(Error::InvalidArgument(format!(
+                "priority {} is above MAX_PRIORITY ({MAX_PRIORITY})",
+                self.priority
+            )));
+        }
         let expire_after = self.expire_after.or(config.expire_after);
         if let Some(d) = expire_after {
             check_expire_after(d)?;
@@ -198,7 +224,8 @@ impl<Q> NewMessage<Q> {
         };
         Ok(Outgoing {
             id,
-            value: encode_stored(retry_count, backoff.as_deref(), payload.as_bytes()).into(),
+            value: encode_stored_with_priority(retry_count, backoff.as_deref(), self.priority, payload.as_bytes())
+                .into(),
             delay,
             expire_after,
             own_id,

@@ -21,6 +21,12 @@ const SHARD_MARK: char = '#';
 pub(crate) struct Keys {
     pub pending: String,
     pub ready: String,
+    /// Due messages of priority 1 to 9, scored by priority and due time
+    /// (`prio_score` in lua/prelude.lua). Scripts touch it only once the
+    /// totals have the field `prios`, so it is passed in ARGV, not KEYS: a
+    /// declared key that a queue never creates would make its scripts fail
+    /// with TRYAGAIN while a cluster slot migrates.
+    pub prio: String,
     pub unack: String,
     pub retry: String,
     pub garbage: String,
@@ -77,6 +83,7 @@ impl Keys {
         Keys {
             pending: format!("{base}:pending"),
             ready: format!("{base}:ready"),
+            prio: format!("{base}:ready:prio"),
             unack: format!("{base}:unack"),
             retry: format!("{base}:retry"),
             garbage: format!("{base}:garbage"),
@@ -165,6 +172,7 @@ mod tests {
         for key in [
             &k.pending,
             &k.ready,
+            &k.prio,
             &k.unack,
             &k.retry,
             &k.garbage,

@@ -1,8 +1,8 @@
 //! The value stored per message: a short header, then the payload.
 
 use crate::message::SendTimes;
-use crate::Backoff;
-/// Longest header of a stored value ("<retry count>;<backoff>/<sent
+use crate::{Backoff, MAX_PRIORITY};
+/// Longest header of a stored value ("<retry count>;<backoff>!<priority>/<sent
 /// at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
 pub(crate) const HEADER_BYTES: usize = 96;
 
@@ -14,13 +14,29 @@ pub(crate) const HEADER_BYTES: usize = 96;
 /// the message, and how long after that it is due; reschedule rewrites the
 /// delay) and, for a message sent with an expiry, `"@<expires at ms>"`,
 /// before the `':'`. Backoffs encode to digits, letters and `','` only, so
-/// none of `'/'`, `'@'` and `':'` can occur before it.
+/// none of `'!'`, `'/'`, `'@'` and `':'` can occur before it.
 pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[u8]) -> Vec<u8> {
-    let mut value = Vec::with_capacity(payload.len() + 5 + backoff.map_or(0, |b| b.len() + 1));
+    encode_stored_with_priority(retry_count, backoff, 0, payload)
+}
+
+/// [`encode_stored`] with a priority: `"!<priority>"` after the backoff,
+/// written only when it is not the default 0 (so a value without it, such
+/// as one stored before priorities existed, has priority 0).
+pub(crate) fn encode_stored_with_priority(
+    retry_count: u32,
+    backoff: Option<&str>,
+    priority: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut value = Vec::with_capacity(payload.len() + 7 + backoff.map_or(0, |b| b.len() + 1));
     value.extend_from_slice(retry_count.to_string().as_bytes());
     if let Some(backoff) = backoff {
         value.push(b';');
         value.extend_from_slice(backoff.as_bytes());
+    }
+    if priority > 0 {
+        value.push(b'!');
+        value.extend_from_slice(priority.to_string().as_bytes());
     }
     value.push(b':');
     value.extend_from_slice(payload);
@@ -37,6 +53,8 @@ pub(crate) struct Stored<'a> {
     pub(crate) times: Option<SendTimes>,
     /// The expiry deadline, ms of Redis time; `None`: never expires.
     pub(crate) expires_at_ms: Option<u64>,
+    /// 0 (the default) to [`MAX_PRIORITY`].
+    pub(crate) priority: u8,
     pub(crate) payload: &'a [u8],
 }
 
@@ -63,6 +81,13 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
         }
         None => (header, None),
     };
+    let (header, priority) = match header.split_once('!') {
+        Some((header, p)) => match u8::try_from(digits(p)?) {
+            Ok(p) if (1..=MAX_PRIORITY).contains(&p) => (header, p),
+            _ => return None,
+        },
+        None => (header, 0),
+    };
     let (count, backoff) = match header.split_once(';') {
         Some((count, backoff)) => (count, Some(Backoff::decode(backoff)?)),
         None => (header, None),
@@ -72,6 +97,7 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
         backoff,
         times,
         expires_at_ms,
+        priority,
         payload: &value[colon + 1..],
     })
 }
@@ -118,9 +144,23 @@ mod tests {
             assert_eq!((stored.times, stored.payload), (Some(times), &b"hi"[..]));
         }
         assert_eq!(decode_stored(b"3:hi").unwrap().times, None);
+        // The priority, before the send times.
+        assert_eq!(encode_stored_with_priority(3, Some("f5"), 7, b"hi"), b"3;f5!7:hi");
+        assert_eq!(encode_stored_with_priority(3, None, 0, b"hi"), b"3:hi");
+        for (value, priority) in [
+            (&b"3!9/1700000000000+1500@1700000061500:hi"[..], 9),
+            (b"3;f5!1/1700000000000+1500:hi", 1),
+            (b"3/1700000000000+1500:hi", 0),
+        ] {
+            let stored = decode_stored(value).unwrap();
+            assert_eq!(
+                (stored.priority, stored.retry_count, stored.payload),
+                (priority, 3, &b"hi"[..])
+            );
+        }
         // The longest header fits HEADER_BYTES.
         let longest = format!(
-            "{};{}/{}+{}@{}:",
+            "{};{}!{MAX_PRIORITY}/{}+{}@{}:",
             crate::MAX_RETRY_COUNT,
             Backoff::exponential(crate::MAX_DELAY, crate::MAX_DELAY)
                 .encode()
@@ -147,6 +187,11 @@ mod tests {
             b"3/1+x:x",
             b"3/18446744073709551615+1:x",
             b"4294967296:x",
+            b"3!:x",
+            b"3!0:x",
+            b"3!10:x",
+            b"3!x:x",
+            b"3!1!2:x",
         ] {
             assert!(decode_stored(bad).is_none(), "{:?}", String::from_utf8_lossy(bad));
         }

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::{Counts, DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId};
+use delayqueue::{
+    Counts, DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId, MessageState, Order,
+};
 use delayqueue_test_support::{RedisServer, ServerOptions};
 
 /// One delivery as the handler saw it: (id, attempt, arrival, payload).
@@ -187,4 +189,27 @@ pub async fn whereabouts(client: &Client, name: &str, id: &str) -> String {
         "pending={pending:?} ready={ready:?} retry={retry:?} unack={unack:?} garbage={garbage:?} \
          payload={payload} deliveries={retries:?}"
     )
+}
+
+/// Browses `state` to its end in pages of `limit`, at most 10 pages: the
+/// ids in walk order and the pages it took. Each page reports `total`.
+pub async fn browse_all(
+    q: &DelayQueue,
+    state: MessageState,
+    order: Order,
+    limit: usize,
+    total: u64,
+) -> (Vec<String>, usize) {
+    let (mut cursor, mut ids, mut pages) = (None, Vec::new(), 0);
+    loop {
+        assert!(pages < 10, "{order:?}: no end");
+        pages += 1;
+        let page = q.browse(state).order(order).after(cursor).limit(limit).await.unwrap();
+        assert_eq!(page.total, total);
+        ids.extend(page.items.iter().map(|m| m.id.to_string()));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            return (ids, pages);
+        }
+    }
 }

@@ -188,6 +188,9 @@ pub struct SendArgs {
     /// Retries after a failed delivery (default: the library's, 3).
     #[arg(long)]
     pub retry_count: Option<u32>,
+    /// Priority, 0 (default, lowest) to 9: among due messages, higher first.
+    #[arg(long, default_value_t = 0)]
+    pub priority: u8,
 }
 
 #[derive(Debug, Subcommand)]

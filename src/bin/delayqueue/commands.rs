@@ -313,7 +313,7 @@ impl Ctx {
 
     async fn send(&self, args: SendArgs) -> Result<u8, Failure> {
         let queue = self.queue(&args.queue).await?;
-        let mut send = queue.send(args.payload).delay(args.delay);
+        let mut send = queue.send(args.payload).delay(args.delay).priority(args.priority);
         if let Some(id) = args.id {
             send = send.id(id);
         }

@@ -13,7 +13,7 @@
 //!   oldest_dead_ms, totals: {sent, acked, failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
-//! - message: `{id, state, attempts, retry_count, deliveries_left, backoff, last_error,
+//! - message: `{id, state, priority, attempts, retry_count, deliveries_left, backoff, last_error,
 //!   due, lease_until, dead_since, expires_in_ms (a dead letter's payload
 //!   TTL), expires_at (the `expire_after` deadline), payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
@@ -247,6 +247,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
     json!({
         "id": m.id.as_str(),
         "state": m.state.as_str(),
+        "priority": m.priority,
         "attempts": m.attempts,
         "retry_count": m.retry_count,
         "deliveries_left": m.retries_left(),
@@ -314,6 +315,7 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
     for (k, v) in [
         ("id", m.id.to_string()),
         ("state", m.state.as_str().to_string()),
+        ("priority", m.priority.to_string()),
         ("attempts", m.attempts.to_string()),
         ("retry count", retries),
         (

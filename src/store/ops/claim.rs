@@ -79,6 +79,7 @@ impl Delivery {
             attempt: self.attempt,
             retry_count: stored.retry_count,
             backoff: stored.backoff,
+            priority: stored.priority,
             lease,
             // Every value the send script writes has them.
             times: stored.times?,
@@ -116,6 +117,7 @@ impl Op for Claim<'_> {
             ms(self.visibility),
             count(self.seq),
             ms(self.retention),
+            k.prio.as_str().into(),
         ]
     }
 

@@ -27,8 +27,8 @@ impl Op for Get<'_> {
         keys
     }
 
-    fn args(&self, _: &Keys) -> Vec<Value> {
-        vec![self.id.into()]
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![self.id.into(), k.prio.as_str().into()]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

@@ -21,14 +21,16 @@ pub(crate) struct List {
 
 impl Op for List {
     type Reply = Page;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::LIST
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        id_keys(k)
+        let mut keys = id_keys(k);
+        keys.push(k.totals.clone());
+        keys
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
@@ -38,6 +40,7 @@ impl Op for List {
             count(self.limit as u64),
             k.msg_prefix.as_str().into(),
             count((self.preview + HEADER_BYTES) as u64),
+            k.prio.as_str().into(),
         ]
     }
 
@@ -104,6 +107,7 @@ pub(super) fn info(
         attempts: count.parse().unwrap_or(0),
         retry_count: stored.as_ref().map(|s| s.retry_count),
         backoff: stored.as_ref().and_then(|s| s.backoff.clone()),
+        priority: stored.as_ref().map_or(0, |s| s.priority),
         last_error: reason,
         due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),

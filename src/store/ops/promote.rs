@@ -27,18 +27,22 @@ pub(crate) struct Promoted {
 
 impl Op for Promote {
     type Reply = Promoted;
-    const KEYS: &'static [&'static str] = &["pending", "ready"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::PROMOTE
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.pending.clone(), k.ready.clone()]
+        vec![k.pending.clone(), k.ready.clone(), k.totals.clone()]
     }
 
-    fn args(&self, _: &Keys) -> Vec<Value> {
-        vec![count(self.limit as u64)]
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![
+            count(self.limit as u64),
+            k.prio.as_str().into(),
+            k.msg_prefix.as_str().into(),
+        ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

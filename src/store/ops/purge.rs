@@ -29,7 +29,11 @@ impl Op for Purge {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        vec![k.msg_prefix.as_str().into(), count(self.limit as u64)]
+        vec![
+            k.msg_prefix.as_str().into(),
+            count(self.limit as u64),
+            k.prio.as_str().into(),
+        ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

@@ -27,8 +27,8 @@ impl Op for Stats {
         keys
     }
 
-    fn args(&self, _: &Keys) -> Vec<Value> {
-        Vec::new()
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![k.prio.as_str().into()]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

@@ -46,14 +46,16 @@ pub(crate) struct Walked {
 
 impl Op for Walk<'_> {
     type Reply = Walked;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::WALK
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        id_keys(k)
+        let mut keys = id_keys(k);
+        keys.push(k.totals.clone());
+        keys
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
@@ -68,6 +70,7 @@ impl Op for Walk<'_> {
             k.msg_prefix.as_str().into(),
             count((self.preview + HEADER_BYTES) as u64),
             self.text.into(),
+            k.prio.as_str().into(),
         ]
     }
 

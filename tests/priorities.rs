@@ -1,0 +1,175 @@
+//! Message priorities through the public API: a due backlog is handled
+//! highest priority first and in due order within one priority; every
+//! operator view (counts, list, get, integrity check) sees the messages
+//! waiting by priority, and cancel, requeue and purge reach them.
+
+mod helpers;
+use delayqueue_test_support as support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use delayqueue::{Error, HandlerError, Message, MessageState, NewMessage, Order, MAX_PRIORITY};
+use helpers::start_queue;
+use support::{wait_for, wait_until, WAIT};
+
+const FETCH: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn a_backlog_of_mixed_priorities_is_handled_in_priority_order() {
+    const N: usize = 60;
+    let (_server, _client, queue) = start_queue("prio", FETCH, |b| b.concurrency(1)).await;
+    // Several sends, so due times differ within one priority.
+    for chunk in 0..6 {
+        let msgs = (0..10).map(|i| {
+            let n = chunk * 10 + i;
+            NewMessage::new(format!("m{n}")).priority((n * 7 % 10) as u8)
+        });
+        for sent in queue.send_batch(msgs).await.unwrap() {
+            sent.unwrap();
+        }
+    }
+    // Paused, the consumer promotes the whole backlog but leases nothing.
+    queue.pause().await.unwrap();
+    let handled: Arc<Mutex<Vec<(u8, SystemTime, String)>>> = Arc::default();
+    let log = handled.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let log = log.clone();
+            async move {
+                let payload = String::from_utf8(msg.payload().to_vec()).unwrap();
+                log.lock().unwrap().push((msg.priority(), msg.due_at(), payload));
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(
+        wait_for(WAIT, || async { queue.counts().await.unwrap().ready == N as u64 }).await,
+        "the backlog is promoted: {:?}",
+        queue.counts().await
+    );
+    queue.resume().await.unwrap();
+    assert!(wait_until(WAIT, || handled.lock().unwrap().len() == N).await);
+    consumer.shutdown().await.unwrap();
+    let handled = handled.lock().unwrap().clone();
+    for pair in handled.windows(2) {
+        let ((p1, due1, m1), (p2, due2, m2)) = (&pair[0], &pair[1]);
+        assert!(
+            p1 > p2 || (p1 == p2 && due1 <= due2),
+            "{m1} (priority {p1}, due {due1:?}) before {m2} (priority {p2}, due {due2:?})"
+        );
+    }
+    for (p, _, m) in &handled {
+        let n: usize = m[1..].parse().unwrap();
+        assert_eq!(usize::from(*p), n * 7 % 10, "{m} kept its priority");
+    }
+}
+
+#[tokio::test]
+async fn a_priority_above_the_maximum_is_a_typed_error() {
+    let (_server, _client, queue) = start_queue("prio-bad", FETCH, |b| b).await;
+    let err = queue.send("x").priority(MAX_PRIORITY + 1).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let err = queue
+        .send_batch([NewMessage::new("a"), NewMessage::new("b").priority(200)])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert_eq!(queue.counts().await.unwrap().pending, 0, "nothing of the batch sent");
+    queue.send("top").priority(MAX_PRIORITY).await.unwrap();
+}
+
+#[tokio::test]
+async fn operator_views_and_operations_reach_messages_waiting_by_priority() {
+    let (_server, _client, queue) = start_queue("prio-ops", FETCH, |b| b).await;
+    // Promoted by a consumer of a paused queue, which leases nothing.
+    let low = queue.send("low").await.unwrap();
+    let high = queue.send("high").priority(8).await.unwrap();
+    let gone = queue.send("gone").priority(3).await.unwrap();
+    queue.pause().await.unwrap();
+    let consumer = queue
+        .start_consume(|_msg: Message| async { Ok::<(), HandlerError>(()) })
+        .await
+        .unwrap();
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().ready == 3 }).await);
+    consumer.shutdown().await.unwrap();
+
+    let info = queue.get(&high).await.unwrap().unwrap();
+    assert_eq!((info.state, info.priority), (MessageState::Ready, 8));
+    let page = queue.list(MessageState::Ready, 0, 10).await.unwrap();
+    let ids: Vec<_> = page.items.iter().map(|i| i.id.clone()).collect();
+    assert_eq!(
+        ids,
+        [high.clone(), gone.clone(), low.clone()],
+        "in the order claim takes them"
+    );
+    assert_eq!(page.total, 3);
+    let second: Vec<_> = queue
+        .list(MessageState::Ready, 1, 1)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(second, std::slice::from_ref(&gone));
+    // Browse walks the same sequence, a page of one at a time, both ways.
+    for order in [Order::Asc, Order::Desc] {
+        let (walked, _) = helpers::browse_all(&queue, MessageState::Ready, order, 1, 3).await;
+        let mut want = vec![high.to_string(), gone.to_string(), low.to_string()];
+        if order == Order::Desc {
+            want.reverse();
+        }
+        assert_eq!(walked, want, "{order:?}");
+    }
+    let found = queue.search(MessageState::Ready, "gon").await.unwrap();
+    let found: Vec<_> = found.items.into_iter().map(|m| m.id).collect();
+    assert_eq!(found, std::slice::from_ref(&gone));
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+
+    assert!(queue.cancel(&gone).await.unwrap());
+    assert!(queue.get(&gone).await.unwrap().is_none());
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+
+    // Two messages and the entry the cancel left for claim to skip.
+    assert_eq!(queue.purge().await.unwrap(), 3);
+    assert_eq!(queue.counts().await.unwrap().ready, 0);
+    assert!(queue.list(MessageState::Ready, 0, 10).await.unwrap().items.is_empty());
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+#[tokio::test]
+async fn a_requeued_dead_letter_keeps_its_priority() {
+    let (_server, _client, queue) = start_queue("prio-dead", FETCH, |b| b).await;
+    let id = queue.send("d").priority(6).retry_count(0).await.unwrap();
+    let consumer = queue
+        .start_consume(|_msg: Message| async { Err::<(), HandlerError>("boom".into()) })
+        .await
+        .unwrap();
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().dead == 1 }).await);
+    consumer.shutdown().await.unwrap();
+    let low = queue.send("low").await.unwrap();
+    queue.pause().await.unwrap();
+    let consumer = queue
+        .start_consume(|_msg: Message| async { Ok::<(), HandlerError>(()) })
+        .await
+        .unwrap();
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().ready == 1 }).await);
+    consumer.shutdown().await.unwrap();
+    assert!(queue.requeue_dead(&id).await.unwrap());
+    let ids: Vec<_> = queue
+        .list(MessageState::Ready, 0, 10)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|i| (i.id, i.priority))
+        .collect();
+    assert_eq!(ids, [(id, 6), (low, 0)], "ahead of the earlier message of priority 0");
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+}
