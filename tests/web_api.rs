@@ -288,6 +288,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
             "payload_json",
             "payload_len",
             "payload_text",
+            "priority",
             "retries_left",
             "retry_count",
             "sent_ms",
@@ -296,6 +297,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
     );
     assert_eq!(m["payload_text"], "{\"n\":7}");
     assert_eq!(m["payload_base64"], "eyJuIjo3fQ==");
+    assert_eq!(m["priority"], 0);
     assert_eq!(
         (m["payload_json"].clone(), m["payload_len"].clone()),
         (json!(true), json!(7))

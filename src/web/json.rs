@@ -161,6 +161,8 @@ pub(crate) struct MessageJson {
     retries_left: Option<u32>,
     /// The message's own backoff, for people; `None`: the consumer's default.
     backoff: Option<String>,
+    /// 0 (default, lowest) to 9.
+    priority: u8,
     last_error: Option<String>,
     due_ms: Option<u64>,
     sent_ms: Option<u64>,
@@ -185,6 +187,7 @@ impl From<&MessageInfo> for MessageJson {
             retry_count: m.retry_count,
             retries_left: m.retries_left(),
             backoff: m.backoff.as_ref().map(ToString::to_string),
+            priority: m.priority,
             last_error: m.last_error.clone(),
             due_ms: m.due.map(epoch_ms),
             sent_ms: m.sent_at.map(epoch_ms),

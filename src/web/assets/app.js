@@ -995,6 +995,7 @@
         row('Attempts', fmtInt(m.attempts)),
         row('Retries left', retries),
         row('Backoff', m.backoff || h('span.faint', null, "the consumer's default")),
+        row('Priority', m.priority ? String(m.priority) : h('span.faint', null, '0 (default, lowest)')),
         row('Last error', m.last_error || h('span.faint', null, '—'), m.last_error ? 'err' : null),
         m.lease_until_ms ? row('Lease until', when(m.lease_until_ms)) : null,
         m.dead_since_ms ? row('Died', when(m.dead_since_ms)) : null,
