@@ -924,37 +924,21 @@ async fn web_serves_the_dashboard_and_refuses_an_open_public_address() {
 #[tokio::test]
 async fn schedules_add_list_show_trigger_pause_resume_and_remove() {
     let (_server, url, client) = start().await;
-    let r = run(
-        &url,
-        &[
-            "schedules",
-            "add",
-            "jobs",
-            "nightly",
-            "clean up",
-            "--cron",
-            "0 3 * * *",
-            "--tz",
-            "Europe/Berlin",
-        ],
-    )
-    .await;
+    let add = [
+        "schedules",
+        "add",
+        "jobs",
+        "nightly",
+        "clean up",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Europe/Berlin",
+    ];
+    let r = run(&url, &add).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "set nightly\n"), "{r:?}");
-    let r = run(
-        &url,
-        &[
-            "schedules",
-            "add",
-            "jobs",
-            "nightly",
-            "clean up",
-            "--cron",
-            "0 3 * * *",
-            "--tz",
-            "Europe/Berlin",
-        ],
-    )
-    .await;
+    // The same definition again changes nothing.
+    let r = run(&url, &add).await;
     assert_eq!(r.stdout, "unchanged nightly\n");
     assert!(run(
         &url,
