@@ -46,7 +46,8 @@ if #ids == 0 then
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
   redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios')
-  if redis.call('HLEN', KEYS[7]) == 1 then
+  local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate')
+  if not (settings[1] or settings[2] or settings[3]) then
     redis.call('HDEL', KEYS[7], 'format')
   end
   return 0
