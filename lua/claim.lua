@@ -40,6 +40,9 @@ ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[5] dead-letter retention ms
 ARGV[6] priority zset (read only while the totals have 'prios')
+ARGV[7] the wire format version the caller speaks (docs/wire-format.md):
+        fails with a "DQFORMAT ..." error, nothing written, when the
+        totals' 'format' field holds another
 Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
 .. expired id n, id1, value1, attempt1, id2, ...} with n = expired and each value as
@@ -62,7 +65,8 @@ allows nothing; the rate limit adds O(RATE_BUCKETS) Lua steps.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
-local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios')
+local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format')
+check_format(fields[6], ARGV[7])
 -- The due messages of priority 1 to 9 (prio_score), once there are any.
 local prio = fields[5] and ARGV[6]
 if prio then

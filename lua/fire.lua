@@ -25,6 +25,10 @@ ARGV[5] the cursor to set, at least the fire time (later when the fires
 between are skipped as misfires)
 ARGV[6] expire_after ms (0: never expires)
 ARGV[7] wake-up channel
+ARGV[8] the wire format version the caller speaks (docs/wire-format.md)
+Fails with a "DQFORMAT ..." error, nothing written, when the totals'
+'format' field holds another version than ARGV[8]; sets it to ARGV[8]
+when it is missing and the fire was sent.
 Counts 'sent' in the totals and 'fired' in the schedule's hash.
 Returns 0 the cursor is at or past the fire time (sent already, nothing
 written), 1 sent, 2 the msg key holds another type, 3 the id is live (a
@@ -37,6 +41,8 @@ fires sent and not yet due, a few).
 ]]
 local head = head_due(KEYS[3])
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[4], 'hash', KEYS[6], 'zset', KEYS[7], 'hash')
+local format = redis.call('HGET', KEYS[7], 'format')
+check_format(format, ARGV[8])
 local def = redis.call('HMGET', KEYS[2], 'version', 'paused', 'value', 'ahead')
 if not def[1] or not def[3] then
   return 4
@@ -85,6 +91,9 @@ if status == 1 then
   redis.call('HINCRBY', KEYS[2], 'fired', 1)
   wake_if_earlier(ARGV[7], now + delay, head, now)
   tally(KEYS[7], 'sent', 1)
+  if not format then
+    redis.call('HSET', KEYS[7], 'format', ARGV[8])
+  end
   return 1
 end
 if status == 0 then

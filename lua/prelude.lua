@@ -75,13 +75,32 @@ local function priority_of(head)
   return type(head) == 'string' and tonumber(string.match(head, '^%d+[^:/@!]*!(%d+)') or '') or 0
 end
 
+-- The wire format version a queue's data is in (docs/wire-format.md): the
+-- field 'format' of its totals hash, set by the first send (or fire) that
+-- stores a message; missing while the queue has none. The caller passes
+-- the version it speaks in ARGV (`speaks`): the scripts never name one of
+-- their own. `found` is the field's value (false: missing), read by the
+-- caller with its other reads of the hash. Fails, to be called before the
+-- script's first write, when the queue's version is another, with an error
+-- ("DQFORMAT ...") the caller reads as a format version error naming both.
+local function check_format(found, speaks)
+  if not string.match(speaks or '', '^%d+$') then
+    error(redis.error_reply('ERR format version must be a decimal integer, not ' .. tostring(speaks)))
+  end
+  if found and found ~= speaks then
+    error(redis.error_reply('DQFORMAT the queue is in wire format ' .. found
+      .. ', this client speaks format ' .. speaks .. ' (docs/wire-format.md)'))
+  end
+end
+
 -- Due messages of priority 1 to 9 wait in one zset (those of priority 0 in
 -- the ready list), scored so that ZRANGE gives the highest priority first
 -- and, within one priority, the earliest due first: (10 - p) * PRIO_SPAN +
 -- due ms. PRIO_SPAN = 2^42 ms (past the year 2100); every score stays an
 -- exact double. The zset is touched only while the totals hash has the
 -- field 'prios' (set by the first send of a priority), so a queue that
--- never uses priorities pays one HEXISTS per promote and nothing more.
+-- never uses priorities pays nothing (promote reads 'prios' in the HMGET
+-- that reads 'format').
 local PRIO_SPAN = 4398046511104
 local function prio_score(p, due)
   return (10 - p) * PRIO_SPAN + due

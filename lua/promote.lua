@@ -9,6 +9,9 @@ priority zset (prio_score) instead of the ready list.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] totals hash
 ARGV[1] limit (1 to 1000)   ARGV[2] priority zset   ARGV[3] msg key prefix
+ARGV[4] the wire format version the caller speaks (docs/wire-format.md):
+        fails with a "DQFORMAT ..." error, nothing written, when the
+        totals' 'format' field holds another
 Returns {moved, wait_ms, late1, late2, ...}: wait_ms is how long until the
 next pending id is due (0 when more are due now), -1 when pending is
 empty; late_i is how many microseconds after its due time each moved id
@@ -18,6 +21,8 @@ Complexity: O(log N + M) with M = moved; O(M log P) more once the queue
 uses priorities, with P = size of the priority zset.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'hash')
+local fields = redis.call('HMGET', KEYS[3], 'prios', 'format')
+check_format(fields[2], ARGV[4])
 local now_u = now_us()
 local now = math.floor(now_u / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit_arg(1), 'WITHSCORES')
@@ -29,7 +34,7 @@ for i = 1, #due, 2 do
 end
 if #ids > 0 then
   local plain, scored = ids, {}
-  if redis.call('HEXISTS', KEYS[3], 'prios') == 1 then
+  if fields[1] then
     check_types(ARGV[2], 'zset')
     plain = {}
     for i, key in ipairs(payloads_here(ARGV[3], ids)) do

@@ -21,10 +21,14 @@ KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
 KEYS[4] garbage zset   KEYS[5] totals hash
 KEYS[6..] msg string of each message, in order
 ARGV[1] wake-up channel
-ARGV[2..] per message, 5 values: id, stored value
+ARGV[2] the wire format version the caller speaks (docs/wire-format.md)
+ARGV[3..] per message, 5 values: id, stored value
 ("<retry count>[;<backoff>]:<payload>"), delay ms, expire_after ms (0:
 never expires), and 1 when the caller chose the id (0: generated, so it
 has no past).
+Fails with a "DQFORMAT ..." error, nothing written, when the totals'
+'format' field holds another version than ARGV[2]; sets it to ARGV[2]
+when it is missing and a message was stored.
 Counts 'sent' in the totals. A message with a priority ("!<p>" in its
 header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
@@ -45,7 +49,7 @@ Complexity: O(M log N) with M = messages, N = size of pending.
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
 local chosen, prio = false, false
-for a = 6, #ARGV, 5 do
+for a = 7, #ARGV, 5 do
   chosen = chosen or ARGV[a] == '1'
   prio = prio or priority_of(ARGV[a - 3]) > 0
 end
@@ -57,12 +61,14 @@ if chosen then
   later[#later + 1], later[#later + 2] = KEYS[2], 'hash'
 end
 check_types(unpack(later))
+local format = redis.call('HGET', KEYS[5], 'format')
+check_format(format, ARGV[2])
 local now = now_ms()
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
 for i = 6, #KEYS do
-  local a = (i - 6) * 5 + 2
+  local a = (i - 6) * 5 + 3
   local id = ARGV[a]
   local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[i], id, ARGV[a + 1], ARGV[a + 2],
     tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 6)
@@ -83,5 +89,8 @@ wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', #entries / 2)
 if prio and #entries > 0 then
   redis.call('HSET', KEYS[5], 'prios', 1)
+end
+if not format and #entries > 0 then
+  redis.call('HSET', KEYS[5], 'format', ARGV[2])
 end
 return out

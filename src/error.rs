@@ -104,6 +104,18 @@ pub enum Error {
         /// The schedule's name.
         name: String,
     },
+    /// The queue's data is in a wire format version this version of
+    /// `delayqueue` does not speak (docs/wire-format.md), written by a newer
+    /// (or foreign) client. Nothing was read or written; upgrade this client.
+    #[error("queue {queue:?} is in wire format {found}, this version of delayqueue speaks format {supported} (see docs/wire-format.md)")]
+    FormatVersion {
+        /// The queue.
+        queue: String,
+        /// The version the queue's totals hash names, as stored.
+        found: String,
+        /// The version this crate speaks.
+        supported: u32,
+    },
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
@@ -119,12 +131,18 @@ impl From<InvalidId> for Error {
 }
 
 impl Error {
-    /// Turns a fred error into `WrongType` or `OutOfMemory` when Redis said
-    /// WRONGTYPE or OOM.
+    /// Turns a fred error into `WrongType`, `OutOfMemory` or
+    /// `FormatVersion` when Redis said WRONGTYPE or OOM, or a script DQFORMAT.
     pub(crate) fn from_redis(queue: &str, err: fred::error::Error) -> Self {
         let details = err.details();
         let (queue, detail) = (queue.to_string(), details.to_string());
-        if details.contains("WRONGTYPE") {
+        if let Some((found, supported)) = format_versions(details) {
+            Error::FormatVersion {
+                queue,
+                found,
+                supported,
+            }
+        } else if details.contains("WRONGTYPE") {
             Error::WrongType { queue, detail }
         } else if details.starts_with("OOM ") || details.contains("maxmemory") {
             Error::OutOfMemory { queue, detail }
@@ -132,4 +150,14 @@ impl Error {
             Error::Redis(err)
         }
     }
+}
+
+/// The versions in a script's "DQFORMAT the queue is in wire format <found>,
+/// this client speaks format <supported> (...)" error (`check_format` in
+/// lua/prelude.lua).
+fn format_versions(details: &str) -> Option<(String, u32)> {
+    let rest = details.split_once("DQFORMAT the queue is in wire format ")?.1;
+    let (found, rest) = rest.rsplit_once(", this client speaks format ")?;
+    let supported = rest.split(' ').next()?.parse().ok()?;
+    Some((found.to_string(), supported))
 }

@@ -33,8 +33,8 @@ const PRODUCER: &[&str] = &["wait"];
 /// Commands that `send`, `cancel` and `reschedule` run (reschedule
 /// rewrites the due time in the stored value's header).
 const PRODUCER_SCRIPTS: &[&str] = &[
-    "del", "exists", "get", "getrange", "hdel", "hincrby", "hset", "publish", "set", "setrange", "time", "type",
-    "zadd", "zrange", "zrem", "zscore",
+    "del", "exists", "get", "getrange", "hdel", "hget", "hincrby", "hset", "publish", "set", "setrange", "time",
+    "type", "zadd", "zrange", "zrem", "zscore",
 ];
 /// What a consumer runs besides its scripts.
 const CONSUMER: &[&str] = &["subscribe"];

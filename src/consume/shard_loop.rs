@@ -71,7 +71,10 @@ pub(crate) async fn run(
                 let backoff =
                     (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
                 // An outage is one event: one warning, then one line when it ends.
-                if failures == 1 {
+                if failures == 1 && matches!(e, Error::FormatVersion { .. }) {
+                    // Not an outage: it lasts until this client is upgraded.
+                    tracing::error!(queue = %shared.name(), error = %e, retry_in = ?backoff, "queue written in a wire format this consumer does not speak; consuming nothing, backing off");
+                } else if failures == 1 {
                     tracing::warn!(queue = %shared.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
                 } else {
                     tracing::debug!(queue = %shared.name(), error = %e, retry_in = ?backoff, failures, "consumer step failed again");

@@ -200,6 +200,28 @@ mod tests {
     }
 
     #[test]
+    fn docs_wire_format_has_every_script_header_verbatim_and_the_version() {
+        let doc = include_str!("../../docs/wire-format.md");
+        for s in ALL {
+            let (shebang, rest) = s.file.split_once('\n').unwrap_or_default();
+            let header = rest.split("]]").next().unwrap_or_default();
+            let header = header.strip_prefix("--[[ ").unwrap_or(header).trim_end();
+            let section = format!(
+                "### `{}.lua`\n\nFirst line: `{shebang}`\n\n```text\n{header}\n```",
+                s.name
+            );
+            assert!(
+                doc.contains(&section),
+                "docs/wire-format.md lacks lua/{}.lua's header as it is now",
+                s.name
+            );
+        }
+        let version = crate::store::stored::FORMAT_VERSION;
+        assert!(doc.contains(&format!("speak **wire format version {version}**")));
+        assert!(doc.contains(&format!("Pass ARGV[2] = `{version}`")));
+    }
+
+    #[test]
     fn a_script_gets_the_prelude_helpers_it_uses_and_no_others() {
         let send = SEND.source();
         for used in ["local function now_ms(", "local function check_types(", "local STALE ="] {

@@ -2,6 +2,13 @@
 
 use crate::message::SendTimes;
 use crate::{Backoff, MAX_PRIORITY};
+/// The wire format version this crate reads and writes
+/// (docs/wire-format.md): passed to the scripts that store or deliver
+/// messages, which refuse a queue whose totals hash names another and write
+/// it to a queue that names none. Raise it with any change a client of the
+/// previous version would misread.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
 /// Longest header of a stored value ("<retry count>;<backoff>!<priority>/<sent
 /// at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
 pub(crate) const HEADER_BYTES: usize = 96;

@@ -8,7 +8,7 @@ use fred::prelude::Value;
 use super::{array, count, ms, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
-use crate::store::stored::decode_stored;
+use crate::store::stored::{decode_stored, FORMAT_VERSION};
 use crate::{Error, Message, MessageId};
 
 /// One claim request of a consumer: leases up to `limit` messages, retry
@@ -118,6 +118,7 @@ impl Op for Claim<'_> {
             count(self.seq),
             ms(self.retention),
             k.prio.as_str().into(),
+            count(FORMAT_VERSION.into()),
         ]
     }
 

@@ -8,6 +8,7 @@ use fred::prelude::Value;
 use super::{count, int, ms, numbered, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
+use crate::store::stored::FORMAT_VERSION;
 use crate::Error;
 
 /// One fire of schedule `name` at `at_ms` (ms since the epoch), as message
@@ -78,6 +79,7 @@ impl Op for Fire<'_> {
             self.cursor_ms.into(),
             self.expire_after.map_or(count(0), ms),
             k.wake.as_str().into(),
+            count(FORMAT_VERSION.into()),
         ]
     }
 

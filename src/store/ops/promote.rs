@@ -7,6 +7,7 @@ use fred::prelude::Value;
 use super::{count, ints, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
+use crate::store::stored::FORMAT_VERSION;
 use crate::Error;
 
 /// Moves at most `limit` due messages to ready, oldest first.
@@ -42,6 +43,7 @@ impl Op for Promote {
             count(self.limit as u64),
             k.prio.as_str().into(),
             k.msg_prefix.as_str().into(),
+            count(FORMAT_VERSION.into()),
         ]
     }
 

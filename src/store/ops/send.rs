@@ -8,6 +8,7 @@ use fred::prelude::Value;
 use super::{count, ints, ms, numbered, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
+use crate::store::stored::FORMAT_VERSION;
 use crate::{Error, MessageId};
 
 /// One message to store.
@@ -64,8 +65,9 @@ impl Op for SendBatch {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = Vec::with_capacity(1 + 5 * self.msgs.len());
+        let mut args: Vec<Value> = Vec::with_capacity(2 + 5 * self.msgs.len());
         args.push(k.wake.as_str().into());
+        args.push(count(FORMAT_VERSION.into()));
         for m in &self.msgs {
             args.push(m.id.as_str().into());
             args.push(Value::Bytes(m.value.clone()));
