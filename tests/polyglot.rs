@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use delayqueue::fred::prelude::LuaInterface;
 use delayqueue::{DelayQueue, Error, Message};
 use serde_json::Value;
 use support::{wait_for, RedisServer, WAIT};
@@ -112,18 +113,49 @@ const d = require(process.argv[2] + '/delayqueue-producer.js');
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
 
+/// Prints the SHA1s of send and cancel as the Python module assembles them.
+const PYTHON_SHAS: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+import delayqueue_producer as d
+print(" ".join(d._Script(d.load_script(s)).sha for s in ("send", "cancel")))
+"#;
+
+const NODE_SHAS: &str = r#"
+const crypto = require('crypto');
+const d = require(process.argv[1] + '/delayqueue-producer.js');
+console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.loadScript(s)).digest('hex')).join(' '));
+"#;
+
 /// One handled message: id, payload, retry count, priority, when (ms).
 type Handled = (String, Vec<u8>, u32, u8, u64);
 
-/// Starts a Rust consumer, lets `produce` (given the server's port) send,
-/// and checks what the consumer handles.
-async fn handled_like_rust(produce: impl FnOnce(u16) -> String + Send + 'static) {
+/// Checks that the foreign module assembles send and cancel exactly as the
+/// crate does (`shas`: their SHA1s as it computes them, which Redis knows
+/// after a Rust send and cancel), starts a Rust consumer, lets `produce`
+/// (given the server's port) send, and checks what the consumer handles.
+async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + Send + 'static) {
     let server = RedisServer::start().await;
     let client = server.client().await;
     let queue = DelayQueue::builder("poly", client.clone())
         .fetch_interval(Duration::from_millis(50))
         .build()
         .unwrap();
+    queue
+        .send("warm")
+        .delay(Duration::from_secs(60))
+        .id("warm")
+        .await
+        .unwrap();
+    assert!(queue.cancel("warm").await.unwrap());
+    let shas: Vec<String> = shas.split_whitespace().map(String::from).collect();
+    assert_eq!(shas.len(), 2, "{shas:?}");
+    let known: Vec<bool> = client.script_exists(shas.clone()).await.unwrap();
+    assert_eq!(
+        known,
+        [true, true],
+        "the same scripts as Rust's, byte for byte: {shas:?}"
+    );
     let log: Arc<Mutex<Vec<Handled>>> = Arc::default();
     let seen = log.clone();
     let consumer = queue
@@ -193,10 +225,10 @@ async fn handled_like_rust(produce: impl FnOnce(u16) -> String + Send + 'static)
 #[tokio::test]
 async fn python_producer_messages_are_handled_by_rust() {
     let py = python();
-    handled_like_rust(move |port| {
-        run(Command::new(py)
-            .args(["-c", PYTHON, &port.to_string()])
-            .arg(root().join("examples/python")))
+    let dir = root().join("examples/python");
+    let shas = run(Command::new(&py).args(["-c", PYTHON_SHAS]).arg(&dir));
+    handled_like_rust(shas, move |port| {
+        run(Command::new(py).args(["-c", PYTHON, &port.to_string()]).arg(dir))
     })
     .await;
 }
@@ -204,7 +236,8 @@ async fn python_producer_messages_are_handled_by_rust() {
 #[tokio::test]
 async fn node_producer_messages_are_handled_by_rust() {
     let dir = node_dir();
-    handled_like_rust(move |port| {
+    let shas = run(Command::new("node").args(["-e", NODE_SHAS]).arg(&dir));
+    handled_like_rust(shas, move |port| {
         run(Command::new("node")
             .args(["-e", NODE, &port.to_string()])
             .arg(&dir)
