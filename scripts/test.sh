@@ -20,6 +20,15 @@ if ! command -v chromedriver >/dev/null 2>&1 && [ -z "${CHROMEDRIVER:-}" ]; then
         || echo "could not install chromium and chromium-driver; the browser test will fail" >&2
 fi
 export DELAYQUEUE_BROWSER_REQUIRED=1
+# python3 (with venv), node and npm: the producers in other languages
+# (tests/polyglot.rs, which itself installs `redis` in a venv under target/
+# and `ioredis` with `npm ci`).
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    apt_install python3-venv || echo "could not install python3-venv; the Python producer test will fail" >&2
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    apt_install npm || echo "could not install npm; the Node producer test will fail" >&2
+fi
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
 # --features cli: the CLI and its end-to-end tests (tests/cli.rs);
 # --workspace: also the test harness's own tests (crate delayqueue-test-support).

@@ -907,3 +907,224 @@ async fn schedules_are_listed_and_paused_resumed_and_triggered() {
     );
     assert!(!q.schedule("hourly").await.unwrap().unwrap().paused);
 }
+
+/// A request to the producer API with a bearer token (`None`: none) and a JSON body.
+fn v1_req(method: Method, path: &str, token: Option<&str>) -> axum::http::request::Builder {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(t) = token {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    req
+}
+
+async fn v1(app: &Router, method: Method, path: &str, token: Option<&str>, body: Value) -> Reply {
+    let req = v1_req(method, path, token).body(Body::from(body.to_string())).unwrap();
+    call(app, req).await
+}
+
+#[tokio::test]
+async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone()).auth(Auth::Bearer("s3".into())).router();
+    let t = Some("s3");
+    let base = "/api/v1/queues/jobs";
+
+    // A queue that does not exist yet is created by its first message.
+    let r = v1(
+        &app,
+        Method::POST,
+        &format!("{base}/messages"),
+        t,
+        json!({"payload": "hi", "delay_ms": 60_000, "id": "a1", "retry_count": 2, "priority": 3}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    assert_eq!(r.json(), json!({"id": "a1"}));
+    let r = v1(
+        &app,
+        Method::POST,
+        &format!("{base}/messages"),
+        t,
+        json!({"payload": "again", "id": "a1"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "a live id is refused: {}", r.text());
+
+    let m = get_ok_v1(&app, &format!("{base}/messages/a1")).await;
+    assert_eq!(
+        (
+            m["payload_text"].as_str(),
+            m["retry_count"].as_u64(),
+            m["priority"].as_u64()
+        ),
+        (Some("hi"), Some(2), Some(3))
+    );
+    assert_eq!(m["state"], "pending");
+
+    // Binary payload, and a due time given as at_ms.
+    let at = delayqueue_now_ms() + 120_000;
+    let r = v1(
+        &app,
+        Method::POST,
+        &format!("{base}/messages"),
+        t,
+        json!({"payload_base64": "AP8=", "at_ms": at, "id": "bin"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let m = get_ok_v1(&app, &format!("{base}/messages/bin")).await;
+    assert_eq!(m["payload_base64"], "AP8=");
+    let due = m["due_ms"].as_u64().unwrap();
+    assert!(due.abs_diff(at) < 5_000, "due {due}, asked {at}");
+
+    // A batch: one result per message, in order; a duplicate fails alone.
+    let r = v1(
+        &app,
+        Method::POST,
+        &format!("{base}/batch"),
+        t,
+        json!({"messages": [{"payload": "x", "id": "a1"}, {"payload": "y", "id": "b1", "delay_ms": 60_000}, {"payload": "z"}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let results = r.json()["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0]["status"], 409);
+    assert_eq!(results[1], json!({"id": "b1"}));
+    assert!(results[2]["id"].is_string());
+    // An invalid message fails the whole batch before anything is sent.
+    let r = v1(
+        &app,
+        Method::POST,
+        &format!("{base}/batch"),
+        t,
+        json!({"messages": [{"payload": "ok", "id": "c1"}, {"payload": "bad", "id": "has space"}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    let q = queue(&client, "jobs");
+    assert!(
+        q.get("c1").await.unwrap().is_none(),
+        "nothing of a refused batch is stored"
+    );
+    for bad in [
+        json!({"payload": "a", "payload_base64": "YQ=="}),
+        json!({"delay_ms": 1}),
+        json!({"payload": "a", "delay_ms": 1, "at_ms": 1}),
+        json!({"payload_base64": "!!"}),
+        json!({"payload": "a", "priority": 10}),
+    ] {
+        let r = v1(&app, Method::POST, &format!("{base}/messages"), t, bad.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+    }
+
+    let r = v1(
+        &app,
+        Method::POST,
+        &format!("{base}/messages/b1/reschedule"),
+        t,
+        json!({"delay_ms": 0}),
+    )
+    .await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!({"done": true})));
+    let r = v1(&app, Method::POST, &format!("{base}/messages/a1/cancel"), t, json!({})).await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!({"done": true})));
+    assert!(q.get("a1").await.unwrap().is_none());
+    let r = v1(&app, Method::GET, &format!("{base}/messages/a1"), t, json!({})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = v1(&app, Method::POST, &format!("{base}/messages/a1/cancel"), t, json!({})).await;
+    assert_eq!(r.json(), json!({"done": false}));
+    assert_eq!(total(&q).await, 3, "bin, b1 and the batch's generated id");
+}
+
+/// `GET` on the producer API with the test's token; must answer 200.
+async fn get_ok_v1(app: &Router, path: &str) -> Value {
+    let r = v1(app, Method::GET, path, Some("s3"), json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.text());
+    r.json()
+}
+
+fn delayqueue_now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn producer_api_refuses_cookies_missing_credentials_forms_other_sites_and_read_only() {
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone()).auth(Auth::Bearer("s3".into())).router();
+    let path = "/api/v1/queues/jobs/messages";
+    let body = json!({"payload": "p"});
+    let send = |req: axum::http::request::Builder| {
+        let app = app.clone();
+        let body = body.to_string();
+        async move { call(&app, req.body(Body::from(body)).unwrap()).await }
+    };
+
+    let r = send(v1_req(Method::POST, path, None)).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "no credentials");
+    let r = send(v1_req(Method::POST, path, Some("wrong"))).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "a wrong token");
+    // The page's cookie, which a browser adds on its own, does not count here.
+    let r = send(v1_req(Method::POST, path, None).header(header::COOKIE, "delayqueue_token=s3")).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "cookie-only auth");
+    let r =
+        send(v1_req(Method::GET, "/api/v1/queues/jobs/messages/x", None).header(header::COOKIE, "delayqueue_token=s3"))
+            .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "cookie-only read");
+    // What a cross-site form can send.
+    let r = send(
+        Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(header::AUTHORIZATION, "Bearer s3")
+            .header(header::CONTENT_TYPE, "text/plain"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", r.text());
+    let r = send(
+        v1_req(Method::POST, path, Some("s3"))
+            .header(header::ORIGIN, "http://evil")
+            .header(header::HOST, "dq:8080"),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "another site");
+    let q = queue(&client, "jobs");
+    assert_eq!(total(&q).await, 0, "nothing refused was sent");
+    // With the header and JSON it works, without any CSRF token.
+    let r = send(v1_req(Method::POST, path, Some("s3"))).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+
+    let ro = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .read_only(true)
+        .router();
+    let r = v1(&ro, Method::POST, path, Some("s3"), body.clone()).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (StatusCode::FORBIDDEN, json!({"error": "read-only"}))
+    );
+    let r = v1(
+        &ro,
+        Method::POST,
+        "/api/v1/queues/jobs/batch",
+        Some("s3"),
+        json!({"messages": [body]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(total(&q).await, 1, "read-only sent nothing");
+}
+
+async fn total(q: &DelayQueue) -> u64 {
+    let c = q.counts().await.unwrap();
+    c.pending + c.ready + c.processing + c.retry + c.dead
+}

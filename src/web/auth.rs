@@ -5,7 +5,9 @@
 //! is also taken once from the page's `?token=` query: the reply redirects
 //! to the same page without it and sets an `HttpOnly`, `SameSite=Strict`
 //! cookie holding the token, which the browser then sends with every
-//! request under the dashboard's path.
+//! request under the dashboard's path. The producer API (`/api/v1`) takes
+//! the token from the `Authorization` header only: a cookie that a browser
+//! adds on its own must not authorise a program's writes.
 
 use std::sync::Arc;
 
@@ -87,7 +89,8 @@ pub(crate) async fn check(
             .filter(|(u, p)| same(u, user) & same(p, password))
             .map(|(u, _)| User(Some(u))),
         Auth::Bearer(token) => {
-            if bearer(headers).is_some_and(|t| same(t, token)) {
+            let cookie_ok = !req.uri().path().starts_with(super::csrf::PRODUCER_API);
+            if bearer(headers, cookie_ok).is_some_and(|t| same(t, token)) {
                 Some(User(None))
             } else if query_token(req.uri().query()).is_some_and(|t| same(&t, token)) {
                 return into_cookie(req.method(), uri.path(), req.uri().path(), token);
@@ -146,13 +149,14 @@ fn into_cookie(method: &Method, full_path: &str, own_path: &str, token: &str) ->
         .into_response()
 }
 
-/// The bearer token of the `Authorization` header, else of the cookie.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The bearer token of the `Authorization` header, else (`cookie_ok`) of the cookie.
+fn bearer(headers: &HeaderMap, cookie_ok: bool) -> Option<&str> {
     let from_header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     from_header.or_else(|| {
+        cookie_ok.then_some(())?;
         headers
             .get_all(header::COOKIE)
             .iter()
@@ -199,11 +203,12 @@ mod tests {
             HeaderValue::from_static("Basic b3BzOnNlOmNyZXQ="),
         );
         assert_eq!(basic(&h), Some(("ops".into(), "se:cret".into())));
-        assert_eq!(bearer(&h), None);
+        assert_eq!(bearer(&h, true), None);
         h.insert(header::COOKIE, HeaderValue::from_static("a=b; delayqueue_token=t1"));
-        assert_eq!(bearer(&h), Some("t1"));
+        assert_eq!(bearer(&h, true), Some("t1"));
+        assert_eq!(bearer(&h, false), None);
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t2"));
-        assert_eq!(bearer(&h), Some("t2"));
+        assert_eq!(bearer(&h, false), Some("t2"));
         assert_eq!(query_token(Some("x=1&token=a%20b")), Some("a b".into()));
         assert_eq!(query_token(None), None);
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));

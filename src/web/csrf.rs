@@ -4,6 +4,13 @@
 //! per-process CSRF token that `/api/overview` hands the page (header
 //! `x-csrf-token`). A cookie alone, sent by the browser with a forged
 //! cross-site form, therefore never suffices.
+//!
+//! The producer API under `/api/v1` is for programs, which cannot fetch
+//! the token: its writes need `Content-Type: application/json` instead. A
+//! browser sends that type to another origin only after a CORS preflight,
+//! which the dashboard never grants, so a forged form or `fetch` from
+//! another site cannot reach it; and `auth::check` takes its bearer token
+//! from the `Authorization` header only, never from the page's cookie.
 
 use std::sync::Arc;
 
@@ -18,23 +25,38 @@ use super::state::App;
 /// The header that carries the CSRF token.
 pub(crate) const HEADER: &str = "x-csrf-token";
 
+/// Where the producer API lives, relative to the dashboard's mount point.
+pub(crate) const PRODUCER_API: &str = "/api/v1/";
+
 pub(crate) async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     if matches!(*req.method(), Method::GET | Method::HEAD) {
         return next.run(req).await;
     }
+    let forbidden = StatusCode::FORBIDDEN;
     let refused = if app.read_only {
-        Some("read-only")
+        Some((forbidden, "read-only"))
     } else if cross_site(req.headers()) {
-        Some("cross-site")
+        Some((forbidden, "cross-site"))
+    } else if req.uri().path().starts_with(PRODUCER_API) {
+        let why = "content-type must be application/json";
+        (!is_json(req.headers())).then_some((StatusCode::UNSUPPORTED_MEDIA_TYPE, why))
     } else if !token_matches(req.headers(), &app.csrf) {
-        Some("csrf")
+        Some((forbidden, "csrf"))
     } else {
         None
     };
     match refused {
-        Some(why) => (StatusCode::FORBIDDEN, axum::Json(serde_json::json!({ "error": why }))).into_response(),
+        Some((status, why)) => (status, axum::Json(serde_json::json!({ "error": why }))).into_response(),
         None => next.run(req).await,
     }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
 }
 
 fn token_matches(headers: &HeaderMap, csrf: &str) -> bool {
@@ -87,5 +109,8 @@ mod tests {
         assert!(token_matches(&h(&[("x-csrf-token", "abc")]), "abc"));
         assert!(!token_matches(&h(&[("x-csrf-token", "abd")]), "abc"));
         assert!(!token_matches(&h(&[]), "abc"));
+        assert!(is_json(&h(&[("content-type", "application/json; charset=utf-8")])));
+        assert!(!is_json(&h(&[("content-type", "text/plain")])));
+        assert!(!is_json(&h(&[])));
     }
 }

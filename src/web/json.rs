@@ -288,3 +288,24 @@ pub(crate) struct SchedulesJson {
     pub now_ms: u64,
     pub items: Vec<ScheduleJson>,
 }
+
+/// One message of the producer API (`POST /api/v1/queues/{name}/messages`
+/// and each item of a batch): the payload as text or base64.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProduceBody {
+    pub payload: Option<String>,
+    pub payload_base64: Option<String>,
+    pub delay_ms: Option<u64>,
+    pub at_ms: Option<u64>,
+    pub id: Option<String>,
+    pub retry_count: Option<u32>,
+    pub priority: Option<u8>,
+}
+
+/// The body of `POST /api/v1/queues/{name}/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchBody {
+    pub messages: Vec<ProduceBody>,
+}

@@ -89,13 +89,28 @@ impl Registry {
     /// scan) an ordinary queue of that name when it exists in Redis, one
     /// `EXISTS`. `None` when unknown.
     pub(crate) async fn get(&self, name: &str) -> Result<Option<DelayQueue>, Error> {
+        self.lookup(name, false).await
+    }
+
+    /// Queue `name` as [`get`](Self::get) finds it, else a new ordinary
+    /// queue of that name (its first message creates it): where producers send.
+    pub(crate) async fn get_or_new(&self, name: &str) -> Result<DelayQueue, Error> {
+        match self.lookup(name, true).await? {
+            Some(q) => Ok(q),
+            None => self.build(name, 1),
+        }
+    }
+
+    async fn lookup(&self, name: &str, create: bool) -> Result<Option<DelayQueue>, Error> {
         if let Some(q) = self.all().await?.get(name) {
             return Ok(Some(q.clone()));
         }
-        let Ok(queue) = self.build(name, 1) else {
-            return Ok(None);
+        let queue = match self.build(name, 1) {
+            Ok(queue) => queue,
+            Err(e) if create => return Err(e),
+            Err(_) => return Ok(None),
         };
-        if !queue.exists().await? {
+        if !create && !queue.exists().await? {
             return Ok(None);
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());

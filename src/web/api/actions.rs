@@ -23,12 +23,12 @@ const MAX_IDS: usize = 1000;
 const TARGET: &str = "delayqueue::web";
 
 /// The JSON body; 400 with serde's message when it does not fit.
-fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+pub(super) fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("invalid body: {e}")))
 }
 
 /// `delay_ms` or `at_ms` (ms since the epoch), not both; neither: now.
-fn delay_of(delay_ms: Option<u64>, at_ms: Option<u64>) -> Result<Duration, ApiError> {
+pub(super) fn delay_of(delay_ms: Option<u64>, at_ms: Option<u64>) -> Result<Duration, ApiError> {
     match (delay_ms, at_ms) {
         (Some(_), Some(_)) => Err(ApiError::bad("give delay_ms or at_ms, not both")),
         (Some(d), None) => Ok(Duration::from_millis(d)),

@@ -24,6 +24,19 @@ impl ApiError {
     pub(crate) fn bad(message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
+
+    /// The same error, its message prefixed with `what`.
+    pub(crate) fn context(self, what: &str) -> Self {
+        ApiError::new(self.status, format!("{what}: {}", self.message))
+    }
+
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl From<Error> for ApiError {

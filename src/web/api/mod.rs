@@ -1,10 +1,12 @@
 //! The JSON API under `/api`: reading (overview, queue, messages,
-//! schedules) and acting (actions, schedules), and how their errors become HTTP statuses.
+//! schedules), acting (actions, schedules), the producer API for programs
+//! under `/api/v1`, and how their errors become HTTP statuses.
 
 mod actions;
 pub(crate) mod error;
 mod messages;
 mod overview;
+mod producer;
 mod queue;
 mod schedules;
 
@@ -16,6 +18,16 @@ use axum::Router;
 
 use crate::web::state::App;
 use error::ApiError;
+
+/// The producer API (docs/web.md, "Producer API").
+fn producer_routes() -> Router<Arc<App>> {
+    Router::new()
+        .route("/queues/{name}/messages", post(producer::send))
+        .route("/queues/{name}/batch", post(producer::batch))
+        .route("/queues/{name}/messages/{id}", get(messages::one))
+        .route("/queues/{name}/messages/{id}/cancel", post(producer::cancel))
+        .route("/queues/{name}/messages/{id}/reschedule", post(producer::reschedule))
+}
 
 pub(crate) fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -36,5 +48,6 @@ pub(crate) fn routes() -> Router<Arc<App>> {
         .route("/queues/{name}/schedules/{schedule}/pause", post(schedules::pause))
         .route("/queues/{name}/schedules/{schedule}/resume", post(schedules::resume))
         .route("/queues/{name}/schedules/{schedule}/trigger", post(schedules::trigger))
+        .nest("/v1", producer_routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
 }

@@ -1,0 +1,235 @@
+'use strict';
+/**
+ * A producer for delayqueue queues in Node, on `ioredis`.
+ *
+ * It runs the crate's own scripts from `lua/` (send.lua, cancel.lua and the
+ * helpers of prelude.lua), assembled as src/store/scripts.rs assembles them,
+ * with the keys and arguments the Rust operations pass: a message sent from
+ * here is stored exactly as `queue.send` stores it, and a Rust consumer
+ * handles it with the same guarantees (due time, idempotent ids, cancel).
+ *
+ *   const Redis = require('ioredis');
+ *   const { Producer } = require('./delayqueue-producer');
+ *   const p = new Producer(new Redis(), 'orders');   // key prefix "dq:"
+ *   await p.send('close order 42', { delayMs: 1800000, id: 'order-42', retryCount: 5 });
+ *   await p.send('report', { atMs: 1893456000000 });
+ *   await p.sendBatch([{ payload: 'a' }, { payload: 'b', delayMs: 60000 }]);
+ *   await p.cancel('order-42');
+ *
+ * For an ordinary (unsharded) queue; the Rust side's `.shards(n)` spreads a
+ * queue over n key sets that this module does not pick between.
+ */
+
+const crypto = require('crypto');
+const fs = require('fs');
+const path = require('path');
+
+/** The crate's `lua/` folder: $DELAYQUEUE_LUA_DIR, else ../../lua from this file. */
+const LUA_DIR = process.env.DELAYQUEUE_LUA_DIR || path.join(__dirname, '..', '..', 'lua');
+
+const MAX_ID_LEN = 200;
+const MAX_RETRY_COUNT = 1000;
+const MAX_PRIORITY = 9;
+const MAX_PAYLOAD = 1024 * 1024;
+/** Messages per script call (the Rust default batch size). */
+const BATCH = 1000;
+// The wire format this module writes (docs/wire-format.md). send.lua refuses a
+// queue in another format with an error reply starting with "DQFORMAT" (a
+// ReplyError) before it writes anything.
+const FORMAT_VERSION = 1;
+
+class DuplicateError extends Error {}
+class WrongTypeError extends Error {}
+
+// --- Assembling a script as src/store/scripts.rs does ----------------------
+
+/** Lua without its comments, so a name a comment mentions is not a use. */
+function codeOf(lua) {
+  let code = '';
+  let rest = lua;
+  for (let at = rest.indexOf('--'); at >= 0; at = rest.indexOf('--')) {
+    code += rest.slice(0, at);
+    const comment = rest.slice(at);
+    let end;
+    if (comment.startsWith('--[[')) {
+      end = comment.indexOf(']]', 4);
+      end = end < 0 ? comment.length : end + 2;
+    } else {
+      end = comment.indexOf('\n');
+      end = end < 0 ? comment.length : end;
+    }
+    rest = comment.slice(end);
+  }
+  return code + rest;
+}
+
+function definedNames(block) {
+  const names = [];
+  for (let line of block.split('\n')) {
+    if (!line.startsWith('local ')) continue;
+    line = line.slice('local '.length);
+    if (line.startsWith('function ')) line = line.slice('function '.length);
+    const name = /^[A-Za-z0-9_]*/.exec(line)[0];
+    if (name) names.push(name);
+  }
+  return names;
+}
+
+function uses(text, name) {
+  const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  return new RegExp(`(?<![A-Za-z0-9_])${escaped}(?![A-Za-z0-9_])`).test(text);
+}
+
+/** The prelude's blocks (split at blank lines) that `body` needs. */
+function preludeFor(prelude, body) {
+  const blocks = prelude.split('\n\n').map((b) => [b, definedNames(b)]);
+  const needed = blocks.map(([, names]) => names.length === 0);
+  const users = [codeOf(body)];
+  while (users.length) {
+    const user = users.pop();
+    blocks.forEach(([block, names], i) => {
+      if (!needed[i] && names.some((n) => uses(user, n))) {
+        needed[i] = true;
+        users.push(codeOf(block));
+      }
+    });
+  }
+  return blocks
+    .filter((_, i) => needed[i])
+    .map(([b]) => b.replace(/\n+$/, '') + '\n\n')
+    .join('');
+}
+
+/** lua/<name>.lua as Redis runs it: shebang line, the prelude helpers it uses, the rest. */
+function loadScript(name, luaDir = LUA_DIR) {
+  const text = fs.readFileSync(path.join(luaDir, `${name}.lua`), 'utf8');
+  const prelude = fs.readFileSync(path.join(luaDir, 'prelude.lua'), 'utf8');
+  const nl = text.indexOf('\n');
+  const [shebang, body] = nl < 0 ? [text, ''] : [text.slice(0, nl), text.slice(nl + 1)];
+  return `${shebang}\n${preludeFor(prelude, body)}${body}`;
+}
+
+class Script {
+  constructor(source) {
+    this.source = source;
+    this.sha = crypto.createHash('sha1').update(source, 'utf8').digest('hex');
+  }
+
+  /** EVALSHA; on NOSCRIPT (first use, restart, SCRIPT FLUSH) EVAL with the source. */
+  async call(client, keys, args) {
+    try {
+      return await client.evalsha(this.sha, keys.length, ...keys, ...args);
+    } catch (e) {
+      if (!String(e.message).startsWith('NOSCRIPT')) throw e;
+      return client.eval(this.source, keys.length, ...keys, ...args);
+    }
+  }
+}
+
+// --- Messages ---------------------------------------------------------------
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+/** An id ordered by its millisecond like the Rust side's: a UUIDv7 in base62. */
+function generateId() {
+  const r = crypto.randomBytes(10);
+  let n = BigInt(Date.now()) << 80n;
+  n |= 0x7n << 76n;
+  n |= BigInt(r.readUInt16BE(0) & 0xfff) << 64n;
+  n |= 0b10n << 62n;
+  n |= r.readBigUInt64BE(2) & ((1n << 62n) - 1n);
+  let out = '';
+  while (n > 0n) {
+    out = BASE62[Number(n % 62n)] + out;
+    n /= 62n;
+  }
+  return out || '0';
+}
+
+function checkId(id) {
+  // eslint-disable-next-line no-control-regex
+  if (typeof id !== 'string' || !id || Buffer.byteLength(id) > MAX_ID_LEN || /[\s\u0000-\u001f\u007f]/.test(id)) {
+    throw new RangeError(`invalid message id ${JSON.stringify(id)}: 1 to ${MAX_ID_LEN} bytes, no whitespace or control characters`);
+  }
+}
+
+function isCount(n, max) {
+  return Number.isInteger(n) && n >= 0 && n <= max;
+}
+
+/** [id, stored value, delay ms, own id] of one message, checked. */
+function message(payload, { delayMs, atMs, id, retryCount = 3, priority = 0 } = {}) {
+  const bytes = Buffer.isBuffer(payload) ? payload : Buffer.from(String(payload), 'utf8');
+  if (bytes.length > MAX_PAYLOAD) throw new RangeError(`payload of ${bytes.length} bytes exceeds the maximum of ${MAX_PAYLOAD} bytes`);
+  if (delayMs !== undefined && atMs !== undefined) throw new RangeError('give delayMs or atMs, not both');
+  // atMs is turned into a delay by this host's clock, as `.at()` does in Rust.
+  const delay = atMs !== undefined ? Math.max(0, atMs - Date.now()) : delayMs || 0;
+  if (!Number.isInteger(delay) || delay < 0) throw new RangeError('delayMs must be a non-negative integer');
+  if (!isCount(retryCount, MAX_RETRY_COUNT)) throw new RangeError(`retryCount must be 0 to ${MAX_RETRY_COUNT}`);
+  if (!isCount(priority, MAX_PRIORITY)) throw new RangeError(`priority must be 0 to ${MAX_PRIORITY}`);
+  const own = id !== undefined;
+  if (own) checkId(id);
+  // "<retry count>[!<priority>]:<payload>" (src/store/stored.rs); send.lua adds the times.
+  const head = `${retryCount}${priority ? `!${priority}` : ''}:`;
+  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), bytes]), delay, own];
+}
+
+class Producer {
+  /** Sends to and cancels in queue `name` under `keyPrefix`. */
+  constructor(client, name, { keyPrefix = 'dq:', luaDir = LUA_DIR } = {}) {
+    // eslint-disable-next-line no-control-regex
+    if (!name || /[{}#\s\u0000-\u001f]/.test(name)) throw new RangeError(`invalid queue name ${JSON.stringify(name)}`);
+    this.client = client;
+    this.name = name;
+    const base = `${keyPrefix}{${name}}`; // src/store/keys.rs
+    this.keys = {};
+    for (const k of ['pending', 'retries', 'unack', 'garbage', 'totals', 'wake']) this.keys[k] = `${base}:${k}`;
+    this.msgPrefix = `${base}:m:`;
+    this.sendScript = new Script(loadScript('send', luaDir));
+    this.cancelScript = new Script(loadScript('cancel', luaDir));
+  }
+
+  async store(msgs) {
+    const k = this.keys;
+    const keys = [k.pending, k.retries, k.unack, k.garbage, k.totals, ...msgs.map((m) => this.msgPrefix + m[0])];
+    const args = [k.wake, FORMAT_VERSION];
+    // expire_after 0: never expires.
+    for (const [id, value, delay, own] of msgs) args.push(id, value, delay, 0, own ? 1 : 0);
+    const statuses = await this.sendScript.call(this.client, keys, args);
+    if (statuses.length !== msgs.length) throw new Error(`send.lua returned ${statuses.length} statuses for ${msgs.length} messages`);
+    return msgs.map(([id], i) => {
+      if (statuses[i] === 1) return id;
+      if (statuses[i] === 0) return new DuplicateError(`message ${id} already exists in queue ${JSON.stringify(this.name)}`);
+      return new WrongTypeError(`the key of message ${id} holds another type`);
+    });
+  }
+
+  /** Sends one message; resolves to its id; rejects with DuplicateError when `id` is live already. */
+  async send(payload, options = {}) {
+    const [result] = await this.store([message(payload, options)]);
+    if (result instanceof Error) throw result;
+    return result;
+  }
+
+  /**
+   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority }, ...]`, BATCH
+   * per script call. Every message is checked before any is sent; resolves,
+   * in order, to each one's id or its DuplicateError / WrongTypeError.
+   */
+  async sendBatch(messages) {
+    const msgs = messages.map(({ payload, ...options }) => message(payload, options));
+    const out = [];
+    for (let i = 0; i < msgs.length; i += BATCH) out.push(...(await this.store(msgs.slice(i, i + BATCH))));
+    return out;
+  }
+
+  /** Deletes a message waiting for delivery; false when unknown or being handled. */
+  async cancel(id) {
+    checkId(id);
+    const k = this.keys;
+    const keys = [k.pending, k.retries, k.unack, k.garbage, this.msgPrefix + id];
+    return (await this.cancelScript.call(this.client, keys, [id])) === 1;
+  }
+}
+
+module.exports = { Producer, DuplicateError, WrongTypeError, loadScript, generateId, LUA_DIR };

@@ -1,0 +1,246 @@
+"""A producer for delayqueue queues in Python, on the `redis` package.
+
+It runs the crate's own scripts from `lua/` (send.lua, cancel.lua and the
+helpers of prelude.lua), assembled as src/store/scripts.rs assembles them,
+with the keys and arguments the Rust operations pass: a message sent from
+here is stored exactly as `queue.send` stores it, and a Rust consumer
+handles it with the same guarantees (due time, idempotent ids, cancel).
+
+    import redis
+    from delayqueue_producer import Producer
+
+    p = Producer(redis.Redis(), "orders")            # key prefix "dq:"
+    p.send(b"close order 42", delay_ms=1_800_000, id="order-42", retry_count=5)
+    p.send("report", at_ms=1_893_456_000_000)
+    p.send_batch([{"payload": "a"}, {"payload": "b", "delay_ms": 60_000}])
+    p.cancel("order-42")
+
+For an ordinary (unsharded) queue; the Rust side's `.shards(n)` spreads a
+queue over n key sets that this module does not pick between.
+"""
+
+import hashlib
+import os
+import re
+import secrets
+import time
+
+import redis
+
+#: Where the crate's `lua/` folder is: $DELAYQUEUE_LUA_DIR, else ../../lua
+#: from this file (the repository's layout).
+LUA_DIR = os.environ.get(
+    "DELAYQUEUE_LUA_DIR",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lua"),
+)
+
+MAX_ID_LEN = 200
+MAX_RETRY_COUNT = 1000
+MAX_PRIORITY = 9
+MAX_PAYLOAD = 1024 * 1024
+#: Messages per script call (the Rust default batch size).
+BATCH = 1000
+# The wire format this module writes (docs/wire-format.md). send.lua refuses a
+# queue in another format with an error reply starting with "DQFORMAT" (a
+# redis.exceptions.ResponseError) before it writes anything.
+FORMAT_VERSION = 1
+
+
+class DuplicateError(Exception):
+    """The id is live already (pending, ready, retry or being handled)."""
+
+
+class WrongTypeError(Exception):
+    """The message's key holds another type of value; nothing was written."""
+
+
+# --- Assembling a script as src/store/scripts.rs does ----------------------
+
+def _code_of(lua):
+    """Lua without its comments, so a name a comment mentions is not a use."""
+    code, rest = [], lua
+    while "--" in rest:
+        at = rest.index("--")
+        code.append(rest[:at])
+        comment = rest[at:]
+        if comment.startswith("--[["):
+            end = comment.find("]]", 4)
+            end = len(comment) if end < 0 else end + 2
+        else:
+            end = comment.find("\n")
+            end = len(comment) if end < 0 else end
+        rest = comment[end:]
+    code.append(rest)
+    return "".join(code)
+
+
+def _defined_names(block):
+    names = []
+    for line in block.split("\n"):
+        if line.startswith("local "):
+            line = line[len("local "):]
+            if line.startswith("function "):
+                line = line[len("function "):]
+            name = re.match(r"[A-Za-z0-9_]*", line).group(0)
+            if name:
+                names.append(name)
+    return names
+
+
+def _uses(text, name):
+    return re.search(r"(?<![A-Za-z0-9_])" + re.escape(name) + r"(?![A-Za-z0-9_])", text) is not None
+
+
+def _prelude_for(prelude, body):
+    """The prelude's blocks (split at blank lines) that `body` needs: those
+    defining a name the body or another needed block uses, and those
+    defining none (comments)."""
+    blocks = [(b, _defined_names(b)) for b in prelude.split("\n\n")]
+    needed = [not names for _, names in blocks]
+    users = [_code_of(body)]
+    while users:
+        user = users.pop()
+        for i, (block, names) in enumerate(blocks):
+            if not needed[i] and any(_uses(user, n) for n in names):
+                needed[i] = True
+                users.append(_code_of(block))
+    return "".join(b.rstrip("\n") + "\n\n" for (b, _), n in zip(blocks, needed) if n)
+
+
+def load_script(name, lua_dir=LUA_DIR):
+    """The source of lua/<name>.lua as Redis runs it: its shebang line, the
+    prelude helpers it uses, then the rest of the file."""
+    with open(os.path.join(lua_dir, name + ".lua"), encoding="utf-8") as f:
+        text = f.read()
+    with open(os.path.join(lua_dir, "prelude.lua"), encoding="utf-8") as f:
+        prelude = f.read()
+    shebang, _, body = text.partition("\n")
+    return shebang + "\n" + _prelude_for(prelude, body) + body
+
+
+class _Script:
+    def __init__(self, source):
+        self.source = source
+        self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+
+    def call(self, client, keys, args):
+        """EVALSHA; on NOSCRIPT (first use, restart, SCRIPT FLUSH) EVAL with
+        the source, which caches it again and cannot fail with NOSCRIPT."""
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(self.source, len(keys), *keys, *args)
+
+
+# --- Messages ---------------------------------------------------------------
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def generate_id():
+    """A time-ordered id like the Rust side's: a UUIDv7 in base62."""
+    n = (int(time.time() * 1000) << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
+    out = ""
+    while n:
+        n, r = divmod(n, 62)
+        out = _BASE62[r] + out
+    return out or "0"
+
+
+def _check_id(id):
+    if not id or len(id.encode("utf-8")) > MAX_ID_LEN or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in id):
+        raise ValueError("invalid message id %r: 1 to %d bytes, no whitespace or control characters" % (id, MAX_ID_LEN))
+
+
+def _now_ms():
+    return int(time.time() * 1000)
+
+
+def _message(payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0):
+    """(id, stored value, delay ms, own id) of one message, checked."""
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    if not isinstance(payload, (bytes, bytearray)):
+        raise TypeError("payload must be bytes or str")
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError("payload of %d bytes exceeds the maximum of %d bytes" % (len(payload), MAX_PAYLOAD))
+    if delay_ms is not None and at_ms is not None:
+        raise ValueError("give delay_ms or at_ms, not both")
+    # at_ms is turned into a delay by this host's clock, as `.at()` does in Rust.
+    delay = max(0, at_ms - _now_ms()) if at_ms is not None else (delay_ms or 0)
+    if not isinstance(delay, int) or delay < 0:
+        raise ValueError("delay_ms must be a non-negative integer")
+    if not (isinstance(retry_count, int) and 0 <= retry_count <= MAX_RETRY_COUNT):
+        raise ValueError("retry_count must be 0 to %d" % MAX_RETRY_COUNT)
+    if not (isinstance(priority, int) and 0 <= priority <= MAX_PRIORITY):
+        raise ValueError("priority must be 0 to %d" % MAX_PRIORITY)
+    own = id is not None
+    if own:
+        _check_id(id)
+    else:
+        id = generate_id()
+    # "<retry count>[!<priority>]:<payload>" (src/store/stored.rs); send.lua adds the times.
+    head = str(retry_count) + ("!%d" % priority if priority else "") + ":"
+    return id, head.encode() + bytes(payload), delay, own
+
+
+class Producer:
+    """Sends to and cancels in queue `name` under `key_prefix`."""
+
+    def __init__(self, client, name, key_prefix="dq:", lua_dir=LUA_DIR):
+        if not name or any(c in name for c in "{}#") or any(c.isspace() or ord(c) < 32 for c in name):
+            raise ValueError("invalid queue name %r" % name)
+        self.client = client
+        self.name = name
+        base = "%s{%s}" % (key_prefix, name)  # src/store/keys.rs
+        self._keys = {k: base + ":" + k for k in ("pending", "retries", "unack", "garbage", "totals", "wake")}
+        self._msg_prefix = base + ":m:"
+        self._send = _Script(load_script("send", lua_dir))
+        self._cancel = _Script(load_script("cancel", lua_dir))
+
+    def _store(self, msgs):
+        k = self._keys
+        keys = [k["pending"], k["retries"], k["unack"], k["garbage"], k["totals"]]
+        keys += [self._msg_prefix + m[0] for m in msgs]
+        args = [k["wake"], FORMAT_VERSION]
+        for id, value, delay, own in msgs:
+            # expire_after 0: never expires.
+            args += [id, value, delay, 0, 1 if own else 0]
+        statuses = self._send.call(self.client, keys, args)
+        if len(statuses) != len(msgs):
+            raise RuntimeError("send.lua returned %d statuses for %d messages" % (len(statuses), len(msgs)))
+        out = []
+        for (id, _, _, _), s in zip(msgs, statuses):
+            if s == 1:
+                out.append(id)
+            elif s == 0:
+                out.append(DuplicateError("message %s already exists in queue %r" % (id, self.name)))
+            else:
+                out.append(WrongTypeError("the key of message %s holds another type" % id))
+        return out
+
+    def send(self, payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0):
+        """Sends one message; returns its id. Raises DuplicateError when `id`
+        is live already."""
+        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def send_batch(self, messages):
+        """Sends dicts of send()'s arguments, BATCH per script call. Every
+        message is checked before any is sent; returns, in order, each one's
+        id or its DuplicateError / WrongTypeError."""
+        msgs = [_message(**m) for m in messages]
+        out = []
+        for i in range(0, len(msgs), BATCH):
+            out += self._store(msgs[i:i + BATCH])
+        return out
+
+    def cancel(self, id):
+        """Deletes a message waiting for delivery; False when unknown or
+        being handled."""
+        _check_id(id)
+        k = self._keys
+        keys = [k["pending"], k["retries"], k["unack"], k["garbage"], self._msg_prefix + id]
+        return self._cancel.call(self.client, keys, [id]) == 1

@@ -1,0 +1,118 @@
+//! The producer API under `/api/v1`, for programs rather than the page:
+//! send one message or a batch, cancel, reschedule (reading a message is
+//! the dashboard's own `messages::one`). Its writes need
+//! no CSRF token but credentials in the `Authorization` header and a JSON
+//! body (`csrf::check` and `auth::check` say why). A queue that does not
+//! exist yet is created by its first message, as `DelayQueue::send` does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::actions::{body, delay_of};
+use super::error::{ApiError, ApiResult};
+use crate::web::json::{BatchBody, ProduceBody, WhenBody};
+use crate::web::state::App;
+use crate::{DelayQueue, NewMessage};
+
+/// Most messages one batch request takes.
+const MAX_BATCH: usize = 1000;
+
+/// The message a body describes, checked (payload, times) before any is sent.
+fn message_of(b: ProduceBody) -> Result<NewMessage, ApiError> {
+    let payload = match (b.payload, b.payload_base64) {
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| ApiError::bad(format!("payload_base64: {e}")))?,
+        _ => return Err(ApiError::bad("give payload or payload_base64, not both")),
+    };
+    let mut m = NewMessage::new(payload).delay(delay_of(b.delay_ms, b.at_ms)?);
+    if let Some(id) = b.id {
+        m = m.id(id);
+    }
+    if let Some(n) = b.retry_count {
+        m = m.retry_count(n);
+    }
+    if let Some(p) = b.priority {
+        m = m.priority(p);
+    }
+    Ok(m)
+}
+
+async fn queue_of(app: &App, name: &str) -> Result<DelayQueue, ApiError> {
+    Ok(app.registry.get_or_new(name).await?)
+}
+
+/// `POST /api/v1/queues/{name}/messages`: 201 `{"id": ..}`; 409 when the
+/// id is live already.
+pub(crate) async fn send(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let m = message_of(body(&bytes)?)?;
+    let q = queue_of(&app, &name).await?;
+    let mut results = q.send_batch([m]).await?;
+    let id = results
+        .pop()
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no result"))??;
+    Ok((StatusCode::CREATED, axum::Json(json!({ "id": id }))).into_response())
+}
+
+/// `POST /api/v1/queues/{name}/batch` `{"messages": [..]}`: 200 and one
+/// result per message, in order, `{"id": ..}` or `{"status": 409, "error":
+/// ..}`. An invalid message fails the whole request before any is sent.
+pub(crate) async fn batch(State(app): State<Arc<App>>, Path(name): Path<String>, bytes: Bytes) -> ApiResult<Value> {
+    let b: BatchBody = body(&bytes)?;
+    if b.messages.is_empty() || b.messages.len() > MAX_BATCH {
+        return Err(ApiError::bad(format!("messages must hold 1 to {MAX_BATCH} messages")));
+    }
+    let msgs = b
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message_of(m).map_err(|e| e.context(&format!("messages[{i}]"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let q = queue_of(&app, &name).await?;
+    let results: Vec<Value> = q
+        .send_batch(msgs)
+        .await?
+        .into_iter()
+        .map(|r| match r {
+            Ok(id) => json!({ "id": id }),
+            Err(e) => {
+                let e = ApiError::from(e);
+                json!({ "status": e.status().as_u16(), "error": e.message() })
+            }
+        })
+        .collect();
+    Ok(axum::Json(json!({ "results": results })))
+}
+
+/// `POST .../cancel`: `{"done": bool}`.
+pub(crate) async fn cancel(State(app): State<Arc<App>>, Path((name, id)): Path<(String, String)>) -> ApiResult<Value> {
+    let done = queue_of(&app, &name).await?.cancel(&id).await?;
+    Ok(axum::Json(json!({ "done": done })))
+}
+
+/// `POST .../reschedule` `{"delay_ms": ..}` or `{"at_ms": ..}`: `{"done": bool}`.
+pub(crate) async fn reschedule(
+    State(app): State<Arc<App>>,
+    Path((name, id)): Path<(String, String)>,
+    bytes: Bytes,
+) -> ApiResult<Value> {
+    let b: WhenBody = body(&bytes)?;
+    if b.delay_ms.is_none() && b.at_ms.is_none() {
+        return Err(ApiError::bad("give delay_ms or at_ms"));
+    }
+    let delay: Duration = delay_of(b.delay_ms, b.at_ms)?;
+    let done = queue_of(&app, &name).await?.reschedule(&id, delay).await?;
+    Ok(axum::Json(json!({ "done": done })))
+}

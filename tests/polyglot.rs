@@ -1,0 +1,247 @@
+//! Producers in other languages (examples/python, examples/node) against a
+//! private redis-server: messages they send are handled by a Rust consumer
+//! with the Rust guarantees (never before their due time, caller-given ids
+//! idempotent, cancel), and a live id they sent is refused by `queue.send`.
+//! Each test installs what it needs when missing: the `redis` package in a
+//! venv under target/, `ioredis` from examples/node/package-lock.json.
+
+use delayqueue_test_support as support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use delayqueue::fred::prelude::LuaInterface;
+use delayqueue::{DelayQueue, Error, Message};
+use serde_json::Value;
+use support::{wait_for, RedisServer, WAIT};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `cmd`, which must succeed; its stdout.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// target/polyglot-venv/bin/python with `redis` installed.
+fn python() -> PathBuf {
+    let venv = root().join("target/polyglot-venv");
+    let py = venv.join("bin/python");
+    let has_redis = |py: &Path| {
+        py.exists()
+            && Command::new(py)
+                .args(["-c", "import redis"])
+                .status()
+                .is_ok_and(|s| s.success())
+    };
+    if !has_redis(&py) {
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+        run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "redis>=5"]));
+    }
+    py
+}
+
+/// examples/node with its node_modules installed.
+fn node_dir() -> PathBuf {
+    let dir = root().join("examples/node");
+    if !dir.join("node_modules/ioredis").exists() {
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&dir));
+    }
+    dir
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+/// The same steps in both languages; prints one JSON line: when each timed
+/// message was sent (ms, this host's clock), the outcomes of duplicates,
+/// cancel and the batch.
+const PYTHON: &str = r#"
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import redis, delayqueue_producer as d
+p = d.Producer(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "poly")
+out = {"t_delayed": d._now_ms()}
+p.send("delayed", delay_ms=1500, id="delayed", retry_count=2)
+try:
+    p.send("again", id="delayed")
+    out["dup"] = "stored"
+except d.DuplicateError:
+    out["dup"] = "duplicate"
+out["at"] = d._now_ms() + 2000
+p.send(b"at", at_ms=out["at"], id="at")
+p.send("held", delay_ms=600000, id="held")
+p.send("cancelled", delay_ms=1000, id="cancelled")
+out["cancel"] = p.cancel("cancelled")
+res = p.send_batch([{"payload": "b0"}, {"payload": "b1", "id": "b1", "priority": 2}, {"payload": "b2", "id": "delayed"}])
+out["batch"] = [x if isinstance(x, str) else type(x).__name__ for x in res]
+print(json.dumps(out))
+"#;
+
+const NODE: &str = r#"
+const Redis = require('ioredis');
+const d = require(process.argv[2] + '/delayqueue-producer.js');
+(async () => {
+  const r = new Redis({ host: '127.0.0.1', port: Number(process.argv[1]) });
+  const p = new d.Producer(r, 'poly');
+  const out = { t_delayed: Date.now() };
+  await p.send('delayed', { delayMs: 1500, id: 'delayed', retryCount: 2 });
+  try { await p.send('again', { id: 'delayed' }); out.dup = 'stored'; }
+  catch (e) { out.dup = e instanceof d.DuplicateError ? 'duplicate' : String(e); }
+  out.at = Date.now() + 2000;
+  await p.send(Buffer.from('at'), { atMs: out.at, id: 'at' });
+  await p.send('held', { delayMs: 600000, id: 'held' });
+  await p.send('cancelled', { delayMs: 1000, id: 'cancelled' });
+  out.cancel = await p.cancel('cancelled');
+  const res = await p.sendBatch([{ payload: 'b0' }, { payload: 'b1', id: 'b1', priority: 2 }, { payload: 'b2', id: 'delayed' }]);
+  out.batch = res.map((x) => (typeof x === 'string' ? x : x.constructor.name));
+  console.log(JSON.stringify(out));
+  r.disconnect();
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+/// Prints the SHA1s of send and cancel as the Python module assembles them.
+const PYTHON_SHAS: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+import delayqueue_producer as d
+print(" ".join(d._Script(d.load_script(s)).sha for s in ("send", "cancel")))
+"#;
+
+const NODE_SHAS: &str = r#"
+const crypto = require('crypto');
+const d = require(process.argv[1] + '/delayqueue-producer.js');
+console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.loadScript(s)).digest('hex')).join(' '));
+"#;
+
+/// One handled message: id, payload, retry count, priority, when (ms).
+type Handled = (String, Vec<u8>, u32, u8, u64);
+
+/// Checks that the foreign module assembles send and cancel exactly as the
+/// crate does (`shas`: their SHA1s as it computes them, which Redis knows
+/// after a Rust send and cancel), starts a Rust consumer, lets `produce`
+/// (given the server's port) send, and checks what the consumer handles.
+async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + Send + 'static) {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queue = DelayQueue::builder("poly", client.clone())
+        .fetch_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    queue
+        .send("warm")
+        .delay(Duration::from_secs(60))
+        .id("warm")
+        .await
+        .unwrap();
+    assert!(queue.cancel("warm").await.unwrap());
+    let shas: Vec<String> = shas.split_whitespace().map(String::from).collect();
+    assert_eq!(shas.len(), 2, "{shas:?}");
+    let known: Vec<bool> = client.script_exists(shas.clone()).await.unwrap();
+    assert_eq!(
+        known,
+        [true, true],
+        "the same scripts as Rust's, byte for byte: {shas:?}"
+    );
+    let log: Arc<Mutex<Vec<Handled>>> = Arc::default();
+    let seen = log.clone();
+    let consumer = queue
+        .start_consume(move |m: Message| {
+            let entry = (
+                m.id().to_string(),
+                m.payload().to_vec(),
+                m.retry_count(),
+                m.priority(),
+                now_ms(),
+            );
+            seen.lock().unwrap().push(entry);
+            async { Ok(()) }
+        })
+        .await
+        .unwrap();
+
+    let port = server.port();
+    let line = tokio::task::spawn_blocking(move || produce(port)).await.unwrap();
+    let out: Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(out["dup"], "duplicate", "a live id is refused: {out}");
+    assert_eq!(out["cancel"], true, "{out}");
+    let batch = out["batch"].as_array().unwrap();
+    assert!(
+        batch[0].as_str().is_some_and(|id| id.len() >= 20),
+        "a generated id: {out}"
+    );
+    assert_eq!(batch[1], "b1");
+    assert_eq!(batch[2], "DuplicateError", "a duplicate in a batch fails alone: {out}");
+    // A live id they sent is refused by Rust too.
+    match queue.send("rust").id("held").await {
+        Err(Error::Duplicate { .. }) => {}
+        other => panic!("Rust send of a live foreign id: {other:?}"),
+    }
+
+    let want = ["delayed", "at", "b1", batch[0].as_str().unwrap()];
+    let all_handled = wait_for(WAIT, || {
+        let log = log.lock().unwrap();
+        let ids: Vec<&str> = log.iter().map(|e| e.0.as_str()).collect();
+        std::future::ready(want.iter().all(|w| ids.contains(w)))
+    })
+    .await;
+    let log = log.lock().unwrap().clone();
+    assert!(all_handled, "not all handled: {log:?}");
+    let find = |id: &str| log.iter().find(|e| e.0 == id).unwrap().clone();
+    let delayed = find("delayed");
+    let t_delayed = out["t_delayed"].as_u64().unwrap();
+    assert!(
+        delayed.4 >= t_delayed + 1500,
+        "handled {} ms early",
+        t_delayed + 1500 - delayed.4
+    );
+    assert_eq!(
+        (delayed.1.as_slice(), delayed.2),
+        (&b"delayed"[..], 2),
+        "the first payload and its retry count"
+    );
+    let at = out["at"].as_u64().unwrap();
+    assert!(find("at").4 >= at, "handled before its at_ms");
+    assert_eq!(find("b1").3, 2, "priority");
+    // "cancelled" was due before "at", which has been handled: it would have been too.
+    assert!(log.iter().all(|e| e.0 != "cancelled" && e.0 != "held"), "{log:?}");
+    assert_eq!(log.iter().filter(|e| e.0 == "delayed").count(), 1, "handled once");
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn python_producer_messages_are_handled_by_rust() {
+    let py = python();
+    let dir = root().join("examples/python");
+    let shas = run(Command::new(&py).args(["-c", PYTHON_SHAS]).arg(&dir));
+    handled_like_rust(shas, move |port| {
+        run(Command::new(py).args(["-c", PYTHON, &port.to_string()]).arg(dir))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn node_producer_messages_are_handled_by_rust() {
+    let dir = node_dir();
+    let shas = run(Command::new("node").args(["-e", NODE_SHAS]).arg(&dir));
+    handled_like_rust(shas, move |port| {
+        run(Command::new("node")
+            .args(["-e", NODE, &port.to_string()])
+            .arg(&dir)
+            .current_dir(&dir))
+    })
+    .await;
+}
