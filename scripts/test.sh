@@ -22,5 +22,6 @@ fi
 export DELAYQUEUE_BROWSER_REQUIRED=1
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
 # --features cli: the CLI and its end-to-end tests (tests/cli.rs);
+# --features otel: trace context in headers (tests/otel.rs);
 # --workspace: also the test harness's own tests (crate delayqueue-test-support).
-cargo test --workspace --features cli,tls "$@"
+cargo test --workspace --features cli,tls,otel "$@"

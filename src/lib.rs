@@ -79,6 +79,8 @@ mod info;
 mod limits;
 mod message;
 mod meters;
+#[cfg(feature = "otel")]
+mod otel;
 mod payload;
 mod queue;
 mod schedule;

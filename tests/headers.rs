@@ -8,16 +8,11 @@ use delayqueue_test_support as support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use delayqueue::{
-    Backoff, Error, HandlerError, Message, NewMessage, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN,
-};
-use helpers::start_queue;
+use delayqueue::{Backoff, Error, NewMessage, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN};
+use helpers::{recording_headers, start_queue, Headed};
 use support::{wait_until, WAIT};
 
 const FETCH: Duration = Duration::from_millis(200);
-
-/// One delivery: id, attempt, headers, and the value of `tenant`.
-type Seen = (String, u32, Vec<(String, String)>, Option<String>);
 
 fn pairs(h: &[(&str, &str)]) -> Vec<(String, String)> {
     h.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
@@ -53,24 +48,8 @@ async fn the_handler_sees_the_headers_on_every_delivery() {
     );
     assert!(queue.get(&plain).await.unwrap().unwrap().headers.is_empty());
 
-    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-    let log = seen.clone();
-    let consumer = queue
-        .start_consume(move |msg: Message| {
-            let log = log.clone();
-            async move {
-                let tenant = msg.header("tenant").map(str::to_string);
-                log.lock()
-                    .unwrap()
-                    .push((msg.id().to_string(), msg.attempt(), msg.headers().to_vec(), tenant));
-                if msg.payload() == b"job" && msg.attempt() == 1 {
-                    return Err::<(), HandlerError>("first try fails".into());
-                }
-                Ok(())
-            }
-        })
-        .await
-        .unwrap();
+    let seen: Arc<Mutex<Vec<Headed>>> = Arc::default();
+    let consumer = queue.start_consume(recording_headers(&seen, b"job")).await.unwrap();
     assert!(
         wait_until(WAIT, || seen.lock().unwrap().len() == 4).await,
         "{:?}",

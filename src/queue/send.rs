@@ -186,6 +186,10 @@ impl<Q> NewMessage<Q> {
     /// without headers takes no more room in Redis than it would if
     /// headers did not exist.
     ///
+    /// With the feature `otel`, a send inside a `tracing` span adds the
+    /// span's W3C `traceparent` (and `tracestate`) here, counted against
+    /// these limits, unless `traceparent` is set already.
+    ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// queue.send("close order 42")
@@ -233,7 +237,14 @@ impl<Q> NewMessage<Q> {
                 self.priority
             )));
         }
-        check_headers(&self.headers)?;
+        // The trace context is checked with the caller's headers.
+        #[cfg(feature = "otel")]
+        let mut headers = self.headers;
+        #[cfg(feature = "otel")]
+        crate::otel::inject(&mut headers);
+        #[cfg(not(feature = "otel"))]
+        let headers = self.headers;
+        check_headers(&headers)?;
         let expire_after = self.expire_after.or(config.expire_after);
         if let Some(d) = expire_after {
             check_expire_after(d)?;
@@ -258,7 +269,7 @@ impl<Q> NewMessage<Q> {
                 retry_count,
                 backoff.as_deref(),
                 self.priority,
-                &self.headers,
+                &headers,
                 payload.as_bytes(),
             )
             .into(),
