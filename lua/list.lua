@@ -13,7 +13,8 @@ ARGV[6] priority zset: once the totals have 'prios', state 2 (ready) is
 Returns {size of the state, now ms, next offset (-1: last page), then 6
 values per message: id, score ("" in lists: due ms in pending, lease
 deadline us in unack, time of death ms in garbage), retry record ("" if
-none), the first ARGV[5] bytes of its stored value ("" if gone), its full
+none), the first ARGV[5] bytes of its stored value not counting its
+headers section, which comes whole ("" if gone), its full
 length, its TTL ms}. List entries whose payload is gone (cancelled) or
 that live in another state are left out.
 Idempotent: reads only.
@@ -53,7 +54,7 @@ end
 local keys = payloads_here(ARGV[4], ids)
 for j, id in ipairs(ids) do
   local i, msg = (j - 1) * step + 1, keys[j]
-  local value = redis.pcall('GETRANGE', msg, 0, bytes - 1)
+  local value = head_of(msg, bytes)
   local len = redis.pcall('STRLEN', msg)
   if type(value) ~= 'string' then
     value, len = '', 0

@@ -29,7 +29,7 @@ sequence of positions
 Returns {size of the state, entries read, next cursor ("": the walk has
 reached the end of the state), its id, then 6 values per match: id, score
 ("" in lists; as in `list`), retry record ("" if none), the first ARGV[8]
-bytes of its stored value ("" if gone), its full length, its TTL ms}. It
+bytes of its stored value past its headers section, which comes whole ("" if gone), its full length, its TTL ms}. It
 stops after the entry that makes ARGV[6] matches. List entries whose
 payload is gone (cancelled) or that live in another state are read but
 never match.
@@ -153,7 +153,7 @@ for j, e in ipairs(entries) do
   done = j
   local value
   if text == '' then
-    value = redis.pcall('GETRANGE', msg, 0, bytes - 1)
+    value = head_of(msg, bytes)
   else
     value = redis.pcall('GET', msg)
   end
@@ -165,13 +165,14 @@ for j, e in ipairs(entries) do
   local match = not (is_list and (len == 0 or moved))
   if match and text ~= '' then
     local header = string.find(value, ':', 1, true)
-    match = id ~= text and header ~= nil and string.find(value, text, header + 1, true) ~= nil
+    match = id ~= text and header ~= nil
+      and string.find(value, text, header + 1 + headers_len(value), true) ~= nil
   end
   if match then
     out[#out + 1] = id
     out[#out + 1] = is_list and '' or e[2]
     out[#out + 1] = redis.call('HGET', KEYS[6], id) or ''
-    out[#out + 1] = string.sub(value, 1, bytes)
+    out[#out + 1] = string.sub(value, 1, bytes + headers_len(value))
     out[#out + 1] = len
     out[#out + 1] = redis.call('PTTL', msg)
     matches = matches + 1

@@ -31,5 +31,6 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
 # --features cli: the CLI and its end-to-end tests (tests/cli.rs);
+# --features otel: trace context in headers (tests/otel.rs);
 # --workspace: also the test harness's own tests (crate delayqueue-test-support).
-cargo test --workspace --features cli,tls "$@"
+cargo test --workspace --features cli,tls,otel "$@"

@@ -35,6 +35,18 @@ pub enum Error {
         /// The configured maximum.
         max: usize,
     },
+    /// A message header breaks a limit: its name is empty, too long
+    /// ([`MAX_HEADER_NAME_LEN`](crate::MAX_HEADER_NAME_LEN)) or has a
+    /// character other than ASCII letters, digits, `-`, `_` and `.`; or the
+    /// message has more than [`MAX_HEADERS`](crate::MAX_HEADERS) headers or
+    /// more than [`MAX_HEADERS_BYTES`](crate::MAX_HEADERS_BYTES) of them.
+    #[error("invalid header {name:?}: {reason}")]
+    InvalidHeader {
+        /// The header's name.
+        name: String,
+        /// Which limit it breaks.
+        reason: String,
+    },
     /// A setting or argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -38,6 +38,10 @@ pub struct MessageInfo {
     /// ([`NewMessage::priority`](crate::NewMessage::priority)); 0 when its
     /// payload is gone.
     pub priority: u8,
+    /// Its headers ([`NewMessage::header`](crate::NewMessage::header)), in
+    /// the order the send set them; empty when it has none or its payload
+    /// is gone.
+    pub headers: Vec<(String, String)>,
     /// Why its last delivery failed: the handler's error, the panic, or
     /// `timeout` (its lease ran out).
     pub last_error: Option<String>,

@@ -79,6 +79,8 @@ mod info;
 mod limits;
 mod message;
 mod meters;
+#[cfg(feature = "otel")]
+mod otel;
 mod payload;
 mod queue;
 mod schedule;
@@ -95,7 +97,9 @@ pub use events::{Action, Event};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
-pub use limits::{MAX_BATCH_SIZE, MAX_DELAY, MAX_PRIORITY, MAX_RETRY_COUNT};
+pub use limits::{
+    MAX_BATCH_SIZE, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
+};
 pub use message::Message;
 pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};

@@ -13,3 +13,11 @@ pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// 0, the default, is the lowest. Among due messages a higher priority is
 /// claimed first (docs/priorities.md).
 pub const MAX_PRIORITY: u8 = 9;
+
+/// Most headers one message may carry ([`NewMessage::header`](crate::NewMessage::header)).
+pub const MAX_HEADERS: usize = 16;
+/// Longest header name, in bytes. Names are 1 to this many ASCII letters,
+/// digits, `-`, `_` and `.`.
+pub const MAX_HEADER_NAME_LEN: usize = 64;
+/// Most bytes of header names and values together, per message.
+pub const MAX_HEADERS_BYTES: usize = 4096;

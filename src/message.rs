@@ -15,6 +15,8 @@ pub struct Message {
     pub(crate) backoff: Option<Backoff>,
     /// 0 (default) to `MAX_PRIORITY`.
     pub(crate) priority: u8,
+    /// Name and value pairs, in the order the send set them.
+    pub(crate) headers: Vec<(String, String)>,
     /// Visibility deadline in microseconds of Redis time; fences ack and nack.
     pub(crate) lease: i64,
     /// When the send stored it and when it was due, ms of Redis time.
@@ -51,6 +53,27 @@ impl Message {
     /// ([`NewMessage::priority`](crate::NewMessage::priority)), 0 by default.
     pub fn priority(&self) -> u8 {
         self.priority
+    }
+
+    /// Its headers ([`NewMessage::header`](crate::NewMessage::header)): name
+    /// and value pairs in the order the send set them; empty when it set
+    /// none.
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
+    }
+
+    /// The value of header `name`, if the send set it.
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     let tenant = msg.header("tenant").unwrap_or("default");
+    ///     println!("{} for tenant {tenant}", msg.id());
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 
     /// When the message was due: the time its send (or its last

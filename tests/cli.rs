@@ -126,10 +126,18 @@ async fn send_queues_show_and_cancel() {
             "order-42",
             "--retry-count",
             "5",
+            "--header",
+            "tenant=acme",
+            "-H",
+            "trace=a=b",
         ],
     )
     .await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "order-42\n"), "{r:?}");
+    assert!(run(&url, &["send", "orders", "x", "--header", "bad name=1"])
+        .await
+        .failed(2)
+        .contains("invalid header \"bad name\""));
     let r = run(
         &url,
         &["--json", "send", "orders", "{\"order\": 43}", "--delay", "1500ms"],
@@ -213,6 +221,7 @@ async fn send_queues_show_and_cancel() {
         "retry count  5 (6 deliveries left)",
         "backoff      the consumer's",
         "last error   -",
+        "headers      tenant: acme\n             trace: a=b\n",
         "payload      14 bytes, UTF-8:\nclose order 42\n",
     ] {
         assert!(r.stdout.contains(line), "{line:?} missing in:\n{}", r.stdout);
@@ -233,6 +242,12 @@ async fn send_queues_show_and_cancel() {
         (Some(3), Some(13))
     );
     assert!(m["due"].as_str().unwrap().ends_with('Z'), "{m}");
+    assert_eq!(m["headers"], serde_json::json!({}));
+    let v = run(&url, &["show", "orders", "order-42", "--json"]).await.json();
+    assert_eq!(
+        v["message"]["headers"],
+        serde_json::json!({"tenant": "acme", "trace": "a=b"})
+    );
 
     let r = run(&url, &["cancel", "orders", "order-42"]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "cancelled order-42\n"), "{r:?}");

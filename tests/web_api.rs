@@ -281,6 +281,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
             "dead_since_ms",
             "due_ms",
             "expires_at_ms",
+            "headers",
             "id",
             "last_error",
             "lease_until_ms",
@@ -298,6 +299,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
     assert_eq!(m["payload_text"], "{\"n\":7}");
     assert_eq!(m["payload_base64"], "eyJuIjo3fQ==");
     assert_eq!(m["priority"], 0);
+    assert_eq!(m["headers"], json!({}));
     assert_eq!(
         (m["payload_json"].clone(), m["payload_len"].clone()),
         (json!(true), json!(7))

@@ -91,6 +91,10 @@ async fn handle(shared: &Shared, msg: Message, deadline: Instant, left: Duration
     });
     // The handler's own logs carry the message they are about.
     let span = tracing::info_span!("delayqueue.handle", queue = %ctx.name, id = %id, attempt);
+    // The producer's span is the parent, not a link: a delivery handles
+    // one message, so its span belongs to that message's trace.
+    #[cfg(feature = "otel")]
+    crate::otel::continue_trace(&span, msg.headers());
     let handled = AssertUnwindSafe(shared.pool.handler.handle(msg))
         .catch_unwind()
         .instrument(span);

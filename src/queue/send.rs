@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::events::{self, Event};
-use crate::limits::{MAX_DELAY, MAX_PRIORITY, MAX_RETRY_COUNT};
+use crate::limits::{MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT};
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
@@ -63,6 +63,7 @@ pub struct NewMessage<Q = ()> {
     expire_after: Option<Duration>,
     backoff: Option<Backoff>,
     priority: u8,
+    headers: Vec<(String, String)>,
 }
 
 /// When a message is due: after a delay by Redis's clock, or at a time of
@@ -93,6 +94,7 @@ impl<Q> NewMessage<Q> {
             expire_after: None,
             backoff: None,
             priority: 0,
+            headers: Vec::new(),
         }
     }
 
@@ -174,6 +176,37 @@ impl<Q> NewMessage<Q> {
         self
     }
 
+    /// Sets a header: a name and a string value the handler reads with
+    /// [`Message::header`](crate::Message::header), kept across retries
+    /// and requeues. Setting a name again replaces its value. Names are 1
+    /// to [`MAX_HEADER_NAME_LEN`] ASCII letters, digits, `-`, `_` and `.`; a
+    /// message has at most [`MAX_HEADERS`] headers and
+    /// [`MAX_HEADERS_BYTES`] of names and values together. A header that
+    /// breaks one fails the send with [`Error::InvalidHeader`]. A message
+    /// without headers takes no more room in Redis than it would if
+    /// headers did not exist.
+    ///
+    /// With the feature `otel`, a send inside a `tracing` span adds the
+    /// span's W3C `traceparent` (and `tracestate`) here, counted against
+    /// these limits, unless `traceparent` is set already.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// queue.send("close order 42")
+    ///     .header("tenant", "acme")
+    ///     .header("request-id", "7f3a")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        let (name, value) = (name.into(), value.into());
+        match self.headers.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = value,
+            None => self.headers.push((name, value)),
+        }
+        self
+    }
+
     /// Checks the message against the queue's limits and encodes it.
     fn prepare(self, config: &Config) -> Result<Outgoing, Error> {
         let payload = self.payload?;
@@ -204,6 +237,14 @@ impl<Q> NewMessage<Q> {
                 self.priority
             )));
         }
+        // The trace context is checked with the caller's headers.
+        #[cfg(feature = "otel")]
+        let mut headers = self.headers;
+        #[cfg(feature = "otel")]
+        crate::otel::inject(&mut headers);
+        #[cfg(not(feature = "otel"))]
+        let headers = self.headers;
+        check_headers(&headers)?;
         let expire_after = self.expire_after.or(config.expire_after);
         if let Some(d) = expire_after {
             check_expire_after(d)?;
@@ -224,13 +265,57 @@ impl<Q> NewMessage<Q> {
         };
         Ok(Outgoing {
             id,
-            value: encode_stored_with_priority(retry_count, backoff.as_deref(), self.priority, payload.as_bytes())
-                .into(),
+            value: encode_stored_with_priority(
+                retry_count,
+                backoff.as_deref(),
+                self.priority,
+                &headers,
+                payload.as_bytes(),
+            )
+            .into(),
             delay,
             expire_after,
             own_id,
         })
     }
+}
+
+/// Checks headers against the limits on their names, count and size.
+fn check_headers(headers: &[(String, String)]) -> Result<(), Error> {
+    let invalid = |name: &str, reason: String| Error::InvalidHeader {
+        name: name.to_string(),
+        reason,
+    };
+    if headers.len() > MAX_HEADERS {
+        let name = &headers[MAX_HEADERS].0;
+        return Err(invalid(name, format!("more than MAX_HEADERS ({MAX_HEADERS}) headers")));
+    }
+    let mut bytes = 0;
+    for (name, value) in headers {
+        if name.is_empty() || name.len() > MAX_HEADER_NAME_LEN {
+            return Err(invalid(
+                name,
+                format!("a name is 1 to MAX_HEADER_NAME_LEN ({MAX_HEADER_NAME_LEN}) bytes"),
+            ));
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            return Err(invalid(
+                name,
+                format!("{c:?} in a name (ASCII letters, digits, '-', '_' and '.' only)"),
+            ));
+        }
+        bytes += name.len() + value.len();
+        if bytes > MAX_HEADERS_BYTES {
+            return Err(invalid(
+                name,
+                format!("names and values exceed MAX_HEADERS_BYTES ({MAX_HEADERS_BYTES}) bytes"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Sends `msgs`; see [`DelayQueue::send_batch`].

@@ -2,6 +2,7 @@
 
 use crate::message::SendTimes;
 use crate::{Backoff, MAX_PRIORITY};
+
 /// The wire format version this crate reads and writes
 /// (docs/wire-format.md): passed to the scripts that store or deliver
 /// messages, which refuse a queue whose totals hash names another and write
@@ -9,9 +10,10 @@ use crate::{Backoff, MAX_PRIORITY};
 /// previous version would misread.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
-/// Longest header of a stored value ("<retry count>;<backoff>!<priority>/<sent
-/// at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
-pub(crate) const HEADER_BYTES: usize = 96;
+/// Longest header of a stored value ("<retry count>;<backoff>!<priority>#<headers
+/// bytes>/<sent at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
+/// The headers themselves follow the ':', so this holds with any headers.
+pub(crate) const HEADER_BYTES: usize = 104;
 
 /// How a message is stored in Redis: `"<retry count>:"`, or
 /// `"<retry count>;<backoff>:"` when it has a backoff of its own, then the
@@ -23,19 +25,40 @@ pub(crate) const HEADER_BYTES: usize = 96;
 /// before the `':'`. Backoffs encode to digits, letters and `','` only, so
 /// none of `'!'`, `'/'`, `'@'` and `':'` can occur before it.
 pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[u8]) -> Vec<u8> {
-    encode_stored_with_priority(retry_count, backoff, 0, payload)
+    encode_stored_with_priority(retry_count, backoff, 0, &[], payload)
 }
 
-/// [`encode_stored`] with a priority: `"!<priority>"` after the backoff,
-/// written only when it is not the default 0 (so a value without it, such
-/// as one stored before priorities existed, has priority 0).
+/// [`encode_stored`] with a priority and headers. The priority is
+/// `"!<priority>"` after the backoff, written only when it is not the
+/// default 0 (so a value without it, such as one stored before priorities
+/// existed, has priority 0). Headers, when there are any, are a section
+/// right after the `':'`, before the payload, and `"#<section bytes>"` after
+/// the priority says how long it is: the header before the `':'` stays
+/// within [`HEADER_BYTES`] however many headers there are, and a message
+/// without headers is stored as if headers did not exist. The section is
+/// `"<name>=<value bytes>:<value>"` per header; names hold no `'='` (see
+/// [`crate::NewMessage::header`]).
 pub(crate) fn encode_stored_with_priority(
     retry_count: u32,
     backoff: Option<&str>,
     priority: u8,
+    headers: &[(String, String)],
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut value = Vec::with_capacity(payload.len() + 7 + backoff.map_or(0, |b| b.len() + 1));
+    let section: Vec<u8> = headers
+        .iter()
+        .flat_map(|(name, value)| {
+            [
+                name.as_bytes(),
+                b"=",
+                value.len().to_string().as_bytes(),
+                b":",
+                value.as_bytes(),
+            ]
+            .concat()
+        })
+        .collect();
+    let mut value = Vec::with_capacity(payload.len() + section.len() + 16 + backoff.map_or(0, |b| b.len() + 1));
     value.extend_from_slice(retry_count.to_string().as_bytes());
     if let Some(backoff) = backoff {
         value.push(b';');
@@ -45,9 +68,33 @@ pub(crate) fn encode_stored_with_priority(
         value.push(b'!');
         value.extend_from_slice(priority.to_string().as_bytes());
     }
+    if !section.is_empty() {
+        value.push(b'#');
+        value.extend_from_slice(section.len().to_string().as_bytes());
+    }
     value.push(b':');
+    value.extend_from_slice(&section);
     value.extend_from_slice(payload);
     value
+}
+
+/// The headers of a section (see [`encode_stored_with_priority`]); `None`
+/// when it is not one.
+fn decode_headers(mut section: &[u8]) -> Option<Vec<(String, String)>> {
+    let mut headers = Vec::new();
+    while !section.is_empty() {
+        let eq = section.iter().position(|&b| b == b'=')?;
+        let colon = eq + section[eq..].iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&section[eq + 1..colon]).ok()?.parse().ok()?;
+        let end = colon.checked_add(1)?.checked_add(len)?;
+        let value = section.get(colon + 1..end)?;
+        headers.push((
+            String::from_utf8(section[..eq].to_vec()).ok()?,
+            String::from_utf8(value.to_vec()).ok()?,
+        ));
+        section = &section[end..];
+    }
+    Some(headers)
 }
 
 /// A stored value, read.
@@ -62,6 +109,8 @@ pub(crate) struct Stored<'a> {
     pub(crate) expires_at_ms: Option<u64>,
     /// 0 (the default) to [`MAX_PRIORITY`].
     pub(crate) priority: u8,
+    /// Name and value pairs, in the order the send set them.
+    pub(crate) headers: Vec<(String, String)>,
     pub(crate) payload: &'a [u8],
 }
 
@@ -88,6 +137,10 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
         }
         None => (header, None),
     };
+    let (header, section_len) = match header.split_once('#') {
+        Some((header, len)) => (header, usize::try_from(digits(len)?).ok()?),
+        None => (header, 0),
+    };
     let (header, priority) = match header.split_once('!') {
         Some((header, p)) => match u8::try_from(digits(p)?) {
             Ok(p) if (1..=MAX_PRIORITY).contains(&p) => (header, p),
@@ -99,13 +152,17 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
         Some((count, backoff)) => (count, Some(Backoff::decode(backoff)?)),
         None => (header, None),
     };
+    let body = &value[colon + 1..];
+    let section = body.get(..section_len)?;
+    let headers = decode_headers(section)?;
     Some(Stored {
         retry_count: u32::try_from(digits(count)?).ok()?,
         backoff,
         times,
         expires_at_ms,
         priority,
-        payload: &value[colon + 1..],
+        headers,
+        payload: &body[section_len..],
     })
 }
 
@@ -152,8 +209,8 @@ mod tests {
         }
         assert_eq!(decode_stored(b"3:hi").unwrap().times, None);
         // The priority, before the send times.
-        assert_eq!(encode_stored_with_priority(3, Some("f5"), 7, b"hi"), b"3;f5!7:hi");
-        assert_eq!(encode_stored_with_priority(3, None, 0, b"hi"), b"3:hi");
+        assert_eq!(encode_stored_with_priority(3, Some("f5"), 7, &[], b"hi"), b"3;f5!7:hi");
+        assert_eq!(encode_stored_with_priority(3, None, 0, &[], b"hi"), b"3:hi");
         for (value, priority) in [
             (&b"3!9/1700000000000+1500@1700000061500:hi"[..], 9),
             (b"3;f5!1/1700000000000+1500:hi", 1),
@@ -167,11 +224,12 @@ mod tests {
         }
         // The longest header fits HEADER_BYTES.
         let longest = format!(
-            "{};{}!{MAX_PRIORITY}/{}+{}@{}:",
+            "{};{}!{MAX_PRIORITY}#{}/{}+{}@{}:",
             crate::MAX_RETRY_COUNT,
             Backoff::exponential(crate::MAX_DELAY, crate::MAX_DELAY)
                 .encode()
                 .unwrap(),
+            crate::MAX_HEADERS_BYTES + crate::MAX_HEADERS * (1 + 1 + 4 + 1),
             u64::MAX,
             crate::MAX_DELAY.as_millis(),
             u64::MAX
@@ -199,8 +257,54 @@ mod tests {
             b"3!10:x",
             b"3!x:x",
             b"3!1!2:x",
+            b"3#:x",
+            b"3#x:x",
+            b"3#9:k=1:v",
+            b"3#4:k=9:vvvv",
+            b"3#4:k1:v",
+            b"3#5:k=x:vv",
+            b"3#5:k=1:\xff",
         ] {
             assert!(decode_stored(bad).is_none(), "{:?}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn headers_round_trip_in_a_section_after_the_colon() {
+        let headers = vec![
+            ("traceparent".to_string(), "00-4bf9-00f0-01".to_string()),
+            ("k".to_string(), "a=b:c#d\u{e9}".to_string()),
+            ("empty".to_string(), String::new()),
+        ];
+        let value = encode_stored_with_priority(3, Some("f5"), 2, &headers, b"pay:load");
+        let section = "traceparent=15:00-4bf9-00f0-01k=9:a=b:c#d\u{e9}empty=0:";
+        assert_eq!(
+            value,
+            format!("3;f5!2#{}:{section}pay:load", section.len()).into_bytes()
+        );
+        let stored = decode_stored(&value).unwrap();
+        assert_eq!((stored.headers, stored.payload), (headers.clone(), &b"pay:load"[..]));
+        // Send times and a deadline, as send.lua inserts them before the ':'.
+        let colon = value.iter().position(|&b| b == b':').unwrap();
+        let timed = [&value[..colon], b"/1700000000000+1500@1700000061500", &value[colon..]].concat();
+        let stored = decode_stored(&timed).unwrap();
+        assert_eq!(
+            (stored.priority, stored.expires_at_ms, stored.headers, stored.payload),
+            (2, Some(1_700_000_061_500), headers, &b"pay:load"[..])
+        );
+        // The example of docs/wire-format.md, "Headers".
+        let doc = decode_stored(b"3#39:tenant=4:acmetraceparent=11:00-ab-cd-01hi").unwrap();
+        assert_eq!((doc.retry_count, doc.payload), (3, &b"hi"[..]));
+        assert_eq!(
+            doc.headers,
+            [
+                ("tenant".into(), "acme".into()),
+                ("traceparent".into(), "00-ab-cd-01".into())
+            ]
+        );
+        // No headers: no section and no '#', byte for byte the value of a
+        // message sent without them.
+        assert_eq!(encode_stored_with_priority(3, None, 0, &[], b"hi"), b"3:hi");
+        assert!(decode_stored(b"3:hi").unwrap().headers.is_empty());
     }
 }

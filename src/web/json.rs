@@ -163,6 +163,8 @@ pub(crate) struct MessageJson {
     backoff: Option<String>,
     /// 0 (default, lowest) to 9.
     priority: u8,
+    /// Header names and values, by name.
+    headers: std::collections::BTreeMap<String, String>,
     last_error: Option<String>,
     due_ms: Option<u64>,
     sent_ms: Option<u64>,
@@ -188,6 +190,7 @@ impl From<&MessageInfo> for MessageJson {
             retries_left: m.retries_left(),
             backoff: m.backoff.as_ref().map(ToString::to_string),
             priority: m.priority,
+            headers: m.headers.iter().cloned().collect(),
             last_error: m.last_error.clone(),
             due_ms: m.due.map(epoch_ms),
             sent_ms: m.sent_at.map(epoch_ms),

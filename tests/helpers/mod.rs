@@ -96,6 +96,29 @@ pub fn acking(log: &Log) -> impl Handler {
     recording(log, |_msg: Message| async move { Ok(()) })
 }
 
+/// One delivery's id, attempt, headers and its `tenant` header (read with
+/// `Message::header`), as [`recording_headers`] records it.
+pub type Headed = (String, u32, Vec<(String, String)>, Option<String>);
+
+/// A handler that records each delivery's headers in `log` and fails the
+/// first delivery of the payload `fail_first`, succeeding otherwise.
+pub fn recording_headers(log: &Arc<Mutex<Vec<Headed>>>, fail_first: &'static [u8]) -> impl Handler {
+    let log = log.clone();
+    move |msg: Message| {
+        let tenant = msg.header("tenant").map(str::to_string);
+        log.lock()
+            .unwrap()
+            .push((msg.id().to_string(), msg.attempt(), msg.headers().to_vec(), tenant));
+        let fail = msg.payload() == fail_first && msg.attempt() == 1;
+        async move {
+            match fail {
+                true => Err::<(), HandlerError>("first try fails".into()),
+                false => Ok(()),
+            }
+        }
+    }
+}
+
 /// A handler that succeeds on the payload `ok` and fails on any other.
 pub fn ok_else_fail() -> impl Handler {
     |msg: Message| async move {

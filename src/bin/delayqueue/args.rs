@@ -191,6 +191,9 @@ pub struct SendArgs {
     /// Priority, 0 (default, lowest) to 9: among due messages, higher first.
     #[arg(long, default_value_t = 0)]
     pub priority: u8,
+    /// A header, NAME=VALUE; repeat for more.
+    #[arg(long = "header", short = 'H', value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -313,6 +316,12 @@ impl From<State> for MessageState {
             State::Dead => MessageState::Dead,
         }
     }
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
 }
 
 fn parse_limit(s: &str) -> Result<usize, String> {

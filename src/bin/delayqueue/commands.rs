@@ -320,6 +320,9 @@ impl Ctx {
         if let Some(n) = args.retry_count {
             send = send.retry_count(n);
         }
+        for (name, value) in args.headers {
+            send = send.header(name, value);
+        }
         let id = send.await?;
         let json = json!({"queue": queue.name(), "id": id.as_str(), "delay_ms": args.delay.as_millis() as u64});
         self.print(json, || format!("{id}\n"))?;

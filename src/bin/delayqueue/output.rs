@@ -13,7 +13,7 @@
 //!   oldest_dead_ms, totals: {sent, acked, failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
-//! - message: `{id, state, priority, attempts, retry_count, deliveries_left, backoff, last_error,
+//! - message: `{id, state, priority, headers ({name: value}), attempts, retry_count, deliveries_left, backoff, last_error,
 //!   due, lease_until, dead_since, expires_in_ms (a dead letter's payload
 //!   TTL), expires_at (the `expire_after` deadline), payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
@@ -248,6 +248,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "id": m.id.as_str(),
         "state": m.state.as_str(),
         "priority": m.priority,
+        "headers": m.headers.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "attempts": m.attempts,
         "retry_count": m.retry_count,
         "deliveries_left": m.retries_left(),
@@ -330,6 +331,12 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
         ("expires at", when(m.expires_at)),
     ] {
         let _ = writeln!(out, "{k:<12} {v}");
+    }
+    if m.headers.is_empty() {
+        let _ = writeln!(out, "{:<12} -", "headers");
+    }
+    for (i, (name, value)) in m.headers.iter().enumerate() {
+        let _ = writeln!(out, "{:<12} {name}: {value}", if i == 0 { "headers" } else { "" });
     }
     match std::str::from_utf8(&m.payload) {
         Ok(s) => {

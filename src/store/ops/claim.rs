@@ -80,6 +80,7 @@ impl Delivery {
             retry_count: stored.retry_count,
             backoff: stored.backoff,
             priority: stored.priority,
+            headers: stored.headers,
             lease,
             // Every value the send script writes has them.
             times: stored.times?,

@@ -108,6 +108,7 @@ pub(super) fn info(
         retry_count: stored.as_ref().map(|s| s.retry_count),
         backoff: stored.as_ref().and_then(|s| s.backoff.clone()),
         priority: stored.as_ref().map_or(0, |s| s.priority),
+        headers: stored.as_ref().map(|s| s.headers.clone()).unwrap_or_default(),
         last_error: reason,
         due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),

@@ -996,6 +996,9 @@
         row('Retries left', retries),
         row('Backoff', m.backoff || h('span.faint', null, "the consumer's default")),
         row('Priority', m.priority ? String(m.priority) : h('span.faint', null, '0 (default, lowest)')),
+        row('Headers', Object.keys(m.headers || {}).length
+          ? Object.entries(m.headers).map(([k, v]) => h('div.mono', null, `${k}: ${v}`))
+          : h('span.faint', null, 'none')),
         row('Last error', m.last_error || h('span.faint', null, '—'), m.last_error ? 'err' : null),
         m.lease_until_ms ? row('Lease until', when(m.lease_until_ms)) : null,
         m.dead_since_ms ? row('Died', when(m.dead_since_ms)) : null,
