@@ -86,7 +86,7 @@ p.send(b"at", at_ms=out["at"], id="at")
 p.send("held", delay_ms=600000, id="held")
 p.send("cancelled", delay_ms=1000, id="cancelled")
 out["cancel"] = p.cancel("cancelled")
-res = p.send_batch([{"payload": "b0"}, {"payload": "b1", "id": "b1", "priority": 2}, {"payload": "b2", "id": "delayed"}])
+res = p.send_batch([{"payload": "b0"}, {"payload": "b1", "id": "b1", "priority": 2, "headers": {"tenant": "acme", "note": "h\u00e9llo"}}, {"payload": "b2", "id": "delayed"}])
 out["batch"] = [x if isinstance(x, str) else type(x).__name__ for x in res]
 print(json.dumps(out))
 "#;
@@ -106,7 +106,7 @@ const d = require(process.argv[2] + '/delayqueue-producer.js');
   await p.send('held', { delayMs: 600000, id: 'held' });
   await p.send('cancelled', { delayMs: 1000, id: 'cancelled' });
   out.cancel = await p.cancel('cancelled');
-  const res = await p.sendBatch([{ payload: 'b0' }, { payload: 'b1', id: 'b1', priority: 2 }, { payload: 'b2', id: 'delayed' }]);
+  const res = await p.sendBatch([{ payload: 'b0' }, { payload: 'b1', id: 'b1', priority: 2, headers: { tenant: 'acme', note: 'h\u00e9llo' } }, { payload: 'b2', id: 'delayed' }]);
   out.batch = res.map((x) => (typeof x === 'string' ? x : x.constructor.name));
   console.log(JSON.stringify(out));
   r.disconnect();
@@ -127,8 +127,8 @@ const d = require(process.argv[1] + '/delayqueue-producer.js');
 console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.loadScript(s)).digest('hex')).join(' '));
 "#;
 
-/// One handled message: id, payload, retry count, priority, when (ms).
-type Handled = (String, Vec<u8>, u32, u8, u64);
+/// One handled message: id, payload, retry count, priority, when (ms), headers.
+type Handled = (String, Vec<u8>, u32, u8, u64, Vec<(String, String)>);
 
 /// Checks that the foreign module assembles send and cancel exactly as the
 /// crate does (`shas`: their SHA1s as it computes them, which Redis knows
@@ -166,6 +166,7 @@ async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + S
                 m.retry_count(),
                 m.priority(),
                 now_ms(),
+                m.headers().to_vec(),
             );
             seen.lock().unwrap().push(entry);
             async { Ok(()) }
@@ -216,6 +217,9 @@ async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + S
     let at = out["at"].as_u64().unwrap();
     assert!(find("at").4 >= at, "handled before its at_ms");
     assert_eq!(find("b1").3, 2, "priority");
+    let headers = [("tenant", "acme"), ("note", "h\u{e9}llo")].map(|(k, v)| (k.to_string(), v.to_string()));
+    assert_eq!(find("b1").5, headers, "headers, in the order set");
+    assert!(find("delayed").5.is_empty());
     // "cancelled" was due before "at", which has been handled: it would have been too.
     assert!(log.iter().all(|e| e.0 != "cancelled" && e.0 != "held"), "{log:?}");
     assert_eq!(log.iter().filter(|e| e.0 == "delayed").count(), 1, "handled once");

@@ -940,7 +940,8 @@ async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
         Method::POST,
         &format!("{base}/messages"),
         t,
-        json!({"payload": "hi", "delay_ms": 60_000, "id": "a1", "retry_count": 2, "priority": 3}),
+        json!({"payload": "hi", "delay_ms": 60_000, "id": "a1", "retry_count": 2, "priority": 3,
+               "headers": {"tenant": "acme"}}),
     )
     .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
@@ -964,6 +965,7 @@ async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
         ),
         (Some("hi"), Some(2), Some(3))
     );
+    assert_eq!(m["headers"], json!({"tenant": "acme"}));
     assert_eq!(m["state"], "pending");
 
     // Binary payload, and a due time given as at_ms.
@@ -1018,6 +1020,7 @@ async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
         json!({"payload": "a", "delay_ms": 1, "at_ms": 1}),
         json!({"payload_base64": "!!"}),
         json!({"payload": "a", "priority": 10}),
+        json!({"payload": "a", "headers": {"no spaces": "x"}}),
     ] {
         let r = v1(&app, Method::POST, &format!("{base}/messages"), t, bad.clone()).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());

@@ -157,8 +157,29 @@ function isCount(n, max) {
   return Number.isInteger(n) && n >= 0 && n <= max;
 }
 
+// Header limits (src/limits.rs): names of ASCII letters, digits, "-_.".
+const MAX_HEADERS = 16;
+const MAX_HEADERS_BYTES = 4096;
+const HEADER_NAME = /^[A-Za-z0-9._-]{1,64}$/;
+
+/** The stored headers section, `<name>=<value bytes>:<value>` per header
+ * (docs/wire-format.md, "Headers"), checked against the limits. */
+function headersSection(headers = {}) {
+  const entries = Object.entries(headers);
+  if (entries.length > MAX_HEADERS) throw new RangeError(`at most ${MAX_HEADERS} headers`);
+  let total = 0;
+  const parts = entries.map(([name, value]) => {
+    if (!HEADER_NAME.test(name)) throw new RangeError(`invalid header name ${JSON.stringify(name)}`);
+    const v = Buffer.from(String(value), 'utf8');
+    total += name.length + v.length;
+    return Buffer.concat([Buffer.from(`${name}=${v.length}:`), v]);
+  });
+  if (total > MAX_HEADERS_BYTES) throw new RangeError(`headers exceed ${MAX_HEADERS_BYTES} bytes`);
+  return Buffer.concat(parts);
+}
+
 /** [id, stored value, delay ms, own id] of one message, checked. */
-function message(payload, { delayMs, atMs, id, retryCount = 3, priority = 0 } = {}) {
+function message(payload, { delayMs, atMs, id, retryCount = 3, priority = 0, headers } = {}) {
   const bytes = Buffer.isBuffer(payload) ? payload : Buffer.from(String(payload), 'utf8');
   if (bytes.length > MAX_PAYLOAD) throw new RangeError(`payload of ${bytes.length} bytes exceeds the maximum of ${MAX_PAYLOAD} bytes`);
   if (delayMs !== undefined && atMs !== undefined) throw new RangeError('give delayMs or atMs, not both');
@@ -169,9 +190,11 @@ function message(payload, { delayMs, atMs, id, retryCount = 3, priority = 0 } = 
   if (!isCount(priority, MAX_PRIORITY)) throw new RangeError(`priority must be 0 to ${MAX_PRIORITY}`);
   const own = id !== undefined;
   if (own) checkId(id);
-  // "<retry count>[!<priority>]:<payload>" (src/store/stored.rs); send.lua adds the times.
-  const head = `${retryCount}${priority ? `!${priority}` : ''}:`;
-  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), bytes]), delay, own];
+  const section = headersSection(headers);
+  // "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+  // (docs/wire-format.md); send.lua adds the times.
+  const head = `${retryCount}${priority ? `!${priority}` : ''}${section.length ? `#${section.length}` : ''}:`;
+  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own];
 }
 
 class Producer {

@@ -156,7 +156,32 @@ def _now_ms():
     return int(time.time() * 1000)
 
 
-def _message(payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0):
+# Header limits (src/limits.rs): names of ASCII letters, digits, "-_.".
+MAX_HEADERS = 16
+MAX_HEADER_NAME_LEN = 64
+MAX_HEADERS_BYTES = 4096
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,%d}$" % MAX_HEADER_NAME_LEN)
+
+
+def _headers_section(headers):
+    """The stored headers section, "<name>=<value bytes>:<value>" per header
+    (docs/wire-format.md, "Headers"), checked against the limits."""
+    items = list((headers or {}).items())
+    if len(items) > MAX_HEADERS:
+        raise ValueError("at most %d headers" % MAX_HEADERS)
+    section, total = b"", 0
+    for name, value in items:
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            raise ValueError("invalid header name %r" % (name,))
+        value = value.encode("utf-8")
+        total += len(name) + len(value)
+        section += b"%s=%d:%s" % (name.encode(), len(value), value)
+    if total > MAX_HEADERS_BYTES:
+        raise ValueError("headers exceed %d bytes" % MAX_HEADERS_BYTES)
+    return section
+
+
+def _message(payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0, headers=None):
     """(id, stored value, delay ms, own id) of one message, checked."""
     if isinstance(payload, str):
         payload = payload.encode("utf-8")
@@ -179,9 +204,11 @@ def _message(payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priorit
         _check_id(id)
     else:
         id = generate_id()
-    # "<retry count>[!<priority>]:<payload>" (src/store/stored.rs); send.lua adds the times.
-    head = str(retry_count) + ("!%d" % priority if priority else "") + ":"
-    return id, head.encode() + bytes(payload), delay, own
+    section = _headers_section(headers)
+    # "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+    # (docs/wire-format.md); send.lua adds the times.
+    head = str(retry_count) + ("!%d" % priority if priority else "") + ("#%d" % len(section) if section else "") + ":"
+    return id, head.encode() + section + bytes(payload), delay, own
 
 
 class Producer:
@@ -219,10 +246,10 @@ class Producer:
                 out.append(WrongTypeError("the key of message %s holds another type" % id))
         return out
 
-    def send(self, payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0):
-        """Sends one message; returns its id. Raises DuplicateError when `id`
-        is live already."""
-        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority)])[0]
+    def send(self, payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0, headers=None):
+        """Sends one message; returns its id. `headers`: a dict of str to str.
+        Raises DuplicateError when `id` is live already."""
+        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers)])[0]
         if isinstance(result, Exception):
             raise result
         return result

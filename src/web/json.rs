@@ -304,6 +304,8 @@ pub(crate) struct ProduceBody {
     pub id: Option<String>,
     pub retry_count: Option<u32>,
     pub priority: Option<u8>,
+    /// Message headers; set in name order (a JSON object has none of its own).
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The body of `POST /api/v1/queues/{name}/batch`.

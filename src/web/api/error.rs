@@ -42,15 +42,18 @@ impl ApiError {
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         let status = match e {
+            // Every variant by name, so a new one gets its status chosen here.
             Error::InvalidQueueName { .. }
             | Error::InvalidMessageId { .. }
             | Error::PayloadTooLarge { .. }
+            | Error::InvalidHeader { .. }
             | Error::InvalidArgument(_)
             | Error::Json(_) => StatusCode::BAD_REQUEST,
-            Error::Duplicate { .. } => StatusCode::CONFLICT,
+            // What Redis holds does not fit: another type, another format.
+            Error::Duplicate { .. } | Error::WrongType { .. } | Error::FormatVersion { .. } => StatusCode::CONFLICT,
             Error::NoSuchSchedule { .. } => StatusCode::NOT_FOUND,
             Error::Redis(_) | Error::OutOfMemory { .. } | Error::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::UnexpectedReply { .. } | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())
     }

@@ -43,6 +43,9 @@ fn message_of(b: ProduceBody) -> Result<NewMessage, ApiError> {
     if let Some(p) = b.priority {
         m = m.priority(p);
     }
+    for (name, value) in b.headers.into_iter().flatten() {
+        m = m.header(name, value);
+    }
     Ok(m)
 }
 
