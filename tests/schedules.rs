@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::prelude::SortedSetsInterface;
-use delayqueue::{Consumer, DelayQueue, Message, MessageState, Misfire, Schedule};
-use helpers::{queue_builder, start_queue};
+use delayqueue::{Consumer, Counts, DelayQueue, Message, MessageState, Misfire, Schedule};
+use helpers::{queue_builder, start_queue, wait_stats};
 use support::{wait_for, RedisServer, ServerOptions, WAIT};
 
 const FETCH: Duration = Duration::from_millis(200);
@@ -129,15 +129,7 @@ async fn three_schedulers_send_each_fire_once_across_their_restarts_and_redis_re
     );
     // The queue drains: nothing of the schedule is left anywhere.
     let queue = instances[0].queue.clone();
-    assert!(
-        wait_for(WAIT, || async {
-            let c = queue.counts().await.unwrap();
-            c.pending + c.ready + c.processing + c.retry + c.dead == 0
-        })
-        .await,
-        "{:?}",
-        queue.counts().await.unwrap()
-    );
+    assert_eq!(wait_stats(&queue, WAIT, Counts::default()).await, Counts::default());
     for i in instances.iter_mut() {
         i.stop().await;
     }
@@ -393,15 +385,7 @@ async fn a_sharded_queue_delivers_each_fire_of_its_schedules_once() {
     for name in names {
         assert!(queue.pause_schedule(name).await.unwrap());
     }
-    assert!(
-        wait_for(WAIT, || async {
-            let c = queue.counts().await.unwrap();
-            c.pending + c.ready + c.processing + c.retry + c.dead == 0
-        })
-        .await,
-        "{:?}",
-        queue.counts().await.unwrap()
-    );
+    assert_eq!(wait_stats(&queue, WAIT, Counts::default()).await, Counts::default());
     for c in consumers {
         c.shutdown().await.unwrap();
     }
