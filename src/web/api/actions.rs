@@ -40,6 +40,16 @@ pub(super) fn delay_of(delay_ms: Option<u64>, at_ms: Option<u64>) -> Result<Dura
     }
 }
 
+/// A reschedule's body: `{"delay_ms": ..}` or `{"at_ms": ..}`, one of them
+/// required (unlike a send, where neither means now).
+pub(super) fn reschedule_delay(bytes: &Bytes) -> Result<Duration, ApiError> {
+    let b: WhenBody = body(bytes)?;
+    if b.delay_ms.is_none() && b.at_ms.is_none() {
+        return Err(ApiError::bad("give delay_ms or at_ms"));
+    }
+    delay_of(b.delay_ms, b.at_ms)
+}
+
 type Ctx = (State<Arc<App>>, Extension<User>);
 
 pub(crate) async fn send(
@@ -96,11 +106,7 @@ pub(crate) async fn reschedule(
     Path((name, id)): Path<(String, String)>,
     bytes: Bytes,
 ) -> ApiResult<Value> {
-    let b: WhenBody = body(&bytes)?;
-    if b.delay_ms.is_none() && b.at_ms.is_none() {
-        return Err(ApiError::bad("give delay_ms or at_ms"));
-    }
-    let delay = delay_of(b.delay_ms, b.at_ms)?;
+    let delay = reschedule_delay(&bytes)?;
     let target = id.clone();
     on_message(&app, &user, "reschedule", &name, &id, |q| async move {
         q.reschedule(&target, delay).await

@@ -6,7 +6,6 @@
 //! exist yet is created by its first message, as `DelayQueue::send` does.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -15,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{json, Value};
 
-use super::actions::{body, delay_of};
+use super::actions::{body, delay_of, reschedule_delay};
 use super::error::{ApiError, ApiResult};
-use crate::web::json::{BatchBody, ProduceBody, WhenBody};
+use crate::web::json::{BatchBody, ProduceBody};
 use crate::web::state::App;
 use crate::{DelayQueue, NewMessage};
 
@@ -111,11 +110,7 @@ pub(crate) async fn reschedule(
     Path((name, id)): Path<(String, String)>,
     bytes: Bytes,
 ) -> ApiResult<Value> {
-    let b: WhenBody = body(&bytes)?;
-    if b.delay_ms.is_none() && b.at_ms.is_none() {
-        return Err(ApiError::bad("give delay_ms or at_ms"));
-    }
-    let delay: Duration = delay_of(b.delay_ms, b.at_ms)?;
+    let delay = reschedule_delay(&bytes)?;
     let done = queue_of(&app, &name).await?.reschedule(&id, delay).await?;
     Ok(axum::Json(json!({ "done": done })))
 }
