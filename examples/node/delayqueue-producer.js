@@ -158,6 +158,10 @@ class InvalidInputError extends RangeError {
 }
 
 const codePoint = (c) => `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
+const INVISIBLE = new RegExp(NOT_IN_ID.source, 'gu');
+
+/** `text` quoted, its whitespace and control characters escaped, as an error shows it. */
+const shown = (text) => JSON.stringify(text).replace(INVISIBLE, (c) => (c === ' ' ? c : `\\u${codePoint(c).slice(2)}`));
 
 /** Rule text.unicode: a lone surrogate, which a string can hold, has no UTF-8 form (Buffer writes U+FFFD for it). */
 function checkUnicode(text, what) {
@@ -171,7 +175,7 @@ function checkUnicode(text, what) {
  */
 function checkText(value, kind, rule, notAllowed, allowed, maxBytes) {
   if (typeof value !== 'string') throw new TypeError(`${kind} must be a string, not ${typeof value}`);
-  const what = `invalid ${kind} ${JSON.stringify(value)}`;
+  const what = `invalid ${kind} ${shown(value)}`;
   const size = Buffer.byteLength(value);
   if (maxBytes !== undefined && (size < 1 || size > maxBytes)) {
     throw new InvalidInputError(`${rule}.length`, what, `is ${size} bytes of UTF-8; 1 to ${maxBytes} allowed`);
@@ -181,14 +185,17 @@ function checkText(value, kind, rule, notAllowed, allowed, maxBytes) {
   checkUnicode(value, what);
 }
 
+/** Throws InvalidInputError when Rust would refuse `name` as a queue name. */
 function checkQueueName(name) {
   checkText(name, 'queue name', 'queue-name', NOT_IN_QUEUE_NAME, 'allowed are ASCII letters, digits and - _ . : / @', MAX_QUEUE_NAME_LEN);
 }
 
+/** Throws InvalidInputError when Rust would refuse `prefix` as a key prefix. */
 function checkKeyPrefix(prefix) {
   checkText(prefix, 'key prefix', 'key-prefix', NOT_IN_KEY_PREFIX, 'braces, whitespace and control characters are not allowed');
 }
 
+/** Throws InvalidInputError when Rust would refuse `id` as a message id. */
 function checkId(id) {
   checkText(id, 'message id', 'id', NOT_IN_ID, 'whitespace and control characters are not allowed', MAX_ID_LEN);
 }
@@ -209,7 +216,7 @@ function delayOf(delayMs, atMs) {
   }
   if (!Number.isSafeInteger(atMs)) throw new InvalidInputError('delay', `invalid atMs ${String(atMs)}`, 'must be an integer (ms since the epoch)');
   const delay = Math.max(0, atMs - Date.now());
-  checkInt(delay, MAX_DELAY_MS, 'delay', `atMs, ${delay} ms from now,`);
+  if (delay > MAX_DELAY_MS) throw new InvalidInputError('delay', `invalid atMs ${atMs}`, `${delay} ms from now; at most ${MAX_DELAY_MS} allowed`);
   return delay;
 }
 

@@ -187,16 +187,19 @@ def _check_text(value, kind, rule, not_allowed, allowed, max_bytes=None):
 
 
 def check_queue_name(name):
+    """Raises InvalidInput when Rust would refuse `name` as a queue name."""
     _check_text(name, "queue name", "queue-name", _NOT_IN_QUEUE_NAME,
                 "allowed are ASCII letters, digits and - _ . : / @", MAX_QUEUE_NAME_LEN)
 
 
 def check_key_prefix(prefix):
+    """Raises InvalidInput when Rust would refuse `prefix` as a key prefix."""
     _check_text(prefix, "key prefix", "key-prefix", _NOT_IN_KEY_PREFIX,
                 "braces, whitespace and control characters are not allowed")
 
 
 def check_id(id):
+    """Raises InvalidInput when Rust would refuse `id` as a message id."""
     _check_text(id, "message id", "id", _NOT_IN_ID,
                 "whitespace and control characters are not allowed", MAX_ID_LEN)
 
@@ -219,7 +222,8 @@ def _delay(delay_ms, at_ms):
     if isinstance(at_ms, bool) or not isinstance(at_ms, int):
         raise InvalidInput("delay", "invalid at_ms %r" % (at_ms,), "must be an integer (ms since the epoch)")
     delay = max(0, at_ms - _now_ms())
-    _check_int(delay, MAX_DELAY_MS, "delay", "at_ms, %d ms from now," % delay)
+    if delay > MAX_DELAY_MS:
+        raise InvalidInput("delay", "invalid at_ms %d" % at_ms, "%d ms from now; at most %d allowed" % (delay, MAX_DELAY_MS))
     return delay
 
 
