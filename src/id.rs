@@ -108,6 +108,8 @@ impl AsRef<str> for MessageId {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation_cases::{assert_rust_agrees, forbidden_chars, text};
+    use crate::Error;
 
     #[test]
     fn generated_ids_are_time_ordered_uuids() {
@@ -126,5 +128,24 @@ mod tests {
             assert!(MessageId::from(bad).validate().is_err(), "{bad:?}");
         }
         assert!(MessageId::from("order-42/é{}").validate().is_ok());
+    }
+
+    #[test]
+    fn ids_are_judged_as_the_shared_table_says() {
+        assert_rust_agrees("ids", |v| Some(MessageId::check(&text(v)?).map_err(Error::from)));
+    }
+
+    /// The table's list of whitespace and control characters is Rust's,
+    /// checked over every code point.
+    #[test]
+    fn the_table_lists_exactly_the_characters_ids_refuse() {
+        let ranges = forbidden_chars();
+        let listed = |c: char| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&u32::from(c)));
+        let wrong: Vec<String> = (0..=u32::from(char::MAX))
+            .filter_map(char::from_u32)
+            .filter(|&c| MessageId::check(&format!("a{c}b")).is_ok() == listed(c))
+            .map(|c| format!("U+{:04X}", u32::from(c)))
+            .collect();
+        assert!(wrong.is_empty(), "judged otherwise than the table: {wrong:?}");
     }
 }

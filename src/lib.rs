@@ -116,6 +116,8 @@ pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 // The unit tests' harness, the crate the integration tests use too.
 #[cfg(test)]
 use delayqueue_test_support as test_support;
+#[cfg(test)]
+mod validation_cases;
 
 /// The `fred` version this crate is built on, so users create clients with the same one.
 pub use fred;

@@ -249,3 +249,81 @@ async fn node_producer_messages_are_handled_by_rust() {
     })
     .await;
 }
+
+/// Checks a runner's verdicts (tests/validation/python.py, node.js) on
+/// tests/validation/cases.json: every case judged as the table says (which
+/// the Rust validators' unit tests hold Rust to), each refusal naming its
+/// rule, and every code point judged by the character checks as the
+/// table's list says.
+fn assert_judged_like_rust(producer: &str, line: &str) {
+    let cases: Value = serde_json::from_str(&std::fs::read_to_string(cases_file()).unwrap()).unwrap();
+    let out: Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let mut wrong = Vec::new();
+    for (section, judged) in out["cases"].as_object().unwrap() {
+        for (i, (case, got)) in cases[section]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(judged.as_array().unwrap())
+            .enumerate()
+        {
+            let rule = case["breaks"].as_str();
+            let ok = match rule {
+                None => got.is_null(),
+                Some(rule) => got["rule"] == rule && got["error"].as_str().is_some_and(|e| e.contains(rule)),
+            };
+            if !ok {
+                let input = shown(&case["input"]);
+                wrong.push(format!(
+                    "{section}[{i}] {input}: Rust {rule:?}, {producer} {}",
+                    shown(got)
+                ));
+            }
+        }
+    }
+    for (check, disagree) in out["sweep"].as_object().unwrap() {
+        if !disagree.as_array().is_some_and(Vec::is_empty) {
+            wrong.push(format!("{check} judges otherwise than the table: {disagree}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{producer} judges otherwise than Rust:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// `v` as JSON, cut at 100 characters, with every character other than
+/// printable ASCII as `\u{..}` (the cases are mostly about those).
+fn shown(v: &Value) -> String {
+    v.to_string()
+        .chars()
+        .take(100)
+        .map(|c| match c {
+            ' '..='~' => c.to_string(),
+            _ => c.escape_unicode().to_string(),
+        })
+        .collect()
+}
+
+fn cases_file() -> PathBuf {
+    root().join("tests/validation/cases.json")
+}
+
+#[test]
+fn python_producer_refuses_what_rust_refuses() {
+    let out = run(Command::new(python())
+        .arg(root().join("tests/validation/python.py"))
+        .arg(root().join("examples/python"))
+        .arg(cases_file()));
+    assert_judged_like_rust("Python", &out);
+}
+
+#[test]
+fn node_producer_refuses_what_rust_refuses() {
+    let out = run(Command::new("node")
+        .arg(root().join("tests/validation/node.js"))
+        .arg(root().join("examples/node"))
+        .arg(cases_file()));
+    assert_judged_like_rust("Node", &out);
+}

@@ -27,10 +27,6 @@ const path = require('path');
 /** The crate's `lua/` folder: $DELAYQUEUE_LUA_DIR, else ../../lua from this file. */
 const LUA_DIR = process.env.DELAYQUEUE_LUA_DIR || path.join(__dirname, '..', '..', 'lua');
 
-const MAX_ID_LEN = 200;
-const MAX_RETRY_COUNT = 1000;
-const MAX_PRIORITY = 9;
-const MAX_PAYLOAD = 1024 * 1024;
 /** Messages per script call (the Rust default batch size). */
 const BATCH = 1000;
 // The wire format this module writes (docs/wire-format.md). send.lua refuses a
@@ -126,6 +122,122 @@ class Script {
   }
 }
 
+// --- Validation -------------------------------------------------------------
+// The rules of docs/wire-format.md, "Validation": exactly what the Rust crate
+// refuses. A message stored against one is one no Rust consumer reads as it
+// was sent (or, for a queue name, one no Rust consumer can be built for).
+
+const MAX_QUEUE_NAME_LEN = 128;
+const MAX_ID_LEN = 200;
+const MAX_HEADER_NAME_LEN = 64;
+const MAX_HEADERS = 16;
+const MAX_HEADERS_BYTES = 4096;
+const MAX_RETRY_COUNT = 1000;
+const MAX_PRIORITY = 9;
+/** The Rust crate's MAX_DELAY (3660 days), in ms. */
+const MAX_DELAY_MS = 3660 * 24 * 3600 * 1000;
+/** The Rust crate's default max_payload_size. */
+const MAX_PAYLOAD = 1024 * 1024;
+
+// Rust's char::is_whitespace or char::is_control: JavaScript's \s differs
+// from it (it holds U+FEFF, not U+0085).
+const WHITESPACE_OR_CONTROL = '\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
+// The `u` flag makes a regex read code points: a lone surrogate is one, a pair is one.
+const NOT_IN_QUEUE_NAME = /[^A-Za-z0-9\-_.:/@]/u;
+const NOT_IN_HEADER_NAME = /[^A-Za-z0-9\-_.]/u;
+const NOT_IN_ID = new RegExp(`[${WHITESPACE_OR_CONTROL}]`, 'u');
+const NOT_IN_KEY_PREFIX = new RegExp(`[{}${WHITESPACE_OR_CONTROL}]`, 'u');
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** An input breaks a rule of docs/wire-format.md, "Validation": `rule` names it. */
+class InvalidInputError extends RangeError {
+  constructor(rule, what, reason) {
+    super(`${what}: ${reason} (rule ${rule}, docs/wire-format.md)`);
+    this.rule = rule;
+  }
+}
+
+const codePoint = (c) => `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
+const INVISIBLE = new RegExp(NOT_IN_ID.source, 'gu');
+
+/** `text` quoted, its whitespace and control characters escaped, as an error shows it. */
+const shown = (text) => JSON.stringify(text).replace(INVISIBLE, (c) => (c === ' ' ? c : `\\u${codePoint(c).slice(2)}`));
+
+/** Rule text.unicode: a lone surrogate, which a string can hold, has no UTF-8 form (Buffer writes U+FFFD for it). */
+function checkUnicode(text, what) {
+  const bad = LONE_SURROGATE.exec(text);
+  if (bad) throw new InvalidInputError('text.unicode', what, `holds the lone surrogate ${codePoint(bad[0])}`);
+}
+
+/**
+ * Rules `<rule>.length` (1 to maxBytes bytes of UTF-8, when given),
+ * `<rule>.chars` (no character `notAllowed` matches) and text.unicode.
+ */
+function checkText(value, kind, rule, notAllowed, allowed, maxBytes) {
+  if (typeof value !== 'string') throw new TypeError(`${kind} must be a string, not ${typeof value}`);
+  const what = `invalid ${kind} ${shown(value)}`;
+  const size = Buffer.byteLength(value);
+  if (maxBytes !== undefined && (size < 1 || size > maxBytes)) {
+    throw new InvalidInputError(`${rule}.length`, what, `is ${size} bytes of UTF-8; 1 to ${maxBytes} allowed`);
+  }
+  const bad = notAllowed.exec(value);
+  if (bad) throw new InvalidInputError(`${rule}.chars`, what, `holds ${codePoint(bad[0])}; ${allowed}`);
+  checkUnicode(value, what);
+}
+
+/** Throws InvalidInputError when Rust would refuse `name` as a queue name. */
+function checkQueueName(name) {
+  checkText(name, 'queue name', 'queue-name', NOT_IN_QUEUE_NAME, 'allowed are ASCII letters, digits and - _ . : / @', MAX_QUEUE_NAME_LEN);
+}
+
+/** Throws InvalidInputError when Rust would refuse `prefix` as a key prefix. */
+function checkKeyPrefix(prefix) {
+  checkText(prefix, 'key prefix', 'key-prefix', NOT_IN_KEY_PREFIX, 'braces, whitespace and control characters are not allowed');
+}
+
+/** Throws InvalidInputError when Rust would refuse `id` as a message id. */
+function checkId(id) {
+  checkText(id, 'message id', 'id', NOT_IN_ID, 'whitespace and control characters are not allowed', MAX_ID_LEN);
+}
+
+function checkInt(value, most, rule, kind) {
+  if (!Number.isSafeInteger(value) || value < 0 || value > most) {
+    throw new InvalidInputError(rule, `invalid ${kind} ${String(value)}`, `must be an integer from 0 to ${most}`);
+  }
+}
+
+/** The delay to send: delayMs, or atMs turned into one by this host's clock (as `.at()` does in Rust); rule delay. */
+function delayOf(delayMs, atMs) {
+  if (delayMs !== undefined && atMs !== undefined) throw new RangeError('give delayMs or atMs, not both');
+  if (atMs === undefined) {
+    const delay = delayMs === undefined ? 0 : delayMs;
+    checkInt(delay, MAX_DELAY_MS, 'delay', 'delayMs');
+    return delay;
+  }
+  if (!Number.isSafeInteger(atMs)) throw new InvalidInputError('delay', `invalid atMs ${String(atMs)}`, 'must be an integer (ms since the epoch)');
+  const delay = Math.max(0, atMs - Date.now());
+  if (delay > MAX_DELAY_MS) throw new InvalidInputError('delay', `invalid atMs ${atMs}`, `${delay} ms from now; at most ${MAX_DELAY_MS} allowed`);
+  return delay;
+}
+
+/** The stored headers section, `<name>=<value bytes>:<value>` per header
+ * (docs/wire-format.md, "Headers"), checked against the rules. */
+function headersSection(headers = {}) {
+  const entries = Object.entries(headers);
+  if (entries.length > MAX_HEADERS) throw new InvalidInputError('headers.count', `${entries.length} headers`, `at most ${MAX_HEADERS} allowed`);
+  let total = 0;
+  const parts = entries.map(([name, value]) => {
+    checkText(name, 'header name', 'header-name', NOT_IN_HEADER_NAME, 'allowed are ASCII letters, digits and - _ .', MAX_HEADER_NAME_LEN);
+    if (typeof value !== 'string') throw new TypeError(`the value of header ${name} must be a string, not ${typeof value}`);
+    checkUnicode(value, `invalid value of header ${name}`);
+    const v = Buffer.from(value, 'utf8');
+    total += name.length + v.length;
+    if (total > MAX_HEADERS_BYTES) throw new InvalidInputError('headers.bytes', 'headers', `names and values exceed ${MAX_HEADERS_BYTES} bytes`);
+    return Buffer.concat([Buffer.from(`${name}=${v.length}:`), v]);
+  });
+  return Buffer.concat(parts);
+}
+
 // --- Messages ---------------------------------------------------------------
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
@@ -146,48 +258,21 @@ function generateId() {
   return out || '0';
 }
 
-function checkId(id) {
-  // eslint-disable-next-line no-control-regex
-  if (typeof id !== 'string' || !id || Buffer.byteLength(id) > MAX_ID_LEN || /[\s\u0000-\u001f\u007f]/.test(id)) {
-    throw new RangeError(`invalid message id ${JSON.stringify(id)}: 1 to ${MAX_ID_LEN} bytes, no whitespace or control characters`);
-  }
-}
-
-function isCount(n, max) {
-  return Number.isInteger(n) && n >= 0 && n <= max;
-}
-
-// Header limits (src/limits.rs): names of ASCII letters, digits, "-_.".
-const MAX_HEADERS = 16;
-const MAX_HEADERS_BYTES = 4096;
-const HEADER_NAME = /^[A-Za-z0-9._-]{1,64}$/;
-
-/** The stored headers section, `<name>=<value bytes>:<value>` per header
- * (docs/wire-format.md, "Headers"), checked against the limits. */
-function headersSection(headers = {}) {
-  const entries = Object.entries(headers);
-  if (entries.length > MAX_HEADERS) throw new RangeError(`at most ${MAX_HEADERS} headers`);
-  let total = 0;
-  const parts = entries.map(([name, value]) => {
-    if (!HEADER_NAME.test(name)) throw new RangeError(`invalid header name ${JSON.stringify(name)}`);
-    const v = Buffer.from(String(value), 'utf8');
-    total += name.length + v.length;
-    return Buffer.concat([Buffer.from(`${name}=${v.length}:`), v]);
-  });
-  if (total > MAX_HEADERS_BYTES) throw new RangeError(`headers exceed ${MAX_HEADERS_BYTES} bytes`);
-  return Buffer.concat(parts);
-}
-
 /** [id, stored value, delay ms, own id] of one message, checked. */
 function message(payload, { delayMs, atMs, id, retryCount = 3, priority = 0, headers } = {}) {
-  const bytes = Buffer.isBuffer(payload) ? payload : Buffer.from(String(payload), 'utf8');
-  if (bytes.length > MAX_PAYLOAD) throw new RangeError(`payload of ${bytes.length} bytes exceeds the maximum of ${MAX_PAYLOAD} bytes`);
-  if (delayMs !== undefined && atMs !== undefined) throw new RangeError('give delayMs or atMs, not both');
-  // atMs is turned into a delay by this host's clock, as `.at()` does in Rust.
-  const delay = atMs !== undefined ? Math.max(0, atMs - Date.now()) : delayMs || 0;
-  if (!Number.isInteger(delay) || delay < 0) throw new RangeError('delayMs must be a non-negative integer');
-  if (!isCount(retryCount, MAX_RETRY_COUNT)) throw new RangeError(`retryCount must be 0 to ${MAX_RETRY_COUNT}`);
-  if (!isCount(priority, MAX_PRIORITY)) throw new RangeError(`priority must be 0 to ${MAX_PRIORITY}`);
+  let bytes;
+  if (typeof payload === 'string') {
+    checkUnicode(payload, 'invalid payload');
+    bytes = Buffer.from(payload, 'utf8');
+  } else if (payload instanceof Uint8Array) {
+    bytes = Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+  } else {
+    throw new TypeError('payload must be a Buffer, a Uint8Array or a string');
+  }
+  if (bytes.length > MAX_PAYLOAD) throw new InvalidInputError('payload.size', `payload of ${bytes.length} bytes`, `at most ${MAX_PAYLOAD} allowed`);
+  const delay = delayOf(delayMs, atMs);
+  checkInt(retryCount, MAX_RETRY_COUNT, 'retry-count', 'retryCount');
+  checkInt(priority, MAX_PRIORITY, 'priority', 'priority');
   const own = id !== undefined;
   if (own) checkId(id);
   const section = headersSection(headers);
@@ -200,8 +285,8 @@ function message(payload, { delayMs, atMs, id, retryCount = 3, priority = 0, hea
 class Producer {
   /** Sends to and cancels in queue `name` under `keyPrefix`. */
   constructor(client, name, { keyPrefix = 'dq:', luaDir = LUA_DIR } = {}) {
-    // eslint-disable-next-line no-control-regex
-    if (!name || /[{}#\s\u0000-\u001f]/.test(name)) throw new RangeError(`invalid queue name ${JSON.stringify(name)}`);
+    checkQueueName(name);
+    checkKeyPrefix(keyPrefix);
     this.client = client;
     this.name = name;
     const base = `${keyPrefix}{${name}}`; // src/store/keys.rs
@@ -255,4 +340,15 @@ class Producer {
   }
 }
 
-module.exports = { Producer, DuplicateError, WrongTypeError, loadScript, generateId, LUA_DIR };
+module.exports = {
+  Producer,
+  DuplicateError,
+  WrongTypeError,
+  InvalidInputError,
+  checkQueueName,
+  checkKeyPrefix,
+  checkId,
+  loadScript,
+  generateId,
+  LUA_DIR,
+};

@@ -34,10 +34,6 @@ LUA_DIR = os.environ.get(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lua"),
 )
 
-MAX_ID_LEN = 200
-MAX_RETRY_COUNT = 1000
-MAX_PRIORITY = 9
-MAX_PAYLOAD = 1024 * 1024
 #: Messages per script call (the Rust default batch size).
 BATCH = 1000
 # The wire format this module writes (docs/wire-format.md). send.lua refuses a
@@ -132,6 +128,125 @@ class _Script:
             return client.eval(self.source, len(keys), *keys, *args)
 
 
+# --- Validation -------------------------------------------------------------
+# The rules of docs/wire-format.md, "Validation": exactly what the Rust crate
+# refuses. A message stored against one is one no Rust consumer reads as it
+# was sent (or, for a queue name, one no Rust consumer can be built for).
+
+MAX_QUEUE_NAME_LEN = 128
+MAX_ID_LEN = 200
+MAX_HEADER_NAME_LEN = 64
+MAX_HEADERS = 16
+MAX_HEADERS_BYTES = 4096
+MAX_RETRY_COUNT = 1000
+MAX_PRIORITY = 9
+#: The Rust crate's MAX_DELAY (3660 days), in ms.
+MAX_DELAY_MS = 3660 * 24 * 3600 * 1000
+#: The Rust crate's default max_payload_size.
+MAX_PAYLOAD = 1024 * 1024
+
+# Rust's char::is_whitespace or char::is_control: Python's str.isspace and
+# regex \s differ from it.
+_WHITESPACE_OR_CONTROL = "\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_NOT_IN_QUEUE_NAME = re.compile(r"[^A-Za-z0-9\-_.:/@]")
+_NOT_IN_HEADER_NAME = re.compile(r"[^A-Za-z0-9\-_.]")
+_NOT_IN_ID = re.compile("[%s]" % _WHITESPACE_OR_CONTROL)
+_NOT_IN_KEY_PREFIX = re.compile("[{}%s]" % _WHITESPACE_OR_CONTROL)
+
+
+class InvalidInput(ValueError):
+    """An input breaks a rule of docs/wire-format.md, "Validation": `rule` names it."""
+
+    def __init__(self, rule, what, reason):
+        super().__init__("%s: %s (rule %s, docs/wire-format.md)" % (what, reason, rule))
+        self.rule = rule
+
+
+def _utf8(text, what):
+    """`text` in UTF-8; a lone surrogate, which a str can hold, has none."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput("text.unicode", what, "holds the lone surrogate U+%04X" % ord(text[e.start])) from None
+
+
+def _check_text(value, kind, rule, not_allowed, allowed, max_bytes=None):
+    """Rules `<rule>.length` (1 to max_bytes bytes of UTF-8, when given),
+    `<rule>.chars` (no character `not_allowed` matches) and text.unicode."""
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str, not %s" % (kind, type(value).__name__))
+    what = "invalid %s %r" % (kind, value)
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if max_bytes is not None and not 1 <= size <= max_bytes:
+        raise InvalidInput(rule + ".length", what, "is %d bytes of UTF-8; 1 to %d allowed" % (size, max_bytes))
+    bad = not_allowed.search(value)
+    if bad:
+        c = bad.group()
+        raise InvalidInput(rule + ".chars", what, "holds %r (U+%04X); %s" % (c, ord(c), allowed))
+    _utf8(value, what)
+
+
+def check_queue_name(name):
+    """Raises InvalidInput when Rust would refuse `name` as a queue name."""
+    _check_text(name, "queue name", "queue-name", _NOT_IN_QUEUE_NAME,
+                "allowed are ASCII letters, digits and - _ . : / @", MAX_QUEUE_NAME_LEN)
+
+
+def check_key_prefix(prefix):
+    """Raises InvalidInput when Rust would refuse `prefix` as a key prefix."""
+    _check_text(prefix, "key prefix", "key-prefix", _NOT_IN_KEY_PREFIX,
+                "braces, whitespace and control characters are not allowed")
+
+
+def check_id(id):
+    """Raises InvalidInput when Rust would refuse `id` as a message id."""
+    _check_text(id, "message id", "id", _NOT_IN_ID,
+                "whitespace and control characters are not allowed", MAX_ID_LEN)
+
+
+def _check_int(value, most, rule, kind):
+    # A bool is an int to Python, never a number to Rust.
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise InvalidInput(rule, "invalid %s %r" % (kind, value), "must be an integer from 0 to %d" % most)
+
+
+def _delay(delay_ms, at_ms):
+    """The delay to send: delay_ms, or at_ms turned into one by this host's
+    clock (as `.at()` does in Rust); rule delay."""
+    if delay_ms is not None and at_ms is not None:
+        raise ValueError("give delay_ms or at_ms, not both")
+    if at_ms is None:
+        delay = 0 if delay_ms is None else delay_ms
+        _check_int(delay, MAX_DELAY_MS, "delay", "delay_ms")
+        return delay
+    if isinstance(at_ms, bool) or not isinstance(at_ms, int):
+        raise InvalidInput("delay", "invalid at_ms %r" % (at_ms,), "must be an integer (ms since the epoch)")
+    delay = max(0, at_ms - _now_ms())
+    if delay > MAX_DELAY_MS:
+        raise InvalidInput("delay", "invalid at_ms %d" % at_ms, "%d ms from now; at most %d allowed" % (delay, MAX_DELAY_MS))
+    return delay
+
+
+def _headers_section(headers):
+    """The stored headers section, "<name>=<value bytes>:<value>" per header
+    (docs/wire-format.md, "Headers"), checked against the rules."""
+    items = list((headers or {}).items())
+    if len(items) > MAX_HEADERS:
+        raise InvalidInput("headers.count", "%d headers" % len(items), "at most %d allowed" % MAX_HEADERS)
+    section, total = b"", 0
+    for name, value in items:
+        _check_text(name, "header name", "header-name", _NOT_IN_HEADER_NAME,
+                    "allowed are ASCII letters, digits and - _ .", MAX_HEADER_NAME_LEN)
+        if not isinstance(value, str):
+            raise TypeError("the value of header %r must be a str, not %s" % (name, type(value).__name__))
+        value = _utf8(value, "invalid value of header %r" % name)
+        total += len(name) + len(value)
+        if total > MAX_HEADERS_BYTES:
+            raise InvalidInput("headers.bytes", "headers", "names and values exceed %d bytes" % MAX_HEADERS_BYTES)
+        section += b"%s=%d:%s" % (name.encode(), len(value), value)
+    return section
+
+
 # --- Messages ---------------------------------------------------------------
 
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -147,61 +262,24 @@ def generate_id():
     return out or "0"
 
 
-def _check_id(id):
-    if not id or len(id.encode("utf-8")) > MAX_ID_LEN or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in id):
-        raise ValueError("invalid message id %r: 1 to %d bytes, no whitespace or control characters" % (id, MAX_ID_LEN))
-
-
 def _now_ms():
     return int(time.time() * 1000)
-
-
-# Header limits (src/limits.rs): names of ASCII letters, digits, "-_.".
-MAX_HEADERS = 16
-MAX_HEADER_NAME_LEN = 64
-MAX_HEADERS_BYTES = 4096
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,%d}$" % MAX_HEADER_NAME_LEN)
-
-
-def _headers_section(headers):
-    """The stored headers section, "<name>=<value bytes>:<value>" per header
-    (docs/wire-format.md, "Headers"), checked against the limits."""
-    items = list((headers or {}).items())
-    if len(items) > MAX_HEADERS:
-        raise ValueError("at most %d headers" % MAX_HEADERS)
-    section, total = b"", 0
-    for name, value in items:
-        if not isinstance(name, str) or not _HEADER_NAME.match(name):
-            raise ValueError("invalid header name %r" % (name,))
-        value = value.encode("utf-8")
-        total += len(name) + len(value)
-        section += b"%s=%d:%s" % (name.encode(), len(value), value)
-    if total > MAX_HEADERS_BYTES:
-        raise ValueError("headers exceed %d bytes" % MAX_HEADERS_BYTES)
-    return section
 
 
 def _message(payload, delay_ms=None, at_ms=None, id=None, retry_count=3, priority=0, headers=None):
     """(id, stored value, delay ms, own id) of one message, checked."""
     if isinstance(payload, str):
-        payload = payload.encode("utf-8")
+        payload = _utf8(payload, "invalid payload")
     if not isinstance(payload, (bytes, bytearray)):
         raise TypeError("payload must be bytes or str")
     if len(payload) > MAX_PAYLOAD:
-        raise ValueError("payload of %d bytes exceeds the maximum of %d bytes" % (len(payload), MAX_PAYLOAD))
-    if delay_ms is not None and at_ms is not None:
-        raise ValueError("give delay_ms or at_ms, not both")
-    # at_ms is turned into a delay by this host's clock, as `.at()` does in Rust.
-    delay = max(0, at_ms - _now_ms()) if at_ms is not None else (delay_ms or 0)
-    if not isinstance(delay, int) or delay < 0:
-        raise ValueError("delay_ms must be a non-negative integer")
-    if not (isinstance(retry_count, int) and 0 <= retry_count <= MAX_RETRY_COUNT):
-        raise ValueError("retry_count must be 0 to %d" % MAX_RETRY_COUNT)
-    if not (isinstance(priority, int) and 0 <= priority <= MAX_PRIORITY):
-        raise ValueError("priority must be 0 to %d" % MAX_PRIORITY)
+        raise InvalidInput("payload.size", "payload of %d bytes" % len(payload), "at most %d allowed" % MAX_PAYLOAD)
+    delay = _delay(delay_ms, at_ms)
+    _check_int(retry_count, MAX_RETRY_COUNT, "retry-count", "retry_count")
+    _check_int(priority, MAX_PRIORITY, "priority", "priority")
     own = id is not None
     if own:
-        _check_id(id)
+        check_id(id)
     else:
         id = generate_id()
     section = _headers_section(headers)
@@ -215,8 +293,8 @@ class Producer:
     """Sends to and cancels in queue `name` under `key_prefix`."""
 
     def __init__(self, client, name, key_prefix="dq:", lua_dir=LUA_DIR):
-        if not name or any(c in name for c in "{}#") or any(c.isspace() or ord(c) < 32 for c in name):
-            raise ValueError("invalid queue name %r" % name)
+        check_queue_name(name)
+        check_key_prefix(key_prefix)
         self.client = client
         self.name = name
         base = "%s{%s}" % (key_prefix, name)  # src/store/keys.rs
@@ -267,7 +345,7 @@ class Producer:
     def cancel(self, id):
         """Deletes a message waiting for delivery; False when unknown or
         being handled."""
-        _check_id(id)
+        check_id(id)
         k = self._keys
         keys = [k["pending"], k["retries"], k["unack"], k["garbage"], self._msg_prefix + id]
         return self._cancel.call(self.client, keys, [id]) == 1

@@ -488,3 +488,44 @@ impl DelayQueue {
         send_batch(self, msgs).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::validation_cases::{assert_rust_agrees, text};
+
+    /// The message a case of the table describes; `None` when Rust cannot
+    /// represent it (a negative or fractional number, a lone surrogate).
+    fn message(v: &Value) -> Option<NewMessage> {
+        let mut m = NewMessage::new(v.get("payload").map_or(Some(String::new()), text)?);
+        if let Some(id) = v.get("id") {
+            m = m.id(text(id)?);
+        }
+        if let Some(ms) = v.get("delay_ms") {
+            m = m.delay(Duration::from_millis(ms.as_u64()?));
+        }
+        if let Some(ms) = v.get("at_ms_from_now") {
+            let ms = ms.as_i64()?;
+            let span = Duration::from_millis(ms.unsigned_abs());
+            let now = SystemTime::now();
+            m = m.at(if ms < 0 { now - span } else { now + span });
+        }
+        if let Some(n) = v.get("retry_count") {
+            m = m.retry_count(u32::try_from(n.as_u64()?).ok()?);
+        }
+        if let Some(p) = v.get("priority") {
+            m = m.priority(u8::try_from(p.as_u64()?).ok()?);
+        }
+        for pair in v.get("headers").and_then(Value::as_array).into_iter().flatten() {
+            m = m.header(text(&pair[0])?, text(&pair[1])?);
+        }
+        Some(m)
+    }
+
+    #[test]
+    fn messages_are_judged_as_the_shared_table_says() {
+        assert_rust_agrees("messages", |v| Some(message(v)?.prepare(&Config::default()).map(drop)));
+    }
+}

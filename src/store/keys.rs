@@ -165,6 +165,7 @@ pub(crate) fn glob_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation_cases::{assert_rust_agrees, text};
 
     #[test]
     fn keys_share_one_hash_tag() {
@@ -240,5 +241,11 @@ mod tests {
         }
         assert!(Keys::new("dq:", &"x".repeat(128)).is_ok());
         assert!(matches!(Keys::new("d{q", "a"), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn names_and_prefixes_are_judged_as_the_shared_table_says() {
+        assert_rust_agrees("queue_names", |v| Some(Keys::new("dq:", &text(v)?).map(drop)));
+        assert_rust_agrees("key_prefixes", |v| Some(Keys::new(&text(v)?, "orders").map(drop)));
     }
 }
