@@ -4116,7 +4116,11 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
     let cursor: i64 = env.cursor("s").parse().unwrap();
     assert!((before..before + SLACK_MS).contains(&cursor), "cursor starts at now");
     assert_eq!(env.hget(&k.schedule("s"), "anchor"), cursor.to_string());
-    assert_eq!(env.hget(&k.schedule("s"), "version"), "1");
+    // The version: Redis time in µs of the change, the last the queue gave.
+    let v = env.hget(&k.schedule("s"), "version");
+    let v_us: i64 = v.parse().unwrap();
+    assert!((before * 1000..(before + SLACK_MS) * 1000).contains(&v_us), "{v}");
+    assert_eq!(env.hget(&k.totals, "schedule_version"), v);
     // The same definition again writes nothing.
     let state = env.schedules_snapshot();
     assert_eq!(env.schedule("s", every_second()).await, Changed::Same);
@@ -4124,7 +4128,7 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
 
     let at = cursor + 5_000;
     let id = format!("{{s}}@{at}");
-    assert_eq!(env.fire("s", "1", at).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, at).await, Fired::Sent);
     // Due at the fire time exactly, stored as send stores it.
     assert_eq!(env.zset(&k.pending), vec![(id.clone(), at)]);
     let value = env.raw(&["GET", &k.msg(&id)]);
@@ -4141,24 +4145,24 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
 
     // A second scheduler with the same plan, or a re-sent call: nothing.
     let state = env.schedules_snapshot();
-    assert_eq!(env.fire("s", "1", at).await, Fired::Behind);
-    assert_eq!(env.fire("s", "1", at - 1_000).await, Fired::Behind);
+    assert_eq!(env.fire("s", &v, at).await, Fired::Behind);
+    assert_eq!(env.fire("s", &v, at - 1_000).await, Fired::Behind);
     // Its message delivered and acked (gone), its id free again: still nothing.
     env.raw(&["ZREM", &k.pending, &id]);
     env.raw(&["DEL", &k.msg(&id)]);
     let state_after_ack = env.schedules_snapshot();
-    assert_eq!(env.fire("s", "1", at).await, Fired::Behind);
+    assert_eq!(env.fire("s", &v, at).await, Fired::Behind);
     assert_eq!(env.schedules_snapshot(), state_after_ack);
     assert_ne!(state, state_after_ack);
     // A plan made from another version writes nothing.
     assert_eq!(env.fire("s", "0", at + 1_000).await, Fired::Changed);
-    assert_eq!(env.fire("gone", "1", at + 1_000).await, Fired::Changed);
+    assert_eq!(env.fire("gone", &v, at + 1_000).await, Fired::Changed);
     assert_eq!(env.schedules_snapshot(), state_after_ack);
     // A fire in the past is due now; a passed fire leaves 'ahead'.
     let past = at + 1_000 - 60_000;
     env.raw(&["ZADD", &k.schedules, &(past - 1).to_string(), "s"]);
     let now = env.now_ms();
-    assert_eq!(env.fire("s", "1", past).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, past).await, Fired::Sent);
     let due = env.zset(&k.pending)[0].1;
     assert!((now..now + SLACK_MS).contains(&due), "{due} vs {now}");
     assert_eq!(env.hget(&h, "ahead"), at.to_string(), "only fires not yet due");
@@ -4170,10 +4174,11 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     let k = env.k().clone();
     let h = k.schedule("s");
     env.schedule("s", every_second()).await;
+    let v = env.hget(&h, "version");
     let cursor: i64 = env.cursor("s").parse().unwrap();
     let (a, b) = (cursor + 10_000, cursor + 11_000);
-    assert_eq!(env.fire("s", "1", a).await, Fired::Sent);
-    assert_eq!(env.fire("s", "1", b).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, a).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, b).await, Fired::Sent);
     assert_eq!(env.hget(&h, "ahead"), format!("{a} {b}"));
     env.seed("other", None);
     env.raw(&["ZADD", &k.pending, "1", "other"]);
@@ -4186,8 +4191,13 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     );
     assert!(!env.exists(&k.msg(&format!("{{s}}@{a}"))));
     assert_eq!(env.cursor("s"), "inf");
-    assert_eq!(env.hget(&h, "version"), "2");
-    assert_eq!(env.fire("s", "2", b + 1_000).await, Fired::Paused);
+    let paused = env.hget(&h, "version");
+    assert!(
+        paused.parse::<i64>().unwrap() > v.parse().unwrap(),
+        "{paused} after {v}"
+    );
+    assert_eq!(env.fire("s", &v, b + 1_000).await, Fired::Changed);
+    assert_eq!(env.fire("s", &paused, b + 1_000).await, Fired::Paused);
     let state = env.schedules_snapshot();
     assert_eq!(env.schedule("s", Change::Pause).await, Changed::No);
     assert_eq!(env.schedules_snapshot(), state);
@@ -4199,16 +4209,19 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     assert_eq!(env.schedule("s", Change::Resume).await, Changed::No);
 
     // A changed definition: the old fires ahead go, the version moves on.
-    assert_eq!(env.fire("s", "3", cursor + 5_000).await, Fired::Sent);
+    let resumed = env.hget(&h, "version");
+    assert_eq!(env.fire("s", &resumed, cursor + 5_000).await, Fired::Sent);
     let Change::Set { mut fields, max } = every_second() else {
         unreachable!()
     };
     fields[0].1 = "every 2000".into();
     assert_eq!(env.schedule("s", Change::Set { fields, max }).await, Changed::No);
     assert_eq!(env.zset(&k.pending).len(), 1, "only 'other' is left");
-    assert_eq!(
-        (env.hget(&h, "spec"), env.hget(&h, "version")),
-        ("every 2000".into(), "4".into())
+    let changed = env.hget(&h, "version");
+    assert_eq!(env.hget(&h, "spec"), "every 2000");
+    assert!(
+        changed.parse::<i64>().unwrap() > resumed.parse().unwrap(),
+        "{changed} after {resumed}"
     );
 
     // The shard holds at most `max` schedules.
@@ -4216,7 +4229,7 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     assert_eq!(env.schedule("u", every_second()).await, Changed::Full);
     assert!(!env.exists(&k.schedule("u")));
 
-    assert_eq!(env.fire("s", "4", cursor + 9_000).await, Fired::Sent);
+    assert_eq!(env.fire("s", &changed, cursor + 9_000).await, Fired::Sent);
     assert_eq!(env.schedule("s", Change::Remove).await, Changed::Yes);
     assert!(!env.exists(&h));
     assert_eq!(env.lines(&["ZRANGE", &k.schedules, "0", "-1"]), vec!["t".to_string()]);
@@ -4230,6 +4243,46 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
         assert_eq!(env.schedule("s", change).await, Changed::Same, "no such schedule");
     }
     assert_eq!(env.schedules_snapshot(), state);
+}
+
+#[tokio::test]
+async fn a_fire_planned_before_a_remove_never_fires_the_schedule_created_again() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let h = k.schedule("s");
+    env.schedule("s", every_second()).await;
+    let old = env.hget(&h, "version");
+    let at = env.cursor("s").parse::<i64>().unwrap() + 5_000;
+    // A scheduler planned the interval's fire at `at`; before its call
+    // arrives, the schedule is removed, the queue purged, and the name set
+    // again as a yearly cron.
+    assert_eq!(env.schedule("s", Change::Remove).await, Changed::Yes);
+    while env.run(&Purge { limit: 10 }).await > 0 {}
+    let Change::Set { mut fields, max } = every_second() else {
+        unreachable!()
+    };
+    fields[0].1 = "cron 0 0 1 1 *".into();
+    assert_eq!(env.schedule("s", Change::Set { fields, max }).await, Changed::Yes);
+    let state = env.schedules_snapshot();
+    assert_eq!(
+        env.fire("s", &old, at).await,
+        Fired::Changed,
+        "the old definition's fire was sent: {}",
+        env.schedules_snapshot()
+    );
+    assert_eq!(env.schedules_snapshot(), state);
+    // Every change gives a version no change of this name had before.
+    let mut seen = vec![old, env.hget(&h, "version")];
+    for change in [Change::Pause, Change::Resume, Change::Remove, every_second()] {
+        env.schedule("s", change).await;
+        if env.exists(&h) {
+            seen.push(env.hget(&h, "version"));
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "a version repeats: {seen:?}");
 }
 
 #[tokio::test]
