@@ -1797,6 +1797,36 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
 }
 
 #[tokio::test]
+async fn a_rate_limit_counts_the_leases_of_a_window_stamped_ahead_of_a_clock_stepped_back() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for i in 0..10 {
+        let id = format!("m{i}");
+        env.seed(&id, None);
+        env.raw(&["RPUSH", &k.ready, &id]);
+    }
+    // 100 per 50 s: buckets of 1 s, at most 2 per bucket.
+    env.run(&SetLimit {
+        limit: Limit::Rate(Some((100, 50_000))),
+    })
+    .await;
+    // The window was filled while Redis's clock read 30 s later than it
+    // reads now: the clock stepped back since.
+    let bucket = env.now_ms() / 1000;
+    env.raw(&["HSET", &k.totals, "rate_used", &format!("{} 100", bucket + 30)]);
+    let got = env.claim(10).await;
+    assert!(got.ids().is_empty(), "leased past the rate: {got:?}");
+    let Some(Held::Rate { wait }) = got.held else {
+        panic!("not held by the rate: {got:?}")
+    };
+    // Counted in this bucket: the window opens when it leaves, 50 s on.
+    assert!((ms(50_000)..=ms(51_000)).contains(&wait), "{wait:?}");
+    let used = env.raw(&["HGET", &k.totals, "rate_used"]);
+    let words: Vec<i64> = used.split(' ').map(|w| w.parse().unwrap()).collect();
+    assert_eq!(words[1..].iter().sum::<i64>(), 100, "{used}");
+}
+
+#[tokio::test]
 async fn a_rate_limit_never_leases_more_than_its_limit_in_any_window() {
     let env = Env::new().await;
     let k = env.k().clone();
