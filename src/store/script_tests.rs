@@ -3972,6 +3972,102 @@ async fn walk_pages_a_zset_by_score_then_id_bytewise_from_a_cursor_that_may_be_g
     assert_eq!(w.items[0].payload_len, 0);
 }
 
+/// Payload bytes one search step searches at most (`SEARCH_BYTES` in
+/// `lua/walk.lua`).
+const SEARCH_BYTES: usize = 128 * 1024;
+
+#[tokio::test]
+async fn a_search_step_stops_at_its_byte_budget_and_the_search_goes_on_from_its_cursor() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let kib = |n: usize| "x".repeat(n * 1024);
+    // Searched bytes: 100 KiB, 100 KiB, the first 128 KiB of 200 KiB, 6.
+    let payloads = [
+        kib(100),
+        kib(100) + "needle",
+        kib(150) + "needle" + &kib(50),
+        "needle".to_string(),
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        let id = format!("m{i}");
+        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.seed_value(&id, &format!("3:{payload}"), None);
+    }
+    let dead = MessageState::Dead;
+    let w = walk(&env, dead, Order::Asc, None, (10, 10), "needle").await;
+    assert_eq!(
+        (walked(&w), w.read),
+        ((vec![], next("0", "m0")), 1),
+        "a second 100 KiB is past the budget"
+    );
+    let w = walk(&env, dead, Order::Asc, Some(("0", "m0")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["m1"]), next("1", "m1")), 1));
+    assert_eq!(w.items[0].payload, b"xxxx", "a preview, not the bytes searched");
+    assert_eq!(w.items[0].payload_len, 100 * 1024 + 6);
+    // A payload longer than the budget: its first SEARCH_BYTES are searched, alone.
+    let w = walk(&env, dead, Order::Asc, Some(("1", "m1")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((vec![], next("2", "m2")), 1));
+    let w = walk(&env, dead, Order::Asc, Some(("2", "m2")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["m3"]), None), 1));
+    // A browse reads no payload whole: no budget.
+    let w = walk(&env, dead, Order::Asc, None, (10, 10), "").await;
+    assert_eq!((w.items.len(), w.read), (4, 4));
+
+    // The search goes on from step to step and finds both.
+    let found = env.queue.search(dead, "needle").await.unwrap();
+    let ids: Vec<String> = found.items.iter().map(|m| m.id.to_string()).collect();
+    assert_eq!((ids, found.scanned), (strings(&["m1", "m3"]), 4));
+    // The budget these steps assume is the script's.
+    assert!(scripts::WALK
+        .source()
+        .contains(&format!("local SEARCH_BYTES = {SEARCH_BYTES}\n")));
+}
+
+/// The longest Redis call of a search over 64 payloads of 1 MiB that
+/// never match (the worst case for the text search: a run of the text's
+/// first byte), from SLOWLOG. A measurement, not a test:
+/// `cargo test --features cli,tls,otel --lib store::script_tests::measure_ -- --ignored --nocapture`
+#[tokio::test]
+#[ignore = "a measurement"]
+async fn measure_the_longest_call_of_a_search_over_64_payloads_of_1_mib() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let payload = format!("3:{}", "x".repeat(1024 * 1024));
+    for i in 0..64 {
+        let id = format!("m{i:02}");
+        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.seed_value(&id, &payload, None);
+    }
+    let text = format!("{}Q", "x".repeat(48));
+    env.raw(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    env.raw(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    for _ in 0..3 {
+        env.raw(&["SLOWLOG", "RESET"]);
+        let found = env.queue.search(MessageState::Dead, text.as_str()).await.unwrap();
+        assert_eq!((found.items.len(), found.scanned), (0, 64));
+        let crate::test_support::RawReply::Array(entries) = env.server.raw_reply(&["SLOWLOG", "GET", "100000"]) else {
+            panic!("SLOWLOG GET")
+        };
+        // Each entry: id, when, µs, [command, args...], ...
+        let mut us: Vec<i64> = entries
+            .iter()
+            .filter_map(|e| match e {
+                crate::test_support::RawReply::Array(f) if f[3].render().starts_with("EVAL") => {
+                    f[2].render().parse().ok()
+                }
+                _ => None,
+            })
+            .collect();
+        us.sort_unstable();
+        println!(
+            "search over 64 x 1 MiB: {} script calls, longest {} us, total {} us",
+            us.len(),
+            us.last().unwrap(),
+            us.iter().sum::<i64>()
+        );
+    }
+}
+
 #[tokio::test]
 async fn walk_finds_payload_text_within_its_read_budget_and_stops_at_the_limit() {
     let env = Env::new().await;
