@@ -67,17 +67,6 @@ local function list_range(from, to)
   return page
 end
 
--- Whether a sorts before b byte by byte (Lua's < follows the server's locale).
-local function bytes_before(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
-
 -- The rank range to read: an ascending walk reads from `first` on, a
 -- descending one from `last` down.
 local first, last
@@ -98,25 +87,7 @@ elseif is_list then
     first, last = 0, -1
   end
 else
-  local score = tonumber(at)
-  local now = redis.call('ZSCORE', key, after)
-  local rank
-  if now and tonumber(now) == score then
-    rank = redis.call('ZRANK', key, after)
-    first, last = rank + 1, rank - 1
-  else
-    -- Binary search among the entries of this score for the first id after the cursor's.
-    local lo, hi = redis.call('ZCOUNT', key, '-inf', '(' .. at), redis.call('ZCOUNT', key, '-inf', at)
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if bytes_before(redis.call('ZRANGE', key, mid, mid)[1], after) then
-        lo = mid + 1
-      else
-        hi = mid
-      end
-    end
-    first, last = lo, lo - 1
-  end
+  first, last = ranks_around(key, at, after)
 end
 
 local from, to

@@ -105,23 +105,27 @@ pub(crate) async fn tick(ctx: &Context, horizon: Duration) -> Result<u64, Error>
 async fn tick_shard(ctx: &Context, keys: &Keys, horizon: Duration) -> Result<u64, Error> {
     let store = ctx.store(keys);
     let mut sent = 0;
-    for page in 0..schedule::MAX_SCHEDULES.div_ceil(PAGE) {
+    let mut after = None;
+    // A schedule whose fires moved its cursor past the page's end, still
+    // within the horizon, is read again further on (with nothing left to
+    // send, mostly): twice the pages of the most schedules a shard holds.
+    for _ in 0..2 * schedule::MAX_SCHEDULES.div_ceil(PAGE) {
         let read = store
             .run(&Schedules {
                 which: Which::Page {
                     horizon: Some(horizon),
-                    offset: page * PAGE,
+                    after: after.as_ref(),
                     limit: PAGE,
                 },
             })
             .await?;
-        let n = read.schedules.len();
         for s in &read.schedules {
             sent += feed(ctx, keys, s, read.now_ms, horizon).await?;
         }
-        if n < PAGE {
+        if read.schedules.len() < PAGE {
             break;
         }
+        after = read.schedules.into_iter().last();
     }
     Ok(sent)
 }
@@ -182,4 +186,37 @@ fn timing_of(ctx: &Context, s: &StoredSchedule) -> Option<Timing> {
             |e| tracing::warn!(queue = %ctx.name, schedule = %s.name, error = %e, "schedule cannot be read; not fired"),
         )
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::RedisServer;
+    use crate::{DelayQueue, Schedule};
+
+    /// More schedules due at once than a page holds: one tick feeds each,
+    /// though every fire moves its schedule's cursor while the tick pages on.
+    #[tokio::test]
+    async fn one_tick_feeds_every_due_schedule_of_more_than_a_page() {
+        let server = RedisServer::start().await;
+        let queue = DelayQueue::builder("q", server.client().await).build().unwrap();
+        let n = 2 * PAGE + PAGE / 2;
+        for i in 0..n {
+            let yearly = Schedule::cron("0 0 1 1 *", "y");
+            assert!(queue.set_schedule(&format!("s{i:03}"), yearly).await.unwrap());
+        }
+        let sent = tick(&queue.consume_context(), horizon(Duration::from_secs(1)))
+            .await
+            .unwrap();
+        let unfed: Vec<String> = queue
+            .schedules()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.fired == 0)
+            .map(|s| s.name)
+            .collect();
+        assert!(unfed.is_empty(), "{} of {n} not fed: {unfed:?}", unfed.len());
+        assert_eq!(sent, n as u64);
+    }
 }

@@ -4421,23 +4421,31 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
     let now = env.now_ms();
     env.raw(&["ZADD", &k.schedules, &(now + 60_000).to_string(), "b"]);
     env.schedule("c", Change::Pause).await;
-    let page = |horizon: Option<Duration>, offset| Schedules {
+    let page = |horizon: Option<Duration>, after| Schedules {
         which: Which::Page {
             horizon,
-            offset,
+            after,
             limit: 10,
         },
     };
     let names = |r: &ReadSchedules| r.schedules.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
-    let due = env.run(&page(Some(Duration::from_secs(1)), 0)).await;
+    let due = env.run(&page(Some(Duration::from_secs(1)), None)).await;
     assert!((now..now + SLACK_MS).contains(&due.now_ms));
     assert_eq!(names(&due), ["a"]);
     assert_eq!(due.schedules[0].text("value"), Some("2:tick"));
     assert!(due.schedules[0].timing().unwrap().next_after(0).is_some());
-    let all = env.run(&page(None, 0)).await;
+    let all = env.run(&page(None, None)).await;
     assert_eq!(names(&all), ["a", "b", "c"]);
     assert_eq!(all.schedules[2].cursor, None, "paused");
-    assert_eq!(names(&env.run(&page(None, 2)).await), ["c"]);
+    assert_eq!(names(&env.run(&page(None, Some(&all.schedules[1]))).await), ["c"]);
+    assert!(env.run(&page(None, Some(&all.schedules[2]))).await.schedules.is_empty());
+    // A page goes on after the last schedule read, wherever that one moved
+    // since: one moved past it is read again, none is skipped.
+    env.raw(&["ZADD", &k.schedules, &(now + 90_000).to_string(), "a"]);
+    assert_eq!(
+        names(&env.run(&page(None, Some(&all.schedules[0]))).await),
+        ["b", "a", "c"]
+    );
     let one = env
         .run(&Schedules {
             which: Which::Named("b"),
@@ -4454,4 +4462,34 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
         .await
         .schedules
         .is_empty());
+}
+
+#[tokio::test]
+async fn schedules_pages_on_after_the_last_read_when_fires_moved_it_out_of_the_horizon() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let now = env.now_ms().to_string();
+    for name in ["d1", "d2", "d3"] {
+        env.schedule(name, every_second_at_most(10)).await;
+        // Due at once, equal cursors: ordered by name.
+        env.raw(&["ZADD", &k.schedules, &now, name]);
+    }
+    let page = |after| Schedules {
+        which: Which::Page {
+            horizon: Some(Duration::from_secs(1)),
+            after,
+            limit: 1,
+        },
+    };
+    let first = env.run(&page(None)).await;
+    assert_eq!(first.schedules[0].name, "d1");
+    // d1's fires move its cursor beyond the horizon: it leaves the due ones.
+    env.raw(&["ZADD", &k.schedules, "+inf", "d1"]);
+    let next = env.run(&page(first.schedules.first())).await;
+    assert_eq!(next.schedules[0].name, "d2", "the page after d1 skipped d2");
+    // A cursor equal to the last read's, a name after it: read next.
+    env.raw(&["ZADD", &k.schedules, &now, "d20"]);
+    env.raw(&["HSET", &k.schedule("d20"), "version", "1"]);
+    let next = env.run(&page(next.schedules.first())).await;
+    assert_eq!(next.schedules[0].name, "d20");
 }
