@@ -1754,8 +1754,9 @@ async fn a_global_concurrency_limit_leases_only_free_slots() {
     assert_eq!((last.ids(), last.held), (vec!["e"], None));
 }
 
-#[tokio::test]
-async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
+/// A queue with ten messages m0..m9 ready and a rate limit of 100 per
+/// 50 s: buckets of 1 s, at most 2 per bucket.
+async fn ten_ready_under_a_rate() -> (Env, Keys) {
     let env = Env::new().await;
     let k = env.k().clone();
     for i in 0..10 {
@@ -1763,11 +1764,25 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
         env.seed(&id, None);
         env.raw(&["RPUSH", &k.ready, &id]);
     }
-    // 100 per 50 s: buckets of 1 s, at most 2 per bucket.
     env.run(&SetLimit {
         limit: Limit::Rate(Some((100, 50_000))),
     })
     .await;
+    (env, k)
+}
+
+impl Env {
+    /// The totals' `rate_used`, and its numbers: the bucket, then the counts.
+    fn rate_used(&self) -> (String, Vec<i64>) {
+        let used = self.raw(&["HGET", &self.k().totals, "rate_used"]);
+        let words = used.split(' ').map(|w| w.parse().unwrap()).collect();
+        (used, words)
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
+    let (env, k) = ten_ready_under_a_rate().await;
     let bucket = env.now_ms() / 1000;
     // 98 leased in the bucket before this one.
     env.raw(&["HSET", &k.totals, "rate_used", &format!("{} 98", bucket - 1)]);
@@ -1778,8 +1793,7 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
         panic!("not held by the rate: {got:?}")
     };
     assert!((ms(47_000)..=ms(50_000)).contains(&wait), "{wait:?}");
-    let used = env.raw(&["HGET", &k.totals, "rate_used"]);
-    let words: Vec<i64> = used.split(' ').map(|w| w.parse().unwrap()).collect();
+    let (used, words) = env.rate_used();
     assert!(words[0] == bucket || words[0] == bucket + 1, "{used} at {bucket}");
     assert_eq!(words[1..].iter().sum::<i64>(), 100, "{used}");
     assert_eq!(words[1], 2, "this bucket's leases come first: {used}");
@@ -1798,18 +1812,7 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
 
 #[tokio::test]
 async fn a_rate_limit_counts_the_leases_of_a_window_stamped_ahead_of_a_clock_stepped_back() {
-    let env = Env::new().await;
-    let k = env.k().clone();
-    for i in 0..10 {
-        let id = format!("m{i}");
-        env.seed(&id, None);
-        env.raw(&["RPUSH", &k.ready, &id]);
-    }
-    // 100 per 50 s: buckets of 1 s, at most 2 per bucket.
-    env.run(&SetLimit {
-        limit: Limit::Rate(Some((100, 50_000))),
-    })
-    .await;
+    let (env, k) = ten_ready_under_a_rate().await;
     // The window was filled while Redis's clock read 30 s later than it
     // reads now: the clock stepped back since.
     let bucket = env.now_ms() / 1000;
@@ -1821,8 +1824,7 @@ async fn a_rate_limit_counts_the_leases_of_a_window_stamped_ahead_of_a_clock_ste
     };
     // Counted in this bucket: the window opens when it leaves, 50 s on.
     assert!((ms(50_000)..=ms(51_000)).contains(&wait), "{wait:?}");
-    let used = env.raw(&["HGET", &k.totals, "rate_used"]);
-    let words: Vec<i64> = used.split(' ').map(|w| w.parse().unwrap()).collect();
+    let (used, words) = env.rate_used();
     assert_eq!(words[1..].iter().sum::<i64>(), 100, "{used}");
 }
 
@@ -4294,13 +4296,20 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
     assert_eq!(env.hget(&h, "ahead"), at.to_string(), "only fires not yet due");
 }
 
-#[tokio::test]
-async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
+/// A queue with schedule "s" set ([`every_second`]): the queue, its keys,
+/// the schedule's hash and its version.
+async fn with_schedule_s() -> (Env, Keys, String, String) {
     let env = Env::new().await;
     let k = env.k().clone();
     let h = k.schedule("s");
     env.schedule("s", every_second()).await;
-    let v = env.hget(&h, "version");
+    let version = env.hget(&h, "version");
+    (env, k, h, version)
+}
+
+#[tokio::test]
+async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
+    let (env, k, h, v) = with_schedule_s().await;
     let cursor: i64 = env.cursor("s").parse().unwrap();
     let (a, b) = (cursor + 10_000, cursor + 11_000);
     assert_eq!(env.fire("s", &v, a).await, Fired::Sent);
@@ -4373,11 +4382,7 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
 
 #[tokio::test]
 async fn a_fire_planned_before_a_remove_never_fires_the_schedule_created_again() {
-    let env = Env::new().await;
-    let k = env.k().clone();
-    let h = k.schedule("s");
-    env.schedule("s", every_second()).await;
-    let old = env.hget(&h, "version");
+    let (env, k, h, old) = with_schedule_s().await;
     let at = env.cursor("s").parse::<i64>().unwrap() + 5_000;
     // A scheduler planned the interval's fire at `at`; before its call
     // arrives, the schedule is removed, the queue purged, and the name set
