@@ -4382,7 +4382,7 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
 
 #[tokio::test]
 async fn a_fire_planned_before_a_remove_never_fires_the_schedule_created_again() {
-    let (env, k, h, old) = with_schedule_s().await;
+    let (env, _, h, old) = with_schedule_s().await;
     let at = env.cursor("s").parse::<i64>().unwrap() + 5_000;
     // A scheduler planned the interval's fire at `at`; before its call
     // arrives, the schedule is removed, the queue purged, and the name set
