@@ -134,9 +134,10 @@ local function rate_allowance(rate, used, now_u)
       if i > RATE_BUCKETS then
         break
       end
-      if i >= 0 then
-        counts[i] = tonumber(word)
-      end
+      -- A bucket ahead of now (Redis's clock stepped back since) counts as
+      -- this one: its leases happened, and the window keeps them a period.
+      local at = math.max(i, 0)
+      counts[at] = counts[at] + tonumber(word)
       i = i + 1
     end
   end

@@ -3,10 +3,12 @@
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
 left, deletes the retries hash and the totals' counts (a paused queue
-stays paused, its limits stay). The wire format version ('format')
-stays with them, as they are in that format; with nothing else left it
-goes too, so a purged queue without settings leaves no key (and is no
-longer found); its next send writes the version again. Call until it returns 0.
+stays paused, its limits stay, and 'schedule_version' stays: no
+schedule version repeats, schedule.lua). The wire format version
+('format') stays with the settings, as they are in that format; with
+nothing else left it goes too, so a purged queue without settings that
+never had a schedule leaves no key (and is no longer found); its next
+send writes the version again. Call until it returns 0.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash

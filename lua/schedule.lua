@@ -2,7 +2,7 @@
 --[[ schedule: sets, removes, pauses or resumes a schedule (no fire sent)
 A schedule is a hash (its definition: 'spec', 'tz', 'misfire', 'grace',
 'value' (the stored value of each fire, as send takes it) and the
-scripts' own fields: 'version', bumped by every change; 'anchor', Redis
+scripts' own fields: 'version', new at every change; 'anchor', Redis
 time in ms of the last change (where an interval counts from); 'paused',
 Redis time when paused; 'ahead', the fire times sent and not yet due;
 'last', the last fire time sent and not withdrawn; 'fired', fires sent) and its cursor,
@@ -12,9 +12,14 @@ Every change but resume withdraws the fires sent and not yet due (those
 in 'ahead' still pending: ZREM and DEL of the payload) and restarts the
 schedule from now: an update never fires its old definition again, a
 paused schedule fires nothing, and the fires a pause covered are not
-made up after resume.
+made up after resume. A version is never given twice in a queue (shard),
+so a fire planned from a schedule that was removed and set again, or
+changed back, is refused (fire.lua): it is the larger of Redis time in
+microseconds and the last version given + 1, kept in the totals'
+'schedule_version', which purge keeps.
 
 KEYS[1] schedules zset   KEYS[2] schedule hash   KEYS[3] pending zset
+KEYS[4] totals hash
 ARGV[1] schedule name
 ARGV[2] payload key prefix (the fires' msg keys are built from it)
 ARGV[3] mode: 1 set, 2 remove, 3 pause, 4 resume
@@ -29,7 +34,7 @@ returns 2 (set), or 2 or 0.
 Complexity: O(A log N) with A = fires sent and not yet due (a few), N =
 size of pending; set adds O(F) for F definition fields.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash')
 local name, mode = ARGV[1], ARGV[3]
 local exists = redis.call('EXISTS', KEYS[2]) == 1
 local now = now_ms()
@@ -55,6 +60,15 @@ local function withdraw()
   end
 end
 
+-- A version no change of any schedule of the queue had: a counter, and
+-- Redis time for when the counter is lost.
+local function next_version()
+  local last = tonumber(redis.call('HGET', KEYS[4], 'schedule_version') or '') or 0
+  local v = string.format('%.0f', math.max(last + 1, now_us()))
+  redis.call('HSET', KEYS[4], 'schedule_version', v)
+  redis.call('HSET', KEYS[2], 'version', v)
+end
+
 if mode == '1' then
   if exists then
     local same = true
@@ -72,7 +86,7 @@ if mode == '1' then
     return 3
   end
   redis.call('HSET', KEYS[2], 'anchor', now, unpack(ARGV, 5))
-  redis.call('HINCRBY', KEYS[2], 'version', 1)
+  next_version()
   if redis.call('HEXISTS', KEYS[2], 'paused') == 0 then
     redis.call('ZADD', KEYS[1], now, name)
   end
@@ -97,7 +111,7 @@ if mode == '3' then
   end
   withdraw()
   redis.call('HSET', KEYS[2], 'paused', now)
-  redis.call('HINCRBY', KEYS[2], 'version', 1)
+  next_version()
   redis.call('ZADD', KEYS[1], '+inf', name)
   return 1
 end
@@ -105,6 +119,6 @@ if not paused then
   return 0
 end
 redis.call('HDEL', KEYS[2], 'paused')
-redis.call('HINCRBY', KEYS[2], 'version', 1)
+next_version()
 redis.call('ZADD', KEYS[1], now, name)
 return 1

@@ -32,11 +32,16 @@ reached the end of the state), its id, then 6 values per match: id, score
 bytes of its stored value past its headers section, which comes whole ("" if gone), its full length, its TTL ms}. It
 stops after the entry that makes ARGV[6] matches. List entries whose
 payload is gone (cancelled) or that live in another state are read but
-never match.
+never match. A search (ARGV[9] not empty) looks in the first SEARCH_BYTES
+(131072) bytes of each payload, past its headers section: a text that
+starts later is not found. It searches at most SEARCH_BYTES in one call:
+it reads an entry after the first only while the bytes searched stay
+within them, so a step over big payloads reads fewer entries and the walk
+goes on from its cursor.
 Idempotent: reads only.
 Complexity: zsets O(log N + read) (a cursor whose entry left the zset:
 O(log² N) to find its place); lists O(position + read); with a text, plus
-the read payloads' lengths (each is read whole).
+at most SEARCH_BYTES of payloads searched (GETRANGE).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
@@ -62,17 +67,6 @@ local function list_range(from, to)
   return page
 end
 
--- Whether a sorts before b byte by byte (Lua's < follows the server's locale).
-local function bytes_before(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
-
 -- The rank range to read: an ascending walk reads from `first` on, a
 -- descending one from `last` down.
 local first, last
@@ -93,25 +87,7 @@ elseif is_list then
     first, last = 0, -1
   end
 else
-  local score = tonumber(at)
-  local now = redis.call('ZSCORE', key, after)
-  local rank
-  if now and tonumber(now) == score then
-    rank = redis.call('ZRANK', key, after)
-    first, last = rank + 1, rank - 1
-  else
-    -- Binary search among the entries of this score for the first id after the cursor's.
-    local lo, hi = redis.call('ZCOUNT', key, '-inf', '(' .. at), redis.call('ZCOUNT', key, '-inf', at)
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if bytes_before(redis.call('ZRANGE', key, mid, mid)[1], after) then
-        lo = mid + 1
-      else
-        hi = mid
-      end
-    end
-    first, last = lo, lo - 1
-  end
+  first, last = ranks_around(key, at, after)
 end
 
 local from, to
@@ -147,17 +123,24 @@ for i, e in ipairs(entries) do
 end
 local keys = payloads_here(ARGV[7], ids)
 local stale = is_list and redis.call('HEXISTS', KEYS[6], STALE) == 1
-local out, matches, done = {size, 0, '', ''}, 0, 0
+-- A search's cost grows with the bytes it searches (up to their number
+-- times the text's length): bounded per call, so Redis serves others
+-- between the calls of a search through big payloads.
+local SEARCH_BYTES = 131072
+local out, matches, done, searched = {size, 0, '', ''}, 0, 0, 0
 for j, e in ipairs(entries) do
   local id, msg = e[1], keys[j]
-  done = j
-  local value
-  if text == '' then
-    value = head_of(msg, bytes)
-  else
-    value = redis.pcall('GET', msg)
-  end
   local len = redis.pcall('STRLEN', msg)
+  if type(len) ~= 'number' then
+    len = 0
+  end
+  local cost = text == '' and 0 or math.min(len, SEARCH_BYTES)
+  if j > 1 and searched + cost > SEARCH_BYTES then
+    break
+  end
+  searched = searched + cost
+  done = j
+  local value = head_of(msg, bytes)
   if type(value) ~= 'string' then
     value, len = '', 0
   end
@@ -166,7 +149,11 @@ for j, e in ipairs(entries) do
   if match and text ~= '' then
     local header = string.find(value, ':', 1, true)
     match = id ~= text and header ~= nil
-      and string.find(value, text, header + 1 + headers_len(value), true) ~= nil
+    if match then
+      -- The payload's first byte, counted from 0.
+      local from = header + headers_len(value)
+      match = string.find(redis.call('GETRANGE', msg, from, from + SEARCH_BYTES - 1), text, 1, true) ~= nil
+    end
   end
   if match then
     out[#out + 1] = id

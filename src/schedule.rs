@@ -281,6 +281,19 @@ impl Timing {
         })
     }
 
+    /// The most fires [`plan`] gives with `horizon` (ms), however many
+    /// rounds it takes: those late by less than the grace and those up to
+    /// the horizon, at least the shortest gap apart (a cron expression's
+    /// finest field is the second), one misfire sent once, and the next
+    /// fire beyond the horizon.
+    pub(crate) fn most_fires(&self, horizon: i64) -> usize {
+        let gap = match &self.kind {
+            Kind::Every(every) => *every,
+            Kind::Cron(..) => 1000,
+        };
+        usize::try_from((self.grace_ms + horizon) / gap + 3).unwrap_or(usize::MAX)
+    }
+
     /// The first fire time strictly after `ms`, in ms since the epoch.
     pub(crate) fn next_after(&self, ms: i64) -> Option<i64> {
         match &self.kind {

@@ -340,6 +340,42 @@ async fn run_schedules_alone_sends_each_fire_once_ahead_of_its_time() {
     assert!(info.last_fire.map_or(true, |t| ms(t) <= paused_at), "{info:?}");
 }
 
+/// A scheduler whose tick (20 s) holds 40 fires of a 1 s schedule: its
+/// first tick stores every fire up to the horizon, so no fire is missed
+/// and none is late, however few ticks run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_shorter_than_the_tick_is_fed_the_whole_horizon() {
+    let (_server, _client, queue) = start_queue("fast", Duration::from_secs(20), |b| b).await;
+    let schedule = Schedule::every(Duration::from_secs(1), "f")
+        .misfire(Misfire::Skip)
+        .misfire_grace(GRACE);
+    let set_at = now_ms();
+    assert!(queue.set_schedule("f", schedule).await.unwrap());
+    let scheduler = queue.run_schedules();
+    // Redis runs on this host: its clock is this clock. 22 s covers a
+    // second tick (20 s on) wherever the first one stopped.
+    let until = set_at + 22_000;
+    assert!(
+        wait_for(Duration::from_secs(90), || async {
+            last_fire(&queue, "f").await >= until
+        })
+        .await,
+        "fires stored: {:?}",
+        stored_fires(&queue, "f").await
+    );
+    scheduler.shutdown().await.unwrap();
+    let fires = stored_fires(&queue, "f").await;
+    let times: Vec<i64> = fires.keys().copied().filter(|f| *f <= until).collect();
+    assert!(times[0] <= set_at + 2000, "first fire {}, set at {set_at}", times[0]);
+    for w in times.windows(2) {
+        assert_eq!(w[1] - w[0], 1000, "a fire missed: {times:?}");
+    }
+    // The first fires may be late on a busy host; the later ones were sent ahead.
+    for (f, due) in fires.range(set_at + 5000..=until) {
+        assert_eq!(f, due, "fire {f} late: {fires:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sharded_queue_delivers_each_fire_of_its_schedules_once() {
     let (_server, client, queue) = start_queue("sharded-cron", FETCH, |b| b.shards(3)).await;

@@ -6,8 +6,8 @@
 //! moves the schedule's cursor past it in the same step and refuses a fire
 //! at or before the cursor, so no fire is sent twice and none needs a
 //! leader. Once per tick (the queue's `fetch_interval`) each shard's due
-//! schedules are read (`schedules.lua`, pages of [`PAGE`]) and the fires
-//! up to now + the horizon are sent, at most [`MAX_STEPS`] per schedule.
+//! schedules are read (`schedules.lua`, pages of [`PAGE`]) and every fire
+//! up to now + the horizon is sent, planned [`STEPS`] at a time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +25,9 @@ use crate::{Error, MessageId};
 
 /// Schedules read per script call.
 pub(crate) const PAGE: usize = 100;
-/// Most fires one schedule is sent per tick.
-const MAX_STEPS: usize = 16;
+/// Fires planned at a time: [`feed`] plans and sends rounds of them until
+/// the plan reaches the horizon.
+const STEPS: usize = 64;
 
 /// How far ahead of now fires are stored: two ticks and a margin, so a
 /// tick that comes late still finds the next fires pending.
@@ -104,63 +105,75 @@ pub(crate) async fn tick(ctx: &Context, horizon: Duration) -> Result<u64, Error>
 async fn tick_shard(ctx: &Context, keys: &Keys, horizon: Duration) -> Result<u64, Error> {
     let store = ctx.store(keys);
     let mut sent = 0;
-    for page in 0..schedule::MAX_SCHEDULES.div_ceil(PAGE) {
+    let mut after = None;
+    // A schedule whose fires moved its cursor past the page's end, still
+    // within the horizon, is read again further on (with nothing left to
+    // send, mostly): twice the pages of the most schedules a shard holds.
+    for _ in 0..2 * schedule::MAX_SCHEDULES.div_ceil(PAGE) {
         let read = store
             .run(&Schedules {
                 which: Which::Page {
                     horizon: Some(horizon),
-                    offset: page * PAGE,
+                    after: after.as_ref(),
                     limit: PAGE,
                 },
             })
             .await?;
-        let n = read.schedules.len();
         for s in &read.schedules {
             sent += feed(ctx, keys, s, read.now_ms, horizon).await?;
         }
-        if n < PAGE {
+        if read.schedules.len() < PAGE {
             break;
         }
+        after = read.schedules.into_iter().last();
     }
     Ok(sent)
 }
 
 /// Sends the fires schedule `s` needs now; returns how many it sent.
 async fn feed(ctx: &Context, keys: &Keys, s: &StoredSchedule, now_ms: i64, horizon: Duration) -> Result<u64, Error> {
-    let (Some(cursor), Some(timing), Some(version)) = (s.cursor, timing_of(ctx, s), s.text("version")) else {
+    let (Some(mut cursor), Some(timing), Some(version)) = (s.cursor, timing_of(ctx, s), s.text("version")) else {
         return Ok(0);
     };
+    let horizon_ms = horizon.as_millis() as i64;
     let mut sent = 0;
-    for step in schedule::plan(&timing, cursor, now_ms, horizon.as_millis() as i64, MAX_STEPS) {
-        let id = schedule::fire_id(&s.name, step.at_ms);
-        let op = Fire {
-            name: &s.name,
-            id: &id,
-            version: Some(version),
-            at_ms: step.at_ms,
-            cursor_ms: step.cursor_ms,
-            expire_after: None,
-        };
-        match ctx.store(keys).run(&op).await? {
-            Fired::Sent => {
-                sent += 1;
-                ctx.meters.fired.increment(1);
-                ctx.meters.sent.increment(1);
-                tracing::debug!(queue = %ctx.name, schedule = %s.name, %id, "schedule fired");
-                events::emit(&ctx.events, || Event::Fired {
-                    schedule: s.name.clone(),
-                    id: MessageId::from(id.clone()),
-                    at: schedule::from_ms(step.at_ms),
-                });
+    for _ in 0..timing.most_fires(horizon_ms).div_ceil(STEPS) {
+        let steps = schedule::plan(&timing, cursor, now_ms, horizon_ms, STEPS);
+        for step in &steps {
+            let id = schedule::fire_id(&s.name, step.at_ms);
+            let op = Fire {
+                name: &s.name,
+                id: &id,
+                version: Some(version),
+                at_ms: step.at_ms,
+                cursor_ms: step.cursor_ms,
+                expire_after: None,
+            };
+            match ctx.store(keys).run(&op).await? {
+                Fired::Sent => {
+                    sent += 1;
+                    ctx.meters.fired.increment(1);
+                    ctx.meters.sent.increment(1);
+                    tracing::debug!(queue = %ctx.name, schedule = %s.name, %id, "schedule fired");
+                    events::emit(&ctx.events, || Event::Fired {
+                        schedule: s.name.clone(),
+                        id: MessageId::from(id.clone()),
+                        at: schedule::from_ms(step.at_ms),
+                    });
+                }
+                Fired::Live => {
+                    tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "a message with the fire's id is live already; fire not sent again");
+                }
+                Fired::WrongType => {
+                    tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "the fire's payload key holds another type; fire skipped");
+                }
+                // Another scheduler was first, or the schedule changed: read it again next tick.
+                Fired::Behind | Fired::Changed | Fired::Paused => return Ok(sent),
             }
-            Fired::Live => {
-                tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "a message with the fire's id is live already; fire not sent again");
-            }
-            Fired::WrongType => {
-                tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "the fire's payload key holds another type; fire skipped");
-            }
-            // Another scheduler was first, or the schedule changed: read it again next tick.
-            Fired::Behind | Fired::Changed | Fired::Paused => break,
+            cursor = step.cursor_ms;
+        }
+        if steps.len() < STEPS {
+            break;
         }
     }
     Ok(sent)
@@ -173,4 +186,37 @@ fn timing_of(ctx: &Context, s: &StoredSchedule) -> Option<Timing> {
             |e| tracing::warn!(queue = %ctx.name, schedule = %s.name, error = %e, "schedule cannot be read; not fired"),
         )
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::RedisServer;
+    use crate::{DelayQueue, Schedule};
+
+    /// More schedules due at once than a page holds: one tick feeds each,
+    /// though every fire moves its schedule's cursor while the tick pages on.
+    #[tokio::test]
+    async fn one_tick_feeds_every_due_schedule_of_more_than_a_page() {
+        let server = RedisServer::start().await;
+        let queue = DelayQueue::builder("q", server.client().await).build().unwrap();
+        let n = 2 * PAGE + PAGE / 2;
+        for i in 0..n {
+            let yearly = Schedule::cron("0 0 1 1 *", "y");
+            assert!(queue.set_schedule(&format!("s{i:03}"), yearly).await.unwrap());
+        }
+        let sent = tick(&queue.consume_context(), horizon(Duration::from_secs(1)))
+            .await
+            .unwrap();
+        let unfed: Vec<String> = queue
+            .schedules()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.fired == 0)
+            .map(|s| s.name)
+            .collect();
+        assert!(unfed.is_empty(), "{} of {n} not fed: {unfed:?}", unfed.len());
+        assert_eq!(sent, n as u64);
+    }
 }

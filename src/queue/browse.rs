@@ -388,9 +388,11 @@ impl DelayQueue {
     /// A search walks the state as [`browse`](Self::browse) does, from the
     /// cursor, and stops after `limit` matches or `scan` messages read
     /// (default 10,000, at most [`MAX_SCAN`]); [`Found::cursor`] says where,
-    /// to go on from there. Cost: O(scan) payload reads, each payload read
-    /// whole, in script calls of at most 1000 messages, so Redis is never
-    /// blocked for long; other clients run between the calls. The message
+    /// to go on from there. Only the first 128 KiB of each payload are
+    /// searched: a text that starts later is not found. Cost: O(scan)
+    /// payload reads, in script calls of at most 1000 messages and 128 KiB
+    /// of payloads searched, so Redis is never blocked for long; other
+    /// clients run between the calls. The message
     /// whose id is `text` is looked up first (one `get`, only at the start
     /// of a search) and comes first, wherever it lies in the state.
     ///

@@ -21,7 +21,8 @@ pub struct FoundQueue {
 
 /// The queues under `key_prefix` (`"dq:"` unless the queues were built
 /// with another [`key_prefix`](crate::DelayQueueBuilder::key_prefix)) that
-/// were ever sent to and not purged since, sorted by name. A name with
+/// were ever sent to or given a schedule, and not purged since (one that
+/// had schedules stays), sorted by name. A name with
 /// keys of both an ordinary and a sharded layout (a changed shard count)
 /// is listed once for each.
 ///

@@ -157,8 +157,8 @@ impl DelayQueue {
         self.reschedule(id, delay_until(at)).await
     }
 
-    /// Whether the queue was ever sent to (and not purged since): its
-    /// totals exist. O(1) per shard; see [`find_queues`](crate::find_queues)
+    /// Whether the queue was ever sent to or given a schedule (and not
+    /// purged since, unless it had schedules): its totals exist. O(1) per shard; see [`find_queues`](crate::find_queues)
     /// to list them all.
     pub async fn exists(&self) -> Result<bool, Error> {
         use fred::prelude::KeysInterface;

@@ -3,6 +3,7 @@
 //! for processes that do not consume. Each schedule lives in the shard of
 //! its name's hash tag, where all its fires (`{<name>}@<ms>`) land too.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fred::bytes::Bytes;
@@ -140,24 +141,28 @@ impl DelayQueue {
     /// # Ok(()) }
     /// ```
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>, Error> {
-        let mut out = Vec::new();
+        // By name: a schedule whose cursor a scheduler moved while the
+        // pages were read is read twice, and the later read wins.
+        let mut out = BTreeMap::new();
         for keys in &self.inner.shards {
-            for page in 0..MAX_SCHEDULES.div_ceil(crate::consume::SCHEDULE_PAGE) {
+            let mut after = None;
+            for _ in 0..2 * MAX_SCHEDULES.div_ceil(crate::consume::SCHEDULE_PAGE) {
                 let which = Which::Page {
                     horizon: None,
-                    offset: page * crate::consume::SCHEDULE_PAGE,
+                    after: after.as_ref(),
                     limit: crate::consume::SCHEDULE_PAGE,
                 };
                 let read = self.store(keys).run(&Schedules { which }).await?;
-                let n = read.schedules.len();
-                out.extend(read.schedules.iter().map(|s| info(s, read.now_ms)));
-                if n < crate::consume::SCHEDULE_PAGE {
+                for s in &read.schedules {
+                    out.insert(s.name.clone(), info(s, read.now_ms));
+                }
+                if read.schedules.len() < crate::consume::SCHEDULE_PAGE {
                     break;
                 }
+                after = read.schedules.into_iter().last();
             }
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok(out.into_values().collect())
     }
 
     /// Schedule `name`, if the queue has it.

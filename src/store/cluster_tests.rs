@@ -125,7 +125,7 @@ fn calls(k: &Keys) -> Vec<Call> {
             Schedules {
                 which: Which::Page {
                     horizon: None,
-                    offset: 0,
+                    after: None,
                     limit: 10,
                 },
             },

@@ -1754,8 +1754,9 @@ async fn a_global_concurrency_limit_leases_only_free_slots() {
     assert_eq!((last.ids(), last.held), (vec!["e"], None));
 }
 
-#[tokio::test]
-async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
+/// A queue with ten messages m0..m9 ready and a rate limit of 100 per
+/// 50 s: buckets of 1 s, at most 2 per bucket.
+async fn ten_ready_under_a_rate() -> (Env, Keys) {
     let env = Env::new().await;
     let k = env.k().clone();
     for i in 0..10 {
@@ -1763,11 +1764,25 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
         env.seed(&id, None);
         env.raw(&["RPUSH", &k.ready, &id]);
     }
-    // 100 per 50 s: buckets of 1 s, at most 2 per bucket.
     env.run(&SetLimit {
         limit: Limit::Rate(Some((100, 50_000))),
     })
     .await;
+    (env, k)
+}
+
+impl Env {
+    /// The totals' `rate_used`, and its numbers: the bucket, then the counts.
+    fn rate_used(&self) -> (String, Vec<i64>) {
+        let used = self.raw(&["HGET", &self.k().totals, "rate_used"]);
+        let words = used.split(' ').map(|w| w.parse().unwrap()).collect();
+        (used, words)
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
+    let (env, k) = ten_ready_under_a_rate().await;
     let bucket = env.now_ms() / 1000;
     // 98 leased in the bucket before this one.
     env.raw(&["HSET", &k.totals, "rate_used", &format!("{} 98", bucket - 1)]);
@@ -1778,8 +1793,7 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
         panic!("not held by the rate: {got:?}")
     };
     assert!((ms(47_000)..=ms(50_000)).contains(&wait), "{wait:?}");
-    let used = env.raw(&["HGET", &k.totals, "rate_used"]);
-    let words: Vec<i64> = used.split(' ').map(|w| w.parse().unwrap()).collect();
+    let (used, words) = env.rate_used();
     assert!(words[0] == bucket || words[0] == bucket + 1, "{used} at {bucket}");
     assert_eq!(words[1..].iter().sum::<i64>(), 100, "{used}");
     assert_eq!(words[1], 2, "this bucket's leases come first: {used}");
@@ -1794,6 +1808,24 @@ async fn a_rate_limit_counts_leases_in_its_window_and_says_when_it_opens() {
     );
     assert_eq!(env.command_calls("lrange"), 0, "a list was read");
     assert_eq!(env.snapshot(), state);
+}
+
+#[tokio::test]
+async fn a_rate_limit_counts_the_leases_of_a_window_stamped_ahead_of_a_clock_stepped_back() {
+    let (env, k) = ten_ready_under_a_rate().await;
+    // The window was filled while Redis's clock read 30 s later than it
+    // reads now: the clock stepped back since.
+    let bucket = env.now_ms() / 1000;
+    env.raw(&["HSET", &k.totals, "rate_used", &format!("{} 100", bucket + 30)]);
+    let got = env.claim(10).await;
+    assert!(got.ids().is_empty(), "leased past the rate: {got:?}");
+    let Some(Held::Rate { wait }) = got.held else {
+        panic!("not held by the rate: {got:?}")
+    };
+    // Counted in this bucket: the window opens when it leaves, 50 s on.
+    assert!((ms(50_000)..=ms(51_000)).contains(&wait), "{wait:?}");
+    let (used, words) = env.rate_used();
+    assert_eq!(words[1..].iter().sum::<i64>(), 100, "{used}");
 }
 
 #[tokio::test]
@@ -3942,6 +3974,102 @@ async fn walk_pages_a_zset_by_score_then_id_bytewise_from_a_cursor_that_may_be_g
     assert_eq!(w.items[0].payload_len, 0);
 }
 
+/// Payload bytes one search step searches at most (`SEARCH_BYTES` in
+/// `lua/walk.lua`).
+const SEARCH_BYTES: usize = 128 * 1024;
+
+#[tokio::test]
+async fn a_search_step_stops_at_its_byte_budget_and_the_search_goes_on_from_its_cursor() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let kib = |n: usize| "x".repeat(n * 1024);
+    // Searched bytes: 100 KiB, 100 KiB, the first 128 KiB of 200 KiB, 6.
+    let payloads = [
+        kib(100),
+        kib(100) + "needle",
+        kib(150) + "needle" + &kib(50),
+        "needle".to_string(),
+    ];
+    for (i, payload) in payloads.iter().enumerate() {
+        let id = format!("m{i}");
+        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.seed_value(&id, &format!("3:{payload}"), None);
+    }
+    let dead = MessageState::Dead;
+    let w = walk(&env, dead, Order::Asc, None, (10, 10), "needle").await;
+    assert_eq!(
+        (walked(&w), w.read),
+        ((vec![], next("0", "m0")), 1),
+        "a second 100 KiB is past the budget"
+    );
+    let w = walk(&env, dead, Order::Asc, Some(("0", "m0")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["m1"]), next("1", "m1")), 1));
+    assert_eq!(w.items[0].payload, b"xxxx", "a preview, not the bytes searched");
+    assert_eq!(w.items[0].payload_len, 100 * 1024 + 6);
+    // A payload longer than the budget: its first SEARCH_BYTES are searched, alone.
+    let w = walk(&env, dead, Order::Asc, Some(("1", "m1")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((vec![], next("2", "m2")), 1));
+    let w = walk(&env, dead, Order::Asc, Some(("2", "m2")), (10, 10), "needle").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["m3"]), None), 1));
+    // A browse reads no payload whole: no budget.
+    let w = walk(&env, dead, Order::Asc, None, (10, 10), "").await;
+    assert_eq!((w.items.len(), w.read), (4, 4));
+
+    // The search goes on from step to step and finds both.
+    let found = env.queue.search(dead, "needle").await.unwrap();
+    let ids: Vec<String> = found.items.iter().map(|m| m.id.to_string()).collect();
+    assert_eq!((ids, found.scanned), (strings(&["m1", "m3"]), 4));
+    // The budget these steps assume is the script's.
+    assert!(scripts::WALK
+        .source()
+        .contains(&format!("local SEARCH_BYTES = {SEARCH_BYTES}\n")));
+}
+
+/// The longest Redis call of a search over 64 payloads of 1 MiB that
+/// never match (the worst case for the text search: a run of the text's
+/// first byte), from SLOWLOG. A measurement, not a test:
+/// `cargo test --features cli,tls,otel --lib store::script_tests::measure_ -- --ignored --nocapture`
+#[tokio::test]
+#[ignore = "a measurement"]
+async fn measure_the_longest_call_of_a_search_over_64_payloads_of_1_mib() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let payload = format!("3:{}", "x".repeat(1024 * 1024));
+    for i in 0..64 {
+        let id = format!("m{i:02}");
+        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.seed_value(&id, &payload, None);
+    }
+    let text = format!("{}Q", "x".repeat(48));
+    env.raw(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    env.raw(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    for _ in 0..3 {
+        env.raw(&["SLOWLOG", "RESET"]);
+        let found = env.queue.search(MessageState::Dead, text.as_str()).await.unwrap();
+        assert_eq!((found.items.len(), found.scanned), (0, 64));
+        let crate::test_support::RawReply::Array(entries) = env.server.raw_reply(&["SLOWLOG", "GET", "100000"]) else {
+            panic!("SLOWLOG GET")
+        };
+        // Each entry: id, when, µs, [command, args...], ...
+        let mut us: Vec<i64> = entries
+            .iter()
+            .filter_map(|e| match e {
+                crate::test_support::RawReply::Array(f) if f[3].render().starts_with("EVAL") => {
+                    f[2].render().parse().ok()
+                }
+                _ => None,
+            })
+            .collect();
+        us.sort_unstable();
+        println!(
+            "search over 64 x 1 MiB: {} script calls, longest {} us, total {} us",
+            us.len(),
+            us.last().unwrap(),
+            us.iter().sum::<i64>()
+        );
+    }
+}
+
 #[tokio::test]
 async fn walk_finds_payload_text_within_its_read_budget_and_stops_at_the_limit() {
     let env = Env::new().await;
@@ -4116,7 +4244,11 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
     let cursor: i64 = env.cursor("s").parse().unwrap();
     assert!((before..before + SLACK_MS).contains(&cursor), "cursor starts at now");
     assert_eq!(env.hget(&k.schedule("s"), "anchor"), cursor.to_string());
-    assert_eq!(env.hget(&k.schedule("s"), "version"), "1");
+    // The version: Redis time in µs of the change, the last the queue gave.
+    let v = env.hget(&k.schedule("s"), "version");
+    let v_us: i64 = v.parse().unwrap();
+    assert!((before * 1000..(before + SLACK_MS) * 1000).contains(&v_us), "{v}");
+    assert_eq!(env.hget(&k.totals, "schedule_version"), v);
     // The same definition again writes nothing.
     let state = env.schedules_snapshot();
     assert_eq!(env.schedule("s", every_second()).await, Changed::Same);
@@ -4124,7 +4256,7 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
 
     let at = cursor + 5_000;
     let id = format!("{{s}}@{at}");
-    assert_eq!(env.fire("s", "1", at).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, at).await, Fired::Sent);
     // Due at the fire time exactly, stored as send stores it.
     assert_eq!(env.zset(&k.pending), vec![(id.clone(), at)]);
     let value = env.raw(&["GET", &k.msg(&id)]);
@@ -4141,39 +4273,47 @@ async fn fire_sends_each_fire_once_and_never_again_after_its_message_is_gone() {
 
     // A second scheduler with the same plan, or a re-sent call: nothing.
     let state = env.schedules_snapshot();
-    assert_eq!(env.fire("s", "1", at).await, Fired::Behind);
-    assert_eq!(env.fire("s", "1", at - 1_000).await, Fired::Behind);
+    assert_eq!(env.fire("s", &v, at).await, Fired::Behind);
+    assert_eq!(env.fire("s", &v, at - 1_000).await, Fired::Behind);
     // Its message delivered and acked (gone), its id free again: still nothing.
     env.raw(&["ZREM", &k.pending, &id]);
     env.raw(&["DEL", &k.msg(&id)]);
     let state_after_ack = env.schedules_snapshot();
-    assert_eq!(env.fire("s", "1", at).await, Fired::Behind);
+    assert_eq!(env.fire("s", &v, at).await, Fired::Behind);
     assert_eq!(env.schedules_snapshot(), state_after_ack);
     assert_ne!(state, state_after_ack);
     // A plan made from another version writes nothing.
     assert_eq!(env.fire("s", "0", at + 1_000).await, Fired::Changed);
-    assert_eq!(env.fire("gone", "1", at + 1_000).await, Fired::Changed);
+    assert_eq!(env.fire("gone", &v, at + 1_000).await, Fired::Changed);
     assert_eq!(env.schedules_snapshot(), state_after_ack);
     // A fire in the past is due now; a passed fire leaves 'ahead'.
     let past = at + 1_000 - 60_000;
     env.raw(&["ZADD", &k.schedules, &(past - 1).to_string(), "s"]);
     let now = env.now_ms();
-    assert_eq!(env.fire("s", "1", past).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, past).await, Fired::Sent);
     let due = env.zset(&k.pending)[0].1;
     assert!((now..now + SLACK_MS).contains(&due), "{due} vs {now}");
     assert_eq!(env.hget(&h, "ahead"), at.to_string(), "only fires not yet due");
 }
 
-#[tokio::test]
-async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
+/// A queue with schedule "s" set ([`every_second`]): the queue, its keys,
+/// the schedule's hash and its version.
+async fn with_schedule_s() -> (Env, Keys, String, String) {
     let env = Env::new().await;
     let k = env.k().clone();
     let h = k.schedule("s");
     env.schedule("s", every_second()).await;
+    let version = env.hget(&h, "version");
+    (env, k, h, version)
+}
+
+#[tokio::test]
+async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
+    let (env, k, h, v) = with_schedule_s().await;
     let cursor: i64 = env.cursor("s").parse().unwrap();
     let (a, b) = (cursor + 10_000, cursor + 11_000);
-    assert_eq!(env.fire("s", "1", a).await, Fired::Sent);
-    assert_eq!(env.fire("s", "1", b).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, a).await, Fired::Sent);
+    assert_eq!(env.fire("s", &v, b).await, Fired::Sent);
     assert_eq!(env.hget(&h, "ahead"), format!("{a} {b}"));
     env.seed("other", None);
     env.raw(&["ZADD", &k.pending, "1", "other"]);
@@ -4186,8 +4326,13 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     );
     assert!(!env.exists(&k.msg(&format!("{{s}}@{a}"))));
     assert_eq!(env.cursor("s"), "inf");
-    assert_eq!(env.hget(&h, "version"), "2");
-    assert_eq!(env.fire("s", "2", b + 1_000).await, Fired::Paused);
+    let paused = env.hget(&h, "version");
+    assert!(
+        paused.parse::<i64>().unwrap() > v.parse().unwrap(),
+        "{paused} after {v}"
+    );
+    assert_eq!(env.fire("s", &v, b + 1_000).await, Fired::Changed);
+    assert_eq!(env.fire("s", &paused, b + 1_000).await, Fired::Paused);
     let state = env.schedules_snapshot();
     assert_eq!(env.schedule("s", Change::Pause).await, Changed::No);
     assert_eq!(env.schedules_snapshot(), state);
@@ -4199,16 +4344,19 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     assert_eq!(env.schedule("s", Change::Resume).await, Changed::No);
 
     // A changed definition: the old fires ahead go, the version moves on.
-    assert_eq!(env.fire("s", "3", cursor + 5_000).await, Fired::Sent);
+    let resumed = env.hget(&h, "version");
+    assert_eq!(env.fire("s", &resumed, cursor + 5_000).await, Fired::Sent);
     let Change::Set { mut fields, max } = every_second() else {
         unreachable!()
     };
     fields[0].1 = "every 2000".into();
     assert_eq!(env.schedule("s", Change::Set { fields, max }).await, Changed::No);
     assert_eq!(env.zset(&k.pending).len(), 1, "only 'other' is left");
-    assert_eq!(
-        (env.hget(&h, "spec"), env.hget(&h, "version")),
-        ("every 2000".into(), "4".into())
+    let changed = env.hget(&h, "version");
+    assert_eq!(env.hget(&h, "spec"), "every 2000");
+    assert!(
+        changed.parse::<i64>().unwrap() > resumed.parse().unwrap(),
+        "{changed} after {resumed}"
     );
 
     // The shard holds at most `max` schedules.
@@ -4216,7 +4364,7 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     assert_eq!(env.schedule("u", every_second()).await, Changed::Full);
     assert!(!env.exists(&k.schedule("u")));
 
-    assert_eq!(env.fire("s", "4", cursor + 9_000).await, Fired::Sent);
+    assert_eq!(env.fire("s", &changed, cursor + 9_000).await, Fired::Sent);
     assert_eq!(env.schedule("s", Change::Remove).await, Changed::Yes);
     assert!(!env.exists(&h));
     assert_eq!(env.lines(&["ZRANGE", &k.schedules, "0", "-1"]), vec!["t".to_string()]);
@@ -4233,6 +4381,42 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
 }
 
 #[tokio::test]
+async fn a_fire_planned_before_a_remove_never_fires_the_schedule_created_again() {
+    let (env, _, h, old) = with_schedule_s().await;
+    let at = env.cursor("s").parse::<i64>().unwrap() + 5_000;
+    // A scheduler planned the interval's fire at `at`; before its call
+    // arrives, the schedule is removed, the queue purged, and the name set
+    // again as a yearly cron.
+    assert_eq!(env.schedule("s", Change::Remove).await, Changed::Yes);
+    while env.run(&Purge { limit: 10 }).await > 0 {}
+    let Change::Set { mut fields, max } = every_second() else {
+        unreachable!()
+    };
+    fields[0].1 = "cron 0 0 1 1 *".into();
+    assert_eq!(env.schedule("s", Change::Set { fields, max }).await, Changed::Yes);
+    let state = env.schedules_snapshot();
+    assert_eq!(
+        env.fire("s", &old, at).await,
+        Fired::Changed,
+        "the old definition's fire was sent: {}",
+        env.schedules_snapshot()
+    );
+    assert_eq!(env.schedules_snapshot(), state);
+    // Every change gives a version no change of this name had before.
+    let mut seen = vec![old, env.hget(&h, "version")];
+    for change in [Change::Pause, Change::Resume, Change::Remove, every_second()] {
+        env.schedule("s", change).await;
+        if env.exists(&h) {
+            seen.push(env.hget(&h, "version"));
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "a version repeats: {seen:?}");
+}
+
+#[tokio::test]
 async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
     let env = Env::new().await;
     let k = env.k().clone();
@@ -4242,23 +4426,31 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
     let now = env.now_ms();
     env.raw(&["ZADD", &k.schedules, &(now + 60_000).to_string(), "b"]);
     env.schedule("c", Change::Pause).await;
-    let page = |horizon: Option<Duration>, offset| Schedules {
+    let page = |horizon: Option<Duration>, after| Schedules {
         which: Which::Page {
             horizon,
-            offset,
+            after,
             limit: 10,
         },
     };
     let names = |r: &ReadSchedules| r.schedules.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
-    let due = env.run(&page(Some(Duration::from_secs(1)), 0)).await;
+    let due = env.run(&page(Some(Duration::from_secs(1)), None)).await;
     assert!((now..now + SLACK_MS).contains(&due.now_ms));
     assert_eq!(names(&due), ["a"]);
     assert_eq!(due.schedules[0].text("value"), Some("2:tick"));
     assert!(due.schedules[0].timing().unwrap().next_after(0).is_some());
-    let all = env.run(&page(None, 0)).await;
+    let all = env.run(&page(None, None)).await;
     assert_eq!(names(&all), ["a", "b", "c"]);
     assert_eq!(all.schedules[2].cursor, None, "paused");
-    assert_eq!(names(&env.run(&page(None, 2)).await), ["c"]);
+    assert_eq!(names(&env.run(&page(None, Some(&all.schedules[1]))).await), ["c"]);
+    assert!(env.run(&page(None, Some(&all.schedules[2]))).await.schedules.is_empty());
+    // A page goes on after the last schedule read, wherever that one moved
+    // since: one moved past it is read again, none is skipped.
+    env.raw(&["ZADD", &k.schedules, &(now + 90_000).to_string(), "a"]);
+    assert_eq!(
+        names(&env.run(&page(None, Some(&all.schedules[0]))).await),
+        ["b", "a", "c"]
+    );
     let one = env
         .run(&Schedules {
             which: Which::Named("b"),
@@ -4275,4 +4467,34 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
         .await
         .schedules
         .is_empty());
+}
+
+#[tokio::test]
+async fn schedules_pages_on_after_the_last_read_when_fires_moved_it_out_of_the_horizon() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let now = env.now_ms().to_string();
+    for name in ["d1", "d2", "d3"] {
+        env.schedule(name, every_second_at_most(10)).await;
+        // Due at once, equal cursors: ordered by name.
+        env.raw(&["ZADD", &k.schedules, &now, name]);
+    }
+    let page = |after| Schedules {
+        which: Which::Page {
+            horizon: Some(Duration::from_secs(1)),
+            after,
+            limit: 1,
+        },
+    };
+    let first = env.run(&page(None)).await;
+    assert_eq!(first.schedules[0].name, "d1");
+    // d1's fires move its cursor beyond the horizon: it leaves the due ones.
+    env.raw(&["ZADD", &k.schedules, "+inf", "d1"]);
+    let next = env.run(&page(first.schedules.first())).await;
+    assert_eq!(next.schedules[0].name, "d2", "the page after d1 skipped d2");
+    // A cursor equal to the last read's, a name after it: read next.
+    env.raw(&["ZADD", &k.schedules, &now, "d20"]);
+    env.raw(&["HSET", &k.schedule("d20"), "version", "1"]);
+    let next = env.run(&page(next.schedules.first())).await;
+    assert_eq!(next.schedules[0].name, "d20");
 }

@@ -45,14 +45,19 @@ numbered! {
 
 impl Op for Schedule<'_> {
     type Reply = Changed;
-    const KEYS: &'static [&'static str] = &["schedules", "schedule", "pending"];
+    const KEYS: &'static [&'static str] = &["schedules", "schedule", "pending", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::SCHEDULE
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.schedules.clone(), k.schedule(self.name), k.pending.clone()]
+        vec![
+            k.schedules.clone(),
+            k.schedule(self.name),
+            k.pending.clone(),
+            k.totals.clone(),
+        ]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

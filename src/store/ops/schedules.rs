@@ -16,10 +16,11 @@ use crate::Error;
 #[derive(Debug)]
 pub(crate) enum Which<'a> {
     /// A page in cursor order: those whose cursor is at most Redis now +
-    /// `horizon` (`None`: all, the paused ones too).
+    /// `horizon` (`None`: all, the paused ones too), from just after the
+    /// last schedule the page before read (`None`: from the first).
     Page {
         horizon: Option<Duration>,
-        offset: usize,
+        after: Option<&'a StoredSchedule>,
         limit: usize,
     },
     /// The one of this name.
@@ -91,14 +92,18 @@ impl Op for Schedules<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let (horizon, offset, limit, name) = match self.which {
-            Which::Page { horizon, offset, limit } => (horizon.map_or((-1).into(), ms), offset, limit, ""),
-            Which::Named(name) => (count(0), 0, 1, name),
+        let (horizon, after, limit, name) = match self.which {
+            Which::Page { horizon, after, limit } => (horizon.map_or((-1).into(), ms), after, limit, ""),
+            Which::Named(name) => (count(0), None, 1, name),
         };
+        let (cursor, after) = after.map_or((String::new(), ""), |s| {
+            (s.cursor.map_or("inf".to_string(), |c| c.to_string()), s.name.as_str())
+        });
         vec![
             k.schedule_prefix.as_str().into(),
             horizon,
-            count(offset as u64),
+            cursor.into(),
+            after.into(),
             count(limit as u64),
             name.into(),
         ]
