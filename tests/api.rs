@@ -223,3 +223,31 @@ async fn get_and_list_show_the_backoff_a_message_was_sent_with() {
     let listed: Vec<bool> = page.items.iter().map(|m| m.backoff.is_some()).collect();
     assert_eq!(listed.iter().filter(|b| **b).count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_message_counts_as_ready_before_any_consumer_runs() {
+    let (_server, client, _queue) = start_queue("counts-due", FETCH_INTERVAL, |b| b).await;
+    for shards in [1, 4] {
+        let queue = helpers::queue_builder(&format!("counts-due-{shards}"), &client, FETCH_INTERVAL)
+            .shards(shards)
+            .build()
+            .unwrap();
+        queue.send("now").await.unwrap();
+        queue
+            .send("a minute ago")
+            .at(SystemTime::now() - Duration::from_secs(60))
+            .await
+            .unwrap();
+        queue.send("in an hour").delay(Duration::from_secs(3600)).await.unwrap();
+        let counts = queue.counts().await.unwrap();
+        assert_eq!((counts.pending, counts.ready), (1, 2), "{shards} shard(s): {counts:?}");
+        let status = queue.status().await.unwrap();
+        assert_eq!(status.counts, counts, "{shards} shard(s)");
+        let next = status.next_due.expect("the message due in an hour");
+        assert!(
+            next > Duration::from_secs(3500),
+            "{shards} shard(s): next due in {next:?}"
+        );
+        assert!(status.oldest_overdue.is_some(), "{shards} shard(s): due messages wait");
+    }
+}

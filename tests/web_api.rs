@@ -210,7 +210,11 @@ async fn overview_and_queue_show_what_redis_holds() {
 
     // A queue sent to after the first scan is found by name.
     queue(&client, "later").send("x").await.unwrap();
-    assert_eq!(get_ok(&app, "/api/queues/later").await["counts"]["pending"], 1);
+    assert_eq!(
+        get_ok(&app, "/api/queues/later").await["counts"]["ready"],
+        1,
+        "due at once"
+    );
 }
 
 #[tokio::test]
