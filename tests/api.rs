@@ -251,3 +251,37 @@ async fn a_due_message_counts_as_ready_before_any_consumer_runs() {
         assert!(status.oldest_overdue.is_some(), "{shards} shard(s): due messages wait");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_left_means_one_thing_before_and_during_a_delivery() {
+    let (_server, _client, queue) = start_queue("deliveries-left", FETCH_INTERVAL, |b| b).await;
+    let id = queue.send("x").retry_count(2).await.unwrap();
+    let before = queue.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        before.deliveries_left(),
+        Some(3),
+        "retry_count 2: 3 deliveries, none made"
+    );
+    let seen: Arc<Mutex<Vec<(u32, u32, Option<u32>)>>> = Arc::default();
+    let log = seen.clone();
+    let q = queue.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let (log, q) = (log.clone(), q.clone());
+            async move {
+                let during = q.get(msg.id()).await.unwrap().unwrap().deliveries_left();
+                log.lock().unwrap().push((msg.attempt(), msg.deliveries_left(), during));
+                Err::<(), HandlerError>("again".into())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 1).await);
+    consumer.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [(1, 2, Some(2))],
+        "the handler and get agree: deliveries left after the running one"
+    );
+}

@@ -3693,7 +3693,7 @@ async fn list_pages_through_a_state_and_skips_stale_list_entries() {
     let r1 = &page.items[0];
     assert_eq!((r1.payload.len(), r1.payload_len), (crate::PREVIEW_BYTES, 1000));
     assert_eq!(
-        (r1.attempts, r1.last_error.as_deref(), r1.retries_left()),
+        (r1.attempts, r1.last_error.as_deref(), r1.deliveries_left()),
         (1, Some("boom"), Some(2))
     );
     assert!(matches!(
@@ -3738,7 +3738,7 @@ async fn get_finds_a_message_in_every_state() {
     assert_eq!(until.as_micros() as i64, lease);
     let g = get("g").await.unwrap().unwrap();
     assert_eq!(
-        (g.state, g.retries_left(), g.last_error.as_deref()),
+        (g.state, g.deliveries_left(), g.last_error.as_deref()),
         (MessageState::Dead, Some(0), Some("timeout"))
     );
     assert!(g.dead_since.is_some());
