@@ -252,6 +252,8 @@ async fn a_due_message_counts_as_ready_before_any_consumer_runs() {
     }
 }
 
+type Left = (u32, u32, Option<u32>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_left_means_one_thing_before_and_during_a_delivery() {
     let (_server, _client, queue) = start_queue("deliveries-left", FETCH_INTERVAL, |b| b).await;
@@ -262,7 +264,8 @@ async fn deliveries_left_means_one_thing_before_and_during_a_delivery() {
         Some(3),
         "retry_count 2: 3 deliveries, none made"
     );
-    let seen: Arc<Mutex<Vec<(u32, u32, Option<u32>)>>> = Arc::default();
+    // (attempt, the handler's deliveries left, get's deliveries left meanwhile)
+    let seen: Arc<Mutex<Vec<Left>>> = Arc::default();
     let log = seen.clone();
     let q = queue.clone();
     let consumer = queue
