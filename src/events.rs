@@ -45,6 +45,20 @@ pub enum Event {
         /// How long until the next delivery.
         retry_in: Duration,
     },
+    /// A handler deferred its message with an uncounted
+    /// [`RetryAfter`](crate::RetryAfter::uncounted): not a failure, and the
+    /// delivery is not counted, so the next delivery has the same
+    /// attempt number.
+    Deferred {
+        /// The message.
+        id: MessageId,
+        /// The delivery that deferred (not counted: the next has this number too).
+        attempt: u32,
+        /// The reason the handler gave.
+        reason: String,
+        /// How long until the next delivery.
+        retry_in: Duration,
+    },
     /// A delivery failed and the message is now a dead letter. Also sent
     /// for a message whose lease ran out on its last delivery (after
     /// [`Event::TimedOut`]), with reason `"timeout"`.

@@ -69,11 +69,21 @@ pub struct MessageInfo {
 }
 
 impl MessageInfo {
-    /// Deliveries left, counting none for a running delivery, and none
-    /// for a dead letter, whatever ended it early (`SkipRetry`, expiry):
-    /// a requeue gives it its retries again. `None` when the payload
-    /// (which holds the retry count) is gone.
-    pub fn retries_left(&self) -> Option<u32> {
+    /// Deliveries left: `retry_count + 1` before the first, not counting
+    /// a running one (so while a delivery runs, the handler's
+    /// [`Message::deliveries_left`](crate::Message::deliveries_left)), and
+    /// none for a dead letter, whatever ended it early (`SkipRetry`,
+    /// expiry): a requeue gives it its deliveries again. `None` when the
+    /// payload (which holds the retry count) is gone.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let id = queue.send("x").retry_count(2).await?;
+    /// let info = queue.get(&id).await?.expect("just sent");
+    /// assert_eq!(info.deliveries_left(), Some(3));
+    /// # Ok(()) }
+    /// ```
+    pub fn deliveries_left(&self) -> Option<u32> {
         let n = self.retry_count?;
         Some(match self.state {
             MessageState::Dead => 0,

@@ -101,8 +101,20 @@ impl Message {
     }
 
     /// Deliveries left after this one should it fail; 0 on the last
-    /// attempt, after which a failure makes it a dead letter.
-    pub fn retries_left(&self) -> u32 {
+    /// attempt, after which a failure makes it a dead letter. The same
+    /// count as [`MessageInfo::deliveries_left`](crate::MessageInfo::deliveries_left)
+    /// while this delivery runs.
+    ///
+    /// ```
+    /// # use delayqueue::{HandlerError, Message};
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     if msg.deliveries_left() == 0 {
+    ///         println!("last try for {}", msg.id());
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn deliveries_left(&self) -> u32 {
         (self.retry_count + 1).saturating_sub(self.attempt)
     }
 

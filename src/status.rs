@@ -91,9 +91,10 @@ impl std::str::FromStr for MessageState {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
-    /// Waiting for their due time.
+    /// Waiting for their due time: not due yet.
     pub pending: u64,
-    /// Due, waiting for a consumer.
+    /// Due, waiting for a consumer: from its due time on, also a message
+    /// that no consumer has moved to the ready list yet.
     pub ready: u64,
     /// Delivered to a handler, not yet acked or nacked.
     pub processing: u64,
@@ -148,11 +149,12 @@ pub struct Totals {
 pub struct QueueStatus {
     /// Messages per state.
     pub counts: Counts,
-    /// How long the earliest pending message is overdue: due but not yet
-    /// moved to ready, as when no consumer runs. `None` when none is.
+    /// How long the earliest due message has waited to be moved to the
+    /// ready list (it counts as ready meanwhile), as when no consumer runs.
+    /// `None` when none waits so.
     pub oldest_overdue: Option<Duration>,
-    /// How long until the earliest pending message is due; `None` when
-    /// pending is empty or it is overdue.
+    /// How long until the next message that is not due yet is due; `None`
+    /// when none waits for its due time.
     pub next_due: Option<Duration>,
     /// How long ago the oldest dead letter died.
     pub oldest_dead: Option<Duration>,
@@ -253,12 +255,14 @@ mod tests {
     fn shards_merge_into_one_status() {
         let ms = Duration::from_millis;
         // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
-        let a = from_script(vec![2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000]);
-        // pending 1 overdue by 30 ms, sent 2.
-        let b = from_script(vec![1, 3, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000]);
+        let a = from_script(vec![
+            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050,
+        ]);
+        // One due message not yet moved, overdue by 30 ms, sent 2.
+        let b = from_script(vec![0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1]);
         let m = a.merge(b);
-        assert_eq!(m.counts.pending, 3);
-        assert_eq!(m.counts.live(), 3 + 3 + 1 + 2);
+        assert_eq!(m.counts.pending, 2);
+        assert_eq!(m.counts.live(), 2 + 4 + 1 + 2);
         assert_eq!(
             (m.oldest_overdue, m.next_due, m.oldest_dead),
             (Some(ms(30)), Some(ms(50)), Some(ms(400)))

@@ -223,3 +223,68 @@ async fn get_and_list_show_the_backoff_a_message_was_sent_with() {
     let listed: Vec<bool> = page.items.iter().map(|m| m.backoff.is_some()).collect();
     assert_eq!(listed.iter().filter(|b| **b).count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_message_counts_as_ready_before_any_consumer_runs() {
+    let (_server, client, _queue) = start_queue("counts-due", FETCH_INTERVAL, |b| b).await;
+    for shards in [1, 4] {
+        let queue = helpers::queue_builder(&format!("counts-due-{shards}"), &client, FETCH_INTERVAL)
+            .shards(shards)
+            .build()
+            .unwrap();
+        queue.send("now").await.unwrap();
+        queue
+            .send("a minute ago")
+            .at(SystemTime::now() - Duration::from_secs(60))
+            .await
+            .unwrap();
+        queue.send("in an hour").delay(Duration::from_secs(3600)).await.unwrap();
+        let counts = queue.counts().await.unwrap();
+        assert_eq!((counts.pending, counts.ready), (1, 2), "{shards} shard(s): {counts:?}");
+        let status = queue.status().await.unwrap();
+        assert_eq!(status.counts, counts, "{shards} shard(s)");
+        let next = status.next_due.expect("the message due in an hour");
+        assert!(
+            next > Duration::from_secs(3500),
+            "{shards} shard(s): next due in {next:?}"
+        );
+        assert!(status.oldest_overdue.is_some(), "{shards} shard(s): due messages wait");
+    }
+}
+
+type Left = (u32, u32, Option<u32>);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_left_means_one_thing_before_and_during_a_delivery() {
+    let (_server, _client, queue) = start_queue("deliveries-left", FETCH_INTERVAL, |b| b).await;
+    let id = queue.send("x").retry_count(2).await.unwrap();
+    let before = queue.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        before.deliveries_left(),
+        Some(3),
+        "retry_count 2: 3 deliveries, none made"
+    );
+    // (attempt, the handler's deliveries left, get's deliveries left meanwhile)
+    let seen: Arc<Mutex<Vec<Left>>> = Arc::default();
+    let log = seen.clone();
+    let q = queue.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let (log, q) = (log.clone(), q.clone());
+            async move {
+                let during = q.get(msg.id()).await.unwrap().unwrap().deliveries_left();
+                log.lock().unwrap().push((msg.attempt(), msg.deliveries_left(), during));
+                Err::<(), HandlerError>("again".into())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 1).await);
+    consumer.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [(1, 2, Some(2))],
+        "the handler and get agree: deliveries left after the running one"
+    );
+}

@@ -551,7 +551,7 @@ async fn a_payload_key_of_the_wrong_type_fails_that_message_alone() {
         .unwrap();
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
     assert!(matches!(&results[1], Err(Error::WrongType { .. })), "{results:?}");
-    assert_eq!(q.counts().await.unwrap().pending, 2);
+    assert_eq!(q.counts().await.unwrap().ready, 2, "due at once");
     assert_eq!(server.raw_command(&["TYPE", "dq:{wtmsg}:m:taken"]), "hash");
 }
 

@@ -932,7 +932,7 @@ async fn web_serves_the_dashboard_and_refuses_an_open_public_address() {
     assert!(status.contains(" 200 "), "{status}");
     let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
     assert_eq!(v["queues"][0]["name"], "shown", "{v}");
-    assert_eq!(v["queues"][0]["counts"]["pending"], 1, "{v}");
+    assert_eq!(v["queues"][0]["counts"]["ready"], 1, "due at once: {v}");
     child.kill().await.unwrap();
 }
 

@@ -197,7 +197,7 @@ async fn caller_id_makes_send_idempotent() {
         Err(Error::Duplicate { id: dup, .. }) => assert_eq!(dup, id),
         other => panic!("expected Duplicate, got {other:?}"),
     }
-    assert_eq!(q.counts().await.unwrap().pending, 1);
+    assert_eq!(q.counts().await.unwrap().live(), 1);
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::{HandlerError, Message, NewMessage, RateLimit, RetryAfter};
+use delayqueue::{Event, HandlerError, Message, NewMessage, RateLimit, RetryAfter};
 use helpers::{acking, start_queue, Log};
 use support::{wait_for, wait_until, WAIT};
 
@@ -114,11 +114,29 @@ async fn an_uncounted_retry_after_keeps_the_message_s_deliveries() {
             Ok::<(), HandlerError>(())
         }
     });
+    let mut events = queue.events();
     let id = queue.send("x").await.unwrap();
     let consumer = queue.start_consume(handler).await.unwrap();
     assert!(wait_until(WAIT, || log.len() >= 4).await, "{:?}", log.attempts(&id));
     // Retry count 0 allows one counted delivery; three deferrals used none.
     assert_eq!(log.attempts(&id), vec![1, 1, 1, 1]);
+    // Each deferral is an event, though no failure.
+    let mut deferrals = Vec::new();
+    for _ in 0..100 {
+        match tokio::time::timeout(WAIT, events.recv()).await {
+            Ok(Ok(Event::Deferred {
+                id: d,
+                attempt,
+                retry_in,
+                ..
+            })) => deferrals.push((d, attempt, retry_in)),
+            Ok(Ok(Event::Acked { .. })) => break,
+            Ok(Ok(_)) => {}
+            other => panic!("events ended before the ack: {other:?}"),
+        }
+    }
+    let want = (id.clone(), 1, Duration::from_millis(50));
+    assert_eq!(deferrals, [want.clone(), want.clone(), want]);
     assert!(
         wait_for(WAIT, || async { queue.counts().await.unwrap().live() == 0 }).await,
         "acked in the end"

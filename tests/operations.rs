@@ -166,7 +166,7 @@ async fn dead_letters_keep_their_reason_and_can_be_requeued_or_deleted() {
         (shown.state, shown.payload.as_slice()),
         (MessageState::Dead, &b"flaky"[..])
     );
-    assert!(shown.dead_since.is_some() && shown.retries_left() == Some(0));
+    assert!(shown.dead_since.is_some() && shown.deliveries_left() == Some(0));
     let status = q.status().await.unwrap();
     assert_eq!(
         (status.totals.sent, status.totals.failed, status.totals.dead),

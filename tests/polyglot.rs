@@ -237,6 +237,25 @@ async fn python_producer_messages_are_handled_by_rust() {
     .await;
 }
 
+#[test]
+fn the_python_producer_without_the_lua_folder_says_how_to_find_it() {
+    let out = Command::new(python())
+        .args([
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); import delayqueue_producer as d; d.load_script('send')",
+        ])
+        .arg(root().join("examples/python"))
+        .env("DELAYQUEUE_LUA_DIR", root().join("target/no-such-lua-dir"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("FileNotFoundError") && stderr.contains("set DELAYQUEUE_LUA_DIR"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn node_producer_messages_are_handled_by_rust() {
     let dir = node_dir();

@@ -9,13 +9,13 @@ use delayqueue_test_support as support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use delayqueue::{Error, HandlerError, Message, MessageState, NewMessage, Order, MAX_PRIORITY};
+use delayqueue::{DelayQueue, Error, HandlerError, Message, MessageState, NewMessage, Order, MAX_PRIORITY};
 use helpers::start_queue;
 use support::{wait_for, wait_until, WAIT};
 
 const FETCH: Duration = Duration::from_millis(200);
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_of_mixed_priorities_is_handled_in_priority_order() {
     const N: usize = 60;
     let (_server, _client, queue) = start_queue("prio", FETCH, |b| b.concurrency(1)).await;
@@ -63,6 +63,87 @@ async fn a_backlog_of_mixed_priorities_is_handled_in_priority_order() {
     for (p, _, m) in &handled {
         let n: usize = m[1..].parse().unwrap();
         assert_eq!(usize::from(*p), n * 7 % 10, "{m} kept its priority");
+    }
+}
+
+/// One handled message: (priority, due time, id, payload).
+type Handled = (u8, SystemTime, String, String);
+
+/// Starts a `concurrency(1)` consumer on `queue`, whose messages are all
+/// due, and returns the `n` messages it handles, in the order it handled them.
+async fn handle_all(queue: &DelayQueue, n: usize) -> Vec<Handled> {
+    let handled: Arc<Mutex<Vec<Handled>>> = Arc::default();
+    let log = handled.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let payload = String::from_utf8(msg.payload().to_vec()).unwrap();
+            log.lock()
+                .unwrap()
+                .push((msg.priority(), msg.due_at(), msg.id().to_string(), payload));
+            async { Ok::<(), HandlerError>(()) }
+        })
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || handled.lock().unwrap().len() == n).await,
+        "{:?}",
+        queue.counts().await
+    );
+    consumer.shutdown().await.unwrap();
+    let handled = handled.lock().unwrap().clone();
+    handled
+}
+
+/// The payloads of `handled`, and the same in the promised order: priority
+/// high to low, then due time, then id.
+fn handled_and_promised(handled: &[Handled]) -> (Vec<String>, Vec<String>) {
+    let mut promised = handled.to_vec();
+    promised.sort_by(|a, b| (b.0, &a.1, &a.2).cmp(&(a.0, &b.1, &b.2)));
+    let payloads = |v: &[Handled]| v.iter().map(|h| h.3.clone()).collect();
+    (payloads(handled), payloads(&promised))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_handler_takes_a_due_backlog_in_priority_then_due_order_on_every_run() {
+    let (_server, client, _queue) = start_queue("prio-runs", FETCH, |b| b).await;
+    for run in 0..3 {
+        let queue = helpers::queue_builder(&format!("prio-run-{run}"), &client, FETCH)
+            .concurrency(1)
+            .build()
+            .unwrap();
+        for i in 0..5 {
+            for p in [0u8, 5, 9] {
+                queue.send(format!("{p}-{i}")).priority(p).await.unwrap();
+            }
+        }
+        let handled = handle_all(&queue, 15).await;
+        let (got, want) = handled_and_promised(&handled);
+        assert_eq!(got, want, "run {run}: handled in priority, then due order");
+        assert_eq!(&got[..5], ["9-0", "9-1", "9-2", "9-3", "9-4"], "run {run}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_handler_takes_a_due_backlog_in_due_order_on_every_run() {
+    const N: usize = 40;
+    let (_server, client, _queue) = start_queue("due-runs", FETCH, |b| b).await;
+    for run in 0..3 {
+        let queue = helpers::queue_builder(&format!("due-run-{run}"), &client, FETCH)
+            .concurrency(1)
+            .build()
+            .unwrap();
+        let msgs = (0..N).map(|i| NewMessage::new(format!("{i:03}")).delay(Duration::from_millis(3 * i as u64)));
+        let mut last = None;
+        for sent in queue.send_batch(msgs).await.unwrap() {
+            last = Some(sent.unwrap());
+        }
+        let last_due = queue.get(&last.unwrap()).await.unwrap().unwrap().due.unwrap();
+        assert!(wait_until(WAIT, || SystemTime::now() > last_due).await);
+        let handled = handle_all(&queue, N).await;
+        let (got, want) = handled_and_promised(&handled);
+        let sent: Vec<String> = (0..N).map(|i| format!("{i:03}")).collect();
+        assert_eq!(want, sent, "run {run}: due times 3 ms apart");
+        assert_eq!(got, want, "run {run}: handled in due order");
     }
 }
 

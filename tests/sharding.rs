@@ -63,7 +63,7 @@ async fn every_message_is_delivered_once_from_every_shard() {
     assert_eq!(spread.iter().sum::<i64>(), 2100, "{spread:?}");
     // A fair hash puts about 525 in each; far fewer means it does not spread.
     assert!(spread.iter().all(|&n| n > 350), "{spread:?}");
-    assert_eq!(q.counts().await.unwrap().pending, 2100);
+    assert_eq!(q.counts().await.unwrap().live(), 2100);
 
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();

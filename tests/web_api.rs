@@ -210,7 +210,11 @@ async fn overview_and_queue_show_what_redis_holds() {
 
     // A queue sent to after the first scan is found by name.
     queue(&client, "later").send("x").await.unwrap();
-    assert_eq!(get_ok(&app, "/api/queues/later").await["counts"]["pending"], 1);
+    assert_eq!(
+        get_ok(&app, "/api/queues/later").await["counts"]["ready"],
+        1,
+        "due at once"
+    );
 }
 
 #[tokio::test]
@@ -279,6 +283,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
             "attempts",
             "backoff",
             "dead_since_ms",
+            "deliveries_left",
             "due_ms",
             "expires_at_ms",
             "headers",
@@ -290,7 +295,6 @@ async fn messages_page_stably_and_one_message_shows_everything() {
             "payload_len",
             "payload_text",
             "priority",
-            "retries_left",
             "retry_count",
             "sent_ms",
             "state"
@@ -305,7 +309,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
         (json!(true), json!(7))
     );
     assert_eq!(
-        (m["state"].clone(), m["retries_left"].clone()),
+        (m["state"].clone(), m["deliveries_left"].clone()),
         (json!("pending"), json!(4))
     );
     let (due, sent_ms) = (m["due_ms"].as_u64().unwrap(), m["sent_ms"].as_u64().unwrap());

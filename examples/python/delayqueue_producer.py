@@ -106,10 +106,16 @@ def _prelude_for(prelude, body):
 def load_script(name, lua_dir=LUA_DIR):
     """The source of lua/<name>.lua as Redis runs it: its shebang line, the
     prelude helpers it uses, then the rest of the file."""
-    with open(os.path.join(lua_dir, name + ".lua"), encoding="utf-8") as f:
-        text = f.read()
-    with open(os.path.join(lua_dir, "prelude.lua"), encoding="utf-8") as f:
-        prelude = f.read()
+    try:
+        with open(os.path.join(lua_dir, name + ".lua"), encoding="utf-8") as f:
+            text = f.read()
+        with open(os.path.join(lua_dir, "prelude.lua"), encoding="utf-8") as f:
+            prelude = f.read()
+    except FileNotFoundError as e:
+        raise FileNotFoundError(
+            "%s: this module runs the delayqueue crate's lua/ scripts; set "
+            "DELAYQUEUE_LUA_DIR to that folder (or pass lua_dir=)" % e
+        ) from e
     shebang, _, body = text.partition("\n")
     return shebang + "\n" + _prelude_for(prelude, body) + body
 

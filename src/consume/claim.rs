@@ -135,7 +135,10 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         };
         shared.in_flight.fetch_add(1, Ordering::AcqRel);
         shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
-        tokio::spawn(delivery::run(shared.clone(), msg, deadline));
+        // In line for a handler slot now, in claim order: the tasks run in
+        // no promised order on a multi-thread runtime.
+        let slot = shared.pool.slot();
+        tokio::spawn(delivery::run(shared.clone(), msg, deadline, slot));
     }
     Ok((popped as usize, held))
 }

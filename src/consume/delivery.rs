@@ -17,21 +17,24 @@ use super::lease::Lease;
 use super::outcome::{Ended, Outcome};
 use super::settings::Settings;
 use super::settle;
-use super::state::Shared;
+use super::state::{Shared, Slot};
 use crate::events::{self, Event};
 use crate::Message;
 
-/// Runs one delivery: waits for a worker permit, runs the handler, then
-/// settles it. A delivery that cannot start with enough of its lease left
-/// is handed back uncounted while the lease still holds, so a wait for a
-/// slot never turns into a failed delivery.
-pub(crate) async fn run(shared: Arc<Shared>, msg: Message, deadline: Instant) {
+/// Runs one delivery: waits for its handler slot (`slot`, taken in line
+/// at the claim), runs the handler, then settles it. A delivery that cannot
+/// start with enough of its lease left is handed back uncounted while the
+/// lease still holds, so a wait for a slot never turns into a failed delivery.
+pub(crate) async fn run(shared: Arc<Shared>, msg: Message, deadline: Instant, slot: Slot) {
     let pool = &shared.pool;
     let least = || least_lease_to_start(&shared.ctx.settings, pool.avg_handler_us());
     let give_up = deadline.checked_sub(least()).unwrap_or(deadline);
-    let permit = tokio::time::timeout_at(give_up, pool.workers.acquire()).await;
+    let permit = tokio::time::timeout_at(give_up, slot.acquired())
+        .await
+        .ok()
+        .and_then(Result::ok);
     let left = deadline.saturating_duration_since(Instant::now());
-    let ended = if *pool.stop.borrow() || permit.is_err() || left < least() {
+    let ended = if *pool.stop.borrow() || permit.is_none() || left < least() {
         tracing::debug!(queue = %shared.name(), id = %msg.id, "handing back an unstarted delivery");
         Ended {
             id: msg.id,

@@ -134,6 +134,12 @@ pub(crate) async fn nack(
                         "deferred, not counted as a failure",
                         Some(delay),
                     );
+                    events::emit(&ctx.events, || Event::Deferred {
+                        id: id.clone(),
+                        attempt,
+                        reason: failure.reason.clone(),
+                        retry_in: delay,
+                    });
                 }
                 if let NackMode::Fail { delay } = op.mode {
                     failure.log(&ctx.name, id, attempt, "retrying", Some(delay));

@@ -2,11 +2,14 @@
 //! every shard's loop uses, and each shard's own [`Shared`] state, which
 //! its loop and its delivery tasks hold.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use futures::FutureExt;
+use tokio::sync::{mpsc, watch, AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::acker::AckItem;
 use super::context::Context;
@@ -17,8 +20,8 @@ use crate::Handler;
 /// What the loops of every shard share: the handlers and their limits.
 pub(crate) struct Pool {
     pub handler: Arc<dyn Handler>,
-    /// One permit per handler that may run at once.
-    pub workers: Semaphore,
+    /// One permit per handler that may run at once; taken through [`Pool::slot`].
+    workers: Arc<Semaphore>,
     /// Messages claimed and not finished, over all shards.
     pub in_flight: AtomicUsize,
     /// One per shard loop, each signalled whenever any delivery finishes.
@@ -37,11 +40,27 @@ impl Pool {
     ) -> Self {
         Pool {
             handler,
-            workers: Semaphore::new(concurrency),
+            workers: Arc::new(Semaphore::new(concurrency)),
             in_flight: AtomicUsize::new(0),
             done: (0..shards).map(|_| Notify::new()).collect(),
             avg_handler_us: AtomicU64::new(0),
             stop,
+        }
+    }
+
+    /// A place in line for a handler slot, taken now. The semaphore grants
+    /// permits in the order its waiters first polled, and the first poll
+    /// happens here, so slots go in the order of these calls (claim order),
+    /// whichever delivery task the runtime happens to run first.
+    pub(crate) fn slot(&self) -> Slot {
+        // Unconstrained: a claim that used up its task's coop budget must
+        // still join the line on this poll, not merely be told to yield.
+        let mut acquire: Acquiring = Box::pin(tokio::task::unconstrained(self.workers.clone().acquire_owned()));
+        // Takes a free permit, or joins the wait list with a no-op waker
+        // that the delivery task's first poll replaces.
+        match acquire.as_mut().now_or_never() {
+            Some(permit) => Slot::Taken(permit),
+            None => Slot::Waiting(acquire),
         }
     }
 
@@ -56,6 +75,27 @@ impl Pool {
         let _ = self
             .avg_handler_us
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |avg| Some(next_average(avg, us)));
+    }
+}
+
+type Acquiring = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
+/// A delivery's place in line for a handler slot ([`Pool::slot`]).
+/// Dropping it gives up the place, or the slot once taken.
+pub(crate) enum Slot {
+    /// Taken at once: a permit was free.
+    Taken(Result<OwnedSemaphorePermit, AcquireError>),
+    /// In the semaphore's wait list.
+    Waiting(Acquiring),
+}
+
+impl Slot {
+    /// The handler slot, once every place ahead in line has taken or given up its own.
+    pub(crate) async fn acquired(self) -> Result<OwnedSemaphorePermit, AcquireError> {
+        match self {
+            Slot::Taken(permit) => permit,
+            Slot::Waiting(acquire) => acquire.await,
+        }
     }
 }
 
@@ -109,18 +149,62 @@ impl Shared {
 mod tests {
     use super::*;
 
+    fn pool(concurrency: usize) -> Pool {
+        Pool::new(
+            Arc::new(|_m: crate::Message| async { Ok::<(), crate::HandlerError>(()) }),
+            concurrency,
+            1,
+            watch::channel(false).1,
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slots_go_in_the_order_they_were_taken_whichever_task_runs_first() {
+        let pool = pool(1);
+        let first = pool.slot();
+        assert!(matches!(first, Slot::Taken(Ok(_))), "a free permit is taken at once");
+        let waiting: Vec<_> = (1..=20).map(|n| (n, pool.slot())).collect();
+        assert!(waiting.iter().all(|(_, s)| matches!(s, Slot::Waiting(_))));
+        let (log, mut done) = mpsc::unbounded_channel();
+        // Spawned last first, each holding its slot for a moment.
+        for (n, slot) in waiting.into_iter().rev() {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let _permit = slot.acquired().await.unwrap();
+                log.send(n).unwrap();
+                tokio::task::yield_now().await;
+            });
+        }
+        drop(first);
+        let mut got = Vec::new();
+        while got.len() < 20 {
+            let next = tokio::time::timeout(Duration::from_secs(30), done.recv()).await;
+            got.push(next.expect("a slot within 30 s").unwrap());
+        }
+        assert_eq!(got, (1..=20).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_slot_given_up_passes_its_place_on_and_a_task_out_of_budget_still_takes_free_ones() {
+        let pool = pool(300);
+        let slots: Vec<_> = (0..300).map(|_| pool.slot()).collect();
+        assert!(slots.iter().all(|s| matches!(s, Slot::Taken(Ok(_)))));
+        assert_eq!(pool.workers.available_permits(), 0);
+        let queued = pool.slot();
+        let behind = pool.slot();
+        drop(queued);
+        drop(slots);
+        let permit = tokio::time::timeout(Duration::from_secs(30), behind.acquired()).await;
+        assert!(permit.expect("the place given up is passed on").is_ok());
+    }
+
     #[test]
     fn the_handler_time_average_rises_at_once_and_falls_gradually() {
         assert_eq!(next_average(0, 800), 800, "the first run sets it");
         assert_eq!(next_average(800, 1600), 1600, "a slowdown counts at once");
         assert_eq!(next_average(1600, 800), 1500, "a speed-up an eighth at a time");
         assert_eq!(next_average(8, 8), 8);
-        let pool = Pool::new(
-            Arc::new(|_m: crate::Message| async { Ok::<(), crate::HandlerError>(()) }),
-            1,
-            1,
-            watch::channel(false).1,
-        );
+        let pool = pool(1);
         assert_eq!(pool.avg_handler_us(), 0);
         pool.record_handler_time(Duration::ZERO);
         assert_eq!(pool.avg_handler_us(), 1, "never 0 once a run has ended");

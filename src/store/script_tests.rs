@@ -1116,7 +1116,7 @@ async fn send_marks_stale_only_when_an_old_list_entry_may_remain() {
     assert_eq!(env.send_own("g", "again", 0, NEVER, 3).await, 1);
     assert!(!env.stale(), "a send marked STALE");
     assert!(!env.exists(&k.retries), "{:?}", env.records());
-    assert_eq!(env.stats().await, vec![3, 1, 0, 0, 0]);
+    assert_eq!(env.stats().await, vec![0, 4, 0, 0, 0], "sent due at once: ready");
     // Delivered before (a retry record), not dead, payload deleted: marks.
     env.raw(&["HSET", &k.retries, "lost", "2"]);
     assert_eq!(env.send_own("lost", "z", 0, NEVER, 3).await, 1);
@@ -3221,18 +3221,26 @@ async fn stats_counts_every_state() {
     let env = Env::new().await;
     let k = env.k().clone();
     assert_eq!(env.stats().await, vec![0, 0, 0, 0, 0]);
-    env.raw(&["ZADD", &k.pending, "1", "p1", "2", "p2"]);
+    // Two pending messages not due yet, one due (so counted as ready).
+    let later = (env.now_ms() + 3_600_000).to_string();
+    env.raw(&["ZADD", &k.pending, &later, "p1", &later, "p2", "1", "p3"]);
     env.raw(&["RPUSH", &k.ready, "r1", "r2", "r3"]);
     env.raw(&["ZADD", &k.unack, "1", "u1"]);
     env.raw(&["RPUSH", &k.retry, "t1", "t2", "t3", "t4"]);
     env.bury(&["g1", "g2", "g3", "g4", "g5"]);
     let state = env.snapshot();
-    assert_eq!(env.stats().await, vec![2, 3, 1, 4, 5]);
+    assert_eq!(env.stats().await, vec![2, 4, 1, 4, 5]);
+    let status = env.queue.status().await.unwrap();
+    assert!(
+        status.oldest_overdue.unwrap() > Duration::from_secs(60),
+        "p3, due at 1 ms"
+    );
+    assert!(status.next_due.unwrap() > Duration::from_secs(3000), "p1");
     assert_eq!(
         env.queue.counts().await.unwrap(),
         Counts {
             pending: 2,
-            ready: 3,
+            ready: 4,
             processing: 1,
             retry: 4,
             dead: 5,
@@ -3717,7 +3725,7 @@ async fn list_pages_through_a_state_and_skips_stale_list_entries() {
     let r1 = &page.items[0];
     assert_eq!((r1.payload.len(), r1.payload_len), (crate::PREVIEW_BYTES, 1000));
     assert_eq!(
-        (r1.attempts, r1.last_error.as_deref(), r1.retries_left()),
+        (r1.attempts, r1.last_error.as_deref(), r1.deliveries_left()),
         (1, Some("boom"), Some(2))
     );
     assert!(matches!(
@@ -3762,7 +3770,7 @@ async fn get_finds_a_message_in_every_state() {
     assert_eq!(until.as_micros() as i64, lease);
     let g = get("g").await.unwrap().unwrap();
     assert_eq!(
-        (g.state, g.retries_left(), g.last_error.as_deref()),
+        (g.state, g.deliveries_left(), g.last_error.as_deref()),
         (MessageState::Dead, Some(0), Some("timeout"))
     );
     assert!(g.dead_since.is_some());
@@ -3778,7 +3786,11 @@ async fn status_reports_overdue_and_dead_ages_and_totals() {
     env.raw(&["ZADD", &k.garbage, &(now - 60_000).to_string(), "old"]);
     env.raw(&["HSET", &k.totals, "sent", "7", "acked", "3"]);
     let s = env.queue.status().await.unwrap();
-    assert_eq!((s.counts.pending, s.counts.dead), (1, 1));
+    assert_eq!(
+        (s.counts.pending, s.counts.ready, s.counts.dead),
+        (0, 1, 1),
+        "due: ready"
+    );
     let overdue = s.oldest_overdue.unwrap().as_millis();
     assert!((5_000..6_000).contains(&overdue), "{overdue}");
     assert!(s.next_due.is_none());
@@ -3787,6 +3799,7 @@ async fn status_reports_overdue_and_dead_ages_and_totals() {
     env.raw(&["ZADD", &k.pending, &(now + 60_000).to_string(), "late"]);
     let s = env.queue.status().await.unwrap();
     assert!(s.oldest_overdue.is_none() && s.next_due.unwrap() > Duration::from_secs(50));
+    assert_eq!((s.counts.pending, s.counts.ready), (1, 0));
 }
 
 #[tokio::test]

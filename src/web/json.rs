@@ -158,7 +158,7 @@ pub(crate) struct MessageJson {
     state: &'static str,
     attempts: u32,
     retry_count: Option<u32>,
-    retries_left: Option<u32>,
+    deliveries_left: Option<u32>,
     /// The message's own backoff, for people; `None`: the consumer's default.
     backoff: Option<String>,
     /// 0 (default, lowest) to 9.
@@ -187,7 +187,7 @@ impl From<&MessageInfo> for MessageJson {
             state: m.state.as_str(),
             attempts: m.attempts,
             retry_count: m.retry_count,
-            retries_left: m.retries_left(),
+            deliveries_left: m.deliveries_left(),
             backoff: m.backoff.as_ref().map(ToString::to_string),
             priority: m.priority,
             headers: m.headers.iter().cloned().collect(),

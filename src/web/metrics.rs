@@ -112,7 +112,7 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Result<Response, Api
 /// The text of one scrape.
 fn render(statuses: &[(String, QueueStatus)]) -> String {
     let mut out = String::new();
-    out.push_str("# HELP delayqueue_queue_messages Messages in each state (ready and retry count list entries).\n");
+    out.push_str("# HELP delayqueue_queue_messages Messages in each state (ready counts due messages not yet moved, and list entries).\n");
     out.push_str("# TYPE delayqueue_queue_messages gauge\n");
     for (name, s) in statuses {
         let c = s.counts;

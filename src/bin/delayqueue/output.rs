@@ -251,7 +251,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "headers": m.headers.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "attempts": m.attempts,
         "retry_count": m.retry_count,
-        "deliveries_left": m.retries_left(),
+        "deliveries_left": m.deliveries_left(),
         "backoff": m.backoff.as_ref().map(ToString::to_string),
         "last_error": m.last_error,
         "due": time(m.due),
@@ -308,7 +308,7 @@ pub fn list_text(state: MessageState, items: &[MessageInfo], now: SystemTime) ->
 /// The `show` view: every field, then the whole payload.
 pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
     let when = |t: Option<SystemTime>| t.map_or("-".into(), |t| format!("{} ({})", timestamp(t), relative(t, now)));
-    let retries = match (m.retry_count, m.retries_left()) {
+    let retries = match (m.retry_count, m.deliveries_left()) {
         (Some(n), Some(left)) => format!("{n} ({left} deliveries left)"),
         _ => "- (payload gone)".into(),
     };

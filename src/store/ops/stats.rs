@@ -33,7 +33,7 @@ impl Op for Stats {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per] =
+        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -49,7 +49,7 @@ impl Op for Stats {
                 dead: n(dead_letters),
             },
             oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
-            next_due: (head > now).then(|| ms(head - now)),
+            next_due: (next >= 0).then(|| ms(next - now)),
             oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
             totals: Totals {
                 sent: n(sent),

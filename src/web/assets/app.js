@@ -985,15 +985,15 @@
     function renderDetails() {
       const m = msg;
       const row = (k, v, cls) => [h('dt', null, k), h(cls ? `dd.${cls}` : 'dd', null, v)];
-      const retries = m.retry_count === null || m.retry_count === undefined
+      const deliveries = m.retry_count === null || m.retry_count === undefined
         ? h('span.faint', null, '—')
-        : `${fmtInt(m.retries_left)} of ${fmtInt(m.retry_count)}`;
+        : `${fmtInt(m.deliveries_left)} of ${fmtInt(m.retry_count + 1)}`;
       replace(details,
         row('State', stateBadge(m.state)),
         m.state !== 'dead' || m.due_ms ? row(m.state === 'dead' ? 'Was due' : 'Due', when(m.due_ms, { overdue: m.state !== 'pending' && m.state !== 'dead' })) : null,
         row('Sent', when(m.sent_ms)),
         row('Attempts', fmtInt(m.attempts)),
-        row('Retries left', retries),
+        row('Deliveries left', deliveries),
         row('Backoff', m.backoff || h('span.faint', null, "the consumer's default")),
         row('Priority', m.priority ? String(m.priority) : h('span.faint', null, '0 (default, lowest)')),
         row('Headers', Object.keys(m.headers || {}).length
