@@ -295,7 +295,8 @@ impl Dash {
             .auth(Auth::Bearer(TOKEN.into()))
             .read_only(read_only)
             .sample_every(Duration::from_millis(500))
-            .router();
+            .router()
+            .unwrap();
         let app = axum::Router::new().nest_service(PREFIX, dashboard);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -152,6 +152,11 @@ pub struct WebArgs {
     /// Require HTTP basic auth with USER:PASSWORD [default: $DELAYQUEUE_WEB_BASIC].
     #[arg(long, value_name = "USER:PASSWORD")]
     pub basic: Option<String>,
+    /// Also answer to this host name (`name` or `name:port`), e.g. the name
+    /// a reverse proxy serves the dashboard under; repeatable. Without auth
+    /// only loopback names and the --listen address are answered.
+    #[arg(long, value_name = "HOST")]
+    pub allowed_host: Vec<String>,
 }
 
 #[derive(Debug, Args)]
