@@ -3,7 +3,8 @@
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
 left, deletes the retries hash and the totals' counts (a paused queue
-stays paused, its limits stay). The wire format version ('format')
+stays paused, its limits stay, a shard count recorded here by
+shards.lua stays). The wire format version ('format')
 stays with them, as they are in that format; with nothing else left it
 goes too, so a purged queue without settings leaves no key (and is no
 longer found); its next send writes the version again. Call until it returns 0.
@@ -46,8 +47,8 @@ if #ids == 0 then
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
   redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios')
-  local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate')
-  if not (settings[1] or settings[2] or settings[3]) then
+  local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate', 'shards')
+  if not (settings[1] or settings[2] or settings[3] or settings[4]) then
     redis.call('HDEL', KEYS[7], 'format')
   end
   return 0

@@ -1236,3 +1236,77 @@ async fn without_auth_only_loopback_and_allowed_hosts_are_served() {
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
 }
+
+/// The dashboard runs before the application first uses a sharded queue:
+/// a message sent through the producer API must reach that queue's
+/// consumers (or be refused), never land in an unsharded layout no consumer
+/// reads; and the dashboard shows the queue with its shard count.
+#[tokio::test]
+async fn the_producer_api_sends_to_a_queue_sharded_after_the_dashboard_started() {
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone()).router().unwrap();
+    assert_eq!(
+        get_ok(&app, "/api/overview").await["queues"],
+        json!([]),
+        "the list is cached empty"
+    );
+
+    let orders = DelayQueue::builder("orders", client.clone())
+        .shards(3)
+        .fetch_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    orders.send("from the app").await.unwrap();
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/orders/messages",
+        None,
+        json!({"payload": "via http"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert!(
+        orders.get(&id).await.unwrap().is_some(),
+        "{id} is not in the 3-shard queue"
+    );
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let consumer = orders
+        .start_consume(move |m: delayqueue::Message| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push(m.id().to_string());
+                Ok::<(), delayqueue::HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(
+        support::wait_until(WAIT, || seen.lock().unwrap().contains(&id)).await,
+        "{id} not delivered"
+    );
+    consumer.shutdown().await.unwrap();
+
+    let v = get_ok(&app, "/api/queues/orders").await;
+    assert_eq!(v["shards"], 3, "{v}");
+
+    // The other order: the producer API created the queue unsharded (and
+    // keeps that handle), then the application shards it. The send script
+    // refuses the old handle with nothing written; the API sends again to
+    // the queue as Redis records it.
+    let path = "/api/v1/queues/grown/messages";
+    let r = v1(&app, Method::POST, path, None, json!({"payload": "first"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let grown = DelayQueue::builder("grown", client.clone()).shards(3).build().unwrap();
+    grown.send("from the app").await.unwrap();
+    let r = v1(&app, Method::POST, path, None, json!({"payload": "second"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert!(
+        grown.get(&id).await.unwrap().is_some(),
+        "{id} is not in the 3-shard queue"
+    );
+}
