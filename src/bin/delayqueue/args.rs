@@ -34,8 +34,8 @@ pub struct Cli {
     /// Key prefix of the queues (the builder's `key_prefix`).
     #[arg(long, global = true, default_value = "dq:")]
     pub prefix: String,
-    /// Shards of the queue (the builder's `shards`); unset: an ordinary
-    /// queue, or the count found in Redis when only a sharded one exists.
+    /// Shards of the queue (the builder's `shards`); unset: the count the
+    /// queue records in Redis, else an ordinary queue.
     #[arg(long, global = true)]
     pub shards: Option<usize>,
     /// Print JSON (one object per line) instead of tables.
