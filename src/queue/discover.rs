@@ -50,7 +50,9 @@ const CONCURRENCY: usize = 16;
 /// handles older than the record) is listed once for each.
 ///
 /// Walks the whole keyspace with `SCAN` (on every primary of a cluster), a
-/// page at a time: fine for tools and start-up checks, not for a hot path.
+/// page at a time, and reads the shard count record of each ordinary queue
+/// found (one script call each, 16 at a time): fine for tools and start-up
+/// checks, not for a hot path.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delayqueue::Error> {

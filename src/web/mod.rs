@@ -23,7 +23,8 @@
 //! overview one `TIME` and one status script per shard of every queue; a
 //! queue one status per shard; a page of messages one script call (one
 //! more per shard on a sharded queue); `/metrics` one status per shard of
-//! every queue. The list of queues comes from a `SCAN` of the keyspace,
+//! every queue. The list of queues comes from a `SCAN` of the keyspace
+//! (and one script call per ordinary queue found, for its shard count),
 //! run once at the first request and again in the background at most every
 //! 30 s. A sampler reads each queue's status every 10 s for the rates and
 //! their 15-minute history; it starts with the first request and stops

@@ -66,7 +66,7 @@ fn auth(args: &WebArgs) -> Result<Auth, Failure> {
     };
     match (token, basic) {
         (Some(token), None) if token.is_empty() => Err(Failure::usage(
-            "--token must not be empty (is the variable it was given from set?)",
+            "the token (--token or DELAYQUEUE_WEB_TOKEN) must not be empty: is the variable it was given from set?",
         )),
         (Some(_), Some(_)) => Err(Failure::usage(
             "both a token and basic auth are set (DELAYQUEUE_WEB_TOKEN, DELAYQUEUE_WEB_BASIC): choose one",
