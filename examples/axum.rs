@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .auth(Auth::Bearer(token))
         .queue(&queue)
         .process_metrics(move || metrics.render())
-        .router();
+        .router()?;
     let app = Router::new()
         .route("/orders/{id}", post(place_order))
         .route("/orders/{id}/pay", post(pay_order))

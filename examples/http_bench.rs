@@ -38,7 +38,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let app = Dashboard::new(client.clone()).auth(Auth::Bearer(TOKEN.into())).router();
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer(TOKEN.into()))
+        .router()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
     let http: Client<_, Body> = Client::builder(TokioExecutor::new()).build_http();
 

@@ -115,6 +115,19 @@ local function check_format(found, speaks)
   end
 end
 
+-- A sharded queue's shard count is recorded in the field 'shards' of the
+-- totals hash of its unsharded layout ({<name>}, docs/scaling.md), so every
+-- client agrees on where its messages live. `found` is the field's value
+-- (false: none recorded), `uses` the caller's count. Fails, to be called
+-- before the script's first write, when a count is recorded and is another,
+-- with an error ("DQSHARDS ...") the caller reads as a shard count error.
+local function check_shards(found, uses)
+  if found and found ~= uses then
+    error(redis.error_reply('DQSHARDS the queue is spread over ' .. found
+      .. ' shards, this client uses ' .. uses .. ' (docs/scaling.md)'))
+  end
+end
+
 -- Due messages of priority 1 to 9 wait in one zset (those of priority 0 in
 -- the ready list), scored so that ZRANGE gives the highest priority first
 -- and, within one priority, the earliest due first: (10 - p) * PRIO_SPAN +

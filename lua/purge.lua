@@ -3,12 +3,13 @@
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
 left, deletes the retries hash and the totals' counts (a paused queue
-stays paused, its limits stay, and 'schedule_version' stays: no
-schedule version repeats, schedule.lua). The wire format version
-('format') stays with the settings, as they are in that format; with
-nothing else left it goes too, so a purged queue without settings that
-never had a schedule leaves no key (and is no longer found); its next
-send writes the version again. Call until it returns 0.
+stays paused, its limits stay, a shard count recorded here by
+shards.lua stays, and 'schedule_version' stays: no schedule version
+repeats, schedule.lua). The wire format version ('format') stays with
+the settings, as they are in that format; with nothing else left it goes
+too, so a purged queue without settings that never had a schedule leaves
+no key (and is no longer found); its next send writes the version again.
+Call until it returns 0.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
 KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
@@ -48,8 +49,8 @@ if #ids == 0 then
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
   redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios')
-  local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate')
-  if not (settings[1] or settings[2] or settings[3]) then
+  local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate', 'shards')
+  if not (settings[1] or settings[2] or settings[3] or settings[4]) then
     redis.call('HDEL', KEYS[7], 'format')
   end
   return 0

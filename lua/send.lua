@@ -28,7 +28,10 @@ never expires), and 1 when the caller chose the id (0: generated, so it
 has no past).
 Fails with a "DQFORMAT ..." error, nothing written, when the totals'
 'format' field holds another version than ARGV[2]; sets it to ARGV[2]
-when it is missing and a message was stored.
+when it is missing and a message was stored. Fails with a "DQSHARDS ..."
+error, nothing written, when the totals hold a shard count ('shards',
+written by shards.lua): the queue is sharded, and these keys are its
+unsharded layout, which its consumers do not read.
 Counts 'sent' in the totals. A message with a priority ("!<p>" in its
 header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
@@ -61,8 +64,10 @@ if chosen then
   later[#later + 1], later[#later + 2] = KEYS[2], 'hash'
 end
 check_types(unpack(later))
-local format = redis.call('HGET', KEYS[5], 'format')
+local settings = redis.call('HMGET', KEYS[5], 'format', 'shards')
+local format = settings[1]
 check_format(format, ARGV[2])
+check_shards(settings[2], '1')
 local now = now_ms()
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.

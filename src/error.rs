@@ -128,6 +128,20 @@ pub enum Error {
         /// The version this crate speaks.
         supported: u32,
     },
+    /// The queue records another shard count than this handle's
+    /// ([`shards`](crate::DelayQueueBuilder::shards)): using it would put
+    /// messages where the queue's consumers do not read, or read where its
+    /// producers do not write. Nothing was written; build the handle with
+    /// the recorded count (docs/scaling.md).
+    #[error("queue {queue:?} is spread over {found} shards, this handle over {expected}: every producer and consumer must use shards({found}) (see docs/scaling.md)")]
+    ShardCount {
+        /// The queue.
+        queue: String,
+        /// The count the queue records.
+        found: usize,
+        /// This handle's count.
+        expected: usize,
+    },
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
@@ -143,8 +157,9 @@ impl From<InvalidId> for Error {
 }
 
 impl Error {
-    /// Turns a fred error into `WrongType`, `OutOfMemory` or
-    /// `FormatVersion` when Redis said WRONGTYPE or OOM, or a script DQFORMAT.
+    /// Turns a fred error into `WrongType`, `OutOfMemory`, `FormatVersion`
+    /// or `ShardCount` when Redis said WRONGTYPE or OOM, or a script
+    /// DQFORMAT or DQSHARDS.
     pub(crate) fn from_redis(queue: &str, err: fred::error::Error) -> Self {
         let details = err.details();
         let (queue, detail) = (queue.to_string(), details.to_string());
@@ -154,6 +169,8 @@ impl Error {
                 found,
                 supported,
             }
+        } else if let Some((found, expected)) = shard_counts(details) {
+            Error::ShardCount { queue, found, expected }
         } else if details.contains("WRONGTYPE") {
             Error::WrongType { queue, detail }
         } else if details.starts_with("OOM ") || details.contains("maxmemory") {
@@ -162,6 +179,16 @@ impl Error {
             Error::Redis(err)
         }
     }
+}
+
+/// The counts in a script's "DQSHARDS the queue is spread over <found>
+/// shards, this client uses <uses> (...)" error (`check_shards` in
+/// lua/prelude.lua).
+fn shard_counts(details: &str) -> Option<(usize, usize)> {
+    let rest = details.split_once("DQSHARDS the queue is spread over ")?.1;
+    let (found, rest) = rest.split_once(" shards, this client uses ")?;
+    let uses = rest.split(' ').next()?.parse().ok()?;
+    Some((found.parse().ok()?, uses))
 }
 
 /// The versions in a script's "DQFORMAT the queue is in wire format <found>,

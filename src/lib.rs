@@ -104,8 +104,8 @@ pub use message::Message;
 pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue, IntegrityReport, NewMessage,
-    Search, MAX_SCAN,
+    find_queues, recorded_shards, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
+    IntegrityReport, NewMessage, Search, MAX_SCAN,
 };
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,

@@ -33,8 +33,8 @@ const PRODUCER: &[&str] = &["wait"];
 /// Commands that `send`, `cancel` and `reschedule` run (reschedule
 /// rewrites the due time in the stored value's header).
 const PRODUCER_SCRIPTS: &[&str] = &[
-    "del", "exists", "get", "getrange", "hdel", "hget", "hincrby", "hset", "publish", "set", "setrange", "time",
-    "type", "zadd", "zrange", "zrem", "zscore",
+    "del", "exists", "get", "getrange", "hdel", "hget", "hincrby", "hmget", "hset", "publish", "set", "setrange",
+    "time", "type", "zadd", "zrange", "zrem", "zscore",
 ];
 /// What a consumer runs besides its scripts.
 const CONSUMER: &[&str] = &["subscribe"];
@@ -404,13 +404,15 @@ async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
     assert_eq!(server.raw_command(&["EXISTS", "dq:{orders}:pending"]), "0");
 }
 
-/// A sharded queue as a user limited to `~dq:{orders#*}*` and
-/// `&dq:{orders#*}:wake` (docs/scaling.md): sends, consumes with wake-ups,
-/// inspects and purges every shard, and is refused nothing.
+/// A sharded queue as a user limited to `~dq:{orders#*}*`, the shard count
+/// record `~dq:{orders}:totals` and `&dq:{orders#*}:wake`
+/// (docs/scaling.md): records its shard count, sends, consumes with
+/// wake-ups, inspects and purges every shard, and is refused nothing.
 #[tokio::test]
 async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
     let server = RedisServer::start().await;
     let app = user_of(&server, "orders-sharded", Role::All, "orders#*").await;
+    server.raw_command(&["ACL", "SETUSER", "orders-sharded", "~dq:{orders}:totals"]);
     let q = DelayQueue::builder("orders", app.clone())
         .shards(3)
         .fetch_interval(Duration::from_secs(600))
@@ -437,4 +439,8 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
         "refused while running the queue"
     );
     assert!(app.get::<Option<String>, _>("dq:{orders}:pending").await.is_err());
+    assert_eq!(
+        delayqueue::recorded_shards(&app, "dq:", "orders").await.unwrap(),
+        Some(3)
+    );
 }

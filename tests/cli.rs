@@ -882,13 +882,18 @@ async fn reschedule_moves_a_pending_message() {
 
 /// One HTTP/1.1 GET to 127.0.0.1:`port`: the status line and the body.
 async fn http_get(port: u16, path: &str, auth: Option<&str>) -> (String, String) {
+    http_get_as(port, path, "127.0.0.1", auth).await
+}
+
+/// [`http_get`] with `host` as the `Host` header.
+async fn http_get_as(port: u16, path: &str, host: &str, auth: Option<&str>) -> (String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
             .await
             .unwrap();
         let auth = auth.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
-        let request = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{auth}connection: close\r\n\r\n");
+        let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\n{auth}connection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut reply = String::new();
         stream.read_to_string(&mut reply).await.unwrap();
@@ -933,6 +938,54 @@ async fn web_serves_the_dashboard_and_refuses_an_open_public_address() {
     let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
     assert_eq!(v["queues"][0]["name"], "shown", "{v}");
     assert_eq!(v["queues"][0]["counts"]["ready"], 1, "due at once: {v}");
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn web_refuses_an_empty_secret() {
+    let (_server, url, _client) = start().await;
+    for auth in [["--token", ""], ["--basic", ":"]] {
+        let mut args = vec!["web", "--listen", "0.0.0.0:0"];
+        args.extend(auth);
+        let r = run(&url, &args).await;
+        assert!(r.failed(2).contains("must not be empty"), "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn web_on_loopback_serves_only_its_own_and_allowed_hosts() {
+    let (_server, url, _client) = start().await;
+    let args = [
+        "--url",
+        &url,
+        "web",
+        "--listen",
+        "127.0.0.1:0",
+        "--allowed-host",
+        "dash.example.com",
+    ];
+    let (mut child, mut lines) = spawn_lines(&args);
+    let line = tokio::time::timeout(RUN_LIMIT, lines.next_line())
+        .await
+        .expect("no line in time")
+        .unwrap()
+        .expect("stdout ended early");
+    let port: u16 = line
+        .strip_prefix("dashboard on http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+    let (status, body) = http_get_as(port, "/api/overview", &format!("rebind.attacker.example:{port}"), None).await;
+    assert!(status.contains(" 403 "), "{status}");
+    assert!(body.contains("host"), "{body}");
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "dash.example.com".into(),
+    ] {
+        let (status, _) = http_get_as(port, "/api/overview", &host, None).await;
+        assert!(status.contains(" 200 "), "{host}: {status}");
+    }
     child.kill().await.unwrap();
 }
 

@@ -346,3 +346,58 @@ fn node_producer_refuses_what_rust_refuses() {
         .arg(cases_file()));
     assert_judged_like_rust("Node", &out);
 }
+
+/// Sends one message to queue `sharded` and prints the error it gets.
+const PYTHON_TO_SHARDED: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[2])
+import redis, delayqueue_producer as d
+p = d.Producer(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "sharded")
+try:
+    p.send("lost?")
+    print("stored")
+except Exception as e:
+    print(e)
+"#;
+
+const NODE_TO_SHARDED: &str = r#"
+const Redis = require('ioredis');
+const d = require(process.argv[2] + '/delayqueue-producer.js');
+(async () => {
+  const r = new Redis({ host: '127.0.0.1', port: Number(process.argv[1]) });
+  try { await new d.Producer(r, 'sharded').send('lost?'); console.log('stored'); }
+  catch (e) { console.log(String(e)); }
+  r.disconnect();
+})();
+"#;
+
+/// The foreign producers write ordinary queues only: a queue whose shard
+/// count is recorded refuses them (send.lua), with nothing written where
+/// its consumers would never read.
+#[tokio::test]
+async fn foreign_producers_are_refused_by_a_sharded_queue() {
+    use delayqueue::fred::prelude::KeysInterface;
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queue = DelayQueue::builder("sharded", client.clone())
+        .shards(3)
+        .build()
+        .unwrap();
+    queue.send("from rust").await.unwrap();
+    let port = server.port().to_string();
+    let py = python();
+    let python_says = run(Command::new(&py)
+        .args(["-c", PYTHON_TO_SHARDED, &port])
+        .arg(root().join("examples/python")));
+    let dir = node_dir();
+    let node_says = run(Command::new("node")
+        .args(["-e", NODE_TO_SHARDED, &port])
+        .arg(&dir)
+        .current_dir(&dir));
+    for said in [python_says, node_says] {
+        assert!(said.contains("DQSHARDS the queue is spread over 3 shards"), "{said}");
+    }
+    let pending: i64 = client.exists("dq:{sharded}:pending").await.unwrap();
+    assert_eq!(pending, 0, "nothing in the unsharded layout");
+    assert_eq!(queue.counts().await.unwrap().ready, 1);
+}

@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use delayqueue::fred::interfaces::HashesInterface;
 use delayqueue::fred::util::redis_keyslot;
 use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageId, MessageState, NewMessage};
 use helpers::{acking, recording, start_queue, wait_stats, Log};
@@ -242,6 +243,8 @@ async fn a_consumer_warns_about_shards_beyond_its_count() {
         .id(in_last[0].as_str())
         .await
         .unwrap();
+    // Sharded by a version that recorded no shard count.
+    let _: i64 = client.hdel("dq:{layout}:totals", "shards").await.unwrap();
     let logs = Logs::capture("layout");
     let narrow = DelayQueue::builder("layout", client.clone()).shards(2).build().unwrap();
     let consumer = narrow.start_consume(|_m: Message| async { Ok(()) }).await.unwrap();
@@ -251,6 +254,9 @@ async fn a_consumer_warns_about_shards_beyond_its_count() {
         warnings.iter().any(|w| w.contains("a shard beyond its shard count")),
         "{warnings:#?}"
     );
+    // The consumer recorded its count: the wider producer is refused now.
+    let again = DelayQueue::builder("layout", client.clone()).shards(3).build().unwrap();
+    assert!(matches!(again.send("x").await, Err(Error::ShardCount { found: 2, .. })));
 }
 
 /// Shards of one queue on a 3-primary cluster: keys on every primary, two
@@ -317,4 +323,62 @@ async fn a_sharded_queue_uses_every_primary_of_a_cluster() {
     assert!(q.check_integrity().await.unwrap().is_clean());
     assert_eq!(q.status().await.unwrap().totals.acked, total as u64);
     assert_eq!(cluster.all_keys(), Vec::<String>::new(), "keys left in the cluster");
+}
+
+/// Tools read a queue's shard count from the record its handle writes, not
+/// from the shards that hold data: a 3-shard queue whose last shards are
+/// still empty is still 3 shards to `find_queues` (and so to the dashboard
+/// and the CLI).
+#[tokio::test]
+async fn find_queues_reads_the_shard_count_a_handle_recorded() {
+    let (_server, client, q) = start_queue("recorded", FETCH_INTERVAL, |b| b.shards(3)).await;
+    let id = &ids_in_shard("only", 0, 3, 1)[0];
+    q.send("x").id(id.as_str()).await.unwrap();
+    let found = delayqueue::find_queues(&client, "dq:").await.unwrap();
+    let found: Vec<(&str, usize)> = found.iter().map(|f| (f.name.as_str(), f.shards)).collect();
+    assert_eq!(found, [("recorded", 3)]);
+}
+
+/// Handles of one queue with different shard counts would split it: every
+/// one after the first that recorded its count gets a typed error instead,
+/// producers (whose send script checks the record) and consumers alike.
+#[tokio::test]
+async fn a_handle_with_another_shard_count_than_recorded_is_refused() {
+    let (_server, client, three) = start_queue("counted", FETCH_INTERVAL, |b| b.shards(3)).await;
+    three.send("x").await.unwrap();
+    let wrong = |shards: usize| {
+        DelayQueue::builder("counted", client.clone())
+            .shards(shards)
+            .build()
+            .unwrap()
+    };
+    let refused = |r: Result<(), Error>, expected: usize| match r {
+        Err(Error::ShardCount {
+            queue,
+            found,
+            expected: e,
+        }) => {
+            assert_eq!((queue.as_str(), found, e), ("counted", 3, expected));
+        }
+        Err(e) => panic!("expected ShardCount, got {e}"),
+        Ok(()) => panic!("a handle of {expected} shards was used on a queue of 3"),
+    };
+    let consume = |q: DelayQueue| async move {
+        q.start_consume(|_m: Message| async { Ok::<(), HandlerError>(()) })
+            .await
+            .map(drop)
+    };
+    refused(wrong(1).send("y").await.map(drop), 1);
+    refused(wrong(4).send("y").await.map(drop), 4);
+    refused(consume(wrong(1)).await, 1);
+    refused(consume(wrong(2)).await, 2);
+    assert_eq!(three.counts().await.unwrap().pending, 1, "nothing else was stored");
+    assert_eq!(
+        all_keys(&client)
+            .await
+            .iter()
+            .filter(|k| k.starts_with("dq:{counted}:m:"))
+            .count(),
+        0
+    );
 }

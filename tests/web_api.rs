@@ -383,7 +383,7 @@ async fn actions_change_redis() {
     let q = queue(&client, "acts");
     q.send("seed").delay(Duration::from_secs(600)).id("seed").await.unwrap();
     // The application's own handle: its events see the dashboard's actions.
-    let app = Dashboard::new(client.clone()).queue(&q).router();
+    let app = Dashboard::new(client.clone()).queue(&q).router().unwrap();
     let mut events = q.events();
 
     // Send, with every option.
@@ -539,7 +539,7 @@ async fn actions_need_the_csrf_token_a_same_site_request_and_write_access() {
 
     // Read-only: every action refused, reading works.
     q.send("y").delay(Duration::from_secs(60)).id("y").await.unwrap();
-    let ro = Dashboard::new(client.clone()).read_only(true).router();
+    let ro = Dashboard::new(client.clone()).read_only(true).router().unwrap();
     let v = get_ok(&ro, "/api/overview").await;
     assert_eq!(v["read_only"], true);
     let token = v["csrf"].as_str().unwrap().to_string();
@@ -563,7 +563,8 @@ async fn bearer_and_basic_auth_guard_every_route() {
 
     let app = Dashboard::new(client.clone())
         .auth(Auth::Bearer("s3cret".into()))
-        .router();
+        .router()
+        .unwrap();
     for path in routes {
         let r = get(&app, path).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
@@ -609,7 +610,8 @@ async fn bearer_and_basic_auth_guard_every_route() {
             user: "ops".into(),
             password: "pw:1".into(),
         })
-        .router();
+        .router()
+        .unwrap();
     let basic = |path: &str, cred: &str| {
         use base64::Engine;
         let cred = base64::engine::general_purpose::STANDARD.encode(cred);
@@ -731,7 +733,8 @@ async fn rates_are_sampled_and_the_sampler_stops_with_the_router() {
     q.send("first").await.unwrap();
     let app = Dashboard::new(client.clone())
         .sample_every(Duration::from_millis(200))
-        .router();
+        .router()
+        .unwrap();
     get_ok(&app, "/api/overview").await;
     for _ in 0..20 {
         q.send("x").await.unwrap();
@@ -786,7 +789,8 @@ async fn metrics_append_the_process_metrics_of_the_application_recorder() {
     consumer.shutdown().await.unwrap();
     let app = Dashboard::new(client.clone())
         .process_metrics(move || recorder.render())
-        .router();
+        .router()
+        .unwrap();
     let text = get(&app, "/metrics").await.text();
     for line in [
         "# TYPE delayqueue_queue_acked_total counter",
@@ -811,7 +815,7 @@ async fn schedules_are_listed_and_paused_resumed_and_triggered() {
     assert!(q.set_schedule("hourly", hourly).await.unwrap());
     let nightly = delayqueue::Schedule::cron("0 3 * * *", "n").timezone("Europe/Berlin");
     assert!(q.set_schedule("nightly", nightly).await.unwrap());
-    let app = Dashboard::new(client.clone()).queue(&q).router();
+    let app = Dashboard::new(client.clone()).queue(&q).router().unwrap();
 
     let v = get_ok(&app, "/api/queues/crons/schedules").await;
     assert_eq!(keys(&v), ["items", "now_ms"]);
@@ -895,7 +899,7 @@ async fn schedules_are_listed_and_paused_resumed_and_triggered() {
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
     let r = post(&app, &path("hourly", "pause"), json!({}), None).await;
     assert_eq!((r.status, r.json()), (StatusCode::FORBIDDEN, json!({"error": "csrf"})));
-    let ro = Dashboard::new(client.clone()).read_only(true).router();
+    let ro = Dashboard::new(client.clone()).read_only(true).router().unwrap();
     let token = csrf(&ro).await;
     for what in ["pause", "resume", "trigger"] {
         let r = post(&ro, &path("hourly", what), json!({}), Some(&token)).await;
@@ -934,7 +938,10 @@ async fn v1(app: &Router, method: Method, path: &str, token: Option<&str>, body:
 #[tokio::test]
 async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
     let (_server, client) = start().await;
-    let app = Dashboard::new(client.clone()).auth(Auth::Bearer("s3".into())).router();
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .router()
+        .unwrap();
     let t = Some("s3");
     let base = "/api/v1/queues/jobs";
 
@@ -1069,7 +1076,10 @@ fn delayqueue_now_ms() -> u64 {
 #[tokio::test]
 async fn producer_api_refuses_cookies_missing_credentials_forms_other_sites_and_read_only() {
     let (_server, client) = start().await;
-    let app = Dashboard::new(client.clone()).auth(Auth::Bearer("s3".into())).router();
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .router()
+        .unwrap();
     let path = "/api/v1/queues/jobs/messages";
     let body = json!({"payload": "p"});
     let send = |req: axum::http::request::Builder| {
@@ -1115,7 +1125,8 @@ async fn producer_api_refuses_cookies_missing_credentials_forms_other_sites_and_
     let ro = Dashboard::new(client.clone())
         .auth(Auth::Bearer("s3".into()))
         .read_only(true)
-        .router();
+        .router()
+        .unwrap();
     let r = v1(&ro, Method::POST, path, Some("s3"), body.clone()).await;
     assert_eq!(
         (r.status, r.json()),
@@ -1136,4 +1147,170 @@ async fn producer_api_refuses_cookies_missing_credentials_forms_other_sites_and_
 async fn total(q: &DelayQueue) -> u64 {
     let c = q.counts().await.unwrap();
     c.pending + c.ready + c.processing + c.retry + c.dead
+}
+
+#[tokio::test]
+async fn an_empty_secret_is_refused_when_the_router_is_built() {
+    let (_server, client) = start().await;
+    let basic = |user: &str, password: &str| Auth::Basic {
+        user: user.into(),
+        password: password.into(),
+    };
+    for auth in [Auth::Bearer(String::new()), basic("", "pw"), basic("ops", "")] {
+        let what = format!("{auth:?}");
+        match Dashboard::new(client.clone()).auth(auth).router() {
+            Err(delayqueue::Error::InvalidArgument(e)) => assert!(e.contains("must not be empty"), "{e}"),
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: a router with an empty secret"),
+        }
+    }
+}
+
+/// A request as a browser on `host` sends it to the dashboard's address
+/// (`Host` and `Origin` of that name: a DNS rebinding attack when the name is
+/// the attacker's and resolves to the dashboard's loopback address).
+fn from_host(method: Method, path: &str, host: &str) -> axum::http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, host)
+        .header(header::ORIGIN, format!("http://{host}"))
+        .header(header::CONTENT_TYPE, "application/json")
+}
+
+#[tokio::test]
+async fn without_auth_only_loopback_and_allowed_hosts_are_served() {
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone()).router().unwrap();
+    let path = "/api/v1/queues/rebound/messages";
+    let body = || Body::from(json!({"payload": "p"}).to_string());
+    let hostile = "rebind.attacker.example:8080";
+
+    let r = call(&app, from_host(Method::POST, path, hostile).body(body()).unwrap()).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "a rebound send: {}", r.text());
+    let r = call(
+        &app,
+        from_host(Method::GET, "/api/overview", hostile)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "a rebound overview: {}", r.text());
+    assert!(r.text().contains("rebind.attacker.example"), "{}", r.text());
+    assert_eq!(total(&queue(&client, "rebound")).await, 0, "nothing refused was sent");
+
+    for own in ["127.0.0.1:8080", "localhost:8080", "[::1]:8080"] {
+        let r = call(&app, from_host(Method::POST, path, own).body(body()).unwrap()).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{own}: {}", r.text());
+    }
+
+    // Behind a proxy: its X-Forwarded-Host counts once allowed, and is what
+    // an action's Origin must match.
+    let proxied = Dashboard::new(client.clone())
+        .allowed_hosts(["dash.example.com"])
+        .router()
+        .unwrap();
+    let via_proxy = |forwarded: &str| {
+        Request::post(path)
+            .header(header::HOST, "127.0.0.1:8080")
+            .header("x-forwarded-host", forwarded)
+            .header(header::ORIGIN, format!("https://{forwarded}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body())
+            .unwrap()
+    };
+    let r = call(&proxied, via_proxy("dash.example.com")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "an allowed proxy name: {}", r.text());
+    let r = call(&proxied, via_proxy("rebind.attacker.example")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "a forwarded name not allowed");
+    assert_eq!(total(&queue(&client, "rebound")).await, 4);
+
+    // With a token a rebound page has no credentials: any name is answered.
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .router()
+        .unwrap();
+    let r = call(
+        &app,
+        from_host(Method::GET, "/api/overview", hostile)
+            .header(header::AUTHORIZATION, "Bearer s3")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+}
+
+/// The dashboard runs before the application first uses a sharded queue:
+/// a message sent through the producer API must reach that queue's
+/// consumers (or be refused), never land in an unsharded layout no consumer
+/// reads; and the dashboard shows the queue with its shard count.
+#[tokio::test]
+async fn the_producer_api_sends_to_a_queue_sharded_after_the_dashboard_started() {
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone()).router().unwrap();
+    assert_eq!(
+        get_ok(&app, "/api/overview").await["queues"],
+        json!([]),
+        "the list is cached empty"
+    );
+
+    let orders = DelayQueue::builder("orders", client.clone())
+        .shards(3)
+        .fetch_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    orders.send("from the app").await.unwrap();
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/orders/messages",
+        None,
+        json!({"payload": "via http"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert!(
+        orders.get(&id).await.unwrap().is_some(),
+        "{id} is not in the 3-shard queue"
+    );
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let consumer = orders
+        .start_consume(move |m: delayqueue::Message| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push(m.id().to_string());
+                Ok::<(), delayqueue::HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(
+        support::wait_until(WAIT, || seen.lock().unwrap().contains(&id)).await,
+        "{id} not delivered"
+    );
+    consumer.shutdown().await.unwrap();
+
+    let v = get_ok(&app, "/api/queues/orders").await;
+    assert_eq!(v["shards"], 3, "{v}");
+
+    // The other order: the producer API created the queue unsharded (and
+    // keeps that handle), then the application shards it. The send script
+    // refuses the old handle with nothing written; the API sends again to
+    // the queue as Redis records it.
+    let path = "/api/v1/queues/grown/messages";
+    let r = v1(&app, Method::POST, path, None, json!({"payload": "first"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let grown = DelayQueue::builder("grown", client.clone()).shards(3).build().unwrap();
+    grown.send("from the app").await.unwrap();
+    let r = v1(&app, Method::POST, path, None, json!({"payload": "second"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    assert!(
+        grown.get(&id).await.unwrap().is_some(),
+        "{id} is not in the 3-shard queue"
+    );
 }

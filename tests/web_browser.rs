@@ -295,7 +295,8 @@ impl Dash {
             .auth(Auth::Bearer(TOKEN.into()))
             .read_only(read_only)
             .sample_every(Duration::from_millis(500))
-            .router();
+            .router()
+            .unwrap();
         let app = axum::Router::new().nest_service(PREFIX, dashboard);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -855,6 +856,23 @@ async fn search_finds_a_message_by_payload_text_and_by_id_among_many() {
     )
     .await;
     b.close().await;
+}
+
+#[tokio::test]
+async fn counts_of_one_are_in_the_singular() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let single = dash.queue("single", |b| b);
+    single.send("x").delay(Duration::from_secs(900)).await.unwrap();
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/").await;
+    let summary = "document.querySelector('[data-testid=overview] .pagehead .sub')?.textContent";
+    b.wait("the overview's summary", summary).await;
+    assert_eq!(b.js(&format!("return {summary};")).await, json!("1 queue · 1 message"));
+    dash.open(&b, "#/q/single/pending").await;
+    let sub = "document.querySelector('[data-testid=queue-view] .sub')?.textContent";
+    b.wait("the queue's total", sub).await;
+    assert_eq!(b.js(&format!("return {sub};")).await, json!("1 message"));
 }
 
 #[tokio::test]

@@ -288,6 +288,7 @@ impl DelayQueueBuilder {
     /// Checks the settings and builds the queue. Nothing is sent to Redis.
     pub fn build(self) -> Result<DelayQueue, Error> {
         let shards = Keys::shards(&self.key_prefix, &self.name, self.shards)?;
+        let record = Keys::new(&self.key_prefix, &self.name)?;
         let mut config = self.config;
         config.fetch_limit = self
             .fetch_limit
@@ -333,6 +334,8 @@ impl DelayQueueBuilder {
         Ok(DelayQueue {
             inner: Arc::new(Inner {
                 shards,
+                record,
+                recorded: tokio::sync::OnceCell::new(),
                 prefix: self.key_prefix,
                 meters: Meters::new(&self.name),
                 events: tokio::sync::broadcast::channel(events::CAPACITY).0,

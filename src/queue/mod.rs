@@ -20,7 +20,7 @@ mod send;
 pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;
-pub use discover::{find_queues, FoundQueue};
+pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
 pub use integrity::{Anomaly, IntegrityReport};
 pub use send::NewMessage;
@@ -34,7 +34,7 @@ use tokio::sync::broadcast;
 use crate::consume;
 use crate::events::{self, Action};
 use crate::meters::Meters;
-use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, stats::Stats};
+use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, shards::ShardRecord, stats::Stats};
 use crate::store::{Keys, Shard};
 use crate::{Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
 
@@ -53,6 +53,11 @@ pub(crate) struct Inner {
     pub prefix: String,
     /// The keys of each shard: one set for an ordinary queue.
     pub shards: Vec<Keys>,
+    /// The keys of the unsharded layout, whose totals record the shard
+    /// count (`lua/shards.lua`).
+    pub record: Keys,
+    /// Set once the record was found to agree with `shards`.
+    pub recorded: tokio::sync::OnceCell<()>,
     pub config: Config,
     pub client: Client,
     pub meters: Meters,
@@ -268,11 +273,31 @@ impl DelayQueue {
     /// Logs a warning when Redis may evict keys (`maxmemory-policy` other
     /// than `noeviction`): an evicted payload is a lost message.
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
+        self.claim_shard_count().await?;
         self.counts().await?;
         self.apply_configured_limits().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
         Ok(Consumer::start(self.consume_context(), Arc::new(handler)).await)
+    }
+
+    /// Records this handle's shard count for the queue, or fails with
+    /// [`Error::ShardCount`] when another is recorded; once per handle. A
+    /// sharded producer runs it before its first send, every consumer at
+    /// start (an ordinary queue's sends are checked by the send script).
+    pub(crate) async fn claim_shard_count(&self) -> Result<(), Error> {
+        let inner = &self.inner;
+        inner
+            .recorded
+            .get_or_try_init(|| async {
+                let op = ShardRecord::Claim(inner.shards.len());
+                Shard::new(&inner.client, &inner.record, &inner.name)
+                    .run(&op)
+                    .await
+                    .map(drop)
+            })
+            .await
+            .map(drop)
     }
 
     /// What the consume runtime (a consumer, a scheduler) runs with.

@@ -328,6 +328,9 @@ pub(crate) async fn send_batch<Q>(
         .into_iter()
         .map(|m| m.prepare(config))
         .collect::<Result<Vec<_>, _>>()?;
+    if queue.shards() > 1 {
+        queue.claim_shard_count().await?;
+    }
     // Chunks per shard; each message keeps its place in the results.
     let mut open: Vec<Option<usize>> = vec![None; queue.shards()];
     let mut chunks: Vec<Chunk> = Vec::new();

@@ -52,6 +52,7 @@ lua_scripts! {
     ACK = "ack";
     NACK = "nack";
     PAUSE = "pause";
+    SHARDS = "shards";
     FIRE = "fire";
     SCHEDULE = "schedule";
     SCHEDULES = "schedules";

@@ -71,8 +71,27 @@ impl User {
     }
 }
 
-fn same(a: &str, b: &str) -> bool {
-    bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+impl Auth {
+    /// Fails when a secret is empty: an unset variable passed as the token
+    /// must not open the dashboard to whoever sends an empty one.
+    pub(crate) fn validate(&self) -> Result<(), crate::Error> {
+        let empty = match self {
+            Auth::None => None,
+            Auth::Bearer(token) => token.is_empty().then_some("the bearer token"),
+            Auth::Basic { user, password } => {
+                (user.is_empty() || password.is_empty()).then_some("the basic auth user and password")
+            }
+        };
+        match empty {
+            Some(what) => Err(crate::Error::InvalidArgument(format!("{what} must not be empty"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Whether `given` is the secret `expected`; never for an empty secret.
+fn same(given: &str, expected: &str) -> bool {
+    !expected.is_empty() & bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
 }
 
 /// Lets the request through when it authenticates; else 401.
@@ -211,7 +230,16 @@ mod tests {
         assert_eq!(bearer(&h, false), Some("t2"));
         assert_eq!(query_token(Some("x=1&token=a%20b")), Some("a b".into()));
         assert_eq!(query_token(None), None);
-        assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+        assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab") && !same("", ""));
+        assert!(Auth::Bearer(String::new()).validate().is_err());
+        for (user, password) in [("", "p"), ("u", "")] {
+            let basic = Auth::Basic {
+                user: user.into(),
+                password: password.into(),
+            };
+            assert!(basic.validate().is_err());
+        }
+        assert!(Auth::None.validate().is_ok() && Auth::Bearer("t".into()).validate().is_ok());
         assert_eq!(format!("{:?}", Auth::Bearer("s".into())), "Bearer(***)");
     }
 }

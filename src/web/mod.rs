@@ -11,7 +11,7 @@
 //! let client = delayqueue::connect("redis://127.0.0.1:6379").await?;
 //! let dashboard = Dashboard::new(client)
 //!     .auth(Auth::Bearer("secret".into()))
-//!     .router();
+//!     .router()?;
 //! // nest_service (not nest) serves both /admin/queues and /admin/queues/.
 //! let app = axum::Router::new().nest_service("/admin/queues", dashboard);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
@@ -23,7 +23,8 @@
 //! overview one `TIME` and one status script per shard of every queue; a
 //! queue one status per shard; a page of messages one script call (one
 //! more per shard on a sharded queue); `/metrics` one status per shard of
-//! every queue. The list of queues comes from a `SCAN` of the keyspace,
+//! every queue. The list of queues comes from a `SCAN` of the keyspace
+//! (and one script call per ordinary queue found, for its shard count),
 //! run once at the first request and again in the background at most every
 //! 30 s. A sampler reads each queue's status every 10 s for the rates and
 //! their 15-minute history; it starts with the first request and stops
@@ -34,6 +35,7 @@ mod assets;
 mod auth;
 mod background;
 mod csrf;
+mod host;
 mod json;
 mod metrics;
 mod registry;
@@ -48,7 +50,8 @@ use std::time::Duration;
 use axum::routing::get;
 use fred::prelude::Client;
 
-use crate::DelayQueue;
+use crate::{DelayQueue, Error};
+use host::Hosts;
 use registry::Registry;
 use sampler::Sampler;
 use state::{App, ProcessMetrics};
@@ -63,7 +66,8 @@ use state::{App, ProcessMetrics};
 ///     .read_only(true)
 ///     .auth(Auth::Basic { user: "ops".into(), password: "secret".into() })
 ///     .queue(&orders)
-///     .router();
+///     .router()
+///     .expect("no secret is empty");
 /// # let _ = app;
 /// # }
 /// ```
@@ -74,6 +78,7 @@ pub struct Dashboard {
     prefix: String,
     read_only: bool,
     auth: Auth,
+    allowed_hosts: Vec<String>,
     queues: Vec<DelayQueue>,
     sample_every: Duration,
     process_metrics: Option<ProcessMetrics>,
@@ -91,6 +96,7 @@ impl Dashboard {
             prefix: "dq:".into(),
             read_only: false,
             auth: Auth::None,
+            allowed_hosts: Vec::new(),
             queues: Vec::new(),
             sample_every: Duration::from_secs(10),
             process_metrics: None,
@@ -114,6 +120,29 @@ impl Dashboard {
     /// Who may use the dashboard; checked on every route. Default [`Auth::None`].
     pub fn auth(mut self, auth: Auth) -> Self {
         self.auth = auth;
+        self
+    }
+
+    /// Names (`name`, any port, or `name:port`) the dashboard answers to
+    /// besides the loopback names `localhost`, `127.0.0.1` and `[::1]`: the
+    /// names a reverse proxy or the browser use for it. A request whose
+    /// `Host`, or `X-Forwarded-Host` when a proxy sets it, is neither gets
+    /// 403, which keeps a DNS-rebinding page of another site from using a
+    /// dashboard without authentication. With [`auth`](Self::auth) set, any
+    /// name is answered unless allowed hosts are given (a rebound page has
+    /// no credentials). May be called again to add more.
+    ///
+    /// ```no_run
+    /// # fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// // Behind a proxy serving https://queues.internal.example/ .
+    /// let app = delayqueue::web::Dashboard::new(client)
+    ///     .allowed_hosts(["queues.internal.example"])
+    ///     .router()?;
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    pub fn allowed_hosts<S: Into<String>>(mut self, hosts: impl IntoIterator<Item = S>) -> Self {
+        self.allowed_hosts.extend(hosts.into_iter().map(Into::into));
         self
     }
 
@@ -148,7 +177,7 @@ impl Dashboard {
     /// delayqueue::describe_metrics();
     /// let app = delayqueue::web::Dashboard::new(client)
     ///     .process_metrics(move || handle.render())
-    ///     .router();
+    ///     .router()?;
     /// # let _ = app;
     /// # Ok(()) }
     /// ```
@@ -158,7 +187,15 @@ impl Dashboard {
     }
 
     /// The router: serve it, or nest it under a path of your service.
-    pub fn router(self) -> axum::Router {
+    /// Fails with [`Error::InvalidArgument`] when a secret of the
+    /// [`auth`](Self::auth) is empty or an allowed host is not a host name.
+    pub fn router(self) -> Result<axum::Router, Error> {
+        self.auth.validate()?;
+        let hosts = Hosts::new(&self.allowed_hosts, !matches!(self.auth, Auth::None))?;
+        Ok(self.build(hosts))
+    }
+
+    fn build(self, hosts: Hosts) -> axum::Router {
         let app = Arc::new(App {
             registry: Registry::new(self.client.clone(), self.prefix, self.queues),
             sampler: Sampler::new(self.sample_every, HISTORY_SAMPLES),
@@ -176,11 +213,13 @@ impl Dashboard {
             .with_state(app.clone())
             .layer(axum::middleware::from_fn_with_state(app, csrf::check))
             .layer(axum::middleware::from_fn_with_state(Arc::new(self.auth), auth::check))
+            .layer(axum::middleware::from_fn_with_state(Arc::new(hosts), host::check))
     }
 }
 
 /// [`Dashboard::new(client).router()`](Dashboard::router): every queue
-/// under `"dq:"`, no authentication, actions allowed.
+/// under `"dq:"`, no authentication (so loopback names only), actions
+/// allowed. Cannot fail: it has no secret and no allowed host to check.
 ///
 /// ```no_run
 /// # async fn run(client: delayqueue::fred::clients::Client) {
@@ -189,5 +228,5 @@ impl Dashboard {
 /// # }
 /// ```
 pub fn router(client: Client) -> axum::Router {
-    Dashboard::new(client).router()
+    Dashboard::new(client).build(Hosts::open_loopback())
 }

@@ -86,14 +86,18 @@ impl Registry {
     }
 
     /// Queue `name`: from the list, else (a queue sent to since the last
-    /// scan) an ordinary queue of that name when it exists in Redis, one
-    /// `EXISTS`. `None` when unknown.
+    /// scan) the queue of that name with the shard count it records, or an
+    /// ordinary one when it records none and exists in Redis (one script
+    /// call, one `EXISTS`). `None` when unknown.
     pub(crate) async fn get(&self, name: &str) -> Result<Option<DelayQueue>, Error> {
         self.lookup(name, false).await
     }
 
     /// Queue `name` as [`get`](Self::get) finds it, else a new ordinary
-    /// queue of that name (its first message creates it): where producers send.
+    /// queue of that name (its first message creates it): where producers
+    /// send. A queue sharded after it was listed here is refused by the send
+    /// script ([`Error::ShardCount`]), never written to the unsharded layout;
+    /// [`forget`](Self::forget) it then, and the next call finds its count.
     pub(crate) async fn get_or_new(&self, name: &str) -> Result<DelayQueue, Error> {
         match self.lookup(name, true).await? {
             Some(q) => Ok(q),
@@ -101,16 +105,33 @@ impl Registry {
         }
     }
 
+    /// Drops `name` from the cached list, so the next lookup reads its
+    /// shard count again.
+    pub(crate) fn forget(&self, name: &str) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cache.as_mut().filter(|c| c.queues.contains_key(name)) {
+            let mut queues = (*c.queues).clone();
+            queues.remove(name);
+            c.queues = Arc::new(queues);
+        }
+    }
+
     async fn lookup(&self, name: &str, create: bool) -> Result<Option<DelayQueue>, Error> {
         if let Some(q) = self.all().await?.get(name) {
             return Ok(Some(q.clone()));
         }
-        let queue = match self.build(name, 1) {
+        let recorded = match crate::recorded_shards(&self.client, &self.prefix, name).await {
+            Ok(n) => n,
+            Err(e) if create => return Err(e),
+            Err(Error::InvalidQueueName { .. } | Error::InvalidArgument(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let queue = match self.build(name, recorded.unwrap_or(1)) {
             Ok(queue) => queue,
             Err(e) if create => return Err(e),
             Err(_) => return Ok(None),
         };
-        if !create && !queue.exists().await? {
+        if !create && recorded.is_none() && !queue.exists().await? {
             return Ok(None);
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,8 +153,9 @@ impl Registry {
     async fn scan(&self) -> Result<Arc<BTreeMap<String, DelayQueue>>, Error> {
         let mut queues = BTreeMap::new();
         for found in find_queues(&self.client, &self.prefix).await? {
-            // A name found with two layouts (its shard count changed): the
-            // first, the ordinary one, is shown.
+            // A name found with two layouts and no recorded shard count
+            // (changed by handles older than the record): the first, the
+            // ordinary one, is shown.
             if queues.contains_key(&found.name) {
                 continue;
             }

@@ -34,8 +34,8 @@ pub struct Cli {
     /// Key prefix of the queues (the builder's `key_prefix`).
     #[arg(long, global = true, default_value = "dq:")]
     pub prefix: String,
-    /// Shards of the queue (the builder's `shards`); unset: an ordinary
-    /// queue, or the count found in Redis when only a sharded one exists.
+    /// Shards of the queue (the builder's `shards`); unset: the count the
+    /// queue records in Redis, else an ordinary queue.
     #[arg(long, global = true)]
     pub shards: Option<usize>,
     /// Print JSON (one object per line) instead of tables.
@@ -152,6 +152,11 @@ pub struct WebArgs {
     /// Require HTTP basic auth with USER:PASSWORD [default: $DELAYQUEUE_WEB_BASIC].
     #[arg(long, value_name = "USER:PASSWORD")]
     pub basic: Option<String>,
+    /// Also answer to this host name (`name` or `name:port`), e.g. the name
+    /// a reverse proxy serves the dashboard under; repeatable. Without auth
+    /// only loopback names and the --listen address are answered.
+    #[arg(long, value_name = "HOST")]
+    pub allowed_host: Vec<String>,
 }
 
 #[derive(Debug, Args)]

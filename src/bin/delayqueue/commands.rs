@@ -4,7 +4,9 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::prelude::{Client, ClientLike};
-use delayqueue::{find_queues, DelayQueue, Error, MessageId, MessageState, Misfire, Schedule, ScheduleInfo};
+use delayqueue::{
+    find_queues, recorded_shards, DelayQueue, Error, MessageId, MessageState, Misfire, Schedule, ScheduleInfo,
+};
 use serde_json::{json, Value};
 
 use crate::args::{
@@ -114,9 +116,14 @@ impl Ctx {
         }
     }
 
-    /// Queue `name` as found in Redis: ordinary if it exists as one, else
-    /// sharded as `find_queues` sees it (a keyspace scan).
+    /// Queue `name` as found in Redis: with the shard count it records,
+    /// else ordinary if it exists as one, else sharded as `find_queues`
+    /// sees it (a keyspace scan; a queue sharded by handles that recorded
+    /// no count).
     async fn find(&self, name: &str) -> Result<Option<DelayQueue>, Failure> {
+        if let Some(n) = recorded_shards(&self.client, &self.prefix, name).await? {
+            return Ok(Some(self.build(name, n)?));
+        }
         let plain = self.build(name, 1)?;
         if plain.exists().await? {
             return Ok(Some(plain));

@@ -11,7 +11,8 @@ use crate::commands::Failure;
 
 /// Reads the auth, resolves `--listen`, refuses an address that is not
 /// loopback when there is no auth, binds it and serves the dashboard
-/// until Ctrl-C.
+/// until Ctrl-C. Without auth the dashboard answers to its own address,
+/// the loopback names and `--allowed-host` only.
 pub async fn serve(client: Client, prefix: String, args: WebArgs) -> Result<u8, Failure> {
     let auth = auth(&args)?;
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(args.listen.as_str())
@@ -32,11 +33,18 @@ pub async fn serve(client: Client, prefix: String, args: WebArgs) -> Result<u8, 
     let local = listener
         .local_addr()
         .map_err(|e| Failure::usage(format!("cannot listen on {}: {e}", args.listen)))?;
-    let app = Dashboard::new(client)
+    let mut dashboard = Dashboard::new(client)
         .key_prefix(prefix)
         .read_only(args.read_only)
+        .allowed_hosts(&args.allowed_host);
+    if matches!(auth, Auth::None) {
+        // Its own address, whatever loopback address --listen names.
+        dashboard = dashboard.allowed_hosts([local.to_string()]);
+    }
+    let app = dashboard
         .auth(auth)
-        .router();
+        .router()
+        .map_err(|e| Failure::usage(e.to_string()))?;
     println!("dashboard on http://{local}/ (metrics at /metrics); Ctrl-C stops it");
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
@@ -50,12 +58,16 @@ pub async fn serve(client: Client, prefix: String, args: WebArgs) -> Result<u8, 
 /// The authentication `args` ask for: --token / --basic, else
 /// `$DELAYQUEUE_WEB_TOKEN` / `$DELAYQUEUE_WEB_BASIC`; `None` when neither.
 fn auth(args: &WebArgs) -> Result<Auth, Failure> {
-    let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+    // A variable set but empty is a secret meant but missing: refused below.
+    let env = |name| std::env::var(name).ok();
     let (token, basic) = match (&args.token, &args.basic) {
         (None, None) => (env("DELAYQUEUE_WEB_TOKEN"), env("DELAYQUEUE_WEB_BASIC")),
         (token, basic) => (token.clone(), basic.clone()),
     };
     match (token, basic) {
+        (Some(token), None) if token.is_empty() => Err(Failure::usage(
+            "the token (--token or DELAYQUEUE_WEB_TOKEN) must not be empty: is the variable it was given from set?",
+        )),
         (Some(_), Some(_)) => Err(Failure::usage(
             "both a token and basic auth are set (DELAYQUEUE_WEB_TOKEN, DELAYQUEUE_WEB_BASIC): choose one",
         )),
@@ -65,7 +77,8 @@ fn auth(args: &WebArgs) -> Result<Auth, Failure> {
                 user: user.to_string(),
                 password: password.to_string(),
             }),
-            _ => Err(Failure::usage("--basic must be USER:PASSWORD, both not empty")),
+            Some(_) => Err(Failure::usage("--basic: USER and PASSWORD must not be empty")),
+            None => Err(Failure::usage("--basic must be USER:PASSWORD")),
         },
         (None, None) => Ok(Auth::None),
     }

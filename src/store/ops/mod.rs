@@ -29,6 +29,7 @@ pub(crate) mod scan;
 pub(crate) mod schedule;
 pub(crate) mod schedules;
 pub(crate) mod send;
+pub(crate) mod shards;
 pub(crate) mod stats;
 pub(crate) mod timeout;
 pub(crate) mod walk;
@@ -249,6 +250,7 @@ mod tests {
                 k,
             ),
             entry(pause::Pause { paused: true }, k),
+            entry(shards::ShardRecord::Claim(3), k),
             entry(
                 fire::Fire {
                     name: "s",

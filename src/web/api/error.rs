@@ -50,7 +50,10 @@ impl From<Error> for ApiError {
             | Error::InvalidArgument(_)
             | Error::Json(_) => StatusCode::BAD_REQUEST,
             // What Redis holds does not fit: another type, another format.
-            Error::Duplicate { .. } | Error::WrongType { .. } | Error::FormatVersion { .. } => StatusCode::CONFLICT,
+            Error::Duplicate { .. }
+            | Error::WrongType { .. }
+            | Error::FormatVersion { .. }
+            | Error::ShardCount { .. } => StatusCode::CONFLICT,
             Error::NoSuchSchedule { .. } => StatusCode::NOT_FOUND,
             Error::Redis(_) | Error::OutOfMemory { .. } | Error::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::UnexpectedReply { .. } | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

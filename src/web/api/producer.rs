@@ -18,7 +18,7 @@ use super::actions::{body, delay_of, reschedule_delay};
 use super::error::{ApiError, ApiResult};
 use crate::web::json::{BatchBody, ProduceBody};
 use crate::web::state::App;
-use crate::{DelayQueue, NewMessage};
+use crate::{DelayQueue, Error, MessageId, NewMessage};
 
 /// Most messages one batch request takes.
 const MAX_BATCH: usize = 1000;
@@ -52,6 +52,24 @@ async fn queue_of(app: &App, name: &str) -> Result<DelayQueue, ApiError> {
     Ok(app.registry.get_or_new(name).await?)
 }
 
+/// Sends the messages `make` builds to queue `name`. A listed handle whose
+/// shard count the queue no longer records (sharded since it was listed)
+/// is refused with nothing written: it is dropped from the list, and the
+/// messages are sent once more to the queue as Redis records it.
+async fn send_to(
+    app: &App,
+    name: &str,
+    make: impl Fn() -> Result<Vec<NewMessage>, ApiError>,
+) -> Result<Vec<Result<MessageId, Error>>, ApiError> {
+    match queue_of(app, name).await?.send_batch(make()?).await {
+        Err(Error::ShardCount { .. }) => {
+            app.registry.forget(name);
+            Ok(queue_of(app, name).await?.send_batch(make()?).await?)
+        }
+        sent => Ok(sent?),
+    }
+}
+
 /// `POST /api/v1/queues/{name}/messages`: 201 `{"id": ..}`; 409 when the
 /// id is live already.
 pub(crate) async fn send(
@@ -59,9 +77,7 @@ pub(crate) async fn send(
     Path(name): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let m = message_of(body(&bytes)?)?;
-    let q = queue_of(&app, &name).await?;
-    let mut results = q.send_batch([m]).await?;
+    let mut results = send_to(&app, &name, || Ok(vec![message_of(body(&bytes)?)?])).await?;
     let id = results
         .pop()
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no result"))??;
@@ -72,19 +88,18 @@ pub(crate) async fn send(
 /// result per message, in order, `{"id": ..}` or `{"status": 409, "error":
 /// ..}`. An invalid message fails the whole request before any is sent.
 pub(crate) async fn batch(State(app): State<Arc<App>>, Path(name): Path<String>, bytes: Bytes) -> ApiResult<Value> {
-    let b: BatchBody = body(&bytes)?;
-    if b.messages.is_empty() || b.messages.len() > MAX_BATCH {
-        return Err(ApiError::bad(format!("messages must hold 1 to {MAX_BATCH} messages")));
-    }
-    let msgs = b
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| message_of(m).map_err(|e| e.context(&format!("messages[{i}]"))))
-        .collect::<Result<Vec<_>, _>>()?;
-    let q = queue_of(&app, &name).await?;
-    let results: Vec<Value> = q
-        .send_batch(msgs)
+    let msgs = || {
+        let b: BatchBody = body(&bytes)?;
+        if b.messages.is_empty() || b.messages.len() > MAX_BATCH {
+            return Err(ApiError::bad(format!("messages must hold 1 to {MAX_BATCH} messages")));
+        }
+        b.messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| message_of(m).map_err(|e| e.context(&format!("messages[{i}]"))))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let results: Vec<Value> = send_to(&app, &name, msgs)
         .await?
         .into_iter()
         .map(|r| match r {

@@ -69,6 +69,8 @@
 
   const nf = new Intl.NumberFormat('en-US');
   const fmtInt = (n) => nf.format(n || 0);
+  // A count with its noun, singular for exactly one: "1 message", "2 messages".
+  const countOf = (n, one, many = `${one}s`) => `${fmtInt(n)} ${n === 1 ? one : many}`;
   function fmtRate(r) {
     if (!r) return '0';
     if (r < 0.01) return '<0.01';
@@ -153,7 +155,7 @@
       const ascii = Array.from(row, (b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : '.')).join('');
       lines.push(`${off.toString(16).padStart(8, '0')}  ${hex}  ${ascii}`);
     }
-    if (bytes.length > n) lines.push(`… ${fmtInt(bytes.length - n)} more bytes (use copy for all)`);
+    if (bytes.length > n) lines.push(`… ${countOf(bytes.length - n, 'more byte')} (use copy for all)`);
     return lines.join('\n');
   }
   // Pretty JSON with key/string/number/literal spans; text nodes keep it safe.
@@ -603,7 +605,7 @@
       const qs = data.queues;
       const total = qs.reduce((a, q) => a + STATES.reduce((b, st) => b + (q.counts[st] || 0), 0), 0);
       summary.textContent = qs.length
-        ? `${qs.length} ${qs.length === 1 ? 'queue' : 'queues'} · ${fmtInt(total)} messages`
+        ? `${countOf(qs.length, 'queue')} · ${countOf(total, 'message')}`
         : '';
       if (!qs.length) {
         replace(body, h('tr', null, h('td.empty', { colspan: 12 },
@@ -722,7 +724,7 @@
       const ids = [...view.selected];
       const n = all ? (view.info ? view.info.counts.dead : 0) : ids.length;
       if (!all && !ids.length) return;
-      const what = all ? `all ${fmtInt(n)} dead letters` : `${fmtInt(n)} selected dead ${n === 1 ? 'letter' : 'letters'}`;
+      const what = all ? `all ${countOf(n, 'dead letter')}` : countOf(n, 'selected dead letter');
       if (kind === 'delete' || all) {
         const ok = await confirmDialog(kind === 'delete'
           ? { title: `Delete ${what}?`, body: `They are removed from Redis for good. Queue: ${name}.`, yes: 'Delete', danger: true }
@@ -730,7 +732,7 @@
         if (!ok) return;
       }
       const res = await act(`api/queues/${enc(name)}/dead/${kind}`, all ? { all: true } : { ids },
-        (r) => `${kind === 'delete' ? 'Deleted' : 'Requeued'} ${fmtInt(r.count)} ${r.count === 1 ? 'message' : 'messages'}`);
+        (r) => `${kind === 'delete' ? 'Deleted' : 'Requeued'} ${countOf(r.count, 'message')}`);
       if (res) { view.selected.clear(); if (view.search) clearSearch(); }
     }
 
@@ -748,7 +750,7 @@
         h('h1', null, name),
         q.paused ? pausedBadge() : null,
         q.shards > 1 ? h('span.badge.badge-muted', null, `${q.shards} shards`) : null,
-        h('span.sub', null, `${fmtInt(total)} messages`),
+        h('span.sub', null, countOf(total, 'message')),
         h('div.actions', null, actions));
       const t = q.totals || {};
       const stat = (k, v, small) => h('div.stat', null, h('div.k', null, k), h('div.v', null, v, small ? h('small', null, small) : null));
@@ -829,7 +831,7 @@
       if (searching) {
         const sr = view.search;
         parts.push(h('div.searchinfo', { testid: 'search-info' },
-          h('span', null, `${fmtInt(sr.items.length)} ${sr.items.length === 1 ? 'match' : 'matches'} for “${sr.q}”`,
+          h('span', null, `${countOf(sr.items.length, 'match', 'matches')} for “${sr.q}”`,
             sr.id_match ? ' (exact id)' : '', ` · scanned ${fmtInt(sr.scanned)}`),
           sr.next ? h('button.small', { testid: 'search-more', on: { click: () => runSearch(sr.next) } }, 'Continue scanning') : h('span.faint', null, 'scan complete'),
           h('span.spacer', { style: 'flex:1' }),
