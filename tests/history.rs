@@ -744,13 +744,20 @@ impl Producer {
     async fn schedule_op(&mut self, rng: &mut Rng) {
         let name = format!("s{}", rng.below(SCHEDULE_NAMES));
         let live = self.schedules.iter().position(|s| s.0 == name);
-        match (live, rng.below(4)) {
+        match (live, rng.below(5)) {
             (None, _) | (Some(_), 0) => self.set_schedule(rng, &name).await,
             (Some(i), 1) => {
                 self.remove_schedule(&name, i).await;
                 if rng.chance(60) {
                     self.set_schedule(rng, &name).await;
                 }
+            }
+            // Set, then changed again while the first fire of the set may be
+            // in flight (planned from the definition just replaced).
+            (Some(_), 2) => {
+                self.set_schedule(rng, &name).await;
+                tokio::time::sleep(Duration::from_millis(rng.range(20, 250))).await;
+                self.set_schedule(rng, &name).await;
             }
             (Some(i), _) => {
                 let pause = !self.schedules[i].1;
@@ -961,7 +968,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Op::RequeueAll, 2),
     ];
     for (feature, op, weight) in [
-        (Feature::Schedules, Op::Schedule, 6),
+        (Feature::Schedules, Op::Schedule, 12),
         (Feature::Pause, Op::PauseQueue, 2),
         (Feature::Limits, Op::Limit, 2),
     ] {
@@ -1088,7 +1095,10 @@ async fn run(knobs: Knobs) {
         let handler = recorder(format!("c{i}.{generation}"), renews);
         consumers.push(Some(start_consumer(proxy.url(), &knobs, handler).await));
     }
-    let producer_client = client(&proxy.url(), COMMAND_TIMEOUT).await;
+    // The producer's own proxy: cut with the consumers', but never slow, so
+    // that its schedule changes race the consumers' late fires.
+    let producer_proxy = Proxy::start(server.port()).await;
+    let producer_client = client(&producer_proxy.url(), COMMAND_TIMEOUT).await;
     let mut producer = Producer {
         queue: configure(DelayQueue::builder(QUEUE, producer_client), &knobs, 1, false)
             .build()
@@ -1184,10 +1194,12 @@ async fn run(knobs: Knobs) {
                 }
                 FaultKind::Cut => {
                     let replies = rng.chance(50);
-                    if replies {
-                        proxy.cut_replies_once();
-                    } else {
-                        proxy.cut_all();
+                    for proxy in [&proxy, &producer_proxy] {
+                        if replies {
+                            proxy.cut_replies_once();
+                        } else {
+                            proxy.cut_all();
+                        }
                     }
                     let what = if replies {
                         "next reply of every connection swallowed"
@@ -1245,9 +1257,9 @@ async fn run(knobs: Knobs) {
                     );
                 }
                 FaultKind::Slow if slow_until.is_none() => {
-                    // Every reply late for a while, a schedule's read and its
-                    // fire's reply too: a change races fires in flight, and
-                    // replies pile up and time out.
+                    // Every reply to the consumers late for a while, a
+                    // schedule's read and its fire's reply too: a change
+                    // races fires in flight, and replies pile up and time out.
                     let ms = rng.range(50, 400);
                     proxy.delay_replies(Duration::from_millis(ms));
                     let until = start + Duration::from_millis(rng.range(500, 2000));

@@ -345,6 +345,36 @@ impl History {
         for d in self.deliveries.iter().filter(|d| d.id == id) {
             lines.push((d.start, self.delivery_line(d)));
         }
+        // A fire's schedule's changes (their times by Redis's clock).
+        if let Some((name, at)) = fire_of(id) {
+            lines.push((
+                self.instant_of_us(at * 1000),
+                format!("{} fire time {at}", self.us(at * 1000)),
+            ));
+            for o in self.schedule_ops.iter().filter(|o| o.name == name) {
+                let def = o
+                    .def
+                    .as_ref()
+                    .map(|(p, g)| format!(" payload={p} {g:?}"))
+                    .unwrap_or_default();
+                let def = if def.len() > 120 {
+                    format!("{}...", &def[..120])
+                } else {
+                    def
+                };
+                lines.push((
+                    o.start,
+                    format!(
+                        "{} schedule {} {name}{def} ran within {}..={}ms -> {:?}",
+                        self.ms(o.start),
+                        o.kind,
+                        o.start_ms,
+                        o.end_ms,
+                        o.result
+                    ),
+                ));
+            }
+        }
         for (consumer, _, at) in self.lease_lost.iter().filter(|l| l.1 == id) {
             lines.push((*at, format!("{} LeaseLost event on {consumer}", self.ms(*at))));
         }
@@ -649,12 +679,22 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
         // ack or nack came last before the event (at most a lease after the
         // handler, the longest an ack or nack is retried), or one still
         // renewing. Without one, a claimed delivery that no handler ran.
-        let own = h
+        let candidates: Vec<&Delivery> = h
             .deliveries
             .iter()
             .filter(|d| &d.id == id && &d.consumer == consumer && d.start <= *at)
             .filter(|d| d.end.map_or(true, |(end, _)| end <= *at && *at - end <= limits.lease))
-            .max_by_key(|d| d.end.map_or(*at, |e| e.0));
+            .collect();
+        let excused_loss = |d: &Delivery| {
+            let timed_out = !d.renews && matches!(d.end, Some((_, Outcome::Cancelled)));
+            timed_out || stalled(Some((d.start, d.renews)), d.start, *at).is_some()
+        };
+        // Two of them settled within a moment (a time-out's nack, then the
+        // next attempt's ack): the event may be either's.
+        if candidates.iter().any(|d| excused_loss(d)) {
+            continue;
+        }
+        let own = candidates.into_iter().max_by_key(|d| d.end.map_or(*at, |e| e.0));
         let Some(d) = own else {
             // Handed back unstarted: by a nack retried at most until the
             // lease's end, so the claim was within two leases before.
@@ -685,10 +725,6 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
             }
             continue;
         };
-        let timed_out = !d.renews && matches!(d.end, Some((_, Outcome::Cancelled)));
-        if timed_out || stalled(Some((d.start, d.renews)), d.start, *at).is_some() {
-            continue;
-        }
         // Otherwise a reply lost to a cut, a restart or a command time-out
         // makes the ack or nack run again; its first run did the work, the
         // re-run finds no lease. (A renewal re-sends its own target, so a
@@ -1640,6 +1676,18 @@ mod tests {
         assert_eq!(rules(&h, None), ["lease-lost-replayed"]);
         fault(&mut h, "pause", 20, 560);
         assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_lease_lost_next_to_a_timed_out_delivery_may_be_its() {
+        let mut h = sent();
+        delivery(&mut h, "m", "p", 1, 0, 10, 1300, Outcome::Cancelled);
+        delivery(&mut h, "m", "p", 2, 1300, 1301, 1301, Outcome::Ok);
+        let lost_at = at(&h, 1302);
+        h.lease_lost.push(("c0".into(), "m".into(), lost_at));
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        h.deliveries[0].end = Some((at(&h, 1300), Outcome::Ok));
+        assert_eq!(rules(&h, None), ["lease-lost"]);
     }
 
     #[test]
