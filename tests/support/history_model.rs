@@ -984,19 +984,18 @@ fn check_queue(
             );
         }
     }
-    // Global concurrency: handler runs lie within their leases (cut at
-    // the claim's deadline: a renewal may be lost after it), which count
-    // in processing from claim to ack. A lowered limit evicts nothing, so
+    // Global concurrency: a delivery counts in processing from its claim
+    // until its ack or nack, which come after its handler returned, or
+    // until its lease ran out (cut at the claim's deadline: a renewal may
+    // be lost after it). A lowered limit evicts nothing, so
     // every limit of the longest a lease may be renewed (handler time-out,
     // four leases here) before counts.
     let lease_us = limits.lease.as_micros() as i64;
     let mut edges: Vec<(i64, i32, &Delivery)> = Vec::new();
     for &(at, d) in &leases {
         let end = d.end_us.unwrap_or(i64::MAX).min(at + lease_us);
-        if end > d.start_us {
-            edges.push((d.start_us, 1, d));
-            edges.push((end, -1, d));
-        }
+        edges.push((at, 1, d));
+        edges.push((end, -1, d));
     }
     edges.sort_by_key(|e| (e.0, e.1));
     let mut running = 0i64;
