@@ -1,18 +1,51 @@
 //! A seeded, randomized history checker: drives the real library against a
-//! real `redis-server` (AOF, `appendfsync always`) through a proxy that can
-//! cut connections, with random sends, cancels, reschedules and requeues,
-//! two or three consumers with random handler outcomes, and random faults;
-//! records the whole history and checks it against the at-least-once model
-//! in `tests/support/history_model.rs` (crate `delayqueue-test-support`), along the way and at the end.
+//! real `redis-server` (AOF, `appendfsync always`) through proxies that can
+//! cut connections or hold replies back, with random sends, cancels,
+//! reschedules and requeues, two or three consumers with random handler
+//! outcomes, and random faults; and, by feature, schedule changes, queue
+//! limits, queue pauses, priorities and headers. Records the whole history
+//! and checks it against the model in `tests/support/history_model.rs`
+//! (crate `delayqueue-test-support`, whose unit tests show each rule), along
+//! the way and at the end.
 //!
 //! The seed is printed at the start; `HISTORY_SEED=<n>` replays its choices
 //! (the timing of a run differs, so a failure may need a few replays).
-//! With no knob set it is the run CI makes: about a minute, every fault,
-//! every handler kind, a fresh seed. Knobs, each optional:
+//! With no knob set it is the run CI makes: `history_keeps_the_at_least_once_promise`
+//! (45 s, every fault, every handler kind, half the features by the seed)
+//! and `history_of_every_feature` (15 s, every feature), in parallel, a
+//! fresh seed each. Knobs, each optional:
 //!
-//! - `HISTORY_SECS`: how long operations and faults run (default 45).
-//! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage`,
-//!   `all` (default) or `none`.
+//! - `HISTORY_SECS`: how long operations and faults run (default 45; at
+//!   most 15 in `history_of_every_feature`).
+//! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage,slow`,
+//!   `all` (default) or `none`. `slow`: the consumers' replies held back
+//!   50-400 ms for a while (a schedule's read and its fire's reply late).
+//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers`,
+//!   `all` or `none` (default: half of them, by the seed; all in
+//!   `history_of_every_feature`). What each adds and checks:
+//!   - `schedules`: schedules `s0`-`s2` set (an interval or a cron
+//!     expression with seconds, each definition with a payload of its own),
+//!     replaced, replaced again at once, removed, removed and re-created,
+//!     paused, resumed. Rules `fire-stale` (a fire's payload is of a
+//!     definition of its schedule, its time on that definition's grid,
+//!     after its set, before the change that replaced or removed it
+//!     returned, not in a pause), `fire-early`, `fire-twice` (sent at most
+//!     once), `fire-missing` (at the very end: none between a definition's
+//!     first and last delivered fires, but where a pause may have withheld it).
+//!   - `limits`: consumers built with `rate_limit(n, per)` and
+//!     `global_concurrency(n)`, both changed live (`set_rate_limit`,
+//!     `set_global_concurrency`, sometimes cleared). Rules `rate-limit` (no
+//!     window of `per` holds more leases than allowed) and
+//!     `global-concurrency` (deliveries claimed and not settled), both on
+//!     lease times by Redis's clock.
+//!   - `pause`: the queue paused (`pause()`) for 0.3-2.5 s, then resumed.
+//!     Rule `leased-while-paused`: no lease after pause returned and before
+//!     resume was called.
+//!   - `priorities`: sends with a priority. Rules `priority-changed` and
+//!     `priority-order` (a claim took a lower priority while a higher one
+//!     was surely in ready: see the model's `check_queue` for when that
+//!     is sure).
+//!   - `headers`: sends with headers. Rule `headers`: delivered as sent.
 //! - `HISTORY_HANDLERS`: comma list of `ok,error,panic,retry,skip,slow`,
 //!   `all` (default). `ok` is always among them in the final drain.
 //! - `HISTORY_RENEW`: `on`, `off` or `mixed` (default): whether consumers
@@ -25,7 +58,26 @@
 //!   violations are printed at the end but do not fail the run, to look
 //!   past a known defect for others. For debugging only, never in CI.
 //!
-//! `scripts/soak.sh history` runs it over and over with fresh seeds.
+//! One feature at a time (e.g. to see which runs find a defect once its
+//! fix is reverted), the default test only, a few runs:
+//!
+//! ```text
+//! HISTORY_FEATURES=schedules HISTORY_FAULTS=slow HISTORY_SECS=30 \
+//!     cargo test --features cli,tls,otel --test history history_keeps_the_at_least_once_promise -- --nocapture
+//! HISTORY_FEATURES=schedules HISTORY_SECS=30 cargo test ... (every fault)
+//! HISTORY_FEATURES=limits   HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=pause    HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=priorities HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=headers  HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=none     cargo test ...   (sends, cancels, reschedules, requeues only)
+//! ```
+//!
+//! A schedule change racing a fire in flight (a fire of a replaced
+//! definition, e.g. fire.lua's version check skipped) is found within
+//! about 30 s by the first line: slow replies widen the window between a
+//! scheduler's read and its fire. `scripts/soak.sh history` runs the
+//! checker over and over with fresh seeds; the knobs pass through, e.g.
+//! `HISTORY_FEATURES=schedules HISTORY_FAULTS=slow scripts/soak.sh history`.
 
 use delayqueue_test_support as support;
 use support::history_model as model;
