@@ -388,6 +388,24 @@ impl History {
         lines.into_iter().map(|l| format!("    {}\n", l.1)).collect()
     }
 
+    /// The first stall in `from..to` that outlasted what a lease had left
+    /// (see `outlasted`), as its history line.
+    fn stall(&self, limits: Limits, started: Option<(Instant, bool)>, from: Instant, to: Instant) -> Option<String> {
+        self.faults
+            .iter()
+            .find(|f| outlasted(f, started, from, to, limits))
+            .map(|f| self.fault_line(f))
+    }
+
+    /// The first fault in `from..to` that can leave a delivery counted
+    /// without a handler run (see `FaultRec::risks_lease`), as its line.
+    fn lease_risk(&self, limits: Limits, from: Instant, to: Instant) -> Option<String> {
+        self.faults
+            .iter()
+            .find(|f| f.risks_lease(from, to, limits))
+            .map(|f| self.fault_line(f))
+    }
+
     fn delivery_line(&self, d: &Delivery) -> String {
         let end = match d.end {
             Some((t, o)) => format!("ended {} {o:?} after {:?}", self.ms(t), t - d.start),
@@ -523,24 +541,14 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     let sends_by_payload: HashMap<&str, &SendRec> = h.sends.iter().map(|s| (s.payload.as_str(), s)).collect();
     // A lease really ran out: a stall outlasted what it had left (see
     // `outlasted`).
-    let stalled = |started: Option<(Instant, bool)>, from: Instant, to: Instant| {
-        h.faults
-            .iter()
-            .find(|f| outlasted(f, started, from, to, limits))
-            .map(|f| h.fault_line(f))
-    };
+    let stalled = |started: Option<(Instant, bool)>, from: Instant, to: Instant| h.stall(limits, started, from, to);
     // A delivery counted that no handler ran needs a fault in the lease
     // window of that claim (see `FaultRec::risks_lease`). The claim is not
     // recorded; it lies after the last event the history has of the
     // message (`from`: its send or the end of its previous delivery), and
     // its lease ran out before the next delivery (`to`), so every window it
     // could have had lies in `from..to`.
-    let excused = |from: Instant, to: Instant| {
-        h.faults
-            .iter()
-            .find(|f| f.risks_lease(from, to, limits))
-            .map(|f| h.fault_line(f))
-    };
+    let excused = |from: Instant, to: Instant| h.lease_risk(limits, from, to);
     let mut v = |rule: &'static str, id: &str, detail: String| {
         out.push(Violation {
             rule,
@@ -777,18 +785,8 @@ fn check_deliveries(
     from: Instant,
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
-    let stalled = |started: Option<(Instant, bool)>, from: Instant, to: Instant| {
-        h.faults
-            .iter()
-            .find(|f| outlasted(f, started, from, to, limits))
-            .map(|f| h.fault_line(f))
-    };
-    let excused = |from: Instant, to: Instant| {
-        h.faults
-            .iter()
-            .find(|f| f.risks_lease(from, to, limits))
-            .map(|f| h.fault_line(f))
-    };
+    let stalled = |started: Option<(Instant, bool)>, from: Instant, to: Instant| h.stall(limits, started, from, to);
+    let excused = |from: Instant, to: Instant| h.lease_risk(limits, from, to);
     // No second concurrent delivery unless the lease was really lost.
     for (i, a) in ds.iter().enumerate() {
         for b in &ds[i + 1..] {
