@@ -914,9 +914,9 @@ fn most_allowed(h: &History, kind: &str, from: i64, to: i64) -> Option<u64> {
 }
 
 /// How long before a claim a message must have been due, with no fault in
-/// between, to be surely in ready when it ran: six times the consumers'
+/// between, to be surely in ready when it ran: seven times the consumers'
 /// promote interval (each sweep, every `fetch_interval`, promotes).
-pub const PROMOTE_LAG: Duration = Duration::from_millis(600);
+pub const PROMOTE_LAG: Duration = Duration::from_millis(700);
 
 /// The queue-wide rules, on lease times by Redis's clock: no lease while
 /// paused, no window of the rate limit with more leases than it allows, no
@@ -1737,7 +1737,7 @@ mod tests {
     }
 
     #[test]
-    fn no_more_handlers_run_than_the_global_concurrency() {
+    fn no_more_deliveries_claimed_than_the_global_concurrency() {
         let mut h = History::new();
         queue_op(&mut h, "concurrency", Some(1), 0, 10);
         delivery(&mut h, "a", "p", 1, 100, 100, 300, Outcome::Ok);
@@ -1769,16 +1769,16 @@ mod tests {
             });
         }
         // Claimed within half a lease of due: neither was held before.
-        delivery(&mut h, "lo", "lo", 1, 700, 700, 710, Outcome::Ok);
-        delivery(&mut h, "hi", "hi", 1, 800, 800, 810, Outcome::Ok);
+        delivery(&mut h, "lo", "lo", 1, 800, 800, 810, Outcome::Ok);
+        delivery(&mut h, "hi", "hi", 1, 900, 900, 910, Outcome::Ok);
         for d in &mut h.deliveries {
             d.priority = if d.id == "hi" { 5 } else { 1 };
         }
         assert_eq!(rules(&h, None), ["priority-order"]);
         // Not promoted for sure: the claim came too soon after it was due.
-        h.deliveries[0].leased_us = h.t0_us + 500_000;
+        h.deliveries[0].leased_us = h.t0_us + 600_000;
         assert_eq!(rules(&h, None), Vec::<&str>::new());
-        h.deliveries[0].leased_us = h.t0_us + 700_000;
+        h.deliveries[0].leased_us = h.t0_us + 800_000;
         fault(&mut h, "cut", 300, 300);
         assert_eq!(rules(&h, None), Vec::<&str>::new());
     }
