@@ -1237,7 +1237,20 @@ pub fn check_schedules(h: &History, complete: bool, v: &mut impl FnMut(&'static 
             continue;
         };
         match defs[i].not_live(at) {
-            Some(why) => v("fire-stale", id, format!("payload {payload}: fire time {at} is {why}")),
+            Some(why) => {
+                // The definition whose fire it likely is (planned from it, sent with another's value).
+                let of = defs
+                    .iter()
+                    .rev()
+                    .find(|d| d.set.name == name && d.payload != payload && d.on_grid(at))
+                    .map(|d| format!("; a fire time of {} set at {}ms", d.payload, d.set.start_ms))
+                    .unwrap_or_default();
+                v(
+                    "fire-stale",
+                    id,
+                    format!("payload {payload}: fire time {at} is {why}{of}"),
+                )
+            }
             None => delivered.entry(i).or_default().push(at),
         }
     }
