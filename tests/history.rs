@@ -517,7 +517,8 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
         .unwrap();
     let (stop, stop_rx) = oneshot::channel::<()>();
     let (ready, ready_rx) = oneshot::channel::<()>();
-    let limits = knobs.limits;
+    // Before its task runs: its start writes its builder's limits.
+    let (limits, start_us) = (knobs.limits, wall_us());
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
     let task =
         rt.spawn(async move {
@@ -560,7 +561,6 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
             let _ = stop_rx.await;
             consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
         });
-    let start_us = wall_us();
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
         .await
         .unwrap_or_else(|_| panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}"))
@@ -620,9 +620,10 @@ struct Producer {
     secs: u64,
 }
 
-/// How many times a schedule or queue change is tried, a lost reply or a
-/// time-out apart, before its effect is left unknown.
+/// How many times, and for how long, a schedule or queue change is tried,
+/// a lost reply or a time-out apart, before its effect is left unknown.
 const CHANGE_TRIES: usize = 40;
+const CHANGE_LIMIT: Duration = Duration::from_secs(15);
 /// Schedule names: few, so that changes hit live schedules.
 const SCHEDULE_NAMES: u64 = 3;
 
@@ -637,6 +638,9 @@ where
     let (start, start_us) = (Instant::now(), wall_us());
     let mut result = Err("never tried".to_string());
     for _ in 0..CHANGE_TRIES {
+        if start.elapsed() > CHANGE_LIMIT {
+            break;
+        }
         result = call().await.map_err(|e| e.to_string());
         if result.is_ok() {
             break;

@@ -894,7 +894,11 @@ fn limit_values(h: &History, kind: &str, from: i64, to: i64) -> Vec<Option<u64>>
         let begins = i.checked_sub(1).map_or(i64::MIN, |p| ops[p].start_us);
         let ends = ops.get(i).map_or(i64::MAX, |o| o.end_us);
         if begins <= to && ends > from {
-            values.push(i.checked_sub(1).and_then(|p| ops[p].value));
+            // A change that never answered: its value is unknown.
+            values.push(
+                i.checked_sub(1)
+                    .and_then(|p| ops[p].value.filter(|_| ops[p].result.is_ok())),
+            );
         }
     }
     values
@@ -963,7 +967,7 @@ fn check_queue(
         let Some(set) = rate_ops.iter().rev().find(|o| o.end_us < from) else {
             continue;
         };
-        let (Some(n), per) = (set.value, set.per_ms * 1000) else {
+        let (Some(n), per) = (set.value.filter(|_| set.result.is_ok()), set.per_ms * 1000) else {
             continue;
         };
         if rate_ops.iter().any(|o| o.end_us >= from && o.start_us < from + per) {
