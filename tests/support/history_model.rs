@@ -383,6 +383,27 @@ impl History {
             for f in self.faults.iter().filter(|f| f.overlaps(first, last)) {
                 lines.push((f.start, self.fault_line(f)));
             }
+            // Queue-wide changes in the span: the limits and pauses the
+            // queue's rules count with.
+            let span = first.checked_sub(Duration::from_secs(5)).unwrap_or(first)..=last;
+            for o in &self.queue_ops {
+                let at = self.instant_of_us(o.start_us);
+                if span.contains(&at) {
+                    let value = o.value.map_or("none".into(), |v| v.to_string());
+                    lines.push((
+                        at,
+                        format!(
+                            "{} queue {} {value} (per {}ms) ran within {}..={} -> {:?}",
+                            self.us(o.start_us),
+                            o.kind,
+                            o.per_ms,
+                            self.us(o.start_us),
+                            self.us(o.end_us),
+                            o.result
+                        ),
+                    ));
+                }
+            }
         }
         lines.sort_by_key(|l| l.0);
         lines.into_iter().map(|l| format!("    {}\n", l.1)).collect()
@@ -412,12 +433,14 @@ impl History {
             None => "still running".to_string(),
         };
         format!(
-            "{} delivery attempt={} of retry_count={} on {} (renews={}) {end}",
+            "{} delivery attempt={} of retry_count={} on {} (renews={}, priority={}, claimed at {}) {end}",
             self.ms(d.start),
             d.attempt,
             d.retry_count,
             d.consumer,
-            d.renews
+            d.renews,
+            d.priority,
+            self.us(d.leased_us).trim()
         )
     }
 
