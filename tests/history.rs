@@ -805,7 +805,7 @@ impl Producer {
         if name == "s0" && live.is_some() && rng.chance(85) {
             return;
         }
-        let change = if name == "s0" { 3 } else { rng.below(5) };
+        let change = if name == "s0" { 4 } else { rng.below(6) };
         match (live, change) {
             (None, _) | (Some(_), 0) => self.set_schedule(rng, &name).await,
             (Some(i), 1) => {
@@ -819,6 +819,16 @@ impl Producer {
             (Some(_), 2) => {
                 self.set_schedule(rng, &name).await;
                 tokio::time::sleep(Duration::from_millis(rng.range(20, 250))).await;
+                self.set_schedule(rng, &name).await;
+            }
+            // Re-created, then re-created again while the first fire of the
+            // new one may be in flight: both are their name's first version.
+            (Some(i), 3) => {
+                self.remove_schedule(&name, i).await;
+                self.set_schedule(rng, &name).await;
+                tokio::time::sleep(Duration::from_millis(rng.range(20, 250))).await;
+                let i = self.schedules.iter().position(|s| s.0 == name).expect("just set");
+                self.remove_schedule(&name, i).await;
                 self.set_schedule(rng, &name).await;
             }
             (Some(i), _) => {
