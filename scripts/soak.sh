@@ -12,9 +12,10 @@
 # again, each run with a fresh seed, for SOAK_SECS seconds in all (default
 # 600) and at most SOAK_RUNS runs (default 1000); stops at the first failing
 # run and prints its seed and its output. Each run lasts HISTORY_SECS
-# (default 45); the HISTORY_* knobs (faults, handlers, ...; see
+# (default 45); the HISTORY_* knobs (faults, handlers, features, ...; see
 # tests/history.rs and docs/reliability.md) pass through, e.g.
 #   HISTORY_FAULTS=pause HISTORY_HANDLERS=ok,slow HISTORY_RENEW=on scripts/soak.sh history
+#   HISTORY_FEATURES=schedules HISTORY_FAULTS=slow scripts/soak.sh history
 # SOAK_PROFILE picks the cargo profile of the history runs (default release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
