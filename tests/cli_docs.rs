@@ -20,7 +20,7 @@
 use delayqueue_test_support as support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::interfaces::SortedSetsInterface;
@@ -54,7 +54,15 @@ fn run_sessions(doc: &str) {
     let server = rt.block_on(RedisServer::start());
     // The consumer holding `orders`' processing message runs on `rt`'s
     // threads while the cases run on this one.
+    let started = Instant::now();
     let _holder = rt.block_on(setup(&server));
+    // The docs' relative times (`in 1h 59m`, `2h 0m ago`) hold for a minute
+    // from the setup's first send; the cases take a few seconds.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the setup took {:?}: too slow for the docs' relative times",
+        started.elapsed()
+    );
     let redis_cli = redis_cli_wrapper(&server);
 
     trycmd::TestCases::new()
