@@ -8,9 +8,10 @@
 //! `dead`.
 //!
 //! - counts: `{pending, ready, processing, retry, dead}`
-//! - `queues`: `{queues: [{name, counts}]}`
-//! - `stats`: `{queue, counts, next_due_ms, oldest_overdue_ms,
-//!   oldest_dead_ms, totals: {sent, acked, failed, dead, expired}}`;
+//! - `queues`: `{queues: [{name, shards, paused, counts}]}`
+//! - `stats`: `{queue, counts, paused, limits: {rate, global_concurrency},
+//!   next_due_ms, oldest_overdue_ms, oldest_dead_ms, totals: {sent, acked,
+//!   failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
 //! - message: `{id, state, priority, headers ({name: value}), attempts, retry_count, deliveries_left, backoff, last_error,
@@ -22,6 +23,7 @@
 //!   [message]}` (`next`: offset of the next page, `null` on the last)
 //! - `show`: `{queue, message}`
 //! - `send`: `{queue, id, delay_ms}`; `cancel`: `{queue, id, cancelled}`
+//! - `pause`, `resume`: `{queue, paused, changed}`
 //! - `dead requeue`: `{queue, requeued}`; `dead delete`: `{queue, deleted}`
 //! - `purge`: `{queue, removed}`
 //! - `check`: `{queue, scanned, clean, anomalies: [{kind, id, state?,
