@@ -13,8 +13,9 @@ does not count and the message goes back to the front of retry, its due
 time kept.
 mode 'defer': the handler asked for a later delivery without this one
 counting (a RetryAfter marked uncounted: rate limited upstream); its
-reason is recorded, the count goes back down by one, and the message goes
-to pending (delay > 0) or retry, whatever deliveries it has left.
+reason is recorded, the count goes back down by one, the record's
+deferrals go up by one, and the message goes to pending (delay > 0) or
+retry, whatever deliveries it has left.
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] pending zset KEYS[5] garbage zset   KEYS[6] msg string of this id
@@ -69,7 +70,7 @@ if mode == 'release' then
 end
 local now, delay = now_ms(), tonumber(ARGV[3])
 if mode == 'defer' then
-  n = math.max(n - 1, 0)
+  n, deferred = math.max(n - 1, 0), deferred + 1
 else
   tally(KEYS[7], 'failed', 1)
 end

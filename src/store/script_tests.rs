@@ -2919,9 +2919,9 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
     let before = env.now_ms();
     assert_eq!(env.nack_because("a", la, defer(30_000), "429").await, 1);
     assert_eq!(env.nack_because("b", lb, defer(0), "429").await, 1);
-    // Not counted: the count goes back down, the reason is recorded.
-    assert_eq!(env.record("a").as_deref(), Some("3@:429"));
-    assert_eq!(env.record("b").as_deref(), Some("1@:429"));
+    // Not counted: the count goes back down, a deferral is counted.
+    assert_eq!(env.record("a").as_deref(), Some("3@~1:429"));
+    assert_eq!(env.record("b").as_deref(), Some("1@~1:429"));
     let due = env.zscore(&k.pending, "a").expect("a waits in pending");
     assert_eq!(env.record_due("a"), Some(due));
     assert!((before + 30_000..before + 30_000 + SLACK_MS).contains(&due), "{due}");
@@ -2932,6 +2932,17 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
     let state = env.snapshot();
     assert_eq!(env.nack_of("a", la, defer(30_000), "429", 4).await, 1);
     assert_eq!(env.snapshot(), state);
+    // The next delivery sees the deferral; deferring it again adds one,
+    // and a counted failure keeps them.
+    let receipt = k.claim("c");
+    let c = env.run(&claim_op(&receipt, 10, VIS, 1)).await;
+    let got: Vec<_> = c.deliveries.iter().map(|d| (d.attempt, d.deferrals)).collect();
+    assert_eq!(got, vec![(2, 1)]);
+    assert_eq!(env.nack_because("b", c.lease, defer(0), "429").await, 1);
+    assert_eq!(env.record("b").as_deref(), Some("1@~2:429"));
+    let c = env.run(&claim_op(&receipt, 10, VIS, 2)).await;
+    assert_eq!(env.nack_because("b", c.lease, fail(0), "boom").await, 1);
+    assert_eq!(env.record("b").as_deref(), Some("2@~2:boom"));
 }
 
 #[tokio::test]
