@@ -2297,43 +2297,26 @@ async fn claim_returns_and_keeps_the_due_time_and_deferrals_of_the_retry_record(
     env.seed("new", None);
     env.raw(&["RPUSH", &k.retry, "r", "old", "new"]);
     let receipt = k.claim("c");
-    let first = env.run(&claim_op(&receipt, 10, VIS, 1)).await;
-    let got: Vec<_> = first
-        .deliveries
-        .iter()
-        .map(|d| {
-            (
-                d.id.clone().unwrap().as_str().to_string(),
-                d.attempt,
-                d.due_ms,
-                d.deferrals,
-            )
-        })
-        .collect();
+    // (id, attempt, due ms, deferrals) of each delivery of a claim.
+    let claim = || async {
+        let c = env.run(&claim_op(&receipt, 10, VIS, 1)).await;
+        let got: Vec<_> = c
+            .deliveries
+            .iter()
+            .map(|d| (d.id.clone().unwrap(), d.attempt, d.due_ms, d.deferrals))
+            .collect();
+        got
+    };
     let want = vec![
-        ("r".to_string(), 3, 1700000000123, 3),
+        ("r".into(), 3, 1700000000123, 3),
         // A record of the scripts before due times, and none: the send's.
-        ("old".to_string(), 2, 0, 0),
-        ("new".to_string(), 1, 0, 0),
+        ("old".into(), 2, 0, 0),
+        ("new".into(), 1, 0, 0),
     ];
-    assert_eq!(got, want);
+    assert_eq!(claim().await, want);
     assert_eq!(env.raw_record("r").as_deref(), Some("3@1700000000123~3:boom"));
     assert_eq!(env.raw_record("old").as_deref(), Some("2:boom"));
-    // A replayed request returns the same.
-    let again = env.run(&claim_op(&receipt, 10, VIS, 1)).await;
-    let replayed: Vec<_> = again
-        .deliveries
-        .iter()
-        .map(|d| {
-            (
-                d.id.clone().unwrap().as_str().to_string(),
-                d.attempt,
-                d.due_ms,
-                d.deferrals,
-            )
-        })
-        .collect();
-    assert_eq!(replayed, want);
+    assert_eq!(claim().await, want, "a replayed request returns the same");
 }
 
 #[tokio::test]
