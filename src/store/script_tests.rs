@@ -825,6 +825,16 @@ async fn reschedule_rewrites_the_due_time_in_the_header() {
     env.raw(&["ZADD", &k.pending, "99999999999999", "bare"]);
     assert_eq!(env.reschedule("bare", 1_000).await, 1);
     assert_eq!(env.stored_whole("bare").as_deref(), Some("3:x"));
+    // A retry waiting in pending: its record's due time follows too, the
+    // rest of the record kept; a record without one gets none.
+    env.raw(&["HSET", &k.retries, "a", "2@1700000000000~1:boom"]);
+    assert_eq!(env.reschedule("a", 20_000).await, 1);
+    let score = env.zscore(&k.pending, "a").unwrap();
+    assert_eq!(env.record_due("a"), Some(score));
+    assert_eq!(env.record("a").as_deref(), Some("2@~1:boom"));
+    env.raw(&["HSET", &k.retries, "bare", "1:boom"]);
+    assert_eq!(env.reschedule("bare", 1_000).await, 1);
+    assert_eq!(env.raw_record("bare").as_deref(), Some("1:boom"));
 }
 
 #[tokio::test]

@@ -89,9 +89,7 @@ impl Delivery {
             priority: stored.priority,
             headers: stored.headers,
             lease,
-            // A reschedule of a pending retry moves the send's due time
-            // past the one its record holds.
-            due_at_ms: self.due_ms.max(times.due_at_ms),
+            due_at_ms: if self.due_ms > 0 { self.due_ms } else { times.due_at_ms },
             deferrals: self.deferrals,
             times,
         })

@@ -112,7 +112,7 @@ pub(super) fn info(
         due: match state {
             MessageState::Pending => time(1.0),
             MessageState::Dead => None,
-            _ => first_due_ms.map(|first| ms_time(record.due_ms.unwrap_or(0).max(first))),
+            _ => record.due_ms.or(first_due_ms).map(ms_time),
         },
         first_due: first_due_ms.map(ms_time),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
