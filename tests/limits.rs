@@ -105,12 +105,17 @@ async fn a_rate_limit_paces_starts_across_consumers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_sees_its_deferrals_with_the_attempt_unchanged() {
     let (_server, _client, queue) = start_queue("deferrals", FETCH, |b| b).await;
+    // (attempt, deferrals) of each delivery, and as `get` shows them meanwhile.
     let seen: Arc<std::sync::Mutex<Vec<(u32, u32)>>> = Arc::default();
-    let record = seen.clone();
+    let shown: Arc<std::sync::Mutex<Vec<(u32, u32)>>> = Arc::default();
+    let (record, show, q) = (seen.clone(), shown.clone(), queue.clone());
     let handler = move |msg: Message| {
-        let record = record.clone();
+        let (record, show, q) = (record.clone(), show.clone(), q.clone());
         async move {
             record.lock().unwrap().push((msg.attempt(), msg.deferrals()));
+            let info = q.get(msg.id()).await?.expect("processing");
+            assert_eq!(info.due, Some(msg.due_at()), "get shows this delivery's due time");
+            show.lock().unwrap().push((info.attempts, info.deferrals));
             if msg.deferrals() < 2 {
                 return Err(RetryAfter::new(Duration::from_millis(20), "429").uncounted().into());
             }
@@ -129,6 +134,7 @@ async fn a_handler_sees_its_deferrals_with_the_attempt_unchanged() {
         vec![(1, 0), (1, 1), (1, 2)],
         "(attempt, deferrals)"
     );
+    assert_eq!(*shown.lock().unwrap(), vec![(1, 0), (1, 1), (1, 2)], "MessageInfo");
     consumer.shutdown().await.unwrap();
     assert!(queue.get(&id).await.unwrap().is_none(), "acked");
 }
