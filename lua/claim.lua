@@ -4,7 +4,8 @@ Pops up to ARGV[2] ids, retry list first, then (once the queue has used
 priorities: the totals' field 'prios') the priority zset, highest priority
 first, then the ready list (priority 0), and leases each valid one: it
 enters unack with the visibility deadline and its delivery count goes up
-(its retry record counts deliveries; a failure reason in it is kept).
+(its retry record counts deliveries; its due time, deferrals and failure
+reason are kept).
 A popped id is not leased but buried as a dead letter with reason
 "expired" (retry record "<count>:expired", payload kept for the
 retention, counted in the totals' 'expired', its id returned) when the
@@ -45,8 +46,11 @@ ARGV[7] the wire format version the caller speaks (docs/wire-format.md):
         totals' 'format' field holds another
 Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
-.. expired id n, id1, value1, attempt1, id2, ...} with n = expired and each value as
-stored ("<retry count>[;<backoff>][/<sent at>+<delay>][@<expires at>]:<payload>").
+.. expired id n, id1, value1, attempt1, due1, deferrals1, id2, ...} with n =
+expired and each value as stored ("<retry count>[;<backoff>][/<sent
+at>+<delay>][@<expires at>]:<payload>"); due is the ms this delivery was
+due from its retry record (0: the send's, in the value), deferrals the
+deliveries deferred uncounted before it (retry record).
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
@@ -87,7 +91,10 @@ if receipt and string.match(receipt, '^%S+') == ARGV[4] then
     if score and tonumber(score) == out[3] and type(value) == 'string' then
       out[#out + 1] = ids[i]
       out[#out + 1] = value
-      out[#out + 1] = attempts(KEYS[4], ids[i], 1)
+      local n, due, deferred = parts(redis.call('HGET', KEYS[4], ids[i]))
+      out[#out + 1] = n or 1
+      out[#out + 1] = due or 0
+      out[#out + 1] = deferred or 0
     end
   end
   out[4] = math.max(0, math.floor((out[3] - now_us()) / 1000))
@@ -253,7 +260,8 @@ local function lease_all(ids)
       if values[i] or counts[j] or not stale then
         bury(KEYS[6], ids[i], values[i] and keys[i], now, tonumber(ARGV[5]))
         records[#records + 1] = ids[i]
-        records[#records + 1] = count(counts[j], 0) .. ':expired'
+        local n, _, deferred = parts(counts[j])
+        records[#records + 1] = record_from(n or 0, false, deferred or 0, ':expired')
         expired[#expired + 1] = ids[i]
       end
     end
@@ -274,13 +282,16 @@ local function lease_all(ids)
   local counts = redis.call('HMGET', KEYS[4], unpack(taken))
   local records = {}
   for j, i in ipairs(take) do
-    local a = count(counts[j], 0) + 1
+    local n, due, deferred, rest = parts(counts[j])
+    local a = (n or 0) + 1
     records[#records + 1] = ids[i]
-    records[#records + 1] = a .. reason_part(counts[j])
+    records[#records + 1] = record_from(a, due, deferred or 0, rest or '')
     leased[#leased + 1] = ids[i]
     deliveries[#deliveries + 1] = ids[i]
     deliveries[#deliveries + 1] = values[i]
     deliveries[#deliveries + 1] = a
+    deliveries[#deliveries + 1] = due or 0
+    deliveries[#deliveries + 1] = deferred or 0
   end
   redis.call('HSET', KEYS[4], unpack(records))
 end

@@ -3,16 +3,19 @@
 Ends one delivery that did not succeed, only while its lease is current
 (a late nack of a redelivered message adds no second copy).
 mode 'fail': the delivery counts and its reason is recorded; with
-deliveries left the message goes to pending (delay > 0) or retry, else to
-garbage (dead).
+deliveries left the message goes to pending (delay > 0) or retry, its
+next delivery due at now + delay (in its retry record), else to garbage
+(dead).
 mode 'dead': like 'fail', but straight to garbage (the handler said a
 retry cannot help).
 mode 'release': the delivery never started (consumer shutting down); it
-does not count and the message goes back to the front of retry.
+does not count and the message goes back to the front of retry, its due
+time kept.
 mode 'defer': the handler asked for a later delivery without this one
 counting (a RetryAfter marked uncounted: rate limited upstream); its
-reason is recorded, the count goes back down by one, and the message goes
-to pending (delay > 0) or retry, whatever deliveries it has left.
+reason is recorded, the count goes back down by one, the record's
+deferrals go up by one, and the message goes to pending (delay > 0) or
+retry, whatever deliveries it has left.
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] pending zset KEYS[5] garbage zset   KEYS[6] msg string of this id
@@ -42,38 +45,43 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   -- if the message was claimed again since. A lease taken back by the
   -- sweep leaves another record (reason timeout, one more delivery).
   local record, attempt = redis.call('HGET', KEYS[2], id), tonumber(ARGV[9])
-  local n, again = count(record, -1), score and 1 or 0
-  if mode == 'release' and record and n == attempt - 1 + again then
+  local n, _, _, rest = parts(record)
+  local again = score and 1 or 0
+  if mode == 'release' and n == attempt - 1 + again then
     return 1
   end
-  if mode == 'defer' and record == record_of(attempt - 1 + again, ARGV[7]) then
+  if mode == 'defer' and n == attempt - 1 + again and rest == reason_of(ARGV[7]) then
     return 1
   end
-  if (mode == 'fail' or mode == 'dead') and record == record_of(attempt + again, ARGV[7]) then
+  if (mode == 'fail' or mode == 'dead') and n == attempt + again and rest == reason_of(ARGV[7]) then
     return (not score and redis.call('ZSCORE', KEYS[5], id)) and 2 or 1
   end
   return 0
 end
 redis.call('ZREM', KEYS[1], id)
+local n, due, deferred, rest = parts(redis.call('HGET', KEYS[2], id))
+n, deferred = n or 1, deferred or 0
 if mode == 'release' then
-  set_count(KEYS[2], id, math.max(attempts(KEYS[2], id, 1) - 1, 0))
+  -- The delivery never started: it keeps its due time.
+  redis.call('HSET', KEYS[2], id, record_from(math.max(n - 1, 0), due, deferred, rest or ''))
   redis.call('LPUSH', KEYS[3], id)
   wake(ARGV[6], 0)
   return 1
 end
-local now = now_ms()
+local now, delay = now_ms(), tonumber(ARGV[3])
 if mode == 'defer' then
-  redis.call('HSET', KEYS[2], id, record_of(math.max(attempts(KEYS[2], id, 1) - 1, 0), ARGV[7]))
+  n, deferred = math.max(n - 1, 0), deferred + 1
 else
-  set_reason(KEYS[2], id, ARGV[7])
   tally(KEYS[7], 'failed', 1)
 end
-if mode ~= 'defer' and (mode == 'dead' or used_up(KEYS[2], id, KEYS[6], tonumber(ARGV[5]))) then
+if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV[5]))) then
+  redis.call('HSET', KEYS[2], id, record_from(n, false, deferred, reason_of(ARGV[7])))
   bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
   tally(KEYS[7], 'dead', 1)
   return 2
 end
-local delay = tonumber(ARGV[3])
+-- The next delivery is due when this call makes it claimable.
+redis.call('HSET', KEYS[2], id, record_from(n, now + math.max(delay, 0), deferred, reason_of(ARGV[7])))
 if delay > 0 then
   local head = head_due(KEYS[4])
   redis.call('ZADD', KEYS[4], now + delay, id)

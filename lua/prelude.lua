@@ -13,14 +13,28 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- A retry record is "<deliveries>" or "<deliveries>:<last failure reason>".
+-- A retry record is "<deliveries>[@<due ms>][~<deferrals>][:<reason>]":
+-- deliveries so far, the due time of the next (or running) delivery when
+-- it is not the send's (a retry, a requeue), deliveries the handler
+-- deferred without counting, and why the last delivery failed. Its parts
+-- (count, due ms or false, deferrals, ":<reason>" or ''); nil when it is
+-- missing (false) or malformed.
+local function parts(record)
+  local n, due, deferred, rest = string.match(record or '', '^(%d+)(@?%d*)(~?%d*)(.*)$')
+  if not n or due == '@' or deferred == '~' or (rest ~= '' and string.sub(rest, 1, 1) ~= ':') then
+    return nil
+  end
+  return tonumber(n), tonumber(string.sub(due, 2)) or false, tonumber(string.sub(deferred, 2)) or 0, rest
+end
+
+-- The record of those parts (`rest`: ":<reason>" or '').
+local function record_from(n, due, deferred, rest)
+  return n .. (due and string.format('@%d', due) or '') .. (deferred > 0 and '~' .. deferred or '') .. rest
+end
+
 -- Its delivery count; `default` when it is missing (false) or malformed.
 local function count(record, default)
-  local n, rest = string.match(record or '', '^(%d+)(.*)$')
-  if n and (rest == '' or string.sub(rest, 1, 1) == ':') then
-    return tonumber(n)
-  end
-  return default
+  return parts(record) or default
 end
 
 -- Deliveries of an id so far, from its retry record.
@@ -31,25 +45,13 @@ end
 -- The ":<reason>" part of a retry record ('' when there is none), kept
 -- when its count changes.
 local function reason_part(record)
-  return string.match(record or '', '^%d+(:.*)$') or ''
+  local _, _, _, rest = parts(record)
+  return rest or ''
 end
 
--- Sets the delivery count of a record, keeping its reason.
-local function set_count(retries, id, n)
-  redis.call('HSET', retries, id, n .. reason_part(redis.call('HGET', retries, id)))
-end
-
--- Records why the delivery of `id` failed, keeping its count.
--- The retry record of `n` deliveries whose last failed for `reason` ('' none).
-local function record_of(n, reason)
-  if reason == '' then
-    return tostring(n)
-  end
-  return n .. ':' .. reason
-end
-
-local function set_reason(retries, id, reason)
-  redis.call('HSET', retries, id, record_of(attempts(retries, id, 1), reason))
+-- The ":<reason>" part for `reason` ('' none).
+local function reason_of(reason)
+  return reason == '' and '' or ':' .. reason
 end
 
 
@@ -145,12 +147,6 @@ end
 -- when the message has none (it never expires).
 local function expires_at(value)
   return tonumber(string.match(value, '^%d+[^:@]*@(%d+):') or '') or false
-end
-
--- Whether a message whose delivery just failed has used them all up:
--- retry count n allows n + 1 deliveries. `key` is its payload key.
-local function used_up(retries, id, key, default)
-  return attempts(retries, id, 1) > max_retries(key, default)
 end
 
 -- Moves a message to garbage (the dead letters, scored by time of death in

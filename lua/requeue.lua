@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 --[[ requeue: garbage -> ready
 Gives dead messages a new life: each leaves garbage for the end of the
-ready list (one with a priority: the priority zset, scored as due now), with its delivery count and failure reason cleared (so it gets
-its full retries again), its payload made persistent again (PERSIST: a
+ready list (one with a priority: the priority zset, scored as due now), with its retry record reset to no delivery, due now (so it gets
+its full retries again, and its next delivery is due at the requeue), its payload made persistent again (PERSIST: a
 live payload has no TTL) and its expire_after deadline, if any, removed
 (an operator who requeues a message wants it delivered). A dead message
 whose payload is gone is deleted instead.
@@ -60,11 +60,24 @@ for i, id in ipairs(ids) do
     end
   end
 end
+-- A new record with no delivery, due now: the due time of its next delivery.
+local records = {}
+for _, id in ipairs(live) do
+  records[#records + 1] = id
+  records[#records + 1] = record_from(0, now, 0, '')
+end
+for i = 2, #scored, 2 do
+  records[#records + 1] = scored[i]
+  records[#records + 1] = record_from(0, now, 0, '')
+end
 if #live > 0 then
   redis.call('RPUSH', KEYS[3], unpack(live))
 end
 if #scored > 0 then
   redis.call('ZADD', ARGV[4], unpack(scored))
+end
+if #records > 0 then
+  redis.call('HSET', KEYS[2], unpack(records))
 end
 if #live + #scored > 0 then
   wake(ARGV[3], 0)

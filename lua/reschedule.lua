@@ -9,7 +9,10 @@ becomes new due time - sent at, so the consumer reports the new due time;
 it is written in place (SETRANGE) while it keeps its number of digits,
 else the value is rewritten.
 
-KEYS[1] pending zset   KEYS[2] msg string of this id
+A retry (its retry record holds a due time) gets the new due time in its
+record too, the due time its delivery reports.
+
+KEYS[1] pending zset   KEYS[2] msg string of this id   KEYS[3] retries hash
 ARGV[1] id   ARGV[2] delay ms (from now, by Redis's clock)
 ARGV[3] wake-up channel
 Returns 1 rescheduled, 0 not pending (nothing done).
@@ -19,7 +22,7 @@ Idempotent: a re-run sets the due time again, to now + delay of its own run.
 Complexity: O(log N), plus O(payload size) when the header's delay gains
 or loses a digit.
 ]]
-check_types(KEYS[1], 'zset')
+check_types(KEYS[1], 'zset', KEYS[3], 'hash')
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[1], id) or redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
@@ -40,6 +43,10 @@ if at then
     local value = redis.call('GET', KEYS[2])
     redis.call('SET', KEYS[2], string.sub(value, 1, at - 1) .. delay .. string.sub(value, at + #old))
   end
+end
+local n, was, deferred, rest = parts(redis.call('HGET', KEYS[3], id))
+if was then
+  redis.call('HSET', KEYS[3], id, record_from(n, due, deferred, rest))
 end
 wake_if_earlier(ARGV[3], due, head, now)
 return 1

@@ -2,7 +2,8 @@
 --[[ timeout: unack -> retry | garbage
 Takes back deliveries whose visibility deadline passed (the consumer died,
 hung or was too slow): each counts as a failed delivery, with reason
-"timeout". With deliveries left the id goes to retry, else to garbage.
+"timeout". With deliveries left the id goes to retry, its next delivery
+due now (in its retry record), else to garbage.
 
 KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
 KEYS[4] garbage zset KEYS[5] totals hash
@@ -31,15 +32,18 @@ local records = redis.call('HMGET', KEYS[2], unpack(ids))
 local reasons, retry, out, dead = {}, {}, {#ids, 0}, 0
 for i, id in ipairs(ids) do
   local key = keys[i]
-  local n = count(records[i], 1)
+  local n, _, deferred = parts(records[i])
+  n, deferred = n or 1, deferred or 0
   reasons[#reasons + 1] = id
-  reasons[#reasons + 1] = n .. ':timeout'
   if n > max_retries(key, default) then
+    reasons[#reasons + 1] = record_from(n, false, deferred, ':timeout')
     bury(KEYS[4], id, key, now, tonumber(ARGV[5]))
     dead = dead + 1
     out[#out + 1] = id
     out[#out + 1] = n
   else
+    -- Its next delivery is due now, when it goes to retry.
+    reasons[#reasons + 1] = record_from(n, now, deferred, ':timeout')
     retry[#retry + 1] = id
   end
 end

@@ -56,8 +56,9 @@ impl RetryAfter {
     /// metric, emits [`Event::Deferred`](crate::Event::Deferred) instead of
     /// [`Event::Failed`](crate::Event::Failed) and is logged at DEBUG. The
     /// next delivery has the same [`attempt`](crate::Message::attempt)
-    /// number, so a handler that defers whenever `attempt() == 1` defers
-    /// forever. For "not now" answers that say nothing about the
+    /// number, and [`deferrals`](crate::Message::deferrals) one more: a
+    /// handler that defers whenever `attempt() == 1` defers forever, one
+    /// that bounds `deferrals()` does not. For "not now" answers that say nothing about the
     /// message (a rate limit upstream). Its reason is still recorded. A
     /// handler that always defers keeps the message forever; an
     /// [`expire_after`](crate::DelayQueueBuilder::expire_after) bounds that.

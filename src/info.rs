@@ -45,9 +45,20 @@ pub struct MessageInfo {
     /// Why its last delivery failed: the handler's error, the panic, or
     /// `timeout` (its lease ran out).
     pub last_error: Option<String>,
-    /// When it is due (pending only): when it becomes ready, a retry's
-    /// backoff included.
+    /// When its next (or running) delivery is, or was, due: a pending
+    /// message's due time, a retry's backoff included; for a ready, retry
+    /// or processing message the due time of the delivery it waits for or
+    /// runs ([`Message::due_at`](crate::Message::due_at)). `None` for a
+    /// dead letter or when the payload is gone.
     pub due: Option<SystemTime>,
+    /// When its first delivery was due, as its send (or a reschedule) set
+    /// ([`Message::first_due_at`](crate::Message::first_due_at)); `None`
+    /// when the payload is gone.
+    pub first_due: Option<SystemTime>,
+    /// Deliveries deferred by an uncounted
+    /// [`RetryAfter`](crate::RetryAfter::uncounted), which are not in
+    /// `attempts` ([`Message::deferrals`](crate::Message::deferrals)).
+    pub deferrals: u32,
     /// When its send stored it, by Redis's clock (`None` when the payload,
     /// which holds it, is gone).
     pub sent_at: Option<SystemTime>,

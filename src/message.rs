@@ -21,6 +21,10 @@ pub struct Message {
     pub(crate) lease: i64,
     /// When the send stored it and when it was due, ms of Redis time.
     pub(crate) times: SendTimes,
+    /// When this delivery was due, ms of Redis time.
+    pub(crate) due_at_ms: u64,
+    /// Deliveries the handler deferred before this one.
+    pub(crate) deferrals: u32,
 }
 
 impl Message {
@@ -76,11 +80,13 @@ impl Message {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 
-    /// When the message was due: the time its send (or its last
-    /// [`reschedule`](crate::DelayQueue::reschedule)) set, by Redis's clock.
-    /// Retries do not move it, so `now - due_at` on a retry includes the
-    /// earlier deliveries and their backoff. Never before
-    /// [`sent_at`](Self::sent_at).
+    /// When this delivery was due, by Redis's clock: for the first, the
+    /// time its send (or its last
+    /// [`reschedule`](crate::DelayQueue::reschedule)) set; for a retry, the
+    /// failure (or lease timeout) that ended the delivery before plus its
+    /// backoff; for a requeued dead letter, the requeue. `now - due_at` is
+    /// this delivery's lateness. A delivery handed back unstarted (a
+    /// consumer shutting down) keeps its due time.
     ///
     /// ```
     /// # use delayqueue::{Message, HandlerError};
@@ -91,7 +97,25 @@ impl Message {
     /// }
     /// ```
     pub fn due_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.due_at_ms)
+    }
+
+    /// When the message's first delivery was due: the time its send (or
+    /// its last [`reschedule`](crate::DelayQueue::reschedule)) set, by
+    /// Redis's clock. The same on every delivery, so `now - first_due_at`
+    /// on a retry includes the earlier deliveries and their backoff. Never
+    /// before [`sent_at`](Self::sent_at).
+    pub fn first_due_at(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.times.due_at_ms)
+    }
+
+    /// How often the handler deferred this message with an uncounted
+    /// [`RetryAfter`](crate::RetryAfter::uncounted) before this delivery.
+    /// A deferral does not count as an attempt, so a message deferred on
+    /// its first delivery comes back with [`attempt`](Self::attempt) 1 and
+    /// this one up by one: a handler bounds its deferrals with it.
+    pub fn deferrals(&self) -> u32 {
+        self.deferrals
     }
 
     /// When the message was stored by its send, by Redis's clock (a send

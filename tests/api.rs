@@ -28,7 +28,14 @@ type Times = Arc<Mutex<Vec<(String, u32, u64, u64)>>>;
 fn timing(times: &Times, fail: u32) -> impl delayqueue::Handler {
     let times = times.clone();
     move |msg: Message| {
-        let (sent, due) = (ms(msg.sent_at()), ms(msg.due_at()));
+        let (sent, due) = (ms(msg.sent_at()), ms(msg.first_due_at()));
+        if msg.attempt() == 1 {
+            assert_eq!(
+                msg.due_at(),
+                msg.first_due_at(),
+                "a first delivery is due when its send said"
+            );
+        }
         times
             .lock()
             .unwrap()
@@ -107,7 +114,7 @@ async fn a_handler_sees_when_its_message_was_sent_and_due_and_retries_keep_both(
     assert_eq!(
         seen,
         vec![(id.clone(), 1, sent, due), (id, 2, sent, due)],
-        "a retry keeps both times"
+        "a retry keeps its send time and first due time"
     );
 
     // `at`: due at the given time (ms, turned into a delay on this host).

@@ -7,7 +7,7 @@ use delayqueue_test_support as support;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use delayqueue::{Counts, Error, HandlerError, Message};
 use fred::prelude::*;
@@ -43,6 +43,61 @@ async fn nack_redelivers_after_the_nack_delay() {
     assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
     consumer.shutdown().await.unwrap();
     assert!(all_keys(&client).await.is_empty());
+}
+
+/// A retry's `due_at` is its failure plus the backoff, so a handler's
+/// lateness (`now - due_at`) is this delivery's; `first_due_at` is the send's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_due_at_its_failure_plus_its_backoff() {
+    let backoff = Duration::from_millis(300);
+    let (_server, _client, q) = start_queue("due", FETCH_INTERVAL, |b| b.nack_redelivery_delay(backoff)).await;
+    // (attempt, due_at, first_due_at, handler start, handler end) per delivery.
+    type Seen = (u32, SystemTime, SystemTime, SystemTime, SystemTime);
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let record = seen.clone();
+    let consumer = q
+        .start_consume(move |msg: Message| {
+            let record = record.clone();
+            async move {
+                let start = SystemTime::now();
+                let end = SystemTime::now();
+                record
+                    .lock()
+                    .unwrap()
+                    .push((msg.attempt(), msg.due_at(), msg.first_due_at(), start, end));
+                if msg.attempt() == 1 {
+                    Err::<(), HandlerError>("first try fails".into())
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .await
+        .unwrap();
+    q.send("x").await.unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 2).await);
+    let seen = seen.lock().unwrap().clone();
+    let [(1, due1, first1, _, failed), (2, due2, first2, start2, _)] = seen[..] else {
+        panic!("{seen:?}");
+    };
+    assert_eq!(
+        (first1, first2),
+        (due1, due1),
+        "first_due_at is the send's on every delivery"
+    );
+    // Redis's clock counts whole ms: allow one.
+    let tick = Duration::from_millis(1);
+    assert!(
+        due2 + tick >= failed + backoff,
+        "the retry is due {:?} after the failure, not at least the backoff {backoff:?}",
+        due2.duration_since(failed).unwrap_or_default()
+    );
+    let late = start2.duration_since(due2).unwrap_or_default();
+    assert!(
+        late < Duration::from_millis(250),
+        "the retry ran {late:?} after its due time"
+    );
+    consumer.shutdown().await.unwrap();
 }
 
 #[tokio::test]

@@ -100,6 +100,45 @@ async fn a_rate_limit_paces_starts_across_consumers() {
         .is_err());
 }
 
+/// A handler sees how often it deferred a message, which its attempt
+/// number, not counting deferrals, does not show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_sees_its_deferrals_with_the_attempt_unchanged() {
+    let (_server, _client, queue) = start_queue("deferrals", FETCH, |b| b).await;
+    // (attempt, deferrals) of each delivery, and as `get` shows them meanwhile.
+    let seen: Arc<std::sync::Mutex<Vec<(u32, u32)>>> = Arc::default();
+    let shown: Arc<std::sync::Mutex<Vec<(u32, u32)>>> = Arc::default();
+    let (record, show, q) = (seen.clone(), shown.clone(), queue.clone());
+    let handler = move |msg: Message| {
+        let (record, show, q) = (record.clone(), show.clone(), q.clone());
+        async move {
+            record.lock().unwrap().push((msg.attempt(), msg.deferrals()));
+            let info = q.get(msg.id()).await?.expect("processing");
+            assert_eq!(info.due, Some(msg.due_at()), "get shows this delivery's due time");
+            show.lock().unwrap().push((info.attempts, info.deferrals));
+            if msg.deferrals() < 2 {
+                return Err(RetryAfter::new(Duration::from_millis(20), "429").uncounted().into());
+            }
+            Ok::<(), HandlerError>(())
+        }
+    };
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(
+        wait_for(WAIT, || async { queue.counts().await.unwrap().live() == 0 }).await,
+        "acked in the end: {:?}",
+        seen.lock().unwrap()
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(1, 0), (1, 1), (1, 2)],
+        "(attempt, deferrals)"
+    );
+    assert_eq!(*shown.lock().unwrap(), vec![(1, 0), (1, 1), (1, 2)], "MessageInfo");
+    consumer.shutdown().await.unwrap();
+    assert!(queue.get(&id).await.unwrap().is_none(), "acked");
+}
+
 #[tokio::test]
 async fn an_uncounted_retry_after_keeps_the_message_s_deliveries() {
     let (_server, _client, queue) = start_queue("defer", FETCH, |b| b.default_retry_count(0)).await;

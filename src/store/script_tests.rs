@@ -95,6 +95,15 @@ impl Claimed {
     }
 }
 
+/// A retry record without the digits of its due time: "2@123:x" -> "2@:x".
+fn without_due(record: &str) -> String {
+    let (head, reason) = record.split_at(record.find(':').unwrap_or(record.len()));
+    match head.split_once('@') {
+        Some((n, rest)) => format!("{n}@{}{reason}", rest.trim_start_matches(|c: char| c.is_ascii_digit())),
+        None => record.to_string(),
+    }
+}
+
 /// One message of a send batch: id, payload, delay ms, expire_after ms
 /// (`NEVER`: none), retry count.
 type Msg<'a> = (&'a str, &'a str, i64, i64, i64);
@@ -356,7 +365,7 @@ impl Env {
     /// The attempt of the delivery `id` holds now: the count in its retry record.
     fn attempt(&self, id: &str) -> i64 {
         self.record(id)
-            .and_then(|r| r.split(':').next().and_then(|n| n.parse().ok()))
+            .map(|r| i64::from(crate::store::ops::list::Record::parse(&r).deliveries))
             .unwrap_or(1)
     }
 
@@ -479,11 +488,25 @@ impl Env {
     }
 
     /// `id`'s retry record: its deliveries so far.
+    /// `id`'s retry record with its due time's digits left out
+    /// ("2@:timeout"): `record_due` reads them.
     fn record(&self, id: &str) -> Option<String> {
+        self.raw_record(id).map(|r| without_due(&r))
+    }
+
+    fn raw_record(&self, id: &str) -> Option<String> {
         match self.raw(&["HGET", &self.k().retries, id]).as_str() {
             "(nil)" => None,
             s => Some(s.to_string()),
         }
+    }
+
+    /// The due time (ms) in `id`'s retry record.
+    fn record_due(&self, id: &str) -> Option<i64> {
+        let record = self.raw_record(id)?;
+        crate::store::ops::list::Record::parse(&record)
+            .due_ms
+            .map(|ms| ms as i64)
     }
 
     /// Every retry record as (id, record), sorted; the STALE mark left out.
@@ -492,7 +515,7 @@ impl Env {
             .lines(&["HGETALL", &self.k().retries])
             .chunks_exact(2)
             .filter(|p| p[0] != STALE)
-            .map(|p| (p[0].clone(), p[1].clone()))
+            .map(|p| (p[0].clone(), without_due(&p[1])))
             .collect();
         out.sort();
         out
@@ -802,6 +825,16 @@ async fn reschedule_rewrites_the_due_time_in_the_header() {
     env.raw(&["ZADD", &k.pending, "99999999999999", "bare"]);
     assert_eq!(env.reschedule("bare", 1_000).await, 1);
     assert_eq!(env.stored_whole("bare").as_deref(), Some("3:x"));
+    // A retry waiting in pending: its record's due time follows too, the
+    // rest of the record kept; a record without one gets none.
+    env.raw(&["HSET", &k.retries, "a", "2@1700000000000~1:boom"]);
+    assert_eq!(env.reschedule("a", 20_000).await, 1);
+    let score = env.zscore(&k.pending, "a").unwrap();
+    assert_eq!(env.record_due("a"), Some(score));
+    assert_eq!(env.record("a").as_deref(), Some("2@~1:boom"));
+    env.raw(&["HSET", &k.retries, "bare", "1:boom"]);
+    assert_eq!(env.reschedule("bare", 1_000).await, 1);
+    assert_eq!(env.raw_record("bare").as_deref(), Some("1:boom"));
 }
 
 #[tokio::test]
@@ -2266,6 +2299,37 @@ async fn claim_receipt_replays_a_resent_request() {
 }
 
 #[tokio::test]
+async fn claim_returns_and_keeps_the_due_time_and_deferrals_of_the_retry_record() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.seed("r", Some("2@1700000000123~3:boom"));
+    env.seed("old", Some("1:boom"));
+    env.seed("new", None);
+    env.raw(&["RPUSH", &k.retry, "r", "old", "new"]);
+    let receipt = k.claim("c");
+    // (id, attempt, due ms, deferrals) of each delivery of a claim.
+    let claim = || async {
+        let c = env.run(&claim_op(&receipt, 10, VIS, 1)).await;
+        let got: Vec<_> = c
+            .deliveries
+            .iter()
+            .map(|d| (d.id.clone().unwrap(), d.attempt, d.due_ms, d.deferrals))
+            .collect();
+        got
+    };
+    let want = vec![
+        ("r".into(), 3, 1700000000123, 3),
+        // A record of the scripts before due times, and none: the send's.
+        ("old".into(), 2, 0, 0),
+        ("new".into(), 1, 0, 0),
+    ];
+    assert_eq!(claim().await, want);
+    assert_eq!(env.raw_record("r").as_deref(), Some("3@1700000000123~3:boom"));
+    assert_eq!(env.raw_record("old").as_deref(), Some("2:boom"));
+    assert_eq!(claim().await, want, "a replayed request returns the same");
+}
+
+#[tokio::test]
 async fn claim_after_timeout_gets_a_larger_lease() {
     let env = Env::new().await;
     let k = env.k().clone();
@@ -2279,8 +2343,8 @@ async fn claim_after_timeout_gets_a_larger_lease() {
     assert!(second.lease > first.lease);
     assert_eq!(
         env.record("a").as_deref(),
-        Some("2:timeout"),
-        "the claim kept the reason"
+        Some("2@:timeout"),
+        "the claim kept the reason and the due time"
     );
 }
 
@@ -2709,7 +2773,7 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     assert_eq!(env.nack("a", la, fail(0)).await, 1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
     assert!(env.zscore(&k.unack, "a").is_none());
-    assert_eq!(env.record("a").as_deref(), Some("1"), "claim counted the delivery");
+    assert_eq!(env.record("a").as_deref(), Some("1@"), "claim counted the delivery");
     assert_eq!(env.pttl("a"), -1);
 
     // delay > 0: pending at Redis now + delay.
@@ -2721,10 +2785,13 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     let after = env.now_ms();
     let due = env.zscore(&k.pending, "b").expect("b pending");
     assert!((before + delay..=after + delay).contains(&due), "due {due}");
+    assert_eq!(env.record_due("b"), Some(due), "the record holds the retry's due time");
+    let a_due = env.record_due("a").expect("a retry's due time");
+    assert!(a_due <= before, "a retry without delay is due at its nack: {a_due}");
     assert_eq!(env.pttl("b"), -1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
     assert!(!env.exists(&k.unack));
-    assert_eq!(env.record("b").as_deref(), Some("3"));
+    assert_eq!(env.record("b").as_deref(), Some("3@"));
 
     // Idempotent: a re-run finds its own work done, answers as the first
     // run did, and changes nothing.
@@ -2754,7 +2821,11 @@ async fn nack_fail_out_of_retries_goes_to_garbage() {
     assert_eq!(env.payload("a").as_deref(), Some("payload-a"));
     assert_eq!(env.record("a").as_deref(), Some("4"));
     assert_eq!(env.record("zero").as_deref(), Some("1"));
-    assert_eq!(env.record("norecord").as_deref(), Some("1"), "a fail records its count");
+    assert_eq!(
+        env.record("norecord").as_deref(),
+        Some("1@"),
+        "a fail records its count"
+    );
 }
 
 #[tokio::test]
@@ -2800,8 +2871,12 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
         "the foreign key is left alone"
     );
     // A fail writes the count it went by, with its reason (none here).
-    assert_eq!(env.record("junk3").as_deref(), Some("1"));
-    assert_eq!(env.record("reason").as_deref(), Some("4"));
+    assert_eq!(env.record("junk3").as_deref(), Some("1@"));
+    assert_eq!(
+        env.record("reason").as_deref(),
+        Some("4"),
+        "dead: no next delivery to be due"
+    );
 
     // Timeout reads it the same way.
     env.raw(&["DEL", &k.retry, &k.garbage, &k.retries]);
@@ -2837,10 +2912,11 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
     let before = env.now_ms();
     assert_eq!(env.nack_because("a", la, defer(30_000), "429").await, 1);
     assert_eq!(env.nack_because("b", lb, defer(0), "429").await, 1);
-    // Not counted: the count goes back down, the reason is recorded.
-    assert_eq!(env.record("a").as_deref(), Some("3:429"));
-    assert_eq!(env.record("b").as_deref(), Some("1:429"));
+    // Not counted: the count goes back down, a deferral is counted.
+    assert_eq!(env.record("a").as_deref(), Some("3@~1:429"));
+    assert_eq!(env.record("b").as_deref(), Some("1@~1:429"));
     let due = env.zscore(&k.pending, "a").expect("a waits in pending");
+    assert_eq!(env.record_due("a"), Some(due));
     assert!((before + 30_000..before + 30_000 + SLACK_MS).contains(&due), "{due}");
     assert_eq!(env.list(&k.retry), vec!["b"]);
     assert!(!env.exists(&k.unack) && !env.exists(&k.garbage));
@@ -2849,6 +2925,17 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
     let state = env.snapshot();
     assert_eq!(env.nack_of("a", la, defer(30_000), "429", 4).await, 1);
     assert_eq!(env.snapshot(), state);
+    // The next delivery sees the deferral; deferring it again adds one,
+    // and a counted failure keeps them.
+    let receipt = k.claim("c");
+    let c = env.run(&claim_op(&receipt, 10, VIS, 1)).await;
+    let got: Vec<_> = c.deliveries.iter().map(|d| (d.attempt, d.deferrals)).collect();
+    assert_eq!(got, vec![(2, 1)]);
+    assert_eq!(env.nack_because("b", c.lease, defer(0), "429").await, 1);
+    assert_eq!(env.record("b").as_deref(), Some("1@~2:429"));
+    let c = env.run(&claim_op(&receipt, 10, VIS, 2)).await;
+    assert_eq!(env.nack_because("b", c.lease, fail(0), "boom").await, 1);
+    assert_eq!(env.record("b").as_deref(), Some("2@~2:boom"));
 }
 
 #[tokio::test]
@@ -2925,7 +3012,7 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
     assert_eq!(env.snapshot(), state);
     assert!(!env.exists(&k.retry) && !env.exists(&k.pending));
     assert_eq!(env.zset(&k.unack), vec![("a".to_string(), c2.lease)]);
-    assert_eq!(env.record("a").as_deref(), Some("2:timeout"));
+    assert_eq!(env.record("a").as_deref(), Some("2@:timeout"));
 }
 
 /// A nack re-sent after its reply was lost answers what its first run did
@@ -2988,12 +3075,14 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     assert_eq!(env.dead(), vec!["dead"]);
     assert_eq!(env.zset(&k.unack), vec![("ontime".to_string(), now + 60_000_000)]);
     // Counts untouched (the claim counted the delivery), the reason
-    // recorded.
-    assert_eq!(env.record("late1").as_deref(), Some("1:timeout"));
+    // recorded, a retried one due now.
+    assert_eq!(env.record("late1").as_deref(), Some("1@:timeout"));
     assert_eq!(env.record("dead").as_deref(), Some("4:timeout"));
+    let due = env.record_due("late1").expect("due");
+    assert!((now / 1000..=env.now_ms()).contains(&due), "due {due}");
     assert_eq!(
         env.record("late2").as_deref(),
-        Some("1:timeout"),
+        Some("1@:timeout"),
         "no record: delivery 1"
     );
     // A retried payload stays without TTL; a buried one gets the retention.
@@ -3515,7 +3604,7 @@ async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
     let lb = seed_unack(&env, "b", "1");
     let before = env.now_ms();
     assert_eq!(env.nack_because("a", la, fail(0), "HTTP 503").await, 1);
-    assert_eq!(env.record("a").as_deref(), Some("1:HTTP 503"));
+    assert_eq!(env.record("a").as_deref(), Some("1@:HTTP 503"));
     assert_eq!(env.list(&k.retry), vec!["a"]);
     // 'dead' ignores the retries left.
     assert_eq!(env.nack_because("b", lb, Dead, "bad payload").await, 2);
@@ -3528,7 +3617,7 @@ async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
     // The next claim keeps the reason with the new count.
     let c = env.claim(10).await;
     assert_eq!(c.got, vec![("a".into(), "payload-a".into(), 2)]);
-    assert_eq!(env.record("a").as_deref(), Some("2:HTTP 503"));
+    assert_eq!(env.record("a").as_deref(), Some("2@:HTTP 503"));
     let totals = env.lines(&["HGETALL", &k.totals]);
     assert_eq!(totals, vec!["failed", "2", "dead", "1"]);
 }
@@ -3595,10 +3684,13 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
         }
     };
     let mut wakes = env.subscribe().await;
+    let requeued_from = env.now_ms();
     assert_eq!(requeue(&["a", "unknown"]).await, vec![1, 1]);
     assert_eq!(wakes.next().await, "0");
     assert_eq!(env.list(&k.ready), vec!["a"]);
-    assert!(env.record("a").is_none(), "count and reason cleared");
+    assert_eq!(env.record("a").as_deref(), Some("0@"), "count and reason cleared");
+    let due = env.record_due("a").expect("due at the requeue");
+    assert!((requeued_from..=env.now_ms()).contains(&due), "due {due}");
     assert_eq!(env.pttl("a"), -1, "live again: no TTL");
     // All: b goes back, without its deadline; c, whose payload is gone, is
     // deleted instead.

@@ -157,6 +157,8 @@ pub(crate) struct MessageJson {
     id: String,
     state: &'static str,
     attempts: u32,
+    /// Deliveries deferred by an uncounted `RetryAfter`, not in `attempts`.
+    deferrals: u32,
     retry_count: Option<u32>,
     deliveries_left: Option<u32>,
     /// The message's own backoff, for people; `None`: the consumer's default.
@@ -167,6 +169,8 @@ pub(crate) struct MessageJson {
     headers: std::collections::BTreeMap<String, String>,
     last_error: Option<String>,
     due_ms: Option<u64>,
+    /// When its first delivery was due (its send's, or a reschedule's).
+    first_due_ms: Option<u64>,
     sent_ms: Option<u64>,
     lease_until_ms: Option<u64>,
     dead_since_ms: Option<u64>,
@@ -186,6 +190,7 @@ impl From<&MessageInfo> for MessageJson {
             id: m.id.to_string(),
             state: m.state.as_str(),
             attempts: m.attempts,
+            deferrals: m.deferrals,
             retry_count: m.retry_count,
             deliveries_left: m.deliveries_left(),
             backoff: m.backoff.as_ref().map(ToString::to_string),
@@ -193,6 +198,7 @@ impl From<&MessageInfo> for MessageJson {
             headers: m.headers.iter().cloned().collect(),
             last_error: m.last_error.clone(),
             due_ms: m.due.map(epoch_ms),
+            first_due_ms: m.first_due.map(epoch_ms),
             sent_ms: m.sent_at.map(epoch_ms),
             lease_until_ms: m.lease_until.map(epoch_ms),
             dead_since_ms: m.dead_since.map(epoch_ms),

@@ -14,8 +14,8 @@
 //!   failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
-//! - message: `{id, state, priority, headers ({name: value}), attempts, retry_count, deliveries_left, backoff, last_error,
-//!   due, lease_until, dead_since, expires_in_ms (a dead letter's payload
+//! - message: `{id, state, priority, headers ({name: value}), attempts, deferrals, retry_count, deliveries_left, backoff, last_error,
+//!   due, first_due, lease_until, dead_since, expires_in_ms (a dead letter's payload
 //!   TTL), expires_at (the `expire_after` deadline), payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
 //!   shows the first 256 bytes of a payload, `show` all of it
@@ -252,11 +252,13 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "priority": m.priority,
         "headers": m.headers.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "attempts": m.attempts,
+        "deferrals": m.deferrals,
         "retry_count": m.retry_count,
         "deliveries_left": m.deliveries_left(),
         "backoff": m.backoff.as_ref().map(ToString::to_string),
         "last_error": m.last_error,
         "due": time(m.due),
+        "first_due": time(m.first_due),
         "lease_until": time(m.lease_until),
         "dead_since": time(m.dead_since),
         "expires_in_ms": ms(m.expires_in),
@@ -319,7 +321,13 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
         ("id", m.id.to_string()),
         ("state", m.state.as_str().to_string()),
         ("priority", m.priority.to_string()),
-        ("attempts", m.attempts.to_string()),
+        (
+            "attempts",
+            match m.deferrals {
+                0 => m.attempts.to_string(),
+                n => format!("{} (and {n} deferred, uncounted)", m.attempts),
+            },
+        ),
         ("retry count", retries),
         (
             "backoff",

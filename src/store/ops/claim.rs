@@ -66,6 +66,11 @@ pub(crate) struct Delivery {
     pub value: Vec<u8>,
     /// Which delivery this is, 1 for the first.
     pub attempt: u32,
+    /// When this delivery was due, ms of Redis time, from the retry record
+    /// (a retry's or a requeue's); 0: the send's, in the value.
+    pub due_ms: u64,
+    /// Deliveries the handler deferred without counting before this one.
+    pub deferrals: u32,
 }
 
 impl Delivery {
@@ -73,6 +78,8 @@ impl Delivery {
     /// crate stores.
     pub(crate) fn message(&self, lease: i64) -> Option<Message> {
         let stored = decode_stored(&self.value)?;
+        // Every value the send script writes has them.
+        let times = stored.times?;
         Some(Message {
             id: self.id.clone()?,
             payload: stored.payload.to_vec(),
@@ -82,8 +89,9 @@ impl Delivery {
             priority: stored.priority,
             headers: stored.headers,
             lease,
-            // Every value the send script writes has them.
-            times: stored.times?,
+            due_at_ms: if self.due_ms > 0 { self.due_ms } else { times.due_at_ms },
+            deferrals: self.deferrals,
+            times,
         })
     }
 }
@@ -142,17 +150,20 @@ impl Op for Claim<'_> {
             }),
             _ => return Err(bad("malformed header")),
         };
-        if rest.len() % 3 != 0 {
+        if rest.len() % 5 != 0 {
             return Err(bad("malformed header"));
         }
-        let deliveries = rest.chunks_exact(3).map(|t| {
+        let deliveries = rest.chunks_exact(5).map(|t| {
             // Id and value are read leniently: the caller buries an
             // unreadable delivery alone, its batch mates being leased already.
-            let attempt = t[2].as_u64().ok_or_else(|| bad("malformed attempt"))?;
+            let [attempt, due_ms, deferrals] =
+                [&t[2], &t[3], &t[4]].map(|v| v.as_u64().ok_or_else(|| bad("malformed delivery")));
             Ok(Delivery {
                 id: t[0].as_str().map(|id| MessageId::from(id.into_owned())),
                 value: t[1].as_bytes().map(<[u8]>::to_vec).unwrap_or_default(),
-                attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+                attempt: u32::try_from(attempt?).unwrap_or(u32::MAX),
+                due_ms: due_ms?,
+                deferrals: u32::try_from(deferrals?).unwrap_or(u32::MAX),
             })
         });
         Ok(Claimed {

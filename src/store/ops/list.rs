@@ -87,11 +87,7 @@ pub(super) fn info(
     preview: Option<usize>,
 ) -> MessageInfo {
     let score = v[0].as_str().and_then(|s| s.parse::<f64>().ok());
-    let record = v[1].as_string().unwrap_or_default();
-    let (count, reason) = match record.split_once(':') {
-        Some((count, reason)) => (count, Some(reason.to_string())),
-        None => (record.as_str(), None),
-    };
+    let record = Record::parse(&v[1].as_string().unwrap_or_default());
     let value = v[2].as_bytes().unwrap_or_default();
     let stored = decode_stored(value);
     let header = value.len() - stored.as_ref().map_or(value.len(), |s| s.payload.len());
@@ -101,16 +97,24 @@ pub(super) fn info(
     }
     let time = |unit_ms: f64| score.map(|s| UNIX_EPOCH + Duration::from_micros((s * 1000.0 / unit_ms).round() as u64));
     let ttl = v[3].as_i64().unwrap_or(-2);
+    let ms_time = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+    let first_due_ms = stored.as_ref().and_then(|s| s.times).map(|t| t.due_at_ms);
     MessageInfo {
         id,
         state,
-        attempts: count.parse().unwrap_or(0),
+        attempts: record.deliveries,
+        deferrals: record.deferrals,
         retry_count: stored.as_ref().map(|s| s.retry_count),
         backoff: stored.as_ref().and_then(|s| s.backoff.clone()),
         priority: stored.as_ref().map_or(0, |s| s.priority),
         headers: stored.as_ref().map(|s| s.headers.clone()).unwrap_or_default(),
-        last_error: reason,
-        due: (state == MessageState::Pending).then(|| time(1.0)).flatten(),
+        last_error: record.reason,
+        due: match state {
+            MessageState::Pending => time(1.0),
+            MessageState::Dead => None,
+            _ => record.due_ms.or(first_due_ms).map(ms_time),
+        },
+        first_due: first_due_ms.map(ms_time),
         lease_until: (state == MessageState::Processing).then(|| time(1000.0)).flatten(),
         dead_since: (state == MessageState::Dead).then(|| time(1.0)).flatten(),
         sent_at: stored
@@ -124,5 +128,68 @@ pub(super) fn info(
             .as_ref()
             .and_then(|s| s.expires_at_ms)
             .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+    }
+}
+
+/// A retry record, `<deliveries>[@<due ms>][~<deferrals>][:<reason>]`
+/// (docs/wire-format.md); a malformed one reads as no delivery.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub deliveries: u32,
+    /// The due time of the next (or running) delivery, when it is not the send's.
+    pub due_ms: Option<u64>,
+    pub deferrals: u32,
+    pub reason: Option<String>,
+}
+
+impl Record {
+    pub(crate) fn parse(record: &str) -> Record {
+        let (head, reason) = match record.split_once(':') {
+            Some((head, reason)) => (head, Some(reason.to_string())),
+            None => (record, None),
+        };
+        let (head, deferrals) = match head.split_once('~') {
+            Some((head, n)) => (head, n.parse().ok()),
+            None => (head, Some(0)),
+        };
+        let (deliveries, due_ms) = match head.split_once('@') {
+            Some((n, due)) => (n, due.parse().ok().map(Some)),
+            None => (head, Some(None)),
+        };
+        match (deliveries.parse(), due_ms, deferrals) {
+            (Ok(deliveries), Some(due_ms), Some(deferrals)) => Record {
+                deliveries,
+                due_ms,
+                deferrals,
+                reason,
+            },
+            _ => Record {
+                reason,
+                ..Record::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Record;
+
+    #[test]
+    fn a_retry_record_decodes_with_and_without_its_optional_parts() {
+        let r = |deliveries, due_ms, deferrals, reason: Option<&str>| Record {
+            deliveries,
+            due_ms,
+            deferrals,
+            reason: reason.map(String::from),
+        };
+        // As the scripts before due times and deferrals wrote them.
+        assert_eq!(Record::parse("2"), r(2, None, 0, None));
+        assert_eq!(Record::parse("3:HTTP 503: a:b"), r(3, None, 0, Some("HTTP 503: a:b")));
+        assert_eq!(Record::parse("1@1700000000123"), r(1, Some(1700000000123), 0, None));
+        assert_eq!(Record::parse("0~2:429"), r(0, None, 2, Some("429")));
+        assert_eq!(Record::parse("4@17~1:x~@y"), r(4, Some(17), 1, Some("x~@y")));
+        assert_eq!(Record::parse("x@1"), r(0, None, 0, None));
+        assert_eq!(Record::parse(""), r(0, None, 0, None));
     }
 }
