@@ -372,7 +372,7 @@ async fn a_handle_with_another_shard_count_than_recorded_is_refused() {
     refused(wrong(4).send("y").await.map(drop), 4);
     refused(consume(wrong(1)).await, 1);
     refused(consume(wrong(2)).await, 2);
-    assert_eq!(three.counts().await.unwrap().pending, 1, "nothing else was stored");
+    assert_eq!(three.counts().await.unwrap().live(), 1, "nothing else was stored");
     assert_eq!(
         all_keys(&client)
             .await
