@@ -128,6 +128,18 @@ pub enum Error {
         /// The version this crate speaks.
         supported: u32,
     },
+    /// The server does not run Lua scripts, and every queue operation is
+    /// one: a Valkey 9 started without its `lua` module (or after `MODULE
+    /// UNLOAD lua`), or a server or proxy without `EVAL`. Nothing was
+    /// written. Run a server with Lua: Redis 7, or Valkey with its `lua`
+    /// module (loaded by default).
+    #[error("{server} does not run Lua scripts, and every queue operation is one ({detail}): use Redis 7, or Valkey with its lua module loaded (the default)")]
+    ScriptingUnavailable {
+        /// The server as its `INFO server` names it, e.g. "Valkey 9.1.2".
+        server: String,
+        /// The server's message.
+        detail: String,
+    },
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
