@@ -608,7 +608,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
             .deliveries
             .iter()
             .filter(|d| &d.id == id && &d.consumer == consumer && d.start <= *at)
-            .filter(|d| d.end.map_or(true, |(end, _)| end <= *at && *at - end <= limits.lease))
+            .filter(|d| d.end.is_none_or(|(end, _)| end <= *at && *at - end <= limits.lease))
             .max_by_key(|d| d.end.map_or(*at, |e| e.0));
         let Some(d) = own else {
             // Handed back unstarted: by a nack retried at most until the
