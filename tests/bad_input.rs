@@ -1024,11 +1024,9 @@ async fn a_server_without_lua_gets_a_typed_error_naming_it() {
         ..Default::default()
     })
     .await;
-    let info = server.raw_command(&["INFO", "server"]);
-    let valkey_major = info
-        .lines()
-        .find_map(|l| l.strip_prefix("valkey_version:"))
-        .and_then(|v| v.split('.').next()?.trim().parse::<u32>().ok());
+    let valkey_major = server
+        .info_server("valkey_version")
+        .and_then(|v| v.split('.').next()?.parse::<u32>().ok());
     let unload = server.raw_reply(&["MODULE", "UNLOAD", "lua"]);
     if valkey_major.is_none_or(|major| major < 9) {
         support::skip(

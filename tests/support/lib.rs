@@ -239,6 +239,15 @@ impl RedisServer {
         }
     }
 
+    /// Field `name` of `INFO server` (e.g. `redis_version`, which Valkey
+    /// reports too, or `valkey_version`), when the server has it.
+    pub fn info_server(&self, name: &str) -> Option<String> {
+        let info = self.raw_command(&["INFO", "server"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    }
+
     /// Send one command over a fresh raw TCP connection (no fred involved) and
     /// return the reply rendered by [`RawReply::render`].
     pub fn raw_command(&self, args: &[&str]) -> String {
