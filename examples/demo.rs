@@ -73,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // About a third of the customers pay within a second: their timers are cancelled.
     let mut cancelled = 0u64;
     for (order_id, id) in &placed {
-        if mix(order_id + 1_000_000) % 3 == 0 {
+        if mix(order_id + 1_000_000).is_multiple_of(3) {
             tokio::time::sleep(Duration::from_millis(3)).await;
             if queue.cancel(id).await? {
                 cancelled += 1;

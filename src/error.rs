@@ -142,6 +142,18 @@ pub enum Error {
         /// This handle's count.
         expected: usize,
     },
+    /// The server does not run Lua scripts, and every queue operation is
+    /// one: a Valkey 9 started without its `lua` module (or after `MODULE
+    /// UNLOAD lua`), or a server or proxy without `EVAL`. Nothing was
+    /// written. Run a server with Lua: Redis 7, or Valkey with its `lua`
+    /// module (loaded by default).
+    #[error("{server} does not run Lua scripts, and every queue operation is one ({detail}): use Redis 7, or Valkey with its lua module loaded (the default)")]
+    ScriptingUnavailable {
+        /// The server as its `INFO server` names it, e.g. "Valkey 9.1.2".
+        server: String,
+        /// The server's message.
+        detail: String,
+    },
     /// Redis or the connection to it failed (unreachable, timeout, ...).
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
@@ -191,6 +203,40 @@ fn shard_counts(details: &str) -> Option<(usize, usize)> {
     Some((found.parse().ok()?, uses))
 }
 
+impl Error {
+    /// Whether the call failed because the queue's cluster slot is moving
+    /// to another node (`redis-cli --cluster reshard`, a rebalance). Nothing
+    /// of the call was written: send it again (with a caller-given id a
+    /// repeated send is idempotent); it succeeds once the client follows
+    /// the move. Covers `TRYAGAIN` (the call's keys were split between the
+    /// two nodes), `ASK`/`MOVED` redirections fred gave up on, and a script
+    /// that met a payload already on the other node, in Redis's words and
+    /// in Valkey's. The consumer retries such failures by itself.
+    pub fn is_slot_moving(&self) -> bool {
+        match self {
+            Error::Redis(e) => e.kind() == &fred::error::ErrorKind::Routing || slot_moving(e.details()),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a server's error `details` says the call met a slot on the
+/// move; see [`Error::is_slot_moving`].
+pub(crate) fn slot_moving(details: &str) -> bool {
+    let code = details.split(' ').next().unwrap_or_default();
+    matches!(code, "TRYAGAIN" | "ASK" | "MOVED") || script_met_moved_key(details)
+}
+
+/// Whether a server's error `details` says a script, let run, met a key it
+/// built rather than declared in KEYS on the other side of a slot move
+/// (lua/prelude.lua's `payloads_here` makes that happen before any write).
+/// Redis: "Script attempted to access a non local key in a cluster node";
+/// Valkey 8: "Unable to execute command '...' in script because undeclared
+/// keys were accessed during rehashing of the slot".
+pub(crate) fn script_met_moved_key(details: &str) -> bool {
+    details.contains("non local key") || details.contains("undeclared keys were accessed during rehashing of the slot")
+}
+
 /// The versions in a script's "DQFORMAT the queue is in wire format <found>,
 /// this client speaks format <supported> (...)" error (`check_format` in
 /// lua/prelude.lua).
@@ -199,4 +245,45 @@ fn format_versions(details: &str) -> Option<(String, u32)> {
     let (found, rest) = rest.rsplit_once(", this client speaks format ")?;
     let supported = rest.split(' ').next()?.parse().ok()?;
     Some((found.to_string(), supported))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::{Error as FredError, ErrorKind};
+
+    fn redis(kind: ErrorKind, details: &str) -> Error {
+        Error::Redis(FredError::new(kind, details.to_string()))
+    }
+
+    #[test]
+    fn a_moving_slot_is_told_apart_in_redis_and_valkey_words() {
+        let moving = [
+            // Both servers: the call's keys split between the two nodes.
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "ASK 320 127.0.0.1:7001",
+            "MOVED 320 127.0.0.1:7001",
+            // Redis 7: a script met a key it built on the other node.
+            "ERR Error running script (call to f_9b6c0e2b...): @user_script:44: @user_script: 44: Script attempted to access a non local key in a cluster node",
+            // Valkey 8: the same.
+            "ERR Unable to execute command 'exists' in script because undeclared keys were accessed during rehashing of the slot script: fe950a5a, on @user_script:44.",
+        ];
+        for details in moving {
+            assert!(redis(ErrorKind::Unknown, details).is_slot_moving(), "{details}");
+        }
+        // fred giving up on ASK redirections.
+        assert!(redis(ErrorKind::Routing, "Too many redirections.").is_slot_moving());
+        assert!(script_met_moved_key(moving[3]) && script_met_moved_key(moving[4]));
+        assert!(!script_met_moved_key(moving[0]));
+
+        for details in [
+            "ERR unknown command 'FOO'",
+            "NOSCRIPT No matching script.",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "ERR MOVED is not a thing here",
+        ] {
+            assert!(!redis(ErrorKind::Unknown, details).is_slot_moving(), "{details}");
+        }
+        assert!(!Error::Internal("TRYAGAIN".into()).is_slot_moving());
+    }
 }

@@ -1011,3 +1011,48 @@ async fn send_after_the_server_died_fails_within_connects_command_timeout() {
     // connect() sets a 10 s command timeout.
     calls_fail_within(&q, Duration::from_secs(10)).await;
 }
+
+/// A server that cannot run Lua scripts (Valkey 9 after `MODULE UNLOAD
+/// lua`): sending, reading stats and starting a consumer each fail with
+/// `ScriptingUnavailable`, naming the server, and nothing is written.
+/// Redis 7 and Valkey 8 have Lua built in, so there it cannot be removed
+/// and the test skips, saying so; on Valkey 9 it always runs.
+#[tokio::test]
+async fn a_server_without_lua_gets_a_typed_error_naming_it() {
+    let server = RedisServer::start_with(support::ServerOptions {
+        extra_args: vec!["--enable-module-command".into(), "local".into()],
+        ..Default::default()
+    })
+    .await;
+    let valkey_major = server
+        .info_server("valkey_version")
+        .and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+    let unload = server.raw_reply(&["MODULE", "UNLOAD", "lua"]);
+    if valkey_major.is_none_or(|major| major < 9) {
+        support::skip(
+            "a_server_without_lua_gets_a_typed_error_naming_it",
+            &format!(
+                "Lua is built into this server (not Valkey 9 or later), so it cannot run without it; MODULE UNLOAD lua: {}",
+                unload.render()
+            ),
+        );
+        return;
+    }
+    assert_eq!(unload, RawReply::Simple("OK".into()), "Valkey 9 unloads its lua module");
+
+    let q = DelayQueue::builder("nolua", server.client().await).build().unwrap();
+    let check = |what: &str, result: Result<(), Error>| {
+        let e = result.expect_err(what);
+        assert!(
+            matches!(&e, Error::ScriptingUnavailable { server, .. } if server.starts_with("Valkey 9.")),
+            "{what}: {e:?}"
+        );
+        // The message says what to do.
+        assert!(e.to_string().contains("lua module"), "{what}: {e}");
+    };
+    check("send", q.send("x").await.map(|_| ()));
+    check("counts", q.counts().await.map(|_| ()));
+    let log = Log::default();
+    check("start_consume", q.start_consume(acking(&log)).await.map(|_| ()));
+    assert!(snapshot(&server).is_empty());
+}

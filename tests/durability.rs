@@ -136,13 +136,7 @@ async fn aof_durability_confirms_the_local_append_only_file() {
         ..Default::default()
     })
     .await;
-    let version = server.raw_command(&["INFO", "server"]);
-    let version = version
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let version = server.info_server("redis_version").unwrap_or_default();
     let q = DelayQueue::builder("pay", server.client().await)
         .durability(Durability::Aof {
             local: true,

@@ -337,7 +337,7 @@ async fn run_schedules_alone_sends_each_fire_once_ahead_of_its_time() {
     let left = stored_fires(&queue, "p").await;
     assert!(left.keys().all(|f| *f <= paused_at), "{left:?}");
     let info = queue.schedule("p").await.unwrap().unwrap();
-    assert!(info.last_fire.map_or(true, |t| ms(t) <= paused_at), "{info:?}");
+    assert!(info.last_fire.is_none_or(|t| ms(t) <= paused_at), "{info:?}");
 }
 
 /// A scheduler whose tick (20 s) holds 40 fires of a 1 s schedule: its

@@ -90,9 +90,8 @@ impl Presence {
         .into_iter()
         .filter_map(|(is, state)| is.then_some(state))
         .collect();
-        let listed = std::iter::repeat(MessageState::Ready)
-            .take(self.ready as usize)
-            .chain(std::iter::repeat(MessageState::Retry).take(self.retry as usize));
+        let listed = std::iter::repeat_n(MessageState::Ready, self.ready as usize)
+            .chain(std::iter::repeat_n(MessageState::Retry, self.retry as usize));
         if !stale {
             states.extend(listed);
         } else if states.is_empty() && self.payload {

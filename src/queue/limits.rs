@@ -31,7 +31,8 @@ fn check_count(what: &str, n: u64, shards: usize) -> Result<(), Error> {
 /// Checks a rate limit for a queue of `shards` shards.
 pub(crate) fn check_rate(rate: &RateLimit, shards: usize) -> Result<(), Error> {
     check_count("rate_limit", rate.limit, shards)?;
-    if rate.per < Duration::from_millis(1) || rate.per > MAX_DELAY || rate.per.subsec_nanos() % 1_000_000 != 0 {
+    if rate.per < Duration::from_millis(1) || rate.per > MAX_DELAY || !rate.per.subsec_nanos().is_multiple_of(1_000_000)
+    {
         return Err(Error::InvalidArgument(
             "rate_limit's period must be whole milliseconds from 1 ms to MAX_DELAY".into(),
         ));

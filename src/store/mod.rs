@@ -50,14 +50,11 @@ impl<'a> Shard<'a> {
         op.reply(self.eval(op).await?)
     }
 
-    /// Runs `op` and returns its reply unread, mapping WRONGTYPE and OOM
-    /// to their own errors.
+    /// Runs `op` and returns its reply unread, mapping WRONGTYPE, OOM and
+    /// a server without Lua to their own errors.
     pub(crate) async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
         let keys = op.keys(self.keys);
         debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
-        O::script()
-            .call(self.client, keys, op.args(self.keys))
-            .await
-            .map_err(|e| Error::from_redis(self.queue, e))
+        O::script().run(self.client, keys, op.args(self.keys), self.queue).await
     }
 }

@@ -11,13 +11,17 @@
 //! Redis answers NOSCRIPT (restart, failover, `SCRIPT FLUSH`) the call is
 //! repeated once as `EVAL` with the whole source, which cannot fail with
 //! NOSCRIPT and caches the script again. (Loading it and retrying `EVALSHA`
-//! would fail again should another flush come in between.)
+//! would fail again should another flush come in between.) A server that
+//! cannot run Lua at all (Valkey 9 without its `lua` module) fails the
+//! first call, whichever it is, with [`Error::ScriptingUnavailable`].
 
 use std::sync::OnceLock;
 
-use fred::prelude::{Client, FromValue, LuaInterface, Value};
+use fred::prelude::{Client, ClientLike, FromValue, LuaInterface, Value};
 use fred::types::scripts::Script;
 use fred::types::MultipleKeys;
+
+use crate::Error;
 
 /// A script of `lua/`, known by its file name.
 pub(crate) struct LuaScript {
@@ -92,6 +96,25 @@ impl LuaScript {
         self.script().0.sha1()
     }
 
+    /// [`call`](Self::call) for queue `queue`, with Redis's errors turned
+    /// into the crate's ([`Error::from_redis`]), and a server without Lua
+    /// into [`Error::ScriptingUnavailable`].
+    pub(crate) async fn run<R: FromValue>(
+        &self,
+        client: &Client,
+        keys: Vec<String>,
+        args: Vec<Value>,
+        queue: &str,
+    ) -> Result<R, Error> {
+        match self.call(client, keys, args).await {
+            Err(e) if lacks_lua(e.details()) => Err(Error::ScriptingUnavailable {
+                server: server_name(client).await,
+                detail: e.details().to_string(),
+            }),
+            result => result.map_err(|e| Error::from_redis(queue, e)),
+        }
+    }
+
     /// Runs the script with `EVALSHA`, or `EVAL` when Redis does not have it.
     pub(crate) async fn call<R: FromValue>(
         &self,
@@ -115,6 +138,42 @@ impl LuaScript {
             }
             result => result,
         }
+    }
+}
+
+/// Whether a server's error says it cannot run Lua at all: Valkey 9
+/// without its Lua module ("Could not find scripting engine 'lua'"), or a
+/// server without the commands ("unknown command 'EVALSHA'", Redis and
+/// Valkey alike).
+fn lacks_lua(details: &str) -> bool {
+    let details = details.to_ascii_lowercase();
+    // The command's name, without the arguments that the error quotes.
+    let head = details.split(", with args").next().unwrap_or_default();
+    details.contains("could not find scripting engine") || (head.contains("unknown command") && head.contains("eval"))
+}
+
+/// The server's name and version from `INFO server` ("Valkey 9.1.2",
+/// "Redis 7.0.15"), for an error message; "the Redis server" when it
+/// cannot be read. Valkey also reports a `redis_version` (of the Redis it
+/// is compatible with), so its own comes first.
+async fn server_name(client: &Client) -> String {
+    let info: String = client
+        .info(Some(fred::types::InfoKind::Server))
+        .await
+        .unwrap_or_default();
+    server_name_of(&info)
+}
+
+fn server_name_of(info: &str) -> String {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    match (field("valkey_version"), field("redis_version")) {
+        (Some(v), _) => format!("Valkey {v}"),
+        (None, Some(v)) => format!("Redis {v}"),
+        (None, None) => "the Redis server".to_string(),
     }
 }
 
@@ -188,6 +247,30 @@ fn is_ident(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_without_lua_is_told_apart_by_its_words() {
+        // Valkey 9.1 after MODULE UNLOAD lua: EVALSHA says NOSCRIPT, then EVAL this.
+        assert!(lacks_lua("ERR Could not find scripting engine 'lua'"));
+        // A server or proxy without the commands (Redis's and Valkey's words).
+        assert!(lacks_lua(
+            "ERR unknown command 'EVALSHA', with args beginning with: '1d2b6c1e' '1' "
+        ));
+        assert!(lacks_lua("ERR unknown command `eval`, with args beginning with: "));
+        // Errors of a running script are not.
+        assert!(!lacks_lua(
+            "ERR user_script:1: Script attempted to access nonexistent global variable 'x'"
+        ));
+        assert!(!lacks_lua("NOSCRIPT No matching script."));
+        assert!(!lacks_lua(
+            "ERR unknown command 'FOO', with args beginning with: 'eval' "
+        ));
+
+        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        assert_eq!(server_name_of(valkey), "Valkey 9.1.2");
+        assert_eq!(server_name_of("# Server\r\nredis_version:7.0.15\r\n"), "Redis 7.0.15");
+        assert_eq!(server_name_of(""), "the Redis server");
+    }
 
     #[test]
     fn every_script_documents_its_interface() {

@@ -316,6 +316,27 @@ fn build_worker() -> PathBuf {
     };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
+    // Without the variables cargo set for this test (CARGO_PKG_NAME,
+    // CARGO_MANIFEST_DIR, ...): build scripts (ring's, through cc) record
+    // them, so inheriting them would rebuild ring and all above it here and
+    // again at the next plain `cargo test`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_",
+            "CARGO_TARGET_TMPDIR",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
+            || name == "OUT_DIR"
+        {
+            cmd.env_remove(name.as_ref());
+        }
+    }
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["build", "--quiet", "--example", "worker", "--profile", &profile])
         .arg("--target-dir")

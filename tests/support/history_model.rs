@@ -714,7 +714,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
             .deliveries
             .iter()
             .filter(|d| &d.id == id && &d.consumer == consumer && d.start <= *at)
-            .filter(|d| d.end.map_or(true, |(end, _)| end <= *at && *at - end <= limits.lease))
+            .filter(|d| d.end.is_none_or(|(end, _)| end <= *at && *at - end <= limits.lease))
             .collect();
         let excused_loss = |d: &Delivery| {
             let timed_out = !d.renews && matches!(d.end, Some((_, Outcome::Cancelled)));

@@ -239,6 +239,15 @@ impl RedisServer {
         }
     }
 
+    /// Field `name` of `INFO server` (e.g. `redis_version`, which Valkey
+    /// reports too, or `valkey_version`), when the server has it.
+    pub fn info_server(&self, name: &str) -> Option<String> {
+        let info = self.raw_command(&["INFO", "server"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    }
+
     /// Send one command over a fresh raw TCP connection (no fred involved) and
     /// return the reply rendered by [`RawReply::render`].
     pub fn raw_command(&self, args: &[&str]) -> String {
@@ -276,9 +285,7 @@ impl RedisServer {
 
     /// Spawn the process for the current port/dir/options (does not wait).
     fn spawn(&self) -> Child {
-        let bin = std::env::var_os("REDIS_SERVER_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("redis-server"));
+        let bin = server_bin();
         let port = self.port.to_string();
         let dir = self.dir.to_str().expect("support: temp dir is not UTF-8");
         let log = self.dir.join("redis.log");
@@ -397,6 +404,40 @@ impl Drop for RedisServer {
         self.kill();
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The kind of server the suite runs on, as `scripts/test.sh --server`
+/// says in `DELAYQUEUE_TEST_SERVER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// Redis: also when the variable is unset, so that a plain `cargo test`
+    /// holds every test to what Debian's redis-server has.
+    Redis,
+    /// Valkey: builds differ (PyPI's have no TLS; 9.x can run without its
+    /// Lua module), so a test that needs such a part may skip, saying so.
+    Valkey,
+}
+
+/// The server kind of this run; see [`ServerKind`].
+pub fn server_kind() -> ServerKind {
+    match std::env::var("DELAYQUEUE_TEST_SERVER").as_deref() {
+        Ok("valkey") => ServerKind::Valkey,
+        _ => ServerKind::Redis,
+    }
+}
+
+/// Says on stderr that `test` skips and why. Written to the stream itself,
+/// not with `eprintln!`, so that the test harness does not swallow the line
+/// of a test that passes.
+pub fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// The server binary the tests start: `REDIS_SERVER_BIN`, else `redis-server`.
+pub fn server_bin() -> PathBuf {
+    std::env::var_os("REDIS_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
 }
 
 /// How long a test waits for something that should happen within moments.

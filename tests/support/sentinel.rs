@@ -220,9 +220,7 @@ impl SentinelProcess {
             let stderr = fs::File::create(dir.join("sentinel.stderr"))
                 .map(Stdio::from)
                 .unwrap_or_else(|_| Stdio::null());
-            let bin = std::env::var_os("REDIS_SERVER_BIN")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("redis-server"));
+            let bin = super::server_bin();
             let child = Command::new(&bin)
                 .arg(&conf)
                 .arg("--sentinel")

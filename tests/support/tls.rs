@@ -66,6 +66,26 @@ impl Certificates {
     }
 }
 
+/// Why [`TlsRedisServer::start`] started nothing: the server
+/// binary has no TLS. Its text names the binary and quotes its log.
+#[derive(Debug)]
+pub struct NoTls(pub String);
+
+impl std::fmt::Display for NoTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How one launch attempt ended.
+enum Launch {
+    Ready,
+    /// Exited before it was ready, most likely because the port was taken.
+    Exited,
+    /// Exited saying it has no TLS support: this log line.
+    NoTls(String),
+}
+
 /// A `redis-server` that only speaks TLS; see the module docs.
 pub struct TlsRedisServer {
     child: Option<Child>,
@@ -76,8 +96,11 @@ pub struct TlsRedisServer {
 
 impl TlsRedisServer {
     /// Generates certificates and starts the server, with `extra_args`
-    /// appended to its command line.
-    pub async fn start(extra_args: &[&str]) -> TlsRedisServer {
+    /// appended to its command line; or, when the server binary was built
+    /// without TLS on a run that allows it (a Valkey pass, see
+    /// [`ServerKind`](super::ServerKind)), says why not. On Redis a server
+    /// without TLS panics: Debian's redis-server has it.
+    pub async fn start(extra_args: &[&str]) -> Result<TlsRedisServer, NoTls> {
         let dir = unique_temp_dir();
         let certs = Certificates::generate(&dir);
         let mut server = TlsRedisServer {
@@ -89,8 +112,21 @@ impl TlsRedisServer {
         for _ in 0..START_ATTEMPTS {
             server.port = free_port();
             server.child = Some(server.spawn(extra_args));
-            if server.wait_ready().await {
-                return server;
+            match server.wait_ready().await {
+                Launch::Ready => return Ok(server),
+                Launch::NoTls(log) if super::server_kind() == super::ServerKind::Valkey => {
+                    return Err(NoTls(format!(
+                        "{} has no TLS (built without it): {log}",
+                        super::server_bin().display()
+                    )))
+                }
+                Launch::NoTls(log) => panic!(
+                    "support: {} has no TLS, and this run is on Redis, where TLS is tested \
+                     (Debian's redis-server has it; set DELAYQUEUE_TEST_SERVER=valkey for a \
+                     Valkey without TLS, as scripts/test.sh --server valkey does): {log}",
+                    super::server_bin().display()
+                ),
+                Launch::Exited => {}
             }
         }
         panic!(
@@ -113,9 +149,7 @@ impl TlsRedisServer {
     }
 
     fn spawn(&self, extra_args: &[&str]) -> Child {
-        let bin = std::env::var_os("REDIS_SERVER_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("redis-server"));
+        let bin = super::server_bin();
         let path = |p: &Path| p.to_str().expect("support: path is not UTF-8").to_string();
         let mut args: Vec<String> = vec![
             "--port".into(),
@@ -151,21 +185,25 @@ impl TlsRedisServer {
             .unwrap_or_else(|e| panic!("support: cannot spawn {}: {e}", bin.display()))
     }
 
-    /// Until the log says it is ready (true) or the process exits, most
-    /// likely because the port was taken (false). A server that exits has
-    /// not bound the port, so a ready one is ours.
-    async fn wait_ready(&mut self) -> bool {
+    /// Until the log says it is ready, or the process exits: most likely
+    /// because the port was taken, or because the binary has no TLS.
+    async fn wait_ready(&mut self) -> Launch {
         let deadline = Instant::now() + READY_TIMEOUT;
         let log = self.dir.join("redis.log");
         loop {
             let child = self.child.as_mut().expect("support: TLS server child");
             if child.try_wait().expect("support: try_wait on redis-server").is_some() {
                 self.child = None;
+                let text = fs::read_to_string(&log).unwrap_or_default();
                 let _ = fs::remove_file(&log);
-                return false;
+                // Redis and Valkey built without TLS both log "Failed finding TLS support".
+                return match text.lines().find(|l| l.contains("TLS support")) {
+                    Some(line) => Launch::NoTls(line.to_string()),
+                    None => Launch::Exited,
+                };
             }
             if fs::read_to_string(&log).is_ok_and(|l| l.contains("Ready to accept connections")) {
-                return true;
+                return Launch::Ready;
             }
             assert!(
                 Instant::now() < deadline,

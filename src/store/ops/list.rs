@@ -62,7 +62,7 @@ impl Op for List {
 /// record, stored value's head, its full length, TTL), payloads cut to
 /// `preview` bytes.
 pub(super) fn items<O: Op>(values: &[Value], state: MessageState, preview: usize) -> Result<Vec<MessageInfo>, Error> {
-    if values.len() % 6 != 0 {
+    if !values.len().is_multiple_of(6) {
         return Err(unexpected::<O>("malformed reply"));
     }
     let items = values

@@ -55,7 +55,10 @@ impl From<Error> for ApiError {
             | Error::FormatVersion { .. }
             | Error::ShardCount { .. } => StatusCode::CONFLICT,
             Error::NoSuchSchedule { .. } => StatusCode::NOT_FOUND,
-            Error::Redis(_) | Error::OutOfMemory { .. } | Error::NotDurable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Redis(_)
+            | Error::OutOfMemory { .. }
+            | Error::NotDurable { .. }
+            | Error::ScriptingUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::UnexpectedReply { .. } | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.to_string())
