@@ -5,7 +5,8 @@ A schedule is a hash (its definition: 'spec', 'tz', 'misfire', 'grace',
 scripts' own fields: 'version', new at every change; 'anchor', Redis
 time in ms of the last change (where an interval counts from); 'paused',
 Redis time when paused; 'ahead', the fire times sent and not yet due;
-'last', the last fire time sent and not withdrawn; 'fired', fires sent) and its cursor,
+'last', the last fire time sent and not withdrawn; 'fired', fires sent
+and not withdrawn) and its cursor,
 its score in the schedules zset: the last fire time sent, or the time of
 the last change, from which the next fire is computed; +inf while paused.
 Every change but resume withdraws the fires sent and not yet due (those
@@ -48,10 +49,16 @@ local function withdraw()
     end
   end
   local keys = payloads_here(ARGV[2], ids)
+  local withdrawn = 0
   for i, id in ipairs(ids) do
     if redis.call('ZREM', KEYS[3], id) == 1 then
       redis.call('DEL', keys[i])
+      withdrawn = withdrawn + 1
     end
+  end
+  -- 'fired' counts what will be delivered, so it matches the handler's count.
+  if withdrawn > 0 then
+    redis.call('HINCRBY', KEYS[2], 'fired', -withdrawn)
   end
   redis.call('HDEL', KEYS[2], 'ahead')
   -- 'last' never names a withdrawn fire (which will not happen).

@@ -221,7 +221,8 @@ pub struct ScheduleInfo {
     /// The next fire time after now, whether sent ahead already or not
     /// (none while paused, or when the expression never matches again).
     pub next_fire: Option<SystemTime>,
-    /// Fires sent since the schedule was created.
+    /// Fires sent since the schedule was created, less those a change
+    /// withdrew before they were due: what its handler will see.
     pub fired: u64,
     /// What happens to fires missed by more than the grace.
     pub misfire: Misfire,

@@ -4477,6 +4477,7 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
     assert_eq!(env.fire("s", &v, a).await, Fired::Sent);
     assert_eq!(env.fire("s", &v, b).await, Fired::Sent);
     assert_eq!(env.hget(&h, "ahead"), format!("{a} {b}"));
+    assert_eq!(env.hget(&h, "fired"), "2");
     env.seed("other", None);
     env.raw(&["ZADD", &k.pending, "1", "other"]);
 
@@ -4487,6 +4488,7 @@ async fn schedule_changes_withdraw_the_fires_sent_ahead_and_flip_once() {
         "fires ahead withdrawn"
     );
     assert!(!env.exists(&k.msg(&format!("{{s}}@{a}"))));
+    assert_eq!(env.hget(&h, "fired"), "0", "withdrawn fires are not counted as fired");
     assert_eq!(env.cursor("s"), "inf");
     let paused = env.hget(&h, "version");
     assert!(
