@@ -1132,9 +1132,11 @@ fn check_queue(
 /// - and B of a higher priority (from the retry list it is ahead anyway;
 ///   else in the priority zset, ahead of A's lower score and of the
 ///   ready list); or of the same priority and surely due before A: in
-///   its first life (attempt 1, its send sure, no operation on its id, no
-///   requeue of every dead letter between its send and the claim: its
-///   place is its send's due time), due by the latest before A's
+///   its first life (attempt 1, its send sure, no operation on its id,
+///   and no requeue of every dead letter between its send and the claim,
+///   unless it was surely never dead: no delivery of it before, and no
+///   fault that can count a lease no handler ran; so its place is its
+///   send's due time), due by the latest before A's
 ///   earliest due time, by more than the clock slack. Promote moves
 ///   due messages in due order, and the zset scores them by due time.
 fn check_start_order(
@@ -1175,7 +1177,12 @@ fn check_start_order(
             }
             let earlier = |b: &Delivery| {
                 let Some((sent, _, b_due)) = first(b) else { return false };
-                let requeued = h.ops.iter().any(|o| o.id == "*" && o.end >= sent && o.start <= claimed);
+                // Dead before, then requeued (placed as due then): seen
+                // delivered before, or leased by a claim no handler ran,
+                // which needs a fault (see `FaultRec::risks_lease`).
+                let died = h.deliveries.iter().any(|d| d.id == b.id && d.leased_us < b.leased_us)
+                    || h.lease_risk(limits, sent, claimed).is_some();
+                let requeued = died && h.ops.iter().any(|o| o.id == "*" && o.end >= sent && o.start <= claimed);
                 !requeued && b_due + CLOCK_SLACK < a_due
             };
             let ahead = claim[i + 1..]
@@ -1187,7 +1194,8 @@ fn check_start_order(
                     &a.id,
                     format!(
                         "started at {} on {} (concurrency 1) with priority {}, due at the earliest {}, before {} \
-                         (priority {}, started at {}) of the same claim at {}, which was ahead of it in that claim",
+                         (priority {}, started at {}) of the same claim at {}, which was ahead of it in that claim; \
+                         the history of {}:\n{}  and of {}:",
                         h.ms(a.start),
                         a.consumer,
                         a.priority,
@@ -1195,7 +1203,10 @@ fn check_start_order(
                         b.id,
                         b.priority,
                         h.ms(b.start),
-                        h.us(a.leased_us).trim()
+                        h.us(a.leased_us).trim(),
+                        b.id,
+                        h.lines_of(&b.id),
+                        a.id
                     ),
                 );
             }
@@ -2014,7 +2025,18 @@ mod tests {
                 result: Ok(true),
             });
         };
-        assert_eq!(run(300, &["late", "early"], &requeued), none);
+        // A requeue of every dead letter moves only the dead: one never
+        // delivered before was dead only if a fault counted a lease.
+        assert_eq!(run(300, &["late", "early"], &requeued), ["start-order"]);
+        let crashed = |h: &mut History| {
+            requeued(h);
+            fault(h, "crash", 20, 20);
+            // Not in A's window (from due at 100 ms less two command time-outs).
+            h.sends[2].delay = Duration::from_millis(1100);
+        };
+        assert_eq!(run(1300, &["late", "early"], &crashed), none);
+        // A higher priority is ahead all the same.
+        assert_eq!(run(1300, &["late", "hi"], &crashed), ["start-order"]);
         assert_eq!(run(300, &["late", "hi"], &requeued), ["start-order"]);
     }
 
