@@ -1660,16 +1660,26 @@ mod tests {
         });
     }
 
-    fn cancel(h: &mut History, from: u64, to: u64, result: Result<bool, String>) {
+    /// An operation `kind` on `id` from `from` to `to` ms.
+    fn id_op(h: &mut History, kind: &'static str, id: &str, from: u64, to: u64, result: Result<bool, String>) {
         let (start, end) = (at(h, from), at(h, to));
         h.ops.push(IdOp {
-            kind: "cancel",
-            id: "m".into(),
+            kind,
+            id: id.into(),
             delay: None,
             start,
             end,
             result,
         });
+    }
+
+    fn cancel(h: &mut History, from: u64, to: u64, result: Result<bool, String>) {
+        id_op(h, "cancel", "m", from, to, result);
+    }
+
+    /// A requeue of every dead letter from `from` to `to` ms that requeued some.
+    fn requeue_all(h: &mut History, from: u64, to: u64) {
+        id_op(h, "requeue_all_dead", "*", from, to, Ok(true));
     }
 
     fn deliver(h: &mut History, attempt: u32, from: u64, outcome: Outcome) {
@@ -1901,39 +1911,6 @@ mod tests {
         assert!(check_queue_rules(&h).is_empty());
     }
 
-    #[test]
-    fn a_claim_takes_the_higher_priority_first() {
-        let mut h = History::new();
-        for (id, priority) in [("hi", 5), ("lo", 1)] {
-            h.sends.push(SendRec {
-                payload: id.into(),
-                id: Some(id.into()),
-                caller_id: true,
-                delay: Duration::ZERO,
-                retry_count: 0,
-                start: h.t0,
-                end: at(&h, 1),
-                error: None,
-                how: "delay",
-                priority,
-                headers: Vec::new(),
-            });
-        }
-        // Claimed within half a lease of due: neither was held before.
-        delivery(&mut h, "lo", "lo", 1, 800, 800, 810, Outcome::Ok);
-        delivery(&mut h, "hi", "hi", 1, 900, 900, 910, Outcome::Ok);
-        for d in &mut h.deliveries {
-            d.priority = if d.id == "hi" { 5 } else { 1 };
-        }
-        assert_eq!(rules(&h, None), ["priority-order"]);
-        // Not promoted for sure: the claim came too soon after it was due.
-        h.deliveries[0].leased_us = h.t0_us + 600_000;
-        assert_eq!(rules(&h, None), Vec::<&str>::new());
-        h.deliveries[0].leased_us = h.t0_us + 800_000;
-        fault(&mut h, "cut", 300, 300);
-        assert_eq!(rules(&h, None), Vec::<&str>::new());
-    }
-
     /// Messages sent at 0 ms for sure, each (id, priority, delay ms).
     fn sent_with(msgs: &[(&str, u8, u64)]) -> History {
         let mut h = History::new();
@@ -1953,6 +1930,24 @@ mod tests {
             });
         }
         h
+    }
+
+    #[test]
+    fn a_claim_takes_the_higher_priority_first() {
+        let mut h = sent_with(&[("hi", 5, 0), ("lo", 1, 0)]);
+        // Claimed within half a lease of due: neither was held before.
+        delivery(&mut h, "lo", "lo", 1, 800, 800, 810, Outcome::Ok);
+        delivery(&mut h, "hi", "hi", 1, 900, 900, 910, Outcome::Ok);
+        for d in &mut h.deliveries {
+            d.priority = if d.id == "hi" { 5 } else { 1 };
+        }
+        assert_eq!(rules(&h, None), ["priority-order"]);
+        // Not promoted for sure: the claim came too soon after it was due.
+        h.deliveries[0].leased_us = h.t0_us + 600_000;
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        h.deliveries[0].leased_us = h.t0_us + 800_000;
+        fault(&mut h, "cut", 300, 300);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
     }
 
     /// Deliveries of one claim at `claimed` ms, started in this order.
@@ -2014,17 +2009,7 @@ mod tests {
         assert_eq!(run(300, &["early", "hi"], &hi_retried), ["start-order"]);
         let early_retried = |h: &mut History| h.deliveries[1].attempt = 2;
         assert_eq!(run(300, &["late", "early"], &early_retried), none);
-        let requeued = |h: &mut History| {
-            let (start, end) = (at(h, 50), at(h, 60));
-            h.ops.push(IdOp {
-                kind: "requeue_all_dead",
-                id: "*".into(),
-                delay: None,
-                start,
-                end,
-                result: Ok(true),
-            });
-        };
+        let requeued = |h: &mut History| requeue_all(h, 50, 60);
         // A requeue of every dead letter moves only the dead: one never
         // delivered before was dead only if a fault counted a lease.
         assert_eq!(run(300, &["late", "early"], &requeued), ["start-order"]);
@@ -2086,15 +2071,7 @@ mod tests {
         fire(&mut h, "a", 3000, 1);
         h.deliveries.last_mut().unwrap().start += Duration::from_millis(100);
         assert_eq!(schedule_rules(&h, true), ["fire-twice"]);
-        let (start, end) = (at(&h, 3050), at(&h, 3060));
-        h.ops.push(IdOp {
-            kind: "requeue_all_dead",
-            id: "*".into(),
-            delay: None,
-            start,
-            end,
-            result: Ok(true),
-        });
+        requeue_all(&mut h, 3050, 3060);
         assert!(schedule_rules(&h, true).is_empty());
         // Before its fire time by Redis's clock.
         h.deliveries.iter_mut().find(|d| d.id == id).unwrap().start_us -= 200_000;
