@@ -1118,8 +1118,8 @@ fn check_queue(
 /// A started before B of the same claim breaks it when B was surely ahead
 /// of A in that claim:
 /// - A surely not from the retry list (first whatever the priority): a
-///   first delivery (attempt 1, its send sure, no operation on its id)
-///   never handed back unstarted (to the front of retry, uncounted). A
+///   first delivery (attempt 1, its send sure, no operation on its id, no
+///   delivery of it before) never handed back unstarted (to the front of retry, uncounted). A
 ///   hand-back comes at a stop, or at least half a lease after the claim
 ///   request was sent (the release rule: a delivery starts only with a
 ///   quarter lease, or twice the recent handler time up to half a lease,
@@ -1132,11 +1132,10 @@ fn check_queue(
 /// - and B of a higher priority (from the retry list it is ahead anyway;
 ///   else in the priority zset, ahead of A's lower score and of the
 ///   ready list); or of the same priority and surely due before A: in
-///   its first life (attempt 1, its send sure, no operation on its id,
-///   and no requeue of every dead letter between its send and the claim,
-///   unless it was surely never dead: no delivery of it before, and no
-///   fault that can count a lease no handler ran; so its place is its
-///   send's due time), due by the latest before A's
+///   its first life (a first delivery as A, and no requeue of every dead
+///   letter between its send and the claim, unless no fault in between
+///   can have counted a lease no handler ran: it was never dead; so its
+///   place is its send's due time), due by the latest before A's
 ///   earliest due time, by more than the clock slack. Promote moves
 ///   due messages in due order, and the zset scores them by due time.
 fn check_start_order(
@@ -1154,9 +1153,15 @@ fn check_start_order(
             claims.entry((d.consumer.as_str(), d.leased_us)).or_default().push(d);
         }
     }
-    // A first delivery's send, when sure: (its start, earliest and latest due time).
+    // A first delivery's send, when sure: (its start, earliest and latest
+    // due time). Delivered before, it may have died and been requeued
+    // (placed as due then, in the ready list behind messages due earlier).
     let first = |d: &Delivery| -> Option<(Instant, Instant, Instant)> {
+        let before = |e: &Delivery| e.id == d.id && e.leased_us < d.leased_us;
         if d.attempt != 1 || fire_of(&d.id).is_some() || h.ops.iter().any(|o| o.id == d.id) {
+            return None;
+        }
+        if h.deliveries.iter().any(before) {
             return None;
         }
         let s = sends.get(d.payload.as_str())?;
@@ -1177,11 +1182,10 @@ fn check_start_order(
             }
             let earlier = |b: &Delivery| {
                 let Some((sent, _, b_due)) = first(b) else { return false };
-                // Dead before, then requeued (placed as due then): seen
-                // delivered before, or leased by a claim no handler ran,
+                // Dead before, then requeued (placed as due then), though
+                // never delivered before: leased by a claim no handler ran,
                 // which needs a fault (see `FaultRec::risks_lease`).
-                let died = h.deliveries.iter().any(|d| d.id == b.id && d.leased_us < b.leased_us)
-                    || h.lease_risk(limits, sent, claimed).is_some();
+                let died = h.lease_risk(limits, sent, claimed).is_some();
                 let requeued = died && h.ops.iter().any(|o| o.id == "*" && o.end >= sent && o.start <= claimed);
                 !requeued && b_due + CLOCK_SLACK < a_due
             };
@@ -2022,6 +2026,15 @@ mod tests {
         assert_eq!(run(1300, &["late", "early"], &crashed), none);
         // A higher priority is ahead all the same.
         assert_eq!(run(1300, &["late", "hi"], &crashed), ["start-order"]);
+        // Delivered before, it may have died and been requeued (pushed to
+        // ready as due then, behind one due before it but promoted later).
+        let redelivered = |h: &mut History| {
+            requeue_all(h, 250, 260);
+            delivery(h, "late", "late", 1, 200, 210, 220, Outcome::Skip);
+            h.deliveries.last_mut().unwrap().priority = 1;
+        };
+        assert_eq!(run(300, &["late", "early"], &redelivered), none);
+        assert_eq!(run(300, &["late", "hi"], &redelivered), none);
         assert_eq!(run(300, &["late", "hi"], &requeued), ["start-order"]);
     }
 
