@@ -1119,8 +1119,9 @@ fn check_queue(
 /// of A in that claim:
 /// - A surely not from the retry list (first whatever the priority): a
 ///   first delivery (attempt 1, its send sure, no operation on its id, no
-///   delivery of it before) never handed back unstarted (to the front of retry, uncounted). A
-///   hand-back comes at a stop, or at least half a lease after the claim
+///   delivery of it before) never handed back unstarted (to the front of
+///   retry, uncounted). A hand-back comes at a stop, or at least half a
+///   lease after the claim
 ///   request was sent (the release rule: a delivery starts only with a
 ///   quarter lease, or twice the recent handler time up to half a lease,
 ///   left), and that request ran after A was due. So: claimed less than
