@@ -47,12 +47,19 @@
 //!     was surely in ready: see the model's `check_queue` for when that
 //!     is sure).
 //!   - `headers`: sends with headers. Rule `headers`: delivered as sent.
+//!
+//!   Whatever the features, rule `start-order`: a consumer of one handler
+//!   starts the deliveries of one claim in that claim's order (retries,
+//!   then priority, then due time), judged where the order is sure (see
+//!   the model's `check_start_order`); with `priorities`, by priority too.
 //! - `HISTORY_HANDLERS`: comma list of `ok,error,panic,retry,skip,slow`,
 //!   `all` (default). `ok` is always among them in the final drain.
 //! - `HISTORY_RENEW`: `on`, `off` or `mixed` (default): whether consumers
 //!   renew leases (`handler_timeout` > `max_consume_duration`).
 //! - `HISTORY_CONSUMERS` (2 or 3), `HISTORY_CONCURRENCY` (handlers per
-//!   consumer): from the seed unless set.
+//!   consumer, every consumer): from the seed unless set; the first
+//!   consumer then has one handler in half the default runs and always in
+//!   `history_of_every_feature`, the others as many as the seed draws (1-4).
 //! - `HISTORY_BURST=<n>`: once, a backlog of `n` messages due at once,
 //!   followed by a graceful stop of a consumer.
 //! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
@@ -238,7 +245,8 @@ struct Knobs {
     handlers: Vec<(HandlerKind, u64)>,
     /// Per consumer: whether it renews leases.
     renews: Vec<bool>,
-    concurrency: usize,
+    /// Per consumer: its handlers at once (`concurrency`).
+    concurrency: Vec<usize>,
     default_retry_count: u32,
     burst: usize,
     features: Vec<Feature>,
@@ -286,8 +294,10 @@ fn chosen<T: Copy>(var: &str, table: &[(&str, T)]) -> Vec<T> {
 }
 
 /// The knobs from the environment; `features`: those of `HISTORY_FEATURES`
-/// when set, else these (`None`: half of them, by the seed).
-fn knobs(features: Option<&[Feature]>) -> Knobs {
+/// when set, else these (`None`: half of them, by the seed). Unless
+/// `HISTORY_CONCURRENCY` is set, the first consumer has one handler (for
+/// `start-order`) with `one_handler`, else in half the runs.
+fn knobs(features: Option<&[Feature]>, one_handler: bool) -> Knobs {
     let seed = env("HISTORY_SEED").map_or_else(
         || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64,
         |s| s.parse().expect("HISTORY_SEED must be a number"),
@@ -311,7 +321,14 @@ fn knobs(features: Option<&[Feature]>) -> Knobs {
             },
         })
         .collect();
-    let concurrency = env("HISTORY_CONCURRENCY").map_or_else(|| rng.range(1, 4) as usize, |s| s.parse().unwrap());
+    let concurrency = match env("HISTORY_CONCURRENCY") {
+        Some(n) => vec![n.parse().expect("HISTORY_CONCURRENCY must be a number"); consumers],
+        None => {
+            let n = rng.range(1, 4) as usize;
+            let first = if one_handler || rng.chance(50) { 1 } else { n };
+            (0..consumers).map(|i| if i == 0 { first } else { n }).collect()
+        }
+    };
     let burst = env("HISTORY_BURST").map_or(0, |s| s.parse().unwrap());
     let features = match (env("HISTORY_FEATURES"), features) {
         (Some(_), _) => chosen("HISTORY_FEATURES", &FEATURES),
@@ -427,6 +444,7 @@ struct Recorder {
     history: Shared,
     consumer: String,
     renews: bool,
+    concurrency: usize,
     seed: u64,
     handlers: Vec<(HandlerKind, u64)>,
     /// Set for the final drain: every handler succeeds.
@@ -445,6 +463,7 @@ impl Handler for Recorder {
                 retry_count: msg.retry_count(),
                 consumer: self.consumer.clone(),
                 renews: self.renews,
+                concurrency: self.concurrency,
                 start: Instant::now(),
                 end: None,
                 priority: msg.priority(),
@@ -529,7 +548,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
             let mut builder = configure(
                 DelayQueue::builder(QUEUE, client),
                 &knobs,
-                knobs.concurrency,
+                handler.concurrency,
                 handler.renews,
             );
             if let Some((n, per, global)) = knobs.limits {
@@ -1108,7 +1127,7 @@ fn redis_error(v: &support::RawReply) -> Option<String> {
 /// the features (by the seed) unless `HISTORY_FEATURES` names them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_keeps_the_at_least_once_promise() {
-    run(knobs(None)).await;
+    run(knobs(None, false)).await;
 }
 
 /// Every feature in a short run (`FEATURES_SECS`), so that CI checks each
@@ -1116,7 +1135,7 @@ async fn history_keeps_the_at_least_once_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_of_every_feature() {
     let all: Vec<Feature> = FEATURES.iter().map(|f| f.1).collect();
-    let mut knobs = knobs(Some(&all));
+    let mut knobs = knobs(Some(&all), true);
     knobs.secs = knobs.secs.min(FEATURES_SECS);
     run(knobs).await;
 }
@@ -1156,18 +1175,19 @@ async fn run(knobs: Knobs) {
     let direct = server.client().await;
     let history: Shared = Arc::new(Mutex::new(History::new()));
     let draining = Arc::new(AtomicBool::new(false));
-    let recorder = |name: String, renews: bool| Recorder {
+    let recorder = |i: usize, name: String| Recorder {
         history: history.clone(),
         consumer: name,
-        renews,
+        renews: knobs.renews[i],
+        concurrency: knobs.concurrency[i],
         seed: knobs.seed,
         handlers: knobs.handlers.clone(),
         draining: draining.clone(),
     };
     let mut consumers: Vec<Option<ConsumerSlot>> = Vec::new();
     let mut generation = 0;
-    for (i, &renews) in knobs.renews.iter().enumerate() {
-        let handler = recorder(format!("c{i}.{generation}"), renews);
+    for i in 0..knobs.renews.len() {
+        let handler = recorder(i, format!("c{i}.{generation}"));
         consumers.push(Some(start_consumer(proxy.url(), &knobs, handler).await));
     }
     // The producer's own proxy: cut with the consumers', but never slow, so
@@ -1212,7 +1232,7 @@ async fn run(knobs: Knobs) {
                 shutdown_errors.push(e);
             }
             generation += 1;
-            let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
+            let handler = recorder(i, format!("c{i}.{generation}"));
             consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
             record_fault(
                 &history,
@@ -1298,7 +1318,7 @@ async fn run(knobs: Knobs) {
                     };
                     record_fault(&history, kind, start, format!("{name} {done}"));
                     generation += 1;
-                    let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
+                    let handler = recorder(i, format!("c{i}.{generation}"));
                     consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
                 }
                 FaultKind::Outage => {
@@ -1312,7 +1332,7 @@ async fn run(knobs: Knobs) {
                     generation += 1;
                     tokio::time::sleep(Duration::from_millis(rng.range(2500, 4000))).await;
                     for (i, slot) in consumers.iter_mut().enumerate() {
-                        let handler = recorder(format!("c{i}.{generation}"), knobs.renews[i]);
+                        let handler = recorder(i, format!("c{i}.{generation}"));
                         *slot = Some(start_consumer(proxy.url(), &knobs, handler).await);
                     }
                     record_fault(

@@ -116,6 +116,8 @@ pub struct Delivery {
     pub consumer: String,
     /// Whether its consumer renews leases (handler_timeout > lease).
     pub renews: bool,
+    /// Its consumer's `concurrency` (handlers at once).
+    pub concurrency: usize,
     pub start: Instant,
     pub end: Option<(Instant, Outcome)>,
     pub priority: u8,
@@ -790,6 +792,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     }
 
     check_queue(h, limits, &sends_by_payload, &mut v);
+    check_start_order(h, limits, &sends_by_payload, &mut v);
     check_schedules(h, false, &mut v);
     if let Some(fin) = fin {
         check_final(h, fin, limits, &by_id, &excused, &mut v);
@@ -1100,6 +1103,118 @@ fn check_queue(
                     h.us(h_at)
                 ),
             );
+        }
+    }
+}
+
+/// The start-order rule: a consumer of `concurrency(1)` starts its
+/// handlers in the order of its claim (docs/priorities.md): the retry
+/// list, then priority 9 down to 0, each in due order. Judged within one
+/// claim (one consumer, one lease: the deliveries of a claim share it),
+/// on what that consumer had in hand: a later claim may bring a message
+/// ahead of one still waiting from an earlier claim (not yet due, or not
+/// yet promoted then), which breaks nothing.
+///
+/// A started before B of the same claim breaks it when B was surely ahead
+/// of A in that claim:
+/// - A surely not from the retry list (first whatever the priority): a
+///   first delivery (attempt 1, its send sure, no operation on its id, no
+///   delivery of it before) never handed back unstarted (to the front of
+///   retry, uncounted). A hand-back comes at a stop, or at least half a
+///   lease after the claim
+///   request was sent (the release rule: a delivery starts only with a
+///   quarter lease, or twice the recent handler time up to half a lease,
+///   left), and that request ran after A was due. So: claimed less than
+///   half a lease after A was due, and no fault from two command
+///   time-outs before A was due (a request sent then, EVALSHA and EVAL
+///   after a NOSCRIPT, may run after it) until the claim. A slow link
+///   (replies late, requests not) delays no claim's run: it is no fault
+///   here, and may be in progress, unrecorded, while the run is checked.
+/// - and B of a higher priority (from the retry list it is ahead anyway;
+///   else in the priority zset, ahead of A's lower score and of the
+///   ready list); or of the same priority and surely due before A: in
+///   its first life (a first delivery as A, and no requeue of every dead
+///   letter between its send and the claim, unless no fault in between
+///   can have counted a lease no handler ran: it was never dead; so its
+///   place is its send's due time), due by the latest before A's
+///   earliest due time, by more than the clock slack. Promote moves
+///   due messages in due order, and the zset scores them by due time.
+fn check_start_order(
+    h: &History,
+    limits: Limits,
+    sends: &HashMap<&str, &SendRec>,
+    v: &mut impl FnMut(&'static str, &str, String),
+) {
+    // Claims of one-handler consumers: (consumer, lease) -> deliveries in
+    // start order (recorded under the history's lock as handlers start).
+    let mut claims: HashMap<(&str, i64), Vec<&Delivery>> = HashMap::new();
+    let mut seen = HashSet::new();
+    for d in h.deliveries.iter().filter(|d| d.concurrency == 1) {
+        if seen.insert((d.consumer.as_str(), d.id.as_str(), d.leased_us)) {
+            claims.entry((d.consumer.as_str(), d.leased_us)).or_default().push(d);
+        }
+    }
+    // A first delivery's send, when sure: (its start, earliest and latest
+    // due time). Delivered before, it may have died and been requeued
+    // (placed as due then, in the ready list behind messages due earlier).
+    let first = |d: &Delivery| -> Option<(Instant, Instant, Instant)> {
+        let before = |e: &Delivery| e.id == d.id && e.leased_us < d.leased_us;
+        if d.attempt != 1 || fire_of(&d.id).is_some() || h.ops.iter().any(|o| o.id == d.id) {
+            return None;
+        }
+        if h.deliveries.iter().any(before) {
+            return None;
+        }
+        let s = sends.get(d.payload.as_str())?;
+        let sure = s.error.is_none() && s.id.as_deref() == Some(d.id.as_str());
+        sure.then_some((s.start, s.start + s.delay, s.end + s.delay))
+    };
+    let unheld = limits.lease / 2 - SCHED_SLACK - CLOCK_SLACK;
+    let mut claims: Vec<Vec<&Delivery>> = claims.into_values().filter(|c| c.len() > 1).collect();
+    claims.sort_by_key(|c| (c[0].leased_us, c[0].consumer.clone()));
+    for claim in claims {
+        let claimed = h.instant_of_us(claim[0].leased_us);
+        for (i, a) in claim.iter().enumerate() {
+            let Some((_, a_due, _)) = first(a) else { continue };
+            let since = a_due.checked_sub(limits.command_timeout * 2).unwrap_or(h.t0);
+            let faulted = h.faults.iter().any(|f| f.kind != "slow" && f.overlaps(since, claimed));
+            if claimed >= a_due + unheld || faulted {
+                continue;
+            }
+            let earlier = |b: &Delivery| {
+                let Some((sent, _, b_due)) = first(b) else { return false };
+                // Dead before, then requeued (placed as due then), though
+                // never delivered before: leased by a claim no handler ran,
+                // which needs a fault (see `FaultRec::risks_lease`).
+                let died = h.lease_risk(limits, sent, claimed).is_some();
+                let requeued = died && h.ops.iter().any(|o| o.id == "*" && o.end >= sent && o.start <= claimed);
+                !requeued && b_due + CLOCK_SLACK < a_due
+            };
+            let ahead = claim[i + 1..]
+                .iter()
+                .find(|b| b.priority > a.priority || (b.priority == a.priority && earlier(b)));
+            if let Some(b) = ahead {
+                v(
+                    "start-order",
+                    &a.id,
+                    format!(
+                        "started at {} on {} (concurrency 1) with priority {}, due at the earliest {}, before {} \
+                         (priority {}, started at {}) of the same claim at {}, which was ahead of it in that claim; \
+                         the history of {}:\n{}  and of {}:",
+                        h.ms(a.start),
+                        a.consumer,
+                        a.priority,
+                        h.ms(a_due),
+                        b.id,
+                        b.priority,
+                        h.ms(b.start),
+                        h.us(a.leased_us).trim(),
+                        b.id,
+                        h.lines_of(&b.id),
+                        a.id
+                    ),
+                );
+            }
         }
     }
 }
@@ -1550,16 +1665,26 @@ mod tests {
         });
     }
 
-    fn cancel(h: &mut History, from: u64, to: u64, result: Result<bool, String>) {
+    /// An operation `kind` on `id` from `from` to `to` ms.
+    fn id_op(h: &mut History, kind: &'static str, id: &str, from: u64, to: u64, result: Result<bool, String>) {
         let (start, end) = (at(h, from), at(h, to));
         h.ops.push(IdOp {
-            kind: "cancel",
-            id: "m".into(),
+            kind,
+            id: id.into(),
             delay: None,
             start,
             end,
             result,
         });
+    }
+
+    fn cancel(h: &mut History, from: u64, to: u64, result: Result<bool, String>) {
+        id_op(h, "cancel", "m", from, to, result);
+    }
+
+    /// A requeue of every dead letter from `from` to `to` ms that requeued some.
+    fn requeue_all(h: &mut History, from: u64, to: u64) {
+        id_op(h, "requeue_all_dead", "*", from, to, Ok(true));
     }
 
     fn deliver(h: &mut History, attempt: u32, from: u64, outcome: Outcome) {
@@ -1588,6 +1713,7 @@ mod tests {
             retry_count: 3,
             consumer: "c0".into(),
             renews: false,
+            concurrency: 1,
             start,
             end: Some((end, outcome)),
             priority: 0,
@@ -1790,15 +1916,15 @@ mod tests {
         assert!(check_queue_rules(&h).is_empty());
     }
 
-    #[test]
-    fn a_claim_takes_the_higher_priority_first() {
+    /// Messages sent at 0 ms for sure, each (id, priority, delay ms).
+    fn sent_with(msgs: &[(&str, u8, u64)]) -> History {
         let mut h = History::new();
-        for (id, priority) in [("hi", 5), ("lo", 1)] {
+        for &(id, priority, delay) in msgs {
             h.sends.push(SendRec {
                 payload: id.into(),
                 id: Some(id.into()),
                 caller_id: true,
-                delay: Duration::ZERO,
+                delay: Duration::from_millis(delay),
                 retry_count: 0,
                 start: h.t0,
                 end: at(&h, 1),
@@ -1808,6 +1934,12 @@ mod tests {
                 headers: Vec::new(),
             });
         }
+        h
+    }
+
+    #[test]
+    fn a_claim_takes_the_higher_priority_first() {
+        let mut h = sent_with(&[("hi", 5, 0), ("lo", 1, 0)]);
         // Claimed within half a lease of due: neither was held before.
         delivery(&mut h, "lo", "lo", 1, 800, 800, 810, Outcome::Ok);
         delivery(&mut h, "hi", "hi", 1, 900, 900, 910, Outcome::Ok);
@@ -1821,6 +1953,90 @@ mod tests {
         h.deliveries[0].leased_us = h.t0_us + 800_000;
         fault(&mut h, "cut", 300, 300);
         assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+
+    /// Deliveries of one claim at `claimed` ms, started in this order.
+    fn claim_started(h: &mut History, claimed: u64, ids: &[&str]) {
+        for (n, id) in ids.iter().enumerate() {
+            let from = claimed + 10 * (n as u64 + 1);
+            delivery(h, id, id, 1, claimed, from, from + 5, Outcome::Ok);
+            let priority = h.sends.iter().find(|s| s.payload == *id).unwrap().priority;
+            h.deliveries.last_mut().unwrap().priority = priority;
+        }
+    }
+
+    #[test]
+    fn one_handler_starts_a_claim_in_its_order() {
+        // Claim order: hi (priority 5), then early and late (priority 1, due order).
+        let msgs = [("hi", 5, 0), ("early", 1, 0), ("late", 1, 100)];
+        let run = |claimed: u64, order: &[&str], tweak: &dyn Fn(&mut History)| {
+            let mut h = sent_with(&msgs);
+            claim_started(&mut h, claimed, order);
+            tweak(&mut h);
+            // Attempts 2 without a first: other rules' business.
+            let mut out = rules(&h, None);
+            out.retain(|r| *r != "uncounted-delivery");
+            out
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(run(300, &["hi", "early", "late"], &|_| {}), none);
+        assert_eq!(run(300, &["early", "hi", "late"], &|_| {}), ["start-order"]);
+        assert_eq!(run(300, &["hi", "late", "early"], &|_| {}), ["start-order"]);
+        // Both out of turn.
+        assert_eq!(
+            run(300, &["late", "early", "hi"], &|_| {}),
+            ["start-order", "start-order"]
+        );
+        // Several handlers: any order.
+        let two = |h: &mut History| h.deliveries.iter_mut().for_each(|d| d.concurrency = 2);
+        assert_eq!(run(300, &["late", "early", "hi"], &two), none);
+        // Due within the clock slack of each other: either may be first.
+        let close = |h: &mut History| h.sends[2].delay = Duration::from_millis(10);
+        assert_eq!(run(300, &["hi", "late", "early"], &close), none);
+        // Separate claims: the later one may bring a higher priority.
+        let apart = |h: &mut History| h.deliveries[1].leased_us += 50_000;
+        assert_eq!(run(300, &["early", "hi", "late"], &apart), none);
+        // The one that went first may have been handed back unstarted
+        // before (then from the retry list, ahead of any priority): claimed
+        // half a lease after it was due, or after a fault since it was due
+        // (a stop hands back), or a retry (attempt 2).
+        assert_eq!(run(1000, &["early", "hi"], &|_| {}), none);
+        assert_eq!(run(900, &["early", "hi"], &|_| {}), ["start-order"]);
+        let stopped = |h: &mut History| fault(h, "stop", 150, 200);
+        assert_eq!(run(300, &["early", "hi"], &stopped), none);
+        let slow = |h: &mut History| fault(h, "slow", 150, 200);
+        assert_eq!(run(300, &["early", "hi"], &slow), ["start-order"]);
+        let retry = |h: &mut History| h.deliveries[0].attempt = 2;
+        assert_eq!(run(300, &["early", "hi"], &retry), none);
+        // A higher priority is ahead whatever its own history (a retry,
+        // requeued, rescheduled); an equal one only in its first life.
+        let hi_retried = |h: &mut History| h.deliveries[1].attempt = 2;
+        assert_eq!(run(300, &["early", "hi"], &hi_retried), ["start-order"]);
+        let early_retried = |h: &mut History| h.deliveries[1].attempt = 2;
+        assert_eq!(run(300, &["late", "early"], &early_retried), none);
+        let requeued = |h: &mut History| requeue_all(h, 50, 60);
+        // A requeue of every dead letter moves only the dead: one never
+        // delivered before was dead only if a fault counted a lease.
+        assert_eq!(run(300, &["late", "early"], &requeued), ["start-order"]);
+        let crashed = |h: &mut History| {
+            requeued(h);
+            fault(h, "crash", 20, 20);
+            // Not in A's window (from due at 100 ms less two command time-outs).
+            h.sends[2].delay = Duration::from_millis(1100);
+        };
+        assert_eq!(run(1300, &["late", "early"], &crashed), none);
+        // A higher priority is ahead all the same.
+        assert_eq!(run(1300, &["late", "hi"], &crashed), ["start-order"]);
+        // Delivered before, it may have died and been requeued (pushed to
+        // ready as due then, behind one due before it but promoted later).
+        let redelivered = |h: &mut History| {
+            requeue_all(h, 250, 260);
+            delivery(h, "late", "late", 1, 200, 210, 220, Outcome::Skip);
+            h.deliveries.last_mut().unwrap().priority = 1;
+        };
+        assert_eq!(run(300, &["late", "early"], &redelivered), none);
+        assert_eq!(run(300, &["late", "hi"], &redelivered), none);
+        assert_eq!(run(300, &["late", "hi"], &requeued), ["start-order"]);
     }
 
     #[test]
@@ -1869,15 +2085,7 @@ mod tests {
         fire(&mut h, "a", 3000, 1);
         h.deliveries.last_mut().unwrap().start += Duration::from_millis(100);
         assert_eq!(schedule_rules(&h, true), ["fire-twice"]);
-        let (start, end) = (at(&h, 3050), at(&h, 3060));
-        h.ops.push(IdOp {
-            kind: "requeue_all_dead",
-            id: "*".into(),
-            delay: None,
-            start,
-            end,
-            result: Ok(true),
-        });
+        requeue_all(&mut h, 3050, 3060);
         assert!(schedule_rules(&h, true).is_empty());
         // Before its fire time by Redis's clock.
         h.deliveries.iter_mut().find(|d| d.id == id).unwrap().start_us -= 200_000;
