@@ -11,12 +11,14 @@
 //! The seed is printed at the start; `HISTORY_SEED=<n>` replays its choices
 //! (the timing of a run differs, so a failure may need a few replays).
 //! With no knob set it is the run CI makes: `history_keeps_the_at_least_once_promise`
-//! (45 s, every fault, every handler kind, half the features by the seed)
-//! and `history_of_every_feature` (15 s, every feature), in parallel, a
-//! fresh seed each. Knobs, each optional:
+//! (45 s, every fault, every handler kind, half the features by the seed),
+//! `history_of_every_feature` (15 s, every feature) and
+//! `history_of_claim_order` (15 s, priorities without a rate limit, the
+//! first consumer with one handler, so that `start-order` judges claims of
+//! several messages), in parallel, a fresh seed each. Knobs, each optional:
 //!
 //! - `HISTORY_SECS`: how long operations and faults run (default 45; at
-//!   most 15 in `history_of_every_feature`).
+//!   most 15 in `history_of_every_feature` and `history_of_claim_order`).
 //! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage,slow`,
 //!   `all` (default) or `none`. `slow`: the consumers' replies held back
 //!   50-400 ms for a while (a schedule's read and its fire's reply late).
@@ -59,7 +61,7 @@
 //! - `HISTORY_CONSUMERS` (2 or 3), `HISTORY_CONCURRENCY` (handlers per
 //!   consumer, every consumer): from the seed unless set; the first
 //!   consumer then has one handler in half the default runs and always in
-//!   `history_of_every_feature`, the others as many as the seed draws (1-4).
+//!   `history_of_every_feature` and `history_of_claim_order`, the others as many as the seed draws (1-4).
 //! - `HISTORY_BURST=<n>`: once, a backlog of `n` messages due at once,
 //!   followed by a graceful stop of a consumer.
 //! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
@@ -1136,6 +1138,16 @@ async fn history_keeps_the_at_least_once_promise() {
 async fn history_of_every_feature() {
     let all: Vec<Feature> = FEATURES.iter().map(|f| f.1).collect();
     let mut knobs = knobs(Some(&all), true);
+    knobs.secs = knobs.secs.min(FEATURES_SECS);
+    run(knobs).await;
+}
+
+/// Priorities without a rate limit, the first consumer with one handler,
+/// in a short run: claims then hold several messages, so `start-order`
+/// judges them (under `limits` nearly every claim holds one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_of_claim_order() {
+    let mut knobs = knobs(Some(&[Feature::Priorities]), true);
     knobs.secs = knobs.secs.min(FEATURES_SECS);
     run(knobs).await;
 }
