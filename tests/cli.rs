@@ -542,6 +542,23 @@ async fn stats_watch_refreshes_count_times_with_rates() {
 }
 
 /// The binary running with `args`, and its stdout line by line.
+/// Starts `delayqueue web` listening on 127.0.0.1 port 0 and returns it
+/// with the port its first line names.
+async fn spawn_web(args: &[&str]) -> (Child, u16) {
+    let (child, mut lines) = spawn_lines(args);
+    let line = tokio::time::timeout(RUN_LIMIT, lines.next_line())
+        .await
+        .expect("no line in time")
+        .unwrap()
+        .expect("stdout ended early");
+    let port: u16 = line
+        .strip_prefix("dashboard on http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+    (child, port)
+}
+
 fn spawn_lines(args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
     let mut child = command(args).stdout(Stdio::piped()).spawn().unwrap();
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -920,17 +937,7 @@ async fn web_serves_the_dashboard_and_refuses_an_open_public_address() {
     let r = run(&url, &["web", "--basic", "nopassword"]).await;
     assert!(r.failed(2).contains("USER:PASSWORD"), "{r:?}");
 
-    let (mut child, mut lines) = spawn_lines(&["--url", &url, "web", "--listen", "127.0.0.1:0", "--token", "t0k"]);
-    let line = tokio::time::timeout(RUN_LIMIT, lines.next_line())
-        .await
-        .expect("no line in time")
-        .unwrap()
-        .expect("stdout ended early");
-    let port: u16 = line
-        .strip_prefix("dashboard on http://127.0.0.1:")
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+    let (mut child, port) = spawn_web(&["--url", &url, "web", "--listen", "127.0.0.1:0", "--token", "t0k"]).await;
     let (status, _) = http_get(port, "/api/overview", None).await;
     assert!(status.contains(" 401 "), "{status}");
     let (status, body) = http_get(port, "/api/overview", Some("Bearer t0k")).await;
@@ -964,17 +971,7 @@ async fn web_on_loopback_serves_only_its_own_and_allowed_hosts() {
         "--allowed-host",
         "dash.example.com",
     ];
-    let (mut child, mut lines) = spawn_lines(&args);
-    let line = tokio::time::timeout(RUN_LIMIT, lines.next_line())
-        .await
-        .expect("no line in time")
-        .unwrap()
-        .expect("stdout ended early");
-    let port: u16 = line
-        .strip_prefix("dashboard on http://127.0.0.1:")
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+    let (mut child, port) = spawn_web(&args).await;
     let (status, body) = http_get_as(port, "/api/overview", &format!("rebind.attacker.example:{port}"), None).await;
     assert!(status.contains(" 403 "), "{status}");
     assert!(body.contains("host"), "{body}");
