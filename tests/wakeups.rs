@@ -136,7 +136,8 @@ async fn send_batch_reports_each_message_and_all_are_delivered_once() {
     let before = q.counts().await.unwrap();
     let bad = vec![NewMessage::new("fine"), NewMessage::new("bad id").id("has space")];
     assert!(matches!(q.send_batch(bad).await, Err(Error::InvalidMessageId { .. })));
-    assert_eq!(q.counts().await.unwrap(), before);
+    // Live, not per state: messages of the batch become due (ready) meanwhile.
+    assert_eq!(q.counts().await.unwrap().live(), before.live());
 
     assert!(q.cancel("dup").await.unwrap());
     let log = Log::default();
