@@ -9,8 +9,9 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,rate,gconc` (default: all but
-//! `rate` and `gconc`, which measure the limits), `--n 50000`
+//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles` (default: all
+//! but `rate` and `gconc`, which measure the limits, and `handles`, this
+//! process's memory per queue handle), `--n 50000`
 //! (messages per throughput phase), `--scale 1000000` (w4 backlog),
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
@@ -821,5 +822,36 @@ async fn main() -> Res<()> {
         emit("global_concurrency", global_concurrency(&client, &tag).await?);
         cleanup(&client).await?;
     }
+    if on("handles") {
+        emit("handles", handles(&client)?);
+    }
     Ok(())
+}
+
+/// This process's resident memory, in KiB (Linux: /proc/self/statm).
+fn rss_kib() -> Res<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: u64 = statm.split(' ').nth(1).ok_or("statm")?.parse()?;
+    Ok(pages * 4)
+}
+
+/// Resident memory per `DelayQueue` handle (no Redis call, no consumer),
+/// and per handle that someone subscribed to the events of.
+fn handles(client: &Client) -> Res<serde_json::Value> {
+    const N: u64 = 1000;
+    let per_handle = |subscribe: bool| -> Res<f64> {
+        let before = rss_kib()?;
+        let mut kept = Vec::new();
+        for i in 0..N {
+            let q = queue(client, &format!("h{i}"), |b| b)?;
+            let events = subscribe.then(|| q.events());
+            kept.push((q, events));
+        }
+        Ok((rss_kib()? - before) as f64 / N as f64)
+    };
+    Ok(json!({
+        "handles": N,
+        "kib_per_handle": per_handle(false)?,
+        "kib_per_handle_with_events": per_handle(true)?,
+    }))
 }

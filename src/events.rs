@@ -1,6 +1,7 @@
 //! [`Event`]: what happens to messages, as a stream for code that reacts to
 //! it (alerting on dead letters, counting failures per customer, ...).
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -151,9 +152,22 @@ pub enum Action {
     ScheduleTriggered,
 }
 
+/// A queue's event channel, shared by its handles and consumers. Its
+/// buffer (`CAPACITY` slots, some 370 KiB) is allocated by the first
+/// subscriber: a handle nobody listens to costs a pointer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Events(Arc<OnceLock<broadcast::Sender<Event>>>);
+
+impl Events {
+    /// A receiver of every event from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.0.get_or_init(|| broadcast::channel(CAPACITY).0).subscribe()
+    }
+}
+
 /// Sends what `event` builds, only when someone listens.
-pub(crate) fn emit(tx: &broadcast::Sender<Event>, event: impl FnOnce() -> Event) {
-    if tx.receiver_count() > 0 {
+pub(crate) fn emit(events: &Events, event: impl FnOnce() -> Event) {
+    if let Some(tx) = events.0.get().filter(|tx| tx.receiver_count() > 0) {
         let _ = tx.send(event());
     }
 }

@@ -2,10 +2,9 @@
 //! needs nothing of the queue handle.
 
 use fred::prelude::Client;
-use tokio::sync::broadcast;
 
 use super::settings::Settings;
-use crate::events::Event;
+use crate::events::Events;
 use crate::meters::Meters;
 use crate::store::{Keys, Shard};
 
@@ -20,7 +19,7 @@ pub(crate) struct Context {
     pub settings: Settings,
     pub meters: Meters,
     /// Where the queue's events go.
-    pub events: broadcast::Sender<Event>,
+    pub events: Events,
 }
 
 impl Context {

@@ -338,7 +338,7 @@ impl DelayQueueBuilder {
                 recorded: tokio::sync::OnceCell::new(),
                 prefix: self.key_prefix,
                 meters: Meters::new(&self.name),
-                events: tokio::sync::broadcast::channel(events::CAPACITY).0,
+                events: events::Events::default(),
                 name: self.name,
                 config,
                 client: self.client,

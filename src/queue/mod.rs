@@ -32,7 +32,7 @@ use fred::prelude::Client;
 use tokio::sync::broadcast;
 
 use crate::consume;
-use crate::events::{self, Action};
+use crate::events::{self, Action, Events};
 use crate::meters::Meters;
 use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, shards::ShardRecord, stats::Stats};
 use crate::store::{Keys, Shard};
@@ -61,7 +61,7 @@ pub(crate) struct Inner {
     pub config: Config,
     pub client: Client,
     pub meters: Meters,
-    pub events: broadcast::Sender<Event>,
+    pub events: Events,
 }
 
 impl DelayQueue {
