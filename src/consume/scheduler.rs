@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::Context;
 use crate::events::{self, Event};
-use crate::schedule::{self, Timing};
+use crate::schedule::{self, Step, Timing};
 use crate::store::ops::fire::{Fire, Fired};
 use crate::store::ops::schedules::{Schedules, StoredSchedule, Which};
 use crate::store::Keys;
@@ -140,35 +140,11 @@ async fn feed(ctx: &Context, keys: &Keys, s: &StoredSchedule, now_ms: i64, horiz
     for _ in 0..timing.most_fires(horizon_ms).div_ceil(STEPS) {
         let steps = schedule::plan(&timing, cursor, now_ms, horizon_ms, STEPS);
         for step in &steps {
-            let id = schedule::fire_id(&s.name, step.at_ms);
-            let op = Fire {
-                name: &s.name,
-                id: &id,
-                version: Some(version),
-                at_ms: step.at_ms,
-                cursor_ms: step.cursor_ms,
-                expire_after: None,
-            };
-            match ctx.store(keys).run(&op).await? {
-                Fired::Sent => {
-                    sent += 1;
-                    ctx.meters.fired.increment(1);
-                    ctx.meters.sent.increment(1);
-                    tracing::debug!(queue = %ctx.name, schedule = %s.name, %id, "schedule fired");
-                    events::emit(&ctx.events, || Event::Fired {
-                        schedule: s.name.clone(),
-                        id: MessageId::from(id.clone()),
-                        at: schedule::from_ms(step.at_ms),
-                    });
-                }
-                Fired::Live => {
-                    tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "a message with the fire's id is live already; fire not sent again");
-                }
-                Fired::WrongType => {
-                    tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "the fire's payload key holds another type; fire skipped");
-                }
+            match fire(ctx, keys, s, version, step).await? {
+                Some(true) => sent += 1,
+                Some(false) => {}
                 // Another scheduler was first, or the schedule changed: read it again next tick.
-                Fired::Behind | Fired::Changed | Fired::Paused => return Ok(sent),
+                None => return Ok(sent),
             }
             cursor = step.cursor_ms;
         }
@@ -177,6 +153,49 @@ async fn feed(ctx: &Context, keys: &Keys, s: &StoredSchedule, now_ms: i64, horiz
         }
     }
     Ok(sent)
+}
+
+/// Sends the fire `step` of `s` planned from `version`: `Some(true)` when
+/// it was sent, `Some(false)` when it was skipped (logged), `None` when the
+/// plan no longer holds.
+async fn fire(
+    ctx: &Context,
+    keys: &Keys,
+    s: &StoredSchedule,
+    version: &str,
+    step: &Step,
+) -> Result<Option<bool>, Error> {
+    let id = schedule::fire_id(&s.name, step.at_ms);
+    let op = Fire {
+        name: &s.name,
+        id: &id,
+        version: Some(version),
+        at_ms: step.at_ms,
+        cursor_ms: step.cursor_ms,
+        expire_after: None,
+    };
+    Ok(match ctx.store(keys).run(&op).await? {
+        Fired::Sent => {
+            ctx.meters.fired.increment(1);
+            ctx.meters.sent.increment(1);
+            tracing::debug!(queue = %ctx.name, schedule = %s.name, %id, "schedule fired");
+            events::emit(&ctx.events, || Event::Fired {
+                schedule: s.name.clone(),
+                id: MessageId::from(id.clone()),
+                at: schedule::from_ms(step.at_ms),
+            });
+            Some(true)
+        }
+        Fired::Live => {
+            tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "a message with the fire's id is live already; fire not sent again");
+            Some(false)
+        }
+        Fired::WrongType => {
+            tracing::warn!(queue = %ctx.name, schedule = %s.name, %id, "the fire's payload key holds another type; fire skipped");
+            Some(false)
+        }
+        Fired::Behind | Fired::Changed | Fired::Paused => None,
+    })
 }
 
 /// The timing of a stored schedule; `None` (logged) when it cannot be read.
