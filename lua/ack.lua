@@ -1,20 +1,20 @@
 #!lua flags=allow-oom
---[[ ack: unack -> (deleted)
+--[[ ack: processing -> (deleted)
 Finishes a batch of deliveries. Each id is acked only while its lease is
 the current one, so a late ack of a delivery that timed out and was
 redelivered deletes nothing.
 
-KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] totals hash
+KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2..] pairs of id, lease
 Returns one value per pair, in order: 1 acked, 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
-(neither in unack nor stored: finished already, by an earlier run of this
+(neither in processing nor stored: finished already, by an earlier run of this
 call whose reply was lost, or by the ack of a redelivery). Counts 'acked'
 in the totals.
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
 Complexity: O(M log N) with M = pairs, in six calls whatever M, plus one
-EXISTS per id not in unack.
+EXISTS per id not in processing.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, out = ids_of(2, 2), {}
@@ -34,7 +34,7 @@ for i, id in ipairs(ids) do
     end
   end
 end
--- Not in unack: taken back (still stored) or finished (not stored).
+-- Not in processing: taken back (still stored) or finished (not stored).
 if #absent > 0 then
   local absent_ids = {}
   for j, i in ipairs(absent) do

@@ -1,12 +1,12 @@
 #!lua flags=allow-oom
---[[ cancel: pending | ready | retry | garbage -> (deleted)
+--[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
-(in unack) is left alone: its running delivery decides its fate. An id left
+(in processing) is left alone: its running delivery decides its fate. An id left
 in the ready or retry list is skipped when claim pops it (cancel marks the
-retries hash STALE so claim looks), so cancel never scans a list.
+attempts hash STALE so claim looks), so cancel never scans a list.
 
-KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
-KEYS[4] garbage zset   KEYS[5] msg string of this id
+KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
+KEYS[4] dead zset   KEYS[5] msg string of this id
 ARGV[1] id
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.

@@ -1,42 +1,42 @@
 #!lua flags=allow-oom
---[[ claim: retry | ready -> unack | garbage
+--[[ claim: retry | ready -> processing | dead
 Pops up to ARGV[2] ids, retry list first, then (once the queue has used
 priorities: the totals' field 'prios') the priority zset, highest priority
 first, then the ready list (priority 0), and leases each valid one: it
-enters unack with the visibility deadline and its delivery count goes up
-(its retry record counts deliveries; its due time, deferrals and failure
+enters processing with the visibility deadline and its delivery count goes up
+(its attempt record counts deliveries; its due time, deferrals and failure
 reason are kept).
 A popped id is not leased but buried as a dead letter with reason
-"expired" (retry record "<count>:expired", payload kept for the
+"expired" (attempt record "<count>:expired", payload kept for the
 retention, counted in the totals' 'expired', its id returned) when the
 deadline in its stored value's header (set by send from expire_after)
 has passed by Redis's clock, or when its payload is missing (deleted or
 evicted by something else): a message is never dropped unseen.
-The one exception: while the retries hash carries the STALE mark, an id
-without payload and without retry record is the leftover entry of a
+The one exception: while the attempts hash carries the STALE mark, an id
+without payload and without attempt record is the leftover entry of a
 cancelled message (cancel deletes both) and is skipped; so is an id live
-elsewhere (pending, garbage: cancelled, then sent again). The mark is
+elsewhere (pending, dead: cancelled, then sent again). The mark is
 cleared once both lists are empty.
-An id already in unack is never leased twice.
+An id already in processing is never leased twice.
 While the queue is paused (the totals hash has the field 'paused') a new request leases nothing
 and deletes the receipt, as one that found nothing; a replayed request
 still returns what it leased before.
 Limits (fields of the totals hash, set by limits.lua; read with 'paused'
 in one HMGET, so a queue without them pays nothing): 'concurrency' "<n>"
-leases no more than n - ZCARD unack; 'rate' "<n> <period ms>" leases no
+leases no more than n - ZCARD processing; 'rate' "<n> <period ms>" leases no
 more than n in any window of one period by Redis time, counted in
 'rate_used' (rate_allowance below). A request held back by a limit
 (it leased all the limit allowed, less than asked) says which, and for
 the rate how long until it allows more.
 
-KEYS[1] ready list   KEYS[2] retry list   KEYS[3] unack zset
-KEYS[4] retries hash KEYS[5] pending zset KEYS[6] garbage zset
-KEYS[7] receipt string of this consumer (its last claim; TTL = visibility timeout)
+KEYS[1] ready list   KEYS[2] retry list   KEYS[3] processing zset
+KEYS[4] attempts hash KEYS[5] pending zset KEYS[6] dead zset
+KEYS[7] receipt string of this consumer (its last claim; TTL = max consume duration)
 KEYS[8] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (0 to 1000; 0 leases nothing and
         reads no list, only deletes the receipt and clears STALE when both
         lists are empty: what a stopping consumer sends)
-ARGV[3] visibility timeout ms
+ARGV[3] max consume duration ms
 ARGV[4] request sequence number: new for each request of the consumer,
         the same when the consumer repeats a request that failed
 ARGV[5] dead-letter retention ms
@@ -49,13 +49,13 @@ Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
 .. expired id n, id1, value1, attempt1, due1, deferrals1, id2, ...} with n =
 expired and each value as stored ("<retry count>[;<backoff>][/<sent
 at>+<delay>][@<expires at>]:<payload>"); due is the ms this delivery was
-due from its retry record (0: the send's, in the value), deferrals the
-deliveries deferred uncounted before it (retry record).
+due from its attempt record (0: the send's, in the value), deferrals the
+deliveries deferred uncounted before it (attempt record).
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
 request back, 1 the concurrency limit (it opens when a processing message
-leaves unack, which no script foresees), 2 the rate limit, which opens
+leaves processing, which no script foresees), 2 the rate limit, which opens
 again in wait_ms (else 0).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
@@ -225,15 +225,15 @@ local function lease_all(ids)
   -- (written by something else: unreadable, so buried like a missing one,
   -- its key left alone).
   local values = redis.call('MGET', unpack(keys))
-  local in_unack = redis.call('ZMSCORE', KEYS[3], unpack(ids))
-  local in_pending, in_garbage = {}, {}
+  local in_processing = redis.call('ZMSCORE', KEYS[3], unpack(ids))
+  local in_pending, in_dead = {}, {}
   if stale then
     in_pending = redis.call('ZMSCORE', KEYS[5], unpack(ids))
-    in_garbage = redis.call('ZMSCORE', KEYS[6], unpack(ids))
+    in_dead = redis.call('ZMSCORE', KEYS[6], unpack(ids))
   end
   local take, dead = {}, {}
   for i, id in ipairs(ids) do
-    if in_unack[i] or seen[id] or in_pending[i] or in_garbage[i] then
+    if in_processing[i] or seen[id] or in_pending[i] or in_dead[i] then
       -- Being processed, popped twice, or live elsewhere: a stale entry.
     elseif values[i] then
       seen[id] = true

@@ -1,12 +1,12 @@
 #!lua flags=allow-oom
---[[ extend: unack -> unack (lease renewed)
+--[[ extend: processing -> processing (lease renewed)
 Renews the leases of deliveries whose handlers still run, so a slow but
 alive handler keeps its message (a consumer that stops renewing loses it
 at its lease's end). Each id is renewed only while its lease is
 the one the consumer holds; the consumer chooses the new lease, so a re-run
 recognises its own renewal.
 
-KEYS[1] unack zset
+KEYS[1] processing zset
 ARGV[1..] triples of id, current lease, new lease (microseconds of Redis
 time; new > current)
 Returns one value per triple, in order: 1 renewed, 0 lease lost (the

@@ -15,7 +15,7 @@ A manual trigger (empty version) sends one message due now and leaves
 the cursor alone.
 
 KEYS[1] schedules zset   KEYS[2] schedule hash   KEYS[3] pending zset
-KEYS[4] retries hash     KEYS[5] unack zset      KEYS[6] garbage zset
+KEYS[4] attempts hash     KEYS[5] processing zset      KEYS[6] dead zset
 KEYS[7] totals hash      KEYS[8] msg string of the fire's message
 ARGV[1] schedule name
 ARGV[2] message id

@@ -1,15 +1,15 @@
 #!lua flags=allow-oom
---[[ gc: garbage -> (deleted)
-Deletes dead messages (payload, retry record, garbage entry), at most
+--[[ gc: dead -> (deleted)
+Deletes dead messages (payload, attempt record, dead entry), at most
 ARGV[2] per call: with ids given, those of them that are dead; else the
 ones dead longer than the retention, then the oldest beyond the size cap.
 
-KEYS[1] garbage zset   KEYS[2] retries hash
+KEYS[1] dead zset   KEYS[2] attempts hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] retention ms (0: every dead message)   ARGV[4] most dead messages kept
 ARGV[5..] ids (optional)
 Returns the number of messages deleted.
-Idempotent: a re-run deletes only what is still in garbage.
+Idempotent: a re-run deletes only what is still in dead.
 Complexity: O(log N + M) with M = deleted.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash')

@@ -1,11 +1,11 @@
 #!lua flags=no-writes
 --[[ get: read-only: one message by id, with its state, taken atomically.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 KEYS[7] msg string of this id
 ARGV[1] id   ARGV[2] priority zset (read for a value with a priority)
-Returns {state, score, retry record, stored value, TTL ms, now ms}:
+Returns {state, score, attempt record, stored value, TTL ms, now ms}:
 state 1 to 5 is the KEYS[n] holding the id (0: none; 2 also for the
 priority zset); score as in `list`
 ("" for lists); "" for a missing record or value.

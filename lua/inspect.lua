@@ -2,14 +2,14 @@
 --[[ inspect: read-only: where each of a batch of ids lives, taken
 atomically.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 ARGV[1] msg key prefix   ARGV[2] priority zset   ARGV[3..] ids
 Returns {stale, then 7 values per id: pending score ("" if none), times in
 ready (the list, plus 1 in the priority zset, looked up for a payload
-with a priority), unack score ("" if none), times in retry, 1 if in garbage, 1 if its
-payload key exists, its retry record ("" if none)}; stale is 1 when the
-retries hash carries the STALE mark.
+with a priority), processing score ("" if none), times in retry, 1 if in dead, 1 if its
+payload key exists, its attempt record ("" if none)}; stale is 1 when the
+attempts hash carries the STALE mark.
 Idempotent: reads only.
 Complexity: O(M (log N + L)) with M = ids and L = the length of the ready
 and retry lists (LPOS scans them); callers keep M small for long lists.

@@ -3,7 +3,7 @@
 Each limit is a field of the totals hash, a key every claim reads anyway
 (one more key that is usually missing would make claims fail with
 TRYAGAIN while a cluster slot migrates): 'concurrency' "<n>" (at most n
-in unack) and 'rate' "<n> <period ms>" (at most n leases in any window
+in processing) and 'rate' "<n> <period ms>" (at most n leases in any window
 of one period). Claim enforces them (lua/claim.lua). Changing or
 clearing the rate drops its count of recent leases ('rate_used'), so a new
 rate starts with a full window. A change wakes sleeping consumers, so a

@@ -3,8 +3,8 @@
 operator wants to see of each. Pages are by position, so a queue that
 changes between calls may shift entries across page boundaries.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 KEYS[7] totals hash
 ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] offset   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] bytes of each stored value to return (1 to 1000)
@@ -12,7 +12,7 @@ ARGV[6] priority zset: once the totals have 'prios', state 2 (ready) is
         the zset by rank, then the ready list (the order claim takes them)
 Returns {size of the state, now ms, next offset (-1: last page), then 6
 values per message: id, score ("" in lists: due ms in pending, lease
-deadline us in unack, time of death ms in garbage), retry record ("" if
+deadline us in processing, time of death ms in dead), attempt record ("" if
 none), the first ARGV[5] bytes of its stored value not counting its
 headers section, which comes whole ("" if gone), its full
 length, its TTL ms}. List entries whose payload is gone (cancelled) or

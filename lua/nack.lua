@@ -1,12 +1,12 @@
 #!lua flags=allow-oom
---[[ nack: unack -> retry | pending | garbage
+--[[ nack: processing -> retry | pending | dead
 Ends one delivery that did not succeed, only while its lease is current
 (a late nack of a redelivered message adds no second copy).
 mode 'fail': the delivery counts and its reason is recorded; with
 deliveries left the message goes to pending (delay > 0) or retry, its
-next delivery due at now + delay (in its retry record), else to garbage
+next delivery due at now + delay (in its attempt record), else to the dead zset
 (dead).
-mode 'dead': like 'fail', but straight to garbage (the handler said a
+mode 'dead': like 'fail', but straight to the dead zset (the handler said a
 retry cannot help).
 mode 'release': the delivery never started (consumer shutting down); it
 does not count and the message goes back to the front of retry, its due
@@ -17,19 +17,19 @@ reason is recorded, the count goes back down by one, the record's
 deferrals go up by one, and the message goes to pending (delay > 0) or
 retry, whatever deliveries it has left.
 
-KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
-KEYS[4] pending zset KEYS[5] garbage zset   KEYS[6] msg string of this id
+KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] retry list
+KEYS[4] pending zset KEYS[5] dead zset   KEYS[6] msg string of this id
 KEYS[7] totals hash
 ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms
 ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 ARGV[9] the delivery's count (its attempt number)
-Returns 0 lease lost (nothing done), 1 retried, 2 moved to garbage.
+Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset.
 Counts 'failed' and 'dead' in the totals (not for release and defer).
 Publishes a wake-up when the message can be claimed again now, or is due
 before every other pending message.
 Idempotent: a re-run finds the lease gone and its own work done (its
-retry record as this call left it, or one delivery on, if the message was
+attempt record as this call left it, or one delivery on, if the message was
 claimed again since) and returns what the first run returned, so a
 re-sent nack is not mistaken for a lost lease.
 Complexity: O(log N).

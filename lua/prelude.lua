@@ -13,7 +13,7 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- A retry record is "<deliveries>[@<due ms>][~<deferrals>][:<reason>]":
+-- An attempt record is "<deliveries>[@<due ms>][~<deferrals>][:<reason>]":
 -- deliveries so far, the due time of the next (or running) delivery when
 -- it is not the send's (a retry, a requeue), deliveries the handler
 -- deferred without counting, and why the last delivery failed. Its parts
@@ -30,23 +30,6 @@ end
 -- The record of those parts (`rest`: ":<reason>" or '').
 local function record_from(n, due, deferred, rest)
   return n .. (due and string.format('@%d', due) or '') .. (deferred > 0 and '~' .. deferred or '') .. rest
-end
-
--- Its delivery count; `default` when it is missing (false) or malformed.
-local function count(record, default)
-  return parts(record) or default
-end
-
--- Deliveries of an id so far, from its retry record.
-local function attempts(retries, id, default)
-  return count(redis.call('HGET', retries, id), default)
-end
-
--- The ":<reason>" part of a retry record ('' when there is none), kept
--- when its count changes.
-local function reason_part(record)
-  local _, _, _, rest = parts(record)
-  return rest or ''
 end
 
 -- The ":<reason>" part for `reason` ('' none).
@@ -149,12 +132,12 @@ local function expires_at(value)
   return tonumber(string.match(value, '^%d+[^:@]*@(%d+):') or '') or false
 end
 
--- Moves a message to garbage (the dead letters, scored by time of death in
+-- Moves a message to the dead zset (the dead letters, scored by time of death in
 -- ms) and gives its payload the retention as TTL: only a dead letter's
 -- payload ever has one, so a plain PEXPIRE (GT would skip a key without
 -- TTL) cannot shorten a live message's life. `key` false: no payload to keep.
-local function bury(garbage, id, key, now, retention)
-  redis.call('ZADD', garbage, now, id)
+local function bury(dead, id, key, now, retention)
+  redis.call('ZADD', dead, now, id)
   if key then
     redis.call('PEXPIRE', key, math.max(retention, 1))
   end
@@ -167,7 +150,7 @@ local function tally(totals, field, n)
   end
 end
 
--- Field of the retries hash (never an id: ids hold no whitespace) that is
+-- Field of the attempts hash (never an id: ids hold no whitespace) that is
 -- set while the ready or retry list may hold a stale entry: the id of a
 -- message cancelled there, whose entry stays until claim pops it. Only
 -- then must claim check where a popped id lives. Claim deletes it once
@@ -258,10 +241,10 @@ local function payloads_here(prefix, ids)
   return keys
 end
 
--- Deletes the payloads `keys` (from payloads_here) and retry records of `ids`.
-local function forget(retries, keys, ids)
+-- Deletes the payloads `keys` (from payloads_here) and attempt records of `ids`.
+local function forget(attempts, keys, ids)
   redis.call('DEL', unpack(keys))
-  redis.call('HDEL', retries, unpack(ids))
+  redis.call('HDEL', attempts, unpack(ids))
 end
 
 -- Fails before any write when a queue key holds another type (something
@@ -334,13 +317,13 @@ end
 -- the send times in its header, before the ':': "/<now>+<delay ms>" and,
 -- when `expire` (ms) > 0, "@<now + delay + expire>". `delay` is the
 -- delay in ms as a string, written as given. A caller-chosen id (`own`)
--- may have had an earlier message: its dead letter and retry record go,
+-- may have had an earlier message: its dead letter and attempt record go,
 -- and STALE is set when an entry of it may remain in a list. `first`:
--- this is the script's first read of `unack`, which then checks its type.
+-- this is the script's first read of `processing`, which then checks its type.
 -- Adds nothing to pending: the caller ZADDs `now + delay` for status 1.
 -- Returns 1 stored, 0 the id is live (pending, ready, retry or
 -- processing), 2 its payload key holds another type (nothing written).
-local function store_message(unack, garbage, retries, key, id, value, delay, expire, own, now, first)
+local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first)
   local colon = string.find(value, ':', 1, true)
   if colon then
     local times = string.format('/%d+', now) .. delay
@@ -351,9 +334,9 @@ local function store_message(unack, garbage, retries, key, id, value, delay, exp
   end
   local live
   if first then
-    live = checked('zset', 'ZSCORE', unack, id)
+    live = checked('zset', 'ZSCORE', processing, id)
   else
-    live = redis.call('ZSCORE', unack, id)
+    live = redis.call('ZSCORE', processing, id)
   end
   if live then
     return 0
@@ -363,18 +346,18 @@ local function store_message(unack, garbage, retries, key, id, value, delay, exp
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
     return 2
-  elseif checked('zset', 'ZSCORE', garbage, id) then
+  elseif checked('zset', 'ZSCORE', dead, id) then
     -- A dead message with the same id is replaced by the new one; SET
     -- drops the dead payload's TTL.
     redis.call('SET', key, value)
     status = 1
   end
   if status == 1 and own then
-    local dead = redis.call('ZREM', garbage, id)
-    if redis.call('HDEL', retries, id) == 1 and dead == 0 then
+    local was_dead = redis.call('ZREM', dead, id)
+    if redis.call('HDEL', attempts, id) == 1 and was_dead == 0 then
       -- Delivered before, neither dead nor processing, and its payload gone
       -- (deleted by something else): an entry of it may remain in a list.
-      redis.call('HSET', retries, STALE, 1)
+      redis.call('HSET', attempts, STALE, 1)
     end
   end
   return status

@@ -2,17 +2,17 @@
 --[[ purge: every state -> (deleted)
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
-left, deletes the retries hash and the totals' counts (a paused queue
+left, deletes the attempts hash and the totals' counts (a paused queue
 stays paused, its limits stay, a shard count recorded here by
 shards.lua stays, and 'schedule_version' stays: no schedule version
-repeats, schedule.lua). The wire format version ('format') stays with
+repeats, change_schedule.lua). The wire format version ('format') stays with
 the settings, as they are in that format; with nothing else left it goes
 too, so a purged queue without settings that never had a schedule leaves
 no key (and is no longer found); its next send writes the version again.
 Call until it returns 0.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 KEYS[7] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] priority zset (read only while the totals have 'prios'; the
@@ -20,7 +20,7 @@ ARGV[3] priority zset (read only while the totals have 'prios'; the
 Returns the number of ids removed (list entries included).
 Idempotent: a re-run deletes what is left.
 Complexity: O(M log N) with M = removed; the last call O(R) with R = the
-retries hash's leftover fields.
+attempts hash's leftover fields.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')

@@ -1,19 +1,19 @@
 #!lua flags=allow-oom
---[[ requeue: garbage -> ready
-Gives dead messages a new life: each leaves garbage for the end of the
-ready list (one with a priority: the priority zset, scored as due now), with its retry record reset to no delivery, due now (so it gets
+--[[ requeue: dead -> ready
+Gives dead messages a new life: each leaves dead for the end of the
+ready list (one with a priority: the priority zset, scored as due now), with its attempt record reset to no delivery, due now (so it gets
 its full retries again, and its next delivery is due at the requeue), its payload made persistent again (PERSIST: a
 live payload has no TTL) and its expire_after deadline, if any, removed
 (an operator who requeues a message wants it delivered). A dead message
 whose payload is gone is deleted instead.
 
-KEYS[1] garbage zset   KEYS[2] retries hash   KEYS[3] ready list
+KEYS[1] dead zset   KEYS[2] attempts hash   KEYS[3] ready list
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] wake-up channel   ARGV[4] priority zset
 ARGV[5..] ids (optional; without: the oldest dead)
-Returns {requeued, taken out of garbage (requeued or deleted)}.
+Returns {requeued, taken out of dead (requeued or deleted)}.
 Publishes a wake-up when it requeued any.
-Idempotent: a re-run finds them gone from garbage and requeues nothing.
+Idempotent: a re-run finds them gone from dead and requeues nothing.
 Complexity: O(M log N) with M = ids looked at; a payload with a deadline
 is rewritten, O(its size).
 ]]

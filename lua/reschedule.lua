@@ -9,10 +9,10 @@ becomes new due time - sent at, so the consumer reports the new due time;
 it is written in place (SETRANGE) while it keeps its number of digits,
 else the value is rewritten.
 
-A retry (its retry record holds a due time) gets the new due time in its
+A retry (its attempt record holds a due time) gets the new due time in its
 record too, the due time its delivery reports.
 
-KEYS[1] pending zset   KEYS[2] msg string of this id   KEYS[3] retries hash
+KEYS[1] pending zset   KEYS[2] msg string of this id   KEYS[3] attempts hash
 ARGV[1] id   ARGV[2] delay ms (from now, by Redis's clock)
 ARGV[3] wake-up channel
 Returns 1 rescheduled, 0 not pending (nothing done).

@@ -3,12 +3,12 @@
 for the integrity check. Pages of a key that changes meanwhile may miss or
 repeat ids; the check confirms what it finds with `inspect`.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys
 ARGV[2] cursor, "0" to start   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
-Returns {next cursor ("0": done), id1, id2, ...}; for the retries hash the
+Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
 ids are its fields, for payload keys the ids their keys end with.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists).

@@ -3,11 +3,10 @@
 Stores a batch of messages. Each one is written whole or not at all:
 payload string (no TTL: a live message never expires on its own) and
 pending entry. A caller-chosen id may have had an earlier message: its dead
-garbage entry and retry record are removed, and its dead payload (TTL =
-retention) is overwritten by the new one, without TTL. A retry record of
+dead entry and attempt record are removed, and its dead payload (TTL =
+retention) is overwritten by the new one, without TTL. An attempt record of
 an id neither dead nor processing whose payload is gone (deleted by
-something else) means a list entry of it may remain: then the retries
-hash is marked STALE, so claim skips that entry. Its retry record is
+something else) means a list entry of it may remain: then the attemptshash is marked STALE, so claim skips that entry. Its attempt record is
 created at its first delivery; until then its retry count travels in the
 stored value ("<retry count>:<payload>"), which keeps a pending message
 small. Every message gets "/<now ms>+<delay ms>" (when it was stored, by
@@ -17,8 +16,8 @@ the ':'. A message sent with expire_after then gets "@<expires at ms>"
 (Redis time now + delay + expire_after); claim buries it as expired once
 that time has passed.
 
-KEYS[1] pending zset   KEYS[2] retries hash   KEYS[3] unack zset
-KEYS[4] garbage zset   KEYS[5] totals hash
+KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
+KEYS[4] dead zset   KEYS[5] totals hash
 KEYS[6..] msg string of each message, in order
 ARGV[1] wake-up channel
 ARGV[2] the wire format version the caller speaks (docs/wire-format.md)
@@ -45,10 +44,10 @@ Complexity: O(M log N) with M = messages, N = size of pending.
 ]]
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
--- keys on the way (`checked`): pending here, unack by the first message's
--- read, garbage when the SET NX of a batch of one finds its key taken.
--- TYPE calls go only to keys touched later: totals always, garbage for a
--- batch of several or with caller-chosen ids, retries for caller-chosen
+-- keys on the way (`checked`): pending here, processing by the first message's
+-- read, dead when the SET NX of a batch of one finds its key taken.
+-- TYPE calls go only to keys touched later: totals always, dead for a
+-- batch of several or with caller-chosen ids, attempts for caller-chosen
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
 local chosen, prio = false, false

@@ -1,12 +1,12 @@
 #!lua flags=no-writes
 --[[ stats: read-only snapshot of the queue's sizes, taken atomically.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] totals hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] totals hash
 ARGV[1] priority zset (read only while the totals have 'prios')
 Returns {pending (not due yet), ready (the ready list, the priority zset and the
 due messages still in pending: a consumer's next promote moves them), processing, retry,
-garbage, now_ms, earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
+dead, now_ms, earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
 failed, dead, expired, paused (1 or 0), concurrency limit (0: none),
 rate limit (0: none), its period ms (0: none), due ms of the first message not due yet (-1: none)}. Lists may hold stale entries of cancelled
 messages until a claim pops them.

@@ -1,16 +1,16 @@
 #!lua flags=allow-oom
---[[ timeout: unack -> retry | garbage
+--[[ timeout: processing -> retry | dead
 Takes back deliveries whose visibility deadline passed (the consumer died,
 hung or was too slow): each counts as a failed delivery, with reason
 "timeout". With deliveries left the id goes to retry, its next delivery
-due now (in its retry record), else to garbage.
+due now (in its attempt record), else to the dead zset.
 
-KEYS[1] unack zset   KEYS[2] retries hash   KEYS[3] retry list
-KEYS[4] garbage zset KEYS[5] totals hash
+KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] retry list
+KEYS[4] dead zset KEYS[5] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] default retry count   ARGV[4] wake-up channel
 ARGV[5] dead-letter retention ms
-Returns {timed_out, moved_to_garbage, then for each id moved to garbage:
+Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.

@@ -3,7 +3,7 @@
 just after a cursor: a browse page, or a batch of a search (the messages
 whose payload holds a text). The cursor is the last entry the previous
 step read, so steps find their place again however the state changed.
-A zset (pending, unack, garbage) is walked in (score, id) order, the id
+A zset (pending, processing, dead) is walked in (score, id) order, the id
 compared bytewise, and the next step starts strictly after (score, id):
 an entry that stays in the zset with its score is read exactly once. A
 list (ready, retry) is walked by position from the head; the cursor is
@@ -13,8 +13,8 @@ from the head, releases push there. An id found nowhere was popped with
 everything before it: an ascending walk goes on from the head, a
 descending one ends.
 
-KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] unack zset
-KEYS[4] retry list     KEYS[5] garbage zset KEYS[6] retries hash
+KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
+KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 KEYS[7] totals hash
 ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] order: 1 ascending, 0 descending
 ARGV[3] cursor: the score (zsets) or position from the head (lists) of the
@@ -28,7 +28,7 @@ the zset by rank, then the ready list (the order claim takes them), one
 sequence of positions
 Returns {size of the state, entries read, next cursor ("": the walk has
 reached the end of the state), its id, then 6 values per match: id, score
-("" in lists; as in `list`), retry record ("" if none), the first ARGV[8]
+("" in lists; as in `list`), attempt record ("" if none), the first ARGV[8]
 bytes of its stored value past its headers section, which comes whole ("" if gone), its full length, its TTL ms}. It
 stops after the entry that makes ARGV[6] matches. List entries whose
 payload is gone (cancelled) or that live in another state are read but

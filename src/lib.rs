@@ -76,7 +76,7 @@ mod events;
 mod handler;
 mod id;
 mod info;
-mod limits;
+mod maxima;
 mod message;
 mod meters;
 #[cfg(feature = "otel")]
@@ -97,7 +97,7 @@ pub use events::{Action, Event};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
-pub use limits::{
+pub use maxima::{
     MAX_BATCH_SIZE, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
 };
 pub use message::Message;

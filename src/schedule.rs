@@ -12,7 +12,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
-use crate::limits::{MAX_DELAY, MAX_RETRY_COUNT};
+use crate::maxima::{MAX_DELAY, MAX_RETRY_COUNT};
 use crate::payload::{IntoPayload, Payload};
 use crate::{Backoff, Error};
 

@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-/// A state a message can be in: the queue key that holds its id (the key
-/// names differ for two states: `unack` holds [`Processing`](Self::Processing),
-/// `garbage` holds [`Dead`](Self::Dead)).
+/// A state a message can be in: each state is one Redis key of the queue
+/// that holds the ids in it (docs/wire-format.md names them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum MessageState {
@@ -14,11 +13,11 @@ pub enum MessageState {
     Pending,
     /// Due, waiting for a consumer (`ready` list).
     Ready,
-    /// Delivered to a handler (`unack` zset).
+    /// Delivered to a handler, until its lease runs out.
     Processing,
     /// Waiting to be delivered again (`retry` list).
     Retry,
-    /// A dead letter: out of deliveries, expired or given up on (`garbage` zset).
+    /// A dead letter: out of deliveries, expired or given up on.
     Dead,
 }
 
@@ -59,8 +58,9 @@ impl std::fmt::Display for MessageState {
 impl std::str::FromStr for MessageState {
     type Err = crate::Error;
 
-    /// A state by its [`as_str`](MessageState::as_str) name; `garbage`
-    /// (the dead letters' key) names [`Dead`](MessageState::Dead) too.
+    /// A state by its [`as_str`](MessageState::as_str) name; the name of
+    /// the dead letters' Redis key (see docs/wire-format.md) is accepted
+    /// for [`Dead`](MessageState::Dead) too.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "garbage" => Ok(MessageState::Dead),

@@ -53,14 +53,15 @@ impl Load {
 }
 
 /// How many messages to claim now: free slots, but no more than the
-/// handlers can start before the visibility timeout, judged by how long
+/// handlers can start before the max consume duration, judged by how long
 /// they have taken so far. A shard of several takes at most its share of
 /// that (but enough to keep every handler busy), so a shard whose claims
 /// happen to come first cannot crowd out the others.
 pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
     let startable = match load.avg_handler_us {
         0 => settings.concurrency,
-        avg => (settings.visibility.as_micros() as u64 / avg).saturating_mul(settings.concurrency as u64) as usize,
+        avg => (settings.max_consume_duration.as_micros() as u64 / avg).saturating_mul(settings.concurrency as u64)
+            as usize,
     };
     let limit = startable.max(settings.concurrency).min(settings.fetch_limit);
     let share = limit.div_ceil(load.shards).max(settings.concurrency.min(limit));
@@ -83,9 +84,9 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
     let claim = Claim {
         receipt: &shared.receipt,
         limit: want,
-        visibility: ctx.settings.visibility,
+        max_consume_duration: ctx.settings.max_consume_duration,
         seq: shared.claims.load(Ordering::Relaxed),
-        retention: ctx.settings.dead_retention,
+        dead_letter_retention: ctx.settings.dead_letter_retention,
     };
     let sent = Instant::now();
     // A failed request keeps its sequence number, so repeating it replays

@@ -62,7 +62,7 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, deadline: Instant, sl
 /// without renewals at least twice the recent handler time (up to half the
 /// lease), so a handler is not started only to be cut at the lease's end.
 fn least_lease_to_start(settings: &Settings, avg_handler_us: u64) -> Duration {
-    let vis = settings.visibility;
+    let vis = settings.max_consume_duration;
     let recent = Duration::from_micros(avg_handler_us) * 2;
     match settings.renews_leases() {
         true => vis / 4,

@@ -1,11 +1,11 @@
-//! Lease renewal: while a handler runs longer than the visibility timeout
+//! Lease renewal: while a handler runs longer than the max consume duration
 //! allows, the consumer renews its delivery's lease, so a slow but alive
 //! handler keeps its message and only a crashed or stuck consumer loses it.
 //!
 //! Each running delivery holds a [`Lease`]: the lease value that fences its
 //! ack or nack, and the matching deadline by this host's clock. One task per
-//! consumer renews every registered lease each third of the visibility
-//! timeout with one `extend` call per batch. A delivery reads its lease only
+//! consumer renews every registered lease each third of the max consume
+//! duration with one `extend` call per batch. A delivery reads its lease only
 //! after its handler ends, through the same lock a renewal holds while in
 //! flight, so the ack always carries the lease Redis has.
 //!
@@ -128,7 +128,7 @@ impl Leases {
 /// handler runs.
 pub(crate) fn spawn(ctx: Arc<Context>, k: Keys, leases: Arc<Leases>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let every = ctx.settings.visibility / 6;
+        let every = ctx.settings.max_consume_duration / 6;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -146,7 +146,7 @@ pub(crate) fn spawn(ctx: Arc<Context>, k: Keys, leases: Arc<Leases>) -> JoinHand
 
 /// Renews one batch of leases with one `extend` call.
 async fn renew(ctx: &Context, k: &Keys, batch: &[Arc<Lease>]) -> Result<(), Error> {
-    let vis = ctx.settings.visibility;
+    let vis = ctx.settings.max_consume_duration;
     let mut held = Vec::with_capacity(batch.len());
     for lease in batch {
         let h = lease.held.lock().await;

@@ -6,7 +6,7 @@
 //! moves the schedule's cursor past it in the same step and refuses a fire
 //! at or before the cursor, so no fire is sent twice and none needs a
 //! leader. Once per tick (the queue's `fetch_interval`) each shard's due
-//! schedules are read (`schedules.lua`, pages of [`PAGE`]) and every fire
+//! schedules are read (`read_schedules.lua`, pages of [`PAGE`]) and every fire
 //! up to now + the horizon is sent, planned [`STEPS`] at a time.
 
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use super::Context;
 use crate::events::{self, Event};
 use crate::schedule::{self, Step, Timing};
 use crate::store::ops::fire::{Fire, Fired};
-use crate::store::ops::schedules::{Schedules, StoredSchedule, Which};
+use crate::store::ops::read_schedules::{ReadSchedules, StoredSchedule, Which};
 use crate::store::Keys;
 use crate::{Error, MessageId};
 
@@ -111,7 +111,7 @@ async fn tick_shard(ctx: &Context, keys: &Keys, horizon: Duration) -> Result<u64
     // send, mostly): twice the pages of the most schedules a shard holds.
     for _ in 0..2 * schedule::MAX_SCHEDULES.div_ceil(PAGE) {
         let read = store
-            .run(&Schedules {
+            .run(&ReadSchedules {
                 which: Which::Page {
                     horizon: Some(horizon),
                     after: after.as_ref(),

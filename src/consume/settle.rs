@@ -71,7 +71,7 @@ impl Drop for Acking {
 }
 
 /// Nacks one delivery, retrying on Redis errors while the lease lasts;
-/// after that the visibility timeout takes the message back anyway.
+/// after that the max consume duration takes the message back anyway.
 pub(crate) async fn nack(
     shared: &Shared,
     id: &MessageId,
@@ -95,7 +95,7 @@ pub(crate) async fn nack(
         reason: &failure.reason,
         attempt,
         default_retry_count: ctx.settings.default_retry_count,
-        retention: ctx.settings.dead_retention,
+        dead_letter_retention: ctx.settings.dead_letter_retention,
     };
     let mut backoff = Duration::from_millis(20);
     loop {
@@ -162,7 +162,7 @@ pub(crate) async fn nack(
             Err(e) => {
                 tracing::warn!(
                     queue = %ctx.name, %id, attempt, reason = %failure.reason, error = %e,
-                    "{}; the nack failed until its lease ran out, so the visibility timeout will redeliver it",
+                    "{}; the nack failed until its lease ran out, so the max consume duration will redeliver it",
                     failure.cause.describe()
                 );
                 return;

@@ -21,7 +21,7 @@ use crate::Error;
 
 /// When the loop next has something to do.
 struct Schedule {
-    /// Next sweep (timed-out deliveries, garbage); also a promote and a claim.
+    /// Next sweep (timed-out deliveries, expired dead letters); also a promote and a claim.
     sweep: Instant,
     /// When the earliest pending message is due, as far as this consumer knows.
     promote: Instant,

@@ -11,14 +11,14 @@ use crate::store::ops::timeout::Timeout;
 use crate::store::Keys;
 use crate::Error;
 
-/// Takes back timed-out deliveries and collects garbage, a bounded number of batches.
+/// Takes back timed-out deliveries and deletes expired dead letters, a bounded number of batches.
 pub(crate) async fn sweep(ctx: &Context, k: &Keys) -> Result<(), Error> {
     let settings = &ctx.settings;
     let batch = settings.batch_size;
     let timeout = Timeout {
         limit: batch,
         default_retry_count: settings.default_retry_count,
-        retention: settings.dead_retention,
+        dead_letter_retention: settings.dead_letter_retention,
     };
     for _ in 0..MAX_ROUNDS {
         let reply = ctx.store(k).run(&timeout).await?;
@@ -54,7 +54,7 @@ pub(crate) async fn sweep(ctx: &Context, k: &Keys) -> Result<(), Error> {
     }
     let gc = Gc {
         limit: batch,
-        retention: settings.dead_retention,
+        dead_letter_retention: settings.dead_letter_retention,
         max_kept: settings.dead_limit,
         ids: Vec::new(),
     };

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fred::prelude::Client;
 
 use crate::events;
-use crate::limits::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
+use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::meters::Meters;
 use crate::queue::config::{DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
 use crate::queue::{limits, Config, DelayQueue, Inner};
@@ -144,7 +144,7 @@ impl DelayQueueBuilder {
     /// kept for inspection and requeueing before it is deleted. Default 7
     /// days; zero deletes dead messages at the next sweep.
     pub fn dead_letter_retention(mut self, d: Duration) -> Self {
-        self.config.dead_retention = d;
+        self.config.dead_letter_retention = d;
         self
     }
 
@@ -314,7 +314,7 @@ impl DelayQueueBuilder {
             return bad(format!("default_retry_count must be at most {MAX_RETRY_COUNT}"));
         }
         c.backoff.validate()?;
-        if c.dead_retention > MAX_DELAY {
+        if c.dead_letter_retention > MAX_DELAY {
             return bad("dead_letter_retention is longer than MAX_DELAY".into());
         }
         if let Some(d) = c.expire_after {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::consume::Settings;
-use crate::limits::MAX_BATCH_SIZE;
+use crate::maxima::MAX_BATCH_SIZE;
 use crate::queue::Durability;
 use crate::{Backoff, RateLimit};
 
@@ -13,7 +13,7 @@ pub(crate) const DEFAULT_FETCH_LIMIT: usize = 256;
 pub(crate) const DEFAULT_FETCH_PER_HANDLER: usize = 32;
 
 /// How long dead letters are kept unless set: 7 days.
-const DEFAULT_DEAD_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Most dead letters kept unless set.
 const DEFAULT_DEAD_LIMIT: u64 = 10_000;
 
@@ -28,7 +28,7 @@ pub(crate) struct Config {
     pub concurrency: usize,
     pub default_retry_count: u32,
     pub backoff: Backoff,
-    pub dead_retention: Duration,
+    pub dead_letter_retention: Duration,
     pub dead_limit: u64,
     /// Unset: messages never expire.
     pub expire_after: Option<Duration>,
@@ -51,13 +51,13 @@ impl Config {
     pub(crate) fn consume_settings(&self) -> Settings {
         Settings {
             fetch_interval: self.fetch_interval,
-            visibility: self.max_consume_duration,
+            max_consume_duration: self.max_consume_duration,
             handler_timeout: self.handler_timeout(),
             fetch_limit: self.fetch_limit,
             concurrency: self.concurrency,
             default_retry_count: self.default_retry_count,
             backoff: self.backoff.clone(),
-            dead_retention: self.dead_retention,
+            dead_letter_retention: self.dead_letter_retention,
             dead_limit: self.dead_limit,
             batch_size: self.batch_size,
         }
@@ -74,7 +74,7 @@ impl Default for Config {
             concurrency: 1,
             default_retry_count: 3,
             backoff: Backoff::default(),
-            dead_retention: DEFAULT_DEAD_RETENTION,
+            dead_letter_retention: DEFAULT_DEAD_LETTER_RETENTION,
             dead_limit: DEFAULT_DEAD_LIMIT,
             expire_after: None,
             max_payload_size: 1024 * 1024,

@@ -1,5 +1,5 @@
 //! Dead letters: messages that used up their deliveries wait in the
-//! `garbage` zset (scored by time of death) for their retention. Requeue
+//! dead zset (scored by time of death) for their retention. Requeue
 //! gives them a new life; delete ends theirs.
 
 use std::time::Duration;
@@ -52,7 +52,7 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
         // Retention 0 and no size limit: every dead letter qualifies.
         let gc = Gc {
             limit: inner.config.batch_size,
-            retention: Duration::ZERO,
+            dead_letter_retention: Duration::ZERO,
             max_kept: u64::MAX,
             ids,
         };
@@ -70,7 +70,7 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
 /// Runs `call` for one id in its shard, or shard by shard in batches until
 /// the dead letters there were at the start are done (never more rounds
 /// than those need, so a steady stream of new deaths cannot keep it going).
-/// `call` returns how many it acted on and how many it took out of garbage.
+/// `call` returns how many it acted on and how many it took out of the dead zset.
 async fn repeat<'k, F, Fut>(queue: &'k DelayQueue, which: Which<'k>, call: F) -> Result<u64, Error>
 where
     F: Fn(&'k Keys, Vec<&'k str>) -> Fut,

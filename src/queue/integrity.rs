@@ -85,7 +85,7 @@ impl Presence {
         let mut states: Vec<MessageState> = [
             (self.pending, MessageState::Pending),
             (self.processing, MessageState::Processing),
-            (self.garbage, MessageState::Dead),
+            (self.dead, MessageState::Dead),
         ]
         .into_iter()
         .filter_map(|(is, state)| is.then_some(state))
@@ -141,15 +141,15 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
             match what {
                 IdKey::Pending => p.pending = true,
                 IdKey::Ready => p.ready += 1,
-                IdKey::Unack => p.processing = true,
+                IdKey::Processing => p.processing = true,
                 IdKey::Retry => p.retry += 1,
-                IdKey::Garbage => p.garbage = true,
-                IdKey::Retries => p.record = true,
+                IdKey::Dead => p.dead = true,
+                IdKey::Attempts => p.record = true,
                 IdKey::Payloads => p.payload = true,
             }
         }
     }
-    // The STALE mark is a field of the retries hash, not an id.
+    // The STALE mark is a field of the attempts hash, not an id.
     seen.remove(" stale");
     // Without the mark more counts as an anomaly, so this finds every suspect.
     let suspects: Vec<&String> = seen
@@ -258,7 +258,7 @@ mod tests {
                 ..Default::default()
             },
             Presence {
-                garbage: true,
+                dead: true,
                 record: true,
                 ..Default::default()
             },

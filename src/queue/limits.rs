@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::events::Action;
-use crate::limits::MAX_DELAY;
+use crate::maxima::MAX_DELAY;
 use crate::store::ops::limits::{Limit, SetLimit};
 use crate::{DelayQueue, Error, RateLimit};
 

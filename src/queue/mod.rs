@@ -2,7 +2,7 @@
 //! consume with, and its operations, one file each (build, send, inspect,
 //! dead letters, pause, integrity, durability, discovery). It runs scripts through
 //! the store layer (`crate::store`) and starts the consume runtime
-//! (`crate::consumer`).
+//! (`crate::consume`).
 
 mod browse;
 mod builder;

@@ -1,5 +1,5 @@
 //! Repeating schedules of a queue: set, remove, pause, resume, list,
-//! trigger (`schedule.lua`, `schedules.lua`, `fire.lua`), and a scheduler
+//! trigger (`change_schedule.lua`, `read_schedules.lua`, `fire.lua`), and a scheduler
 //! for processes that do not consume. Each schedule lives in the shard of
 //! its name's hash tag, where all its fires (`{<name>}@<ms>`) land too.
 
@@ -11,10 +11,10 @@ use fred::bytes::Bytes;
 use crate::consume::Scheduler;
 use crate::events::{self, Action, Event};
 use crate::schedule::{self, fire_id, from_ms, Misfire, Schedule, ScheduleInfo, MAX_SCHEDULES};
+use crate::store::ops::change_schedule::{Change, ChangeSchedule, Changed};
 use crate::store::ops::fire::{Fire, Fired};
-use crate::store::ops::schedule::{Change, Changed, Schedule as ScheduleOp};
-use crate::store::ops::schedules::{Schedules, StoredSchedule, Which};
-use crate::store::stored::{decode_stored, encode_stored};
+use crate::store::ops::read_schedules::{ReadSchedules, StoredSchedule, Which};
+use crate::store::stored::{decode_stored, encode_stored, ValueParts};
 use crate::store::Keys;
 use crate::{DelayQueue, Error, MessageId, Payload};
 
@@ -51,7 +51,10 @@ impl DelayQueue {
         }
         let backoff = schedule.backoff.as_ref().map(|b| b.encode()).transpose()?;
         let retry_count = schedule.retry_count.unwrap_or(config.default_retry_count);
-        let value = encode_stored(retry_count, backoff.as_deref(), payload.as_bytes());
+        let value = encode_stored(&ValueParts {
+            backoff: backoff.as_deref(),
+            ..ValueParts::new(retry_count, payload.as_bytes())
+        });
         let text = |s: &str| Bytes::from(s.to_string());
         let fields = vec![
             ("spec", text(&schedule.spec)),
@@ -119,7 +122,7 @@ impl DelayQueue {
     }
 
     async fn change_schedule(&self, name: &str, change: Change) -> Result<Changed, Error> {
-        let op = ScheduleOp { name, change };
+        let op = ChangeSchedule { name, change };
         self.store(self.schedule_shard(name)).run(&op).await
     }
 
@@ -152,7 +155,7 @@ impl DelayQueue {
                     after: after.as_ref(),
                     limit: crate::consume::SCHEDULE_PAGE,
                 };
-                let read = self.store(keys).run(&Schedules { which }).await?;
+                let read = self.store(keys).run(&ReadSchedules { which }).await?;
                 for s in &read.schedules {
                     out.insert(s.name.clone(), info(s, read.now_ms));
                 }
@@ -168,7 +171,7 @@ impl DelayQueue {
     /// Schedule `name`, if the queue has it.
     pub async fn schedule(&self, name: &str) -> Result<Option<ScheduleInfo>, Error> {
         schedule::check_name(name)?;
-        let op = Schedules {
+        let op = ReadSchedules {
             which: Which::Named(name),
         };
         let read = self.store(self.schedule_shard(name)).run(&op).await?;

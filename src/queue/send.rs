@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::events::{self, Event};
-use crate::limits::{MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT};
+use crate::maxima::{MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT};
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
 use crate::queue::Config;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
-use crate::store::stored::encode_stored_with_priority;
+use crate::store::stored::{encode_stored, ValueParts};
 use crate::store::Keys;
 use crate::{Backoff, DelayQueue, Error, MessageId};
 
@@ -265,13 +265,13 @@ impl<Q> NewMessage<Q> {
         };
         Ok(Outgoing {
             id,
-            value: encode_stored_with_priority(
+            value: encode_stored(&ValueParts {
                 retry_count,
-                backoff.as_deref(),
-                self.priority,
-                &headers,
-                payload.as_bytes(),
-            )
+                backoff: backoff.as_deref(),
+                priority: self.priority,
+                headers: &headers,
+                payload: payload.as_bytes(),
+            })
             .into(),
             delay,
             expire_after,

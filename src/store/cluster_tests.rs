@@ -15,8 +15,8 @@
 use std::time::Duration;
 
 use crate::error::script_met_moved_key;
-use crate::store::ops::schedule::{Change, Schedule};
-use crate::store::ops::schedules::{Schedules, Which};
+use crate::store::ops::change_schedule::{Change, ChangeSchedule};
+use crate::store::ops::read_schedules::{ReadSchedules, Which};
 use crate::store::ops::{
     ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, purge::Purge, requeue::Requeue, timeout::Timeout,
 };
@@ -30,7 +30,7 @@ use crate::{DelayQueue, MessageState};
 const PREFIX: &str = "dq:";
 /// Dead-letter retention passed to the scripts that take one.
 const RETENTION: Duration = Duration::from_secs(60);
-/// The lease of the delivery in unack: long past, so overdue for timeout
+/// The lease of the delivery being processed: long past, so overdue for timeout
 /// and still current for ack.
 const LEASE: i64 = 1000;
 /// The consumer whose claim receipt is seeded; it leased `u1` with
@@ -74,18 +74,18 @@ fn calls(k: &Keys) -> Vec<Call> {
     let claim = |seq| Claim {
         receipt: &receipt,
         limit: 10,
-        visibility: Duration::from_secs(5),
+        max_consume_duration: Duration::from_secs(5),
         seq,
-        retention: RETENTION,
+        dead_letter_retention: RETENTION,
     };
     let timeout = Timeout {
         limit: 10,
         default_retry_count: 3,
-        retention: RETENTION,
+        dead_letter_retention: RETENTION,
     };
     let gc = Gc {
         limit: 10,
-        retention: Duration::ZERO,
+        dead_letter_retention: Duration::ZERO,
         max_kept: 1000,
         ids: vec![],
     };
@@ -115,7 +115,7 @@ fn calls(k: &Keys) -> Vec<Call> {
         call(list, k),
         // Withdraws the fire sent ahead: deletes its payload.
         call(
-            Schedule {
+            ChangeSchedule {
                 name: SCHEDULE,
                 change: Change::Pause,
             },
@@ -123,7 +123,7 @@ fn calls(k: &Keys) -> Vec<Call> {
         ),
         // Reads the schedule hashes it finds in the schedules zset.
         call(
-            Schedules {
+            ReadSchedules {
                 which: Which::Page {
                     horizon: None,
                     after: None,
@@ -146,10 +146,10 @@ fn seed(node: &RedisServer, k: &Keys) {
     let commands: [&[&str]; 10] = [
         &["ZADD", &k.pending, "99999999999999", "p1", "99999999999999", FIRE],
         &["RPUSH", &k.ready, "r1"],
-        &["ZADD", &k.unack, &lease, "u1"],
+        &["ZADD", &k.processing, &lease, "u1"],
         &["RPUSH", &k.retry, "t1"],
-        &["ZADD", &k.garbage, "1", "g1"],
-        &["HSET", &k.retries, "u1", "1", "t1", "1:boom", "g1", "4:boom"],
+        &["ZADD", &k.dead, "1", "g1"],
+        &["HSET", &k.attempts, "u1", "1", "t1", "1:boom", "g1", "4:boom"],
         // Limits that let the claim through: it runs their checks too.
         &["HSET", &k.totals, "sent", "5", "rate", "100 1000", "concurrency", "100"],
         &["SET", &k.claim(CONSUMER), &receipt, "PX", "60000"],

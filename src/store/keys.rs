@@ -27,10 +27,17 @@ pub(crate) struct Keys {
     /// declared key that a queue never creates would make its scripts fail
     /// with TRYAGAIN while a cluster slot migrates.
     pub prio: String,
-    pub unack: String,
+    /// Messages being processed, scored by their lease (visibility
+    /// deadline). Key string `:unack`: key strings are wire format, read by
+    /// the producers of other languages and by running deployments, so they
+    /// keep their names (docs/wire-format.md maps them).
+    pub processing: String,
     pub retry: String,
-    pub garbage: String,
-    pub retries: String,
+    /// Dead letters, scored by time of death. Key string `:garbage`.
+    pub dead: String,
+    /// Each message's attempt record (deliveries so far, due time of a
+    /// retry, deferrals, reason of the last failure). Key string `:retries`.
+    pub attempts: String,
     /// Running totals (sent, acked, failed, dead, expired) kept by the
     /// scripts, and the paused flag (field `paused`).
     pub totals: String,
@@ -84,10 +91,10 @@ impl Keys {
             pending: format!("{base}:pending"),
             ready: format!("{base}:ready"),
             prio: format!("{base}:ready:prio"),
-            unack: format!("{base}:unack"),
+            processing: format!("{base}:unack"),
             retry: format!("{base}:retry"),
-            garbage: format!("{base}:garbage"),
-            retries: format!("{base}:retries"),
+            dead: format!("{base}:garbage"),
+            attempts: format!("{base}:retries"),
             totals: format!("{base}:totals"),
             msg_prefix: format!("{base}:m:"),
             wake: format!("{base}:wake"),
@@ -174,10 +181,10 @@ mod tests {
             &k.pending,
             &k.ready,
             &k.prio,
-            &k.unack,
+            &k.processing,
             &k.retry,
-            &k.garbage,
-            &k.retries,
+            &k.dead,
+            &k.attempts,
             &k.totals,
             &k.msg("x"),
             &k.claim("r"),

@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 
 use crate::store::ops::ack::Ack;
 use crate::store::ops::cancel::Cancel;
+use crate::store::ops::change_schedule::{Change, ChangeSchedule, Changed};
 use crate::store::ops::claim::{Claim, Delivery, Held};
 use crate::store::ops::extend::Extend;
 use crate::store::ops::fire::{Fire, Fired};
@@ -27,11 +28,10 @@ use crate::store::ops::nack::{Nack, NackMode, NackMode::Dead, NackMode::Release}
 use crate::store::ops::pause::Pause;
 use crate::store::ops::promote::Promote;
 use crate::store::ops::purge::Purge;
+use crate::store::ops::read_schedules::{ReadSchedules, SchedulePage, Which};
 use crate::store::ops::requeue::Requeue;
 use crate::store::ops::reschedule::Reschedule;
 use crate::store::ops::scan::Scan;
-use crate::store::ops::schedule::{Change, Changed, Schedule as ScheduleOp};
-use crate::store::ops::schedules::{ReadSchedules, Schedules, Which};
 use crate::store::ops::send::{Outgoing, SendBatch};
 use crate::store::ops::shards::ShardRecord;
 use crate::store::ops::stats::Stats;
@@ -39,7 +39,7 @@ use crate::store::ops::timeout::{TimedOut, Timeout};
 use crate::store::ops::walk::{Anchor, Walk, Walked};
 use crate::store::ops::IdKey;
 use crate::store::scripts::{self, LuaScript};
-use crate::store::stored::{decode_stored, encode_stored, encode_stored_with_priority, FORMAT_VERSION};
+use crate::store::stored::{decode_stored, encode_stored, ValueParts, FORMAT_VERSION};
 use crate::store::{Keys, Op, Shard};
 use crate::test_support::RedisServer;
 use crate::{Counts, DelayQueue, Error, MessageState, Order};
@@ -57,7 +57,7 @@ const RETENTION: i64 = 7 * 24 * 3_600_000;
 const SLACK_MS: i64 = 1_000;
 /// How long a test waits for a wake-up it expects.
 const WAKE_WAIT: Duration = crate::test_support::WAIT;
-/// Field of the retries hash that marks possible stale list entries
+/// Field of the attempts hash that marks possible stale list entries
 /// (`STALE` in lua/prelude.lua; ids hold no whitespace, so never an id).
 const STALE: &str = " stale";
 
@@ -95,7 +95,7 @@ impl Claimed {
     }
 }
 
-/// A retry record without the digits of its due time: "2@123:x" -> "2@:x".
+/// An attempt record without the digits of its due time: "2@123:x" -> "2@:x".
 fn without_due(record: &str) -> String {
     let (head, reason) = record.split_at(record.find(':').unwrap_or(record.len()));
     match head.split_once('@') {
@@ -237,7 +237,7 @@ impl Env {
                 let retry = u32::try_from(retry).expect("retry count");
                 (
                     id,
-                    encode_stored(retry, None, payload.as_bytes()),
+                    encode_stored(&ValueParts::new(retry, payload.as_bytes())),
                     delay_ms,
                     expire_after_ms,
                     ids == Ids::Own,
@@ -362,14 +362,14 @@ impl Env {
         reply.expect("nack").as_i64().expect("an integer")
     }
 
-    /// The attempt of the delivery `id` holds now: the count in its retry record.
+    /// The attempt of the delivery `id` holds now: the count in its attempt record.
     fn attempt(&self, id: &str) -> i64 {
         self.record(id)
             .map(|r| i64::from(crate::store::ops::list::Record::parse(&r).deliveries))
             .unwrap_or(1)
     }
 
-    /// `[timed out, moved to garbage]` of a timeout call.
+    /// `[timed out, moved to the dead zset]` of a timeout call.
     async fn timeout(&self, limit: i64) -> Vec<i64> {
         let reply = self.timed_out(limit).await;
         vec![reply.count as i64, reply.dead.len() as i64]
@@ -379,7 +379,7 @@ impl Env {
         let op = Timeout {
             limit: count(limit),
             default_retry_count: RETRY as u32,
-            retention: ms(RETENTION),
+            dead_letter_retention: ms(RETENTION),
         };
         self.run(&op).await
     }
@@ -406,7 +406,7 @@ impl Env {
     async fn gc_with(&self, limit: i64, retention_ms: i64, max_kept: i64, ids: &[&str]) -> i64 {
         let op = Gc {
             limit: count(limit),
-            retention: ms(retention_ms),
+            dead_letter_retention: ms(retention_ms),
             max_kept: max_kept as u64,
             ids: ids.to_vec(),
         };
@@ -474,7 +474,7 @@ impl Env {
 
     /// The dead letters' ids, sorted.
     fn dead(&self) -> Vec<String> {
-        let mut m = self.lines(&["ZRANGE", &self.k().garbage, "0", "-1"]);
+        let mut m = self.lines(&["ZRANGE", &self.k().dead, "0", "-1"]);
         m.sort();
         m
     }
@@ -483,25 +483,25 @@ impl Env {
     fn bury(&self, ids: &[&str]) {
         let now = self.now_ms().to_string();
         for id in ids {
-            self.raw(&["ZADD", &self.k().garbage, &now, id]);
+            self.raw(&["ZADD", &self.k().dead, &now, id]);
         }
     }
 
-    /// `id`'s retry record: its deliveries so far.
-    /// `id`'s retry record with its due time's digits left out
+    /// `id`'s attempt record: its deliveries so far.
+    /// `id`'s attempt record with its due time's digits left out
     /// ("2@:timeout"): `record_due` reads them.
     fn record(&self, id: &str) -> Option<String> {
         self.raw_record(id).map(|r| without_due(&r))
     }
 
     fn raw_record(&self, id: &str) -> Option<String> {
-        match self.raw(&["HGET", &self.k().retries, id]).as_str() {
+        match self.raw(&["HGET", &self.k().attempts, id]).as_str() {
             "(nil)" => None,
             s => Some(s.to_string()),
         }
     }
 
-    /// The due time (ms) in `id`'s retry record.
+    /// The due time (ms) in `id`'s attempt record.
     fn record_due(&self, id: &str) -> Option<i64> {
         let record = self.raw_record(id)?;
         crate::store::ops::list::Record::parse(&record)
@@ -509,10 +509,10 @@ impl Env {
             .map(|ms| ms as i64)
     }
 
-    /// Every retry record as (id, record), sorted; the STALE mark left out.
+    /// Every attempt record as (id, record), sorted; the STALE mark left out.
     fn records(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = self
-            .lines(&["HGETALL", &self.k().retries])
+            .lines(&["HGETALL", &self.k().attempts])
             .chunks_exact(2)
             .filter(|p| p[0] != STALE)
             .map(|p| (p[0].clone(), without_due(&p[1])))
@@ -521,15 +521,15 @@ impl Env {
         out
     }
 
-    /// Whether the retries hash says the lists may hold stale entries.
+    /// Whether the attempts hash says the lists may hold stale entries.
     fn stale(&self) -> bool {
-        self.int(&["HEXISTS", &self.k().retries, STALE]) == 1
+        self.int(&["HEXISTS", &self.k().attempts, STALE]) == 1
     }
 
-    /// Marks the retries hash STALE, as cancel or a send with a caller-chosen
+    /// Marks the attempts hash STALE, as cancel or a send with a caller-chosen
     /// id does, for tests that seed stale list entries by hand.
     fn mark_stale(&self) {
-        self.raw(&["HSET", &self.k().retries, STALE, "1"]);
+        self.raw(&["HSET", &self.k().attempts, STALE, "1"]);
     }
 
     /// Calls of each Redis command (scripts' calls included) since the
@@ -593,12 +593,12 @@ impl Env {
         keys.sort();
         let mut out = format!("keys {keys:?}\n");
         out += &format!("pending {:?}\n", self.zset(&k.pending));
-        out += &format!("unack {:?}\n", self.zset(&k.unack));
+        out += &format!("processing {:?}\n", self.zset(&k.processing));
         out += &format!("ready {:?}\n", self.list(&k.ready));
         out += &format!("retry {:?}\n", self.list(&k.retry));
-        out += &format!("garbage {:?}\n", self.dead());
-        out += &format!("retries {:?}\n", {
-            let mut h = self.lines(&["HGETALL", &k.retries]);
+        out += &format!("dead {:?}\n", self.dead());
+        out += &format!("attempts {:?}\n", {
+            let mut h = self.lines(&["HGETALL", &k.attempts]);
             h.sort();
             h
         });
@@ -615,16 +615,16 @@ impl Env {
     // ---- seeding ----
 
     /// Stores `value` as `id`'s msg key (no TTL, as a live message's) and,
-    /// if given, a retry record.
+    /// if given, an attempt record.
     fn seed_value(&self, id: &str, value: &str, record: Option<&str>) {
         self.raw(&["SET", &self.k().msg(id), value]);
         if let Some(r) = record {
-            self.raw(&["HSET", &self.k().retries, id, r]);
+            self.raw(&["HSET", &self.k().attempts, id, r]);
         }
     }
 
     /// Stores a payload `payload-<id>` with retry count `RETRY` in its header
-    /// (no TTL) and, if given, a retry record.
+    /// (no TTL) and, if given, an attempt record.
     fn seed(&self, id: &str, record: Option<&str>) {
         self.seed_value(id, &format!("{RETRY}:payload-{id}"), record);
     }
@@ -651,9 +651,9 @@ fn claim_op(receipt: &str, limit: i64, vis_ms: i64, seq: i64) -> Claim<'_> {
     Claim {
         receipt,
         limit: count(limit),
-        visibility: ms(vis_ms),
+        max_consume_duration: ms(vis_ms),
         seq: u64::try_from(seq).expect("seq >= 0"),
-        retention: ms(RETENTION),
+        dead_letter_retention: ms(RETENTION),
     }
 }
 
@@ -666,7 +666,7 @@ fn nack_op<'a>(id: &'a str, lease: i64, mode: NackMode, reason: &'a str, attempt
         reason,
         attempt: u32::try_from(attempt).expect("attempt"),
         default_retry_count: RETRY as u32,
-        retention: ms(RETENTION),
+        dead_letter_retention: ms(RETENTION),
     }
 }
 
@@ -728,14 +728,14 @@ async fn send_stores_payload_and_pending_entry_together() {
         "retry count travels in the value"
     );
     assert_eq!(env.payload("a").as_deref(), Some("hello"));
-    assert!(env.record("a").is_none(), "no retry record until the first claim");
+    assert!(env.record("a").is_none(), "no attempt record until the first claim");
     assert_eq!(
         env.pttl("a"),
         -1,
         "a live payload has no TTL: it never expires undelivered"
     );
     // Nothing else was written: no record, and no STALE mark for a generated id.
-    for key in [&k.ready, &k.retry, &k.unack, &k.garbage, &k.retries] {
+    for key in [&k.ready, &k.retry, &k.processing, &k.dead, &k.attempts] {
         assert!(!env.exists(key), "{key} written");
     }
     assert_eq!(env.int(&["DBSIZE"]), 3, "payload, pending, totals");
@@ -754,7 +754,7 @@ async fn send_stores_payload_and_pending_entry_together() {
 
     // Binary payloads are stored byte for byte.
     let bytes = vec![0u8, 255, b'\n', b' ', b':', 1];
-    let value = encode_stored(3, None, &bytes);
+    let value = encode_stored(&ValueParts::new(3, &bytes));
     assert_eq!(
         env.send_values(&[("bin", value.clone(), 0, NEVER, false)]).await,
         vec![1]
@@ -827,12 +827,12 @@ async fn reschedule_rewrites_the_due_time_in_the_header() {
     assert_eq!(env.stored_whole("bare").as_deref(), Some("3:x"));
     // A retry waiting in pending: its record's due time follows too, the
     // rest of the record kept; a record without one gets none.
-    env.raw(&["HSET", &k.retries, "a", "2@1700000000000~1:boom"]);
+    env.raw(&["HSET", &k.attempts, "a", "2@1700000000000~1:boom"]);
     assert_eq!(env.reschedule("a", 20_000).await, 1);
     let score = env.zscore(&k.pending, "a").unwrap();
     assert_eq!(env.record_due("a"), Some(score));
     assert_eq!(env.record("a").as_deref(), Some("2@~1:boom"));
-    env.raw(&["HSET", &k.retries, "bare", "1:boom"]);
+    env.raw(&["HSET", &k.attempts, "bare", "1:boom"]);
     assert_eq!(env.reschedule("bare", 1_000).await, 1);
     assert_eq!(env.raw_record("bare").as_deref(), Some("1:boom"));
 }
@@ -850,7 +850,7 @@ async fn send_of_a_live_id_is_a_duplicate_and_changes_nothing() {
     env.raw(&["RPUSH", &k.retry, "rt"]);
     // processing
     env.seed("u", Some("1"));
-    env.raw(&["ZADD", &k.unack, &(env.now_us() + 5_000_000).to_string(), "u"]);
+    env.raw(&["ZADD", &k.processing, &(env.now_us() + 5_000_000).to_string(), "u"]);
 
     let before = env.snapshot();
     for ids in [Ids::Own, Ids::Generated] {
@@ -868,12 +868,12 @@ async fn send_of_a_live_id_is_a_duplicate_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn send_of_an_id_in_unack_is_a_duplicate_even_without_payload() {
+async fn send_of_an_id_being_processed_is_a_duplicate_even_without_payload() {
     let env = Env::new().await;
     let k = env.k().clone();
     // Being processed while its payload expired: still not replaced.
-    env.raw(&["HSET", &k.retries, "u", "1"]);
-    env.raw(&["ZADD", &k.unack, "123", "u"]);
+    env.raw(&["HSET", &k.attempts, "u", "1"]);
+    env.raw(&["ZADD", &k.processing, "123", "u"]);
     let before = env.snapshot();
     assert_eq!(env.send_own("u", "new", 0, NEVER, 3).await, 0);
     assert_eq!(env.send("u", "new", 0, NEVER, 3).await, 0);
@@ -887,7 +887,7 @@ async fn send_of_an_id_in_unack_is_a_duplicate_even_without_payload() {
 }
 
 #[tokio::test]
-async fn send_replaces_a_dead_message_in_garbage() {
+async fn send_replaces_a_dead_message() {
     let env = Env::new().await;
     let k = env.k().clone();
     env.seed("g", Some("4"));
@@ -941,8 +941,8 @@ async fn send_that_fails_on_wrongtype_writes_nothing() {
     assert!(matches!(res, Err(Error::WrongType { .. })), "{res:?}");
     assert!(env.payload("w").is_none(), "payload written by a failed send");
     assert!(
-        !env.exists(&k.retries),
-        "retry record or STALE mark written by a failed send"
+        !env.exists(&k.attempts),
+        "attempt record or STALE mark written by a failed send"
     );
     // Once the key is fixed, the same id must be accepted.
     env.raw(&["DEL", &k.pending]);
@@ -969,10 +969,10 @@ async fn the_first_send_writes_the_format_version_and_purge_deletes_it_with_the_
     let version = FORMAT_VERSION.to_string();
     // A batch whose every id is live stores nothing and writes no version.
     env.seed("a", None);
-    env.raw(&["ZADD", &k.unack, "1", "a"]);
+    env.raw(&["ZADD", &k.processing, "1", "a"]);
     assert_eq!(env.send("a", "x", 0, NEVER, RETRY).await, 0);
     assert!(!env.exists(&k.totals), "a send that stored nothing wrote the totals");
-    env.raw(&["DEL", &k.unack, &k.msg("a")]);
+    env.raw(&["DEL", &k.processing, &k.msg("a")]);
 
     assert_eq!(env.send("b", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.lines(&["HGETALL", &k.totals]), ["sent", "1", "format", &version]);
@@ -1028,7 +1028,7 @@ async fn producers_and_consumers_refuse_a_queue_in_another_format_before_any_wri
     let store = env.store();
     let outgoing = || Outgoing {
         id: "new".into(),
-        value: encode_stored(3, None, b"x").into(),
+        value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,
         expire_after: None,
         own_id: true,
@@ -1086,7 +1086,7 @@ async fn a_shard_count_is_recorded_once_and_refuses_other_counts_and_unsharded_s
     }
     let outgoing = Outgoing {
         id: "new".into(),
-        value: encode_stored(3, None, b"x").into(),
+        value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,
         expire_after: None,
         own_id: true,
@@ -1153,12 +1153,12 @@ async fn send_batch_gives_each_message_its_own_status_and_deadline() {
     for id in ["a", "b", "c"] {
         assert_eq!(env.pttl(id), -1, "{id}");
     }
-    // Nothing written for the wrong-type one, and no retry records at all.
+    // Nothing written for the wrong-type one, and no attempt records at all.
     assert_eq!(env.raw(&["TYPE", &k.msg("w")]), "list");
     assert_eq!(env.list(&k.msg("w")), vec!["foreign"]);
     assert_eq!(env.int(&["PTTL", &k.msg("w")]), -1);
     assert!(env.zscore(&k.pending, "w").is_none());
-    assert!(!env.exists(&k.retries));
+    assert!(!env.exists(&k.attempts));
     assert_eq!(
         env.int(&["DBSIZE"]),
         6,
@@ -1205,10 +1205,10 @@ async fn send_marks_stale_only_when_an_old_list_entry_may_remain() {
     assert_eq!(env.send("gen", "x", 0, NEVER, 3).await, 1);
     assert_eq!(env.send_own("g", "again", 0, NEVER, 3).await, 1);
     assert!(!env.stale(), "a send marked STALE");
-    assert!(!env.exists(&k.retries), "{:?}", env.records());
+    assert!(!env.exists(&k.attempts), "{:?}", env.records());
     assert_eq!(env.stats().await, vec![0, 4, 0, 0, 0], "sent due at once: ready");
-    // Delivered before (a retry record), not dead, payload deleted: marks.
-    env.raw(&["HSET", &k.retries, "lost", "2"]);
+    // Delivered before (an attempt record), not dead, payload deleted: marks.
+    env.raw(&["HSET", &k.attempts, "lost", "2"]);
     assert_eq!(env.send_own("lost", "z", 0, NEVER, 3).await, 1);
     assert!(env.stale());
     assert!(env.records().is_empty(), "{:?}", env.records());
@@ -1228,10 +1228,10 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
     // the default retry count they are given.
     env.seed_value("bare", "no header", None);
     env.raw(&["ZADD", &k.pending, "0", "bare"]);
-    assert!(env.records().is_empty(), "send wrote a retry record");
+    assert!(env.records().is_empty(), "send wrote an attempt record");
 
     assert_eq!(env.promote(10).await, vec![5, -1]);
-    assert!(env.records().is_empty(), "promote wrote a retry record");
+    assert!(env.records().is_empty(), "promote wrote an attempt record");
     // The bare value has no header, so the Claimed helper would reject it.
     let (lease, got) = env.claim_undecoded(10).await;
     // Each delivery's value is the stored value, header included.
@@ -1252,7 +1252,7 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
     assert_eq!(env.ack(&[("api", lease)]).await, vec![1]);
 
     // Fail every delivery: each message is delivered exactly retry count + 1
-    // times, attempts 1, 2, ..., then moves to garbage.
+    // times, attempts 1, 2, ..., then moves to the dead zset.
     let max = |id: &str| match id {
         "zero" => 0,
         "one" => 1,
@@ -1289,8 +1289,8 @@ async fn send_never_writes_a_record_and_the_stored_retry_count_bounds_deliveries
     assert_eq!(deliveries.into_iter().collect::<Vec<_>>(), expected);
     assert_eq!(env.dead(), vec!["bare", "one", "seven", "zero"]);
     let records: Vec<(String, String)> = expected.iter().map(|(id, n)| (id.clone(), n.to_string())).collect();
-    assert_eq!(env.records(), records, "garbage keeps the records until gc");
-    assert!(!env.exists(&k.retry) && !env.exists(&k.unack) && !env.exists(&k.pending));
+    assert_eq!(env.records(), records, "dead keeps the records until gc");
+    assert!(!env.exists(&k.retry) && !env.exists(&k.processing) && !env.exists(&k.pending));
 }
 
 #[tokio::test]
@@ -1298,11 +1298,11 @@ async fn send_replaces_a_dead_message_whose_payload_expired() {
     let env = Env::new().await;
     let k = env.k().clone();
     // Dead, and its payload expired before gc ran (cancel's test has the same state).
-    env.raw(&["HSET", &k.retries, "g", "4"]);
+    env.raw(&["HSET", &k.attempts, "g", "4"]);
     env.bury(&["g"]);
 
     assert_eq!(env.send_own("g", "again", 0, NEVER, 7).await, 1);
-    assert!(env.dead().is_empty(), "garbage entry left: {:?}", env.dead());
+    assert!(env.dead().is_empty(), "dead entry left: {:?}", env.dead());
     assert!(env.record("g").is_none(), "old record left: {:?}", env.record("g"));
     assert_eq!(env.promote(10).await[0], 1);
     let c = env.claim(10).await;
@@ -1321,7 +1321,7 @@ async fn send_over_an_expired_message_starts_a_fresh_retry_record() {
     let env = Env::new().await;
     let k = env.k().clone();
     // Delivered twice, nacked to retry, then its payload expired before a claim.
-    env.raw(&["HSET", &k.retries, "x", "2"]);
+    env.raw(&["HSET", &k.attempts, "x", "2"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
 
     assert_eq!(env.send_own("x", "new", 0, NEVER, 7).await, 1);
@@ -1347,7 +1347,7 @@ async fn send_over_an_expired_message_starts_a_fresh_retry_record() {
 async fn send_over_an_expired_message_in_retry_is_delivered_once() {
     let env = Env::new().await;
     let k = env.k().clone();
-    env.raw(&["HSET", &k.retries, "x", "2"]);
+    env.raw(&["HSET", &k.attempts, "x", "2"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
     assert_eq!(env.send_own("x", "new", 0, NEVER, 7).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
@@ -1358,7 +1358,7 @@ async fn send_over_an_expired_message_in_retry_is_delivered_once() {
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired), (2, 0));
     assert_eq!(c.got, vec![("x".into(), "new".into(), 1)]);
-    assert_eq!(env.zset(&k.unack), vec![("x".to_string(), c.lease)]);
+    assert_eq!(env.zset(&k.processing), vec![("x".to_string(), c.lease)]);
     assert_eq!(env.record("x").as_deref(), Some("1"));
     assert!(!env.stale());
 }
@@ -1416,7 +1416,7 @@ async fn promote_moves_due_ids_in_due_order_in_batches() {
 
     env.raw(&["ZREM", &k.pending, "future"]);
     assert_eq!(env.promote(1000).await, vec![0, -1]);
-    assert!(!env.exists(&k.retries), "promote never writes the retries hash");
+    assert!(!env.exists(&k.attempts), "promote never writes the attempts hash");
 }
 
 #[tokio::test]
@@ -1463,7 +1463,12 @@ async fn priorities_go_to_the_priority_zset_and_claim_takes_them_first() {
     ];
     let now = env.now_ms();
     for (id, p, ago) in sends {
-        let value = encode_stored_with_priority(3, None, p, &[], id.as_bytes());
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
         assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
         env.raw(&["ZADD", &k.pending, "XX", &(now - ago).to_string(), id]);
     }
@@ -1504,7 +1509,12 @@ async fn a_cancelled_priority_message_is_skipped_and_stale_cleared_when_all_are_
     let env = Env::new().await;
     let k = env.k().clone();
     for (id, p) in [("x", 5), ("y", 5)] {
-        let value = encode_stored_with_priority(3, None, p, &[], id.as_bytes());
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
         assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
     }
     assert_eq!(env.promote(1000).await[0], 2);
@@ -1541,7 +1551,7 @@ async fn promote_moves_an_id_without_payload_and_claim_buries_and_counts_it() {
     let pending = env.zset(&k.pending);
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].0, "gone-later");
-    assert!(!env.exists(&k.retries));
+    assert!(!env.exists(&k.attempts));
 
     // The claim buries the id without payload as an expired dead letter,
     // counts it and returns its id (no STALE mark: no cancelled message).
@@ -1551,7 +1561,7 @@ async fn promote_moves_an_id_without_payload_and_claim_buries_and_counts_it() {
         (2, 1, vec!["gone".to_string()])
     );
     assert_eq!(c.ids(), vec!["live"]);
-    assert!(env.zscore(&k.unack, "gone").is_none());
+    assert!(env.zscore(&k.processing, "gone").is_none());
     assert_eq!(env.dead(), vec!["gone"]);
     assert_eq!(
         env.records(),
@@ -1583,14 +1593,14 @@ async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_le
     // A caller-id message nacked with a delay after its first delivery,
     // then its payload was deleted by something else.
     assert_eq!(env.send_own("e", "x", 0, NEVER, RETRY).await, 1);
-    env.raw(&["HSET", &k.retries, "e", "1:boom"]);
+    env.raw(&["HSET", &k.attempts, "e", "1:boom"]);
     env.raw(&["DEL", &k.msg("e")]);
     env.raw(&["ZADD", &k.pending, "XX", "1", "e"]);
     assert_eq!(env.promote(10).await, vec![1, -1]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
     assert_eq!(c.expired_ids, vec!["e"]);
-    assert!(!env.exists(&k.pending) && !env.exists(&k.ready) && !env.exists(&k.unack));
+    assert!(!env.exists(&k.pending) && !env.exists(&k.ready) && !env.exists(&k.processing));
     assert_eq!(env.dead(), vec!["e"], "a dead letter, not a silent drop");
     assert_eq!(env.record("e").as_deref(), Some("1:expired"), "its count kept");
     let info = env.queue.get("e").await.unwrap().expect("visible to get");
@@ -1598,8 +1608,8 @@ async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_le
     assert_eq!(info.last_error.as_deref(), Some("expired"));
 
     // The same with STALE set (a cancel elsewhere): buried, since its record remained.
-    env.raw(&["ZREM", &k.garbage, "e"]);
-    env.raw(&["HSET", &k.retries, "e", "1"]);
+    env.raw(&["ZREM", &k.dead, "e"]);
+    env.raw(&["HSET", &k.attempts, "e", "1"]);
     env.raw(&["ZADD", &k.pending, "1", "e"]);
     env.mark_stale();
     assert_eq!(env.promote(10).await, vec![1, -1]);
@@ -1607,7 +1617,7 @@ async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_le
     assert_eq!((c.popped, c.expired, c.expired_ids), (1, 1, vec!["e".to_string()]));
     assert_eq!(env.record("e").as_deref(), Some("1:expired"));
     assert!(!env.stale(), "both lists empty: STALE cleared");
-    let mut left = vec![k.garbage.clone(), k.retries.clone(), k.totals.clone()];
+    let mut left = vec![k.dead.clone(), k.attempts.clone(), k.totals.clone()];
     left.sort();
     assert_eq!(env.keys(), left);
     assert_eq!(env.lines(&["HMGET", &k.totals, "expired"]), vec!["2"]);
@@ -1622,7 +1632,7 @@ async fn claim_buries_a_message_past_its_deadline_with_reason_expired() {
     assert_eq!(env.send_own("late", "x", 0, 1, RETRY).await, 1);
     assert_eq!(env.send("far", "y", 0, 3_600_000, RETRY).await, 1);
     assert_eq!(env.send("plain", "z", 0, NEVER, RETRY).await, 1);
-    env.raw(&["HSET", &k.retries, "late", "2:HTTP 503"]);
+    env.raw(&["HSET", &k.attempts, "late", "2:HTTP 503"]);
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(env.promote(10).await[0], 3);
     let c = env.claim(10).await;
@@ -1633,7 +1643,7 @@ async fn claim_buries_a_message_past_its_deadline_with_reason_expired() {
     assert_eq!(ids, vec!["far", "plain"], "a deadline ahead or none: leased");
     assert!(c.values.iter().any(|v| v.starts_with("3@")), "{:?}", c.values);
     assert_eq!(env.dead(), vec!["late"]);
-    assert!(env.zscore(&k.unack, "late").is_none());
+    assert!(env.zscore(&k.processing, "late").is_none());
     assert_eq!(env.record("late").as_deref(), Some("2:expired"));
     // Its payload stays for the retention, for inspection and requeue.
     assert_pttl_near(env.pttl("late"), RETENTION);
@@ -1683,8 +1693,8 @@ async fn every_limit_below_1_is_refused_before_a_range_read() {
         env.seed(&id, Some("1"));
         env.raw(&["RPUSH", &k.ready, &id]);
         env.raw(&["ZADD", &k.pending, "1", &id]);
-        env.raw(&["ZADD", &k.unack, "1", &id]);
-        env.raw(&["ZADD", &k.garbage, "1", &id]);
+        env.raw(&["ZADD", &k.processing, "1", &id]);
+        env.raw(&["ZADD", &k.dead, "1", &id]);
     }
     let before = env.snapshot();
     for text in ["0", "-1", "1.5", "1001", "x"] {
@@ -1692,11 +1702,11 @@ async fn every_limit_below_1_is_refused_before_a_range_read() {
         let timeout = Timeout {
             limit: 1,
             default_retry_count: 3,
-            retention: ms(1000),
+            dead_letter_retention: ms(1000),
         };
         let gc = Gc {
             limit: 1,
-            retention: Duration::ZERO,
+            dead_letter_retention: Duration::ZERO,
             max_kept: 0,
             ids: vec![],
         };
@@ -1835,11 +1845,11 @@ async fn a_global_concurrency_limit_leases_only_free_slots() {
     assert_eq!(env.command_calls("lrange"), 0, "a list was read");
     assert_eq!(env.snapshot(), state);
     // A finished delivery frees its slot.
-    env.raw(&["ZREM", &k.unack, "a"]);
+    env.raw(&["ZREM", &k.processing, "a"]);
     let next = env.claim(10).await;
     assert_eq!((next.ids(), next.held), (vec!["d"], Some(Held::Concurrency)));
     // Fewer waiting than the limit allows: not held back.
-    env.raw(&["ZREM", &k.unack, "b", "c"]);
+    env.raw(&["ZREM", &k.processing, "b", "c"]);
     let last = env.claim(10).await;
     assert_eq!((last.ids(), last.held), (vec!["e"], None));
 }
@@ -2019,10 +2029,10 @@ async fn claim_takes_retry_first_then_ready_and_leases_them() {
         ]
     );
     assert_eq!(c.values[1], "5:payload-r2", "values as stored, header included");
-    let mut unack = env.zset(&k.unack);
-    unack.sort();
+    let mut processing = env.zset(&k.processing);
+    processing.sort();
     assert_eq!(
-        unack,
+        processing,
         ["a", "b", "r1", "r2"].map(|id| (id.to_string(), c.lease)).to_vec()
     );
     // Records count deliveries, whatever the retry count in the value.
@@ -2056,7 +2066,7 @@ async fn claim_is_bounded_by_limit() {
     assert_eq!(c.ids(), vec!["r1", "r2", "a"]);
     assert_eq!(c.popped, 3);
     assert_eq!(env.list(&k.ready), vec!["b", "c"]);
-    assert_eq!(env.zset(&k.unack).len(), 3);
+    assert_eq!(env.zset(&k.processing).len(), 3);
 
     let c = env.claim(1).await;
     assert_eq!(c.ids(), vec!["b"]);
@@ -2071,11 +2081,11 @@ async fn claim_skips_stale_entries() {
     let lease_u = env.now_us() + 9_000_000;
     // cancelled: entry left in ready, payload and record gone
     env.raw(&["RPUSH", &k.ready, "cancelled"]);
-    // live elsewhere: pending (re-sent), unack (being processed), garbage (dead)
+    // live elsewhere: pending (re-sent), processing (being processed), dead (dead)
     env.seed("p", Some("0"));
     env.raw(&["ZADD", &k.pending, &(env.now_ms() + 60_000).to_string(), "p"]);
     env.seed("u", Some("1"));
-    env.raw(&["ZADD", &k.unack, &lease_u.to_string(), "u"]);
+    env.raw(&["ZADD", &k.processing, &lease_u.to_string(), "u"]);
     env.seed("g", Some("4"));
     env.bury(&["g"]);
     env.raw(&["RPUSH", &k.retry, "u", "g"]);
@@ -2089,8 +2099,8 @@ async fn claim_skips_stale_entries() {
     assert_eq!(c.ids(), vec!["ok"], "only the valid id is leased");
     // Stale entries are gone from the lists, and nothing else changed for them.
     assert!(!env.exists(&k.ready) && !env.exists(&k.retry));
-    assert_eq!(env.zscore(&k.unack, "u"), Some(lease_u));
-    assert_eq!(env.zscore(&k.unack, "ok"), Some(c.lease));
+    assert_eq!(env.zscore(&k.processing, "u"), Some(lease_u));
+    assert_eq!(env.zscore(&k.processing, "ok"), Some(c.lease));
     assert!(env.zscore(&k.pending, "p").is_some());
     assert_eq!(env.dead(), vec!["g"]);
     assert_eq!(env.record("p").as_deref(), Some("0"));
@@ -2137,7 +2147,7 @@ async fn claim_buries_ids_without_payload_unless_stale_says_cancelled() {
     // Without STALE every list entry is a live message, so a missing payload
     // was lost: buried as expired whether a record remained (e1, e2) or not
     // (norec: lost before its first delivery).
-    env.raw(&["HSET", &k.retries, "e1", "0", "e2", "2"]);
+    env.raw(&["HSET", &k.attempts, "e1", "0", "e2", "2"]);
     env.raw(&["RPUSH", &k.ready, "e1", "norec"]);
     env.raw(&["RPUSH", &k.retry, "e2"]);
     let c = env.claim(10).await;
@@ -2159,15 +2169,15 @@ async fn claim_buries_ids_without_payload_unless_stale_says_cancelled() {
     // not ours to bury, even with its payload gone (its delivery decides),
     // nor one of an id already dead (e1).
     env.mark_stale();
-    env.raw(&["HSET", &k.retries, "e3", "1", "u", "1"]);
-    env.raw(&["ZADD", &k.unack, "1", "u"]);
+    env.raw(&["HSET", &k.attempts, "e3", "1", "u", "1"]);
+    env.raw(&["ZADD", &k.processing, "1", "u"]);
     env.raw(&["RPUSH", &k.ready, "c1", "e1", "e3", "u"]);
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (4, 1, 0));
     assert_eq!(c.expired_ids, vec!["e3"]);
     assert_eq!(env.record("e3").as_deref(), Some("1:expired"));
     assert!(env.record("c1").is_none() && !env.dead().contains(&"c1".to_string()));
-    assert_eq!(env.zset(&k.unack), vec![("u".to_string(), 1)]);
+    assert_eq!(env.zset(&k.processing), vec![("u".to_string(), 1)]);
     assert!(!env.stale());
     // A re-claim finds nothing more to bury.
     env.mark_stale();
@@ -2183,7 +2193,7 @@ async fn claim_buries_an_id_whose_payload_key_has_another_type_instead_of_failin
     let k = env.k().clone();
     assert_eq!(env.send("ok", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
-    env.raw(&["HSET", &k.retries, "odd", "0"]);
+    env.raw(&["HSET", &k.attempts, "odd", "0"]);
     env.raw(&["HSET", &k.msg("odd"), "f", "v"]);
     env.raw(&["LPUSH", &k.ready, "odd"]);
     let c = env.claim(10).await;
@@ -2365,17 +2375,17 @@ async fn claim_does_not_lease_an_id_twice() {
     assert_eq!(c.ids(), vec!["a", "b"], "each id leased once");
     assert_eq!(c.got[0], ("a".into(), "payload-a".into(), 1));
     assert_eq!(env.record("a").as_deref(), Some("1"), "one delivery counted");
-    assert_eq!(env.zset(&k.unack).len(), 2);
+    assert_eq!(env.zset(&k.processing).len(), 2);
     assert!(!env.exists(&k.ready) && !env.exists(&k.retry));
 
-    // A stale entry popped while the id is in unack leaves its lease alone.
+    // A stale entry popped while the id is being processed leaves its lease alone.
     env.raw(&["RPUSH", &k.ready, "a"]);
     env.mark_stale();
-    let state = env.zset(&k.unack);
+    let state = env.zset(&k.processing);
     let d = env.claim(10).await;
     assert_eq!((d.popped, d.expired, d.got.len()), (1, 0, 0));
-    assert_eq!(env.zset(&k.unack), state, "lease not replaced");
-    assert_eq!(env.zscore(&k.unack, "a"), Some(c.lease));
+    assert_eq!(env.zset(&k.processing), state, "lease not replaced");
+    assert_eq!(env.zscore(&k.processing, "a"), Some(c.lease));
     assert_eq!(env.record("a").as_deref(), Some("1"));
     // The first lease still fences: ack with it works.
     assert_eq!(env.ack(&[("a", c.lease), ("b", c.lease)]).await, vec![1, 1]);
@@ -2401,7 +2411,7 @@ async fn claim_leases_an_id_duplicated_within_one_popped_batch_once() {
     assert_eq!((c.popped, c.expired), (3, 0));
     assert_eq!(c.got, vec![("a".into(), "two".into(), 1), ("b".into(), "pb".into(), 1)]);
     assert_eq!(
-        env.zset(&k.unack),
+        env.zset(&k.processing),
         vec![("a".to_string(), c.lease), ("b".to_string(), c.lease)]
     );
     assert_eq!(env.records(), vec![("a".into(), "1".into()), ("b".into(), "1".into())]);
@@ -2414,7 +2424,7 @@ async fn claim_leases_an_id_duplicated_within_one_popped_batch_once() {
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.ids()), (4, 0, vec!["x", "y"]));
     assert_eq!(env.record("x").as_deref(), Some("1"));
-    assert_eq!(env.zscore(&k.unack, "x"), Some(c.lease));
+    assert_eq!(env.zscore(&k.processing, "x"), Some(c.lease));
 }
 
 #[tokio::test]
@@ -2434,8 +2444,8 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
     assert_eq!(c.ids(), ids.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(c.got.iter().all(|d| d.1 == "x" && d.2 == 1), "{:?}", c.got);
     // A fixed number of calls for the batch, none per leased id (no TTL
-    // to extend); no look at pending or garbage without STALE. One HMGET
-    // reads the totals' pause flag and limits, one the retry records; a
+    // to extend); no look at pending or dead without STALE. One HMGET
+    // reads the totals' pause flag and limits, one the attempt records; a
     // queue without limits makes no other call for them.
     let calls = |cmd: &str| env.command_calls(cmd);
     assert_eq!(
@@ -2457,12 +2467,12 @@ async fn claim_without_stale_leases_a_clean_ready_list_whole_in_a_few_calls() {
         [1, 0, 0, 0],
         "per-id calls"
     );
-    assert_eq!(env.int(&["ZCARD", &k.unack]), N as i64);
+    assert_eq!(env.int(&["ZCARD", &k.processing]), N as i64);
     assert_eq!(env.records().len(), N);
     assert!(env.records().iter().all(|r| r.1 == "1"));
     assert!(!env.exists(&k.ready) && !env.stale());
 
-    // With STALE the same batch also asks pending and garbage (ZMSCORE
+    // With STALE the same batch also asks pending and dead (ZMSCORE
     // each), once for the batch.
     let more: Vec<String> = (0..N).map(|i| format!("n{i:02}")).collect();
     let batch: Vec<Msg> = more.iter().map(|id| (id.as_str(), "y", 0, NEVER, RETRY)).collect();
@@ -2490,7 +2500,7 @@ async fn claim_with_stale_skips_an_entry_whose_id_was_sent_again_and_is_pending(
 
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 0, 0), "skipped, not counted");
-    assert!(!env.exists(&k.ready) && !env.exists(&k.unack));
+    assert!(!env.exists(&k.ready) && !env.exists(&k.processing));
     assert!(env.zscore(&k.pending, "a").is_some(), "the new message stays pending");
     assert_eq!(env.stored("a").as_deref(), Some("5:two"));
     assert_eq!(env.pttl("a"), -1);
@@ -2531,7 +2541,7 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
     assert!(!env.stale());
     assert_eq!(env.records(), vec![("b".into(), "1".into()), ("c".into(), "1".into())]);
 
-    // Cancels that leave no list entry do not mark: pending, garbage,
+    // Cancels that leave no list entry do not mark: pending, dead,
     // being processed, unknown.
     assert_eq!(env.send("d", "x", 60_000, NEVER, RETRY).await, 1);
     assert_eq!(env.cancel("d").await, 1);
@@ -2555,7 +2565,7 @@ async fn stale_is_set_by_cancel_and_caller_id_send_and_cleared_by_a_claim_that_e
     // A send of a caller-chosen id that was delivered and lost its payload
     // marks it; a claim with both lists already empty clears it, even one
     // that pops nothing.
-    env.raw(&["HSET", &k.retries, "e", "1"]);
+    env.raw(&["HSET", &k.attempts, "e", "1"]);
     assert_eq!(env.send_own("e", "x", 60_000, NEVER, RETRY).await, 1);
     assert!(env.stale());
     let c = env.claim(10).await;
@@ -2597,7 +2607,7 @@ async fn ack_is_fenced_by_lease() {
     let lease = c.lease;
 
     // Wrong leases (older, newer) and unknown ids: nothing deleted; an id
-    // neither in unack nor stored has nothing left to ack (2).
+    // neither being processed nor stored has nothing left to ack (2).
     let before = env.snapshot();
     assert_eq!(
         env.ack(&[("a", lease - 1), ("b", lease + 1), ("nope", lease)]).await,
@@ -2609,11 +2619,11 @@ async fn ack_is_fenced_by_lease() {
     assert_eq!(env.ack(&[("a", lease + 1), ("b", lease)]).await, vec![0, 1]);
     assert!(env.payload("b").is_none());
     assert!(env.record("b").is_none());
-    assert_eq!(env.zset(&k.unack), vec![("a".to_string(), lease)]);
+    assert_eq!(env.zset(&k.processing), vec![("a".to_string(), lease)]);
 
     assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![1, 2]);
     assert!(env.payload("a").is_none() && env.record("a").is_none());
-    assert!(!env.exists(&k.unack) && !env.exists(&k.retries));
+    assert!(!env.exists(&k.processing) && !env.exists(&k.attempts));
 
     // Idempotent re-run: finished already, not a lost lease.
     assert_eq!(env.ack(&[("a", lease), ("b", lease)]).await, vec![2, 2]);
@@ -2663,7 +2673,7 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
         assert!(env.payload(id).is_none(), "{id} payload left");
         assert!(env.record(id).is_none(), "{id} record left");
     }
-    assert_eq!(env.zset(&k.unack), vec![("b".to_string(), l1)]);
+    assert_eq!(env.zset(&k.processing), vec![("b".to_string(), l1)]);
     assert_eq!(env.payload("b").as_deref(), Some("x"));
     assert_eq!(env.record("b").as_deref(), Some("1"));
     assert_eq!(env.payload("e").as_deref(), Some("x"));
@@ -2697,8 +2707,8 @@ async fn ack_of_no_pairs_returns_an_empty_reply() {
 async fn extend_renews_only_current_leases_and_leaves_payloads_alone() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let la = seed_unack(&env, "a", "1");
-    let lb = seed_unack(&env, "b", "1");
+    let la = seed_processing(&env, "a", "1");
+    let lb = seed_processing(&env, "b", "1");
     let (na, nb) = (la + 60_000_000, lb + 60_000_000);
     let reply = env.extend(&[("a", la, na), ("b", lb - 1, nb), ("nope", la, na)]).await;
     assert_eq!(
@@ -2706,9 +2716,9 @@ async fn extend_renews_only_current_leases_and_leaves_payloads_alone() {
         vec![1, 0, 0],
         "only the pair holding the current lease is renewed"
     );
-    assert_eq!(env.zscore(&k.unack, "a"), Some(na));
-    assert_eq!(env.zscore(&k.unack, "b"), Some(lb), "a lost lease is left alone");
-    assert!(!env.exists(&k.msg("nope")) && env.zscore(&k.unack, "nope").is_none());
+    assert_eq!(env.zscore(&k.processing, "a"), Some(na));
+    assert_eq!(env.zscore(&k.processing, "b"), Some(lb), "a lost lease is left alone");
+    assert!(!env.exists(&k.msg("nope")) && env.zscore(&k.processing, "nope").is_none());
     // A live payload has no TTL to extend.
     assert_eq!(env.pttl("a"), -1);
 
@@ -2726,13 +2736,13 @@ async fn extend_renews_only_current_leases_and_leaves_payloads_alone() {
 async fn extend_does_not_renew_into_the_past_or_a_redelivered_message() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let lease = seed_unack(&env, "a", "1");
+    let lease = seed_processing(&env, "a", "1");
     let past = env.now_us() - 1_000;
     assert_eq!(env.extend(&[("a", lease, past)]).await, vec![0]);
-    assert_eq!(env.zscore(&k.unack, "a"), Some(lease));
+    assert_eq!(env.zscore(&k.processing, "a"), Some(lease));
 
     // Timed out and taken back: a renewal of the old lease does nothing.
-    env.raw(&["ZADD", &k.unack, "1", "a"]);
+    env.raw(&["ZADD", &k.processing, "1", "a"]);
     assert_eq!(env.timeout(10).await[0], 1);
     let state = env.snapshot();
     assert_eq!(env.extend(&[("a", lease, lease + 60_000_000)]).await, vec![0]);
@@ -2744,21 +2754,21 @@ async fn extend_does_not_renew_into_the_past_or_a_redelivered_message() {
 // ======================= nack =======================
 
 /// Seeds `id` as claimed with `record` and returns its lease.
-fn seed_unack(env: &Env, id: &str, record: &str) -> i64 {
-    seed_unack_value(env, id, Some(&format!("{RETRY}:payload-{id}")), Some(record))
+fn seed_processing(env: &Env, id: &str, record: &str) -> i64 {
+    seed_processing_value(env, id, Some(&format!("{RETRY}:payload-{id}")), Some(record))
 }
 
 /// Seeds `id` as claimed, with `value` as its msg key (none: gone) and
 /// `record` (none: no record); returns its lease.
-fn seed_unack_value(env: &Env, id: &str, value: Option<&str>, record: Option<&str>) -> i64 {
+fn seed_processing_value(env: &Env, id: &str, value: Option<&str>, record: Option<&str>) -> i64 {
     if let Some(value) = value {
         env.raw(&["SET", &env.k().msg(id), value]);
     }
     if let Some(record) = record {
-        env.raw(&["HSET", &env.k().retries, id, record]);
+        env.raw(&["HSET", &env.k().attempts, id, record]);
     }
     let lease = env.now_us() + VIS * 1000;
-    env.raw(&["ZADD", &env.k().unack, &lease.to_string(), id]);
+    env.raw(&["ZADD", &env.k().processing, &lease.to_string(), id]);
     lease
 }
 
@@ -2769,17 +2779,17 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
 
     // delay 0: straight to the end of the retry list, payload without TTL.
     env.raw(&["RPUSH", &k.retry, "older"]);
-    let la = seed_unack(&env, "a", "1");
+    let la = seed_processing(&env, "a", "1");
     assert_eq!(env.nack("a", la, fail(0)).await, 1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
-    assert!(env.zscore(&k.unack, "a").is_none());
+    assert!(env.zscore(&k.processing, "a").is_none());
     assert_eq!(env.record("a").as_deref(), Some("1@"), "claim counted the delivery");
     assert_eq!(env.pttl("a"), -1);
 
     // delay > 0: pending at Redis now + delay.
     // Its RETRY-th delivery failed: one more is allowed.
     let delay = 30_000;
-    let lb = seed_unack(&env, "b", &RETRY.to_string());
+    let lb = seed_processing(&env, "b", &RETRY.to_string());
     let before = env.now_ms();
     assert_eq!(env.nack("b", lb, fail(delay)).await, 1);
     let after = env.now_ms();
@@ -2790,7 +2800,7 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
     assert!(a_due <= before, "a retry without delay is due at its nack: {a_due}");
     assert_eq!(env.pttl("b"), -1);
     assert_eq!(env.list(&k.retry), vec!["older", "a"]);
-    assert!(!env.exists(&k.unack));
+    assert!(!env.exists(&k.processing));
     assert_eq!(env.record("b").as_deref(), Some("3@"));
 
     // Idempotent: a re-run finds its own work done, answers as the first
@@ -2802,12 +2812,12 @@ async fn nack_fail_with_retries_left_goes_to_retry_or_pending() {
 }
 
 #[tokio::test]
-async fn nack_fail_out_of_retries_goes_to_garbage() {
+async fn nack_fail_out_of_retries_goes_to_dead_letters() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let la = seed_unack(&env, "a", "4");
-    let lz = seed_unack_value(&env, "zero", Some("0:payload-zero"), Some("1"));
-    let ln = seed_unack_value(&env, "norecord", Some("3:payload-norecord"), None);
+    let la = seed_processing(&env, "a", "4");
+    let lz = seed_processing_value(&env, "zero", Some("0:payload-zero"), Some("1"));
+    let ln = seed_processing_value(&env, "norecord", Some("3:payload-norecord"), None);
 
     assert_eq!(env.nack("a", la, fail(0)).await, 2);
     assert_eq!(env.nack("zero", lz, fail(5_000)).await, 2);
@@ -2816,8 +2826,8 @@ async fn nack_fail_out_of_retries_goes_to_garbage() {
 
     assert_eq!(env.dead(), vec!["a", "zero"]);
     assert_eq!(env.list(&k.retry), vec!["norecord"]);
-    assert!(!env.exists(&k.pending) && !env.exists(&k.unack));
-    // Garbage keeps payload and record until gc.
+    assert!(!env.exists(&k.pending) && !env.exists(&k.processing));
+    // The dead zset keeps payload and record until gc.
     assert_eq!(env.payload("a").as_deref(), Some("payload-a"));
     assert_eq!(env.record("a").as_deref(), Some("4"));
     assert_eq!(env.record("zero").as_deref(), Some("1"));
@@ -2854,15 +2864,15 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
     ];
     let mut leases = Vec::new();
     for (id, value, record, _) in cases {
-        leases.push(seed_unack_value(&env, id, value, record));
+        leases.push(seed_processing_value(&env, id, value, record));
     }
     env.raw(&["HSET", &k.msg("foreign"), "f", "v"]);
     for ((id, _, _, want), lease) in cases.iter().zip(&leases) {
         assert_eq!(env.nack(id, *lease, fail(0)).await, *want, "{id}");
     }
-    let mut garbage: Vec<&str> = cases.iter().filter(|c| c.3 == 2).map(|c| c.0).collect();
-    garbage.sort();
-    assert_eq!(env.dead(), garbage);
+    let mut dead: Vec<&str> = cases.iter().filter(|c| c.3 == 2).map(|c| c.0).collect();
+    dead.sort();
+    assert_eq!(env.dead(), dead);
     let retried: Vec<&str> = cases.iter().filter(|c| c.3 == 1).map(|c| c.0).collect();
     assert_eq!(env.list(&k.retry), retried);
     assert_eq!(
@@ -2879,7 +2889,7 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
     );
 
     // Timeout reads it the same way.
-    env.raw(&["DEL", &k.retry, &k.garbage, &k.retries]);
+    env.raw(&["DEL", &k.retry, &k.dead, &k.attempts]);
     let past = env.now_us() - 1_000;
     let timed: [(&str, Option<&str>, Option<&str>, bool); 6] = [
         ("t9", Some("9:p"), Some("5"), false),
@@ -2890,8 +2900,8 @@ async fn nack_and_timeout_take_the_retry_count_from_the_stored_value() {
         ("tjunk", Some("0:p"), Some("junk"), true),
     ];
     for (i, (id, value, record, _)) in timed.into_iter().enumerate() {
-        seed_unack_value(&env, id, value, record);
-        env.raw(&["ZADD", &k.unack, &(past + i as i64).to_string(), id]);
+        seed_processing_value(&env, id, value, record);
+        env.raw(&["ZADD", &k.processing, &(past + i as i64).to_string(), id]);
     }
     assert_eq!(env.timeout(100).await, vec![6, 4]);
     let mut dead: Vec<&str> = timed.iter().filter(|t| t.3).map(|t| t.0).collect();
@@ -2907,8 +2917,8 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
     let k = env.k().clone();
     let defer = |delay_ms| NackMode::Defer { delay: ms(delay_ms) };
     // The last delivery by its record (retry count 3, 4 deliveries).
-    let la = seed_unack(&env, "a", "4");
-    let lb = seed_unack(&env, "b", "2:boom");
+    let la = seed_processing(&env, "a", "4");
+    let lb = seed_processing(&env, "b", "2:boom");
     let before = env.now_ms();
     assert_eq!(env.nack_because("a", la, defer(30_000), "429").await, 1);
     assert_eq!(env.nack_because("b", lb, defer(0), "429").await, 1);
@@ -2919,7 +2929,7 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
     assert_eq!(env.record_due("a"), Some(due));
     assert!((before + 30_000..before + 30_000 + SLACK_MS).contains(&due), "{due}");
     assert_eq!(env.list(&k.retry), vec!["b"]);
-    assert!(!env.exists(&k.unack) && !env.exists(&k.garbage));
+    assert!(!env.exists(&k.processing) && !env.exists(&k.dead));
     assert_eq!(env.int(&["HEXISTS", &k.totals, "failed"]), 0, "no failure counted");
     // A re-sent deferral finds its own work and answers as the first did.
     let state = env.snapshot();
@@ -2943,11 +2953,11 @@ async fn nack_release_uncounts_the_delivery_and_goes_first() {
     let env = Env::new().await;
     let k = env.k().clone();
     env.raw(&["RPUSH", &k.retry, "older"]);
-    let la = seed_unack_value(&env, "a", Some("5:payload-a"), Some("2"));
-    let lb = seed_unack(&env, "b", "0");
-    let lc = seed_unack(&env, "c", "4");
-    let ld = seed_unack_value(&env, "d", Some("3:payload-d"), None);
-    let lj = seed_unack(&env, "j", "junk");
+    let la = seed_processing_value(&env, "a", Some("5:payload-a"), Some("2"));
+    let lb = seed_processing(&env, "b", "0");
+    let lc = seed_processing(&env, "c", "4");
+    let ld = seed_processing_value(&env, "d", Some("3:payload-d"), None);
+    let lj = seed_processing(&env, "j", "junk");
 
     assert_eq!(env.release_with_delay("a", la, 30_000).await, 1);
     assert_eq!(env.nack("b", lb, Release).await, 1);
@@ -2964,7 +2974,7 @@ async fn nack_release_uncounts_the_delivery_and_goes_first() {
     assert_eq!(env.record("c").as_deref(), Some("3"));
     assert_eq!(env.record("d").as_deref(), Some("0"));
     assert_eq!(env.record("j").as_deref(), Some("0"));
-    assert!(!env.exists(&k.pending) && !env.exists(&k.unack) && !env.exists(&k.garbage));
+    assert!(!env.exists(&k.pending) && !env.exists(&k.processing) && !env.exists(&k.dead));
     assert_eq!(
         env.stored("a").as_deref(),
         Some("5:payload-a"),
@@ -3011,7 +3021,7 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
     assert_eq!(env.ack(&[("a", c1.lease)]).await, vec![0]);
     assert_eq!(env.snapshot(), state);
     assert!(!env.exists(&k.retry) && !env.exists(&k.pending));
-    assert_eq!(env.zset(&k.unack), vec![("a".to_string(), c2.lease)]);
+    assert_eq!(env.zset(&k.processing), vec![("a".to_string(), c2.lease)]);
     assert_eq!(env.record("a").as_deref(), Some("2@:timeout"));
 }
 
@@ -3022,9 +3032,9 @@ async fn nack_is_fenced_and_a_late_one_adds_no_second_copy() {
 async fn a_re_sent_nack_answers_as_its_first_run_did() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let lf = seed_unack(&env, "f", "1");
-    let ld = seed_unack(&env, "d", "2");
-    let lr = seed_unack(&env, "r", "2");
+    let lf = seed_processing(&env, "f", "1");
+    let ld = seed_processing(&env, "d", "2");
+    let lr = seed_processing(&env, "r", "2");
     assert_eq!(env.nack_of("f", lf, fail(0), "boom", 1).await, 1);
     assert_eq!(env.nack_of("d", ld, Dead, "bad input", 2).await, 2);
     assert_eq!(env.nack_of("r", lr, Release, "", 2).await, 1);
@@ -3044,8 +3054,8 @@ async fn a_re_sent_nack_answers_as_its_first_run_did() {
     assert_eq!(env.nack_of("r", lr, fail(0), "", 2).await, 0);
 
     // Taken back by the sweep: a late nack finds the lease lost.
-    let lt = seed_unack(&env, "t", "1");
-    env.raw(&["ZADD", &k.unack, &(env.now_us() - 1_000).to_string(), "t"]);
+    let lt = seed_processing(&env, "t", "1");
+    env.raw(&["ZADD", &k.processing, &(env.now_us() - 1_000).to_string(), "t"]);
     assert_eq!(env.timeout(10).await, vec![1, 0]);
     assert_eq!(env.nack_of("t", lt, fail(0), "boom", 1).await, 0);
     assert_eq!(env.nack_of("t", lt, Release, "", 1).await, 0);
@@ -3058,7 +3068,7 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     let env = Env::new().await;
     let k = env.k().clone();
     let now = env.now_us();
-    let zadd = |id: &str, score: i64| env.raw(&["ZADD", &k.unack, &score.to_string(), id]);
+    let zadd = |id: &str, score: i64| env.raw(&["ZADD", &k.processing, &score.to_string(), id]);
     env.seed("late1", Some("1"));
     zadd("late1", now - 3_000);
     env.seed("dead", Some("4"));
@@ -3073,7 +3083,7 @@ async fn timeout_takes_back_only_overdue_deliveries() {
     assert_eq!((reply.count, reply.dead), (3, vec![("dead".into(), 4)]));
     assert_eq!(env.list(&k.retry), vec!["late1", "late2"], "in deadline order");
     assert_eq!(env.dead(), vec!["dead"]);
-    assert_eq!(env.zset(&k.unack), vec![("ontime".to_string(), now + 60_000_000)]);
+    assert_eq!(env.zset(&k.processing), vec![("ontime".to_string(), now + 60_000_000)]);
     // Counts untouched (the claim counted the delivery), the reason
     // recorded, a retried one due now.
     assert_eq!(env.record("late1").as_deref(), Some("1@:timeout"));
@@ -3104,16 +3114,16 @@ async fn timeout_is_bounded_by_limit() {
     for i in 0..5i64 {
         let id = format!("t{i}");
         env.seed(&id, Some(if i == 1 { "9" } else { "1" }));
-        env.raw(&["ZADD", &k.unack, &(now - 10_000 + i).to_string(), &id]);
+        env.raw(&["ZADD", &k.processing, &(now - 10_000 + i).to_string(), &id]);
     }
     assert_eq!(env.timeout(2).await, vec![2, 1]);
     assert_eq!(env.list(&k.retry), vec!["t0"]);
     assert_eq!(env.dead(), vec!["t1"]);
-    assert_eq!(env.int(&["ZCARD", &k.unack]), 3);
+    assert_eq!(env.int(&["ZCARD", &k.processing]), 3);
     assert_eq!(env.timeout(2).await, vec![2, 0]);
     assert_eq!(env.timeout(2).await, vec![1, 0]);
     assert_eq!(env.list(&k.retry), vec!["t0", "t2", "t3", "t4"]);
-    assert!(!env.exists(&k.unack));
+    assert!(!env.exists(&k.processing));
 }
 
 // ======================= wake-ups =======================
@@ -3164,33 +3174,33 @@ async fn nack_wakes_consumers_when_the_message_is_claimable_now_or_due_first() {
     let mut wakes = env.subscribe().await;
 
     // fail with no delay: to retry, publishes 0.
-    let la = seed_unack(&env, "a", "1");
+    let la = seed_processing(&env, "a", "1");
     assert_eq!(env.nack("a", la, fail(0)).await, 1);
     assert_eq!(wakes.next().await, "0");
     // release: to retry, publishes 0 (even with a delay given).
-    let lb = seed_unack(&env, "b", "1");
+    let lb = seed_processing(&env, "b", "1");
     assert_eq!(env.release_with_delay("b", lb, 30_000).await, 1);
     assert_eq!(wakes.next().await, "0");
     // fail with a delay into an empty pending: publishes the delay.
-    let lc = seed_unack(&env, "c", "1");
+    let lc = seed_processing(&env, "c", "1");
     assert_eq!(env.nack("c", lc, fail(20_000)).await, 1);
     assert_eq!(wakes.next().await, "20000");
     // fail with a delay later than the head: nothing.
-    let ld = seed_unack(&env, "d", "1");
+    let ld = seed_processing(&env, "d", "1");
     assert_eq!(env.nack("d", ld, fail(40_000)).await, 1);
     wakes.assert_quiet(&env, "nack due later than the head").await;
     // fail with a delay earlier than the head: publishes the delay.
-    let le = seed_unack(&env, "e", "1");
+    let le = seed_processing(&env, "e", "1");
     assert_eq!(env.nack("e", le, fail(7_000)).await, 1);
     assert_eq!(wakes.next().await, "7000");
     assert_eq!(
         env.zset(&k.pending).iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
         vec!["e", "c", "d"]
     );
-    // Out of deliveries, to garbage: nothing.
-    let lg = seed_unack(&env, "g", "4");
+    // Out of deliveries, to the dead zset: nothing.
+    let lg = seed_processing(&env, "g", "4");
     assert_eq!(env.nack("g", lg, fail(0)).await, 2);
-    wakes.assert_quiet(&env, "nack to garbage").await;
+    wakes.assert_quiet(&env, "nack to the dead zset").await;
     // A re-run of a's nack, and a lost lease: nothing.
     assert_eq!(env.nack_of("a", la, fail(0), "", 1).await, 1);
     assert_eq!(env.nack("b", lb, Release).await, 0);
@@ -3206,20 +3216,20 @@ async fn timeout_wakes_consumers_when_it_moves_something_to_retry() {
 
     // Nothing overdue: nothing.
     env.seed("ontime", Some("1"));
-    env.raw(&["ZADD", &k.unack, &(now + 60_000_000).to_string(), "ontime"]);
+    env.raw(&["ZADD", &k.processing, &(now + 60_000_000).to_string(), "ontime"]);
     assert_eq!(env.timeout(10).await, vec![0, 0]);
     wakes.assert_quiet(&env, "timeout of nothing").await;
-    // Overdue but out of deliveries, to garbage only: nothing.
+    // Overdue but out of deliveries, to the dead zset only: nothing.
     env.seed("dead", Some("4"));
-    env.raw(&["ZADD", &k.unack, &(now - 1_000).to_string(), "dead"]);
+    env.raw(&["ZADD", &k.processing, &(now - 1_000).to_string(), "dead"]);
     assert_eq!(env.timeout(10).await, vec![1, 1]);
-    wakes.assert_quiet(&env, "timeout to garbage only").await;
+    wakes.assert_quiet(&env, "timeout to the dead zset only").await;
     // Overdue with deliveries left (alongside a dead one): one wake-up, 0.
     env.seed("late1", Some("1"));
     env.seed("late2", Some("2"));
     env.seed("dead2", Some("9"));
     for (i, id) in ["late1", "dead2", "late2"].into_iter().enumerate() {
-        env.raw(&["ZADD", &k.unack, &(now - 1_000 + i as i64).to_string(), id]);
+        env.raw(&["ZADD", &k.processing, &(now - 1_000 + i as i64).to_string(), id]);
     }
     assert_eq!(env.timeout(10).await, vec![3, 1]);
     assert_eq!(wakes.next().await, "0");
@@ -3243,7 +3253,7 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
     env.seed("g", Some("4"));
     env.bury(&["g"]);
     env.seed("u", Some("1"));
-    env.raw(&["ZADD", &k.unack, &lease.to_string(), "u"]);
+    env.raw(&["ZADD", &k.processing, &lease.to_string(), "u"]);
     // A dead message whose payload was already collected.
     env.bury(&["g2"]);
 
@@ -3255,7 +3265,7 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
         // marks the hash STALE so claim looks.
         assert_eq!(env.stale(), matches!(id, "rd" | "rt"), "{id}");
     }
-    assert!(!env.exists(&k.pending) && !env.exists(&k.garbage));
+    assert!(!env.exists(&k.pending) && !env.exists(&k.dead));
     // List entries stay behind as stale entries.
     assert_eq!(env.list(&k.ready), vec!["rd"]);
     assert_eq!(env.list(&k.retry), vec!["rt"]);
@@ -3269,7 +3279,7 @@ async fn cancel_removes_a_waiting_message_in_every_state() {
         assert_eq!(env.cancel(id).await, 0, "{id} again");
     }
     assert_eq!(env.snapshot(), state);
-    assert_eq!(env.zset(&k.unack), vec![("u".to_string(), lease)]);
+    assert_eq!(env.zset(&k.processing), vec![("u".to_string(), lease)]);
     assert_eq!(env.record("u").as_deref(), Some("1"));
     assert_eq!(env.payload("u").as_deref(), Some("payload-u"));
 
@@ -3295,7 +3305,7 @@ async fn cancel_of_a_listed_message_whose_payload_is_gone_leaves_it_to_claim_to_
     let k = env.k().clone();
     // Waits in retry, payload deleted by something else: nothing of it left
     // to cancel but its record.
-    env.raw(&["HSET", &k.retries, "x", "1"]);
+    env.raw(&["HSET", &k.attempts, "x", "1"]);
     env.raw(&["RPUSH", &k.retry, "x"]);
     assert_eq!(env.cancel("x").await, 0);
     assert!(env.record("x").is_none());
@@ -3304,7 +3314,7 @@ async fn cancel_of_a_listed_message_whose_payload_is_gone_leaves_it_to_claim_to_
     let c = env.claim(10).await;
     assert_eq!((c.popped, c.expired, c.got.len()), (1, 1, 0));
     assert_eq!(env.dead(), vec!["x"]);
-    let mut left = vec![k.garbage.clone(), k.retries.clone(), k.totals.clone()];
+    let mut left = vec![k.dead.clone(), k.attempts.clone(), k.totals.clone()];
     left.sort();
     assert_eq!(env.keys(), left, "the dead letter and the totals, counting it expired");
 }
@@ -3324,7 +3334,7 @@ async fn cancelled_id_sent_again_is_delivered_once() {
     let c = env.claim(10).await;
     assert_eq!(c.popped, 2);
     assert_eq!(c.got, vec![("a".into(), "two".into(), 1)]);
-    assert_eq!(env.zset(&k.unack), vec![("a".to_string(), c.lease)]);
+    assert_eq!(env.zset(&k.processing), vec![("a".to_string(), c.lease)]);
     assert_eq!(env.record("a").as_deref(), Some("1"));
     assert!(!env.stale());
 }
@@ -3353,11 +3363,11 @@ async fn gc_deletes_up_to_limit_dead_messages() {
     }
     assert_eq!(env.gc(10).await, 2);
     assert_eq!(env.gc(10).await, 0);
-    assert!(!env.exists(&k.garbage));
+    assert!(!env.exists(&k.dead));
     assert_eq!(env.payload("live").as_deref(), Some("payload-live"));
     assert_eq!(env.record("live").as_deref(), Some("1"));
     assert_eq!(env.list(&k.retry), vec!["live"]);
-    assert_eq!(env.int(&["DBSIZE"]), 3, "live payload, retries hash, retry list");
+    assert_eq!(env.int(&["DBSIZE"]), 3, "live payload, attempts hash, retry list");
 }
 
 // ======================= stats =======================
@@ -3371,7 +3381,7 @@ async fn stats_counts_every_state() {
     let later = (env.now_ms() + 3_600_000).to_string();
     env.raw(&["ZADD", &k.pending, &later, "p1", &later, "p2", "1", "p3"]);
     env.raw(&["RPUSH", &k.ready, "r1", "r2", "r3"]);
-    env.raw(&["ZADD", &k.unack, "1", "u1"]);
+    env.raw(&["ZADD", &k.processing, "1", "u1"]);
     env.raw(&["RPUSH", &k.retry, "t1", "t2", "t3", "t4"]);
     env.bury(&["g1", "g2", "g3", "g4", "g5"]);
     let state = env.snapshot();
@@ -3428,7 +3438,7 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     let k = env.k().clone();
     assert_eq!(env.send("a", "x", 0, NEVER, RETRY).await, 1);
     assert_eq!(env.promote(10).await[0], 1);
-    env.raw(&["SET", &k.unack, "not a zset"]);
+    env.raw(&["SET", &k.processing, "not a zset"]);
     let receipt = k.claim("c");
     let err = env.store().run(&claim_op(&receipt, 10, VIS, 0)).await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
@@ -3465,7 +3475,7 @@ async fn reschedule_moves_only_pending_messages_and_leaves_their_payload_alone()
     env.promote(10).await;
     let state = env.snapshot();
     assert_eq!(env.reschedule("a", 5_000).await, 0, "ready");
-    let lease = seed_unack(&env, "u", "1");
+    let lease = seed_processing(&env, "u", "1");
     env.seed("g", Some("4"));
     env.bury(&["g"]);
     env.raw(&["ZADD", &k.pending, "1", "expired"]);
@@ -3533,7 +3543,7 @@ async fn integrity_check_reports_each_kind_of_anomaly_once_confirmed() {
     env.raw(&["ZADD", &k.pending, "1", "d"]); // pending and processing
     env.raw(&["DEL", &k.msg("a")]); // pending without payload
     env.raw(&["SET", &k.msg("orphan"), "3:x"]); // payload without state
-    env.raw(&["HSET", &k.retries, "ghost", "2"]); // delivery count without message
+    env.raw(&["HSET", &k.attempts, "ghost", "2"]); // delivery count without message
     env.raw(&["RPUSH", &k.ready, "b"]); // pending and ready
 
     let mut found = env.queue.check_integrity().await.unwrap().anomalies;
@@ -3600,8 +3610,8 @@ async fn inspect_reports_where_each_id_lives_atomically() {
 async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let la = seed_unack(&env, "a", "1");
-    let lb = seed_unack(&env, "b", "1");
+    let la = seed_processing(&env, "a", "1");
+    let lb = seed_processing(&env, "b", "1");
     let before = env.now_ms();
     assert_eq!(env.nack_because("a", la, fail(0), "HTTP 503").await, 1);
     assert_eq!(env.record("a").as_deref(), Some("1@:HTTP 503"));
@@ -3609,7 +3619,7 @@ async fn nack_records_the_reason_and_dead_mode_buries_at_once() {
     // 'dead' ignores the retries left.
     assert_eq!(env.nack_because("b", lb, Dead, "bad payload").await, 2);
     assert_eq!(env.dead(), vec!["b"]);
-    let died = env.zscore(&k.garbage, "b").unwrap();
+    let died = env.zscore(&k.dead, "b").unwrap();
     assert!(died >= before && died <= env.now_ms(), "scored by time of death");
     assert_eq!(env.record("b").as_deref(), Some("1:bad payload"));
     // The payload, live without TTL until now, gets the retention as TTL.
@@ -3636,7 +3646,7 @@ async fn gc_deletes_by_age_then_the_oldest_beyond_the_cap() {
         ("d1", 1_000),
     ] {
         env.seed(id, Some("4"));
-        env.raw(&["ZADD", &k.garbage, &(now - ago).to_string(), id]);
+        env.raw(&["ZADD", &k.dead, &(now - ago).to_string(), id]);
     }
     // Retention 4 s, at most 10 kept: only d10 and d5 go.
     assert_eq!(env.gc_with(100, 4_000, 10, &[]).await, 2);
@@ -3708,7 +3718,13 @@ async fn requeue_moves_dead_letters_to_ready_with_fresh_retries() {
 /// A value as `NewMessage` encodes it, with headers.
 fn with_headers(retry: u32, priority: u8, headers: &[(&str, &str)], payload: &str) -> Vec<u8> {
     let headers: Vec<(String, String)> = headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
-    encode_stored_with_priority(retry, None, priority, &headers, payload.as_bytes())
+    encode_stored(&ValueParts {
+        retry_count: retry,
+        backoff: None,
+        priority,
+        headers: &headers,
+        payload: payload.as_bytes(),
+    })
 }
 
 #[tokio::test]
@@ -3738,7 +3754,7 @@ async fn headers_travel_in_the_value_through_every_script() {
             ),
             (
                 "c",
-                encode_stored(3, None, b"a needle in the payload"),
+                encode_stored(&ValueParts::new(3, b"a needle in the payload")),
                 60_000,
                 NEVER,
                 true,
@@ -3834,7 +3850,7 @@ async fn headers_travel_in_the_value_through_every_script() {
     assert_eq!((c.ids(), decoded(&c.values[0]).0), (vec!["a"], owned(&a_headers)));
 
     // timeout reads the same retry count: a dead letter, not a retry.
-    env.raw(&["ZADD", &k.unack, "XX", "1", "a"]);
+    env.raw(&["ZADD", &k.processing, "XX", "1", "a"]);
     assert_eq!(env.timeout(10).await, vec![1, 1]);
     assert_eq!(env.dead(), ["a"]);
 }
@@ -3892,7 +3908,7 @@ async fn get_finds_a_message_in_every_state() {
     env.raw(&["RPUSH", &k.ready, "rd"]);
     env.seed("rt", Some("1:oops"));
     env.raw(&["RPUSH", &k.retry, "rt"]);
-    let lease = seed_unack(&env, "u", "2");
+    let lease = seed_processing(&env, "u", "2");
     env.seed("g", Some("4:timeout"));
     env.bury(&["g"]);
     let get = |id: &'static str| {
@@ -3932,7 +3948,7 @@ async fn status_reports_overdue_and_dead_ages_and_totals() {
     let k = env.k().clone();
     let now = env.now_ms();
     env.raw(&["ZADD", &k.pending, &(now - 5_000).to_string(), "late"]);
-    env.raw(&["ZADD", &k.garbage, &(now - 60_000).to_string(), "old"]);
+    env.raw(&["ZADD", &k.dead, &(now - 60_000).to_string(), "old"]);
     env.raw(&["HSET", &k.totals, "sent", "7", "acked", "3"]);
     let s = env.queue.status().await.unwrap();
     assert_eq!(
@@ -4018,7 +4034,7 @@ async fn purge_deletes_every_message_in_bounded_calls() {
     env.send_many(&batch).await;
     env.seed("rd", None);
     env.raw(&["RPUSH", &k.ready, "rd", "stale"]);
-    seed_unack(&env, "u", "1");
+    seed_processing(&env, "u", "1");
     env.seed("g", Some("4"));
     env.bury(&["g"]);
     let purge = || env.run(&Purge { limit: 10 });
@@ -4033,7 +4049,7 @@ async fn purge_deletes_every_message_in_bounded_calls() {
     assert_eq!(
         removed,
         vec![10, 10, 10, 4, 0],
-        "30 pending, unack, garbage, 2 ready entries"
+        "30 pending, processing, dead, 2 ready entries"
     );
     assert!(env.keys().is_empty(), "left: {:?}", env.keys());
 }
@@ -4090,7 +4106,7 @@ async fn walk_pages_a_zset_by_score_then_id_bytewise_from_a_cursor_that_may_be_g
     for id in ["b", "ab", "a-b", "B", "first", "last"] {
         env.seed(id, None);
     }
-    env.raw(&["HSET", &k.retries, "ab", "2:boom"]);
+    env.raw(&["HSET", &k.attempts, "ab", "2:boom"]);
     let pending = MessageState::Pending;
 
     let w = walk(&env, pending, Order::Asc, None, (3, 3), "").await;
@@ -4130,7 +4146,7 @@ async fn walk_pages_a_zset_by_score_then_id_bytewise_from_a_cursor_that_may_be_g
     assert_eq!((walked(&w), w.read), ((vec![], None), 0));
 
     // Dead letters walk the same way; one whose payload is gone is listed.
-    env.raw(&["ZADD", &k.garbage, "7", "g1", "8", "g2"]);
+    env.raw(&["ZADD", &k.dead, "7", "g1", "8", "g2"]);
     let w = walk(&env, MessageState::Dead, Order::Desc, None, (1, 1), "").await;
     assert_eq!(walked(&w), (strings(&["g2"]), next("8", "g2")));
     assert_eq!(w.items[0].payload_len, 0);
@@ -4154,7 +4170,7 @@ async fn a_search_step_stops_at_its_byte_budget_and_the_search_goes_on_from_its_
     ];
     for (i, payload) in payloads.iter().enumerate() {
         let id = format!("m{i}");
-        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.raw(&["ZADD", &k.dead, &i.to_string(), &id]);
         env.seed_value(&id, &format!("3:{payload}"), None);
     }
     let dead = MessageState::Dead;
@@ -4199,7 +4215,7 @@ async fn measure_the_longest_call_of_a_search_over_64_payloads_of_1_mib() {
     let payload = format!("3:{}", "x".repeat(1024 * 1024));
     for i in 0..64 {
         let id = format!("m{i:02}");
-        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.raw(&["ZADD", &k.dead, &i.to_string(), &id]);
         env.seed_value(&id, &payload, None);
     }
     let text = format!("{}Q", "x".repeat(48));
@@ -4241,14 +4257,14 @@ async fn walk_finds_payload_text_within_its_read_budget_and_stops_at_the_limit()
         .enumerate()
     {
         let id = format!("m{i}");
-        env.raw(&["ZADD", &k.garbage, &i.to_string(), &id]);
+        env.raw(&["ZADD", &k.dead, &i.to_string(), &id]);
         env.seed_value(&id, &format!("3;f100:{payload}"), None);
     }
     // An id equal to the text is left out (the caller looks it up), and the
     // header is not searched.
-    env.raw(&["ZADD", &k.garbage, "9", "needle"]);
+    env.raw(&["ZADD", &k.dead, "9", "needle"]);
     env.seed_value("needle", "3:needle", None);
-    env.raw(&["ZADD", &k.garbage, "10", "h"]);
+    env.raw(&["ZADD", &k.dead, "10", "h"]);
     env.seed_value("h", "3;needle:x", None);
     let dead = MessageState::Dead;
     let w = walk(&env, dead, Order::Asc, None, (3, 10), "needle").await;
@@ -4354,7 +4370,7 @@ fn every_second_at_most(max: usize) -> Change {
 
 impl Env {
     async fn schedule(&self, name: &str, change: Change) -> Changed {
-        self.run(&ScheduleOp { name, change }).await
+        self.run(&ChangeSchedule { name, change }).await
     }
 
     /// Fire of schedule `name` at `at` (cursor to `at`) with `version`.
@@ -4590,14 +4606,14 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
     let now = env.now_ms();
     env.raw(&["ZADD", &k.schedules, &(now + 60_000).to_string(), "b"]);
     env.schedule("c", Change::Pause).await;
-    let page = |horizon: Option<Duration>, after| Schedules {
+    let page = |horizon: Option<Duration>, after| ReadSchedules {
         which: Which::Page {
             horizon,
             after,
             limit: 10,
         },
     };
-    let names = |r: &ReadSchedules| r.schedules.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    let names = |r: &SchedulePage| r.schedules.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
     let due = env.run(&page(Some(Duration::from_secs(1)), None)).await;
     assert!((now..now + SLACK_MS).contains(&due.now_ms));
     assert_eq!(names(&due), ["a"]);
@@ -4616,7 +4632,7 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
         ["b", "a", "c"]
     );
     let one = env
-        .run(&Schedules {
+        .run(&ReadSchedules {
             which: Which::Named("b"),
         })
         .await;
@@ -4625,7 +4641,7 @@ async fn schedules_reads_the_due_ones_in_cursor_order_or_one_by_name() {
         (vec!["b".to_string()], Some(now + 60_000))
     );
     assert!(env
-        .run(&Schedules {
+        .run(&ReadSchedules {
             which: Which::Named("x")
         })
         .await
@@ -4643,7 +4659,7 @@ async fn schedules_pages_on_after_the_last_read_when_fires_moved_it_out_of_the_h
         // Due at once, equal cursors: ordered by name.
         env.raw(&["ZADD", &k.schedules, &now, name]);
     }
-    let page = |after| Schedules {
+    let page = |after| ReadSchedules {
         which: Which::Page {
             horizon: Some(Duration::from_secs(1)),
             after,

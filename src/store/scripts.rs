@@ -58,8 +58,8 @@ lua_scripts! {
     PAUSE = "pause";
     SHARDS = "shards";
     FIRE = "fire";
-    SCHEDULE = "schedule";
-    SCHEDULES = "schedules";
+    CHANGE_SCHEDULE = "change_schedule";
+    READ_SCHEDULES = "read_schedules";
     LIMITS = "limits";
     TIMEOUT = "timeout";
     CANCEL = "cancel";

@@ -15,36 +15,56 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 /// The headers themselves follow the ':', so this holds with any headers.
 pub(crate) const HEADER_BYTES: usize = 104;
 
+/// What a message's stored value is made of, before the send script adds
+/// its times. `..Default::default()` leaves out what a message does not
+/// have: no backoff of its own, priority 0, no headers.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ValueParts<'a> {
+    pub retry_count: u32,
+    /// An encoded [`Backoff`] of the message's own.
+    pub backoff: Option<&'a str>,
+    pub priority: u8,
+    pub headers: &'a [(String, String)],
+    pub payload: &'a [u8],
+}
+
+impl<'a> ValueParts<'a> {
+    /// A message with neither a backoff of its own, a priority nor headers.
+    pub(crate) fn new(retry_count: u32, payload: &'a [u8]) -> Self {
+        ValueParts {
+            retry_count,
+            payload,
+            ..Default::default()
+        }
+    }
+}
+
 /// How a message is stored in Redis: `"<retry count>:"`, or
 /// `"<retry count>;<backoff>:"` when it has a backoff of its own, then the
-/// payload's bytes. Keeping these here rather than in the retries hash saves
+/// payload's bytes. Keeping these here rather than in the attempts hash saves
 /// a hash entry per pending message (see `lua/send.lua`). The send script
 /// adds, from Redis's clock, `"/<sent at ms>+<delay ms>"` (when it stored
 /// the message, and how long after that it is due; reschedule rewrites the
 /// delay) and, for a message sent with an expiry, `"@<expires at ms>"`,
 /// before the `':'`. Backoffs encode to digits, letters and `','` only, so
 /// none of `'!'`, `'/'`, `'@'` and `':'` can occur before it.
-pub(crate) fn encode_stored(retry_count: u32, backoff: Option<&str>, payload: &[u8]) -> Vec<u8> {
-    encode_stored_with_priority(retry_count, backoff, 0, &[], payload)
-}
-
-/// [`encode_stored`] with a priority and headers. The priority is
-/// `"!<priority>"` after the backoff, written only when it is not the
-/// default 0 (so a value without it, such as one stored before priorities
-/// existed, has priority 0). Headers, when there are any, are a section
-/// right after the `':'`, before the payload, and `"#<section bytes>"` after
-/// the priority says how long it is: the header before the `':'` stays
-/// within [`HEADER_BYTES`] however many headers there are, and a message
-/// without headers is stored as if headers did not exist. The section is
-/// `"<name>=<value bytes>:<value>"` per header; names hold no `'='` (see
-/// [`crate::NewMessage::header`]).
-pub(crate) fn encode_stored_with_priority(
-    retry_count: u32,
-    backoff: Option<&str>,
-    priority: u8,
-    headers: &[(String, String)],
-    payload: &[u8],
-) -> Vec<u8> {
+///
+/// The priority is `"!<priority>"` after the backoff, written only when it
+/// is not the default 0 (so a value without it has priority 0). Headers,
+/// when there are any, are a section right after the `':'`, before the
+/// payload, and `"#<section bytes>"` after the priority says how long it
+/// is: the header before the `':'` stays within [`HEADER_BYTES`] however
+/// many headers there are, and a message without headers is stored as if
+/// headers did not exist. The section is `"<name>=<value bytes>:<value>"`
+/// per header; names hold no `'='` (see [`crate::NewMessage::header`]).
+pub(crate) fn encode_stored(parts: &ValueParts) -> Vec<u8> {
+    let ValueParts {
+        retry_count,
+        backoff,
+        priority,
+        headers,
+        payload,
+    } = *parts;
     let section: Vec<u8> = headers
         .iter()
         .flat_map(|(name, value)| {
@@ -78,7 +98,7 @@ pub(crate) fn encode_stored_with_priority(
     value
 }
 
-/// The headers of a section (see [`encode_stored_with_priority`]); `None`
+/// The headers of a section (see [`encode_stored`]); `None`
 /// when it is not one.
 fn decode_headers(mut section: &[u8]) -> Option<Vec<(String, String)>> {
     let mut headers = Vec::new();
@@ -174,14 +194,27 @@ mod tests {
     fn stored_value_round_trips() {
         for payload in [&b""[..], b"x", b"12:34", b"\x00\xff:"] {
             for backoff in [None, Some("f1500"), Some("e1000,60000,250")] {
-                let value = encode_stored(7, backoff, payload);
+                let value = encode_stored(&ValueParts {
+                    retry_count: 7,
+                    backoff,
+                    payload,
+                    ..Default::default()
+                });
                 let stored = decode_stored(&value).unwrap();
                 assert_eq!((stored.retry_count, stored.payload), (7, payload));
                 assert_eq!(stored.backoff.map(|b| b.encode().unwrap()).as_deref(), backoff);
             }
         }
-        assert_eq!(encode_stored(3, None, b"hi"), b"3:hi");
-        assert_eq!(encode_stored(3, Some("f5"), b"hi"), b"3;f5:hi");
+        assert_eq!(encode_stored(&ValueParts::new(3, b"hi")), b"3:hi");
+        assert_eq!(
+            encode_stored(&ValueParts {
+                retry_count: 3,
+                backoff: Some("f5"),
+                payload: b"hi",
+                ..Default::default()
+            }),
+            b"3;f5:hi"
+        );
         // The deadline send.lua adds before the ':'.
         for (value, backoff) in [
             (&b"3@1700000000000:hi"[..], None),
@@ -209,8 +242,17 @@ mod tests {
         }
         assert_eq!(decode_stored(b"3:hi").unwrap().times, None);
         // The priority, before the send times.
-        assert_eq!(encode_stored_with_priority(3, Some("f5"), 7, &[], b"hi"), b"3;f5!7:hi");
-        assert_eq!(encode_stored_with_priority(3, None, 0, &[], b"hi"), b"3:hi");
+        assert_eq!(
+            encode_stored(&ValueParts {
+                retry_count: 3,
+                backoff: Some("f5"),
+                priority: 7,
+                payload: b"hi",
+                ..Default::default()
+            }),
+            b"3;f5!7:hi"
+        );
+        assert_eq!(encode_stored(&ValueParts::new(3, b"hi")), b"3:hi");
         for (value, priority) in [
             (&b"3!9/1700000000000+1500@1700000061500:hi"[..], 9),
             (b"3;f5!1/1700000000000+1500:hi", 1),
@@ -276,7 +318,13 @@ mod tests {
             ("k".to_string(), "a=b:c#d\u{e9}".to_string()),
             ("empty".to_string(), String::new()),
         ];
-        let value = encode_stored_with_priority(3, Some("f5"), 2, &headers, b"pay:load");
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            backoff: Some("f5"),
+            priority: 2,
+            headers: &headers,
+            payload: b"pay:load",
+        });
         let section = "traceparent=15:00-4bf9-00f0-01k=9:a=b:c#d\u{e9}empty=0:";
         assert_eq!(
             value,
@@ -304,7 +352,7 @@ mod tests {
         );
         // No headers: no section and no '#', byte for byte the value of a
         // message sent without them.
-        assert_eq!(encode_stored_with_priority(3, None, 0, &[], b"hi"), b"3:hi");
+        assert_eq!(encode_stored(&ValueParts::new(3, b"hi")), b"3:hi");
         assert!(decode_stored(b"3:hi").unwrap().headers.is_empty());
     }
 }

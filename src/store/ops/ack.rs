@@ -28,14 +28,14 @@ numbered! {
 impl Op for Ack<'_> {
     /// One outcome per delivery, in order.
     type Reply = Vec<AckOutcome>;
-    const KEYS: &'static [&'static str] = &["unack", "retries", "totals"];
+    const KEYS: &'static [&'static str] = &["processing", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::ACK
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.unack.clone(), k.retries.clone(), k.totals.clone()]
+        vec![k.processing.clone(), k.attempts.clone(), k.totals.clone()]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

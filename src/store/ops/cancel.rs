@@ -15,7 +15,7 @@ pub(crate) struct Cancel<'a> {
 impl Op for Cancel<'_> {
     /// Whether a waiting message was removed (`false`: unknown or processing).
     type Reply = bool;
-    const KEYS: &'static [&'static str] = &["pending", "retries", "unack", "garbage", "msg"];
+    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "msg"];
 
     fn script() -> &'static LuaScript {
         &scripts::CANCEL
@@ -24,9 +24,9 @@ impl Op for Cancel<'_> {
     fn keys(&self, k: &Keys) -> Vec<String> {
         vec![
             k.pending.clone(),
-            k.retries.clone(),
-            k.unack.clone(),
-            k.garbage.clone(),
+            k.attempts.clone(),
+            k.processing.clone(),
+            k.dead.clone(),
             k.msg(self.id),
         ]
     }

@@ -20,12 +20,12 @@ pub(crate) struct Claim<'a> {
     /// 0 leases nothing: it deletes the receipt (a stopping consumer).
     pub limit: usize,
     /// How long each lease lasts.
-    pub visibility: Duration,
+    pub max_consume_duration: Duration,
     /// The request's number: new for each request of the consumer, the
     /// same when it repeats one that failed.
     pub seq: u64,
     /// How long a message buried as expired is kept.
-    pub retention: Duration,
+    pub dead_letter_retention: Duration,
 }
 
 /// What one claim leased.
@@ -66,7 +66,7 @@ pub(crate) struct Delivery {
     pub value: Vec<u8>,
     /// Which delivery this is, 1 for the first.
     pub attempt: u32,
-    /// When this delivery was due, ms of Redis time, from the retry record
+    /// When this delivery was due, ms of Redis time, from the attempt record
     /// (a retry's or a requeue's); 0: the send's, in the value.
     pub due_ms: u64,
     /// Deliveries the handler deferred without counting before this one.
@@ -99,7 +99,14 @@ impl Delivery {
 impl Op for Claim<'_> {
     type Reply = Claimed;
     const KEYS: &'static [&'static str] = &[
-        "ready", "retry", "unack", "retries", "pending", "garbage", "receipt", "totals",
+        "ready",
+        "retry",
+        "processing",
+        "attempts",
+        "pending",
+        "dead",
+        "receipt",
+        "totals",
     ];
 
     fn script() -> &'static LuaScript {
@@ -110,10 +117,10 @@ impl Op for Claim<'_> {
         vec![
             k.ready.clone(),
             k.retry.clone(),
-            k.unack.clone(),
-            k.retries.clone(),
+            k.processing.clone(),
+            k.attempts.clone(),
             k.pending.clone(),
-            k.garbage.clone(),
+            k.dead.clone(),
             self.receipt.to_string(),
             k.totals.clone(),
         ]
@@ -123,9 +130,9 @@ impl Op for Claim<'_> {
         vec![
             k.msg_prefix.as_str().into(),
             count(self.limit as u64),
-            ms(self.visibility),
+            ms(self.max_consume_duration),
             count(self.seq),
-            ms(self.retention),
+            ms(self.dead_letter_retention),
             k.prio.as_str().into(),
             count(FORMAT_VERSION.into()),
         ]

@@ -17,14 +17,14 @@ pub(crate) struct Extend<'a> {
 impl Op for Extend<'_> {
     /// Per renewal, in order: renewed (`false`: the lease was lost).
     type Reply = Vec<bool>;
-    const KEYS: &'static [&'static str] = &["unack"];
+    const KEYS: &'static [&'static str] = &["processing"];
 
     fn script() -> &'static LuaScript {
         &scripts::EXTEND
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.unack.clone()]
+        vec![k.processing.clone()]
     }
 
     fn args(&self, _: &Keys) -> Vec<Value> {

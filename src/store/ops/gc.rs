@@ -15,7 +15,7 @@ use crate::Error;
 pub(crate) struct Gc<'a> {
     pub limit: usize,
     /// Zero: every dead message qualifies.
-    pub retention: Duration,
+    pub dead_letter_retention: Duration,
     pub max_kept: u64,
     pub ids: Vec<&'a str>,
 }
@@ -23,21 +23,21 @@ pub(crate) struct Gc<'a> {
 impl Op for Gc<'_> {
     /// How many it deleted.
     type Reply = u64;
-    const KEYS: &'static [&'static str] = &["garbage", "retries"];
+    const KEYS: &'static [&'static str] = &["dead", "attempts"];
 
     fn script() -> &'static LuaScript {
         &scripts::GC
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.garbage.clone(), k.retries.clone()]
+        vec![k.dead.clone(), k.attempts.clone()]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
         let mut args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             count(self.limit as u64),
-            ms(self.retention),
+            ms(self.dead_letter_retention),
             count(self.max_kept),
         ];
         args.extend(self.ids.iter().map(|&id| Value::from(id)));

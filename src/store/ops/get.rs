@@ -15,7 +15,7 @@ pub(crate) struct Get<'a> {
 impl Op for Get<'_> {
     /// `None` when the queue does not hold it.
     type Reply = Option<MessageInfo>;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "msg"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts", "msg"];
 
     fn script() -> &'static LuaScript {
         &scripts::GET

@@ -22,9 +22,9 @@ pub(crate) struct Presence {
     pub processing: bool,
     /// Times in the retry list.
     pub retry: u32,
-    pub garbage: bool,
+    pub dead: bool,
     pub payload: bool,
-    /// It has a retry record.
+    /// It has an attempt record.
     pub record: bool,
 }
 
@@ -39,7 +39,7 @@ pub(crate) struct Inspected {
 
 impl Op for Inspect<'_> {
     type Reply = Inspected;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts"];
 
     fn script() -> &'static LuaScript {
         &scripts::INSPECT
@@ -71,7 +71,7 @@ impl Op for Inspect<'_> {
                 ready: number(&v[1]) as u32,
                 processing: present(&v[2]),
                 retry: number(&v[3]) as u32,
-                garbage: number(&v[4]) == 1,
+                dead: number(&v[4]) == 1,
                 payload: number(&v[5]) == 1,
                 record: present(&v[6]),
             })

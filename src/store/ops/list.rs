@@ -21,7 +21,7 @@ pub(crate) struct List {
 
 impl Op for List {
     type Reply = Page;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::LIST
@@ -131,7 +131,7 @@ pub(super) fn info(
     }
 }
 
-/// A retry record, `<deliveries>[@<due ms>][~<deferrals>][:<reason>]`
+/// An attempt record, `<deliveries>[@<due ms>][~<deferrals>][:<reason>]`
 /// (docs/wire-format.md); a malformed one reads as no delivery.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {

@@ -11,6 +11,7 @@
 
 pub(crate) mod ack;
 pub(crate) mod cancel;
+pub(crate) mod change_schedule;
 pub(crate) mod claim;
 pub(crate) mod extend;
 pub(crate) mod fire;
@@ -23,11 +24,10 @@ pub(crate) mod nack;
 pub(crate) mod pause;
 pub(crate) mod promote;
 pub(crate) mod purge;
+pub(crate) mod read_schedules;
 pub(crate) mod requeue;
 pub(crate) mod reschedule;
 pub(crate) mod scan;
-pub(crate) mod schedule;
-pub(crate) mod schedules;
 pub(crate) mod send;
 pub(crate) mod shards;
 pub(crate) mod stats;
@@ -94,10 +94,10 @@ numbered! {
     pub(crate) enum IdKey {
         Pending = 1,
         Ready = 2,
-        Unack = 3,
+        Processing = 3,
         Retry = 4,
-        Garbage = 5,
-        Retries = 6,
+        Dead = 5,
+        Attempts = 6,
         Payloads = 7,
     }
 }
@@ -107,10 +107,10 @@ impl IdKey {
     pub(crate) const ALL: [IdKey; 7] = [
         IdKey::Pending,
         IdKey::Ready,
-        IdKey::Unack,
+        IdKey::Processing,
         IdKey::Retry,
-        IdKey::Garbage,
-        IdKey::Retries,
+        IdKey::Dead,
+        IdKey::Attempts,
         IdKey::Payloads,
     ];
 
@@ -119,9 +119,9 @@ impl IdKey {
         match state {
             MessageState::Pending => IdKey::Pending,
             MessageState::Ready => IdKey::Ready,
-            MessageState::Processing => IdKey::Unack,
+            MessageState::Processing => IdKey::Processing,
             MessageState::Retry => IdKey::Retry,
-            MessageState::Dead => IdKey::Garbage,
+            MessageState::Dead => IdKey::Dead,
         }
     }
 
@@ -130,10 +130,10 @@ impl IdKey {
         match self {
             IdKey::Pending => Some(MessageState::Pending),
             IdKey::Ready => Some(MessageState::Ready),
-            IdKey::Unack => Some(MessageState::Processing),
+            IdKey::Processing => Some(MessageState::Processing),
             IdKey::Retry => Some(MessageState::Retry),
-            IdKey::Garbage => Some(MessageState::Dead),
-            IdKey::Retries | IdKey::Payloads => None,
+            IdKey::Dead => Some(MessageState::Dead),
+            IdKey::Attempts | IdKey::Payloads => None,
         }
     }
 }
@@ -146,23 +146,23 @@ pub(super) fn fits(names: &[&str], n: usize) -> bool {
     }
 }
 
-/// The key of each state, in [`IdKey`] order: `pending ready unack retry
-/// garbage`.
+/// The key of each state, in [`IdKey`] order: `pending ready processing
+/// retry dead`.
 fn state_keys(k: &Keys) -> Vec<String> {
     vec![
         k.pending.clone(),
         k.ready.clone(),
-        k.unack.clone(),
+        k.processing.clone(),
         k.retry.clone(),
-        k.garbage.clone(),
+        k.dead.clone(),
     ]
 }
 
 /// The KEYS of the scripts that look at every key holding ids, in
-/// [`IdKey`] order: the state keys, then `retries`.
+/// [`IdKey`] order: the state keys, then `attempts`.
 fn id_keys(k: &Keys) -> Vec<String> {
     let mut keys = state_keys(k);
-    keys.push(k.retries.clone());
+    keys.push(k.attempts.clone());
     keys
 }
 
@@ -263,15 +263,15 @@ mod tests {
                 k,
             ),
             entry(
-                schedule::Schedule {
+                change_schedule::ChangeSchedule {
                     name: "s",
-                    change: schedule::Change::Remove,
+                    change: change_schedule::Change::Remove,
                 },
                 k,
             ),
             entry(
-                schedules::Schedules {
-                    which: schedules::Which::Named("s"),
+                read_schedules::ReadSchedules {
+                    which: read_schedules::Which::Named("s"),
                 },
                 k,
             ),
@@ -286,9 +286,9 @@ mod tests {
                 claim::Claim {
                     receipt: &receipt,
                     limit: 1,
-                    visibility: d,
+                    max_consume_duration: d,
                     seq: 0,
-                    retention: d,
+                    dead_letter_retention: d,
                 },
                 k,
             ),
@@ -302,7 +302,7 @@ mod tests {
                     reason: "",
                     attempt: 1,
                     default_retry_count: 0,
-                    retention: d,
+                    dead_letter_retention: d,
                 },
                 k,
             ),
@@ -310,7 +310,7 @@ mod tests {
                 timeout::Timeout {
                     limit: 1,
                     default_retry_count: 0,
-                    retention: d,
+                    dead_letter_retention: d,
                 },
                 k,
             ),
@@ -319,7 +319,7 @@ mod tests {
             entry(
                 gc::Gc {
                     limit: 1,
-                    retention: d,
+                    dead_letter_retention: d,
                     max_kept: 0,
                     ids: vec![],
                 },
@@ -411,6 +411,10 @@ mod tests {
                 "msg" => key.starts_with(&k.msg_prefix),
                 "receipt" => key.starts_with(&k.claim("")),
                 "schedule" => key.starts_with(&k.schedule_prefix),
+                // Key strings that keep their wire names (docs/wire-format.md).
+                "processing" => *key == k.processing,
+                "dead" => *key == k.dead,
+                "attempts" => *key == k.attempts,
                 _ => key.strip_prefix(tag) == Some(n),
             };
             let expected = fixed.iter().copied().chain(std::iter::repeat(rest.unwrap_or("")));

@@ -48,7 +48,7 @@ pub(crate) struct Nack<'a> {
     /// Retries of a message whose stored value does not say.
     pub default_retry_count: u32,
     /// How long a dead message is kept.
-    pub retention: Duration,
+    pub dead_letter_retention: Duration,
 }
 
 numbered! {
@@ -65,7 +65,7 @@ numbered! {
 
 impl Op for Nack<'_> {
     type Reply = NackOutcome;
-    const KEYS: &'static [&'static str] = &["unack", "retries", "retry", "pending", "garbage", "msg", "totals"];
+    const KEYS: &'static [&'static str] = &["processing", "attempts", "retry", "pending", "dead", "msg", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::NACK
@@ -73,11 +73,11 @@ impl Op for Nack<'_> {
 
     fn keys(&self, k: &Keys) -> Vec<String> {
         vec![
-            k.unack.clone(),
-            k.retries.clone(),
+            k.processing.clone(),
+            k.attempts.clone(),
             k.retry.clone(),
             k.pending.clone(),
-            k.garbage.clone(),
+            k.dead.clone(),
             k.msg(self.id),
             k.totals.clone(),
         ]
@@ -96,7 +96,7 @@ impl Op for Nack<'_> {
             count(self.default_retry_count.into()),
             k.wake.as_str().into(),
             self.reason.into(),
-            ms(self.retention),
+            ms(self.dead_letter_retention),
             count(self.attempt.into()),
         ]
     }

@@ -7,7 +7,7 @@ use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
 
-/// Deletes at most `limit` messages; once none is left, the retries and
+/// Deletes at most `limit` messages; once none is left, the attempts and
 /// totals too. Run until it deletes nothing.
 pub(crate) struct Purge {
     pub limit: usize,
@@ -16,7 +16,7 @@ pub(crate) struct Purge {
 impl Op for Purge {
     /// Ids removed, list entries included.
     type Reply = u64;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::PURGE

@@ -25,14 +25,14 @@ pub(crate) struct Requeued {
 
 impl Op for Requeue<'_> {
     type Reply = Requeued;
-    const KEYS: &'static [&'static str] = &["garbage", "retries", "ready"];
+    const KEYS: &'static [&'static str] = &["dead", "attempts", "ready"];
 
     fn script() -> &'static LuaScript {
         &scripts::REQUEUE
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.garbage.clone(), k.retries.clone(), k.ready.clone()]
+        vec![k.dead.clone(), k.attempts.clone(), k.ready.clone()]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

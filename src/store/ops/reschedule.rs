@@ -19,14 +19,14 @@ pub(crate) struct Reschedule<'a> {
 impl Op for Reschedule<'_> {
     /// Whether it was pending and moved (`false`: nothing done).
     type Reply = bool;
-    const KEYS: &'static [&'static str] = &["pending", "msg", "retries"];
+    const KEYS: &'static [&'static str] = &["pending", "msg", "attempts"];
 
     fn script() -> &'static LuaScript {
         &scripts::RESCHEDULE
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.pending.clone(), k.msg(self.id), k.retries.clone()]
+        vec![k.pending.clone(), k.msg(self.id), k.attempts.clone()]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

@@ -20,13 +20,13 @@ pub(crate) struct Scan<'a> {
 pub(crate) struct ScanPage {
     /// Where the next page starts; `None` after the last.
     pub next: Option<String>,
-    /// For the retries hash its fields; for payload keys the ids they end with.
+    /// For the attempts hash its fields; for payload keys the ids they end with.
     pub ids: Vec<String>,
 }
 
 impl Op for Scan<'_> {
     type Reply = ScanPage;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts"];
 
     fn script() -> &'static LuaScript {
         &scripts::SCAN

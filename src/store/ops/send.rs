@@ -46,7 +46,7 @@ numbered! {
 impl Op for SendBatch {
     /// One outcome per message, in order.
     type Reply = Vec<SendOutcome>;
-    const KEYS: &'static [&'static str] = &["pending", "retries", "unack", "garbage", "totals", "msg.."];
+    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "totals", "msg.."];
 
     fn script() -> &'static LuaScript {
         &scripts::SEND
@@ -55,9 +55,9 @@ impl Op for SendBatch {
     fn keys(&self, k: &Keys) -> Vec<String> {
         let mut keys = vec![
             k.pending.clone(),
-            k.retries.clone(),
-            k.unack.clone(),
-            k.garbage.clone(),
+            k.attempts.clone(),
+            k.processing.clone(),
+            k.dead.clone(),
             k.totals.clone(),
         ];
         keys.extend(self.msgs.iter().map(|m| k.msg(m.id.as_str())));

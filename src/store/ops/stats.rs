@@ -15,7 +15,7 @@ pub(crate) struct Stats;
 
 impl Op for Stats {
     type Reply = QueueStatus;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "totals"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::STATS

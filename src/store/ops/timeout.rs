@@ -16,7 +16,7 @@ pub(crate) struct Timeout {
     /// Retries of a message whose stored value does not say.
     pub default_retry_count: u32,
     /// How long a dead message is kept.
-    pub retention: Duration,
+    pub dead_letter_retention: Duration,
 }
 
 /// What one timeout took back.
@@ -30,7 +30,7 @@ pub(crate) struct TimedOut {
 
 impl Op for Timeout {
     type Reply = TimedOut;
-    const KEYS: &'static [&'static str] = &["unack", "retries", "retry", "garbage", "totals"];
+    const KEYS: &'static [&'static str] = &["processing", "attempts", "retry", "dead", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::TIMEOUT
@@ -38,10 +38,10 @@ impl Op for Timeout {
 
     fn keys(&self, k: &Keys) -> Vec<String> {
         vec![
-            k.unack.clone(),
-            k.retries.clone(),
+            k.processing.clone(),
+            k.attempts.clone(),
             k.retry.clone(),
-            k.garbage.clone(),
+            k.dead.clone(),
             k.totals.clone(),
         ]
     }
@@ -52,7 +52,7 @@ impl Op for Timeout {
             count(self.limit as u64),
             count(self.default_retry_count.into()),
             k.wake.as_str().into(),
-            ms(self.retention),
+            ms(self.dead_letter_retention),
         ]
     }
 

@@ -46,7 +46,7 @@ pub(crate) struct Walked {
 
 impl Op for Walk<'_> {
     type Reply = Walked;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "unack", "retry", "garbage", "retries", "totals"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::WALK

@@ -1,5 +1,5 @@
-//! `schedule`: sets, removes, pauses or resumes a schedule
-//! (`lua/schedule.lua`).
+//! `change_schedule`: sets, removes, pauses or resumes a schedule
+//! (`lua/change_schedule.lua`).
 
 use fred::bytes::Bytes;
 use fred::prelude::Value;
@@ -24,7 +24,7 @@ pub(crate) enum Change {
 }
 
 /// One change of schedule `name`.
-pub(crate) struct Schedule<'a> {
+pub(crate) struct ChangeSchedule<'a> {
     pub name: &'a str,
     pub change: Change,
 }
@@ -43,12 +43,12 @@ numbered! {
     }
 }
 
-impl Op for Schedule<'_> {
+impl Op for ChangeSchedule<'_> {
     type Reply = Changed;
     const KEYS: &'static [&'static str] = &["schedules", "schedule", "pending", "totals"];
 
     fn script() -> &'static LuaScript {
-        &scripts::SCHEDULE
+        &scripts::CHANGE_SCHEDULE
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {

@@ -1,5 +1,5 @@
 #!lua flags=no-writes
---[[ schedules: read-only: schedules with their cursor and definition
+--[[ read_schedules: read-only: schedules with their cursor and definition
 One page of the shard's schedules in cursor order (the due ones first),
 or one schedule by name. A page starts after the last schedule the page
 before read, by (cursor, name) as the zset orders them, not at an offset:

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---[[ schedule: sets, removes, pauses or resumes a schedule (no fire sent)
+--[[ change_schedule: sets, removes, pauses or resumes a schedule (no fire sent)
 A schedule is a hash (its definition: 'spec', 'tz', 'misfire', 'grace',
 'value' (the stored value of each fire, as send takes it) and the
 scripts' own fields: 'version', new at every change; 'anchor', Redis

@@ -1,5 +1,5 @@
-//! `schedules`: reads schedules with their cursors and definitions
-//! (`lua/schedules.lua`).
+//! `read_schedules`: reads schedules with their cursors and definitions
+//! (`lua/read_schedules.lua`).
 
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ pub(crate) enum Which<'a> {
 }
 
 /// Reads schedules of one shard.
-pub(crate) struct Schedules<'a> {
+pub(crate) struct ReadSchedules<'a> {
     pub which: Which<'a>,
 }
 
@@ -74,17 +74,17 @@ impl StoredSchedule {
 
 /// Redis now (ms since the epoch) and the schedules read.
 #[derive(Debug)]
-pub(crate) struct ReadSchedules {
+pub(crate) struct SchedulePage {
     pub now_ms: i64,
     pub schedules: Vec<StoredSchedule>,
 }
 
-impl Op for Schedules<'_> {
-    type Reply = ReadSchedules;
+impl Op for ReadSchedules<'_> {
+    type Reply = SchedulePage;
     const KEYS: &'static [&'static str] = &["schedules"];
 
     fn script() -> &'static LuaScript {
-        &scripts::SCHEDULES
+        &scripts::READ_SCHEDULES
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
@@ -143,6 +143,6 @@ impl Op for Schedules<'_> {
                 fields: pairs,
             });
         }
-        Ok(ReadSchedules { now_ms, schedules })
+        Ok(SchedulePage { now_ms, schedules })
     }
 }

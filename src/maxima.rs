@@ -1,4 +1,6 @@
-//! The limits every layer checks against.
+//! The input maxima every layer checks against: sizes, counts and
+//! durations a message or a call may not exceed (rate and concurrency limits
+//! are `queue::limits`).
 
 use std::time::Duration;
 
