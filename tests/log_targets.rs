@@ -255,6 +255,7 @@ async fn the_targets_and_sample_lines_the_docs_show_are_logged() {
     #[cfg(feature = "web")]
     dashboard_send(&client, &queue).await;
 
+    // Without the `web` feature no dashboard runs: its target goes unchecked.
     let web = cfg!(feature = "web");
     let checked = |t: &str| web || !t.starts_with("delayqueue::web");
     // A nack logs after its reply, which may come after its event.
