@@ -1,5 +1,7 @@
 //! The crate's module structure, checked: no module depends on itself
-//! through others (no cycle), and each layer uses only the layers below it.
+//! through others (no cycle), each layer uses only the layers below it,
+//! and docs/design.md §12 draws the structure as it is (every layer, every
+//! file under `src/`).
 //!
 //! The dependencies are read from the source text: every `crate::a::b` and
 //! `super::` path outside test code, followed through `pub use`
@@ -56,6 +58,65 @@ fn each_layer_uses_only_the_layers_below() {
         "dependencies against the layering:\n{}",
         wrong.join("\n")
     );
+}
+
+/// docs/design.md §12 draws the code layout: its table of layers is
+/// [`LAYERS`] (top to bottom, each with the layers below it that it uses),
+/// and its tree names every file under `src/` and nothing else.
+#[test]
+fn design_code_layout_names_every_module_and_layer() {
+    let layout = Layout::read();
+    let doc_layers: Vec<String> = layout
+        .layers
+        .iter()
+        .map(|(l, uses)| format!("{l}: {}", uses.join(", ")))
+        .collect();
+    let layers: Vec<String> = LAYERS
+        .iter()
+        .map(|(l, uses)| {
+            let below: Vec<&str> = uses.iter().copied().filter(|u| u != l).collect();
+            format!("{l}: {}", below.join(", "))
+        })
+        .collect();
+    assert_eq!(
+        doc_layers, layers,
+        "docs/design.md §12: the table of layers (`| Layer | Uses |`, top to bottom) is not the layering tests/architecture.rs checks"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&root, &root, &mut files);
+    let missing: Vec<&String> = files.iter().filter(|f| !layout.names(f)).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/design.md §12 does not draw these files of src/ in its tree:\n{}",
+        missing.iter().map(|f| f.as_str()).collect::<Vec<_>>().join("\n")
+    );
+    let stale: Vec<&String> = layout
+        .entries
+        .iter()
+        .filter(|e| !files.iter().any(|f| Layout::matches(e, f)))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "docs/design.md §12 draws what src/ does not have:\n{}",
+        stale.iter().map(|e| e.as_str()).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn the_layout_reader_follows_the_tree() {
+    let tree = "src/\n  a.rs  x\n  b/   y\n    c.rs z.rs  w\n    d/\n      <e>.rs  v\n  f.rs\n                  (g.rs: prose)\n";
+    let entries = Layout::tree(tree);
+    assert_eq!(
+        entries,
+        ["a.rs", "b/", "b/c.rs", "b/z.rs", "b/d/", "b/d/<e>.rs", "f.rs"]
+    );
+    let layout = Layout {
+        layers: Vec::new(),
+        entries,
+    };
+    assert!(layout.names("b/d/anything.rs") && layout.names("b/c.rs"));
+    assert!(!layout.names("b/e.rs") && !layout.names("g.rs"));
 }
 
 #[test]
@@ -417,4 +478,122 @@ fn resolve(
         }
     }
     Some(module)
+}
+
+/// What docs/design.md §12 draws: the layers' table, and the tree's
+/// entries as paths under `src/` (folders end in `/`; `<name>.rs` stands
+/// for every file of its folder).
+struct Layout {
+    layers: Vec<(String, Vec<String>)>,
+    entries: Vec<String>,
+}
+
+impl Layout {
+    fn read() -> Layout {
+        let design = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/design.md")).unwrap();
+        let section = design
+            .split("\n## ")
+            .find(|s| s.starts_with("12. Code layout"))
+            .expect("docs/design.md has no section `## 12. Code layout`");
+        let cell = |c: &str| c.trim().trim_matches('`').trim_end_matches('/').to_string();
+        let layers = section
+            .lines()
+            .skip_while(|l| !l.starts_with("| Layer |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|row| {
+                let cells: Vec<&str> = row.trim_matches('|').split('|').collect();
+                let uses = cells.get(1).copied().unwrap_or_default();
+                let uses = uses.split(',').map(cell).filter(|u| !u.is_empty()).collect();
+                (cell(cells[0]), uses)
+            })
+            .collect();
+        let tree = section
+            .split("```")
+            .nth(1)
+            .expect("docs/design.md §12 has no code block with the tree");
+        Layout {
+            layers,
+            entries: Layout::tree(tree),
+        }
+    }
+
+    /// The entries of a tree: on each line, the file and folder names that
+    /// come before its description, under the folder the indentation says.
+    fn tree(text: &str) -> Vec<String> {
+        let mut entries = Vec::new();
+        // (indentation, folder path under src/), innermost last.
+        let mut folders: Vec<(usize, String)> = Vec::new();
+        for line in text.lines() {
+            let indent = line.len() - line.trim_start().len();
+            let names: Vec<&str> = line.split_whitespace().take_while(|w| is_entry(w)).collect();
+            if names.is_empty() {
+                continue;
+            }
+            folders.retain(|(i, _)| *i < indent);
+            let base = folders.last().map(|(_, f)| f.clone()).unwrap_or_default();
+            for name in names {
+                if name == "src/" {
+                    continue;
+                }
+                let path = format!("{base}{name}");
+                if name.ends_with('/') {
+                    folders.push((indent, path.clone()));
+                }
+                entries.push(path);
+            }
+        }
+        entries
+    }
+
+    /// Whether the tree draws `file` (a path under `src/`).
+    fn names(&self, file: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|e| !e.ends_with('/') && Layout::matches(e, file))
+    }
+
+    /// Whether entry `e` is `file`, stands for it, or is a folder above it.
+    fn matches(e: &str, file: &str) -> bool {
+        if e.ends_with('/') {
+            return file.starts_with(e);
+        }
+        match e.rsplit_once('/').map_or(("", e), |(dir, name)| (dir, name)) {
+            (dir, name) if name.starts_with('<') => file
+                .rsplit_once('/')
+                .is_some_and(|(d, f)| d == dir && f.ends_with(".rs")),
+            _ => e == file,
+        }
+    }
+}
+
+/// A file or folder name as the tree writes them: `name.rs`, `name/`,
+/// `a/b/`, `<name>.rs`.
+fn is_entry(word: &str) -> bool {
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.split('/').all(|seg| {
+                seg.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_<>".contains(c))
+            })
+    };
+    match (word.strip_suffix(".rs"), word.strip_suffix('/')) {
+        (Some(stem), _) => ok(stem),
+        (None, Some(dir)) => ok(dir),
+        _ => false,
+    }
+}
+
+/// Every `.rs` file under `dir`, as a path under `root`, test files and
+/// binaries included.
+fn source_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            source_files(root, &p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/"));
+        }
+    }
+    out.sort();
 }
