@@ -217,6 +217,7 @@ impl Env {
         let msgs = msgs
             .iter()
             .map(|(id, value, delay_ms, expire_after_ms, own)| Outgoing {
+                stage: None,
                 id: (*id).into(),
                 value: value.clone().into(),
                 delay: ms(*delay_ms),
@@ -1027,6 +1028,7 @@ async fn producers_and_consumers_refuse_a_queue_in_another_format_before_any_wri
     };
     let store = env.store();
     let outgoing = || Outgoing {
+        stage: None,
         id: "new".into(),
         value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,
@@ -1085,6 +1087,7 @@ async fn a_shard_count_is_recorded_once_and_refuses_other_counts_and_unsharded_s
         expect_refused("another count", store.run(&ShardRecord::Claim(n)).await.map(drop), n);
     }
     let outgoing = Outgoing {
+        stage: None,
         id: "new".into(),
         value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,
