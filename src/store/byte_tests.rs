@@ -240,7 +240,7 @@ async fn a_big_send_is_stored_with_its_times_and_leaves_no_staged_value() {
         (before..=after).contains(&sent) && sent.to_string().len() == 13,
         "{header}"
     );
-    assert_eq!((retry, delay), ("3", "5000"));
+    assert_eq!((retry, delay), ("3", "000000005000"));
     assert_eq!(expires.parse::<u64>().unwrap(), sent + 5_000 + 60_000);
     assert_eq!(&value[colon + 1..], payload("x", 10_000).as_slice());
     let pttl: i64 = env.client.pttl(env.k().msg("x")).await.unwrap();
@@ -251,6 +251,13 @@ async fn a_big_send_is_stored_with_its_times_and_leaves_no_staged_value() {
     // What the consumer reads.
     let got = env.queue.get(&id).await.unwrap().expect("stored");
     assert_eq!(got.payload, payload("x", 10_000));
+    // Rescheduled, the delay keeps its width: written in place.
+    assert!(env.queue.reschedule(&id, Duration::from_secs(100)).await.unwrap());
+    let moved = env.value(id.as_str()).await;
+    assert_eq!(moved.len(), value.len());
+    let times = crate::store::stored::decode_stored(&moved).unwrap().times.unwrap();
+    let due = env.raw(&["ZSCORE", &env.k().pending, "x"]);
+    assert_eq!(times.due_at_ms, due.parse::<u64>().unwrap());
 }
 
 #[tokio::test]

@@ -72,7 +72,7 @@ const PLACEHOLDER: &str = "0000000000000";
 /// [`encode_stored`] for a staged send (lua/send.lua): the value the
 /// producer SETs at a staging key before the script renames it to the
 /// message's key, with the send times already in the header as
-/// placeholders, `"/<13 zeros>+<delay ms>"` and, when the message
+/// placeholders, `"/<13 zeros>+<delay ms, 12 digits>"` and, when the message
 /// `expires`, `"@<13 zeros>"`, which the script overwrites in place. The
 /// payload is then never copied through Lua.
 pub(crate) fn encode_staged(parts: &ValueParts, delay_ms: u64, expires: bool) -> Vec<u8> {
@@ -115,7 +115,8 @@ fn encode(parts: &ValueParts, staged: Option<(u64, bool)>) -> Vec<u8> {
         value.extend_from_slice(section.len().to_string().as_bytes());
     }
     if let Some((delay_ms, expires)) = staged {
-        value.extend_from_slice(format!("/{PLACEHOLDER}+{delay_ms}").as_bytes());
+        // 12 digits hold MAX_DELAY: reschedule rewrites the delay in place.
+        value.extend_from_slice(format!("/{PLACEHOLDER}+{delay_ms:012}").as_bytes());
         if expires {
             value.extend_from_slice(format!("@{PLACEHOLDER}").as_bytes());
         }
