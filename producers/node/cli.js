@@ -13,8 +13,12 @@
  */
 
 const { parseArgs } = require('util');
-const Redis = require('ioredis');
 const { Producer, InvalidInputError } = require('./delayqueue-producer');
+
+// ioredis is a peer dependency: the project's own, found from this package
+// (installed beside it) or, when the package is a link to a folder (`npm
+// install <folder>`), from the working directory.
+const Redis = require(require.resolve('ioredis', { paths: [__dirname, process.cwd()] }));
 
 const USAGE = `usage: delayqueue-producer [--url URL] [--key-prefix PREFIX] send QUEUE PAYLOAD|- [--delay-ms N | --at-ms T] [--id ID] [--retry-count N] [--priority P] [--header NAME=VALUE]...
        delayqueue-producer [--url URL] [--key-prefix PREFIX] cancel QUEUE ID
