@@ -41,6 +41,7 @@ __all__ = [
     "check_key_prefix",
     "check_id",
     "generate_id",
+    "now_ms",
     "script",
     "WIRE",
     "FORMAT_VERSION",
