@@ -24,7 +24,7 @@ const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 
-/** A file of `generated/`, written by the delayqueue crate (src/producer_files.rs) and carried by this package. */
+/** A file of `generated/`, written by the delayqueue crate (src/producer_files_tests.rs) and carried by this package. */
 const generated = (name) => fs.readFileSync(path.join(__dirname, 'generated', name), 'utf8');
 
 /** The keys and input rules of docs/wire-format.md, from the crate's constants. */

@@ -34,7 +34,7 @@ pub(crate) struct LuaScript {
 const PRELUDE: &str = include_str!("../../lua/prelude.lua");
 
 /// The one command that rewrites the files generated for the producers in
-/// other languages (src/producer_files.rs), named in every assembled script.
+/// other languages (src/producer_files_tests.rs), named in every assembled script.
 pub(crate) const REGENERATE: &str = "DELAYQUEUE_BLESS=1 cargo test --lib producer_files";
 
 macro_rules! lua_scripts {
@@ -90,7 +90,7 @@ impl LuaScript {
     /// The script as Redis runs it: the shebang line, a comment saying
     /// where it comes from, the prelude's helpers the script uses, then the
     /// rest of the file. The one assembly: the producers in other languages
-    /// load copies of it, byte for byte (src/producer_files.rs).
+    /// load copies of it, byte for byte (src/producer_files_tests.rs).
     pub(crate) fn source(&self) -> String {
         let (shebang, body) = self.file.split_once('\n').unwrap_or((self.file, ""));
         format!(

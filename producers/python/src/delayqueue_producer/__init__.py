@@ -51,7 +51,7 @@ __all__ = [
 
 def _generated(name: str) -> str:
     """A file of `generated/`, written by the delayqueue crate
-    (src/producer_files.rs) and carried by this package."""
+    (src/producer_files_tests.rs) and carried by this package."""
     return resources.files(__name__).joinpath("generated", name).read_text(encoding="utf-8")
 
 
