@@ -881,7 +881,7 @@ async fn big_payload(client: &Client, tag: &str) -> Res<serde_json::Value> {
             .set(format!("{plain}{}", i % 4), payload.as_slice(), None, None, false)
             .await?;
     }
-    out.insert("plain_set".into(), p.end(client, N, "set").await?);
+    out.insert("plain_set".into(), p.end(client, N, "set", false).await?);
     let p = Phase::start(client).await?;
     let t = Instant::now();
     // 16 in flight, as redis-benchmark -P 16 would.
@@ -892,7 +892,7 @@ async fn big_payload(client: &Client, tag: &str) -> Res<serde_json::Value> {
         .await;
     let took = t.elapsed();
     gets.into_iter().collect::<Result<Vec<_>, _>>()?;
-    let mut get = p.end(client, N, "get").await?;
+    let mut get = p.end(client, N, "get", false).await?;
     get["mb_per_s"] = json!(mb_per_s(N * SIZE, took));
     out.insert("plain_get".into(), get);
     // What EVALSHA costs for a 1 MiB ARGV before the script does anything:
@@ -904,18 +904,21 @@ async fn big_payload(client: &Client, tag: &str) -> Res<serde_json::Value> {
             .evalsha_with_reload(client, Vec::<String>::new(), vec![payload.as_slice()])
             .await?;
     }
-    out.insert("evalsha_noop_1mib_argv".into(), p.end(client, N, "evalsha").await?);
+    out.insert(
+        "evalsha_noop_1mib_argv".into(),
+        p.end(client, N, "evalsha", false).await?,
+    );
 
     let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(4))?;
     let p = Phase::start(client).await?;
     for _ in 0..N {
         q.send(payload.as_slice()).await?;
     }
-    out.insert("send".into(), p.end(client, N, "evalsha").await?);
+    out.insert("send".into(), p.end(client, N, "evalsha", false).await?);
     let p = Phase::start(client).await?;
     let t = Instant::now();
     let (..) = consume(&q, client, N).await?;
-    let mut c = p.end(client, N, "evalsha").await?;
+    let mut c = p.end(client, N, "evalsha", true).await?;
     c["mb_per_s"] = json!(mb_per_s(N * SIZE, t.elapsed()));
     out.insert("consume".into(), c);
 
@@ -936,18 +939,18 @@ async fn big_payload(client: &Client, tag: &str) -> Res<serde_json::Value> {
     consumer.shutdown().await?;
     let p = Phase::start(client).await?;
     q.requeue_all_dead().await?;
-    out.insert("requeue".into(), p.end(client, N, "evalsha").await?);
+    out.insert("requeue".into(), p.end(client, N, "evalsha", false).await?);
     let p = Phase::start(client).await?;
     let found = q.search(delayqueue::MessageState::Ready, "needle").await?;
     drop(found);
-    out.insert("search".into(), p.end(client, 1, "evalsha").await?);
+    out.insert("search".into(), p.end(client, 1, "evalsha", false).await?);
     let p = Phase::start(client).await?;
     let page = q.list(delayqueue::MessageState::Ready, 0, 100).await?;
     let id = page.items.first().map(|m| m.id.clone()).ok_or("nothing listed")?;
-    out.insert("list".into(), p.end(client, 1, "evalsha").await?);
+    out.insert("list".into(), p.end(client, 1, "evalsha", false).await?);
     let p = Phase::start(client).await?;
     q.get(&id).await?;
-    out.insert("get".into(), p.end(client, 1, "evalsha").await?);
+    out.insert("get".into(), p.end(client, 1, "evalsha", false).await?);
     config_set(client, "slowlog-log-slower-than", "10000").await?;
     cleanup(client).await?;
     let (send, set) = (
@@ -990,8 +993,10 @@ impl Phase {
     }
 
     /// Redis CPU per call over `calls` calls, the usec_per_call of every
-    /// command that ran, and the longest `command` call (SLOWLOG).
-    async fn end(self, client: &Client, calls: usize, command: &str) -> Res<serde_json::Value> {
+    /// command that ran, and the longest `command` call (SLOWLOG); with
+    /// `by_script`, the longest of each script the phase ran (told by
+    /// [`script_name`]: for the consumer's scripts).
+    async fn end(self, client: &Client, calls: usize, command: &str, by_script: bool) -> Res<serde_json::Value> {
         let cpu = redis_cpu(client).await? - self.cpu;
         let info: String = client.info(Some(InfoKind::CommandStats)).await?;
         let mut per_call = serde_json::Map::new();
@@ -1011,23 +1016,27 @@ impl Phase {
             .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["GET", "100000"])
             .await?;
         // Each entry: id, timestamp, duration in µs, the command's words, ...
-        let longest = log
-            .iter()
-            .filter_map(|e| {
-                let Value::Array(e) = e else { return None };
-                let Value::Array(words) = e.get(3)? else { return None };
-                words
-                    .first()?
-                    .as_string()?
-                    .eq_ignore_ascii_case(command)
-                    .then_some(())?;
-                e.get(2)?.as_i64()
-            })
-            .max()
-            .unwrap_or(0);
+        let (mut longest, mut scripts) = (0, serde_json::Map::new());
+        for e in &log {
+            let Value::Array(e) = e else { continue };
+            let (Some(Value::Array(words)), Some(us)) = (e.get(3), e.get(2).and_then(Value::as_i64)) else {
+                continue;
+            };
+            let word = words.first().and_then(Value::as_string).unwrap_or_default();
+            if !word.eq_ignore_ascii_case(command) {
+                continue;
+            }
+            longest = longest.max(us);
+            if by_script {
+                let name = script_name(words);
+                let ms = scripts.get(name).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+                scripts.insert(name.into(), json!(ms.max(us as f64 / 1000.0)));
+            }
+        }
         Ok(json!({
             "redis_cpu_us_per_call": (cpu * 1e6 / calls as f64).round(),
             "longest_ms": longest as f64 / 1000.0,
+            "longest_ms_by_script": scripts,
             "usec_per_call": per_call,
         }))
     }
