@@ -993,7 +993,8 @@ impl Phase {
     }
 
     /// Redis CPU per call over `calls` calls, the usec_per_call of every
-    /// command that ran, and the longest `command` call (SLOWLOG); with
+    /// command that ran, and the longest `command` call (SLOWLOG; for
+    /// "evalsha", EVAL calls too); with
     /// `by_script`, the longest of each script the phase ran (told by
     /// [`script_name`]: for the consumer's scripts).
     async fn end(self, client: &Client, calls: usize, command: &str, by_script: bool) -> Res<serde_json::Value> {
@@ -1023,7 +1024,10 @@ impl Phase {
                 continue;
             };
             let word = words.first().and_then(Value::as_string).unwrap_or_default();
-            if !word.eq_ignore_ascii_case(command) {
+            // A script's first call in a phase may be an EVAL (NOSCRIPT):
+            // its words line up with EVALSHA's.
+            let script = command == "evalsha" && word.eq_ignore_ascii_case("eval");
+            if !word.eq_ignore_ascii_case(command) && !script {
                 continue;
             }
             longest = longest.max(us);
