@@ -67,7 +67,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         times[times.len() / 2].as_secs_f64() * 1000.0
     );
     let (peak, now) = web.memory()?;
-    println!("delayqueue web: peak RSS {:.1} MiB, RSS now {:.1} MiB", mib(peak), mib(now));
+    println!(
+        "delayqueue web: peak RSS {:.1} MiB, RSS now {:.1} MiB",
+        mib(peak),
+        mib(now)
+    );
     drop(web);
 
     for args in [&["queues"][..], &["queues", "--limit", "10000"]] {
@@ -152,16 +156,16 @@ impl Web {
     fn get(&self, path: &str) -> std::io::Result<(Duration, u16, usize)> {
         let t = Instant::now();
         let mut s = TcpStream::connect(&self.addr)?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.addr)?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        )?;
         let mut reply = Vec::new();
         s.read_to_end(&mut reply)?;
         let took = t.elapsed();
         let text = String::from_utf8_lossy(&reply);
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
+        let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
         let body = text.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
         Ok((took, status, body))
     }
