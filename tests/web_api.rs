@@ -858,6 +858,8 @@ async fn pages_and_assets_are_embedded_and_work_under_a_mount_path() {
         ("/admin/queues", "text/html"),
         ("/admin/queues/", "text/html"),
         ("/admin/queues/assets/app.js", "text/javascript"),
+        ("/admin/queues/assets/lib.js", "text/javascript"),
+        ("/admin/queues/assets/overview.js", "text/javascript"),
         ("/admin/queues/assets/app.css", "text/css"),
         ("/admin/queues/assets/favicon.svg", "image/svg+xml"),
     ] {
