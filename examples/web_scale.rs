@@ -15,8 +15,9 @@
 //!
 //! The argument is the `delayqueue` binary to measure (so two builds can
 //! be compared on the same data). The dashboard is polled the way an open
-//! overview page polls it (every 2 s, the default page) for `WATCH`;
-//! the commands are timed `RUNS` times each, the median printed. A command
+//! overview page polls it (every 2 s, the default page) for `WATCH`, long
+//! enough for the list of queues to be read again in the background; the
+//! commands are timed `RUNS` times each, the median printed. A command
 //! the binary does not know (an older build) prints "n/a".
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -30,7 +31,7 @@ use futures::StreamExt;
 
 const QUEUES: usize = 10_000;
 const PREFIX: &str = "scale:";
-const WATCH: Duration = Duration::from_secs(30);
+const WATCH: Duration = Duration::from_secs(70);
 const POLL: Duration = Duration::from_secs(2);
 const RUNS: usize = 3;
 

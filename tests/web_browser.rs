@@ -1075,7 +1075,6 @@ async fn the_overview_pages_through_more_queues_than_fit_one_page() {
         )
         .await;
     assert_eq!(found[0], json!("batch-50"));
-    b.screenshot("overview-search").await;
     // By name, the other way round.
     b.js("const s = document.querySelector('[data-testid=queue-sort]'); s.value = 'name'; s.dispatchEvent(new Event('change')); return 1;")
         .await;

@@ -1,6 +1,6 @@
 //! `GET /metrics`: Prometheus text format 0.0.4, read from Redis at each
 //! scrape: one status script per shard of every queue, at most
-//! 32 at once. Ages are in seconds.
+//! 64 at once. Ages are in seconds.
 //!
 //! These are the queues' own numbers, whoever produces and consumes. The
 //! process-side metrics the library records (`describe_metrics`: handler

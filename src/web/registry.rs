@@ -19,7 +19,7 @@ use crate::{find_queues, Counts, DelayQueue, Error, QueueStatus};
 pub(crate) const REFRESH: Duration = Duration::from_secs(30);
 
 /// Status reads run at once by [`statuses`] and by a listing's read.
-const CONCURRENCY: usize = 32;
+const CONCURRENCY: usize = 64;
 
 /// The status of each queue (one script per shard), in the given order, at
 /// most [`CONCURRENCY`] queues at a time. The queues are taken from `queues`

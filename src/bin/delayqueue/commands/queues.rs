@@ -12,7 +12,7 @@ use crate::output::{self, Table};
 use delayqueue::{find_queues, FoundQueue};
 
 /// Status reads in flight at once.
-const CONCURRENCY: usize = 32;
+const CONCURRENCY: usize = 64;
 
 /// The queues of the page `args` asks for among `found` (in name order):
 /// those starting with `--search`, after `--after`, at most `--limit`;
