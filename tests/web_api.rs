@@ -296,6 +296,9 @@ async fn the_overview_is_paged_sorted_and_searched_on_the_server() {
     let names = names_of(&v);
     assert_eq!(names.len(), 50);
     assert_eq!(names[..4], ["big", "mid", "q-000", "q-001"]);
+    // The summary counts the page as read now, the other queues as listed.
+    big.send("x").delay(Duration::from_secs(600)).await.unwrap();
+    assert_eq!(get_ok(&app, "/api/overview").await["messages"], json!(216));
 
     // A page reads the status of its queues only (the listing is cached).
     let before = script_calls(&server);

@@ -134,7 +134,7 @@ pub(crate) struct OverviewJson {
     pub now_ms: u64,
     /// Queues that match the search (all pages).
     pub total: usize,
-    /// Messages in them, by the listing's counts.
+    /// Messages in them: the page's as read now, the others' by the listing.
     pub messages: u64,
     /// Age of the listing the page was sorted from.
     pub listed_ms_ago: u64,

@@ -172,11 +172,16 @@ pub(crate) async fn overview(
         .filter_map(|q| app.registry.handle(&q.name, q.shards).ok())
         .collect();
     let (now, statuses) = tokio::join!(redis_now(&app), statuses(handles));
-    let queues = statuses
+    let statuses = statuses
         .into_iter()
-        .map(|(q, s)| Ok::<_, Error>(queue_json(&app, &q, &s?)))
-        .collect::<Result<_, _>>()?;
-    let messages = matching.iter().map(|q| q.counts.live() + q.counts.dead).sum();
+        .map(|(q, s)| Ok::<_, Error>((q, s?)))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The listing's counts, but those of the page as read now.
+    let held = |c: &Counts| c.live() + c.dead;
+    let messages = matching.iter().map(|q| held(&q.counts)).sum::<u64>()
+        - shown.iter().map(|q| held(&q.counts)).sum::<u64>()
+        + statuses.iter().map(|(_, s)| held(&s.counts)).sum::<u64>();
+    let queues = statuses.iter().map(|(q, s)| queue_json(&app, q, s)).collect();
     Ok(axum::Json(OverviewJson {
         read_only: app.read_only,
         csrf: app.csrf.clone(),
