@@ -362,4 +362,33 @@ mod tests {
         }
         assert!(!Error::Internal("TRYAGAIN".into()).is_slot_moving());
     }
+
+    #[test]
+    fn retryable_errors_are_the_transient_ones() {
+        let unconfirmed = Error::Unconfirmed {
+            queue: "q".into(),
+            ids: vec!["a".into(), "b".into()],
+            source: FredError::new(ErrorKind::IO, "Connection closed."),
+        };
+        assert!(unconfirmed.is_retryable());
+        assert!(unconfirmed
+            .to_string()
+            .contains("2 messages (a, ...) may or may not be stored"));
+        for kind in [ErrorKind::IO, ErrorKind::Canceled, ErrorKind::Timeout] {
+            assert!(redis(kind, "gone").is_retryable());
+        }
+        assert!(redis(ErrorKind::Unknown, "Failed to route command.").is_retryable());
+        assert!(redis(ErrorKind::Unknown, "MOVED 320 127.0.0.1:7001").is_retryable());
+        assert!(!redis(ErrorKind::Unknown, "NOPERM this user has no permissions").is_retryable());
+        let duplicate = Error::Duplicate {
+            queue: "q".into(),
+            id: "a".into(),
+        };
+        assert!(!duplicate.is_retryable());
+        let old = Error::WaitAofUnsupported {
+            queue: "q".into(),
+            server: "Redis 7.0.15".into(),
+        };
+        assert!(!old.is_retryable() && old.to_string().contains("Redis 7.0.15 lacks"));
+    }
 }

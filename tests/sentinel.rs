@@ -1,6 +1,7 @@
 //! Sentinel failover: a primary, two replicas and three sentinels
-//! (`tests/support/sentinel.rs`); producers and consumers on a fred sentinel
-//! client; the primary is SIGKILLed mid-run and a replica takes over.
+//! (`tests/support/sentinel.rs`); producers and consumers on a client from
+//! `delayqueue::connect`; the primary is SIGKILLed mid-run and a replica
+//! takes over. Each run prints how soon sends resumed after the kill.
 //!
 //! Two queues run side by side through the same failover: `durable` sends
 //! with `Durability::Replicas` (WAIT for one replica), `plain` with the
