@@ -17,7 +17,6 @@
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -364,18 +363,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn w2(client: &Client, tag: &str) -> Res<serde_json::Value> {
     const N: usize = 2_000;
     let q = queue(client, &format!("{tag}-lateness"), |b| b)?;
-    let pending_key = format!("bench:{{{tag}-lateness}}:pending");
-    let due: Arc<Mutex<HashMap<MessageId, f64>>> = Arc::default();
     let late: Arc<Mutex<Vec<f64>>> = Arc::default();
-    let (d, l) = (due.clone(), late.clone());
+    let l = late.clone();
     let offset = clock_offset_ms(client).await?;
     let consumer = q
         .start_consume(move |msg: Message| {
-            // Redis's clock now, read from this host's (same machine) minus the measured offset.
+            // Redis's clock now, read from this host's (same machine) minus
+            // the measured offset, against the due time Redis stored (ms).
             let now = host_ms() - offset;
-            if let Some(due) = d.lock().unwrap().get(msg.id()) {
-                l.lock().unwrap().push(now - due);
-            }
+            let due = msg.due_at().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as f64;
+            l.lock().unwrap().push(now - due);
             async { Ok::<(), HandlerError>(()) }
         })
         .await?;
@@ -392,9 +389,7 @@ async fn w2(client: &Client, tag: &str) -> Res<serde_json::Value> {
         // Due 1-6 s after the start, whatever the send itself took.
         let at = Duration::from_millis(1000 + rng % 5000);
         let delay = at.saturating_sub(start.elapsed());
-        let id = q.send(&PAYLOAD).delay(delay).await?;
-        let score: f64 = client.zscore(&pending_key, id.as_str()).await?;
-        due.lock().unwrap().insert(id, score);
+        q.send(&PAYLOAD).delay(delay).await?;
     }
     let limit = Instant::now() + Duration::from_secs(20);
     while late.lock().unwrap().len() < N && Instant::now() < limit {

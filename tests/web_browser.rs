@@ -870,7 +870,7 @@ async fn counts_of_one_are_in_the_singular() {
     b.wait("the overview's summary", summary).await;
     assert_eq!(b.js(&format!("return {summary};")).await, json!("1 queue · 1 message"));
     dash.open(&b, "#/q/single/pending").await;
-    let sub = "document.querySelector('[data-testid=queue-view] .sub')?.textContent";
+    let sub = "document.querySelector('[data-testid=queue-view] .pagehead .sub')?.textContent";
     b.wait("the queue's total", sub).await;
     assert_eq!(b.js(&format!("return {sub};")).await, json!("1 message"));
 }
