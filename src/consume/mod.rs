@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 pub(crate) use context::Context;
 pub use scheduler::Scheduler;
 pub(crate) use scheduler::PAGE as SCHEDULE_PAGE;
-pub(crate) use settings::Settings;
+pub(crate) use settings::{Settings, DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
 
 use crate::{Error, Handler, MessageId};
 use lease::Leases;
