@@ -15,7 +15,6 @@ use super::settle;
 use super::state::Shared;
 use crate::events::{self, Event};
 use crate::store::ops::claim::{Claim, Held};
-use crate::store::Op;
 use crate::Error;
 
 /// Most ids one claim call leases, whatever `batch_size`: a claim does
@@ -89,11 +88,14 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         dead_letter_retention: ctx.settings.dead_letter_retention,
     };
     let sent = Instant::now();
-    // A failed request keeps its sequence number, so repeating it replays
-    // whatever it leased if it did reach Redis.
-    let reply = shared.store().eval(&claim).await?;
-    shared.claims.fetch_add(1, Ordering::Relaxed);
-    let reply = claim.reply(reply)?;
+    let reply = shared.store().run(&claim).await;
+    // The request is answered once Redis ran it, even should its reply be
+    // unreadable; one that failed keeps its sequence number, so repeating
+    // it replays whatever it leased if it did reach Redis.
+    if matches!(reply, Ok(_) | Err(Error::UnexpectedReply { .. })) {
+        shared.claims.fetch_add(1, Ordering::Relaxed);
+    }
+    let reply = reply?;
     let (popped, lease, held) = (reply.popped, reply.lease, reply.held);
     ctx.meters.paused.set(f64::from(u8::from(reply.paused)));
     if shared.paused.swap(reply.paused, Ordering::Relaxed) != reply.paused {
