@@ -95,7 +95,7 @@ impl Consumer {
                     .then(|| lease::spawn(ctx.clone(), keys.clone(), leases.clone()));
                 let shared = Arc::new(Shared {
                     ctx: ctx.clone(),
-                    receipt: keys.claim(me.as_str()),
+                    claim_key: keys.claim(me.as_str()),
                     keys: keys.clone(),
                     index,
                     pool: pool.clone(),
