@@ -8,7 +8,7 @@
 //!
 //! The rest of the crate reaches Redis's queue state only through a
 //! [`Shard`]: build an operation, [`Shard::run`] it, get its typed reply.
-//! The script tests (`script_tests/`, `cluster_tests.rs`)
+//! The script tests (`script_tests/`, `cluster_tests.rs`, `byte_tests.rs`)
 //! build the same operations, so a script's contract is written once in
 //! Lua and once in Rust. Nothing here knows the queue handle or the
 //! consumer's runtime.
@@ -18,6 +18,8 @@ pub(crate) mod ops;
 pub(crate) mod scripts;
 pub(crate) mod stored;
 
+#[cfg(test)]
+mod byte_tests;
 #[cfg(test)]
 mod cluster_tests;
 #[cfg(test)]
@@ -57,6 +59,7 @@ impl<'a> Shard<'a> {
     async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
         let keys = op.keys(self.keys);
         debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
+        scripts::stage(self.client, op.staged(self.keys), self.queue).await?;
         O::script().run(self.client, keys, op.args(self.keys), self.queue).await
     }
 }

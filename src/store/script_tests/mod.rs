@@ -84,11 +84,12 @@ const WAKE_WAIT: Duration = crate::test_support::WAIT;
 /// (`STALE` in lua/prelude.lua; ids hold no whitespace, so never an id).
 const STALE: &str = " stale";
 
-/// One test's private redis-server, a client on it and a queue.
-struct Env {
-    server: RedisServer,
-    client: Client,
-    queue: DelayQueue,
+/// One test's private redis-server, a client on it and a queue (the
+/// byte tests, `byte_tests.rs`, use it too).
+pub(super) struct Env {
+    pub(super) server: RedisServer,
+    pub(super) client: Client,
+    pub(super) queue: DelayQueue,
 }
 
 /// A decoded claim reply.
@@ -185,14 +186,14 @@ impl Wakes {
 }
 
 impl Env {
-    async fn new() -> Env {
+    pub(super) async fn new() -> Env {
         let server = RedisServer::start().await;
         let client = server.client().await;
         let queue = DelayQueue::builder("q", client.clone()).build().expect("build queue");
         Env { server, client, queue }
     }
 
-    fn k(&self) -> &Keys {
+    pub(super) fn k(&self) -> &Keys {
         &self.queue.inner.shards[0]
     }
 
@@ -202,7 +203,7 @@ impl Env {
     }
 
     /// Runs `op` as production code does; an error fails the test.
-    async fn run<O: Op>(&self, op: &O) -> O::Reply {
+    pub(super) async fn run<O: Op>(&self, op: &O) -> O::Reply {
         self.store()
             .run(op)
             .await
@@ -240,6 +241,7 @@ impl Env {
         let msgs = msgs
             .iter()
             .map(|(id, value, delay_ms, expire_after_ms, own)| Outgoing {
+                stage: None,
                 id: (*id).into(),
                 value: value.clone().into(),
                 delay: ms(*delay_ms),
@@ -446,7 +448,7 @@ impl Env {
 
     // ---- raw Redis access ----
 
-    fn raw(&self, args: &[&str]) -> String {
+    pub(super) fn raw(&self, args: &[&str]) -> String {
         let out = self.server.raw_command(args);
         assert!(!out.starts_with('-'), "{args:?} -> {out}");
         out
@@ -459,7 +461,7 @@ impl Env {
         }
     }
 
-    fn lines(&self, args: &[&str]) -> Vec<String> {
+    pub(super) fn lines(&self, args: &[&str]) -> Vec<String> {
         match self.server.raw_reply(args) {
             crate::test_support::RawReply::Array(items) => items.iter().map(|i| i.render()).collect(),
             other => panic!("{args:?} -> {other:?} is not an array"),
