@@ -17,6 +17,7 @@
 
 mod ack;
 mod arguments;
+mod bytes;
 mod cancel;
 mod claim;
 mod extend;
@@ -84,12 +85,11 @@ const WAKE_WAIT: Duration = crate::test_support::WAIT;
 /// (`STALE` in lua/prelude.lua; ids hold no whitespace, so never an id).
 const STALE: &str = " stale";
 
-/// One test's private redis-server, a client on it and a queue (the
-/// byte tests, `byte_tests.rs`, use it too).
-pub(super) struct Env {
-    pub(super) server: RedisServer,
-    pub(super) client: Client,
-    pub(super) queue: DelayQueue,
+/// One test's private redis-server, a client on it and a queue.
+struct Env {
+    server: RedisServer,
+    client: Client,
+    queue: DelayQueue,
 }
 
 /// A decoded claim reply.
@@ -186,14 +186,14 @@ impl Wakes {
 }
 
 impl Env {
-    pub(super) async fn new() -> Env {
+    async fn new() -> Env {
         let server = RedisServer::start().await;
         let client = server.client().await;
         let queue = DelayQueue::builder("q", client.clone()).build().expect("build queue");
         Env { server, client, queue }
     }
 
-    pub(super) fn k(&self) -> &Keys {
+    fn k(&self) -> &Keys {
         &self.queue.inner.shards[0]
     }
 
@@ -203,7 +203,7 @@ impl Env {
     }
 
     /// Runs `op` as production code does; an error fails the test.
-    pub(super) async fn run<O: Op>(&self, op: &O) -> O::Reply {
+    async fn run<O: Op>(&self, op: &O) -> O::Reply {
         self.store()
             .run(op)
             .await
@@ -448,7 +448,7 @@ impl Env {
 
     // ---- raw Redis access ----
 
-    pub(super) fn raw(&self, args: &[&str]) -> String {
+    fn raw(&self, args: &[&str]) -> String {
         let out = self.server.raw_command(args);
         assert!(!out.starts_with('-'), "{args:?} -> {out}");
         out
@@ -461,7 +461,7 @@ impl Env {
         }
     }
 
-    pub(super) fn lines(&self, args: &[&str]) -> Vec<String> {
+    fn lines(&self, args: &[&str]) -> Vec<String> {
         match self.server.raw_reply(args) {
             crate::test_support::RawReply::Array(items) => items.iter().map(|i| i.render()).collect(),
             other => panic!("{args:?} -> {other:?} is not an array"),

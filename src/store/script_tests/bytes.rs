@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use fred::prelude::{KeysInterface, Value};
 
-use super::script_tests::Env;
+use super::Env;
 
 use crate::message::Receipt;
 use crate::store::ops::claim::{Claim, Claimed, Held, CLAIM_BYTES};
