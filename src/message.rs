@@ -2,14 +2,16 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::time::Instant;
+
 use crate::{Backoff, Error, MessageId};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).
 #[derive(Debug, Clone)]
 pub struct Message {
-    pub(crate) id: MessageId,
+    /// Which delivery of which message this is, and its lease.
+    pub(crate) receipt: Receipt,
     pub(crate) payload: Vec<u8>,
-    pub(crate) attempt: u32,
     pub(crate) retry_count: u32,
     /// Its own backoff, when its send set one.
     pub(crate) backoff: Option<Backoff>,
@@ -17,8 +19,6 @@ pub struct Message {
     pub(crate) priority: u8,
     /// Name and value pairs, in the order the send set them.
     pub(crate) headers: Vec<(String, String)>,
-    /// Visibility deadline in microseconds of Redis time; fences ack and nack.
-    pub(crate) lease: i64,
     /// When the send stored it and when it was due, ms of Redis time.
     pub(crate) times: SendTimes,
     /// When this delivery was due, ms of Redis time.
@@ -27,10 +27,26 @@ pub struct Message {
     pub(crate) deferrals: u32,
 }
 
+/// One delivery's receipt, from its claim to its ack or nack: the one
+/// record of which delivery of which message it is, and of the lease that
+/// fences its ack or nack.
+#[derive(Debug, Clone)]
+pub(crate) struct Receipt {
+    pub id: MessageId,
+    /// Which delivery this is, 1 for the first.
+    pub attempt: u32,
+    /// Visibility deadline in microseconds of Redis time: as claimed, or
+    /// as last renewed.
+    pub lease: i64,
+    /// When that lease ends by this host's clock (never later than in
+    /// Redis); acking or nacking after it is pointless.
+    pub deadline: Instant,
+}
+
 impl Message {
     /// The message's id.
     pub fn id(&self) -> &MessageId {
-        &self.id
+        &self.receipt.id
     }
 
     /// The payload bytes.
@@ -45,7 +61,7 @@ impl Message {
 
     /// Which delivery this is: 1 for the first, 2 for the first retry, ...
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.receipt.attempt
     }
 
     /// Retries this message was sent with: at most `retry_count + 1` deliveries.
@@ -139,7 +155,7 @@ impl Message {
     /// }
     /// ```
     pub fn deliveries_left(&self) -> u32 {
-        (self.retry_count + 1).saturating_sub(self.attempt)
+        (self.retry_count + 1).saturating_sub(self.receipt.attempt)
     }
 
     /// The payload decoded as JSON.

@@ -78,7 +78,7 @@ fn wire_json() -> String {
     );
     line("format_version", FORMAT_VERSION.to_string());
     line("batch_size", MAX_BATCH_SIZE.to_string());
-    line("default_retry_count", defaults.default_retry_count.to_string());
+    line("default_retry_count", defaults.consume.default_retry_count.to_string());
     line("send_keys", json_strings(&send[..send.len() - 1]));
     line("cancel_keys", json_strings(&cancel[..cancel.len() - 1]));
     line("message_key", format!("\"{}\"", send[send.len() - 1]));

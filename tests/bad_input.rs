@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::{
-    Counts, DelayQueue, Error, HandlerError, Json, Message, MessageId, NewMessage, MAX_DELAY, MAX_ID_LEN,
-    MAX_QUEUE_NAME_LEN, MAX_RETRY_COUNT,
+    Counts, DelayQueue, Error, Event, HandlerError, Json, Message, MessageId, MessageState, NewMessage, MAX_DELAY,
+    MAX_ID_LEN, MAX_QUEUE_NAME_LEN, MAX_RETRY_COUNT,
 };
 use fred::prelude::*;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
@@ -791,6 +791,69 @@ async fn a_payload_without_its_header_spares_the_rest_of_its_claim() {
         assert_eq!(server.raw_command(&["SET", &key, "bare payload", "KEEPTTL"]), "OK");
     })
     .await;
+}
+
+/// A message made unreadable while it waits for its retry is settled like
+/// any delivery that cannot succeed: one `Dead` event with its attempt and
+/// reason, counted in the totals, kept as a dead letter with that reason,
+/// and never given to the handler.
+#[tokio::test]
+async fn an_unreadable_retry_is_settled_as_a_dead_letter_like_any_other() {
+    let (server, _client, q) = start_queue("unreadable", FETCH_INTERVAL, |b| b.max_consume_duration(2 * WAIT)).await;
+    let mut events = q.events();
+    let log = Log::default();
+    let consumer = q
+        .start_consume(recording(&log, |msg: Message| async move {
+            // The retry is asked for long after the test, so the value is
+            // changed while it waits however slow the machine.
+            match msg.attempt() {
+                1 => Err(delayqueue::RetryAfter::new(Duration::from_secs(3600), "not yet").into()),
+                _ => Ok::<(), HandlerError>(()),
+            }
+        }))
+        .await
+        .unwrap();
+    let id = q.send("x").await.unwrap();
+    assert!(
+        wait_for(WAIT, || async { q.counts().await.unwrap().pending == 1 }).await,
+        "{:?}",
+        q.counts().await
+    );
+    let key = format!("dq:{{unreadable}}:m:{id}");
+    assert_eq!(server.raw_command(&["SET", &key, "bare payload", "KEEPTTL"]), "OK");
+    assert!(q.reschedule(&id, Duration::ZERO).await.unwrap());
+    let mut seen = Vec::new();
+    let dead = tokio::time::timeout(WAIT, async {
+        loop {
+            match events.recv().await.expect("events") {
+                dead @ Event::Dead { .. } => return dead,
+                other => seen.push(other),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no Dead event within {WAIT:?}; saw {seen:?}"));
+    assert_eq!(
+        dead,
+        Event::Dead {
+            id: id.clone(),
+            attempt: 2,
+            reason: "unreadable stored value".into(),
+        },
+        "after {seen:?}"
+    );
+    let status = q.status().await.unwrap();
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.attempts(&id), vec![1], "the handler never gets it");
+    assert_eq!(
+        (status.counts.dead, status.totals.failed, status.totals.dead),
+        (1, 2, 1)
+    );
+    let info = q.get(&id).await.unwrap().expect("kept as a dead letter");
+    assert_eq!(
+        (info.state, info.attempts, info.last_error.as_deref()),
+        (MessageState::Dead, 2, Some("unreadable stored value"))
+    );
 }
 
 // ---------------------------------------------------------------- handler trouble

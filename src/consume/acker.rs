@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use super::context::Context;
 use crate::events::{self, Event};
+use crate::message::Receipt;
 use crate::store::ops::ack::{Ack, AckOutcome};
 use crate::store::Keys;
-use crate::MessageId;
 
 /// Most acks in one script call.
 const ACK_BATCH: usize = 128;
@@ -28,10 +28,8 @@ pub(crate) const ACK_SLACK: usize = 4 * ACK_BATCH;
 
 /// One successful delivery to acknowledge.
 pub(crate) struct AckItem {
-    pub id: MessageId,
-    pub lease: i64,
-    /// When the lease runs out by this host's clock; retrying after that is pointless.
-    pub deadline: Instant,
+    /// Its lease fences the ack; after its deadline a retry is pointless.
+    pub receipt: Receipt,
     /// Dropped once the ack is sent or given up: the consumer counts acks
     /// not yet sent, and claims less while more than `ACK_SLACK` wait.
     pub _acking: Box<dyn Send>,
@@ -63,26 +61,30 @@ async fn run(ctx: Arc<Context>, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem
 async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
     let mut backoff = Duration::from_millis(20);
     loop {
-        let leases = batch.iter().map(|item| (item.id.as_str(), item.lease)).collect();
+        let leases = batch
+            .iter()
+            .map(|item| (item.receipt.id.as_str(), item.receipt.lease))
+            .collect();
         match ctx.store(k).run(&Ack { leases }).await {
             Ok(acked) => {
                 for (item, outcome) in batch.iter().zip(acked) {
+                    let id = &item.receipt.id;
                     if outcome != AckOutcome::LeaseLost {
                         // Finished already: most likely by an earlier run
                         // of this call whose reply was lost (it is re-sent).
                         match outcome {
-                            AckOutcome::Acked => tracing::trace!(queue = %ctx.name, id = %item.id, "acked"),
-                            _ => tracing::debug!(queue = %ctx.name, id = %item.id, "acked already"),
+                            AckOutcome::Acked => tracing::trace!(queue = %ctx.name, %id, "acked"),
+                            _ => tracing::debug!(queue = %ctx.name, %id, "acked already"),
                         }
                         ctx.meters.acked.increment(1);
-                        events::emit(&ctx.events, || Event::Acked { id: item.id.clone() });
+                        events::emit(&ctx.events, || Event::Acked { id: id.clone() });
                     } else {
                         tracing::warn!(
-                            queue = %ctx.name, id = %item.id,
+                            queue = %ctx.name, %id,
                             "ack came after the lease ran out; the message was or will be delivered again"
                         );
                         ctx.meters.lease_lost.increment(1);
-                        events::emit(&ctx.events, || Event::LeaseLost { id: item.id.clone() });
+                        events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
                     }
                 }
                 batch.clear();
@@ -93,7 +95,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
                 tracing::debug!(queue = %ctx.name, error = %e, acks = batch.len(), "ack failed; retrying");
                 let now = Instant::now();
                 let before = batch.len();
-                batch.retain(|item| item.deadline > now);
+                batch.retain(|item| item.receipt.deadline > now);
                 if batch.len() < before {
                     tracing::warn!(
                         queue = %ctx.name, error = %e, acks = before - batch.len(),

@@ -9,14 +9,14 @@ use tokio::time::Instant;
 
 use super::acker::ACK_SLACK;
 use super::delivery;
-use super::outcome::Failure;
+use super::outcome::Ended;
 use super::settings::Settings;
 use super::settle;
 use super::state::Shared;
 use crate::events::{self, Event};
-use crate::store::ops::claim::{Claim, Held};
-use crate::store::Op;
-use crate::Error;
+use crate::message::Receipt;
+use crate::store::ops::claim::{Claim, Delivery, Held};
+use crate::{Error, MessageId};
 
 /// Most ids one claim call leases, whatever `batch_size`: a claim does
 /// several calls per id, and at 512 ids it ran up to ~8 ms with 1,000,000
@@ -82,18 +82,21 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
 pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, Option<Held>), Error> {
     let ctx = &shared.ctx;
     let claim = Claim {
-        receipt: &shared.receipt,
+        receipt: &shared.claim_key,
         limit: want,
         max_consume_duration: ctx.settings.max_consume_duration,
         seq: shared.claims.load(Ordering::Relaxed),
         dead_letter_retention: ctx.settings.dead_letter_retention,
     };
     let sent = Instant::now();
-    // A failed request keeps its sequence number, so repeating it replays
-    // whatever it leased if it did reach Redis.
-    let reply = shared.store().eval(&claim).await?;
-    shared.claims.fetch_add(1, Ordering::Relaxed);
-    let reply = claim.reply(reply)?;
+    let reply = shared.store().run(&claim).await;
+    // The request is answered once Redis ran it, even should its reply be
+    // unreadable; one that failed keeps its sequence number, so repeating
+    // it replays whatever it leased if it did reach Redis.
+    if matches!(reply, Ok(_) | Err(Error::UnexpectedReply { .. })) {
+        shared.claims.fetch_add(1, Ordering::Relaxed);
+    }
+    let reply = reply?;
     let (popped, lease, held) = (reply.popped, reply.lease, reply.held);
     ctx.meters.paused.set(f64::from(u8::from(reply.paused)));
     if shared.paused.swap(reply.paused, Ordering::Relaxed) != reply.paused {
@@ -116,30 +119,42 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         ctx.meters.expired.increment(1);
         events::emit(&ctx.events, || Event::Expired { id });
     }
-    for delivery in reply.deliveries {
-        // One unreadable message must not cost its batch mates their
-        // delivery: they are leased already, and nothing would replay them.
-        let Some(msg) = delivery.message(lease) else {
-            // The value's length only: it may hold a payload, and payloads are never logged.
-            tracing::error!(
-                queue = %ctx.name, id = ?delivery.id, value_bytes = delivery.value.len(),
-                attempt = delivery.attempt,
-                "unreadable message (written by something else?); moving it to the dead letters"
-            );
-            if let Some(id) = delivery.id {
-                let shared = shared.clone();
-                tokio::spawn(
-                    async move { settle::nack(&shared, &id, 1, lease, deadline, Failure::unreadable()).await },
-                );
-            }
+    // One unreadable message must not cost its batch mates their
+    // delivery: they are leased already, and nothing would replay them.
+    let unreadable = |id: Option<&MessageId>, delivery: &Delivery| {
+        // The value's length only: it may hold a payload, and payloads are never logged.
+        tracing::error!(
+            queue = %ctx.name, ?id, value_bytes = delivery.value.len(), attempt = delivery.attempt,
+            "unreadable message (written by something else?); moving it to the dead letters"
+        );
+    };
+    for mut delivery in reply.deliveries {
+        let Some(id) = delivery.id.take() else {
+            // An id that is not text cannot be named in a nack.
+            unreadable(None, &delivery);
             continue;
         };
-        shared.in_flight.fetch_add(1, Ordering::AcqRel);
-        shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
-        // In line for a handler slot now, in claim order: the tasks run in
-        // no promised order on a multi-thread runtime.
-        let slot = shared.pool.slot();
-        tokio::spawn(delivery::run(shared.clone(), msg, deadline, slot));
+        let receipt = Receipt {
+            id,
+            attempt: delivery.attempt,
+            lease,
+            deadline,
+        };
+        match delivery.message(receipt) {
+            Ok(msg) => {
+                shared.in_flight.fetch_add(1, Ordering::AcqRel);
+                shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
+                // In line for a handler slot now, in claim order: the tasks run in
+                // no promised order on a multi-thread runtime.
+                let slot = shared.pool.slot();
+                tokio::spawn(delivery::run(shared.clone(), msg, slot));
+            }
+            Err(receipt) => {
+                unreadable(Some(&receipt.id), &delivery);
+                let (shared, ended) = (shared.clone(), Ended::unreadable(receipt));
+                tokio::spawn(async move { settle::settle(&shared, ended).await });
+            }
+        }
     }
     Ok((popped as usize, held))
 }

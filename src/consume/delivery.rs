@@ -25,8 +25,9 @@ use crate::Message;
 /// at the claim), runs the handler, then settles it. A delivery that cannot
 /// start with enough of its lease left is handed back uncounted while the
 /// lease still holds, so a wait for a slot never turns into a failed delivery.
-pub(crate) async fn run(shared: Arc<Shared>, msg: Message, deadline: Instant, slot: Slot) {
+pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     let pool = &shared.pool;
+    let deadline = msg.receipt.deadline;
     let least = || least_lease_to_start(&shared.ctx.settings, pool.avg_handler_us());
     let give_up = deadline.checked_sub(least()).unwrap_or(deadline);
     let permit = tokio::time::timeout_at(give_up, slot.acquired())
@@ -35,17 +36,14 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, deadline: Instant, sl
         .and_then(Result::ok);
     let left = deadline.saturating_duration_since(Instant::now());
     let ended = if *pool.stop.borrow() || permit.is_none() || left < least() {
-        tracing::debug!(queue = %shared.name(), id = %msg.id, "handing back an unstarted delivery");
+        tracing::debug!(queue = %shared.name(), id = %msg.id(), "handing back an unstarted delivery");
         Ended {
-            id: msg.id,
-            attempt: msg.attempt,
-            lease: msg.lease,
-            deadline,
+            receipt: msg.receipt,
             backoff: None,
             outcome: Outcome::Unstarted,
         }
     } else {
-        handle(&shared, msg, deadline, left).await
+        handle(&shared, msg, left).await
     };
     settle::settle(&shared, ended).await;
     drop(permit);
@@ -73,13 +71,13 @@ fn least_lease_to_start(settings: &Settings, avg_handler_us: u64) -> Duration {
 /// Runs the handler on `msg`, `left` of its lease left: within its time
 /// limit, renewing the lease meanwhile when the limit is longer than a
 /// lease. Returns how it ended, with the lease that fences its ack or nack.
-async fn handle(shared: &Shared, msg: Message, deadline: Instant, left: Duration) -> Ended {
+async fn handle(shared: &Shared, msg: Message, left: Duration) -> Ended {
     let (ctx, settings) = (&shared.ctx, &shared.ctx.settings);
-    let (id, attempt, lease) = (msg.id.clone(), msg.attempt, msg.lease);
+    // The handler takes the message; the receipt goes on to the settling.
+    let mut receipt = msg.receipt.clone();
+    let (id, attempt) = (&receipt.id, receipt.attempt);
     // Only a renewed lease can change while the handler runs.
-    let renewed = settings
-        .renews_leases()
-        .then(|| Lease::new(id.clone(), lease, deadline));
+    let renewed = settings.renews_leases().then(|| Lease::new(&receipt));
     let renewing = renewed.as_ref().map(|l| shared.leases.renew(l));
     let limit = match renewed {
         Some(_) => settings.handler_timeout,
@@ -107,18 +105,12 @@ async fn handle(shared: &Shared, msg: Message, deadline: Instant, left: Duration
     ctx.meters.handler_duration.record(took.as_secs_f64());
     shared.pool.record_handler_time(took);
     drop(renewing);
-    let (lease, deadline) = match renewed {
-        Some(l) => {
-            let held = l.finish(ctx, &shared.keys).await;
-            (held.lease, held.deadline)
-        }
-        None => (lease, deadline),
-    };
+    if let Some(l) = renewed {
+        let held = l.finish(ctx, &shared.keys).await;
+        (receipt.lease, receipt.deadline) = (held.lease, held.deadline);
+    }
     Ended {
-        id,
-        attempt,
-        lease,
-        deadline,
+        receipt,
         backoff,
         outcome: Outcome::of(ran, settings.handler_timeout),
     }

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::context::Context;
+use crate::message::Receipt;
 use crate::store::ops::extend::Extend;
 use crate::store::Keys;
 use crate::{Error, MessageId};
@@ -52,12 +53,13 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(id: MessageId, lease: i64, deadline: Instant) -> Arc<Lease> {
+    /// The lease of the delivery with `receipt`, as claimed.
+    pub(crate) fn new(receipt: &Receipt) -> Arc<Lease> {
         Arc::new(Lease {
-            id,
+            id: receipt.id.clone(),
             held: Mutex::new(Held {
-                lease,
-                deadline,
+                lease: receipt.lease,
+                deadline: receipt.deadline,
                 lost: false,
                 done: false,
                 unconfirmed: None,

@@ -48,7 +48,7 @@ use tokio::task::JoinHandle;
 pub(crate) use context::Context;
 pub use scheduler::Scheduler;
 pub(crate) use scheduler::PAGE as SCHEDULE_PAGE;
-pub(crate) use settings::Settings;
+pub(crate) use settings::{Settings, DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
 
 use crate::{Error, Handler, MessageId};
 use lease::Leases;
@@ -95,7 +95,7 @@ impl Consumer {
                     .then(|| lease::spawn(ctx.clone(), keys.clone(), leases.clone()));
                 let shared = Arc::new(Shared {
                     ctx: ctx.clone(),
-                    receipt: keys.claim(me.as_str()),
+                    claim_key: keys.claim(me.as_str()),
                     keys: keys.clone(),
                     index,
                     pool: pool.clone(),

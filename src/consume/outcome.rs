@@ -5,8 +5,7 @@
 use std::any::Any;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
+use crate::message::Receipt;
 use crate::{Backoff, HandlerError, MessageId, RetryAfter, SkipRetry, MAX_DELAY};
 
 /// Longest failure reason stored with a message, in bytes.
@@ -14,15 +13,22 @@ const MAX_REASON: usize = 1000;
 
 /// A delivery that has ended, ready to be settled.
 pub(crate) struct Ended {
-    pub id: MessageId,
-    pub attempt: u32,
-    /// The lease that fences its ack or nack, renewed or as claimed.
-    pub lease: i64,
-    /// When that lease ends by this host's clock.
-    pub deadline: Instant,
+    /// Its receipt, with the lease as renewed or as claimed.
+    pub receipt: Receipt,
     /// The message's own backoff, when its send set one.
     pub backoff: Option<Backoff>,
     pub outcome: Outcome,
+}
+
+impl Ended {
+    /// A claimed delivery whose value is unreadable, so it never reaches a handler.
+    pub(crate) fn unreadable(receipt: Receipt) -> Self {
+        Ended {
+            receipt,
+            backoff: None,
+            outcome: Outcome::Unreadable,
+        }
+    }
 }
 
 /// How a delivery ended.
@@ -34,6 +40,9 @@ pub(crate) enum Outcome {
     Failed(Failure),
     /// The handler never started: hand the message back uncounted.
     Unstarted,
+    /// The claimed value was unreadable: no handler can take it, so it is
+    /// dead at once.
+    Unreadable,
 }
 
 /// What the handler's run gave: `None` when it ran out of time, else
@@ -177,6 +186,7 @@ mod tests {
             Outcome::Failed(f) => f,
             Outcome::Done => panic!("Done"),
             Outcome::Unstarted => panic!("Unstarted"),
+            Outcome::Unreadable => panic!("Unreadable"),
         }
     }
 

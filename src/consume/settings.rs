@@ -1,29 +1,38 @@
-//! [`Settings`]: the consumer's settings, plain values the queue handle
-//! fills in from its configuration when it starts a consumer.
+//! [`Settings`]: the consumer's settings, plain values the queue builder
+//! fills in (and keeps in the queue's configuration beside the
+//! producer-only ones), with their defaults.
 
 use std::time::Duration;
 
+use crate::maxima::MAX_BATCH_SIZE;
 use crate::Backoff;
 
 /// Most script calls of one kind in a row (timeout, dead-letter collection,
 /// promote) before the loop does other work.
 pub(crate) const MAX_ROUNDS: usize = 8;
 
+/// `fetch_limit` unless set: this many, or 32 per handler when that is
+/// larger. Larger claims share a script call's fixed cost among more messages.
+pub(crate) const DEFAULT_FETCH_LIMIT: usize = 256;
+pub(crate) const DEFAULT_FETCH_PER_HANDLER: usize = 32;
+
 /// What a consumer is configured with; see the queue builder's methods of
 /// the same names for their meaning.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Settings {
     /// How often each shard is swept.
     pub fetch_interval: Duration,
     /// How long a claim leases a message: `max_consume_duration`.
     pub max_consume_duration: Duration,
-    /// Longest one handler run may take.
+    /// Longest one handler run may take; the builder makes it
+    /// `max_consume_duration` unless set.
     pub handler_timeout: Duration,
     /// Most messages claimed and not finished, over all shards.
     pub fetch_limit: usize,
     /// Handlers running at once.
     pub concurrency: usize,
-    /// Retries of a message whose stored value does not say.
+    /// Retries of a message whose stored value does not say (and of a sent
+    /// one whose send does not say).
     pub default_retry_count: u32,
     /// The delays between deliveries of a message without a backoff of its own.
     pub backoff: Backoff,
@@ -31,7 +40,7 @@ pub(crate) struct Settings {
     pub dead_letter_retention: Duration,
     /// Most dead letters kept.
     pub dead_limit: u64,
-    /// Most ids one script call moves.
+    /// Most ids one script call moves (or one send call writes).
     pub batch_size: usize,
 }
 
@@ -42,20 +51,30 @@ impl Settings {
     }
 }
 
-/// Settings as a queue built with the defaults and `concurrency`,
-/// `fetch_limit` has them, for unit tests.
+impl Default for Settings {
+    fn default() -> Self {
+        let max_consume_duration = Duration::from_secs(5);
+        Settings {
+            fetch_interval: Duration::from_secs(1),
+            max_consume_duration,
+            handler_timeout: max_consume_duration,
+            fetch_limit: DEFAULT_FETCH_LIMIT,
+            concurrency: 1,
+            default_retry_count: 3,
+            backoff: Backoff::default(),
+            dead_letter_retention: Duration::from_secs(7 * 24 * 3600),
+            dead_limit: 10_000,
+            batch_size: MAX_BATCH_SIZE,
+        }
+    }
+}
+
+/// The defaults with `concurrency` and `fetch_limit`, for unit tests.
 #[cfg(test)]
 pub(crate) fn for_tests(concurrency: usize, fetch_limit: usize) -> Settings {
     Settings {
-        fetch_interval: Duration::from_secs(1),
-        max_consume_duration: Duration::from_secs(5),
-        handler_timeout: Duration::from_secs(5),
-        fetch_limit,
         concurrency,
-        default_retry_count: 3,
-        backoff: Backoff::default(),
-        dead_letter_retention: Duration::from_secs(7 * 24 * 3600),
-        dead_limit: 10_000,
-        batch_size: crate::MAX_BATCH_SIZE,
+        fetch_limit,
+        ..Settings::default()
     }
 }

@@ -13,34 +13,32 @@ use super::acker::AckItem;
 use super::outcome::{Cause, Ended, Failure, Mode, Outcome};
 use super::state::Shared;
 use crate::events::{self, Event};
+use crate::message::Receipt;
 use crate::store::ops::nack::{Nack, NackMode, NackOutcome};
-use crate::{Backoff, MessageId};
+use crate::Backoff;
 
 /// Acks, nacks or hands back the delivery that `ended`.
 pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
     let Ended {
-        id,
-        attempt,
-        lease,
-        deadline,
+        receipt,
         backoff,
         outcome,
     } = ended;
     match outcome {
         Outcome::Done => {
             let _ = shared.acks.send(AckItem {
-                id,
-                lease,
-                deadline,
+                receipt,
                 _acking: Box::new(Acking::new(shared)),
             });
         }
         Outcome::Failed(mut failure) => {
             shared.ctx.meters.nacked.increment(1);
-            with_backoff(&mut failure, backoff.as_ref(), &shared.ctx.settings.backoff, attempt);
-            nack(shared, &id, attempt, lease, deadline, failure).await;
+            let queue = &shared.ctx.settings.backoff;
+            with_backoff(&mut failure, backoff.as_ref(), queue, receipt.attempt);
+            nack(shared, &receipt, failure).await;
         }
-        Outcome::Unstarted => nack(shared, &id, attempt, lease, deadline, Failure::release()).await,
+        Outcome::Unstarted => nack(shared, &receipt, Failure::release()).await,
+        Outcome::Unreadable => nack(shared, &receipt, Failure::unreadable()).await,
     }
 }
 
@@ -72,18 +70,12 @@ impl Drop for Acking {
 
 /// Nacks one delivery, retrying on Redis errors while the lease lasts;
 /// after that the max consume duration takes the message back anyway.
-pub(crate) async fn nack(
-    shared: &Shared,
-    id: &MessageId,
-    attempt: u32,
-    lease: i64,
-    deadline: Instant,
-    failure: Failure,
-) {
+async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
     let ctx = &shared.ctx;
+    let (id, attempt) = (&receipt.id, receipt.attempt);
     let op = Nack {
         id: id.as_str(),
-        lease,
+        lease: receipt.lease,
         mode: match failure.mode {
             Mode::Fail(delay) => NackMode::Fail {
                 delay: delay.unwrap_or_default(),
@@ -154,7 +146,7 @@ pub(crate) async fn nack(
                 return;
             }
             // Only giving up is worth a warning: a retry that works changes nothing.
-            Err(e) if Instant::now() + backoff < deadline => {
+            Err(e) if Instant::now() + backoff < receipt.deadline => {
                 tracing::debug!(queue = %ctx.name, %id, error = %e, "nack failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -123,7 +123,7 @@ pub(crate) struct Shared {
     /// Finished deliveries of this shard whose ack has not been sent yet.
     pub acking: AtomicUsize,
     /// Key of this consumer's claim receipt.
-    pub receipt: String,
+    pub claim_key: String,
     /// Claim requests answered so far; numbers each request for its receipt.
     pub claims: AtomicU64,
     /// Whether the last claim found the queue paused.

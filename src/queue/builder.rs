@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use fred::prelude::Client;
 
+use crate::consume::{DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
 use crate::events;
 use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::meters::Meters;
-use crate::queue::config::{DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
 use crate::queue::{limits, Config, DelayQueue, Inner};
 use crate::store::Keys;
 use crate::{Backoff, Durability, Error, RateLimit};
@@ -36,6 +36,8 @@ pub struct DelayQueueBuilder {
     shards: usize,
     /// Set explicitly: then it must not be below `concurrency`.
     fetch_limit: Option<usize>,
+    /// Unset: `max_consume_duration`, whichever order the two are set in.
+    handler_timeout: Option<Duration>,
     config: Config,
 }
 
@@ -47,6 +49,7 @@ impl DelayQueueBuilder {
             key_prefix: "dq:".into(),
             shards: 1,
             fetch_limit: None,
+            handler_timeout: None,
             config: Config::default(),
         }
     }
@@ -55,7 +58,7 @@ impl DelayQueueBuilder {
     /// timed-out deliveries and deletes old dead letters. Default 1 s. Due messages
     /// the consumer knows of are fetched on time regardless of the tick.
     pub fn fetch_interval(mut self, d: Duration) -> Self {
-        self.config.fetch_interval = d;
+        self.config.consume.fetch_interval = d;
         self
     }
 
@@ -65,7 +68,7 @@ impl DelayQueueBuilder {
     /// [`handler_timeout`](Self::handler_timeout) is longer, it is also the
     /// longest a handler may run. Default 5 s.
     pub fn max_consume_duration(mut self, d: Duration) -> Self {
-        self.config.max_consume_duration = d;
+        self.config.consume.max_consume_duration = d;
         self
     }
 
@@ -89,7 +92,7 @@ impl DelayQueueBuilder {
     /// # Ok(()) }
     /// ```
     pub fn handler_timeout(mut self, d: Duration) -> Self {
-        self.config.handler_timeout = Some(d);
+        self.handler_timeout = Some(d);
         self
     }
 
@@ -104,14 +107,14 @@ impl DelayQueueBuilder {
 
     /// Handlers a consumer runs at the same time. Default 1.
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.config.concurrency = n;
+        self.config.consume.concurrency = n;
         self
     }
 
     /// Retries of a message whose delivery failed, unless its send says
     /// otherwise: `n` means at most `n + 1` deliveries. Default 3.
     pub fn default_retry_count(mut self, n: u32) -> Self {
-        self.config.default_retry_count = n;
+        self.config.consume.default_retry_count = n;
         self
     }
 
@@ -136,7 +139,7 @@ impl DelayQueueBuilder {
     /// # Ok(()) }
     /// ```
     pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.config.backoff = backoff;
+        self.config.consume.backoff = backoff;
         self
     }
 
@@ -144,14 +147,14 @@ impl DelayQueueBuilder {
     /// kept for inspection and requeueing before it is deleted. Default 7
     /// days; zero deletes dead messages at the next sweep.
     pub fn dead_letter_retention(mut self, d: Duration) -> Self {
-        self.config.dead_letter_retention = d;
+        self.config.consume.dead_letter_retention = d;
         self
     }
 
     /// Most dead letters kept; beyond it the oldest are deleted first.
     /// Default 10,000.
     pub fn dead_letter_limit(mut self, n: u64) -> Self {
-        self.config.dead_limit = n;
+        self.config.consume.dead_limit = n;
         self
     }
 
@@ -189,7 +192,7 @@ impl DelayQueueBuilder {
 
     /// Most ids one script call moves (1 to 1000). Default 1000.
     pub fn batch_size(mut self, n: usize) -> Self {
-        self.config.batch_size = n;
+        self.config.consume.batch_size = n;
         self
     }
 
@@ -290,31 +293,33 @@ impl DelayQueueBuilder {
         let shards = Keys::shards(&self.key_prefix, &self.name, self.shards)?;
         let record = Keys::new(&self.key_prefix, &self.name)?;
         let mut config = self.config;
-        config.fetch_limit = self
+        let s = &mut config.consume;
+        s.fetch_limit = self
             .fetch_limit
-            .unwrap_or(DEFAULT_FETCH_LIMIT.max(config.concurrency.saturating_mul(DEFAULT_FETCH_PER_HANDLER)));
-        let c = &config;
+            .unwrap_or(DEFAULT_FETCH_LIMIT.max(s.concurrency.saturating_mul(DEFAULT_FETCH_PER_HANDLER)));
+        s.handler_timeout = self.handler_timeout.unwrap_or(s.max_consume_duration);
+        let (c, s) = (&config, &config.consume);
         let bad = |what: String| Err(Error::InvalidArgument(what));
-        if c.fetch_interval.is_zero() {
+        if s.fetch_interval.is_zero() {
             return bad("fetch_interval must be positive".into());
         }
-        if c.max_consume_duration < Duration::from_millis(10) {
+        if s.max_consume_duration < Duration::from_millis(10) {
             return bad("max_consume_duration must be at least 10 ms".into());
         }
-        if c.handler_timeout() < Duration::from_millis(10) || c.handler_timeout() > MAX_DELAY {
+        if s.handler_timeout < Duration::from_millis(10) || s.handler_timeout > MAX_DELAY {
             return bad("handler_timeout must be between 10 ms and MAX_DELAY".into());
         }
-        if c.concurrency == 0 {
+        if s.concurrency == 0 {
             return bad("concurrency must be at least 1".into());
         }
-        if c.fetch_limit < c.concurrency {
-            return bad(format!("fetch_limit must be at least concurrency ({})", c.concurrency));
+        if s.fetch_limit < s.concurrency {
+            return bad(format!("fetch_limit must be at least concurrency ({})", s.concurrency));
         }
-        if c.default_retry_count > MAX_RETRY_COUNT {
+        if s.default_retry_count > MAX_RETRY_COUNT {
             return bad(format!("default_retry_count must be at most {MAX_RETRY_COUNT}"));
         }
-        c.backoff.validate()?;
-        if c.dead_letter_retention > MAX_DELAY {
+        s.backoff.validate()?;
+        if s.dead_letter_retention > MAX_DELAY {
             return bad("dead_letter_retention is longer than MAX_DELAY".into());
         }
         if let Some(d) = c.expire_after {
@@ -326,7 +331,7 @@ impl DelayQueueBuilder {
         if let Some(n) = c.global_concurrency {
             limits::check_concurrency(n, shards.len())?;
         }
-        if !(1..=MAX_BATCH_SIZE).contains(&c.batch_size) {
+        if !(1..=MAX_BATCH_SIZE).contains(&s.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));
         }
         // Cheap, and it reaches a recorder installed since the last build.

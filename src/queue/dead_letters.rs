@@ -30,7 +30,7 @@ pub(crate) async fn requeue(queue: &DelayQueue, which: Which<'_>) -> Result<u64,
     let one = which.id();
     let done = repeat(queue, which, |k, ids| async move {
         let requeue = Requeue {
-            limit: inner.config.batch_size,
+            limit: inner.config.consume.batch_size,
             ids,
         };
         let done = queue.store(k).run(&requeue).await?;
@@ -51,7 +51,7 @@ pub(crate) async fn delete(queue: &DelayQueue, which: Which<'_>) -> Result<u64, 
     let done = repeat(queue, which, |k, ids| async move {
         // Retention 0 and no size limit: every dead letter qualifies.
         let gc = Gc {
-            limit: inner.config.batch_size,
+            limit: inner.config.consume.batch_size,
             dead_letter_retention: Duration::ZERO,
             max_kept: u64::MAX,
             ids,
@@ -81,7 +81,7 @@ where
         let k = queue.shard_of(id);
         return Ok(call(k, vec![id]).await?.0);
     }
-    let batch = queue.inner.config.batch_size as u64;
+    let batch = queue.inner.config.consume.batch_size as u64;
     let mut done = 0;
     for k in &queue.inner.shards {
         let rounds = queue.shard_status(k).await?.counts.dead / batch + 1;

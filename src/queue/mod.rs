@@ -233,7 +233,7 @@ impl DelayQueue {
         let mut removed = 0u64;
         for k in &self.inner.shards {
             loop {
-                let limit = self.inner.config.batch_size;
+                let limit = self.inner.config.consume.batch_size;
                 let n = self.store(k).run(&Purge { limit }).await?;
                 if n == 0 {
                     break;
@@ -312,7 +312,7 @@ impl DelayQueue {
             name: inner.name.clone(),
             client: inner.client.clone(),
             shards: inner.shards.clone(),
-            settings: inner.config.consume_settings(),
+            settings: inner.config.consume.clone(),
             meters: inner.meters.clone(),
             events: inner.events.clone(),
         }

@@ -50,7 +50,7 @@ impl DelayQueue {
             });
         }
         let backoff = schedule.backoff.as_ref().map(|b| b.encode()).transpose()?;
-        let retry_count = schedule.retry_count.unwrap_or(config.default_retry_count);
+        let retry_count = schedule.retry_count.unwrap_or(config.consume.default_retry_count);
         let value = encode_stored(&ValueParts {
             backoff: backoff.as_deref(),
             ..ValueParts::new(retry_count, payload.as_bytes())

@@ -230,7 +230,7 @@ impl<Q> NewMessage<Q> {
                 "delay {delay:?} is longer than MAX_DELAY"
             )));
         }
-        let retry_count = self.retry_count.unwrap_or(config.default_retry_count);
+        let retry_count = self.retry_count.unwrap_or(config.consume.default_retry_count);
         if retry_count > MAX_RETRY_COUNT {
             return Err(Error::InvalidArgument(format!(
                 "retry_count must be at most {MAX_RETRY_COUNT}"
@@ -354,7 +354,10 @@ pub(crate) async fn send_batch<Q>(
     for (place, msg) in prepared.into_iter().enumerate() {
         let shard = queue.shard_index(msg.id.as_str());
         let chunk = match open[shard] {
-            Some(c) if chunks[c].msgs.len() < config.batch_size && chunks[c].bytes + msg.value.len() <= CHUNK_BYTES => {
+            Some(c)
+                if chunks[c].msgs.len() < config.consume.batch_size
+                    && chunks[c].bytes + msg.value.len() <= CHUNK_BYTES =>
+            {
                 c
             }
             _ => {

@@ -51,8 +51,10 @@ impl<'a> Shard<'a> {
     }
 
     /// Runs `op` and returns its reply unread, mapping WRONGTYPE, OOM and
-    /// a server without Lua to their own errors.
-    pub(crate) async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
+    /// a server without Lua to their own errors. Private to the store (the
+    /// script tests read raw replies with it): the rest of the crate gets
+    /// typed replies from [`Shard::run`].
+    async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
         let keys = op.keys(self.keys);
         debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
         scripts::stage(self.client, op.staged(self.keys), self.queue).await?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use fred::prelude::Value;
 
 use super::{array, count, ms, unexpected, Op};
+use crate::message::Receipt;
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::store::stored::{decode_stored, FORMAT_VERSION};
@@ -82,21 +83,24 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    /// The message a handler gets; `None` when the value is not one this
-    /// crate stores.
-    pub(crate) fn message(&self, lease: i64) -> Option<Message> {
-        let stored = decode_stored(&self.value)?;
+    /// The message a handler gets, delivered under `receipt` (this
+    /// delivery's); the receipt back when the value is not one this crate
+    /// stores.
+    pub(crate) fn message(&self, receipt: Receipt) -> Result<Message, Receipt> {
+        let Some(stored) = decode_stored(&self.value) else {
+            return Err(receipt);
+        };
         // Every value the send script writes has them.
-        let times = stored.times?;
-        Some(Message {
-            id: self.id.clone()?,
+        let Some(times) = stored.times else {
+            return Err(receipt);
+        };
+        Ok(Message {
+            receipt,
             payload: stored.payload.to_vec(),
-            attempt: self.attempt,
             retry_count: stored.retry_count,
             backoff: stored.backoff,
             priority: stored.priority,
             headers: stored.headers,
-            lease,
             due_at_ms: if self.due_ms > 0 { self.due_ms } else { times.due_at_ms },
             deferrals: self.deferrals,
             times,

@@ -9,6 +9,7 @@ use fred::prelude::{KeysInterface, Value};
 
 use super::Env;
 
+use crate::message::Receipt;
 use crate::store::ops::claim::{Claim, Claimed, Held, CLAIM_BYTES};
 use crate::store::ops::promote::Promote;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
@@ -124,7 +125,14 @@ async fn a_claim_leases_what_fits_its_byte_budget_and_says_more_waits() {
         (ids(&first), first.popped, first.held),
         (strings(&["a"]), 1, Some(Held::Bytes))
     );
-    let message = first.deliveries[0].message(first.lease).expect("a stored value");
+    let a = &first.deliveries[0];
+    let receipt = Receipt {
+        id: a.id.clone().expect("a text id"),
+        attempt: a.attempt,
+        lease: first.lease,
+        deadline: tokio::time::Instant::now(),
+    };
+    let message = a.message(receipt).expect("a stored value");
     assert_eq!(message.payload, payload("a", BIG));
     assert_eq!((env.ready(), env.processing()), (strings(&["b", "c"]), strings(&["a"])));
 
