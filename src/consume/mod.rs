@@ -52,7 +52,8 @@ pub(crate) use settings::Settings;
 
 use crate::{Error, Handler, MessageId};
 use lease::Leases;
-use state::{Pool, Shared};
+use scheduler::Kicks;
+use state::{Lane, Pool, Shared};
 
 /// A running consumer. Stop it with [`shutdown`](Consumer::shutdown).
 ///
@@ -65,28 +66,46 @@ use state::{Pool, Shared};
 #[must_use = "dropping a Consumer stops it"]
 pub struct Consumer {
     stop: watch::Sender<bool>,
-    /// The loop of each shard, then the wake-up task and the scheduler.
+    /// Of each queue, its scheduler, then the loop of each shard.
     tasks: Vec<JoinHandle<()>>,
-    /// The queue's name, for logs.
+    /// Each queue's place in its client's wake-up hub.
+    listening: Vec<wake::Wakes>,
+    /// The queues' names, for logs.
     name: String,
 }
 
+/// One queue a consumer reads: its context, its handler, its weight.
+pub(crate) struct Member {
+    pub ctx: Context,
+    pub handler: Arc<dyn Handler>,
+    pub weight: u64,
+}
+
 impl Consumer {
-    /// Starts consuming the queue `ctx` describes with `handler`.
-    pub(crate) async fn start(ctx: Context, handler: Arc<dyn Handler>) -> Self {
-        let ctx = Arc::new(ctx);
+    /// Starts consuming the queues of `members`, in that order (the order
+    /// strict priority follows), all sharing the handler slots of the
+    /// first's settings (`concurrency`, `fetch_limit`: a [`Worker`] sets
+    /// the same in each).
+    pub(crate) async fn start(members: Vec<Member>, strict: bool) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let shards = &ctx.shards;
-        let channels = shards.iter().map(|k| k.wake.clone()).collect();
-        let (wakes, waker) = wake::spawn(&ctx.client, channels, stop_rx.clone()).await;
         let me = MessageId::generate();
-        let scheduler = tokio::spawn(scheduler::run(ctx.clone(), stop_rx.clone()));
-        let pool = Arc::new(Pool::new(handler, ctx.settings.concurrency, shards.len(), stop_rx));
-        let mut tasks: Vec<JoinHandle<()>> = shards
-            .iter()
-            .zip(wakes)
-            .enumerate()
-            .map(|(index, (keys, wakes))| {
+        let concurrency = members.first().map_or(1, |m| m.ctx.settings.concurrency);
+        let lanes = members.iter().map(|m| Lane::new(m.weight, m.ctx.shards.len())).collect();
+        let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
+        let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
+        let mut tasks = Vec::new();
+        let mut listening = Vec::new();
+        let mut names = Vec::new();
+        let mut loops_started = 0;
+        for (lane, Member { ctx, handler, .. }) in members.into_iter().enumerate() {
+            let ctx = Arc::new(ctx);
+            let channels = ctx.shards.iter().map(|k| k.wake.clone()).collect();
+            let (wakes, listener) = wake::listen(&ctx.client, channels).await;
+            listening.push(listener);
+            let kicks = Arc::new(Kicks::new(ctx.shards.len()));
+            let trigger = scheduler::Trigger::Kicked(kicks.clone());
+            tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
+            for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
                 let (acks, acker) = acker::spawn(ctx.clone(), keys.clone());
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
@@ -95,9 +114,13 @@ impl Consumer {
                     .then(|| lease::spawn(ctx.clone(), keys.clone(), leases.clone()));
                 let shared = Arc::new(Shared {
                     ctx: ctx.clone(),
+                    handler: handler.clone(),
                     receipt: keys.claim(me.as_str()),
                     keys: keys.clone(),
-                    index,
+                    index: loops_started,
+                    lane,
+                    shard,
+                    schedules: kicks.clone(),
                     pool: pool.clone(),
                     in_flight: Default::default(),
                     acking: Default::default(),
@@ -106,19 +129,20 @@ impl Consumer {
                     acks,
                     leases,
                 });
-                tokio::spawn(shard_loop::run(shared, acker, wakes, renewer))
-            })
-            .collect();
-        tasks.push(waker);
-        tasks.push(scheduler);
-        match shards.len() {
-            1 => tracing::info!(queue = %ctx.name, "consumer started"),
-            n => tracing::info!(queue = %ctx.name, shards = n, "consumer started"),
+                tasks.push(tokio::spawn(shard_loop::run(shared, acker, wakes, renewer)));
+                loops_started += 1;
+            }
+            match ctx.shards.len() {
+                1 => tracing::info!(queue = %ctx.name, "consumer started"),
+                n => tracing::info!(queue = %ctx.name, shards = n, "consumer started"),
+            }
+            names.push(ctx.name.clone());
         }
         Consumer {
             stop,
             tasks,
-            name: ctx.name.clone(),
+            listening,
+            name: names.join(","),
         }
     }
 
@@ -132,6 +156,7 @@ impl Consumer {
             task.await
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
+        self.listening.clear();
         tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }

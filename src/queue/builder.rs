@@ -8,7 +8,7 @@ use fred::prelude::Client;
 use crate::events;
 use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::meters::Meters;
-use crate::queue::config::{DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
+use crate::queue::config::default_fetch_limit;
 use crate::queue::{limits, Config, DelayQueue, Inner};
 use crate::store::Keys;
 use crate::{Backoff, Durability, Error, RateLimit};
@@ -292,7 +292,7 @@ impl DelayQueueBuilder {
         let mut config = self.config;
         config.fetch_limit = self
             .fetch_limit
-            .unwrap_or(DEFAULT_FETCH_LIMIT.max(config.concurrency.saturating_mul(DEFAULT_FETCH_PER_HANDLER)));
+            .unwrap_or(default_fetch_limit(config.concurrency));
         let c = &config;
         let bad = |what: String| Err(Error::InvalidArgument(what));
         if c.fetch_interval.is_zero() {
