@@ -3,9 +3,9 @@
 One call per tick and shard tells the consumer whether to sweep (leases
 run out, dead letters to delete), when to promote, whether to claim and
 whether to read schedules, so an idle shard costs this call and nothing
-else. It checks no types: it only reads, and a read of a key of another
-type fails with Redis's own WRONGTYPE error; the scripts it leads to
-check their keys before they write.
+else. It calls no TYPE: it only reads, and its reads check the type on
+the way, failing with "WRONGTYPE <key> ..." as the other scripts do; the
+scripts it leads to check their keys before they write.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset
@@ -26,17 +26,17 @@ local now_u = now_us()
 local now = math.floor(now_u / 1000)
 local sweep = 0
 -- Leases are scored in µs, due times and deaths in ms.
-local lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]
+local lease = checked('zset', 'ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]
 if lease and tonumber(lease) <= now_u then
   sweep = 1
 end
-local oldest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
+local oldest = checked('zset', 'ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
 if oldest and (tonumber(oldest) <= now - tonumber(ARGV[3])
     or redis.call('ZCARD', KEYS[5]) > tonumber(ARGV[4])) then
   sweep = 1
 end
 local wait = -1
-local due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]
+local due = head_due(KEYS[1])
 if due then
   wait = math.max(0, tonumber(due) - now)
 end

@@ -219,6 +219,32 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_of_several_claims_its_weights_part_less_what_it_holds() {
+        let s = settings::for_tests(10, 100);
+        let part = |weight, of_weight| Load {
+            weight,
+            of_weight,
+            ..idle(1)
+        };
+        assert_eq!(claim_capacity(&s, &part(6, 10)), 60);
+        assert_eq!(claim_capacity(&s, &part(3, 10)), 30);
+        assert_eq!(claim_capacity(&s, &part(1, 10)), 10, "at least one each, rounded up");
+        assert_eq!(claim_capacity(&s, &part(1, 1)), 100, "alone with work: all of it");
+        assert_eq!(claim_capacity(&s, &part(0, 1)), 0, "strict order, another's turn");
+        let holding = Load {
+            queue_in_flight: 55,
+            in_flight: 90,
+            ..part(6, 10)
+        };
+        assert_eq!(claim_capacity(&s, &holding), 5, "its part less what it holds");
+        let others_hold = Load {
+            in_flight: 95,
+            ..part(6, 10)
+        };
+        assert_eq!(claim_capacity(&s, &others_hold), 5, "no more than the pool has left");
+    }
+
+    #[test]
     fn one_claim_leases_at_most_max_claim_ids() {
         assert_eq!(claim_capacity(&settings::for_tests(8, 1000), &idle(1)), MAX_CLAIM);
         let small_batches = Settings {

@@ -1,28 +1,31 @@
 //! The consume runtime: moves due messages, claims them in batches, runs
-//! the handler on each, and acks or nacks the outcome.
+//! the handlers, and acks or nacks the outcomes.
 //!
-//! It is given a [`Context`] (the client, each shard's keys, the
-//! [`Settings`], metrics and events) and talks to Redis only through the
-//! store's operations; it knows nothing of the queue handle. One loop task
-//! per shard, a delivery task per claimed message, and per shard an ack
-//! task and (when handlers outlive a lease) a renewal task; one wake-up
-//! task for all shards. The loops of a sharded queue share the handlers
-//! and `fetch_limit`, each claiming no more than its share while the
-//! others have work. The files, one part each:
+//! It is given, per queue, a [`Context`] (the client, each shard's keys,
+//! the [`Settings`], metrics and events), a handler and a weight, and
+//! talks to Redis only through the store's operations; it knows nothing
+//! of the queue handle. One runtime serves one queue
+//! (`DelayQueue::start_consume`) or several (`Worker`): one loop task per
+//! queue and shard, a delivery task per claimed message, per loop an ack
+//! task and (when handlers outlive a lease) a renewal task, per queue a
+//! scheduler task, and one wake-up connection per client for all of them.
+//! The loops share the handler slots and `fetch_limit`, each claiming no
+//! more than its queue's part (by weight or order) and its shard's share
+//! of that while the others have work. The files, one part each:
 //!
 //! - `mod.rs`: [`Consumer`], which starts the tasks and shuts them down;
 //! - `context.rs`, `settings.rs`: what the queue handle gives a consumer;
-//! - `state.rs`: what the tasks share: the handler pool, each shard's state;
-//! - `shard_loop.rs`: one shard's loop and its schedule, and its shutdown;
+//! - `state.rs`: what the tasks share: the pool and its lanes, each loop's state;
+//! - `shard_loop.rs`: one loop, its probe and schedule, and its shutdown;
 //! - `sweep.rs`: timed-out deliveries back to retry, old dead letters deleted;
 //! - `promote.rs`: due messages to ready;
 //! - `claim.rs`: how many to claim now (`claim_capacity`), and the claim;
 //! - `delivery.rs`: one delivery: slot, early hand-back, handler, time limit;
 //! - `outcome.rs`: how a delivery ended, and how a failure is classified;
 //! - `settle.rs`: an outcome turned into an ack, a nack or a hand-back;
-//! - `acker.rs`: each shard's acks, coalesced into batches;
+//! - `acker.rs`: each loop's acks, coalesced into batches;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
-//! - `wake.rs`: wake-ups from Redis pub/sub;
+//! - `wake.rs`: wake-ups from Redis pub/sub, one connection per client;
 //! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
 mod acker;
@@ -55,7 +58,9 @@ use lease::Leases;
 use scheduler::Kicks;
 use state::{Lane, Pool, Shared};
 
-/// A running consumer. Stop it with [`shutdown`](Consumer::shutdown).
+/// A running consumer of one queue ([`DelayQueue::start_consume`](crate::DelayQueue::start_consume))
+/// or of several ([`Worker::start`](crate::Worker::start)). Stop it with
+/// [`shutdown`](Consumer::shutdown).
 ///
 /// Dropping it stops it the same way without waiting: it claims nothing
 /// more, and in the background its running handlers finish (each within
@@ -70,7 +75,7 @@ pub struct Consumer {
     tasks: Vec<JoinHandle<()>>,
     /// Each queue's place in its client's wake-up hub.
     listening: Vec<wake::Wakes>,
-    /// The queues' names, for logs.
+    /// The queue's name, or how many queues, for logs.
     name: String,
 }
 
@@ -90,7 +95,10 @@ impl Consumer {
         let (stop, stop_rx) = watch::channel(false);
         let me = MessageId::generate();
         let concurrency = members.first().map_or(1, |m| m.ctx.settings.concurrency);
-        let lanes = members.iter().map(|m| Lane::new(m.weight, m.ctx.shards.len())).collect();
+        let lanes = members
+            .iter()
+            .map(|m| Lane::new(m.weight, m.ctx.shards.len()))
+            .collect();
         let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
         let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
         let mut tasks = Vec::new();
@@ -142,7 +150,10 @@ impl Consumer {
             stop,
             tasks,
             listening,
-            name: names.join(","),
+            name: match &names[..] {
+                [one] => one.clone(),
+                all => format!("{} queues", all.len()),
+            },
         }
     }
 

@@ -59,7 +59,13 @@ impl Lane {
 }
 
 impl Pool {
-    pub(crate) fn new(concurrency: usize, loops: usize, lanes: Vec<Lane>, strict: bool, stop: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(
+        concurrency: usize,
+        loops: usize,
+        lanes: Vec<Lane>,
+        strict: bool,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
         Pool {
             workers: Arc::new(Semaphore::new(concurrency)),
             in_flight: AtomicUsize::new(0),
@@ -204,17 +210,14 @@ impl Shared {
     /// (`now`), when that changed since `was`; returns `now`. When it has
     /// none left, the other queues' parts grow: their loops are woken.
     pub(crate) fn publish_waiting(&self, was: bool, now: bool) -> bool {
+        if was == now {
+            return now;
+        }
         let lane = &self.pool.lanes[self.lane];
-        match (was, now) {
-            (false, true) => {
-                lane.waiting.fetch_add(1, Ordering::AcqRel);
-            }
-            (true, false) => {
-                if lane.waiting.fetch_sub(1, Ordering::AcqRel) == 1 && self.pool.lanes.len() > 1 {
-                    self.pool.wake_all();
-                }
-            }
-            _ => {}
+        if now {
+            lane.waiting.fetch_add(1, Ordering::AcqRel);
+        } else if lane.waiting.fetch_sub(1, Ordering::AcqRel) == 1 && self.pool.lanes.len() > 1 {
+            self.pool.wake_all();
         }
         now
     }
@@ -266,6 +269,32 @@ mod tests {
         drop(slots);
         let permit = tokio::time::timeout(Duration::from_secs(30), behind.acquired()).await;
         assert!(permit.expect("the place given up is passed on").is_ok());
+    }
+
+    #[test]
+    fn a_queues_part_is_by_weight_among_those_waiting_or_by_order() {
+        let lanes = |strict| {
+            let stop = watch::channel(false).1;
+            Pool::new(
+                1,
+                3,
+                vec![Lane::new(6, 1), Lane::new(3, 1), Lane::new(1, 1)],
+                strict,
+                stop,
+            )
+        };
+        let weighted = lanes(false);
+        assert_eq!(weighted.part(0), (6, 10));
+        assert_eq!(weighted.part(2), (1, 10));
+        weighted.lanes[1].waiting.store(0, Ordering::Release);
+        assert_eq!(weighted.part(0), (6, 7), "a queue without work leaves its part");
+        assert_eq!(weighted.part(1), (3, 10), "the one asking counts itself");
+        let strict = lanes(true);
+        assert_eq!(strict.part(0), (1, 1));
+        assert_eq!(strict.part(2), (0, 1), "queues before it have work");
+        strict.lanes[0].waiting.store(0, Ordering::Release);
+        strict.lanes[1].waiting.store(0, Ordering::Release);
+        assert_eq!(strict.part(2), (1, 1));
     }
 
     #[test]

@@ -36,10 +36,13 @@ pub(crate) struct Hub {
     stop: watch::Sender<bool>,
 }
 
+/// A loop listening on a channel: its listener's number, where its wake-ups go.
+type Route = (u64, mpsc::UnboundedSender<Instant>);
+
 struct Inner {
     sub: Client,
-    /// Channel -> the loops listening on it, each with its listener's number.
-    routes: Mutex<HashMap<String, Vec<(u64, mpsc::UnboundedSender<Instant>)>>>,
+    /// Channel -> the loops listening on it.
+    routes: Mutex<HashMap<String, Vec<Route>>>,
     /// Held while subscribing or unsubscribing, so an unsubscribe never
     /// undoes a subscription made for a listener that came in between.
     changes: tokio::sync::Mutex<()>,
@@ -128,7 +131,11 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc:
 async fn hub_of(client: &Client) -> Result<Arc<Hub>, String> {
     let mut hubs = HUBS.lock().await;
     hubs.retain(|(_, hub)| hub.strong_count() > 0);
-    if let Some(hub) = hubs.iter().find(|(id, _)| id == client.id()).and_then(|(_, hub)| hub.upgrade()) {
+    if let Some(hub) = hubs
+        .iter()
+        .find(|(id, _)| id == client.id())
+        .and_then(|(_, hub)| hub.upgrade())
+    {
         return Ok(hub);
     }
     // A subscribed connection serves nothing else: a connection of its own.

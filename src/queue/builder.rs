@@ -290,9 +290,7 @@ impl DelayQueueBuilder {
         let shards = Keys::shards(&self.key_prefix, &self.name, self.shards)?;
         let record = Keys::new(&self.key_prefix, &self.name)?;
         let mut config = self.config;
-        config.fetch_limit = self
-            .fetch_limit
-            .unwrap_or(default_fetch_limit(config.concurrency));
+        config.fetch_limit = self.fetch_limit.unwrap_or(default_fetch_limit(config.concurrency));
         let c = &config;
         let bad = |what: String| Err(Error::InvalidArgument(what));
         if c.fetch_interval.is_zero() {
