@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit, per-script, end-to-end and doc tests,
-# and the Redis Cluster, Sentinel, TLS and ACL tests.
+# the Redis Cluster, Sentinel, TLS and ACL tests, and the own tests of the
+# Python and Node producers (scripts/test-producers.sh).
 # Each test starts its own redis-server on a free loopback port and kills it
 # afterwards, so nothing else needs to run and no shared server is touched.
 #
@@ -44,13 +45,15 @@ fi
 export DELAYQUEUE_BROWSER_REQUIRED=1
 # python3 (with venv), node and npm: the producers in other languages
 # (tests/polyglot.rs, which itself installs `redis` in a venv under target/
-# and `ioredis` with `npm ci`).
+# and `ioredis` with `npm ci`, and their own tests, on the packages installed
+# with pip and npm: scripts/test-producers.sh).
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    apt_install python3-venv || echo "could not install python3-venv; the Python producer test will fail" >&2
+    apt_install python3-venv || echo "could not install python3-venv; the Python producer tests will fail" >&2
 fi
 if ! command -v npm >/dev/null 2>&1; then
-    apt_install npm || echo "could not install npm; the Node producer test will fail" >&2
+    apt_install npm || echo "could not install npm; the Node producer tests will fail" >&2
 fi
+bash scripts/test-producers.sh
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
 # --features cli: the CLI and its end-to-end tests (tests/cli.rs);
 # --features otel: trace context in headers (tests/otel.rs);

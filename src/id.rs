@@ -5,6 +5,13 @@ use std::fmt;
 /// Longest accepted caller-given id, in bytes.
 pub const MAX_ID_LEN: usize = 200;
 
+/// Whether `c` may be part of an id (or a key prefix): anything but
+/// whitespace and control characters, which would make a key name
+/// ambiguous in logs, the CLI and `redis-cli`.
+pub(crate) fn id_char(c: char) -> bool {
+    !(c.is_whitespace() || c.is_control())
+}
+
 /// Why an id was refused; it becomes [`Error::InvalidMessageId`](crate::Error::InvalidMessageId).
 #[derive(Debug)]
 pub(crate) struct InvalidId {
@@ -62,7 +69,7 @@ impl MessageId {
             Some(format!("must be at most {MAX_ID_LEN} bytes"))
         } else {
             id.chars()
-                .find(|c| c.is_whitespace() || c.is_control())
+                .find(|&c| !id_char(c))
                 .map(|c| format!("contains {c:?}; whitespace and control characters are not allowed"))
         };
         match reason {

@@ -23,3 +23,9 @@ pub const MAX_HEADERS: usize = 16;
 pub const MAX_HEADER_NAME_LEN: usize = 64;
 /// Most bytes of header names and values together, per message.
 pub const MAX_HEADERS_BYTES: usize = 4096;
+
+/// Whether `c` may be part of a header name: ASCII letters, digits, `-`,
+/// `_` and `.`.
+pub(crate) fn header_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}

@@ -5,8 +5,8 @@
 //!
 //! The dependencies are read from the source text: every `crate::a::b` and
 //! `super::` path outside test code, followed through `pub use`
-//! re-exports to the module that defines the item. Test modules and test
-//! files are left out: a test may reach across layers.
+//! re-exports to the module that defines the item. Test modules, test
+//! files and test folders are left out: a test may reach across layers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -243,7 +243,11 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<Module>) {
             }
             continue;
         }
-        if !rel.ends_with(".rs") || rel.ends_with("tests.rs") || rel.contains("/tests/") {
+        // Test files (`*tests.rs`) and the files of test folders (`tests/`, `*_tests/`).
+        let in_tests = rel
+            .split('/')
+            .any(|part| part.trim_end_matches(".rs").ends_with("tests"));
+        if !rel.ends_with(".rs") || in_tests {
             continue;
         }
         let path = rel

@@ -1,9 +1,12 @@
-//! Producers in other languages (examples/python, examples/node) against a
+//! Producers in other languages (producers/python, producers/node) against a
 //! private redis-server: messages they send are handled by a Rust consumer
 //! with the Rust guarantees (never before their due time, caller-given ids
-//! idempotent, cancel), and a live id they sent is refused by `queue.send`.
-//! Each test installs what it needs when missing: the `redis` package in a
-//! venv under target/, `ioredis` from examples/node/package-lock.json.
+//! idempotent, cancel), a live id they sent is refused by `queue.send`, and
+//! they refuse what Rust refuses. They run from their folders, as they are
+//! in the tree (their own tests, run by scripts/test-producers.sh, run them
+//! installed). Each test installs what it needs when missing: the `redis`
+//! package in a venv under target/, `ioredis` from
+//! producers/node/package-lock.json.
 
 use delayqueue_test_support as support;
 
@@ -51,9 +54,15 @@ fn python() -> PathBuf {
     py
 }
 
-/// examples/node with its node_modules installed.
+/// The folder of the Python package's module (producers/python/src), put
+/// first on the path by the Python snippets below.
+fn python_dir() -> PathBuf {
+    root().join("producers/python/src")
+}
+
+/// producers/node with its node_modules installed.
 fn node_dir() -> PathBuf {
-    let dir = root().join("examples/node");
+    let dir = root().join("producers/node");
     if !dir.join("node_modules/ioredis").exists() {
         run(Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
@@ -74,14 +83,14 @@ import json, sys
 sys.path.insert(0, sys.argv[2])
 import redis, delayqueue_producer as d
 p = d.Producer(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "poly")
-out = {"t_delayed": d._now_ms()}
+out = {"t_delayed": d.now_ms()}
 p.send("delayed", delay_ms=1500, id="delayed", retry_count=2)
 try:
     p.send("again", id="delayed")
     out["dup"] = "stored"
 except d.DuplicateError:
     out["dup"] = "duplicate"
-out["at"] = d._now_ms() + 2000
+out["at"] = d.now_ms() + 2000
 p.send(b"at", at_ms=out["at"], id="at")
 p.send("held", delay_ms=600000, id="held")
 p.send("cancelled", delay_ms=1000, id="cancelled")
@@ -113,24 +122,24 @@ const d = require(process.argv[2] + '/delayqueue-producer.js');
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
 
-/// Prints the SHA1s of send and cancel as the Python module assembles them.
+/// Prints the SHA1s of send and cancel as the Python package loads them.
 const PYTHON_SHAS: &str = r#"
-import sys
+import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 import delayqueue_producer as d
-print(" ".join(d._Script(d.load_script(s)).sha for s in ("send", "cancel")))
+print(" ".join(hashlib.sha1(d.script(s).encode()).hexdigest() for s in ("send", "cancel")))
 "#;
 
 const NODE_SHAS: &str = r#"
 const crypto = require('crypto');
 const d = require(process.argv[1] + '/delayqueue-producer.js');
-console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.loadScript(s)).digest('hex')).join(' '));
+console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.script(s)).digest('hex')).join(' '));
 "#;
 
 /// One handled message: id, payload, retry count, priority, when (ms), headers.
 type Handled = (String, Vec<u8>, u32, u8, u64, Vec<(String, String)>);
 
-/// Checks that the foreign module assembles send and cancel exactly as the
+/// Checks that the foreign package runs send and cancel exactly as the
 /// crate does (`shas`: their SHA1s as it computes them, which Redis knows
 /// after a Rust send and cancel), starts a Rust consumer, lets `produce`
 /// (given the server's port) send, and checks what the consumer handles.
@@ -229,31 +238,12 @@ async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + S
 #[tokio::test]
 async fn python_producer_messages_are_handled_by_rust() {
     let py = python();
-    let dir = root().join("examples/python");
+    let dir = python_dir();
     let shas = run(Command::new(&py).args(["-c", PYTHON_SHAS]).arg(&dir));
     handled_like_rust(shas, move |port| {
         run(Command::new(py).args(["-c", PYTHON, &port.to_string()]).arg(dir))
     })
     .await;
-}
-
-#[test]
-fn the_python_producer_without_the_lua_folder_says_how_to_find_it() {
-    let out = Command::new(python())
-        .args([
-            "-c",
-            "import sys; sys.path.insert(0, sys.argv[1]); import delayqueue_producer as d; d.load_script('send')",
-        ])
-        .arg(root().join("examples/python"))
-        .env("DELAYQUEUE_LUA_DIR", root().join("target/no-such-lua-dir"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        stderr.contains("FileNotFoundError") && stderr.contains("set DELAYQUEUE_LUA_DIR"),
-        "{stderr}"
-    );
 }
 
 #[tokio::test]
@@ -333,7 +323,7 @@ fn cases_file() -> PathBuf {
 fn python_producer_refuses_what_rust_refuses() {
     let out = run(Command::new(python())
         .arg(root().join("tests/validation/python.py"))
-        .arg(root().join("examples/python"))
+        .arg(python_dir())
         .arg(cases_file()));
     assert_judged_like_rust("Python", &out);
 }
@@ -342,7 +332,7 @@ fn python_producer_refuses_what_rust_refuses() {
 fn node_producer_refuses_what_rust_refuses() {
     let out = run(Command::new("node")
         .arg(root().join("tests/validation/node.js"))
-        .arg(root().join("examples/node"))
+        .arg(node_dir())
         .arg(cases_file()));
     assert_judged_like_rust("Node", &out);
 }
@@ -388,7 +378,7 @@ async fn foreign_producers_are_refused_by_a_sharded_queue() {
     let py = python();
     let python_says = run(Command::new(&py)
         .args(["-c", PYTHON_TO_SHARDED, &port])
-        .arg(root().join("examples/python")));
+        .arg(python_dir()));
     let dir = node_dir();
     let node_says = run(Command::new("node")
         .args(["-e", NODE_TO_SHARDED, &port])

@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::events::{self, Event};
-use crate::maxima::{MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT};
+use crate::maxima::{
+    header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
+};
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
@@ -298,10 +300,7 @@ fn check_headers(headers: &[(String, String)]) -> Result<(), Error> {
                 format!("a name is 1 to MAX_HEADER_NAME_LEN ({MAX_HEADER_NAME_LEN}) bytes"),
             ));
         }
-        if let Some(c) = name
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-        {
+        if let Some(c) = name.chars().find(|&c| !header_name_char(c)) {
             return Err(invalid(
                 name,
                 format!("{c:?} in a name (ASCII letters, digits, '-', '_' and '.' only)"),

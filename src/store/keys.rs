@@ -58,7 +58,7 @@ impl Keys {
     /// Builds the key names for queue `name` under `prefix`, after checking both.
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, Error> {
         validate_queue_name(name)?;
-        if prefix.contains(['{', '}']) || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if !prefix.chars().all(key_prefix_char) {
             return Err(Error::InvalidArgument(format!(
                 "key prefix {prefix:?} must not contain braces, whitespace or control characters"
             )));
@@ -145,7 +145,7 @@ fn validate_queue_name(name: &str) -> Result<(), Error> {
         Some(format!("must be at most {MAX_QUEUE_NAME_LEN} bytes"))
     } else {
         name.chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '@')))
+            .find(|&c| !queue_name_char(c))
             .map(|c| format!("contains {c:?}; allowed are ASCII letters, digits and - _ . : / @"))
     };
     match reason {
@@ -155,6 +155,19 @@ fn validate_queue_name(name: &str) -> Result<(), Error> {
         }),
         None => Ok(()),
     }
+}
+
+/// Whether `c` may be part of a queue name: ASCII letters, digits and
+/// `- _ . : / @`, never a brace (the hash tag), `#` (the shard mark) or
+/// whitespace.
+pub(crate) fn queue_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '@')
+}
+
+/// Whether `c` may be part of a key prefix: what an id may hold, but a
+/// brace, which would end the hash tag early.
+pub(crate) fn key_prefix_char(c: char) -> bool {
+    crate::id::id_char(c) && !matches!(c, '{' | '}')
 }
 
 /// `s` with the characters SCAN's MATCH treats specially escaped.

@@ -8,7 +8,7 @@
 //!
 //! The rest of the crate reaches Redis's queue state only through a
 //! [`Shard`]: build an operation, [`Shard::run`] it, get its typed reply.
-//! The script tests (`script_tests.rs`, `cluster_tests.rs`)
+//! The script tests (`script_tests/`, `cluster_tests.rs`)
 //! build the same operations, so a script's contract is written once in
 //! Lua and once in Rust. Nothing here knows the queue handle or the
 //! consumer's runtime.

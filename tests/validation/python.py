@@ -1,8 +1,9 @@
 """Judges every case of tests/validation/cases.json (argv[2]) with the Python
-producer in argv[1], through its public API over a stand-in Redis client, and
-prints one JSON object for tests/polyglot.rs: per section, per case, null
-(accepted) or the rule and message it was refused with; and per character
-check, the code points it judges otherwise than the table's list."""
+producer whose package is in folder argv[1], through its public API over a
+stand-in Redis client, and prints one JSON object for tests/polyglot.rs: per
+section, per case, null (accepted) or the rule and message it was refused
+with; and per character check, the code points it judges otherwise than the
+table's list."""
 
 import json
 import struct
@@ -47,7 +48,7 @@ def send(p, v):
     if "id" in v:
         kw["id"] = text(v["id"])
     if "at_ms_from_now" in v:
-        kw["at_ms"] = d._now_ms() + v["at_ms_from_now"]
+        kw["at_ms"] = d.now_ms() + v["at_ms_from_now"]
     if "headers" in v:
         kw["headers"] = {text(n): text(x) for n, x in v["headers"]}
     p.send(text(v.get("payload", "")), **kw)

@@ -1,0 +1,332 @@
+"""A producer for delayqueue queues in Python, on the `redis` package.
+
+It runs the delayqueue crate's own send and cancel scripts, which this
+package carries in `generated/` exactly as the crate assembles them, with
+the keys and arguments the Rust operations pass, after checking every input
+against the crate's rules (`generated/wire.json`): a message sent from here
+is stored exactly as `queue.send` stores it, and a Rust consumer handles it
+with the same guarantees (due time, idempotent ids, cancel).
+
+    import redis
+    from delayqueue_producer import Producer
+
+    p = Producer(redis.Redis(), "orders")            # key prefix "dq:"
+    p.send(b"close order 42", delay_ms=1_800_000, id="order-42", retry_count=5)
+    p.send("report", at_ms=1_893_456_000_000)
+    p.send_batch([{"payload": "a"}, {"payload": "b", "delay_ms": 60_000}])
+    p.cancel("order-42")
+
+For an ordinary (unsharded) queue; the Rust side's `.shards(n)` spreads a
+queue over n key sets that this module does not pick between.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from importlib import resources
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import redis
+
+__all__ = [
+    "Producer",
+    "DuplicateError",
+    "WrongTypeError",
+    "InvalidInput",
+    "check_queue_name",
+    "check_key_prefix",
+    "check_id",
+    "generate_id",
+    "now_ms",
+    "script",
+    "WIRE",
+    "FORMAT_VERSION",
+    "BATCH",
+]
+
+
+def _generated(name: str) -> str:
+    """A file of `generated/`, written by the delayqueue crate
+    (src/producer_files_tests.rs) and carried by this package."""
+    return resources.files(__name__).joinpath("generated", name).read_text(encoding="utf-8")
+
+
+#: The keys and input rules of docs/wire-format.md, from the crate's constants.
+WIRE: Dict[str, Any] = json.loads(_generated("wire.json"))
+#: Messages per script call (the Rust default batch size).
+BATCH: int = WIRE["batch_size"]
+#: The wire format this module writes (docs/wire-format.md). send.lua refuses
+#: a queue in another format with an error reply starting with "DQFORMAT" (a
+#: redis.exceptions.ResponseError) before it writes anything.
+FORMAT_VERSION: int = WIRE["format_version"]
+
+Payload = Union[bytes, bytearray, str]
+
+
+class DuplicateError(Exception):
+    """The id is live already (pending, ready, retry or being handled)."""
+
+
+class WrongTypeError(Exception):
+    """The message's key holds another type of value; nothing was written."""
+
+
+class InvalidInput(ValueError):
+    """An input breaks a rule of docs/wire-format.md, "Validation": `rule` names it."""
+
+    def __init__(self, rule: str, what: str, reason: str) -> None:
+        super().__init__("%s: %s (rule %s, docs/wire-format.md)" % (what, reason, rule))
+        self.rule = rule
+
+
+class _Script:
+    """A script of `generated/`, called as the crate calls it."""
+
+    def __init__(self, name: str) -> None:
+        self.source = script(name)
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+
+    def call(self, client: "redis.Redis", keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA; on NOSCRIPT (first use, restart, SCRIPT FLUSH) EVAL with
+        the source, which caches it again and cannot fail with NOSCRIPT."""
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(self.source, len(keys), *keys, *args)
+
+
+def script(name: str) -> str:
+    """The source of script `name` ("send" or "cancel") as Redis runs it."""
+    return _generated(name + ".lua")
+
+
+# --- Validation -------------------------------------------------------------
+# The rules of docs/wire-format.md, "Validation", with the numbers and
+# character sets of wire.json: exactly what the Rust crate refuses. A message
+# stored against one is one no Rust consumer reads as it was sent (or, for a
+# queue name, one no Rust consumer can be built for).
+
+
+def _refused(rule: str) -> "re.Pattern[str]":
+    """A pattern matching a code point that text rule `rule` refuses."""
+    ranges = WIRE[rule]["refused_code_points"]
+    return re.compile("[%s]" % "".join("\\U%08x-\\U%08x" % (lo, hi) for lo, hi in ranges))
+
+
+_TEXT_RULES = {rule: _refused(rule) for rule in ("queue-name", "key-prefix", "id", "header-name")}
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """`text` in UTF-8; a lone surrogate, which a str can hold, has none."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInput("text.unicode", what, "holds the lone surrogate U+%04X" % ord(text[e.start])) from None
+
+
+def _check_text(value: object, kind: str, rule: str) -> None:
+    """Rules `<rule>.length` (1 to max_bytes bytes of UTF-8, when the rule
+    has a maximum), `<rule>.chars` and text.unicode."""
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str, not %s" % (kind, type(value).__name__))
+    what = "invalid %s %r" % (kind, value)
+    most: Optional[int] = WIRE[rule].get("max_bytes")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if most is not None and not 1 <= size <= most:
+        raise InvalidInput(rule + ".length", what, "is %d bytes of UTF-8; 1 to %d allowed" % (size, most))
+    bad = _TEXT_RULES[rule].search(value)
+    if bad:
+        c = bad.group()
+        raise InvalidInput(rule + ".chars", what, "holds %r (U+%04X); %s" % (c, ord(c), WIRE[rule]["hint"]))
+    _utf8(value, what)
+
+
+def check_queue_name(name: str) -> None:
+    """Raises InvalidInput when Rust would refuse `name` as a queue name."""
+    _check_text(name, "queue name", "queue-name")
+
+
+def check_key_prefix(prefix: str) -> None:
+    """Raises InvalidInput when Rust would refuse `prefix` as a key prefix."""
+    _check_text(prefix, "key prefix", "key-prefix")
+
+
+def check_id(id: str) -> None:
+    """Raises InvalidInput when Rust would refuse `id` as a message id."""
+    _check_text(id, "message id", "id")
+
+
+def _check_int(value: object, most: int, rule: str, kind: str) -> int:
+    # A bool is an int to Python, never a number to Rust.
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise InvalidInput(rule, "invalid %s %r" % (kind, value), "must be an integer from 0 to %d" % most)
+    return value
+
+
+def _delay(delay_ms: Optional[int], at_ms: Optional[int]) -> int:
+    """The delay to send: delay_ms, or at_ms turned into one by this host's
+    clock (as `.at()` does in Rust); rule delay."""
+    most: int = WIRE["delay"]["max_ms"]
+    if delay_ms is not None and at_ms is not None:
+        raise ValueError("give delay_ms or at_ms, not both")
+    if at_ms is None:
+        return _check_int(0 if delay_ms is None else delay_ms, most, "delay", "delay_ms")
+    if isinstance(at_ms, bool) or not isinstance(at_ms, int):
+        raise InvalidInput("delay", "invalid at_ms %r" % (at_ms,), "must be an integer (ms since the epoch)")
+    delay = max(0, at_ms - now_ms())
+    if delay > most:
+        raise InvalidInput("delay", "invalid at_ms %d" % at_ms, "%d ms from now; at most %d allowed" % (delay, most))
+    return delay
+
+
+def _headers_section(headers: Optional[Mapping[str, str]]) -> bytes:
+    """The stored headers section, "<name>=<value bytes>:<value>" per header
+    (docs/wire-format.md, "Headers"), checked against the rules."""
+    items = list((headers or {}).items())
+    most_count: int = WIRE["headers"]["max_count"]
+    most_bytes: int = WIRE["headers"]["max_bytes"]
+    if len(items) > most_count:
+        raise InvalidInput("headers.count", "%d headers" % len(items), "at most %d allowed" % most_count)
+    section, total = b"", 0
+    for name, value in items:
+        _check_text(name, "header name", "header-name")
+        if not isinstance(value, str):
+            raise TypeError("the value of header %r must be a str, not %s" % (name, type(value).__name__))
+        encoded = _utf8(value, "invalid value of header %r" % name)
+        total += len(name) + len(encoded)
+        if total > most_bytes:
+            raise InvalidInput("headers.bytes", "headers", "names and values exceed %d bytes" % most_bytes)
+        section += b"%s=%d:%s" % (name.encode(), len(encoded), encoded)
+    return section
+
+
+# --- Messages ---------------------------------------------------------------
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def generate_id() -> str:
+    """A time-ordered id like the Rust side's: a UUIDv7 in base62."""
+    n = (now_ms() << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
+    out = ""
+    while n:
+        n, r = divmod(n, 62)
+        out = _BASE62[r] + out
+    return out or "0"
+
+
+def now_ms() -> int:
+    """This host's clock, in ms since the epoch: what `at_ms` is read against."""
+    return int(time.time() * 1000)
+
+
+#: One checked message: id, stored value, delay ms, whether the caller chose the id.
+_Message = Tuple[str, bytes, int, bool]
+
+
+def _message(
+    payload: Payload,
+    delay_ms: Optional[int] = None,
+    at_ms: Optional[int] = None,
+    id: Optional[str] = None,
+    retry_count: Optional[int] = None,
+    priority: int = 0,
+    headers: Optional[Mapping[str, str]] = None,
+) -> _Message:
+    """One message, checked."""
+    if isinstance(payload, str):
+        payload = _utf8(payload, "invalid payload")
+    if not isinstance(payload, (bytes, bytearray)):
+        raise TypeError("payload must be bytes or str")
+    most: int = WIRE["payload"]["max_bytes"]
+    if len(payload) > most:
+        raise InvalidInput("payload.size", "payload of %d bytes" % len(payload), "at most %d allowed" % most)
+    delay = _delay(delay_ms, at_ms)
+    retries = WIRE["default_retry_count"] if retry_count is None else retry_count
+    _check_int(retries, WIRE["retry-count"]["max"], "retry-count", "retry_count")
+    _check_int(priority, WIRE["priority"]["max"], "priority", "priority")
+    if id is not None:
+        check_id(id)
+    section = _headers_section(headers)
+    # "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+    # (docs/wire-format.md); send.lua adds the times.
+    head = str(retries) + ("!%d" % priority if priority else "") + ("#%d" % len(section) if section else "") + ":"
+    return (generate_id() if id is None else id), head.encode() + section + bytes(payload), delay, id is not None
+
+
+#: What send_batch returns per message: its id, or why it was not stored.
+Outcome = Union[str, DuplicateError, WrongTypeError]
+
+
+class Producer:
+    """Sends to and cancels in queue `name` under `key_prefix`."""
+
+    _send = _Script("send")
+    _cancel = _Script("cancel")
+
+    def __init__(self, client: "redis.Redis", name: str, key_prefix: str = "dq:") -> None:
+        check_queue_name(name)
+        check_key_prefix(key_prefix)
+        self.client = client
+        self.name = name
+        self._base = "%s{%s}:" % (key_prefix, name)  # docs/wire-format.md, "Keys"
+
+    def _keys(self, which: str, ids: Sequence[str]) -> List[str]:
+        """The KEYS of script `which`: the queue's, then each message's."""
+        return [self._base + k for k in WIRE[which + "_keys"]] + [self._base + WIRE["message_key"] + i for i in ids]
+
+    def _store(self, msgs: Sequence[_Message]) -> List[Outcome]:
+        args: List[Any] = [self._base + WIRE["wake_channel"], FORMAT_VERSION]
+        for id, value, delay, own in msgs:
+            # expire_after 0: never expires.
+            args += [id, value, delay, 0, 1 if own else 0]
+        statuses = self._send.call(self.client, self._keys("send", [m[0] for m in msgs]), args)
+        if len(statuses) != len(msgs):
+            raise RuntimeError("send.lua returned %d statuses for %d messages" % (len(statuses), len(msgs)))
+        out: List[Outcome] = []
+        for (id, _, _, _), s in zip(msgs, statuses):
+            if s == 1:
+                out.append(id)
+            elif s == 0:
+                out.append(DuplicateError("message %s already exists in queue %r" % (id, self.name)))
+            else:
+                out.append(WrongTypeError("the key of message %s holds another type" % id))
+        return out
+
+    def send(
+        self,
+        payload: Payload,
+        delay_ms: Optional[int] = None,
+        at_ms: Optional[int] = None,
+        id: Optional[str] = None,
+        retry_count: Optional[int] = None,
+        priority: int = 0,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> str:
+        """Sends one message; returns its id. `headers`: a dict of str to str;
+        `retry_count`: the crate's default (3) when not given. Raises
+        DuplicateError when `id` is live already."""
+        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def send_batch(self, messages: Sequence[Mapping[str, Any]]) -> List[Outcome]:
+        """Sends dicts of send()'s arguments, BATCH per script call. Every
+        message is checked before any is sent; returns, in order, each one's
+        id or its DuplicateError / WrongTypeError."""
+        msgs = [_message(**m) for m in messages]
+        out: List[Outcome] = []
+        for i in range(0, len(msgs), BATCH):
+            out += self._store(msgs[i : i + BATCH])
+        return out
+
+    def cancel(self, id: str) -> bool:
+        """Deletes a message waiting for delivery; False when unknown or
+        being handled."""
+        check_id(id)
+        return bool(self._cancel.call(self.client, self._keys("cancel", [id]), [id]) == 1)

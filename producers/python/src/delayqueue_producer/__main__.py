@@ -1,0 +1,81 @@
+"""`python -m delayqueue_producer` (or `delayqueue-producer`): send to and
+cancel in a delayqueue queue from a shell.
+
+    python -m delayqueue_producer send orders "close order 42" --delay-ms 1800000 --id order-42
+    echo -n data | python -m delayqueue_producer send orders - --header tenant=acme
+    python -m delayqueue_producer cancel orders order-42
+
+`send` prints the message's id; `cancel` prints true or false. Exit status
+1 when the id is live already (send) or Redis fails, 2 for a refused input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Dict, List, Optional
+
+import redis
+
+from . import DuplicateError, InvalidInput, Producer, WrongTypeError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="delayqueue-producer", description="Send to and cancel in a delayqueue queue.")
+    p.add_argument("--url", default="redis://127.0.0.1:6379", help="Redis URL (default %(default)s)")
+    p.add_argument("--key-prefix", default="dq:", help="key prefix (default %(default)s)")
+    commands = p.add_subparsers(dest="command", required=True)
+    send = commands.add_parser("send", help="send one message; prints its id")
+    send.add_argument("queue")
+    send.add_argument("payload", help="the payload as text, or - to read bytes from stdin")
+    when = send.add_mutually_exclusive_group()
+    when.add_argument("--delay-ms", type=int, help="due this many ms from now (default 0)")
+    when.add_argument("--at-ms", type=int, help="due at this time, ms since the epoch")
+    send.add_argument("--id", help="the message's id (default: a generated one)")
+    send.add_argument("--retry-count", type=int, help="retries allowed (default 3)")
+    send.add_argument("--priority", type=int, default=0, help="0 (default) to 9")
+    send.add_argument("--header", action="append", default=[], metavar="NAME=VALUE", help="a header (repeatable)")
+    cancel = commands.add_parser("cancel", help="delete a waiting message; prints true or false")
+    cancel.add_argument("queue")
+    cancel.add_argument("id")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Runs the command line `argv` (default: the process's); its exit status."""
+    p = _parser()
+    args = p.parse_args(argv)
+    try:
+        producer = Producer(redis.Redis.from_url(args.url), args.queue, key_prefix=args.key_prefix)
+        if args.command == "cancel":
+            print("true" if producer.cancel(args.id) else "false")
+            return 0
+        headers: Dict[str, str] = {}
+        for h in args.header:
+            name, eq, value = h.partition("=")
+            if not eq:
+                p.error("--header %r: NAME=VALUE expected" % h)
+            headers[name] = value
+        payload = sys.stdin.buffer.read() if args.payload == "-" else args.payload
+        print(
+            producer.send(
+                payload,
+                delay_ms=args.delay_ms,
+                at_ms=args.at_ms,
+                id=args.id,
+                retry_count=args.retry_count,
+                priority=args.priority,
+                headers=headers,
+            )
+        )
+        return 0
+    except InvalidInput as e:
+        print("delayqueue-producer: %s" % e, file=sys.stderr)
+        return 2
+    except (DuplicateError, WrongTypeError, redis.RedisError) as e:
+        print("delayqueue-producer: %s" % e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+//! inspect.lua: where each id lives, read atomically.
+
+use crate::store::ops::inspect::Inspect;
+
+use super::{Env, NEVER, RETRY};
+
+#[tokio::test]
+async fn inspect_reports_where_each_id_lives_atomically() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send("a", "x", 60_000, NEVER, RETRY).await, 1);
+    env.raw(&["RPUSH", &k.ready, "b", "b"]);
+    // The reply as it comes: the score is left out of the typed one.
+    let inspect = Inspect {
+        ids: vec!["a", "b", "none"],
+    };
+    let reply = env.store().eval(&inspect).await.expect("inspect");
+    let text: Vec<String> = reply
+        .into_array()
+        .iter()
+        .map(|v| v.as_string().unwrap_or_default())
+        .collect();
+    let due = env.zscore(&k.pending, "a").unwrap().to_string();
+    let want: Vec<String> = [
+        "0", // no STALE mark
+        &due, "0", "", "0", "0", "1", "", // a: pending with payload
+        "", "2", "", "0", "0", "0", "", // b: twice in ready, no payload
+        "", "0", "", "0", "0", "0", "", // none
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(text, want);
+}

@@ -1,0 +1,99 @@
+//! Priorities: promote.lua moves them to their zset, claim.lua takes them first.
+
+use crate::store::stored::{encode_stored, ValueParts};
+
+use super::{Env, NEVER, RETRY};
+
+/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
+const PRIO_SPAN: i64 = 1 << 42;
+
+#[tokio::test]
+async fn priorities_go_to_the_priority_zset_and_claim_takes_them_first() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // A queue that never used priorities: promote reads no header, and
+    // neither the 'prios' field nor the zset exist.
+    assert_eq!(env.send("plain", "p", 0, NEVER, RETRY).await, 1);
+    env.reset_command_stats();
+    assert_eq!(env.promote(1000).await[0], 1);
+    assert_eq!(env.command_calls("getrange"), 0);
+    assert_eq!(env.command_calls("zadd"), 0);
+    assert!(!env.exists(&k.prio));
+    assert_eq!(env.raw(&["HEXISTS", &k.totals, "prios"]), "0");
+
+    // (id, priority, ms before now it is due) sent in this order.
+    let sends = [
+        ("a0", 0, 50),
+        ("b7", 7, 20),
+        ("c9", 9, 30),
+        ("d7", 7, 40),
+        ("e0", 0, 10),
+    ];
+    let now = env.now_ms();
+    for (id, p, ago) in sends {
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+        env.raw(&["ZADD", &k.pending, "XX", &(now - ago).to_string(), id]);
+    }
+    assert_eq!(env.stored("b7").as_deref(), Some("3!7:b7"));
+    assert_eq!(env.stored("a0").as_deref(), Some("3:a0"));
+    assert_eq!(env.hget(&k.totals, "prios"), "1");
+    let due: Vec<(String, i64)> = env.zset(&k.pending);
+    assert_eq!(env.promote(1000).await[0], 5);
+    assert_eq!(env.list(&k.ready), vec!["plain", "a0", "e0"]);
+    assert_eq!(env.command_calls("getrange"), 5, "one header read per moved id");
+    let score = |id: &str, p: i64| (10 - p) * PRIO_SPAN + due.iter().find(|(i, _)| i == id).unwrap().1;
+    assert_eq!(
+        env.zset(&k.prio),
+        vec![
+            ("c9".to_string(), score("c9", 9)),
+            ("d7".to_string(), score("d7", 7)),
+            ("b7".to_string(), score("b7", 7)),
+        ]
+    );
+    assert_eq!(env.stats().await, vec![0, 6, 0, 0, 0], "ready counts both");
+
+    // A retry still comes first; then priority high to low, due order
+    // within one; then the ready list.
+    env.raw(&["RPUSH", &k.retry, "plain"]);
+    env.raw(&["LREM", &k.ready, "0", "plain"]);
+    let got = env.claim(4).await;
+    let ids: Vec<&str> = got.got.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(ids, ["plain", "c9", "d7", "b7"]);
+    assert!(!env.exists(&k.prio), "emptied");
+    let got = env.claim(10).await;
+    let ids: Vec<&str> = got.got.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(ids, ["a0", "e0"]);
+    assert_eq!(env.stats().await, vec![0, 0, 6, 0, 0]);
+}
+
+#[tokio::test]
+async fn a_cancelled_priority_message_is_skipped_and_stale_cleared_when_all_are_empty() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for (id, p) in [("x", 5), ("y", 5)] {
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+    }
+    assert_eq!(env.promote(1000).await[0], 2);
+    assert_eq!(env.cancel("x").await, 1);
+    assert!(env.stale());
+    let got = env.claim(1).await;
+    assert_eq!((got.popped, got.expired, got.got.len()), (1, 0, 0), "x skipped");
+    assert!(env.stale(), "y still waits in the zset");
+    let got = env.claim(1).await;
+    assert_eq!(got.got[0].0, "y");
+    assert!(!env.stale());
+    assert!(!env.exists(&k.prio));
+    assert!(env.dead().is_empty());
+}
