@@ -30,6 +30,7 @@ mod list;
 mod nack;
 mod pause;
 mod priorities;
+mod probe;
 mod promote;
 mod purge;
 mod requeue;
