@@ -31,9 +31,9 @@ use crate::{Consumer, DelayQueue, Error, Handler};
 /// let default = DelayQueue::builder("default", client.clone()).build()?;
 /// let low = DelayQueue::builder("low", client).build()?;
 /// let consumer = Worker::new()
-///     .queue(&critical, 6, |m: Message| async move { println!("critical {}", m.id); Ok::<(), HandlerError>(()) })
-///     .queue(&default, 3, |m: Message| async move { println!("default {}", m.id); Ok::<(), HandlerError>(()) })
-///     .queue(&low, 1, |m: Message| async move { println!("low {}", m.id); Ok::<(), HandlerError>(()) })
+///     .queue(&critical, 6, |m: Message| async move { println!("critical {}", m.id()); Ok::<(), HandlerError>(()) })
+///     .queue(&default, 3, |m: Message| async move { println!("default {}", m.id()); Ok::<(), HandlerError>(()) })
+///     .queue(&low, 1, |m: Message| async move { println!("low {}", m.id()); Ok::<(), HandlerError>(()) })
 ///     .concurrency(16)
 ///     .start()
 ///     .await?;
