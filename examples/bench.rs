@@ -911,16 +911,16 @@ fn process_cpu() -> Res<f64> {
 
 /// The cost of `n` empty queues consumed by this process, over a 10 s
 /// window after a warm-up: Redis commands, script and TYPE calls per
-/// second and queue, connections, Redis and process CPU, and resident
-/// memory per queue. `how`: one `Worker` over all (`worker`), or a
+/// second and queue, connections (the client's included), Redis and
+/// process CPU, and resident memory per queue. `how`: one `Worker` over all (`worker`), or a
 /// consumer each (`consumers`), on a client of their own.
 async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json::Value> {
     const WINDOW: Duration = Duration::from_secs(10);
+    let conns = connections(client).await?;
     let own = delayqueue::connect(url).await?;
     let queues: Vec<DelayQueue> = (0..n)
         .map(|i| queue(&own, &format!("idle{i}"), |b| b))
         .collect::<Res<_>>()?;
-    let conns = connections(client).await?;
     let rss = rss_kib()?;
     let ok = |_m: Message| async { Ok::<(), HandlerError>(()) };
     let mut consumers = Vec::new();
@@ -951,6 +951,7 @@ async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json
     for c in consumers {
         c.shutdown().await?;
     }
+    own.quit().await?;
     let per_s = |x: f64| x / WINDOW.as_secs_f64();
     let per_queue_s = |x: f64| (per_s(x) / n as f64 * 100.0).round() / 100.0;
     let percent = |x: f64| (per_s(x) * 1000.0).round() / 10.0;
