@@ -9,12 +9,13 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,idle` (default:
-//! all but `rate` and `gconc`, which measure the limits, `handles`, this
-//! process's memory per queue handle, and `idle`, the cost of idle
-//! queues consumed by one process), `--idle 1,200,1000` (idle's queue
-//! counts), `--idle-as worker|consumers` (one `Worker` over them, or a
-//! consumer each), `--n 50000`
+//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle`
+//! (default: all but `rate` and `gconc`, which measure the limits,
+//! `handles`, this process's memory per queue handle, `bigpayload`, the
+//! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
+//! cost of idle queues consumed by one process), `--idle 1,200,1000`
+//! (idle's queue counts), `--idle-as worker|consumers` (one `Worker` over
+//! them, or a consumer each), `--n 50000`
 //! (messages per throughput phase), `--scale 1000000` (w4 backlog),
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
@@ -25,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::fred::interfaces::{ClientLike, LuaInterface, SortedSetsInterface};
+use delayqueue::fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use delayqueue::fred::prelude::{Builder, Config};
 use delayqueue::fred::types::{CustomCommand, InfoKind, Value};
 use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageId, NewMessage};
@@ -834,6 +835,9 @@ async fn main() -> Res<()> {
     if on("handles") {
         emit("handles", handles(&client)?);
     }
+    if on("bigpayload") {
+        emit("big_payload", big_payload(&client, &tag).await?);
+    }
     if on("idle") {
         for &n in &o.idle {
             emit("idle", idle(&client, &url, n, &o.idle_as).await?);
@@ -966,4 +970,190 @@ async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json
         "process_cpu_percent": percent(own_cpu2 - own_cpu),
         "kib_rss_per_queue": (rss as f64 / n as f64).round(),
     }))
+}
+
+/// bigpayload: what one script call costs with 1 MiB payloads, next to
+/// plain `SET`/`GET` of the same size. Each phase resets `SLOWLOG` (every
+/// call logged) and `INFO commandstats`, runs one kind of call, and reads
+/// the longest script call, usec_per_call and Redis CPU (`used_cpu_*`).
+async fn big_payload(client: &Client, tag: &str) -> Res<serde_json::Value> {
+    const SIZE: usize = 1 << 20;
+    const N: usize = 40;
+    let payload = vec![b'x'; SIZE];
+    let mut out = serde_json::Map::new();
+    out.insert("payload_bytes".into(), json!(SIZE));
+    out.insert("messages".into(), json!(N));
+    config_set(client, "slowlog-log-slower-than", "0").await?;
+    config_set(client, "slowlog-max-len", "100000").await?;
+
+    let plain = format!("bench:{{{tag}-plain}}:k");
+    let p = Phase::start(client).await?;
+    for i in 0..N {
+        let _: () = client
+            .set(format!("{plain}{}", i % 4), payload.as_slice(), None, None, false)
+            .await?;
+    }
+    out.insert("plain_set".into(), p.end(client, N, "set", false).await?);
+    let p = Phase::start(client).await?;
+    let t = Instant::now();
+    // 16 in flight, as redis-benchmark -P 16 would.
+    let gets = futures::stream::iter(0..N)
+        .map(|i| client.get::<Vec<u8>, _>(format!("{plain}{}", i % 4)))
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let took = t.elapsed();
+    gets.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mut get = p.end(client, N, "get", false).await?;
+    get["mb_per_s"] = json!(mb_per_s(N * SIZE, took));
+    out.insert("plain_get".into(), get);
+    // What EVALSHA costs for a 1 MiB ARGV before the script does anything:
+    // Lua hashes every byte of each string it is given.
+    let noop = delayqueue::fred::types::scripts::Script::from_lua("return 1");
+    let p = Phase::start(client).await?;
+    for _ in 0..N {
+        let _: Value = noop
+            .evalsha_with_reload(client, Vec::<String>::new(), vec![payload.as_slice()])
+            .await?;
+    }
+    out.insert(
+        "evalsha_noop_1mib_argv".into(),
+        p.end(client, N, "evalsha", false).await?,
+    );
+
+    let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(4))?;
+    let p = Phase::start(client).await?;
+    for _ in 0..N {
+        q.send(payload.as_slice()).await?;
+    }
+    out.insert("send".into(), p.end(client, N, "evalsha", false).await?);
+    let p = Phase::start(client).await?;
+    let t = Instant::now();
+    let (..) = consume(&q, client, N).await?;
+    let mut c = p.end(client, N, "evalsha", true).await?;
+    c["mb_per_s"] = json!(mb_per_s(N * SIZE, t.elapsed()));
+    out.insert("consume".into(), c);
+
+    // Dead letters with a deadline, which requeue removes.
+    for _ in 0..N {
+        q.send(payload.as_slice())
+            .expire_after(Duration::from_millis(1))
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let consumer = q
+        .start_consume(|_m: Message| async { Ok::<(), HandlerError>(()) })
+        .await?;
+    let limit = Instant::now() + Duration::from_secs(60);
+    while q.counts().await?.dead < N as u64 && Instant::now() < limit {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    consumer.shutdown().await?;
+    let p = Phase::start(client).await?;
+    q.requeue_all_dead().await?;
+    out.insert("requeue".into(), p.end(client, N, "evalsha", false).await?);
+    let p = Phase::start(client).await?;
+    let found = q.search(delayqueue::MessageState::Ready, "needle").await?;
+    drop(found);
+    out.insert("search".into(), p.end(client, 1, "evalsha", false).await?);
+    let p = Phase::start(client).await?;
+    let page = q.list(delayqueue::MessageState::Ready, 0, 100).await?;
+    let id = page.items.first().map(|m| m.id.clone()).ok_or("nothing listed")?;
+    out.insert("list".into(), p.end(client, 1, "evalsha", false).await?);
+    let p = Phase::start(client).await?;
+    q.get(&id).await?;
+    out.insert("get".into(), p.end(client, 1, "evalsha", false).await?);
+    config_set(client, "slowlog-log-slower-than", "10000").await?;
+    cleanup(client).await?;
+    let (send, set) = (
+        &out["send"]["redis_cpu_us_per_call"],
+        &out["plain_set"]["redis_cpu_us_per_call"],
+    );
+    if let (Some(send), Some(set)) = (send.as_f64(), set.as_f64()) {
+        out.insert("send_cpu_to_set".into(), json!((send / set * 100.0).round() / 100.0));
+    }
+    if let (Some(c), Some(g)) = (
+        out["consume"]["mb_per_s"].as_f64(),
+        out["plain_get"]["mb_per_s"].as_f64(),
+    ) {
+        out.insert("consume_mb_s_to_get".into(), json!((c / g * 1000.0).round() / 1000.0));
+    }
+    Ok(serde_json::Value::Object(out))
+}
+
+fn mb_per_s(bytes: usize, took: Duration) -> f64 {
+    (bytes as f64 / took.as_secs_f64() / 1e6 * 10.0).round() / 10.0
+}
+
+/// One phase of [`big_payload`]: the Redis CPU when it started, with
+/// `SLOWLOG` and `INFO commandstats` reset.
+struct Phase {
+    cpu: f64,
+}
+
+impl Phase {
+    async fn start(client: &Client) -> Res<Phase> {
+        let _: Value = client
+            .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["RESET"])
+            .await?;
+        let _: Value = client
+            .custom(CustomCommand::new_static("CONFIG", None, false), vec!["RESETSTAT"])
+            .await?;
+        Ok(Phase {
+            cpu: redis_cpu(client).await?,
+        })
+    }
+
+    /// Redis CPU per call over `calls` calls, the usec_per_call of every
+    /// command that ran, and the longest `command` call (SLOWLOG; for
+    /// "evalsha", EVAL calls too); with
+    /// `by_script`, the longest of each script the phase ran (told by
+    /// [`script_name`]: for the consumer's scripts).
+    async fn end(self, client: &Client, calls: usize, command: &str, by_script: bool) -> Res<serde_json::Value> {
+        let cpu = redis_cpu(client).await? - self.cpu;
+        let info: String = client.info(Some(InfoKind::CommandStats)).await?;
+        let mut per_call = serde_json::Map::new();
+        for line in info.lines() {
+            let Some((name, stats)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+                continue;
+            };
+            let field = |f: &str| stats.split(',').find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='));
+            if matches!(name, "info" | "config|resetstat" | "slowlog|reset") {
+                continue;
+            }
+            if let Some(us) = field("usec_per_call") {
+                per_call.insert(name.into(), json!(us.parse::<f64>()?));
+            }
+        }
+        let log: Vec<Value> = client
+            .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["GET", "100000"])
+            .await?;
+        // Each entry: id, timestamp, duration in µs, the command's words, ...
+        let (mut longest, mut scripts) = (0, serde_json::Map::new());
+        for e in &log {
+            let Value::Array(e) = e else { continue };
+            let (Some(Value::Array(words)), Some(us)) = (e.get(3), e.get(2).and_then(Value::as_i64)) else {
+                continue;
+            };
+            let word = words.first().and_then(Value::as_string).unwrap_or_default();
+            // A script's first call in a phase may be an EVAL (NOSCRIPT):
+            // its words line up with EVALSHA's.
+            let script = command == "evalsha" && word.eq_ignore_ascii_case("eval");
+            if !word.eq_ignore_ascii_case(command) && !script {
+                continue;
+            }
+            longest = longest.max(us);
+            if by_script {
+                let name = script_name(words);
+                let ms = scripts.get(name).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+                scripts.insert(name.into(), json!(ms.max(us as f64 / 1000.0)));
+            }
+        }
+        Ok(json!({
+            "redis_cpu_us_per_call": (cpu * 1e6 / calls as f64).round(),
+            "longest_ms": longest as f64 / 1000.0,
+            "longest_ms_by_script": scripts,
+            "usec_per_call": per_call,
+        }))
+    }
 }

@@ -83,7 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     report(&client, &app, "/metrics (100 queues)", "/metrics").await?;
     println!(
         "one open overview polling every 2 s, 100 queues: {:.1} script calls/s, {:.0} commands/s, {:.2} ms/s of Redis time \
-         (+ the sampler: one status per queue every 10 s)",
+         (+ the sampler: one status per queue shown every 10 s)",
         per_overview.scripts / 2.0,
         per_overview.commands / 2.0,
         per_overview.busy_us / 2000.0

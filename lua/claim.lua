@@ -18,6 +18,15 @@ cancelled message (cancel deletes both) and is skipped; so is an id live
 elsewhere (pending, dead: cancelled, then sent again). The mark is
 cleared once both lists are empty.
 An id already in processing is never leased twice.
+Bytes: a call reads and returns at most ARGV[8] bytes of stored values,
+but always the first id it pops, however big (a message larger than the
+budget goes alone). Values come into Lua only through MGET of the ids it
+pops; while the queue never stored a value over BIG_VALUE bytes (the
+totals' 'big', set by send and by a claim that reads one), every value
+fits BIG_VALUE and MAX_LIMIT of them stay within a few MiB, so no size is
+read; with 'big' each popped id's size is read first (STRLEN) and the
+call stops before the id that would pass the budget. A request cut short
+so says held = 3: more may be ready now.
 While the queue is paused (the totals hash has the field 'paused') a new request leases nothing
 and deletes the receipt, as one that found nothing; a replayed request
 still returns what it leased before.
@@ -44,6 +53,7 @@ ARGV[6] priority zset (read only while the totals have 'prios')
 ARGV[7] the wire format version the caller speaks (docs/wire-format.md):
         fails with a "DQFORMAT ..." error, nothing written, when the
         totals' 'format' field holds another
+ARGV[8] byte budget: most bytes of stored values one call reads (above)
 Counts 'expired' in the totals.
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
 .. expired id n, id1, value1, attempt1, due1, deferrals1, id2, ...} with n =
@@ -56,7 +66,7 @@ visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
 request back, 1 the concurrency limit (it opens when a processing message
 leaves processing, which no script foresees), 2 the rate limit, which opens
-again in wait_ms (else 0).
+again in wait_ms (else 0), 3 the byte budget (claim again at once).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -64,12 +74,14 @@ a re-sent request (its reply lost on a cut connection) returns the same
 deliveries again instead of leasing more. A request that leases nothing
 deletes the receipt, so an idle or stopped consumer leaves no key.
 Complexity: O(M log N) with M = popped, in a fixed number of calls per
-list plus one PEXPIRE per expired id; O(1) for limit 0 and when a limit
-allows nothing; the rate limit adds O(RATE_BUCKETS) Lua steps.
+list plus one PEXPIRE per expired id (and one STRLEN per popped id once
+the totals have 'big'), plus the bytes read, at most max(ARGV[8], one
+value); O(1) for limit 0 and when a limit allows nothing; the rate limit
+adds O(RATE_BUCKETS) Lua steps.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
-local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format')
+local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format', 'big')
 check_format(fields[6], ARGV[7])
 -- The due messages of priority 1 to 9 (prio_score), once there are any.
 local prio = fields[5] and ARGV[6]
@@ -215,6 +227,28 @@ local now = math.floor(now_u / 1000)
 local leased = {ARGV[4], string.format('%d', lease)}
 local popped = 0
 local stale = redis.call('HEXISTS', KEYS[4], STALE) == 1
+local budget = tonumber(ARGV[8]) or 0
+-- Bytes of stored values read so far; cut: the budget ended the request.
+local big, read, cut = fields[7], 0, false
+
+-- How many of the first n of ids fit what is left of the byte budget:
+-- all n while no value can be big; the first of the call always.
+local function fitting(ids, n)
+  if not big then
+    return n
+  end
+  for i = 1, n do
+    local size = redis.pcall('STRLEN', ARGV[1] .. ids[i])
+    -- Another type reads as missing, as MGET gives it.
+    size = type(size) == 'number' and size or 0
+    if read > 0 and read + size > budget then
+      cut = true
+      return i - 1
+    end
+    read = read + size
+  end
+  return n
+end
 local seen, expired, deliveries = {}, {}, {}
 
 -- Leases what can be leased of ids popped from one list, a few calls for
@@ -225,6 +259,19 @@ local function lease_all(ids)
   -- (written by something else: unreadable, so buried like a missing one,
   -- its key left alone).
   local values = redis.call('MGET', unpack(keys))
+  if not big then
+    local found = false
+    for _, v in ipairs(values) do
+      read = read + (v and #v or 0)
+      found = found or (v and #v > BIG_VALUE)
+    end
+    if found then
+      -- Stored by a producer that does not mark big values: from now on
+      -- (the rest of this call too) sizes are read first.
+      big = true
+      redis.call('HSET', KEYS[8], 'big', 1)
+    end
+  end
   local in_processing = redis.call('ZMSCORE', KEYS[3], unpack(ids))
   local in_pending, in_dead = {}, {}
   if stale then
@@ -312,7 +359,10 @@ for n, list in ipairs(sources) do
 end
 payloads_here(ARGV[1], all)
 for n, list in ipairs(sources) do
-  local take = math.min(limit - (#leased - 2), #heads[n])
+  local take = 0
+  if not cut then
+    take = fitting(heads[n], math.min(limit - (#leased - 2), #heads[n]))
+  end
   if take > 0 then
     if list == prio then
       redis.call('ZREMRANGEBYRANK', list, 0, take - 1)
@@ -338,7 +388,9 @@ if rate and leased_n > 0 then
   redis.call('HSET', KEYS[8], 'rate_used', rate.record(leased_n))
 end
 -- Held back only when the limit, not the lists, ended the request.
-if popped < limit or limit == asked then
+if cut then
+  held = 3
+elseif popped < limit or limit == asked then
   held = 0
 elseif held == 2 then
   wait = rate.wait_ms(leased_n)

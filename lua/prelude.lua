@@ -49,6 +49,12 @@ end
 -- message without headers has neither the '#' nor the section.
 local HEADER_BYTES = 104
 
+-- A stored value longer than this is big: send (and a claim that reads
+-- one) sets the totals' field 'big', from when on claim reads each popped
+-- id's size before its value (claim.lua). MAX_LIMIT values of at most
+-- this size make 4 MiB.
+local BIG_VALUE = 4096
+
 -- Bytes of the headers section in a stored value or its header (0: none).
 local function headers_len(head)
   return tonumber(string.match(head, '^%d+[^:#]*#(%d+)') or '') or 0
@@ -313,24 +319,79 @@ local function ranks_around(key, score, member)
   return lo, lo - 1
 end
 
+-- A staged value: one the producer SET at `key` (in the same pipeline,
+-- with a TTL) before the send, so that the payload never passes through
+-- Lua, whose strings cost Redis about 1.5 ns a byte to hash. It is the
+-- stored value with the send times as placeholders of 13 zeros:
+-- "/0000000000000+<delay>" and, sent with an expire_after (`expires`),
+-- "@0000000000000" right after; store_message writes the times over them
+-- (SETRANGE: the value is not copied). Returns {key, offset of the sent-at
+-- zeros, offset of the deadline's or false, the value's size, its first
+-- HEADER_BYTES bytes}, or {false}
+-- when the key is gone (expired or evicted before the call); fails, to be
+-- called before the script's first write, on a value without the
+-- placeholders its message needs.
+local PLACEHOLDER = '0000000000000'
+local function staged(key, expires, id)
+  local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
+  if type(head) ~= 'string' or head == '' then
+    return {false}
+  end
+  local sent, after = string.match(head, '^%d+[^:/@]*/()' .. PLACEHOLDER .. '%+%d+()')
+  local deadline = after and string.sub(head, after, after + #PLACEHOLDER) == '@' .. PLACEHOLDER and after + 1
+  local ends = after and (deadline and after + 1 + #PLACEHOLDER or after)
+  if not sent or (deadline and true or false) ~= expires or string.sub(head, ends, ends) ~= ':' then
+    error(redis.error_reply('ERR the staged value of ' .. id .. ' lacks its time placeholders'))
+  end
+  return {key, sent - 1, deadline and deadline - 1, redis.call('STRLEN', key), head}
+end
+
 -- Stores one message as send does, unless its id is live. Its value gets
 -- the send times in its header, before the ':': "/<now>+<delay ms>" and,
--- when `expire` (ms) > 0, "@<now + delay + expire>". `delay` is the
--- delay in ms as a string, written as given. A caller-chosen id (`own`)
+-- when `expire` (ms) > 0, "@<now + delay + expire>". `value` is the value
+-- without them (inserted here), or a staged value (`staged`), whose
+-- placeholders get them. `delay` is the delay in ms as a string, written
+-- as given. A caller-chosen id (`own`)
 -- may have had an earlier message: its dead letter and attempt record go,
 -- and STALE is set when an entry of it may remain in a list. `first`:
 -- this is the script's first read of `processing`, which then checks its type.
 -- Adds nothing to pending: the caller ZADDs `now + delay` for status 1.
 -- Returns 1 stored, 0 the id is live (pending, ready, retry or
--- processing), 2 its payload key holds another type (nothing written).
+-- processing), 2 its payload key holds another type (nothing written), 3
+-- its staged value is gone (nothing written). A staged value not stored
+-- is deleted.
 local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first)
-  local colon = string.find(value, ':', 1, true)
-  if colon then
-    local times = string.format('/%d+', now) .. delay
-    if expire > 0 then
-      times = times .. string.format('@%d', now + tonumber(delay) + expire)
+  -- Writes the value at `key`, over what it holds when `replace`, else
+  -- only where there is none; whether it wrote.
+  local put
+  if type(value) == 'table' then
+    put = function(replace)
+      if not replace and redis.call('EXISTS', key) == 1 then
+        return false
+      end
+      redis.call('RENAME', value[1], key)
+      redis.call('PERSIST', key)
+      redis.call('SETRANGE', key, value[2], string.format('%013d', now))
+      if value[3] then
+        redis.call('SETRANGE', key, value[3], string.format('%013d', now + tonumber(delay) + expire))
+      end
+      return true
     end
-    value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
+  else
+    local colon = string.find(value, ':', 1, true)
+    if colon then
+      local times = string.format('/%d+', now) .. delay
+      if expire > 0 then
+        times = times .. string.format('@%d', now + tonumber(delay) + expire)
+      end
+      value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
+    end
+    put = function(replace)
+      if replace then
+        return redis.call('SET', key, value)
+      end
+      return redis.call('SET', key, value, 'NX')
+    end
   end
   local live
   if first then
@@ -338,19 +399,23 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   else
     live = redis.call('ZSCORE', processing, id)
   end
-  if live then
-    return 0
-  end
   local status = 0
-  if redis.call('SET', key, value, 'NX') then
+  if live then
+    -- Left as it is.
+  elseif type(value) == 'table' and not value[1] then
+    return 3
+  elseif put(false) then
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
-    return 2
+    status = 2
   elseif checked('zset', 'ZSCORE', dead, id) then
-    -- A dead message with the same id is replaced by the new one; SET
-    -- drops the dead payload's TTL.
-    redis.call('SET', key, value)
+    -- A dead message with the same id is replaced by the new one, without
+    -- the dead payload's TTL.
+    put(true)
     status = 1
+  end
+  if type(value) == 'table' and value[1] and status ~= 1 then
+    redis.call('DEL', value[1])
   end
   if status == 1 and own then
     local was_dead = redis.call('ZREM', dead, id)

@@ -2,7 +2,8 @@
 --[[ purge: every state -> (deleted)
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
-left, deletes the attempts hash and the totals' counts (a paused queue
+left, deletes the attempts hash and the totals' counts and marks ('prios',
+'big') (a paused queue
 stays paused, its limits stay, a shard count recorded here by
 shards.lua stays, and 'schedule_version' stays: no schedule version
 repeats, change_schedule.lua). The wire format version ('format') stays with
@@ -48,7 +49,7 @@ if #ids == 0 then
   redis.call('DEL', KEYS[6])
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
-  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios')
+  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios', 'big')
   local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate', 'shards')
   if not (settings[1] or settings[2] or settings[3] or settings[4]) then
     redis.call('HDEL', KEYS[7], 'format')

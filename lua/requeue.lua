@@ -4,7 +4,9 @@ Gives dead messages a new life: each leaves dead for the end of the
 ready list (one with a priority: the priority zset, scored as due now), with its attempt record reset to no delivery, due now (so it gets
 its full retries again, and its next delivery is due at the requeue), its payload made persistent again (PERSIST: a
 live payload has no TTL) and its expire_after deadline, if any, removed
-(an operator who requeues a message wants it delivered). A dead message
+(an operator who requeues a message wants it delivered): in place, the
+header's "+<delay>@<deadline>" overwritten by the delay with as many
+leading zeros as the deadline took. A dead message
 whose payload is gone is deleted instead.
 
 KEYS[1] dead zset   KEYS[2] attempts hash   KEYS[3] ready list
@@ -14,8 +16,9 @@ ARGV[5..] ids (optional; without: the oldest dead)
 Returns {requeued, taken out of dead (requeued or deleted)}.
 Publishes a wake-up when it requeued any.
 Idempotent: a re-run finds them gone from dead and requeues nothing.
-Complexity: O(M log N) with M = ids looked at; a payload with a deadline
-is rewritten, O(its size).
+Complexity: O(M log N) with M = ids looked at; no payload is read or
+copied (one without send times but with a deadline, from elsewhere: O(its
+size)).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list')
 local limit = limit_arg(2)
@@ -49,11 +52,19 @@ local live = {}
 for i, id in ipairs(ids) do
   local head = heads[i]
   if type(head) == 'string' and head ~= '' then
+    redis.call('PERSIST', keys[i])
     if expires_at(head) then
-      local value = redis.call('GET', keys[i])
-      redis.call('SET', keys[i], (string.gsub(value, '^([^:@]*)@%d+:', '%1:', 1)))
-    else
-      redis.call('PERSIST', keys[i])
+      -- "+<delay>@<deadline>" becomes "+<zeros><delay>", as long: the
+      -- same delay without a deadline, written in place (the payload is
+      -- not copied).
+      local at, delay, deadline = string.match(head, '^%d+[^:@]*%+()(%d+)@(%d+):')
+      if at then
+        redis.call('SETRANGE', keys[i], at - 1, string.rep('0', 1 + #deadline) .. delay)
+      else
+        -- No send times (a value from elsewhere): rewritten whole.
+        local value = redis.call('GET', keys[i])
+        redis.call('SET', keys[i], (string.gsub(value, '^([^:@]*)@%d+:', '%1:', 1)))
+      end
     end
     if priority_of(head) == 0 then
       live[#live + 1] = id

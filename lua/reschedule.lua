@@ -6,8 +6,9 @@ already due (ready, retry), being processed, dead or unknown is left alone.
 
 The delay in the stored value's header ("/<sent at>+<delay>", from send)
 becomes new due time - sent at, so the consumer reports the new due time;
-it is written in place (SETRANGE) while it keeps its number of digits,
-else the value is rewritten.
+it is written in place (SETRANGE, with leading zeros when it has fewer
+digits) unless it has more digits, when the value is rewritten (a staged
+send writes the delay with 12 digits, so a big value never is).
 
 A retry (its attempt record holds a due time) gets the new due time in its
 record too, the due time its delivery reports.
@@ -20,7 +21,7 @@ Publishes a wake-up when the new due time is earlier than every other
 pending message's.
 Idempotent: a re-run sets the due time again, to now + delay of its own run.
 Complexity: O(log N), plus O(payload size) when the header's delay gains
-or loses a digit.
+a digit.
 ]]
 check_types(KEYS[1], 'zset', KEYS[3], 'hash')
 local id = ARGV[1]
@@ -37,8 +38,9 @@ if at then
   -- Due no earlier than sent: a Redis clock that stepped back says nothing
   -- about when the message was meant for.
   local delay = string.format('%d', math.max(0, due - tonumber(sent)))
-  if #delay == #old then
-    redis.call('SETRANGE', KEYS[2], at - 1, delay)
+  if #delay <= #old then
+    -- Leading zeros keep the width: no payload byte moves.
+    redis.call('SETRANGE', KEYS[2], at - 1, string.rep('0', #old - #delay) .. delay)
   else
     local value = redis.call('GET', KEYS[2])
     redis.call('SET', KEYS[2], string.sub(value, 1, at - 1) .. delay .. string.sub(value, at + #old))

@@ -18,13 +18,22 @@ that time has passed.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] totals hash
-KEYS[6..] msg string of each message, in order
+KEYS[6..] msg string of each message, in order, then the staging string
+of each staged message, in order
 ARGV[1] wake-up channel
 ARGV[2] the wire format version the caller speaks (docs/wire-format.md)
 ARGV[3..] per message, 5 values: id, stored value
-("<retry count>[;<backoff>]:<payload>"), delay ms, expire_after ms (0:
-never expires), and 1 when the caller chose the id (0: generated, so it
-has no past).
+("<retry count>[;<backoff>]:<payload>"; '' for a staged message), delay
+ms, expire_after ms (0: never expires), and 1 when the caller chose the id
+(0: generated, so it has no past).
+A staged message's value does not pass through ARGV: the caller SETs it
+(with a TTL) at its staging string before the call, as it is to be
+stored but with placeholders of 13 zeros for the times:
+"/0000000000000+<delay ms>" and, with an expire_after,
+"@0000000000000" after it. The script renames it to the msg string,
+removes its TTL and writes the times over the placeholders, so the
+payload is never copied: Lua would hash every byte of it (staged in
+prelude.lua). A staged value not stored is deleted.
 Fails with a "DQFORMAT ..." error, nothing written, when the totals'
 'format' field holds another version than ARGV[2]; sets it to ARGV[2]
 when it is missing and a message was stored. Fails with a "DQSHARDS ..."
@@ -34,13 +43,18 @@ unsharded layout, which its consumers do not read.
 Counts 'sent' in the totals. A message with a priority ("!<p>" in its
 header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
+A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
+claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
-2 its msg key holds another type (nothing written for it).
+2 its msg key holds another type (nothing written for it), 3 its staged
+value is gone (expired or evicted before the call; nothing written: send
+it again).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
-Complexity: O(M log N) with M = messages, N = size of pending.
+Complexity: O(M log N) with M = messages, N = size of pending, plus the
+bytes of the values in ARGV (staged ones: O(1) each).
 ]]
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
@@ -50,13 +64,28 @@ Complexity: O(M log N) with M = messages, N = size of pending.
 -- batch of several or with caller-chosen ids, attempts for caller-chosen
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
-local chosen, prio = false, false
-for a = 7, #ARGV, 5 do
-  chosen = chosen or ARGV[a] == '1'
-  prio = prio or priority_of(ARGV[a - 3]) > 0
+local m = (#ARGV - 2) / 5
+local chosen, prio, big = false, false, false
+-- Each message's value: ARGV's, or its staged one (read here, before the
+-- first write, as its placeholders are checked).
+local values, s = {}, 5 + m
+for i = 1, m do
+  local a = (i - 1) * 5 + 3
+  chosen = chosen or ARGV[a + 4] == '1'
+  local value, size = ARGV[a + 1], #ARGV[a + 1]
+  if value == '' then
+    s = s + 1
+    value = staged(KEYS[s], tonumber(ARGV[a + 3]) > 0, ARGV[a])
+    size = value[4] or 0
+    prio = prio or priority_of(value[5]) > 0
+  else
+    prio = prio or priority_of(value) > 0
+  end
+  big = big or size > BIG_VALUE
+  values[i] = value
 end
 local later = {KEYS[5], 'hash'}
-if chosen or #KEYS > 6 then
+if chosen or m > 1 then
   later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
 end
 if chosen then
@@ -71,11 +100,11 @@ local now = now_ms()
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
-for i = 6, #KEYS do
-  local a = (i - 6) * 5 + 3
+for i = 1, m do
+  local a = (i - 1) * 5 + 3
   local id = ARGV[a]
-  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[i], id, ARGV[a + 1], ARGV[a + 2],
-    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 6)
+  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
+    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 1)
   if status == 1 then
     local due = now + tonumber(ARGV[a + 2])
     entries[#entries + 1] = due
@@ -93,6 +122,9 @@ wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', #entries / 2)
 if prio and #entries > 0 then
   redis.call('HSET', KEYS[5], 'prios', 1)
+end
+if big and #entries > 0 then
+  redis.call('HSET', KEYS[5], 'big', 1)
 end
 if not format and #entries > 0 then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])

@@ -139,6 +139,7 @@ fn key_suffixes() -> (Vec<String>, Vec<String>, String) {
         delay: Duration::ZERO,
         expire_after: None,
         own_id: false,
+        stage: None,
     };
     let strip = |key: &str| -> String {
         let key = key.strip_prefix("P:{Q}:").expect("keys start with the queue's");

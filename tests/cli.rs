@@ -111,7 +111,7 @@ async fn send_queues_show_and_cancel() {
     );
     assert_eq!(
         run(&url, &["queues", "--json"]).await.json(),
-        serde_json::json!({"queues": []})
+        serde_json::json!({"queues": [], "total": 0, "next": null})
     );
 
     let r = run(
@@ -259,6 +259,82 @@ async fn send_queues_show_and_cancel() {
     assert_eq!(v, serde_json::json!({"queue": "orders", "id": id, "cancelled": true}));
     let err = run(&url, &["show", "orders", "order-42"]).await;
     assert_eq!(err.failed(1), "error: no message \"order-42\" in queue \"orders\"");
+}
+
+#[tokio::test]
+async fn queues_come_a_page_at_a_time_with_a_search() {
+    let (_server, url, client) = start().await;
+    for i in 0..250 {
+        queue(&client, &format!("q-{i:03}"))
+            .send("x")
+            .delay(Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    queue(&client, "other").send("x").await.unwrap();
+
+    // 100 by default, in name order, and how to get the next page.
+    let r = run(&url, &["queues"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 1 + 100 + 2, "{r:?}");
+    assert!(
+        lines[1].starts_with("other ") && lines[100].starts_with("q-098 "),
+        "{r:?}"
+    );
+    assert_eq!(lines[102], "1-100 of 251 queues; next page: --after q-098");
+
+    // Walking the pages by --after sees every queue once.
+    let mut after: Option<String> = None;
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let mut args = vec!["queues", "--json", "--limit", "120"];
+        if let Some(a) = &after {
+            args.extend(["--after", a.as_str()]);
+        }
+        let v = run(&url, &args).await.json();
+        assert_eq!(v["total"], 251, "{v}");
+        for q in v["queues"].as_array().unwrap() {
+            assert_eq!(
+                q["counts"]["pending"].as_u64().unwrap() + q["counts"]["ready"].as_u64().unwrap(),
+                1
+            );
+            seen.push(q["name"].as_str().unwrap().to_string());
+        }
+        match v["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 251);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "name order, no repeat");
+
+    // A search is the start of a name, taken literally.
+    let v = run(&url, &["queues", "--json", "--search", "q-2"]).await.json();
+    assert_eq!(
+        (v["total"].clone(), v["queues"].as_array().unwrap().len()),
+        (serde_json::json!(50), 50)
+    );
+    assert_eq!(v["next"], serde_json::Value::Null);
+    let r = run(&url, &["queues", "--search", "q-*"]).await;
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "no queue name starts with \"q-*\"\n"),
+        "{r:?}"
+    );
+    let r = run(&url, &["queues", "--after", "zzz"]).await;
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "no queues after \"zzz\" (251 in all)\n"),
+        "{r:?}"
+    );
+
+    // Limits out of range are usage errors.
+    for limit in ["0", "10001", "-1", "many"] {
+        let r = run(&url, &["queues", &format!("--limit={limit}")]).await;
+        assert_eq!(r.code, 2, "--limit {limit}: {r:?}");
+        assert!(r.stderr.contains("--limit"), "{r:?}");
+    }
 }
 
 #[tokio::test]

@@ -1186,6 +1186,8 @@ async fn run(knobs: Knobs) {
     let proxy = Proxy::start(server.port()).await;
     let direct = server.client().await;
     let history: Shared = Arc::new(Mutex::new(History::new()));
+    let probing = Arc::new(AtomicBool::new(true));
+    let probe = tokio::spawn(observe_stalls(direct.clone(), history.clone(), probing.clone()));
     let draining = Arc::new(AtomicBool::new(false));
     let recorder = |i: usize, name: String| Recorder {
         history: history.clone(),
@@ -1471,6 +1473,8 @@ async fn run(knobs: Knobs) {
             panic!("HISTORY seed={}: final shutdown failed: {e}", knobs.seed);
         }
     }
+    probing.store(false, Ordering::Relaxed);
+    probe.await.unwrap();
     verify(&knobs, &history, None, "after the dead letters were requeued");
     // Every fire sent has been handled now: none may be missing.
     let h = history.lock().unwrap().clone();
@@ -1539,6 +1543,44 @@ fn quiet_injected_panics() {
             default(info);
         }
     }));
+}
+
+/// How often the stall probe PINGs Redis, and the least gap between two
+/// answers it records as a stall.
+const PROBE_EVERY: Duration = Duration::from_millis(20);
+const STALL_SEEN: Duration = Duration::from_millis(150);
+/// Most probes of one run (a run, its drain and the requeue's drain last
+/// well under this many `PROBE_EVERY`s).
+const MAX_PROBES: usize = 50_000;
+
+/// Records the stalls nobody injected: a loaded machine can starve this
+/// process or Redis for longer than a lease renewal may wait, which the
+/// model could not tell from a lost renewal. Redis answering no PING (on a
+/// direct connection) for `STALL_SEEN` is recorded as a fault `stalled`,
+/// which the model treats as a slow link: only what overlaps it is excused.
+async fn observe_stalls(client: Client, history: Shared, probing: Arc<AtomicBool>) {
+    let mut last = Instant::now();
+    for _ in 0..MAX_PROBES {
+        if !probing.load(Ordering::Relaxed) {
+            break;
+        }
+        tokio::time::sleep(PROBE_EVERY).await;
+        let ping = tokio::time::timeout(LEASE, client.ping::<String>(None)).await;
+        if !matches!(ping, Ok(Ok(_))) {
+            continue;
+        }
+        let now = Instant::now();
+        let gap = now - last;
+        if gap >= STALL_SEEN + PROBE_EVERY {
+            history.lock().unwrap().faults.push(FaultRec {
+                kind: "stalled",
+                start: last,
+                end: now,
+                detail: format!("observed, not injected: no PING answered for {}ms", gap.as_millis()),
+            });
+        }
+        last = now;
+    }
 }
 
 fn record_fault(history: &Shared, kind: &'static str, start: Instant, detail: String) {

@@ -137,8 +137,30 @@ async fn overview_and_queue_show_what_redis_holds() {
     }
     let app = delayqueue::web::router(client.clone());
 
-    let v = get_ok(&app, "/api/overview").await;
-    assert_eq!(keys(&v), ["csrf", "now_ms", "queues", "read_only", "user"], "{v}");
+    let v = get_ok(&app, "/api/overview?sort=name").await;
+    assert_eq!(
+        keys(&v),
+        [
+            "csrf",
+            "limit",
+            "listed_ms_ago",
+            "messages",
+            "now_ms",
+            "offset",
+            "order",
+            "queues",
+            "read_only",
+            "search",
+            "sort",
+            "total",
+            "user"
+        ],
+        "{v}"
+    );
+    assert_eq!(
+        (&v["total"], &v["messages"], &v["sort"], &v["order"]),
+        (&json!(2), &json!(33), &json!("name"), &json!("asc"))
+    );
     assert_eq!((v["read_only"].clone(), v["user"].clone()), (json!(false), Value::Null));
     assert!(v["csrf"].as_str().unwrap().len() >= 32, "{v}");
     assert!(v["now_ms"].as_u64().unwrap() > 1_700_000_000_000, "{v}");
@@ -215,6 +237,133 @@ async fn overview_and_queue_show_what_redis_holds() {
         1,
         "due at once"
     );
+}
+
+/// Script calls the server has run so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    server
+        .raw_command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("cmdstat_evalsha:calls=")
+                .or(l.strip_prefix("cmdstat_eval:calls="))
+        })
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn names_of(v: &Value) -> Vec<String> {
+    v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_overview_is_paged_sorted_and_searched_on_the_server() {
+    let (server, client) = start().await;
+    // 205 queues of one message, one of 5 (and 2 dead), one of 3.
+    for i in 0..205 {
+        queue(&client, &format!("q-{i:03}"))
+            .send("x")
+            .delay(Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    let big = queue(&client, "big");
+    for _ in 0..5 {
+        big.send("x").delay(Duration::from_secs(600)).await.unwrap();
+    }
+    make_dead(&big, &["d1", "d2"], "boom").await;
+    let mid = queue(&client, "mid");
+    for _ in 0..3 {
+        mid.send("x").delay(Duration::from_secs(600)).await.unwrap();
+    }
+    let app = delayqueue::web::router(client.clone());
+
+    // The default: the largest backlog first, 50 a page; ties in name order.
+    let v = get_ok(&app, "/api/overview").await;
+    assert_eq!(
+        (&v["total"], &v["limit"], &v["offset"]),
+        (&json!(207), &json!(50), &json!(0))
+    );
+    assert_eq!(
+        (&v["sort"], &v["order"], &v["messages"]),
+        (&json!("backlog"), &json!("desc"), &json!(215))
+    );
+    let names = names_of(&v);
+    assert_eq!(names.len(), 50);
+    assert_eq!(names[..4], ["big", "mid", "q-000", "q-001"]);
+    // The summary counts the page as read now, the other queues as listed.
+    big.send("x").delay(Duration::from_secs(600)).await.unwrap();
+    assert_eq!(get_ok(&app, "/api/overview").await["messages"], json!(216));
+
+    // A page reads the status of its queues only (the listing is cached).
+    let before = script_calls(&server);
+    let v = get_ok(&app, "/api/overview?limit=10&offset=100").await;
+    assert_eq!(script_calls(&server) - before, 10, "one status per queue shown");
+    assert_eq!(names_of(&v)[0], "q-098");
+
+    // Every queue once over the pages, however many fit one.
+    let mut seen = Vec::new();
+    for offset in [0, 200, 400] {
+        let v = get_ok(&app, &format!("/api/overview?sort=name&limit=200&offset={offset}")).await;
+        seen.extend(names_of(&v));
+    }
+    assert_eq!(seen.len(), 207);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "name order, no repeat");
+
+    // By dead letters; by name, backwards; a search is the start of a name.
+    assert_eq!(
+        names_of(&get_ok(&app, "/api/overview?sort=dead&limit=1").await),
+        ["big"]
+    );
+    let v = get_ok(&app, "/api/overview?sort=name&order=desc&limit=2").await;
+    assert_eq!(names_of(&v), ["q-204", "q-203"]);
+    let v = get_ok(&app, "/api/overview?search=q-1&sort=name&limit=200").await;
+    assert_eq!((v["total"].clone(), names_of(&v).len()), (json!(100), 100));
+    assert_eq!(names_of(&v)[0], "q-100");
+    // Glob and regex characters match nothing but themselves.
+    for search in ["q-*", "q-.*", "%5Bq%5D", "q-1%3F", "%25"] {
+        let v = get_ok(&app, &format!("/api/overview?search={search}")).await;
+        assert_eq!(v["total"], json!(0), "{search}: {v}");
+    }
+
+    // Bad parameters: 400, naming the parameter.
+    // The longest a URI can be (`http` refuses 64 KiB and more before any handler).
+    let huge = "q".repeat(60_000);
+    for (query, param) in [
+        ("limit=0".to_string(), "limit"),
+        ("limit=201".to_string(), "limit"),
+        ("limit=18446744073709551616".to_string(), "limit"),
+        ("limit=ten".to_string(), "limit"),
+        ("offset=-1".to_string(), "offset"),
+        ("offset=0x10".to_string(), "offset"),
+        ("sort=counts".to_string(), "sort"),
+        ("order=sideways".to_string(), "order"),
+        (format!("search={}", "q".repeat(129)), "search"),
+        (format!("search={huge}"), "search"),
+    ] {
+        let r = get(&app, &format!("/api/overview?{query}")).await;
+        assert_eq!(
+            r.status,
+            StatusCode::BAD_REQUEST,
+            "{}: {}",
+            &query[..query.len().min(40)],
+            r.text()
+        );
+        let body = r.json();
+        assert_eq!(body["param"], json!(param), "{body}");
+        assert!(
+            body["error"].as_str().unwrap().len() < 200,
+            "the error does not echo the input"
+        );
+    }
+    // A page past the end is empty, not an error.
+    let v = get_ok(&app, "/api/overview?offset=18446744073709551615").await;
+    assert_eq!((v["total"].clone(), names_of(&v).len()), (json!(207), 0));
 }
 
 #[tokio::test]
@@ -712,6 +861,8 @@ async fn pages_and_assets_are_embedded_and_work_under_a_mount_path() {
         ("/admin/queues", "text/html"),
         ("/admin/queues/", "text/html"),
         ("/admin/queues/assets/app.js", "text/javascript"),
+        ("/admin/queues/assets/lib.js", "text/javascript"),
+        ("/admin/queues/assets/overview.js", "text/javascript"),
         ("/admin/queues/assets/app.css", "text/css"),
         ("/admin/queues/assets/favicon.svg", "image/svg+xml"),
     ] {

@@ -992,3 +992,100 @@ async fn the_schedules_section_lists_the_schedules_and_pauses_one_with_a_click()
     b.screenshot("schedules").await;
     b.close().await;
 }
+
+/// The names of the overview's rows, in order.
+const ROW_NAMES: &str = "[...document.querySelectorAll('[data-testid=queue-row]')].map(r => r.dataset.queue)";
+
+#[tokio::test]
+async fn the_overview_pages_through_more_queues_than_fit_one_page() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    // 60 queues of one message, and one of four: 61, more than a page of 50.
+    for i in 0..60 {
+        dash.queue(&format!("batch-{i:02}"), |b| b)
+            .send(format!("job {i}"))
+            .delay(Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let hot = dash.queue("hot", |b| b);
+    for i in 0..4 {
+        hot.send(format!("urgent {i}"))
+            .delay(Duration::from_secs(900))
+            .await
+            .unwrap();
+    }
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/").await;
+    let range = "document.querySelector('[data-testid=queue-range]')?.textContent";
+    let first = b
+        .wait(
+            "the first page of 50, the largest backlog first",
+            &format!("(() => {{ const n = {ROW_NAMES}; return n.length === 50 && {range} === '1–50 of 61' && n; }})()"),
+        )
+        .await;
+    assert_eq!(first[0], json!("hot"), "{first}");
+    assert_eq!(first[1], json!("batch-00"), "ties in name order: {first}");
+
+    // 25 a page: three pages, each queue on exactly one of them.
+    b.js("const s = document.querySelector('[data-testid=queue-page-size]'); s.value = '25'; s.dispatchEvent(new Event('change')); return 1;")
+        .await;
+    let mut seen: Vec<String> = Vec::new();
+    for (want_range, rows) in [("1–25 of 61", 25), ("26–50 of 61", 25), ("51–61 of 61", 11)] {
+        let names = b
+            .wait(
+                &format!("the page {want_range}"),
+                &format!("(() => {{ const n = {ROW_NAMES}; return n.length === {rows} && {range} === '{want_range}' && n; }})()"),
+            )
+            .await;
+        seen.extend(
+            names
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap().to_string()),
+        );
+        if rows == 25 {
+            b.click("[data-testid=queue-next]").await;
+        }
+    }
+    b.js("window.scrollTo(0, 0); return 1;").await;
+    b.screenshot("overview-last-page").await;
+    assert_eq!(
+        b.js("return document.querySelector('[data-testid=queue-next]').disabled;")
+            .await,
+        json!(true),
+        "no page after the last"
+    );
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!((seen.len(), unique.len()), (61, 61), "every queue once: {seen:?}");
+
+    // Back one page, then a search by the start of the name, from its first page.
+    b.click("[data-testid=queue-prev]").await;
+    b.wait("the middle page again", &format!("{range} === '26–50 of 61'"))
+        .await;
+    b.type_into("[data-testid=queue-search]", "batch-5").await;
+    let found = b
+        .wait(
+            "the ten queues whose names start with batch-5",
+            &format!("(() => {{ const n = {ROW_NAMES}; return n.length === 10 && {range} === '1–10 of 10' && n; }})()"),
+        )
+        .await;
+    assert_eq!(found[0], json!("batch-50"));
+    // By name, the other way round.
+    b.js("const s = document.querySelector('[data-testid=queue-sort]'); s.value = 'name'; s.dispatchEvent(new Event('change')); return 1;")
+        .await;
+    b.js("const i = document.querySelector('[data-testid=queue-search]'); i.value = ''; i.dispatchEvent(new Event('input')); return 1;")
+        .await;
+    let by_name = b
+        .wait(
+            "the first page by name",
+            &format!("(() => {{ const n = {ROW_NAMES}; return n.length === 25 && n[0] === 'batch-00' && n[24] === 'batch-24' && n; }})()"),
+        )
+        .await;
+    assert_eq!(by_name[0], json!("batch-00"));
+    b.close().await;
+}

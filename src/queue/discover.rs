@@ -40,7 +40,7 @@ pub async fn recorded_shards(client: &Client, key_prefix: &str, name: &str) -> R
 }
 
 /// Queues read at once by [`find_queues`].
-const CONCURRENCY: usize = 16;
+const CONCURRENCY: usize = 64;
 
 /// The queues under `key_prefix` (`"dq:"` unless the queues were built
 /// with another [`key_prefix`](crate::DelayQueueBuilder::key_prefix)) that
@@ -52,7 +52,7 @@ const CONCURRENCY: usize = 16;
 ///
 /// Walks the whole keyspace with `SCAN` (on every primary of a cluster), a
 /// page at a time, and reads the shard count record of each ordinary queue
-/// found (one script call each, 16 at a time): fine for tools and start-up
+/// found (one script call each, 64 at a time): fine for tools and start-up
 /// checks, not for a hot path.
 ///
 /// ```no_run

@@ -20,7 +20,7 @@ use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
 use crate::queue::Config;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
-use crate::store::stored::{encode_stored, ValueParts};
+use crate::store::stored::{encode_staged, encode_stored, ValueParts, STAGE_BYTES};
 use crate::store::Keys;
 use crate::{Backoff, DelayQueue, Error, MessageId};
 
@@ -265,19 +265,31 @@ impl<Q> NewMessage<Q> {
             }
             None => None,
         };
+        let parts = ValueParts {
+            retry_count,
+            backoff: backoff.as_deref(),
+            priority: self.priority,
+            headers: &headers,
+            payload: payload.as_bytes(),
+        };
+        // A big payload stays out of Lua: its value is SET at a staging
+        // string and renamed by the script (lua/send.lua).
+        let staged = payload.len() > STAGE_BYTES;
+        let value = match staged {
+            true => encode_staged(
+                &parts,
+                u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                expire_after.is_some(),
+            ),
+            false => encode_stored(&parts),
+        };
         Ok(Outgoing {
             id,
-            value: encode_stored(&ValueParts {
-                retry_count,
-                backoff: backoff.as_deref(),
-                priority: self.priority,
-                headers: &headers,
-                payload: payload.as_bytes(),
-            })
-            .into(),
+            value: value.into(),
             delay,
             expire_after,
             own_id,
+            stage: staged.then(|| MessageId::generate().as_str().to_string()),
         })
     }
 }
@@ -416,6 +428,10 @@ async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<Messa
                 queue: q.name.clone(),
                 detail: format!("the payload key of message {} holds another type", m.id),
             }),
+            SendOutcome::StagedGone => Err(Error::Internal(format!(
+                "the staged value of message {} was gone (evicted?) when the send script ran; nothing was stored, send it again",
+                m.id
+            ))),
         })
         .collect();
     Ok(results)

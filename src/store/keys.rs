@@ -47,6 +47,9 @@ pub(crate) struct Keys {
     pub wake: String,
     /// Prefix of the receipts that make a consumer's claim requests idempotent.
     claim_prefix: String,
+    /// Prefix of the staging strings of staged sends (lua/send.lua): a
+    /// value waits there, for the moment between its SET and the script.
+    staging_prefix: String,
     /// The shard's schedules: name -> cursor, the fire time (ms) of the
     /// last fire sent (`+inf` while paused).
     pub schedules: String,
@@ -99,6 +102,7 @@ impl Keys {
             msg_prefix: format!("{base}:m:"),
             wake: format!("{base}:wake"),
             claim_prefix: format!("{base}:claim:"),
+            staging_prefix: format!("{base}:in:"),
             schedules: format!("{base}:schedules"),
             schedule_prefix: format!("{base}:schedule:"),
         }
@@ -133,6 +137,11 @@ impl Keys {
     /// The claim receipt key of consumer `consumer`.
     pub(crate) fn claim(&self, consumer: &str) -> String {
         format!("{}{consumer}", self.claim_prefix)
+    }
+
+    /// The staging string of one staged send, named by a token unique to it.
+    pub(crate) fn staging(&self, token: &str) -> String {
+        format!("{}{token}", self.staging_prefix)
     }
 }
 
@@ -201,6 +210,7 @@ mod tests {
             &k.totals,
             &k.msg("x"),
             &k.claim("r"),
+            &k.staging("t"),
             &k.schedules,
             &k.schedule("daily"),
         ] {

@@ -55,6 +55,7 @@ impl<'a> Shard<'a> {
     pub(crate) async fn eval<O: Op>(&self, op: &O) -> Result<Value, Error> {
         let keys = op.keys(self.keys);
         debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
+        scripts::stage(self.client, op.staged(self.keys), self.queue).await?;
         O::script().run(self.client, keys, op.args(self.keys), self.queue).await
     }
 }

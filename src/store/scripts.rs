@@ -17,7 +17,8 @@
 
 use std::sync::OnceLock;
 
-use fred::prelude::{Client, ClientLike, FromValue, LuaInterface, Value};
+use fred::bytes::Bytes;
+use fred::prelude::{Client, ClientLike, Expiration, FromValue, KeysInterface, LuaInterface, Value};
 use fred::types::scripts::Script;
 use fred::types::MultipleKeys;
 
@@ -152,6 +153,28 @@ impl LuaScript {
             result => result,
         }
     }
+}
+
+/// How long a staged value waits for its script (`Op::staged`): a
+/// producer that dies in between leaves it no longer.
+const STAGE_TTL_MS: i64 = 300_000;
+
+/// SETs the staged values (`Op::staged`) of queue `queue`, with a TTL, all
+/// in flight at once on the client's connection; nothing for none.
+pub(crate) async fn stage(client: &Client, staged: Vec<(String, Bytes)>, queue: &str) -> Result<(), Error> {
+    let sets = staged.into_iter().map(|(key, value)| {
+        client.set::<(), _, _>(
+            key,
+            Value::Bytes(value),
+            Some(Expiration::PX(STAGE_TTL_MS)),
+            None,
+            false,
+        )
+    });
+    futures::future::try_join_all(sets)
+        .await
+        .map_err(|e| Error::from_redis(queue, e))?;
+    Ok(())
 }
 
 /// Whether a server's error says it cannot run Lua at all: Valkey 9

@@ -58,6 +58,28 @@ impl<'a> ValueParts<'a> {
 /// headers did not exist. The section is `"<name>=<value bytes>:<value>"`
 /// per header; names hold no `'='` (see [`crate::NewMessage::header`]).
 pub(crate) fn encode_stored(parts: &ValueParts) -> Vec<u8> {
+    encode(parts, None)
+}
+
+/// Payloads longer than this are staged ([`encode_staged`]): `BIG_VALUE`
+/// in lua/prelude.lua, the size past which a value is big.
+pub(crate) const STAGE_BYTES: usize = 4096;
+
+/// The send times as the send script finds them in a staged value: 13
+/// zeros it writes each time over.
+const PLACEHOLDER: &str = "0000000000000";
+
+/// [`encode_stored`] for a staged send (lua/send.lua): the value the
+/// producer SETs at a staging key before the script renames it to the
+/// message's key, with the send times already in the header as
+/// placeholders, `"/<13 zeros>+<delay ms, 12 digits>"` and, when the message
+/// `expires`, `"@<13 zeros>"`, which the script overwrites in place. The
+/// payload is then never copied through Lua.
+pub(crate) fn encode_staged(parts: &ValueParts, delay_ms: u64, expires: bool) -> Vec<u8> {
+    encode(parts, Some((delay_ms, expires)))
+}
+
+fn encode(parts: &ValueParts, staged: Option<(u64, bool)>) -> Vec<u8> {
     let ValueParts {
         retry_count,
         backoff,
@@ -78,7 +100,7 @@ pub(crate) fn encode_stored(parts: &ValueParts) -> Vec<u8> {
             .concat()
         })
         .collect();
-    let mut value = Vec::with_capacity(payload.len() + section.len() + 16 + backoff.map_or(0, |b| b.len() + 1));
+    let mut value = Vec::with_capacity(payload.len() + section.len() + 48 + backoff.map_or(0, |b| b.len() + 1));
     value.extend_from_slice(retry_count.to_string().as_bytes());
     if let Some(backoff) = backoff {
         value.push(b';');
@@ -91,6 +113,13 @@ pub(crate) fn encode_stored(parts: &ValueParts) -> Vec<u8> {
     if !section.is_empty() {
         value.push(b'#');
         value.extend_from_slice(section.len().to_string().as_bytes());
+    }
+    if let Some((delay_ms, expires)) = staged {
+        // 12 digits hold MAX_DELAY: reschedule rewrites the delay in place.
+        value.extend_from_slice(format!("/{PLACEHOLDER}+{delay_ms:012}").as_bytes());
+        if expires {
+            value.extend_from_slice(format!("@{PLACEHOLDER}").as_bytes());
+        }
     }
     value.push(b':');
     value.extend_from_slice(&section);

@@ -1,5 +1,7 @@
 //! The page and its assets, embedded in the binary: no CDN, nothing
 //! fetched at run time. `no-cache`: a browser revalidates after an upgrade.
+//! The script is ES modules (`app.js` imports the others by relative URL),
+//! served from the same place.
 
 use axum::extract::Path;
 use axum::http::{header, StatusCode};
@@ -7,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 
 const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
+const LIB_JS: &str = include_str!("assets/lib.js");
+const OVERVIEW_JS: &str = include_str!("assets/overview.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 const FAVICON: &str = include_str!("assets/favicon.svg");
 
@@ -28,6 +32,8 @@ pub(crate) async fn index() -> Response {
 pub(crate) async fn file(Path(file): Path<String>) -> Response {
     match file.as_str() {
         "app.js" => serve("text/javascript; charset=utf-8", APP_JS),
+        "lib.js" => serve("text/javascript; charset=utf-8", LIB_JS),
+        "overview.js" => serve("text/javascript; charset=utf-8", OVERVIEW_JS),
         "app.css" => serve("text/css; charset=utf-8", APP_CSS),
         "favicon.svg" => serve("image/svg+xml", FAVICON),
         _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),

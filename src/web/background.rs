@@ -1,5 +1,5 @@
-//! The background task: refreshes the list of queues when stale and
-//! samples every queue's totals for the rates, at the sampler's interval.
+//! The background task: refreshes the listing of queues when stale and
+//! samples the watched queues' totals for the rates, at the sampler's interval.
 //! Started by the first request that needs it; it holds the state only
 //! weakly and is aborted with it, so a dropped router leaves nothing running.
 
@@ -24,9 +24,9 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The background task: refreshes the list of queues when stale, then
-/// samples every queue's totals; again every interval, until the
-/// dashboard is dropped.
+/// The background task: refreshes the listing when stale, then samples
+/// the watched queues' totals; again every interval, until the dashboard
+/// is dropped.
 pub(crate) async fn run(app: Weak<App>) {
     let every = match app.upgrade() {
         Some(app) => app.sampler.step(),
@@ -46,11 +46,17 @@ pub(crate) async fn run(app: Weak<App>) {
     }
 }
 
+/// One status per shard of each watched queue (those a page showed lately).
 async fn sample(app: &App) {
-    let Ok(queues) = app.registry.all().await else {
-        return;
-    };
-    let statuses = statuses(&queues).await;
+    let mut queues = Vec::new();
+    for name in app.sampler.watched() {
+        match app.registry.get(&name).await {
+            Ok(Some(q)) => queues.push(q),
+            Ok(None) => {}
+            Err(e) => tracing::debug!(target: "delayqueue::web", queue = name, error = %e, "cannot sample"),
+        }
+    }
+    let statuses = statuses(queues).await;
     let t_ms = now_ms();
     for (q, status) in statuses {
         match status {

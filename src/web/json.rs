@@ -125,13 +125,24 @@ pub(crate) struct QueueJson {
     pub shard_status: Option<Vec<ShardJson>>,
 }
 
-/// `GET /api/overview`.
+/// `GET /api/overview`: the session's fields, then one page of the queues.
 #[derive(Debug, Serialize)]
 pub(crate) struct OverviewJson {
     pub read_only: bool,
     pub csrf: String,
     pub user: Option<String>,
     pub now_ms: u64,
+    /// Queues that match the search (all pages).
+    pub total: usize,
+    /// Messages in them: the page's as read now, the others' by the listing.
+    pub messages: u64,
+    /// Age of the listing the page was sorted from.
+    pub listed_ms_ago: u64,
+    pub search: String,
+    pub sort: &'static str,
+    pub order: &'static str,
+    pub offset: usize,
+    pub limit: usize,
     pub queues: Vec<QueueJson>,
 }
 

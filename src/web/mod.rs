@@ -20,15 +20,18 @@
 //! ```
 //!
 //! What each page costs in Redis calls (docs/web.md, "Performance"): the
-//! overview one `TIME` and one status script per shard of every queue; a
-//! queue one status per shard; a page of messages one script call (one
-//! more per shard on a sharded queue); `/metrics` one status per shard of
-//! every queue. The list of queues comes from a `SCAN` of the keyspace
-//! (and one script call per ordinary queue found, for its shard count),
-//! run once at the first request and again in the background at most every
-//! 30 s. A sampler reads each queue's status every 10 s for the rates and
-//! their 15-minute history; it starts with the first request and stops
-//! when the router is dropped.
+//! overview one `TIME` and one status script per shard of each queue on
+//! its page (50 by default, at most 200), sorted and searched on the
+//! server; a queue one status per shard; a page of messages one script
+//! call (one more per shard on a sharded queue); `/metrics` one status per
+//! shard of every queue. The listing of queues the overview pages through
+//! comes from a `SCAN` of the keyspace, one script call per ordinary queue
+//! found (its shard count) and one status per shard of every queue (the
+//! counts it sorts by): read at the first request and again in the
+//! background at most every 30 s while someone looks at the overview.
+//! A sampler reads the status of the queues a page showed lately every
+//! 10 s for the rates and their 15-minute history; it starts with the
+//! first request and stops when the router is dropped.
 
 mod api;
 mod assets;
@@ -197,7 +200,7 @@ impl Dashboard {
 
     fn build(self, hosts: Hosts) -> axum::Router {
         let app = Arc::new(App {
-            registry: Registry::new(self.client.clone(), self.prefix, self.queues),
+            registry: Registry::new(self.client.clone(), self.prefix, self.queues, registry::REFRESH),
             sampler: Sampler::new(self.sample_every, HISTORY_SAMPLES),
             client: self.client,
             read_only: self.read_only,

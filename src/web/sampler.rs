@@ -1,10 +1,13 @@
-//! Rates and their history: the last samples of every queue's totals, kept
-//! in memory (the background task takes them); a rate is the difference
-//! of two samples over the time between them.
+//! Rates and their history: the last samples of the totals of the queues
+//! a page showed lately, kept in memory (the background task takes them);
+//! a rate is the difference of two samples over the time between them.
+//! Only watched queues are sampled, at most [`MAX_WATCHED`]: a page
+//! watches the queues it shows, and a queue stays watched for the
+//! history's length after that.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::Totals;
 
@@ -30,12 +33,17 @@ struct Sample {
     totals: Totals,
 }
 
-/// The samples of every queue.
+/// Most queues sampled: five pages of the overview's largest page.
+pub(crate) const MAX_WATCHED: usize = 1000;
+
+/// The samples of the watched queues.
 #[derive(Debug)]
 pub(crate) struct Sampler {
     every: Duration,
     keep: usize,
     samples: Mutex<BTreeMap<String, VecDeque<Sample>>>,
+    /// Queue -> when a page last showed it.
+    watched: Mutex<HashMap<String, Instant>>,
 }
 
 impl Sampler {
@@ -44,12 +52,51 @@ impl Sampler {
             every,
             keep,
             samples: Mutex::new(BTreeMap::new()),
+            watched: Mutex::new(HashMap::new()),
         }
     }
 
     /// The interval between samples.
     pub(crate) fn step(&self) -> Duration {
         self.every
+    }
+
+    /// How long a queue stays watched after a page showed it: the history's length.
+    fn watch_for(&self) -> Duration {
+        self.every.saturating_mul(u32::try_from(self.keep).unwrap_or(u32::MAX))
+    }
+
+    /// Marks the queues a page shows as watched now. Past [`MAX_WATCHED`],
+    /// those shown longest ago are no longer watched.
+    pub(crate) fn watch<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        let now = Instant::now();
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        for name in names {
+            match watched.get_mut(name) {
+                Some(at) => *at = now,
+                None => {
+                    watched.insert(name.to_string(), now);
+                }
+            }
+        }
+        if watched.len() > MAX_WATCHED {
+            let mut by_age: Vec<(Instant, String)> = watched.drain().map(|(n, at)| (at, n)).collect();
+            by_age.sort_unstable_by_key(|(at, _)| std::cmp::Reverse(*at));
+            watched.extend(by_age.into_iter().take(MAX_WATCHED).map(|(at, n)| (n, at)));
+        }
+    }
+
+    /// The queues to sample now, in name order; forgets the samples of
+    /// those no longer watched.
+    pub(crate) fn watched(&self) -> Vec<String> {
+        let watch_for = self.watch_for();
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        watched.retain(|_, at| at.elapsed() < watch_for);
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        samples.retain(|name, _| watched.contains_key(name));
+        let mut names: Vec<String> = watched.keys().cloned().collect();
+        names.sort_unstable();
+        names
     }
 
     pub(crate) fn record(&self, queue: &str, t_ms: u64, totals: Totals) {
@@ -133,5 +180,28 @@ mod tests {
         assert_eq!(h.len(), 3);
         assert_eq!(h.last().map(|p| p.t_ms), Some(90_000));
         assert!(s.history("other").is_empty());
+    }
+
+    #[test]
+    fn only_watched_queues_are_sampled_and_at_most_max_watched() {
+        let s = Sampler::new(Duration::from_secs(10), 3);
+        assert!(s.watched().is_empty());
+        s.watch(["b", "a"]);
+        s.record("a", 0, totals(0, 0));
+        s.record("gone", 0, totals(0, 0));
+        assert_eq!(s.watched(), ["a", "b"]);
+        // The samples of a queue no longer watched are dropped.
+        assert!(s.history("gone").is_empty() && s.samples.lock().unwrap().len() == 1);
+        let many: Vec<String> = (0..MAX_WATCHED + 10).map(|i| format!("q{i:05}")).collect();
+        s.watch(many.iter().map(String::as_str));
+        let watched = s.watched();
+        assert_eq!(watched.len(), MAX_WATCHED);
+        // Watched again last: still watched.
+        s.watch(["a"]);
+        assert!(s.watched().contains(&"a".to_string()));
+        // Nothing stays watched longer than the history: a zero-length one forgets at once.
+        let brief = Sampler::new(Duration::ZERO, 3);
+        brief.watch(["a"]);
+        assert!(brief.watched().is_empty());
     }
 }

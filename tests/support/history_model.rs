@@ -184,9 +184,10 @@ pub struct FaultRec {
 impl FaultRec {
     /// Redis stopped answering writes for the whole fault (a pause or a
     /// restart), or its replies came late (a slow link: renewals and acks
-    /// ran in time but their callers did not hear of it).
+    /// ran in time but their callers did not hear of it; or a stall of the
+    /// machine the run observed, `stalled`, which acts like one).
     pub fn stalls(&self) -> bool {
-        matches!(self.kind, "pause" | "restart" | "slow")
+        matches!(self.kind, "pause" | "restart" | "slow" | "stalled")
     }
 
     fn overlaps(&self, from: Instant, to: Instant) -> bool {
@@ -202,7 +203,7 @@ impl FaultRec {
         match self.kind {
             // A slow link's replies held back pile up behind each other
             // and time out, before and after the delay was set.
-            "cut" | "slow" => self.overlaps(armed, to),
+            "cut" | "slow" | "stalled" => self.overlaps(armed, to),
             "restart" => self.overlaps(from, to),
             "pause" => self.overlaps(from, to) && self.end - self.start >= limits.command_timeout,
             _ => false,
@@ -220,7 +221,7 @@ impl FaultRec {
     pub fn risks_lease(&self, from: Instant, to: Instant, limits: Limits) -> bool {
         match self.kind {
             "crash" => self.overlaps(from, to),
-            "cut" | "restart" | "slow" => self.loses_replies(from, to, limits),
+            "cut" | "restart" | "slow" | "stalled" => self.loses_replies(from, to, limits),
             "pause" => {
                 self.overlaps(from, to)
                     && self.end - self.start + SCHED_SLACK >= limits.command_timeout.min(limits.lease / 4)

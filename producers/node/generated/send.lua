@@ -12,6 +12,24 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+
+-- A stored value is
+-- "<retry count>[;<backoff>][!<priority>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- (send writes the times; a value from elsewhere may lack them). The header
+-- holds only digits, letters, ',', ';', '!', '#', '/', '+' and '@' (the
+-- backoff is "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it,
+-- and HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
+-- "#<n>": the n bytes after the ':' are the message's headers
+-- ("<name>=<value bytes>:<value>" each), and its payload follows them; a
+-- message without headers has neither the '#' nor the section.
+local HEADER_BYTES = 104
+
+-- A stored value longer than this is big: send (and a claim that reads
+-- one) sets the totals' field 'big', from when on claim reads each popped
+-- id's size before its value (claim.lua). MAX_LIMIT values of at most
+-- this size make 4 MiB.
+local BIG_VALUE = 4096
+
 -- The priority (1 to 9; 0, the default, is written as nothing) in a stored
 -- value or its header; 0 for anything else (a payload gone: false).
 local function priority_of(head)
@@ -109,24 +127,79 @@ local function head_due(pending)
   return checked('zset', 'ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end
 
+-- A staged value: one the producer SET at `key` (in the same pipeline,
+-- with a TTL) before the send, so that the payload never passes through
+-- Lua, whose strings cost Redis about 1.5 ns a byte to hash. It is the
+-- stored value with the send times as placeholders of 13 zeros:
+-- "/0000000000000+<delay>" and, sent with an expire_after (`expires`),
+-- "@0000000000000" right after; store_message writes the times over them
+-- (SETRANGE: the value is not copied). Returns {key, offset of the sent-at
+-- zeros, offset of the deadline's or false, the value's size, its first
+-- HEADER_BYTES bytes}, or {false}
+-- when the key is gone (expired or evicted before the call); fails, to be
+-- called before the script's first write, on a value without the
+-- placeholders its message needs.
+local PLACEHOLDER = '0000000000000'
+local function staged(key, expires, id)
+  local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
+  if type(head) ~= 'string' or head == '' then
+    return {false}
+  end
+  local sent, after = string.match(head, '^%d+[^:/@]*/()' .. PLACEHOLDER .. '%+%d+()')
+  local deadline = after and string.sub(head, after, after + #PLACEHOLDER) == '@' .. PLACEHOLDER and after + 1
+  local ends = after and (deadline and after + 1 + #PLACEHOLDER or after)
+  if not sent or (deadline and true or false) ~= expires or string.sub(head, ends, ends) ~= ':' then
+    error(redis.error_reply('ERR the staged value of ' .. id .. ' lacks its time placeholders'))
+  end
+  return {key, sent - 1, deadline and deadline - 1, redis.call('STRLEN', key), head}
+end
+
 -- Stores one message as send does, unless its id is live. Its value gets
 -- the send times in its header, before the ':': "/<now>+<delay ms>" and,
--- when `expire` (ms) > 0, "@<now + delay + expire>". `delay` is the
--- delay in ms as a string, written as given. A caller-chosen id (`own`)
+-- when `expire` (ms) > 0, "@<now + delay + expire>". `value` is the value
+-- without them (inserted here), or a staged value (`staged`), whose
+-- placeholders get them. `delay` is the delay in ms as a string, written
+-- as given. A caller-chosen id (`own`)
 -- may have had an earlier message: its dead letter and attempt record go,
 -- and STALE is set when an entry of it may remain in a list. `first`:
 -- this is the script's first read of `processing`, which then checks its type.
 -- Adds nothing to pending: the caller ZADDs `now + delay` for status 1.
 -- Returns 1 stored, 0 the id is live (pending, ready, retry or
--- processing), 2 its payload key holds another type (nothing written).
+-- processing), 2 its payload key holds another type (nothing written), 3
+-- its staged value is gone (nothing written). A staged value not stored
+-- is deleted.
 local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first)
-  local colon = string.find(value, ':', 1, true)
-  if colon then
-    local times = string.format('/%d+', now) .. delay
-    if expire > 0 then
-      times = times .. string.format('@%d', now + tonumber(delay) + expire)
+  -- Writes the value at `key`, over what it holds when `replace`, else
+  -- only where there is none; whether it wrote.
+  local put
+  if type(value) == 'table' then
+    put = function(replace)
+      if not replace and redis.call('EXISTS', key) == 1 then
+        return false
+      end
+      redis.call('RENAME', value[1], key)
+      redis.call('PERSIST', key)
+      redis.call('SETRANGE', key, value[2], string.format('%013d', now))
+      if value[3] then
+        redis.call('SETRANGE', key, value[3], string.format('%013d', now + tonumber(delay) + expire))
+      end
+      return true
     end
-    value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
+  else
+    local colon = string.find(value, ':', 1, true)
+    if colon then
+      local times = string.format('/%d+', now) .. delay
+      if expire > 0 then
+        times = times .. string.format('@%d', now + tonumber(delay) + expire)
+      end
+      value = string.sub(value, 1, colon - 1) .. times .. string.sub(value, colon)
+    end
+    put = function(replace)
+      if replace then
+        return redis.call('SET', key, value)
+      end
+      return redis.call('SET', key, value, 'NX')
+    end
   end
   local live
   if first then
@@ -134,19 +207,23 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   else
     live = redis.call('ZSCORE', processing, id)
   end
-  if live then
-    return 0
-  end
   local status = 0
-  if redis.call('SET', key, value, 'NX') then
+  if live then
+    -- Left as it is.
+  elseif type(value) == 'table' and not value[1] then
+    return 3
+  elseif put(false) then
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
-    return 2
+    status = 2
   elseif checked('zset', 'ZSCORE', dead, id) then
-    -- A dead message with the same id is replaced by the new one; SET
-    -- drops the dead payload's TTL.
-    redis.call('SET', key, value)
+    -- A dead message with the same id is replaced by the new one, without
+    -- the dead payload's TTL.
+    put(true)
     status = 1
+  end
+  if type(value) == 'table' and value[1] and status ~= 1 then
+    redis.call('DEL', value[1])
   end
   if status == 1 and own then
     local was_dead = redis.call('ZREM', dead, id)
@@ -178,13 +255,22 @@ that time has passed.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] totals hash
-KEYS[6..] msg string of each message, in order
+KEYS[6..] msg string of each message, in order, then the staging string
+of each staged message, in order
 ARGV[1] wake-up channel
 ARGV[2] the wire format version the caller speaks (docs/wire-format.md)
 ARGV[3..] per message, 5 values: id, stored value
-("<retry count>[;<backoff>]:<payload>"), delay ms, expire_after ms (0:
-never expires), and 1 when the caller chose the id (0: generated, so it
-has no past).
+("<retry count>[;<backoff>]:<payload>"; '' for a staged message), delay
+ms, expire_after ms (0: never expires), and 1 when the caller chose the id
+(0: generated, so it has no past).
+A staged message's value does not pass through ARGV: the caller SETs it
+(with a TTL) at its staging string before the call, as it is to be
+stored but with placeholders of 13 zeros for the times:
+"/0000000000000+<delay ms>" and, with an expire_after,
+"@0000000000000" after it. The script renames it to the msg string,
+removes its TTL and writes the times over the placeholders, so the
+payload is never copied: Lua would hash every byte of it (staged in
+prelude.lua). A staged value not stored is deleted.
 Fails with a "DQFORMAT ..." error, nothing written, when the totals'
 'format' field holds another version than ARGV[2]; sets it to ARGV[2]
 when it is missing and a message was stored. Fails with a "DQSHARDS ..."
@@ -194,13 +280,18 @@ unsharded layout, which its consumers do not read.
 Counts 'sent' in the totals. A message with a priority ("!<p>" in its
 header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
+A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
+claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
-2 its msg key holds another type (nothing written for it).
+2 its msg key holds another type (nothing written for it), 3 its staged
+value is gone (expired or evicted before the call; nothing written: send
+it again).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
-Complexity: O(M log N) with M = messages, N = size of pending.
+Complexity: O(M log N) with M = messages, N = size of pending, plus the
+bytes of the values in ARGV (staged ones: O(1) each).
 ]]
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
@@ -210,13 +301,28 @@ Complexity: O(M log N) with M = messages, N = size of pending.
 -- batch of several or with caller-chosen ids, attempts for caller-chosen
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
-local chosen, prio = false, false
-for a = 7, #ARGV, 5 do
-  chosen = chosen or ARGV[a] == '1'
-  prio = prio or priority_of(ARGV[a - 3]) > 0
+local m = (#ARGV - 2) / 5
+local chosen, prio, big = false, false, false
+-- Each message's value: ARGV's, or its staged one (read here, before the
+-- first write, as its placeholders are checked).
+local values, s = {}, 5 + m
+for i = 1, m do
+  local a = (i - 1) * 5 + 3
+  chosen = chosen or ARGV[a + 4] == '1'
+  local value, size = ARGV[a + 1], #ARGV[a + 1]
+  if value == '' then
+    s = s + 1
+    value = staged(KEYS[s], tonumber(ARGV[a + 3]) > 0, ARGV[a])
+    size = value[4] or 0
+    prio = prio or priority_of(value[5]) > 0
+  else
+    prio = prio or priority_of(value) > 0
+  end
+  big = big or size > BIG_VALUE
+  values[i] = value
 end
 local later = {KEYS[5], 'hash'}
-if chosen or #KEYS > 6 then
+if chosen or m > 1 then
   later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
 end
 if chosen then
@@ -231,11 +337,11 @@ local now = now_ms()
 local out, earliest = {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
 local entries = {}
-for i = 6, #KEYS do
-  local a = (i - 6) * 5 + 3
+for i = 1, m do
+  local a = (i - 1) * 5 + 3
   local id = ARGV[a]
-  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[i], id, ARGV[a + 1], ARGV[a + 2],
-    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 6)
+  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
+    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 1)
   if status == 1 then
     local due = now + tonumber(ARGV[a + 2])
     entries[#entries + 1] = due
@@ -253,6 +359,9 @@ wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', #entries / 2)
 if prio and #entries > 0 then
   redis.call('HSET', KEYS[5], 'prios', 1)
+end
+if big and #entries > 0 then
+  redis.call('HSET', KEYS[5], 'big', 1)
 end
 if not format and #entries > 0 then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])

@@ -57,8 +57,8 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List the queues under the prefix, with their counts.
-    Queues,
+    /// List the queues under the prefix, with their counts, a page at a time.
+    Queues(QueuesArgs),
     /// Counts per state, oldest overdue and dead, totals; --watch refreshes them with rates.
     Stats(StatsArgs),
     /// One page of the messages in a state.
@@ -166,6 +166,22 @@ pub struct ListArgs {
     pub state: State,
     #[command(flatten)]
     pub page: PageArgs,
+}
+
+/// Most queues one page of `queues` shows.
+pub const MAX_QUEUES_PAGE: usize = 10_000;
+
+#[derive(Debug, Args)]
+pub struct QueuesArgs {
+    /// Most queues to show (1 to 10000), in name order.
+    #[arg(long, short = 'n', default_value_t = 100, value_parser = parse_queues_limit)]
+    pub limit: usize,
+    /// Show the queues whose names come after this one (the "next page" hint gives it).
+    #[arg(long, value_name = "QUEUE")]
+    pub after: Option<String>,
+    /// Only the queues whose names start with this text (no wildcards).
+    #[arg(long, value_name = "TEXT")]
+    pub search: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -330,9 +346,18 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 }
 
 fn parse_limit(s: &str) -> Result<usize, String> {
+    parse_up_to(s, MAX_PAGE)
+}
+
+fn parse_queues_limit(s: &str) -> Result<usize, String> {
+    parse_up_to(s, MAX_QUEUES_PAGE)
+}
+
+/// A number from 1 to `max`.
+fn parse_up_to(s: &str, max: usize) -> Result<usize, String> {
     match s.parse::<usize>() {
-        Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
-        _ => Err(format!("must be a number from 1 to {MAX_PAGE}")),
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be a number from 1 to {max}")),
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod failure;
 mod output;
 mod web;
 
@@ -20,7 +21,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the tokio runtime: {e}");
-            return ExitCode::from(commands::USAGE);
+            return ExitCode::from(failure::USAGE);
         }
     };
     let code = match runtime.block_on(commands::run(cli)) {

@@ -8,7 +8,7 @@
 //! `dead`.
 //!
 //! - counts: `{pending, ready, processing, retry, dead}`
-//! - `queues`: `{queues: [{name, shards, paused, counts}]}`
+//! - `queues`: `{queues: [{name, shards, paused, counts}], total, next}`
 //! - `stats`: `{queue, counts, paused, limits: {rate, global_concurrency},
 //!   next_due_ms, oldest_overdue_ms, oldest_dead_ms, totals: {sent, acked,
 //!   failed, dead, expired}}`;

@@ -7,7 +7,7 @@ use delayqueue::fred::prelude::Client;
 use delayqueue::web::{Auth, Dashboard};
 
 use crate::args::WebArgs;
-use crate::commands::Failure;
+use crate::failure::Failure;
 
 /// Reads the auth, resolves `--listen`, refuses an address that is not
 /// loopback when there is no auth, binds it and serves the dashboard

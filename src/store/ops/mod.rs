@@ -37,6 +37,7 @@ pub(crate) mod walk;
 
 use std::time::Duration;
 
+use fred::bytes::Bytes;
 use fred::prelude::Value;
 
 use super::keys::Keys;
@@ -61,6 +62,13 @@ pub(crate) trait Op: Sync {
 
     /// ARGV, in the order of the script's header.
     fn args(&self, k: &Keys) -> Vec<Value>;
+
+    /// Values the caller SETs (with a TTL) at these keys of the shard
+    /// right before the script runs: a staged send's (lua/send.lua), which
+    /// keeps big payloads out of Lua. None for every other script.
+    fn staged(&self, _k: &Keys) -> Vec<(String, Bytes)> {
+        Vec::new()
+    }
 
     /// Reads the reply, or fails with [`Error::UnexpectedReply`].
     fn reply(&self, v: Value) -> Result<Self::Reply, Error>;
@@ -236,6 +244,7 @@ mod tests {
         let id = MessageId::from("a");
         let receipt = k.claim("c");
         let outgoing = |id: &str| send::Outgoing {
+            stage: None,
             id: id.into(),
             value: Default::default(),
             delay: Duration::ZERO,

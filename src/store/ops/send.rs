@@ -24,6 +24,10 @@ pub(crate) struct Outgoing {
     /// The caller chose the id, so it may have had an earlier message; a
     /// generated one has no past, which spares the script its clean-up.
     pub own_id: bool,
+    /// Staged (a big value, [`encode_staged`](crate::store::stored::encode_staged)): the token naming its
+    /// staging string (`Keys::staging`), where it is SET before the script
+    /// runs, instead of passing through ARGV.
+    pub stage: Option<String>,
 }
 
 /// Stores messages of one shard, each whole or not at all.
@@ -40,6 +44,9 @@ numbered! {
         Stored = 1,
         /// Its payload key holds another type; nothing was written for it.
         WrongType = 2,
+        /// Its staged value was gone when the script ran (evicted, or its
+        /// TTL passed); nothing was written for it.
+        StagedGone = 3,
     }
 }
 
@@ -47,6 +54,13 @@ impl Op for SendBatch {
     /// One outcome per message, in order.
     type Reply = Vec<SendOutcome>;
     const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "totals", "msg.."];
+
+    fn staged(&self, k: &Keys) -> Vec<(String, Bytes)> {
+        self.msgs
+            .iter()
+            .filter_map(|m| Some((k.staging(m.stage.as_deref()?), m.value.clone())))
+            .collect()
+    }
 
     fn script() -> &'static LuaScript {
         &scripts::SEND
@@ -61,6 +75,7 @@ impl Op for SendBatch {
             k.totals.clone(),
         ];
         keys.extend(self.msgs.iter().map(|m| k.msg(m.id.as_str())));
+        keys.extend(self.staged(k).into_iter().map(|(key, _)| key));
         keys
     }
 
@@ -70,7 +85,11 @@ impl Op for SendBatch {
         args.push(count(FORMAT_VERSION.into()));
         for m in &self.msgs {
             args.push(m.id.as_str().into());
-            args.push(Value::Bytes(m.value.clone()));
+            // A staged value waits at its staging string.
+            args.push(match m.stage {
+                Some(_) => Value::Bytes(Bytes::new()),
+                None => Value::Bytes(m.value.clone()),
+            });
             args.push(ms(m.delay));
             // 0: never expires.
             args.push(m.expire_after.map_or(count(0), ms));

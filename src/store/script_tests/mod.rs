@@ -17,6 +17,7 @@
 
 mod ack;
 mod arguments;
+mod bytes;
 mod cancel;
 mod claim;
 mod extend;
@@ -241,6 +242,7 @@ impl Env {
         let msgs = msgs
             .iter()
             .map(|(id, value, delay_ms, expire_after_ms, own)| Outgoing {
+                stage: None,
                 id: (*id).into(),
                 value: value.clone().into(),
                 delay: ms(*delay_ms),

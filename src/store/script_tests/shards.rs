@@ -38,6 +38,7 @@ async fn a_shard_count_is_recorded_once_and_refuses_other_counts_and_unsharded_s
         expect_refused("another count", store.run(&ShardRecord::Claim(n)).await.map(drop), n);
     }
     let outgoing = Outgoing {
+        stage: None,
         id: "new".into(),
         value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,

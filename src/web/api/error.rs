@@ -6,11 +6,13 @@ use axum::response::{IntoResponse, Response};
 use crate::web::state::App;
 use crate::{DelayQueue, Error};
 
-/// An error reply: its status and `{"error": message}`.
+/// An error reply: its status and `{"error": message}`, with `"param":
+/// name` when a query parameter is at fault.
 #[derive(Debug)]
 pub(crate) struct ApiError {
     status: StatusCode,
     message: String,
+    param: Option<&'static str>,
 }
 
 impl ApiError {
@@ -18,7 +20,14 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            param: None,
         }
+    }
+
+    /// The same error, naming the query parameter at fault.
+    pub(crate) fn param(mut self, name: &'static str) -> Self {
+        self.param = Some(name);
+        self
     }
 
     pub(crate) fn bad(message: impl Into<String>) -> Self {
@@ -27,7 +36,10 @@ impl ApiError {
 
     /// The same error, its message prefixed with `what`.
     pub(crate) fn context(self, what: &str) -> Self {
-        ApiError::new(self.status, format!("{what}: {}", self.message))
+        ApiError {
+            message: format!("{what}: {}", self.message),
+            ..self
+        }
     }
 
     pub(crate) fn status(&self) -> StatusCode {
@@ -67,7 +79,11 @@ impl From<Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(serde_json::json!({ "error": self.message }))).into_response()
+        let body = match self.param {
+            Some(param) => serde_json::json!({ "error": self.message, "param": param }),
+            None => serde_json::json!({ "error": self.message }),
+        };
+        (self.status, axum::Json(body)).into_response()
     }
 }
 

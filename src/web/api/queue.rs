@@ -19,6 +19,7 @@ pub(crate) async fn queue(
 ) -> ApiResult<QueueJson> {
     crate::web::background::start(&app);
     let q = find(&app, &name).await?;
+    app.sampler.watch([q.name()]);
     let shards = q.shard_statuses().await?;
     let merged = shards.iter().copied().reduce(QueueStatus::merge).unwrap_or_default();
     let mut json = queue_json(&app, &q, &merged);
@@ -40,6 +41,7 @@ pub(crate) async fn queue(
 pub(crate) async fn history(State(app): State<Arc<App>>, Path(name): Path<String>) -> ApiResult<HistoryJson> {
     crate::web::background::start(&app);
     let q = find(&app, &name).await?;
+    app.sampler.watch([q.name()]);
     Ok(axum::Json(HistoryJson {
         step_ms: u64::try_from(app.sampler.step().as_millis()).unwrap_or(u64::MAX),
         points: app

@@ -1,4 +1,7 @@
 //! Running the commands: one Redis client, the queue they name, output.
+//! A command with more than a few lines has a module of its own.
+
+mod queues;
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -12,49 +15,8 @@ use serde_json::{json, Value};
 use crate::args::{
     Cli, Command, DeadCommand, DeadTarget, MisfireArg, PageArgs, ScheduleTarget, SchedulesCommand, SendArgs, StatsArgs,
 };
+use crate::failure::{Failure, NOT_FOUND};
 use crate::output::{self, Rates, Table};
-
-/// Why a command failed: its exit code and the one line for stderr
-/// (empty: say nothing, as when stdout was closed under us).
-#[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub message: String,
-}
-
-/// Exit code of "the command ran, but found nothing or something wrong".
-pub const NOT_FOUND: u8 = 1;
-/// Exit code of usage, input, connection and Redis errors.
-pub const USAGE: u8 = 2;
-
-impl Failure {
-    fn not_found(message: impl Into<String>) -> Failure {
-        Failure {
-            code: NOT_FOUND,
-            message: message.into(),
-        }
-    }
-
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            code: USAGE,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Failure {
-        let code = match e {
-            Error::Duplicate { .. } => NOT_FOUND,
-            _ => USAGE,
-        };
-        Failure {
-            code,
-            message: e.to_string(),
-        }
-    }
-}
 
 /// Runs the command; `Ok` holds the exit code (1 when `check` found anomalies).
 pub async fn run(cli: Cli) -> Result<u8, Failure> {
@@ -71,7 +33,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         json: cli.json,
     };
     match cli.command {
-        Command::Queues => ctx.queues().await,
+        Command::Queues(args) => ctx.queues(args).await,
         Command::Stats(args) => ctx.stats(args).await,
         Command::List(args) => ctx.list(&args.queue, args.state.into(), &args.page).await,
         Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
@@ -90,6 +52,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+/// What every command works with.
 struct Ctx {
     client: Client,
     prefix: String,
@@ -182,47 +145,6 @@ impl Ctx {
             Ok([secs, micros]) => Ok(UNIX_EPOCH + Duration::from_secs(*secs) + Duration::from_micros(*micros)),
             _ => Err(Failure::usage(format!("unexpected reply to TIME: {reply:?}"))),
         }
-    }
-
-    async fn queues(&self) -> Result<u8, Failure> {
-        let found = find_queues(&self.client, &self.prefix).await?;
-        let mut statuses = Vec::with_capacity(found.len());
-        for q in &found {
-            statuses.push(self.build(&q.name, q.shards)?.status().await?);
-        }
-        let json = json!({"queues": found.iter().zip(&statuses)
-            .map(|(q, s)| json!({"name": q.name, "shards": q.shards, "paused": s.paused, "counts": output::counts_json(&s.counts)}))
-            .collect::<Vec<_>>()});
-        self.print(json, || {
-            if found.is_empty() {
-                return format!("no queues under prefix {:?}\n", self.prefix);
-            }
-            let mut t = Table::new([
-                "QUEUE",
-                "SHARDS",
-                "PAUSED",
-                "PENDING",
-                "READY",
-                "PROCESSING",
-                "RETRY",
-                "DEAD",
-            ]);
-            for (q, s) in found.iter().zip(&statuses) {
-                let c = &s.counts;
-                t.row([
-                    q.name.clone(),
-                    q.shards.to_string(),
-                    if s.paused { "yes" } else { "no" }.to_string(),
-                    c.pending.to_string(),
-                    c.ready.to_string(),
-                    c.processing.to_string(),
-                    c.retry.to_string(),
-                    c.dead.to_string(),
-                ]);
-            }
-            t.render()
-        })?;
-        Ok(0)
     }
 
     async fn stats(&self, args: StatsArgs) -> Result<u8, Failure> {
