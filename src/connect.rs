@@ -2,12 +2,17 @@
 
 use std::time::Duration;
 
-use fred::prelude::{Builder, Client, ClientLike, Config, ReconnectPolicy};
+use fred::prelude::{Builder, Client, ClientLike, Config, ReconnectPolicy, ServerConfig};
 
 use crate::Error;
 
 /// How long [`connect`] waits for the first connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait between reconnection attempts.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// Longest wait between reconnection attempts through Sentinel, which
+/// answers them cheaply while a failover runs.
+const SENTINEL_RECONNECT_MAX: Duration = Duration::from_millis(200);
 /// Attempts per command on a cluster: more than fred's 5 redirections (see
 /// [`connect`]).
 const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
@@ -18,7 +23,10 @@ const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
 /// certificates) with settings a queue needs and fred lacks by default:
 ///
 /// - reconnect forever with exponential backoff (100 ms to 5 s): without a
-///   policy a fred client hangs for good after Redis restarts;
+///   policy a fred client hangs for good after Redis restarts. Through
+///   Sentinel the backoff stops at 200 ms: each attempt asks the sentinels
+///   for the primary, so the client reaches a promoted replica within
+///   200 ms of the promotion rather than up to a doubled delay later;
 /// - a 10 s timeout on every command, so a dead connection surfaces as an
 ///   error instead of a hang;
 /// - a 5 s limit on the first connection: an unreachable Redis is an error;
@@ -45,6 +53,10 @@ pub async fn connect(url: &str) -> Result<Client, Error> {
     }
     let config = Config::from_url(url)?;
     let clustered = config.server.is_clustered();
+    let max_backoff = match config.server {
+        ServerConfig::Sentinel { .. } => SENTINEL_RECONNECT_MAX,
+        _ => RECONNECT_MAX,
+    };
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = CONNECT_TIMEOUT;
@@ -54,7 +66,12 @@ pub async fn connect(url: &str) -> Result<Client, Error> {
             }
         })
         .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
-        .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+        .set_policy(ReconnectPolicy::new_exponential(
+            0,
+            100,
+            max_backoff.as_millis() as u32,
+            2,
+        ))
         .build()?;
     match tokio::time::timeout(CONNECT_TIMEOUT, client.init()).await {
         Ok(Ok(_task)) => Ok(client),

@@ -108,6 +108,31 @@ pub enum Error {
         /// Whether the primary's own AOF confirmed it, where asked for.
         local: bool,
     },
+    /// A send's outcome is unknown: the connection to Redis failed (or was
+    /// re-established) after the messages were sent and before Redis
+    /// confirmed them, so each message may be stored or not. Send each
+    /// again with its id (`ids`, generated ones too), which is safe: `Ok` or
+    /// [`Error::Duplicate`] then means it is stored (docs/reliability.md).
+    #[error("queue {queue:?}: {} may or may not be stored: the connection failed before Redis confirmed the send ({source}); send again with the same id, which is safe", describe_ids(ids))]
+    Unconfirmed {
+        /// The queue.
+        queue: String,
+        /// The messages whose outcome is unknown, in the order sent.
+        ids: Vec<MessageId>,
+        /// What failed: the connection's error.
+        source: fred::error::Error,
+    },
+    /// The queue's [`Durability::Aof`](crate::Durability::Aof) needs the
+    /// `WAITAOF` command, which the server lacks: Redis before 7.2. Nothing
+    /// was written. Use Redis 7.2 or later (or Valkey), or another
+    /// durability.
+    #[error("queue {queue:?}: Durability::Aof needs WAITAOF, which {server} lacks: use Redis 7.2 or later, or Valkey (nothing was sent)")]
+    WaitAofUnsupported {
+        /// The queue.
+        queue: String,
+        /// The server as its `INFO server` names it, e.g. "Redis 7.0.15".
+        server: String,
+    },
     /// The queue has no schedule of this name.
     #[error("queue {queue:?} has no schedule {name:?}")]
     NoSuchSchedule {
@@ -203,7 +228,48 @@ fn shard_counts(details: &str) -> Option<(usize, usize)> {
     Some((found.parse().ok()?, uses))
 }
 
+/// "message X", or "3 messages (X, ...)" for an error's text.
+fn describe_ids(ids: &[MessageId]) -> String {
+    match ids {
+        [id] => format!("message {id}"),
+        [first, ..] => format!("{} messages ({first}, ...)", ids.len()),
+        [] => "no message".to_string(),
+    }
+}
+
 impl Error {
+    /// Whether making the same call again may succeed and is safe: sends
+    /// with the same ids (for [`Error::Unconfirmed`], the ids it names).
+    /// True for [`Error::Unconfirmed`], [`Error::NotDurable`],
+    /// [`Error::OutOfMemory`], a moving slot ([`is_slot_moving`](Self::is_slot_moving))
+    /// and a connection that failed or timed out; false for bad input and
+    /// for what Redis holds ([`Error::Duplicate`], [`Error::WrongType`], ...).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use delayqueue::Error;
+    /// let mut sent = queue.send("close order 42").id("order-42").await;
+    /// for _ in 0..3 {
+    ///     match &sent {
+    ///         Err(e) if e.is_retryable() => sent = queue.send("close order 42").id("order-42").await,
+    ///         _ => break,
+    ///     }
+    /// }
+    /// match sent {
+    ///     // Stored by this call or by an earlier one of the loop.
+    ///     Ok(_) | Err(Error::Duplicate { .. }) => Ok(()),
+    ///     Err(e) => Err(e),
+    /// }
+    /// # }
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Unconfirmed { .. } | Error::NotDurable { .. } | Error::OutOfMemory { .. } => true,
+            Error::Redis(e) => connection_failed(e) || self.is_slot_moving(),
+            _ => false,
+        }
+    }
+
     /// Whether the call failed because the queue's cluster slot is moving
     /// to another node (`redis-cli --cluster reshard`, a rebalance). Nothing
     /// of the call was written: send it again (with a caller-given id a
@@ -218,6 +284,16 @@ impl Error {
             _ => false,
         }
     }
+}
+
+/// Whether fred gave up on the connection rather than Redis answering: a
+/// command that failed so may have run all the same. "Failed to route
+/// command" is fred finding no connection for a re-sent command, whose
+/// earlier attempt may have run.
+pub(crate) fn connection_failed(e: &fred::error::Error) -> bool {
+    use fred::error::ErrorKind;
+    matches!(e.kind(), ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Timeout)
+        || e.details().starts_with("Failed to route command")
 }
 
 /// Whether a server's error `details` says the call met a slot on the
@@ -285,5 +361,34 @@ mod tests {
             assert!(!redis(ErrorKind::Unknown, details).is_slot_moving(), "{details}");
         }
         assert!(!Error::Internal("TRYAGAIN".into()).is_slot_moving());
+    }
+
+    #[test]
+    fn retryable_errors_are_the_transient_ones() {
+        let unconfirmed = Error::Unconfirmed {
+            queue: "q".into(),
+            ids: vec!["a".into(), "b".into()],
+            source: FredError::new(ErrorKind::IO, "Connection closed."),
+        };
+        assert!(unconfirmed.is_retryable());
+        assert!(unconfirmed
+            .to_string()
+            .contains("2 messages (a, ...) may or may not be stored"));
+        for kind in [ErrorKind::IO, ErrorKind::Canceled, ErrorKind::Timeout] {
+            assert!(redis(kind, "gone").is_retryable());
+        }
+        assert!(redis(ErrorKind::Unknown, "Failed to route command.").is_retryable());
+        assert!(redis(ErrorKind::Unknown, "MOVED 320 127.0.0.1:7001").is_retryable());
+        assert!(!redis(ErrorKind::Unknown, "NOPERM this user has no permissions").is_retryable());
+        let duplicate = Error::Duplicate {
+            queue: "q".into(),
+            id: "a".into(),
+        };
+        assert!(!duplicate.is_retryable());
+        let old = Error::WaitAofUnsupported {
+            queue: "q".into(),
+            server: "Redis 7.0.15".into(),
+        };
+        assert!(!old.is_retryable() && old.to_string().contains("Redis 7.0.15 lacks"));
     }
 }

@@ -6,7 +6,7 @@ use delayqueue_test_support as support;
 
 use std::time::{Duration, Instant};
 
-use delayqueue::{DelayQueue, Durability, Error, NewMessage};
+use delayqueue::{DelayQueue, Durability, Error, MessageId, NewMessage};
 use support::{wait_until, RedisServer, ServerOptions, WAIT};
 
 /// A primary and a replica of it, linked.
@@ -152,10 +152,75 @@ async fn aof_durability_confirms_the_local_append_only_file() {
     };
     if (major, minor) >= (7, 2) {
         sent.unwrap();
+        q.send_batch((0..3).map(|i| NewMessage::new(format!("m{i}"))))
+            .await
+            .unwrap()
+            .into_iter()
+            .for_each(|r| drop(r.unwrap()));
+        assert_eq!(q.counts().await.unwrap().live(), 4);
     } else {
+        // Refused before anything is stored, naming the version needed.
         let err = sent.unwrap_err();
-        assert!(matches!(err, Error::Redis(_)), "{err:?}");
-        assert!(err.to_string().to_lowercase().contains("waitaof"), "{err}");
+        assert!(
+            matches!(&err, Error::WaitAofUnsupported { server, .. } if server.contains(&version)),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("Redis 7.2 or later"), "{err}");
+        assert!(!err.is_retryable());
+        let batch = q.send_batch([NewMessage::new("y").id("order-1")]).await;
+        assert!(matches!(batch, Err(Error::WaitAofUnsupported { .. })), "{batch:?}");
+        assert_eq!(server.raw_command(&["DBSIZE"]), "0", "the refused sends wrote keys");
         println!("Redis {version} has no WAITAOF: {err}");
     }
+}
+
+/// A durable send whose `WAIT` loses its connection (killed by another
+/// client while it waits for a replica that never answers): the message
+/// is stored, and the error says the outcome is unknown and names the id
+/// to send again with, which is safe.
+#[tokio::test]
+async fn a_send_whose_wait_loses_its_connection_is_unconfirmed() {
+    // No replica: WAIT 1 waits out its whole timeout.
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let q = DelayQueue::builder("pay", client.clone())
+        .durability(replicas(1, 4 * WAIT))
+        .build()
+        .unwrap();
+    let sending = tokio::spawn({
+        let q = q.clone();
+        async move { q.send("x").delay(Duration::from_secs(60)).id("order-7").await }
+    });
+    let waiting = || {
+        server
+            .raw_command(&["CLIENT", "LIST"])
+            .lines()
+            .find(|l| l.contains("cmd=wait "))
+            .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_string)
+    };
+    assert!(
+        wait_until(WAIT, || waiting().is_some()).await,
+        "the send never reached WAIT"
+    );
+    let id = waiting().unwrap();
+    assert_eq!(server.raw_command(&["CLIENT", "KILL", "ID", &id]), "1");
+
+    let err = sending.await.unwrap().unwrap_err();
+    let Error::Unconfirmed { ids, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(ids, &[MessageId::from("order-7")]);
+    assert!(err.is_retryable());
+    let text = err.to_string();
+    assert!(
+        text.contains("may or may not be stored") && text.contains("send again with the same id"),
+        "{text}"
+    );
+    assert_eq!(server.raw_command(&["EXISTS", "dq:{pay}:m:order-7"]), "1", "not stored");
+    // Sending again with the id stores nothing twice.
+    let plain = DelayQueue::builder("pay", client).build().unwrap();
+    let again = plain.send("x").delay(Duration::from_secs(60)).id("order-7").await;
+    assert!(matches!(again, Err(Error::Duplicate { .. })), "{again:?}");
+    assert_eq!(plain.counts().await.unwrap().live(), 1);
 }

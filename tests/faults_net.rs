@@ -423,3 +423,35 @@ async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
     assert_eq!((counts.len(), twice, failed), (N, 0, 0));
     assert!(all_keys(&direct).await.is_empty());
 }
+
+/// A send whose reply is lost after its script ran: fred re-sends the
+/// script on a new connection, and that run finds the message the first
+/// one stored. It is the call's own message, so the send succeeds; a real
+/// duplicate (another payload, or an earlier send) still fails with
+/// `Duplicate`.
+#[tokio::test]
+async fn a_send_re_sent_after_a_lost_reply_is_not_its_own_duplicate() {
+    let server = RedisServer::start().await;
+    let proxy = Proxy::start(server.port()).await;
+    let q = DelayQueue::builder("dup", proxy.client().await).build().unwrap();
+    // The server caches the script now: the cut below meets the send itself.
+    q.send("warm").await.unwrap();
+
+    proxy.cut_replies_once();
+    let sent = q.send("fresh").id("fresh-1").await;
+    assert_eq!(proxy.swallowed(), 1, "no reply was lost");
+    assert_eq!(sent.unwrap(), MessageId::from("fresh-1"));
+
+    // An earlier send of the same message: a duplicate.
+    let again = q.send("fresh").id("fresh-1").await;
+    assert!(matches!(again, Err(delayqueue::Error::Duplicate { .. })), "{again:?}");
+    // Another message under the id, its reply lost too: a duplicate.
+    proxy.cut_replies_once();
+    let other = q.send("other").id("fresh-1").await;
+    assert_eq!(proxy.swallowed(), 2, "no reply was lost");
+    assert!(matches!(other, Err(delayqueue::Error::Duplicate { .. })), "{other:?}");
+
+    assert_eq!(q.counts().await.unwrap().live(), 2);
+    let stored = server.raw_command(&["GET", "dq:{dup}:m:fresh-1"]);
+    assert!(stored.ends_with(":fresh"), "{stored}");
+}

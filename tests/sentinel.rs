@@ -1,6 +1,7 @@
 //! Sentinel failover: a primary, two replicas and three sentinels
-//! (`tests/support/sentinel.rs`); producers and consumers on a fred sentinel
-//! client; the primary is SIGKILLed mid-run and a replica takes over.
+//! (`tests/support/sentinel.rs`); producers and consumers on a client from
+//! `delayqueue::connect`; the primary is SIGKILLed mid-run and a replica
+//! takes over. Each run prints how soon sends resumed after the kill.
 //!
 //! Two queues run side by side through the same failover: `durable` sends
 //! with `Durability::Replicas` (WAIT for one replica), `plain` with the
@@ -63,6 +64,7 @@ async fn produce(q: DelayQueue, prefix: String, started: Instant, stop: Arc<Atom
                 Err(e) => {
                     let kind = match &e {
                         Error::NotDurable { .. } => "NotDurable".to_string(),
+                        Error::Unconfirmed { .. } => "Unconfirmed".to_string(),
                         other => other.to_string().chars().take(70).collect(),
                     };
                     *sent.errors.entry(kind).or_insert(0) += 1;
@@ -118,9 +120,12 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
         replicas: 1,
         timeout: Duration::from_millis(500),
     };
+    // Clients as delayqueue::connect makes them: its reconnect policy
+    // decides how soon sends resume after the promotion.
+    let connect = || async { delayqueue::connect(&setup.url()).await.unwrap() };
     let mut lanes = vec![
-        lane("durable", &setup.client().await, durable).await,
-        lane("plain", &setup.client().await, Durability::Memory).await,
+        lane("durable", &connect().await, durable).await,
+        lane("plain", &connect().await, Durability::Memory).await,
     ];
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -189,11 +194,21 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
             .filter(|at| *at > killed_at)
             .min()
             .map(|at| at - killed_at);
+        // The longest gap between two acknowledged sends that ends after
+        // the kill, and when it ended: how soon sends resumed.
+        let mut times: Vec<Duration> = sent.acknowledged.iter().map(|(_, at)| *at).collect();
+        times.sort_unstable();
+        let stall = times
+            .windows(2)
+            .filter(|w| w[1] > killed_at)
+            .map(|w| (w[1] - w[0], w[1]))
+            .max();
         println!(
             "{}{}: {} acknowledged ({before_kill} before the kill), {} lost {:?}, {duplicates} delivered more than \
              once, {} deliveries; failed sends (repeated): {:?}, abandoned at the end: {}; primary killed {:?} into \
              the run, sentinels named the new primary {:?} later, a replica was back {:?} after the kill \
-             ({replica_back}); first acknowledged send after the kill: {:?} later",
+             ({replica_back}); first acknowledged send after the kill: {:?} later; longest stall of sends from \
+             the kill on: {:?}, resumed {:?} after the kill",
             lane.name,
             if cut_link_first {
                 " (replicas cut off 300 ms before the kill)"
@@ -212,7 +227,9 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
             killed_at,
             failover_took,
             resynced_after,
-            first_after
+            first_after,
+            stall.map(|(gap, _)| gap),
+            stall.map(|(_, resumed)| resumed - killed_at),
         );
         assert!(
             !acknowledged.is_empty() && first_after.is_some(),

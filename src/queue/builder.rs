@@ -334,6 +334,7 @@ impl DelayQueueBuilder {
                 shards,
                 record,
                 recorded: tokio::sync::OnceCell::new(),
+                waitaof_checked: std::sync::Mutex::new(None),
                 prefix: self.key_prefix,
                 meters: Meters::new(&self.name),
                 events: events::Events::default(),

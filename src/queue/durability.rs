@@ -1,14 +1,15 @@
 //! [`Durability`]: how sure a send is that its message survives Redis
 //! failures before it returns `Ok`.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::prelude::ClientLike;
-use fred::types::config::Options;
+use fred::prelude::{Client, ClientLike, EventInterface};
+use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand};
+use tokio::sync::broadcast::{self, error::TryRecvError};
 
-use fred::prelude::Client;
-
+use crate::store::scripts::{info_field, server_name_of};
 use crate::store::Keys;
 use crate::Error;
 
@@ -21,10 +22,12 @@ use crate::Error;
 /// | `Replicas` | also in the memory of `replicas` replicas | losing the primary and those replicas at once |
 /// | `Aof` | fsynced to the AOF of the primary (when `local`) and of `replicas` replicas | losing all their disks |
 ///
-/// A confirmation that does not come within its timeout fails the send with
-/// [`Error::NotDurable`]; the message is stored on the primary all the same,
-/// so send it again with the same caller-given id to be sure: `Ok`, or
-/// [`Error::Duplicate`], then means it is stored and confirmed.
+/// docs/reliability.md states each promise with its conditions. A
+/// confirmation that does not come within its timeout fails the send with
+/// [`Error::NotDurable`]; one cut short by a lost connection, or a send
+/// during which the client reconnected, fails it with
+/// [`Error::Unconfirmed`]. Either way the message may be stored: send it
+/// again with the same id.
 ///
 /// ```no_run
 /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
@@ -50,7 +53,9 @@ pub enum Durability {
     },
     /// `Ok` once it is fsynced to the append-only file of the primary
     /// (`local`) and of `replicas` replicas (Redis `WAITAOF`, Redis 7.2 or
-    /// later; the primary needs `appendonly yes` for `local`).
+    /// later, or Valkey; the primary needs `appendonly yes` for `local`).
+    /// On an older server every send fails with
+    /// [`Error::WaitAofUnsupported`] before storing anything.
     Aof {
         /// Whether the primary's own AOF must have it.
         local: bool,
@@ -61,6 +66,82 @@ pub enum Durability {
     },
 }
 
+/// A receiver of the client's reconnections (fred announces each new
+/// connection, before it re-sends the commands the old one left
+/// unanswered).
+pub(crate) type Reconnects = broadcast::Receiver<Server>;
+
+/// Subscribes to the client's reconnections from now on.
+pub(crate) fn reconnects(client: &Client) -> Reconnects {
+    client.reconnect_rx()
+}
+
+/// Whether the client reconnected since `rx` subscribed (a receiver that
+/// lagged missed some reconnections: it did).
+pub(crate) fn reconnected(rx: &mut Reconnects) -> bool {
+    !matches!(rx.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed))
+}
+
+/// Refuses a `Durability::Aof` send before it stores anything when a node
+/// of the queue lacks `WAITAOF` (Redis before 7.2): the send would store
+/// the message and then fail, and a caller retrying without an id would
+/// send it twice. Asks `INFO server` (which the documented ACLs grant) once
+/// per connection: again after any reconnect, which may reach another
+/// server: `checked` holds, once the nodes were found to have it, a
+/// receiver of the reconnections since.
+pub(crate) async fn check_waitaof(
+    client: &Client,
+    queue: &str,
+    durability: &Durability,
+    shards: &[Keys],
+    checked: &Mutex<Option<Reconnects>>,
+) -> Result<(), Error> {
+    if !matches!(durability, Durability::Aof { .. }) {
+        return Ok(());
+    }
+    {
+        let mut checked = checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if checked.as_mut().is_some_and(|rx| !reconnected(rx)) {
+            return Ok(());
+        }
+        *checked = None;
+    }
+    let rx = reconnects(client);
+    for k in shards {
+        let info: String = client
+            .custom(CustomCommand::new_static("INFO", slot_of(k), false), vec!["server"])
+            .await
+            .map_err(|e| Error::from_redis(queue, e))?;
+        if !has_waitaof(&info) {
+            return Err(Error::WaitAofUnsupported {
+                queue: queue.to_string(),
+                server: server_name_of(&info),
+            });
+        }
+    }
+    *checked.lock().unwrap_or_else(PoisonError::into_inner) = Some(rx);
+    Ok(())
+}
+
+/// Whether the server `INFO server` describes has `WAITAOF`: Redis 7.2 or
+/// later, and Valkey, which reports the Redis version it matches (7.2.4).
+/// An unreadable version counts as having it: `WAITAOF` itself then answers.
+fn has_waitaof(info: &str) -> bool {
+    let Some(version) = info_field(info, "redis_version") else {
+        return true;
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (7, 2),
+        _ => true,
+    }
+}
+
+/// Routes a command to the node of shard `k`.
+fn slot_of(k: &Keys) -> ClusterHash {
+    ClusterHash::Custom(fred::util::redis_keyslot(k.pending.as_bytes()))
+}
+
 /// Waits until the writes this client made so far to the nodes of
 /// `shards` meet `durability`.
 ///
@@ -69,7 +150,7 @@ pub enum Durability {
 /// node, so it covers the send that just returned. If the connection closes
 /// while it waits, or is down when it is sent, this fails rather than
 /// confirm nothing on a new connection; a reconnect completed between the
-/// send and this call still goes unnoticed.
+/// send and this call is for the caller to notice ([`reconnected`]).
 pub(crate) async fn confirm(
     client: &Client,
     queue: &str,
@@ -85,7 +166,7 @@ pub(crate) async fn confirm(
 
 /// Waits on the node of one shard.
 async fn confirm_shard(client: &Client, queue: &str, durability: &Durability, k: &Keys) -> Result<(), Error> {
-    let slot = ClusterHash::Custom(fred::util::redis_keyslot(k.pending.as_bytes()));
+    let slot = slot_of(k);
     let (command, args, wanted): (&'static str, Vec<i64>, [i64; 2]) = match *durability {
         Durability::Memory => return Ok(()),
         Durability::Replicas { replicas, timeout } => {
@@ -133,4 +214,21 @@ async fn confirm_shard(client: &Client, queue: &str, durability: &Durability, k:
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waitaof_is_known_from_redis_7_2_and_in_valkey() {
+        let info = |fields: &str| format!("# Server\r\n{fields}\r\nredis_mode:standalone\r\n");
+        assert!(!has_waitaof(&info("redis_version:7.0.15")));
+        assert!(!has_waitaof(&info("redis_version:6.2.14")));
+        assert!(has_waitaof(&info("redis_version:7.2.0")));
+        assert!(has_waitaof(&info("redis_version:8.0.2")));
+        // Valkey 8 and 9 report the Redis version they match.
+        assert!(has_waitaof(&info("redis_version:7.2.4\r\nvalkey_version:9.0.0")));
+        assert!(has_waitaof(&info("nothing to go by")));
+    }
 }

@@ -71,7 +71,7 @@ async fn list_shard(
 pub(crate) async fn get(queue: &DelayQueue, id: &str) -> Result<Option<MessageInfo>, Error> {
     MessageId::check(id)?;
     let k = queue.shard_of(id);
-    queue.store(k).run(&Get { id }).await
+    Ok(queue.store(k).run(&Get { id }).await?.map(|(info, _)| info))
 }
 
 impl DelayQueue {

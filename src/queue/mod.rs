@@ -39,6 +39,7 @@ use crate::meters::Meters;
 use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, shards::ShardRecord, stats::Stats};
 use crate::store::{Keys, Shard};
 use crate::{Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
+use durability::Reconnects;
 
 /// A delayed message queue stored in Redis.
 ///
@@ -60,6 +61,10 @@ pub(crate) struct Inner {
     pub record: Keys,
     /// Set once the record was found to agree with `shards`.
     pub recorded: tokio::sync::OnceCell<()>,
+    /// Set once the server was found to have `WAITAOF` (for
+    /// `Durability::Aof`): a receiver of the client's reconnections since,
+    /// so a new connection (maybe to another server) is checked again.
+    pub waitaof_checked: std::sync::Mutex<Option<Reconnects>>,
     pub config: Config,
     pub client: Client,
     pub meters: Meters,

@@ -7,10 +7,11 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
+use crate::error::connection_failed;
 use crate::events::{self, Event};
 use crate::maxima::{
     header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
@@ -18,11 +19,13 @@ use crate::maxima::{
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
+use crate::queue::durability::Durability;
 use crate::queue::Config;
+use crate::store::ops::get::Get;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
-use crate::store::stored::{encode_staged, encode_stored, ValueParts, STAGE_BYTES};
+use crate::store::stored::{decode_stored, encode_staged, encode_stored, ValueParts, STAGE_BYTES};
 use crate::store::Keys;
-use crate::{Backoff, DelayQueue, Error, MessageId};
+use crate::{Backoff, DelayQueue, Error, MessageId, MessageInfo};
 
 /// Most bytes of payload in one script call; larger batches are split.
 const CHUNK_BYTES: usize = 1024 * 1024;
@@ -334,11 +337,14 @@ pub(crate) async fn send_batch<Q>(
     queue: &DelayQueue,
     msgs: impl IntoIterator<Item = NewMessage<Q>>,
 ) -> Result<Vec<Result<MessageId, Error>>, Error> {
-    let config = &queue.inner.config;
+    let inner = &queue.inner;
+    let config = &inner.config;
     let prepared = msgs
         .into_iter()
         .map(|m| m.prepare(config))
         .collect::<Result<Vec<_>, _>>()?;
+    let (client, name) = (&inner.client, &inner.name);
+    durability::check_waitaof(client, name, &config.durability, &inner.shards, &inner.waitaof_checked).await?;
     if queue.shards() > 1 {
         queue.claim_shard_count().await?;
     }
@@ -372,24 +378,80 @@ pub(crate) async fn send_batch<Q>(
         .enumerate()
         .filter_map(|(shard, c)| c.map(|_| shard))
         .collect();
-    let places: Vec<Vec<usize>> = chunks.iter_mut().map(|c| std::mem::take(&mut c.places)).collect();
-    let results: Vec<Vec<Result<MessageId, Error>>> = futures::stream::iter(chunks)
-        .map(|chunk| send_chunk(queue, chunk))
+    let started = Instant::now();
+    // A reconnect during the call means fred may have re-sent a script
+    // whose first run stored its messages, and that a WAIT on the new
+    // connection counts none of them.
+    let mut reconnects = durability::reconnects(&inner.client);
+    // Every chunk to its end, failed or not: what is in flight runs anyway.
+    let stored: Vec<(Chunk, Result<Vec<SendOutcome>, Error>)> = futures::stream::iter(chunks)
+        .map(|chunk| store_chunk(queue, chunk))
         .buffered(CHUNKS_IN_FLIGHT)
-        .try_collect()
-        .await?;
-    if !written.is_empty() {
-        let inner = &queue.inner;
-        let shards: Vec<&Keys> = written.iter().map(|&i| &inner.shards[i]).collect();
-        durability::confirm(&inner.client, &inner.name, &inner.config.durability, &shards).await?;
+        .collect()
+        .await;
+    let mut reconnected = durability::reconnected(&mut reconnects);
+    // The error to report when a chunk failed: a lost connection first,
+    // since it leaves messages of the call maybe stored.
+    let mut failure: Option<Error> = None;
+    let mut done = Vec::with_capacity(stored.len());
+    for (chunk, outcomes) in stored {
+        match outcomes {
+            Ok(outcomes) => done.push((chunk, Some(outcomes))),
+            Err(e) => {
+                if failure.as_ref().is_none_or(|f| !lost(f) && lost(&e)) {
+                    failure = Some(e);
+                }
+                done.push((chunk, None));
+            }
+        }
     }
-    let mut ordered: Vec<(usize, Result<MessageId, Error>)> = places
-        .into_iter()
-        .flatten()
-        .zip(results.into_iter().flatten())
-        .collect();
-    ordered.sort_unstable_by_key(|(place, _)| *place);
-    Ok(ordered.into_iter().map(|(_, result)| result).collect())
+    match failure {
+        Some(Error::Redis(source)) if connection_failed(&source) => {
+            let ids = done
+                .into_iter()
+                .flat_map(|(chunk, _)| chunk.places.into_iter().zip(chunk.msgs.into_iter().map(|m| m.id)))
+                .collect();
+            return Err(Error::Unconfirmed {
+                queue: inner.name.clone(),
+                ids: in_order(ids),
+                source,
+            });
+        }
+        Some(e) => return Err(e),
+        None => {}
+    }
+    let mut results = Vec::new();
+    for (chunk, outcomes) in done {
+        let k = &inner.shards[chunk.shard];
+        let outcomes = outcomes.unwrap_or_default();
+        for ((m, place), outcome) in chunk.msgs.into_iter().zip(chunk.places).zip(outcomes) {
+            results.push((place, judge(queue, k, m, outcome, reconnected, started).await));
+        }
+    }
+    let results = in_order(results);
+    let confirmed: Vec<&MessageId> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    // Duplicates wait too: a caller sending again after NotDurable learns
+    // whether the replicas have caught up.
+    if config.durability != Durability::Memory && !written.is_empty() {
+        let shards: Vec<&Keys> = written.iter().map(|&i| &inner.shards[i]).collect();
+        let waited = durability::confirm(&inner.client, &inner.name, &config.durability, &shards).await;
+        reconnected = reconnected || durability::reconnected(&mut reconnects);
+        let failed = match waited {
+            Err(Error::Redis(e)) if connection_failed(&e) && !confirmed.is_empty() => Some(e),
+            Err(e) => return Err(e),
+            Ok(()) if reconnected && !confirmed.is_empty() => Some(reconnect_error()),
+            Ok(()) => None,
+        };
+        if let Some(e) = failed {
+            let ids = confirmed.into_iter().cloned().collect();
+            return Err(Error::Unconfirmed {
+                queue: inner.name.clone(),
+                ids,
+                source: e,
+            });
+        }
+    }
+    Ok(results)
 }
 
 /// Messages of one shard that one script call stores.
@@ -401,40 +463,117 @@ struct Chunk {
     bytes: usize,
 }
 
-/// Stores one chunk with one `send` script call.
-async fn send_chunk(queue: &DelayQueue, chunk: Chunk) -> Result<Vec<Result<MessageId, Error>>, Error> {
-    let q = &queue.inner;
+/// Stores one chunk with one `send` script call; returns the chunk with
+/// what the script did with each message.
+async fn store_chunk(queue: &DelayQueue, chunk: Chunk) -> (Chunk, Result<Vec<SendOutcome>, Error>) {
     let op = SendBatch { msgs: chunk.msgs };
-    let statuses = queue.store(&q.shards[chunk.shard]).run(&op).await?;
-    let results = op
-        .msgs
-        .into_iter()
-        .zip(statuses)
-        .map(|(m, status)| match status {
-            SendOutcome::Stored => {
-                tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "sent");
-                q.meters.sent.increment(1);
-                events::emit(&q.events, || Event::Sent { id: m.id.clone() });
-                Ok(m.id)
-            }
-            // A generated id is unique to this call: finding it means fred
-            // re-sent the script after a lost reply, and the first run stored it.
-            SendOutcome::Live if !m.own_id => Ok(m.id),
-            SendOutcome::Live => Err(Error::Duplicate {
-                queue: q.name.clone(),
-                id: m.id,
-            }),
-            SendOutcome::WrongType => Err(Error::WrongType {
+    let outcomes = queue.store(&queue.inner.shards[chunk.shard]).run(&op).await;
+    let chunk = Chunk { msgs: op.msgs, ..chunk };
+    (chunk, outcomes)
+}
+
+/// Whether `e` says the connection failed, so the call's messages may be
+/// stored or not.
+fn lost(e: &Error) -> bool {
+    matches!(e, Error::Redis(e) if connection_failed(e))
+}
+
+/// The values of `placed` sorted by their place in the caller's batch.
+fn in_order<T>(mut placed: Vec<(usize, T)>) -> Vec<T> {
+    placed.sort_unstable_by_key(|(place, _)| *place);
+    placed.into_iter().map(|(_, v)| v).collect()
+}
+
+/// The result of message `m` from what the script did with it. A live id
+/// is this call's own message, stored by a first run whose reply was lost
+/// (fred re-sent the script on a new connection), when the id was
+/// generated, or when the client `reconnected` during the call (which
+/// began `started`) and Redis holds the same message, stored since then;
+/// otherwise it is a duplicate.
+async fn judge(
+    queue: &DelayQueue,
+    k: &Keys,
+    m: Outgoing,
+    outcome: SendOutcome,
+    reconnected: bool,
+    started: Instant,
+) -> Result<MessageId, Error> {
+    let q = &queue.inner;
+    let own = match outcome {
+        SendOutcome::Stored => true,
+        SendOutcome::Live if !m.own_id => true,
+        SendOutcome::Live if reconnected => match queue.store(k).run(&Get { id: m.id.as_str() }).await {
+            Ok(Some((found, now))) => stored_by_this_call(&found, now, &m, started.elapsed()),
+            // Delivered and acked since: it cannot be told.
+            Ok(None) => return Err(unconfirmed(&q.name, m.id, reconnect_error())),
+            Err(Error::Redis(e)) if connection_failed(&e) => return Err(unconfirmed(&q.name, m.id, e)),
+            Err(e) => return Err(e),
+        },
+        SendOutcome::Live => false,
+        SendOutcome::WrongType => {
+            return Err(Error::WrongType {
                 queue: q.name.clone(),
                 detail: format!("the payload key of message {} holds another type", m.id),
-            }),
-            SendOutcome::StagedGone => Err(Error::Internal(format!(
+            })
+        }
+        SendOutcome::StagedGone => {
+            return Err(Error::Internal(format!(
                 "the staged value of message {} was gone (evicted?) when the send script ran; nothing was stored, send it again",
                 m.id
-            ))),
-        })
-        .collect();
-    Ok(results)
+            )))
+        }
+    };
+    if !own {
+        return Err(Error::Duplicate {
+            queue: q.name.clone(),
+            id: m.id,
+        });
+    }
+    tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "sent");
+    q.meters.sent.increment(1);
+    events::emit(&q.events, || Event::Sent { id: m.id.clone() });
+    Ok(m.id)
+}
+
+/// Whether `found`, read at `now` by Redis's clock, is message `m` as a
+/// call that began `elapsed` ago stored it: the same payload, headers,
+/// retry count, backoff, priority, delay and expiry, stored since the call
+/// began. (Its times come from the primary that stored it: after a
+/// failover, a clock skew between the two primaries shifts that bound.)
+fn stored_by_this_call(found: &MessageInfo, now: SystemTime, m: &Outgoing, elapsed: Duration) -> bool {
+    let (Some(sent), Some(sent_at)) = (decode_stored(&m.value), found.sent_at) else {
+        return false;
+    };
+    // Redis's times are whole milliseconds.
+    let began = now.checked_sub(elapsed + Duration::from_millis(1));
+    let delay = found.first_due.and_then(|due| due.duration_since(sent_at).ok());
+    let backoff = |b: Option<&Backoff>| b.map(|b| b.encode().ok());
+    began.is_none_or(|began| sent_at >= began)
+        && found.payload == sent.payload
+        && found.headers == sent.headers
+        && found.retry_count == Some(sent.retry_count)
+        && found.priority == sent.priority
+        && backoff(found.backoff.as_ref()) == backoff(sent.backoff.as_ref())
+        && delay == Some(Duration::from_millis(m.delay.as_millis() as u64))
+        && found.expires_at.is_some() == m.expire_after.is_some()
+}
+
+/// [`Error::Unconfirmed`] for message `id` alone.
+fn unconfirmed(queue: &str, id: MessageId, source: fred::error::Error) -> Error {
+    Error::Unconfirmed {
+        queue: queue.to_string(),
+        ids: vec![id],
+        source,
+    }
+}
+
+/// The source of an [`Error::Unconfirmed`] that no command failed with:
+/// the client reconnected during the send.
+fn reconnect_error() -> fred::error::Error {
+    fred::error::Error::new(
+        fred::error::ErrorKind::IO,
+        "the connection to Redis was re-established during the send",
+    )
 }
 
 impl NewMessage<&DelayQueue> {
@@ -462,7 +601,7 @@ impl DelayQueue {
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// use std::time::{Duration, SystemTime};
+    /// use std::time::{Duration, Instant, SystemTime};
     /// let id = queue.send("close order 42")
     ///     .delay(Duration::from_secs(1800))         // or .at(SystemTime)
     ///     .id("order-42")
@@ -485,8 +624,10 @@ impl DelayQueue {
     /// message gets its own result, in order: its id, or
     /// [`Error::Duplicate`] / [`Error::WrongType`] for that message alone.
     /// Each message is stored atomically, and so is each chunk; on a Redis
-    /// error the call fails, and chunks before the failing one may already be
-    /// stored (send again with caller-given ids to make a retry safe).
+    /// error the call fails, and other chunks may already be stored. When
+    /// the connection failed the error is [`Error::Unconfirmed`], naming
+    /// every message that may be stored: send those again with the same ids
+    /// (generated ones too), which is safe.
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {

@@ -200,17 +200,19 @@ async fn server_name(client: &Client) -> String {
     server_name_of(&info)
 }
 
-fn server_name_of(info: &str) -> String {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-    };
-    match (field("valkey_version"), field("redis_version")) {
+pub(crate) fn server_name_of(info: &str) -> String {
+    match (info_field(info, "valkey_version"), info_field(info, "redis_version")) {
         (Some(v), _) => format!("Valkey {v}"),
         (None, Some(v)) => format!("Redis {v}"),
         (None, None) => "the Redis server".to_string(),
     }
+}
+
+/// Field `name` of an `INFO` reply.
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// The blocks of the prelude (separated by blank lines) that `body` needs:

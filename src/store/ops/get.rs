@@ -1,5 +1,7 @@
 //! `get`: one message by id, with its state (`lua/get.lua`).
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use fred::prelude::Value;
 
 use super::{array, id_keys, list::info, unexpected, IdKey, Op};
@@ -13,8 +15,9 @@ pub(crate) struct Get<'a> {
 }
 
 impl Op for Get<'_> {
-    /// `None` when the queue does not hold it.
-    type Reply = Option<MessageInfo>;
+    /// The message and Redis's clock when it was read; `None` when the
+    /// queue does not hold it.
+    type Reply = Option<(MessageInfo, SystemTime)>;
     const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts", "msg"];
 
     fn script() -> &'static LuaScript {
@@ -43,6 +46,7 @@ impl Op for Get<'_> {
         };
         let len = reply[3].as_bytes().map_or(0, <[u8]>::len) as i64;
         let values = [reply[1].clone(), reply[2].clone(), reply[3].clone(), reply[4].clone()];
-        Ok(Some(info(MessageId::from(self.id), state, &values, len, None)))
+        let now = UNIX_EPOCH + Duration::from_millis(reply[5].as_u64().unwrap_or_default());
+        Ok(Some((info(MessageId::from(self.id), state, &values, len, None), now)))
     }
 }

@@ -70,6 +70,8 @@ impl From<Error> for ApiError {
             Error::Redis(_)
             | Error::OutOfMemory { .. }
             | Error::NotDurable { .. }
+            | Error::Unconfirmed { .. }
+            | Error::WaitAofUnsupported { .. }
             | Error::ScriptingUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::UnexpectedReply { .. } | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
