@@ -9,10 +9,13 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload`
+//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle`
 //! (default: all but `rate` and `gconc`, which measure the limits,
-//! `handles`, this process's memory per queue handle, and `bigpayload`,
-//! the longest script call and Redis CPU with 1 MiB payloads), `--n 50000`
+//! `handles`, this process's memory per queue handle, `bigpayload`, the
+//! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
+//! cost of idle queues consumed by one process), `--idle 1,200,1000`
+//! (idle's queue counts), `--idle-as worker|consumers` (one `Worker` over
+//! them, or a consumer each), `--n 50000`
 //! (messages per throughput phase), `--scale 1000000` (w4 backlog),
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
@@ -41,6 +44,8 @@ struct Opts {
     n: usize,
     scale: usize,
     rounds: usize,
+    idle: Vec<usize>,
+    idle_as: String,
 }
 
 fn opts() -> Res<Opts> {
@@ -49,6 +54,8 @@ fn opts() -> Res<Opts> {
         n: 50_000,
         scale: 1_000_000,
         rounds: 3,
+        idle: vec![1, 200, 1000],
+        idle_as: "worker".into(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -58,6 +65,8 @@ fn opts() -> Res<Opts> {
             "--n" => o.n = val()?.parse()?,
             "--scale" => o.scale = val()?.parse()?,
             "--rounds" => o.rounds = val()?.parse()?,
+            "--idle" => o.idle = val()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            "--idle-as" => o.idle_as = val()?,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -824,6 +833,12 @@ async fn main() -> Res<()> {
     if on("bigpayload") {
         emit("big_payload", big_payload(&client, &tag).await?);
     }
+    if on("idle") {
+        for &n in &o.idle {
+            emit("idle", idle(&client, &url, n, &o.idle_as).await?);
+            cleanup(&client).await?;
+        }
+    }
     Ok(())
 }
 
@@ -852,6 +867,103 @@ fn handles(client: &Client) -> Res<serde_json::Value> {
         "handles": N,
         "kib_per_handle": per_handle(false)?,
         "kib_per_handle_with_events": per_handle(true)?,
+    }))
+}
+
+/// Every command Redis has run so far (scripts' own calls included), and
+/// of those the script calls and the TYPE calls.
+async fn commands(client: &Client) -> Res<(f64, f64, f64)> {
+    let info: String = client.info(Some(InfoKind::CommandStats)).await?;
+    let (mut all, mut scripts, mut types) = (0.0, 0.0, 0.0);
+    for line in info.lines() {
+        let Some((name, rest)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(":calls=")) else {
+            continue;
+        };
+        let calls: f64 = rest.split(',').next().unwrap_or("0").parse()?;
+        // The measuring connection's own INFO calls are not the queues'.
+        if name != "info" {
+            all += calls;
+        }
+        match name {
+            "evalsha" | "eval" => scripts += calls,
+            "type" => types += calls,
+            _ => {}
+        }
+    }
+    Ok((all, scripts, types))
+}
+
+/// Connections open on the server.
+async fn connections(client: &Client) -> Res<f64> {
+    let info: String = client.info(Some(InfoKind::Clients)).await?;
+    let line = info.lines().find_map(|l| l.strip_prefix("connected_clients:"));
+    Ok(line.ok_or("no connected_clients in INFO")?.trim().parse()?)
+}
+
+/// CPU seconds this process has used so far (Linux: /proc/self/stat).
+fn process_cpu() -> Res<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let fields: Vec<&str> = stat.rsplit_once(')').ok_or("stat")?.1.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+/// The cost of `n` empty queues consumed by this process, over a 10 s
+/// window after a warm-up: Redis commands, script and TYPE calls per
+/// second and queue, connections (the client's included), Redis and
+/// process CPU, and resident memory per queue. `how`: one `Worker` over all (`worker`), or a
+/// consumer each (`consumers`), on a client of their own.
+async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json::Value> {
+    const WINDOW: Duration = Duration::from_secs(10);
+    let conns = connections(client).await?;
+    let own = delayqueue::connect(url).await?;
+    let queues: Vec<DelayQueue> = (0..n)
+        .map(|i| queue(&own, &format!("idle{i}"), |b| b))
+        .collect::<Res<_>>()?;
+    let rss = rss_kib()?;
+    let ok = |_m: Message| async { Ok::<(), HandlerError>(()) };
+    let mut consumers = Vec::new();
+    match how {
+        "worker" => {
+            let mut worker = delayqueue::Worker::new();
+            for q in &queues {
+                worker = worker.queue(q, 1, ok);
+            }
+            consumers.push(worker.start().await?);
+        }
+        "consumers" => {
+            for q in &queues {
+                consumers.push(q.start_consume(ok).await?);
+            }
+        }
+        other => return Err(format!("--idle-as {other}: worker or consumers").into()),
+    }
+    // Past start-up: the first sweep and the subscriptions.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = rss_kib()?.saturating_sub(rss);
+    let conns = connections(client).await? - conns;
+    let (all, scripts, types) = commands(client).await?;
+    let (cpu, own_cpu) = (redis_cpu(client).await?, process_cpu()?);
+    tokio::time::sleep(WINDOW).await;
+    let (all2, scripts2, types2) = commands(client).await?;
+    let (cpu2, own_cpu2) = (redis_cpu(client).await?, process_cpu()?);
+    for c in consumers {
+        c.shutdown().await?;
+    }
+    own.quit().await?;
+    let per_s = |x: f64| x / WINDOW.as_secs_f64();
+    let per_queue_s = |x: f64| (per_s(x) / n as f64 * 100.0).round() / 100.0;
+    let percent = |x: f64| (per_s(x) * 1000.0).round() / 10.0;
+    Ok(json!({
+        "queues": n,
+        "as": how,
+        "commands_per_s_per_queue": per_queue_s(all2 - all),
+        "scripts_per_s_per_queue": per_queue_s(scripts2 - scripts),
+        "type_per_s_per_queue": per_queue_s(types2 - types),
+        "connections": conns,
+        "redis_cpu_percent": percent(cpu2 - cpu),
+        "process_cpu_percent": percent(own_cpu2 - own_cpu),
+        "kib_rss_per_queue": (rss as f64 / n as f64).round(),
     }))
 }
 

@@ -105,7 +105,7 @@ pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
     find_queues, recorded_shards, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
-    IntegrityReport, NewMessage, Search, MAX_SCAN,
+    IntegrityReport, NewMessage, Search, Worker, MAX_SCAN,
 };
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,

@@ -23,13 +23,18 @@ use crate::{Error, MessageId};
 /// keys in Redis (docs/performance.md). More are claimed in further calls.
 const MAX_CLAIM: usize = 256;
 
-/// How busy a consumer is, as one shard's loop sees it before a claim.
-#[derive(Debug, Clone, Copy, Default)]
+/// How busy a consumer is, as one loop sees it before a claim.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Load {
-    /// Shards the consumer reads.
+    /// Shards of the loop's queue.
     pub shards: usize,
-    /// Messages claimed and not finished, over all shards.
+    /// The queue's part of the limit: its weight over `of_weight`.
+    pub weight: u64,
+    pub of_weight: u64,
+    /// Messages claimed and not finished, over all queues and shards.
     pub in_flight: usize,
+    /// Of those, the queue's.
+    pub queue_in_flight: usize,
     /// Of those, this shard's.
     pub shard_in_flight: usize,
     /// This shard's finished deliveries whose ack is not sent yet.
@@ -38,13 +43,33 @@ pub(crate) struct Load {
     pub avg_handler_us: u64,
 }
 
+/// A consumer of one queue: all of the limit is its.
+impl Default for Load {
+    fn default() -> Self {
+        Load {
+            shards: 1,
+            weight: 1,
+            of_weight: 1,
+            in_flight: 0,
+            queue_in_flight: 0,
+            shard_in_flight: 0,
+            acking: 0,
+            avg_handler_us: 0,
+        }
+    }
+}
+
 impl Load {
     /// The load of `shared`'s consumer now.
     pub(crate) fn of(shared: &Shared) -> Load {
         let pool = &shared.pool;
+        let (weight, of_weight) = pool.part(shared.lane);
         Load {
-            shards: pool.done.len(),
+            shards: shared.ctx.shards.len(),
+            weight,
+            of_weight,
             in_flight: pool.in_flight.load(Ordering::Acquire),
+            queue_in_flight: pool.lanes[shared.lane].in_flight.load(Ordering::Acquire),
             shard_in_flight: shared.in_flight.load(Ordering::Acquire),
             acking: shared.acking.load(Ordering::Acquire),
             avg_handler_us: pool.avg_handler_us(),
@@ -54,9 +79,11 @@ impl Load {
 
 /// How many messages to claim now: free slots, but no more than the
 /// handlers can start before the max consume duration, judged by how long
-/// they have taken so far. A shard of several takes at most its share of
-/// that (but enough to keep every handler busy), so a shard whose claims
-/// happen to come first cannot crowd out the others.
+/// they have taken so far. Of that limit a queue of several takes its
+/// part (by weight among the queues with work waiting, or by order), and
+/// a shard of several at most its share of the queue's (but enough to
+/// keep every handler busy), so a queue or shard whose claims happen to
+/// come first cannot crowd out the others.
 pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
     let startable = match load.avg_handler_us {
         0 => settings.concurrency,
@@ -64,13 +91,16 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
             as usize,
     };
     let limit = startable.max(settings.concurrency).min(settings.fetch_limit);
-    let share = limit.div_ceil(load.shards).max(settings.concurrency.min(limit));
+    let part = ((limit as u64).saturating_mul(load.weight)).div_ceil(load.of_weight.max(1)) as usize;
+    let queue = part.min(limit).saturating_sub(load.queue_in_flight);
+    let share = part.div_ceil(load.shards).max(settings.concurrency.min(part));
     let mine = share.saturating_sub(load.shard_in_flight);
     // Acks that fall behind (Redis slower than the handlers) hold back
     // claims, or their leases would run out while they wait to be sent.
     let lagging = load.acking.saturating_sub(ACK_SLACK);
     limit
         .saturating_sub(load.in_flight + lagging)
+        .min(queue)
         .min(mine)
         .min(settings.batch_size)
         .min(MAX_CLAIM)
@@ -103,9 +133,9 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         // Claims go on while paused (one per fetch_interval or wake-up), so
         // the consumer sees the resume at once.
         if reply.paused {
-            tracing::info!(queue = %ctx.name, shard = shared.index, "queue is paused; leasing nothing until it is resumed");
+            tracing::info!(queue = %ctx.name, shard = shared.shard, "queue is paused; leasing nothing until it is resumed");
         } else {
-            tracing::info!(queue = %ctx.name, shard = shared.index, "queue resumed; leasing again");
+            tracing::info!(queue = %ctx.name, shard = shared.shard, "queue resumed; leasing again");
         }
     }
     // Redis ran the script after `sent`, so by this host's clock the lease
@@ -144,6 +174,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
             Ok(msg) => {
                 shared.in_flight.fetch_add(1, Ordering::AcqRel);
                 shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
+                shared.pool.lanes[shared.lane].in_flight.fetch_add(1, Ordering::AcqRel);
                 // In line for a handler slot now, in claim order: the tasks run in
                 // no promised order on a multi-thread runtime.
                 let slot = shared.pool.slot();
@@ -200,6 +231,32 @@ mod tests {
         assert_eq!(claim_capacity(&s, &lagging), 53);
         let at_slack = Load { acking: ACK_SLACK, ..b };
         assert_eq!(claim_capacity(&s, &at_slack), 56);
+    }
+
+    #[test]
+    fn a_queue_of_several_claims_its_weights_part_less_what_it_holds() {
+        let s = settings::for_tests(10, 100);
+        let part = |weight, of_weight| Load {
+            weight,
+            of_weight,
+            ..idle(1)
+        };
+        assert_eq!(claim_capacity(&s, &part(6, 10)), 60);
+        assert_eq!(claim_capacity(&s, &part(3, 10)), 30);
+        assert_eq!(claim_capacity(&s, &part(1, 10)), 10, "at least one each, rounded up");
+        assert_eq!(claim_capacity(&s, &part(1, 1)), 100, "alone with work: all of it");
+        assert_eq!(claim_capacity(&s, &part(0, 1)), 0, "strict order, another's turn");
+        let holding = Load {
+            queue_in_flight: 55,
+            in_flight: 90,
+            ..part(6, 10)
+        };
+        assert_eq!(claim_capacity(&s, &holding), 5, "its part less what it holds");
+        let others_hold = Load {
+            in_flight: 95,
+            ..part(6, 10)
+        };
+        assert_eq!(claim_capacity(&s, &others_hold), 5, "no more than the pool has left");
     }
 
     #[test]

@@ -49,10 +49,9 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     drop(permit);
     shared.in_flight.fetch_sub(1, Ordering::AcqRel);
     pool.in_flight.fetch_sub(1, Ordering::AcqRel);
-    // Any shard's loop may be waiting for a slot.
-    for done in &pool.done {
-        done.notify_one();
-    }
+    pool.lanes[shared.lane].in_flight.fetch_sub(1, Ordering::AcqRel);
+    // Any loop may be waiting for a slot.
+    pool.wake_all();
 }
 
 /// How much of its lease a delivery needs left to start its handler: a
@@ -96,7 +95,7 @@ async fn handle(shared: &Shared, msg: Message, left: Duration) -> Ended {
     // one message, so its span belongs to that message's trace.
     #[cfg(feature = "otel")]
     crate::otel::continue_trace(&span, msg.headers());
-    let handled = AssertUnwindSafe(shared.pool.handler.handle(msg))
+    let handled = AssertUnwindSafe(shared.handler.handle(msg))
         .catch_unwind()
         .instrument(span);
     let started = Instant::now();

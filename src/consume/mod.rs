@@ -1,28 +1,31 @@
 //! The consume runtime: moves due messages, claims them in batches, runs
-//! the handler on each, and acks or nacks the outcome.
+//! the handlers, and acks or nacks the outcomes.
 //!
-//! It is given a [`Context`] (the client, each shard's keys, the
-//! [`Settings`], metrics and events) and talks to Redis only through the
-//! store's operations; it knows nothing of the queue handle. One loop task
-//! per shard, a delivery task per claimed message, and per shard an ack
-//! task and (when handlers outlive a lease) a renewal task; one wake-up
-//! task for all shards. The loops of a sharded queue share the handlers
-//! and `fetch_limit`, each claiming no more than its share while the
-//! others have work. The files, one part each:
+//! It is given, per queue, a [`Context`] (the client, each shard's keys,
+//! the [`Settings`], metrics and events), a handler and a weight, and
+//! talks to Redis only through the store's operations; it knows nothing
+//! of the queue handle. One runtime serves one queue
+//! (`DelayQueue::start_consume`) or several (`Worker`): one loop task per
+//! queue and shard, a delivery task per claimed message, per loop an ack
+//! task and (when handlers outlive a lease) a renewal task, per queue a
+//! scheduler task, and one wake-up connection per client for all of them.
+//! The loops share the handler slots and `fetch_limit`, each claiming no
+//! more than its queue's part (by weight or order) and its shard's share
+//! of that while the others have work. The files, one part each:
 //!
 //! - `mod.rs`: [`Consumer`], which starts the tasks and shuts them down;
 //! - `context.rs`, `settings.rs`: what the queue handle gives a consumer;
-//! - `state.rs`: what the tasks share: the handler pool, each shard's state;
-//! - `shard_loop.rs`: one shard's loop and its schedule, and its shutdown;
+//! - `state.rs`: what the tasks share: the pool and its lanes, each loop's state;
+//! - `shard_loop.rs`: one loop, its probe and schedule, and its shutdown;
 //! - `sweep.rs`: timed-out deliveries back to retry, old dead letters deleted;
 //! - `promote.rs`: due messages to ready;
 //! - `claim.rs`: how many to claim now (`claim_capacity`), and the claim;
 //! - `delivery.rs`: one delivery: slot, early hand-back, handler, time limit;
 //! - `outcome.rs`: how a delivery ended, and how a failure is classified;
 //! - `settle.rs`: an outcome turned into an ack, a nack or a hand-back;
-//! - `acker.rs`: each shard's acks, coalesced into batches;
+//! - `acker.rs`: each loop's acks, coalesced into batches;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
-//! - `wake.rs`: wake-ups from Redis pub/sub;
+//! - `wake.rs`: wake-ups from Redis pub/sub, one connection per client;
 //! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
 mod acker;
@@ -48,13 +51,16 @@ use tokio::task::JoinHandle;
 pub(crate) use context::Context;
 pub use scheduler::Scheduler;
 pub(crate) use scheduler::PAGE as SCHEDULE_PAGE;
-pub(crate) use settings::{Settings, DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
+pub(crate) use settings::{default_fetch_limit, Settings};
 
 use crate::{Error, Handler, MessageId};
 use lease::Leases;
-use state::{Pool, Shared};
+use scheduler::Kicks;
+use state::{Lane, Pool, Shared};
 
-/// A running consumer. Stop it with [`shutdown`](Consumer::shutdown).
+/// A running consumer of one queue ([`DelayQueue::start_consume`](crate::DelayQueue::start_consume))
+/// or of several ([`Worker::start`](crate::Worker::start)). Stop it with
+/// [`shutdown`](Consumer::shutdown).
 ///
 /// Dropping it stops it the same way without waiting: it claims nothing
 /// more, and in the background its running handlers finish (each within
@@ -65,28 +71,49 @@ use state::{Pool, Shared};
 #[must_use = "dropping a Consumer stops it"]
 pub struct Consumer {
     stop: watch::Sender<bool>,
-    /// The loop of each shard, then the wake-up task and the scheduler.
+    /// Of each queue, its scheduler, then the loop of each shard.
     tasks: Vec<JoinHandle<()>>,
-    /// The queue's name, for logs.
+    /// Each queue's place in its client's wake-up hub.
+    listening: Vec<wake::Wakes>,
+    /// The queue's name, or how many queues, for logs.
     name: String,
 }
 
+/// One queue a consumer reads: its context, its handler, its weight.
+pub(crate) struct Member {
+    pub ctx: Context,
+    pub handler: Arc<dyn Handler>,
+    pub weight: u64,
+}
+
 impl Consumer {
-    /// Starts consuming the queue `ctx` describes with `handler`.
-    pub(crate) async fn start(ctx: Context, handler: Arc<dyn Handler>) -> Self {
-        let ctx = Arc::new(ctx);
+    /// Starts consuming the queues of `members`, in that order (the order
+    /// strict priority follows), all sharing the handler slots of the
+    /// first's settings (`concurrency`, `fetch_limit`: a [`Worker`] sets
+    /// the same in each).
+    pub(crate) async fn start(members: Vec<Member>, strict: bool) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let shards = &ctx.shards;
-        let channels = shards.iter().map(|k| k.wake.clone()).collect();
-        let (wakes, waker) = wake::spawn(&ctx.client, channels, stop_rx.clone()).await;
         let me = MessageId::generate();
-        let scheduler = tokio::spawn(scheduler::run(ctx.clone(), stop_rx.clone()));
-        let pool = Arc::new(Pool::new(handler, ctx.settings.concurrency, shards.len(), stop_rx));
-        let mut tasks: Vec<JoinHandle<()>> = shards
+        let concurrency = members.first().map_or(1, |m| m.ctx.settings.concurrency);
+        let lanes = members
             .iter()
-            .zip(wakes)
-            .enumerate()
-            .map(|(index, (keys, wakes))| {
+            .map(|m| Lane::new(m.weight, m.ctx.shards.len()))
+            .collect();
+        let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
+        let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
+        let mut tasks = Vec::new();
+        let mut listening = Vec::new();
+        let mut names = Vec::new();
+        let mut loops_started = 0;
+        for (lane, Member { ctx, handler, .. }) in members.into_iter().enumerate() {
+            let ctx = Arc::new(ctx);
+            let channels = ctx.shards.iter().map(|k| k.wake.clone()).collect();
+            let (wakes, listener) = wake::listen(&ctx.client, channels).await;
+            listening.push(listener);
+            let kicks = Arc::new(Kicks::new(ctx.shards.len()));
+            let trigger = scheduler::Trigger::Kicked(kicks.clone());
+            tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
+            for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
                 let (acks, acker) = acker::spawn(ctx.clone(), keys.clone());
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
@@ -95,9 +122,13 @@ impl Consumer {
                     .then(|| lease::spawn(ctx.clone(), keys.clone(), leases.clone()));
                 let shared = Arc::new(Shared {
                     ctx: ctx.clone(),
+                    handler: handler.clone(),
                     claim_key: keys.claim(me.as_str()),
                     keys: keys.clone(),
-                    index,
+                    index: loops_started,
+                    lane,
+                    shard,
+                    schedules: kicks.clone(),
                     pool: pool.clone(),
                     in_flight: Default::default(),
                     acking: Default::default(),
@@ -106,19 +137,23 @@ impl Consumer {
                     acks,
                     leases,
                 });
-                tokio::spawn(shard_loop::run(shared, acker, wakes, renewer))
-            })
-            .collect();
-        tasks.push(waker);
-        tasks.push(scheduler);
-        match shards.len() {
-            1 => tracing::info!(queue = %ctx.name, "consumer started"),
-            n => tracing::info!(queue = %ctx.name, shards = n, "consumer started"),
+                tasks.push(tokio::spawn(shard_loop::run(shared, acker, wakes, renewer)));
+                loops_started += 1;
+            }
+            match ctx.shards.len() {
+                1 => tracing::info!(queue = %ctx.name, "consumer started"),
+                n => tracing::info!(queue = %ctx.name, shards = n, "consumer started"),
+            }
+            names.push(ctx.name.clone());
         }
         Consumer {
             stop,
             tasks,
-            name: ctx.name.clone(),
+            listening,
+            name: match &names[..] {
+                [one] => one.clone(),
+                all => format!("{} queues", all.len()),
+            },
         }
     }
 
@@ -132,6 +167,7 @@ impl Consumer {
             task.await
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
+        self.listening.clear();
         tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! The scheduler: keeps the schedules of a queue's shards fed, so that
 //! each schedule's next fire is always stored ahead as a pending message.
-//! Every consumer runs one; [`Scheduler`] runs one without consuming.
+//! Every consumer runs one per queue, which reads a shard's schedules
+//! only when the shard's probe found it has some ([`Kicks`]);
+//! [`Scheduler`] runs one without consuming, which reads every tick.
 //!
 //! Any number of them may run: each fire is sent by `fire.lua`, which
 //! moves the schedule's cursor past it in the same step and refuses a fire
@@ -12,7 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::Context;
@@ -48,7 +52,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub(crate) fn start(ctx: Context) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(run(Arc::new(ctx), stop_rx));
+        let task = tokio::spawn(run(Arc::new(ctx), Trigger::Tick, stop_rx));
         Scheduler { stop, task: Some(task) }
     }
 
@@ -69,12 +73,47 @@ impl Drop for Scheduler {
     }
 }
 
-/// Ticks until `stop` says so.
-pub(crate) async fn run(ctx: Arc<Context>, mut stop: watch::Receiver<bool>) {
+/// The shards of a queue whose probe found schedules, for the consumer's
+/// scheduler to read: a shard without schedules costs it nothing.
+#[derive(Debug)]
+pub(crate) struct Kicks {
+    wanted: Vec<AtomicBool>,
+    notify: Notify,
+}
+
+impl Kicks {
+    pub(crate) fn new(shards: usize) -> Self {
+        Kicks {
+            wanted: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Asks for one pass over `shard`'s schedules.
+    pub(crate) fn kick(&self, shard: usize) {
+        self.wanted[shard].store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// What starts a scheduler's pass.
+pub(crate) enum Trigger {
+    /// Every `fetch_interval`, over every shard.
+    Tick,
+    /// Each kick, over the shards kicked.
+    Kicked(Arc<Kicks>),
+}
+
+/// Runs passes until `stop` says so.
+pub(crate) async fn run(ctx: Arc<Context>, trigger: Trigger, mut stop: watch::Receiver<bool>) {
     let every = ctx.settings.fetch_interval;
     let mut failing = false;
     while !*stop.borrow() {
-        match tick(&ctx, horizon(every)).await {
+        let pass = match &trigger {
+            Trigger::Tick => tick(&ctx, horizon(every)).await,
+            Trigger::Kicked(kicks) => kicked(&ctx, kicks, horizon(every)).await,
+        };
+        match pass {
             Ok(_) if failing => {
                 tracing::info!(queue = %ctx.name, "scheduler reaches Redis again");
                 failing = false;
@@ -86,11 +125,28 @@ pub(crate) async fn run(ctx: Arc<Context>, mut stop: watch::Receiver<bool>) {
             }
             Err(e) => tracing::debug!(queue = %ctx.name, error = %e, "scheduler tick failed"),
         }
-        tokio::select! {
-            _ = stop.changed() => {}
-            _ = tokio::time::sleep(every) => {}
+        match &trigger {
+            Trigger::Tick => tokio::select! {
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(every) => {}
+            },
+            Trigger::Kicked(kicks) => tokio::select! {
+                _ = stop.changed() => {}
+                _ = kicks.notify.notified() => {}
+            },
         }
     }
+}
+
+/// One pass over the shards kicked since the last; returns the fires it sent.
+async fn kicked(ctx: &Context, kicks: &Kicks, horizon: Duration) -> Result<u64, Error> {
+    let mut sent = 0;
+    for (keys, wanted) in ctx.shards.iter().zip(&kicks.wanted) {
+        if wanted.swap(false, Ordering::AcqRel) {
+            sent += tick_shard(ctx, keys, horizon).await?;
+        }
+    }
+    Ok(sent)
 }
 
 /// One pass over every shard; returns the fires this pass sent.

@@ -13,8 +13,13 @@ pub(crate) const MAX_ROUNDS: usize = 8;
 
 /// `fetch_limit` unless set: this many, or 32 per handler when that is
 /// larger. Larger claims share a script call's fixed cost among more messages.
-pub(crate) const DEFAULT_FETCH_LIMIT: usize = 256;
-pub(crate) const DEFAULT_FETCH_PER_HANDLER: usize = 32;
+const DEFAULT_FETCH_LIMIT: usize = 256;
+const DEFAULT_FETCH_PER_HANDLER: usize = 32;
+
+/// `fetch_limit` unless set, for `concurrency` handlers.
+pub(crate) fn default_fetch_limit(concurrency: usize) -> usize {
+    DEFAULT_FETCH_LIMIT.max(concurrency.saturating_mul(DEFAULT_FETCH_PER_HANDLER))
+}
 
 /// What a consumer is configured with; see the queue builder's methods of
 /// the same names for their meaning.

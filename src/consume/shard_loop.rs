@@ -1,5 +1,6 @@
-//! The loop of one shard: sweeps on every `fetch_interval`, promotes when
-//! something is due, claims what fits, and in between sleeps until the
+//! The loop of one shard: probes on every `fetch_interval` (one read-only
+//! call) and sweeps when that finds leases run out or dead letters to
+//! delete, promotes when something is due, claims what fits, and in between sleeps until the
 //! earliest due time it knows of, a wake-up, or a free handler slot. On
 //! stop it deletes its claim receipt, waits for its deliveries to settle
 //! and for its acker to send their acks.
@@ -17,6 +18,7 @@ use super::promote::promote;
 use super::state::Shared;
 use super::sweep::sweep;
 use crate::store::ops::claim::Held;
+use crate::store::ops::probe::Probe;
 use crate::Error;
 
 /// When the loop next has something to do.
@@ -55,6 +57,8 @@ pub(crate) async fn run(
         claim_after: now,
     };
     let mut failures = 0u32;
+    // The pool counts this loop as waiting for work until told otherwise.
+    let mut waiting = true;
     tracing::debug!(queue = %shared.name(), shard = shared.index, "shard loop started");
     while !*stop.borrow() {
         let (until, on_slot) = match step(&shared, &mut at).await {
@@ -82,6 +86,7 @@ pub(crate) async fn run(
                 (Instant::now() + backoff, false)
             }
         };
+        waiting = shared.publish_waiting(waiting, at.claim);
         if at.claim && at.claim_after <= Instant::now() && !on_slot && failures == 0 {
             continue;
         }
@@ -100,6 +105,7 @@ pub(crate) async fn run(
             }
         }
     }
+    shared.publish_waiting(waiting, false);
     // Claiming nothing deletes the receipt. Should it replay a request that
     // failed, the replayed deliveries see the stop and are handed back. It
     // expires on its own, so a Redis that does not answer only gets a moment.
@@ -126,10 +132,24 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
     let (ctx, k) = (&*shared.ctx, &shared.keys);
     let now = Instant::now();
     if now >= at.sweep {
-        sweep(ctx, k).await?;
+        // One read-only call says which steps have work: an idle shard costs nothing more.
+        let probed = shared
+            .store()
+            .run(&Probe {
+                dead_letter_retention: ctx.settings.dead_letter_retention,
+                dead_limit: ctx.settings.dead_limit,
+            })
+            .await?;
         at.sweep = now + ctx.settings.fetch_interval;
-        at.promote = now;
-        at.claim = true;
+        if probed.sweep {
+            sweep(ctx, k).await?;
+            at.claim = true;
+        }
+        at.promote = probed.next_due.map_or(at.sweep, |d| now + d);
+        at.claim |= probed.claim;
+        if probed.schedules {
+            shared.schedules.kick(shared.shard);
+        }
     }
     if now >= at.promote {
         let (moved, next_due) = promote(ctx, k).await?;
@@ -142,6 +162,9 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
     }
     let want = claim_capacity(&ctx.settings, &Load::of(shared));
     if want == 0 {
+        // Full, or another queue's turn: a finished delivery or a change
+        // of turns wakes the loop, and this bounds the wait regardless.
+        at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
         return Ok(true);
     }
     let (popped, held) = claim(shared, want).await?;

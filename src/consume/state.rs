@@ -14,37 +14,91 @@ use tokio::sync::{mpsc, watch, AcquireError, Notify, OwnedSemaphorePermit, Semap
 use super::acker::AckItem;
 use super::context::Context;
 use super::lease::Leases;
+use super::scheduler::Kicks;
 use crate::store::{Keys, Shard};
 use crate::Handler;
 
-/// What the loops of every shard share: the handlers and their limits.
+/// What the loops of every queue and shard a consumer reads share: the
+/// handler slots and their limits.
 pub(crate) struct Pool {
-    pub handler: Arc<dyn Handler>,
     /// One permit per handler that may run at once; taken through [`Pool::slot`].
     workers: Arc<Semaphore>,
-    /// Messages claimed and not finished, over all shards.
+    /// Messages claimed and not finished, over all loops.
     pub in_flight: AtomicUsize,
-    /// One per shard loop, each signalled whenever any delivery finishes.
+    /// One per loop, each signalled whenever any delivery finishes.
     pub done: Vec<Notify>,
+    /// One per queue, in the consumer's order.
+    pub lanes: Vec<Lane>,
+    /// Whether a queue claims only while no queue before it has work
+    /// waiting; else each queue's part of the limit is by its weight.
+    pub strict: bool,
     /// Moving average of handler run time, 0 until the first one ends.
     avg_handler_us: AtomicU64,
     pub stop: watch::Receiver<bool>,
 }
 
+/// What the pool knows of one queue.
+pub(crate) struct Lane {
+    pub weight: u64,
+    /// Its loops whose last look found messages waiting to be claimed.
+    pub waiting: AtomicUsize,
+    /// Its messages claimed and not finished.
+    pub in_flight: AtomicUsize,
+}
+
+impl Lane {
+    /// A queue of `weight` read by `loops` loops, each of which starts out
+    /// looking for work.
+    pub(crate) fn new(weight: u64, loops: usize) -> Self {
+        Lane {
+            weight,
+            waiting: AtomicUsize::new(loops),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+}
+
 impl Pool {
     pub(crate) fn new(
-        handler: Arc<dyn Handler>,
         concurrency: usize,
-        shards: usize,
+        loops: usize,
+        lanes: Vec<Lane>,
+        strict: bool,
         stop: watch::Receiver<bool>,
     ) -> Self {
         Pool {
-            handler,
             workers: Arc::new(Semaphore::new(concurrency)),
             in_flight: AtomicUsize::new(0),
-            done: (0..shards).map(|_| Notify::new()).collect(),
+            done: (0..loops).map(|_| Notify::new()).collect(),
+            lanes,
+            strict,
             avg_handler_us: AtomicU64::new(0),
             stop,
+        }
+    }
+
+    /// Queue `lane`'s part of the claim limit, as (its weight, the weight
+    /// of every queue with work waiting, its own included): all of it for
+    /// a consumer of one queue; nothing under strict order while a queue
+    /// before it has work waiting.
+    pub(crate) fn part(&self, lane: usize) -> (u64, u64) {
+        let waits = |l: &Lane| l.waiting.load(Ordering::Acquire) > 0;
+        if self.strict {
+            let first = self.lanes[..lane].iter().any(waits);
+            return (u64::from(!first), 1);
+        }
+        let others: u64 = (self.lanes.iter().enumerate())
+            .filter(|&(i, l)| i != lane && waits(l))
+            .map(|(_, l)| l.weight)
+            .sum();
+        let mine = self.lanes[lane].weight;
+        (mine, mine + others)
+    }
+
+    /// Wakes every loop: the parts of the limit have changed.
+    pub(crate) fn wake_all(&self) {
+        for done in &self.done {
+            done.notify_one();
         }
     }
 
@@ -110,13 +164,21 @@ fn next_average(avg: u64, us: u64) -> u64 {
     }
 }
 
-/// State of one shard's loop, shared with its delivery tasks.
+/// State of one loop (a shard of a queue), shared with its delivery tasks.
 pub(crate) struct Shared {
     pub ctx: Arc<Context>,
+    /// The handler of this loop's queue.
+    pub handler: Arc<dyn Handler>,
     /// The keys of this loop's shard.
     pub keys: Keys,
-    /// This shard's number; its loop waits on `pool.done[index]`.
+    /// This loop's number; it waits on `pool.done[index]`.
     pub index: usize,
+    /// The number of its queue: `pool.lanes[lane]`.
+    pub lane: usize,
+    /// The number of its shard in the queue.
+    pub shard: usize,
+    /// Its queue's scheduler, told when the shard has schedules.
+    pub schedules: Arc<Kicks>,
     pub pool: Arc<Pool>,
     /// Messages of this shard claimed and not finished.
     pub in_flight: AtomicUsize,
@@ -143,6 +205,22 @@ impl Shared {
     pub(crate) fn name(&self) -> &str {
         &self.ctx.name
     }
+
+    /// Tells the pool whether this loop has work waiting to be claimed
+    /// (`now`), when that changed since `was`; returns `now`. When it has
+    /// none left, the other queues' parts grow: their loops are woken.
+    pub(crate) fn publish_waiting(&self, was: bool, now: bool) -> bool {
+        if was == now {
+            return now;
+        }
+        let lane = &self.pool.lanes[self.lane];
+        if now {
+            lane.waiting.fetch_add(1, Ordering::AcqRel);
+        } else if lane.waiting.fetch_sub(1, Ordering::AcqRel) == 1 && self.pool.lanes.len() > 1 {
+            self.pool.wake_all();
+        }
+        now
+    }
 }
 
 #[cfg(test)]
@@ -150,12 +228,7 @@ mod tests {
     use super::*;
 
     fn pool(concurrency: usize) -> Pool {
-        Pool::new(
-            Arc::new(|_m: crate::Message| async { Ok::<(), crate::HandlerError>(()) }),
-            concurrency,
-            1,
-            watch::channel(false).1,
-        )
+        Pool::new(concurrency, 1, vec![Lane::new(1, 1)], false, watch::channel(false).1)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,6 +269,32 @@ mod tests {
         drop(slots);
         let permit = tokio::time::timeout(Duration::from_secs(30), behind.acquired()).await;
         assert!(permit.expect("the place given up is passed on").is_ok());
+    }
+
+    #[test]
+    fn a_queues_part_is_by_weight_among_those_waiting_or_by_order() {
+        let lanes = |strict| {
+            let stop = watch::channel(false).1;
+            Pool::new(
+                1,
+                3,
+                vec![Lane::new(6, 1), Lane::new(3, 1), Lane::new(1, 1)],
+                strict,
+                stop,
+            )
+        };
+        let weighted = lanes(false);
+        assert_eq!(weighted.part(0), (6, 10));
+        assert_eq!(weighted.part(2), (1, 10));
+        weighted.lanes[1].waiting.store(0, Ordering::Release);
+        assert_eq!(weighted.part(0), (6, 7), "a queue without work leaves its part");
+        assert_eq!(weighted.part(1), (3, 10), "the one asking counts itself");
+        let strict = lanes(true);
+        assert_eq!(strict.part(0), (1, 1));
+        assert_eq!(strict.part(2), (0, 1), "queues before it have work");
+        strict.lanes[0].waiting.store(0, Ordering::Release);
+        strict.lanes[1].waiting.store(0, Ordering::Release);
+        assert_eq!(strict.part(2), (1, 1));
     }
 
     #[test]

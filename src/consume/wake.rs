@@ -1,70 +1,218 @@
-//! Wake-ups: a dedicated subscriber connection that tells a sleeping
-//! consumer when work becomes due sooner than it knows of.
+//! Wake-ups: one subscriber connection per client in the process tells
+//! every sleeping consumer loop when work becomes due sooner than it knows of.
 //!
 //! Scripts publish on the queue's wake-up channel when a message becomes
 //! claimable (nack, timeout) or is due before every other pending message
 //! (send, nack with a delay); the message is how many milliseconds from now.
-//! A wake-up is only an optimisation: the consumer still sweeps every
+//! A wake-up is only an optimisation: the consumer still probes every
 //! `fetch_interval`, so a lost one (disconnect, no pub/sub permission)
 //! costs at most one interval, never a stuck message.
+//!
+//! The consumers of one [`Client`] (by its id: its clones share it) share
+//! one [`Hub`]: one connection subscribed to every channel they listen
+//! on, which routes each message to the loops of that channel. It lives
+//! while any consumer holds its [`Wakes`], and unsubscribes a channel once
+//! no consumer listens on it.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike, EventInterface, PubsubInterface};
 use fred::types::Message;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// Subscribes on a connection of its own (a subscribed connection serves
-/// nothing else) to every channel of `channels` (one per shard), then
-/// starts a task that sends the instant each wake-up asks for to that
-/// channel's receiver; it ends when `stop` turns true. Returns once
-/// subscribed, so every wake-up published after that arrives; when
-/// subscribing fails the consumer just polls.
-pub(crate) async fn spawn(
-    client: &Client,
-    channels: Vec<String>,
-    stop: watch::Receiver<bool>,
-) -> (Vec<mpsc::UnboundedReceiver<Instant>>, JoinHandle<()>) {
-    let (txs, rxs) = channels.iter().map(|_| mpsc::unbounded_channel()).unzip();
-    let sub = client.clone_new();
-    let messages = sub.message_rx();
-    let subscribed = async {
-        sub.init().await?;
-        sub.subscribe(channels.clone()).await
-    };
-    let task = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-        Ok(Ok(())) => tokio::spawn(run(sub, messages, channels, txs, stop)),
-        failed => {
-            let error = match failed {
-                Ok(Err(e)) => e.to_string(),
-                _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
-            };
-            tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
-            tokio::spawn(async move {
-                let _ = sub.quit().await;
-            })
-        }
-    };
-    (rxs, task)
-}
-
-/// How long start-up waits for the subscription.
+/// How long start-up waits for the connection and the subscription.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-async fn run(
+/// The hubs of the process, by client id.
+static HUBS: tokio::sync::Mutex<Vec<(String, Weak<Hub>)>> = tokio::sync::Mutex::const_new(Vec::new());
+
+/// One subscriber connection and the loops listening through it.
+pub(crate) struct Hub {
+    inner: Arc<Inner>,
+    stop: watch::Sender<bool>,
+}
+
+/// A loop listening on a channel: its listener's number, where its wake-ups go.
+type Route = (u64, mpsc::UnboundedSender<Instant>);
+
+struct Inner {
     sub: Client,
-    mut messages: broadcast::Receiver<Message>,
+    /// Channel -> the loops listening on it.
+    routes: Mutex<HashMap<String, Vec<Route>>>,
+    /// Held while subscribing or unsubscribing, so an unsubscribe never
+    /// undoes a subscription made for a listener that came in between.
+    changes: tokio::sync::Mutex<()>,
+    /// Numbers the listeners.
+    next: Mutex<u64>,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A consumer's place in a hub: dropping it stops its wake-ups.
+pub(crate) struct Wakes {
+    hub: Option<Arc<Hub>>,
+    id: u64,
     channels: Vec<String>,
-    txs: Vec<mpsc::UnboundedSender<Instant>>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut reconnects = sub.reconnect_rx();
+}
+
+impl std::fmt::Debug for Wakes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wakes").field("channels", &self.channels.len()).finish()
+    }
+}
+
+/// Listens on every channel of `channels` (one per loop) through the hub
+/// of `client`, starting the hub when there is none. Returns once
+/// subscribed, so every wake-up published after that arrives, with a
+/// receiver per channel of the instant each wake-up asks for; when
+/// subscribing fails the loops just poll.
+pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc::UnboundedReceiver<Instant>>, Wakes) {
+    let (txs, rxs): (Vec<_>, Vec<_>) = channels.iter().map(|_| mpsc::unbounded_channel()).unzip();
+    let hub = match hub_of(client).await {
+        Ok(hub) => hub,
+        Err(error) => {
+            tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
+            let wakes = Wakes {
+                hub: None,
+                id: 0,
+                channels,
+            };
+            return (rxs, wakes);
+        }
+    };
+    let inner = &hub.inner;
+    let id = {
+        let mut next = inner.next.lock().unwrap_or_else(|e| e.into_inner());
+        *next += 1;
+        *next
+    };
+    let new: Vec<String> = {
+        let mut routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut new = Vec::new();
+        for (channel, tx) in channels.iter().zip(txs) {
+            let listeners = routes.entry(channel.clone()).or_default();
+            if listeners.is_empty() {
+                new.push(channel.clone());
+            }
+            listeners.push((id, tx));
+        }
+        new
+    };
+    if !new.is_empty() {
+        let _changing = inner.changes.lock().await;
+        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, inner.sub.subscribe(new)).await {
+            Ok(Ok(())) => {}
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
+                };
+                tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
+            }
+        }
+    }
+    let wakes = Wakes {
+        hub: Some(hub),
+        id,
+        channels,
+    };
+    (rxs, wakes)
+}
+
+/// The running hub of `client`, or a new one.
+async fn hub_of(client: &Client) -> Result<Arc<Hub>, String> {
+    let mut hubs = HUBS.lock().await;
+    hubs.retain(|(_, hub)| hub.strong_count() > 0);
+    if let Some(hub) = hubs
+        .iter()
+        .find(|(id, _)| id == client.id())
+        .and_then(|(_, hub)| hub.upgrade())
+    {
+        return Ok(hub);
+    }
+    // A subscribed connection serves nothing else: a connection of its own.
+    let sub = client.clone_new();
+    let messages = sub.message_rx();
+    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sub.init()).await {
+        Ok(Ok(_)) => {}
+        failed => {
+            let _ = sub.quit().await;
+            return Err(match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
+            });
+        }
+    }
+    let inner = Arc::new(Inner {
+        sub,
+        routes: Mutex::default(),
+        changes: tokio::sync::Mutex::new(()),
+        next: Mutex::new(0),
+    });
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(run(inner.clone(), messages, stopped));
+    let hub = Arc::new(Hub { inner, stop });
+    hubs.push((client.id().to_string(), Arc::downgrade(&hub)));
+    Ok(hub)
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        let Some(hub) = self.hub.take() else {
+            return;
+        };
+        let left: Vec<String> = {
+            let mut routes = hub.inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut left = Vec::new();
+            for channel in &self.channels {
+                if let Some(listeners) = routes.get_mut(channel) {
+                    listeners.retain(|(id, _)| *id != self.id);
+                    if listeners.is_empty() {
+                        routes.remove(channel);
+                        left.push(channel.clone());
+                    }
+                }
+            }
+            left
+        };
+        // The last listener gone, the hub's connection closes anyway.
+        if left.is_empty() || Arc::strong_count(&hub) == 1 {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let inner = hub.inner.clone();
+            runtime.spawn(async move {
+                let _changing = inner.changes.lock().await;
+                // Only those nobody listens on since.
+                let left: Vec<String> = {
+                    let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+                    left.into_iter().filter(|c| !routes.contains_key(c)).collect()
+                };
+                if !left.is_empty() {
+                    if let Err(e) = inner.sub.unsubscribe(left).await {
+                        tracing::debug!(error = %e, "cannot unsubscribe from wake-ups");
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Routes each message to its channel's listeners until the hub is dropped.
+async fn run(inner: Arc<Inner>, mut messages: broadcast::Receiver<Message>, mut stop: watch::Receiver<bool>) {
+    let mut reconnects = inner.sub.reconnect_rx();
     // A loop that has ended no longer listens; the others still do.
     let wake_all = |at: Instant| {
-        for tx in &txs {
+        let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, tx) in routes.values().flatten() {
             let _ = tx.send(at);
         }
     };
@@ -73,9 +221,12 @@ async fn run(
             _ = stop.changed() => break,
             msg = messages.recv() => match msg {
                 Ok(msg) => {
-                    if let Some(tx) = channels.iter().position(|c| **c == *msg.channel).map(|i| &txs[i]) {
-                        let ms = msg.value.as_u64().unwrap_or(0);
-                        let _ = tx.send(Instant::now() + Duration::from_millis(ms));
+                    let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(listeners) = routes.get(&*msg.channel) {
+                        let at = Instant::now() + Duration::from_millis(msg.value.as_u64().unwrap_or(0));
+                        for (_, tx) in listeners {
+                            let _ = tx.send(at);
+                        }
                     }
                 }
                 // Missed some: wake now, the loops sort it out.
@@ -85,11 +236,15 @@ async fn run(
             Ok(_) = reconnects.recv() => {
                 // Wake-ups published while disconnected are lost: look now.
                 wake_all(Instant::now());
-                if let Err(e) = sub.subscribe(channels.clone()).await {
-                    tracing::warn!(channel = %channels[0], error = %e, "cannot resubscribe to wake-ups");
+                let _changing = inner.changes.lock().await;
+                let channels: Vec<String> = inner.routes.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+                if !channels.is_empty() {
+                    if let Err(e) = inner.sub.subscribe(channels).await {
+                        tracing::warn!(error = %e, "cannot resubscribe to wake-ups");
+                    }
                 }
             }
         }
     }
-    let _ = sub.quit().await;
+    let _ = inner.sub.quit().await;
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::Client;
 
-use crate::consume::{DEFAULT_FETCH_LIMIT, DEFAULT_FETCH_PER_HANDLER};
+use crate::consume::default_fetch_limit;
 use crate::events;
 use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
 use crate::meters::Meters;
@@ -294,9 +294,7 @@ impl DelayQueueBuilder {
         let record = Keys::new(&self.key_prefix, &self.name)?;
         let mut config = self.config;
         let s = &mut config.consume;
-        s.fetch_limit = self
-            .fetch_limit
-            .unwrap_or(DEFAULT_FETCH_LIMIT.max(s.concurrency.saturating_mul(DEFAULT_FETCH_PER_HANDLER)));
+        s.fetch_limit = self.fetch_limit.unwrap_or(default_fetch_limit(s.concurrency));
         s.handler_timeout = self.handler_timeout.unwrap_or(s.max_consume_duration);
         let (c, s) = (&config, &config.consume);
         let bad = |what: String| Err(Error::InvalidArgument(what));

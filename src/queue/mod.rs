@@ -16,6 +16,7 @@ mod limits;
 mod pause;
 mod schedules;
 mod send;
+mod worker;
 
 pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
@@ -24,6 +25,7 @@ pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
 pub use integrity::{Anomaly, IntegrityReport};
 pub use send::NewMessage;
+pub use worker::Worker;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -278,12 +280,25 @@ impl DelayQueue {
     /// Logs a warning when Redis may evict keys (`maxmemory-policy` other
     /// than `noeviction`): an evicted payload is a lost message.
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
+        self.prepare_consume().await?;
+        let member = consume::Member {
+            ctx: self.consume_context(),
+            handler: Arc::new(handler),
+            weight: 1,
+        };
+        Ok(Consumer::start(vec![member], false).await)
+    }
+
+    /// What every consumer of the queue does before it starts: records the
+    /// shard count, checks the key types, writes the configured limits,
+    /// and warns of evictions and of shards beyond its own.
+    pub(crate) async fn prepare_consume(&self) -> Result<(), Error> {
         self.claim_shard_count().await?;
         self.counts().await?;
         self.apply_configured_limits().await?;
         self.warn_if_evicting().await;
         self.warn_if_more_shards_exist().await;
-        Ok(Consumer::start(self.consume_context(), Arc::new(handler)).await)
+        Ok(())
     }
 
     /// Records this handle's shard count for the queue, or fails with
@@ -303,6 +318,16 @@ impl DelayQueue {
             })
             .await
             .map(drop)
+    }
+
+    /// Whether `other` is a handle for the same queue (prefix and name).
+    pub(crate) fn same_queue(&self, other: &DelayQueue) -> bool {
+        (&self.inner.prefix, &self.inner.name) == (&other.inner.prefix, &other.inner.name)
+    }
+
+    /// Handlers a consumer of this handle runs at once.
+    pub(crate) fn concurrency(&self) -> usize {
+        self.inner.config.concurrency
     }
 
     /// What the consume runtime (a consumer, a scheduler) runs with.

@@ -61,6 +61,7 @@ lua_scripts! {
     ACK = "ack";
     NACK = "nack";
     PAUSE = "pause";
+    PROBE = "probe";
     SHARDS = "shards";
     FIRE = "fire";
     CHANGE_SCHEDULE = "change_schedule";

@@ -22,6 +22,7 @@ pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod nack;
 pub(crate) mod pause;
+pub(crate) mod probe;
 pub(crate) mod promote;
 pub(crate) mod purge;
 pub(crate) mod read_schedules;
@@ -291,6 +292,13 @@ mod tests {
                 k,
             ),
             entry(promote::Promote { limit: 1 }, k),
+            entry(
+                probe::Probe {
+                    dead_letter_retention: d,
+                    dead_limit: 1,
+                },
+                k,
+            ),
             entry(
                 claim::Claim {
                     receipt: &receipt,

@@ -31,6 +31,7 @@ mod list;
 mod nack;
 mod pause;
 mod priorities;
+mod probe;
 mod promote;
 mod purge;
 mod requeue;
