@@ -327,7 +327,7 @@ impl DelayQueue {
 
     /// Handlers a consumer of this handle runs at once.
     pub(crate) fn concurrency(&self) -> usize {
-        self.inner.config.concurrency
+        self.inner.config.consume.concurrency
     }
 
     /// What the consume runtime (a consumer, a scheduler) runs with.
