@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{count, ints, ms, unexpected, Op};
+use super::{count, ints, ms, state_keys, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -38,13 +38,7 @@ impl Op for Probe {
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![
-            k.pending.clone(),
-            k.ready.clone(),
-            k.processing.clone(),
-            k.retry.clone(),
-            k.dead.clone(),
-        ]
+        state_keys(k)
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
