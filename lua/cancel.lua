@@ -7,7 +7,10 @@ attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] msg string of this id
+KEYS[6] marker string of this id
 ARGV[1] id
+Starts the window of its unique_for marker when it removed one
+(docs/dedup.md).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
@@ -27,6 +30,7 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
+  start_window(KEYS[6], redis.pcall('GET', KEYS[6]))
   return 1
 end
 return 0

@@ -54,7 +54,9 @@ ARGV[7] the wire format version the caller speaks (docs/wire-format.md):
         fails with a "DQFORMAT ..." error, nothing written, when the
         totals' 'format' field holds another
 ARGV[8] byte budget: most bytes of stored values one call reads (above)
-Counts 'expired' in the totals.
+ARGV[9] marker key prefix
+Counts 'expired' in the totals. Starts the window of the unique_for
+marker of each message it buries as expired (docs/dedup.md).
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
 .. expired id n, id1, value1, attempt1, due1, deferrals1, id2, ...} with n =
 expired and each value as stored ("<retry count>[;<backoff>][/<sent
@@ -301,11 +303,13 @@ local function lease_all(ids)
       dead_ids[j] = ids[i]
     end
     local counts = redis.call('HMGET', KEYS[4], unpack(dead_ids))
+    local markers = markers_of(ARGV[9], dead_ids)
     local records = {}
     for j, i in ipairs(dead) do
       -- No payload and no record while STALE: a cancelled message's entry.
       if values[i] or counts[j] or not stale then
         bury(KEYS[6], ids[i], values[i] and keys[i], now, tonumber(ARGV[5]))
+        start_window(markers[1][j], markers[2][j])
         records[#records + 1] = ids[i]
         local n, _, deferred = parts(counts[j])
         records[#records + 1] = record_from(n or 0, false, deferred or 0, ':expired')

@@ -19,13 +19,15 @@ retry, whatever deliveries it has left.
 
 KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] retry list
 KEYS[4] pending zset KEYS[5] dead zset   KEYS[6] msg string of this id
-KEYS[7] totals hash
+KEYS[7] totals hash   KEYS[8] marker string of this id
 ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms
 ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 ARGV[9] the delivery's count (its attempt number)
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset.
 Counts 'failed' and 'dead' in the totals (not for release and defer).
+Moved to the dead zset, it starts the window of its unique_for marker
+(docs/dedup.md).
 Publishes a wake-up when the message can be claimed again now, or is due
 before every other pending message.
 Idempotent: a re-run finds the lease gone and its own work done (its
@@ -77,6 +79,7 @@ end
 if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV[5]))) then
   redis.call('HSET', KEYS[2], id, record_from(n, false, deferred, reason_of(ARGV[7])))
   bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
+  start_window(KEYS[8], redis.pcall('GET', KEYS[8]))
   tally(KEYS[7], 'dead', 1)
   return 2
 end

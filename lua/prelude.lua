@@ -346,6 +346,61 @@ local function staged(key, expires, id)
   return {key, sent - 1, deadline and deadline - 1, redis.call('STRLEN', key), head}
 end
 
+-- Writes due time `due` (ms) of message `id`, whose value is at `key`,
+-- where it is recorded besides its pending entry. The delay in the value's
+-- header ("/<sent at>+<delay>", from send) becomes due - sent at, so the
+-- consumer reports the new due time; it is written in place (SETRANGE, with
+-- leading zeros when it has fewer digits) unless it has more digits, when
+-- the value is rewritten (a staged send writes the delay with 12 digits, so
+-- a big value never is). A retry's attempt record (it holds a due time)
+-- gets the new due time too, the due time its delivery reports.
+local function set_due(key, attempts, id, due)
+  local header = redis.call('GETRANGE', key, 0, HEADER_BYTES - 1)
+  local sent, at, old = string.match(header, '^%d+[^:/@]*/(%d+)%+()(%d+)[:@]')
+  if at then
+    -- Due no earlier than sent: a Redis clock that stepped back says nothing
+    -- about when the message was meant for.
+    local delay = string.format('%d', math.max(0, due - tonumber(sent)))
+    if #delay <= #old then
+      -- Leading zeros keep the width: no payload byte moves.
+      redis.call('SETRANGE', key, at - 1, string.rep('0', #old - #delay) .. delay)
+    else
+      local value = redis.call('GET', key)
+      redis.call('SET', key, string.sub(value, 1, at - 1) .. delay .. string.sub(value, at + #old))
+    end
+  end
+  local n, was, deferred, rest = parts(redis.call('HGET', attempts, id))
+  if was then
+    redis.call('HSET', attempts, id, record_from(n, due, deferred, rest))
+  end
+end
+
+-- The window markers of `ids` ("<prefix><id>", docs/dedup.md) and what
+-- they hold: {keys, values}. One MGET with KEYS[1], as payloads_here's
+-- EXISTS, so that while a cluster moves the queue's slot the script fails
+-- here, before its first write, rather than half-way.
+local function markers_of(prefix, ids)
+  local keys = payload_keys(prefix, ids)
+  if #keys == 0 then
+    return {keys, {}}
+  end
+  local values = redis.call('MGET', KEYS[1], unpack(keys))
+  table.remove(values, 1)
+  return {keys, values}
+end
+
+-- Starts the window of a marker whose message just finished (acked,
+-- cancelled or dead). A unique_for marker holds its window in ms and has
+-- no TTL while its message is live: it now expires that long from now. A
+-- throttle marker ('t') keeps the TTL its send gave it. `value` is what
+-- the marker holds (false or an error reply: none).
+local function start_window(key, value)
+  local ms = tonumber(type(value) == 'string' and value or '')
+  if ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 -- Stores one message as send does, unless its id is live. Its value gets
 -- the send times in its header, before the ':': "/<now>+<delay ms>" and,
 -- when `expire` (ms) > 0, "@<now + delay + expire>". `value` is the value
@@ -355,12 +410,39 @@ end
 -- may have had an earlier message: its dead letter and attempt record go,
 -- and STALE is set when an entry of it may remain in a list. `first`:
 -- this is the script's first read of `processing`, which then checks its type.
--- Adds nothing to pending: the caller ZADDs `now + delay` for status 1.
--- Returns 1 stored, 0 the id is live (pending, ready, retry or
--- processing), 2 its payload key holds another type (nothing written), 3
--- its staged value is gone (nothing written). A staged value not stored
--- is deleted.
-local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first)
+-- `mode` (docs/dedup.md): nil for a plain send, else {kind, ms, marker
+-- key, pending zset}, kind one of
+--   'u' unique_for: refused while the id's marker exists; stores the
+--       marker holding ms, without TTL (start_window gives it one),
+--   't' throttle: refused while the marker exists; stores it with TTL ms,
+--   'd' debounce: a pending message of the id is replaced, due now + delay,
+--   'r' replace: a pending message of the id is replaced, its due time kept,
+--   'R' replace, due now + delay.
+-- Adds nothing to pending: the caller ZADDs the due time returned with
+-- status 1 or 5.
+-- Returns a status and, for 1 and 5 the due time, for 4 when the marker
+-- expires (ms, -1: it has no TTL, its message is live):
+-- 1 stored, 0 the id is live (pending, ready, retry or processing), 2 its
+-- payload key holds another type (nothing written), 3 its staged value is
+-- gone (nothing written), 4 refused by the id's marker, 5 a pending
+-- message replaced (its attempt record kept), 6 replace found no live
+-- message. A staged value not stored is deleted.
+local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first, mode)
+  local live
+  if first then
+    live = checked('zset', 'ZSCORE', processing, id)
+  else
+    live = redis.call('ZSCORE', processing, id)
+  end
+  local kind = mode and mode[1]
+  local windowed = kind == 'u' or kind == 't'
+  -- The due time of a pending message that debounce or replace replaces.
+  local was_due = kind and not windowed and not live and redis.call('ZSCORE', mode[4], id)
+  if kind == 'r' and was_due then
+    -- Its due time kept: the delay (and an expiry) count from it.
+    delay = string.format('%d', math.max(0, tonumber(was_due) - now))
+  end
+  local status, extra = 0, now + tonumber(delay)
   -- Writes the value at `key`, over what it holds when `replace`, else
   -- only where there is none; whether it wrote.
   local put
@@ -393,17 +475,24 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
       return redis.call('SET', key, value, 'NX')
     end
   end
-  local live
-  if first then
-    live = checked('zset', 'ZSCORE', processing, id)
-  else
-    live = redis.call('ZSCORE', processing, id)
-  end
-  local status = 0
   if live then
     -- Left as it is.
   elseif type(value) == 'table' and not value[1] then
     return 3
+  elseif was_due and redis.call('TYPE', key)['ok'] ~= 'string' then
+    status = 2
+  elseif was_due then
+    put(true)
+    set_due(key, attempts, id, extra)
+    status = 5
+  elseif kind == 'r' or kind == 'R' then
+    -- Not pending: ready, retry (live), or dead or unknown (nothing to replace).
+    if redis.call('EXISTS', key) == 0 or checked('zset', 'ZSCORE', dead, id) then
+      status = 6
+    end
+  elseif windowed and redis.call('EXISTS', mode[3]) == 1 then
+    local left = redis.call('PTTL', mode[3])
+    status, extra = 4, left >= 0 and now + left or -1
   elseif put(false) then
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
@@ -414,7 +503,7 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
     put(true)
     status = 1
   end
-  if type(value) == 'table' and value[1] and status ~= 1 then
+  if type(value) == 'table' and value[1] and status ~= 1 and status ~= 5 then
     redis.call('DEL', value[1])
   end
   if status == 1 and own then
@@ -425,5 +514,10 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
       redis.call('HSET', attempts, STALE, 1)
     end
   end
-  return status
+  if status == 1 and kind == 'u' then
+    redis.call('SET', mode[3], mode[2])
+  elseif status == 1 and kind == 't' then
+    redis.call('SET', mode[3], 't', 'PX', mode[2])
+  end
+  return status, extra
 end

@@ -18,6 +18,8 @@ KEYS[7] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] priority zset (read only while the totals have 'prios'; the
         last call deletes that field too)
+ARGV[4] marker key prefix: the unique_for and throttle markers of the
+        removed ids go too (docs/dedup.md)
 Returns the number of ids removed (list entries included).
 Idempotent: a re-run deletes what is left.
 Complexity: O(M log N) with M = removed; the last call O(R) with R = the
@@ -57,6 +59,7 @@ if #ids == 0 then
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)
+local markers = markers_of(ARGV[4], ids)[1]
 for _, p in ipairs(pages) do
   local key, is_list, page = p[1], p[2], p[3]
   if #page > 0 and is_list then
@@ -66,4 +69,5 @@ for _, p in ipairs(pages) do
   end
 end
 forget(KEYS[6], keys, ids)
+redis.call('DEL', unpack(markers))
 return #ids

@@ -32,23 +32,6 @@ local now = now_ms()
 local due = now + tonumber(ARGV[2])
 local head = head_due(KEYS[1])
 redis.call('ZADD', KEYS[1], 'XX', due, id)
-local header = redis.call('GETRANGE', KEYS[2], 0, HEADER_BYTES - 1)
-local sent, at, old = string.match(header, '^%d+[^:/@]*/(%d+)%+()(%d+)[:@]')
-if at then
-  -- Due no earlier than sent: a Redis clock that stepped back says nothing
-  -- about when the message was meant for.
-  local delay = string.format('%d', math.max(0, due - tonumber(sent)))
-  if #delay <= #old then
-    -- Leading zeros keep the width: no payload byte moves.
-    redis.call('SETRANGE', KEYS[2], at - 1, string.rep('0', #old - #delay) .. delay)
-  else
-    local value = redis.call('GET', KEYS[2])
-    redis.call('SET', KEYS[2], string.sub(value, 1, at - 1) .. delay .. string.sub(value, at + #old))
-  end
-end
-local n, was, deferred, rest = parts(redis.call('HGET', KEYS[3], id))
-if was then
-  redis.call('HSET', KEYS[3], id, record_from(n, due, deferred, rest))
-end
+set_due(KEYS[2], KEYS[3], id, due)
 wake_if_earlier(ARGV[3], due, head, now)
 return 1

@@ -19,13 +19,20 @@ that time has passed.
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] totals hash
 KEYS[6..] msg string of each message, in order, then the staging string
-of each staged message, in order
+of each staged message, in order, then the marker string of each message
+sent with unique_for or throttle, in order
 ARGV[1] wake-up channel
 ARGV[2] the wire format version the caller speaks (docs/wire-format.md)
 ARGV[3..] per message, 5 values: id, stored value
 ("<retry count>[;<backoff>]:<payload>"; '' for a staged message), delay
 ms, expire_after ms (0: never expires), and 1 when the caller chose the id
-(0: generated, so it has no past).
+(0: generated, so it has no past), followed by its mode when it has one
+(docs/dedup.md): "u<ms>" unique_for (refused while the id is live or its
+marker exists; stores the marker holding <ms>, without TTL until the
+message finishes), "t<ms>" throttle (refused while the marker exists;
+stores it with TTL <ms>), "d" debounce (a pending message of the id is
+replaced, due at now + delay), "r" replace (a pending message of the id is
+replaced, its due time kept), "R" replace, due at now + delay.
 A staged message's value does not pass through ARGV: the caller SETs it
 (with a TTL) at its staging string before the call, as it is to be
 stored but with placeholders of 13 zeros for the times:
@@ -49,12 +56,17 @@ Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
 2 its msg key holds another type (nothing written for it), 3 its staged
 value is gone (expired or evicted before the call; nothing written: send
-it again).
+it again), 4 refused by the id's marker, 5 a pending message replaced
+(debounce, replace; its attempt record kept, 'sent' not counted), 6
+replace found no live message (nothing written); then, for each 4 in
+order, when the marker expires (ms of Redis time; -1: no TTL, its message
+is live).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
 Complexity: O(M log N) with M = messages, N = size of pending, plus the
-bytes of the values in ARGV (staged ones: O(1) each).
+bytes of the values in ARGV (staged ones: O(1) each; a replace whose
+delay header gains a digit: O(payload size)).
 ]]
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
@@ -67,11 +79,19 @@ local head = head_due(KEYS[1])
 local m = (#ARGV - 2) / 5
 local chosen, prio, big = false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
--- first write, as its placeholders are checked).
-local values, s = {}, 5 + m
+-- first write, as its placeholders are checked), and its mode.
+local values, modes, s = {}, {}, 5 + m
 for i = 1, m do
   local a = (i - 1) * 5 + 3
-  chosen = chosen or ARGV[a + 4] == '1'
+  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrR]?)(%d*)$')
+  if not own or (own == '0' and kind ~= '') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
+    or (kind ~= 'u' and kind ~= 't' and ms ~= '') then
+    error(redis.error_reply('ERR bad id flag and mode of ' .. ARGV[a] .. ': ' .. ARGV[a + 4]))
+  end
+  chosen = chosen or own == '1'
+  if kind ~= '' then
+    modes[i] = {kind, ms, false, KEYS[1]}
+  end
   local value, size = ARGV[a + 1], #ARGV[a + 1]
   if value == '' then
     s = s + 1
@@ -83,6 +103,13 @@ for i = 1, m do
   end
   big = big or size > BIG_VALUE
   values[i] = value
+end
+for i = 1, m do
+  local kind = modes[i] and modes[i][1]
+  if kind == 'u' or kind == 't' then
+    s = s + 1
+    modes[i][3] = KEYS[s]
+  end
 end
 local later = {KEYS[5], 'hash'}
 if chosen or m > 1 then
@@ -97,21 +124,25 @@ local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
 local now = now_ms()
-local out, earliest = {}, false
+local out, held, earliest = {}, {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
-local entries = {}
+local entries, sent = {}, 0
 for i = 1, m do
   local a = (i - 1) * 5 + 3
   local id = ARGV[a]
-  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
-    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 1)
-  if status == 1 then
-    local due = now + tonumber(ARGV[a + 2])
-    entries[#entries + 1] = due
+  local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
+    tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
+  if status == 1 or status == 5 then
+    entries[#entries + 1] = extra
     entries[#entries + 1] = id
-    if not earliest or due < earliest then
-      earliest = due
+    if not earliest or extra < earliest then
+      earliest = extra
     end
+  end
+  if status == 1 then
+    sent = sent + 1
+  elseif status == 4 then
+    held[#held + 1] = extra
   end
   out[#out + 1] = status
 end
@@ -119,7 +150,7 @@ if #entries > 0 then
   redis.call('ZADD', KEYS[1], unpack(entries))
 end
 wake_if_earlier(ARGV[1], earliest, head, now)
-tally(KEYS[5], 'sent', #entries / 2)
+tally(KEYS[5], 'sent', sent)
 if prio and #entries > 0 then
   redis.call('HSET', KEYS[5], 'prios', 1)
 end
@@ -128,5 +159,8 @@ if big and #entries > 0 then
 end
 if not format and #entries > 0 then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])
+end
+for _, ms in ipairs(held) do
+  out[#out + 1] = ms
 end
 return out

@@ -9,13 +9,15 @@ KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] retry list
 KEYS[4] dead zset KEYS[5] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] default retry count   ARGV[4] wake-up channel
-ARGV[5] dead-letter retention ms
+ARGV[5] dead-letter retention ms   ARGV[6] marker key prefix
 Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
+Starts the window of the unique_for marker of each id moved to the dead
+zset (docs/dedup.md).
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
-calls per batch plus one per id (payload header) and one per dead id.
+calls per batch plus one per id (payload header) and two per dead id.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'hash')
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, limit_arg(2))
@@ -26,6 +28,7 @@ local now, default = now_ms(), tonumber(ARGV[3])
 -- A few calls for the whole batch; per id only the payload's header is
 -- read (a call per id would make 1000 ids take ~10 ms).
 local keys = payloads_here(ARGV[1], ids)
+local markers = markers_of(ARGV[6], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
 -- out: {timed_out, dead, then id and delivery count of each dead one}.
@@ -38,6 +41,7 @@ for i, id in ipairs(ids) do
   if n > max_retries(key, default) then
     reasons[#reasons + 1] = record_from(n, false, deferred, ':timeout')
     bury(KEYS[4], id, key, now, tonumber(ARGV[5]))
+    start_window(markers[1][i], markers[2][i])
     dead = dead + 1
     out[#out + 1] = id
     out[#out + 1] = n

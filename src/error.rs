@@ -50,13 +50,32 @@ pub enum Error {
     /// A setting or argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// A message with this id is still pending, ready, being retried or processed.
-    #[error("message {id} already exists in queue {queue:?}")]
+    /// A message with this id is still pending, ready, being retried or
+    /// processed, or a [`unique_for`](crate::NewMessage::unique_for) or
+    /// [`throttle`](crate::NewMessage::throttle) window of the id holds
+    /// (docs/dedup.md). Nothing was written.
+    #[error("message {id} already exists in queue {queue:?}{}", until_text(.until))]
     Duplicate {
         /// The queue.
         queue: String,
         /// The caller-given id.
         id: MessageId,
+        /// When the window that refused it ends, by Redis's clock; `None`
+        /// when a live message with this id refused it (its window, if it
+        /// has one, starts when it finishes).
+        until: Option<std::time::SystemTime>,
+    },
+    /// [`DelayQueue::replace`](crate::DelayQueue::replace) found no
+    /// pending message with this id. Nothing was written.
+    #[error("message {id} of queue {queue:?} is not pending: {}", if *.live { "it is due or being processed" } else { "there is no such message" })]
+    NotPending {
+        /// The queue.
+        queue: String,
+        /// The id.
+        id: MessageId,
+        /// `true`: the message is due (ready, retry) or being processed;
+        /// `false`: no message with this id is live.
+        live: bool,
     },
     /// A queue key holds a value of the wrong type: something other than
     /// `delayqueue` wrote to it.
@@ -323,6 +342,17 @@ fn format_versions(details: &str) -> Option<(String, u32)> {
     Some((found.to_string(), supported))
 }
 
+/// The end of a [`Error::Duplicate`]'s message: when its window ends.
+fn until_text(until: &Option<std::time::SystemTime>) -> String {
+    match until.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
+        Some(t) => format!(
+            " (held until {} ms since the Unix epoch, by Redis's clock)",
+            t.as_millis()
+        ),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +413,7 @@ mod tests {
         let duplicate = Error::Duplicate {
             queue: "q".into(),
             id: "a".into(),
+            until: None,
         };
         assert!(!duplicate.is_retryable());
         let old = Error::WaitAofUnsupported {

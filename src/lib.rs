@@ -99,13 +99,14 @@ pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use maxima::{
     MAX_BATCH_SIZE, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
+    MAX_WINDOW,
 };
 pub use message::Message;
 pub use meters::describe_metrics;
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
     find_queues, recorded_shards, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
-    IntegrityReport, NewMessage, Search, Worker, MAX_SCAN,
+    IntegrityReport, NewMessage, Search, Sent, Worker, MAX_SCAN,
 };
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,

@@ -11,6 +11,12 @@ pub const MAX_BATCH_SIZE: usize = 1000;
 /// Longest delay a message may be sent with (about 10 years).
 pub const MAX_DELAY: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
+/// Longest window of [`unique_for`](crate::NewMessage::unique_for),
+/// [`throttle`](crate::NewMessage::throttle) and
+/// [`debounce`](crate::NewMessage::debounce) (366 days): a marker lives
+/// at most this long after its message finished (docs/dedup.md).
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// Highest message priority ([`NewMessage::priority`](crate::NewMessage::priority));
 /// 0, the default, is the lowest. Among due messages a higher priority is
 /// claimed first (docs/priorities.md).

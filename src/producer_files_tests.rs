@@ -80,8 +80,9 @@ fn wire_json() -> String {
     line("batch_size", MAX_BATCH_SIZE.to_string());
     line("default_retry_count", defaults.consume.default_retry_count.to_string());
     line("send_keys", json_strings(&send[..send.len() - 1]));
-    line("cancel_keys", json_strings(&cancel[..cancel.len() - 1]));
+    line("cancel_keys", json_strings(&cancel[..cancel.len() - 2]));
     line("message_key", format!("\"{}\"", send[send.len() - 1]));
+    line("marker_key", format!("\"{}\"", cancel[cancel.len() - 1]));
     line("wake_channel", format!("\"{wake}\""));
     line(
         "queue-name",
@@ -140,6 +141,7 @@ fn key_suffixes() -> (Vec<String>, Vec<String>, String) {
         expire_after: None,
         own_id: false,
         stage: None,
+        mode: None,
     };
     let strip = |key: &str| -> String {
         let key = key.strip_prefix("P:{Q}:").expect("keys start with the queue's");
@@ -248,6 +250,7 @@ mod tests {
             serde_json::json!(["pending", "retries", "unack", "garbage"])
         );
         assert_eq!(wire["message_key"], "m:");
+        assert_eq!(wire["marker_key"], "uniq:");
         assert_eq!(wire["wake_channel"], "wake");
         assert_eq!(wire["delay"]["max_ms"], 316_224_000_000_u64);
         assert_eq!(

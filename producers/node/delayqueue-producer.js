@@ -262,7 +262,9 @@ class Producer {
   /** Deletes a message waiting for delivery; false when unknown or being handled. */
   async cancel(id) {
     checkId(id);
-    return (await CANCEL.call(this.client, this.keys('cancel', [id]), [id])) === 1;
+    // Then the id's marker (docs/dedup.md), whose window a cancel starts.
+    const keys = [...this.keys('cancel', [id]), this.base + WIRE.marker_key + id];
+    return (await CANCEL.call(this.client, keys, [id])) === 1;
   }
 }
 

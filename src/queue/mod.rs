@@ -24,7 +24,7 @@ pub(crate) use config::Config;
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
 pub use integrity::{Anomaly, IntegrityReport};
-pub use send::NewMessage;
+pub use send::{NewMessage, Sent};
 pub use worker::Worker;
 
 use std::sync::Arc;

@@ -15,6 +15,7 @@ use crate::error::connection_failed;
 use crate::events::{self, Event};
 use crate::maxima::{
     header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
+    MAX_WINDOW,
 };
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
@@ -22,9 +23,9 @@ use crate::queue::durability;
 use crate::queue::durability::Durability;
 use crate::queue::Config;
 use crate::store::ops::get::Get;
-use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
+use crate::store::ops::send::{Outgoing, SendBatch, SendMode, SendOutcome};
 use crate::store::stored::{decode_stored, encode_staged, encode_stored, ValueParts, STAGE_BYTES};
-use crate::store::Keys;
+use crate::store::{Keys, Op};
 use crate::{Backoff, DelayQueue, Error, MessageId, MessageInfo};
 
 /// Most bytes of payload in one script call; larger batches are split.
@@ -69,6 +70,51 @@ pub struct NewMessage<Q = ()> {
     backoff: Option<Backoff>,
     priority: u8,
     headers: Vec<(String, String)>,
+    /// How it meets an earlier message of its id (docs/dedup.md).
+    dedup: Option<Dedup>,
+}
+
+/// What [`NewMessage::unique_for`], [`NewMessage::throttle`],
+/// [`NewMessage::debounce`] and [`DelayQueue::replace`] asked for.
+#[derive(Debug, Clone, Copy)]
+enum Dedup {
+    Unique(Duration),
+    Throttle(Duration),
+    Debounce(Duration),
+    /// `true`: a due time was given.
+    Replace(bool),
+}
+
+/// What a send did with one message: from [`NewMessage::outcome`], which,
+/// unlike `.await`, reports a refused duplicate as a value rather than an
+/// error (docs/dedup.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sent {
+    /// Stored as a new message.
+    Stored(MessageId),
+    /// Replaced the pending message with this id
+    /// ([`debounce`](NewMessage::debounce), [`DelayQueue::replace`]).
+    Replaced(MessageId),
+    /// Dropped, nothing written: a message with this id is live, or a
+    /// [`unique_for`](NewMessage::unique_for) or
+    /// [`throttle`](NewMessage::throttle) window of the id holds.
+    Dropped {
+        /// The id.
+        id: MessageId,
+        /// When the window that dropped it ends, by Redis's clock; `None`
+        /// when a live message with this id dropped it.
+        until: Option<SystemTime>,
+    },
+}
+
+impl Sent {
+    /// The message's id, whatever happened.
+    pub fn id(&self) -> &MessageId {
+        match self {
+            Sent::Stored(id) | Sent::Replaced(id) | Sent::Dropped { id, .. } => id,
+        }
+    }
 }
 
 /// When a message is due: after a delay by Redis's clock, or at a time of
@@ -100,6 +146,7 @@ impl<Q> NewMessage<Q> {
             backoff: None,
             priority: 0,
             headers: Vec::new(),
+            dedup: None,
         }
     }
 
@@ -107,7 +154,15 @@ impl<Q> NewMessage<Q> {
     /// At most [`MAX_DELAY`]. Replaces an earlier [`at`](Self::at).
     pub fn delay(mut self, d: Duration) -> Self {
         self.due = Due::In(d);
+        self.due_given();
         self
+    }
+
+    /// A replace given a due time moves it.
+    fn due_given(&mut self) {
+        if let Some(Dedup::Replace(given)) = &mut self.dedup {
+            *given = true;
+        }
     }
 
     /// Due at `t`. The time is turned into a delay by this host's clock
@@ -115,6 +170,89 @@ impl<Q> NewMessage<Q> {
     /// Replaces an earlier [`delay`](Self::delay).
     pub fn at(mut self, t: SystemTime) -> Self {
         self.due = Due::At(t);
+        self.due_given();
+        self
+    }
+
+    /// Refuses this send while a message with its [`id`](Self::id) is live
+    /// and for `ttl` after that message finished (acked, dead or
+    /// cancelled), by Redis's clock: such a send fails with
+    /// [`Error::Duplicate`], naming when the window ends, and writes
+    /// nothing. The id's marker expires by itself (docs/dedup.md). `ttl` is
+    /// 1 ms to [`MAX_WINDOW`]; the send needs an id. Replaces an earlier
+    /// [`throttle`](Self::throttle) or [`debounce`](Self::debounce).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::Error;
+    /// // One welcome mail per user per day, however often sign-up is retried.
+    /// match queue.send("welcome user 7").id("welcome-7").unique_for(Duration::from_secs(86_400)).await {
+    ///     Ok(_) | Err(Error::Duplicate { .. }) => {}
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn unique_for(self, ttl: Duration) -> Self {
+        self.dedup(Dedup::Unique(ttl))
+    }
+
+    /// Lets the first send of its [`id`](Self::id) within `window` through
+    /// and refuses the others until the window, counted from that first
+    /// send by Redis's clock, ends: `.await` fails with
+    /// [`Error::Duplicate`], [`outcome`](NewMessage::outcome) gives
+    /// [`Sent::Dropped`]. `window` is 1 ms to [`MAX_WINDOW`]; the send needs
+    /// an id. Replaces an earlier [`unique_for`](Self::unique_for) or
+    /// [`debounce`](Self::debounce).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::Sent;
+    /// // At most one cache refresh a minute; the rest are dropped.
+    /// let sent = queue.send("refresh").id("refresh-cache").throttle(Duration::from_secs(60)).outcome().await?;
+    /// if let Sent::Dropped { until, .. } = sent {
+    ///     println!("throttled until {until:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn throttle(self, window: Duration) -> Self {
+        self.dedup(Dedup::Throttle(window))
+    }
+
+    /// Debounces sends of its [`id`](Self::id): the message is due `window`
+    /// from now (as [`delay`](Self::delay) says), and while it is still
+    /// pending, the next such send replaces its payload, headers and
+    /// options and moves its due time to `window` from then, so the handler
+    /// sees only the last payload. Once the message is due or being
+    /// processed, a debounced send is refused as a duplicate
+    /// ([`Error::Duplicate`]); once it finished, the next one is a new
+    /// message. `window` is 1 ms to [`MAX_WINDOW`]; the send needs an id.
+    /// Replaces an earlier [`unique_for`](Self::unique_for) or
+    /// [`throttle`](Self::throttle).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// // Reindex once the user stopped typing for 2 s, with the last text.
+    /// queue.send("draft v3").id("reindex-doc-9").debounce(Duration::from_secs(2)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn debounce(mut self, window: Duration) -> Self {
+        self.due = Due::In(window);
+        self.dedup(Dedup::Debounce(window))
+    }
+
+    /// Sets the mode; a replace keeps its own.
+    fn dedup(mut self, dedup: Dedup) -> Self {
+        match self.dedup {
+            Some(Dedup::Replace(_)) => {
+                self.payload = Err(Error::InvalidArgument(
+                    "a replace takes no unique_for, throttle or debounce".into(),
+                ))
+            }
+            _ => self.dedup = Some(dedup),
+        }
         self
     }
 
@@ -261,6 +399,7 @@ impl<Q> NewMessage<Q> {
             }
             None => (MessageId::generate(), false),
         };
+        let mode = self.dedup.map(|d| send_mode(d, own_id)).transpose()?;
         let backoff = match &self.backoff {
             Some(b) => {
                 b.validate()?;
@@ -293,8 +432,36 @@ impl<Q> NewMessage<Q> {
             expire_after,
             own_id,
             stage: staged.then(|| MessageId::generate().as_str().to_string()),
+            mode,
         })
     }
+}
+
+/// The script's mode for `dedup`, after checking its window; `own_id`: the
+/// message has a caller-chosen id, which every mode needs.
+fn send_mode(dedup: Dedup, own_id: bool) -> Result<SendMode, Error> {
+    let (name, window) = match dedup {
+        Dedup::Unique(d) => ("unique_for", Some(d)),
+        Dedup::Throttle(d) => ("throttle", Some(d)),
+        Dedup::Debounce(d) => ("debounce", Some(d)),
+        Dedup::Replace(_) => ("replace", None),
+    };
+    if !own_id {
+        return Err(Error::InvalidArgument(format!("{name} needs an id (.id(..))")));
+    }
+    if let Some(d) = window {
+        if d.as_millis() == 0 || d > MAX_WINDOW {
+            return Err(Error::InvalidArgument(format!(
+                "{name} window {d:?} must be 1 ms to MAX_WINDOW ({MAX_WINDOW:?})"
+            )));
+        }
+    }
+    Ok(match dedup {
+        Dedup::Unique(d) => SendMode::Unique(d),
+        Dedup::Throttle(d) => SendMode::Throttle(d),
+        Dedup::Debounce(_) => SendMode::Debounce,
+        Dedup::Replace(move_due) => SendMode::Replace { move_due },
+    })
 }
 
 /// Checks headers against the limits on their names, count and size.
@@ -332,11 +499,12 @@ fn check_headers(headers: &[(String, String)]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Sends `msgs`; see [`DelayQueue::send_batch`].
+/// Sends `msgs`; see [`DelayQueue::send_batch`]. A refused duplicate is
+/// [`Sent::Dropped`] here.
 pub(crate) async fn send_batch<Q>(
     queue: &DelayQueue,
     msgs: impl IntoIterator<Item = NewMessage<Q>>,
-) -> Result<Vec<Result<MessageId, Error>>, Error> {
+) -> Result<Vec<Result<Sent, Error>>, Error> {
     let inner = &queue.inner;
     let config = &inner.config;
     let prepared = msgs
@@ -387,7 +555,7 @@ pub(crate) async fn send_batch<Q>(
     // connection counts none of them.
     let mut reconnects = durability::reconnects(&inner.client);
     // Every chunk to its end, failed or not: what is in flight runs anyway.
-    let stored: Vec<(Chunk, Result<Vec<SendOutcome>, Error>)> = futures::stream::iter(chunks)
+    let stored: Vec<(Chunk, Result<<SendBatch as Op>::Reply, Error>)> = futures::stream::iter(chunks)
         .map(|chunk| store_chunk(queue, chunk))
         .buffered(CHUNKS_IN_FLIGHT)
         .collect()
@@ -427,12 +595,18 @@ pub(crate) async fn send_batch<Q>(
     for (chunk, outcomes) in done {
         let k = &inner.shards[chunk.shard];
         let outcomes = outcomes.unwrap_or_default();
-        for ((m, place), outcome) in chunk.msgs.into_iter().zip(chunk.places).zip(outcomes) {
-            results.push((place, judge(queue, k, m, outcome, reconnected, started).await));
+        for ((m, place), (outcome, until)) in chunk.msgs.into_iter().zip(chunk.places).zip(outcomes) {
+            results.push((place, judge(queue, k, m, outcome, until, reconnected, started).await));
         }
     }
     let results = in_order(results);
-    let confirmed: Vec<&MessageId> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let confirmed: Vec<&MessageId> = results
+        .iter()
+        .filter_map(|r| match r {
+            Ok(Sent::Stored(id) | Sent::Replaced(id)) => Some(id),
+            _ => None,
+        })
+        .collect();
     // Duplicates wait too: a caller sending again after NotDurable learns
     // whether the replicas have caught up.
     if config.durability != Durability::Memory && !written.is_empty() {
@@ -468,7 +642,7 @@ struct Chunk {
 
 /// Stores one chunk with one `send` script call; returns the chunk with
 /// what the script did with each message.
-async fn store_chunk(queue: &DelayQueue, chunk: Chunk) -> (Chunk, Result<Vec<SendOutcome>, Error>) {
+async fn store_chunk(queue: &DelayQueue, chunk: Chunk) -> (Chunk, Result<<SendBatch as Op>::Reply, Error>) {
     let op = SendBatch { msgs: chunk.msgs };
     let outcomes = queue.store(&queue.inner.shards[chunk.shard]).run(&op).await;
     let chunk = Chunk { msgs: op.msgs, ..chunk };
@@ -492,18 +666,30 @@ fn in_order<T>(mut placed: Vec<(usize, T)>) -> Vec<T> {
 /// (fred re-sent the script on a new connection), when the id was
 /// generated, or when the client `reconnected` during the call (which
 /// began `started`) and Redis holds the same message, stored since then;
-/// otherwise it is a duplicate.
+/// otherwise it is a duplicate, or for a replace, not pending. A marker
+/// that refused it (`until`: when it expires) may be this call's own
+/// message's, finished since, when the client reconnected.
 async fn judge(
     queue: &DelayQueue,
     k: &Keys,
     m: Outgoing,
     outcome: SendOutcome,
+    until: Option<SystemTime>,
     reconnected: bool,
     started: Instant,
-) -> Result<MessageId, Error> {
+) -> Result<Sent, Error> {
     let q = &queue.inner;
+    let replace = matches!(m.mode, Some(SendMode::Replace { .. }));
     let own = match outcome {
         SendOutcome::Stored => true,
+        SendOutcome::Replaced => {
+            tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "replaced");
+            return Ok(Sent::Replaced(m.id));
+        }
+        SendOutcome::Held if reconnected => return Err(unconfirmed(&q.name, m.id, reconnect_error())),
+        SendOutcome::Held => return Ok(Sent::Dropped { id: m.id, until }),
+        SendOutcome::Missing => return Err(not_pending(&q.name, m.id, false)),
+        SendOutcome::Live if replace => return Err(not_pending(&q.name, m.id, true)),
         SendOutcome::Live if !m.own_id => true,
         SendOutcome::Live if reconnected => match queue.store(k).run(&Get { id: m.id.as_str() }).await {
             Ok(Some((found, now))) => stored_by_this_call(&found, now, &m, started.elapsed()),
@@ -527,15 +713,34 @@ async fn judge(
         }
     };
     if !own {
-        return Err(Error::Duplicate {
-            queue: q.name.clone(),
-            id: m.id,
-        });
+        return Ok(Sent::Dropped { id: m.id, until: None });
     }
     tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "sent");
     q.meters.sent.increment(1);
     events::emit(&q.events, || Event::Sent { id: m.id.clone() });
-    Ok(m.id)
+    Ok(Sent::Stored(m.id))
+}
+
+/// [`Error::NotPending`] for a replace of message `id`.
+fn not_pending(queue: &str, id: MessageId, live: bool) -> Error {
+    Error::NotPending {
+        queue: queue.to_string(),
+        id,
+        live,
+    }
+}
+
+/// A send's result as `.await` and [`DelayQueue::send_batch`] give it: a
+/// dropped message is an [`Error::Duplicate`].
+fn refused_as_error(queue: &DelayQueue, sent: Result<Sent, Error>) -> Result<MessageId, Error> {
+    match sent? {
+        Sent::Stored(id) | Sent::Replaced(id) => Ok(id),
+        Sent::Dropped { id, until } => Err(Error::Duplicate {
+            queue: queue.inner.name.clone(),
+            id,
+            until,
+        }),
+    }
 }
 
 /// Whether `found`, read at `now` by Redis's clock, is message `m` as a
@@ -580,11 +785,34 @@ fn reconnect_error() -> fred::error::Error {
 }
 
 impl NewMessage<&DelayQueue> {
-    async fn send(self) -> Result<MessageId, Error> {
+    /// Sends the message and says what became of it: unlike `.await`, a
+    /// duplicate refused (a live id, a [`unique_for`](Self::unique_for) or
+    /// [`throttle`](Self::throttle) window) is [`Sent::Dropped`], not an
+    /// error, and a [`debounce`](Self::debounce) or
+    /// [`DelayQueue::replace`] that replaced a pending message is
+    /// [`Sent::Replaced`].
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::Sent;
+    /// match queue.send("sync").id("sync-acct-3").throttle(Duration::from_secs(10)).outcome().await? {
+    ///     Sent::Stored(id) => println!("sent {id}"),
+    ///     Sent::Dropped { id, .. } => println!("{id} throttled"),
+    ///     other => println!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn outcome(self) -> Result<Sent, Error> {
         let mut results = send_batch(self.queue, [self]).await?;
         results
             .pop()
             .unwrap_or_else(|| Err(Error::Internal("send of one message returned nothing".into())))
+    }
+
+    async fn send(self) -> Result<MessageId, Error> {
+        let queue = self.queue;
+        refused_as_error(queue, self.outcome().await)
     }
 }
 
@@ -647,7 +875,31 @@ impl DelayQueue {
         &self,
         msgs: impl IntoIterator<Item = NewMessage>,
     ) -> Result<Vec<Result<MessageId, Error>>, Error> {
-        send_batch(self, msgs).await
+        let results = send_batch(self, msgs).await?;
+        Ok(results.into_iter().map(|r| refused_as_error(self, r)).collect())
+    }
+
+    /// Replaces the payload of the pending message `id` with `payload`,
+    /// keeping its due time unless [`delay`](NewMessage::delay) or
+    /// [`at`](NewMessage::at) gives one; its headers and options become
+    /// those of the returned [`NewMessage`] (set them, then `.await`).
+    /// Atomic: the message is replaced whole, or, when it is due (ready,
+    /// retry), being processed or missing, the call fails with
+    /// [`Error::NotPending`] and writes nothing. Its attempt record (a
+    /// retry's deliveries so far) is kept. O(log n).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// queue.send("total: 10").id("invoice-5").delay(Duration::from_secs(600)).await?;
+    /// // The order changed before the invoice went out.
+    /// queue.replace("invoice-5", "total: 12").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replace(&self, id: impl Into<MessageId>, payload: impl IntoPayload) -> NewMessage<&DelayQueue> {
+        let mut m = NewMessage::bound(self, payload).id(id);
+        m.dedup = Some(Dedup::Replace(false));
+        m
     }
 }
 

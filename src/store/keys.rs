@@ -45,6 +45,9 @@ pub(crate) struct Keys {
     pub msg_prefix: String,
     /// Pub/sub channel (not a key) on which scripts wake sleeping consumers.
     pub wake: String,
+    /// Prefix of the window markers of `unique_for` and `throttle` sends
+    /// (lua/send.lua, docs/dedup.md); the id follows it.
+    pub marker_prefix: String,
     /// Prefix of the receipts that make a consumer's claim requests idempotent.
     claim_prefix: String,
     /// Prefix of the staging strings of staged sends (lua/send.lua): a
@@ -101,6 +104,7 @@ impl Keys {
             totals: format!("{base}:totals"),
             msg_prefix: format!("{base}:m:"),
             wake: format!("{base}:wake"),
+            marker_prefix: format!("{base}:uniq:"),
             claim_prefix: format!("{base}:claim:"),
             staging_prefix: format!("{base}:in:"),
             schedules: format!("{base}:schedules"),
@@ -127,6 +131,11 @@ impl Keys {
     /// The payload key of message `id`.
     pub(crate) fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
+    }
+
+    /// The window marker of message id `id` (docs/dedup.md).
+    pub(crate) fn marker(&self, id: &str) -> String {
+        format!("{}{id}", self.marker_prefix)
     }
 
     /// The definition hash of schedule `name`.
@@ -209,6 +218,7 @@ mod tests {
             &k.attempts,
             &k.totals,
             &k.msg("x"),
+            &k.marker("x"),
             &k.claim("r"),
             &k.staging("t"),
             &k.schedules,

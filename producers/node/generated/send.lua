@@ -12,6 +12,25 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An attempt record is "<deliveries>[@<due ms>][~<deferrals>][:<reason>]":
+-- deliveries so far, the due time of the next (or running) delivery when
+-- it is not the send's (a retry, a requeue), deliveries the handler
+-- deferred without counting, and why the last delivery failed. Its parts
+-- (count, due ms or false, deferrals, ":<reason>" or ''); nil when it is
+-- missing (false) or malformed.
+local function parts(record)
+  local n, due, deferred, rest = string.match(record or '', '^(%d+)(@?%d*)(~?%d*)(.*)$')
+  if not n or due == '@' or deferred == '~' or (rest ~= '' and string.sub(rest, 1, 1) ~= ':') then
+    return nil
+  end
+  return tonumber(n), tonumber(string.sub(due, 2)) or false, tonumber(string.sub(deferred, 2)) or 0, rest
+end
+
+-- The record of those parts (`rest`: ":<reason>" or '').
+local function record_from(n, due, deferred, rest)
+  return n .. (due and string.format('@%d', due) or '') .. (deferred > 0 and '~' .. deferred or '') .. rest
+end
+
 
 -- A stored value is
 -- "<retry count>[;<backoff>][!<priority>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
@@ -154,6 +173,35 @@ local function staged(key, expires, id)
   return {key, sent - 1, deadline and deadline - 1, redis.call('STRLEN', key), head}
 end
 
+-- Writes due time `due` (ms) of message `id`, whose value is at `key`,
+-- where it is recorded besides its pending entry. The delay in the value's
+-- header ("/<sent at>+<delay>", from send) becomes due - sent at, so the
+-- consumer reports the new due time; it is written in place (SETRANGE, with
+-- leading zeros when it has fewer digits) unless it has more digits, when
+-- the value is rewritten (a staged send writes the delay with 12 digits, so
+-- a big value never is). A retry's attempt record (it holds a due time)
+-- gets the new due time too, the due time its delivery reports.
+local function set_due(key, attempts, id, due)
+  local header = redis.call('GETRANGE', key, 0, HEADER_BYTES - 1)
+  local sent, at, old = string.match(header, '^%d+[^:/@]*/(%d+)%+()(%d+)[:@]')
+  if at then
+    -- Due no earlier than sent: a Redis clock that stepped back says nothing
+    -- about when the message was meant for.
+    local delay = string.format('%d', math.max(0, due - tonumber(sent)))
+    if #delay <= #old then
+      -- Leading zeros keep the width: no payload byte moves.
+      redis.call('SETRANGE', key, at - 1, string.rep('0', #old - #delay) .. delay)
+    else
+      local value = redis.call('GET', key)
+      redis.call('SET', key, string.sub(value, 1, at - 1) .. delay .. string.sub(value, at + #old))
+    end
+  end
+  local n, was, deferred, rest = parts(redis.call('HGET', attempts, id))
+  if was then
+    redis.call('HSET', attempts, id, record_from(n, due, deferred, rest))
+  end
+end
+
 -- Stores one message as send does, unless its id is live. Its value gets
 -- the send times in its header, before the ':': "/<now>+<delay ms>" and,
 -- when `expire` (ms) > 0, "@<now + delay + expire>". `value` is the value
@@ -163,12 +211,39 @@ end
 -- may have had an earlier message: its dead letter and attempt record go,
 -- and STALE is set when an entry of it may remain in a list. `first`:
 -- this is the script's first read of `processing`, which then checks its type.
--- Adds nothing to pending: the caller ZADDs `now + delay` for status 1.
--- Returns 1 stored, 0 the id is live (pending, ready, retry or
--- processing), 2 its payload key holds another type (nothing written), 3
--- its staged value is gone (nothing written). A staged value not stored
--- is deleted.
-local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first)
+-- `mode` (docs/dedup.md): nil for a plain send, else {kind, ms, marker
+-- key, pending zset}, kind one of
+--   'u' unique_for: refused while the id's marker exists; stores the
+--       marker holding ms, without TTL (start_window gives it one),
+--   't' throttle: refused while the marker exists; stores it with TTL ms,
+--   'd' debounce: a pending message of the id is replaced, due now + delay,
+--   'r' replace: a pending message of the id is replaced, its due time kept,
+--   'R' replace, due now + delay.
+-- Adds nothing to pending: the caller ZADDs the due time returned with
+-- status 1 or 5.
+-- Returns a status and, for 1 and 5 the due time, for 4 when the marker
+-- expires (ms, -1: it has no TTL, its message is live):
+-- 1 stored, 0 the id is live (pending, ready, retry or processing), 2 its
+-- payload key holds another type (nothing written), 3 its staged value is
+-- gone (nothing written), 4 refused by the id's marker, 5 a pending
+-- message replaced (its attempt record kept), 6 replace found no live
+-- message. A staged value not stored is deleted.
+local function store_message(processing, dead, attempts, key, id, value, delay, expire, own, now, first, mode)
+  local live
+  if first then
+    live = checked('zset', 'ZSCORE', processing, id)
+  else
+    live = redis.call('ZSCORE', processing, id)
+  end
+  local kind = mode and mode[1]
+  local windowed = kind == 'u' or kind == 't'
+  -- The due time of a pending message that debounce or replace replaces.
+  local was_due = kind and not windowed and not live and redis.call('ZSCORE', mode[4], id)
+  if kind == 'r' and was_due then
+    -- Its due time kept: the delay (and an expiry) count from it.
+    delay = string.format('%d', math.max(0, tonumber(was_due) - now))
+  end
+  local status, extra = 0, now + tonumber(delay)
   -- Writes the value at `key`, over what it holds when `replace`, else
   -- only where there is none; whether it wrote.
   local put
@@ -201,17 +276,24 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
       return redis.call('SET', key, value, 'NX')
     end
   end
-  local live
-  if first then
-    live = checked('zset', 'ZSCORE', processing, id)
-  else
-    live = redis.call('ZSCORE', processing, id)
-  end
-  local status = 0
   if live then
     -- Left as it is.
   elseif type(value) == 'table' and not value[1] then
     return 3
+  elseif was_due and redis.call('TYPE', key)['ok'] ~= 'string' then
+    status = 2
+  elseif was_due then
+    put(true)
+    set_due(key, attempts, id, extra)
+    status = 5
+  elseif kind == 'r' or kind == 'R' then
+    -- Not pending: ready, retry (live), or dead or unknown (nothing to replace).
+    if redis.call('EXISTS', key) == 0 or checked('zset', 'ZSCORE', dead, id) then
+      status = 6
+    end
+  elseif windowed and redis.call('EXISTS', mode[3]) == 1 then
+    local left = redis.call('PTTL', mode[3])
+    status, extra = 4, left >= 0 and now + left or -1
   elseif put(false) then
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
@@ -222,7 +304,7 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
     put(true)
     status = 1
   end
-  if type(value) == 'table' and value[1] and status ~= 1 then
+  if type(value) == 'table' and value[1] and status ~= 1 and status ~= 5 then
     redis.call('DEL', value[1])
   end
   if status == 1 and own then
@@ -233,7 +315,12 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
       redis.call('HSET', attempts, STALE, 1)
     end
   end
-  return status
+  if status == 1 and kind == 'u' then
+    redis.call('SET', mode[3], mode[2])
+  elseif status == 1 and kind == 't' then
+    redis.call('SET', mode[3], 't', 'PX', mode[2])
+  end
+  return status, extra
 end
 
 --[[ send: (nothing) -> pending
@@ -256,13 +343,20 @@ that time has passed.
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] totals hash
 KEYS[6..] msg string of each message, in order, then the staging string
-of each staged message, in order
+of each staged message, in order, then the marker string of each message
+sent with unique_for or throttle, in order
 ARGV[1] wake-up channel
 ARGV[2] the wire format version the caller speaks (docs/wire-format.md)
 ARGV[3..] per message, 5 values: id, stored value
 ("<retry count>[;<backoff>]:<payload>"; '' for a staged message), delay
 ms, expire_after ms (0: never expires), and 1 when the caller chose the id
-(0: generated, so it has no past).
+(0: generated, so it has no past), followed by its mode when it has one
+(docs/dedup.md): "u<ms>" unique_for (refused while the id is live or its
+marker exists; stores the marker holding <ms>, without TTL until the
+message finishes), "t<ms>" throttle (refused while the marker exists;
+stores it with TTL <ms>), "d" debounce (a pending message of the id is
+replaced, due at now + delay), "r" replace (a pending message of the id is
+replaced, its due time kept), "R" replace, due at now + delay.
 A staged message's value does not pass through ARGV: the caller SETs it
 (with a TTL) at its staging string before the call, as it is to be
 stored but with placeholders of 13 zeros for the times:
@@ -286,12 +380,17 @@ Returns one status per message: 1 stored, 0 the id is already live
 (pending, ready, retry or processing; the caller reports a duplicate),
 2 its msg key holds another type (nothing written for it), 3 its staged
 value is gone (expired or evicted before the call; nothing written: send
-it again).
+it again), 4 refused by the id's marker, 5 a pending message replaced
+(debounce, replace; its attempt record kept, 'sent' not counted), 6
+replace found no live message (nothing written); then, for each 4 in
+order, when the marker expires (ms of Redis time; -1: no TTL, its message
+is live).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s.
 Complexity: O(M log N) with M = messages, N = size of pending, plus the
-bytes of the values in ARGV (staged ones: O(1) each).
+bytes of the values in ARGV (staged ones: O(1) each; a replace whose
+delay header gains a digit: O(payload size)).
 ]]
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
@@ -304,11 +403,19 @@ local head = head_due(KEYS[1])
 local m = (#ARGV - 2) / 5
 local chosen, prio, big = false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
--- first write, as its placeholders are checked).
-local values, s = {}, 5 + m
+-- first write, as its placeholders are checked), and its mode.
+local values, modes, s = {}, {}, 5 + m
 for i = 1, m do
   local a = (i - 1) * 5 + 3
-  chosen = chosen or ARGV[a + 4] == '1'
+  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrR]?)(%d*)$')
+  if not own or (own == '0' and kind ~= '') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
+    or (kind ~= 'u' and kind ~= 't' and ms ~= '') then
+    error(redis.error_reply('ERR bad id flag and mode of ' .. ARGV[a] .. ': ' .. ARGV[a + 4]))
+  end
+  chosen = chosen or own == '1'
+  if kind ~= '' then
+    modes[i] = {kind, ms, false, KEYS[1]}
+  end
   local value, size = ARGV[a + 1], #ARGV[a + 1]
   if value == '' then
     s = s + 1
@@ -320,6 +427,13 @@ for i = 1, m do
   end
   big = big or size > BIG_VALUE
   values[i] = value
+end
+for i = 1, m do
+  local kind = modes[i] and modes[i][1]
+  if kind == 'u' or kind == 't' then
+    s = s + 1
+    modes[i][3] = KEYS[s]
+  end
 end
 local later = {KEYS[5], 'hash'}
 if chosen or m > 1 then
@@ -334,21 +448,25 @@ local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
 local now = now_ms()
-local out, earliest = {}, false
+local out, held, earliest = {}, {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end.
-local entries = {}
+local entries, sent = {}, 0
 for i = 1, m do
   local a = (i - 1) * 5 + 3
   local id = ARGV[a]
-  local status = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
-    tonumber(ARGV[a + 3]), ARGV[a + 4] == '1', now, i == 1)
-  if status == 1 then
-    local due = now + tonumber(ARGV[a + 2])
-    entries[#entries + 1] = due
+  local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
+    tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
+  if status == 1 or status == 5 then
+    entries[#entries + 1] = extra
     entries[#entries + 1] = id
-    if not earliest or due < earliest then
-      earliest = due
+    if not earliest or extra < earliest then
+      earliest = extra
     end
+  end
+  if status == 1 then
+    sent = sent + 1
+  elseif status == 4 then
+    held[#held + 1] = extra
   end
   out[#out + 1] = status
 end
@@ -356,7 +474,7 @@ if #entries > 0 then
   redis.call('ZADD', KEYS[1], unpack(entries))
 end
 wake_if_earlier(ARGV[1], earliest, head, now)
-tally(KEYS[5], 'sent', #entries / 2)
+tally(KEYS[5], 'sent', sent)
 if prio and #entries > 0 then
   redis.call('HSET', KEYS[5], 'prios', 1)
 end
@@ -365,5 +483,8 @@ if big and #entries > 0 then
 end
 if not format and #entries > 0 then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])
+end
+for _, ms in ipairs(held) do
+  out[#out + 1] = ms
 end
 return out

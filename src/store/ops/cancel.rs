@@ -15,7 +15,7 @@ pub(crate) struct Cancel<'a> {
 impl Op for Cancel<'_> {
     /// Whether a waiting message was removed (`false`: unknown or processing).
     type Reply = bool;
-    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "msg"];
+    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "msg", "marker"];
 
     fn script() -> &'static LuaScript {
         &scripts::CANCEL
@@ -28,6 +28,7 @@ impl Op for Cancel<'_> {
             k.processing.clone(),
             k.dead.clone(),
             k.msg(self.id),
+            k.marker(self.id),
         ]
     }
 

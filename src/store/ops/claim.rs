@@ -148,6 +148,7 @@ impl Op for Claim<'_> {
             k.prio.as_str().into(),
             count(FORMAT_VERSION.into()),
             count(CLAIM_BYTES),
+            k.marker_prefix.as_str().into(),
         ]
     }
 

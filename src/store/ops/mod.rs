@@ -245,6 +245,7 @@ mod tests {
         let receipt = k.claim("c");
         let outgoing = |id: &str| send::Outgoing {
             stage: None,
+            mode: None,
             id: id.into(),
             value: Default::default(),
             delay: Duration::ZERO,
@@ -426,6 +427,7 @@ mod tests {
             };
             let named = |key: &str, n: &str| match n {
                 "msg" => key.starts_with(&k.msg_prefix),
+                "marker" => key.starts_with(&k.marker_prefix),
                 "receipt" => key.starts_with(&k.claim("")),
                 "schedule" => key.starts_with(&k.schedule_prefix),
                 // Key strings that keep their wire names (docs/wire-format.md).

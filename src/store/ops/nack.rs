@@ -65,7 +65,16 @@ numbered! {
 
 impl Op for Nack<'_> {
     type Reply = NackOutcome;
-    const KEYS: &'static [&'static str] = &["processing", "attempts", "retry", "pending", "dead", "msg", "totals"];
+    const KEYS: &'static [&'static str] = &[
+        "processing",
+        "attempts",
+        "retry",
+        "pending",
+        "dead",
+        "msg",
+        "totals",
+        "marker",
+    ];
 
     fn script() -> &'static LuaScript {
         &scripts::NACK
@@ -80,6 +89,7 @@ impl Op for Nack<'_> {
             k.dead.clone(),
             k.msg(self.id),
             k.totals.clone(),
+            k.marker(self.id),
         ]
     }
 

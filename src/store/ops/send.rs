@@ -1,6 +1,6 @@
 //! `send`: stores a batch of messages in pending (`lua/send.lua`).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::bytes::Bytes;
 use fred::prelude::Value;
@@ -28,6 +28,43 @@ pub(crate) struct Outgoing {
     /// staging string (`Keys::staging`), where it is SET before the script
     /// runs, instead of passing through ARGV.
     pub stage: Option<String>,
+    /// How it meets an earlier message of its id (docs/dedup.md); `None`:
+    /// a plain send.
+    pub mode: Option<SendMode>,
+}
+
+/// How a send with a caller-chosen id meets an earlier message of that id
+/// (docs/dedup.md), as send.lua's mode letters say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendMode {
+    /// Refused while the id is live, and for this long after its message
+    /// finished.
+    Unique(Duration),
+    /// Refused for this long after the first send.
+    Throttle(Duration),
+    /// A pending message of the id is replaced, due after the send's delay.
+    Debounce,
+    /// A pending message of the id is replaced; refused otherwise. `true`:
+    /// due after the send's delay; `false`: its due time kept.
+    Replace { move_due: bool },
+}
+
+impl SendMode {
+    /// The argument send.lua reads after the id flag.
+    fn letters(self) -> String {
+        match self {
+            SendMode::Unique(d) => format!("u{}", d.as_millis()),
+            SendMode::Throttle(d) => format!("t{}", d.as_millis()),
+            SendMode::Debounce => "d".into(),
+            SendMode::Replace { move_due: false } => "r".into(),
+            SendMode::Replace { move_due: true } => "R".into(),
+        }
+    }
+
+    /// Whether it stores a marker (one more key of the script's KEYS).
+    fn marked(self) -> bool {
+        matches!(self, SendMode::Unique(_) | SendMode::Throttle(_))
+    }
 }
 
 /// Stores messages of one shard, each whole or not at all.
@@ -47,12 +84,20 @@ numbered! {
         /// Its staged value was gone when the script ran (evicted, or its
         /// TTL passed); nothing was written for it.
         StagedGone = 3,
+        /// Refused by the id's unique_for or throttle marker.
+        Held = 4,
+        /// A pending message of the id was replaced (debounce, replace).
+        Replaced = 5,
+        /// A replace found no live message of the id; nothing written.
+        Missing = 6,
     }
 }
 
 impl Op for SendBatch {
-    /// One outcome per message, in order.
-    type Reply = Vec<SendOutcome>;
+    /// One outcome per message, in order; with [`SendOutcome::Held`], when
+    /// the marker that refused it expires, by Redis's clock (`None`: it has
+    /// no TTL, its message is live).
+    type Reply = Vec<(SendOutcome, Option<SystemTime>)>;
     const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "totals", "msg.."];
 
     fn staged(&self, k: &Keys) -> Vec<(String, Bytes)> {
@@ -76,6 +121,12 @@ impl Op for SendBatch {
         ];
         keys.extend(self.msgs.iter().map(|m| k.msg(m.id.as_str())));
         keys.extend(self.staged(k).into_iter().map(|(key, _)| key));
+        keys.extend(
+            self.msgs
+                .iter()
+                .filter(|m| m.mode.is_some_and(SendMode::marked))
+                .map(|m| k.marker(m.id.as_str())),
+        );
         keys
     }
 
@@ -93,23 +144,36 @@ impl Op for SendBatch {
             args.push(ms(m.delay));
             // 0: never expires.
             args.push(m.expire_after.map_or(count(0), ms));
-            args.push(count(u64::from(m.own_id)));
+            args.push(match m.mode {
+                Some(mode) => format!("{}{}", u8::from(m.own_id), mode.letters()).into(),
+                None => count(u64::from(m.own_id)),
+            });
         }
         args
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        let statuses = ints::<Self>(v)?;
-        if statuses.len() != self.msgs.len() {
-            return Err(unexpected::<Self>(format!(
-                "{} statuses for {} messages",
-                statuses.len(),
-                self.msgs.len()
-            )));
+        let reply = ints::<Self>(v)?;
+        let bad = || unexpected::<Self>(format!("{reply:?} for {} messages", self.msgs.len()));
+        let (statuses, mut untils) = match reply.split_at_checked(self.msgs.len()) {
+            Some((statuses, untils)) => (statuses, untils.iter()),
+            None => return Err(bad()),
+        };
+        let mut out = Vec::with_capacity(statuses.len());
+        for &s in statuses {
+            let outcome = SendOutcome::from_number(s).ok_or_else(bad)?;
+            let until = match outcome {
+                SendOutcome::Held => {
+                    let ms = *untils.next().ok_or_else(bad)?;
+                    u64::try_from(ms).ok().map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+                }
+                _ => None,
+            };
+            out.push((outcome, until));
         }
-        statuses
-            .into_iter()
-            .map(|s| SendOutcome::from_number(s).ok_or_else(|| unexpected::<Self>(format!("status {s}"))))
-            .collect()
+        if untils.next().is_some() {
+            return Err(bad());
+        }
+        Ok(out)
     }
 }

@@ -289,6 +289,7 @@ fn staged_batch(value: Vec<u8>) -> SendBatch {
             expire_after: None,
             own_id: true,
             stage: Some("t1".into()),
+            mode: None,
         }],
     }
 }
@@ -300,7 +301,7 @@ async fn a_staged_value_gone_before_the_script_stores_nothing() {
     let op = staged_batch(value);
     // The script alone: nothing was SET at the staging string.
     let reply = env.call(&op).await.expect("send");
-    assert_eq!(op.reply(reply).unwrap(), vec![SendOutcome::StagedGone]);
+    assert_eq!(op.reply(reply).unwrap(), vec![(SendOutcome::StagedGone, None)]);
     assert_eq!(env.raw(&["EXISTS", &env.k().msg("x")]), "0");
     assert_eq!(env.raw(&["ZCARD", &env.k().pending]), "0");
     assert_eq!(env.raw(&["HGET", &env.k().totals, "sent"]), "(nil)");

@@ -90,6 +90,7 @@ async fn producers_and_consumers_refuse_a_queue_in_another_format_before_any_wri
     let store = env.store();
     let outgoing = || Outgoing {
         stage: None,
+        mode: None,
         id: "new".into(),
         value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,

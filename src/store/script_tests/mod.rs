@@ -243,6 +243,7 @@ impl Env {
             .iter()
             .map(|(id, value, delay_ms, expire_after_ms, own)| Outgoing {
                 stage: None,
+                mode: None,
                 id: (*id).into(),
                 value: value.clone().into(),
                 delay: ms(*delay_ms),
@@ -251,7 +252,7 @@ impl Env {
             })
             .collect();
         let statuses = self.run(&SendBatch { msgs }).await;
-        statuses.into_iter().map(|s| s as i64).collect()
+        statuses.into_iter().map(|(s, _)| s as i64).collect()
     }
 
     /// A batch as `producer.rs` encodes it: stored value "<retry>:<payload>",

@@ -39,6 +39,7 @@ async fn a_shard_count_is_recorded_once_and_refuses_other_counts_and_unsharded_s
     }
     let outgoing = Outgoing {
         stage: None,
+        mode: None,
         id: "new".into(),
         value: encode_stored(&ValueParts::new(3, b"x")).into(),
         delay: Duration::ZERO,

@@ -63,10 +63,11 @@ impl From<Error> for ApiError {
             | Error::Json(_) => StatusCode::BAD_REQUEST,
             // What Redis holds does not fit: another type, another format.
             Error::Duplicate { .. }
+            | Error::NotPending { live: true, .. }
             | Error::WrongType { .. }
             | Error::FormatVersion { .. }
             | Error::ShardCount { .. } => StatusCode::CONFLICT,
-            Error::NoSuchSchedule { .. } => StatusCode::NOT_FOUND,
+            Error::NoSuchSchedule { .. } | Error::NotPending { live: false, .. } => StatusCode::NOT_FOUND,
             Error::Redis(_)
             | Error::OutOfMemory { .. }
             | Error::NotDurable { .. }

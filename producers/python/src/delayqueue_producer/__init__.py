@@ -329,4 +329,6 @@ class Producer:
         """Deletes a message waiting for delivery; False when unknown or
         being handled."""
         check_id(id)
-        return bool(self._cancel.call(self.client, self._keys("cancel", [id]), [id]) == 1)
+        # Then the id's marker (docs/dedup.md), whose window a cancel starts.
+        keys = self._keys("cancel", [id]) + [self._base + WIRE["marker_key"] + id]
+        return bool(self._cancel.call(self.client, keys, [id]) == 1)

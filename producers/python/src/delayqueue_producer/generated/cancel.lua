@@ -25,6 +25,18 @@ local function check_types(...)
   end
 end
 
+-- Starts the window of a marker whose message just finished (acked,
+-- cancelled or dead). A unique_for marker holds its window in ms and has
+-- no TTL while its message is live: it now expires that long from now. A
+-- throttle marker ('t') keeps the TTL its send gave it. `value` is what
+-- the marker holds (false or an error reply: none).
+local function start_window(key, value)
+  local ms = tonumber(type(value) == 'string' and value or '')
+  if ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 --[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in processing) is left alone: its running delivery decides its fate. An id left
@@ -33,7 +45,10 @@ attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] msg string of this id
+KEYS[6] marker string of this id
 ARGV[1] id
+Starts the window of its unique_for marker when it removed one
+(docs/dedup.md).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
@@ -53,6 +68,7 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
+  start_window(KEYS[6], redis.pcall('GET', KEYS[6]))
   return 1
 end
 return 0
