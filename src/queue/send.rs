@@ -72,6 +72,9 @@ pub struct NewMessage<Q = ()> {
     headers: Vec<(String, String)>,
     /// How it meets an earlier message of its id (docs/dedup.md).
     dedup: Option<Dedup>,
+    /// [`delay`](Self::delay) or [`at`](Self::at) was called: a replace
+    /// moves the due time.
+    due_given: bool,
 }
 
 /// What [`NewMessage::unique_for`], [`NewMessage::throttle`],
@@ -81,8 +84,7 @@ enum Dedup {
     Unique(Duration),
     Throttle(Duration),
     Debounce(Duration),
-    /// `true`: a due time was given.
-    Replace(bool),
+    Replace,
 }
 
 /// What a send did with one message: from [`NewMessage::outcome`], which,
@@ -147,6 +149,7 @@ impl<Q> NewMessage<Q> {
             priority: 0,
             headers: Vec::new(),
             dedup: None,
+            due_given: false,
         }
     }
 
@@ -154,15 +157,8 @@ impl<Q> NewMessage<Q> {
     /// At most [`MAX_DELAY`]. Replaces an earlier [`at`](Self::at).
     pub fn delay(mut self, d: Duration) -> Self {
         self.due = Due::In(d);
-        self.due_given();
+        self.due_given = true;
         self
-    }
-
-    /// A replace given a due time moves it.
-    fn due_given(&mut self) {
-        if let Some(Dedup::Replace(given)) = &mut self.dedup {
-            *given = true;
-        }
     }
 
     /// Due at `t`. The time is turned into a delay by this host's clock
@@ -170,7 +166,7 @@ impl<Q> NewMessage<Q> {
     /// Replaces an earlier [`delay`](Self::delay).
     pub fn at(mut self, t: SystemTime) -> Self {
         self.due = Due::At(t);
-        self.due_given();
+        self.due_given = true;
         self
     }
 
@@ -243,10 +239,26 @@ impl<Q> NewMessage<Q> {
         self.dedup(Dedup::Debounce(window))
     }
 
+    /// Makes this send a replace of the pending message with its
+    /// [`id`](Self::id), as [`DelayQueue::replace`] does, for
+    /// [`DelayQueue::send_batch`]: that message's result is then
+    /// [`Error::NotPending`] when there is none to replace.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use delayqueue::NewMessage;
+    /// let fixes = [("invoice-5", "total: 12"), ("invoice-6", "total: 7")];
+    /// queue.send_batch(fixes.map(|(id, p)| NewMessage::new(p).id(id).replacing())).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replacing(self) -> Self {
+        self.dedup(Dedup::Replace)
+    }
+
     /// Sets the mode; a replace keeps its own.
     fn dedup(mut self, dedup: Dedup) -> Self {
         match self.dedup {
-            Some(Dedup::Replace(_)) => {
+            Some(Dedup::Replace) => {
                 self.payload = Err(Error::InvalidArgument(
                     "a replace takes no unique_for, throttle or debounce".into(),
                 ))
@@ -399,7 +411,7 @@ impl<Q> NewMessage<Q> {
             }
             None => (MessageId::generate(), false),
         };
-        let mode = self.dedup.map(|d| send_mode(d, own_id)).transpose()?;
+        let mode = self.dedup.map(|d| send_mode(d, own_id, self.due_given)).transpose()?;
         let backoff = match &self.backoff {
             Some(b) => {
                 b.validate()?;
@@ -438,13 +450,14 @@ impl<Q> NewMessage<Q> {
 }
 
 /// The script's mode for `dedup`, after checking its window; `own_id`: the
-/// message has a caller-chosen id, which every mode needs.
-fn send_mode(dedup: Dedup, own_id: bool) -> Result<SendMode, Error> {
+/// message has a caller-chosen id, which every mode needs; `due_given`: a
+/// replace moves the due time.
+fn send_mode(dedup: Dedup, own_id: bool, due_given: bool) -> Result<SendMode, Error> {
     let (name, window) = match dedup {
         Dedup::Unique(d) => ("unique_for", Some(d)),
         Dedup::Throttle(d) => ("throttle", Some(d)),
         Dedup::Debounce(d) => ("debounce", Some(d)),
-        Dedup::Replace(_) => ("replace", None),
+        Dedup::Replace => ("replace", None),
     };
     if !own_id {
         return Err(Error::InvalidArgument(format!("{name} needs an id (.id(..))")));
@@ -460,7 +473,7 @@ fn send_mode(dedup: Dedup, own_id: bool) -> Result<SendMode, Error> {
         Dedup::Unique(d) => SendMode::Unique(d),
         Dedup::Throttle(d) => SendMode::Throttle(d),
         Dedup::Debounce(_) => SendMode::Debounce,
-        Dedup::Replace(move_due) => SendMode::Replace { move_due },
+        Dedup::Replace => SendMode::Replace { move_due: due_given },
     })
 }
 
@@ -668,7 +681,7 @@ fn in_order<T>(mut placed: Vec<(usize, T)>) -> Vec<T> {
 /// began `started`) and Redis holds the same message, stored since then;
 /// otherwise it is a duplicate, or for a replace, not pending. A marker
 /// that refused it (`until`: when it expires) may be this call's own
-/// message's, finished since, when the client reconnected.
+/// message's too, when the client reconnected.
 async fn judge(
     queue: &DelayQueue,
     k: &Keys,
@@ -686,18 +699,17 @@ async fn judge(
             tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "replaced");
             return Ok(Sent::Replaced(m.id));
         }
-        SendOutcome::Held if reconnected => return Err(unconfirmed(&q.name, m.id, reconnect_error())),
-        SendOutcome::Held => return Ok(Sent::Dropped { id: m.id, until }),
         SendOutcome::Missing => return Err(not_pending(&q.name, m.id, false)),
         SendOutcome::Live if replace => return Err(not_pending(&q.name, m.id, true)),
         SendOutcome::Live if !m.own_id => true,
-        SendOutcome::Live if reconnected => match queue.store(k).run(&Get { id: m.id.as_str() }).await {
+        SendOutcome::Live | SendOutcome::Held if reconnected => match queue.store(k).run(&Get { id: m.id.as_str() }).await {
             Ok(Some((found, now))) => stored_by_this_call(&found, now, &m, started.elapsed()),
             // Delivered and acked since: it cannot be told.
             Ok(None) => return Err(unconfirmed(&q.name, m.id, reconnect_error())),
             Err(Error::Redis(e)) if connection_failed(&e) => return Err(unconfirmed(&q.name, m.id, e)),
             Err(e) => return Err(e),
         },
+        SendOutcome::Held => return Ok(Sent::Dropped { id: m.id, until }),
         SendOutcome::Live => false,
         SendOutcome::WrongType => {
             return Err(Error::WrongType {
@@ -897,9 +909,7 @@ impl DelayQueue {
     /// # Ok(()) }
     /// ```
     pub fn replace(&self, id: impl Into<MessageId>, payload: impl IntoPayload) -> NewMessage<&DelayQueue> {
-        let mut m = NewMessage::bound(self, payload).id(id);
-        m.dedup = Some(Dedup::Replace(false));
-        m
+        NewMessage::bound(self, payload).id(id).replacing()
     }
 }
 

@@ -323,6 +323,12 @@ pub(crate) struct ProduceBody {
     pub priority: Option<u8>,
     /// Message headers; set in name order (a JSON object has none of its own).
     pub headers: Option<std::collections::BTreeMap<String, String>>,
+    /// `NewMessage::unique_for`, `throttle`, `debounce` (docs/dedup.md).
+    pub unique_for_ms: Option<u64>,
+    pub throttle_ms: Option<u64>,
+    pub debounce_ms: Option<u64>,
+    /// `NewMessage::replacing`: replaces the pending message `id`.
+    pub replace: Option<bool>,
 }
 
 /// The body of `POST /api/v1/queues/{name}/batch`.

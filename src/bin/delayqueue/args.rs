@@ -200,12 +200,24 @@ pub struct SendArgs {
     pub queue: String,
     /// The payload, sent as its UTF-8 bytes.
     pub payload: String,
-    /// Due after this long, e.g. 1500ms, 5s, 2m, 1h, 7d.
-    #[arg(long, short, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub delay: Duration,
+    /// Due after this long, e.g. 1500ms, 5s, 2m, 1h, 7d (default 0s; with --replace: the due time kept).
+    #[arg(long, short, value_parser = humantime::parse_duration)]
+    pub delay: Option<Duration>,
     /// Use this id instead of a generated one (a second send with it fails while the first waits).
     #[arg(long)]
     pub id: Option<String>,
+    /// Refuse a second send of --id while its message is live and this long after it finished (docs/dedup.md).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "id", group = "dedup")]
+    pub unique_for: Option<Duration>,
+    /// Refuse every send of --id but the first within this window (docs/dedup.md).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "id", group = "dedup")]
+    pub throttle: Option<Duration>,
+    /// Due this long from now; a send of --id while it is pending replaces it and moves it so (docs/dedup.md).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "id", group = "dedup", conflicts_with = "delay")]
+    pub debounce: Option<Duration>,
+    /// Replace the payload of the pending message --id (exit 1 when it is not pending).
+    #[arg(long, requires = "id", group = "dedup")]
+    pub replace: bool,
     /// Retries after a failed delivery (default: the library's, 3).
     #[arg(long)]
     pub retry_count: Option<u32>,

@@ -35,7 +35,7 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         let code = match e {
-            Error::Duplicate { .. } => NOT_FOUND,
+            Error::Duplicate { .. } | Error::NotPending { .. } => NOT_FOUND,
             _ => USAGE,
         };
         Failure {

@@ -20,6 +20,7 @@ mod arguments;
 mod bytes;
 mod cancel;
 mod claim;
+mod dedup;
 mod extend;
 mod formats;
 mod gc;
@@ -639,6 +640,13 @@ impl Env {
                 other => other.to_string(),
             };
             out += &format!("{key} = {value}\n");
+        }
+        for key in keys.iter().filter(|key| key.starts_with(&k.marker_prefix)) {
+            out += &format!(
+                "{key} = {} (ttl {})\n",
+                self.raw(&["GET", key]),
+                self.int(&["PTTL", key]) > 0
+            );
         }
         out
     }

@@ -6,6 +6,7 @@
 //! exist yet is created by its first message, as `DelayQueue::send` does.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -32,9 +33,37 @@ fn message_of(b: ProduceBody) -> Result<NewMessage, ApiError> {
             .map_err(|e| ApiError::bad(format!("payload_base64: {e}")))?,
         _ => return Err(ApiError::bad("give payload or payload_base64, not both")),
     };
-    let mut m = NewMessage::new(payload).delay(delay_of(b.delay_ms, b.at_ms)?);
+    let mut m = NewMessage::new(payload);
+    // A replace without a time keeps the message's due time.
+    if b.delay_ms.is_some() || b.at_ms.is_some() {
+        m = m.delay(delay_of(b.delay_ms, b.at_ms)?);
+    }
     if let Some(id) = b.id {
         m = m.id(id);
+    }
+    let modes =
+        [b.unique_for_ms, b.throttle_ms, b.debounce_ms].iter().flatten().count() + usize::from(b.replace == Some(true));
+    if modes > 1 {
+        return Err(ApiError::bad(
+            "give at most one of unique_for_ms, throttle_ms, debounce_ms and replace",
+        ));
+    }
+    if b.debounce_ms.is_some() && (b.delay_ms.is_some() || b.at_ms.is_some()) {
+        return Err(ApiError::bad(
+            "debounce_ms sets the due time: give no delay_ms or at_ms with it",
+        ));
+    }
+    if let Some(ms) = b.unique_for_ms {
+        m = m.unique_for(Duration::from_millis(ms));
+    }
+    if let Some(ms) = b.throttle_ms {
+        m = m.throttle(Duration::from_millis(ms));
+    }
+    if let Some(ms) = b.debounce_ms {
+        m = m.debounce(Duration::from_millis(ms));
+    }
+    if b.replace == Some(true) {
+        m = m.replacing();
     }
     if let Some(n) = b.retry_count {
         m = m.retry_count(n);

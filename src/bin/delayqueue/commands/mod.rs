@@ -242,9 +242,23 @@ impl Ctx {
 
     async fn send(&self, args: SendArgs) -> Result<u8, Failure> {
         let queue = self.queue(&args.queue).await?;
-        let mut send = queue.send(args.payload).delay(args.delay).priority(args.priority);
-        if let Some(id) = args.id {
-            send = send.id(id);
+        let mut send = match (&args.id, args.replace) {
+            (Some(id), true) => queue.replace(id.as_str(), args.payload),
+            (Some(id), false) => queue.send(args.payload).id(id.as_str()),
+            (None, _) => queue.send(args.payload),
+        };
+        send = send.priority(args.priority);
+        if let Some(d) = args.delay {
+            send = send.delay(d);
+        }
+        if let Some(ttl) = args.unique_for {
+            send = send.unique_for(ttl);
+        }
+        if let Some(window) = args.throttle {
+            send = send.throttle(window);
+        }
+        if let Some(window) = args.debounce {
+            send = send.debounce(window);
         }
         if let Some(n) = args.retry_count {
             send = send.retry_count(n);
@@ -253,7 +267,8 @@ impl Ctx {
             send = send.header(name, value);
         }
         let id = send.await?;
-        let json = json!({"queue": queue.name(), "id": id.as_str(), "delay_ms": args.delay.as_millis() as u64});
+        let delay = args.delay.or(args.debounce).unwrap_or_default();
+        let json = json!({"queue": queue.name(), "id": id.as_str(), "delay_ms": delay.as_millis() as u64});
         self.print(json, || format!("{id}\n"))?;
         Ok(0)
     }
