@@ -5,13 +5,17 @@ repeat ids; the check confirms what it finds with `inspect`.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
-ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys
+ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys,
+8 for marker keys without TTL (unique_for markers of live messages,
+docs/dedup.md)
 ARGV[2] cursor, "0" to start   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
+ARGV[6] marker key prefix   ARGV[7] the same, escaped as a SCAN pattern
 Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
-ids are its fields, for payload keys the ids their keys end with.
+ids are its fields, for payload and marker keys the ids their keys end with.
 Idempotent: reads only.
-Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists).
+Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
+a PTTL per marker key).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
@@ -33,10 +37,13 @@ elseif what == 6 then
     page[#page + 1] = reply[2][i]
   end
 else
-  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[5] .. '*', 'COUNT', size)
+  local prefix = what == 7 and ARGV[4] or ARGV[6]
+  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[what == 7 and 5 or 7] .. '*', 'COUNT', size)
   out[1], page = reply[1], {}
   for _, k in ipairs(reply[2]) do
-    page[#page + 1] = string.sub(k, #ARGV[4] + 1)
+    if what == 7 or redis.call('PTTL', k) == -1 then
+      page[#page + 1] = string.sub(k, #prefix + 1)
+    end
   end
 end
 for _, id in ipairs(page) do

@@ -194,6 +194,8 @@ async fn every_race(client: &Client, queue: &DelayQueue) {
             "debounce after the ack is a new message: {again:?}"
         );
     }
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -219,6 +221,34 @@ async fn sixteen_senders_of_one_id_on_a_cluster() {
             .unwrap();
         every_race(&client, &queue).await;
     }
+}
+
+/// A unique_for marker whose message vanished without finishing (deleted
+/// by something else) never starts its window: the integrity check names
+/// it, and a marker whose window runs is no anomaly.
+#[tokio::test]
+async fn the_integrity_check_names_a_marker_left_without_its_message() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queue = DelayQueue::builder("orphans", client.clone()).build().unwrap();
+    for id in ["kept", "lost", "done"] {
+        queue.send("x").id(id).delay(HOUR).unique_for(HOUR).await.unwrap();
+    }
+    assert!(queue.cancel("done").await.unwrap());
+    let _: i64 = client
+        .custom(fred::cmd!("ZREM"), vec!["dq:{orphans}:pending", "lost"])
+        .await
+        .unwrap();
+    let _: i64 = client
+        .custom(fred::cmd!("DEL"), vec!["dq:{orphans}:m:lost"])
+        .await
+        .unwrap();
+    let report = queue.check_integrity().await.unwrap();
+    assert_eq!(
+        report.anomalies,
+        vec![delayqueue::Anomaly::OrphanMarker { id: "lost".into() }],
+        "{report}"
+    );
 }
 
 /// The CLI under libfaketime, its clock `offset` off.

@@ -46,6 +46,13 @@ pub enum Anomaly {
         /// The message.
         id: MessageId,
     },
+    /// A [`unique_for`](crate::NewMessage::unique_for) marker without TTL
+    /// whose message is gone: its window never started, so the id stays
+    /// refused until the marker is deleted (docs/dedup.md).
+    OrphanMarker {
+        /// The message.
+        id: MessageId,
+    },
 }
 
 /// What [`DelayQueue::check_integrity`](crate::DelayQueue::check_integrity) found.
@@ -110,6 +117,9 @@ impl Presence {
             (None, false) if self.record => found.push(Anomaly::OrphanRetryRecord { id: id() }),
             _ => {}
         }
+        if states.is_empty() && self.marker {
+            found.push(Anomaly::OrphanMarker { id: id() });
+        }
         found
     }
 }
@@ -146,6 +156,7 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
                 IdKey::Dead => p.dead = true,
                 IdKey::Attempts => p.record = true,
                 IdKey::Payloads => p.payload = true,
+                IdKey::Markers => p.marker = true,
             }
         }
     }

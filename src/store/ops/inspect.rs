@@ -26,6 +26,8 @@ pub(crate) struct Presence {
     pub payload: bool,
     /// It has an attempt record.
     pub record: bool,
+    /// Its unique_for marker exists without TTL: held for a live message.
+    pub marker: bool,
 }
 
 /// What one inspect found.
@@ -50,7 +52,11 @@ impl Op for Inspect<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), k.prio.as_str().into()];
+        let mut args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            k.prio.as_str().into(),
+            k.marker_prefix.as_str().into(),
+        ];
         args.extend(self.ids.iter().map(|&id| Value::from(id)));
         args
     }
@@ -59,13 +65,13 @@ impl Op for Inspect<'_> {
         let reply = array::<Self>(v)?;
         let bad = || unexpected::<Self>(format!("{} values for {} ids", reply.len(), self.ids.len()));
         let (stale, rest) = reply.split_first().ok_or_else(bad)?;
-        if rest.len() != 7 * self.ids.len() {
+        if rest.len() != 8 * self.ids.len() {
             return Err(bad());
         }
         let present = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
         let number = |v: &Value| v.as_u64().unwrap_or(0);
         let found = rest
-            .chunks_exact(7)
+            .chunks_exact(8)
             .map(|v| Presence {
                 pending: present(&v[0]),
                 ready: number(&v[1]) as u32,
@@ -74,6 +80,7 @@ impl Op for Inspect<'_> {
                 dead: number(&v[4]) == 1,
                 payload: number(&v[5]) == 1,
                 record: present(&v[6]),
+                marker: number(&v[7]) == 1,
             })
             .collect();
         Ok(Inspected {

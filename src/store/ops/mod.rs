@@ -108,12 +108,14 @@ numbered! {
         Dead = 5,
         Attempts = 6,
         Payloads = 7,
+        /// unique_for markers without TTL (docs/dedup.md).
+        Markers = 8,
     }
 }
 
 impl IdKey {
     /// Every key that holds ids, in order.
-    pub(crate) const ALL: [IdKey; 7] = [
+    pub(crate) const ALL: [IdKey; 8] = [
         IdKey::Pending,
         IdKey::Ready,
         IdKey::Processing,
@@ -121,6 +123,7 @@ impl IdKey {
         IdKey::Dead,
         IdKey::Attempts,
         IdKey::Payloads,
+        IdKey::Markers,
     ];
 
     /// The key of the messages in `state`.
@@ -142,7 +145,7 @@ impl IdKey {
             IdKey::Processing => Some(MessageState::Processing),
             IdKey::Retry => Some(MessageState::Retry),
             IdKey::Dead => Some(MessageState::Dead),
-            IdKey::Attempts | IdKey::Payloads => None,
+            IdKey::Attempts | IdKey::Payloads | IdKey::Markers => None,
         }
     }
 }
@@ -454,6 +457,6 @@ mod tests {
             }
         }
         assert_eq!(IdKey::from_number(0), None);
-        assert_eq!(IdKey::from_number(8), None);
+        assert_eq!(IdKey::from_number(9), None);
     }
 }

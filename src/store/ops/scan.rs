@@ -43,6 +43,8 @@ impl Op for Scan<'_> {
             count(self.page as u64),
             k.msg_prefix.as_str().into(),
             glob_escape(&k.msg_prefix).into(),
+            k.marker_prefix.as_str().into(),
+            glob_escape(&k.marker_prefix).into(),
         ]
     }
 

@@ -10,6 +10,9 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     let k = env.k().clone();
     assert_eq!(env.send("a", "x", 60_000, NEVER, RETRY).await, 1);
     env.raw(&["RPUSH", &k.ready, "b", "b"]);
+    // A unique_for marker held for a live message has no TTL.
+    env.raw(&["SET", &k.marker("b"), "60000"]);
+    env.raw(&["SET", &k.marker("none"), "60000", "PX", "60000"]);
     // The reply as it comes: the score is left out of the typed one.
     let inspect = Inspect {
         ids: vec!["a", "b", "none"],
@@ -23,9 +26,9 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     let due = env.zscore(&k.pending, "a").unwrap().to_string();
     let want: Vec<String> = [
         "0", // no STALE mark
-        &due, "0", "", "0", "0", "1", "", // a: pending with payload
-        "", "2", "", "0", "0", "0", "", // b: twice in ready, no payload
-        "", "0", "", "0", "0", "0", "", // none
+        &due, "0", "", "0", "0", "1", "", "0", // a: pending with payload
+        "", "2", "", "0", "0", "0", "", "1", // b: twice in ready, no payload, a marker without TTL
+        "", "0", "", "0", "0", "0", "", "0", // none (its marker's window runs)
     ]
     .map(String::from)
     .to_vec();
