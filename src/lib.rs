@@ -133,3 +133,8 @@ pub use async_trait::async_trait;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// Compiles docs/dedup.md's Rust example as a doctest.
+#[doc = include_str!("../docs/dedup.md")]
+#[cfg(doctest)]
+pub struct DedupDoctests;
