@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::id::id_char;
 use crate::maxima::{
     header_name_char, MAX_BATCH_SIZE, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
-    MAX_RETRY_COUNT,
+    MAX_RETRY_COUNT, MAX_WINDOW,
 };
 use crate::queue::Config;
 use crate::store::keys::{key_prefix_char, queue_name_char, Keys, MAX_QUEUE_NAME_LEN};
@@ -123,6 +123,7 @@ fn wire_json() -> String {
     line("retry-count", format!("{{\"max\": {MAX_RETRY_COUNT}}}"));
     line("priority", format!("{{\"max\": {MAX_PRIORITY}}}"));
     line("delay", format!("{{\"max_ms\": {}}}", MAX_DELAY.as_millis()));
+    line("window", format!("{{\"max_ms\": {}}}", MAX_WINDOW.as_millis()));
     line("payload", format!("{{\"max_bytes\": {}}}", defaults.max_payload_size));
     // The last member has no comma.
     out.truncate(out.len() - 2);

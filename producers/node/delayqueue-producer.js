@@ -36,8 +36,24 @@ const BATCH = WIRE.batch_size;
 // ReplyError) before it writes anything.
 const FORMAT_VERSION = WIRE.format_version;
 
-class DuplicateError extends Error {}
+/** The id is live already, or a uniqueForMs or throttleMs window of it holds
+ * (docs/dedup.md): `until` is when that window ends, ms of Redis time (null:
+ * a live message holds it). */
+class DuplicateError extends Error {
+  constructor(message, until = null) {
+    super(message);
+    this.until = until;
+  }
+}
 class WrongTypeError extends Error {}
+/** A replace found no pending message: `live` is true when the message is due
+ * or being handled, false when there is none (docs/dedup.md). */
+class NotPendingError extends Error {
+  constructor(message, live) {
+    super(message);
+    this.live = live;
+  }
+}
 
 /** The source of script `name` ('send' or 'cancel') as Redis runs it. */
 const script = (name) => generated(`${name}.lua`);
@@ -187,8 +203,24 @@ function generateId() {
   return out || '0';
 }
 
-/** [id, stored value, delay ms, own id] of one message, checked. */
-function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, headers } = {}) {
+/** send.lua's mode letters of a message (docs/dedup.md), checked; `timed`: delayMs or atMs was given. */
+function modeOf(id, { uniqueForMs, throttleMs, debounceMs, replace = false }, timed) {
+  const given = [['u', uniqueForMs], ['t', throttleMs], ['d', debounceMs]].filter(([, v]) => v !== undefined);
+  if (given.length + (replace ? 1 : 0) > 1) throw new RangeError('give at most one of uniqueForMs, throttleMs, debounceMs and replace');
+  if ((given.length || replace) && id === undefined) throw new RangeError('uniqueForMs, throttleMs, debounceMs and replace need an id');
+  if (replace) return timed ? 'R' : 'r';
+  if (!given.length) return '';
+  const [letter, ms] = given[0];
+  checkInt(ms, WIRE.window.max_ms, 'window', 'window');
+  if (ms < 1) throw new InvalidInputError('window', `a window of ${ms} ms`, `1 ms to ${WIRE.window.max_ms} ms allowed`);
+  if (letter === 'd' && timed) throw new RangeError('debounceMs sets the due time: give no delayMs or atMs with it');
+  return letter === 'd' ? 'd' : `${letter}${ms}`;
+}
+
+/** [id, stored value, delay ms, own id, mode letters] of one message, checked. */
+function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, headers, ...modes } = {}) {
+  const mode = modeOf(id, modes, delayMs !== undefined || atMs !== undefined);
+  if (modes.debounceMs !== undefined) delayMs = modes.debounceMs;
   let bytes;
   if (typeof payload === 'string') {
     checkUnicode(payload, 'invalid payload');
@@ -209,7 +241,7 @@ function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_c
   // "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
   // (docs/wire-format.md); send.lua adds the times.
   const head = `${retryCount}${priority ? `!${priority}` : ''}${section.length ? `#${section.length}` : ''}:`;
-  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own];
+  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own, mode];
 }
 
 class Producer {
@@ -230,19 +262,47 @@ class Producer {
   async store(msgs) {
     const args = [this.base + WIRE.wake_channel, FORMAT_VERSION];
     // expire_after 0: never expires.
-    for (const [id, value, delay, own] of msgs) args.push(id, value, delay, 0, own ? 1 : 0);
-    const statuses = await SEND.call(this.client, this.keys('send', msgs.map(([id]) => id)), args);
+    // The mode follows the id flag (docs/dedup.md).
+    for (const [id, value, delay, own, mode] of msgs) args.push(id, value, delay, 0, mode ? `1${mode}` : own ? 1 : 0);
+    // A uniqueForMs or throttleMs message's marker follows the message keys.
+    const markers = msgs.filter(([, , , , mode]) => /^[ut]/.test(mode)).map(([id]) => this.base + WIRE.marker_key + id);
+    const reply = await SEND.call(this.client, [...this.keys('send', msgs.map(([id]) => id)), ...markers], args);
+    const statuses = reply.slice(0, msgs.length);
+    const untils = reply.slice(msgs.length);
     if (statuses.length !== msgs.length) throw new Error(`send.lua returned ${statuses.length} statuses for ${msgs.length} messages`);
-    return msgs.map(([id], i) => {
-      if (statuses[i] === 1) return id;
-      if (statuses[i] === 0) return new DuplicateError(`message ${id} already exists in queue ${JSON.stringify(this.name)}`);
+    return msgs.map(([id, , , , mode], i) => {
+      const duplicate = `message ${id} already exists in queue ${JSON.stringify(this.name)}`;
+      const s = statuses[i];
+      if (s === 1 || s === 5) return id;
+      if (s === 0 && /^[rR]/.test(mode)) return new NotPendingError(`message ${id} is due or being handled`, true);
+      if (s === 0) return new DuplicateError(duplicate);
+      if (s === 4) {
+        const until = Number(untils.shift());
+        return new DuplicateError(duplicate, until >= 0 ? until : null);
+      }
+      if (s === 6) return new NotPendingError(`no message ${id} in queue ${JSON.stringify(this.name)}`, false);
       return new WrongTypeError(`the key of message ${id} holds another type`);
     });
   }
 
-  /** Sends one message; resolves to its id; rejects with DuplicateError when `id` is live already. */
+  /**
+   * Sends one message; resolves to its id; rejects with DuplicateError when
+   * `id` is live already, or a uniqueForMs or throttleMs window of it holds;
+   * debounceMs replaces a pending message of `id` (docs/dedup.md).
+   */
   async send(payload, options = {}) {
     const [result] = await this.store([message(payload, options)]);
+    if (result instanceof Error) throw result;
+    return result;
+  }
+
+  /**
+   * Replaces the pending message `id`, keeping its due time unless delayMs
+   * or atMs is given; rejects with NotPendingError, nothing written, when it
+   * is due, being handled or missing (docs/dedup.md).
+   */
+  async replace(id, payload, options = {}) {
+    const [result] = await this.store([message(payload, { ...options, id, replace: true })]);
     if (result instanceof Error) throw result;
     return result;
   }
@@ -271,6 +331,7 @@ class Producer {
 module.exports = {
   Producer,
   DuplicateError,
+  NotPendingError,
   WrongTypeError,
   InvalidInputError,
   checkQueueName,

@@ -99,6 +99,25 @@ test('a live id is refused and a waiting message cancelled', async () => {
   assert.strictEqual(await client.exists('dq:{orders}:m:x', 'dq:{orders}:pending'), 0);
 });
 
+test('uniqueForMs, throttleMs, debounceMs and replace', async () => {
+  const p = new d.Producer(client, 'orders');
+  // docs/dedup.md: a cancel starts a uniqueForMs window.
+  await p.send('u', { id: 'u', delayMs: 60000, uniqueForMs: 3600000 });
+  assert.strictEqual(await client.pttl('dq:{orders}:uniq:u'), -1);
+  assert.strictEqual(await p.cancel('u'), true);
+  await assert.rejects(p.send('u again', { id: 'u', uniqueForMs: 3600000 }), (e) => e instanceof d.DuplicateError && e.until > 0);
+  await p.send('t', { id: 't', throttleMs: 60000 });
+  await assert.rejects(p.send('t again', { id: 't', throttleMs: 60000 }), d.DuplicateError);
+  await p.send('d1', { id: 'd', debounceMs: 60000 });
+  await p.send('d2', { id: 'd', debounceMs: 60000 });
+  assert.ok((await client.get('dq:{orders}:m:d')).endsWith(':d2'));
+  assert.strictEqual(await p.replace('d', 'd3'), 'd');
+  assert.ok((await client.get('dq:{orders}:m:d')).endsWith(':d3'));
+  await assert.rejects(p.replace('none', 'x'), (e) => e instanceof d.NotPendingError && e.live === false);
+  await assert.rejects(p.send('x', { uniqueForMs: 1000 }), RangeError);
+  await assert.rejects(p.send('x', { id: 'w', throttleMs: 0 }), d.InvalidInputError);
+});
+
 test('a batch reports each message', async () => {
   const p = new d.Producer(client, 'orders');
   await p.send('first', { id: 'b1' });

@@ -103,6 +103,30 @@ class ProducerTest(unittest.TestCase):
         self.assertFalse(self.producer.cancel("x"))
         self.assertEqual(self.client.exists("dq:{orders}:m:x", "dq:{orders}:pending"), 0)
 
+    def test_unique_for_throttle_debounce_and_replace(self) -> None:
+        # docs/dedup.md: a cancel starts a unique_for window.
+        self.producer.send("u", id="u", delay_ms=60_000, unique_for_ms=3_600_000)
+        self.assertEqual(self.client.pttl("dq:{orders}:uniq:u"), -1)
+        self.assertTrue(self.producer.cancel("u"))
+        with self.assertRaises(d.DuplicateError) as refused:
+            self.producer.send("u again", id="u", unique_for_ms=3_600_000)
+        self.assertIsNotNone(refused.exception.until)
+        self.producer.send("t", id="t", throttle_ms=60_000)
+        with self.assertRaises(d.DuplicateError):
+            self.producer.send("t again", id="t", throttle_ms=60_000)
+        self.producer.send("d1", id="d", debounce_ms=60_000)
+        self.producer.send("d2", id="d", debounce_ms=60_000)
+        self.assertTrue(self.stored("d").endswith(b":d2"))
+        self.assertEqual(self.producer.replace("d", "d3"), "d")
+        self.assertTrue(self.stored("d").endswith(b":d3"))
+        with self.assertRaises(d.NotPendingError) as missing:
+            self.producer.replace("none", "x")
+        self.assertFalse(missing.exception.live)
+        with self.assertRaises(ValueError):
+            self.producer.send("x", unique_for_ms=1_000)
+        with self.assertRaises(d.InvalidInput):
+            self.producer.send("x", id="w", throttle_ms=0)
+
     def test_a_batch_reports_each_message(self) -> None:
         self.producer.send("first", id="b1")
         out = self.producer.send_batch([{"payload": "a"}, {"payload": "b", "id": "b1"}, {"payload": "c", "at_ms": 0}])

@@ -35,6 +35,7 @@ import redis
 __all__ = [
     "Producer",
     "DuplicateError",
+    "NotPendingError",
     "WrongTypeError",
     "InvalidInput",
     "check_queue_name",
@@ -68,7 +69,22 @@ Payload = Union[bytes, bytearray, str]
 
 
 class DuplicateError(Exception):
-    """The id is live already (pending, ready, retry or being handled)."""
+    """The id is live already (pending, ready, retry or being handled), or a
+    unique_for or throttle window of it holds (docs/dedup.md): `until` is
+    when that window ends, ms of Redis time (None: a live message holds it)."""
+
+    def __init__(self, message: str, until: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.until = until
+
+
+class NotPendingError(Exception):
+    """A replace found no pending message: `live` is True when the message
+    is due or being handled, False when there is none (docs/dedup.md)."""
+
+    def __init__(self, message: str, live: bool) -> None:
+        super().__init__(message)
+        self.live = live
 
 
 class WrongTypeError(Exception):
@@ -224,8 +240,37 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-#: One checked message: id, stored value, delay ms, whether the caller chose the id.
-_Message = Tuple[str, bytes, int, bool]
+#: One checked message: id, stored value, delay ms, whether the caller chose
+#: the id, and its mode letters for send.lua ('' none; docs/wire-format.md).
+_Message = Tuple[str, bytes, int, bool, str]
+
+
+def _mode(
+    id: Optional[str],
+    unique_for_ms: Optional[int],
+    throttle_ms: Optional[int],
+    debounce_ms: Optional[int],
+    replace: bool,
+    timed: bool,
+) -> str:
+    """send.lua's mode letters of a message (docs/dedup.md), checked; `timed`:
+    delay_ms or at_ms was given."""
+    given = [(k, v) for k, v in (("u", unique_for_ms), ("t", throttle_ms), ("d", debounce_ms)) if v is not None]
+    if len(given) + (1 if replace else 0) > 1:
+        raise ValueError("give at most one of unique_for_ms, throttle_ms, debounce_ms and replace")
+    if (given or replace) and id is None:
+        raise ValueError("unique_for_ms, throttle_ms, debounce_ms and replace need an id")
+    if replace:
+        return "R" if timed else "r"
+    if not given:
+        return ""
+    letter, ms = given[0]
+    _check_int(ms, WIRE["window"]["max_ms"], "window", "window")
+    if ms < 1:
+        raise InvalidInput("window", "a window of %d ms" % ms, "1 ms to %d ms allowed" % WIRE["window"]["max_ms"])
+    if letter == "d" and timed:
+        raise ValueError("debounce_ms sets the due time: give no delay_ms or at_ms with it")
+    return "d" if letter == "d" else letter + str(ms)
 
 
 def _message(
@@ -236,8 +281,15 @@ def _message(
     retry_count: Optional[int] = None,
     priority: int = 0,
     headers: Optional[Mapping[str, str]] = None,
+    unique_for_ms: Optional[int] = None,
+    throttle_ms: Optional[int] = None,
+    debounce_ms: Optional[int] = None,
+    replace: bool = False,
 ) -> _Message:
     """One message, checked."""
+    mode = _mode(id, unique_for_ms, throttle_ms, debounce_ms, replace, delay_ms is not None or at_ms is not None)
+    if debounce_ms is not None:
+        delay_ms = debounce_ms
     if isinstance(payload, str):
         payload = _utf8(payload, "invalid payload")
     if not isinstance(payload, (bytes, bytearray)):
@@ -255,11 +307,11 @@ def _message(
     # "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
     # (docs/wire-format.md); send.lua adds the times.
     head = str(retries) + ("!%d" % priority if priority else "") + ("#%d" % len(section) if section else "") + ":"
-    return (generate_id() if id is None else id), head.encode() + section + bytes(payload), delay, id is not None
+    return (generate_id() if id is None else id), head.encode() + section + bytes(payload), delay, id is not None, mode
 
 
 #: What send_batch returns per message: its id, or why it was not stored.
-Outcome = Union[str, DuplicateError, WrongTypeError]
+Outcome = Union[str, DuplicateError, WrongTypeError, NotPendingError]
 
 
 class Producer:
@@ -281,18 +333,29 @@ class Producer:
 
     def _store(self, msgs: Sequence[_Message]) -> List[Outcome]:
         args: List[Any] = [self._base + WIRE["wake_channel"], FORMAT_VERSION]
-        for id, value, delay, own in msgs:
-            # expire_after 0: never expires.
-            args += [id, value, delay, 0, 1 if own else 0]
-        statuses = self._send.call(self.client, self._keys("send", [m[0] for m in msgs]), args)
+        for id, value, delay, own, mode in msgs:
+            # expire_after 0: never expires; the mode follows the id flag.
+            args += [id, value, delay, 0, ("1" + mode) if mode else (1 if own else 0)]
+        # A unique_for or throttle message's marker follows the message keys.
+        markers = [self._base + WIRE["marker_key"] + m[0] for m in msgs if m[4][:1] in ("u", "t")]
+        reply = self._send.call(self.client, self._keys("send", [m[0] for m in msgs]) + markers, args)
+        statuses, untils = reply[: len(msgs)], iter(reply[len(msgs) :])
         if len(statuses) != len(msgs):
             raise RuntimeError("send.lua returned %d statuses for %d messages" % (len(statuses), len(msgs)))
         out: List[Outcome] = []
-        for (id, _, _, _), s in zip(msgs, statuses):
-            if s == 1:
+        for (id, _, _, _, mode), s in zip(msgs, statuses):
+            duplicate = "message %s already exists in queue %r" % (id, self.name)
+            if s in (1, 5):
                 out.append(id)
+            elif s == 0 and mode[:1] in ("r", "R"):
+                out.append(NotPendingError("message %s is due or being handled" % id, True))
             elif s == 0:
-                out.append(DuplicateError("message %s already exists in queue %r" % (id, self.name)))
+                out.append(DuplicateError(duplicate))
+            elif s == 4:
+                until = int(next(untils))
+                out.append(DuplicateError(duplicate, until if until >= 0 else None))
+            elif s == 6:
+                out.append(NotPendingError("no message %s in queue %r" % (id, self.name), False))
             else:
                 out.append(WrongTypeError("the key of message %s holds another type" % id))
         return out
@@ -306,11 +369,35 @@ class Producer:
         retry_count: Optional[int] = None,
         priority: int = 0,
         headers: Optional[Mapping[str, str]] = None,
+        unique_for_ms: Optional[int] = None,
+        throttle_ms: Optional[int] = None,
+        debounce_ms: Optional[int] = None,
     ) -> str:
         """Sends one message; returns its id. `headers`: a dict of str to str;
         `retry_count`: the crate's default (3) when not given. Raises
-        DuplicateError when `id` is live already."""
-        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers)])[0]
+        DuplicateError when `id` is live already, or a unique_for_ms or
+        throttle_ms window of it holds; debounce_ms replaces a pending
+        message of `id` (docs/dedup.md)."""
+        msg = _message(payload, delay_ms, at_ms, id, retry_count, priority, headers, unique_for_ms, throttle_ms, debounce_ms)
+        result = self._store([msg])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def replace(
+        self,
+        id: str,
+        payload: Payload,
+        delay_ms: Optional[int] = None,
+        at_ms: Optional[int] = None,
+        retry_count: Optional[int] = None,
+        priority: int = 0,
+        headers: Optional[Mapping[str, str]] = None,
+    ) -> str:
+        """Replaces the pending message `id`, keeping its due time unless
+        delay_ms or at_ms is given; raises NotPendingError, nothing written,
+        when it is due, being handled or missing (docs/dedup.md)."""
+        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers, replace=True)])[0]
         if isinstance(result, Exception):
             raise result
         return result
