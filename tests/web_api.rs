@@ -1467,3 +1467,55 @@ async fn the_producer_api_sends_to_a_queue_sharded_after_the_dashboard_started()
         "{id} is not in the 3-shard queue"
     );
 }
+
+/// The options of docs/dedup.md in the producer API: a refused send is
+/// 409, a replace of a message that is not pending 409 (due or processing)
+/// or 404 (none), bad input 400; nothing is written for any of them.
+#[tokio::test]
+async fn producer_api_offers_unique_for_throttle_debounce_and_replace() {
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .router()
+        .unwrap();
+    let (t, path) = (Some("s3"), "/api/v1/queues/dedup/messages");
+    let post = |body: Value| v1(&app, Method::POST, path, t, body);
+    let r = post(json!({"payload": "u", "id": "u", "delay_ms": 60_000, "unique_for_ms": 3_600_000})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let r = post(json!({"payload": "u2", "id": "u", "unique_for_ms": 3_600_000})).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text());
+    let r = post(json!({"payload": "t", "id": "t", "throttle_ms": 60_000})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let r = post(json!({"payload": "t2", "id": "t", "throttle_ms": 60_000})).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text());
+    assert!(
+        r.text().contains("held until"),
+        "the window's end is named: {}",
+        r.text()
+    );
+    for payload in ["d1", "d2"] {
+        let r = post(json!({"payload": payload, "id": "d", "debounce_ms": 60_000})).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    }
+    let r = post(json!({"payload": "d3", "id": "d", "replace": true})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let m = get_ok_v1(&app, "/api/v1/queues/dedup/messages/d").await;
+    assert_eq!(m["payload_text"].as_str(), Some("d3"));
+    let before = queue(&client, "dedup").counts().await.unwrap();
+    let r = post(json!({"payload": "x", "id": "none", "replace": true})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+    for bad in [
+        json!({"payload": "x", "unique_for_ms": 1_000}),
+        json!({"payload": "x", "id": "b", "throttle_ms": 0}),
+        json!({"payload": "x", "id": "b", "throttle_ms": 1_000, "debounce_ms": 1_000}),
+        json!({"payload": "x", "id": "b", "debounce_ms": 1_000, "delay_ms": 5}),
+    ] {
+        let r = post(bad.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+    }
+    assert_eq!(
+        queue(&client, "dedup").counts().await.unwrap(),
+        before,
+        "nothing written"
+    );
+}
