@@ -9,8 +9,9 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle`
-//! (default: all but `rate` and `gconc`, which measure the limits,
+//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle,unique`
+//! (default: all but `unique`, send with `unique_for` against a plain send,
+//! `rate` and `gconc`, which measure the limits,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process), `--idle 1,200,1000`
@@ -20,6 +21,7 @@
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -640,6 +642,84 @@ async fn w4(client: &Client, url: &str, tag: &str, n: usize, scale: usize, round
     }))
 }
 
+/// unique: a plain send with its own id against the same send with
+/// `unique_for(1 h)`, side by side on one server: in interleaved rounds
+/// (the order swapped each round, so the machine's noise falls on both),
+/// `FLOOR_ROUND` single awaited sends each, then `n / rounds` sends with
+/// `IN_FLIGHT` in flight, each side into its own queue (due in an hour).
+/// Then Redis CPU and memory per message of the concurrent phases, and each
+/// side's `n` messages consumed (the acks of the unique side start the
+/// markers' windows).
+async fn unique(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    let qs = [
+        queue(client, &format!("{tag}-plain"), |b| b.concurrency(16))?,
+        queue(client, &format!("{tag}-unique"), |b| b.concurrency(16))?,
+    ];
+    let per_round = n / rounds.max(1);
+    let (mut single, mut conc) = ([Duration::ZERO; 2], [Duration::ZERO; 2]);
+    let (mut cpu, mut mem) = ([0.0f64; 2], [0i64; 2]);
+    let mut ratios = Vec::new();
+    let mut next = 0usize;
+    for round in 0..rounds.max(1) {
+        let mut took = [Duration::ZERO; 2];
+        for side in [round % 2, 1 - round % 2] {
+            let q = &qs[side];
+            let t = Instant::now();
+            for i in next..next + FLOOR_ROUND {
+                send(q, side, i).await?;
+            }
+            single[side] += t.elapsed();
+            let (c, m, t) = (redis_cpu(client).await?, used_memory(client).await?, Instant::now());
+            let base = next + FLOOR_ROUND;
+            let mut sends = futures::stream::iter(base..base + per_round)
+                .map(|i| send(q, side, i).into_future())
+                .buffer_unordered(IN_FLIGHT);
+            while let Some(r) = sends.next().await {
+                r?;
+            }
+            took[side] = t.elapsed();
+            conc[side] += took[side];
+            cpu[side] += redis_cpu(client).await? - c;
+            mem[side] += used_memory(client).await? - m;
+        }
+        ratios.push(took[0].as_secs_f64() / took[1].as_secs_f64());
+        next += FLOOR_ROUND + per_round;
+    }
+    let sent = rounds.max(1) * per_round;
+    let singles = rounds.max(1) * FLOOR_ROUND;
+    let us = |x: f64| (x / sent as f64 * 1e6 * 100.0).round() / 100.0;
+    let mut consumed = [0.0; 2];
+    let mut consume_us = [0.0; 2];
+    for (side, q) in qs.iter().enumerate() {
+        let total = singles + sent;
+        for i in 0..total {
+            q.reschedule(format!("m{i}"), Duration::ZERO).await?;
+        }
+        let (r, us, ..) = consume(q, client, total).await?;
+        (consumed[side], consume_us[side]) = (r, us);
+    }
+    Ok(json!({
+        "n": sent,
+        "rounds": rounds.max(1),
+        "send_single_awaited_per_s": {"plain": rate(singles, single[0]), "unique_for": rate(singles, single[1])},
+        "send_concurrent_per_s": {"plain": rate(sent, conc[0]), "unique_for": rate(sent, conc[1])},
+        "concurrent_unique_to_plain_median": (median(ratios) * 100.0).round() / 100.0,
+        "send_redis_cpu_us_per_msg": {"plain": us(cpu[0]), "unique_for": us(cpu[1])},
+        "bytes_per_msg": {"plain": mem[0] / sent as i64, "unique_for": mem[1] / sent as i64},
+        "consume_c16_per_s": {"plain": consumed[0], "unique_for": consumed[1]},
+        "consume_redis_cpu_us_per_msg": {"plain": consume_us[0], "unique_for": consume_us[1]},
+    }))
+}
+
+/// Message `i` of [`unique`]'s side `side` (1: with `unique_for`).
+fn send(q: &DelayQueue, side: usize, i: usize) -> NewMessage<&DelayQueue> {
+    let m = q.send(&PAYLOAD).delay(HOUR).id(format!("m{i}"));
+    match side {
+        1 => m.unique_for(HOUR),
+        _ => m,
+    }
+}
+
 /// The Go original's design where it is cheap to show: one message per
 /// claim (and per promote) call, against the default batches.
 async fn compare(client: &Client, tag: &str) -> Res<serde_json::Value> {
@@ -832,6 +912,10 @@ async fn main() -> Res<()> {
     }
     if on("bigpayload") {
         emit("big_payload", big_payload(&client, &tag).await?);
+    }
+    if on("unique") {
+        emit("unique_for", unique(&client, &tag, o.n, o.rounds).await?);
+        cleanup(&client).await?;
     }
     if on("idle") {
         for &n in &o.idle {

@@ -102,11 +102,11 @@ use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 use delayqueue::{
     DelayQueue, DelayQueueBuilder, Event, Handler, HandlerError, Message, MessageId, MessageState, Misfire, NewMessage,
-    RateLimit, RetryAfter, Schedule, SkipRetry,
+    RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
 use model::{wall_us, Delivery, FaultRec, Final, Grid, History, IdOp, Limits, Outcome, QueueOp, ScheduleOp, SendRec};
 use support::proxy::Proxy;
-use support::{all_keys, wait_until, RedisServer, ServerOptions};
+use support::{all_keys, wait_for, wait_until, RedisServer, ServerOptions};
 use tokio::sync::oneshot;
 
 const QUEUE: &str = "history";
@@ -996,6 +996,64 @@ impl Producer {
         }
     }
 
+    /// A send of docs/dedup.md: `unique_for` of a caller id (new or known),
+    /// `debounce` of one of a few ids, or `replace` of a known id. A
+    /// debounce or replace keeps the queue's retry count, so the retry
+    /// rules hold across the payloads one message has.
+    async fn send_dedup(&mut self, rng: &mut Rng) {
+        let (mut rec, _) = self.plan(rng, "unique");
+        rec.retry_count = self.default_retry_count;
+        rec.headers.clear();
+        rec.caller_id = true;
+        let start = Instant::now();
+        let payload = rec.payload.clone();
+        let mode = rng.below(3);
+        let result = match mode {
+            0 => {
+                let id = match self.pick(rng) {
+                    Some(id) if rng.chance(50) => id.as_str().to_string(),
+                    _ => format!("u-{payload}"),
+                };
+                rec.id = Some(id.clone());
+                let ttl = Duration::from_millis(rng.range(1, 3_000));
+                let send = self.queue.send(payload).delay(rec.delay).id(id).unique_for(ttl);
+                send.priority(rec.priority).outcome().await
+            }
+            1 => {
+                let id = format!("d-{}", rng.below(4));
+                rec.id = Some(id.clone());
+                let send = self
+                    .queue
+                    .send(payload)
+                    .id(id)
+                    .debounce(rec.delay.max(Duration::from_millis(1)));
+                rec.delay = rec.delay.max(Duration::from_millis(1));
+                rec.how = "debounce";
+                send.priority(rec.priority).outcome().await
+            }
+            _ => {
+                let Some(id) = self.pick(rng) else { return };
+                rec.id = Some(id.as_str().to_string());
+                // Its due time is kept: no earlier than the replace.
+                rec.delay = Duration::ZERO;
+                rec.how = "replace";
+                self.queue.replace(id, payload).priority(rec.priority).outcome().await
+            }
+        };
+        rec.start = start;
+        let result = match result {
+            Ok(Sent::Stored(id)) => Ok(id),
+            Ok(Sent::Replaced(id)) => {
+                rec.how = "replaced";
+                Ok(id)
+            }
+            Ok(Sent::Dropped { id, .. }) => Err(format!("message {id} refused: already exists")),
+            Ok(other) => Err(format!("unexpected {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        self.record(vec![rec], vec![result]);
+    }
+
     fn pick(&self, rng: &mut Rng) -> Option<MessageId> {
         // Mostly recent ones: those may still wait.
         let n = self.known.len() as u64;
@@ -1045,6 +1103,7 @@ enum Op {
     Batch,
     Cancel,
     Reschedule,
+    Dedup,
     Requeue,
     RequeueAll,
     Schedule,
@@ -1060,6 +1119,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Op::Batch, 8),
         (Op::Cancel, 15),
         (Op::Reschedule, 15),
+        (Op::Dedup, 12),
         (Op::Requeue, 10),
         (Op::RequeueAll, 2),
     ];
@@ -1269,6 +1329,7 @@ async fn run(knobs: Knobs) {
             }
             Op::Cancel => producer.id_op(&mut rng, "cancel").await,
             Op::Reschedule => producer.id_op(&mut rng, "reschedule").await,
+            Op::Dedup => producer.send_dedup(&mut rng).await,
             Op::Requeue => producer.id_op(&mut rng, "requeue_dead").await,
             Op::RequeueAll => producer.requeue_all().await,
             Op::Schedule => producer.schedule_op(&mut rng).await,
@@ -1496,6 +1557,8 @@ async fn run(knobs: Knobs) {
         "HISTORY seed={}: integrity at the end: {report}",
         knobs.seed
     );
+    // The windows of unique_for markers (at most 3 s) end by themselves.
+    wait_for(Duration::from_secs(15), || async { all_keys(&direct).await.is_empty() }).await;
     assert_eq!(
         all_keys(&direct).await,
         Vec::<String>::new(),

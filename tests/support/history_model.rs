@@ -63,7 +63,10 @@ pub struct SendRec {
     pub end: Instant,
     /// `None`: `Ok`. Otherwise the error; the message may or may not be stored.
     pub error: Option<String>,
-    /// "delay", "at" or "batch".
+    /// "delay", "at" or "batch"; for the sends of docs/dedup.md "unique"
+    /// (unique_for), "debounce" (stored as a new message, or refused),
+    /// "replaced" (a debounce or replace that replaced the pending message:
+    /// not a new message) and "replace" (a replace refused).
     pub how: &'static str,
     /// 0 to 9.
     pub priority: u8,
@@ -611,8 +614,10 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 );
             }
         }
-        // Priority and headers as sent.
+        // Priority and headers as sent, by the send of each delivery's
+        // payload (a replace changes them between deliveries).
         for d in ds.iter() {
+            let send = sends_by_payload.get(d.payload.as_str()).copied().unwrap_or(send);
             if d.priority != send.priority {
                 v(
                     "priority-changed",
@@ -630,6 +635,52 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                     format!(
                         "attempt {} has headers {:?}, sent with {:?}",
                         d.attempt, d.headers, send.headers
+                    ),
+                );
+            }
+        }
+        // A refused send (a live id, a unique_for window, a replace of a
+        // message not pending: docs/dedup.md) wrote nothing, unless a fault
+        // that loses replies made fred run it twice.
+        let refused = send
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("already exists") || e.contains("is not pending"));
+        if refused && !h.faults.iter().any(|f| f.loses_replies(send.start, send.end, limits)) {
+            v(
+                "refused-delivered",
+                id,
+                format!(
+                    "payload {} delivered, its send was refused: {:?}",
+                    send.payload, send.error
+                ),
+            );
+        }
+        // Only the last payload of a debounced or replaced message: a
+        // debounce or replace that replaced it after this payload's send
+        // returned, and returned before the claim, leaves none of it.
+        for d in ds.iter() {
+            let send = sends_by_payload.get(d.payload.as_str()).copied().unwrap_or(send);
+            let claimed = h.instant_of_us(d.leased_us);
+            let later = h.sends.iter().find(|s| {
+                s.how == "replaced"
+                    && s.error.is_none()
+                    && s.id.as_deref() == Some(id)
+                    && s.payload != send.payload
+                    && s.start > send.end
+                    && s.end + CLOCK_SLACK < claimed
+            });
+            if let Some(s) = later {
+                v(
+                    "stale-payload",
+                    id,
+                    format!(
+                        "attempt {} claimed at {} with payload {}, replaced by {} at {}",
+                        d.attempt,
+                        h.ms(claimed),
+                        d.payload,
+                        s.payload,
+                        h.ms(s.end)
                     ),
                 );
             }
@@ -682,13 +733,15 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 );
             }
         }
-        // Never after a successful cancel.
+        // Never after a successful cancel, unless sent again after it (an
+        // id reused by the sends of docs/dedup.md).
         for o in h
             .ops
             .iter()
             .filter(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true))
         {
-            for d in ds.iter().filter(|d| d.start > o.end) {
+            let sent_before = |d: &Delivery| sends_by_payload.get(d.payload.as_str()).is_none_or(|s| s.start < o.end);
+            for d in ds.iter().filter(|d| d.start > o.end && sent_before(d)) {
                 v(
                     "after-cancel",
                     id,
@@ -1057,7 +1110,14 @@ fn check_queue(
     // after it but less than half a lease after it was due (not held,
     // unstarted, by another consumer then); no fault from the earlier due
     // time on; both sent for sure and touched by no operation.
-    let untouched = |id: &str| !h.ops.iter().any(|o| o.id == id);
+    // A replace keeps a due time no send recorded: its ids are left out.
+    let untouched = |id: &str| {
+        !h.ops.iter().any(|o| o.id == id)
+            && !h
+                .sends
+                .iter()
+                .any(|s| s.id.as_deref() == Some(id) && matches!(s.how, "replaced" | "replace" | "debounce"))
+    };
     let mut firsts: HashMap<&str, (i64, &Delivery)> = HashMap::new();
     for &(at, d) in &leases {
         firsts.entry(d.id.as_str()).or_insert((at, d));
@@ -1537,7 +1597,19 @@ fn check_final(
     // A fire withdrawn by a change of its schedule was counted sent and is
     // counted nowhere else: how many were is not known.
     let withdrawn = if h.schedule_ops.is_empty() { 0 } else { u64::MAX / 4 };
-    if fin.totals_sent < accounted || fin.totals_sent > accounted + unknown_cancels + withdrawn {
+    // A send of docs/dedup.md may reuse the id of a dead letter, which it
+    // replaces: that letter was counted sent and is no longer anywhere.
+    let reused = h
+        .sends
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            s.error.is_none()
+                && matches!(s.how, "unique" | "debounce")
+                && h.sends[..*i].iter().any(|e| e.id == s.id && e.error.is_none())
+        })
+        .count() as u64;
+    if fin.totals_sent < accounted || fin.totals_sent > accounted + unknown_cancels + withdrawn + reused {
         v(
             "totals-balance",
             "*",
@@ -1553,7 +1625,12 @@ fn check_final(
     // duplicates at-least-once allows): only a send across a fault that
     // loses replies.
     let fires = by_id.keys().filter(|id| fire_of(id).is_some()).count() as u64;
-    let ok_sends = h.sends.iter().filter(|s| s.error.is_none()).count() as u64 + fires;
+    let ok_sends = h
+        .sends
+        .iter()
+        .filter(|s| s.error.is_none() && s.how != "replaced")
+        .count() as u64
+        + fires;
     let all_sends = h.sends.len() as u64 + fires + withdrawn;
     let resent = h
         .sends
@@ -1784,6 +1861,54 @@ mod tests {
             totals_sent: sent,
             ..Final::default()
         }
+    }
+
+    /// A send of `payload` to id "m" from `from` to `to` ms, `how` as
+    /// [`SendRec::how`] says, refused with `error`.
+    fn send_m(h: &mut History, payload: &str, how: &'static str, from: u64, to: u64, error: Option<&str>) {
+        let (start, end) = (at(h, from), at(h, to));
+        h.sends.push(SendRec {
+            payload: payload.into(),
+            id: Some("m".into()),
+            caller_id: true,
+            delay: Duration::ZERO,
+            retry_count: 3,
+            start,
+            end,
+            error: error.map(String::from),
+            how,
+            priority: 0,
+            headers: Vec::new(),
+        });
+    }
+
+    #[test]
+    fn a_refused_send_is_never_delivered() {
+        let mut h = sent();
+        send_m(&mut h, "q", "unique", 10, 11, Some("message m refused: already exists"));
+        delivery(&mut h, "m", "q", 1, 20, 20, 21, Outcome::Ok);
+        assert_eq!(rules(&h, None), ["refused-delivered"]);
+        // Unless a lost reply may have made fred run it twice.
+        fault(&mut h, "cut", 10, 10);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_replaced_payload_is_not_delivered_once_replaced() {
+        let mut h = sent();
+        send_m(&mut h, "q", "replaced", 10, 11, None);
+        // Claimed after the replace returned: only the new payload.
+        delivery(&mut h, "m", "p", 1, 50, 50, 51, Outcome::Ok);
+        assert_eq!(rules(&h, None), ["stale-payload"]);
+        let mut h = sent();
+        send_m(&mut h, "q", "replaced", 10, 11, None);
+        delivery(&mut h, "m", "q", 1, 50, 50, 51, Outcome::Ok);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        // A replace that returned after the claim may have come too late.
+        let mut h = sent();
+        send_m(&mut h, "q", "replaced", 10, 60, None);
+        delivery(&mut h, "m", "p", 1, 50, 50, 51, Outcome::Ok);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
     }
 
     #[test]
