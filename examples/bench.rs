@@ -645,12 +645,14 @@ async fn w4(client: &Client, url: &str, tag: &str, n: usize, scale: usize, round
 /// unique: a plain send with its own id against the same send with
 /// `unique_for(1 h)`, side by side on one server: in interleaved rounds
 /// (the order swapped each round, so the machine's noise falls on both),
-/// `FLOOR_ROUND` single awaited sends each, then `n / rounds` sends with
+/// `SINGLES` single awaited sends each, then `n / rounds` sends with
 /// `IN_FLIGHT` in flight, each side into its own queue (due in an hour).
 /// Then Redis CPU and memory per message of the concurrent phases, and each
 /// side's `n` messages consumed (the acks of the unique side start the
 /// markers' windows).
 async fn unique(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    /// Single awaited sends per side and round.
+    const SINGLES: usize = 1000;
     let qs = [
         queue(client, &format!("{tag}-plain"), |b| b.concurrency(16))?,
         queue(client, &format!("{tag}-unique"), |b| b.concurrency(16))?,
@@ -665,12 +667,12 @@ async fn unique(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serd
         for side in [round % 2, 1 - round % 2] {
             let q = &qs[side];
             let t = Instant::now();
-            for i in next..next + FLOOR_ROUND {
+            for i in next..next + SINGLES {
                 send(q, side, i).await?;
             }
             single[side] += t.elapsed();
             let (c, m, t) = (redis_cpu(client).await?, used_memory(client).await?, Instant::now());
-            let base = next + FLOOR_ROUND;
+            let base = next + SINGLES;
             let mut sends = futures::stream::iter(base..base + per_round)
                 .map(|i| send(q, side, i).into_future())
                 .buffer_unordered(IN_FLIGHT);
@@ -683,10 +685,10 @@ async fn unique(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serd
             mem[side] += used_memory(client).await? - m;
         }
         ratios.push(took[0].as_secs_f64() / took[1].as_secs_f64());
-        next += FLOOR_ROUND + per_round;
+        next += SINGLES + per_round;
     }
     let sent = rounds.max(1) * per_round;
-    let singles = rounds.max(1) * FLOOR_ROUND;
+    let singles = rounds.max(1) * SINGLES;
     let us = |x: f64| (x / sent as f64 * 1e6 * 100.0).round() / 100.0;
     let mut consumed = [0.0; 2];
     let mut consume_us = [0.0; 2];
