@@ -387,7 +387,8 @@ order, when the marker expires (ms of Redis time; -1: no TTL, its message
 is live).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
-Idempotent: a re-sent call finds its own messages and returns 0s.
+Idempotent: a re-sent call finds its own messages and returns 0s (4s with
+unique_for or throttle); a debounce or replace replaces again (5).
 Complexity: O(M log N) with M = messages, N = size of pending, plus the
 bytes of the values in ARGV (staged ones: O(1) each; a replace whose
 delay header gains a digit: O(payload size)).
