@@ -79,6 +79,7 @@ mod info;
 mod maxima;
 mod message;
 mod meters;
+mod middleware;
 #[cfg(feature = "otel")]
 mod otel;
 mod payload;
@@ -102,6 +103,7 @@ pub use maxima::{
 };
 pub use message::Message;
 pub use meters::describe_metrics;
+pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
     find_queues, recorded_shards, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,

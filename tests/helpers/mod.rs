@@ -13,6 +13,7 @@ pub mod worker;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -116,6 +117,48 @@ pub fn recording_headers(log: &Arc<Mutex<Vec<Headed>>>, fail_first: &'static [u8
                 false => Ok(()),
             }
         }
+    }
+}
+
+/// Handlers running at once, as a [`Gauge::handler`] counts them: how
+/// many run now, the most that ran together, how many finished. Clones
+/// share the counts.
+#[derive(Clone, Default)]
+pub struct Gauge {
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    done: Arc<AtomicUsize>,
+}
+
+/// What a [`Gauge::handler`] returns per delivery.
+pub type Handled = std::pin::Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
+
+impl Gauge {
+    /// A handler (and a `tower::service_fn` body) that holds its place
+    /// for `hold`, then succeeds.
+    pub fn handler(&self, hold: Duration) -> impl Fn(Message) -> Handled + Clone + Send + Sync + 'static {
+        let gauge = self.clone();
+        move |_msg: Message| {
+            let g = gauge.clone();
+            Box::pin(async move {
+                let now = g.running.fetch_add(1, Ordering::SeqCst) + 1;
+                g.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(hold).await;
+                g.running.fetch_sub(1, Ordering::SeqCst);
+                g.done.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+        }
+    }
+
+    /// The most handlers that ran at once.
+    pub fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    /// The handlers that finished.
+    pub fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
     }
 }
 
