@@ -69,6 +69,7 @@
 #![warn(missing_docs, unreachable_pub, unnameable_types, missing_debug_implementations)]
 
 mod backoff;
+mod batch;
 mod connect;
 mod consume;
 mod error;
@@ -91,6 +92,7 @@ mod store;
 pub mod web;
 
 pub use backoff::Backoff;
+pub use batch::BatchHandler;
 pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
@@ -106,7 +108,7 @@ pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
+    find_queues, recorded_shards, Anomaly, Browse, ConsumeBatch, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
     IntegrityReport, NewMessage, Search, Worker, MAX_SCAN,
 };
 pub use schedule::{

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use delayqueue::{Counts, Event, HandlerError, HandlerService, Message, MessageId};
-use helpers::{recording, start_queue, wait_stats, Gauge, Log};
+use delayqueue::{Counts, HandlerError, HandlerService, Message, MessageId};
+use helpers::{failures, recording, start_queue, wait_stats, Gauge, Log};
 use support::{all_keys, wait_until, WAIT};
 use tower::{Layer, Service, ServiceBuilder};
 
@@ -42,19 +42,6 @@ impl<S: Service<Message>> Service<Message> for SeenService<S> {
         self.0 .0.lock().unwrap().push(msg.id().clone());
         self.1.call(msg)
     }
-}
-
-/// Collects the queue's `Failed` events (attempt, reason) until `n` arrived.
-async fn failures(events: &mut tokio::sync::broadcast::Receiver<Event>, n: usize) -> Vec<(u32, String)> {
-    let mut got = Vec::new();
-    while got.len() < n {
-        match tokio::time::timeout(WAIT, events.recv()).await {
-            Ok(Ok(Event::Failed { attempt, reason, .. })) => got.push((attempt, reason)),
-            Ok(Ok(_)) => {}
-            other => panic!("no Failed event: {other:?}"),
-        }
-    }
-    got
 }
 
 #[tokio::test]

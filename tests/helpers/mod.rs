@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
 use delayqueue::{
-    Counts, DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId, MessageState, Order,
+    Counts, DelayQueue, DelayQueueBuilder, Event, Handler, HandlerError, Message, MessageId, MessageState, Order,
 };
 use delayqueue_test_support::{RedisServer, ServerOptions};
 
@@ -160,6 +160,19 @@ impl Gauge {
     pub fn done(&self) -> usize {
         self.done.load(Ordering::SeqCst)
     }
+}
+
+/// Collects the queue's `Failed` events (attempt, reason) until `n` arrived.
+pub async fn failures(events: &mut tokio::sync::broadcast::Receiver<Event>, n: usize) -> Vec<(u32, String)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match tokio::time::timeout(delayqueue_test_support::WAIT, events.recv()).await {
+            Ok(Ok(Event::Failed { attempt, reason, .. })) => got.push((attempt, reason)),
+            Ok(Ok(_)) => {}
+            other => panic!("no Failed event: {other:?}"),
+        }
+    }
+    got
 }
 
 /// A handler that succeeds on the payload `ok` and fails on any other.
