@@ -136,3 +136,8 @@ pub use async_trait::async_trait;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// Compiles the examples of docs/handlers.md (middleware, batch handlers) as doctests.
+#[doc = include_str!("../docs/handlers.md")]
+#[cfg(doctest)]
+pub struct HandlersDoctests;
