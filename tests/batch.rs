@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use delayqueue::fred::prelude::Client;
 use delayqueue::Consumer;
-use delayqueue::{BatchHandler, Counts, DelayQueue, Error, Event, HandlerError, Message, MessageId};
+use delayqueue::{BatchHandler, Counts, DelayQueue, Error, Event, HandlerError, Message, MessageId, NewMessage};
 use helpers::{failures, start_queue, wait_stats};
 use support::{all_keys, client_for, wait_for, wait_until, WAIT};
 
@@ -169,7 +169,7 @@ async fn a_panic_fails_the_whole_batch_as_a_handler_panic_and_short_results_fail
     let consumer = q
         .consume_batch(handler)
         .size(4)
-        .wait(Duration::from_secs(1))
+        .wait(Duration::from_secs(2))
         .await
         .unwrap();
     let reasons = failures(&mut events, 7).await;
@@ -249,7 +249,7 @@ async fn a_consumer_that_dies_mid_batch_leaves_the_whole_batch_to_come_back_afte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_are_renewed_while_a_batch_outlives_them() {
     const N: usize = 6;
-    let lease = Duration::from_secs(1);
+    let lease = Duration::from_secs(2);
     let (_server, client, q) = start_queue("batch-renew", FETCH_INTERVAL, |b| {
         b.max_consume_duration(lease).handler_timeout(Duration::from_secs(60))
     })
@@ -258,8 +258,8 @@ async fn leases_are_renewed_while_a_batch_outlives_them() {
     send_n(&q, N).await;
     let batches = Batches::default();
     let handler = batches.recording(move |batch: Vec<Message>| async move {
-        // The work: three leases long.
-        tokio::time::sleep(lease * 3).await;
+        // The work: two and a half leases long.
+        tokio::time::sleep(lease * 5 / 2).await;
         batch.iter().map(|_| Ok(())).collect()
     });
     let consumer = q
@@ -313,8 +313,12 @@ async fn a_batch_holds_at_most_its_size_runs_when_full_and_otherwise_after_its_w
         .await
         .unwrap();
     let sent = Instant::now();
-    q.send("a").await.unwrap();
-    q.send("b").await.unwrap();
+    // In one call, so both are due at once however slow the machine.
+    let two = q
+        .send_batch([NewMessage::new("a"), NewMessage::new("b")])
+        .await
+        .unwrap();
+    assert!(two.iter().all(Result::is_ok));
     let seen = finish(&q, &client, consumer, &batches, 2).await;
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].1.len(), 2);
