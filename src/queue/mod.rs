@@ -1,5 +1,5 @@
 //! The public handle: [`DelayQueue`], what users send, cancel, inspect and
-//! consume with, and its operations, one file each (build, send, inspect,
+//! consume with, and its operations, one file each (build, send, inspect, batch consume,
 //! dead letters, pause, integrity, durability, discovery). It runs scripts through
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consume`).
