@@ -190,3 +190,65 @@ async fn cluster_failover_after_a_replication_blip_loses_no_durable_send() {
     let lost = failover_run(true).await;
     assert_eq!(lost[0], ("durable", 0), "acknowledged durable sends were lost");
 }
+
+/// What a failover costs queues on the primaries that stay up: one client
+/// (from `delayqueue::connect`) serves a queue on each primary; the
+/// primary of the first is SIGKILLed and its replica takes over. Prints
+/// each queue's longest gap between deliveries and between acknowledged
+/// sends from the kill on (docs/scaling.md quotes them); checks that
+/// every queue delivers again and nothing acknowledged is lost on the
+/// healthy primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_on_healthy_primaries_resume_after_a_failover() {
+    let _one = ONE_CLUSTER.lock().await;
+    let mut cluster = RedisCluster::start_with_replicas(PRIMARIES, 1).await;
+    let client = delayqueue::connect(&cluster.url()).await.unwrap();
+    let primaries = cluster.primaries();
+    let victim = primaries[0];
+    let mut lanes = Vec::new();
+    for (i, node) in primaries.iter().enumerate() {
+        let name: &'static str = cluster.queue_on(*node, &format!("on{i}-")).leak();
+        lanes.push(Lane::start(name, client.clone(), Durability::Memory, |b| b).await);
+    }
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    for lane in &mut lanes {
+        lane.produce(started, &stop);
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let killed_at = started.elapsed();
+    cluster.kill(victim);
+    let slot = RedisCluster::slot_of(&format!("dq:{{{}}}:pending", lanes[0].name));
+    cluster.wait_failover(victim, slot, 2 * WAIT).await;
+    let failover_took = started.elapsed() - killed_at;
+    run_on(&lanes, &stop).await;
+
+    let run_start = Instant::now() - started.elapsed();
+    for (i, mut lane) in lanes.into_iter().enumerate() {
+        let (sent, lost) = lane.settle().await;
+        let deliveries = lane.log.snapshot().iter().map(|d| d.2 - run_start).collect();
+        let delivery_gap = longest_gap_after(deliveries, killed_at);
+        let send_gap = longest_gap_after(sent.acknowledged.iter().map(|(_, at)| *at).collect(), killed_at);
+        println!(
+            "queue {} on the {} primary: {} acknowledged, {} lost; failed sends (repeated): {:?}; the failover took \
+             {failover_took:?}; longest gap from the kill on between deliveries: {:?}, between acknowledged \
+             sends: {:?}",
+            lane.name,
+            if i == 0 { "killed" } else { "healthy" },
+            sent.acknowledged.len(),
+            lost.len(),
+            sent.errors,
+            delivery_gap.map(|(gap, _)| gap),
+            send_gap.map(|(gap, _)| gap),
+        );
+        assert!(
+            delivery_gap.is_some(),
+            "{}: nothing delivered after the kill",
+            lane.name
+        );
+        if i > 0 {
+            assert!(lost.is_empty(), "{}: lost on a healthy primary: {lost:?}", lane.name);
+        }
+        lane.consumer.shutdown().await.unwrap();
+    }
+}
