@@ -10,9 +10,10 @@ use crate::Error;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait between reconnection attempts.
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
-/// Longest wait between reconnection attempts through Sentinel, which
-/// answers them cheaply while a failover runs.
-const SENTINEL_RECONNECT_MAX: Duration = Duration::from_millis(200);
+/// Longest wait between reconnection attempts through Sentinel or on a
+/// cluster, where a failover ends the outage: each attempt asks a sentinel
+/// or a cluster node who the primaries are, which they answer cheaply.
+const FAILOVER_RECONNECT_MAX: Duration = Duration::from_millis(200);
 /// Attempts per command on a cluster: more than fred's 5 redirections (see
 /// [`connect`]).
 const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
@@ -24,9 +25,13 @@ const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
 ///
 /// - reconnect forever with exponential backoff (100 ms to 5 s): without a
 ///   policy a fred client hangs for good after Redis restarts. Through
-///   Sentinel the backoff stops at 200 ms: each attempt asks the sentinels
-///   for the primary, so the client reaches a promoted replica within
-///   200 ms of the promotion rather than up to a doubled delay later;
+///   Sentinel and on a cluster the backoff stops at 200 ms: each attempt
+///   asks the sentinels or a node where the primaries are, so the client
+///   reaches a promoted replica within 200 ms of the promotion rather than
+///   up to a doubled delay later. On a cluster this matters for every
+///   queue: fred 10.1 sends no command to any node while it reconnects, and
+///   it reconnects until the dead primary's replica is promoted (see
+///   docs/scaling.md);
 /// - a 10 s timeout on every command, so a dead connection surfaces as an
 ///   error instead of a hang;
 /// - a 5 s limit on the first connection: an unreachable Redis is an error;
@@ -54,7 +59,7 @@ pub async fn connect(url: &str) -> Result<Client, Error> {
     let config = Config::from_url(url)?;
     let clustered = config.server.is_clustered();
     let max_backoff = match config.server {
-        ServerConfig::Sentinel { .. } => SENTINEL_RECONNECT_MAX,
+        ServerConfig::Sentinel { .. } | ServerConfig::Clustered { .. } => FAILOVER_RECONNECT_MAX,
         _ => RECONNECT_MAX,
     };
     let client = Builder::from_config(config)
