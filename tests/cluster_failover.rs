@@ -191,15 +191,24 @@ async fn cluster_failover_after_a_replication_blip_loses_no_durable_send() {
     assert_eq!(lost[0], ("durable", 0), "acknowledged durable sends were lost");
 }
 
+/// How the measured primary fails.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SIGKILL: its connections are reset at once.
+    Killed,
+    /// SIGSTOP, as a hung process or a host behind a dead link: its
+    /// connections stay open and nothing answers.
+    Stopped,
+}
+
 /// What a failover costs queues on the primaries that stay up: one client
 /// (from `delayqueue::connect`) serves a queue on each primary; the
-/// primary of the first is SIGKILLed and its replica takes over. Prints
+/// primary of the first fails (`fault`) and its replica takes over. Prints
 /// each queue's longest gap between deliveries and between acknowledged
-/// sends from the kill on (docs/scaling.md quotes them); checks that
+/// sends from the fault on (docs/scaling.md quotes them); checks that
 /// every queue delivers again and nothing acknowledged is lost on the
 /// healthy primaries.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queues_on_healthy_primaries_resume_after_a_failover() {
+async fn healthy_primaries_run(fault: Fault) {
     let _one = ONE_CLUSTER.lock().await;
     let mut cluster = RedisCluster::start_with_replicas(PRIMARIES, 1).await;
     let client = delayqueue::connect(&cluster.url()).await.unwrap();
@@ -216,25 +225,28 @@ async fn queues_on_healthy_primaries_resume_after_a_failover() {
         lane.produce(started, &stop);
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let killed_at = started.elapsed();
-    cluster.kill(victim);
+    let failed_at = started.elapsed();
+    match fault {
+        Fault::Killed => cluster.kill(victim),
+        Fault::Stopped => cluster.node(victim).signal("STOP"),
+    }
     let slot = RedisCluster::slot_of(&format!("dq:{{{}}}:pending", lanes[0].name));
     cluster.wait_failover(victim, slot, 2 * WAIT).await;
-    let failover_took = started.elapsed() - killed_at;
+    let failover_took = started.elapsed() - failed_at;
     run_on(&lanes, &stop).await;
 
     let run_start = Instant::now() - started.elapsed();
     for (i, mut lane) in lanes.into_iter().enumerate() {
         let (sent, lost) = lane.settle().await;
         let deliveries = lane.log.snapshot().iter().map(|d| d.2 - run_start).collect();
-        let delivery_gap = longest_gap_after(deliveries, killed_at);
-        let send_gap = longest_gap_after(sent.acknowledged.iter().map(|(_, at)| *at).collect(), killed_at);
+        let delivery_gap = longest_gap_after(deliveries, failed_at);
+        let send_gap = longest_gap_after(sent.acknowledged.iter().map(|(_, at)| *at).collect(), failed_at);
         println!(
-            "queue {} on the {} primary: {} acknowledged, {} lost; failed sends (repeated): {:?}; the failover took \
-             {failover_took:?}; longest gap from the kill on between deliveries: {:?}, between acknowledged \
-             sends: {:?}",
+            "{fault:?}: queue {} on the {} primary: {} acknowledged, {} lost; failed sends (repeated): {:?}; the \
+             failover took {failover_took:?}; longest gap from the fault on between deliveries: {:?}, between \
+             acknowledged sends: {:?}",
             lane.name,
-            if i == 0 { "killed" } else { "healthy" },
+            if i == 0 { "failed" } else { "healthy" },
             sent.acknowledged.len(),
             lost.len(),
             sent.errors,
@@ -243,7 +255,7 @@ async fn queues_on_healthy_primaries_resume_after_a_failover() {
         );
         assert!(
             delivery_gap.is_some(),
-            "{}: nothing delivered after the kill",
+            "{}: nothing delivered after the fault",
             lane.name
         );
         if i > 0 {
@@ -251,4 +263,20 @@ async fn queues_on_healthy_primaries_resume_after_a_failover() {
         }
         lane.consumer.shutdown().await.unwrap();
     }
+    if let Fault::Stopped = fault {
+        // Its sockets held what clients sent it meanwhile: let it answer
+        // (as the replica it is now) before the cluster is dropped.
+        cluster.resume(&[victim]);
+        cluster.wait_rejoined(victim).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_on_healthy_primaries_resume_after_a_primary_is_killed() {
+    healthy_primaries_run(Fault::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_on_healthy_primaries_resume_after_a_primary_stops_answering() {
+    healthy_primaries_run(Fault::Stopped).await;
 }

@@ -292,35 +292,46 @@ impl RedisCluster {
         self.nodes[i].kill();
     }
 
-    /// Waits until the slots of the killed node `killed` have a new
-    /// primary: every running node says `cluster_state:ok` and reports the
-    /// same slot map, without `killed`. Returns the new owner of `slot`.
+    /// Waits until the slots of node `killed` (killed or stopped) have a
+    /// new primary: every other running node says `cluster_state:ok` and
+    /// reports the same slot map, without `killed`. Returns the new owner
+    /// of `slot`.
     pub async fn wait_failover(&self, killed: usize, slot: u16, limit: Duration) -> usize {
         let gone = self.nodes[killed].port();
+        let others = || self.running().filter(|n| n.port() != gone);
         let deadline = Instant::now() + limit;
         loop {
-            let states_ok = self
-                .running()
-                .all(|n| n.raw_command(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
-            let maps: Vec<_> = self.running().map(slot_map).collect();
+            let states_ok = others().all(|n| n.raw_command(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            let maps: Vec<_> = others().map(slot_map).collect();
             let agreed = maps.iter().all(|m| *m == maps[0]);
             if states_ok && agreed && !maps[0].is_empty() && maps[0].iter().all(|(_, _, port)| *port != gone) {
-                return self.owner_of(slot);
+                let map = &maps[0];
+                let (_, _, port) = map
+                    .iter()
+                    .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                    .unwrap_or_else(|| panic!("support: no node owns slot {slot}: {map:?}"));
+                return self.index_of_port(*port);
             }
             assert!(
                 Instant::now() < deadline,
                 "support: no failover of node {killed} within {limit:?}: {}",
-                self.running().next().unwrap().raw_command(&["CLUSTER", "NODES"])
+                others().next().unwrap().raw_command(&["CLUSTER", "NODES"])
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// Starts the killed node `i` again on its port, dir and `nodes.conf`,
-    /// and waits until it rejoined as a replica in sync with its new
-    /// primary and the whole cluster agrees again.
+    /// and [`wait_rejoined`](Self::wait_rejoined).
     pub async fn restart(&mut self, i: usize) {
         self.nodes[i].start_again().await;
+        self.wait_rejoined(i).await;
+    }
+
+    /// Waits until node `i`, a primary that was replaced (and then started
+    /// again or [`resume`](Self::resume)d), is a replica in sync with its
+    /// new primary and the whole cluster agrees again.
+    pub async fn wait_rejoined(&self, i: usize) {
         self.wait_joined().await;
         let deadline = Instant::now() + JOIN_TIMEOUT;
         while self.nodes[i].raw_command(&["ROLE"]).starts_with("master") {
