@@ -460,11 +460,14 @@ impl RedisCluster {
 }
 
 /// A cluster node: cluster mode on, its `nodes.conf` in its own dir,
-/// `cluster-node-timeout` of `timeout_ms`, and an explicit bus port (the
-/// default, port + 10000, may not exist).
+/// `cluster-node-timeout` of `timeout_ms`, an explicit bus port (the
+/// default, port + 10000, may not exist), and a full sync to a replica
+/// started at once (by default a primary waits 5 s for more replicas).
 fn node_options(timeout_ms: u32) -> ServerOptions {
     ServerOptions {
         extra_args: [
+            "--repl-diskless-sync-delay",
+            "0",
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
