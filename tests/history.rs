@@ -16,14 +16,14 @@
 //! `history_of_claim_order` (15 s, priorities without a rate limit, the
 //! first consumer with one handler, so that `start-order` judges claims of
 //! several messages), in parallel, a fresh seed each; then
-//! `history_of_a_cluster_failover` (15 s, alone: its cluster's nodes give
+//! `history_with_a_cluster_failover` (15 s, alone: its cluster's nodes give
 //! up on each other after 1 s), on a Redis Cluster of 3 primaries with a
 //! replica each instead of one server, its first fault a failover and
 //! every send with `Durability::Replicas`. Knobs, each optional:
 //!
 //! - `HISTORY_SECS`: how long operations and faults run (default 45; at
 //!   most 15 in `history_of_every_feature`, `history_of_claim_order` and
-//!   `history_of_a_cluster_failover`).
+//!   `history_with_a_cluster_failover`).
 //! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage,slow,failover`,
 //!   `all` (default) or `none`. `slow`: the consumers' replies held back
 //!   50-400 ms for a while (a schedule's read and its fire's reply late).
@@ -1174,7 +1174,7 @@ async fn history_of_claim_order() {
 /// primaries with a replica each, the faults a cluster allows, the first of
 /// them a failover of the queue's primary, half the features by the seed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn history_of_a_cluster_failover() {
+async fn history_with_a_cluster_failover() {
     let _alone = ALONE.write().await;
     let mut knobs = knobs(None, false);
     knobs.secs = knobs.secs.min(FEATURES_SECS);
@@ -1182,7 +1182,9 @@ async fn history_of_a_cluster_failover() {
 }
 
 /// The cluster run runs alone: its nodes mark a node failed that did not
-/// answer for 1 s, which the other runs' load could make happen.
+/// answer for 1 s, which the other runs' load could make happen. Its name
+/// sorts last, so that the test harness starts it last, and the others do
+/// not queue behind it.
 static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// Where a run's Redis lives.
