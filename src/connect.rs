@@ -15,10 +15,9 @@ const RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// or a cluster node who the primaries are, which they answer cheaply.
 const FAILOVER_RECONNECT_MAX: Duration = Duration::from_millis(200);
 /// How long a cluster client waits for one node to accept a connection or
-/// answer `CLUSTER SLOTS` while it reconnects: every queue waits that long
-/// when the node asked is a primary that stopped answering (see
-/// [`connect`]). [`connect`] still allows [`CONNECT_TIMEOUT`] in all for
-/// the first connection, retrying meanwhile.
+/// answer `CLUSTER SLOTS`, also when it first connects: while it
+/// reconnects, every queue waits that long when the node asked is a
+/// primary that stopped answering (see [`connect`]).
 const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Attempts per command on a cluster: more than fred's 5 redirections (see
 /// [`connect`]).
@@ -42,9 +41,10 @@ const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
 ///   error instead of a hang;
 /// - a 5 s limit on the first connection: an unreachable Redis is an error;
 /// - on a cluster, 1 s for one node to accept a connection or answer
-///   `CLUSTER SLOTS`: fred asks one node for the slots when it reconnects,
-///   and a primary that stopped answering (a hung process, a host behind a
-///   dead link) held every queue for the whole timeout;
+///   `CLUSTER SLOTS` (the first connection too): fred asks one node for the
+///   slots when it reconnects, and a primary that stopped answering (a hung
+///   process, a host behind a dead link) held every queue for the whole
+///   timeout;
 /// - on a cluster, more attempts per command (10) than redirections (5):
 ///   fred 10.1 sends a command that got `ASK` (its slot is being migrated)
 ///   back to the slot's old owner, which answers `ASK` again, and when the
@@ -74,11 +74,14 @@ pub async fn connect(url: &str) -> Result<Client, Error> {
     };
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
-            c.connection_timeout = CONNECT_TIMEOUT;
-            c.internal_command_timeout = CONNECT_TIMEOUT;
+            let node_timeout = if clustered {
+                CLUSTER_CONNECT_TIMEOUT
+            } else {
+                CONNECT_TIMEOUT
+            };
+            c.connection_timeout = node_timeout;
+            c.internal_command_timeout = node_timeout;
             if clustered {
-                c.connection_timeout = CLUSTER_CONNECT_TIMEOUT;
-                c.internal_command_timeout = CLUSTER_CONNECT_TIMEOUT;
                 c.max_command_attempts = CLUSTER_COMMAND_ATTEMPTS;
             }
         })

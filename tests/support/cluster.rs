@@ -38,7 +38,7 @@ const MIGRATE_MAX_BATCHES: usize = 100_000;
 const NODE_TIMEOUT_MS: u32 = 5000;
 /// `cluster-node-timeout` of a cluster with replicas: a replica starts its
 /// election about a second after its primary stops answering.
-pub const FAILOVER_NODE_TIMEOUT_MS: u32 = 1000;
+const FAILOVER_NODE_TIMEOUT_MS: u32 = 1000;
 
 /// A running cluster; see the module docs.
 pub struct RedisCluster {
