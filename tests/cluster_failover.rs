@@ -131,7 +131,7 @@ async fn failover_run(cut_link_first: bool) -> Vec<(&'static str, usize)> {
         );
         let send_gap = longest_gap_after(sent.acknowledged.iter().map(|(_, at)| *at).collect(), killed_at);
         println!(
-            "{}{}: {} acknowledged, {} lost {:?}, {duplicates} delivered more than once, {} deliveries; failed \
+            "{}{}: {} acknowledged, {} lost (acknowledged {:?} to {:?} into the run), {duplicates} delivered more than once, {} deliveries; failed \
              sends (repeated): {:?}, abandoned at the end: {}; primary killed {killed_at:?} into the run, node \
              {promoted} took over {failover_took:?} later, the old primary was back as a replica \
              {rejoined_after:?} after the kill; longest gap between deliveries of the {} shards on healthy \
@@ -145,7 +145,8 @@ async fn failover_run(cut_link_first: bool) -> Vec<(&'static str, usize)> {
             },
             acknowledged.len(),
             lost.len(),
-            lost.iter().take(5).collect::<Vec<_>>(),
+            lost.iter().map(|(_, at)| *at).min(),
+            lost.iter().map(|(_, at)| *at).max(),
             lane.log.len(),
             sent.errors,
             sent.abandoned,
