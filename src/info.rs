@@ -38,6 +38,9 @@ pub struct MessageInfo {
     /// ([`NewMessage::priority`](crate::NewMessage::priority)); 0 when its
     /// payload is gone.
     pub priority: u8,
+    /// Its group ([`NewMessage::group`](crate::NewMessage::group)); `None`
+    /// when it has none or its payload is gone.
+    pub group: Option<String>,
     /// Its headers ([`NewMessage::header`](crate::NewMessage::header)), in
     /// the order the send set them; empty when it has none or its payload
     /// is gone.

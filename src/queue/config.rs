@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub rate_limit: Option<RateLimit>,
     /// Like `rate_limit`.
     pub global_concurrency: Option<u64>,
+    /// The default concurrency of every group; like `rate_limit`.
+    pub group_concurrency: Option<u32>,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             durability: Durability::Memory,
             rate_limit: None,
             global_concurrency: None,
+            group_concurrency: None,
         }
     }
 }

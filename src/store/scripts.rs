@@ -67,6 +67,7 @@ lua_scripts! {
     CHANGE_SCHEDULE = "change_schedule";
     READ_SCHEDULES = "read_schedules";
     LIMITS = "limits";
+    GROUPS = "groups";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

@@ -17,6 +17,7 @@ pub(crate) mod extend;
 pub(crate) mod fire;
 pub(crate) mod gc;
 pub(crate) mod get;
+pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod limits;
 pub(crate) mod list;
@@ -376,6 +377,12 @@ mod tests {
                 k,
             ),
             entry(inspect::Inspect { ids: vec!["a"] }, k),
+            entry(
+                groups::ChangeGroups {
+                    change: groups::GroupChange::Pause("g"),
+                },
+                k,
+            ),
         ]
     }
 

@@ -6,6 +6,18 @@
 transition of its own).
 ]]
 
+
+-- A stored value is
+-- "<retry count>[;<backoff>][!<priority>][=<group>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- (send writes the times; a value from elsewhere may lack them). The header
+-- holds only digits, letters, ',', ';', '!', '=', '-', '_', '.', '#', '/', '+' and '@' (the
+-- backoff is "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it,
+-- and HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
+-- "#<n>": the n bytes after the ':' are the message's headers
+-- ("<name>=<value bytes>:<value>" each), and its payload follows them; a
+-- message without headers has neither the '#' nor the section.
+local HEADER_BYTES = 169
+
 -- Field of the attempts hash (never an id: ids hold no whitespace) that is
 -- set while the ready or retry list may hold a stale entry: the id of a
 -- message cancelled there, whose entry stays until claim pops it. Only
@@ -25,6 +37,38 @@ local function check_types(...)
   end
 end
 
+-- Groups (docs/groups.md). A message sent with a group carries it in its
+-- header ("=<group>" after the priority); group names are 1 to 64 ASCII
+-- letters, digits, '-', '_' and '.', so the header stays parseable. Its
+-- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
+--   gp .. 'ring'    zset: the groups that may start a message now, in turn
+--                   order (score: position; the member '' stands for the
+--                   messages without a group, as one more group)
+--   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
+--                   an ordered group whose failed message waits its retry
+--   gp .. 'active'  hash: group -> its messages in processing
+--   gp .. 'paused'  hash: group -> 1 while paused
+--   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
+--                   as the priority zset (prio_score), so priority first,
+--                   then due order
+-- A group is in the ring exactly when it has due messages, is not paused,
+-- is under its concurrency and not waiting; claim drops a member that no
+-- longer qualifies (a limit lowered since), so the rule is kept lazily
+-- where it is cheap and exactly where it matters. Redis deletes an empty
+-- zset or hash, and 'active' loses a group's field at 0: an idle group
+-- leaves no key.
+--
+-- The group in a stored value or its header; false for none (or a payload gone).
+local function group_of(head)
+  return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
+end
+
+-- The due messages of group g.
+local function group_list(gp, g)
+  return gp .. ':' .. g .. ':ready'
+end
+
 --[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in processing) is left alone: its running delivery decides its fate. An id left
@@ -33,7 +77,10 @@ attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] msg string of this id
-ARGV[1] id
+ARGV[1] id   ARGV[2] group key prefix
+A message of a group (its header says which) waiting in its group's zset
+is removed from there (docs/groups.md); an empty group's zset goes with
+it, and claim drops the group from the ring when it finds it empty.
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
@@ -44,8 +91,12 @@ local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
+local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
+if group then
+  waiting = waiting + redis.call('ZREM', group_list(ARGV[2], group), id)
+end
 redis.call('HDEL', KEYS[2], id)
 if payload == 1 and waiting == 0 then
   -- Neither pending nor dead: it waits in the ready or retry list, where
