@@ -1,0 +1,220 @@
+//! Groups through the public API (docs/groups.md): fair turns between
+//! groups, per-group concurrency across consumers and shards, ordered
+//! groups with a failure, pausing one group, invalid names, and no group
+//! key left once everything is acked.
+
+mod helpers;
+use delayqueue_test_support as support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use delayqueue::fred::prelude::ClientLike;
+use delayqueue::{Backoff, Error, HandlerError, Message, MessageState, NewMessage, MAX_GROUP_LEN};
+use helpers::{acking, start_queue, Log};
+use support::{wait_for, wait_until, WAIT};
+
+const FETCH: Duration = Duration::from_millis(100);
+
+/// The keys of queue `name` whose names say they are a group's.
+async fn group_keys(client: &delayqueue::fred::clients::Client, name: &str) -> Vec<String> {
+    let pattern = format!("dq:{{{name}*}}:g*");
+    let mut keys: Vec<String> = client
+        .custom(delayqueue::fred::cmd!("KEYS"), vec![pattern])
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_backlog_delays_another_groups_message_by_one_turn_at_most() {
+    let (_server, client, queue) = start_queue("fair", FETCH, |b| b.concurrency(1)).await;
+    queue
+        .send_batch((0..300).map(|i| NewMessage::new(format!("a{i}")).group("A")))
+        .await
+        .unwrap();
+    queue.send("b").group("B").await.unwrap();
+    queue.send("plain").await.unwrap();
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 302).await, "{} delivered", log.len());
+    consumer.shutdown().await.unwrap();
+    let order: Vec<Vec<u8>> = log.snapshot().into_iter().map(|d| d.3).collect();
+    let at = |p: &[u8]| order.iter().position(|x| x == p).expect("delivered");
+    // One handler claims one at a time: A, B and the messages without a
+    // group take turns, so B's and the plain one come within the first turn.
+    assert!(at(b"b") < 3, "b delivered {}th", at(b"b") + 1);
+    assert!(at(b"plain") < 3, "plain delivered {}th", at(b"plain") + 1);
+    // A's own messages in due order.
+    let a: Vec<&Vec<u8>> = order.iter().filter(|p| p.starts_with(b"a")).collect();
+    let want: Vec<Vec<u8>> = (0..300).map(|i| format!("a{i}").into_bytes()).collect();
+    assert_eq!(a, want.iter().collect::<Vec<_>>());
+    assert!(wait_for(WAIT, || async { group_keys(&client, "fair").await.is_empty() }).await);
+}
+
+/// Most messages of each group seen running at once, and the deliveries.
+#[derive(Clone, Default)]
+struct Running(Arc<Mutex<(HashMap<String, usize>, HashMap<String, usize>, usize)>>);
+
+impl Running {
+    fn handler(&self, hold: Duration) -> impl delayqueue::Handler {
+        let me = self.clone();
+        move |msg: Message| {
+            let me = me.clone();
+            async move {
+                let group = msg.group().unwrap_or("").to_string();
+                {
+                    let mut s = me.0.lock().unwrap();
+                    let now = {
+                        let n = s.0.entry(group.clone()).or_insert(0);
+                        *n += 1;
+                        *n
+                    };
+                    let most = s.1.entry(group.clone()).or_insert(0);
+                    *most = (*most).max(now);
+                }
+                tokio::time::sleep(hold).await;
+                let mut s = me.0.lock().unwrap();
+                *s.0.get_mut(&group).unwrap() -= 1;
+                s.2 += 1;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    }
+
+    fn done(&self) -> usize {
+        self.0.lock().unwrap().2
+    }
+
+    fn most(&self, group: &str) -> usize {
+        self.0.lock().unwrap().1.get(group).copied().unwrap_or(0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_concurrency_holds_across_consumers_and_shards() {
+    let (_server, client, queue) = start_queue("gc", FETCH, |b| b.shards(2).concurrency(8).group_concurrency(2)).await;
+    // Groups A and B at the default 2, C at its own 3.
+    let msgs = (0..20).flat_map(|i| ["A", "B", "C"].map(|g| NewMessage::new(format!("{g}{i}")).group(g)));
+    queue.send_batch(msgs).await.unwrap();
+    let running = Running::default();
+    let a = queue
+        .start_consume(running.handler(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert!(queue.set_group_concurrency("C", Some(3)).await.unwrap());
+    let b = queue
+        .start_consume(running.handler(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || running.done() == 60).await,
+        "{} done",
+        running.done()
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    for g in ["A", "B"] {
+        assert!((1..=2).contains(&running.most(g)), "{g}: {} at once", running.most(g));
+    }
+    assert!((1..=3).contains(&running.most("C")), "C: {} at once", running.most("C"));
+    // Its own limit stays; the rest of the group keys went with the messages.
+    assert!(wait_for(WAIT, || async { group_keys(&client, "gc").await.len() == 2 }).await);
+    let keys = group_keys(&client, "gc").await;
+    assert!(keys.iter().all(|k| k.ends_with(":glimits")), "{keys:?}");
+    assert_eq!(queue.status().await.unwrap().totals.acked, 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_group_runs_one_at_a_time_in_order_and_waits_for_a_failed_one() {
+    let (_server, _client, queue) = start_queue("ordered", FETCH, |b| {
+        b.concurrency(4)
+            .ordered()
+            .backoff(Backoff::fixed(Duration::from_millis(50)))
+    })
+    .await;
+    queue
+        .send_batch((0..8).map(|i| NewMessage::new(format!("m{i}")).group("ledger")))
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let running = Running::default();
+    let (record, inner) = (seen.clone(), running.handler(Duration::from_millis(5)));
+    let inner = Arc::new(inner);
+    let handler = move |msg: Message| {
+        let (record, inner) = (record.clone(), inner.clone());
+        async move {
+            let payload = String::from_utf8_lossy(msg.payload()).into_owned();
+            record.lock().unwrap().push((payload.clone(), msg.attempt()));
+            if payload == "m3" && msg.attempt() == 1 {
+                return Err(HandlerError::from("not yet"));
+            }
+            delayqueue::Handler::handle(&*inner, msg).await
+        }
+    };
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(
+        wait_until(WAIT, || running.done() == 8).await,
+        "{} done",
+        running.done()
+    );
+    consumer.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let want: Vec<(String, u32)> = [0, 1, 2, 3]
+        .iter()
+        .map(|i| (format!("m{i}"), 1))
+        .chain([("m3".to_string(), 2)])
+        .chain((4..8).map(|i| (format!("m{i}"), 1)))
+        .collect();
+    assert_eq!(seen, want, "in due order, the failed one retried before the next");
+    assert_eq!(running.most("ledger"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_group_waits_while_other_groups_are_served() {
+    let (_server, _client, queue) = start_queue("gpause", FETCH, |b| b).await;
+    assert!(queue.pause_group("A").await.unwrap());
+    assert!(!queue.pause_group("A").await.unwrap(), "paused already");
+    let a = queue.send("a1").group("A").await.unwrap();
+    queue.send("b1").group("B").await.unwrap();
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    // Another message of B, sent after a1 and handled: a1 still waits.
+    queue.send("b2").group("B").await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 2).await);
+    let info = queue.get(&a).await.unwrap().expect("waiting");
+    assert_eq!((info.state, info.group.as_deref()), (MessageState::Ready, Some("A")));
+    assert_eq!(log.len(), 2);
+    assert!(queue.resume_group("A").await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 3).await);
+    assert_eq!(log.snapshot()[2].3, b"a1");
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_group_names_are_refused_with_a_typed_error() {
+    let (_server, client, queue) = start_queue("gbad", FETCH, |b| b).await;
+    let long = "g".repeat(MAX_GROUP_LEN + 1);
+    for bad in ["", "a b", "tenant:1", "t{1}", "é", long.as_str()] {
+        let e = queue.send("x").group(bad).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidGroup { group, .. } if group == bad),
+            "{bad:?}: {e}"
+        );
+        assert!(matches!(queue.pause_group(bad).await, Err(Error::InvalidGroup { .. })));
+        assert!(matches!(
+            queue.set_group_concurrency(bad, Some(1)).await,
+            Err(Error::InvalidGroup { .. })
+        ));
+    }
+    assert!(queue.send("x").group("g".repeat(MAX_GROUP_LEN)).await.is_ok());
+    assert!(queue.send("y").group("Tenant_4.2-x").await.is_ok());
+    assert!(matches!(
+        queue.set_group_concurrency("g", Some(0)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let _ = client;
+}
