@@ -25,7 +25,9 @@ local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 if group then
-  waiting = waiting + redis.call('ZREM', group_list(ARGV[2], group), id)
+  local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
+  group_ready(ARGV[2], -removed)
+  waiting = waiting + removed
 end
 redis.call('HDEL', KEYS[2], id)
 if payload == 1 and waiting == 0 then

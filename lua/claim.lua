@@ -493,6 +493,7 @@ if #plan > 0 then
   end
   local ungrouped_popped = popped
   popped = popped + #batch
+  group_ready(gp, -#batch)
   if #batch > 0 then
     lease_all(batch)
   end

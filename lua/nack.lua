@@ -110,7 +110,7 @@ end
 redis.call('HSET', KEYS[2], id, record_from(n, now + math.max(delay, 0), deferred, reason_of(ARGV[7])))
 if group and group_limit(gp, group) == 1 then
   -- Ordered: back at the head of its group, which waits out the delay.
-  redis.call('ZADD', group_list(gp, group), prio_score(priority_of(head), due_of(head, due)), id)
+  group_add(gp, group, {prio_score(priority_of(head), due_of(head, due)), id})
   if delay > 0 then
     redis.call('ZADD', gp .. 'wait', now + delay, group)
   else

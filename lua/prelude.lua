@@ -440,6 +440,8 @@ end
 --   gp .. 'active'  hash: group -> its messages in processing
 --   gp .. 'paused'  hash: group -> 1 while paused
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'ready'   string: how many messages wait in the groups' zsets
+--                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
 --                   as the priority zset (prio_score), so priority first,
 --                   then due order
@@ -505,10 +507,23 @@ local function due_of(head, record_due)
   return sent and tonumber(sent) + tonumber(delay) or 0
 end
 
+-- Adds n (negative: takes) to the count of messages waiting in the
+-- groups' zsets; the key goes at 0.
+local function group_ready(gp, n)
+  if n ~= 0 and redis.call('INCRBY', gp .. 'ready', n) <= 0 then
+    redis.call('DEL', gp .. 'ready')
+  end
+end
+
+-- Adds `entries` (score, id pairs) to group g's zset, counted.
+local function group_add(gp, g, entries)
+  group_ready(gp, redis.call('ZADD', group_list(gp, g), unpack(entries)))
+end
+
 -- Queues a message of group g in its group, at score prio_score(p, due),
 -- and puts the group in the ring when it qualifies.
 local function group_enqueue(gp, g, id, p, due)
-  redis.call('ZADD', group_list(gp, g), prio_score(p, due), id)
+  group_add(gp, g, {prio_score(p, due), id})
   group_wake(gp, g)
 end
 

@@ -73,7 +73,7 @@ if #ids > 0 then
     redis.call('ZADD', ARGV[2], unpack(scored))
   end
   for _, g in ipairs(order) do
-    redis.call('ZADD', group_list(ARGV[5], g), unpack(grouped[g]))
+    group_add(ARGV[5], g, grouped[g])
     group_wake(ARGV[5], g)
   end
   redis.call('ZREM', KEYS[1], unpack(ids))

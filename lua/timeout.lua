@@ -77,7 +77,7 @@ for _, b in ipairs(back) do
   if group_limit(gp, b[1]) == 1 then
     due = due_of(b[3], b[4])
   end
-  redis.call('ZADD', group_list(gp, b[1]), prio_score(priority_of(b[3]), due), b[2])
+  group_add(gp, b[1], {prio_score(priority_of(b[3]), due), b[2]})
 end
 for _, group in ipairs(left) do
   group_wake(gp, group)

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::id::id_char;
 use crate::maxima::{
-    header_name_char, MAX_BATCH_SIZE, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
-    MAX_RETRY_COUNT,
+    header_name_char, MAX_BATCH_SIZE, MAX_DELAY, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN,
+    MAX_PRIORITY, MAX_RETRY_COUNT,
 };
 use crate::queue::Config;
 use crate::store::keys::{key_prefix_char, queue_name_char, Keys, MAX_QUEUE_NAME_LEN};
@@ -114,6 +114,10 @@ fn wire_json() -> String {
             &header_name_char,
             &allowed_words(header_name_char),
         ),
+    );
+    line(
+        "group",
+        text_rule(Some(MAX_GROUP_LEN), &header_name_char, &allowed_words(header_name_char)),
     );
     line(
         "headers",

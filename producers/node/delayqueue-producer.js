@@ -73,7 +73,7 @@ const refused = (rule, flags = 'u') => {
   const hex = (cp) => `\\u{${cp.toString(16)}}`;
   return new RegExp(`[${WIRE[rule].refused_code_points.map(([lo, hi]) => `${hex(lo)}-${hex(hi)}`).join('')}]`, flags);
 };
-const TEXT_RULES = Object.fromEntries(['queue-name', 'key-prefix', 'id', 'header-name'].map((r) => [r, refused(r)]));
+const TEXT_RULES = Object.fromEntries(['queue-name', 'key-prefix', 'id', 'header-name', 'group'].map((r) => [r, refused(r)]));
 const LONE_SURROGATE = /\p{Cs}/u;
 
 /** An input breaks a rule of docs/wire-format.md, "Validation": `rule` names it. */
@@ -188,7 +188,7 @@ function generateId() {
 }
 
 /** [id, stored value, delay ms, own id] of one message, checked. */
-function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, headers } = {}) {
+function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, group, headers } = {}) {
   let bytes;
   if (typeof payload === 'string') {
     checkUnicode(payload, 'invalid payload');
@@ -205,10 +205,11 @@ function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_c
   checkInt(priority, WIRE.priority.max, 'priority', 'priority');
   const own = id !== undefined;
   if (own) checkId(id);
+  if (group !== undefined) checkText(group, 'group', 'group');
   const section = headersSection(headers);
-  // "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+  // "<retry count>[!<priority>][=<group>][#<headers bytes>]:[<headers>]<payload>"
   // (docs/wire-format.md); send.lua adds the times.
-  const head = `${retryCount}${priority ? `!${priority}` : ''}${section.length ? `#${section.length}` : ''}:`;
+  const head = `${retryCount}${priority ? `!${priority}` : ''}${group !== undefined ? `=${group}` : ''}${section.length ? `#${section.length}` : ''}:`;
   return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own];
 }
 
@@ -248,7 +249,7 @@ class Producer {
   }
 
   /**
-   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority }, ...]`, BATCH
+   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority, group, headers }, ...]`, BATCH
    * per script call. Every message is checked before any is sent; resolves,
    * in order, to each one's id or its DuplicateError / WrongTypeError.
    */

@@ -79,6 +79,8 @@ async fn claim_serves_groups_in_turn_and_acks_leave_no_group_key() {
         "scored as the priority zset: priority 0, then due time"
     );
     assert_eq!(env.ring(), vec!["A", "B"], "in the order promote found them");
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "6", "counted");
+    assert_eq!(env.stats().await[1], 7, "ready counts the groups' messages");
 
     // A request of 3: one each of A, B and the messages without a group
     // (the member '', put at the ring's tail by this claim).
@@ -86,6 +88,7 @@ async fn claim_serves_groups_in_turn_and_acks_leave_no_group_key() {
     assert_eq!(c.ids(), ["u1", "a1", "b1"]);
     assert_eq!(c.held, None);
     assert_eq!(env.ring(), vec!["A"], "B and '' emptied; A back at the tail");
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "4");
     assert_eq!(env.active(), vec!["1", "1", "A", "B"]);
     assert!(!env.exists(&env.group_key(":B:ready")));
 
@@ -219,6 +222,7 @@ async fn cancel_release_and_requeue_keep_a_message_in_its_group() {
     // Cancel takes it out of its group's zset: no STALE entry.
     assert_eq!(env.cancel("a2").await, 1);
     assert_eq!(env.group_ids("A"), vec!["a1", "a3"]);
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "2");
     assert!(!env.stale());
     // Release: back to its group at the due time it had (the head).
     assert_eq!(env.claim(1).await.ids(), ["a1"]);
@@ -242,6 +246,11 @@ async fn cancel_release_and_requeue_keep_a_message_in_its_group() {
         .await;
     assert_eq!((reply.requeued, reply.taken), (1, 1));
     assert_eq!(env.group_ids("A"), vec!["a1", "a3"]);
+    assert_eq!(
+        env.raw(&["GET", &env.group_key("ready")]),
+        "2",
+        "each move counted once"
+    );
     assert!(!env.exists(&k.ready));
     let info = env.queue.get("a3").await.unwrap().expect("found");
     assert_eq!(

@@ -117,7 +117,7 @@ def _refused(rule: str) -> "re.Pattern[str]":
     return re.compile("[%s]" % "".join("\\U%08x-\\U%08x" % (lo, hi) for lo, hi in ranges))
 
 
-_TEXT_RULES = {rule: _refused(rule) for rule in ("queue-name", "key-prefix", "id", "header-name")}
+_TEXT_RULES = {rule: _refused(rule) for rule in ("queue-name", "key-prefix", "id", "header-name", "group")}
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -236,6 +236,7 @@ def _message(
     retry_count: Optional[int] = None,
     priority: int = 0,
     headers: Optional[Mapping[str, str]] = None,
+    group: Optional[str] = None,
 ) -> _Message:
     """One message, checked."""
     if isinstance(payload, str):
@@ -251,10 +252,18 @@ def _message(
     _check_int(priority, WIRE["priority"]["max"], "priority", "priority")
     if id is not None:
         check_id(id)
+    if group is not None:
+        _check_text(group, "group", "group")
     section = _headers_section(headers)
-    # "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+    # "<retry count>[!<priority>][=<group>][#<headers bytes>]:[<headers>]<payload>"
     # (docs/wire-format.md); send.lua adds the times.
-    head = str(retries) + ("!%d" % priority if priority else "") + ("#%d" % len(section) if section else "") + ":"
+    head = (
+        str(retries)
+        + ("!%d" % priority if priority else "")
+        + ("=" + group if group is not None else "")
+        + ("#%d" % len(section) if section else "")
+        + ":"
+    )
     return (generate_id() if id is None else id), head.encode() + section + bytes(payload), delay, id is not None
 
 
@@ -306,11 +315,13 @@ class Producer:
         retry_count: Optional[int] = None,
         priority: int = 0,
         headers: Optional[Mapping[str, str]] = None,
+        group: Optional[str] = None,
     ) -> str:
-        """Sends one message; returns its id. `headers`: a dict of str to str;
+        """Sends one message; returns its id. `group`: its group
+        (docs/groups.md); `headers`: a dict of str to str;
         `retry_count`: the crate's default (3) when not given. Raises
         DuplicateError when `id` is live already."""
-        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers)])[0]
+        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers, group)])[0]
         if isinstance(result, Exception):
             raise result
         return result

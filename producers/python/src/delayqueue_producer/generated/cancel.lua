@@ -49,6 +49,8 @@ end
 --   gp .. 'active'  hash: group -> its messages in processing
 --   gp .. 'paused'  hash: group -> 1 while paused
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'ready'   string: how many messages wait in the groups' zsets
+--                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
 --                   as the priority zset (prio_score), so priority first,
 --                   then due order
@@ -67,6 +69,14 @@ end
 -- The due messages of group g.
 local function group_list(gp, g)
   return gp .. ':' .. g .. ':ready'
+end
+
+-- Adds n (negative: takes) to the count of messages waiting in the
+-- groups' zsets; the key goes at 0.
+local function group_ready(gp, n)
+  if n ~= 0 and redis.call('INCRBY', gp .. 'ready', n) <= 0 then
+    redis.call('DEL', gp .. 'ready')
+  end
 end
 
 --[[ cancel: pending | ready | retry | dead -> (deleted)
@@ -95,7 +105,9 @@ local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 if group then
-  waiting = waiting + redis.call('ZREM', group_list(ARGV[2], group), id)
+  local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
+  group_ready(ARGV[2], -removed)
+  waiting = waiting + removed
 end
 redis.call('HDEL', KEYS[2], id)
 if payload == 1 and waiting == 0 then

@@ -248,6 +248,8 @@ end
 --   gp .. 'active'  hash: group -> its messages in processing
 --   gp .. 'paused'  hash: group -> 1 while paused
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'ready'   string: how many messages wait in the groups' zsets
+--                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
 --                   as the priority zset (prio_score), so priority first,
 --                   then due order
