@@ -54,9 +54,17 @@ async fn a_big_backlog_delays_another_groups_message_by_one_turn_at_most() {
     assert!(wait_for(WAIT, || async { group_keys(&client, "fair").await.is_empty() }).await);
 }
 
-/// Most messages of each group seen running at once, and the deliveries.
+/// Each group's messages running now and the most seen at once, and the
+/// deliveries handled.
+#[derive(Default)]
+struct Seen {
+    now: HashMap<String, usize>,
+    most: HashMap<String, usize>,
+    done: usize,
+}
+
 #[derive(Clone, Default)]
-struct Running(Arc<Mutex<(HashMap<String, usize>, HashMap<String, usize>, usize)>>);
+struct Running(Arc<Mutex<Seen>>);
 
 impl Running {
     fn handler(&self, hold: Duration) -> impl delayqueue::Handler {
@@ -68,28 +76,28 @@ impl Running {
                 {
                     let mut s = me.0.lock().unwrap();
                     let now = {
-                        let n = s.0.entry(group.clone()).or_insert(0);
+                        let n = s.now.entry(group.clone()).or_insert(0);
                         *n += 1;
                         *n
                     };
-                    let most = s.1.entry(group.clone()).or_insert(0);
+                    let most = s.most.entry(group.clone()).or_insert(0);
                     *most = (*most).max(now);
                 }
                 tokio::time::sleep(hold).await;
                 let mut s = me.0.lock().unwrap();
-                *s.0.get_mut(&group).unwrap() -= 1;
-                s.2 += 1;
+                *s.now.get_mut(&group).unwrap() -= 1;
+                s.done += 1;
                 Ok::<(), HandlerError>(())
             }
         }
     }
 
     fn done(&self) -> usize {
-        self.0.lock().unwrap().2
+        self.0.lock().unwrap().done
     }
 
     fn most(&self, group: &str) -> usize {
-        self.0.lock().unwrap().1.get(group).copied().unwrap_or(0)
+        self.0.lock().unwrap().most.get(group).copied().unwrap_or(0)
     }
 }
 
