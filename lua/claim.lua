@@ -41,9 +41,11 @@ Groups (once the totals have 'groups'; prelude.lua, docs/groups.md): the
 request is shared between the ring's first members (at most ARGV[2] of
 them; the member '' is the messages without a group, taken from the
 lists above), as evenly as each one's room allows (its due messages,
-within its concurrency; none while paused); each one served leaves the
-ring, and goes back to its tail while it has due messages and room; one
-found without room leaves it. Each group's count in processing goes up by
+within its concurrency and its rate, counted as the queue's in
+"<group prefix>:<group>:rate"; none while paused); each one served leaves
+the ring, and goes back to its tail while it has due messages and room,
+or to the wait zset until its window allows one more when its rate is
+what it lacks; one found without room leaves it. Each group's count in processing goes up by
 what it leased. Groups whose wait is over go back to the ring first.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] processing zset
@@ -82,12 +84,14 @@ Idempotent: the receipt records what the consumer's last request leased;
 a re-sent request (its reply lost on a cut connection) returns the same
 deliveries again instead of leasing more. A request that leases nothing
 deletes the receipt, so an idle or stopped consumer leaves no key.
-Complexity: O(M log N) with M = popped, plus O(K log G) with K = ring
-members read (at most ARGV[2]) and G = groups, once the queue has groups, in a fixed number of calls per
+Complexity: O(M log N) with M = popped, in a fixed number of calls per
 list plus one PEXPIRE per expired id (and one STRLEN per popped id once
 the totals have 'big'), plus the bytes read, at most max(ARGV[8], one
 value); O(1) for limit 0 and when a limit allows nothing; the rate limit
-adds O(RATE_BUCKETS) Lua steps.
+adds O(RATE_BUCKETS) Lua steps. Once the queue has groups: O(K log G) more,
+with K = ring members read (at most ARGV[2]) and G = groups, plus
+O(RATE_BUCKETS) Lua steps per member with a rate, and O(W log G) for the
+W groups whose wait is over (at most MAX_LIMIT).
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
@@ -364,7 +368,7 @@ local gp, ucap, held_by_group = ARGV[9], limit, false
 local plan, gheads = {}, {}
 if fields[8] then
   check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'active', 'hash', gp .. 'paused', 'hash',
-    gp .. 'limits', 'hash')
+    gp .. 'limits', 'hash', gp .. 'rates', 'hash')
   groups_due(gp, now)
   local waiting = redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2]) + (prio and redis.call('ZCARD', prio) or 0)
   if waiting > 0 and not redis.call('ZSCORE', gp .. 'ring', '') then
@@ -377,18 +381,21 @@ if fields[8] then
       named[#named + 1] = g
     end
   end
-  local pauses, active_g, own_g = {}, {}, {}
+  local pauses, active_g, own_g, rates_g = {}, {}, {}, {}
   if #named > 0 then
     pauses = redis.call('HMGET', gp .. 'paused', unpack(named))
     active_g = redis.call('HMGET', gp .. 'active', unpack(named))
     own_g = redis.call('HMGET', gp .. 'limits', unpack(named))
+    rates_g = redis.call('HMGET', gp .. 'rates', unpack(named))
   end
   local default = redis.call('HGET', gp .. 'limits', '')
+  local default_rate = redis.call('HGET', gp .. 'rates', '')
   local j = 0
   for _, g in ipairs(members) do
     -- room: how many it may give (its due messages, within its
-    -- concurrency); gate: its concurrency's room alone (false: no limit).
-    local room, gate, paused_g = waiting, false, false
+    -- concurrency and rate); gate: its concurrency's room alone (false: no
+    -- limit); rated: its rate_allowance (false: no rate).
+    local room, gate, paused_g, rated = waiting, false, false, false
     if g ~= '' then
       j = j + 1
       local avail, lim = redis.call('ZCARD', group_list(gp, g)), tonumber(own_g[j] or default or '')
@@ -396,13 +403,19 @@ if fields[8] then
       if lim then
         gate = lim - (tonumber(active_g[j]) or 0)
         room = math.min(avail, gate)
-        held_by_group = held_by_group or room < avail
       end
+      local rate_g = rates_g[j] or default_rate
+      if rate_g then
+        rated = rate_allowance(rate_g, redis.call('GET', group_rate_key(gp, g)), now_u)
+        rated.period = tonumber(string.match(rate_g, ' (%d+)$'))
+        room = math.min(room, rated.allowed)
+      end
+      held_by_group = held_by_group or room < avail
       if paused_g then
         room = 0
       end
     end
-    plan[#plan + 1] = {g, math.max(room, 0), 0, gate, paused_g}
+    plan[#plan + 1] = {g, math.max(room, 0), 0, gate, paused_g, rated}
   end
   -- Water-filling: each pass gives every member with room an equal part
   -- of what is left (at least 1, in ring order), until nothing is left
@@ -509,14 +522,22 @@ if #plan > 0 then
         end
       end
     elseif room == 0 or (took[g] or 0) > 0 then
-      local n = 0
+      local n, rated = 0, m[6]
       for i = 1, took[g] or 0 do
         n = n + (leased_ids[gheads[g][i]] and 1 or 0)
       end
       group_active(gp, g, n)
       leaving[#leaving + 1] = g
+      if rated and n > 0 then
+        redis.call('SET', group_rate_key(gp, g), rated.record(n), 'PX', 2 * rated.period)
+      end
       if not paused_g and (not gate or gate - n > 0) and redis.call('EXISTS', group_list(gp, g)) == 1 then
-        back[#back + 1] = g
+        if rated and rated.allowed - n <= 0 then
+          -- At its rate: it waits until its window lets one more start.
+          redis.call('ZADD', gp .. 'wait', now + math.max(rated.wait_ms(n), 1), g)
+        else
+          back[#back + 1] = g
+        end
       end
     end
   end

@@ -226,3 +226,48 @@ async fn invalid_group_names_are_refused_with_a_typed_error() {
     ));
     let _ = client;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rate_paces_its_group_alone() {
+    let per = Duration::from_millis(500);
+    let (_server, _client, queue) = start_queue("grate", FETCH, |b| b.concurrency(8)).await;
+    assert!(queue
+        .set_group_rate("slow", Some(delayqueue::RateLimit::new(4, per)))
+        .await
+        .unwrap());
+    let msgs = (0..12).flat_map(|i| {
+        [
+            NewMessage::new(format!("s{i}")).group("slow"),
+            NewMessage::new(format!("f{i}")).group("fast"),
+        ]
+    });
+    queue.send_batch(msgs).await.unwrap();
+    let log = Log::default();
+    let start = std::time::Instant::now();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 24).await, "{} delivered", log.len());
+    consumer.shutdown().await.unwrap();
+    let at = |p: &str| {
+        let d = log
+            .snapshot()
+            .into_iter()
+            .find(|d| d.3 == p.as_bytes())
+            .expect("delivered");
+        d.2.duration_since(start)
+    };
+    // 12 at 4 per 500 ms: the last starts at least two periods after the first.
+    assert!(
+        at("s11") >= at("s0") + per * 2,
+        "s0 {:?}, s11 {:?}",
+        at("s0"),
+        at("s11")
+    );
+    // The other group is not held back by it: all of it before slow's last.
+    assert!(at("f11") < at("s11"), "f11 {:?}, s11 {:?}", at("f11"), at("s11"));
+    assert!(matches!(
+        queue
+            .set_group_rate("slow", Some(delayqueue::RateLimit::new(0, per)))
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+}

@@ -273,6 +273,26 @@ impl DelayQueueBuilder {
         self
     }
 
+    /// At most `n` messages of any one group start in any window of `per`,
+    /// by Redis's clock, exactly as [`rate_limit`](Self::rate_limit) for
+    /// the whole queue (which holds on top): the default of every group
+    /// without its own ([`DelayQueue::set_group_rate`]). Stored when a
+    /// consumer starts. A group at its rate waits, out of the turns, until
+    /// its window lets one more start. Default: none (docs/groups.md).
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// let queue = delayqueue::DelayQueue::builder("webhooks", client)
+    ///     .group_rate_limit(10, Duration::from_secs(1))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_rate_limit(mut self, n: u64, per: Duration) -> Self {
+        self.config.group_rate_limit = Some(RateLimit::new(n, per));
+        self
+    }
+
     /// Every group is ordered: [`group_concurrency(1)`](Self::group_concurrency).
     /// One message of a group at a time, in due order (a higher priority
     /// first); a message that fails with deliveries left goes back to the
@@ -366,6 +386,9 @@ impl DelayQueueBuilder {
         }
         if c.group_concurrency == Some(0) {
             return bad("group_concurrency must be at least 1".into());
+        }
+        if let Some(rate) = &c.group_rate_limit {
+            limits::check_rate(rate, 1)?;
         }
         if !(1..=MAX_BATCH_SIZE).contains(&s.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));

@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub global_concurrency: Option<u64>,
     /// The default concurrency of every group; like `rate_limit`.
     pub group_concurrency: Option<u32>,
+    /// The default rate of every group; like `rate_limit`.
+    pub group_rate_limit: Option<RateLimit>,
 }
 
 impl Default for Config {
@@ -34,6 +36,7 @@ impl Default for Config {
             rate_limit: None,
             global_concurrency: None,
             group_concurrency: None,
+            group_rate_limit: None,
         }
     }
 }

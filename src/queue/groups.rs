@@ -1,11 +1,12 @@
-//! Groups (docs/groups.md): per-group concurrency and pause, kept in Redis
+//! Groups (docs/groups.md): per-group concurrency, rate and pause, kept in Redis
 //! in the shard each group lives in, so every consumer obeys the same ones.
 //! Claims enforce them (`lua/claim.lua`).
 
 use crate::events::Action;
 use crate::maxima::check_group;
+use crate::queue::limits::check_rate;
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
-use crate::{DelayQueue, Error};
+use crate::{DelayQueue, Error, RateLimit};
 
 impl DelayQueue {
     /// Sets (or with `None` clears) the most messages of group `group`
@@ -42,17 +43,61 @@ impl DelayQueue {
     /// ```
     pub async fn set_default_group_concurrency(&self, m: Option<u32>) -> Result<bool, Error> {
         check_concurrency(m)?;
+        self.change_default(GroupChange::Limit(None, m)).await
+    }
+
+    /// Sets (or with `None` clears) group `group`'s rate: at most
+    /// `limit` of its messages start in any window of `per`, by Redis's
+    /// clock, exactly as the queue's
+    /// [`rate_limit`](crate::DelayQueueBuilder::rate_limit) (which holds
+    /// on top), over the default of
+    /// [`group_rate_limit`](crate::DelayQueueBuilder::group_rate_limit).
+    /// A changed rate starts with a full window. Returns `false` when it
+    /// was so already.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::RateLimit;
+    /// queue.set_group_rate("tenant-42", Some(RateLimit::new(10, Duration::from_secs(1)))).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_group_rate(&self, group: &str, rate: Option<RateLimit>) -> Result<bool, Error> {
+        check_group(group)?;
+        let rate = group_rate(rate)?;
+        self.change_group(
+            GroupChange::Rate(Some(group), rate),
+            Action::GroupLimitsChanged,
+            Some(group),
+        )
+        .await
+    }
+
+    /// Sets (or with `None` clears) the rate of every group without one of
+    /// its own, as the builder's
+    /// [`group_rate_limit`](crate::DelayQueueBuilder::group_rate_limit)
+    /// does when a consumer starts.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// use delayqueue::RateLimit;
+    /// queue.set_default_group_rate(Some(RateLimit::new(5, Duration::from_secs(1)))).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn set_default_group_rate(&self, rate: Option<RateLimit>) -> Result<bool, Error> {
+        let rate = group_rate(rate)?;
+        self.change_default(GroupChange::Rate(None, rate)).await
+    }
+
+    /// Makes `change` of the defaults on every shard.
+    async fn change_default(&self, change: GroupChange<'_>) -> Result<bool, Error> {
         let changed = self
-            .each_shard(|k| async move {
-                let op = ChangeGroups {
-                    change: GroupChange::Limit(None, m),
-                };
-                self.store(k).run(&op).await
-            })
+            .each_shard(|k| async move { self.store(k).run(&ChangeGroups { change }).await })
             .await?
             .contains(&true);
         if changed {
-            tracing::info!(queue = %self.inner.name, "default group concurrency changed");
+            tracing::info!(queue = %self.inner.name, "group defaults changed");
             self.changed_group(Action::GroupLimitsChanged, None);
         }
         Ok(changed)
@@ -93,6 +138,16 @@ impl DelayQueue {
         }
         Ok(changed)
     }
+}
+
+/// A group's rate as groups.lua takes it, `(n, per ms)`, checked: a
+/// group lives in one shard, so it is not shared out.
+fn group_rate(rate: Option<RateLimit>) -> Result<Option<(u64, u64)>, Error> {
+    rate.map(|r| {
+        check_rate(&r, 1)?;
+        Ok((r.limit, r.per.as_millis() as u64))
+    })
+    .transpose()
 }
 
 /// A group concurrency is at least 1.

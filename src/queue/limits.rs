@@ -120,6 +120,9 @@ impl DelayQueue {
         if let Some(m) = c.group_concurrency {
             self.set_default_group_concurrency(Some(m)).await?;
         }
+        if let Some(rate) = c.group_rate_limit {
+            self.set_default_group_rate(Some(rate)).await?;
+        }
         Ok(())
     }
 }

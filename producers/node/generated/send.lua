@@ -244,17 +244,23 @@ end
 --                   order (score: position; the member '' stands for the
 --                   messages without a group, as one more group)
 --   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
---                   an ordered group whose failed message waits its retry
+--                   an ordered group whose failed message waits its retry,
+--                   a group at its rate until its window lets one more start
 --   gp .. 'active'  hash: group -> its messages in processing
 --   gp .. 'paused'  hash: group -> 1 while paused
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
+--                   default (claim.lua)
 --   gp .. 'ready'   string: how many messages wait in the groups' zsets
 --                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
 --                   as the priority zset (prio_score), so priority first,
 --                   then due order
+--   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
+--                   its rate, as the totals' 'rate_used' (TTL: two periods)
 -- A group is in the ring exactly when it has due messages, is not paused,
--- is under its concurrency and not waiting; claim drops a member that no
+-- is under its concurrency and not waiting (its rate is checked by claim,
+-- which sends a group at its rate to wait); claim drops a member that no
 -- longer qualifies (a limit lowered since), so the rule is kept lazily
 -- where it is cheap and exactly where it matters. Redis deletes an empty
 -- zset or hash, and 'active' loses a group's field at 0: an idle group

@@ -14,6 +14,8 @@ pub(crate) enum GroupChange<'a> {
     /// The concurrency of a group (`Some`) or the default of every group
     /// (`None`); `None` as the value clears it.
     Limit(Option<&'a str>, Option<u32>),
+    /// The rate `(n, per ms)` of a group or the default, as `Limit`.
+    Rate(Option<&'a str>, Option<(u64, u64)>),
     Pause(&'a str),
     Resume(&'a str),
 }
@@ -39,6 +41,7 @@ impl Op for ChangeGroups<'_> {
     fn args(&self, k: &Keys) -> Vec<Value> {
         let (what, group, value) = match self.change {
             GroupChange::Limit(group, n) => ("limit", group.unwrap_or(""), n.map(|n| n.to_string())),
+            GroupChange::Rate(group, r) => ("rate", group.unwrap_or(""), r.map(|(n, per)| format!("{n} {per}"))),
             GroupChange::Pause(group) => ("pause", group, None),
             GroupChange::Resume(group) => ("resume", group, None),
         };

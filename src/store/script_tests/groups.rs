@@ -1,7 +1,7 @@
 //! Groups (docs/groups.md): promote.lua moves a grouped message to its
 //! group's zset, claim.lua serves the ring's groups in turn, ack, nack,
 //! timeout, cancel and requeue keep each group's count in processing and
-//! its place in the ring; groups.lua sets limits and pauses.
+//! its place in the ring; groups.lua sets limits, rates and pauses.
 
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::nack::NackMode;
@@ -275,4 +275,54 @@ async fn a_queue_without_groups_reads_no_group_key() {
     assert_eq!(env.ack(&[("p", c.lease)]).await, vec![1]);
     assert_eq!(env.command_calls("getrange"), 0, "ack reads no header");
     assert!(env.keys().iter().all(|key| !key.contains(":g")));
+}
+
+#[tokio::test]
+async fn a_group_at_its_rate_waits_out_of_the_ring_and_counts_its_leases() {
+    let env = Env::new().await;
+    // 2 per second: at most one per fiftieth of it (20 ms), as the queue's rate.
+    assert!(env.change(GroupChange::Rate(Some("A"), Some((2, 1000)))).await);
+    assert_eq!(env.hget(&env.group_key("rates"), "A"), "2 1000");
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    let before = env.now_ms();
+    let c = env.claim(10).await;
+    assert_eq!(c.ids(), ["a1", "b1"], "A: one in this bucket; B has no rate");
+    let rate_key = env.group_key(":A:rate");
+    let used = env.raw(&["GET", &rate_key]);
+    assert!(used.ends_with(" 1"), "one lease in the current bucket: {used}");
+    let pttl = env.int(&["PTTL", &rate_key]);
+    assert!((1_000..=2_000).contains(&pttl), "two periods: {pttl}");
+    let until = env.zscore(&env.group_key("wait"), "A").expect("A waits");
+    assert!(
+        (before..=env.now_ms() + 20).contains(&until),
+        "until the next bucket: {until}"
+    );
+    assert!(!env.exists(&env.group_key("ring")));
+    assert_eq!(env.active(), vec!["1", "1", "A", "B"]);
+    // Its wait over (moved here, not waited for): a2 in the next bucket,
+    // then the window of 2 is full until a1's lease is a period old.
+    env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+    let mut got = Vec::new();
+    for _ in 0..2000 {
+        let c = env.claim(10).await;
+        got.extend(c.ids().iter().map(|s| s.to_string()));
+        if !got.is_empty() {
+            break;
+        }
+        env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(got, vec!["a2"]);
+    let until = env.zscore(&env.group_key("wait"), "A").expect("A waits");
+    assert!(
+        until >= before + 900,
+        "the window is full for about a period: {}",
+        until - before
+    );
+    // A changed rate starts with a full window.
+    assert!(env.change(GroupChange::Rate(Some("A"), None)).await);
+    assert!(!env.exists(&rate_key));
 }
