@@ -196,6 +196,10 @@ async fn a_paused_group_waits_while_other_groups_are_served() {
     let info = queue.get(&a).await.unwrap().expect("waiting");
     assert_eq!((info.state, info.group.as_deref()), (MessageState::Ready, Some("A")));
     assert_eq!(log.len(), 2);
+    // A message waiting in its group is in a state, not an orphan.
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean() && report.scanned >= 1, "{report}");
+    assert_eq!(queue.counts().await.unwrap().ready, 1, "counted as ready");
     assert!(queue.resume_group("A").await.unwrap());
     assert!(wait_until(WAIT, || log.len() == 3).await);
     assert_eq!(log.snapshot()[2].3, b"a1");

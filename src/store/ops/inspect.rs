@@ -50,7 +50,11 @@ impl Op for Inspect<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), k.prio.as_str().into()];
+        let mut args: Vec<Value> = vec![
+            k.msg_prefix.as_str().into(),
+            k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
+        ];
         args.extend(self.ids.iter().map(|&id| Value::from(id)));
         args
     }

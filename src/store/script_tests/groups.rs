@@ -5,6 +5,7 @@
 
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::nack::NackMode;
+use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
 use crate::store::stored::{encode_stored, ValueParts};
 
@@ -325,4 +326,24 @@ async fn a_group_at_its_rate_waits_out_of_the_ring_and_counts_its_leases() {
     // A changed rate starts with a full window.
     assert!(env.change(GroupChange::Rate(Some("A"), None)).await);
     assert!(!env.exists(&rate_key));
+}
+
+#[tokio::test]
+async fn purge_deletes_grouped_messages_and_keeps_group_settings() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert!(env.change(GroupChange::Pause("C")).await);
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(1))).await);
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("b1", "B"), ("c1", "C")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(1).await.ids(), ["a1"]);
+    assert_eq!(env.run(&Purge { limit: 1000 }).await, 4);
+    assert_eq!(env.run(&Purge { limit: 1000 }).await, 0);
+    let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();
+    let mut want = vec![env.group_key("limits"), env.group_key("paused"), k.totals.clone()];
+    want.sort();
+    assert_eq!(left, want, "the settings stay, nothing else");
+    assert_eq!(env.raw(&["HEXISTS", &k.totals, "groups"]), "0");
 }
