@@ -9,8 +9,11 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle`
+//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle,groups`
 //! (default: all but `rate` and `gconc`, which measure the limits,
+//! `groups`, consume over 1, 100 and 100,000 groups, a small group's
+//! lateness while a big one drains, and the longest claim with 100,000
+//! groups and `--scale` due messages,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process), `--idle 1,200,1000`
@@ -830,6 +833,10 @@ async fn main() -> Res<()> {
     if on("handles") {
         emit("handles", handles(&client)?);
     }
+    if on("groups") {
+        emit("groups", groups(&client, &tag, o.n, o.scale).await?);
+        cleanup(&client).await?;
+    }
     if on("bigpayload") {
         emit("big_payload", big_payload(&client, &tag).await?);
     }
@@ -1151,4 +1158,128 @@ impl Phase {
             "usec_per_call": per_call,
         }))
     }
+}
+
+/// Sends `n` due messages, message `i` in group `g<i % groups>` (0: none),
+/// in slices of 10,000.
+async fn send_grouped(q: &DelayQueue, n: usize, groups: usize) -> Res<()> {
+    for start in (0..n).step_by(10_000) {
+        let msgs = (start..n.min(start + 10_000)).map(|i| {
+            let m = NewMessage::new(&PAYLOAD);
+            if groups == 0 {
+                m
+            } else {
+                m.group(format!("g{}", i % groups))
+            }
+        });
+        for r in q.send_batch(msgs).await? {
+            r?;
+        }
+    }
+    Ok(())
+}
+
+/// p50 and p99 of `v`, in ms to 0.1.
+fn p50_p99(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    json!({"p50_ms": (at(0.5) * 10.0).round() / 10.0, "p99_ms": (at(0.99) * 10.0).round() / 10.0, "n": v.len()})
+}
+
+/// The lateness (ms from its due time to its handler's start) of messages
+/// of group `b` sent one every 100 ms to `q` while its consumer runs,
+/// at least 20 and until `until`, given how many messages of other groups
+/// were handled, says the rest is drained (at most 60 s); and how long that
+/// drain took.
+async fn group_lateness(q: &DelayQueue, until: impl Fn(u64) -> bool) -> Res<(Vec<f64>, Duration)> {
+    let late: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let others = Arc::new(AtomicU64::new(0));
+    let (l, o) = (late.clone(), others.clone());
+    let t = Instant::now();
+    let consumer = q
+        .start_consume(move |msg: Message| {
+            let (l, o) = (l.clone(), o.clone());
+            async move {
+                if msg.group() == Some("b") {
+                    let ms = SystemTime::now().duration_since(msg.due_at()).unwrap_or_default().as_secs_f64() * 1e3;
+                    l.lock().unwrap().push(ms);
+                } else {
+                    o.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+    let limit = Instant::now() + Duration::from_secs(60);
+    let mut drained = None;
+    while Instant::now() < limit {
+        if drained.is_none() && until(others.load(Ordering::Relaxed)) {
+            drained = Some(t.elapsed());
+        }
+        if drained.is_some() && late.lock().unwrap().len() >= 20 {
+            break;
+        }
+        q.send(&PAYLOAD).group("b").await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    consumer.shutdown().await?;
+    let late = late.lock().unwrap().clone();
+    Ok((late, drained.unwrap_or(t.elapsed())))
+}
+
+/// groups: consume (`concurrency(16)`, no-op handler) of `n` due messages
+/// without groups and spread over 1, 100 and 100,000 groups (at least one
+/// message each); the lateness of group B's messages, sent one every
+/// 100 ms, on an empty queue and while group A drains 100,000 due
+/// messages, and A's drain rate; the longest claim, promote and ack calls
+/// (SLOWLOG) while a queue of 100,000 groups and `scale` due messages is
+/// consumed.
+async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde_json::Value> {
+    let mut consume_by_groups = serde_json::Map::new();
+    let mut ungrouped = 0.0;
+    for groups in [0, 1, 100, 100_000] {
+        let q = queue(client, &format!("{tag}-g{groups}"), |b| b.concurrency(16))?;
+        let count = n.max(groups);
+        send_grouped(&q, count, groups).await?;
+        let (rate, redis_us, calls, _) = consume(&q, client, count).await?;
+        if groups == 0 {
+            ungrouped = rate;
+        }
+        consume_by_groups.insert(
+            format!("{groups}"),
+            json!({"n": count, "per_s": rate, "redis_cpu_us_per_msg": redis_us, "script_calls_per_msg": calls}),
+        );
+        cleanup(client).await?;
+    }
+    // B alone, then B beside A's backlog.
+    let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
+    let (alone, _) = group_lateness(&q, |_| true).await?;
+    cleanup(client).await?;
+    const BACKLOG: usize = 100_000;
+    let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
+    for _ in (0..BACKLOG).step_by(10_000) {
+        for r in q.send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a"))).await? {
+            r?;
+        }
+    }
+    let (beside, drain) = group_lateness(&q, |others| others as usize >= BACKLOG).await?;
+    let drain_rate = rate(BACKLOG, drain);
+    cleanup(client).await?;
+    // The longest calls with 100,000 groups and `scale` due messages.
+    let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(16))?;
+    send_grouped(&q, scale, 100_000).await?;
+    config_set(client, "slowlog-log-slower-than", "1000").await?;
+    config_set(client, "slowlog-max-len", "100000").await?;
+    let p = Phase::start(client).await?;
+    let (rate_big, ..) = consume(&q, client, scale).await?;
+    let longest = p.end(client, scale, "evalsha", true).await?;
+    config_set(client, "slowlog-log-slower-than", "10000").await?;
+    Ok(json!({
+        "consume_c16_by_groups": consume_by_groups,
+        "lateness_of_b_alone": p50_p99(alone),
+        "lateness_of_b_beside_a_backlog": p50_p99(beside),
+        "a_drain_per_s": drain_rate,
+        "a_drain_to_ungrouped_consume": (drain_rate / ungrouped * 100.0).round() / 100.0,
+        "big": {"groups": 100_000, "due": scale, "consume_per_s": rate_big, "longest_ms_over_1ms": longest["longest_ms"], "longest_ms_by_script": longest["longest_ms_by_script"]},
+    }))
 }
