@@ -1182,7 +1182,11 @@ async fn send_grouped(q: &DelayQueue, n: usize, groups: usize) -> Res<()> {
 /// p50 and p99 of `v`, in ms to 0.1.
 fn p50_p99(mut v: Vec<f64>) -> serde_json::Value {
     v.sort_by(f64::total_cmp);
-    let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
     json!({"p50_ms": (at(0.5) * 10.0).round() / 10.0, "p99_ms": (at(0.99) * 10.0).round() / 10.0, "n": v.len()})
 }
 
@@ -1201,7 +1205,11 @@ async fn group_lateness(q: &DelayQueue, until: impl Fn(u64) -> bool) -> Res<(Vec
             let (l, o) = (l.clone(), o.clone());
             async move {
                 if msg.group() == Some("b") {
-                    let ms = SystemTime::now().duration_since(msg.due_at()).unwrap_or_default().as_secs_f64() * 1e3;
+                    let ms = SystemTime::now()
+                        .duration_since(msg.due_at())
+                        .unwrap_or_default()
+                        .as_secs_f64()
+                        * 1e3;
                     l.lock().unwrap().push(ms);
                 } else {
                     o.fetch_add(1, Ordering::Relaxed);
@@ -1258,7 +1266,10 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
     const BACKLOG: usize = 100_000;
     let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
     for _ in (0..BACKLOG).step_by(10_000) {
-        for r in q.send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a"))).await? {
+        for r in q
+            .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
+            .await?
+        {
             r?;
         }
     }

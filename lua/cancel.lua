@@ -27,6 +27,7 @@ local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id
 if group then
   local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
   group_ready(ARGV[2], -removed)
+  group_forget_idle(ARGV[2], group)
   waiting = waiting + removed
 end
 redis.call('HDEL', KEYS[2], id)

@@ -538,6 +538,9 @@ if #plan > 0 then
         else
           back[#back + 1] = g
         end
+      elseif n == 0 then
+        -- Its messages all buried as expired, say: nothing may be left.
+        group_forget_idle(gp, g)
       end
     end
   end

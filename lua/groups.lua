@@ -5,7 +5,9 @@ The concurrencies live in the group prefix's 'limits' hash (group ->
 "<n>", the field '' the default of every group without its own), the
 rates in its 'rates' hash (group -> "<n> <period ms>", the same way), the
 paused groups in its 'paused' hash. A group's changed rate drops its
-count of recent leases, so it starts with a full window. Claim reads both for each group it serves; a group that
+count of recent leases, so it starts with a full window. The group is
+known (listed) while it has a setting of its own or anything else
+(prelude.lua). Claim reads both for each group it serves; a group that
 may start a message now goes to the ring here (a raised limit, a resume),
 and claim drops one that may not (a lowered limit, a pause) when it
 finds it. A change wakes sleeping consumers.
@@ -63,6 +65,10 @@ elseif what == 'resume' then
   group_wake(gp, group)
 else
   error(redis.error_reply('ERR invalid groups call ' .. what))
+end
+if group ~= '' then
+  redis.call('ZADD', gp .. 'known', 0, group)
+  group_forget_idle(gp, group)
 end
 wake(ARGV[5], 0)
 return 1

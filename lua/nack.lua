@@ -103,6 +103,7 @@ if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV
   tally(KEYS[7], 'dead', 1)
   if group then
     group_wake(gp, group)
+    group_forget_idle(gp, group)
   end
   return 2
 end
@@ -123,6 +124,7 @@ elseif delay > 0 then
   wake_if_earlier(ARGV[6], now + delay, head_at, now)
   if group then
     group_wake(gp, group)
+    group_forget_idle(gp, group)
   end
 elseif group then
   group_enqueue(gp, group, id, priority_of(head), now)

@@ -443,6 +443,9 @@ end
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
 --   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
 --                   default (claim.lua)
+--   gp .. 'known'   zset: every group with due messages, messages in
+--                   processing, a wait or a setting of its own, score 0
+--                   (listed by list_groups.lua, in name order)
 --   gp .. 'ready'   string: how many messages wait in the groups' zsets
 --                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
@@ -526,9 +529,20 @@ local function group_ready(gp, n)
   end
 end
 
--- Adds `entries` (score, id pairs) to group g's zset, counted.
+-- Adds `entries` (score, id pairs) to group g's zset, counted; g is known.
 local function group_add(gp, g, entries)
   group_ready(gp, redis.call('ZADD', group_list(gp, g), unpack(entries)))
+  redis.call('ZADD', gp .. 'known', 0, g)
+end
+
+-- Forgets group g (drops it from 'known') once nothing of it is left: no
+-- due message, none in processing, no wait and no setting of its own.
+local function group_forget_idle(gp, g)
+  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+    and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    redis.call('ZREM', gp .. 'known', g)
+  end
 end
 
 -- Queues a message of group g in its group, at score prio_score(p, due),
@@ -574,5 +588,6 @@ local function groups_finished(gp, counts)
   for _, c in ipairs(counts) do
     group_active(gp, c[1], -c[2])
     group_wake(gp, c[1])
+    group_forget_idle(gp, c[1])
   end
 end

@@ -23,7 +23,8 @@ ARGV[4] group key prefix (read only while the totals have 'groups'):
         100 of each) and of the paused groups and those with messages in
         processing (a first HSCAN page of each) are pages too; the last
         call deletes the ring, the wait zset, the counts in processing and
-        of waiting messages, and the field 'groups' (a group's limits,
+        of waiting messages, forgets the first 1000 known groups left
+        without settings, and the field 'groups' (a group's limits,
         rate and pause stay, as the queue's do, and keep 'format' as they do)
 Returns the number of ids removed (list entries included).
 Idempotent: a re-run deletes what is left.
@@ -80,6 +81,9 @@ if #ids == 0 then
   redis.call('DEL', KEYS[6])
   if grouped then
     redis.call('DEL', gp .. 'ring', gp .. 'wait', gp .. 'active', gp .. 'ready')
+    for _, g in ipairs(redis.call('ZRANGE', gp .. 'known', 0, 999)) do
+      group_forget_idle(gp, g)
+    end
   end
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).

@@ -81,6 +81,7 @@ for _, b in ipairs(back) do
 end
 for _, group in ipairs(left) do
   group_wake(gp, group)
+  group_forget_idle(gp, group)
 end
 if #retry + #back > 0 then
   wake(ARGV[4], 0)

@@ -128,10 +128,11 @@ async fn group_concurrency_holds_across_consumers_and_shards() {
         assert!((1..=2).contains(&running.most(g)), "{g}: {} at once", running.most(g));
     }
     assert!((1..=3).contains(&running.most("C")), "C: {} at once", running.most("C"));
-    // Its own limit stays; the rest of the group keys went with the messages.
-    assert!(wait_for(WAIT, || async { group_keys(&client, "gc").await.len() == 2 }).await);
-    let keys = group_keys(&client, "gc").await;
-    assert!(keys.iter().all(|k| k.ends_with(":glimits")), "{keys:?}");
+    // The settings stay (the default in each shard, C's own, C known for
+    // it); the rest of the group keys went with the messages.
+    let settings = |keys: &[String]| keys.iter().all(|k| k.ends_with(":glimits") || k.ends_with(":gknown"));
+    assert!(wait_for(WAIT, || async { settings(&group_keys(&client, "gc").await) }).await);
+    assert_eq!(queue.groups(0, 10).await.unwrap().groups.len(), 1, "C, for its setting");
     assert_eq!(queue.status().await.unwrap().totals.acked, 60);
 }
 
@@ -274,4 +275,52 @@ async fn a_group_rate_paces_its_group_alone() {
             .await,
         Err(Error::InvalidArgument(_))
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_lists_every_shard_s_groups_in_pages() {
+    let (_server, client, queue) = start_queue("glist", FETCH, |b| b.shards(3).group_concurrency(4)).await;
+    let names: Vec<String> = (0..12).map(|i| format!("t{i:02}")).collect();
+    queue
+        .send_batch(names.iter().map(|g| NewMessage::new("x").group(g.as_str())))
+        .await
+        .unwrap();
+    assert!(queue.pause_group("t03").await.unwrap());
+    // Nothing consumes: the messages are still pending until promoted, so
+    // the groups are known once a consumer has promoted them.
+    let log = Log::default();
+    assert!(queue.pause().await.unwrap());
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.groups(0, 1).await.unwrap().total == 12 }).await);
+    let (mut seen, mut offset) = (Vec::new(), 0);
+    for _ in 0..10 {
+        let page = queue.groups(offset, 5).await.unwrap();
+        assert_eq!((page.total, page.default_concurrency), (12, Some(4)));
+        if page.groups.is_empty() {
+            break;
+        }
+        offset += page.groups.len() as u64;
+        seen.extend(page.groups);
+    }
+    let mut listed: Vec<&str> = seen.iter().map(|g| g.name.as_str()).collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        names.iter().map(String::as_str).collect::<Vec<_>>(),
+        "each once"
+    );
+    assert!(seen.iter().all(|g| g.ready == 1 && g.processing == 0));
+    assert!(seen.iter().find(|g| g.name == "t03").unwrap().paused);
+    assert!(queue.resume().await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 11).await, "all but the paused group's");
+    assert!(queue.resume_group("t03").await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 12).await);
+    consumer.shutdown().await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    assert!(matches!(queue.groups(0, 0).await, Err(Error::InvalidArgument(_))));
+    // Only the default's setting is left of the groups.
+    assert!(group_keys(&client, "glist")
+        .await
+        .iter()
+        .all(|k| k.ends_with(":glimits")));
 }

@@ -3,12 +3,51 @@
 //! Claims enforce them (`lua/claim.lua`).
 
 use crate::events::Action;
+use crate::info::MAX_PAGE;
 use crate::maxima::check_group;
 use crate::queue::limits::check_rate;
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
-use crate::{DelayQueue, Error, RateLimit};
+use crate::store::ops::list_groups::ListGroups;
+use crate::{DelayQueue, Error, GroupPage, RateLimit};
 
 impl DelayQueue {
+    /// One page of the queue's groups, in name order: at most `limit`
+    /// (1 to [`MAX_PAGE`]) from `offset` on, with their counts, own limits
+    /// and pause; and the defaults. O(log groups + limit) per shard.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let page = queue.groups(0, 100).await?;
+    /// for g in &page.groups {
+    ///     println!("{}: {} ready, {} processing, paused {}", g.name, g.ready, g.processing, g.paused);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn groups(&self, offset: u64, limit: usize) -> Result<GroupPage, Error> {
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
+        }
+        let (mut page, mut skip) = (GroupPage::default(), offset);
+        for (i, k) in self.inner.shards.iter().enumerate() {
+            let want = limit - page.groups.len();
+            let shard = self
+                .store(k)
+                .run(&ListGroups {
+                    offset: skip,
+                    limit: want,
+                })
+                .await?;
+            if i == 0 {
+                page.default_concurrency = shard.default_concurrency;
+                page.default_rate = shard.default_rate;
+            }
+            page.total += shard.total;
+            skip = skip.saturating_sub(shard.total);
+            page.groups.extend(shard.groups);
+        }
+        Ok(page)
+    }
+
     /// Sets (or with `None` clears) the most messages of group `group`
     /// processing at once, across all consumers, over the default of
     /// [`group_concurrency`](crate::DelayQueueBuilder::group_concurrency).

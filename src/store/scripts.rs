@@ -68,6 +68,7 @@ lua_scripts! {
     READ_SCHEDULES = "read_schedules";
     LIMITS = "limits";
     GROUPS = "groups";
+    LIST_GROUPS = "list_groups";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

@@ -52,6 +52,9 @@ end
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
 --   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
 --                   default (claim.lua)
+--   gp .. 'known'   zset: every group with due messages, messages in
+--                   processing, a wait or a setting of its own, score 0
+--                   (listed by list_groups.lua, in name order)
 --   gp .. 'ready'   string: how many messages wait in the groups' zsets
 --                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
@@ -85,6 +88,16 @@ local function group_ready(gp, n)
   end
 end
 
+-- Forgets group g (drops it from 'known') once nothing of it is left: no
+-- due message, none in processing, no wait and no setting of its own.
+local function group_forget_idle(gp, g)
+  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+    and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    redis.call('ZREM', gp .. 'known', g)
+  end
+end
+
 --[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in processing) is left alone: its running delivery decides its fate. An id left
@@ -113,6 +126,7 @@ local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id
 if group then
   local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
   group_ready(ARGV[2], -removed)
+  group_forget_idle(ARGV[2], group)
   waiting = waiting + removed
 end
 redis.call('HDEL', KEYS[2], id)

@@ -251,6 +251,9 @@ end
 --   gp .. 'limits'  hash: group -> its concurrency; field '' the default
 --   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
 --                   default (claim.lua)
+--   gp .. 'known'   zset: every group with due messages, messages in
+--                   processing, a wait or a setting of its own, score 0
+--                   (listed by list_groups.lua, in name order)
 --   gp .. 'ready'   string: how many messages wait in the groups' zsets
 --                   (stats counts them as ready; group_ready)
 --   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored

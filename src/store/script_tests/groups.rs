@@ -4,6 +4,7 @@
 //! its place in the ring; groups.lua sets limits, rates and pauses.
 
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
+use crate::store::ops::list_groups::ListGroups;
 use crate::store::ops::nack::NackMode;
 use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
@@ -342,8 +343,72 @@ async fn purge_deletes_grouped_messages_and_keeps_group_settings() {
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 4);
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 0);
     let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();
-    let mut want = vec![env.group_key("limits"), env.group_key("paused"), k.totals.clone()];
+    let mut want = vec![
+        env.group_key("known"),
+        env.group_key("limits"),
+        env.group_key("paused"),
+        k.totals.clone(),
+    ];
     want.sort();
     assert_eq!(left, want, "the settings stay, nothing else");
     assert_eq!(env.raw(&["HEXISTS", &k.totals, "groups"]), "0");
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["A", "C"],
+        "their settings"
+    );
+}
+
+#[tokio::test]
+async fn list_groups_pages_the_known_groups_with_their_counts() {
+    let env = Env::new().await;
+    assert!(env.change(GroupChange::Limit(None, Some(2))).await);
+    assert!(env.change(GroupChange::Limit(Some("B"), Some(1))).await);
+    assert!(env.change(GroupChange::Rate(Some("C"), Some((5, 1000)))).await);
+    assert!(env.change(GroupChange::Pause("D")).await);
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["a1", "a2", "b1"]);
+    let page = env.run(&ListGroups { offset: 0, limit: 3 }).await;
+    assert_eq!(
+        (page.total, page.default_concurrency, page.default_rate),
+        (4, Some(2), None)
+    );
+    let rows: Vec<(&str, u64, u64, bool, Option<u32>)> = page
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.ready, g.processing, g.paused, g.concurrency))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("A", 1, 2, false, None),
+            ("B", 0, 1, false, Some(1)),
+            ("C", 0, 0, false, None)
+        ]
+    );
+    assert_eq!(page.groups[2].rate.map(|r| r.limit), Some(5));
+    let page = env.run(&ListGroups { offset: 3, limit: 3 }).await;
+    assert_eq!(page.groups.len(), 1);
+    assert!(page.groups[0].paused);
+    // Acked and emptied, B keeps only its setting; A is forgotten.
+    let leases: Vec<(String, i64)> = ["a1", "a2", "b1"]
+        .iter()
+        .map(|id| (id.to_string(), env.lease_of(id)))
+        .collect();
+    let pairs: Vec<(&str, i64)> = leases.iter().map(|(id, l)| (id.as_str(), *l)).collect();
+    assert_eq!(env.ack(&pairs).await, vec![1; 3]);
+    assert_eq!(env.claim(10).await.ids(), ["a3"]);
+    assert_eq!(env.ack(&[("a3", env.lease_of("a3"))]).await, vec![1]);
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["B", "C", "D"]
+    );
+    assert!(env.change(GroupChange::Resume("D")).await);
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["B", "C"]
+    );
 }
