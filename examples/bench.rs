@@ -1253,10 +1253,9 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
         if groups == 0 {
             ungrouped = rate;
         }
-        consume_by_groups.insert(
-            format!("{groups}"),
-            json!({"n": count, "per_s": rate, "redis_cpu_us_per_msg": redis_us, "script_calls_per_msg": calls}),
-        );
+        let figures = json!({"groups": groups, "n": count, "per_s": rate, "redis_cpu_us_per_msg": redis_us, "script_calls_per_msg": calls});
+        emit("groups_consume", figures.clone());
+        consume_by_groups.insert(format!("{groups}"), figures);
         cleanup(client).await?;
     }
     // B alone, then B beside A's backlog.
@@ -1275,6 +1274,10 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
     }
     let (beside, drain) = group_lateness(&q, |others| others as usize >= BACKLOG).await?;
     let drain_rate = rate(BACKLOG, drain);
+    emit(
+        "groups_fairness",
+        json!({"lateness_of_b_alone": p50_p99(alone.clone()), "lateness_of_b_beside_a_backlog": p50_p99(beside.clone()), "a_drain_per_s": drain_rate}),
+    );
     cleanup(client).await?;
     // The longest calls with 100,000 groups and `scale` due messages.
     let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(16))?;

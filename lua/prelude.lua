@@ -503,6 +503,32 @@ local function group_wake(gp, g)
   ring_push(gp, g)
 end
 
+-- group_wake for many groups, each with due messages now, in a few calls
+-- whatever their number (promote's batch).
+local function groups_wake(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local in_ring = redis.call('ZMSCORE', gp .. 'ring', unpack(groups))
+  local waiting = redis.call('ZMSCORE', gp .. 'wait', unpack(groups))
+  local paused = redis.call('HMGET', gp .. 'paused', unpack(groups))
+  local active = redis.call('HMGET', gp .. 'active', unpack(groups))
+  local limits = redis.call('HMGET', gp .. 'limits', '', unpack(groups))
+  local last = tonumber(redis.call('ZRANGE', gp .. 'ring', -1, -1, 'WITHSCORES')[2]) or 0
+  local entries = {}
+  for i, g in ipairs(groups) do
+    local limit = tonumber(limits[i + 1] or limits[1] or '')
+    if not (in_ring[i] or waiting[i] or paused[i] or (limit and tonumber(active[i] or '0') >= limit)) then
+      last = last + 1
+      entries[#entries + 1] = last
+      entries[#entries + 1] = g
+    end
+  end
+  if #entries > 0 then
+    redis.call('ZADD', gp .. 'ring', unpack(entries))
+  end
+end
+
 -- Adds n (negative: takes) to group g's count in processing; the field
 -- goes at 0.
 local function group_active(gp, g, n)

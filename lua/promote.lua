@@ -72,9 +72,16 @@ if #ids > 0 then
   if #scored > 0 then
     redis.call('ZADD', ARGV[2], unpack(scored))
   end
-  for _, g in ipairs(order) do
-    group_add(ARGV[5], g, grouped[g])
-    group_wake(ARGV[5], g)
+  if #order > 0 then
+    local added, known = 0, {}
+    for _, g in ipairs(order) do
+      added = added + redis.call('ZADD', group_list(ARGV[5], g), unpack(grouped[g]))
+      known[#known + 1] = 0
+      known[#known + 1] = g
+    end
+    group_ready(ARGV[5], added)
+    redis.call('ZADD', ARGV[5] .. 'known', unpack(known))
+    groups_wake(ARGV[5], order)
   end
   redis.call('ZREM', KEYS[1], unpack(ids))
 end
