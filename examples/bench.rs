@@ -487,7 +487,7 @@ fn script_name(words: &[Value]) -> &'static str {
     let state = word(3).rsplit(':').next().map(str::to_string).unwrap_or_default();
     match (state.as_str(), word(2).as_str()) {
         ("ready", _) => "claim",
-        ("pending", "2") => "promote",
+        ("pending", "3") => "promote",
         ("pending", _) => "send",
         ("unack", "1") => "extend",
         ("unack", "3") => "ack",

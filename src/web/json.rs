@@ -321,6 +321,8 @@ pub(crate) struct ProduceBody {
     pub id: Option<String>,
     pub retry_count: Option<u32>,
     pub priority: Option<u8>,
+    /// The message's group (docs/groups.md).
+    pub group: Option<String>,
     /// Message headers; set in name order (a JSON object has none of its own).
     pub headers: Option<std::collections::BTreeMap<String, String>>,
 }

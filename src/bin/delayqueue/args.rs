@@ -212,6 +212,9 @@ pub struct SendArgs {
     /// Priority, 0 (default, lowest) to 9: among due messages, higher first.
     #[arg(long, default_value_t = 0)]
     pub priority: u8,
+    /// The message's group, e.g. a tenant (docs/groups.md).
+    #[arg(long)]
+    pub group: Option<String>,
     /// A header, NAME=VALUE; repeat for more.
     #[arg(long = "header", short = 'H', value_parser = parse_header)]
     pub headers: Vec<(String, String)>,

@@ -249,6 +249,9 @@ impl Ctx {
         if let Some(n) = args.retry_count {
             send = send.retry_count(n);
         }
+        if let Some(group) = args.group {
+            send = send.group(group);
+        }
         for (name, value) in args.headers {
             send = send.header(name, value);
         }
