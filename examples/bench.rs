@@ -1195,7 +1195,7 @@ fn p50_p99(mut v: Vec<f64>) -> serde_json::Value {
 /// at least 20 and until `until`, given how many messages of other groups
 /// were handled, says the rest is drained (at most 60 s); and how long that
 /// drain took.
-async fn group_lateness(q: &DelayQueue, until: impl Fn(u64) -> bool) -> Res<(Vec<f64>, Duration)> {
+async fn group_lateness(q: &DelayQueue, grouped: bool, until: impl Fn(u64) -> bool) -> Res<(Vec<f64>, Duration)> {
     let late: Arc<Mutex<Vec<f64>>> = Arc::default();
     let others = Arc::new(AtomicU64::new(0));
     let (l, o) = (late.clone(), others.clone());
@@ -1204,7 +1204,7 @@ async fn group_lateness(q: &DelayQueue, until: impl Fn(u64) -> bool) -> Res<(Vec
         .start_consume(move |msg: Message| {
             let (l, o) = (l.clone(), o.clone());
             async move {
-                if msg.group() == Some("b") {
+                if msg.payload() == b"b" {
                     let ms = SystemTime::now()
                         .duration_since(msg.due_at())
                         .unwrap_or_default()
@@ -1227,7 +1227,12 @@ async fn group_lateness(q: &DelayQueue, until: impl Fn(u64) -> bool) -> Res<(Vec
         if drained.is_some() && late.lock().unwrap().len() >= 20 {
             break;
         }
-        q.send(&PAYLOAD).group("b").await?;
+        let b = q.send(&b"b"[..]);
+        if grouped {
+            b.group("b").await?
+        } else {
+            b.await?
+        };
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     consumer.shutdown().await?;
@@ -1260,7 +1265,7 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
     }
     // B alone, then B beside A's backlog.
     let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
-    let (alone, _) = group_lateness(&q, |_| true).await?;
+    let (alone, _) = group_lateness(&q, true, |_| true).await?;
     cleanup(client).await?;
     const BACKLOG: usize = 100_000;
     let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
@@ -1272,11 +1277,16 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
             r?;
         }
     }
-    let (beside, drain) = group_lateness(&q, |others| others as usize >= BACKLOG).await?;
+    let (beside, drain) = group_lateness(&q, true, |others| others as usize >= BACKLOG).await?;
     let drain_rate = rate(BACKLOG, drain);
+    cleanup(client).await?;
+    // The same without groups: B's messages behind A's in one ready list.
+    let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
+    send_grouped(&q, BACKLOG, 0).await?;
+    let (behind, _) = group_lateness(&q, false, |others| others as usize >= BACKLOG).await?;
     emit(
         "groups_fairness",
-        json!({"lateness_of_b_alone": p50_p99(alone.clone()), "lateness_of_b_beside_a_backlog": p50_p99(beside.clone()), "a_drain_per_s": drain_rate}),
+        json!({"lateness_of_b_alone": p50_p99(alone.clone()), "lateness_of_b_beside_a_backlog": p50_p99(beside.clone()), "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind.clone()), "a_drain_per_s": drain_rate}),
     );
     cleanup(client).await?;
     // The longest calls with 100,000 groups and `scale` due messages.
@@ -1292,6 +1302,7 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
         "consume_c16_by_groups": consume_by_groups,
         "lateness_of_b_alone": p50_p99(alone),
         "lateness_of_b_beside_a_backlog": p50_p99(beside),
+        "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind),
         "a_drain_per_s": drain_rate,
         "a_drain_to_ungrouped_consume": (drain_rate / ungrouped * 100.0).round() / 100.0,
         "big": {"groups": 100_000, "due": scale, "consume_per_s": rate_big, "longest_ms_over_1ms": longest["longest_ms"], "longest_ms_by_script": longest["longest_ms_by_script"]},
