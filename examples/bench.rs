@@ -13,7 +13,7 @@
 //! (default: all but `rate` and `gconc`, which measure the limits,
 //! `groups`, consume over 1, 100 and 100,000 groups, a small group's
 //! lateness while a big one drains, and the longest claim with 100,000
-//! groups and `--scale` due messages,
+//! groups and `--scale` due messages, `groupsbig` that last part alone,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process), `--idle 1,200,1000`
@@ -837,6 +837,9 @@ async fn main() -> Res<()> {
         emit("groups", groups(&client, &tag, o.n, o.scale).await?);
         cleanup(&client).await?;
     }
+    if on("groupsbig") {
+        emit("groups_big", groups_big(&client, &tag, o.scale).await?);
+    }
     if on("bigpayload") {
         emit("big_payload", big_payload(&client, &tag).await?);
     }
@@ -1289,15 +1292,7 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
         json!({"lateness_of_b_alone": p50_p99(alone.clone()), "lateness_of_b_beside_a_backlog": p50_p99(beside.clone()), "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind.clone()), "a_drain_per_s": drain_rate}),
     );
     cleanup(client).await?;
-    // The longest calls with 100,000 groups and `scale` due messages.
-    let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(16))?;
-    send_grouped(&q, scale, 100_000).await?;
-    config_set(client, "slowlog-log-slower-than", "1000").await?;
-    config_set(client, "slowlog-max-len", "100000").await?;
-    let p = Phase::start(client).await?;
-    let (rate_big, ..) = consume(&q, client, scale).await?;
-    let longest = p.end(client, scale, "evalsha", true).await?;
-    config_set(client, "slowlog-log-slower-than", "10000").await?;
+    let big = groups_big(client, tag, scale).await?;
     Ok(json!({
         "consume_c16_by_groups": consume_by_groups,
         "lateness_of_b_alone": p50_p99(alone),
@@ -1305,6 +1300,33 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
         "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind),
         "a_drain_per_s": drain_rate,
         "a_drain_to_ungrouped_consume": (drain_rate / ungrouped * 100.0).round() / 100.0,
-        "big": {"groups": 100_000, "due": scale, "consume_per_s": rate_big, "longest_ms_over_1ms": longest["longest_ms"], "longest_ms_by_script": longest["longest_ms_by_script"]},
+        "big": big,
     }))
+}
+
+/// The longest calls (SLOWLOG, over 1 ms) while a queue of 100,000 groups
+/// and `scale` due messages is consumed, with how long Redis waited for a
+/// CPU meanwhile (a wall-clock SLOWLOG counts that wait).
+async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json::Value> {
+    let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(16))?;
+    send_grouped(&q, scale, 100_000).await?;
+    config_set(client, "slowlog-log-slower-than", "1000").await?;
+    config_set(client, "slowlog-max-len", "100000").await?;
+    let sched = redis_sched(client).await;
+    let p = Phase::start(client).await?;
+    let (rate_big, ..) = consume(&q, client, scale).await?;
+    let longest = p.end(client, scale, "evalsha", true).await?;
+    let waited = match (sched, redis_sched(client).await) {
+        (Some(a), Some(b)) => {
+            json!({"redis_waited_for_cpu_s": ((b.1 - a.1) * 10.0).round() / 10.0, "preempted": b.2 - a.2})
+        }
+        _ => json!(null),
+    };
+    let slow: Vec<Value> = client
+        .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["GET", "100000"])
+        .await?;
+    config_set(client, "slowlog-log-slower-than", "10000").await?;
+    let out = json!({"groups": 100_000, "due": scale, "consume_per_s": rate_big, "calls_over_1ms": slow.len(), "longest_ms_by_script": longest["longest_ms_by_script"], "usec_per_call": longest["usec_per_call"], "sched": waited});
+    cleanup(client).await?;
+    Ok(out)
 }
