@@ -395,10 +395,11 @@ if fields[8] then
     -- room: how many it may give (its due messages, within its
     -- concurrency and rate); gate: its concurrency's room alone (false: no
     -- limit); rated: its rate_allowance (false: no rate).
-    local room, gate, paused_g, rated = waiting, false, false, false
+    local room, gate, paused_g, rated, avail = waiting, false, false, false, waiting
     if g ~= '' then
       j = j + 1
-      local avail, lim = redis.call('ZCARD', group_list(gp, g)), tonumber(own_g[j] or default or '')
+      local lim
+      avail, lim = redis.call('ZCARD', group_list(gp, g)), tonumber(own_g[j] or default or '')
       room, paused_g = avail, pauses[j] and true or false
       if lim then
         gate = lim - (tonumber(active_g[j]) or 0)
@@ -415,7 +416,7 @@ if fields[8] then
         room = 0
       end
     end
-    plan[#plan + 1] = {g, math.max(room, 0), 0, gate, paused_g, rated}
+    plan[#plan + 1] = {g, math.max(room, 0), 0, gate, paused_g, rated, avail, g ~= '' and tonumber(active_g[j] or 0) or 0}
   end
   -- Water-filling: each pass gives every member with room an equal part
   -- of what is left (at least 1, in ring order), until nothing is left
@@ -510,9 +511,11 @@ if #plan > 0 then
   if #batch > 0 then
     lease_all(batch)
   end
-  local leaving, back = {}, {}
+  -- leaving: members that leave the ring; back: those that go back to
+  -- its tail; counts: group, count in processing pairs for one HSET.
+  local leaving, back, counts = {}, {}, {}
   for _, m in ipairs(plan) do
-    local g, room, gate, paused_g = m[1], m[2], m[4], m[5]
+    local g, room, gate, paused_g, avail = m[1], m[2], m[4], m[5], m[7]
     if g == '' then
       -- Served when its lists gave any; back while they hold more.
       if room == 0 or ungrouped_popped > 0 then
@@ -526,12 +529,15 @@ if #plan > 0 then
       for i = 1, took[g] or 0 do
         n = n + (leased_ids[gheads[g][i]] and 1 or 0)
       end
-      group_active(gp, g, n)
+      if n > 0 then
+        counts[#counts + 1] = g
+        counts[#counts + 1] = m[8] + n
+      end
       leaving[#leaving + 1] = g
       if rated and n > 0 then
         redis.call('SET', group_rate_key(gp, g), rated.record(n), 'PX', 2 * rated.period)
       end
-      if not paused_g and (not gate or gate - n > 0) and redis.call('EXISTS', group_list(gp, g)) == 1 then
+      if not paused_g and (not gate or gate - n > 0) and avail > (took[g] or 0) then
         if rated and rated.allowed - n <= 0 then
           -- At its rate: it waits until its window lets one more start.
           redis.call('ZADD', gp .. 'wait', now + math.max(rated.wait_ms(n), 1), g)
@@ -544,11 +550,20 @@ if #plan > 0 then
       end
     end
   end
+  if #counts > 0 then
+    redis.call('HSET', gp .. 'active', unpack(counts))
+  end
   if #leaving > 0 then
     redis.call('ZREM', gp .. 'ring', unpack(leaving))
   end
-  for _, g in ipairs(back) do
-    ring_push(gp, g)
+  if #back > 0 then
+    local last = tonumber(redis.call('ZRANGE', gp .. 'ring', -1, -1, 'WITHSCORES')[2]) or 0
+    local entries = {}
+    for i, g in ipairs(back) do
+      entries[#entries + 1] = last + i
+      entries[#entries + 1] = g
+    end
+    redis.call('ZADD', gp .. 'ring', unpack(entries))
   end
 end
 if stale then
