@@ -10,9 +10,15 @@ use crate::Error;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait between reconnection attempts.
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
-/// Longest wait between reconnection attempts through Sentinel, which
-/// answers them cheaply while a failover runs.
-const SENTINEL_RECONNECT_MAX: Duration = Duration::from_millis(200);
+/// Longest wait between reconnection attempts through Sentinel or on a
+/// cluster, where a failover ends the outage: each attempt asks a sentinel
+/// or a cluster node who the primaries are, which they answer cheaply.
+const FAILOVER_RECONNECT_MAX: Duration = Duration::from_millis(200);
+/// How long a cluster client waits for one node to accept a connection or
+/// answer `CLUSTER SLOTS`, also when it first connects: while it
+/// reconnects, every queue waits that long when the node asked is a
+/// primary that stopped answering (see [`connect`]).
+const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Attempts per command on a cluster: more than fred's 5 redirections (see
 /// [`connect`]).
 const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
@@ -24,12 +30,21 @@ const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
 ///
 /// - reconnect forever with exponential backoff (100 ms to 5 s): without a
 ///   policy a fred client hangs for good after Redis restarts. Through
-///   Sentinel the backoff stops at 200 ms: each attempt asks the sentinels
-///   for the primary, so the client reaches a promoted replica within
-///   200 ms of the promotion rather than up to a doubled delay later;
+///   Sentinel and on a cluster the backoff stops at 200 ms: each attempt
+///   asks the sentinels or a node where the primaries are, so the client
+///   reaches a promoted replica within 200 ms of the promotion rather than
+///   up to a doubled delay later. On a cluster this matters for every
+///   queue: fred 10.1 sends no command to any node while it reconnects, and
+///   it reconnects until the dead primary's replica is promoted (see
+///   docs/scaling.md);
 /// - a 10 s timeout on every command, so a dead connection surfaces as an
 ///   error instead of a hang;
 /// - a 5 s limit on the first connection: an unreachable Redis is an error;
+/// - on a cluster, 1 s for one node to accept a connection or answer
+///   `CLUSTER SLOTS` (the first connection too): fred asks one node for the
+///   slots when it reconnects, and a primary that stopped answering (a hung
+///   process, a host behind a dead link) held every queue for the whole
+///   timeout;
 /// - on a cluster, more attempts per command (10) than redirections (5):
 ///   fred 10.1 sends a command that got `ASK` (its slot is being migrated)
 ///   back to the slot's old owner, which answers `ASK` again, and when the
@@ -54,13 +69,18 @@ pub async fn connect(url: &str) -> Result<Client, Error> {
     let config = Config::from_url(url)?;
     let clustered = config.server.is_clustered();
     let max_backoff = match config.server {
-        ServerConfig::Sentinel { .. } => SENTINEL_RECONNECT_MAX,
+        ServerConfig::Sentinel { .. } | ServerConfig::Clustered { .. } => FAILOVER_RECONNECT_MAX,
         _ => RECONNECT_MAX,
     };
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
-            c.connection_timeout = CONNECT_TIMEOUT;
-            c.internal_command_timeout = CONNECT_TIMEOUT;
+            let node_timeout = if clustered {
+                CLUSTER_CONNECT_TIMEOUT
+            } else {
+                CONNECT_TIMEOUT
+            };
+            c.connection_timeout = node_timeout;
+            c.internal_command_timeout = node_timeout;
             if clustered {
                 c.max_command_attempts = CLUSTER_COMMAND_ATTEMPTS;
             }

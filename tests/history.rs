@@ -15,13 +15,25 @@
 //! `history_of_every_feature` (15 s, every feature) and
 //! `history_of_claim_order` (15 s, priorities without a rate limit, the
 //! first consumer with one handler, so that `start-order` judges claims of
-//! several messages), in parallel, a fresh seed each. Knobs, each optional:
+//! several messages), in parallel, a fresh seed each; then
+//! `history_with_a_cluster_failover` (15 s, alone: its cluster's nodes give
+//! up on each other after 1 s), on a Redis Cluster of 3 primaries with a
+//! replica each instead of one server, its first fault a failover and
+//! every send with `Durability::Replicas`. Knobs, each optional:
 //!
 //! - `HISTORY_SECS`: how long operations and faults run (default 45; at
-//!   most 15 in `history_of_every_feature` and `history_of_claim_order`).
-//! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage,slow`,
+//!   most 15 in `history_of_every_feature`, `history_of_claim_order` and
+//!   `history_with_a_cluster_failover`).
+//! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage,slow,failover`,
 //!   `all` (default) or `none`. `slow`: the consumers' replies held back
 //!   50-400 ms for a while (a schedule's read and its fire's reply late).
+//!   `failover` (the cluster run only, which has no `cut`, `slow` or
+//!   `restart`: its clients reach the nodes without a proxy, and its nodes
+//!   keep no AOF): the queue's primary is SIGKILLed once its replica has
+//!   everything (writes paused until then: what a lagging replica loses is
+//!   `tests/cluster_failover.rs`'s subject), the replica takes over, and
+//!   the old primary is started again and rejoins as a replica; the rules
+//!   treat it as a `restart`.
 //! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers`,
 //!   `all` or `none` (default: half of them, by the seed; all in
 //!   `history_of_every_feature`). What each adds and checks:
@@ -101,12 +113,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 use delayqueue::{
-    DelayQueue, DelayQueueBuilder, Event, Handler, HandlerError, Message, MessageId, MessageState, Misfire, NewMessage,
-    RateLimit, RetryAfter, Schedule, SkipRetry,
+    DelayQueue, DelayQueueBuilder, Durability, Event, Handler, HandlerError, Message, MessageId, MessageState, Misfire,
+    NewMessage, RateLimit, RetryAfter, Schedule, SkipRetry,
 };
 use model::{wall_us, Delivery, FaultRec, Final, Grid, History, IdOp, Limits, Outcome, QueueOp, ScheduleOp, SendRec};
+use support::cluster::RedisCluster;
 use support::proxy::Proxy;
-use support::{all_keys, wait_until, RedisServer, ServerOptions};
+use support::{all_keys, wait_until, RedisServer, ServerOptions, WAIT};
 use tokio::sync::oneshot;
 
 const QUEUE: &str = "history";
@@ -180,9 +193,10 @@ enum FaultKind {
     Flush,
     Outage,
     Slow,
+    Failover,
 }
 
-const FAULTS: [(&str, FaultKind); 8] = [
+const FAULTS: [(&str, FaultKind); 9] = [
     ("pause", FaultKind::Pause),
     ("cut", FaultKind::Cut),
     ("crash", FaultKind::Crash),
@@ -191,6 +205,7 @@ const FAULTS: [(&str, FaultKind); 8] = [
     ("flush", FaultKind::Flush),
     ("outage", FaultKind::Outage),
     ("slow", FaultKind::Slow),
+    ("failover", FaultKind::Failover),
 ];
 
 /// What a run drives beyond sends, cancels, reschedules and requeues, and
@@ -1129,17 +1144,19 @@ fn redis_error(v: &support::RawReply) -> Option<String> {
 /// the features (by the seed) unless `HISTORY_FEATURES` names them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_keeps_the_at_least_once_promise() {
-    run(knobs(None, false)).await;
+    let _shared = ALONE.read().await;
+    run(knobs(None, false), false).await;
 }
 
 /// Every feature in a short run (`FEATURES_SECS`), so that CI checks each
 /// one's rules whatever half the default run drew.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_of_every_feature() {
+    let _shared = ALONE.read().await;
     let all: Vec<Feature> = FEATURES.iter().map(|f| f.1).collect();
     let mut knobs = knobs(Some(&all), true);
     knobs.secs = knobs.secs.min(FEATURES_SECS);
-    run(knobs).await;
+    run(knobs, false).await;
 }
 
 /// Priorities without a rate limit, the first consumer with one handler,
@@ -1147,9 +1164,168 @@ async fn history_of_every_feature() {
 /// judges them (under `limits` nearly every claim holds one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_of_claim_order() {
+    let _shared = ALONE.read().await;
     let mut knobs = knobs(Some(&[Feature::Priorities]), true);
     knobs.secs = knobs.secs.min(FEATURES_SECS);
-    run(knobs).await;
+    run(knobs, false).await;
+}
+
+/// The cluster run: a short run (`FEATURES_SECS`) on a Redis Cluster of 3
+/// primaries with a replica each, the faults a cluster allows, the first of
+/// them a failover of the queue's primary, half the features by the seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_with_a_cluster_failover() {
+    let _alone = ALONE.write().await;
+    let mut knobs = knobs(None, false);
+    knobs.secs = knobs.secs.min(FEATURES_SECS);
+    run(knobs, true).await;
+}
+
+/// The cluster run runs alone: its nodes mark a node failed that did not
+/// answer for 1 s, which the other runs' load could make happen. Its name
+/// sorts last, so that the test harness starts it last, and the others do
+/// not queue behind it.
+static ALONE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Where a run's Redis lives.
+enum Backend {
+    /// One redis-server (AOF, `appendfsync always`) behind two proxies that
+    /// cut connections and hold replies back: the consumers' and the
+    /// producer's (cut with the consumers', but never slow, so that its
+    /// schedule changes race the consumers' late fires).
+    Server {
+        server: RedisServer,
+        proxy: Proxy,
+        producer_proxy: Proxy,
+    },
+    /// A cluster of 3 primaries with a replica each, reached without a
+    /// proxy (a cluster client connects to the addresses the nodes announce).
+    Cluster(RedisCluster),
+}
+
+impl Backend {
+    async fn start(cluster: bool) -> Backend {
+        if cluster {
+            return Backend::Cluster(RedisCluster::start_with_replicas(3, 1).await);
+        }
+        let server = RedisServer::start_with(ServerOptions::durable()).await;
+        let proxy = Proxy::start(server.port()).await;
+        let producer_proxy = Proxy::start(server.port()).await;
+        Backend::Server {
+            server,
+            proxy,
+            producer_proxy,
+        }
+    }
+
+    fn supports(&self, kind: FaultKind) -> bool {
+        match self {
+            Backend::Server { .. } => kind != FaultKind::Failover,
+            Backend::Cluster(_) => !matches!(kind, FaultKind::Cut | FaultKind::Slow | FaultKind::Restart),
+        }
+    }
+
+    fn consumer_url(&self) -> String {
+        match self {
+            Backend::Server { proxy, .. } => proxy.url(),
+            Backend::Cluster(c) => c.url(),
+        }
+    }
+
+    fn producer_url(&self) -> String {
+        match self {
+            Backend::Server { producer_proxy, .. } => producer_proxy.url(),
+            Backend::Cluster(c) => c.url(),
+        }
+    }
+
+    /// A client that bypasses the proxies.
+    async fn direct(&self) -> Client {
+        match self {
+            Backend::Server { server, .. } => server.client().await,
+            Backend::Cluster(c) => c.client().await,
+        }
+    }
+
+    /// The server that holds the queue's keys.
+    fn primary(&self) -> &RedisServer {
+        match self {
+            Backend::Server { server, .. } => server,
+            Backend::Cluster(c) => c.node(c.owner_of_queue(QUEUE)),
+        }
+    }
+
+    /// The consumers' proxy, which `slow` holds replies back on.
+    fn proxy(&self) -> Option<&Proxy> {
+        match self {
+            Backend::Server { proxy, .. } => Some(proxy),
+            Backend::Cluster(_) => None,
+        }
+    }
+
+    /// Both proxies, which `cut` cuts.
+    fn proxies(&self) -> Vec<&Proxy> {
+        match self {
+            Backend::Server {
+                proxy, producer_proxy, ..
+            } => vec![proxy, producer_proxy],
+            Backend::Cluster(_) => Vec::new(),
+        }
+    }
+
+    fn script_flush(&self) {
+        match self {
+            Backend::Server { server, .. } => {
+                let reply = server.raw_reply(&["SCRIPT", "FLUSH"]);
+                assert_eq!(redis_error(&reply), None, "SCRIPT FLUSH failed");
+            }
+            Backend::Cluster(c) => c.script_flush_all(),
+        }
+    }
+
+    async fn restart(&mut self) -> String {
+        match self {
+            Backend::Server { server, .. } => {
+                server.restart().await;
+                "redis-server killed and restarted (AOF always)".into()
+            }
+            Backend::Cluster(_) => unreachable!("a cluster run has no restart"),
+        }
+    }
+
+    /// SIGKILLs the queue's primary once its replica has every write
+    /// (writes paused meanwhile), waits until the replica took over, and
+    /// starts the old primary again, which rejoins as a replica.
+    async fn failover(&mut self) -> String {
+        let Backend::Cluster(cluster) = self else {
+            unreachable!("only a cluster run fails over")
+        };
+        let primary = cluster.owner_of_queue(QUEUE);
+        let replica = cluster.replicas_of(primary)[0];
+        let reply = cluster.node(primary).raw_reply(&["CLIENT", "PAUSE", "10000", "WRITE"]);
+        assert_eq!(redis_error(&reply), None, "CLIENT PAUSE failed");
+        let offset = |node: usize, field: &str| {
+            let info = cluster.node(node).raw_command(&["INFO", "replication"]);
+            info.lines()
+                .find_map(|l| l.strip_prefix(field)?.trim().parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no {field} in {info}"))
+        };
+        let written = offset(primary, "master_repl_offset:");
+        let caught_up = wait_until(WAIT, || offset(replica, "slave_repl_offset:") >= written).await;
+        assert!(caught_up, "the replica did not catch up within {WAIT:?}");
+        cluster.kill(primary);
+        let slot = RedisCluster::slot_of(&format!("dq:{{{QUEUE}}}:pending"));
+        let promoted = cluster.wait_failover(primary, slot, WAIT).await;
+        cluster.restart(primary).await;
+        format!("node {primary} SIGKILLed, node {promoted} took over, node {primary} rejoined as a replica")
+    }
+
+    async fn all_keys(&self, direct: &Client) -> Vec<String> {
+        match self {
+            Backend::Server { .. } => all_keys(direct).await,
+            Backend::Cluster(c) => c.all_keys(),
+        }
+    }
 }
 
 /// Redis's clock is this process's wall clock (the rules compare them):
@@ -1173,7 +1349,7 @@ fn assert_same_clock(server: &RedisServer) {
     );
 }
 
-async fn run(knobs: Knobs) {
+async fn run(knobs: Knobs, cluster: bool) {
     quiet_injected_panics();
     capture_receipt_failures();
     println!(
@@ -1181,10 +1357,10 @@ async fn run(knobs: Knobs) {
         knobs.seed, knobs.seed
     );
     let mut rng = Rng(knobs.seed.rotate_left(17) ^ 0x5eed);
-    let mut server = RedisServer::start_with(ServerOptions::durable()).await;
-    assert_same_clock(&server);
-    let proxy = Proxy::start(server.port()).await;
-    let direct = server.client().await;
+    let mut backend = Backend::start(cluster).await;
+    assert_same_clock(backend.primary());
+    let faults: Vec<FaultKind> = knobs.faults.iter().copied().filter(|k| backend.supports(*k)).collect();
+    let direct = backend.direct().await;
     let history: Shared = Arc::new(Mutex::new(History::new()));
     let probing = Arc::new(AtomicBool::new(true));
     let probe = tokio::spawn(observe_stalls(direct.clone(), history.clone(), probing.clone()));
@@ -1202,16 +1378,18 @@ async fn run(knobs: Knobs) {
     let mut generation = 0;
     for i in 0..knobs.renews.len() {
         let handler = recorder(i, format!("c{i}.{generation}"));
-        consumers.push(Some(start_consumer(proxy.url(), &knobs, handler).await));
+        consumers.push(Some(start_consumer(backend.consumer_url(), &knobs, handler).await));
     }
-    // The producer's own proxy: cut with the consumers', but never slow, so
-    // that its schedule changes race the consumers' late fires.
-    let producer_proxy = Proxy::start(server.port()).await;
-    let producer_client = client(&producer_proxy.url(), COMMAND_TIMEOUT).await;
+    let producer_client = client(&backend.producer_url(), COMMAND_TIMEOUT).await;
+    let mut producer_queue = configure(DelayQueue::builder(QUEUE, producer_client), &knobs, 1, false);
+    if cluster {
+        producer_queue = producer_queue.durability(Durability::Replicas {
+            replicas: 1,
+            timeout: COMMAND_TIMEOUT / 2,
+        });
+    }
     let mut producer = Producer {
-        queue: configure(DelayQueue::builder(QUEUE, producer_client), &knobs, 1, false)
-            .build()
-            .unwrap(),
+        queue: producer_queue.build().unwrap(),
         history: history.clone(),
         known: Vec::new(),
         next: 0,
@@ -1230,6 +1408,7 @@ async fn run(knobs: Knobs) {
     let mut next_fault = started + Duration::from_millis(rng.range(500, 2000));
     let mut next_check = started + CHECK_EVERY;
     let mut burst_due = knobs.burst > 0;
+    let mut failover_first = faults.contains(&FaultKind::Failover);
     for _ in 0..MAX_STEPS {
         if started.elapsed() >= run_for {
             break;
@@ -1247,7 +1426,7 @@ async fn run(knobs: Knobs) {
             }
             generation += 1;
             let handler = recorder(i, format!("c{i}.{generation}"));
-            consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
+            consumers[i] = Some(start_consumer(backend.consumer_url(), &knobs, handler).await);
             record_fault(
                 &history,
                 "stop",
@@ -1256,7 +1435,10 @@ async fn run(knobs: Knobs) {
             );
         }
         producer.resume_when_due(false).await;
-        if slow_until.as_ref().is_some_and(|s| Instant::now() >= s.1) {
+        if let (Some(proxy), true) = (
+            backend.proxy(),
+            slow_until.as_ref().is_some_and(|s| Instant::now() >= s.1),
+        ) {
             let (start, _, detail) = slow_until.take().unwrap();
             proxy.delay_replies(Duration::ZERO);
             record_fault(&history, "slow", start, detail);
@@ -1279,9 +1461,16 @@ async fn run(knobs: Knobs) {
                     .await
             }
         }
-        if Instant::now() >= next_fault && !knobs.faults.is_empty() {
+        if Instant::now() >= next_fault && !faults.is_empty() {
             next_fault = Instant::now() + Duration::from_millis(rng.range(800, 2500));
-            let kind = knobs.faults[rng.below(knobs.faults.len() as u64) as usize];
+            let drawn = faults[rng.below(faults.len() as u64) as usize];
+            // A cluster run's first fault is a failover, so that every
+            // run has one.
+            let kind = if std::mem::take(&mut failover_first) {
+                FaultKind::Failover
+            } else {
+                drawn
+            };
             let start = Instant::now();
             match kind {
                 FaultKind::Pause => {
@@ -1292,7 +1481,9 @@ async fn run(knobs: Knobs) {
                     } else {
                         rng.range(LEASE.as_millis() as u64 / 2 + 100, LEASE.as_millis() as u64 * 5 / 4)
                     };
-                    let reply = server.raw_reply(&["CLIENT", "PAUSE", &ms.to_string(), "WRITE"]);
+                    let reply = backend
+                        .primary()
+                        .raw_reply(&["CLIENT", "PAUSE", &ms.to_string(), "WRITE"]);
                     assert_eq!(redis_error(&reply), None, "CLIENT PAUSE failed");
                     history.lock().unwrap().faults.push(FaultRec {
                         kind: "pause",
@@ -1303,7 +1494,7 @@ async fn run(knobs: Knobs) {
                 }
                 FaultKind::Cut => {
                     let replies = rng.chance(50);
-                    for proxy in [&proxy, &producer_proxy] {
+                    for proxy in backend.proxies() {
                         if replies {
                             proxy.cut_replies_once();
                         } else {
@@ -1333,7 +1524,7 @@ async fn run(knobs: Knobs) {
                     record_fault(&history, kind, start, format!("{name} {done}"));
                     generation += 1;
                     let handler = recorder(i, format!("c{i}.{generation}"));
-                    consumers[i] = Some(start_consumer(proxy.url(), &knobs, handler).await);
+                    consumers[i] = Some(start_consumer(backend.consumer_url(), &knobs, handler).await);
                 }
                 FaultKind::Outage => {
                     // No consumer at all for a while: messages fall due with
@@ -1347,7 +1538,7 @@ async fn run(knobs: Knobs) {
                     tokio::time::sleep(Duration::from_millis(rng.range(2500, 4000))).await;
                     for (i, slot) in consumers.iter_mut().enumerate() {
                         let handler = recorder(i, format!("c{i}.{generation}"));
-                        *slot = Some(start_consumer(proxy.url(), &knobs, handler).await);
+                        *slot = Some(start_consumer(backend.consumer_url(), &knobs, handler).await);
                     }
                     record_fault(
                         &history,
@@ -1357,27 +1548,28 @@ async fn run(knobs: Knobs) {
                     );
                 }
                 FaultKind::Restart => {
-                    server.restart().await;
-                    record_fault(
-                        &history,
-                        "restart",
-                        start,
-                        "redis-server killed and restarted (AOF always)".into(),
-                    );
+                    let detail = backend.restart().await;
+                    record_fault(&history, "restart", start, detail);
+                }
+                FaultKind::Failover => {
+                    let detail = backend.failover().await;
+                    record_fault(&history, "failover", start, detail);
+                    // It took seconds: time for operations before the next.
+                    next_fault = Instant::now() + Duration::from_millis(rng.range(800, 2500));
                 }
                 FaultKind::Slow if slow_until.is_none() => {
                     // Every reply to the consumers late for a while, a
                     // schedule's read and its fire's reply too: a change
                     // races fires in flight, and replies pile up and time out.
                     let ms = rng.range(50, 400);
+                    let proxy = backend.proxy().expect("slow needs the proxy");
                     proxy.delay_replies(Duration::from_millis(ms));
                     let until = start + Duration::from_millis(rng.range(500, 2000));
                     slow_until = Some((start, until, format!("every reply held back {ms}ms")));
                 }
                 FaultKind::Slow => {}
                 FaultKind::Flush => {
-                    let reply = server.raw_reply(&["SCRIPT", "FLUSH"]);
-                    assert_eq!(redis_error(&reply), None, "SCRIPT FLUSH failed");
+                    backend.script_flush();
                     record_fault(&history, "flush", start, "SCRIPT FLUSH".into());
                 }
             }
@@ -1391,8 +1583,8 @@ async fn run(knobs: Knobs) {
 
     // Drain: no more faults, every handler succeeds; the queue resumed,
     // no limit, no schedule left.
-    server.raw_command(&["CLIENT", "UNPAUSE"]);
-    if let Some((start, _, detail)) = slow_until.take() {
+    backend.primary().raw_command(&["CLIENT", "UNPAUSE"]);
+    if let (Some(proxy), Some((start, _, detail))) = (backend.proxy(), slow_until.take()) {
         proxy.delay_replies(Duration::ZERO);
         record_fault(&history, "slow", start, detail);
     }
@@ -1497,7 +1689,7 @@ async fn run(knobs: Knobs) {
         knobs.seed
     );
     assert_eq!(
-        all_keys(&direct).await,
+        backend.all_keys(&direct).await,
         Vec::<String>::new(),
         "HISTORY seed={}: keys left",
         knobs.seed

@@ -14,99 +14,15 @@
 mod helpers;
 use delayqueue_test_support as support;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::{DelayQueue, Durability, Error, MessageId};
-use helpers::{acking, Log};
+use delayqueue::Durability;
+use helpers::failover::{longest_gap_after, run_on, Lane};
 use support::sentinel::SentinelSetup;
-use support::{wait_for, wait_until, WAIT};
-
-/// Producer tasks per queue.
-const PRODUCERS: usize = 2;
-
-/// What the producers of one queue saw.
-#[derive(Default)]
-struct Sent {
-    /// Ids whose send returned `Ok` or `Duplicate`, with when, measured
-    /// from the start of the run.
-    acknowledged: Vec<(MessageId, Duration)>,
-    /// Failed send calls by error (repeated with the same id).
-    errors: HashMap<String, usize>,
-    /// Ids given up on (still failing when the run ended): not acknowledged.
-    abandoned: usize,
-}
-
-/// Sends `<prefix><task>-<n>` one after another until `stop`, each due
-/// within 300 ms; a failed send is repeated with the same id (idempotent)
-/// until it returns `Ok` or `Duplicate`, or the run ends.
-async fn produce(q: DelayQueue, prefix: String, started: Instant, stop: Arc<AtomicBool>) -> Sent {
-    let mut sent = Sent::default();
-    for n in 0.. {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let id = format!("{prefix}-{n}");
-        loop {
-            match q
-                .send(id.as_str())
-                .delay(Duration::from_millis(n % 300))
-                .id(id.as_str())
-                .await
-            {
-                Ok(_) | Err(Error::Duplicate { .. }) => {
-                    sent.acknowledged
-                        .push((MessageId::from(id.as_str()), started.elapsed()));
-                    break;
-                }
-                Err(e) => {
-                    let kind = match &e {
-                        Error::NotDurable { .. } => "NotDurable".to_string(),
-                        Error::Unconfirmed { .. } => "Unconfirmed".to_string(),
-                        other => other.to_string().chars().take(70).collect(),
-                    };
-                    *sent.errors.entry(kind).or_insert(0) += 1;
-                    if stop.load(Ordering::Relaxed) {
-                        sent.abandoned += 1;
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-    }
-    sent
-}
-
-/// One queue of the run: its producers and its consumer.
-struct Lane {
-    name: &'static str,
-    queue: DelayQueue,
-    log: Log,
-    consumer: delayqueue::Consumer,
-    producers: Vec<tokio::task::JoinHandle<Sent>>,
-}
-
-async fn lane(name: &'static str, client: &delayqueue::fred::clients::Client, durability: Durability) -> Lane {
-    let queue = DelayQueue::builder(name, client.clone())
-        .durability(durability)
-        .concurrency(8)
-        .fetch_interval(Duration::from_millis(100))
-        .max_consume_duration(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let log = Log::default();
-    let consumer = queue.start_consume(acking(&log)).await.unwrap();
-    Lane {
-        name,
-        queue,
-        log,
-        consumer,
-        producers: Vec::new(),
-    }
-}
+use support::WAIT;
 
 /// Runs both queues, kills the primary after 1 s (when `cut_link_first`,
 /// 300 ms after stopping the replicas and cutting their links), waits for the
@@ -124,17 +40,13 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
     // decides how soon sends resume after the promotion.
     let connect = || async { delayqueue::connect(&setup.url()).await.unwrap() };
     let mut lanes = vec![
-        lane("durable", &connect().await, durable).await,
-        lane("plain", &connect().await, Durability::Memory).await,
+        Lane::start("durable", connect().await, durable, |b| b).await,
+        Lane::start("plain", connect().await, Durability::Memory, |b| b).await,
     ];
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     for lane in &mut lanes {
-        for p in 0..PRODUCERS {
-            let prefix = format!("{}{p}", lane.name);
-            lane.producers
-                .push(tokio::spawn(produce(lane.queue.clone(), prefix, started, stop.clone())));
-        }
+        lane.produce(started, &stop);
     }
 
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -158,33 +70,13 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
     let resynced_after = started.elapsed() - killed_at;
     // Keep sending until both queues made progress on the new primary
     // (for at least 1.5 s), however slow the machine.
-    let marks: Vec<usize> = lanes.iter().map(|l| l.log.len()).collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    wait_until(WAIT, || lanes.iter().zip(&marks).all(|(l, m)| l.log.len() >= m + 20)).await;
-    stop.store(true, Ordering::Relaxed);
+    run_on(&lanes, &stop).await;
 
     let mut lost_by_queue = HashMap::new();
-    for lane in lanes {
-        let mut sent = Sent::default();
-        for p in lane.producers {
-            let s = p.await.unwrap();
-            sent.acknowledged.extend(s.acknowledged);
-            for (k, v) in s.errors {
-                *sent.errors.entry(k).or_insert(0) += v;
-            }
-            sent.abandoned += s.abandoned;
-        }
-        let acknowledged: HashSet<&MessageId> = sent.acknowledged.iter().map(|(id, _)| id).collect();
-        // Until every acknowledged message is delivered, or the queue is
-        // drained (lost messages are not coming).
-        wait_for(WAIT, || async {
-            let ids = lane.log.ids();
-            acknowledged.iter().all(|id| ids.contains(*id)) || lane.queue.counts().await.unwrap().live() == 0
-        })
-        .await;
+    for mut lane in lanes {
+        let (sent, lost) = lane.settle().await;
+        let acknowledged = sent.acknowledged_ids();
         let log = &lane.log;
-        let ids = log.ids();
-        let lost: Vec<&(MessageId, Duration)> = sent.acknowledged.iter().filter(|(id, _)| !ids.contains(id)).collect();
         let duplicates = log.counts().values().filter(|n| **n > 1).count();
         let before_kill = sent.acknowledged.iter().filter(|(_, at)| *at < killed_at).count();
         let first_after = sent
@@ -196,13 +88,7 @@ async fn failover_run(cut_link_first: bool) -> HashMap<&'static str, usize> {
             .map(|at| at - killed_at);
         // The longest gap between two acknowledged sends that ends after
         // the kill, and when it ended: how soon sends resumed.
-        let mut times: Vec<Duration> = sent.acknowledged.iter().map(|(_, at)| *at).collect();
-        times.sort_unstable();
-        let stall = times
-            .windows(2)
-            .filter(|w| w[1] > killed_at)
-            .map(|w| (w[1] - w[0], w[1]))
-            .max();
+        let stall = longest_gap_after(sent.acknowledged.iter().map(|(_, at)| *at).collect(), killed_at);
         println!(
             "{}{}: {} acknowledged ({before_kill} before the kill), {} lost {:?}, {duplicates} delivered more than \
              once, {} deliveries; failed sends (repeated): {:?}, abandoned at the end: {}; primary killed {:?} into \

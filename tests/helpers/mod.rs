@@ -9,6 +9,7 @@
 //! Not every test binary uses every helper, hence the module-wide allow.
 #![allow(dead_code)]
 
+pub mod failover;
 pub mod worker;
 
 use std::collections::{HashMap, HashSet};

@@ -1,8 +1,15 @@
-//! A private Redis Cluster for tests: `n` cluster-enabled `redis-server`
+//! A private Redis Cluster for tests: cluster-enabled `redis-server`
 //! processes on free loopback ports (each a [`RedisServer`] with its own temp
 //! dir, so each has its own `nodes.conf`), joined by
-//! `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`.
+//! `redis-cli --cluster create ... --cluster-replicas <r> --cluster-yes`.
 //! Every process is killed when the [`RedisCluster`] is dropped.
+//!
+//! With replicas ([`RedisCluster::start_with_replicas`]) the nodes run with
+//! a `cluster-node-timeout` of 1 s, so a replica takes over within seconds
+//! of its primary's death: [`RedisCluster::kill`] a primary (SIGKILL),
+//! [`RedisCluster::wait_failover`], [`RedisCluster::restart`] the old node
+//! (same port, dir and `nodes.conf`: it rejoins as a replica), and
+//! [`RedisCluster::cut_replicas_of`] a primary to make its replicas lag.
 //!
 //! Also: where a slot lives, a queue name whose slot lands on a given node,
 //! every key of every node, `SCRIPT FLUSH` on every node, and
@@ -26,8 +33,14 @@ const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 const MIGRATE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most `MIGRATE` batches of one slot migration.
 const MIGRATE_MAX_BATCHES: usize = 100_000;
+/// `cluster-node-timeout` of a cluster without replicas: generous, since
+/// a primary marked failed would fail the whole cluster on a loaded machine.
+const NODE_TIMEOUT_MS: u32 = 5000;
+/// `cluster-node-timeout` of a cluster with replicas: a replica starts its
+/// election about a second after its primary stops answering.
+const FAILOVER_NODE_TIMEOUT_MS: u32 = 1000;
 
-/// A running cluster of primaries; see the module docs.
+/// A running cluster; see the module docs.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     /// `CLUSTER MYID` of each node, by index.
@@ -53,17 +66,31 @@ impl RedisCluster {
     /// requires) cluster-enabled servers, creates the cluster and waits until
     /// every node says `cluster_state:ok` and all agree on who owns each slot.
     pub async fn start(primaries: usize) -> RedisCluster {
+        Self::start_with_replicas(primaries, 0).await
+    }
+
+    /// Starts `primaries` primaries with `replicas` replicas each (which
+    /// node gets which role is `redis-cli`'s choice: see
+    /// [`primaries`](Self::primaries)), and waits as [`start`](Self::start)
+    /// does and until every replica is in sync with its primary.
+    pub async fn start_with_replicas(primaries: usize, replicas: usize) -> RedisCluster {
         assert!(
             primaries >= 3,
             "support: redis-cli --cluster create needs at least 3 primaries"
         );
-        let mut nodes = Vec::with_capacity(primaries);
-        for _ in 0..primaries {
-            nodes.push(RedisServer::start_with(node_options()).await);
+        let timeout = if replicas == 0 {
+            NODE_TIMEOUT_MS
+        } else {
+            FAILOVER_NODE_TIMEOUT_MS
+        };
+        let count = primaries * (1 + replicas);
+        let mut nodes = Vec::with_capacity(count);
+        for _ in 0..count {
+            nodes.push(RedisServer::start_with(node_options(timeout)).await);
         }
         let ids = nodes.iter().map(|n| n.raw_command(&["CLUSTER", "MYID"])).collect();
         let cluster = RedisCluster { nodes, ids };
-        cluster.create();
+        cluster.create(replicas);
         cluster.wait_joined().await;
         cluster
     }
@@ -98,9 +125,9 @@ impl RedisCluster {
         fred::util::redis_keyslot(key.as_bytes())
     }
 
-    /// Index of the node that owns `slot`, as node 0 sees it.
+    /// Index of the node that owns `slot`, as the first running node sees it.
     pub fn owner_of(&self, slot: u16) -> usize {
-        let map = slot_map(&self.nodes[0]);
+        let map = slot_map(self.running().next().expect("support: every node is down"));
         let port = map
             .iter()
             .find(|(start, end, _)| (*start..=*end).contains(&slot))
@@ -122,10 +149,10 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("support: no queue name {base}N lands on node {node}"))
     }
 
-    /// Every key of every node, sorted (`KEYS *`: the tests own the
+    /// Every key of every primary, sorted (`KEYS *`: the tests own the
     /// cluster), except the queues' totals hashes, which stay with a queue.
     pub fn all_keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = (0..self.nodes.len()).flat_map(|i| self.keys_of(i)).collect();
+        let mut keys: Vec<String> = self.primaries().into_iter().flat_map(|i| self.keys_of(i)).collect();
         keys.retain(|k| !k.ends_with(":totals"));
         keys.sort();
         keys
@@ -139,9 +166,9 @@ impl RedisCluster {
         }
     }
 
-    /// `SCRIPT FLUSH` on every node.
+    /// `SCRIPT FLUSH` on every running node.
     pub fn script_flush_all(&self) {
-        for (i, node) in self.nodes.iter().enumerate() {
+        for (i, node) in self.nodes.iter().enumerate().filter(|(_, n)| n.is_running()) {
             let reply = node.raw_command(&["SCRIPT", "FLUSH"]);
             assert_eq!(reply, "OK", "support: SCRIPT FLUSH on node {i}");
         }
@@ -236,6 +263,112 @@ impl RedisCluster {
         }
     }
 
+    /// The primaries, by index, as the first running node sees the slots.
+    pub fn primaries(&self) -> Vec<usize> {
+        let map = slot_map(self.running().next().expect("support: every node is down"));
+        let mut primaries: Vec<usize> = map.iter().map(|(_, _, port)| self.index_of_port(*port)).collect();
+        primaries.sort_unstable();
+        primaries.dedup();
+        primaries
+    }
+
+    /// The running nodes that replicate node `primary`, by index.
+    pub fn replicas_of(&self, primary: usize) -> Vec<usize> {
+        let port = i64::from(self.nodes[primary].port());
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].is_running())
+            .filter(|i| match self.nodes[*i].raw_reply(&["ROLE"]) {
+                RawReply::Array(parts) => {
+                    parts.first().map(RawReply::render).as_deref() == Some("slave")
+                        && parts.get(2) == Some(&RawReply::Integer(port))
+                }
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// SIGKILLs node `i`: whatever it had not sent to a replica is lost.
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Waits until the slots of node `killed` (killed or stopped) have a
+    /// new primary: every other running node says `cluster_state:ok` and
+    /// reports the same slot map, without `killed`. Returns the new owner
+    /// of `slot`.
+    pub async fn wait_failover(&self, killed: usize, slot: u16, limit: Duration) -> usize {
+        let gone = self.nodes[killed].port();
+        let others = || self.running().filter(|n| n.port() != gone);
+        let deadline = Instant::now() + limit;
+        loop {
+            let states_ok = others().all(|n| n.raw_command(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            let maps: Vec<_> = others().map(slot_map).collect();
+            let agreed = maps.iter().all(|m| *m == maps[0]);
+            if states_ok && agreed && !maps[0].is_empty() && maps[0].iter().all(|(_, _, port)| *port != gone) {
+                let map = &maps[0];
+                let (_, _, port) = map
+                    .iter()
+                    .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                    .unwrap_or_else(|| panic!("support: no node owns slot {slot}: {map:?}"));
+                return self.index_of_port(*port);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "support: no failover of node {killed} within {limit:?}: {}",
+                others().next().unwrap().raw_command(&["CLUSTER", "NODES"])
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts the killed node `i` again on its port, dir and `nodes.conf`,
+    /// and [`wait_rejoined`](Self::wait_rejoined).
+    pub async fn restart(&mut self, i: usize) {
+        self.nodes[i].start_again().await;
+        self.wait_rejoined(i).await;
+    }
+
+    /// Waits until node `i`, a primary that was replaced (and then started
+    /// again or [`resume`](Self::resume)d), is a replica in sync with its
+    /// new primary and the whole cluster agrees again.
+    pub async fn wait_rejoined(&self, i: usize) {
+        self.wait_joined().await;
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        while self.nodes[i].raw_command(&["ROLE"]).starts_with("master") {
+            assert!(
+                Instant::now() < deadline,
+                "support: node {i} still a primary {JOIN_TIMEOUT:?} after its restart"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.wait_joined().await;
+    }
+
+    /// Makes the replicas of `primary` lag: stops their processes
+    /// (SIGSTOP: they neither read nor reconnect) and has `primary` drop
+    /// their links, so what it takes from now on exists only on it.
+    /// Returns them, for [`resume`](Self::resume).
+    pub fn cut_replicas_of(&self, primary: usize) -> Vec<usize> {
+        let replicas = self.replicas_of(primary);
+        for r in &replicas {
+            self.nodes[*r].signal("STOP");
+        }
+        let cut = self.nodes[primary].raw_command(&["CLIENT", "KILL", "TYPE", "replica"]);
+        assert_eq!(cut, replicas.len().to_string(), "support: replica links cut");
+        replicas
+    }
+
+    /// Lets stopped nodes run again (SIGCONT).
+    pub fn resume(&self, nodes: &[usize]) {
+        for i in nodes {
+            self.nodes[*i].signal("CONT");
+        }
+    }
+
+    fn running(&self) -> impl Iterator<Item = &RedisServer> {
+        self.nodes.iter().filter(|n| n.is_running())
+    }
+
     /// Runs a command on node `i` that must answer OK.
     fn ok(&self, i: usize, args: &[&str]) {
         let reply = self.nodes[i].raw_command(args);
@@ -250,13 +383,17 @@ impl RedisCluster {
     }
 
     /// `redis-cli --cluster create`, killed if it runs too long.
-    fn create(&self) {
+    fn create(&self, replicas: usize) {
         let bin = std::env::var_os("REDIS_CLI_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("redis-cli"));
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        args.extend([
+            "--cluster-replicas".to_string(),
+            replicas.to_string(),
+            "--cluster-yes".into(),
+        ]);
         let out_path = self.nodes[0].dir().join("cluster-create.out");
         let out = std::fs::File::create(&out_path).expect("support: create cluster-create.out");
         let mut child = Command::new(&bin)
@@ -293,42 +430,50 @@ impl RedisCluster {
         );
     }
 
-    /// Until every node says `cluster_state:ok`, knows every other node and
-    /// reports the same slot map.
+    /// Until every running node says `cluster_state:ok`, knows every other
+    /// node and reports the same slot map, and every replica is in sync.
     async fn wait_joined(&self) {
         let deadline = Instant::now() + JOIN_TIMEOUT;
         let known = format!("cluster_known_nodes:{}", self.nodes.len());
         loop {
-            let states_ok = self.nodes.iter().all(|n| {
+            let states_ok = self.running().all(|n| {
                 let info = n.raw_command(&["CLUSTER", "INFO"]);
                 info.contains("cluster_state:ok") && info.contains(&known)
             });
-            let first = slot_map(&self.nodes[0]);
-            let maps_agree = self.nodes[1..].iter().all(|n| slot_map(n) == first);
-            if states_ok && maps_agree {
+            let first = slot_map(self.running().next().expect("support: every node is down"));
+            let maps_agree = self.running().all(|n| slot_map(n) == first);
+            let replicas_synced = self.running().all(|n| {
+                let info = n.raw_command(&["INFO", "replication"]);
+                info.contains("role:master") || info.contains("master_link_status:up")
+            });
+            if states_ok && maps_agree && replicas_synced {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
                 "support: cluster not ok after {JOIN_TIMEOUT:?}: {}",
-                self.nodes[0].raw_command(&["CLUSTER", "INFO"])
+                self.running().next().unwrap().raw_command(&["CLUSTER", "NODES"])
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
 
-/// A cluster node: cluster mode on, its `nodes.conf` in its own dir, and
-/// an explicit bus port (the default, port + 10000, may not exist).
-fn node_options() -> ServerOptions {
+/// A cluster node: cluster mode on, its `nodes.conf` in its own dir,
+/// `cluster-node-timeout` of `timeout_ms`, an explicit bus port (the
+/// default, port + 10000, may not exist), and a full sync to a replica
+/// started at once (by default a primary waits 5 s for more replicas).
+fn node_options(timeout_ms: u32) -> ServerOptions {
     ServerOptions {
         extra_args: [
+            "--repl-diskless-sync-delay",
+            "0",
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
             "nodes.conf",
             "--cluster-node-timeout",
-            "5000",
+            &timeout_ms.to_string(),
             "--cluster-port",
             &free_port().to_string(),
         ]

@@ -182,12 +182,13 @@ pub struct FaultRec {
 }
 
 impl FaultRec {
-    /// Redis stopped answering writes for the whole fault (a pause or a
-    /// restart), or its replies came late (a slow link: renewals and acks
+    /// Redis stopped answering writes for the whole fault (a pause, a
+    /// restart, or a failover: a cluster's primary killed once its replica
+    /// had every write, the replica promoted), or its replies came late (a slow link: renewals and acks
     /// ran in time but their callers did not hear of it; or a stall of the
     /// machine the run observed, `stalled`, which acts like one).
     pub fn stalls(&self) -> bool {
-        matches!(self.kind, "pause" | "restart" | "slow" | "stalled")
+        matches!(self.kind, "pause" | "restart" | "failover" | "slow" | "stalled")
     }
 
     fn overlaps(&self, from: Instant, to: Instant) -> bool {
@@ -196,15 +197,15 @@ impl FaultRec {
 
     /// Whether a request made from `from` to `to` may have lost its reply to
     /// this fault, so that fred sent it again: a cut (armed up to a second
-    /// before the request it swallows), a restart, or a pause longer than
-    /// the command time-out.
+    /// before the request it swallows), a restart or failover, or a pause
+    /// longer than the command time-out.
     pub fn loses_replies(&self, from: Instant, to: Instant, limits: Limits) -> bool {
         let armed = from.checked_sub(Duration::from_secs(1)).unwrap_or(from);
         match self.kind {
             // A slow link's replies held back pile up behind each other
             // and time out, before and after the delay was set.
             "cut" | "slow" | "stalled" => self.overlaps(armed, to),
-            "restart" => self.overlaps(from, to),
+            "restart" | "failover" => self.overlaps(from, to),
             "pause" => self.overlaps(from, to) && self.end - self.start >= limits.command_timeout,
             _ => false,
         }
@@ -213,7 +214,7 @@ impl FaultRec {
     /// Whether this fault can leave a delivery claimed from `from` to `to`
     /// (its lease window) counted without a handler run, that is, with its
     /// lease run out before its consumer handed it back: the consumer
-    /// crashed; a reply was lost (a cut or a restart), the claim's, so its
+    /// crashed; a reply was lost (a cut, a restart or a failover), the claim's, so its
     /// deliveries were never seen, or the hand-back's; or Redis was paused
     /// longer than the command time-out (the claim's reply is lost) or than
     /// the least an unstarted delivery has left when it is handed back (a
@@ -221,7 +222,7 @@ impl FaultRec {
     pub fn risks_lease(&self, from: Instant, to: Instant, limits: Limits) -> bool {
         match self.kind {
             "crash" => self.overlaps(from, to),
-            "cut" | "restart" | "slow" | "stalled" => self.loses_replies(from, to, limits),
+            "cut" | "restart" | "failover" | "slow" | "stalled" => self.loses_replies(from, to, limits),
             "pause" => {
                 self.overlaps(from, to)
                     && self.end - self.start + SCHED_SLACK >= limits.command_timeout.min(limits.lease / 4)

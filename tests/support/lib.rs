@@ -187,6 +187,23 @@ impl RedisServer {
         }
     }
 
+    /// Whether the process runs (it was not [`kill`](Self::kill)ed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`) to the process with `kill`: a
+    /// stopped server neither reads its connections nor answers.
+    pub fn signal(&self, signal: &str) {
+        // The child's pid: a stopped server answers no INFO.
+        let pid = self.child.as_ref().expect("support: server not running").id();
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("support: run kill");
+        assert!(status.success(), "support: kill -{signal} {pid}");
+    }
+
     /// Start the server again on the SAME port and dir with the same options
     /// (so existing clients can reconnect and AOF/RDB files are reloaded).
     /// Retries while the port is briefly busy.

@@ -144,13 +144,7 @@ impl SentinelSetup {
     /// `kill`: a stopped replica neither reads its link nor reconnects it.
     pub fn signal_replicas(&self, signal: &str) {
         for r in &self.replicas {
-            // The child's pid: a stopped replica answers no INFO.
-            let pid = r.child.as_ref().expect("support: replica not running").id();
-            let status = Command::new("kill")
-                .args([format!("-{signal}"), pid.to_string()])
-                .status()
-                .expect("support: run kill");
-            assert!(status.success(), "support: kill -{signal} {pid}");
+            r.signal(signal);
         }
     }
 
