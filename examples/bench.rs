@@ -9,8 +9,9 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,rate,gconc,handles,bigpayload,idle,groups`
-//! (default: all but `rate` and `gconc`, which measure the limits,
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,groups`
+//! (default: all but `batch`, per-message against batch-handler consume,
+//! `rate` and `gconc`, which measure the limits,
 //! `groups`, consume over 1, 100 and 100,000 groups, a small group's
 //! lateness while a big one drains, and the longest claim with 100,000
 //! groups and `--scale` due messages, `groupsbig` that last part alone,
@@ -23,6 +24,7 @@
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
 //! next database of `REDIS_URL`'s server for the empty side).
 
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -241,18 +243,29 @@ async fn send_levels(q: &DelayQueue, n: usize, delay: Duration, levels: usize) -
 /// CPU µs per message, script calls per message and failed deliveries
 /// (time-outs: a lease that ran out before its ack arrived).
 async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64, f64, u64)> {
+    consume_by(q, client, n, |count| async move {
+        q.start_consume(move |_msg: Message| {
+            count.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<(), HandlerError>(()) }
+        })
+        .await
+    })
+    .await
+}
+
+/// [`consume`] with the consumer `start` starts, whose handler counts each
+/// message it handles in the counter it is given.
+async fn consume_by<F, Fut>(q: &DelayQueue, client: &Client, n: usize, start: F) -> Res<(f64, f64, f64, u64)>
+where
+    F: FnOnce(Arc<AtomicU64>) -> Fut,
+    Fut: std::future::Future<Output = Result<delayqueue::Consumer, delayqueue::Error>>,
+{
     let count = Arc::new(AtomicU64::new(0));
-    let c = count.clone();
     let cpu = redis_cpu(client).await?;
     let calls = script_calls(client).await?;
     let failed = q.status().await?.totals.failed;
     let t = Instant::now();
-    let consumer = q
-        .start_consume(move |_msg: Message| {
-            c.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<(), HandlerError>(()) }
-        })
-        .await?;
+    let consumer = start(count.clone()).await?;
     let limit = Instant::now() + Duration::from_secs(300);
     while (count.load(Ordering::Relaxed) as usize) < n && Instant::now() < limit {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -268,6 +281,73 @@ async fn consume(q: &DelayQueue, client: &Client, n: usize) -> Res<(f64, f64, f6
     }
     let per_msg = |x: f64| (x / n as f64 * 100.0).round() / 100.0;
     Ok((rate(n, took), per_msg(cpu * 1e6), per_msg(calls), failed))
+}
+
+/// batch: a backlog of `n` due messages consumed per message
+/// (concurrency 16) and by a batch handler of 100 messages (concurrency 1
+/// and 4: 100 and 400 messages in handlers), each with a no-op handler
+/// and with one whose every call waits 1 ms (a database round trip: one
+/// per message, or one per batch), `rounds` times in turn on fresh queues;
+/// medians of msgs/s and Redis CPU.
+async fn batch(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        let mut run = json!({});
+        for (work, cost) in [("noop", Duration::ZERO), ("rt1ms", Duration::from_millis(1))] {
+            let q = queue(client, &format!("{tag}-{work}-single{round}"), |b| b.concurrency(16))?;
+            send_batch(&q, n, Duration::ZERO).await?;
+            let (per_s, us, _, _) = consume_by(&q, client, n, |count| {
+                q.start_consume(move |_msg: Message| {
+                    let count = count.clone();
+                    async move {
+                        call(cost).await;
+                        count.fetch_add(1, Ordering::Relaxed);
+                        Ok::<(), HandlerError>(())
+                    }
+                })
+            })
+            .await?;
+            run[format!("{work}_per_message_c16_per_s")] = json!(per_s);
+            run[format!("{work}_per_message_redis_cpu_us_per_msg")] = json!(us);
+            for c in [1, 4] {
+                let q = queue(client, &format!("{tag}-{work}-batch{c}-{round}"), |b| b.concurrency(c))?;
+                send_batch(&q, n, Duration::ZERO).await?;
+                let (per_s, us, _, failed) = consume_by(&q, client, n, |count| {
+                    q.consume_batch(move |batch: Vec<Message>| {
+                        let count = count.clone();
+                        async move {
+                            call(cost).await;
+                            count.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                            batch.iter().map(|_| Ok(())).collect::<Vec<Result<(), HandlerError>>>()
+                        }
+                    })
+                    .size(100)
+                    .into_future()
+                })
+                .await?;
+                run[format!("{work}_batch100_c{c}_per_s")] = json!(per_s);
+                run[format!("{work}_batch100_c{c}_redis_cpu_us_per_msg")] = json!(us);
+                run[format!("{work}_batch100_c{c}_failed_deliveries")] = json!(failed);
+            }
+            cleanup(client).await?;
+        }
+        runs.push(run);
+    }
+    let keys: Vec<String> = runs[0]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut out = medians(&runs, keys.iter().map(String::as_str));
+    out["n"] = json!(n);
+    out["rounds"] = json!(rounds);
+    Ok(out)
+}
+
+/// A handler's work that costs `cost` of waiting (none: returns at once).
+async fn call(cost: Duration) {
+    if !cost.is_zero() {
+        tokio::time::sleep(cost).await;
+    }
 }
 
 /// w1: the three ways to send, then consume a backlog with concurrency 16,
@@ -537,10 +617,10 @@ fn ratios(loaded: &serde_json::Value, base: &serde_json::Value) -> serde_json::V
     out.into()
 }
 
-/// The median of each w1 figure over `runs`.
-fn medians(runs: &[serde_json::Value]) -> serde_json::Value {
+/// The median of each figure named in `keys` over `runs`.
+fn medians<'a>(runs: &[serde_json::Value], keys: impl IntoIterator<Item = &'a str>) -> serde_json::Value {
     let mut out = serde_json::Map::new();
-    for (_, key) in W1_FIGURES {
+    for key in keys {
         out.insert(
             key.into(),
             json!(median(runs.iter().filter_map(|r| r[key].as_f64()).collect())),
@@ -579,9 +659,10 @@ async fn w4(client: &Client, url: &str, tag: &str, n: usize, scale: usize, round
             }
         }
     }
-    let base = medians(&empty);
+    let figures = || W1_FIGURES.map(|(_, key)| key);
+    let base = medians(&empty, figures());
     let per_round: Vec<_> = loaded.iter().zip(&empty).map(|(l, e)| ratios(l, e)).collect();
-    let steady = ratios(&medians(&loaded), &base);
+    let steady = ratios(&medians(&loaded, figures()), &base);
     let growth_ratios = ratios(&growth, &base);
     cleanup(client).await?;
 
@@ -818,6 +899,9 @@ async fn main() -> Res<()> {
     }
     if on("compare") {
         emit("compare_go_style", compare(&client, &tag).await?);
+    }
+    if on("batch") {
+        emit("batch_handler", batch(&client, &tag, o.n, o.rounds).await?);
     }
     if on("prio") {
         emit("priorities", prio(&client, &tag, o.n, o.rounds).await?);

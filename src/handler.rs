@@ -177,6 +177,15 @@ where
     }
 }
 
+/// The text of a panic's payload: its message, or empty when it is not text.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
 // The handler-facing decode lives here, next to `SkipRetry`, so a message
 // does not depend on the handler that receives it.
 impl Message {

@@ -69,6 +69,7 @@
 #![warn(missing_docs, unreachable_pub, unnameable_types, missing_debug_implementations)]
 
 mod backoff;
+mod batch;
 mod connect;
 mod consume;
 mod error;
@@ -79,6 +80,7 @@ mod info;
 mod maxima;
 mod message;
 mod meters;
+mod middleware;
 #[cfg(feature = "otel")]
 mod otel;
 mod payload;
@@ -90,6 +92,7 @@ mod store;
 pub mod web;
 
 pub use backoff::Backoff;
+pub use batch::BatchHandler;
 pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
@@ -103,9 +106,10 @@ pub use maxima::{
 };
 pub use message::Message;
 pub use meters::describe_metrics;
+pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
+    find_queues, recorded_shards, Anomaly, Browse, ConsumeBatch, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
     IntegrityReport, NewMessage, Search, Worker, MAX_SCAN,
 };
 pub use schedule::{
@@ -133,3 +137,8 @@ pub use async_trait::async_trait;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// Compiles the examples of docs/handlers.md (middleware, batch handlers) as doctests.
+#[doc = include_str!("../docs/handlers.md")]
+#[cfg(doctest)]
+pub struct HandlersDoctests;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayqueue::{Event, HandlerError, Message, NewMessage, RateLimit, RetryAfter};
-use helpers::{acking, start_queue, Log};
+use helpers::{acking, start_queue, Gauge, Log};
 use support::{wait_for, wait_until, WAIT};
 
 const FETCH: Duration = Duration::from_millis(200);
@@ -21,22 +21,7 @@ async fn global_concurrency_holds_across_consumers_and_shards() {
     const N: usize = 60;
     let (_server, client, queue) =
         start_queue("gconc", FETCH, |b| b.shards(2).concurrency(8).global_concurrency(4)).await;
-    let running = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
-    let handler = |running: Arc<AtomicUsize>, most: Arc<AtomicUsize>, done: Arc<AtomicUsize>| {
-        move |_msg: Message| {
-            let (running, most, done) = (running.clone(), most.clone(), done.clone());
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                done.fetch_add(1, Ordering::SeqCst);
-                Ok::<(), HandlerError>(())
-            }
-        }
-    };
+    let gauge = Gauge::default();
     queue
         .send_batch((0..N).map(|i| NewMessage::new(format!("m{i}"))))
         .await
@@ -49,16 +34,16 @@ async fn global_concurrency_holds_across_consumers_and_shards() {
         .build()
         .unwrap();
     let a = queue
-        .start_consume(handler(running.clone(), most.clone(), done.clone()))
+        .start_consume(gauge.handler(Duration::from_millis(20)))
         .await
         .unwrap();
     let b = plain
-        .start_consume(handler(running.clone(), most.clone(), done.clone()))
+        .start_consume(gauge.handler(Duration::from_millis(20)))
         .await
         .unwrap();
     assert_eq!(plain.status().await.unwrap().global_concurrency, Some(4));
-    assert!(wait_until(WAIT, || done.load(Ordering::SeqCst) == N).await);
-    let most = most.load(Ordering::SeqCst);
+    assert!(wait_until(WAIT, || gauge.done() == N).await);
+    let most = gauge.most();
     assert!((2..=4).contains(&most), "at most 4 at once over both consumers: {most}");
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();

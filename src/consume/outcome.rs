@@ -5,6 +5,7 @@
 use std::any::Any;
 use std::time::Duration;
 
+use crate::handler::panic_text;
 use crate::message::Receipt;
 use crate::{Backoff, HandlerError, MessageId, RetryAfter, SkipRetry, MAX_DELAY};
 
@@ -56,11 +57,7 @@ impl Outcome {
             Some(Ok(Ok(()))) => Outcome::Done,
             Some(Ok(Err(e))) => Outcome::Failed(Failure::from_error(e)),
             Some(Err(panic)) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
+                let what = panic_text(&*panic);
                 Outcome::Failed(Failure::new(Mode::Fail(None), Cause::Panic, format!("panic: {what}")))
             }
             // The configured limit, not the time measured, so that failures

@@ -1,5 +1,5 @@
 //! The public handle: [`DelayQueue`], what users send, cancel, inspect and
-//! consume with, and its operations, one file each (build, send, inspect,
+//! consume with, and its operations, one file each (build, send, inspect, batch consume,
 //! dead letters, pause, integrity, durability, discovery). It runs scripts through
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consume`).
@@ -7,6 +7,7 @@
 mod browse;
 mod builder;
 mod config;
+mod consume_batch;
 mod dead_letters;
 mod discover;
 mod durability;
@@ -22,6 +23,7 @@ mod worker;
 pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;
+pub use consume_batch::ConsumeBatch;
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
 pub use integrity::{Anomaly, IntegrityReport};
@@ -281,10 +283,22 @@ impl DelayQueue {
     /// Logs a warning when Redis may evict keys (`maxmemory-policy` other
     /// than `noeviction`): an evicted payload is a lost message.
     pub async fn start_consume(&self, handler: impl Handler) -> Result<Consumer, Error> {
+        self.consume_with(Arc::new(handler), |_| {}).await
+    }
+
+    /// Starts a consumer of this queue alone, its settings as built but
+    /// for what `adjust` changes.
+    pub(crate) async fn consume_with(
+        &self,
+        handler: Arc<dyn Handler>,
+        adjust: impl FnOnce(&mut consume::Settings),
+    ) -> Result<Consumer, Error> {
         self.prepare_consume().await?;
+        let mut ctx = self.consume_context();
+        adjust(&mut ctx.settings);
         let member = consume::Member {
-            ctx: self.consume_context(),
-            handler: Arc::new(handler),
+            ctx,
+            handler,
             weight: 1,
         };
         Ok(Consumer::start(vec![member], false).await)

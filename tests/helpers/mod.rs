@@ -14,12 +14,13 @@ pub mod worker;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
 use delayqueue::{
-    Counts, DelayQueue, DelayQueueBuilder, Handler, HandlerError, Message, MessageId, MessageState, Order,
+    Counts, DelayQueue, DelayQueueBuilder, Event, Handler, HandlerError, Message, MessageId, MessageState, Order,
 };
 use delayqueue_test_support::{RedisServer, ServerOptions};
 
@@ -118,6 +119,61 @@ pub fn recording_headers(log: &Arc<Mutex<Vec<Headed>>>, fail_first: &'static [u8
             }
         }
     }
+}
+
+/// Handlers running at once, as a [`Gauge::handler`] counts them: how
+/// many run now, the most that ran together, how many finished. Clones
+/// share the counts.
+#[derive(Clone, Default)]
+pub struct Gauge {
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    done: Arc<AtomicUsize>,
+}
+
+/// What a [`Gauge::handler`] returns per delivery.
+pub type Handled = std::pin::Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send>>;
+
+impl Gauge {
+    /// A handler (and a `tower::service_fn` body) that holds its place
+    /// for `hold`, then succeeds.
+    pub fn handler(&self, hold: Duration) -> impl Fn(Message) -> Handled + Clone + Send + Sync + 'static {
+        let gauge = self.clone();
+        move |_msg: Message| {
+            let g = gauge.clone();
+            Box::pin(async move {
+                let now = g.running.fetch_add(1, Ordering::SeqCst) + 1;
+                g.most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(hold).await;
+                g.running.fetch_sub(1, Ordering::SeqCst);
+                g.done.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+        }
+    }
+
+    /// The most handlers that ran at once.
+    pub fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    /// The handlers that finished.
+    pub fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
+    }
+}
+
+/// Collects the queue's `Failed` events (attempt, reason) until `n` arrived.
+pub async fn failures(events: &mut tokio::sync::broadcast::Receiver<Event>, n: usize) -> Vec<(u32, String)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match tokio::time::timeout(delayqueue_test_support::WAIT, events.recv()).await {
+            Ok(Ok(Event::Failed { attempt, reason, .. })) => got.push((attempt, reason)),
+            Ok(Ok(_)) => {}
+            other => panic!("no Failed event: {other:?}"),
+        }
+    }
+    got
 }
 
 /// A handler that succeeds on the payload `ok` and fails on any other.
