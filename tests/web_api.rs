@@ -437,6 +437,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
             "due_ms",
             "expires_at_ms",
             "first_due_ms",
+            "group",
             "headers",
             "id",
             "last_error",

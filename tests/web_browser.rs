@@ -1167,6 +1167,16 @@ async fn a_group_paused_with_a_click_waits_while_another_is_handled_and_resuming
     )
     .await;
     b.screenshot("groups").await;
+    // A waiting message shows its group, a link back to the tab.
+    dash.open(&b, "#/q/work/m/a-0").await;
+    let group = b
+        .wait(
+            "a-0's group",
+            "(document.querySelector('[data-testid=message-group]') || {}).textContent",
+        )
+        .await;
+    assert_eq!(group, json!("tenant-a"));
+    b.click("[data-testid=message-group]").await;
 
     b.click(&format!("{} [data-testid=group-resume]", row("tenant-a")))
         .await;

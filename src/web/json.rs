@@ -176,6 +176,8 @@ pub(crate) struct MessageJson {
     backoff: Option<String>,
     /// 0 (default, lowest) to 9.
     priority: u8,
+    /// Its group (docs/groups.md), if any.
+    group: Option<String>,
     /// Header names and values, by name.
     headers: std::collections::BTreeMap<String, String>,
     last_error: Option<String>,
@@ -206,6 +208,7 @@ impl From<&MessageInfo> for MessageJson {
             deliveries_left: m.deliveries_left(),
             backoff: m.backoff.as_ref().map(ToString::to_string),
             priority: m.priority,
+            group: m.group.clone(),
             headers: m.headers.iter().cloned().collect(),
             last_error: m.last_error.clone(),
             due_ms: m.due.map(epoch_ms),

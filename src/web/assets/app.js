@@ -369,6 +369,7 @@ function messageView(root, name, id) {
       row('Deliveries left', deliveries),
       row('Backoff', m.backoff || h('span.faint', null, "the consumer's default")),
       row('Priority', m.priority ? String(m.priority) : h('span.faint', null, '0 (default, lowest)')),
+      row('Group', m.group ? h('a', { href: `#/q/${enc(name)}/groups`, testid: 'message-group' }, m.group) : h('span.faint', null, 'none')),
       row('Headers', Object.keys(m.headers || {}).length
         ? Object.entries(m.headers).map(([k, v]) => h('div.mono', null, `${k}: ${v}`))
         : h('span.faint', null, 'none')),
