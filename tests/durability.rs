@@ -218,9 +218,12 @@ async fn a_send_whose_wait_loses_its_connection_is_unconfirmed() {
         "{text}"
     );
     assert_eq!(server.raw_command(&["EXISTS", "dq:{pay}:m:order-7"]), "1", "not stored");
-    // Sending again with the id stores nothing twice.
+    // Sending again with the id stores nothing twice. The client may
+    // announce its reconnect only during this send, which then takes the
+    // identical stored message for its own: `Ok` and `Duplicate` both
+    // mean stored once.
     let plain = DelayQueue::builder("pay", client).build().unwrap();
     let again = plain.send("x").delay(Duration::from_secs(60)).id("order-7").await;
-    assert!(matches!(again, Err(Error::Duplicate { .. })), "{again:?}");
+    assert!(matches!(again, Ok(_) | Err(Error::Duplicate { .. })), "{again:?}");
     assert_eq!(plain.counts().await.unwrap().live(), 1);
 }
