@@ -9,7 +9,7 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,groups`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,groups,groupsbig`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `rate` and `gconc`, which measure the limits,
 //! `groups`, consume over 1, 100 and 100,000 groups, a small group's

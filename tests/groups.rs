@@ -324,3 +324,34 @@ async fn groups_lists_every_shard_s_groups_in_pages() {
         .iter()
         .all(|k| k.ends_with(":glimits")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_sends_its_fires_in_its_group() {
+    let (_server, _client, queue) = start_queue("gsched", FETCH, |b| b).await;
+    let daily = delayqueue::Schedule::cron("0 3 * * *", "report").group("tenant-7");
+    assert!(queue.set_schedule("nightly", daily).await.unwrap());
+    assert!(matches!(
+        queue
+            .set_schedule("bad", delayqueue::Schedule::cron("0 3 * * *", "x").group("a b"))
+            .await,
+        Err(Error::InvalidGroup { .. })
+    ));
+    let id = queue.trigger_schedule("nightly").await.unwrap();
+    let info = queue.get(&id).await.unwrap().expect("sent");
+    assert_eq!(info.group.as_deref(), Some("tenant-7"));
+    let groups: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen = groups.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(msg.group().map(str::to_string));
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || !groups.lock().unwrap().is_empty()).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(*groups.lock().unwrap(), vec![Some("tenant-7".to_string())]);
+}
