@@ -9,10 +9,13 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsbig`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `unique`, send with `unique_for` against a plain send,
 //! `rate` and `gconc`, which measure the limits,
+//! `groups`, consume over 1, 100 and 100,000 groups, a small group's
+//! lateness while a big one drains, and the longest claim with 100,000
+//! groups and `--scale` due messages, `groupsbig` that last part alone,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process), `--idle 1,200,1000`
@@ -565,7 +568,7 @@ fn script_name(words: &[Value]) -> &'static str {
     let state = word(3).rsplit(':').next().map(str::to_string).unwrap_or_default();
     match (state.as_str(), word(2).as_str()) {
         ("ready", _) => "claim",
-        ("pending", "2") => "promote",
+        ("pending", "3") => "promote",
         ("pending", _) => "send",
         ("unack", "1") => "extend",
         ("unack", "3") => "ack",
@@ -995,6 +998,13 @@ async fn main() -> Res<()> {
     if on("handles") {
         emit("handles", handles(&client)?);
     }
+    if on("groups") {
+        emit("groups", groups(&client, &tag, o.n, o.scale).await?);
+        cleanup(&client).await?;
+    }
+    if on("groupsbig") {
+        emit("groups_big", groups_big(&client, &tag, o.scale).await?);
+    }
     if on("bigpayload") {
         emit("big_payload", big_payload(&client, &tag).await?);
     }
@@ -1320,4 +1330,172 @@ impl Phase {
             "usec_per_call": per_call,
         }))
     }
+}
+
+/// Sends `n` due messages, message `i` in group `g<i % groups>` (0: none),
+/// in slices of 10,000.
+async fn send_grouped(q: &DelayQueue, n: usize, groups: usize) -> Res<()> {
+    for start in (0..n).step_by(10_000) {
+        let msgs = (start..n.min(start + 10_000)).map(|i| {
+            let m = NewMessage::new(&PAYLOAD);
+            if groups == 0 {
+                m
+            } else {
+                m.group(format!("g{}", i % groups))
+            }
+        });
+        for r in q.send_batch(msgs).await? {
+            r?;
+        }
+    }
+    Ok(())
+}
+
+/// p50 and p99 of `v`, in ms to 0.1.
+fn p50_p99(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    json!({"p50_ms": (at(0.5) * 10.0).round() / 10.0, "p99_ms": (at(0.99) * 10.0).round() / 10.0, "n": v.len()})
+}
+
+/// The lateness (ms from its due time to its handler's start) of messages
+/// of group `b` sent one every 100 ms to `q` while its consumer runs,
+/// at least 20 and until `until`, given how many messages of other groups
+/// were handled, says the rest is drained (at most 60 s); and how long that
+/// drain took.
+async fn group_lateness(q: &DelayQueue, grouped: bool, until: impl Fn(u64) -> bool) -> Res<(Vec<f64>, Duration)> {
+    let late: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let others = Arc::new(AtomicU64::new(0));
+    let (l, o) = (late.clone(), others.clone());
+    let t = Instant::now();
+    let consumer = q
+        .start_consume(move |msg: Message| {
+            let (l, o) = (l.clone(), o.clone());
+            async move {
+                if msg.payload() == b"b" {
+                    let ms = SystemTime::now()
+                        .duration_since(msg.due_at())
+                        .unwrap_or_default()
+                        .as_secs_f64()
+                        * 1e3;
+                    l.lock().unwrap().push(ms);
+                } else {
+                    o.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+    let limit = Instant::now() + Duration::from_secs(60);
+    let mut drained = None;
+    while Instant::now() < limit {
+        if drained.is_none() && until(others.load(Ordering::Relaxed)) {
+            drained = Some(t.elapsed());
+        }
+        if drained.is_some() && late.lock().unwrap().len() >= 20 {
+            break;
+        }
+        let b = q.send(&b"b"[..]);
+        if grouped {
+            b.group("b").await?
+        } else {
+            b.await?
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    consumer.shutdown().await?;
+    let late = late.lock().unwrap().clone();
+    Ok((late, drained.unwrap_or(t.elapsed())))
+}
+
+/// groups: consume (`concurrency(16)`, no-op handler) of `n` due messages
+/// without groups and spread over 1, 100 and 100,000 groups (at least one
+/// message each); the lateness of group B's messages, sent one every
+/// 100 ms, on an empty queue and while group A drains 100,000 due
+/// messages, and A's drain rate; the longest claim, promote and ack calls
+/// (SLOWLOG) while a queue of 100,000 groups and `scale` due messages is
+/// consumed.
+async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde_json::Value> {
+    let mut consume_by_groups = serde_json::Map::new();
+    let mut ungrouped = 0.0;
+    for groups in [0, 1, 100, 100_000] {
+        let q = queue(client, &format!("{tag}-g{groups}"), |b| b.concurrency(16))?;
+        let count = n.max(groups);
+        send_grouped(&q, count, groups).await?;
+        let (rate, redis_us, calls, _) = consume(&q, client, count).await?;
+        if groups == 0 {
+            ungrouped = rate;
+        }
+        let figures = json!({"groups": groups, "n": count, "per_s": rate, "redis_cpu_us_per_msg": redis_us, "script_calls_per_msg": calls});
+        emit("groups_consume", figures.clone());
+        consume_by_groups.insert(format!("{groups}"), figures);
+        cleanup(client).await?;
+    }
+    // B alone, then B beside A's backlog.
+    let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
+    let (alone, _) = group_lateness(&q, true, |_| true).await?;
+    cleanup(client).await?;
+    const BACKLOG: usize = 100_000;
+    let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
+    for _ in (0..BACKLOG).step_by(10_000) {
+        for r in q
+            .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
+            .await?
+        {
+            r?;
+        }
+    }
+    let (beside, drain) = group_lateness(&q, true, |others| others as usize >= BACKLOG).await?;
+    let drain_rate = rate(BACKLOG, drain);
+    cleanup(client).await?;
+    // The same without groups: B's messages behind A's in one ready list.
+    let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
+    send_grouped(&q, BACKLOG, 0).await?;
+    let (behind, _) = group_lateness(&q, false, |others| others as usize >= BACKLOG).await?;
+    emit(
+        "groups_fairness",
+        json!({"lateness_of_b_alone": p50_p99(alone.clone()), "lateness_of_b_beside_a_backlog": p50_p99(beside.clone()), "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind.clone()), "a_drain_per_s": drain_rate}),
+    );
+    cleanup(client).await?;
+    let big = groups_big(client, tag, scale).await?;
+    Ok(json!({
+        "consume_c16_by_groups": consume_by_groups,
+        "lateness_of_b_alone": p50_p99(alone),
+        "lateness_of_b_beside_a_backlog": p50_p99(beside),
+        "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind),
+        "a_drain_per_s": drain_rate,
+        "a_drain_to_ungrouped_consume": (drain_rate / ungrouped * 100.0).round() / 100.0,
+        "big": big,
+    }))
+}
+
+/// The longest calls (SLOWLOG, over 1 ms) while a queue of 100,000 groups
+/// and `scale` due messages is consumed, with how long Redis waited for a
+/// CPU meanwhile (a wall-clock SLOWLOG counts that wait).
+async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json::Value> {
+    let q = queue(client, &format!("{tag}-big"), |b| b.concurrency(16))?;
+    send_grouped(&q, scale, 100_000).await?;
+    config_set(client, "slowlog-log-slower-than", "1000").await?;
+    config_set(client, "slowlog-max-len", "100000").await?;
+    let sched = redis_sched(client).await;
+    let p = Phase::start(client).await?;
+    let (rate_big, ..) = consume(&q, client, scale).await?;
+    let longest = p.end(client, scale, "evalsha", true).await?;
+    let waited = match (sched, redis_sched(client).await) {
+        (Some(a), Some(b)) => {
+            json!({"redis_waited_for_cpu_s": ((b.1 - a.1) * 10.0).round() / 10.0, "preempted": b.2 - a.2})
+        }
+        _ => json!(null),
+    };
+    let slow: Vec<Value> = client
+        .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["GET", "100000"])
+        .await?;
+    config_set(client, "slowlog-log-slower-than", "10000").await?;
+    let out = json!({"groups": 100_000, "due": scale, "consume_per_s": rate_big, "calls_over_1ms": slow.len(), "longest_ms_by_script": longest["longest_ms_by_script"], "usec_per_call": longest["usec_per_call"], "sched": waited});
+    cleanup(client).await?;
+    Ok(out)
 }

@@ -5,28 +5,34 @@ the current one, so a late ack of a delivery that timed out and was
 redelivered deletes nothing.
 
 KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
-ARGV[1] msg key prefix   ARGV[2] marker key prefix
-ARGV[3..] pairs of id, lease
+ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
+ARGV[4..] pairs of id, lease
 Returns one value per pair, in order: 1 acked, 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
 (neither in processing nor stored: finished already, by an earlier run of this
 call whose reply was lost, or by the ack of a redelivery). Counts 'acked'
 in the totals. Starts the window of each acked message's unique_for
 marker (docs/dedup.md).
+While any group has a message in processing (the group prefix's 'active'
+hash exists), each acked id's header is read for its group: the group's
+count in processing goes down, and the group goes back to the ring when
+it may start another (prelude.lua, docs/groups.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
-Complexity: O(M log N) with M = pairs, in seven calls whatever M, plus one
-EXISTS per id not in processing and one PEXPIRE per unique_for marker.
+Complexity: O(M log N) with M = pairs, in eight calls whatever M, plus one
+EXISTS per id not in processing and one PEXPIRE per unique_for marker;
+with groups in processing one GETRANGE per acked id and O(log G) per
+group, G = groups.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
-local ids, out = ids_of(3, 2), {}
+local ids, out = ids_of(4, 2), {}
 if #ids == 0 then
   return {}
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local done, absent = {}, {}
 for i, id in ipairs(ids) do
-  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[2 * i + 2]) then
+  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[2 * i + 3]) then
     done[#done + 1] = id
     out[i] = 1
   else
@@ -50,12 +56,17 @@ if #absent > 0 then
 end
 if #done > 0 then
   local keys = payloads_here(ARGV[1], done)
-  local markers = markers_of(ARGV[2], done)
+  local markers = markers_of(ARGV[3], done)
+  local finished = {}
+  if redis.call('EXISTS', ARGV[2] .. 'active') == 1 then
+    finished = groups_of(keys)
+  end
   redis.call('ZREM', KEYS[1], unpack(done))
   for i, key in ipairs(markers[1]) do
     start_window(key, markers[2][i])
   end
   forget(KEYS[2], keys, done)
+  groups_finished(ARGV[2], finished)
   tally(KEYS[3], 'acked', #done)
 end
 return out

@@ -8,7 +8,10 @@ attempts hash STALE so claim looks), so cancel never scans a list.
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] msg string of this id
 KEYS[6] marker string of this id
-ARGV[1] id
+ARGV[1] id   ARGV[2] group key prefix
+A message of a group (its header says which) waiting in its group's zset
+is removed from there (docs/groups.md); an empty group's zset goes with
+it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
 (docs/dedup.md).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
@@ -21,8 +24,15 @@ local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
+local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
+if group then
+  local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
+  group_ready(ARGV[2], -removed)
+  group_forget_idle(ARGV[2], group)
+  waiting = waiting + removed
+end
 redis.call('HDEL', KEYS[2], id)
 if payload == 1 and waiting == 0 then
   -- Neither pending nor dead: it waits in the ready or retry list, where

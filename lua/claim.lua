@@ -37,6 +37,16 @@ more than n in any window of one period by Redis time, counted in
 'rate_used' (rate_allowance below). A request held back by a limit
 (it leased all the limit allowed, less than asked) says which, and for
 the rate how long until it allows more.
+Groups (once the totals have 'groups'; prelude.lua, docs/groups.md): the
+request is shared between the ring's first members (at most ARGV[2] of
+them; the member '' is the messages without a group, taken from the
+lists above), as evenly as each one's room allows (its due messages,
+within its concurrency and its rate, counted as the queue's in
+"<group prefix>:<group>:rate"; none while paused); each one served leaves
+the ring, and goes back to its tail while it has due messages and room,
+or to the wait zset until its window allows one more when its rate is
+what it lacks; one found without room leaves it. Each group's count in processing goes up by
+what it leased. Groups whose wait is over go back to the ring first.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] processing zset
 KEYS[4] attempts hash KEYS[5] pending zset KEYS[6] dead zset
@@ -54,7 +64,8 @@ ARGV[7] the wire format version the caller speaks (docs/wire-format.md):
         fails with a "DQFORMAT ..." error, nothing written, when the
         totals' 'format' field holds another
 ARGV[8] byte budget: most bytes of stored values one call reads (above)
-ARGV[9] marker key prefix
+ARGV[9] group key prefix (read only while the totals have 'groups')
+ARGV[10] marker key prefix
 Counts 'expired' in the totals. Starts the window of the unique_for
 marker of each message it buries as expired (docs/dedup.md).
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
@@ -66,7 +77,7 @@ deliveries deferred uncounted before it (attempt record).
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
-request back, 1 the concurrency limit (it opens when a processing message
+request back, 1 the concurrency limit, the queue's or a group's (it opens when a processing message
 leaves processing, which no script foresees), 2 the rate limit, which opens
 again in wait_ms (else 0), 3 the byte budget (claim again at once).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
@@ -79,11 +90,15 @@ Complexity: O(M log N) with M = popped, in a fixed number of calls per
 list plus one PEXPIRE per expired id (and one STRLEN per popped id once
 the totals have 'big'), plus the bytes read, at most max(ARGV[8], one
 value); O(1) for limit 0 and when a limit allows nothing; the rate limit
-adds O(RATE_BUCKETS) Lua steps.
+adds O(RATE_BUCKETS) Lua steps. Once the queue has groups: O(K log G) more,
+with K = ring members read (at most ARGV[2]) and G = groups, plus
+O(RATE_BUCKETS) Lua steps per member with a rate, and O(W log G) for the
+W groups whose wait is over (at most MAX_LIMIT).
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
-local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format', 'big')
+local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format', 'big',
+  'groups')
 check_format(fields[6], ARGV[7])
 -- The due messages of priority 1 to 9 (prio_score), once there are any.
 local prio = fields[5] and ARGV[6]
@@ -251,7 +266,7 @@ local function fitting(ids, n)
   end
   return n
 end
-local seen, expired, deliveries = {}, {}, {}
+local seen, expired, deliveries, leased_ids = {}, {}, {}, {}
 
 -- Leases what can be leased of ids popped from one list, a few calls for
 -- the whole batch rather than several per id.
@@ -303,7 +318,7 @@ local function lease_all(ids)
       dead_ids[j] = ids[i]
     end
     local counts = redis.call('HMGET', KEYS[4], unpack(dead_ids))
-    local markers = markers_of(ARGV[9], dead_ids)
+    local markers = markers_of(ARGV[10], dead_ids)
     local records = {}
     for j, i in ipairs(dead) do
       -- No payload and no record while STALE: a cancelled message's entry.
@@ -338,6 +353,7 @@ local function lease_all(ids)
     records[#records + 1] = ids[i]
     records[#records + 1] = record_from(a, due, deferred or 0, rest or '')
     leased[#leased + 1] = ids[i]
+    leased_ids[ids[i]] = true
     deliveries[#deliveries + 1] = ids[i]
     deliveries[#deliveries + 1] = values[i]
     deliveries[#deliveries + 1] = a
@@ -347,8 +363,100 @@ local function lease_all(ids)
   redis.call('HSET', KEYS[4], unpack(records))
 end
 
--- The heads of both lists (and of the priority zset) are read, and their
--- payloads checked, before the first write; then each gives up what its
+-- Groups (prelude.lua, docs/groups.md): the ring's first members (at
+-- most limit) share the request, as evenly as their room allows; the
+-- messages without a group are the member ''. A queue without groups
+-- takes everything from its lists, as `ucap` says.
+local gp, ucap, held_by_group = ARGV[9], limit, false
+-- plan: {member, room, share} of each member read; gheads: each group's heads.
+local plan, gheads = {}, {}
+if fields[8] then
+  check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'active', 'hash', gp .. 'paused', 'hash',
+    gp .. 'limits', 'hash', gp .. 'rates', 'hash')
+  groups_due(gp, now)
+  local waiting = redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2]) + (prio and redis.call('ZCARD', prio) or 0)
+  if waiting > 0 and not redis.call('ZSCORE', gp .. 'ring', '') then
+    ring_push(gp, '')
+  end
+  local members = redis.call('ZRANGE', gp .. 'ring', 0, limit - 1)
+  local named = {}
+  for _, g in ipairs(members) do
+    if g ~= '' then
+      named[#named + 1] = g
+    end
+  end
+  local pauses, active_g, own_g, rates_g = {}, {}, {}, {}
+  if #named > 0 then
+    pauses = redis.call('HMGET', gp .. 'paused', unpack(named))
+    active_g = redis.call('HMGET', gp .. 'active', unpack(named))
+    own_g = redis.call('HMGET', gp .. 'limits', unpack(named))
+    rates_g = redis.call('HMGET', gp .. 'rates', unpack(named))
+  end
+  local default = redis.call('HGET', gp .. 'limits', '')
+  local default_rate = redis.call('HGET', gp .. 'rates', '')
+  local j = 0
+  for _, g in ipairs(members) do
+    -- room: how many it may give (its due messages, within its
+    -- concurrency and rate); gate: its concurrency's room alone (false: no
+    -- limit); rated: its rate_allowance (false: no rate).
+    local room, gate, paused_g, rated, avail = waiting, false, false, false, waiting
+    if g ~= '' then
+      j = j + 1
+      local lim
+      avail, lim = redis.call('ZCARD', group_list(gp, g)), tonumber(own_g[j] or default or '')
+      room, paused_g = avail, pauses[j] and true or false
+      if lim then
+        gate = lim - (tonumber(active_g[j]) or 0)
+        room = math.min(avail, gate)
+      end
+      local rate_g = rates_g[j] or default_rate
+      if rate_g then
+        rated = rate_allowance(rate_g, redis.call('GET', group_rate_key(gp, g)), now_u)
+        rated.period = tonumber(string.match(rate_g, ' (%d+)$'))
+        room = math.min(room, rated.allowed)
+      end
+      held_by_group = held_by_group or room < avail
+      if paused_g then
+        room = 0
+      end
+    end
+    plan[#plan + 1] = {g, math.max(room, 0), 0, gate, paused_g, rated, avail, g ~= '' and tonumber(active_g[j] or 0) or 0}
+  end
+  -- Water-filling: each pass gives every member with room an equal part
+  -- of what is left (at least 1, in ring order), until nothing is left
+  -- or no member has room.
+  local left = limit
+  while left > 0 do
+    local open = 0
+    for _, m in ipairs(plan) do
+      if m[3] < m[2] then
+        open = open + 1
+      end
+    end
+    if open == 0 then
+      break
+    end
+    local part = math.max(1, math.floor(left / open))
+    for _, m in ipairs(plan) do
+      local give = math.min(part, m[2] - m[3], left)
+      if give > 0 then
+        m[3], left = m[3] + give, left - give
+      end
+    end
+  end
+  ucap = 0
+  for _, m in ipairs(plan) do
+    if m[1] == '' then
+      ucap = m[3]
+    elseif m[3] > 0 then
+      gheads[m[1]] = redis.call('ZRANGE', group_list(gp, m[1]), 0, m[3] - 1)
+    end
+  end
+end
+
+-- The heads of both lists (and of the priority zset, and of the groups
+-- served) are read, and their payloads checked, before the first write
+-- (but for the groups' own bookkeeping above); then each gives up what its
 -- lease_all takes.
 local sources = {KEYS[2], KEYS[1]}
 if prio then
@@ -356,8 +464,13 @@ if prio then
 end
 local heads, all = {}, {}
 for n, list in ipairs(sources) do
-  heads[n] = redis.call(list == prio and 'ZRANGE' or 'LRANGE', list, 0, limit - 1)
+  heads[n] = ucap > 0 and redis.call(list == prio and 'ZRANGE' or 'LRANGE', list, 0, ucap - 1) or {}
   for _, id in ipairs(heads[n]) do
+    all[#all + 1] = id
+  end
+end
+for _, ids in pairs(gheads) do
+  for _, id in ipairs(ids) do
     all[#all + 1] = id
   end
 end
@@ -365,7 +478,7 @@ payloads_here(ARGV[1], all)
 for n, list in ipairs(sources) do
   local take = 0
   if not cut then
-    take = fitting(heads[n], math.min(limit - (#leased - 2), #heads[n]))
+    take = fitting(heads[n], math.min(ucap - (#leased - 2), #heads[n]))
   end
   if take > 0 then
     if list == prio then
@@ -375,6 +488,86 @@ for n, list in ipairs(sources) do
     end
     popped = popped + take
     lease_all({unpack(heads[n], 1, take)})
+  end
+end
+if #plan > 0 then
+  -- The groups' heads, leased in one batch; then each member served (or
+  -- found without room) leaves the ring, and goes back to its tail while
+  -- it still has due messages and room.
+  local batch, took = {}, {}
+  for _, m in ipairs(plan) do
+    local ids = gheads[m[1]]
+    local take = 0
+    if ids and not cut then
+      take = fitting(ids, #ids)
+    end
+    if take > 0 then
+      redis.call('ZREMRANGEBYRANK', group_list(gp, m[1]), 0, take - 1)
+      for i = 1, take do
+        batch[#batch + 1] = ids[i]
+      end
+    end
+    took[m[1]] = take
+  end
+  local ungrouped_popped = popped
+  popped = popped + #batch
+  group_ready(gp, -#batch)
+  if #batch > 0 then
+    lease_all(batch)
+  end
+  -- leaving: members that leave the ring; back: those that go back to
+  -- its tail; counts: group, count in processing pairs for one HSET.
+  local leaving, back, counts = {}, {}, {}
+  for _, m in ipairs(plan) do
+    local g, room, gate, paused_g, avail = m[1], m[2], m[4], m[5], m[7]
+    if g == '' then
+      -- Served when its lists gave any; back while they hold more.
+      if room == 0 or ungrouped_popped > 0 then
+        leaving[#leaving + 1] = g
+        if redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2]) + (prio and redis.call('ZCARD', prio) or 0) > 0 then
+          back[#back + 1] = g
+        end
+      end
+    elseif room == 0 or (took[g] or 0) > 0 then
+      local n, rated = 0, m[6]
+      for i = 1, took[g] or 0 do
+        n = n + (leased_ids[gheads[g][i]] and 1 or 0)
+      end
+      if n > 0 then
+        counts[#counts + 1] = g
+        counts[#counts + 1] = m[8] + n
+      end
+      leaving[#leaving + 1] = g
+      if rated and n > 0 then
+        redis.call('SET', group_rate_key(gp, g), rated.record(n), 'PX', 2 * rated.period)
+      end
+      if not paused_g and (not gate or gate - n > 0) and avail > (took[g] or 0) then
+        if rated and rated.allowed - n <= 0 then
+          -- At its rate: it waits until its window lets one more start.
+          redis.call('ZADD', gp .. 'wait', now + math.max(rated.wait_ms(n), 1), g)
+        else
+          back[#back + 1] = g
+        end
+      elseif n == 0 then
+        -- Its messages all buried as expired, say: nothing may be left.
+        group_forget_idle(gp, g)
+      end
+    end
+  end
+  if #counts > 0 then
+    redis.call('HSET', gp .. 'active', unpack(counts))
+  end
+  if #leaving > 0 then
+    redis.call('ZREM', gp .. 'ring', unpack(leaving))
+  end
+  if #back > 0 then
+    local last = tonumber(redis.call('ZRANGE', gp .. 'ring', -1, -1, 'WITHSCORES')[2]) or 0
+    local entries = {}
+    for i, g in ipairs(back) do
+      entries[#entries + 1] = last + i
+      entries[#entries + 1] = g
+    end
+    redis.call('ZADD', gp .. 'ring', unpack(entries))
   end
 end
 if stale then
@@ -398,6 +591,11 @@ elseif popped < limit or limit == asked then
   held = 0
 elseif held == 2 then
   wait = rate.wait_ms(leased_n)
+end
+if held == 0 and held_by_group and popped < asked then
+  -- A group's concurrency held back part of the request: it opens when
+  -- one of its messages leaves processing, as the queue's own does.
+  held = 1
 end
 local out = {popped, #expired, lease, vis, 0, held, wait}
 for _, id in ipairs(expired) do

@@ -30,7 +30,8 @@ Fails with a "DQFORMAT ..." error, nothing written, when the totals'
 'format' field holds another version than ARGV[8]; sets it to ARGV[8]
 when it is missing and the fire was sent.
 Counts 'sent' in the totals and 'fired' in the schedule's hash; a value
-over BIG_VALUE bytes sets the totals' 'big' (send.lua).
+over BIG_VALUE bytes sets the totals' 'big' (send.lua); one with a group
+sets 'groups' (send.lua).
 Returns 0 the cursor is at or past the fire time (sent already, nothing
 written), 1 sent, 2 the msg key holds another type, 3 the id is live (a
 message with it is waiting or processing; not sent again), 4 the schedule
@@ -94,6 +95,9 @@ if status == 1 then
   tally(KEYS[7], 'sent', 1)
   if #def[3] > BIG_VALUE then
     redis.call('HSET', KEYS[7], 'big', 1)
+  end
+  if group_of(def[3]) then
+    redis.call('HSET', KEYS[7], 'groups', 1)
   end
   if not format then
     redis.call('HSET', KEYS[7], 'format', ARGV[8])

@@ -5,12 +5,13 @@ KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 KEYS[7] msg string of this id
 ARGV[1] id   ARGV[2] priority zset (read for a value with a priority)
+ARGV[3] group key prefix (its group's zset read for a value with a group)
 Returns {state, score, attempt record, stored value, TTL ms, now ms}:
 state 1 to 5 is the KEYS[n] holding the id (0: none; 2 also for the
-priority zset); score as in `list`
+priority zset and the zset of the message's group); score as in `list`
 ("" for lists); "" for a missing record or value.
 Idempotent: reads only.
-Complexity: O(log N) when the id is in a zset; otherwise O(L) to find it
+Complexity: O(log N) when the id is in a zset (its group's too); otherwise O(L) to find it
 in the ready and retry lists (LPOS stops at the first match).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
@@ -29,7 +30,10 @@ for _, n in ipairs({1, 3, 5}) do
   end
 end
 if state == 0 and value ~= '' then
-  if redis.call('LPOS', KEYS[4], id) then
+  local group = group_of(value)
+  if group and checked('zset', 'ZSCORE', group_list(ARGV[3], group), id) then
+    state = 2
+  elseif redis.call('LPOS', KEYS[4], id) then
     state = 4
   elseif redis.call('LPOS', KEYS[2], id)
     or (priority_of(value) > 0 and checked('zset', 'ZSCORE', ARGV[2], id)) then

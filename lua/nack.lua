@@ -24,6 +24,17 @@ ARGV[1] id   ARGV[2] lease   ARGV[3] delay ms
 ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 ARGV[9] the delivery's count (its attempt number)
+ARGV[10] group key prefix
+Groups (prelude.lua, docs/groups.md): while any group has a message in
+processing (the prefix's 'active' hash exists) the header is read for
+the message's group. A grouped message's group counts one fewer in
+processing; where it would go to retry it goes to its group's zset
+instead (release: at its due time, so back at the head; else due now).
+In an ordered group (concurrency 1) a message that fails or defers with
+deliveries left goes back to the head of its group (at the due time it
+had) and the group waits its delay in the wait zset: nothing else of the
+group starts before it is retried or dead. The group goes back to the
+ring when it may start another.
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset.
 Counts 'failed' and 'dead' in the totals (not for release and defer).
 Moved to the dead zset, it starts the window of its unique_for marker
@@ -34,7 +45,7 @@ Idempotent: a re-run finds the lease gone and its own work done (its
 attempt record as this call left it, or one delivery on, if the message was
 claimed again since) and returns what the first run returned, so a
 re-sent nack is not mistaken for a lost lease.
-Complexity: O(log N).
+Complexity: O(log N), plus O(log G) with G = groups for a grouped message.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
   KEYS[7], 'hash')
@@ -63,10 +74,22 @@ end
 redis.call('ZREM', KEYS[1], id)
 local n, due, deferred, rest = parts(redis.call('HGET', KEYS[2], id))
 n, deferred = n or 1, deferred or 0
+local gp, head, group = ARGV[10], false, false
+if redis.call('EXISTS', gp .. 'active') == 1 then
+  head = redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1)
+  group = group_of(head)
+  if group then
+    group_active(gp, group, -1)
+  end
+end
 if mode == 'release' then
   -- The delivery never started: it keeps its due time.
   redis.call('HSET', KEYS[2], id, record_from(math.max(n - 1, 0), due, deferred, rest or ''))
-  redis.call('LPUSH', KEYS[3], id)
+  if group then
+    group_enqueue(gp, group, id, priority_of(head), due_of(head, due))
+  else
+    redis.call('LPUSH', KEYS[3], id)
+  end
   wake(ARGV[6], 0)
   return 1
 end
@@ -81,14 +104,34 @@ if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV
   bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
   start_window(KEYS[8], redis.pcall('GET', KEYS[8]))
   tally(KEYS[7], 'dead', 1)
+  if group then
+    group_wake(gp, group)
+    group_forget_idle(gp, group)
+  end
   return 2
 end
 -- The next delivery is due when this call makes it claimable.
 redis.call('HSET', KEYS[2], id, record_from(n, now + math.max(delay, 0), deferred, reason_of(ARGV[7])))
-if delay > 0 then
-  local head = head_due(KEYS[4])
+if group and group_limit(gp, group) == 1 then
+  -- Ordered: back at the head of its group, which waits out the delay.
+  group_add(gp, group, {prio_score(priority_of(head), due_of(head, due)), id})
+  if delay > 0 then
+    redis.call('ZADD', gp .. 'wait', now + delay, group)
+  else
+    group_wake(gp, group)
+  end
+  wake(ARGV[6], math.max(delay, 0))
+elseif delay > 0 then
+  local head_at = head_due(KEYS[4])
   redis.call('ZADD', KEYS[4], now + delay, id)
-  wake_if_earlier(ARGV[6], now + delay, head, now)
+  wake_if_earlier(ARGV[6], now + delay, head_at, now)
+  if group then
+    group_wake(gp, group)
+    group_forget_idle(gp, group)
+  end
+elseif group then
+  group_enqueue(gp, group, id, priority_of(head), now)
+  wake(ARGV[6], 0)
 else
   redis.call('RPUSH', KEYS[3], id)
   wake(ARGV[6], 0)

@@ -39,15 +39,15 @@ end
 
 
 -- A stored value is
--- "<retry count>[;<backoff>][!<priority>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- "<retry count>[;<backoff>][!<priority>][=<group>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
 -- (send writes the times; a value from elsewhere may lack them). The header
--- holds only digits, letters, ',', ';', '!', '#', '/', '+' and '@' (the
+-- holds only digits, letters, ',', ';', '!', '=', '-', '_', '.', '#', '/', '+' and '@' (the
 -- backoff is "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it,
 -- and HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
 -- "#<n>": the n bytes after the ':' are the message's headers
 -- ("<name>=<value bytes>:<value>" each), and its payload follows them; a
 -- message without headers has neither the '#' nor the section.
-local HEADER_BYTES = 104
+local HEADER_BYTES = 169
 
 -- A stored value longer than this is big: send (and a claim that reads
 -- one) sets the totals' field 'big', from when on claim reads each popped
@@ -79,7 +79,7 @@ end
 -- unreadable.
 local function max_retries(key, default)
   local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
-  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;!#/@]') or default)
+  return tonumber(type(head) == 'string' and string.match(head, '^(%d+)[:;!=#/@]') or default)
 end
 
 -- The priority (1 to 9; 0, the default, is written as nothing) in a stored
@@ -520,4 +520,194 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
     redis.call('SET', mode[3], 't', 'PX', mode[2])
   end
   return status, extra
+end
+
+-- Groups (docs/groups.md). A message sent with a group carries it in its
+-- header ("=<group>" after the priority); group names are 1 to 64 ASCII
+-- letters, digits, '-', '_' and '.', so the header stays parseable. Its
+-- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
+--   gp .. 'ring'    zset: the groups that may start a message now, in turn
+--                   order (score: position; the member '' stands for the
+--                   messages without a group, as one more group)
+--   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
+--                   an ordered group whose failed message waits its retry,
+--                   a group at its rate until its window lets one more start
+--   gp .. 'active'  hash: group -> its messages in processing
+--   gp .. 'paused'  hash: group -> 1 while paused
+--   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
+--                   default (claim.lua)
+--   gp .. 'known'   zset: every group with due messages, messages in
+--                   processing, a wait or a setting of its own, score 0
+--                   (listed by list_groups.lua, in name order)
+--   gp .. 'ready'   string: how many messages wait in the groups' zsets
+--                   (stats counts them as ready; group_ready)
+--   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
+--                   as the priority zset (prio_score), so priority first,
+--                   then due order
+--   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
+--                   its rate, as the totals' 'rate_used' (TTL: two periods)
+-- A group is in the ring exactly when it has due messages, is not paused,
+-- is under its concurrency and not waiting (its rate is checked by claim,
+-- which sends a group at its rate to wait); claim drops a member that no
+-- longer qualifies (a limit lowered since), so the rule is kept lazily
+-- where it is cheap and exactly where it matters. Redis deletes an empty
+-- zset or hash, and 'active' loses a group's field at 0: an idle group
+-- leaves no key.
+--
+-- The group in a stored value or its header; false for none (or a payload gone).
+local function group_of(head)
+  return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
+end
+
+-- The due messages of group g.
+local function group_list(gp, g)
+  return gp .. ':' .. g .. ':ready'
+end
+
+-- Group g's recent leases under its rate.
+local function group_rate_key(gp, g)
+  return gp .. ':' .. g .. ':rate'
+end
+
+-- A group's concurrency (its own, else the queue's default); nil: no limit.
+-- A group of concurrency 1 is ordered: one message at a time, and a failed
+-- one keeps its place at the head (nack.lua, timeout.lua).
+local function group_limit(gp, g)
+  local own = redis.call('HMGET', gp .. 'limits', g, '')
+  return tonumber(own[1] or own[2] or '')
+end
+
+-- Puts member g at the ring's tail.
+local function ring_push(gp, g)
+  local last = redis.call('ZRANGE', gp .. 'ring', -1, -1, 'WITHSCORES')[2]
+  redis.call('ZADD', gp .. 'ring', (tonumber(last) or 0) + 1, g)
+end
+
+-- Puts group g in the ring when it qualifies (above) and is not there yet.
+local function group_wake(gp, g)
+  if redis.call('ZSCORE', gp .. 'ring', g) or redis.call('ZSCORE', gp .. 'wait', g)
+    or redis.call('EXISTS', group_list(gp, g)) == 0 or redis.call('HEXISTS', gp .. 'paused', g) == 1 then
+    return
+  end
+  local limit = group_limit(gp, g)
+  if limit and tonumber(redis.call('HGET', gp .. 'active', g) or '0') >= limit then
+    return
+  end
+  ring_push(gp, g)
+end
+
+-- group_wake for many groups, each with due messages now, in a few calls
+-- whatever their number (promote's batch).
+local function groups_wake(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local in_ring = redis.call('ZMSCORE', gp .. 'ring', unpack(groups))
+  local waiting = redis.call('ZMSCORE', gp .. 'wait', unpack(groups))
+  local paused = redis.call('HMGET', gp .. 'paused', unpack(groups))
+  local active = redis.call('HMGET', gp .. 'active', unpack(groups))
+  local limits = redis.call('HMGET', gp .. 'limits', '', unpack(groups))
+  local last = tonumber(redis.call('ZRANGE', gp .. 'ring', -1, -1, 'WITHSCORES')[2]) or 0
+  local entries = {}
+  for i, g in ipairs(groups) do
+    local limit = tonumber(limits[i + 1] or limits[1] or '')
+    if not (in_ring[i] or waiting[i] or paused[i] or (limit and tonumber(active[i] or '0') >= limit)) then
+      last = last + 1
+      entries[#entries + 1] = last
+      entries[#entries + 1] = g
+    end
+  end
+  if #entries > 0 then
+    redis.call('ZADD', gp .. 'ring', unpack(entries))
+  end
+end
+
+-- Adds n (negative: takes) to group g's count in processing; the field
+-- goes at 0.
+local function group_active(gp, g, n)
+  if n ~= 0 and redis.call('HINCRBY', gp .. 'active', g, n) <= 0 then
+    redis.call('HDEL', gp .. 'active', g)
+  end
+end
+
+-- The due time (ms) of the delivery a message's attempt record or else its
+-- header names: where it queues in its group.
+local function due_of(head, record_due)
+  if record_due then
+    return record_due
+  end
+  local sent, delay = string.match(type(head) == 'string' and head or '', '^%d+[^:/]*/(%d+)%+(%d+)')
+  return sent and tonumber(sent) + tonumber(delay) or 0
+end
+
+-- Adds n (negative: takes) to the count of messages waiting in the
+-- groups' zsets; the key goes at 0.
+local function group_ready(gp, n)
+  if n ~= 0 and redis.call('INCRBY', gp .. 'ready', n) <= 0 then
+    redis.call('DEL', gp .. 'ready')
+  end
+end
+
+-- Adds `entries` (score, id pairs) to group g's zset, counted; g is known.
+local function group_add(gp, g, entries)
+  group_ready(gp, redis.call('ZADD', group_list(gp, g), unpack(entries)))
+  redis.call('ZADD', gp .. 'known', 0, g)
+end
+
+-- Forgets group g (drops it from 'known') once nothing of it is left: no
+-- due message, none in processing, no wait and no setting of its own.
+local function group_forget_idle(gp, g)
+  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+    and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    redis.call('ZREM', gp .. 'known', g)
+  end
+end
+
+-- Queues a message of group g in its group, at score prio_score(p, due),
+-- and puts the group in the ring when it qualifies.
+local function group_enqueue(gp, g, id, p, due)
+  group_add(gp, g, {prio_score(p, due), id})
+  group_wake(gp, g)
+end
+
+-- Moves the groups whose wait is over (at most MAX_LIMIT) back to the
+-- ring; the ms until the next one's is over, false when none waits.
+local function groups_due(gp, now)
+  local over = redis.call('ZRANGE', gp .. 'wait', '-inf', now, 'BYSCORE', 'LIMIT', 0, MAX_LIMIT)
+  if #over > 0 then
+    redis.call('ZREM', gp .. 'wait', unpack(over))
+    for _, g in ipairs(over) do
+      group_wake(gp, g)
+    end
+  end
+  local next = redis.call('ZRANGE', gp .. 'wait', 0, 0, 'WITHSCORES')[2]
+  return next and math.max(0, tonumber(next) - now) or false
+end
+
+-- The groups of the messages at `keys` (payload keys): {group, how many}
+-- pairs, in the order the groups first appear.
+local function groups_of(keys)
+  local counts, at = {}, {}
+  for _, key in ipairs(keys) do
+    local g = group_of(redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1))
+    if g and at[g] then
+      counts[at[g]][2] = counts[at[g]][2] + 1
+    elseif g then
+      counts[#counts + 1], at[g] = {g, 1}, #counts + 1
+    end
+  end
+  return counts
+end
+
+-- Messages of groups left processing (`counts`, from groups_of): each
+-- group's count goes down and it goes back to the ring when it may start
+-- another.
+local function groups_finished(gp, counts)
+  for _, c in ipairs(counts) do
+    group_active(gp, c[1], -c[2])
+    group_wake(gp, c[1])
+    group_forget_idle(gp, c[1])
+  end
 end

@@ -11,15 +11,19 @@ KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset
 ARGV[1] priority zset   ARGV[2] schedules zset
 ARGV[3] dead letter retention ms   ARGV[4] most dead messages kept
+ARGV[5] group key prefix: its ring and wait zsets (docs/groups.md) count
+        as ready messages and pending ones
 Returns {sweep, wait_ms, claim, schedules}: sweep 1 when a lease has run
 out or a dead letter is past its retention or beyond the cap; wait_ms how
-long until the earliest pending id is due (0: due now), -1 when pending
-is empty; claim 1 when ready, retry or the priority zset hold ids;
+long until the earliest pending id is due or a waiting group's wait is
+over (0: due now), -1 when neither waits; claim 1 when ready, retry, the
+priority zset or the group ring hold ids;
 schedules 1 when the shard has schedules.
 Idempotent: read-only.
-Complexity: O(1): one EXISTS on an empty shard, at most eight calls.
+Complexity: O(1): one EXISTS on an empty shard, at most nine calls.
 ]]
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2]) == 0 then
+local ring, waiting = ARGV[5] .. 'ring', ARGV[5] .. 'wait'
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ring, waiting) == 0 then
   return {0, -1, 0, 0}
 end
 local now_u = now_us()
@@ -36,9 +40,11 @@ if oldest and (tonumber(oldest) <= now - tonumber(ARGV[3])
   sweep = 1
 end
 local wait = -1
-local due = head_due(KEYS[1])
-if due then
-  wait = math.max(0, tonumber(due) - now)
+for _, key in ipairs({KEYS[1], waiting}) do
+  local due = head_due(key)
+  if due and (wait < 0 or tonumber(due) - now < wait) then
+    wait = math.max(0, tonumber(due) - now)
+  end
 end
-local claim = redis.call('EXISTS', KEYS[2], KEYS[4], ARGV[1]) > 0 and 1 or 0
+local claim = redis.call('EXISTS', KEYS[2], KEYS[4], ARGV[1], ring) > 0 and 1 or 0
 return {sweep, wait, claim, redis.call('EXISTS', ARGV[2])}

@@ -6,22 +6,29 @@ oldest first, at most ARGV[1] per call so Redis is never blocked long.
 Once the queue has used priorities (the totals' field 'prios'), the
 header of each moved id is read: one of priority 1 to 9 goes to the
 priority zset (prio_score) instead of the ready list.
+Once the queue has used groups (the totals' field 'groups'), the header
+is read too: a message of a group goes to its group's zset instead
+(prelude.lua, docs/groups.md), which puts the group in the ring when it
+may start one; and groups whose wait is over go back to the ring.
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] totals hash
 ARGV[1] limit (1 to 1000)   ARGV[2] priority zset   ARGV[3] msg key prefix
 ARGV[4] the wire format version the caller speaks (docs/wire-format.md):
         fails with a "DQFORMAT ..." error, nothing written, when the
         totals' 'format' field holds another
+ARGV[5] group key prefix (read only while the totals have 'groups')
 Returns {moved, wait_ms, late1, late2, ...}: wait_ms is how long until the
-next pending id is due (0 when more are due now), -1 when pending is
-empty; late_i is how many microseconds after its due time each moved id
+next pending id is due, or a waiting group's wait is over (0 when more
+are due now), -1 when nothing waits; late_i is how many microseconds after its due time each moved id
 moved (the consumer's lateness metric, which a ms would round to 0).
 Idempotent: a re-run moves only what is still pending.
 Complexity: O(log N + M) with M = moved; O(M log P) more once the queue
-uses priorities, with P = size of the priority zset.
+uses priorities, with P = size of the priority zset; once it uses groups,
+O(M (log G + log P)) more, G = groups, plus O(log G) per group whose
+wait is over.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'hash')
-local fields = redis.call('HMGET', KEYS[3], 'prios', 'format')
+local fields = redis.call('HMGET', KEYS[3], 'prios', 'format', 'groups')
 check_format(fields[2], ARGV[4])
 local now_u = now_us()
 local now = math.floor(now_u / 1000)
@@ -33,13 +40,25 @@ for i = 1, #due, 2 do
   out[#out + 1] = now_u - tonumber(due[i + 1]) * 1000
 end
 if #ids > 0 then
-  local plain, scored = ids, {}
-  if fields[1] then
-    check_types(ARGV[2], 'zset')
+  -- grouped: group -> its moved ids' scores and ids; order: the groups in
+  -- the order they first appear.
+  local plain, scored, grouped, order = ids, {}, {}, {}
+  if fields[1] or fields[3] then
+    if fields[1] then
+      check_types(ARGV[2], 'zset')
+    end
     plain = {}
     for i, key in ipairs(payloads_here(ARGV[3], ids)) do
-      local p = priority_of(redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1))
-      if p > 0 then
+      local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
+      local p, g = priority_of(head), fields[3] and group_of(head)
+      if g then
+        if not grouped[g] then
+          grouped[g], order[#order + 1] = {}, g
+        end
+        local entries = grouped[g]
+        entries[#entries + 1] = prio_score(p, tonumber(due[2 * i]))
+        entries[#entries + 1] = ids[i]
+      elseif p > 0 then
         scored[#scored + 1] = prio_score(p, tonumber(due[2 * i]))
         scored[#scored + 1] = ids[i]
       else
@@ -53,11 +72,28 @@ if #ids > 0 then
   if #scored > 0 then
     redis.call('ZADD', ARGV[2], unpack(scored))
   end
+  if #order > 0 then
+    local added, known = 0, {}
+    for _, g in ipairs(order) do
+      added = added + redis.call('ZADD', group_list(ARGV[5], g), unpack(grouped[g]))
+      known[#known + 1] = 0
+      known[#known + 1] = g
+    end
+    group_ready(ARGV[5], added)
+    redis.call('ZADD', ARGV[5] .. 'known', unpack(known))
+    groups_wake(ARGV[5], order)
+  end
   redis.call('ZREM', KEYS[1], unpack(ids))
 end
 local head = head_due(KEYS[1])
 if head then
   out[2] = math.max(0, tonumber(head) - now)
+end
+if fields[3] then
+  local wait = groups_due(ARGV[5], now)
+  if wait and (out[2] < 0 or wait < out[2]) then
+    out[2] = wait
+  end
 end
 out[1] = #ids
 return out

@@ -18,12 +18,21 @@ KEYS[7] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] priority zset (read only while the totals have 'prios'; the
         last call deletes that field too)
-ARGV[4] marker key prefix: the unique_for and throttle markers of the
+ARGV[4] group key prefix (read only while the totals have 'groups'):
+        the zsets of the groups in the ring and the wait zset (the first
+        100 of each) and of the paused groups and those with messages in
+        processing (a first HSCAN page of each) are pages too; the last
+        call deletes the ring, the wait zset, the counts in processing and
+        of waiting messages, forgets the first 1000 known groups left
+        without settings, and the field 'groups' (a group's limits,
+        rate and pause stay, as the queue's do, and keep 'format' as they do)
+ARGV[5] marker key prefix: the unique_for and throttle markers of the
         removed ids go too (docs/dedup.md)
 Returns the number of ids removed (list entries included).
 Idempotent: a re-run deletes what is left.
-Complexity: O(M log N) with M = removed; the last call O(R) with R = the
-attempts hash's leftover fields.
+Complexity: O(M log N) with M = removed, plus O(log G) per group looked
+at (at most 400, G = groups); the last call O(R) with R = the attempts
+hash's leftover fields.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
@@ -32,6 +41,29 @@ local sources = {KEYS[1], KEYS[3], KEYS[5], KEYS[2], KEYS[4]}
 if redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
   check_types(ARGV[3], 'zset')
   sources[#sources + 1] = ARGV[3]
+end
+local gp = ARGV[4]
+local grouped = redis.call('HEXISTS', KEYS[7], 'groups') == 1
+if grouped then
+  check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'paused', 'hash', gp .. 'active', 'hash')
+  local seen = {}
+  local function add(g)
+    if g ~= '' and not seen[g] then
+      seen[g] = true
+      sources[#sources + 1] = group_list(gp, g)
+    end
+  end
+  for _, zset in ipairs({'ring', 'wait'}) do
+    for _, g in ipairs(redis.call('ZRANGE', gp .. zset, 0, 99)) do
+      add(g)
+    end
+  end
+  for _, hash in ipairs({'paused', 'active'}) do
+    local fields = redis.call('HSCAN', gp .. hash, 0, 'COUNT', 100)[2]
+    for i = 1, #fields, 2 do
+      add(fields[i])
+    end
+  end
 end
 -- Reads every page first, so the payloads are checked before the first write.
 local ids, pages = {}, {}
@@ -49,17 +81,24 @@ for _, key in ipairs(sources) do
 end
 if #ids == 0 then
   redis.call('DEL', KEYS[6])
+  if grouped then
+    redis.call('DEL', gp .. 'ring', gp .. 'wait', gp .. 'active', gp .. 'ready')
+    for _, g in ipairs(redis.call('ZRANGE', gp .. 'known', 0, 999)) do
+      group_forget_idle(gp, g)
+    end
+  end
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
-  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios', 'big')
+  redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios', 'big', 'groups')
   local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate', 'shards')
-  if not (settings[1] or settings[2] or settings[3] or settings[4]) then
+  local group_settings = redis.call('EXISTS', gp .. 'limits', gp .. 'rates', gp .. 'paused') > 0
+  if not (settings[1] or settings[2] or settings[3] or settings[4] or group_settings) then
     redis.call('HDEL', KEYS[7], 'format')
   end
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)
-local markers = markers_of(ARGV[4], ids)[1]
+local markers = markers_of(ARGV[5], ids)[1]
 for _, p in ipairs(pages) do
   local key, is_list, page = p[1], p[2], p[3]
   if #page > 0 and is_list then

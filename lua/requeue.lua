@@ -12,19 +12,24 @@ whose payload is gone is deleted instead.
 KEYS[1] dead zset   KEYS[2] attempts hash   KEYS[3] ready list
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] wake-up channel   ARGV[4] priority zset
-ARGV[5..] ids (optional; without: the oldest dead)
+ARGV[5] group key prefix
+ARGV[6..] ids (optional; without: the oldest dead)
+A message of a group (its header says which) goes to its group's zset
+instead, scored as due now, and its group to the ring when it may start
+one (docs/groups.md).
 Returns {requeued, taken out of dead (requeued or deleted)}.
 Publishes a wake-up when it requeued any.
 Idempotent: a re-run finds them gone from dead and requeues nothing.
-Complexity: O(M log N) with M = ids looked at; no payload is read or
+Complexity: O(M log N) with M = ids looked at (O(log G) more per grouped
+one, G = groups); no payload is read or
 copied (one without send times but with a deadline, from elsewhere: O(its
 size)).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list')
 local limit = limit_arg(2)
 local ids
-if #ARGV >= 5 then
-  ids = members_of(KEYS[1], 5, limit)
+if #ARGV >= 6 then
+  ids = members_of(KEYS[1], 6, limit)
 else
   ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
 end
@@ -38,7 +43,7 @@ local heads, scored, now = {}, {}, now_ms()
 for i, id in ipairs(ids) do
   heads[i] = redis.pcall('GETRANGE', keys[i], 0, HEADER_BYTES - 1)
   local p = priority_of(heads[i])
-  if p > 0 then
+  if p > 0 and not group_of(heads[i]) then
     scored[#scored + 1] = prio_score(p, now)
     scored[#scored + 1] = id
   end
@@ -48,7 +53,8 @@ if #scored > 0 then
 end
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
-local live = {}
+-- grouped: {group, id, priority} of each grouped message requeued.
+local live, grouped = {}, {}
 for i, id in ipairs(ids) do
   local head = heads[i]
   if type(head) == 'string' and head ~= '' then
@@ -66,7 +72,10 @@ for i, id in ipairs(ids) do
         redis.call('SET', keys[i], (string.gsub(value, '^([^:@]*)@%d+:', '%1:', 1)))
       end
     end
-    if priority_of(head) == 0 then
+    local group = group_of(head)
+    if group then
+      grouped[#grouped + 1] = {group, id, priority_of(head)}
+    elseif priority_of(head) == 0 then
       live[#live + 1] = id
     end
   end
@@ -81,6 +90,10 @@ for i = 2, #scored, 2 do
   records[#records + 1] = scored[i]
   records[#records + 1] = record_from(0, now, 0, '')
 end
+for _, g in ipairs(grouped) do
+  records[#records + 1] = g[2]
+  records[#records + 1] = record_from(0, now, 0, '')
+end
 if #live > 0 then
   redis.call('RPUSH', KEYS[3], unpack(live))
 end
@@ -90,7 +103,10 @@ end
 if #records > 0 then
   redis.call('HSET', KEYS[2], unpack(records))
 end
-if #live + #scored > 0 then
+for _, g in ipairs(grouped) do
+  group_enqueue(ARGV[5], g[1], g[2], g[3], now)
+end
+if #records > 0 then
   wake(ARGV[3], 0)
 end
-return {#live + #scored / 2, #ids}
+return {#records / 2, #ids}

@@ -50,6 +50,9 @@ unsharded layout, which its consumers do not read.
 Counts 'sent' in the totals. A message with a priority ("!<p>" in its
 header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
+A message with a group ("=<group>" in its header) sets the totals'
+'groups' field, from when on promote and claim serve groups
+(docs/groups.md).
 A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
 claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
@@ -78,7 +81,7 @@ delay header gains a digit: O(payload size)).
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
 local m = (#ARGV - 2) / 5
-local chosen, prio, big = false, false, false
+local chosen, prio, big, grouped = false, false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
 -- first write, as its placeholders are checked), and its mode.
 local values, modes, s = {}, {}, 5 + m
@@ -99,8 +102,10 @@ for i = 1, m do
     value = staged(KEYS[s], tonumber(ARGV[a + 3]) > 0, ARGV[a])
     size = value[4] or 0
     prio = prio or priority_of(value[5]) > 0
+    grouped = grouped or group_of(value[5])
   else
     prio = prio or priority_of(value) > 0
+    grouped = grouped or group_of(value)
   end
   big = big or size > BIG_VALUE
   values[i] = value
@@ -157,6 +162,9 @@ if prio and #entries > 0 then
 end
 if big and #entries > 0 then
   redis.call('HSET', KEYS[5], 'big', 1)
+end
+if grouped and #entries > 0 then
+  redis.call('HSET', KEYS[5], 'groups', 1)
 end
 if not format and #entries > 0 then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])

@@ -4,7 +4,9 @@
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] totals hash
 ARGV[1] priority zset (read only while the totals have 'prios')
-Returns {pending (not due yet), ready (the ready list, the priority zset and the
+ARGV[2] group key prefix: its count of messages waiting in the groups'
+        zsets (read only while the totals have 'groups') counts as ready
+Returns {pending (not due yet), ready (the ready list, the priority zset, the groups' zsets and the
 due messages still in pending: a consumer's next promote moves them), processing, retry,
 dead, now_ms, earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
 failed, dead, expired, paused (1 or 0), concurrency limit (0: none),
@@ -16,10 +18,13 @@ Complexity: O(log N) (N = pending: one ZCOUNT).
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused', 'concurrency',
-  'rate', 'prios')
+  'rate', 'prios', 'groups')
 local prio = 0
 if totals[9] then
   prio = checked('zset', 'ZCARD', ARGV[1])
+end
+if totals[10] then
+  prio = prio + tonumber(checked('string', 'GET', ARGV[2] .. 'ready') or 0)
 end
 local now = now_ms()
 local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)

@@ -9,7 +9,13 @@ KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] retry list
 KEYS[4] dead zset KEYS[5] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] default retry count   ARGV[4] wake-up channel
-ARGV[5] dead-letter retention ms   ARGV[6] marker key prefix
+ARGV[5] dead-letter retention ms
+ARGV[6] group key prefix   ARGV[7] marker key prefix
+Groups (as nack.lua's 'fail' with no delay): while any group has a
+message in processing, each id's group (from the header it reads anyway)
+counts one fewer in processing; a grouped id goes to its group's zset
+instead of retry (an ordered group's at the due time it had: back at the
+head), and its group back to the ring when it may start another.
 Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Starts the window of the unique_for marker of each id moved to the dead
@@ -17,7 +23,8 @@ zset (docs/dedup.md).
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
-calls per batch plus one per id (payload header) and two per dead id.
+calls per batch plus one per id (payload header) and two per dead id;
+O(log G) more per grouped id, G = groups.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'hash')
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, limit_arg(2))
@@ -28,15 +35,25 @@ local now, default = now_ms(), tonumber(ARGV[3])
 -- A few calls for the whole batch; per id only the payload's header is
 -- read (a call per id would make 1000 ids take ~10 ms).
 local keys = payloads_here(ARGV[1], ids)
-local markers = markers_of(ARGV[6], ids)
+local markers = markers_of(ARGV[7], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
 -- out: {timed_out, dead, then id and delivery count of each dead one}.
 local reasons, retry, out, dead = {}, {}, {#ids, 0}, 0
+local gp = ARGV[6]
+local grouped = redis.call('EXISTS', gp .. 'active') == 1
+-- back: {group, id, head, due} of each grouped id that goes back to its group.
+local back, left = {}, {}
 for i, id in ipairs(ids) do
   local key = keys[i]
-  local n, _, deferred = parts(records[i])
+  local n, due, deferred = parts(records[i])
   n, deferred = n or 1, deferred or 0
+  local head = grouped and redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
+  local group = grouped and group_of(head)
+  if group then
+    group_active(gp, group, -1)
+    left[#left + 1] = group
+  end
   reasons[#reasons + 1] = id
   if n > max_retries(key, default) then
     reasons[#reasons + 1] = record_from(n, false, deferred, ':timeout')
@@ -48,12 +65,29 @@ for i, id in ipairs(ids) do
   else
     -- Its next delivery is due now, when it goes to retry.
     reasons[#reasons + 1] = record_from(n, now, deferred, ':timeout')
-    retry[#retry + 1] = id
+    if group then
+      back[#back + 1] = {group, id, head, due}
+    else
+      retry[#retry + 1] = id
+    end
   end
 end
 redis.call('HSET', KEYS[2], unpack(reasons))
 if #retry > 0 then
   redis.call('RPUSH', KEYS[3], unpack(retry))
+end
+for _, b in ipairs(back) do
+  local due = now
+  if group_limit(gp, b[1]) == 1 then
+    due = due_of(b[3], b[4])
+  end
+  group_add(gp, b[1], {prio_score(priority_of(b[3]), due), b[2]})
+end
+for _, group in ipairs(left) do
+  group_wake(gp, group)
+  group_forget_idle(gp, group)
+end
+if #retry + #back > 0 then
   wake(ARGV[4], 0)
 end
 tally(KEYS[5], 'failed', #ids)

@@ -47,6 +47,17 @@ pub enum Error {
         /// Which limit it breaks.
         reason: String,
     },
+    /// A group name ([`NewMessage::group`](crate::NewMessage::group) and the
+    /// group calls of [`DelayQueue`](crate::DelayQueue)) is empty, longer
+    /// than [`MAX_GROUP_LEN`](crate::MAX_GROUP_LEN) or holds a character
+    /// other than ASCII letters, digits, `-`, `_` and `.`.
+    #[error("invalid group {group:?}: {reason}")]
+    InvalidGroup {
+        /// The group name.
+        group: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
     /// A setting or argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -116,6 +116,8 @@ pub enum Event {
         count: u64,
         /// The schedule acted on, for an action on a schedule.
         schedule: Option<String>,
+        /// The group acted on, for an action on a group (docs/groups.md).
+        group: Option<String>,
     },
 }
 
@@ -140,6 +142,13 @@ pub enum Action {
     Purged,
     /// A rate limit or global concurrency limit was set or cleared.
     LimitsChanged,
+    /// A group was paused ([`DelayQueue::pause_group`](crate::DelayQueue::pause_group)).
+    GroupPaused,
+    /// A group was resumed.
+    GroupResumed,
+    /// A group's concurrency, or the default of every group, was set or
+    /// cleared (`group` is `None` for the default).
+    GroupLimitsChanged,
     /// A schedule was created or its definition changed.
     ScheduleSet,
     /// A schedule was removed.

@@ -4,7 +4,8 @@
 //! [`DelayQueue::browse`](crate::DelayQueue::browse),
 //! [`DelayQueue::search`](crate::DelayQueue::search) and
 //! [`DelayQueue::get`](crate::DelayQueue::get) return them; [`Order`], the
-//! direction of a browse or search.
+//! direction of a browse or search; [`GroupInfo`] and [`GroupPage`]: what
+//! [`DelayQueue::groups`](crate::DelayQueue::groups) lists.
 
 use std::time::{Duration, SystemTime};
 
@@ -38,6 +39,9 @@ pub struct MessageInfo {
     /// ([`NewMessage::priority`](crate::NewMessage::priority)); 0 when its
     /// payload is gone.
     pub priority: u8,
+    /// Its group ([`NewMessage::group`](crate::NewMessage::group)); `None`
+    /// when it has none or its payload is gone.
+    pub group: Option<String>,
     /// Its headers ([`NewMessage::header`](crate::NewMessage::header)), in
     /// the order the send set them; empty when it has none or its payload
     /// is gone.
@@ -150,4 +154,40 @@ pub struct Found {
     /// [`Search::after`](crate::Search::after) to go on; `None`: it reached
     /// the end of the state. Opaque.
     pub cursor: Option<String>,
+}
+
+/// One group, as [`DelayQueue::groups`](crate::DelayQueue::groups) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupInfo {
+    /// The group's name.
+    pub name: String,
+    /// Its due messages, waiting for their turn.
+    pub ready: u64,
+    /// Its messages in processing.
+    pub processing: u64,
+    /// Paused ([`DelayQueue::pause_group`](crate::DelayQueue::pause_group)).
+    pub paused: bool,
+    /// Its own concurrency; `None`: the default of [`GroupPage`].
+    pub concurrency: Option<u32>,
+    /// Its own rate; `None`: the default of [`GroupPage`].
+    pub rate: Option<crate::RateLimit>,
+    /// Until when it waits (an ordered group's failed message its retry,
+    /// a group at its rate its window), by Redis's clock.
+    pub waiting_until: Option<SystemTime>,
+}
+
+/// One page of a queue's groups, from [`DelayQueue::groups`](crate::DelayQueue::groups).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupPage {
+    /// Groups known in all: those with due messages, messages in
+    /// processing, a wait or a setting of their own.
+    pub total: u64,
+    /// The concurrency of every group without its own.
+    pub default_concurrency: Option<u32>,
+    /// The rate of every group without its own.
+    pub default_rate: Option<crate::RateLimit>,
+    /// The groups of the page, in name order (shard by shard).
+    pub groups: Vec<GroupInfo>,
 }

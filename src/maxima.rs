@@ -30,6 +30,30 @@ pub const MAX_HEADER_NAME_LEN: usize = 64;
 /// Most bytes of header names and values together, per message.
 pub const MAX_HEADERS_BYTES: usize = 4096;
 
+/// Longest group name, in bytes ([`NewMessage::group`](crate::NewMessage::group)).
+/// Names are 1 to this many ASCII letters, digits, `-`, `_` and `.`, the
+/// characters of header names.
+pub const MAX_GROUP_LEN: usize = 64;
+
+/// Checks a group name against [`MAX_GROUP_LEN`] and its characters.
+pub(crate) fn check_group(group: &str) -> Result<(), crate::Error> {
+    let invalid = |reason: String| crate::Error::InvalidGroup {
+        group: group.to_string(),
+        reason,
+    };
+    if group.is_empty() || group.len() > MAX_GROUP_LEN {
+        return Err(invalid(format!(
+            "a group is 1 to MAX_GROUP_LEN ({MAX_GROUP_LEN}) bytes"
+        )));
+    }
+    match group.chars().find(|&c| !header_name_char(c)) {
+        Some(c) => Err(invalid(format!(
+            "{c:?} in a group (ASCII letters, digits, '-', '_' and '.' only)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Whether `c` may be part of a header name: ASCII letters, digits, `-`,
 /// `_` and `.`.
 pub(crate) fn header_name_char(c: char) -> bool {

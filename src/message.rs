@@ -18,6 +18,7 @@ pub struct Message {
     /// 0 (default) to `MAX_PRIORITY`.
     pub(crate) priority: u8,
     /// Name and value pairs, in the order the send set them.
+    pub(crate) group: Option<String>,
     pub(crate) headers: Vec<(String, String)>,
     /// When the send stored it and when it was due, ms of Redis time.
     pub(crate) times: SendTimes,
@@ -73,6 +74,12 @@ impl Message {
     /// ([`NewMessage::priority`](crate::NewMessage::priority)), 0 by default.
     pub fn priority(&self) -> u8 {
         self.priority
+    }
+
+    /// Its group ([`NewMessage::group`](crate::NewMessage::group)), if it
+    /// was sent with one.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
     }
 
     /// Its headers ([`NewMessage::header`](crate::NewMessage::header)): name

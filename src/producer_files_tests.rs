@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::id::id_char;
 use crate::maxima::{
-    header_name_char, MAX_BATCH_SIZE, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
-    MAX_RETRY_COUNT, MAX_WINDOW,
+    header_name_char, MAX_BATCH_SIZE, MAX_DELAY, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN,
+    MAX_PRIORITY, MAX_RETRY_COUNT, MAX_WINDOW,
 };
 use crate::queue::Config;
 use crate::store::keys::{key_prefix_char, queue_name_char, Keys, MAX_QUEUE_NAME_LEN};
@@ -49,7 +49,7 @@ fn files() -> Vec<(String, String)> {
 /// other crates enable.
 fn wire_json() -> String {
     let defaults = Config::default();
-    let (send, cancel, wake) = key_suffixes();
+    let (send, cancel, wake, group) = key_suffixes();
     let text_rule = |max_bytes: Option<usize>, allowed: &dyn Fn(char) -> bool, hint: &str| {
         let max = max_bytes.map_or(String::new(), |m| format!("\"max_bytes\": {m}, "));
         let ranges: Vec<String> = refused_ranges(allowed)
@@ -83,6 +83,7 @@ fn wire_json() -> String {
     line("cancel_keys", json_strings(&cancel[..cancel.len() - 2]));
     line("message_key", format!("\"{}\"", send[send.len() - 1]));
     line("marker_key", format!("\"{}\"", cancel[cancel.len() - 1]));
+    line("group_key", format!("\"{group}\""));
     line("wake_channel", format!("\"{wake}\""));
     line(
         "queue-name",
@@ -117,6 +118,10 @@ fn wire_json() -> String {
         ),
     );
     line(
+        "group",
+        text_rule(Some(MAX_GROUP_LEN), &header_name_char, &allowed_words(header_name_char)),
+    );
+    line(
         "headers",
         format!("{{\"max_count\": {MAX_HEADERS}, \"max_bytes\": {MAX_HEADERS_BYTES}}}"),
     );
@@ -131,9 +136,10 @@ fn wire_json() -> String {
 }
 
 /// The keys of send and cancel for one message, each without the queue's
-/// `<prefix>{<name>}:` and with the message key last, without the id, and
-/// send's wake-up channel: as the store's operations build them.
-fn key_suffixes() -> (Vec<String>, Vec<String>, String) {
+/// `<prefix>{<name>}:` and with the message key last, without the id,
+/// send's wake-up channel and cancel's group key prefix: as the store's
+/// operations build them.
+fn key_suffixes() -> (Vec<String>, Vec<String>, String, String) {
     let keys = Keys::new("P:", "Q").expect("a valid queue");
     let msg = Outgoing {
         id: MessageId::from("ID"),
@@ -151,14 +157,17 @@ fn key_suffixes() -> (Vec<String>, Vec<String>, String) {
     let wake = SendBatch { msgs: vec![] }.args(&keys)[0]
         .as_string()
         .expect("the channel");
+    let cancel = Cancel { id: "ID" };
+    let group = cancel.args(&keys)[1].as_string().expect("the group prefix");
     (
         SendBatch { msgs: vec![msg] }
             .keys(&keys)
             .iter()
             .map(|k| strip(k))
             .collect(),
-        Cancel { id: "ID" }.keys(&keys).iter().map(|k| strip(k)).collect(),
+        cancel.keys(&keys).iter().map(|k| strip(k)).collect(),
         strip(&wake),
+        strip(&group),
     )
 }
 
@@ -252,6 +261,7 @@ mod tests {
         );
         assert_eq!(wire["message_key"], "m:");
         assert_eq!(wire["marker_key"], "uniq:");
+        assert_eq!(wire["group_key"], "g");
         assert_eq!(wire["wake_channel"], "wake");
         assert_eq!(wire["delay"]["max_ms"], 316_224_000_000_u64);
         assert_eq!(

@@ -81,6 +81,7 @@ pub struct Schedule {
     pub(crate) timezone: String,
     pub(crate) retry_count: Option<u32>,
     pub(crate) backoff: Option<Backoff>,
+    pub(crate) group: Option<String>,
     pub(crate) misfire: Misfire,
     pub(crate) grace: Duration,
 }
@@ -107,6 +108,7 @@ impl Schedule {
             timezone: "UTC".into(),
             retry_count: None,
             backoff: None,
+            group: None,
             misfire: Misfire::default(),
             grace: DEFAULT_MISFIRE_GRACE,
         }
@@ -129,6 +131,14 @@ impl Schedule {
     /// Each fire's message's own [`Backoff`] (fixed or exponential).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = Some(backoff);
+        self
+    }
+
+    /// Each fire's message's group ([`NewMessage::group`](crate::NewMessage::group),
+    /// docs/groups.md). In a sharded queue a fire lives in its schedule's
+    /// shard, so a group's limits hold per shard for scheduled messages.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
         self
     }
 
@@ -157,6 +167,9 @@ impl Schedule {
         }
         if let Some(b) = &self.backoff {
             b.validate()?;
+        }
+        if let Some(g) = &self.group {
+            crate::maxima::check_group(g)?;
         }
         if self.grace < Duration::from_secs(1) || self.grace > MAX_DELAY {
             return Err(Error::InvalidArgument("misfire_grace must be 1 s to MAX_DELAY".into()));

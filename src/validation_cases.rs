@@ -58,6 +58,7 @@ fn reports(rule: &str, e: &Error) -> bool {
         "queue-name" => matches!(e, Error::InvalidQueueName { .. }),
         "id" => matches!(e, Error::InvalidMessageId { .. }),
         "header-name" | "headers" => matches!(e, Error::InvalidHeader { .. }),
+        "group" => matches!(e, Error::InvalidGroup { .. }),
         "payload" => matches!(e, Error::PayloadTooLarge { .. }),
         _ => matches!(e, Error::InvalidArgument(_)),
     }

@@ -1166,3 +1166,60 @@ async fn schedules_add_list_show_trigger_pause_resume_and_remove() {
         .failed(1)
         .contains("ping"));
 }
+
+#[tokio::test]
+async fn groups_are_listed_a_page_at_a_time_and_paused_and_resumed() {
+    let (_server, url, client) = start().await;
+    let q = builder(&client, "tenants").group_concurrency(4).build().unwrap();
+    for g in ["a", "b", "c"] {
+        q.send("x").group(g).await.unwrap();
+    }
+    q.set_group_rate("b", Some(delayqueue::RateLimit::new(10, Duration::from_secs(1))))
+        .await
+        .unwrap();
+    // A consumer on the paused queue promotes the messages (so their
+    // groups are known) and handles none.
+    assert!(q.pause().await.unwrap());
+    let consumer = q
+        .start_consume(|_m: Message| async { Ok::<_, HandlerError>(()) })
+        .await
+        .unwrap();
+    assert!(wait_for(WAIT, || async { q.groups(0, 10).await.unwrap().total == 3 }).await);
+    consumer.shutdown().await.unwrap();
+
+    assert_eq!(
+        run(&url, &["groups", "pause", "tenants", "a"]).await.stdout,
+        "paused group a\n"
+    );
+    let r = run(&url, &["groups", "list", "tenants", "-n", "2"]).await;
+    let lines: Vec<Vec<&str>> = r.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines,
+        [
+            vec!["GROUP", "READY", "PROCESSING", "PAUSED", "CONCURRENCY", "RATE"],
+            vec!["a", "1", "0", "yes", "4", "(default)", "-"],
+            vec!["b", "1", "0", "no", "4", "(default)", "10/1s"],
+            vec![],
+            vec!["1-2", "of", "3", "groups;", "next", "page:", "--offset", "2"],
+        ],
+        "{}",
+        r.stdout
+    );
+    let r = run(&url, &["--json", "groups", "list", "tenants", "--offset", "2"]).await;
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!((&v["total"], &v["default_concurrency"]), (&json!(3), &json!(4)));
+    assert_eq!(v["groups"][0]["name"], "c");
+    assert_eq!(
+        run(&url, &["groups", "resume", "tenants", "a"]).await.stdout,
+        "resumed group a\n"
+    );
+    assert!(!q.groups(0, 1).await.unwrap().groups[0].paused);
+    assert!(run(&url, &["groups", "pause", "tenants", "a b"])
+        .await
+        .failed(2)
+        .contains("invalid group"));
+    assert!(run(&url, &["groups", "pause", "nosuchqueue", "a"])
+        .await
+        .failed(1)
+        .contains("nosuchqueue"));
+}

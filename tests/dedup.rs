@@ -319,3 +319,70 @@ async fn a_producer_clock_an_hour_off_changes_nothing() {
         );
     }
 }
+
+/// Groups and dedup together (docs/groups.md, docs/dedup.md): a grouped
+/// message sent with unique_for is served through its group, and its ack
+/// both frees the group and starts the window that refuses a resend; a
+/// debounced grouped message keeps its group through every fold and is
+/// delivered from it with its last payload.
+#[tokio::test]
+async fn grouped_messages_keep_their_windows_and_their_groups() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queue = DelayQueue::builder("grouped", client.clone())
+        .fetch_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    queue.send("u").id("u").group("A").unique_for(HOUR).await.unwrap();
+    for i in 0..3 {
+        let sent = queue
+            .send(format!("d{i}"))
+            .id("d")
+            .group("B")
+            .debounce(Duration::from_secs(60))
+            .outcome()
+            .await
+            .unwrap();
+        if i == 0 {
+            assert!(matches!(sent, Sent::Stored(_)), "{sent:?}");
+        } else {
+            assert!(matches!(sent, Sent::Replaced(_)), "{sent:?}");
+        }
+    }
+    let info = queue.get("d").await.unwrap().expect("the debounced message");
+    assert_eq!(info.state, MessageState::Pending);
+    assert_eq!(info.group.as_deref(), Some("B"), "folded, it keeps its group");
+    assert!(queue.reschedule("d", Duration::ZERO).await.unwrap());
+
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(
+        wait_until(WAIT, || log.len() >= 2).await,
+        "{} of 2 delivered",
+        log.len()
+    );
+    let deliveries = log.snapshot();
+    let d = deliveries.iter().find(|d| d.0.as_str() == "d").expect("d delivered");
+    assert_eq!(d.3, b"d2", "with the payload Redis held last");
+    // Both acks landed: no group has a message in processing or waiting.
+    let mut idle = false;
+    for _ in 0..1_500 {
+        let c = queue.counts().await.unwrap();
+        if c.processing == 0 && queue.groups(0, 10).await.unwrap().groups.is_empty() {
+            idle = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(idle, "acks did not land within 30 s");
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.len(), 2, "each once");
+
+    let refused = queue.send("again").id("u").group("A").unique_for(HOUR).await;
+    assert!(
+        matches!(refused, Err(Error::Duplicate { until: Some(_), .. })),
+        "the window runs from the ack: {refused:?}"
+    );
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+}

@@ -464,6 +464,7 @@ async fn schedule_changes_are_events_and_info_logs() {
                 id,
                 count,
                 schedule,
+                ..
             })) => changed.push((action, schedule, id.map(|i| i.as_str().to_string()), count)),
             Ok(Ok(_)) => {}
             other => panic!("events ended: {other:?}"),

@@ -437,6 +437,7 @@ async fn messages_page_stably_and_one_message_shows_everything() {
             "due_ms",
             "expires_at_ms",
             "first_due_ms",
+            "group",
             "headers",
             "id",
             "last_error",
@@ -863,6 +864,7 @@ async fn pages_and_assets_are_embedded_and_work_under_a_mount_path() {
         ("/admin/queues/assets/app.js", "text/javascript"),
         ("/admin/queues/assets/lib.js", "text/javascript"),
         ("/admin/queues/assets/overview.js", "text/javascript"),
+        ("/admin/queues/assets/groups.js", "text/javascript"),
         ("/admin/queues/assets/app.css", "text/css"),
         ("/admin/queues/assets/favicon.svg", "image/svg+xml"),
     ] {
@@ -1069,6 +1071,123 @@ async fn schedules_are_listed_and_paused_resumed_and_triggered() {
         2
     );
     assert!(!q.schedule("hourly").await.unwrap().unwrap().paused);
+}
+
+#[tokio::test]
+async fn groups_are_listed_by_page_and_paused_and_resumed() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "tenants");
+    for (g, n) in [("a", 3), ("b", 1), ("c", 2)] {
+        for _ in 0..n {
+            q.send("x").group(g).await.unwrap();
+        }
+    }
+    q.set_group_concurrency("b", Some(2)).await.unwrap();
+    // Groups are known once a consumer has promoted their messages: one
+    // runs on the paused queue, so nothing is handled.
+    assert!(q.pause().await.unwrap());
+    let log = helpers::Log::default();
+    let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
+    assert!(wait_for(WAIT, || async { q.groups(0, 10).await.unwrap().total == 3 }).await);
+    consumer.shutdown().await.unwrap();
+    let app = Dashboard::new(client.clone()).queue(&q).router().unwrap();
+
+    let v = get_ok(&app, "/api/queues/tenants/groups").await;
+    assert_eq!(
+        keys(&v),
+        [
+            "default_concurrency",
+            "default_rate",
+            "items",
+            "limit",
+            "offset",
+            "total"
+        ]
+    );
+    assert_eq!(
+        (&v["total"], &v["offset"], &v["limit"]),
+        (&json!(3), &json!(0), &json!(50))
+    );
+    let names: Vec<&str> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    let a = &v["items"][0];
+    assert_eq!(
+        keys(a),
+        [
+            "concurrency",
+            "name",
+            "paused",
+            "processing",
+            "rate",
+            "ready",
+            "waiting_until_ms"
+        ]
+    );
+    assert_eq!(
+        (&a["ready"], &a["processing"], &a["paused"]),
+        (&json!(3), &json!(0), &json!(false))
+    );
+    assert_eq!(v["items"][1]["concurrency"], json!(2));
+
+    // Paging: offset and limit, in name order.
+    let v = get_ok(&app, "/api/queues/tenants/groups?offset=1&limit=1").await;
+    assert_eq!((&v["total"], &v["items"][0]["name"]), (&json!(3), &json!("b")));
+    assert_eq!(v["items"].as_array().unwrap().len(), 1);
+    for bad in ["limit=0", "limit=201", "limit=x", "offset=-1"] {
+        let r = get(&app, &format!("/api/queues/tenants/groups?{bad}")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+    }
+
+    // Pause, pause again, resume: as the API says, and as the queue lists it.
+    let path = |g: &str, what: &str| format!("/api/queues/tenants/groups/{g}/{what}");
+    assert_eq!(
+        act(&app, &path("a", "pause"), json!({})).await,
+        json!({"paused": true, "changed": true})
+    );
+    assert_eq!(
+        act(&app, &path("a", "pause"), json!({})).await,
+        json!({"paused": true, "changed": false})
+    );
+    assert!(q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert_eq!(
+        get_ok(&app, "/api/queues/tenants/groups").await["items"][0]["paused"],
+        json!(true)
+    );
+    assert_eq!(
+        act(&app, &path("a", "resume"), json!({})).await,
+        json!({"paused": false, "changed": true})
+    );
+    assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
+
+    // A bad group name is a 400; no CSRF token a 403; read-only refuses.
+    let token = csrf(&app).await;
+    for bad in ["a%20b", "%3Cscript%3E", &"g".repeat(65)] {
+        let r = post(&app, &path(bad, "pause"), json!({}), Some(&token)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+        assert!(
+            r.json()["error"].as_str().unwrap().contains("invalid group"),
+            "{}",
+            r.text()
+        );
+    }
+    let r = post(&app, &path("a", "pause"), json!({}), None).await;
+    assert_eq!((r.status, r.json()), (StatusCode::FORBIDDEN, json!({"error": "csrf"})));
+    let ro = Dashboard::new(client.clone()).read_only(true).router().unwrap();
+    let token = csrf(&ro).await;
+    for what in ["pause", "resume"] {
+        let r = post(&ro, &path("a", what), json!({}), Some(&token)).await;
+        assert_eq!(
+            (r.status, r.json()),
+            (StatusCode::FORBIDDEN, json!({"error": "read-only"}))
+        );
+    }
+    assert_eq!(get_ok(&ro, "/api/queues/tenants/groups").await["total"], json!(3));
+    assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
 }
 
 /// A request to the producer API with a bearer token (`None`: none) and a JSON body.

@@ -1089,3 +1089,110 @@ async fn the_overview_pages_through_more_queues_than_fit_one_page() {
     assert_eq!(by_name[0], json!("batch-00"));
     b.close().await;
 }
+
+#[tokio::test]
+async fn a_group_paused_with_a_click_waits_while_another_is_handled_and_resuming_hands_it_over() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let work = dash.queue("work", |b| b.group_concurrency(4));
+    // Settings of their own make the groups known before any message.
+    work.set_group_concurrency("tenant-a", Some(2)).await.unwrap();
+    let rate = delayqueue::RateLimit::new(10, Duration::from_secs(1));
+    work.set_group_rate("tenant-b", Some(rate)).await.unwrap();
+    let log = Log::default();
+    let _consumer = work.start_consume(helpers::acking(&log)).await.unwrap();
+    let handled = |prefix: &str| log.ids().iter().filter(|id| id.as_str().starts_with(prefix)).count();
+    // A send makes the queue known to the dashboard.
+    work.send("warm-up").id("warm-up").await.unwrap();
+    assert!(
+        support::wait_until(support::WAIT, || log.len() == 1).await,
+        "the consumer runs"
+    );
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/q/work/groups").await;
+    let row = |g: &str| format!("[data-testid=groups] [data-testid=group-row][data-group={g}]");
+    b.wait(
+        "both groups listed",
+        "document.querySelectorAll('[data-testid=groups] [data-testid=group-row]').length === 2",
+    )
+    .await;
+    let text = b
+        .js(&format!(
+            "return document.querySelector('{}').innerText;",
+            row("tenant-b")
+        ))
+        .await;
+    assert!(text.as_str().unwrap().contains("10 / 1"), "tenant-b's rate: {text}");
+    b.click(&format!("{} [data-testid=group-pause]", row("tenant-a"))).await;
+    b.wait(
+        "the paused badge on tenant-a",
+        &format!(
+            "!!document.querySelector('{} [data-testid=group-paused]')",
+            row("tenant-a")
+        ),
+    )
+    .await;
+    let paused = |page: &delayqueue::GroupPage| page.groups.iter().any(|g| g.name == "tenant-a" && g.paused);
+    assert!(paused(&work.groups(0, 10).await.unwrap()), "Redis says paused");
+
+    let sent_at = dash.server.now_ms();
+    for i in 0..3 {
+        for g in ["a", "b"] {
+            work.send(format!("job {i}"))
+                .id(format!("{g}-{i}"))
+                .group(format!("tenant-{g}"))
+                .await
+                .unwrap();
+        }
+    }
+    assert!(
+        support::wait_until(support::WAIT, || handled("b-") == 3).await,
+        "tenant-b's messages are handled: {:?}",
+        log.ids()
+    );
+    // "Waits" needs a window: ten fetch intervals by Redis's clock after
+    // the sends, each a claim that passed tenant-a over.
+    assert!(
+        support::wait_until(support::WAIT, || dash.server.now_ms() >= sent_at + 1000).await,
+        "Redis's clock stands still"
+    );
+    assert_eq!(handled("a-"), 0, "tenant-a is paused: {:?}", log.ids());
+    b.wait(
+        "tenant-a's 3 messages ready on the page",
+        &format!(
+            "document.querySelector('{} [data-testid=group-ready]').innerText === '3'",
+            row("tenant-a")
+        ),
+    )
+    .await;
+    b.screenshot("groups").await;
+    // A waiting message shows its group, a link back to the tab.
+    dash.open(&b, "#/q/work/m/a-0").await;
+    let group = b
+        .wait(
+            "a-0's group",
+            "(document.querySelector('[data-testid=message-group]') || {}).textContent",
+        )
+        .await;
+    assert_eq!(group, json!("tenant-a"));
+    b.click("[data-testid=message-group]").await;
+
+    b.click(&format!("{} [data-testid=group-resume]", row("tenant-a")))
+        .await;
+    assert!(
+        support::wait_until(support::WAIT, || handled("a-") == 3).await,
+        "resumed: tenant-a's messages are handled: {:?}",
+        log.ids()
+    );
+    b.wait(
+        "tenant-a's pause button again",
+        &format!(
+            "!!document.querySelector('{} [data-testid=group-pause]')",
+            row("tenant-a")
+        ),
+    )
+    .await;
+    assert!(!paused(&work.groups(0, 10).await.unwrap()));
+    b.close().await;
+}

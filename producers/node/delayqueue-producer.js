@@ -89,7 +89,7 @@ const refused = (rule, flags = 'u') => {
   const hex = (cp) => `\\u{${cp.toString(16)}}`;
   return new RegExp(`[${WIRE[rule].refused_code_points.map(([lo, hi]) => `${hex(lo)}-${hex(hi)}`).join('')}]`, flags);
 };
-const TEXT_RULES = Object.fromEntries(['queue-name', 'key-prefix', 'id', 'header-name'].map((r) => [r, refused(r)]));
+const TEXT_RULES = Object.fromEntries(['queue-name', 'key-prefix', 'id', 'header-name', 'group'].map((r) => [r, refused(r)]));
 const LONE_SURROGATE = /\p{Cs}/u;
 
 /** An input breaks a rule of docs/wire-format.md, "Validation": `rule` names it. */
@@ -218,7 +218,7 @@ function modeOf(id, { uniqueForMs, throttleMs, debounceMs, replace = false }, ti
 }
 
 /** [id, stored value, delay ms, own id, mode letters] of one message, checked. */
-function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, headers, ...modes } = {}) {
+function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, group, headers, ...modes } = {}) {
   const mode = modeOf(id, modes, delayMs !== undefined || atMs !== undefined);
   if (modes.debounceMs !== undefined) delayMs = modes.debounceMs;
   let bytes;
@@ -237,10 +237,11 @@ function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_c
   checkInt(priority, WIRE.priority.max, 'priority', 'priority');
   const own = id !== undefined;
   if (own) checkId(id);
+  if (group !== undefined) checkText(group, 'group', 'group');
   const section = headersSection(headers);
-  // "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+  // "<retry count>[!<priority>][=<group>][#<headers bytes>]:[<headers>]<payload>"
   // (docs/wire-format.md); send.lua adds the times.
-  const head = `${retryCount}${priority ? `!${priority}` : ''}${section.length ? `#${section.length}` : ''}:`;
+  const head = `${retryCount}${priority ? `!${priority}` : ''}${group !== undefined ? `=${group}` : ''}${section.length ? `#${section.length}` : ''}:`;
   return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own, mode];
 }
 
@@ -308,7 +309,7 @@ class Producer {
   }
 
   /**
-   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority }, ...]`, BATCH
+   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority, group, headers }, ...]`, BATCH
    * per script call. Every message is checked before any is sent; resolves,
    * in order, to each one's id or its DuplicateError / WrongTypeError.
    */
@@ -324,7 +325,7 @@ class Producer {
     checkId(id);
     // Then the id's marker (docs/dedup.md), whose window a cancel starts.
     const keys = [...this.keys('cancel', [id]), this.base + WIRE.marker_key + id];
-    return (await CANCEL.call(this.client, keys, [id])) === 1;
+    return (await CANCEL.call(this.client, keys, [id, this.base + WIRE.group_key])) === 1;
   }
 }
 

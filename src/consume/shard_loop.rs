@@ -88,6 +88,9 @@ pub(crate) async fn run(
         };
         waiting = shared.publish_waiting(waiting, at.claim);
         if at.claim && at.claim_after <= Instant::now() && !on_slot && failures == 0 {
+            // Busy claiming: wake-ups that came meanwhile still bring the
+            // next promote forward (a message due now behind a backlog).
+            note_wakes(&mut at, std::iter::from_fn(|| wakes.try_recv().ok()));
             continue;
         }
         tokio::select! {
@@ -96,12 +99,7 @@ pub(crate) async fn run(
             // A finished delivery frees a slot of the global concurrency limit too.
             _ = shared.pool.done[shared.index].notified(), if on_slot => at.claim_after = Instant::now(),
             Some(due) = wakes.recv() => {
-                let now = Instant::now();
-                for due in std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())) {
-                    at.promote = at.promote.min(due);
-                    // Due now: a retry or a due message; either way, look.
-                    at.claim |= due <= now;
-                }
+                note_wakes(&mut at, std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())));
             }
         }
     }
@@ -124,6 +122,16 @@ pub(crate) async fn run(
     drop(shared);
     let _ = acker.await;
     tracing::debug!(queue = %name, shard, "shard loop stopped");
+}
+
+/// Brings the next promote forward to each wake-up's due time; one due
+/// now (a retry or a due message) means a claim, either way.
+fn note_wakes(at: &mut Schedule, wakes: impl Iterator<Item = Instant>) {
+    let now = Instant::now();
+    for due in wakes {
+        at.promote = at.promote.min(due);
+        at.claim |= due <= now;
+    }
 }
 
 /// One round: sweep when due, promote when something is due, claim what

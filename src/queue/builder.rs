@@ -253,6 +253,61 @@ impl DelayQueueBuilder {
         self
     }
 
+    /// At most `m` messages of any one group
+    /// ([`NewMessage::group`](crate::NewMessage::group)) processing at once,
+    /// across all consumers: the default of every group without its own
+    /// ([`DelayQueue::set_group_concurrency`]). Stored like
+    /// [`rate_limit`](Self::rate_limit) when a consumer starts. A group of
+    /// concurrency 1 is ordered: see [`ordered`](Self::ordered). `m` is at
+    /// least 1. Default: none (docs/groups.md).
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// let queue = delayqueue::DelayQueue::builder("imports", client)
+    ///     .group_concurrency(4)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_concurrency(mut self, m: u32) -> Self {
+        self.config.group_concurrency = Some(m);
+        self
+    }
+
+    /// At most `n` messages of any one group start in any window of `per`,
+    /// by Redis's clock, exactly as [`rate_limit`](Self::rate_limit) for
+    /// the whole queue (which holds on top): the default of every group
+    /// without its own ([`DelayQueue::set_group_rate`]). Stored when a
+    /// consumer starts. A group at its rate waits, out of the turns, until
+    /// its window lets one more start. Default: none (docs/groups.md).
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// let queue = delayqueue::DelayQueue::builder("webhooks", client)
+    ///     .group_rate_limit(10, Duration::from_secs(1))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_rate_limit(mut self, n: u64, per: Duration) -> Self {
+        self.config.group_rate_limit = Some(RateLimit::new(n, per));
+        self
+    }
+
+    /// Every group is ordered: [`group_concurrency(1)`](Self::group_concurrency).
+    /// One message of a group at a time, in due order (a higher priority
+    /// first); a message that fails with deliveries left goes back to the
+    /// head of its group, which waits out its backoff, so nothing else of
+    /// the group starts until it is retried or dead (docs/groups.md).
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// let queue = delayqueue::DelayQueue::builder("ledger", client).ordered().build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ordered(self) -> Self {
+        self.group_concurrency(1)
+    }
+
     /// Prefix of every key of the queue. Default `dq:`, so the keys of queue
     /// `orders` are `dq:{orders}:...`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -328,6 +383,12 @@ impl DelayQueueBuilder {
         }
         if let Some(n) = c.global_concurrency {
             limits::check_concurrency(n, shards.len())?;
+        }
+        if c.group_concurrency == Some(0) {
+            return bad("group_concurrency must be at least 1".into());
+        }
+        if let Some(rate) = &c.group_rate_limit {
+            limits::check_rate(rate, 1)?;
         }
         if !(1..=MAX_BATCH_SIZE).contains(&s.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));

@@ -20,6 +20,10 @@ pub(crate) struct Config {
     pub rate_limit: Option<RateLimit>,
     /// Like `rate_limit`.
     pub global_concurrency: Option<u64>,
+    /// The default concurrency of every group; like `rate_limit`.
+    pub group_concurrency: Option<u32>,
+    /// The default rate of every group; like `rate_limit`.
+    pub group_rate_limit: Option<RateLimit>,
 }
 
 impl Default for Config {
@@ -31,6 +35,8 @@ impl Default for Config {
             durability: Durability::Memory,
             rate_limit: None,
             global_concurrency: None,
+            group_concurrency: None,
+            group_rate_limit: None,
         }
     }
 }

@@ -117,6 +117,12 @@ impl DelayQueue {
         if let Some(n) = c.global_concurrency {
             self.set_global_concurrency(Some(n)).await?;
         }
+        if let Some(m) = c.group_concurrency {
+            self.set_default_group_concurrency(Some(m)).await?;
+        }
+        if let Some(rate) = c.group_rate_limit {
+            self.set_default_group_rate(Some(rate)).await?;
+        }
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ mod consume_batch;
 mod dead_letters;
 mod discover;
 mod durability;
+mod groups;
 mod inspect;
 mod integrity;
 mod limits;
@@ -94,7 +95,7 @@ impl DelayQueue {
 
     /// The number of the shard that holds message `id`.
     pub(crate) fn shard_index(&self, id: &str) -> usize {
-        usize::from(fred::util::redis_keyslot(id.as_bytes())) % self.inner.shards.len()
+        shard_of(id, self.inner.shards.len())
     }
 
     /// Cancels a message that waits for delivery (pending, ready, retry)
@@ -415,6 +416,17 @@ impl DelayQueue {
         self.changed_schedule(action, None, id, count);
     }
 
+    /// [`changed`](Self::changed) for an action on group `group`.
+    pub(crate) fn changed_group(&self, action: Action, group: Option<&str>) {
+        events::emit(&self.inner.events, || Event::Changed {
+            action,
+            id: None,
+            count: 0,
+            schedule: None,
+            group: group.map(str::to_string),
+        });
+    }
+
     /// [`changed`](Self::changed) for an action on schedule `schedule`.
     pub(crate) fn changed_schedule(&self, action: Action, schedule: Option<&str>, id: Option<&str>, count: u64) {
         events::emit(&self.inner.events, || Event::Changed {
@@ -422,12 +434,18 @@ impl DelayQueue {
             id: id.map(|id| MessageId::from(id.to_string())),
             count,
             schedule: schedule.map(str::to_string),
+            group: None,
         });
     }
 
     pub(crate) fn store<'a>(&'a self, k: &'a Keys) -> Shard<'a> {
         Shard::new(&self.inner.client, k, &self.inner.name)
     }
+}
+
+/// The shard of `shards` that message id or group name `key` lives in.
+pub(crate) fn shard_of(key: &str, shards: usize) -> usize {
+    usize::from(fred::util::redis_keyslot(key.as_bytes())) % shards
 }
 
 /// The delay until `at` by this host's clock; zero when it has passed.

@@ -53,6 +53,7 @@ impl DelayQueue {
         let retry_count = schedule.retry_count.unwrap_or(config.consume.default_retry_count);
         let value = encode_stored(&ValueParts {
             backoff: backoff.as_deref(),
+            group: schedule.group.as_deref(),
             ..ValueParts::new(retry_count, payload.as_bytes())
         });
         let text = |s: &str| Bytes::from(s.to_string());

@@ -14,14 +14,14 @@ use futures::StreamExt;
 use crate::error::connection_failed;
 use crate::events::{self, Event};
 use crate::maxima::{
-    header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT,
-    MAX_WINDOW,
+    check_group, header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
+    MAX_RETRY_COUNT, MAX_WINDOW,
 };
 use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
 use crate::queue::durability::Durability;
-use crate::queue::Config;
+use crate::queue::{shard_of, Config};
 use crate::store::ops::get::Get;
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode, SendOutcome};
 use crate::store::stored::{decode_stored, encode_staged, encode_stored, ValueParts, STAGE_BYTES};
@@ -69,6 +69,7 @@ pub struct NewMessage<Q = ()> {
     expire_after: Option<Duration>,
     backoff: Option<Backoff>,
     priority: u8,
+    group: Option<String>,
     headers: Vec<(String, String)>,
     /// How it meets an earlier message of its id (docs/dedup.md).
     dedup: Option<Dedup>,
@@ -147,6 +148,7 @@ impl<Q> NewMessage<Q> {
             expire_after: None,
             backoff: None,
             priority: 0,
+            group: None,
             headers: Vec::new(),
             dedup: None,
             due_given: false,
@@ -331,6 +333,27 @@ impl<Q> NewMessage<Q> {
         self
     }
 
+    /// Puts the message in a group, such as the tenant it is for
+    /// (docs/groups.md): due messages of different groups are claimed in
+    /// turn, so a group with a big backlog delays another group's message
+    /// by at most one turn, and each group's own concurrency
+    /// ([`DelayQueueBuilder::group_concurrency`](crate::DelayQueueBuilder::group_concurrency),
+    /// [`DelayQueue::set_group_concurrency`]) and pause
+    /// ([`DelayQueue::pause_group`]) hold. A message without a group is
+    /// served as one more group. Names are 1 to [`MAX_GROUP_LEN`](crate::MAX_GROUP_LEN) ASCII
+    /// letters, digits, `-`, `_` and `.`; another fails the send with
+    /// [`Error::InvalidGroup`].
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// queue.send("import row 1").group("tenant-42").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
     /// Sets a header: a name and a string value the handler reads with
     /// [`Message::header`](crate::Message::header), kept across retries
     /// and requeues. Setting a name again replaces its value. Names are 1
@@ -362,8 +385,9 @@ impl<Q> NewMessage<Q> {
         self
     }
 
-    /// Checks the message against the queue's limits and encodes it.
-    fn prepare(self, config: &Config) -> Result<Outgoing, Error> {
+    /// Checks the message against the queue's limits and encodes it, for a
+    /// queue of `shards` shards.
+    fn prepare(self, config: &Config, shards: usize) -> Result<Outgoing, Error> {
         let payload = self.payload?;
         if payload.len() > config.max_payload_size {
             return Err(Error::PayloadTooLarge {
@@ -400,16 +424,36 @@ impl<Q> NewMessage<Q> {
         #[cfg(not(feature = "otel"))]
         let headers = self.headers;
         check_headers(&headers)?;
+        if let Some(group) = &self.group {
+            check_group(group)?;
+        }
         let expire_after = self.expire_after.or(config.expire_after);
         if let Some(d) = expire_after {
             check_expire_after(d)?;
         }
+        // A group lives in one shard, so its limits are exact: with shards,
+        // a grouped message's id must hash to its group's shard, since
+        // every call that takes an id finds the shard from it.
+        let group_shard = self
+            .group
+            .as_deref()
+            .filter(|_| shards > 1)
+            .map(|g| shard_of(g, shards));
         let (id, own_id) = match self.id {
             Some(id) => {
                 id.validate()?;
+                if let Some(shard) = group_shard.filter(|&s| s != shard_of(id.as_str(), shards)) {
+                    return Err(Error::InvalidGroup {
+                        group: self.group.unwrap_or_default(),
+                        reason: format!(
+                            "with shards, a message of this group needs an id of its shard ({shard}): \
+                             leave the id to be generated"
+                        ),
+                    });
+                }
                 (id, true)
             }
-            None => (MessageId::generate(), false),
+            None => (generate_in(group_shard, shards), false),
         };
         let mode = self.dedup.map(|d| send_mode(d, own_id, self.due_given)).transpose()?;
         let backoff = match &self.backoff {
@@ -423,6 +467,7 @@ impl<Q> NewMessage<Q> {
             retry_count,
             backoff: backoff.as_deref(),
             priority: self.priority,
+            group: self.group.as_deref(),
             headers: &headers,
             payload: payload.as_bytes(),
         };
@@ -477,6 +522,17 @@ fn send_mode(dedup: Dedup, own_id: bool, due_given: bool) -> Result<SendMode, Er
     })
 }
 
+/// A generated id, of shard `shard` of `shards` when given: ids hash
+/// evenly, so this takes `shards` tries on average.
+fn generate_in(shard: Option<usize>, shards: usize) -> MessageId {
+    loop {
+        let id = MessageId::generate();
+        if shard.is_none_or(|s| s == shard_of(id.as_str(), shards)) {
+            return id;
+        }
+    }
+}
+
 /// Checks headers against the limits on their names, count and size.
 fn check_headers(headers: &[(String, String)]) -> Result<(), Error> {
     let invalid = |name: &str, reason: String| Error::InvalidHeader {
@@ -522,7 +578,7 @@ pub(crate) async fn send_batch<Q>(
     let config = &inner.config;
     let prepared = msgs
         .into_iter()
-        .map(|m| m.prepare(config))
+        .map(|m| m.prepare(config, queue.shards()))
         .collect::<Result<Vec<_>, _>>()?;
     let (client, name) = (&inner.client, &inner.name);
     durability::check_waitaof(client, name, &config.durability, &inner.shards, &inner.waitaof_checked).await?;
@@ -773,6 +829,7 @@ fn stored_by_this_call(found: &MessageInfo, now: SystemTime, m: &Outgoing, elaps
         && found.headers == sent.headers
         && found.retry_count == Some(sent.retry_count)
         && found.priority == sent.priority
+        && found.group == sent.group
         && backoff(found.backoff.as_ref()) == backoff(sent.backoff.as_ref())
         && delay == Some(Duration::from_millis(m.delay.as_millis() as u64))
         && found.expires_at.is_some() == m.expire_after.is_some()
@@ -942,6 +999,9 @@ mod tests {
         if let Some(p) = v.get("priority") {
             m = m.priority(u8::try_from(p.as_u64()?).ok()?);
         }
+        if let Some(g) = v.get("group") {
+            m = m.group(text(g)?);
+        }
         for pair in v.get("headers").and_then(Value::as_array).into_iter().flatten() {
             m = m.header(text(&pair[0])?, text(&pair[1])?);
         }
@@ -950,6 +1010,8 @@ mod tests {
 
     #[test]
     fn messages_are_judged_as_the_shared_table_says() {
-        assert_rust_agrees("messages", |v| Some(message(v)?.prepare(&Config::default()).map(drop)));
+        assert_rust_agrees("messages", |v| {
+            Some(message(v)?.prepare(&Config::default(), 1).map(drop))
+        });
     }
 }

@@ -43,6 +43,11 @@ pub(crate) struct Keys {
     pub totals: String,
     /// Prefix of the per-message payload keys; the id follows it.
     pub msg_prefix: String,
+    /// Prefix of every key of the queue's groups (docs/groups.md):
+    /// `<prefix>ring`, `wait`, `active`, `paused`, `limits`, and
+    /// `<prefix>:<group>:ready` per group. Scripts touch them only once the
+    /// queue has groups, so it is passed in ARGV, as `prio` is.
+    pub group_prefix: String,
     /// Pub/sub channel (not a key) on which scripts wake sleeping consumers.
     pub wake: String,
     /// Prefix of the window markers of `unique_for` and `throttle` sends
@@ -103,6 +108,7 @@ impl Keys {
             attempts: format!("{base}:retries"),
             totals: format!("{base}:totals"),
             msg_prefix: format!("{base}:m:"),
+            group_prefix: format!("{base}:g"),
             wake: format!("{base}:wake"),
             marker_prefix: format!("{base}:uniq:"),
             claim_prefix: format!("{base}:claim:"),

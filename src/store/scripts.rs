@@ -67,6 +67,8 @@ lua_scripts! {
     CHANGE_SCHEDULE = "change_schedule";
     READ_SCHEDULES = "read_schedules";
     LIMITS = "limits";
+    GROUPS = "groups";
+    LIST_GROUPS = "list_groups";
     TIMEOUT = "timeout";
     CANCEL = "cancel";
     RESCHEDULE = "reschedule";

@@ -10,10 +10,11 @@ use crate::{Backoff, MAX_PRIORITY};
 /// previous version would misread.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
-/// Longest header of a stored value ("<retry count>;<backoff>!<priority>#<headers
-/// bytes>/<sent at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too.
-/// The headers themselves follow the ':', so this holds with any headers.
-pub(crate) const HEADER_BYTES: usize = 104;
+/// Longest header of a stored value ("<retry count>;<backoff>!<priority>=<group>#<headers
+/// bytes>/<sent at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too:
+/// 104 bytes without the group, and "=" and [`MAX_GROUP_LEN`](crate::MAX_GROUP_LEN)
+/// bytes. The headers themselves follow the ':', so this holds with any headers.
+pub(crate) const HEADER_BYTES: usize = 169;
 
 /// What a message's stored value is made of, before the send script adds
 /// its times. `..Default::default()` leaves out what a message does not
@@ -24,6 +25,8 @@ pub(crate) struct ValueParts<'a> {
     /// An encoded [`Backoff`] of the message's own.
     pub backoff: Option<&'a str>,
     pub priority: u8,
+    /// Its group (docs/groups.md), checked already.
+    pub group: Option<&'a str>,
     pub headers: &'a [(String, String)],
     pub payload: &'a [u8],
 }
@@ -50,7 +53,9 @@ impl<'a> ValueParts<'a> {
 /// none of `'!'`, `'/'`, `'@'` and `':'` can occur before it.
 ///
 /// The priority is `"!<priority>"` after the backoff, written only when it
-/// is not the default 0 (so a value without it has priority 0). Headers,
+/// is not the default 0 (so a value without it has priority 0). The group,
+/// when there is one, is `"=<group>"` after it (group names hold none of
+/// the header's marks). Headers,
 /// when there are any, are a section right after the `':'`, before the
 /// payload, and `"#<section bytes>"` after the priority says how long it
 /// is: the header before the `':'` stays within [`HEADER_BYTES`] however
@@ -84,6 +89,7 @@ fn encode(parts: &ValueParts, staged: Option<(u64, bool)>) -> Vec<u8> {
         retry_count,
         backoff,
         priority,
+        group,
         headers,
         payload,
     } = *parts;
@@ -109,6 +115,10 @@ fn encode(parts: &ValueParts, staged: Option<(u64, bool)>) -> Vec<u8> {
     if priority > 0 {
         value.push(b'!');
         value.extend_from_slice(priority.to_string().as_bytes());
+    }
+    if let Some(group) = group {
+        value.push(b'=');
+        value.extend_from_slice(group.as_bytes());
     }
     if !section.is_empty() {
         value.push(b'#');
@@ -158,6 +168,8 @@ pub(crate) struct Stored<'a> {
     pub(crate) expires_at_ms: Option<u64>,
     /// 0 (the default) to [`MAX_PRIORITY`].
     pub(crate) priority: u8,
+    /// Its group, if it has one.
+    pub(crate) group: Option<String>,
     /// Name and value pairs, in the order the send set them.
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) payload: &'a [u8],
@@ -190,6 +202,13 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
         Some((header, len)) => (header, usize::try_from(digits(len)?).ok()?),
         None => (header, 0),
     };
+    let (header, group) = match header.split_once('=') {
+        Some((header, group)) => {
+            crate::maxima::check_group(group).ok()?;
+            (header, Some(group.to_string()))
+        }
+        None => (header, None),
+    };
     let (header, priority) = match header.split_once('!') {
         Some((header, p)) => match u8::try_from(digits(p)?) {
             Ok(p) if (1..=MAX_PRIORITY).contains(&p) => (header, p),
@@ -210,6 +229,7 @@ pub(crate) fn decode_stored(value: &[u8]) -> Option<Stored<'_>> {
         times,
         expires_at_ms,
         priority,
+        group,
         headers,
         payload: &body[section_len..],
     })
@@ -351,13 +371,14 @@ mod tests {
             retry_count: 3,
             backoff: Some("f5"),
             priority: 2,
+            group: Some("tenant-1"),
             headers: &headers,
             payload: b"pay:load",
         });
         let section = "traceparent=15:00-4bf9-00f0-01k=9:a=b:c#d\u{e9}empty=0:";
         assert_eq!(
             value,
-            format!("3;f5!2#{}:{section}pay:load", section.len()).into_bytes()
+            format!("3;f5!2=tenant-1#{}:{section}pay:load", section.len()).into_bytes()
         );
         let stored = decode_stored(&value).unwrap();
         assert_eq!((stored.headers, stored.payload), (headers.clone(), &b"pay:load"[..]));
@@ -366,9 +387,13 @@ mod tests {
         let timed = [&value[..colon], b"/1700000000000+1500@1700000061500", &value[colon..]].concat();
         let stored = decode_stored(&timed).unwrap();
         assert_eq!(
-            (stored.priority, stored.expires_at_ms, stored.headers, stored.payload),
-            (2, Some(1_700_000_061_500), headers, &b"pay:load"[..])
+            (stored.priority, stored.group.as_deref(), stored.expires_at_ms),
+            (2, Some("tenant-1"), Some(1_700_000_061_500))
         );
+        assert_eq!((stored.headers, stored.payload), (headers, &b"pay:load"[..]));
+        // A group name that breaks the rules: not a value this crate stores.
+        assert!(decode_stored(b"3=:x").is_none());
+        assert!(decode_stored(b"3=a b:x").is_none());
         // The example of docs/wire-format.md, "Headers".
         let doc = decode_stored(b"3#39:tenant=4:acmetraceparent=11:00-ab-cd-01hi").unwrap();
         assert_eq!((doc.retry_count, doc.payload), (3, &b"hi"[..]));

@@ -11,6 +11,7 @@ const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const LIB_JS: &str = include_str!("assets/lib.js");
 const OVERVIEW_JS: &str = include_str!("assets/overview.js");
+const GROUPS_JS: &str = include_str!("assets/groups.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 const FAVICON: &str = include_str!("assets/favicon.svg");
 
@@ -34,6 +35,7 @@ pub(crate) async fn file(Path(file): Path<String>) -> Response {
         "app.js" => serve("text/javascript; charset=utf-8", APP_JS),
         "lib.js" => serve("text/javascript; charset=utf-8", LIB_JS),
         "overview.js" => serve("text/javascript; charset=utf-8", OVERVIEW_JS),
+        "groups.js" => serve("text/javascript; charset=utf-8", GROUPS_JS),
         "app.css" => serve("text/css; charset=utf-8", APP_CSS),
         "favicon.svg" => serve("image/svg+xml", FAVICON),
         _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),

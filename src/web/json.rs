@@ -8,7 +8,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::sampler::Rates;
-use crate::{Counts, MessageInfo, QueueStatus, ScheduleInfo, Totals};
+use crate::{Counts, GroupInfo, GroupPage, MessageInfo, QueueStatus, RateLimit, ScheduleInfo, Totals};
 
 /// ms since the Unix epoch.
 pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
@@ -176,6 +176,8 @@ pub(crate) struct MessageJson {
     backoff: Option<String>,
     /// 0 (default, lowest) to 9.
     priority: u8,
+    /// Its group (docs/groups.md), if any.
+    group: Option<String>,
     /// Header names and values, by name.
     headers: std::collections::BTreeMap<String, String>,
     last_error: Option<String>,
@@ -206,6 +208,7 @@ impl From<&MessageInfo> for MessageJson {
             deliveries_left: m.deliveries_left(),
             backoff: m.backoff.as_ref().map(ToString::to_string),
             priority: m.priority,
+            group: m.group.clone(),
             headers: m.headers.iter().cloned().collect(),
             last_error: m.last_error.clone(),
             due_ms: m.due.map(epoch_ms),
@@ -238,6 +241,72 @@ pub(crate) struct FoundJson {
     pub scanned: u64,
     pub next: Option<String>,
     pub id_match: bool,
+}
+
+/// A rate limit: `limit` starts per `per_ms`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RateJson {
+    limit: u64,
+    per_ms: u64,
+}
+
+impl From<RateLimit> for RateJson {
+    fn from(r: RateLimit) -> Self {
+        RateJson {
+            limit: r.limit,
+            per_ms: ms(r.per),
+        }
+    }
+}
+
+/// One group of `GET .../groups`; `None` limits: the page's defaults.
+#[derive(Debug, Serialize)]
+pub(crate) struct GroupJson {
+    name: String,
+    ready: u64,
+    processing: u64,
+    paused: bool,
+    concurrency: Option<u32>,
+    rate: Option<RateJson>,
+    waiting_until_ms: Option<u64>,
+}
+
+impl From<&GroupInfo> for GroupJson {
+    fn from(g: &GroupInfo) -> Self {
+        GroupJson {
+            name: g.name.clone(),
+            ready: g.ready,
+            processing: g.processing,
+            paused: g.paused,
+            concurrency: g.concurrency,
+            rate: g.rate.map(Into::into),
+            waiting_until_ms: g.waiting_until.map(epoch_ms),
+        }
+    }
+}
+
+/// `GET .../groups`: one page of the groups, in name order.
+#[derive(Debug, Serialize)]
+pub(crate) struct GroupsJson {
+    total: u64,
+    offset: u64,
+    limit: usize,
+    default_concurrency: Option<u32>,
+    default_rate: Option<RateJson>,
+    items: Vec<GroupJson>,
+}
+
+impl GroupsJson {
+    pub(crate) fn new(page: &GroupPage, offset: u64, limit: usize) -> Self {
+        GroupsJson {
+            total: page.total,
+            offset,
+            limit,
+            default_concurrency: page.default_concurrency,
+            default_rate: page.default_rate.map(Into::into),
+            items: page.groups.iter().map(Into::into).collect(),
+        }
+    }
 }
 
 /// The body of `POST .../messages`.
@@ -321,6 +390,8 @@ pub(crate) struct ProduceBody {
     pub id: Option<String>,
     pub retry_count: Option<u32>,
     pub priority: Option<u8>,
+    /// The message's group (docs/groups.md).
+    pub group: Option<String>,
     /// Message headers; set in name order (a JSON object has none of its own).
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     /// `NewMessage::unique_for`, `throttle`, `debounce` (docs/dedup.md).

@@ -38,6 +38,7 @@ function send(p, v) {
   if ('priority' in v) options.priority = number(v.priority);
   if ('id' in v) options.id = text(v.id);
   if ('at_ms_from_now' in v) options.atMs = Date.now() + v.at_ms_from_now;
+  if ('group' in v) options.group = text(v.group);
   if ('headers' in v) options.headers = Object.fromEntries(v.headers.map(([n, x]) => [text(n), text(x)]));
   return p.send(text(v.payload === undefined ? '' : v.payload), options);
 }

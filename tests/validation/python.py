@@ -49,6 +49,8 @@ def send(p, v):
         kw["id"] = text(v["id"])
     if "at_ms_from_now" in v:
         kw["at_ms"] = d.now_ms() + v["at_ms_from_now"]
+    if "group" in v:
+        kw["group"] = text(v["group"])
     if "headers" in v:
         kw["headers"] = {text(n): text(x) for n, x in v["headers"]}
     p.send(text(v.get("payload", "")), **kw)

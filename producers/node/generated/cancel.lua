@@ -6,6 +6,18 @@
 transition of its own).
 ]]
 
+
+-- A stored value is
+-- "<retry count>[;<backoff>][!<priority>][=<group>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- (send writes the times; a value from elsewhere may lack them). The header
+-- holds only digits, letters, ',', ';', '!', '=', '-', '_', '.', '#', '/', '+' and '@' (the
+-- backoff is "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it,
+-- and HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
+-- "#<n>": the n bytes after the ':' are the message's headers
+-- ("<name>=<value bytes>:<value>" each), and its payload follows them; a
+-- message without headers has neither the '#' nor the section.
+local HEADER_BYTES = 169
+
 -- Field of the attempts hash (never an id: ids hold no whitespace) that is
 -- set while the ready or retry list may hold a stale entry: the id of a
 -- message cancelled there, whose entry stays until claim pops it. Only
@@ -37,6 +49,67 @@ local function start_window(key, value)
   end
 end
 
+-- Groups (docs/groups.md). A message sent with a group carries it in its
+-- header ("=<group>" after the priority); group names are 1 to 64 ASCII
+-- letters, digits, '-', '_' and '.', so the header stays parseable. Its
+-- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
+--   gp .. 'ring'    zset: the groups that may start a message now, in turn
+--                   order (score: position; the member '' stands for the
+--                   messages without a group, as one more group)
+--   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
+--                   an ordered group whose failed message waits its retry,
+--                   a group at its rate until its window lets one more start
+--   gp .. 'active'  hash: group -> its messages in processing
+--   gp .. 'paused'  hash: group -> 1 while paused
+--   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
+--                   default (claim.lua)
+--   gp .. 'known'   zset: every group with due messages, messages in
+--                   processing, a wait or a setting of its own, score 0
+--                   (listed by list_groups.lua, in name order)
+--   gp .. 'ready'   string: how many messages wait in the groups' zsets
+--                   (stats counts them as ready; group_ready)
+--   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
+--                   as the priority zset (prio_score), so priority first,
+--                   then due order
+--   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
+--                   its rate, as the totals' 'rate_used' (TTL: two periods)
+-- A group is in the ring exactly when it has due messages, is not paused,
+-- is under its concurrency and not waiting (its rate is checked by claim,
+-- which sends a group at its rate to wait); claim drops a member that no
+-- longer qualifies (a limit lowered since), so the rule is kept lazily
+-- where it is cheap and exactly where it matters. Redis deletes an empty
+-- zset or hash, and 'active' loses a group's field at 0: an idle group
+-- leaves no key.
+--
+-- The group in a stored value or its header; false for none (or a payload gone).
+local function group_of(head)
+  return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
+end
+
+-- The due messages of group g.
+local function group_list(gp, g)
+  return gp .. ':' .. g .. ':ready'
+end
+
+-- Adds n (negative: takes) to the count of messages waiting in the
+-- groups' zsets; the key goes at 0.
+local function group_ready(gp, n)
+  if n ~= 0 and redis.call('INCRBY', gp .. 'ready', n) <= 0 then
+    redis.call('DEL', gp .. 'ready')
+  end
+end
+
+-- Forgets group g (drops it from 'known') once nothing of it is left: no
+-- due message, none in processing, no wait and no setting of its own.
+local function group_forget_idle(gp, g)
+  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+    and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    redis.call('ZREM', gp .. 'known', g)
+  end
+end
+
 --[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in processing) is left alone: its running delivery decides its fate. An id left
@@ -46,7 +119,10 @@ attempts hash STALE so claim looks), so cancel never scans a list.
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] msg string of this id
 KEYS[6] marker string of this id
-ARGV[1] id
+ARGV[1] id   ARGV[2] group key prefix
+A message of a group (its header says which) waiting in its group's zset
+is removed from there (docs/groups.md); an empty group's zset goes with
+it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
 (docs/dedup.md).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
@@ -59,8 +135,15 @@ local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
+local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
+if group then
+  local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
+  group_ready(ARGV[2], -removed)
+  group_forget_idle(ARGV[2], group)
+  waiting = waiting + removed
+end
 redis.call('HDEL', KEYS[2], id)
 if payload == 1 and waiting == 0 then
   -- Neither pending nor dead: it waits in the ready or retry list, where

@@ -33,15 +33,15 @@ end
 
 
 -- A stored value is
--- "<retry count>[;<backoff>][!<priority>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- "<retry count>[;<backoff>][!<priority>][=<group>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
 -- (send writes the times; a value from elsewhere may lack them). The header
--- holds only digits, letters, ',', ';', '!', '#', '/', '+' and '@' (the
+-- holds only digits, letters, ',', ';', '!', '=', '-', '_', '.', '#', '/', '+' and '@' (the
 -- backoff is "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it,
 -- and HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
 -- "#<n>": the n bytes after the ':' are the message's headers
 -- ("<name>=<value bytes>:<value>" each), and its payload follows them; a
 -- message without headers has neither the '#' nor the section.
-local HEADER_BYTES = 104
+local HEADER_BYTES = 169
 
 -- A stored value longer than this is big: send (and a claim that reads
 -- one) sets the totals' field 'big', from when on claim reads each popped
@@ -323,6 +323,44 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   return status, extra
 end
 
+-- Groups (docs/groups.md). A message sent with a group carries it in its
+-- header ("=<group>" after the priority); group names are 1 to 64 ASCII
+-- letters, digits, '-', '_' and '.', so the header stays parseable. Its
+-- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
+--   gp .. 'ring'    zset: the groups that may start a message now, in turn
+--                   order (score: position; the member '' stands for the
+--                   messages without a group, as one more group)
+--   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
+--                   an ordered group whose failed message waits its retry,
+--                   a group at its rate until its window lets one more start
+--   gp .. 'active'  hash: group -> its messages in processing
+--   gp .. 'paused'  hash: group -> 1 while paused
+--   gp .. 'limits'  hash: group -> its concurrency; field '' the default
+--   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
+--                   default (claim.lua)
+--   gp .. 'known'   zset: every group with due messages, messages in
+--                   processing, a wait or a setting of its own, score 0
+--                   (listed by list_groups.lua, in name order)
+--   gp .. 'ready'   string: how many messages wait in the groups' zsets
+--                   (stats counts them as ready; group_ready)
+--   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
+--                   as the priority zset (prio_score), so priority first,
+--                   then due order
+--   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
+--                   its rate, as the totals' 'rate_used' (TTL: two periods)
+-- A group is in the ring exactly when it has due messages, is not paused,
+-- is under its concurrency and not waiting (its rate is checked by claim,
+-- which sends a group at its rate to wait); claim drops a member that no
+-- longer qualifies (a limit lowered since), so the rule is kept lazily
+-- where it is cheap and exactly where it matters. Redis deletes an empty
+-- zset or hash, and 'active' loses a group's field at 0: an idle group
+-- leaves no key.
+--
+-- The group in a stored value or its header; false for none (or a payload gone).
+local function group_of(head)
+  return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
+end
+
 --[[ send: (nothing) -> pending
 Stores a batch of messages. Each one is written whole or not at all:
 payload string (no TTL: a live message never expires on its own) and
@@ -374,6 +412,9 @@ unsharded layout, which its consumers do not read.
 Counts 'sent' in the totals. A message with a priority ("!<p>" in its
 header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
+A message with a group ("=<group>" in its header) sets the totals'
+'groups' field, from when on promote and claim serve groups
+(docs/groups.md).
 A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
 claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
@@ -402,7 +443,7 @@ delay header gains a digit: O(payload size)).
 -- ids. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
 local m = (#ARGV - 2) / 5
-local chosen, prio, big = false, false, false
+local chosen, prio, big, grouped = false, false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
 -- first write, as its placeholders are checked), and its mode.
 local values, modes, s = {}, {}, 5 + m
@@ -423,8 +464,10 @@ for i = 1, m do
     value = staged(KEYS[s], tonumber(ARGV[a + 3]) > 0, ARGV[a])
     size = value[4] or 0
     prio = prio or priority_of(value[5]) > 0
+    grouped = grouped or group_of(value[5])
   else
     prio = prio or priority_of(value) > 0
+    grouped = grouped or group_of(value)
   end
   big = big or size > BIG_VALUE
   values[i] = value
@@ -481,6 +524,9 @@ if prio and #entries > 0 then
 end
 if big and #entries > 0 then
   redis.call('HSET', KEYS[5], 'big', 1)
+end
+if grouped and #entries > 0 then
+  redis.call('HSET', KEYS[5], 'groups', 1)
 end
 if not format and #entries > 0 then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])

@@ -97,6 +97,10 @@ test('a live id is refused and a waiting message cancelled', async () => {
   assert.strictEqual(await p.cancel('x'), true);
   assert.strictEqual(await p.cancel('x'), false);
   assert.strictEqual(await client.exists('dq:{orders}:m:x', 'dq:{orders}:pending'), 0);
+  // A grouped message's cancel reads the group key prefix (docs/groups.md).
+  await p.send('grouped', { id: 'g', delayMs: 60000, group: 'tenant-1' });
+  assert.strictEqual(await p.cancel('g'), true);
+  assert.strictEqual(await client.exists('dq:{orders}:m:g'), 0);
 });
 
 test('uniqueForMs, throttleMs, debounceMs and replace', async () => {

@@ -102,6 +102,10 @@ class ProducerTest(unittest.TestCase):
         self.assertTrue(self.producer.cancel("x"))
         self.assertFalse(self.producer.cancel("x"))
         self.assertEqual(self.client.exists("dq:{orders}:m:x", "dq:{orders}:pending"), 0)
+        # A grouped message's cancel reads the group key prefix (docs/groups.md).
+        self.producer.send("grouped", id="g", delay_ms=60_000, group="tenant-1")
+        self.assertTrue(self.producer.cancel("g"))
+        self.assertEqual(self.client.exists("dq:{orders}:m:g"), 0)
 
     def test_unique_for_throttle_debounce_and_replace(self) -> None:
         # docs/dedup.md: a cancel starts a unique_for window.

@@ -105,6 +105,9 @@ pub enum Command {
     /// Repeating schedules of a queue (cron or interval), fired by its consumers.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
+    /// A queue's groups (docs/groups.md): list them, pause or resume one.
+    #[command(subcommand)]
+    Groups(GroupsCommand),
     /// Serve the web dashboard and Prometheus /metrics of every queue under the prefix.
     Web(WebArgs),
     /// Delete every message of a queue and its totals.
@@ -224,6 +227,9 @@ pub struct SendArgs {
     /// Priority, 0 (default, lowest) to 9: among due messages, higher first.
     #[arg(long, default_value_t = 0)]
     pub priority: u8,
+    /// The message's group, e.g. a tenant (docs/groups.md).
+    #[arg(long)]
+    pub group: Option<String>,
     /// A header, NAME=VALUE; repeat for more.
     #[arg(long = "header", short = 'H', value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
@@ -248,6 +254,29 @@ pub enum SchedulesCommand {
     Remove(ScheduleTarget),
     /// Send one fire of a schedule now; prints its message id.
     Trigger(ScheduleTarget),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupsCommand {
+    /// One page of the queue's groups, in name order: counts, own limits, paused.
+    List {
+        /// The queue's name.
+        queue: String,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Pause a group for every consumer: its messages wait, the other groups' go on.
+    Pause(GroupTarget),
+    /// Resume a paused group: its due messages are claimed again at once.
+    Resume(GroupTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct GroupTarget {
+    /// The queue's name.
+    pub queue: String,
+    /// The group's name.
+    pub group: String,
 }
 
 #[derive(Debug, Args)]

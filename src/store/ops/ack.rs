@@ -39,8 +39,9 @@ impl Op for Ack<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = Vec::with_capacity(2 + 2 * self.leases.len());
+        let mut args: Vec<Value> = Vec::with_capacity(3 + 2 * self.leases.len());
         args.push(k.msg_prefix.as_str().into());
+        args.push(k.group_prefix.as_str().into());
         args.push(k.marker_prefix.as_str().into());
         for &(id, lease) in &self.leases {
             args.push(id.into());

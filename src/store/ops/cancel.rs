@@ -32,8 +32,8 @@ impl Op for Cancel<'_> {
         ]
     }
 
-    fn args(&self, _: &Keys) -> Vec<Value> {
-        vec![self.id.into()]
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![self.id.into(), k.group_prefix.as_str().into()]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

@@ -100,6 +100,7 @@ impl Delivery {
             retry_count: stored.retry_count,
             backoff: stored.backoff,
             priority: stored.priority,
+            group: stored.group,
             headers: stored.headers,
             due_at_ms: if self.due_ms > 0 { self.due_ms } else { times.due_at_ms },
             deferrals: self.deferrals,
@@ -148,6 +149,7 @@ impl Op for Claim<'_> {
             k.prio.as_str().into(),
             count(FORMAT_VERSION.into()),
             count(CLAIM_BYTES),
+            k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
         ]
     }

@@ -31,7 +31,7 @@ impl Op for Get<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        vec![self.id.into(), k.prio.as_str().into()]
+        vec![self.id.into(), k.prio.as_str().into(), k.group_prefix.as_str().into()]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

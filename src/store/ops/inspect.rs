@@ -55,6 +55,7 @@ impl Op for Inspect<'_> {
         let mut args: Vec<Value> = vec![
             k.msg_prefix.as_str().into(),
             k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
         ];
         args.extend(self.ids.iter().map(|&id| Value::from(id)));

@@ -107,6 +107,7 @@ pub(super) fn info(
         retry_count: stored.as_ref().map(|s| s.retry_count),
         backoff: stored.as_ref().and_then(|s| s.backoff.clone()),
         priority: stored.as_ref().map_or(0, |s| s.priority),
+        group: stored.as_ref().and_then(|s| s.group.clone()),
         headers: stored.as_ref().map(|s| s.headers.clone()).unwrap_or_default(),
         last_error: record.reason,
         due: match state {

@@ -17,9 +17,11 @@ pub(crate) mod extend;
 pub(crate) mod fire;
 pub(crate) mod gc;
 pub(crate) mod get;
+pub(crate) mod groups;
 pub(crate) mod inspect;
 pub(crate) mod limits;
 pub(crate) mod list;
+pub(crate) mod list_groups;
 pub(crate) mod nack;
 pub(crate) mod pause;
 pub(crate) mod probe;
@@ -380,6 +382,13 @@ mod tests {
                 k,
             ),
             entry(inspect::Inspect { ids: vec!["a"] }, k),
+            entry(list_groups::ListGroups { offset: 0, limit: 1 }, k),
+            entry(
+                groups::ChangeGroups {
+                    change: groups::GroupChange::Pause("g"),
+                },
+                k,
+            ),
         ]
     }
 

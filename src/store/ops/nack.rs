@@ -108,6 +108,7 @@ impl Op for Nack<'_> {
             self.reason.into(),
             ms(self.dead_letter_retention),
             count(self.attempt.into()),
+            k.group_prefix.as_str().into(),
         ]
     }
 

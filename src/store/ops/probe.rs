@@ -47,6 +47,7 @@ impl Op for Probe {
             k.schedules.as_str().into(),
             ms(self.dead_letter_retention),
             count(self.dead_limit),
+            k.group_prefix.as_str().into(),
         ]
     }
 

@@ -44,6 +44,7 @@ impl Op for Promote {
             k.prio.as_str().into(),
             k.msg_prefix.as_str().into(),
             count(FORMAT_VERSION.into()),
+            k.group_prefix.as_str().into(),
         ]
     }
 

@@ -33,6 +33,7 @@ impl Op for Purge {
             k.msg_prefix.as_str().into(),
             count(self.limit as u64),
             k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
         ]
     }

@@ -41,6 +41,7 @@ impl Op for Requeue<'_> {
             count(self.limit as u64),
             k.wake.as_str().into(),
             k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
         ];
         args.extend(self.ids.iter().map(|&id| Value::from(id)));
         args

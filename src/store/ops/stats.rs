@@ -28,7 +28,7 @@ impl Op for Stats {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        vec![k.prio.as_str().into()]
+        vec![k.prio.as_str().into(), k.group_prefix.as_str().into()]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

@@ -53,6 +53,7 @@ impl Op for Timeout {
             count(self.default_retry_count.into()),
             k.wake.as_str().into(),
             ms(self.dead_letter_retention),
+            k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
         ]
     }

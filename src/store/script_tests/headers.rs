@@ -13,6 +13,7 @@ fn with_headers(retry: u32, priority: u8, headers: &[(&str, &str)], payload: &st
         retry_count: retry,
         backoff: None,
         priority,
+        group: None,
         headers: &headers,
         payload: payload.as_bytes(),
     })

@@ -25,6 +25,7 @@ mod extend;
 mod formats;
 mod gc;
 mod get;
+mod groups;
 mod headers;
 mod inspect;
 mod limits;

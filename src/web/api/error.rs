@@ -59,6 +59,7 @@ impl From<Error> for ApiError {
             | Error::InvalidMessageId { .. }
             | Error::PayloadTooLarge { .. }
             | Error::InvalidHeader { .. }
+            | Error::InvalidGroup { .. }
             | Error::InvalidArgument(_)
             | Error::Json(_) => StatusCode::BAD_REQUEST,
             // What Redis holds does not fit: another type, another format.

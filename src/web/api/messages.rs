@@ -24,7 +24,8 @@ fn state_of(query: &HashMap<String, String>) -> Result<MessageState, ApiError> {
     Ok(query.get("state").map_or("pending", String::as_str).parse()?)
 }
 
-fn limit_of(query: &HashMap<String, String>) -> Result<usize, ApiError> {
+/// `limit` (1 to [`MAX_LIMIT`], default [`DEFAULT_LIMIT`]) of a page.
+pub(super) fn limit_of(query: &HashMap<String, String>) -> Result<usize, ApiError> {
     match query.get("limit") {
         None => Ok(DEFAULT_LIMIT),
         Some(l) => l

@@ -1,9 +1,10 @@
 //! The JSON API under `/api`: reading (overview, queue, messages,
-//! schedules), acting (actions, schedules), the producer API for programs
+//! schedules, groups), acting (actions, schedules, groups), the producer API for programs
 //! under `/api/v1`, and how their errors become HTTP statuses.
 
 mod actions;
 pub(crate) mod error;
+mod groups;
 mod messages;
 mod overview;
 mod producer;
@@ -44,6 +45,9 @@ pub(crate) fn routes() -> Router<Arc<App>> {
         .route("/queues/{name}/dead/delete", post(actions::delete))
         .route("/queues/{name}/pause", post(actions::pause))
         .route("/queues/{name}/resume", post(actions::resume))
+        .route("/queues/{name}/groups", get(groups::list))
+        .route("/queues/{name}/groups/{group}/pause", post(groups::pause))
+        .route("/queues/{name}/groups/{group}/resume", post(groups::resume))
         .route("/queues/{name}/schedules", get(schedules::list))
         .route("/queues/{name}/schedules/{schedule}/pause", post(schedules::pause))
         .route("/queues/{name}/schedules/{schedule}/resume", post(schedules::resume))

@@ -71,6 +71,9 @@ fn message_of(b: ProduceBody) -> Result<NewMessage, ApiError> {
     if let Some(p) = b.priority {
         m = m.priority(p);
     }
+    if let Some(g) = b.group {
+        m = m.group(g);
+    }
     for (name, value) in b.headers.into_iter().flatten() {
         m = m.header(name, value);
     }

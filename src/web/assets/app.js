@@ -1,11 +1,12 @@
 // delayqueue dashboard: vanilla JS, no build step. Hash routes:
 //   #/                 overview
 //   #/q/<name>/<state> a queue's tab (pending|ready|processing|retry|dead)
+//   #/q/<name>/groups  a queue's groups
 //   #/q/<name>/m/<id>  one message
 // Every request goes to a URL relative to the mount point, so the page works
 // under any prefix (/, /admin/queues, /admin/queues/).
 // This module holds the queue and message views and the router; lib.js what
-// they share; overview.js the overview.
+// they share; overview.js the overview; groups.js the Groups tab.
 
 import {
   STATES, PAGE_SIZES, session, h, replace, enc, fmtInt, countOf, fmtRate, fmtDur, fmtSpec,
@@ -14,6 +15,7 @@ import {
   history, poller, crumbs, failure,
 } from './lib.js';
 import { overviewView } from './overview.js';
+import { groupsPanel } from './groups.js';
 
 // ---------- queue ----------
 
@@ -31,6 +33,7 @@ function timeOf(m, state) {
   return when(m.due_ms, { overdue: state !== 'pending' });
 }
 
+// `state` is a message state or 'groups' (the Groups tab).
 function queueView(root, name, state) {
   const view = { order: 'asc', limit: 50, cursors: [null], next: null, search: null, selected: new Set(), info: null, page: null };
   const head = h('div.pagehead');
@@ -39,6 +42,7 @@ function queueView(root, name, state) {
   const tabs = h('nav.tabs');
   const toolbar = h('div.toolbar');
   const tableBox = h('div.card');
+  const groups = state === 'groups' ? groupsPanel(name, tableBox) : null;
   // Shown only when the queue has schedules.
   const schedBox = h('div.card', { testid: 'schedules', hidden: true });
   const section = h('section', { testid: 'queue-view', 'data-queue': name },
@@ -135,7 +139,7 @@ function queueView(root, name, state) {
       const n = q.counts[st] || 0;
       return h(`a.tab-${st}${st === state ? '.on' : ''}`, { href: `#/q/${enc(name)}/${st}`, testid: `tab-${st}`, title: STATE_HELP[st] },
         st, h(n ? 'span.n.nz' : 'span.n', null, fmtInt(n)));
-    }));
+    }), h(`a.tab-groups${groups ? '.on' : ''}`, { href: `#/q/${enc(name)}/groups`, testid: 'tab-groups', title: 'Per-group counts, limits and pause' }, 'groups'));
   }
 
   function renderToolbar() {
@@ -267,13 +271,13 @@ function queueView(root, name, state) {
     async refresh() {
       if (!session.loaded) await loadSession();
       const cursor = view.cursors[view.cursors.length - 1];
-      const list = view.search ? null
+      const list = groups ? groups.refresh() : view.search ? null
         : api(`api/queues/${enc(name)}/messages?state=${state}&limit=${view.limit}&order=${view.order}${cursor ? `&cursor=${enc(cursor)}` : ''}`);
       const [info, page, scheds] = await Promise.all([api(`api/queues/${enc(name)}`), list, api(`api/queues/${enc(name)}/schedules`)]);
       view.info = info;
-      if (page) view.page = page;
+      if (page && !groups) view.page = page;
       renderHead();
-      renderTable();
+      if (!groups) renderTable();
       renderSchedules(scheds.items);
       replace(chartBox, rateChart(await history(name), chartBox.clientWidth - 28));
     },
@@ -365,6 +369,7 @@ function messageView(root, name, id) {
       row('Deliveries left', deliveries),
       row('Backoff', m.backoff || h('span.faint', null, "the consumer's default")),
       row('Priority', m.priority ? String(m.priority) : h('span.faint', null, '0 (default, lowest)')),
+      row('Group', m.group ? h('a', { href: `#/q/${enc(name)}/groups`, testid: 'message-group' }, m.group) : h('span.faint', null, 'none')),
       row('Headers', Object.keys(m.headers || {}).length
         ? Object.entries(m.headers).map(([k, v]) => h('div.mono', null, `${k}: ${v}`))
         : h('span.faint', null, 'none')),
@@ -504,7 +509,7 @@ function route() {
     if (parts[0] === 'q' && parts[1]) {
       const name = decodeURIComponent(parts[1]);
       if (parts[2] === 'm' && parts.length > 3) view = messageView(app, name, decodeURIComponent(parts.slice(3).join('/')));
-      else view = queueView(app, name, STATES.includes(parts[2]) ? parts[2] : 'pending');
+      else view = queueView(app, name, STATES.includes(parts[2]) || parts[2] === 'groups' ? parts[2] : 'pending');
     } else {
       view = overviewView(app);
     }

@@ -133,7 +133,7 @@ def _refused(rule: str) -> "re.Pattern[str]":
     return re.compile("[%s]" % "".join("\\U%08x-\\U%08x" % (lo, hi) for lo, hi in ranges))
 
 
-_TEXT_RULES = {rule: _refused(rule) for rule in ("queue-name", "key-prefix", "id", "header-name")}
+_TEXT_RULES = {rule: _refused(rule) for rule in ("queue-name", "key-prefix", "id", "header-name", "group")}
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -281,6 +281,7 @@ def _message(
     retry_count: Optional[int] = None,
     priority: int = 0,
     headers: Optional[Mapping[str, str]] = None,
+    group: Optional[str] = None,
     unique_for_ms: Optional[int] = None,
     throttle_ms: Optional[int] = None,
     debounce_ms: Optional[int] = None,
@@ -303,10 +304,18 @@ def _message(
     _check_int(priority, WIRE["priority"]["max"], "priority", "priority")
     if id is not None:
         check_id(id)
+    if group is not None:
+        _check_text(group, "group", "group")
     section = _headers_section(headers)
-    # "<retry count>[!<priority>][#<headers bytes>]:[<headers>]<payload>"
+    # "<retry count>[!<priority>][=<group>][#<headers bytes>]:[<headers>]<payload>"
     # (docs/wire-format.md); send.lua adds the times.
-    head = str(retries) + ("!%d" % priority if priority else "") + ("#%d" % len(section) if section else "") + ":"
+    head = (
+        str(retries)
+        + ("!%d" % priority if priority else "")
+        + ("=" + group if group is not None else "")
+        + ("#%d" % len(section) if section else "")
+        + ":"
+    )
     return (generate_id() if id is None else id), head.encode() + section + bytes(payload), delay, id is not None, mode
 
 
@@ -369,16 +378,20 @@ class Producer:
         retry_count: Optional[int] = None,
         priority: int = 0,
         headers: Optional[Mapping[str, str]] = None,
+        group: Optional[str] = None,
         unique_for_ms: Optional[int] = None,
         throttle_ms: Optional[int] = None,
         debounce_ms: Optional[int] = None,
     ) -> str:
-        """Sends one message; returns its id. `headers`: a dict of str to str;
+        """Sends one message; returns its id. `group`: its group
+        (docs/groups.md); `headers`: a dict of str to str;
         `retry_count`: the crate's default (3) when not given. Raises
         DuplicateError when `id` is live already, or a unique_for_ms or
         throttle_ms window of it holds; debounce_ms replaces a pending
         message of `id` (docs/dedup.md)."""
-        msg = _message(payload, delay_ms, at_ms, id, retry_count, priority, headers, unique_for_ms, throttle_ms, debounce_ms)
+        msg = _message(
+            payload, delay_ms, at_ms, id, retry_count, priority, headers, group, unique_for_ms, throttle_ms, debounce_ms
+        )
         result = self._store([msg])[0]
         if isinstance(result, Exception):
             raise result
@@ -393,11 +406,13 @@ class Producer:
         retry_count: Optional[int] = None,
         priority: int = 0,
         headers: Optional[Mapping[str, str]] = None,
+        group: Optional[str] = None,
     ) -> str:
         """Replaces the pending message `id`, keeping its due time unless
         delay_ms or at_ms is given; raises NotPendingError, nothing written,
         when it is due, being handled or missing (docs/dedup.md)."""
-        result = self._store([_message(payload, delay_ms, at_ms, id, retry_count, priority, headers, replace=True)])[0]
+        msg = _message(payload, delay_ms, at_ms, id, retry_count, priority, headers, group, replace=True)
+        result = self._store([msg])[0]
         if isinstance(result, Exception):
             raise result
         return result
@@ -418,4 +433,4 @@ class Producer:
         check_id(id)
         # Then the id's marker (docs/dedup.md), whose window a cancel starts.
         keys = self._keys("cancel", [id]) + [self._base + WIRE["marker_key"] + id]
-        return bool(self._cancel.call(self.client, keys, [id]) == 1)
+        return bool(self._cancel.call(self.client, keys, [id, self._base + WIRE["group_key"]]) == 1)

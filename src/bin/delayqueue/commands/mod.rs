@@ -1,6 +1,7 @@
 //! Running the commands: one Redis client, the queue they name, output.
 //! A command with more than a few lines has a module of its own.
 
+mod groups;
 mod queues;
 
 use std::io::{IsTerminal, Write};
@@ -44,6 +45,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
         Command::Schedules(cmd) => ctx.schedules(cmd).await,
+        Command::Groups(cmd) => ctx.groups(cmd).await,
         Command::Pause { queue } => ctx.pause(&queue, true).await,
         Command::Resume { queue } => ctx.pause(&queue, false).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
@@ -262,6 +264,9 @@ impl Ctx {
         }
         if let Some(n) = args.retry_count {
             send = send.retry_count(n);
+        }
+        if let Some(group) = args.group {
+            send = send.group(group);
         }
         for (name, value) in args.headers {
             send = send.header(name, value);

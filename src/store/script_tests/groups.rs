@@ -1,0 +1,414 @@
+//! Groups (docs/groups.md): promote.lua moves a grouped message to its
+//! group's zset, claim.lua serves the ring's groups in turn, ack, nack,
+//! timeout, cancel and requeue keep each group's count in processing and
+//! its place in the ring; groups.lua sets limits, rates and pauses.
+
+use crate::store::ops::groups::{ChangeGroups, GroupChange};
+use crate::store::ops::list_groups::ListGroups;
+use crate::store::ops::nack::NackMode;
+use crate::store::ops::purge::Purge;
+use crate::store::ops::requeue::Requeue;
+use crate::store::stored::{encode_stored, ValueParts};
+
+use super::{fail, Env, NEVER, RETRY};
+use crate::store::ops::claim::Held;
+
+/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
+const PRIO_SPAN: i64 = 1 << 42;
+
+impl Env {
+    /// Sends `id` (payload: its id) in group `group` (none: ''), due now.
+    async fn send_grouped(&self, id: &str, group: &str) {
+        let value = encode_stored(&ValueParts {
+            retry_count: RETRY as u32,
+            group: (!group.is_empty()).then_some(group),
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        assert_eq!(self.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+    }
+
+    fn group_key(&self, name: &str) -> String {
+        format!("{}{name}", self.k().group_prefix)
+    }
+
+    /// The ids in group `group`'s zset, in order.
+    fn group_ids(&self, group: &str) -> Vec<String> {
+        self.lines(&["ZRANGE", &self.group_key(&format!(":{group}:ready")), "0", "-1"])
+    }
+
+    /// The ring's members, in turn order.
+    fn ring(&self) -> Vec<String> {
+        self.lines(&["ZRANGE", &self.group_key("ring"), "0", "-1"])
+    }
+
+    /// The groups' counts in processing, sorted.
+    fn active(&self) -> Vec<String> {
+        let mut h = self.lines(&["HGETALL", &self.group_key("active")]);
+        h.sort();
+        h
+    }
+
+    async fn change(&self, change: GroupChange<'_>) -> bool {
+        self.run(&ChangeGroups { change }).await
+    }
+
+    /// The lease of delivery `id`, from processing.
+    fn lease_of(&self, id: &str) -> i64 {
+        self.zscore(&self.k().processing, id).expect("in processing")
+    }
+}
+
+#[tokio::test]
+async fn claim_serves_groups_in_turn_and_acks_leave_no_group_key() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["a1", "a2", "a3", "a4", "a5"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.send_grouped("b1", "B").await;
+    env.send_grouped("u1", "").await;
+    assert_eq!(env.stored("b1").as_deref(), Some("3=B:b1"));
+    assert_eq!(env.hget(&k.totals, "groups"), "1");
+    let due: Vec<(String, i64)> = env.zset(&k.pending);
+    assert_eq!(env.promote(1000).await[0], 7);
+    assert_eq!(env.list(&k.ready), vec!["u1"], "no group: the ready list");
+    assert_eq!(env.group_ids("A"), vec!["a1", "a2", "a3", "a4", "a5"]);
+    let score = |id: &str| 10 * PRIO_SPAN + due.iter().find(|(i, _)| i == id).unwrap().1;
+    assert_eq!(
+        env.zset(&env.group_key(":B:ready")),
+        vec![("b1".to_string(), score("b1"))],
+        "scored as the priority zset: priority 0, then due time"
+    );
+    assert_eq!(env.ring(), vec!["A", "B"], "in the order promote found them");
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "6", "counted");
+    assert_eq!(env.stats().await[1], 7, "ready counts the groups' messages");
+
+    // A request of 3: one each of A, B and the messages without a group
+    // (the member '', put at the ring's tail by this claim).
+    let c = env.claim(3).await;
+    assert_eq!(c.ids(), ["u1", "a1", "b1"]);
+    assert_eq!(c.held, None);
+    assert_eq!(env.ring(), vec!["A"], "B and '' emptied; A back at the tail");
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "4");
+    assert_eq!(env.active(), vec!["1", "1", "A", "B"]);
+    assert!(!env.exists(&env.group_key(":B:ready")));
+
+    // A big request takes the rest of A: one group may have all of it.
+    let c2 = env.claim(10).await;
+    assert_eq!(c2.ids(), ["a2", "a3", "a4", "a5"]);
+    assert_eq!(env.active(), vec!["1", "5", "A", "B"], "A 5, B 1");
+    assert!(!env.exists(&env.group_key("ring")));
+
+    let mut pairs: Vec<(String, i64)> = Vec::new();
+    for id in ["u1", "a1", "b1", "a2", "a3", "a4", "a5"] {
+        pairs.push((id.to_string(), env.lease_of(id)));
+    }
+    let pairs: Vec<(&str, i64)> = pairs.iter().map(|(id, l)| (id.as_str(), *l)).collect();
+    assert_eq!(env.ack(&pairs).await, vec![1; 7]);
+    // The two consumers' receipts (TTL: the lease) and the totals.
+    let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();
+    assert_eq!(left, vec![k.totals.clone()], "no group key left");
+}
+
+#[tokio::test]
+async fn a_group_at_its_concurrency_leaves_the_ring_until_an_ack() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert!(env.change(GroupChange::Limit(None, Some(1))).await);
+    assert!(!env.change(GroupChange::Limit(None, Some(1))).await, "so already");
+    assert_eq!(env.lines(&["HGETALL", &env.group_key("limits")]), vec!["", "1"]);
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("b1", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    let c = env.claim(10).await;
+    assert_eq!(c.ids(), ["a1", "b1"]);
+    assert_eq!(c.held, Some(Held::Concurrency), "A's limit held the request back");
+    assert!(!env.exists(&env.group_key("ring")), "A at its limit, B empty");
+    assert_eq!(env.group_ids("A"), vec!["a2"]);
+    let c = env.claim(10).await;
+    assert_eq!((c.popped, c.held), (0, None), "nothing in the ring: no group read");
+
+    // An ack frees A's slot: A goes back to the ring.
+    assert_eq!(env.ack(&[("a1", env.lease_of("a1"))]).await, vec![1]);
+    assert_eq!(env.ring(), vec!["A"]);
+    assert_eq!(env.active(), vec!["1", "B"]);
+    // Its own limit over the default: 2 lets a second one start.
+    env.send_grouped("a3", "A").await;
+    env.promote(1000).await;
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(2))).await);
+    assert_eq!(env.claim(10).await.ids(), ["a2", "a3"]);
+    assert_eq!(env.active(), vec!["1", "2", "A", "B"]);
+    assert_eq!(env.stats().await[2], 3, "processing");
+    let _ = k;
+}
+
+#[tokio::test]
+async fn an_ordered_group_keeps_a_failed_message_at_its_head_until_its_retry() {
+    let env = Env::new().await;
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(1))).await);
+    for id in ["a1", "a2"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["a1"]);
+    let score = env.zset(&env.group_key(":A:ready"))[0].1;
+    assert_eq!(env.nack("a1", env.lease_of("a1"), fail(60_000)).await, 1);
+    // Back at the head, scored as when it was due; the group waits out
+    // the backoff; nothing else of it starts.
+    assert_eq!(env.group_ids("A"), vec!["a1", "a2"]);
+    assert!(env.zscore(&env.group_key(":A:ready"), "a1").unwrap() <= score);
+    let until = env.zscore(&env.group_key("wait"), "A").expect("waiting");
+    assert!((env.now_ms() + 59_000..=env.now_ms() + 60_000).contains(&until));
+    assert!(!env.exists(&env.k().pending), "not in pending: it waits in its group");
+    assert_eq!(env.claim(10).await.popped, 0);
+    let before = until - env.now_ms();
+    let next = env.promote(1000).await;
+    assert_eq!(next[0], 0);
+    assert!(
+        (before - 1_000..=before).contains(&next[1]),
+        "promote knows when: {next:?}"
+    );
+
+    // The wait over: a1 again (its second delivery), then a2.
+    env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("a1".to_string(), "a1".to_string(), 2)]);
+    assert!(!env.exists(&env.group_key("wait")));
+    assert_eq!(env.ack(&[("a1", env.lease_of("a1"))]).await, vec![1]);
+    assert_eq!(env.claim(10).await.ids(), ["a2"]);
+
+    // A timeout of an ordered group's message: back at its head too.
+    env.raw(&["ZADD", &env.k().processing, "XX", "1", "a2"]);
+    env.send_grouped("a3", "A").await;
+    env.promote(1000).await;
+    assert_eq!(env.timeout(10).await, vec![1, 0]);
+    assert_eq!(env.group_ids("A"), vec!["a2", "a3"]);
+    assert!(env.active().is_empty());
+    assert_eq!(env.ring(), vec!["A"]);
+    assert_eq!(env.claim(10).await.ids(), ["a2"]);
+    // Dead: the group goes on with the next.
+    let lease = env.lease_of("a2");
+    assert_eq!(env.nack("a2", lease, NackMode::Dead).await, 2);
+    assert_eq!(env.ring(), vec!["A"]);
+    assert_eq!(env.claim(10).await.ids(), ["a3"]);
+}
+
+#[tokio::test]
+async fn a_paused_group_waits_while_the_others_are_served() {
+    let env = Env::new().await;
+    for (id, group) in [("a1", "A"), ("b1", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    assert!(env.change(GroupChange::Pause("A")).await);
+    assert!(!env.change(GroupChange::Pause("A")).await, "so already");
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["b1"]);
+    assert!(!env.exists(&env.group_key("ring")), "A dropped while paused");
+    assert_eq!(env.group_ids("A"), vec!["a1"]);
+    assert!(env.change(GroupChange::Resume("A")).await);
+    assert!(!env.exists(&env.group_key("paused")));
+    assert_eq!(env.ring(), vec!["A"]);
+    assert_eq!(env.claim(10).await.ids(), ["a1"]);
+}
+
+#[tokio::test]
+async fn cancel_release_and_requeue_keep_a_message_in_its_group() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["a1", "a2", "a3"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.promote(1000).await;
+    // Cancel takes it out of its group's zset: no STALE entry.
+    assert_eq!(env.cancel("a2").await, 1);
+    assert_eq!(env.group_ids("A"), vec!["a1", "a3"]);
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "2");
+    assert!(!env.stale());
+    // Release: back to its group at the due time it had (the head).
+    assert_eq!(env.claim(1).await.ids(), ["a1"]);
+    assert_eq!(env.nack("a1", env.lease_of("a1"), NackMode::Release).await, 1);
+    assert_eq!(env.group_ids("A"), vec!["a1", "a3"]);
+    assert!(env.active().is_empty());
+    // A failure without delay in a group that is not ordered: due now,
+    // behind what was due before.
+    assert_eq!(env.claim(1).await.ids(), ["a1"]);
+    assert_eq!(env.nack("a1", env.lease_of("a1"), fail(0)).await, 1);
+    assert_eq!(env.group_ids("A"), vec!["a3", "a1"]);
+    assert!(!env.exists(&k.retry));
+    // Requeue of a dead letter: back to its group.
+    assert_eq!(env.claim(1).await.ids(), ["a3"]);
+    assert_eq!(env.nack("a3", env.lease_of("a3"), NackMode::Dead).await, 2);
+    let reply = env
+        .run(&Requeue {
+            limit: 10,
+            ids: vec!["a3"],
+        })
+        .await;
+    assert_eq!((reply.requeued, reply.taken), (1, 1));
+    assert_eq!(env.group_ids("A"), vec!["a1", "a3"]);
+    assert_eq!(
+        env.raw(&["GET", &env.group_key("ready")]),
+        "2",
+        "each move counted once"
+    );
+    assert!(!env.exists(&k.ready));
+    let info = env.queue.get("a3").await.unwrap().expect("found");
+    assert_eq!(
+        (info.state, info.group.as_deref()),
+        (crate::MessageState::Ready, Some("A"))
+    );
+}
+
+#[tokio::test]
+async fn a_queue_without_groups_reads_no_group_key() {
+    let env = Env::new().await;
+    env.send("p", "x", 0, NEVER, RETRY).await;
+    env.reset_command_stats();
+    env.promote(1000).await;
+    let c = env.claim(10).await;
+    assert_eq!(env.command_calls("getrange"), 0, "promote reads no header");
+    assert_eq!(
+        env.command_calls("zrange"),
+        2,
+        "promote's two reads of pending, no group key"
+    );
+    assert_eq!(env.ack(&[("p", c.lease)]).await, vec![1]);
+    assert_eq!(env.command_calls("getrange"), 0, "ack reads no header");
+    assert!(env.keys().iter().all(|key| !key.contains(":g")));
+}
+
+#[tokio::test]
+async fn a_group_at_its_rate_waits_out_of_the_ring_and_counts_its_leases() {
+    let env = Env::new().await;
+    // 2 per second: at most one per fiftieth of it (20 ms), as the queue's rate.
+    assert!(env.change(GroupChange::Rate(Some("A"), Some((2, 1000)))).await);
+    assert_eq!(env.hget(&env.group_key("rates"), "A"), "2 1000");
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    let before = env.now_ms();
+    let c = env.claim(10).await;
+    assert_eq!(c.ids(), ["a1", "b1"], "A: one in this bucket; B has no rate");
+    let rate_key = env.group_key(":A:rate");
+    let used = env.raw(&["GET", &rate_key]);
+    assert!(used.ends_with(" 1"), "one lease in the current bucket: {used}");
+    let pttl = env.int(&["PTTL", &rate_key]);
+    assert!((1_000..=2_000).contains(&pttl), "two periods: {pttl}");
+    let until = env.zscore(&env.group_key("wait"), "A").expect("A waits");
+    assert!(
+        (before..=env.now_ms() + 20).contains(&until),
+        "until the next bucket: {until}"
+    );
+    assert!(!env.exists(&env.group_key("ring")));
+    assert_eq!(env.active(), vec!["1", "1", "A", "B"]);
+    // Its wait over (moved here, not waited for): a2 in the next bucket,
+    // then the window of 2 is full until a1's lease is a period old.
+    env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+    let mut got = Vec::new();
+    for _ in 0..2000 {
+        let c = env.claim(10).await;
+        got.extend(c.ids().iter().map(|s| s.to_string()));
+        if !got.is_empty() {
+            break;
+        }
+        env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(got, vec!["a2"]);
+    let until = env.zscore(&env.group_key("wait"), "A").expect("A waits");
+    assert!(
+        until >= before + 900,
+        "the window is full for about a period: {}",
+        until - before
+    );
+    // A changed rate starts with a full window.
+    assert!(env.change(GroupChange::Rate(Some("A"), None)).await);
+    assert!(!env.exists(&rate_key));
+}
+
+#[tokio::test]
+async fn purge_deletes_grouped_messages_and_keeps_group_settings() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert!(env.change(GroupChange::Pause("C")).await);
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(1))).await);
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("b1", "B"), ("c1", "C")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(1).await.ids(), ["a1"]);
+    assert_eq!(env.run(&Purge { limit: 1000 }).await, 4);
+    assert_eq!(env.run(&Purge { limit: 1000 }).await, 0);
+    let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();
+    let mut want = vec![
+        env.group_key("known"),
+        env.group_key("limits"),
+        env.group_key("paused"),
+        k.totals.clone(),
+    ];
+    want.sort();
+    assert_eq!(left, want, "the settings stay, nothing else");
+    assert_eq!(env.raw(&["HEXISTS", &k.totals, "groups"]), "0");
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["A", "C"],
+        "their settings"
+    );
+}
+
+#[tokio::test]
+async fn list_groups_pages_the_known_groups_with_their_counts() {
+    let env = Env::new().await;
+    assert!(env.change(GroupChange::Limit(None, Some(2))).await);
+    assert!(env.change(GroupChange::Limit(Some("B"), Some(1))).await);
+    assert!(env.change(GroupChange::Rate(Some("C"), Some((5, 1000)))).await);
+    assert!(env.change(GroupChange::Pause("D")).await);
+    for (id, group) in [("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["a1", "a2", "b1"]);
+    let page = env.run(&ListGroups { offset: 0, limit: 3 }).await;
+    assert_eq!(
+        (page.total, page.default_concurrency, page.default_rate),
+        (4, Some(2), None)
+    );
+    let rows: Vec<(&str, u64, u64, bool, Option<u32>)> = page
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.ready, g.processing, g.paused, g.concurrency))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("A", 1, 2, false, None),
+            ("B", 0, 1, false, Some(1)),
+            ("C", 0, 0, false, None)
+        ]
+    );
+    assert_eq!(page.groups[2].rate.map(|r| r.limit), Some(5));
+    let page = env.run(&ListGroups { offset: 3, limit: 3 }).await;
+    assert_eq!(page.groups.len(), 1);
+    assert!(page.groups[0].paused);
+    // Acked and emptied, B keeps only its setting; A is forgotten.
+    let leases: Vec<(String, i64)> = ["a1", "a2", "b1"]
+        .iter()
+        .map(|id| (id.to_string(), env.lease_of(id)))
+        .collect();
+    let pairs: Vec<(&str, i64)> = leases.iter().map(|(id, l)| (id.as_str(), *l)).collect();
+    assert_eq!(env.ack(&pairs).await, vec![1; 3]);
+    assert_eq!(env.claim(10).await.ids(), ["a3"]);
+    assert_eq!(env.ack(&[("a3", env.lease_of("a3"))]).await, vec![1]);
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["B", "C", "D"]
+    );
+    assert!(env.change(GroupChange::Resume("D")).await);
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["B", "C"]
+    );
+}

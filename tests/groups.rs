@@ -1,0 +1,357 @@
+//! Groups through the public API (docs/groups.md): fair turns between
+//! groups, per-group concurrency across consumers and shards, ordered
+//! groups with a failure, pausing one group, invalid names, and no group
+//! key left once everything is acked.
+
+mod helpers;
+use delayqueue_test_support as support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use delayqueue::fred::prelude::ClientLike;
+use delayqueue::{Backoff, Error, HandlerError, Message, MessageState, NewMessage, MAX_GROUP_LEN};
+use helpers::{acking, start_queue, Log};
+use support::{wait_for, wait_until, WAIT};
+
+const FETCH: Duration = Duration::from_millis(100);
+
+/// The keys of queue `name` whose names say they are a group's.
+async fn group_keys(client: &delayqueue::fred::clients::Client, name: &str) -> Vec<String> {
+    let pattern = format!("dq:{{{name}*}}:g*");
+    let mut keys: Vec<String> = client
+        .custom(delayqueue::fred::cmd!("KEYS"), vec![pattern])
+        .await
+        .unwrap();
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_backlog_delays_another_groups_message_by_one_turn_at_most() {
+    let (_server, client, queue) = start_queue("fair", FETCH, |b| b.concurrency(1)).await;
+    queue
+        .send_batch((0..300).map(|i| NewMessage::new(format!("a{i}")).group("A")))
+        .await
+        .unwrap();
+    queue.send("b").group("B").await.unwrap();
+    queue.send("plain").await.unwrap();
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 302).await, "{} delivered", log.len());
+    consumer.shutdown().await.unwrap();
+    let order: Vec<Vec<u8>> = log.snapshot().into_iter().map(|d| d.3).collect();
+    let at = |p: &[u8]| order.iter().position(|x| x == p).expect("delivered");
+    // One handler claims one at a time: A, B and the messages without a
+    // group take turns, so B's and the plain one come within the first turn.
+    assert!(at(b"b") < 3, "b delivered {}th", at(b"b") + 1);
+    assert!(at(b"plain") < 3, "plain delivered {}th", at(b"plain") + 1);
+    // A's own messages in due order.
+    let a: Vec<&Vec<u8>> = order.iter().filter(|p| p.starts_with(b"a")).collect();
+    let want: Vec<Vec<u8>> = (0..300).map(|i| format!("a{i}").into_bytes()).collect();
+    assert_eq!(a, want.iter().collect::<Vec<_>>());
+    assert!(wait_for(WAIT, || async { group_keys(&client, "fair").await.is_empty() }).await);
+}
+
+/// Each group's messages running now and the most seen at once, and the
+/// deliveries handled.
+#[derive(Default)]
+struct Seen {
+    now: HashMap<String, usize>,
+    most: HashMap<String, usize>,
+    done: usize,
+}
+
+#[derive(Clone, Default)]
+struct Running(Arc<Mutex<Seen>>);
+
+impl Running {
+    fn handler(&self, hold: Duration) -> impl delayqueue::Handler {
+        let me = self.clone();
+        move |msg: Message| {
+            let me = me.clone();
+            async move {
+                let group = msg.group().unwrap_or("").to_string();
+                {
+                    let mut s = me.0.lock().unwrap();
+                    let now = {
+                        let n = s.now.entry(group.clone()).or_insert(0);
+                        *n += 1;
+                        *n
+                    };
+                    let most = s.most.entry(group.clone()).or_insert(0);
+                    *most = (*most).max(now);
+                }
+                tokio::time::sleep(hold).await;
+                let mut s = me.0.lock().unwrap();
+                *s.now.get_mut(&group).unwrap() -= 1;
+                s.done += 1;
+                Ok::<(), HandlerError>(())
+            }
+        }
+    }
+
+    fn done(&self) -> usize {
+        self.0.lock().unwrap().done
+    }
+
+    fn most(&self, group: &str) -> usize {
+        self.0.lock().unwrap().most.get(group).copied().unwrap_or(0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_concurrency_holds_across_consumers_and_shards() {
+    let (_server, client, queue) = start_queue("gc", FETCH, |b| b.shards(2).concurrency(8).group_concurrency(2)).await;
+    // Groups A and B at the default 2, C at its own 3.
+    let msgs = (0..20).flat_map(|i| ["A", "B", "C"].map(|g| NewMessage::new(format!("{g}{i}")).group(g)));
+    queue.send_batch(msgs).await.unwrap();
+    let running = Running::default();
+    let a = queue
+        .start_consume(running.handler(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert!(queue.set_group_concurrency("C", Some(3)).await.unwrap());
+    let b = queue
+        .start_consume(running.handler(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || running.done() == 60).await,
+        "{} done",
+        running.done()
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    for g in ["A", "B"] {
+        assert!((1..=2).contains(&running.most(g)), "{g}: {} at once", running.most(g));
+    }
+    assert!((1..=3).contains(&running.most("C")), "C: {} at once", running.most("C"));
+    // The settings stay (the default in each shard, C's own, C known for
+    // it); the rest of the group keys went with the messages.
+    let settings = |keys: &[String]| keys.iter().all(|k| k.ends_with(":glimits") || k.ends_with(":gknown"));
+    assert!(wait_for(WAIT, || async { settings(&group_keys(&client, "gc").await) }).await);
+    assert_eq!(queue.groups(0, 10).await.unwrap().groups.len(), 1, "C, for its setting");
+    assert_eq!(queue.status().await.unwrap().totals.acked, 60);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_group_runs_one_at_a_time_in_order_and_waits_for_a_failed_one() {
+    let (_server, _client, queue) = start_queue("ordered", FETCH, |b| {
+        b.concurrency(4)
+            .ordered()
+            .backoff(Backoff::fixed(Duration::from_millis(50)))
+    })
+    .await;
+    queue
+        .send_batch((0..8).map(|i| NewMessage::new(format!("m{i}")).group("ledger")))
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let running = Running::default();
+    let (record, inner) = (seen.clone(), running.handler(Duration::from_millis(5)));
+    let inner = Arc::new(inner);
+    let handler = move |msg: Message| {
+        let (record, inner) = (record.clone(), inner.clone());
+        async move {
+            let payload = String::from_utf8_lossy(msg.payload()).into_owned();
+            record.lock().unwrap().push((payload.clone(), msg.attempt()));
+            if payload == "m3" && msg.attempt() == 1 {
+                return Err(HandlerError::from("not yet"));
+            }
+            delayqueue::Handler::handle(&*inner, msg).await
+        }
+    };
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(
+        wait_until(WAIT, || running.done() == 8).await,
+        "{} done",
+        running.done()
+    );
+    consumer.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let want: Vec<(String, u32)> = [0, 1, 2, 3]
+        .iter()
+        .map(|i| (format!("m{i}"), 1))
+        .chain([("m3".to_string(), 2)])
+        .chain((4..8).map(|i| (format!("m{i}"), 1)))
+        .collect();
+    assert_eq!(seen, want, "in due order, the failed one retried before the next");
+    assert_eq!(running.most("ledger"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_group_waits_while_other_groups_are_served() {
+    let (_server, _client, queue) = start_queue("gpause", FETCH, |b| b).await;
+    assert!(queue.pause_group("A").await.unwrap());
+    assert!(!queue.pause_group("A").await.unwrap(), "paused already");
+    let a = queue.send("a1").group("A").await.unwrap();
+    queue.send("b1").group("B").await.unwrap();
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    // Another message of B, sent after a1 and handled: a1 still waits.
+    queue.send("b2").group("B").await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 2).await);
+    let info = queue.get(&a).await.unwrap().expect("waiting");
+    assert_eq!((info.state, info.group.as_deref()), (MessageState::Ready, Some("A")));
+    assert_eq!(log.len(), 2);
+    // A message waiting in its group is in a state, not an orphan.
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean() && report.scanned >= 1, "{report}");
+    assert_eq!(queue.counts().await.unwrap().ready, 1, "counted as ready");
+    assert!(queue.resume_group("A").await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 3).await);
+    assert_eq!(log.snapshot()[2].3, b"a1");
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_group_names_are_refused_with_a_typed_error() {
+    let (_server, client, queue) = start_queue("gbad", FETCH, |b| b).await;
+    let long = "g".repeat(MAX_GROUP_LEN + 1);
+    for bad in ["", "a b", "tenant:1", "t{1}", "é", long.as_str()] {
+        let e = queue.send("x").group(bad).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidGroup { group, .. } if group == bad),
+            "{bad:?}: {e}"
+        );
+        assert!(matches!(queue.pause_group(bad).await, Err(Error::InvalidGroup { .. })));
+        assert!(matches!(
+            queue.set_group_concurrency(bad, Some(1)).await,
+            Err(Error::InvalidGroup { .. })
+        ));
+    }
+    assert!(queue.send("x").group("g".repeat(MAX_GROUP_LEN)).await.is_ok());
+    assert!(queue.send("y").group("Tenant_4.2-x").await.is_ok());
+    assert!(matches!(
+        queue.set_group_concurrency("g", Some(0)).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let _ = client;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_rate_paces_its_group_alone() {
+    let per = Duration::from_millis(500);
+    let (_server, _client, queue) = start_queue("grate", FETCH, |b| b.concurrency(8)).await;
+    assert!(queue
+        .set_group_rate("slow", Some(delayqueue::RateLimit::new(4, per)))
+        .await
+        .unwrap());
+    let msgs = (0..12).flat_map(|i| {
+        [
+            NewMessage::new(format!("s{i}")).group("slow"),
+            NewMessage::new(format!("f{i}")).group("fast"),
+        ]
+    });
+    queue.send_batch(msgs).await.unwrap();
+    let log = Log::default();
+    let start = std::time::Instant::now();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 24).await, "{} delivered", log.len());
+    consumer.shutdown().await.unwrap();
+    let at = |p: &str| {
+        let d = log
+            .snapshot()
+            .into_iter()
+            .find(|d| d.3 == p.as_bytes())
+            .expect("delivered");
+        d.2.duration_since(start)
+    };
+    // 12 at 4 per 500 ms: the last starts at least two periods after the first.
+    assert!(
+        at("s11") >= at("s0") + per * 2,
+        "s0 {:?}, s11 {:?}",
+        at("s0"),
+        at("s11")
+    );
+    // The other group is not held back by it: all of it before slow's last.
+    assert!(at("f11") < at("s11"), "f11 {:?}, s11 {:?}", at("f11"), at("s11"));
+    assert!(matches!(
+        queue
+            .set_group_rate("slow", Some(delayqueue::RateLimit::new(0, per)))
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_lists_every_shard_s_groups_in_pages() {
+    let (_server, client, queue) = start_queue("glist", FETCH, |b| b.shards(3).group_concurrency(4)).await;
+    let names: Vec<String> = (0..12).map(|i| format!("t{i:02}")).collect();
+    queue
+        .send_batch(names.iter().map(|g| NewMessage::new("x").group(g.as_str())))
+        .await
+        .unwrap();
+    assert!(queue.pause_group("t03").await.unwrap());
+    // Nothing consumes: the messages are still pending until promoted, so
+    // the groups are known once a consumer has promoted them.
+    let log = Log::default();
+    assert!(queue.pause().await.unwrap());
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.groups(0, 1).await.unwrap().total == 12 }).await);
+    let (mut seen, mut offset) = (Vec::new(), 0);
+    for _ in 0..10 {
+        let page = queue.groups(offset, 5).await.unwrap();
+        assert_eq!((page.total, page.default_concurrency), (12, Some(4)));
+        if page.groups.is_empty() {
+            break;
+        }
+        offset += page.groups.len() as u64;
+        seen.extend(page.groups);
+    }
+    let mut listed: Vec<&str> = seen.iter().map(|g| g.name.as_str()).collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        names.iter().map(String::as_str).collect::<Vec<_>>(),
+        "each once"
+    );
+    assert!(seen.iter().all(|g| g.ready == 1 && g.processing == 0));
+    assert!(seen.iter().find(|g| g.name == "t03").unwrap().paused);
+    assert!(queue.resume().await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 11).await, "all but the paused group's");
+    assert!(queue.resume_group("t03").await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 12).await);
+    consumer.shutdown().await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    assert!(matches!(queue.groups(0, 0).await, Err(Error::InvalidArgument(_))));
+    // Only the default's setting is left of the groups.
+    assert!(group_keys(&client, "glist")
+        .await
+        .iter()
+        .all(|k| k.ends_with(":glimits")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_sends_its_fires_in_its_group() {
+    let (_server, _client, queue) = start_queue("gsched", FETCH, |b| b).await;
+    let daily = delayqueue::Schedule::cron("0 3 * * *", "report").group("tenant-7");
+    assert!(queue.set_schedule("nightly", daily).await.unwrap());
+    assert!(matches!(
+        queue
+            .set_schedule("bad", delayqueue::Schedule::cron("0 3 * * *", "x").group("a b"))
+            .await,
+        Err(Error::InvalidGroup { .. })
+    ));
+    let id = queue.trigger_schedule("nightly").await.unwrap();
+    let info = queue.get(&id).await.unwrap().expect("sent");
+    assert_eq!(info.group.as_deref(), Some("tenant-7"));
+    let groups: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen = groups.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(msg.group().map(str::to_string));
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || !groups.lock().unwrap().is_empty()).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(*groups.lock().unwrap(), vec![Some("tenant-7".to_string())]);
+}
