@@ -1,7 +1,9 @@
 //! Groups through the public API (docs/groups.md): fair turns between
 //! groups, per-group concurrency across consumers and shards, ordered
 //! groups with a failure, pausing one group, invalid names, and no group
-//! key left once everything is acked.
+//! key left once everything is acked; and groups with the rest of the
+//! product: priorities, headers, reschedule, expiry and dead letters
+//! requeued.
 
 mod helpers;
 use delayqueue_test_support as support;
@@ -354,4 +356,315 @@ async fn a_schedule_sends_its_fires_in_its_group() {
     assert!(wait_until(WAIT, || !groups.lock().unwrap().is_empty()).await);
     consumer.shutdown().await.unwrap();
     assert_eq!(*groups.lock().unwrap(), vec![Some("tenant-7".to_string())]);
+}
+
+/// Pauses the queue, starts a consumer with `handler` and waits until it
+/// has promoted `n` due messages into their groups, so that the first
+/// claim after the resume sees them all; then resumes.
+async fn start_with_all_due(
+    queue: &delayqueue::DelayQueue,
+    n: u64,
+    handler: impl delayqueue::Handler,
+) -> delayqueue::Consumer {
+    assert!(queue.pause().await.unwrap());
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().ready == n }).await);
+    assert!(queue.resume().await.unwrap());
+    consumer
+}
+
+/// Once everything is acked: no group key left but the defaults'
+/// settings, no count left, the integrity check clean.
+async fn assert_drained(client: &delayqueue::fred::clients::Client, queue: &delayqueue::DelayQueue, name: &str) {
+    let state_keys = || async {
+        let mut keys = group_keys(client, name).await;
+        keys.retain(|k| !k.ends_with(":glimits") && !k.ends_with(":grates"));
+        keys
+    };
+    assert!(
+        wait_for(WAIT, || async { state_keys().await.is_empty() }).await,
+        "{:?}",
+        state_keys().await
+    );
+    assert_eq!(queue.counts().await.unwrap(), delayqueue::Counts::default());
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+/// What a [`grouped`] handler saw of one delivery.
+#[derive(Debug, Clone, PartialEq)]
+struct Carried {
+    group: Option<String>,
+    priority: u8,
+    headers: Vec<(String, String)>,
+}
+
+/// Each delivery a [`grouped`] handler saw, in order.
+type CarriedLog = Arc<Mutex<Vec<Carried>>>;
+
+/// A handler that records each delivery in `log` and what it carries
+/// in the returned list, and fails ("broken") those `fails` picks.
+fn grouped(
+    log: &Log,
+    fails: impl Fn(&Message) -> bool + Send + Sync + 'static,
+) -> (impl delayqueue::Handler, CarriedLog) {
+    let all = CarriedLog::default();
+    let seen = all.clone();
+    let handler = helpers::recording(log, move |msg: Message| {
+        seen.lock().unwrap().push(Carried {
+            group: msg.group().map(str::to_string),
+            priority: msg.priority(),
+            headers: msg.headers().to_vec(),
+        });
+        let fail = fails(&msg);
+        async move {
+            match fail {
+                true => Err::<(), HandlerError>("broken".into()),
+                false => Ok(()),
+            }
+        }
+    });
+    (handler, all)
+}
+
+/// The groups of `n` deliveries, all `g`.
+fn in_group(g: &str, n: usize) -> Vec<Option<String>> {
+    vec![Some(g.to_string()); n]
+}
+
+/// The groups of the deliveries `seen` recorded.
+fn groups_of(seen: &CarriedLog) -> Vec<Option<String>> {
+    seen.lock().unwrap().iter().map(|d| d.group.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priority_orders_messages_within_their_group_while_groups_still_alternate() {
+    let (_server, client, queue) = start_queue("gprio", FETCH, |b| b.concurrency(1).fetch_limit(1)).await;
+    let msgs = [
+        ("a-low", 0, "A"),
+        ("a-high", 9, "A"),
+        ("a-mid", 5, "A"),
+        ("b1", 0, "B"),
+        ("b2", 0, "B"),
+    ];
+    queue
+        .send_batch(
+            msgs.iter()
+                .map(|(p, prio, g)| NewMessage::new(*p).priority(*prio).group(*g)),
+        )
+        .await
+        .unwrap();
+    let log = Log::default();
+    let (handler, seen) = grouped(&log, |_| false);
+    let consumer = start_with_all_due(&queue, 5, handler).await;
+    assert!(wait_until(WAIT, || log.len() == 5).await);
+    consumer.shutdown().await.unwrap();
+    // (group, payload, priority) of each delivery.
+    let order: Vec<(String, String, u8)> = log
+        .snapshot()
+        .iter()
+        .zip(seen.lock().unwrap().iter())
+        .map(|(d, s)| {
+            let group = s.group.clone().unwrap_or_default();
+            (group, String::from_utf8_lossy(&d.3).into_owned(), s.priority)
+        })
+        .collect();
+    // Within A: priority 9, then 5, then 0, each with its priority.
+    let a: Vec<(&str, u8)> = order
+        .iter()
+        .filter(|d| d.0 == "A")
+        .map(|d| (d.1.as_str(), d.2))
+        .collect();
+    assert_eq!(a, [("a-high", 9), ("a-mid", 5), ("a-low", 0)], "{order:?}");
+    // A consumer claiming one at a time alternates between the groups
+    // while both have messages: A's priority 9 does not let A go twice
+    // before B's turn.
+    for pair in order[..4].windows(2) {
+        assert_ne!(pair[0].0, pair[1].0, "{order:?}");
+    }
+    assert_drained(&client, &queue, "gprio").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_message_keeps_its_headers_and_group_through_a_retry() {
+    let (_server, client, queue) = start_queue("ghead", FETCH, |b| {
+        b.group_concurrency(2)
+            .backoff(Backoff::fixed(Duration::from_millis(20)))
+    })
+    .await;
+    let id = queue
+        .send("fail once")
+        .header("tenant", "t-42")
+        .header("trace", "abc")
+        .group("A")
+        .await
+        .unwrap();
+    let want = vec![
+        ("tenant".to_string(), "t-42".to_string()),
+        ("trace".to_string(), "abc".to_string()),
+    ];
+    let info = queue.get(&id).await.unwrap().expect("sent");
+    assert_eq!((info.group.as_deref(), &info.headers), (Some("A"), &want));
+    let log = Log::default();
+    let (handler, seen) = grouped(&log, |msg| msg.attempt() == 1);
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 2).await);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.attempts(&id), vec![1, 2]);
+    let expect = Carried {
+        group: Some("A".to_string()),
+        priority: 0,
+        headers: want,
+    };
+    assert_eq!(*seen.lock().unwrap(), vec![expect.clone(), expect]);
+    assert_drained(&client, &queue, "ghead").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescheduled_pending_grouped_message_is_delivered_in_its_group() {
+    let (_server, client, queue) = start_queue("gresched", FETCH, |b| b.group_concurrency(1)).await;
+    let hour = Duration::from_secs(3600);
+    let late = queue.send("late").delay(hour).group("A").await.unwrap();
+    let soon = queue.send("soon").delay(hour).group("A").await.unwrap();
+    // Later: its due time moves out, it stays pending in its group.
+    let before = queue.get(&late).await.unwrap().unwrap().due.expect("a due time");
+    assert!(queue.reschedule(&late, hour * 2).await.unwrap());
+    let info = queue.get(&late).await.unwrap().unwrap();
+    assert_eq!((info.state, info.group.as_deref()), (MessageState::Pending, Some("A")));
+    assert!(
+        info.due.unwrap() >= before + hour / 2,
+        "{:?} then {:?}",
+        before,
+        info.due
+    );
+    // Sooner: due now, delivered in its group; the other one still waits.
+    assert!(queue.reschedule(&soon, Duration::ZERO).await.unwrap());
+    let log = Log::default();
+    let (handler, seen) = grouped(&log, |_| false);
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    assert_eq!(log.snapshot()[0].0, soon);
+    assert_eq!(groups_of(&seen), in_group("A", 1));
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.ready, counts.processing), (1, 0, 0));
+    assert!(
+        wait_for(WAIT, || async {
+            let page = queue.groups(0, 10).await.unwrap();
+            page.total == 0 && page.groups.is_empty()
+        })
+        .await,
+        "A idle: nothing of it due or processing"
+    );
+    // Once due, a message in its group is no longer pending: reschedule
+    // leaves it alone, and it is delivered.
+    assert!(queue.pause().await.unwrap());
+    assert!(queue.reschedule(&late, Duration::ZERO).await.unwrap());
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().ready == 1 }).await);
+    assert!(!queue.reschedule(&late, hour).await.unwrap(), "ready, not pending");
+    assert_eq!(queue.groups(0, 10).await.unwrap().groups[0].ready, 1);
+    assert!(queue.resume().await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 2).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.snapshot()[1].0, late);
+    assert_eq!(queue.status().await.unwrap().totals.acked, 2);
+    assert_drained(&client, &queue, "gresched").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_message_past_its_deadline_is_buried_as_expired_and_its_group_cleaned_up() {
+    let (server, client, queue) = start_queue("gexpire", FETCH, |b| b.ordered()).await;
+    let second = Duration::from_secs(1);
+    // A's head expires and its next message is kept; B has only one, expired.
+    let gone = queue
+        .send("gone")
+        .expire_after(second)
+        .header("tenant", "t-1")
+        .group("A")
+        .await
+        .unwrap();
+    let kept = queue.send("kept").group("A").await.unwrap();
+    let b_gone = queue.send("b-gone").expire_after(second).group("B").await.unwrap();
+    let deadline = queue.get(&gone).await.unwrap().unwrap().expires_at.expect("a deadline");
+    let deadline_ms = deadline.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    assert!(wait_until(WAIT, || server.now_ms() > deadline_ms + 100).await);
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().dead == 2 }).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.snapshot()[0].0, kept);
+    let status = queue.status().await.unwrap();
+    assert_eq!((status.totals.expired, status.totals.acked), (2, 1));
+    for (id, group) in [(&gone, "A"), (&b_gone, "B")] {
+        let letter = queue.get(id).await.unwrap().expect("a dead letter");
+        assert_eq!(
+            (letter.state, letter.last_error.as_deref(), letter.group.as_deref()),
+            (MessageState::Dead, Some("expired"), Some(group))
+        );
+    }
+    // Nothing of either group is due or processing: only the ordered
+    // default is left of the groups, and the check is clean.
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    let report = queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    // Requeued, the expired one is delivered in its group, headers kept;
+    // the other dead letter is deleted.
+    assert!(queue.requeue_dead(&gone).await.unwrap());
+    let (handler, seen) = grouped(&log, |_| false);
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 2).await);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 2 }).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.snapshot()[1].0, gone);
+    let want = Carried {
+        group: Some("A".to_string()),
+        priority: 0,
+        headers: vec![("tenant".to_string(), "t-1".to_string())],
+    };
+    assert_eq!(*seen.lock().unwrap(), vec![want]);
+    assert!(queue.delete_dead(&b_gone).await.unwrap());
+    assert_drained(&client, &queue, "gexpire").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_dead_letter_requeued_is_delivered_again_in_its_group() {
+    let (_server, client, queue) = start_queue("gdead", FETCH, |b| {
+        b.ordered().backoff(Backoff::fixed(Duration::from_millis(20)))
+    })
+    .await;
+    let bad = queue.send("bad").retry_count(1).priority(3).group("A").await.unwrap();
+    let next = queue.send("next").group("A").await.unwrap();
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let log = Log::default();
+    let fail = failing.clone();
+    let (handler, seen) = grouped(&log, move |msg| {
+        msg.payload() == b"bad" && fail.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    let consumer = queue.start_consume(handler).await.unwrap();
+    // Two deliveries of bad (retry count 1), then dead; the ordered group
+    // goes on with its next message.
+    assert!(wait_until(WAIT, || log.len() == 3).await, "{} delivered", log.len());
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    assert_eq!(log.attempts(&bad), vec![1, 2]);
+    assert_eq!(log.snapshot()[2].0, next);
+    let letter = queue.get(&bad).await.unwrap().expect("a dead letter");
+    assert_eq!(
+        (letter.state, letter.last_error.as_deref(), letter.group.as_deref()),
+        (MessageState::Dead, Some("broken"), Some("A"))
+    );
+    // Nothing of A processing: the group's count went back to 0.
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(queue.requeue_dead(&bad).await.unwrap());
+    let info = queue.get(&bad).await.unwrap().unwrap();
+    assert_eq!((info.group.as_deref(), info.priority), (Some("A"), 3));
+    assert!(wait_until(WAIT, || log.len() == 4).await);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 2 }).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.attempts(&bad), vec![1, 2, 1], "its full deliveries again");
+    assert_eq!(groups_of(&seen), in_group("A", 4));
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    assert_drained(&client, &queue, "gdead").await;
 }
