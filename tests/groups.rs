@@ -391,6 +391,18 @@ async fn assert_drained(client: &delayqueue::fred::clients::Client, queue: &dela
     assert!(report.is_clean(), "{report}");
 }
 
+/// A queue whose groups run two messages at once, retried after `backoff`.
+async fn start_two_at_once(
+    name: &str,
+    backoff: Duration,
+) -> (
+    support::RedisServer,
+    delayqueue::fred::clients::Client,
+    delayqueue::DelayQueue,
+) {
+    start_queue(name, FETCH, |b| b.group_concurrency(2).backoff(Backoff::fixed(backoff))).await
+}
+
 /// What a [`grouped`] handler saw of one delivery.
 #[derive(Debug, Clone, PartialEq)]
 struct Carried {
@@ -487,11 +499,7 @@ async fn a_priority_orders_messages_within_their_group_while_groups_still_altern
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_message_keeps_its_headers_and_group_through_a_retry() {
-    let (_server, client, queue) = start_queue("ghead", FETCH, |b| {
-        b.group_concurrency(2)
-            .backoff(Backoff::fixed(Duration::from_millis(20)))
-    })
-    .await;
+    let (_server, client, queue) = start_two_at_once("ghead", Duration::from_millis(20)).await;
     let id = queue
         .send("fail once")
         .header("tenant", "t-42")
@@ -667,4 +675,75 @@ async fn a_grouped_dead_letter_requeued_is_delivered_again_in_its_group() {
     assert_eq!(groups_of(&seen), in_group("A", 4));
     assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
     assert_drained(&client, &queue, "gdead").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_retry_waiting_its_backoff_can_be_rescheduled_to_now() {
+    let (_server, client, queue) = start_two_at_once("gretry", Duration::from_secs(3600)).await;
+    let id = queue.send("once more").priority(2).group("A").await.unwrap();
+    let log = Log::default();
+    let (handler, seen) = grouped(&log, |msg| msg.attempt() == 1);
+    let consumer = queue.start_consume(handler).await.unwrap();
+    // Failed once, it waits its hour of backoff in pending.
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().pending == 1 }).await);
+    let info = queue.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.group.as_deref(), info.attempts),
+        (MessageState::Pending, Some("A"), 1)
+    );
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    assert!(queue.reschedule(&id, Duration::ZERO).await.unwrap());
+    assert!(wait_until(WAIT, || log.len() == 2).await);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.attempts(&id), vec![1, 2]);
+    assert_eq!(groups_of(&seen), in_group("A", 2));
+    assert!(seen.lock().unwrap().iter().all(|d| d.priority == 2));
+    assert_drained(&client, &queue, "gretry").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeuing_all_dead_letters_sends_each_back_to_its_group_or_list() {
+    let (_server, client, queue) = start_queue("gdeadall", FETCH, |b| b.group_concurrency(1)).await;
+    let msgs = [
+        ("a-prio", 4, Some("A")),
+        ("a", 0, Some("A")),
+        ("b", 0, Some("B")),
+        ("p-prio", 7, None),
+        ("p", 0, None),
+    ];
+    let batch = msgs.iter().map(|(p, prio, g)| {
+        let m = NewMessage::new(*p).priority(*prio).retry_count(0);
+        match g {
+            Some(g) => m.group(*g),
+            None => m,
+        }
+    });
+    queue.send_batch(batch).await.unwrap();
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let log = Log::default();
+    let fail = failing.clone();
+    let (handler, seen) = grouped(&log, move |_| fail.load(std::sync::atomic::Ordering::SeqCst));
+    let consumer = queue.start_consume(handler).await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().dead == 5 }).await);
+    assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(queue.requeue_all_dead().await.unwrap(), 5);
+    assert!(wait_until(WAIT, || log.len() == 10).await, "{} delivered", log.len());
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 5 }).await);
+    consumer.shutdown().await.unwrap();
+    // Each delivered once more with its group and priority.
+    let mut second: Vec<(String, Option<String>, u8)> = log.snapshot()[5..]
+        .iter()
+        .zip(&seen.lock().unwrap()[5..])
+        .map(|(d, s)| (String::from_utf8_lossy(&d.3).into_owned(), s.group.clone(), s.priority))
+        .collect();
+    second.sort();
+    let mut want: Vec<(String, Option<String>, u8)> = msgs
+        .iter()
+        .map(|(p, prio, g)| (p.to_string(), g.map(str::to_string), *prio))
+        .collect();
+    want.sort();
+    assert_eq!(second, want);
+    assert_drained(&client, &queue, "gdeadall").await;
 }

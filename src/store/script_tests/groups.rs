@@ -412,3 +412,53 @@ async fn list_groups_pages_the_known_groups_with_their_counts() {
         vec!["B", "C"]
     );
 }
+
+#[tokio::test]
+async fn a_grouped_message_out_of_deliveries_or_past_its_deadline_frees_its_group() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(1))).await);
+    let value = encode_stored(&ValueParts {
+        retry_count: 0,
+        group: Some("B"),
+        payload: b"b1",
+        ..Default::default()
+    });
+    assert_eq!(env.send_values(&[("b1", value, 0, NEVER, false)]).await, vec![1]);
+    for id in ["a1", "a2"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.promote(1000).await;
+    let claimed = env.claim(10).await;
+    let mut ids = claimed.ids();
+    ids.sort_unstable();
+    assert_eq!(ids, ["a1", "b1"], "one of each group, in the order promote found them");
+    // b1 times out with no delivery left: dead, and B has nothing left.
+    env.raw(&["ZADD", &k.processing, "XX", "1", "b1"]);
+    assert_eq!(env.timeout(10).await, vec![1, 1]);
+    assert_eq!(env.active(), vec!["1", "A"]);
+    assert_eq!(env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]), vec!["A"]);
+    // a1 fails; while the ordered A waits its backoff, a1's deadline
+    // passes: once the wait is over the claim buries it as expired, and A
+    // goes on with a2.
+    assert_eq!(env.nack("a1", env.lease_of("a1"), fail(60_000)).await, 1);
+    let stored = env.stored_whole("a1").expect("stored");
+    env.raw(&["SET", &k.msg("a1"), &stored.replacen(":a1", "@1:a1", 1)]);
+    env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+    let c = env.claim(10).await;
+    assert_eq!((c.expired_ids.clone(), c.popped), (vec!["a1".to_string()], 1));
+    assert!(env.active().is_empty());
+    assert_eq!(env.ring(), vec!["A"], "a2 due, A has room");
+    assert_eq!(env.claim(10).await.ids(), ["a2"]);
+    assert_eq!(env.ack(&[("a2", env.lease_of("a2"))]).await, vec![1]);
+    assert!(env.active().is_empty());
+    assert!(!env.exists(&env.group_key("ring")));
+    assert!(!env.exists(&env.group_key("wait")));
+    assert!(!env.exists(&env.group_key("ready")));
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["A"],
+        "for its own limit"
+    );
+    assert_eq!(env.zset(&k.dead).len(), 2);
+}
