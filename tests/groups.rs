@@ -358,19 +358,27 @@ async fn a_schedule_sends_its_fires_in_its_group() {
     assert_eq!(*groups.lock().unwrap(), vec![Some("tenant-7".to_string())]);
 }
 
-/// Pauses the queue, starts a consumer with `handler` and waits until it
-/// has promoted `n` due messages into their groups, so that the first
-/// claim after the resume sees them all; then resumes.
-async fn start_with_all_due(
+/// Pauses queue `name`, starts a consumer with `handler` and waits until
+/// it has promoted every due message (into its group or list), so that
+/// the first claim after the resume sees them all; then resumes.
+async fn start_with_all_promoted(
+    client: &delayqueue::fred::clients::Client,
     queue: &delayqueue::DelayQueue,
-    n: u64,
+    name: &str,
     handler: impl delayqueue::Handler,
 ) -> delayqueue::Consumer {
     assert!(queue.pause().await.unwrap());
     let consumer = queue.start_consume(handler).await.unwrap();
-    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().ready == n }).await);
+    assert!(wait_for(WAIT, || async { pending_len(client, name).await == 0 }).await);
     assert!(queue.resume().await.unwrap());
     consumer
+}
+
+/// How many messages of queue `name` are in its pending zset, due or not
+/// (`counts` counts the due ones as ready).
+async fn pending_len(client: &delayqueue::fred::clients::Client, name: &str) -> u64 {
+    use delayqueue::fred::prelude::SortedSetsInterface;
+    client.zcard(format!("dq:{{{name}}}:pending")).await.unwrap()
 }
 
 /// Once everything is acked: no group key left but the defaults'
@@ -406,6 +414,7 @@ async fn start_two_at_once(
 /// What a [`grouped`] handler saw of one delivery.
 #[derive(Debug, Clone, PartialEq)]
 struct Carried {
+    payload: String,
     group: Option<String>,
     priority: u8,
     headers: Vec<(String, String)>,
@@ -424,6 +433,7 @@ fn grouped(
     let seen = all.clone();
     let handler = helpers::recording(log, move |msg: Message| {
         seen.lock().unwrap().push(Carried {
+            payload: String::from_utf8_lossy(msg.payload()).into_owned(),
             group: msg.group().map(str::to_string),
             priority: msg.priority(),
             headers: msg.headers().to_vec(),
@@ -458,41 +468,42 @@ async fn a_priority_orders_messages_within_their_group_while_groups_still_altern
         ("a-mid", 5, "A"),
         ("b1", 0, "B"),
         ("b2", 0, "B"),
+        ("p-low", 0, ""),
+        ("p-high", 9, ""),
     ];
-    queue
-        .send_batch(
-            msgs.iter()
-                .map(|(p, prio, g)| NewMessage::new(*p).priority(*prio).group(*g)),
-        )
-        .await
-        .unwrap();
+    let batch = msgs.iter().map(|(p, prio, g)| {
+        let m = NewMessage::new(*p).priority(*prio);
+        if g.is_empty() {
+            m
+        } else {
+            m.group(*g)
+        }
+    });
+    queue.send_batch(batch).await.unwrap();
     let log = Log::default();
     let (handler, seen) = grouped(&log, |_| false);
-    let consumer = start_with_all_due(&queue, 5, handler).await;
-    assert!(wait_until(WAIT, || log.len() == 5).await);
+    let consumer = start_with_all_promoted(&client, &queue, "gprio", handler).await;
+    assert!(wait_until(WAIT, || log.len() == 7).await);
     consumer.shutdown().await.unwrap();
     // (group, payload, priority) of each delivery.
-    let order: Vec<(String, String, u8)> = log
-        .snapshot()
+    let order: Vec<(String, String, u8)> = seen
+        .lock()
+        .unwrap()
         .iter()
-        .zip(seen.lock().unwrap().iter())
-        .map(|(d, s)| {
-            let group = s.group.clone().unwrap_or_default();
-            (group, String::from_utf8_lossy(&d.3).into_owned(), s.priority)
-        })
+        .map(|s| (s.group.clone().unwrap_or_default(), s.payload.clone(), s.priority))
         .collect();
-    // Within A: priority 9, then 5, then 0, each with its priority.
-    let a: Vec<(&str, u8)> = order
-        .iter()
-        .filter(|d| d.0 == "A")
-        .map(|d| (d.1.as_str(), d.2))
-        .collect();
-    assert_eq!(a, [("a-high", 9), ("a-mid", 5), ("a-low", 0)], "{order:?}");
-    // A consumer claiming one at a time alternates between the groups
-    // while both have messages: A's priority 9 does not let A go twice
-    // before B's turn.
-    for pair in order[..4].windows(2) {
-        assert_ne!(pair[0].0, pair[1].0, "{order:?}");
+    // Within a group (and within the messages without one, the member
+    // ''): priority 9 down to 0, each delivered with its priority.
+    let of = |g: &str| -> Vec<(&str, u8)> { order.iter().filter(|d| d.0 == g).map(|d| (d.1.as_str(), d.2)).collect() };
+    assert_eq!(of("A"), [("a-high", 9), ("a-mid", 5), ("a-low", 0)], "{order:?}");
+    assert_eq!(of(""), [("p-high", 9), ("p-low", 0)], "{order:?}");
+    // A consumer claiming one at a time gives each of the three members a
+    // turn while all have messages: no priority 9 lets A or '' go twice
+    // before the others' turns.
+    for turn in order[..6].windows(3) {
+        let mut members: Vec<&str> = turn.iter().map(|d| d.0.as_str()).collect();
+        members.sort_unstable();
+        assert_eq!(members, ["", "A", "B"], "{order:?}");
     }
     assert_drained(&client, &queue, "gprio").await;
 }
@@ -521,6 +532,7 @@ async fn a_grouped_message_keeps_its_headers_and_group_through_a_retry() {
     consumer.shutdown().await.unwrap();
     assert_eq!(log.attempts(&id), vec![1, 2]);
     let expect = Carried {
+        payload: "fail once".to_string(),
         group: Some("A".to_string()),
         priority: 0,
         headers: want,
@@ -569,7 +581,7 @@ async fn a_rescheduled_pending_grouped_message_is_delivered_in_its_group() {
     // leaves it alone, and it is delivered.
     assert!(queue.pause().await.unwrap());
     assert!(queue.reschedule(&late, Duration::ZERO).await.unwrap());
-    assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().ready == 1 }).await);
+    assert!(wait_for(WAIT, || async { pending_len(&client, "gresched").await == 0 }).await);
     assert!(!queue.reschedule(&late, hour).await.unwrap(), "ready, not pending");
     assert_eq!(queue.groups(0, 10).await.unwrap().groups[0].ready, 1);
     assert!(queue.resume().await.unwrap());
@@ -627,6 +639,7 @@ async fn a_grouped_message_past_its_deadline_is_buried_as_expired_and_its_group_
     consumer.shutdown().await.unwrap();
     assert_eq!(log.snapshot()[1].0, gone);
     let want = Carried {
+        payload: "gone".to_string(),
         group: Some("A".to_string()),
         priority: 0,
         headers: vec![("tenant".to_string(), "t-1".to_string())],
@@ -666,13 +679,12 @@ async fn a_grouped_dead_letter_requeued_is_delivered_again_in_its_group() {
     assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
     failing.store(false, std::sync::atomic::Ordering::SeqCst);
     assert!(queue.requeue_dead(&bad).await.unwrap());
-    let info = queue.get(&bad).await.unwrap().unwrap();
-    assert_eq!((info.group.as_deref(), info.priority), (Some("A"), 3));
     assert!(wait_until(WAIT, || log.len() == 4).await);
     assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 2 }).await);
     consumer.shutdown().await.unwrap();
     assert_eq!(log.attempts(&bad), vec![1, 2, 1], "its full deliveries again");
     assert_eq!(groups_of(&seen), in_group("A", 4));
+    assert_eq!(seen.lock().unwrap()[3].priority, 3, "its priority kept");
     assert!(wait_for(WAIT, || async { queue.groups(0, 10).await.unwrap().total == 0 }).await);
     assert_drained(&client, &queue, "gdead").await;
 }
@@ -685,6 +697,7 @@ async fn a_grouped_retry_waiting_its_backoff_can_be_rescheduled_to_now() {
     let (handler, seen) = grouped(&log, |msg| msg.attempt() == 1);
     let consumer = queue.start_consume(handler).await.unwrap();
     // Failed once, it waits its hour of backoff in pending.
+    assert!(wait_until(WAIT, || log.len() == 1).await);
     assert!(wait_for(WAIT, || async { queue.counts().await.unwrap().pending == 1 }).await);
     let info = queue.get(&id).await.unwrap().unwrap();
     assert_eq!(
@@ -733,10 +746,9 @@ async fn requeuing_all_dead_letters_sends_each_back_to_its_group_or_list() {
     assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 5 }).await);
     consumer.shutdown().await.unwrap();
     // Each delivered once more with its group and priority.
-    let mut second: Vec<(String, Option<String>, u8)> = log.snapshot()[5..]
+    let mut second: Vec<(String, Option<String>, u8)> = seen.lock().unwrap()[5..]
         .iter()
-        .zip(&seen.lock().unwrap()[5..])
-        .map(|(d, s)| (String::from_utf8_lossy(&d.3).into_owned(), s.group.clone(), s.priority))
+        .map(|s| (s.payload.clone(), s.group.clone(), s.priority))
         .collect();
     second.sort();
     let mut want: Vec<(String, Option<String>, u8)> = msgs
