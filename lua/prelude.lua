@@ -673,13 +673,16 @@ local function group_enqueue(gp, g, id, p, due)
 end
 
 -- Moves the groups whose wait is over (at most MAX_LIMIT) back to the
--- ring; the ms until the next one's is over, false when none waits.
+-- ring, and forgets those with nothing left (their messages cancelled
+-- while they waited: the cancel could not forget a waiting group); the
+-- ms until the next one's is over, false when none waits.
 local function groups_due(gp, now)
   local over = redis.call('ZRANGE', gp .. 'wait', '-inf', now, 'BYSCORE', 'LIMIT', 0, MAX_LIMIT)
   if #over > 0 then
     redis.call('ZREM', gp .. 'wait', unpack(over))
     for _, g in ipairs(over) do
       group_wake(gp, g)
+      group_forget_idle(gp, g)
     end
   end
   local next = redis.call('ZRANGE', gp .. 'wait', 0, 0, 'WITHSCORES')[2]

@@ -462,3 +462,30 @@ async fn a_grouped_message_out_of_deliveries_or_past_its_deadline_frees_its_grou
     );
     assert_eq!(env.zset(&k.dead).len(), 2);
 }
+
+#[tokio::test]
+async fn a_group_emptied_while_it_waits_is_forgotten_when_its_wait_is_over() {
+    let env = Env::new().await;
+    assert!(env.change(GroupChange::Limit(None, Some(1))).await);
+    env.send_grouped("a1", "A").await;
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["a1"]);
+    assert_eq!(env.nack("a1", env.lease_of("a1"), fail(60_000)).await, 1);
+    assert!(
+        env.zscore(&env.group_key("wait"), "A").is_some(),
+        "A waits a1's backoff"
+    );
+    // Cancelled while its group waits: A is known until its wait is over.
+    assert_eq!(env.cancel("a1").await, 1);
+    let known = || env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]);
+    assert_eq!(known(), vec!["A"]);
+    env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+    assert_eq!(env.promote(1000).await, vec![0, -1]);
+    assert!(known().is_empty(), "nothing of A is left");
+    let left: Vec<String> = env
+        .keys()
+        .into_iter()
+        .filter(|key| key.starts_with(&env.k().group_prefix))
+        .collect();
+    assert_eq!(left, vec![env.group_key("limits")], "only the default's setting");
+}
