@@ -427,6 +427,17 @@ impl History {
 
     /// The first fault in `from..to` that can leave a delivery counted
     /// without a handler run (see `FaultRec::risks_lease`), as its line.
+    /// Whether no operation touched message `id` and no send replaced it
+    /// or may have: a replace keeps a due time no send recorded, so the
+    /// order rules leave such ids out.
+    fn untouched(&self, id: &str) -> bool {
+        !self.ops.iter().any(|o| o.id == id)
+            && !self
+                .sends
+                .iter()
+                .any(|s| s.id.as_deref() == Some(id) && matches!(s.how, "replaced" | "replace" | "debounce"))
+    }
+
     fn lease_risk(&self, limits: Limits, from: Instant, to: Instant) -> Option<String> {
         self.faults
             .iter()
@@ -1111,14 +1122,6 @@ fn check_queue(
     // after it but less than half a lease after it was due (not held,
     // unstarted, by another consumer then); no fault from the earlier due
     // time on; both sent for sure and touched by no operation.
-    // A replace keeps a due time no send recorded: its ids are left out.
-    let untouched = |id: &str| {
-        !h.ops.iter().any(|o| o.id == id)
-            && !h
-                .sends
-                .iter()
-                .any(|s| s.id.as_deref() == Some(id) && matches!(s.how, "replaced" | "replace" | "debounce"))
-    };
     let mut firsts: HashMap<&str, (i64, &Delivery)> = HashMap::new();
     for &(at, d) in &leases {
         firsts.entry(d.id.as_str()).or_insert((at, d));
@@ -1127,7 +1130,7 @@ fn check_queue(
     // (claimed, delivery, due at the earliest, due at the latest)
     let mut candidates: Vec<(i64, &Delivery, Instant, Instant)> = firsts
         .values()
-        .filter(|(_, d)| d.attempt == 1 && fire_of(&d.id).is_none() && untouched(&d.id))
+        .filter(|(_, d)| d.attempt == 1 && fire_of(&d.id).is_none() && h.untouched(&d.id))
         .filter_map(|&(at, d)| {
             let s = sends.get(d.payload.as_str())?;
             let sure = s.error.is_none() && s.id.as_deref() == Some(d.id.as_str());
@@ -1221,7 +1224,7 @@ fn check_start_order(
     // (placed as due then, in the ready list behind messages due earlier).
     let first = |d: &Delivery| -> Option<(Instant, Instant, Instant)> {
         let before = |e: &Delivery| e.id == d.id && e.leased_us < d.leased_us;
-        if d.attempt != 1 || fire_of(&d.id).is_some() || h.ops.iter().any(|o| o.id == d.id) {
+        if d.attempt != 1 || fire_of(&d.id).is_some() || !h.untouched(&d.id) {
             return None;
         }
         if h.deliveries.iter().any(before) {
@@ -2142,6 +2145,15 @@ mod tests {
         assert_eq!(run(300, &["early", "hi"], &hi_retried), ["start-order"]);
         let early_retried = |h: &mut History| h.deliveries[1].attempt = 2;
         assert_eq!(run(300, &["late", "early"], &early_retried), none);
+        // A replace keeps a due time no send recorded: an id replaced (or
+        // maybe replaced) is left out.
+        assert_eq!(run(300, &["late", "early"], &|_| {}), ["start-order"]);
+        let early_replaced = |h: &mut History| {
+            let mut replace = h.sends[1].clone();
+            replace.how = "replaced";
+            h.sends.push(replace);
+        };
+        assert_eq!(run(300, &["late", "early"], &early_replaced), none);
         let requeued = |h: &mut History| requeue_all(h, 50, 60);
         // A requeue of every dead letter moves only the dead: one never
         // delivered before was dead only if a fault counted a lease.
