@@ -35,7 +35,7 @@ local now, default = now_ms(), tonumber(ARGV[3])
 -- A few calls for the whole batch; per id only the payload's header is
 -- read (a call per id would make 1000 ids take ~10 ms).
 local keys = payloads_here(ARGV[1], ids)
-local markers = markers_of(ARGV[7], ids)
+local markers = markers_of(ARGV[7], ids, KEYS[5])
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
 -- out: {timed_out, dead, then id and delivery count of each dead one}.

@@ -49,39 +49,6 @@ local function start_window(key, value)
   end
 end
 
--- Groups (docs/groups.md). A message sent with a group carries it in its
--- header ("=<group>" after the priority); group names are 1 to 64 ASCII
--- letters, digits, '-', '_' and '.', so the header stays parseable. Its
--- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
---   gp .. 'ring'    zset: the groups that may start a message now, in turn
---                   order (score: position; the member '' stands for the
---                   messages without a group, as one more group)
---   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
---                   an ordered group whose failed message waits its retry,
---                   a group at its rate until its window lets one more start
---   gp .. 'active'  hash: group -> its messages in processing
---   gp .. 'paused'  hash: group -> 1 while paused
---   gp .. 'limits'  hash: group -> its concurrency; field '' the default
---   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
---                   default (claim.lua)
---   gp .. 'known'   zset: every group with due messages, messages in
---                   processing, a wait or a setting of its own, score 0
---                   (listed by list_groups.lua, in name order)
---   gp .. 'ready'   string: how many messages wait in the groups' zsets
---                   (stats counts them as ready; group_ready)
---   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
---                   as the priority zset (prio_score), so priority first,
---                   then due order
---   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
---                   its rate, as the totals' 'rate_used' (TTL: two periods)
--- A group is in the ring exactly when it has due messages, is not paused,
--- is under its concurrency and not waiting (its rate is checked by claim,
--- which sends a group at its rate to wait); claim drops a member that no
--- longer qualifies (a limit lowered since), so the rule is kept lazily
--- where it is cheap and exactly where it matters. Redis deletes an empty
--- zset or hash, and 'active' loses a group's field at 0: an idle group
--- leaves no key.
---
 -- The group in a stored value or its header; false for none (or a payload gone).
 local function group_of(head)
   return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false

@@ -63,11 +63,12 @@ impl Env {
 async fn claim_serves_groups_in_turn_and_acks_leave_no_group_key() {
     let env = Env::new().await;
     let k = env.k().clone();
+    // u1 pending and due: the grouped messages go through pending too.
+    env.send_grouped("u1", "").await;
     for id in ["a1", "a2", "a3", "a4", "a5"] {
         env.send_grouped(id, "A").await;
     }
     env.send_grouped("b1", "B").await;
-    env.send_grouped("u1", "").await;
     assert_eq!(env.stored("b1").as_deref(), Some("3=B:b1"));
     assert_eq!(env.hget(&k.totals, "groups"), "1");
     let due: Vec<(String, i64)> = env.zset(&k.pending);
@@ -341,6 +342,11 @@ async fn purge_deletes_grouped_messages_and_keeps_group_settings() {
     env.promote(1000).await;
     assert_eq!(env.claim(1).await.ids(), ["a1"]);
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 4);
+    assert_eq!(
+        env.run(&Purge { limit: 1000 }).await,
+        -1,
+        "B forgotten, a call each for at most 1000 known groups"
+    );
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 0);
     let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();
     let mut want = vec![
@@ -488,4 +494,99 @@ async fn a_group_emptied_while_it_waits_is_forgotten_when_its_wait_is_over() {
         .filter(|key| key.starts_with(&env.k().group_prefix))
         .collect();
     assert_eq!(left, vec![env.group_key("limits")], "only the default's setting");
+}
+
+#[tokio::test]
+async fn promote_over_many_groups_moves_fewer_per_call_and_says_more_are_due() {
+    let env = Env::new().await;
+    // 0u pending and due (first in pending, whatever the ms): the grouped
+    // messages go through pending too.
+    env.send_grouped("0u", "").await;
+    for i in 0..5 {
+        env.send_grouped(&format!("m{i}"), &format!("G{i}")).await;
+    }
+    // A budget of 20: 0u costs 1, each group's first message 1 + 8, so the
+    // third group's spends it; the rest is due now (wait 0).
+    assert_eq!(env.promote(20).await, vec![4, 0]);
+    assert_eq!(env.ring(), vec!["G0", "G1", "G2"]);
+    assert_eq!(env.promote(20).await, vec![2, -1]);
+    assert_eq!(env.ring(), vec!["G0", "G1", "G2", "G3", "G4"]);
+}
+
+#[tokio::test]
+async fn a_claim_serves_at_most_64_groups_and_says_claim_again() {
+    let env = Env::new().await;
+    for i in 0..70 {
+        env.send_grouped(&format!("m{i:02}"), &format!("G{i:02}")).await;
+    }
+    assert_eq!(
+        env.promote(1000).await,
+        vec![0, -1],
+        "sent due to an empty pending: straight to their groups"
+    );
+    assert_eq!(env.ring().len(), 70);
+    assert_eq!(env.stats().await[1], 70, "ready");
+    let c = env.claim(100).await;
+    assert_eq!(c.ids().len(), 64, "one message of each of the first 64 groups");
+    assert_eq!(c.held, Some(Held::Bytes), "cut short: more may be ready now");
+    assert_eq!(env.ring().len(), 6);
+    let c = env.claim(100).await;
+    assert_eq!(c.ids(), ["m64", "m65", "m66", "m67", "m68", "m69"]);
+    assert_eq!(c.held, None);
+}
+
+#[tokio::test]
+async fn a_group_key_of_another_type_fails_send_promote_and_claim_before_they_write() {
+    use crate::store::ops::promote::Promote;
+    use crate::Error;
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // 0u pending and due: b1 goes through pending, so promote has work.
+    env.send_grouped("0u", "").await;
+    env.send_grouped("b1", "B").await;
+    env.raw(&["SET", &env.group_key("known"), "not a zset"]);
+    let before = env.snapshot();
+    let err = env.store().run(&Promote { limit: 10 }).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "promote wrote nothing");
+    env.raw(&["DEL", &env.group_key("known")]);
+    env.promote(10).await;
+
+    env.raw(&["SET", &env.group_key("ring"), "not a zset"]);
+    let before = env.snapshot();
+    let receipt = k.claim("c");
+    let err = env
+        .store()
+        .run(&super::claim_op(&receipt, 10, 60_000, 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "claim wrote nothing");
+
+    // Nothing pending is due: a grouped send goes to its group, so checks
+    // its keys first.
+    env.raw(&["SET", &env.group_key(":C:ready"), "not a zset"]);
+    let before = env.snapshot();
+    let value = encode_stored(&ValueParts {
+        retry_count: RETRY as u32,
+        group: Some("C"),
+        payload: b"c1",
+        ..Default::default()
+    });
+    let msgs = vec![crate::store::ops::send::Outgoing {
+        id: "c1".into(),
+        value: value.into(),
+        delay: std::time::Duration::ZERO,
+        expire_after: None,
+        own_id: false,
+        stage: None,
+        mode: None,
+    }];
+    let err = env
+        .store()
+        .run(&crate::store::ops::send::SendBatch { msgs })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "send wrote nothing");
 }
