@@ -67,12 +67,17 @@ local function group_ready(gp, n)
   end
 end
 
--- Forgets group g (drops it from 'known') once nothing of it is left: no
--- due message, none in processing, no wait and no setting of its own.
-local function group_forget_idle(gp, g)
-  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+-- Whether nothing of group g is left: no due message, none in
+-- processing, no wait and no setting of its own.
+local function group_idle(gp, g)
+  return redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
     and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
-    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0
+end
+
+-- Forgets group g (drops it from 'known') once it is idle.
+local function group_forget_idle(gp, g)
+  if group_idle(gp, g) then
     redis.call('ZREM', gp .. 'known', g)
   end
 end
