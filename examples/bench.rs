@@ -1496,7 +1496,7 @@ async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json:
     config_set(client, "slowlog-max-len", "100000").await?;
     let sched = redis_sched(client).await;
     let p = Phase::start(client).await?;
-    let (rate_big, ..) = consume(&q, client, scale).await?;
+    let (rate_big, redis_us, calls, _) = consume(&q, client, scale).await?;
     let longest = p.end(client, scale, "evalsha", true).await?;
     let waited = match (sched, redis_sched(client).await) {
         (Some(a), Some(b)) => {
@@ -1523,7 +1523,7 @@ async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json:
             }
         }
     }
-    let out = json!({"groups": 100_000, "due": scale, "consume_per_s": rate_big, "calls_over_1ms": slow.len(), "calls_over_1_5_10_ms_by_script": over, "longest_ms_by_script": longest["longest_ms_by_script"], "usec_per_call": longest["usec_per_call"], "sched": waited});
+    let out = json!({"groups": 100_000, "due": scale, "consume_per_s": rate_big, "redis_cpu_us_per_msg": redis_us, "script_calls_per_msg": calls, "calls_over_1ms": slow.len(), "calls_over_1_5_10_ms_by_script": over, "longest_ms_by_script": longest["longest_ms_by_script"], "usec_per_call": longest["usec_per_call"], "sched": waited});
     cleanup(client).await?;
     Ok(out)
 }

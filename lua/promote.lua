@@ -41,16 +41,26 @@ end
 local now_u = now_us()
 local now = math.floor(now_u / 1000)
 local budget = limit_arg(1)
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, budget, 'WITHSCORES')
 local out = {0, -1}
-local ids = {}
-for i = 1, #due, 2 do
-  ids[#ids + 1] = due[i]
+-- due: the ids read, id and score pairs; ids: those moved.
+local due, ids = {}, {}
+-- Reads up to `count` more due ids, after those read; how many it read.
+local function read_due(count)
+  local more = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', #due / 2, count, 'WITHSCORES')
+  for _, v in ipairs(more) do
+    due[#due + 1] = v
+  end
+  return #more / 2
 end
 -- grouped: group -> its moved ids' scores and ids; order: the groups in
 -- the order they first appear.
 local plain, scored, grouped, order = ids, {}, {}, {}
-if #ids > 0 and (fields[1] or fields[3]) then
+if not (fields[1] or fields[3]) then
+  read_due(budget)
+  for i = 1, #due, 2 do
+    ids[#ids + 1] = due[i]
+  end
+else
   if fields[1] then
     check_types(ARGV[2], 'zset')
   end
@@ -58,32 +68,46 @@ if #ids > 0 and (fields[1] or fields[3]) then
   -- Each id costs 1 of the budget (ARGV[1]), and GROUP_MOVE_COST more when
   -- it is the first of its group in this call: the rest stays pending for
   -- the next call, so a batch over many groups stays as short as one
-  -- without groups.
-  local cost, n = 0, #ids
-  for i, key in ipairs(payloads_here(ARGV[3], ids)) do
-    local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
-    local p, g = priority_of(head), fields[3] and group_of(head)
-    if g then
-      if not grouped[g] then
-        cost = cost + GROUP_MOVE_COST
-        grouped[g], order[#order + 1] = {}, g
-      end
-      local entries = grouped[g]
-      entries[#entries + 1] = prio_score(p, tonumber(due[2 * i]))
-      entries[#entries + 1] = ids[i]
-    elseif p > 0 then
-      scored[#scored + 1] = prio_score(p, tonumber(due[2 * i]))
-      scored[#scored + 1] = ids[i]
-    else
-      plain[#plain + 1] = ids[i]
+  -- without groups. Ids are read in a few slices, each sized by the cost
+  -- of those before, so that few are read for nothing.
+  local cost, want = 0, fields[3] and math.ceil(budget / (GROUP_MOVE_COST + 1)) or budget
+  for _ = 1, 4 do
+    local from, cost_before = #due / 2, cost
+    local got = read_due(want)
+    local slice = {}
+    for i = from + 1, from + got do
+      slice[#slice + 1] = due[2 * i - 1]
     end
-    cost = cost + 1
-    if cost >= budget then
-      n = i
+    for j, key in ipairs(payloads_here(ARGV[3], slice)) do
+      local i = from + j
+      local head = redis.pcall('GETRANGE', key, 0, HEADER_BYTES - 1)
+      local p, g = priority_of(head), fields[3] and group_of(head)
+      if g then
+        if not grouped[g] then
+          cost = cost + GROUP_MOVE_COST
+          grouped[g], order[#order + 1] = {}, g
+        end
+        local entries = grouped[g]
+        entries[#entries + 1] = prio_score(p, tonumber(due[2 * i]))
+        entries[#entries + 1] = slice[j]
+      elseif p > 0 then
+        scored[#scored + 1] = prio_score(p, tonumber(due[2 * i]))
+        scored[#scored + 1] = slice[j]
+      else
+        plain[#plain + 1] = slice[j]
+      end
+      ids[#ids + 1] = slice[j]
+      cost = cost + 1
+      if cost >= budget then
+        break
+      end
+    end
+    if cost >= budget or got < want then
       break
     end
+    -- The next slice: what is left of the budget at this slice's cost per id.
+    want = math.ceil((budget - cost) * got / (cost - cost_before))
   end
-  ids = {unpack(ids, 1, n)}
 end
 for i = 1, #ids do
   out[#out + 1] = now_u - tonumber(due[2 * i]) * 1000

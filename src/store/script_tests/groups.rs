@@ -511,6 +511,16 @@ async fn promote_over_many_groups_moves_fewer_per_call_and_says_more_are_due() {
     assert_eq!(env.ring(), vec!["G0", "G1", "G2"]);
     assert_eq!(env.promote(20).await, vec![2, -1]);
     assert_eq!(env.ring(), vec!["G0", "G1", "G2", "G3", "G4"]);
+
+    // One group: 8 for the group, then 1 a message, read in slices until
+    // the budget is spent.
+    env.send_grouped("0v", "").await;
+    for i in 0..20 {
+        env.send_grouped(&format!("n{i:02}"), "H").await;
+    }
+    assert_eq!(env.promote(20).await, vec![12, 0], "0v, then 11 of H");
+    assert_eq!(env.group_ids("H").len(), 11);
+    assert_eq!(env.promote(20).await, vec![9, -1]);
 }
 
 #[tokio::test]
