@@ -48,13 +48,16 @@ if redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
 end
 local gp = ARGV[4]
 local grouped = redis.call('HEXISTS', KEYS[7], 'groups') == 1
+-- of[key]: the group whose zset `key` is.
+local of = {}
 if grouped then
-  check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'paused', 'hash', gp .. 'active', 'hash')
-  local seen = {}
+  check_group_types(gp)
+  local names = {}
   local function add(g)
-    if g ~= '' and not seen[g] then
-      seen[g] = true
-      sources[#sources + 1] = group_list(gp, g)
+    local key = group_list(gp, g)
+    if g ~= '' and not of[key] then
+      of[key], names[#names + 1] = g, g
+      sources[#sources + 1] = key
     end
   end
   for _, zset in ipairs({'ring', 'wait', 'known'}) do
@@ -68,6 +71,7 @@ if grouped then
       add(fields[i])
     end
   end
+  check_group_lists(gp, names)
 end
 -- Reads every page first, so the payloads are checked before the first write.
 local ids, pages = {}, {}
@@ -117,6 +121,11 @@ for _, p in ipairs(pages) do
     redis.call('LTRIM', key, #page, -1)
   elseif #page > 0 then
     redis.call('ZREM', key, unpack(page))
+    if of[key] then
+      -- A group emptied goes as it would by a cancel.
+      group_ready(gp, -#page)
+      group_forget_idle(gp, of[key])
+    end
   end
 end
 forget(KEYS[6], keys, ids)

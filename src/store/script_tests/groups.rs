@@ -340,12 +340,17 @@ async fn purge_deletes_grouped_messages_and_keeps_group_settings() {
         env.send_grouped(id, group).await;
     }
     env.promote(1000).await;
-    assert_eq!(env.claim(1).await.ids(), ["a1"]);
+    assert_eq!(env.claim(2).await.ids(), ["a1", "b1"]);
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 4);
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["A", "B", "C"],
+        "B known while its count in processing is left"
+    );
     assert_eq!(
         env.run(&Purge { limit: 1000 }).await,
         -1,
-        "B forgotten, a call each for at most 1000 known groups"
+        "B forgotten with the counts, a call each for at most 1000 known groups"
     );
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 0);
     let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();

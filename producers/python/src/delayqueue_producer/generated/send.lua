@@ -336,10 +336,19 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   return status, extra
 end
 
--- Fails before any write when a queue-wide group key holds another type.
+-- Fails before any write when a queue-wide group key holds another type,
+-- or is on another node while a cluster moves the queue's slot: the group
+-- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as
+-- payloads_here's), where a lone read would find the key missing.
 local function check_group_types(gp)
-  check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'known', 'zset', gp .. 'ready', 'string',
-    gp .. 'active', 'hash', gp .. 'paused', 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash')
+  local keys = {gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'known', 'zset', gp .. 'ready', 'string',
+    gp .. 'active', 'hash', gp .. 'paused', 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash'}
+  local names = {KEYS[1]}
+  for i = 1, #keys, 2 do
+    names[#names + 1] = keys[i]
+  end
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
 end
 
 -- The group in a stored value or its header; false for none (or a payload gone).
@@ -387,12 +396,18 @@ local function group_ready(gp, n)
 end
 
 -- Fails before any write when the zset of a group in `groups` holds
--- another type.
+-- another type or is on another node.
 local function check_group_lists(gp, groups)
-  local keys = {}
+  if #groups == 0 then
+    return
+  end
+  local keys, names = {}, {KEYS[1]}
   for _, g in ipairs(groups) do
     keys[#keys + 1], keys[#keys + 2] = group_list(gp, g), 'zset'
+    names[#names + 1] = group_list(gp, g)
   end
+  -- The EXISTS of check_group_types, for these keys.
+  redis.call('EXISTS', unpack(names))
   check_types(unpack(keys))
 end
 
