@@ -38,10 +38,10 @@ more than n in any window of one period by Redis time, counted in
 (it leased all the limit allowed, less than asked) says which, and for
 the rate how long until it allows more.
 Groups (once the totals have 'groups'; prelude.lua, docs/groups.md): the
-request is shared between the ring's first members (at most ARGV[2] of
-them, and at most GROUP_TURNS = 64: a request that reads that many and
-leases less than asked says held = 3; the member '' is the messages
-without a group, taken from the lists above), as evenly as each one's room allows (its due messages,
+request (at most GROUP_CLAIM = 128 messages) is shared between the
+ring's first members (at most ARGV[2] of them, and at most GROUP_TURNS =
+64; a request cut short by either says held = 3; the member '' is the
+messages without a group, taken from the lists above), as evenly as each one's room allows (its due messages,
 within its concurrency and its rate, counted as the queue's in
 "<group prefix>:<group>:rate"; none while paused); each one served leaves
 the ring, and goes back to its tail while it has due messages and room,
@@ -80,8 +80,8 @@ visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
 request back, 1 the concurrency limit, the queue's or a group's (it opens when a processing message
 leaves processing, which no script foresees), 2 the rate limit, which opens
-again in wait_ms (else 0), 3 the byte budget or GROUP_TURNS (claim again
-at once).
+again in wait_ms (else 0), 3 the byte budget, GROUP_CLAIM or GROUP_TURNS
+(claim again at once).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -379,11 +379,15 @@ if fields[8] then
   if waiting > 0 and not redis.call('ZSCORE', gp .. 'ring', '') then
     ring_push(gp, '')
   end
-  -- At most GROUP_TURNS members, whatever the request: each costs a few
-  -- calls on its group's keys, and one claim must stay short.
+  -- At most GROUP_CLAIM messages and GROUP_TURNS members, whatever the
+  -- request: a member costs a few calls on its group's keys, and one claim
+  -- must stay short.
+  if limit > GROUP_CLAIM then
+    limit, capped = GROUP_CLAIM, true
+  end
   local turns = math.min(limit, GROUP_TURNS)
   local members = redis.call('ZRANGE', gp .. 'ring', 0, turns - 1)
-  capped = #members == GROUP_TURNS and limit > GROUP_TURNS
+  capped = capped or (#members == GROUP_TURNS and limit > GROUP_TURNS)
   local named = {}
   for _, g in ipairs(members) do
     if g ~= '' then
@@ -597,8 +601,8 @@ elseif popped < limit or limit == asked then
 elseif held == 2 then
   wait = rate.wait_ms(leased_n)
 end
-if capped and popped < limit and held ~= 2 then
-  -- Cut short by GROUP_TURNS: more members may wait, claim again at once.
+if capped and popped < asked and held ~= 2 and not (held == 1 and popped < limit) then
+  -- Cut short by GROUP_CLAIM or GROUP_TURNS: more may wait, claim again at once.
   held = 3
 elseif held == 0 and held_by_group and popped < asked then
   -- A group's concurrency held back part of the request: it opens when

@@ -571,6 +571,11 @@ local GROUP_MOVE_COST = 8
 -- few ms; the request is shared among them (docs/groups.md).
 local GROUP_TURNS = 64
 
+-- Most messages one claim leases once the queue has groups: with its ring
+-- bookkeeping a grouped lease costs about twice a plain one, so half the
+-- consumer's largest request (256) keeps a claim as short.
+local GROUP_CLAIM = 128
+
 -- Fails before any write when a queue-wide group key holds another type,
 -- or is on another node while a cluster moves the queue's slot: the group
 -- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as
