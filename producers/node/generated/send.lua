@@ -480,8 +480,8 @@ header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
 A message with a group ("=<group>" in its header) sets the totals'
 'groups' field, from when on promote and claim serve groups
-(docs/groups.md). One sent with delay 0 while no pending message is due
-goes to its group's zset instead of pending (ready: so no other group's
+(docs/groups.md). One sent with delay 0 (and not debounced) while no
+pending message is due goes to its group's zset instead of pending (ready: so no other group's
 backlog waiting for promote is ahead of it), which puts the group in the
 ring when it may start one; the group keys are named after KEYS[1]: its
 name less "pending", then "g" (the group prefix, docs/wire-format.md).
@@ -577,7 +577,10 @@ if grouped and not (head and tonumber(head) <= now) then
   local seen = {}
   for i = 1, m do
     local v = values[i]
-    local g = tonumber(ARGV[(i - 1) * 5 + 5]) == 0 and group_of(type(v) == 'table' and v[5] or v)
+    -- A debounced message stays pending, where the next send of its id
+    -- finds it to replace.
+    local g = tonumber(ARGV[(i - 1) * 5 + 5]) == 0 and not (modes[i] and modes[i][1] == 'd')
+      and group_of(type(v) == 'table' and v[5] or v)
     if g then
       direct[i] = g
       if not seen[g] then

@@ -614,3 +614,30 @@ async fn a_group_key_of_another_type_fails_send_promote_and_claim_before_they_wr
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     assert_eq!(env.snapshot(), before, "send wrote nothing");
 }
+
+#[tokio::test]
+async fn a_grouped_message_due_now_goes_straight_to_its_group_unless_pending_ones_are_due() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_grouped("a1", "A").await;
+    assert!(env.zset(&k.pending).is_empty(), "not pending");
+    assert_eq!(env.group_ids("A"), vec!["a1"]);
+    assert_eq!(env.ring(), vec!["A"]);
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "1");
+    assert_eq!(env.stats().await[1], 1, "ready");
+    assert_eq!(env.hget(&k.totals, "groups"), "1");
+
+    // Behind a due pending message, a grouped one goes through pending,
+    // so that its group keeps due order.
+    env.send_grouped("0u", "").await;
+    env.raw(&["ZADD", &k.pending, "XX", "0", "0u"]);
+    env.send_grouped("a2", "A").await;
+    let pending: Vec<String> = env
+        .zset(&k.pending)
+        .into_iter()
+        .map(|(id, _): (String, i64)| id)
+        .collect();
+    assert_eq!(pending, ["0u", "a2"]);
+    assert_eq!(env.promote(1000).await[0], 2);
+    assert_eq!(env.group_ids("A"), vec!["a1", "a2"]);
+}
