@@ -53,10 +53,11 @@ priority of each message it moves (docs/priorities.md).
 A message with a group ("=<group>" in its header) sets the totals'
 'groups' field, from when on promote and claim serve groups
 (docs/groups.md). One sent with delay 0 (and not debounced) while no
-pending message is due goes to its group's zset instead of pending (ready: so no other group's
-backlog waiting for promote is ahead of it), which puts the group in the
-ring when it may start one; the group keys are named after KEYS[1]: its
-name less "pending", then "g" (the group prefix, docs/wire-format.md).
+pending message is due goes to its group's zset instead of pending
+(ready: so no other group's backlog waiting for promote is ahead of it),
+which puts the group in the ring when it may start one; the group keys
+are named after the pending key: its name less "pending", then "g" (the
+group prefix, docs/wire-format.md).
 A message stored with a marker (unique_for, throttle) sets the totals'
 'markers' field, from when on the scripts that finish messages read
 their markers (prelude.lua's markers_of).
