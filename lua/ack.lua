@@ -59,6 +59,7 @@ if #done > 0 then
   local markers = markers_of(ARGV[3], done, KEYS[3])
   local finished = {}
   if redis.call('EXISTS', ARGV[2] .. 'active') == 1 then
+    check_group_types(ARGV[2])
     finished = groups_of(keys)
   end
   redis.call('ZREM', KEYS[1], unpack(done))

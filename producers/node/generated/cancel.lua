@@ -49,6 +49,21 @@ local function start_window(key, value)
   end
 end
 
+-- Fails before any write when a queue-wide group key holds another type,
+-- or is on another node while a cluster moves the queue's slot: the group
+-- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as
+-- payloads_here's), where a lone read would find the key missing.
+local function check_group_types(gp)
+  local keys = {gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'known', 'zset', gp .. 'ready', 'string',
+    gp .. 'active', 'hash', gp .. 'paused', 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash'}
+  local names = {KEYS[1]}
+  for i = 1, #keys, 2 do
+    names[#names + 1] = keys[i]
+  end
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
 -- The group in a stored value or its header; false for none (or a payload gone).
 local function group_of(head)
   return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
@@ -82,6 +97,22 @@ local function group_forget_idle(gp, g)
   end
 end
 
+-- Fails before any write when the zset of a group in `groups` holds
+-- another type or is on another node.
+local function check_group_lists(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local keys, names = {}, {KEYS[1]}
+  for _, g in ipairs(groups) do
+    keys[#keys + 1], keys[#keys + 2] = group_list(gp, g), 'zset'
+    names[#names + 1] = group_list(gp, g)
+  end
+  -- The EXISTS of check_group_types, for these keys.
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
 --[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in processing) is left alone: its running delivery decides its fate. An id left
@@ -108,6 +139,10 @@ if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
 local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
+if group then
+  check_group_types(ARGV[2])
+  check_group_lists(ARGV[2], {group})
+end
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 if group then

@@ -560,7 +560,7 @@ async fn a_claim_serves_at_most_64_groups_and_128_messages_and_says_claim_again(
 }
 
 #[tokio::test]
-async fn a_group_key_of_another_type_fails_send_promote_and_claim_before_they_write() {
+async fn a_group_key_of_another_type_fails_send_promote_claim_and_cancel_before_they_write() {
     use crate::store::ops::promote::Promote;
     use crate::Error;
     let env = Env::new().await;
@@ -613,6 +613,18 @@ async fn a_group_key_of_another_type_fails_send_promote_and_claim_before_they_wr
         .unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     assert_eq!(env.snapshot(), before, "send wrote nothing");
+
+    // b1 waits in its group: a cancel checks the group keys first too.
+    env.raw(&["DEL", &env.group_key("ring"), &env.group_key(":C:ready")]);
+    env.raw(&["SET", &env.group_key("known"), "not a zset"]);
+    let before = env.snapshot();
+    let err = env
+        .store()
+        .run(&crate::store::ops::cancel::Cancel { id: "b1" })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "cancel wrote nothing");
 }
 
 #[tokio::test]
