@@ -576,6 +576,10 @@ local GROUP_TURNS = 64
 -- consumer's largest request (256) keeps a claim as short.
 local GROUP_CLAIM = 128
 
+-- Most known groups a listing of the ready state walks (list.lua), in name
+-- order: each costs a ZCARD, so a page past them is not reached.
+local GROUPS_LISTED = 1000
+
 -- Fails before any write when a queue-wide group key holds another type,
 -- or is on another node while a cluster moves the queue's slot: the group
 -- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as

@@ -653,3 +653,23 @@ async fn a_grouped_message_due_now_goes_straight_to_its_group_unless_pending_one
     assert_eq!(env.promote(1000).await[0], 2);
     assert_eq!(env.group_ids("A"), vec!["a1", "a2"]);
 }
+
+#[tokio::test]
+async fn the_ready_listing_shows_grouped_messages_after_the_lists_group_by_group() {
+    use crate::MessageState;
+    let env = Env::new().await;
+    env.send_grouped("u1", "").await;
+    env.promote(1000).await;
+    for (id, group) in [("b1", "B"), ("a1", "A"), ("b2", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    let ids = |page: &crate::Page| page.items.iter().map(|m| m.id.to_string()).collect::<Vec<_>>();
+    let page = env.queue.list(MessageState::Ready, 0, 10).await.unwrap();
+    assert_eq!(ids(&page), ["u1", "a1", "b1", "b2"], "the list, then A's, then B's");
+    assert_eq!(page.total, 4);
+    assert_eq!(page.items[1].group.as_deref(), Some("A"));
+    let page = env.queue.list(MessageState::Ready, 2, 1).await.unwrap();
+    assert_eq!(ids(&page), ["b1"]);
+    let page = env.queue.list(MessageState::Ready, 3, 5).await.unwrap();
+    assert_eq!(ids(&page), ["b2"]);
+}
