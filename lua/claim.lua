@@ -38,10 +38,11 @@ more than n in any window of one period by Redis time, counted in
 (it leased all the limit allowed, less than asked) says which, and for
 the rate how long until it allows more.
 Groups (once the totals have 'groups'; prelude.lua, docs/groups.md): the
-request (at most GROUP_CLAIM = 128 messages) is shared between the
-ring's first members (at most ARGV[2] of them, and at most GROUP_TURNS =
-64; a request cut short by either says held = 3; the member '' is the
-messages without a group, taken from the lists above), as evenly as each one's room allows (its due messages,
+request is shared between the ring's first members (at most ARGV[2] of
+them, and at most GROUP_TURNS = 64), within a budget of GROUP_CLAIM =
+256: 1 a message, GROUP_TURN_COST = 2 more a member (a request cut short
+by either bound says held = 3; the member '' is the messages without a
+group, taken from the lists above), as evenly as each one's room allows (its due messages,
 within its concurrency and its rate, counted as the queue's in
 "<group prefix>:<group>:rate"; none while paused); each one served leaves
 the ring, and goes back to its tail while it has due messages and room,
@@ -379,15 +380,16 @@ if fields[8] then
   if waiting > 0 and not redis.call('ZSCORE', gp .. 'ring', '') then
     ring_push(gp, '')
   end
-  -- At most GROUP_CLAIM messages and GROUP_TURNS members, whatever the
-  -- request: a member costs a few calls on its group's keys, and one claim
-  -- must stay short.
-  if limit > GROUP_CLAIM then
-    limit, capped = GROUP_CLAIM, true
-  end
+  -- At most GROUP_TURNS members, and a budget of GROUP_CLAIM: 1 a
+  -- message, GROUP_TURN_COST more a member (a few calls on its group's
+  -- keys), whatever the request, so that one claim stays short.
   local turns = math.min(limit, GROUP_TURNS)
   local members = redis.call('ZRANGE', gp .. 'ring', 0, turns - 1)
-  capped = capped or (#members == GROUP_TURNS and limit > GROUP_TURNS)
+  capped = #members == GROUP_TURNS and limit > GROUP_TURNS
+  local most = GROUP_CLAIM - GROUP_TURN_COST * #members
+  if limit > most then
+    limit, capped = most, true
+  end
   local named = {}
   for _, g in ipairs(members) do
     if g ~= '' then

@@ -571,10 +571,13 @@ local GROUP_MOVE_COST = 8
 -- few ms; the request is shared among them (docs/groups.md).
 local GROUP_TURNS = 64
 
--- Most messages one claim leases once the queue has groups: with its ring
--- bookkeeping a grouped lease costs about twice a plain one, so half the
--- consumer's largest request (256) keeps a claim as short.
-local GROUP_CLAIM = 128
+-- A claim's budget once the queue has groups: 1 a message leased and
+-- GROUP_TURN_COST more a ring member served (its ZCARD, ZRANGE,
+-- ZREMRANGEBYRANK and ring moves cost about two leases), so a claim over
+-- 64 groups leases at most 128 messages and one over a single group 254:
+-- as short as a plain claim of the consumer's largest request (256).
+local GROUP_CLAIM = 256
+local GROUP_TURN_COST = 2
 
 -- Most known groups a listing of the ready state walks (list.lua), in name
 -- order: each costs a ZCARD, so a page past them is not reached.
