@@ -72,6 +72,8 @@ pub struct SendRec {
     pub priority: u8,
     /// Name and value pairs, in the order the send set them.
     pub headers: Vec<(String, String)>,
+    /// Its group (docs/groups.md), if any.
+    pub group: Option<String>,
 }
 
 /// A cancel, reschedule or requeue of one id (`*`: every dead letter).
@@ -125,6 +127,8 @@ pub struct Delivery {
     pub end: Option<(Instant, Outcome)>,
     pub priority: u8,
     pub headers: Vec<(String, String)>,
+    /// The group the message says it has.
+    pub group: Option<String>,
     /// When its claim ran, in µs of Redis time (its lease's deadline less
     /// the visibility timeout): every delivery of one claim has the same.
     pub leased_us: i64,
@@ -251,6 +255,9 @@ pub struct History {
     pub lease_lost: Vec<(String, String, Instant)>,
     pub schedule_ops: Vec<ScheduleOp>,
     pub queue_ops: Vec<QueueOp>,
+    /// The groups sends may name, each with its concurrency (1: ordered),
+    /// set before the first consumer started and never changed.
+    pub groups: Vec<(String, u64)>,
     /// `t0` by the wall clock, in µs.
     pub t0_us: i64,
 }
@@ -273,6 +280,7 @@ impl History {
             lease_lost: Vec::new(),
             schedule_ops: Vec::new(),
             queue_ops: Vec::new(),
+            groups: Vec::new(),
             t0_us: wall_us(),
         }
     }
@@ -436,6 +444,18 @@ impl History {
                 .sends
                 .iter()
                 .any(|s| s.id.as_deref() == Some(id) && matches!(s.how, "replaced" | "replace" | "debounce"))
+    }
+
+    /// Whether a message sent at `sent` and never delivered before
+    /// `claimed` may have died and been requeued (placed as due then)
+    /// meanwhile: leased by a claim no handler ran, which needs a fault
+    /// (see `FaultRec::risks_lease`), then a requeue of every dead letter.
+    fn maybe_requeued(&self, limits: Limits, sent: Instant, claimed: Instant) -> bool {
+        self.lease_risk(limits, sent, claimed).is_some()
+            && self
+                .ops
+                .iter()
+                .any(|o| o.id == "*" && o.end >= sent && o.start <= claimed)
     }
 
     fn lease_risk(&self, limits: Limits, from: Instant, to: Instant) -> Option<String> {
@@ -637,6 +657,16 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                     format!(
                         "attempt {} has priority {}, sent with {}",
                         d.attempt, d.priority, send.priority
+                    ),
+                );
+            }
+            if d.group != send.group {
+                v(
+                    "group-changed",
+                    id,
+                    format!(
+                        "attempt {} has group {:?}, sent with {:?}",
+                        d.attempt, d.group, send.group
                     ),
                 );
             }
@@ -859,6 +889,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
 
     check_queue(h, limits, &sends_by_payload, &mut v);
     check_start_order(h, limits, &sends_by_payload, &mut v);
+    check_groups(h, limits, &sends_by_payload, &mut v);
     check_schedules(h, false, &mut v);
     if let Some(fin) = fin {
         check_final(h, fin, limits, &by_id, &excused, &mut v);
@@ -1009,6 +1040,31 @@ fn most_allowed(h: &History, kind: &str, from: i64, to: i64) -> Option<u64> {
     values.into_iter().flatten().max()
 }
 
+/// Each of `leases` as it is claimed, with how many of them are then
+/// processing: from its claim until its handler returned (its ack or nack
+/// comes after), or until its lease ran out (cut at the claim's deadline: a
+/// renewal may be lost after it), so never more than Redis counted.
+fn processing<'a>(leases: &[(i64, &'a Delivery)], limits: Limits) -> Vec<(i64, i64, &'a Delivery)> {
+    let lease_us = limits.lease.as_micros() as i64;
+    let mut edges: Vec<(i64, i32, &Delivery)> = Vec::new();
+    for &(at, d) in leases {
+        let end = d.end_us.unwrap_or(i64::MAX).min(at + lease_us);
+        edges.push((at, 1, d));
+        edges.push((end, -1, d));
+    }
+    // At one instant, ends first: a handler returned before its ack.
+    edges.sort_by_key(|e| (e.0, e.1));
+    let mut running = 0i64;
+    let mut out = Vec::new();
+    for (t, step, d) in edges {
+        running += i64::from(step);
+        if step > 0 {
+            out.push((t, running, d));
+        }
+    }
+    out
+}
+
 /// How long before a claim a message must have been due, with no fault in
 /// between, to be surely in ready when it ran: seven times the consumers'
 /// promote interval (each sweep, every `fetch_interval`, promotes).
@@ -1078,26 +1134,12 @@ fn check_queue(
             );
         }
     }
-    // Global concurrency: a delivery counts in processing from its claim
-    // until its ack or nack, which come after its handler returned, or
-    // until its lease ran out (cut at the claim's deadline: a renewal may
-    // be lost after it). A lowered limit evicts nothing, so
+    // Global concurrency, counted as `processing` does. A lowered limit
+    // evicts nothing, so
     // every limit of the longest a lease may be renewed (handler time-out,
     // four leases here) before counts.
     let lease_us = limits.lease.as_micros() as i64;
-    let mut edges: Vec<(i64, i32, &Delivery)> = Vec::new();
-    for &(at, d) in &leases {
-        let end = d.end_us.unwrap_or(i64::MAX).min(at + lease_us);
-        edges.push((at, 1, d));
-        edges.push((end, -1, d));
-    }
-    edges.sort_by_key(|e| (e.0, e.1));
-    let mut running = 0i64;
-    for (t, step, d) in edges {
-        running += i64::from(step);
-        if step < 0 {
-            continue;
-        }
+    for (t, running, d) in processing(&leases, limits) {
         let Some(n) = most_allowed(h, "concurrency", t - 5 * lease_us, t) else {
             continue;
         };
@@ -1130,7 +1172,7 @@ fn check_queue(
     // (claimed, delivery, due at the earliest, due at the latest)
     let mut candidates: Vec<(i64, &Delivery, Instant, Instant)> = firsts
         .values()
-        .filter(|(_, d)| d.attempt == 1 && fire_of(&d.id).is_none() && h.untouched(&d.id))
+        .filter(|(_, d)| d.attempt == 1 && d.group.is_none() && fire_of(&d.id).is_none() && h.untouched(&d.id))
         .filter_map(|&(at, d)| {
             let s = sends.get(d.payload.as_str())?;
             let sure = s.error.is_none() && s.id.as_deref() == Some(d.id.as_str());
@@ -1170,6 +1212,22 @@ fn check_queue(
             );
         }
     }
+}
+
+/// A first delivery's send, when sure: (its start, earliest and latest due
+/// time). Delivered before, it may have died and been requeued (placed as
+/// due then, behind messages due earlier).
+fn first_send(h: &History, sends: &HashMap<&str, &SendRec>, d: &Delivery) -> Option<(Instant, Instant, Instant)> {
+    let before = |e: &Delivery| e.id == d.id && e.leased_us < d.leased_us;
+    if d.attempt != 1 || fire_of(&d.id).is_some() || !h.untouched(&d.id) {
+        return None;
+    }
+    if h.deliveries.iter().any(before) {
+        return None;
+    }
+    let s = sends.get(d.payload.as_str())?;
+    let sure = s.error.is_none() && s.id.as_deref() == Some(d.id.as_str());
+    sure.then_some((s.start, s.start + s.delay, s.end + s.delay))
 }
 
 /// The start-order rule: a consumer of `concurrency(1)` starts its
@@ -1219,21 +1277,9 @@ fn check_start_order(
             claims.entry((d.consumer.as_str(), d.leased_us)).or_default().push(d);
         }
     }
-    // A first delivery's send, when sure: (its start, earliest and latest
-    // due time). Delivered before, it may have died and been requeued
-    // (placed as due then, in the ready list behind messages due earlier).
-    let first = |d: &Delivery| -> Option<(Instant, Instant, Instant)> {
-        let before = |e: &Delivery| e.id == d.id && e.leased_us < d.leased_us;
-        if d.attempt != 1 || fire_of(&d.id).is_some() || !h.untouched(&d.id) {
-            return None;
-        }
-        if h.deliveries.iter().any(before) {
-            return None;
-        }
-        let s = sends.get(d.payload.as_str())?;
-        let sure = s.error.is_none() && s.id.as_deref() == Some(d.id.as_str());
-        sure.then_some((s.start, s.start + s.delay, s.end + s.delay))
-    };
+    // Grouped messages are claimed in turns between groups (their order
+    // is `check_groups`'s business).
+    let first = |d: &Delivery| first_send(h, sends, d).filter(|_| d.group.is_none());
     let unheld = limits.lease / 2 - SCHED_SLACK - CLOCK_SLACK;
     let mut claims: Vec<Vec<&Delivery>> = claims.into_values().filter(|c| c.len() > 1).collect();
     claims.sort_by_key(|c| (c[0].leased_us, c[0].consumer.clone()));
@@ -1248,12 +1294,7 @@ fn check_start_order(
             }
             let earlier = |b: &Delivery| {
                 let Some((sent, _, b_due)) = first(b) else { return false };
-                // Dead before, then requeued (placed as due then), though
-                // never delivered before: leased by a claim no handler ran,
-                // which needs a fault (see `FaultRec::risks_lease`).
-                let died = h.lease_risk(limits, sent, claimed).is_some();
-                let requeued = died && h.ops.iter().any(|o| o.id == "*" && o.end >= sent && o.start <= claimed);
-                !requeued && b_due + CLOCK_SLACK < a_due
+                !h.maybe_requeued(limits, sent, claimed) && b_due + CLOCK_SLACK < a_due
             };
             let ahead = claim[i + 1..]
                 .iter()
@@ -1274,6 +1315,90 @@ fn check_start_order(
                         b.priority,
                         h.ms(b.start),
                         h.us(a.leased_us).trim(),
+                        b.id,
+                        h.lines_of(&b.id),
+                        a.id
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The rules of groups (docs/groups.md), for the groups in `h.groups`
+/// (their concurrency fixed for the run):
+/// - `group-concurrency`: no more deliveries of a group processing at
+///   once than its concurrency, counted as `processing` does (from the
+///   claim by Redis's clock until the handler returned or the claim's
+///   lease deadline, so never more than Redis counted).
+/// - `group-order`: an ordered group (concurrency 1) leases A before B,
+///   where B was surely due before A, by more than the clock slack, with
+///   the same priority. Judged, as `start-order` does, on first deliveries
+///   (attempt 1, sent for sure, no operation on the id, no requeue that
+///   may have placed B anew) with no fault other than a slow link from two
+///   command time-outs before the earlier due time until A's claim: a
+///   message due before A is in the group whenever A is (promote moves in
+///   due order; a send due now goes through pending while it has anything
+///   due), and one handed back unstarted keeps its place.
+fn check_groups(
+    h: &History,
+    limits: Limits,
+    sends: &HashMap<&str, &SendRec>,
+    v: &mut impl FnMut(&'static str, &str, String),
+) {
+    let leases = leases(h);
+    for (group, m) in &h.groups {
+        let of_group: Vec<(i64, &Delivery)> = leases
+            .iter()
+            .filter(|l| l.1.group.as_deref() == Some(group.as_str()))
+            .copied()
+            .collect();
+        for (t, running, d) in processing(&of_group, limits) {
+            if running > *m as i64 {
+                v(
+                    "group-concurrency",
+                    &d.id,
+                    format!(
+                        "{running} deliveries of group {group} processing at {} (this one claimed then), its \
+                         concurrency is {m}",
+                        h.us(t)
+                    ),
+                );
+            }
+        }
+        if *m != 1 {
+            continue;
+        }
+        // (claimed, delivery, earliest and latest due time, sent at)
+        let firsts: Vec<(Instant, &Delivery, Instant, Instant, Instant)> = of_group
+            .iter()
+            .filter_map(|&(at, d)| {
+                let (sent, due, due_late) = first_send(h, sends, d)?;
+                Some((h.instant_of_us(at), d, due, due_late, sent))
+            })
+            .collect();
+        for &(a_at, a, a_due, _, _) in &firsts {
+            let ahead = firsts.iter().find(|&&(_, b, b_due, b_due_late, b_sent)| {
+                let since = b_due.min(a_due).checked_sub(limits.command_timeout * 2).unwrap_or(h.t0);
+                b.leased_us > a.leased_us
+                    && b.priority == a.priority
+                    && b_due_late + CLOCK_SLACK < a_due
+                    && !h.maybe_requeued(limits, b_sent, a_at)
+                    && !h.faults.iter().any(|f| f.kind != "slow" && f.overlaps(since, a_at))
+            });
+            if let Some(&(_, b, _, b_due_late, _)) = ahead {
+                v(
+                    "group-order",
+                    &a.id,
+                    format!(
+                        "leased at {} from ordered group {group}, due at the earliest {}, before {} (same \
+                         priority {}, due at the latest {}, leased at {}); the history of {}:\n{}  and of {}:",
+                        h.us(a.leased_us).trim(),
+                        h.ms(a_due),
+                        b.id,
+                        b.priority,
+                        h.ms(b_due_late),
+                        h.us(b.leased_us).trim(),
                         b.id,
                         h.lines_of(&b.id),
                         a.id
@@ -1734,6 +1859,7 @@ mod tests {
             how: "delay",
             priority: 0,
             headers: Vec::new(),
+            group: None,
         });
         h
     }
@@ -1801,6 +1927,7 @@ mod tests {
             end: Some((end, outcome)),
             priority: 0,
             headers: Vec::new(),
+            group: None,
             leased_us,
             start_us,
             end_us: Some(end_us),
@@ -1884,6 +2011,7 @@ mod tests {
             how,
             priority: 0,
             headers: Vec::new(),
+            group: None,
         });
     }
 
@@ -2063,6 +2191,7 @@ mod tests {
                 how: "delay",
                 priority,
                 headers: Vec::new(),
+                group: None,
             });
         }
         h
@@ -2177,6 +2306,87 @@ mod tests {
         assert_eq!(run(300, &["late", "early"], &redelivered), none);
         assert_eq!(run(300, &["late", "hi"], &redelivered), none);
         assert_eq!(run(300, &["late", "hi"], &requeued), ["start-order"]);
+    }
+
+    /// `sent_with` messages, all of group `g` (concurrency `m`).
+    fn grouped(msgs: &[(&str, u8, u64)], m: u64) -> History {
+        let mut h = sent_with(msgs);
+        h.groups.push(("g".into(), m));
+        h.sends.iter_mut().for_each(|s| s.group = Some("g".into()));
+        h
+    }
+
+    /// A delivery of grouped message `id`, claimed at `claimed` ms, run
+    /// from then until `to` ms.
+    fn deliver_grouped(h: &mut History, id: &str, claimed: u64, to: u64) {
+        delivery(h, id, id, 1, claimed, claimed, to, Outcome::Ok);
+        h.deliveries.last_mut().unwrap().group = Some("g".into());
+    }
+
+    #[test]
+    fn no_more_deliveries_of_a_group_processing_than_its_concurrency() {
+        let mut h = grouped(&[("a", 0, 0), ("b", 0, 0), ("c", 0, 0)], 2);
+        deliver_grouped(&mut h, "a", 100, 300);
+        deliver_grouped(&mut h, "b", 200, 400);
+        deliver_grouped(&mut h, "c", 300, 500);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        h.groups[0].1 = 1;
+        assert_eq!(rules(&h, None), ["group-concurrency", "group-concurrency"]);
+        // A handler past its lease (renewed, or its lease lost) counts
+        // only until the claim's deadline.
+        h.deliveries[0].end_us = Some(h.t0_us + 5_000_000);
+        h.deliveries[1].leased_us = h.t0_us + 2_100_000;
+        h.deliveries[2].leased_us = h.t0_us + 2_500_000;
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        // Another group's deliveries are not counted.
+        h.deliveries[1].leased_us = h.t0_us + 250_000;
+        assert_eq!(rules(&h, None), ["group-concurrency"]);
+        h.deliveries[1].group = None;
+        h.sends[1].group = None;
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        // Delivered in another group than it was sent to.
+        h.sends[1].group = Some("g".into());
+        assert_eq!(rules(&h, None), ["group-changed"]);
+    }
+
+    #[test]
+    fn an_ordered_group_leases_in_due_order() {
+        let mut h = grouped(&[("early", 0, 0), ("late", 0, 100)], 1);
+        deliver_grouped(&mut h, "late", 300, 310);
+        deliver_grouped(&mut h, "early", 400, 410);
+        assert_eq!(rules(&h, None), ["group-order"]);
+        // Due within the clock slack of each other: either may be first.
+        h.sends[1].delay = Duration::from_millis(10);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        h.sends[1].delay = Duration::from_millis(100);
+        // Not judged: a group that is not ordered, or different priorities
+        // (a higher priority goes first), or a fault before the claim, or a
+        // message touched by an operation.
+        h.groups[0].1 = 2;
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        h.groups[0].1 = 1;
+        let judged = |tweak: &dyn Fn(&mut History)| {
+            let mut h = h.clone();
+            tweak(&mut h);
+            rules(&h, None)
+        };
+        assert_eq!(judged(&|_| {}), ["group-order"]);
+        let none = Vec::<&str>::new();
+        assert_eq!(
+            judged(&|h| {
+                h.sends[1].priority = 5;
+                h.deliveries[0].priority = 5;
+            }),
+            none
+        );
+        assert_eq!(judged(&|h| fault(h, "crash", 200, 200)), none);
+        assert_eq!(judged(&|h| fault(h, "slow", 200, 200)), ["group-order"]);
+        assert_eq!(judged(&|h| id_op(h, "reschedule", "early", 50, 60, Ok(true))), none);
+        // Both at once: the ordered group's concurrency is 1.
+        assert_eq!(
+            judged(&|h| h.deliveries[0].end_us = Some(h.t0_us + 450_000)),
+            ["group-concurrency", "group-order"]
+        );
     }
 
     #[test]
