@@ -3,7 +3,7 @@
 //! cut connections or hold replies back, with random sends, cancels,
 //! reschedules and requeues, two or three consumers with random handler
 //! outcomes, and random faults; and, by feature, schedule changes, queue
-//! limits, queue pauses, priorities and headers. Records the whole history
+//! limits, queue pauses, priorities, headers and groups. Records the whole history
 //! and checks it against the model in `tests/support/history_model.rs`
 //! (crate `delayqueue-test-support`, whose unit tests show each rule), along
 //! the way and at the end.
@@ -15,15 +15,16 @@
 //! `history_of_every_feature` (15 s, every feature) and
 //! `history_of_claim_order` (15 s, priorities without a rate limit, the
 //! first consumer with one handler, so that `start-order` judges claims of
-//! several messages), in parallel, a fresh seed each; then
+//! several messages) and `history_of_groups` (15 s, groups and priorities
+//! without a rate limit, so that group limits bind), in parallel, a fresh seed each; then
 //! `history_with_a_cluster_failover` (15 s, alone: its cluster's nodes give
 //! up on each other after 1 s), on a Redis Cluster of 3 primaries with a
 //! replica each instead of one server, its first fault a failover and
 //! every send with `Durability::Replicas`. Knobs, each optional:
 //!
 //! - `HISTORY_SECS`: how long operations and faults run (default 45; at
-//!   most 15 in `history_of_every_feature`, `history_of_claim_order` and
-//!   `history_with_a_cluster_failover`).
+//!   most 15 in `history_of_every_feature`, `history_of_claim_order`,
+//!   `history_of_groups` and `history_with_a_cluster_failover`).
 //! - `HISTORY_FAULTS`: comma list of `pause,cut,crash,stop,restart,flush,outage,slow,failover`,
 //!   `all` (default) or `none`. `slow`: the consumers' replies held back
 //!   50-400 ms for a while (a schedule's read and its fire's reply late).
@@ -34,7 +35,7 @@
 //!   `tests/cluster_failover.rs`'s subject), the replica takes over, and
 //!   the old primary is started again and rejoins as a replica; the rules
 //!   treat it as a `restart`.
-//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers`,
+//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers,groups`,
 //!   `all` or `none` (default: half of them, by the seed; all in
 //!   `history_of_every_feature`). What each adds and checks:
 //!   - `schedules`: schedules `s1`, `s2` set (an interval or a cron
@@ -61,6 +62,17 @@
 //!     was surely in ready: see the model's `check_queue` for when that
 //!     is sure).
 //!   - `headers`: sends with headers. Rule `headers`: delivered as sent.
+//!   - `groups`: 40% of the sends (not those of docs/dedup.md) with one of
+//!     four groups: one ordered (`set_group_concurrency(g, 1)`), one of
+//!     concurrency 2, two of the builders' `group_concurrency(3)`; set
+//!     before the first consumer starts and never changed. Rules
+//!     `group-changed` (delivered with the group it was sent with),
+//!     `group-concurrency` (no more of a group processing, from claim to
+//!     handler end or lease deadline by Redis's clock, than its
+//!     concurrency) and `group-order` (an ordered group leases messages of
+//!     one priority in due order, where that is sure: see the model's
+//!     `check_groups`). Groups are served in turns, so `priority-order`
+//!     and `start-order` judge ungrouped messages only.
 //!
 //!   Whatever the features, rule `start-order`: a consumer of one handler
 //!   starts the deliveries of one claim in that claim's order (retries,
@@ -91,6 +103,7 @@
 //! HISTORY_FEATURES=pause    HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=priorities HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=headers  HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=groups   HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=none     cargo test ...   (sends, cancels, reschedules, requeues only)
 //! ```
 //!
@@ -224,15 +237,25 @@ enum Feature {
     Priorities,
     /// Sends with headers.
     Headers,
+    /// Sends with a group of `GROUPS`, some ordered, each with a
+    /// concurrency (docs/groups.md).
+    Groups,
 }
 
-const FEATURES: [(&str, Feature); 5] = [
+const FEATURES: [(&str, Feature); 6] = [
     ("schedules", Feature::Schedules),
     ("limits", Feature::Limits),
     ("pause", Feature::Pause),
     ("priorities", Feature::Priorities),
     ("headers", Feature::Headers),
+    ("groups", Feature::Groups),
 ];
+
+/// The groups of a run's sends, each with its concurrency (`None`: the
+/// builders' `group_concurrency`, `GROUP_CONCURRENCY`): an ordered one,
+/// one of its own and two of the default. Few, so that each has a backlog.
+const GROUPS: [(&str, Option<u32>); 4] = [("g-ordered", Some(1)), ("g-two", Some(2)), ("g.a", None), ("g_b", None)];
+const GROUP_CONCURRENCY: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HandlerKind {
@@ -415,6 +438,11 @@ fn configure(b: DelayQueueBuilder, knobs: &Knobs, concurrency: usize, renews: bo
         .concurrency(concurrency)
         .default_retry_count(knobs.default_retry_count)
         .nack_redelivery_delay(BACKOFF);
+    let b = if knobs.has(Feature::Groups) {
+        b.group_concurrency(GROUP_CONCURRENCY)
+    } else {
+        b
+    };
     if renews {
         b.handler_timeout(LEASE * 4)
     } else {
@@ -485,6 +513,7 @@ impl Handler for Recorder {
                 end: None,
                 priority: msg.priority(),
                 headers: msg.headers().to_vec(),
+                group: msg.group().map(String::from),
                 leased_us: leased_us(&msg),
                 start_us: wall_us(),
                 end_us: None,
@@ -643,6 +672,37 @@ impl ConsumerSlot {
     }
 }
 
+/// Sets the groups' own concurrencies before any consumer starts (whose
+/// start writes the default), so that each holds for the whole run, and
+/// records every group's.
+async fn set_groups(url: &str, history: &Shared) {
+    let queue = DelayQueue::builder(QUEUE, client(url, COMMAND_TIMEOUT).await)
+        .build()
+        .unwrap();
+    for (group, m) in GROUPS {
+        if let Some(m) = m {
+            let (result, ..) = until_answered(|| queue.set_group_concurrency(group, Some(m))).await;
+            result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, {m}): {e}"));
+        }
+        let m = m.unwrap_or(GROUP_CONCURRENCY);
+        history.lock().unwrap().groups.push((group.to_string(), u64::from(m)));
+    }
+}
+
+/// Clears the groups' concurrencies, the default and each one's own (the
+/// consumers stopped): settings are all an idle group leaves, so then no
+/// group key may be left.
+async fn clear_groups(queue: &DelayQueue) {
+    let (result, ..) = until_answered(|| queue.set_default_group_concurrency(None)).await;
+    result.unwrap_or_else(|e| panic!("set_default_group_concurrency(None): {e}"));
+    for (group, m) in GROUPS {
+        if m.is_some() {
+            let (result, ..) = until_answered(|| queue.set_group_concurrency(group, None)).await;
+            result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, None): {e}"));
+        }
+    }
+}
+
 /// Messages the producer knows ids of, for cancels, reschedules and requeues.
 struct Producer {
     queue: DelayQueue,
@@ -718,6 +778,9 @@ impl Producer {
         } else {
             Vec::new()
         };
+        // Some of the sends, when groups are on.
+        let group = (self.features.contains(&Feature::Groups) && rng.chance(40))
+            .then(|| GROUPS[rng.below(GROUPS.len() as u64) as usize].0.to_string());
         let now = Instant::now();
         let rec = SendRec {
             payload,
@@ -731,6 +794,7 @@ impl Producer {
             how,
             priority,
             headers,
+            group,
         };
         (rec, retry_count)
     }
@@ -755,6 +819,9 @@ impl Producer {
         }
         for (name, value) in &rec.headers {
             send = send.header(name.as_str(), value.as_str());
+        }
+        if let Some(group) = &rec.group {
+            send = send.group(group.as_str());
         }
         let result = send.await;
         rec.start = start;
@@ -782,6 +849,9 @@ impl Producer {
             }
             for (name, value) in &rec.headers {
                 msg = msg.header(name.as_str(), value.as_str());
+            }
+            if let Some(group) = &rec.group {
+                msg = msg.group(group.as_str());
             }
             msgs.push(msg);
             recs.push(rec);
@@ -1019,6 +1089,7 @@ impl Producer {
         let (mut rec, _) = self.plan(rng, "unique");
         rec.retry_count = self.default_retry_count;
         rec.headers.clear();
+        rec.group = None;
         rec.caller_id = true;
         let start = Instant::now();
         let payload = rec.payload.clone();
@@ -1230,6 +1301,17 @@ async fn history_of_claim_order() {
     run(knobs, false).await;
 }
 
+/// Groups and priorities without a rate limit, in a short run: the group
+/// concurrencies bind (under `limits` the global one mostly does first),
+/// and the ordered group builds a backlog for `group-order` to judge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_of_groups() {
+    let _shared = ALONE.read().await;
+    let mut knobs = knobs(Some(&[Feature::Groups, Feature::Priorities]), false);
+    knobs.secs = knobs.secs.min(FEATURES_SECS);
+    run(knobs, false).await;
+}
+
 /// The cluster run: a short run (`FEATURES_SECS`) on a Redis Cluster of 3
 /// primaries with a replica each, the faults a cluster allows, the first of
 /// them a failover of the queue's primary, half the features by the seed.
@@ -1434,6 +1516,9 @@ async fn run(knobs: Knobs, cluster: bool) {
         handlers: knobs.handlers.clone(),
         draining: draining.clone(),
     };
+    if knobs.has(Feature::Groups) {
+        set_groups(&backend.producer_url(), &history).await;
+    }
     let mut consumers: Vec<Option<ConsumerSlot>> = Vec::new();
     let mut generation = 0;
     for i in 0..knobs.renews.len() {
@@ -1749,6 +1834,9 @@ async fn run(knobs: Knobs, cluster: bool) {
         "HISTORY seed={}: integrity at the end: {report}",
         knobs.seed
     );
+    if knobs.has(Feature::Groups) {
+        clear_groups(&producer.queue).await;
+    }
     // The windows of unique_for markers (at most 3 s) end by themselves.
     wait_for(Duration::from_secs(15), || async {
         backend.all_keys(&direct).await.is_empty()
