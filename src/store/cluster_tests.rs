@@ -98,9 +98,7 @@ fn calls(k: &Keys) -> Vec<Call> {
     };
     vec![
         call(
-            Ack {
-                leases: vec![("u1", LEASE)],
-            },
+            Ack::plain(&[("u1", LEASE)]),
             k,
         ),
         // A new request: leases t1 and r1.

@@ -23,6 +23,7 @@ pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod list_groups;
 pub(crate) mod nack;
+pub(crate) mod note;
 pub(crate) mod pause;
 pub(crate) mod probe;
 pub(crate) mod promote;
@@ -35,6 +36,7 @@ pub(crate) mod send;
 pub(crate) mod shards;
 pub(crate) mod stats;
 pub(crate) mod timeout;
+pub(crate) mod wait;
 pub(crate) mod walk;
 
 use std::time::Duration;
@@ -316,7 +318,19 @@ mod tests {
                 k,
             ),
             entry(extend::Extend { renewals: vec![] }, k),
-            entry(ack::Ack { leases: vec![] }, k),
+            entry(ack::Ack::plain(&[]), k),
+            entry(
+                note::Note {
+                    id: "a",
+                    lease: 0,
+                    progress: Some("1"),
+                    line: None,
+                    max_lines: 1,
+                    ttl: d,
+                },
+                k,
+            ),
+            entry(wait::Wait { id: "a", wait: d }, k),
             entry(
                 nack::Nack {
                     id: "a",
@@ -442,6 +456,9 @@ mod tests {
                 "marker" => key.starts_with(&k.marker_prefix),
                 "receipt" => key.starts_with(&k.claim("")),
                 "schedule" => key.starts_with(&k.schedule_prefix),
+                "result" => key.starts_with(&k.result_prefix),
+                "progress" => key.starts_with(&k.progress_prefix),
+                "log" => key.starts_with(&k.log_prefix),
                 // Key strings that keep their wire names (docs/wire-format.md).
                 "processing" => *key == k.processing,
                 "dead" => *key == k.dead,

@@ -357,7 +357,7 @@ impl Env {
     }
 
     async fn ack(&self, pairs: &[(&str, i64)]) -> Vec<i64> {
-        let acked = self.run(&Ack { leases: pairs.to_vec() }).await;
+        let acked = self.run(&Ack::plain(pairs)).await;
         acked.into_iter().map(|a| a as i64).collect()
     }
 
