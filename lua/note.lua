@@ -9,7 +9,7 @@ ARGV[4] the progress (JSON text) or the line   ARGV[5] log lines kept
 ARGV[6] TTL ms of both keys (past any end of the delivery: the ack sets
 the result retention)
 Returns 1 written, 0 lease lost (nothing written).
-Not idempotent for a line: a re-run after a lost reply appends it again.
+Idempotent: for progress; a re-run of a line after a lost reply appends it again.
 Complexity: O(log N) for the lease, plus O(1) for progress or O(T) for a
 line, T = lines trimmed (at most one but after a smaller ARGV[5]).
 ]]

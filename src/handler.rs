@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::consume::scribe::Scribe;
+use crate::scribe::Scribe;
 use crate::{IntoPayload, Message};
 
 /// What a handler returns on failure: any error. The message is nacked and

@@ -86,6 +86,7 @@ mod otel;
 mod payload;
 mod queue;
 mod schedule;
+mod scribe;
 mod status;
 mod store;
 #[cfg(feature = "web")]

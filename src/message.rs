@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::consume::scribe::{NoteKind, Scribe};
+use crate::scribe::{NoteKind, Scribe};
 use crate::{Backoff, Error, MessageId};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).

@@ -13,9 +13,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::context::Context;
+use super::outcome::Kept;
 use crate::events::{self, Event};
 use crate::message::Receipt;
-use super::outcome::Kept;
 use crate::store::ops::ack::{Ack, AckOutcome, Keep};
 use crate::store::Keys;
 

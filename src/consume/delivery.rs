@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use super::lease::Lease;
 use super::outcome::{Ended, Outcome};
-use super::scribe::{Current, Desk};
+use super::scribe::{Current, ShardDesk};
 use super::settings::Settings;
 use super::settle;
 use super::state::{Shared, Slot};
@@ -80,13 +80,13 @@ async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     let renewed = settings.renews_leases().then(|| Lease::new(&receipt));
     let renewing = renewed.as_ref().map(|l| shared.leases.renew(l));
     let scribe = msg.scribe.clone();
-    scribe.open(Desk {
-        shared: shared.clone(),
+    scribe.open(Box::new(ShardDesk {
+        shared: Arc::downgrade(shared),
         lease: match &renewed {
             Some(l) => Current::Renewed(l.clone()),
             None => Current::Claimed(receipt.lease),
         },
-    });
+    }));
     let limit = match renewed {
         Some(_) => settings.handler_timeout,
         None => left.min(settings.handler_timeout),

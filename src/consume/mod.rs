@@ -37,7 +37,7 @@ mod lease;
 mod outcome;
 mod promote;
 mod scheduler;
-pub(crate) mod scribe;
+mod scribe;
 mod settings;
 mod settle;
 mod shard_loop;

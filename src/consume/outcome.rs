@@ -5,9 +5,9 @@
 use std::any::Any;
 use std::time::Duration;
 
-use super::scribe::Scribe;
 use crate::handler::panic_text;
 use crate::message::Receipt;
+use crate::scribe::Scribe;
 use crate::{Backoff, HandlerError, MessageId, RetryAfter, SkipRetry, MAX_DELAY};
 
 /// Longest failure reason stored with a message, in bytes.

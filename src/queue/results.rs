@@ -28,7 +28,10 @@ impl DelayQueue {
     pub async fn result(&self, id: impl AsRef<str>) -> Result<Option<Vec<u8>>, Error> {
         let id = id.as_ref();
         MessageId::check(id)?;
-        let read = Wait { id, wait: Duration::ZERO };
+        let read = Wait {
+            id,
+            wait: Duration::ZERO,
+        };
         Ok(match self.store(self.shard_of(id)).run(&read).await? {
             Waited::Result(r) => Some(r),
             Waited::Stored | Waited::Neither => None,

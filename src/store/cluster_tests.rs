@@ -97,10 +97,7 @@ fn calls(k: &Keys) -> Vec<Call> {
         preview: 36,
     };
     vec![
-        call(
-            Ack::plain(&[("u1", LEASE)]),
-            k,
-        ),
+        call(Ack::plain(&[("u1", LEASE)]), k),
         // A new request: leases t1 and r1.
         call(claim(1), k),
         // The seeded request again: replays its receipt (u1).

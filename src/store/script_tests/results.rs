@@ -51,21 +51,34 @@ async fn an_ack_writes_the_result_with_the_retention_and_a_late_ack_writes_none(
     env.raw(&["SET", &k.result("b"), "old"]);
     let acked = env
         .run(&ack(
-            vec![("a", lease, with(b"\x00bytes")), ("b", lease, Keep::default()), ("c", lease - 1, with(b"late"))],
+            vec![
+                ("a", lease, with(b"\x00bytes")),
+                ("b", lease, Keep::default()),
+                ("c", lease - 1, with(b"late")),
+            ],
             DAY,
         ))
         .await;
     assert_eq!(acked.iter().map(|a| *a as i64).collect::<Vec<_>>(), vec![1, 1, 0]);
     assert_eq!(env.raw(&["GET", &k.result("a")]), "\0bytes");
     let ttl = env.int(&["PTTL", &k.result("a")]);
-    assert!(ttl > DAY.as_millis() as i64 - 60_000 && ttl <= DAY.as_millis() as i64, "{ttl}");
-    assert!(!env.exists(&k.result("b")), "an ack without a result leaves no older one");
+    assert!(
+        ttl > DAY.as_millis() as i64 - 60_000 && ttl <= DAY.as_millis() as i64,
+        "{ttl}"
+    );
+    assert!(
+        !env.exists(&k.result("b")),
+        "an ack without a result leaves no older one"
+    );
     assert!(!env.exists(&k.result("c")), "a lost lease writes no result");
     assert_eq!(env.zset(&k.processing), vec![("c".to_string(), lease)]);
 
     // The ack of c's redelivery writes its result; the old delivery's re-sent
     // ack (finished already) changes nothing.
-    assert_eq!(env.nack("c", lease, crate::store::ops::nack::NackMode::Release).await, 1);
+    assert_eq!(
+        env.nack("c", lease, crate::store::ops::nack::NackMode::Release).await,
+        1
+    );
     let again = env.claim(1).await.lease;
     env.run(&ack(vec![("c", again, with(b"second"))], DAY)).await;
     let before = env.snapshot();
@@ -87,7 +100,11 @@ async fn retention_zero_keeps_no_result_and_deletes_the_notes() {
     };
     env.run(&ack(vec![("a", lease, keep)], Duration::ZERO)).await;
     assert!(!env.exists(&k.result("a")) && !env.exists(&k.progress("a")) && !env.exists(&k.log("a")));
-    assert_eq!(env.int(&["DBSIZE"]), 2, "only the claim receipt and the totals are left");
+    assert_eq!(
+        env.int(&["DBSIZE"]),
+        2,
+        "only the claim receipt and the totals are left"
+    );
 }
 
 #[tokio::test]
@@ -103,7 +120,10 @@ async fn progress_and_log_are_fenced_by_the_lease_and_the_log_is_trimmed() {
     assert_eq!(env.run(&note("nope", lease, Some("10"), None)).await, Noted::LeaseLost);
     assert_eq!(env.snapshot(), before);
 
-    assert_eq!(env.run(&note("a", lease, Some("{\"done\":3}"), None)).await, Noted::Written);
+    assert_eq!(
+        env.run(&note("a", lease, Some("{\"done\":3}"), None)).await,
+        Noted::Written
+    );
     assert_eq!(env.raw(&["GET", &k.progress("a")]), "{\"done\":3}");
     for line in ["1", "2", "3", "4", "5"] {
         assert_eq!(env.run(&note("a", lease, None, Some(line))).await, Noted::Written);
@@ -133,7 +153,10 @@ async fn progress_and_log_are_fenced_by_the_lease_and_the_log_is_trimmed() {
 async fn wait_reads_a_result_and_registers_a_wait_the_ack_publishes() {
     let env = Env::new().await;
     let k = env.k().clone();
-    let read = |id| Wait { id, wait: Duration::ZERO };
+    let read = |id| Wait {
+        id,
+        wait: Duration::ZERO,
+    };
     assert_eq!(env.run(&read("nope")).await, Waited::Neither);
     let lease = claimed(&env, &["a"]).await;
     assert_eq!(env.run(&read("a")).await, Waited::Stored);
