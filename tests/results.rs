@@ -11,7 +11,8 @@ use delayqueue_test_support as support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::{Error, Event, Handler, HandlerError, Json, Message, MessageState};
+use delayqueue::fred::prelude::KeysInterface;
+use delayqueue::{Anomaly, Error, Event, Handler, HandlerError, Json, Message, MessageState};
 use helpers::start_queue;
 use support::{all_keys, wait_for, WAIT};
 use tokio::sync::Notify;
@@ -223,4 +224,39 @@ async fn progress_after_the_delivery_ended_writes_nothing() {
         .filter(|k| !k.contains(":claim:"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn the_integrity_check_reports_a_result_key_without_ttl() {
+    let (_server, client, queue) = start_queue("forever", Duration::from_millis(50), |b| b).await;
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            msg.log("kept with a TTL").await?;
+            Ok::<_, HandlerError>("result")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.wait_result(&id, WAIT).await.unwrap().as_deref(),
+        Some(&b"result"[..])
+    );
+    consumer.shutdown().await.unwrap();
+    assert!(
+        queue.check_integrity().await.unwrap().is_clean(),
+        "results and logs expire"
+    );
+
+    let _: () = client
+        .set("dq:{forever}:result:stray", "x", None, None, false)
+        .await
+        .unwrap();
+    let report = queue.check_integrity().await.unwrap();
+    assert_eq!(
+        report.anomalies,
+        vec![Anomaly::KeptForever {
+            id: "stray".into(),
+            key: "result"
+        }]
+    );
 }

@@ -53,6 +53,15 @@ pub enum Anomaly {
         /// The message.
         id: MessageId,
     },
+    /// A result, progress or log key without TTL: every script that
+    /// writes one sets a TTL, so something else wrote it, and it would
+    /// never go (docs/results.md).
+    KeptForever {
+        /// The message it belongs to.
+        id: MessageId,
+        /// Which: `"result"`, `"progress"` or `"log"`.
+        key: &'static str,
+    },
 }
 
 /// What [`DelayQueue::check_integrity`](crate::DelayQueue::check_integrity) found.
@@ -141,10 +150,22 @@ pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> 
 async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Error> {
     let mut seen: HashMap<String, Presence> = HashMap::new();
     let mut listed = 0usize;
+    // Never confirmed: no script writes one of these without a TTL.
+    let mut forever = Vec::new();
     for what in IdKey::ALL {
         let ids = scan(queue, k, what).await?;
         if matches!(what, IdKey::Ready | IdKey::Retry) {
             listed += ids.len();
+        }
+        let key = match what {
+            IdKey::Results => Some("result"),
+            IdKey::Progress => Some("progress"),
+            IdKey::Logs => Some("log"),
+            _ => None,
+        };
+        if let Some(key) = key {
+            forever.extend(ids.into_iter().map(|id| Anomaly::KeptForever { id: id.into(), key }));
+            continue;
         }
         for id in ids {
             let p = seen.entry(id).or_default();
@@ -157,6 +178,7 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
                 IdKey::Attempts => p.record = true,
                 IdKey::Payloads => p.payload = true,
                 IdKey::Markers => p.marker = true,
+                IdKey::Results | IdKey::Progress | IdKey::Logs => {}
             }
         }
     }
@@ -176,6 +198,7 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
             anomalies.extend(p.anomalies(id, stale));
         }
     }
+    anomalies.extend(forever);
     Ok(IntegrityReport {
         scanned: seen.len() as u64,
         anomalies,

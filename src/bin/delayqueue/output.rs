@@ -376,6 +376,7 @@ pub fn anomaly_json(a: &Anomaly) -> Value {
         }
         Anomaly::OrphanPayload { id } => json!({"kind": "orphan_payload", "id": id.as_str()}),
         Anomaly::OrphanRetryRecord { id } => json!({"kind": "orphan_retry_record", "id": id.as_str()}),
+        Anomaly::KeptForever { id, key } => json!({"kind": "kept_forever", "id": id.as_str(), "state": key}),
         other => json!({"kind": "other", "detail": format!("{other:?}")}),
     }
 }

@@ -114,12 +114,18 @@ numbered! {
         Payloads = 7,
         /// unique_for markers without TTL (docs/dedup.md).
         Markers = 8,
+        /// Result keys without TTL (always an anomaly).
+        Results = 9,
+        /// Progress keys without TTL (always an anomaly).
+        Progress = 10,
+        /// Log keys without TTL (always an anomaly).
+        Logs = 11,
     }
 }
 
 impl IdKey {
     /// Every key that holds ids, in order.
-    pub(crate) const ALL: [IdKey; 8] = [
+    pub(crate) const ALL: [IdKey; 11] = [
         IdKey::Pending,
         IdKey::Ready,
         IdKey::Processing,
@@ -128,6 +134,9 @@ impl IdKey {
         IdKey::Attempts,
         IdKey::Payloads,
         IdKey::Markers,
+        IdKey::Results,
+        IdKey::Progress,
+        IdKey::Logs,
     ];
 
     /// The key of the messages in `state`.
@@ -149,7 +158,7 @@ impl IdKey {
             IdKey::Processing => Some(MessageState::Processing),
             IdKey::Retry => Some(MessageState::Retry),
             IdKey::Dead => Some(MessageState::Dead),
-            IdKey::Attempts | IdKey::Payloads | IdKey::Markers => None,
+            IdKey::Attempts | IdKey::Payloads | IdKey::Markers | IdKey::Results | IdKey::Progress | IdKey::Logs => None,
         }
     }
 }
