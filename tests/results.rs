@@ -54,11 +54,13 @@ async fn results_round_trip_as_bytes_and_json_and_wait_result_wakes_on_the_ack()
         .start_consume(|_msg: Message| async move { Ok::<_, HandlerError>(b"\x00raw".to_vec()) })
         .await
         .unwrap();
-    assert_eq!(
-        queue.wait_result(&bytes, WAIT).await.unwrap().as_deref(),
-        Some(&b"\x00raw"[..])
-    );
+    assert_result(&queue, &bytes, b"\x00raw").await;
     consumer.shutdown().await.unwrap();
+}
+
+/// Waits for `id`'s result and checks it is `want`.
+async fn assert_result(queue: &delayqueue::DelayQueue, id: &delayqueue::MessageId, want: &[u8]) {
+    assert_eq!(queue.wait_result(id, WAIT).await.unwrap().as_deref(), Some(want));
 }
 
 /// A trait handler sets its result on the message; a retried message's
@@ -84,8 +86,7 @@ async fn a_retried_message_keeps_its_successful_deliverys_result() {
     .await;
     let id = queue.send("x").await.unwrap();
     let consumer = queue.start_consume(SecondTime).await.unwrap();
-    let got = queue.wait_result(&id, WAIT).await.unwrap();
-    assert_eq!(got.as_deref(), Some(&b"attempt 2"[..]));
+    assert_result(&queue, &id, b"attempt 2").await;
     consumer.shutdown().await.unwrap();
 }
 
@@ -237,10 +238,7 @@ async fn the_integrity_check_reports_a_result_key_without_ttl() {
         })
         .await
         .unwrap();
-    assert_eq!(
-        queue.wait_result(&id, WAIT).await.unwrap().as_deref(),
-        Some(&b"result"[..])
-    );
+    assert_result(&queue, &id, b"result").await;
     consumer.shutdown().await.unwrap();
     assert!(
         queue.check_integrity().await.unwrap().is_clean(),
