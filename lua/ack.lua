@@ -23,16 +23,18 @@ hash exists), each acked id's header is read for its group: the group's
 count in processing goes down, and the group goes back to the ring when
 it may start another (prelude.lua, docs/groups.md).
 Each acked id's result is written to its result key with the retention
-as TTL (one SET each); the result keys of acked ids without one are
-deleted with their payloads, so no earlier message's result of the same id
-outlives it. The progress and log keys of each acked id whose delivery
-wrote them get the retention as TTL (deleted when it is 0). While anybody waits for a result (the waiting zset exists) each
+as TTL (one SET each). The progress and log keys of each acked id whose
+delivery wrote them get the retention as TTL (deleted when it is 0). These
+keys are built, not declared: before the first write one EXISTS touches
+them all with KEYS[1], so during a slot migration the script fails with
+nothing written (docs/design.md §2), as payloads_here does for payloads. While anybody waits for a result (the waiting zset exists) each
 acked id waited for is published on the done channel and leaves the zset.
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
 Complexity: O(M log N) with M = triples, in nine calls whatever M, plus one
 EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
-SET per result and two PEXPIREs per delivery that wrote progress or log;
+EXISTS of the result, progress and log keys when any, one SET per result
+and two PEXPIREs per delivery that wrote progress or log;
 with groups in processing one GETRANGE per acked id and O(log G) per
 group, G = groups; with waiters one ZMSCORE and a PUBLISH per acked id
 waited for.
@@ -44,7 +46,7 @@ if #ids == 0 then
   return {}
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local done, absent, results, stale, noted = {}, {}, {}, {}, {}
+local done, absent, results, noted, built = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 8]) then
     done[#done + 1] = id
@@ -52,11 +54,12 @@ for i, id in ipairs(ids) do
     local flag = string.sub(ARGV[3 * i + 9], 1, 1)
     if retention > 0 and (flag == 'r' or flag == 'b') then
       results[#results + 1] = {ARGV[4] .. id, string.sub(ARGV[3 * i + 9], 2)}
-    else
-      stale[#stale + 1] = ARGV[4] .. id
+      built[#built + 1] = ARGV[4] .. id
     end
     if flag == 'n' or flag == 'b' then
-      noted[#noted + 1] = id
+      noted[#noted + 1] = {ARGV[5] .. id, ARGV[6] .. id}
+      built[#built + 1] = ARGV[5] .. id
+      built[#built + 1] = ARGV[6] .. id
     end
   else
     out[i] = 0
@@ -84,19 +87,19 @@ if #done > 0 then
   if redis.call('EXISTS', ARGV[2] .. 'active') == 1 then
     finished = groups_of(keys)
   end
+  if #built > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(built))
+  end
   redis.call('ZREM', KEYS[1], unpack(done))
   for i, key in ipairs(markers[1]) do
     start_window(key, markers[2][i])
-  end
-  for _, key in ipairs(stale) do
-    keys[#keys + 1] = key
   end
   forget(KEYS[2], keys, done)
   for _, r in ipairs(results) do
     redis.call('SET', r[1], r[2], 'PX', retention)
   end
-  for _, id in ipairs(noted) do
-    for _, key in ipairs({ARGV[5] .. id, ARGV[6] .. id}) do
+  for _, both in ipairs(noted) do
+    for _, key in ipairs(both) do
       if retention > 0 then
         redis.call('PEXPIRE', key, retention)
       else

@@ -18,7 +18,14 @@ use crate::error::script_met_moved_key;
 use crate::store::ops::change_schedule::{Change, ChangeSchedule};
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
 use crate::store::ops::{
-    ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, purge::Purge, requeue::Requeue, timeout::Timeout,
+    ack::{Ack, Keep},
+    claim::Claim,
+    gc::Gc,
+    inspect::Inspect,
+    list::List,
+    purge::Purge,
+    requeue::Requeue,
+    timeout::Timeout,
 };
 use crate::store::scripts::LuaScript;
 use crate::store::{Keys, Op};
@@ -98,6 +105,21 @@ fn calls(k: &Keys) -> Vec<Call> {
     };
     vec![
         call(Ack::plain(&[("u1", LEASE)]), k),
+        // Builds the result, progress and log keys it writes.
+        call(
+            Ack {
+                leases: vec![(
+                    "u1",
+                    LEASE,
+                    Keep {
+                        result: Some(b"r"),
+                        noted: true,
+                    },
+                )],
+                result_retention: RETENTION,
+            },
+            k,
+        ),
         // A new request: leases t1 and r1.
         call(claim(1), k),
         // The seeded request again: replays its receipt (u1).

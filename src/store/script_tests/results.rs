@@ -47,8 +47,6 @@ async fn an_ack_writes_the_result_with_the_retention_and_a_late_ack_writes_none(
         result: Some(r),
         noted: false,
     };
-    // A stale result of an earlier message "b", acked now without one.
-    env.raw(&["SET", &k.result("b"), "old"]);
     let acked = env
         .run(&ack(
             vec![
