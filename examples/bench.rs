@@ -396,8 +396,9 @@ async fn results(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<ser
             let (rate, redis_us, ..) = match side {
                 0 => consume(&q, client, n).await?,
                 _ => {
+                    let handle = q.clone();
                     consume_by(&q, client, n, |count| async move {
-                        q.start_consume(move |_msg: Message| {
+                        handle.start_consume(move |_msg: Message| {
                             count.fetch_add(1, Ordering::Relaxed);
                             async { Ok::<_, HandlerError>(PAYLOAD.to_vec()) }
                         })
