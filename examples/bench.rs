@@ -398,11 +398,12 @@ async fn results(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<ser
                 _ => {
                     let handle = q.clone();
                     consume_by(&q, client, n, |count| async move {
-                        handle.start_consume(move |_msg: Message| {
-                            count.fetch_add(1, Ordering::Relaxed);
-                            async { Ok::<_, HandlerError>(PAYLOAD.to_vec()) }
-                        })
-                        .await
+                        handle
+                            .start_consume(move |_msg: Message| {
+                                count.fetch_add(1, Ordering::Relaxed);
+                                async { Ok::<_, HandlerError>(PAYLOAD.to_vec()) }
+                            })
+                            .await
                     })
                     .await?
                 }

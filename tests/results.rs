@@ -258,3 +258,31 @@ async fn the_integrity_check_reports_a_result_key_without_ttl() {
         }]
     );
 }
+
+#[tokio::test]
+async fn a_batch_handler_and_a_tower_service_return_results_per_message() {
+    let (_server, _client, queue) = start_queue("carried", Duration::from_millis(50), |b| b).await;
+    let ids = [queue.send("a").await.unwrap(), queue.send("bb").await.unwrap()];
+    let consumer = queue
+        .consume_batch(|batch: Vec<Message>| async move {
+            batch
+                .iter()
+                .map(|m| Ok::<_, HandlerError>(format!("{} bytes", m.payload().len())))
+                .collect::<Vec<_>>()
+        })
+        .size(2)
+        .await
+        .unwrap();
+    assert_result(&queue, &ids[0], b"1 bytes").await;
+    assert_result(&queue, &ids[1], b"2 bytes").await;
+    consumer.shutdown().await.unwrap();
+
+    let id = queue.send("ccc").await.unwrap();
+    let inner = tower::service_fn(|msg: Message| async move { Ok::<_, HandlerError>(Json(msg.payload().len())) });
+    let stack = tower::ServiceBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .service(inner);
+    let consumer = queue.start_consume(delayqueue::service(stack)).await.unwrap();
+    assert_result(&queue, &id, b"3").await;
+    consumer.shutdown().await.unwrap();
+}
