@@ -26,8 +26,9 @@ Each acked id's result is written to its result key with the retention
 as TTL (one SET each). The progress and log keys of each acked id whose
 delivery wrote them get the retention as TTL (deleted when it is 0). These
 keys are built, not declared: before the first write one EXISTS touches
-them all with KEYS[1], so during a slot migration the script fails with
-nothing written (docs/design.md §2), as payloads_here does for payloads. While anybody waits for a result (the waiting zset exists) each
+them all with the processing zset, so during a slot migration the script
+fails with nothing written (docs/design.md §2), as payloads_here does for
+payloads. While anybody waits for a result (the waiting zset exists) each
 acked id waited for is published on the done channel and leaves the zset.
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.

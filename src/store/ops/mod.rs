@@ -492,6 +492,6 @@ mod tests {
             }
         }
         assert_eq!(IdKey::from_number(0), None);
-        assert_eq!(IdKey::from_number(9), None);
+        assert_eq!(IdKey::from_number(12), None);
     }
 }
