@@ -7,18 +7,27 @@ KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys,
 8 for marker keys without TTL (unique_for markers of live messages,
-docs/dedup.md); 9, 10, 11 for result, progress and log keys without TTL
+docs/dedup.md); 11, 12, 13 for result, progress and log keys without TTL
 (always an anomaly: every script that writes them sets one)
 ARGV[2] cursor, "0" to start   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
 ARGV[6] marker key prefix   ARGV[7] the same, escaped as a SCAN pattern
-ARGV[8], ARGV[9]; ARGV[10], ARGV[11]; ARGV[12], ARGV[13]: the result,
-progress and log key prefixes, each with its SCAN pattern
+ARGV[8] group key prefix   ARGV[9] the same, escaped as a SCAN pattern
+(docs/groups.md); ARGV[1] 9 pages through the known groups and returns
+those with nothing in them (no due message, none in processing, no wait,
+no pause, limit or rate of their own), 10 through the groups' zsets and
+the counts in processing and returns the groups they name that are not
+known: each group checked in the call that reads it (every script that
+empties a group forgets it, every one that fills it makes it known).
+ARGV[10], ARGV[11]; ARGV[12], ARGV[13]; ARGV[14], ARGV[15]: the result,
+progress and log key prefixes, each with its SCAN pattern (11, 12, 13)
 Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
-ids are its fields, for payload and marker keys the ids their keys end with.
+ids are its fields, for payload and marker keys the ids their keys end with,
+for 9 and 10 group names.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
-a PTTL per marker, result, progress or log key).
+a PTTL per marker, result, progress or log key; O(log G) per group, G =
+groups, for 9 and 10).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
@@ -39,9 +48,46 @@ elseif what == 6 then
   for i = 1, #reply[2], 2 do
     page[#page + 1] = reply[2][i]
   end
+elseif what == 9 then
+  local gp, from = ARGV[8], tonumber(cursor)
+  check_group_types(gp)
+  page = {}
+  local known = redis.call('ZRANGE', gp .. 'known', from, from + size - 1)
+  out[1] = #known == size and tostring(from + size) or '0'
+  for _, g in ipairs(known) do
+    if group_idle(gp, g) then
+      page[#page + 1] = g
+    end
+  end
+elseif what == 10 then
+  -- The cursor: "z<SCAN cursor>" through the zsets, then "a<HSCAN cursor>"
+  -- through the counts in processing.
+  local gp, names = ARGV[8], {}
+  check_group_types(gp)
+  local kind, at = string.sub(cursor, 1, 1), string.sub(cursor, 2)
+  if kind ~= 'a' then
+    local reply = redis.call('SCAN', kind == 'z' and at or '0', 'MATCH', ARGV[9] .. ':*:ready', 'COUNT', size)
+    out[1] = reply[1] == '0' and 'a0' or 'z' .. reply[1]
+    for _, k in ipairs(reply[2]) do
+      names[#names + 1] = string.sub(k, #gp + 2, -7)
+    end
+  else
+    local reply = redis.call('HSCAN', gp .. 'active', at, 'COUNT', size)
+    out[1] = reply[1] == '0' and '0' or 'a' .. reply[1]
+    for i = 1, #reply[2], 2 do
+      names[#names + 1] = reply[2][i]
+    end
+  end
+  page = {}
+  for _, g in ipairs(names) do
+    if not redis.call('ZSCORE', gp .. 'known', g) then
+      page[#page + 1] = g
+    end
+  end
 else
-  -- 7 -> ARGV[4], 8 -> ARGV[6], 9 -> ARGV[8], ...; each pattern follows its prefix.
-  local at = 2 * what - 10
+  -- 7 -> ARGV[4], 8 -> ARGV[6], 11 -> ARGV[10], 12 -> ARGV[12], 13 ->
+  -- ARGV[14]; each pattern follows its prefix.
+  local at = what <= 8 and 2 * what - 10 or 2 * what - 12
   local prefix = ARGV[at]
   local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[at + 1] .. '*', 'COUNT', size)
   out[1], page = reply[1], {}

@@ -115,11 +115,11 @@ numbered! {
         /// unique_for markers without TTL (docs/dedup.md).
         Markers = 8,
         /// Result keys without TTL (always an anomaly).
-        Results = 9,
+        Results = 11,
         /// Progress keys without TTL (always an anomaly).
-        Progress = 10,
+        Progress = 12,
         /// Log keys without TTL (always an anomaly).
-        Logs = 11,
+        Logs = 13,
     }
 }
 
@@ -398,7 +398,7 @@ mod tests {
             entry(get::Get { id: id.as_str() }, k),
             entry(
                 scan::Scan {
-                    of: IdKey::Ready,
+                    of: scan::Scanned::Ids(IdKey::Ready),
                     cursor: "0",
                     page: 1,
                 },
@@ -492,6 +492,6 @@ mod tests {
             }
         }
         assert_eq!(IdKey::from_number(0), None);
-        assert_eq!(IdKey::from_number(12), None);
+        assert_eq!(IdKey::from_number(14), None);
     }
 }
