@@ -16,6 +16,7 @@ mod inspect;
 mod integrity;
 mod limits;
 mod pause;
+mod results;
 mod schedules;
 mod send;
 mod worker;

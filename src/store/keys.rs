@@ -63,6 +63,19 @@ pub(crate) struct Keys {
     pub schedules: String,
     /// Prefix of each schedule's definition hash; the name follows it.
     pub schedule_prefix: String,
+    /// Prefix of the result strings of acked messages (docs/results.md);
+    /// the id follows it.
+    pub result_prefix: String,
+    /// Prefix of each processing message's progress string; the id follows it.
+    pub progress_prefix: String,
+    /// Prefix of each processing message's log list; the id follows it.
+    pub log_prefix: String,
+    /// Ids whose result someone waits for (`:waiting` zset, scored by the
+    /// wait's deadline): an ack publishes their completion on `done`.
+    pub waiting: String,
+    /// Pub/sub channel (not a key) on which an ack announces the ids in
+    /// `waiting` it finished.
+    pub done: String,
 }
 
 impl Keys {
@@ -115,6 +128,11 @@ impl Keys {
             staging_prefix: format!("{base}:in:"),
             schedules: format!("{base}:schedules"),
             schedule_prefix: format!("{base}:schedule:"),
+            result_prefix: format!("{base}:result:"),
+            progress_prefix: format!("{base}:progress:"),
+            log_prefix: format!("{base}:log:"),
+            waiting: format!("{base}:waiting"),
+            done: format!("{base}:done"),
         }
     }
 
@@ -137,6 +155,21 @@ impl Keys {
     /// The payload key of message `id`.
     pub(crate) fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
+    }
+
+    /// The result string of message `id` (docs/results.md).
+    pub(crate) fn result(&self, id: &str) -> String {
+        format!("{}{id}", self.result_prefix)
+    }
+
+    /// The progress string of message `id`.
+    pub(crate) fn progress(&self, id: &str) -> String {
+        format!("{}{id}", self.progress_prefix)
+    }
+
+    /// The log list of message `id`.
+    pub(crate) fn log(&self, id: &str) -> String {
+        format!("{}{id}", self.log_prefix)
     }
 
     /// The window marker of message id `id` (docs/dedup.md).
@@ -229,6 +262,10 @@ mod tests {
             &k.staging("t"),
             &k.schedules,
             &k.schedule("daily"),
+            &k.result("x"),
+            &k.progress("x"),
+            &k.log("x"),
+            &k.waiting,
         ] {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }
