@@ -7,7 +7,9 @@ redelivered deletes nothing.
 KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
 ARGV[4..] pairs of id, lease
-Returns one value per pair, in order: 1 acked, 0 lease lost (the message
+Returns one value per pair, in order: 1 acked, 3 acked and its
+completion recorded in the outbox for its parent (the caller runs the
+relay, docs/workflows.md), 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
 (neither in processing nor stored: finished already, by an earlier run of this
 call whose reply was lost, or by the ack of a redelivery). Counts 'acked'
@@ -17,12 +19,15 @@ While any group has a message in processing (the group prefix's 'active'
 hash exists), each acked id's header is read for its group: the group's
 count in processing goes down, and the group goes back to the ring when
 it may start another (prelude.lua, docs/groups.md).
+While the totals have 'flows', an acked id that is a child records its
+completion in the outbox and an acked parent's children results go
+(flow_done in prelude.lua, docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
 Complexity: O(M log N) with M = pairs, in eight calls whatever M, plus one
 EXISTS per id not in processing and one PEXPIRE per unique_for marker;
 with groups in processing one GETRANGE per acked id and O(log G) per
-group, G = groups.
+group, G = groups; with flows four calls more and O(links).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, out = ids_of(4, 2), {}
@@ -67,6 +72,12 @@ if #done > 0 then
   end
   forget(KEYS[2], keys, done)
   groups_finished(ARGV[2], finished)
+  local recorded = flow_done(KEYS[3], flow_base(ARGV[1], ''), done, 'a', true)
+  for i, id in ipairs(ids) do
+    if out[i] == 1 and recorded[id] then
+      out[i] = 3
+    end
+  end
   tally(KEYS[3], 'acked', #done)
 end
 return out

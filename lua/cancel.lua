@@ -7,19 +7,25 @@ attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] msg string of this id
-KEYS[6] marker string of this id
+KEYS[6] marker string of this id   KEYS[7] totals hash
 ARGV[1] id   ARGV[2] group key prefix
 A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
 it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
 (docs/dedup.md).
+While the totals have 'flows' (docs/workflows.md): a parent waiting for
+its children (in the waiting zset) is removed from there, with its
+finished children's results, and "x <id>" goes to the outbox while it
+still waits for some: the relay cancels those children, then drops its
+set of them. A cancelled child records 'c' in the outbox for its parents
+(flow_done in prelude.lua).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
-Complexity: O(log N).
+Complexity: O(log N), with flows O(links) more.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[7], 'hash')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
@@ -27,6 +33,14 @@ end
 local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[5])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
+local flows = redis.call('HEXISTS', KEYS[7], 'flows') == 1
+local base = flow_base(KEYS[5], id)
+if flows and redis.call('ZREM', base .. 'waiting', id) == 1 then
+  waiting = waiting + 1
+  if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
+    redis.call('ZADD', base .. 'outbox', now_ms(), 'x ' .. id)
+  end
+end
 if group then
   local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
   group_ready(ARGV[2], -removed)
@@ -40,6 +54,9 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
+  if flows then
+    flow_done(KEYS[7], base, {id}, 'c', true)
+  end
   start_window(KEYS[6], redis.pcall('GET', KEYS[6]))
   return 1
 end

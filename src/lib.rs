@@ -74,6 +74,7 @@ mod connect;
 mod consume;
 mod error;
 mod events;
+mod flow;
 mod handler;
 mod id;
 mod info;
@@ -97,12 +98,13 @@ pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
+pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, Flow, MessageRef};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, GroupInfo, GroupPage, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use maxima::{
-    MAX_BATCH_SIZE, MAX_DELAY, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
-    MAX_RETRY_COUNT, MAX_WINDOW,
+    MAX_BATCH_SIZE, MAX_DELAY, MAX_FLOW_CHILDREN, MAX_FLOW_DEPTH, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES,
+    MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT, MAX_WINDOW,
 };
 pub use message::Message;
 pub use meters::describe_metrics;

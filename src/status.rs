@@ -19,6 +19,10 @@ pub enum MessageState {
     Retry,
     /// A dead letter: out of deliveries, expired or given up on.
     Dead,
+    /// A flow's parent waiting for its children to finish (`waiting`
+    /// zset, docs/workflows.md). Not in [`ALL`](Self::ALL): the states
+    /// that browse, list and search page through.
+    Waiting,
 }
 
 impl MessageState {
@@ -45,6 +49,7 @@ impl MessageState {
             MessageState::Processing => "processing",
             MessageState::Retry => "retry",
             MessageState::Dead => "dead",
+            MessageState::Waiting => "waiting",
         }
     }
 }
@@ -103,6 +108,9 @@ pub struct Counts {
     /// Dead letters: out of deliveries, expired or given up on, kept for
     /// their retention.
     pub dead: u64,
+    /// Parents of flows waiting for their children (docs/workflows.md);
+    /// not counted in [`live`](Self::live).
+    pub waiting: u64,
 }
 
 impl Counts {
@@ -120,6 +128,7 @@ impl Counts {
             Processing => self.processing,
             Retry => self.retry,
             Dead => self.dead,
+            Waiting => self.waiting,
         }
     }
 }
@@ -209,6 +218,7 @@ impl QueueStatus {
                 processing: a.processing + b.processing,
                 retry: a.retry + b.retry,
                 dead: a.dead + b.dead,
+                waiting: a.waiting + b.waiting,
             },
             oldest_overdue: self.oldest_overdue.max(other.oldest_overdue),
             next_due: match (self.next_due, other.next_due) {

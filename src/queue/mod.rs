@@ -123,6 +123,13 @@ impl DelayQueue {
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
         if removed {
             self.changed(Action::Cancelled, Some(id), 1);
+            // A cancelled child's completion to its parent, a cancelled
+            // parent's cancel to its children (docs/workflows.md); what
+            // fails here a consumer's relay delivers.
+            let retention = self.inner.config.consume.dead_letter_retention;
+            if let Err(e) = crate::flow::relay(&self.inner.client, k, retention).await {
+                tracing::debug!(queue = %self.inner.name, error = %e, "relay after cancel failed");
+            }
         }
         Ok(removed)
     }

@@ -63,6 +63,17 @@ pub(crate) struct Keys {
     pub schedules: String,
     /// Prefix of each schedule's definition hash; the name follows it.
     pub schedule_prefix: String,
+    /// `<prefix>{<tag>}:`, the start of every key of the shard: a flow's
+    /// references name a message's queue by it (docs/workflows.md).
+    pub base: String,
+    /// Parents waiting for their children (docs/workflows.md), scored by
+    /// their own due time.
+    pub waiting: String,
+    /// Completions recorded here for parents elsewhere, and cancelled
+    /// parents whose children are still to be cancelled; the relay drains it.
+    pub outbox: String,
+    /// Prefix of each acked message's result string; the id follows it.
+    pub result_prefix: String,
 }
 
 impl Keys {
@@ -115,6 +126,10 @@ impl Keys {
             staging_prefix: format!("{base}:in:"),
             schedules: format!("{base}:schedules"),
             schedule_prefix: format!("{base}:schedule:"),
+            waiting: format!("{base}:waiting"),
+            outbox: format!("{base}:outbox"),
+            result_prefix: format!("{base}:result:"),
+            base: format!("{base}:"),
         }
     }
 
@@ -132,6 +147,39 @@ impl Keys {
             Some((name, shard)) => (name, Some(shard.parse().ok()?)),
             None => (tag, None),
         })
+    }
+
+    /// The keys of the shard whose [`base`](Self::base) is `base`, as a
+    /// flow's reference names it; `None` for a string that is no base.
+    pub(crate) fn from_base(base: &str) -> Option<Self> {
+        let (prefix, rest) = base.split_once('{')?;
+        let tag = rest.strip_suffix("}:")?;
+        let name = tag.split_once(SHARD_MARK).map_or(tag, |(name, _)| name);
+        Self::new(prefix, name).ok()?;
+        Some(Self::tagged(prefix, tag))
+    }
+
+    /// The queue name in a [`base`](Self::base) (a shard's without its
+    /// shard number).
+    pub(crate) fn name_of_base(base: &str) -> &str {
+        let tag = base.split_once('{').map_or(base, |(_, rest)| rest);
+        let tag = tag.strip_suffix("}:").unwrap_or(tag);
+        tag.split_once(SHARD_MARK).map_or(tag, |(name, _)| name)
+    }
+
+    /// The set of children parent `id` still waits for.
+    pub(crate) fn deps(&self, id: &str) -> String {
+        format!("{}deps:{id}", self.base)
+    }
+
+    /// The finished children of parent `id`, with their outcomes and results.
+    pub(crate) fn children(&self, id: &str) -> String {
+        format!("{}children:{id}", self.base)
+    }
+
+    /// The links of the shard's children to their parents.
+    pub(crate) fn parents(&self) -> String {
+        format!("{}parents", self.base)
     }
 
     /// The payload key of message `id`.
@@ -229,6 +277,11 @@ mod tests {
             &k.staging("t"),
             &k.schedules,
             &k.schedule("daily"),
+            &k.waiting,
+            &k.outbox,
+            &k.deps("x"),
+            &k.children("x"),
+            &k.parents(),
         ] {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }
@@ -265,6 +318,10 @@ mod tests {
             ]
         );
         assert_eq!(four[3].msg("x"), "dq:{orders#3}:m:x");
+        let back = Keys::from_base(&four[3].base).unwrap();
+        assert_eq!(back.msg("x"), "dq:{orders#3}:m:x");
+        assert_eq!(Keys::name_of_base(&four[3].base), "orders");
+        assert!(Keys::from_base("dq:orders:").is_none());
         for bad in [0, MAX_SHARDS + 1] {
             assert!(matches!(
                 Keys::shards("dq:", "orders", bad),

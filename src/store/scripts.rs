@@ -81,6 +81,10 @@ lua_scripts! {
     GET = "get";
     SCAN = "scan";
     INSPECT = "inspect";
+    FLOW_DEPS = "flow_deps";
+    FLOW_LINK = "flow_link";
+    FLOW_COMPLETE = "flow_complete";
+    OUTBOX = "outbox";
 }
 
 impl LuaScript {

@@ -15,7 +15,7 @@ pub(crate) struct Cancel<'a> {
 impl Op for Cancel<'_> {
     /// Whether a waiting message was removed (`false`: unknown or processing).
     type Reply = bool;
-    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "msg", "marker"];
+    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "msg", "marker", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::CANCEL
@@ -29,6 +29,7 @@ impl Op for Cancel<'_> {
             k.dead.clone(),
             k.msg(self.id),
             k.marker(self.id),
+            k.totals.clone(),
         ]
     }
 

@@ -60,6 +60,7 @@ impl From<Error> for ApiError {
             | Error::PayloadTooLarge { .. }
             | Error::InvalidHeader { .. }
             | Error::InvalidGroup { .. }
+            | Error::InvalidFlow { .. }
             | Error::InvalidArgument(_)
             | Error::Json(_) => StatusCode::BAD_REQUEST,
             // What Redis holds does not fit: another type, another format.
