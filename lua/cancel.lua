@@ -6,8 +6,8 @@ in the ready or retry list is skipped when claim pops it (cancel marks the
 attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
-KEYS[4] dead zset   KEYS[5] msg string of this id
-KEYS[6] marker string of this id   KEYS[7] totals hash
+KEYS[4] dead zset   KEYS[5] totals hash   KEYS[6] msg string of this id
+KEYS[7] marker string of this id
 ARGV[1] id   ARGV[2] group key prefix
 A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
@@ -25,16 +25,16 @@ or being processed.
 Idempotent: a re-run finds nothing and returns 0.
 Complexity: O(log N), with flows O(links) more.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[7], 'hash')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
-local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
-local payload = redis.call('DEL', KEYS[5])
+local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
+local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
-local flows = redis.call('HEXISTS', KEYS[7], 'flows') == 1
-local base = flow_base(KEYS[5], id)
+local flows = redis.call('HEXISTS', KEYS[5], 'flows') == 1
+local base = flow_base(KEYS[6], id)
 if flows and redis.call('ZREM', base .. 'waiting', id) == 1 then
   waiting = waiting + 1
   if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
@@ -55,9 +55,9 @@ if payload == 1 and waiting == 0 then
 end
 if payload + waiting > 0 then
   if flows then
-    flow_done(KEYS[7], base, {id}, 'c', true)
+    flow_done(KEYS[5], base, {id}, 'c', true)
   end
-  start_window(KEYS[6], redis.pcall('GET', KEYS[6]))
+  start_window(KEYS[7], redis.pcall('GET', KEYS[7]))
   return 1
 end
 return 0

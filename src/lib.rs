@@ -98,7 +98,7 @@ pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
-pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, Flow, MessageRef};
+pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, MessageRef};
 pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, GroupInfo, GroupPage, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
@@ -111,8 +111,8 @@ pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, ConsumeBatch, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
-    IntegrityReport, NewMessage, Search, Sent, Worker, MAX_SCAN,
+    find_queues, recorded_shards, Anomaly, Browse, ConsumeBatch, DelayQueue, DelayQueueBuilder, Durability, Flow,
+    FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, MAX_SCAN,
 };
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,

@@ -266,12 +266,15 @@ mod tests {
         let ms = Duration::from_millis;
         // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
         let a = from_script(vec![
-            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050,
+            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
         ]);
         // One due message not yet moved, overdue by 30 ms, sent 2.
-        let b = from_script(vec![0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1]);
+        let b = from_script(vec![
+            0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2,
+        ]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 2);
+        assert_eq!(m.counts.waiting, 3);
         assert_eq!(m.counts.live(), 2 + 4 + 1 + 2);
         assert_eq!(
             (m.oldest_overdue, m.next_due, m.oldest_dead),

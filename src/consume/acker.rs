@@ -94,7 +94,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
                 if relay {
                     // The children's completions to their parents now; a
                     // failure leaves them for the loop's next tick.
-                    if let Err(e) = crate::flow::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await {
+                    if let Err(e) = super::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await {
                         tracing::debug!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
                     }
                 }

@@ -35,6 +35,7 @@ mod delivery;
 mod lease;
 mod outcome;
 mod promote;
+pub(crate) mod relay;
 mod scheduler;
 mod settings;
 mod settle;

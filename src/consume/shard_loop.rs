@@ -161,7 +161,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
         if probed.relay {
             // Completions an acker left behind (it crashed, or its relay
             // failed), and cancelled parents' children (docs/workflows.md).
-            crate::flow::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
+            super::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
         }
     }
     if now >= at.promote {

@@ -11,6 +11,8 @@ mod consume_batch;
 mod dead_letters;
 mod discover;
 mod durability;
+mod flow_links;
+mod flows;
 mod groups;
 mod inspect;
 mod integrity;
@@ -26,6 +28,7 @@ pub(crate) use config::Config;
 pub use consume_batch::ConsumeBatch;
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
+pub use flows::Flow;
 pub use integrity::{Anomaly, IntegrityReport};
 pub use send::{NewMessage, Sent};
 pub use worker::Worker;
@@ -127,7 +130,7 @@ impl DelayQueue {
             // parent's cancel to its children (docs/workflows.md); what
             // fails here a consumer's relay delivers.
             let retention = self.inner.config.consume.dead_letter_retention;
-            if let Err(e) = crate::flow::relay(&self.inner.client, k, retention).await {
+            if let Err(e) = crate::consume::relay::relay(&self.inner.client, k, retention).await {
                 tracing::debug!(queue = %self.inner.name, error = %e, "relay after cancel failed");
             }
         }

@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use crate::error::connection_failed;
 use crate::events::{self, Event};
-use crate::flow::{self, ChildPolicy, Deps, MessageRef};
+use crate::flow::{ChildPolicy, MessageRef};
 use crate::maxima::{
     check_group, header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
     MAX_RETRY_COUNT, MAX_WINDOW,
@@ -22,6 +22,7 @@ use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
 use crate::queue::durability::Durability;
+use crate::queue::flow_links::{self as flow, Deps};
 use crate::queue::{shard_of, Config};
 use crate::store::ops::get::Get;
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode, SendOutcome};

@@ -42,7 +42,7 @@ impl Op for FlowDeps<'_> {
 
 numbered! {
     /// What linking did with one child.
-    pub(crate) enum Linked {
+    pub(crate) enum LinkStatus {
         /// Not stored: finished (acked, cancelled, deleted) or never sent.
         Gone = 0,
         /// Linked: its completion will reach the parent.
@@ -61,7 +61,7 @@ pub(crate) struct FlowLink<'a> {
 
 impl Op for FlowLink<'_> {
     /// One status per child, in order.
-    type Reply = Vec<Linked>;
+    type Reply = Vec<LinkStatus>;
     const KEYS: &'static [&'static str] = &["parents", "dead", "totals"];
 
     fn script() -> &'static LuaScript {
@@ -85,7 +85,7 @@ impl Op for FlowLink<'_> {
         }
         reply
             .into_iter()
-            .map(|n| Linked::from_number(n).ok_or_else(|| unexpected::<Self>(format!("status {n}"))))
+            .map(|n| LinkStatus::from_number(n).ok_or_else(|| unexpected::<Self>(format!("status {n}"))))
             .collect()
     }
 }

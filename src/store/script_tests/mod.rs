@@ -251,6 +251,7 @@ impl Env {
                 delay: ms(*delay_ms),
                 expire_after: (*expire_after_ms != NEVER).then(|| ms(*expire_after_ms)),
                 own_id: *own,
+                wait: false,
             })
             .collect();
         let statuses = self.run(&SendBatch { msgs }).await;

@@ -1,0 +1,203 @@
+//! [`Flow`], a parent sent with its children in one call, and reading a
+//! parent's finished children (docs/workflows.md).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use fred::bytes::Bytes;
+use fred::prelude::{ClientLike, Value};
+use fred::types::{ClusterHash, CustomCommand};
+
+use super::flow_links::{add_deps, link, Deps};
+use crate::flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, MessageRef};
+use crate::maxima::MAX_FLOW_DEPTH;
+use crate::store::Keys;
+use crate::{DelayQueue, Error, MessageId, NewMessage};
+
+impl DelayQueue {
+    /// One page of the finished children of parent `id`, with their
+    /// outcomes and results; start with `cursor` `None`, then pass the
+    /// page's `next` until it is `None` (Redis `HSCAN`: a child may come
+    /// twice, none is missed). Readable while the parent is stored: from
+    /// its handler, and until it is acked, cancelled or deleted.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue, parent: delayqueue::MessageId) -> Result<(), delayqueue::Error> {
+    /// let mut cursor = None;
+    /// loop {
+    ///     let page = queue.children_results(&parent, cursor.as_deref()).await?;
+    ///     for child in &page.children {
+    ///         println!("{}/{}: {:?}", child.queue, child.id, child.outcome);
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => cursor = Some(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn children_results(&self, id: impl AsRef<str>, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
+        let id = id.as_ref();
+        let key = self.shard_of(id).children(id);
+        let cursor = cursor.unwrap_or("0");
+        let (next, pairs): (String, Vec<(Bytes, Bytes)>) = self
+            .inner
+            .client
+            .custom(
+                CustomCommand::new_static(
+                    "HSCAN",
+                    ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes())),
+                    false,
+                ),
+                vec![Value::from(key), cursor.into(), "COUNT".into(), 1000.into()],
+            )
+            .await
+            .map(scan_page)
+            .map_err(|e| Error::from_redis(&self.inner.name, e))?
+            .ok_or_else(|| Error::Internal("HSCAN replied with something else than a page".into()))?;
+        let children = pairs.into_iter().filter_map(|(f, v)| child_result(&f, &v)).collect();
+        Ok(ChildrenPage {
+            children,
+            next: (next != "0").then_some(next),
+        })
+    }
+}
+
+/// An HSCAN reply: the next cursor and the field, value pairs.
+fn scan_page(v: Value) -> Option<(String, Vec<(Bytes, Bytes)>)> {
+    let Value::Array(mut parts) = v else { return None };
+    let items = match parts.pop()? {
+        Value::Array(items) => items,
+        _ => return None,
+    };
+    let next = parts.pop()?.as_string()?;
+    let bytes = |v: &Value| v.as_bytes().map(Bytes::copy_from_slice);
+    let pairs = items
+        .chunks(2)
+        .filter_map(|p| Some((bytes(p.first()?)?, bytes(p.get(1)?)?)))
+        .collect();
+    Some((next, pairs))
+}
+
+/// A children hash's entry: `"<child's base> <child id>"` ->
+/// `"<outcome><result>"`.
+fn child_result(field: &[u8], value: &[u8]) -> Option<ChildResult> {
+    let field = std::str::from_utf8(field).ok()?;
+    let (base, id) = field.split_once(' ')?;
+    let (&outcome, result) = value.split_first()?;
+    let outcome = match outcome {
+        b'a' => ChildOutcome::Acked,
+        b'd' => ChildOutcome::Dead,
+        _ => ChildOutcome::Cancelled,
+    };
+    Some(ChildResult {
+        queue: Keys::name_of_base(base).to_string(),
+        id: MessageId::from(id),
+        outcome,
+        result: (!result.is_empty()).then(|| result.to_vec()),
+    })
+}
+
+/// A parent with its children, sent in one call ([`Flow::send`]); each
+/// child may be a flow itself. Every message's id is chosen when it is
+/// added (given, or generated then), so sending the same `Flow` again
+/// after an error or a lost reply sends nothing twice that is still
+/// stored, and completes what the first call left half-done.
+///
+/// ```no_run
+/// # async fn run(orders: delayqueue::DelayQueue, mail: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+/// use delayqueue::{Flow, NewMessage};
+/// let flow = Flow::new(&orders, NewMessage::new("close order 42"))
+///     .child(Flow::new(&orders, NewMessage::new("charge card")))
+///     .child(
+///         Flow::new(&mail, NewMessage::new("email receipt"))
+///             .child(Flow::new(&mail, NewMessage::new("render receipt"))),
+///     );
+/// let parent = flow.id().clone();
+/// flow.send().await?;
+/// # let _ = parent;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Flow {
+    queue: DelayQueue,
+    msg: NewMessage,
+    id: MessageId,
+    children: Vec<Flow>,
+    policy: ChildPolicy,
+}
+
+impl Flow {
+    /// A flow whose root is `msg`, sent to `queue`; its id is `msg`'s if
+    /// it has one, else generated now.
+    pub fn new(queue: &DelayQueue, msg: NewMessage) -> Self {
+        let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
+        Flow {
+            queue: queue.clone(),
+            msg: msg.id(id.clone()),
+            id,
+            children: Vec::new(),
+            policy: ChildPolicy::default(),
+        }
+    }
+
+    /// Adds a child (a message or a flow of its own) that the root waits for.
+    pub fn child(mut self, child: Flow) -> Self {
+        self.children.push(child);
+        self
+    }
+
+    /// What becomes of the root when a child becomes a dead letter.
+    pub fn on_dead_child(mut self, policy: ChildPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The root's id.
+    pub fn id(&self) -> &MessageId {
+        &self.id
+    }
+
+    /// Sends every message of the flow: each parent first (waiting), then
+    /// its children, then links them. A message whose id is stored
+    /// already is left as it is (a re-send). Returns the root's id.
+    pub async fn send(&self) -> Result<MessageId, Error> {
+        self.check(1)?;
+        self.send_node().await?;
+        Ok(self.id.clone())
+    }
+
+    fn check(&self, depth: usize) -> Result<(), Error> {
+        if depth > MAX_FLOW_DEPTH {
+            return Err(Error::InvalidFlow {
+                reason: format!("deeper than MAX_FLOW_DEPTH ({MAX_FLOW_DEPTH})"),
+            });
+        }
+        self.children.iter().try_for_each(|c| c.check(depth + 1))
+    }
+
+    fn send_node(&self) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> {
+        Box::pin(async move {
+            let refs: Vec<MessageRef> = self
+                .children
+                .iter()
+                .map(|c| MessageRef::new(&c.queue, c.id.clone()))
+                .collect();
+            let deps = (!refs.is_empty())
+                .then(|| Deps::new(&self.queue, &refs, self.policy))
+                .transpose()?;
+            let msg = self.msg.clone_for_flow(deps.is_some());
+            if let Some(deps) = &deps {
+                add_deps(&self.queue, self.id.as_str(), deps).await?;
+            }
+            self.queue.send_prepared(msg).await?;
+            for child in &self.children {
+                child.send_node().await?;
+            }
+            if let Some(deps) = &deps {
+                link(&self.queue, self.id.as_str(), deps).await?;
+            }
+            Ok(())
+        })
+    }
+}
