@@ -22,6 +22,7 @@ mod cancel;
 mod claim;
 mod dedup;
 mod extend;
+mod flows;
 mod formats;
 mod gc;
 mod get;
