@@ -78,6 +78,15 @@ async fn a_two_level_flow_across_two_queues_runs_each_parent_after_its_children(
     let root = flow.send().await.unwrap();
     assert_eq!(state(orders, root.as_str()).await, Some(MessageState::Waiting));
     assert_eq!(orders.counts().await.unwrap().waiting, 1);
+    // A waiting parent is a message in a state of its own, no orphan.
+    for q in [orders, mail] {
+        let report = q.check_integrity().await.unwrap();
+        assert!(report.is_clean(), "{report}");
+    }
+    assert!(matches!(
+        orders.list(MessageState::Waiting, 0, 10).await,
+        Err(Error::InvalidArgument(_))
+    ));
     let log = Log::default();
     let a = orders.start_consume(acking(&log)).await.unwrap();
     let b = mail.start_consume(acking(&log)).await.unwrap();
