@@ -145,6 +145,11 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 pub struct DedupDoctests;
 
+/// Compiles docs/workflows.md's Rust example as a doctest.
+#[doc = include_str!("../docs/workflows.md")]
+#[cfg(doctest)]
+pub struct WorkflowsDoctests;
+
 /// Compiles the examples of docs/handlers.md (middleware, batch handlers) as doctests.
 #[doc = include_str!("../docs/handlers.md")]
 #[cfg(doctest)]

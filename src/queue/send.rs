@@ -193,6 +193,15 @@ impl<Q> NewMessage<Q> {
     /// What becomes of it when a message it waits for
     /// ([`after`](Self::after)) becomes a dead letter or is cancelled;
     /// [`ChildPolicy::Fail`] unless set.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use delayqueue::ChildPolicy;
+    /// let thumbs = queue.send("thumbnail").await?;
+    /// // The page goes out with or without its thumbnail.
+    /// queue.send("publish page").after([thumbs]).on_dead_child(ChildPolicy::Ignore).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn on_dead_child(mut self, policy: ChildPolicy) -> Self {
         self.policy = policy;
         self
