@@ -8,8 +8,9 @@ may have several parents: a link already there is not added twice.
 KEYS[1] parents hash   KEYS[2] dead zset   KEYS[3] totals hash
 ARGV[1] msg key prefix
 ARGV[2] the link: "<policy> <parent's queue base> <parent id>", policy
-'f' (a dead child fails the parent), 'i' (ignored) or 'w' (the parent
-waits for it to be requeued and finish)
+'f' (a dead child fails the parent), 'i' (ignored), 'w' (the parent
+waits for it to be requeued and finish) or 'r' (a dead child removes the
+parent: a batch's on_success)
 ARGV[3..] child ids (1 to 1000)
 Returns one status per child: 1 linked (live, or dead under 'w'), 2 dead
 (not linked: the parent takes it as dead), 0 not stored (finished or
@@ -21,9 +22,9 @@ Complexity: O(M log N) with M = children, plus O(links) of each.
 ]]
 check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
 local link = ARGV[2]
-local policy = string.match(link, '^([fiw]) %S+ %S+$')
+local policy = string.match(link, '^([fiwr]) %S+ %S+$')
 if not policy or #ARGV < 3 or #ARGV - 2 > MAX_LIMIT then
-  error(redis.error_reply('ERR a link "<f|i|w> <base> <id>" and 1 to ' .. MAX_LIMIT .. ' children'))
+  error(redis.error_reply('ERR a link "<f|i|w|r> <base> <id>" and 1 to ' .. MAX_LIMIT .. ' children'))
 end
 local ids = ids_of(3, 1)
 local keys = payloads_here(ARGV[1], ids)

@@ -25,6 +25,10 @@ pub enum ChildPolicy {
     /// lets it run. A cancelled or deleted child fails it (nothing can
     /// finish that child any more).
     Wait,
+    /// The parent is deleted, not kept as a dead letter: it was to run
+    /// only if every child succeeded (a batch's
+    /// [`on_success`](crate::BatchBuilder::on_success)).
+    Remove,
 }
 
 impl ChildPolicy {
@@ -34,6 +38,7 @@ impl ChildPolicy {
             ChildPolicy::Fail => 'f',
             ChildPolicy::Ignore => 'i',
             ChildPolicy::Wait => 'w',
+            ChildPolicy::Remove => 'r',
         }
     }
 }

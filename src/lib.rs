@@ -111,8 +111,9 @@ pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, ConsumeBatch, DelayQueue, DelayQueueBuilder, Durability, Flow,
-    FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, MAX_SCAN,
+    find_queues, recorded_shards, Anomaly, Batch, BatchBuilder, BatchStatus, Browse, ConsumeBatch, DelayQueue,
+    DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, BATCH_HEADER,
+    MAX_SCAN,
 };
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,

@@ -12,40 +12,14 @@ use delayqueue_test_support as support;
 use std::time::Duration;
 
 use delayqueue::fred::clients::Client;
-use delayqueue::fred::prelude::ClientLike;
 use delayqueue::{
     ChildOutcome, ChildPolicy, DelayQueue, Error, Flow, HandlerError, Message, MessageRef, MessageState, NewMessage,
     SkipRetry,
 };
-use helpers::{acking, queue_builder, Log};
+use helpers::{acking, flow_keys, start_queues, Log};
 use support::{wait_for, wait_until, RedisServer, WAIT};
 
 const FETCH: Duration = Duration::from_millis(100);
-
-/// A server, a client and queues `names` on it.
-async fn queues(names: &[&str]) -> (RedisServer, Client, Vec<DelayQueue>) {
-    let server = RedisServer::start().await;
-    let client = server.client().await;
-    let queues = names
-        .iter()
-        .map(|n| queue_builder(n, &client, FETCH).build().unwrap())
-        .collect();
-    (server, client, queues)
-}
-
-/// Every key of the server whose name says it belongs to a flow.
-async fn flow_keys(client: &Client) -> Vec<String> {
-    let mut keys = Vec::new();
-    for pattern in ["*:waiting", "*:deps:*", "*:children:*", "*:outbox", "*:parents"] {
-        let found: Vec<String> = client
-            .custom(delayqueue::fred::cmd!("KEYS"), vec![pattern])
-            .await
-            .unwrap();
-        keys.extend(found);
-    }
-    keys.sort();
-    keys
-}
 
 async fn no_flow_key_left(client: &Client) {
     let gone = wait_for(WAIT, || async { flow_keys(client).await.is_empty() }).await;
@@ -66,7 +40,7 @@ fn at(log: &Log, payload: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_level_flow_across_two_queues_runs_each_parent_after_its_children() {
-    let (_server, client, qs) = queues(&["orders", "mail"]).await;
+    let (_server, client, qs) = start_queues(&["orders", "mail"], FETCH).await;
     let (orders, mail) = (&qs[0], &qs[1]);
     let flow = Flow::new(orders, NewMessage::new("close"))
         .child(Flow::new(orders, NewMessage::new("charge")))
@@ -102,7 +76,7 @@ async fn a_two_level_flow_across_two_queues_runs_each_parent_after_its_children(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_reads_its_childrens_outcomes_and_waits_for_existing_messages() {
-    let (_server, client, qs) = queues(&["p", "c"]).await;
+    let (_server, client, qs) = start_queues(&["p", "c"], FETCH).await;
     let (p, c) = (&qs[0], &qs[1]);
     let one = c.send("one").await.unwrap();
     let two = p.send("two").await.unwrap();
@@ -156,7 +130,7 @@ async fn a_parent_reads_its_childrens_outcomes_and_waits_for_existing_messages()
 /// Sends a parent waiting for a child that dies and one that succeeds,
 /// under `policy`; returns the queue, the parent's and the dead child's ids.
 async fn dead_child(policy: ChildPolicy, name: &str) -> (RedisServer, Client, DelayQueue, String, String) {
-    let (server, client, qs) = queues(&[name]).await;
+    let (server, client, qs) = start_queues(&[name], FETCH).await;
     let q = qs[0].clone();
     let bad = q.send("bad").retry_count(0).await.unwrap();
     let good = q.send("good").await.unwrap();
@@ -233,7 +207,7 @@ async fn a_parent_waits_for_a_requeued_child_under_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_parent_cancels_its_unfinished_children_and_leaves_nothing() {
-    let (_server, client, qs) = queues(&["cp", "cc"]).await;
+    let (_server, client, qs) = start_queues(&["cp", "cc"], FETCH).await;
     let (p, c) = (&qs[0], &qs[1]);
     let flow = Flow::new(p, NewMessage::new("parent"))
         .child(Flow::new(
@@ -266,7 +240,7 @@ async fn cancelling_a_parent_cancels_its_unfinished_children_and_leaves_nothing(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_sent_flow_sends_nothing_twice() {
-    let (_server, client, qs) = queues(&["again"]).await;
+    let (_server, client, qs) = start_queues(&["again"], FETCH).await;
     let q = &qs[0];
     let flow = Flow::new(q, NewMessage::new("parent"))
         .child(Flow::new(q, NewMessage::new("a")))
@@ -286,7 +260,7 @@ async fn a_re_sent_flow_sends_nothing_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_flows_are_refused_with_typed_errors() {
-    let (_server, _client, qs) = queues(&["bad"]).await;
+    let (_server, _client, qs) = start_queues(&["bad"], FETCH).await;
     let q = &qs[0];
     let err = q
         .send("p")
@@ -308,7 +282,7 @@ async fn bad_flows_are_refused_with_typed_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parent_of_ten_thousand_children_completes() {
-    let (_server, client, qs) = queues(&["wide", "kids"]).await;
+    let (_server, client, qs) = start_queues(&["wide", "kids"], FETCH).await;
     let (p, c) = (&qs[0], &qs[1]);
     let mut flow = Flow::new(p, NewMessage::new("parent"));
     for i in 0..10_000 {

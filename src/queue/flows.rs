@@ -83,7 +83,8 @@ fn scan_page(v: Value) -> Option<(String, Vec<(Bytes, Bytes)>)> {
 /// `"<outcome><result>"`.
 fn child_result(field: &[u8], value: &[u8]) -> Option<ChildResult> {
     let field = std::str::from_utf8(field).ok()?;
-    let (base, id) = field.split_once(' ')?;
+    // Fields that start with a space are the counts (" a", " d", " c").
+    let (base, id) = field.split_once(' ').filter(|(base, _)| !base.is_empty())?;
     let (&outcome, result) = value.split_first()?;
     let outcome = match outcome {
         b'a' => ChildOutcome::Acked,

@@ -4,6 +4,7 @@
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consume`).
 
+mod batches;
 mod browse;
 mod builder;
 mod config;
@@ -22,6 +23,7 @@ mod schedules;
 mod send;
 mod worker;
 
+pub use batches::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
 pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;

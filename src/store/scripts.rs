@@ -85,6 +85,7 @@ lua_scripts! {
     FLOW_LINK = "flow_link";
     FLOW_COMPLETE = "flow_complete";
     OUTBOX = "outbox";
+    FLOW_STATUS = "flow_status";
 }
 
 impl LuaScript {

@@ -113,6 +113,7 @@ pub(crate) struct Completed {
     pub applied: u64,
     pub due: u64,
     pub dead: u64,
+    pub removed: u64,
 }
 
 impl Op for FlowComplete<'_> {
@@ -149,13 +150,14 @@ impl Op for FlowComplete<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        match ints::<Self>(v)?.as_slice() {
-            &[applied, due, dead] if applied >= 0 && due >= 0 && dead >= 0 => Ok(Completed {
-                applied: applied as u64,
-                due: due as u64,
-                dead: dead as u64,
+        match counts::<Self>(v)?[..] {
+            [applied, due, dead, removed] => Ok(Completed {
+                applied,
+                due,
+                dead,
+                removed,
             }),
-            other => Err(unexpected::<Self>(format!("{other:?}"))),
+            ref other => Err(unexpected::<Self>(format!("{other:?}"))),
         }
     }
 }
@@ -290,9 +292,72 @@ fn parse_entry(entry: String, extra: Value) -> Option<OutboxEntry> {
     })
 }
 
+/// A reply of counts.
+fn counts<O: Op>(v: Value) -> Result<Vec<u64>, Error> {
+    ints::<O>(v)?
+        .into_iter()
+        .map(|n| u64::try_from(n).map_err(|_| unexpected::<O>(format!("negative: {n}"))))
+        .collect()
+}
+
 /// The one character of `s`.
 fn single(s: &str) -> Option<char> {
     let mut chars = s.chars();
     let c = chars.next()?;
     chars.next().is_none().then_some(c)
+}
+
+/// Where parent `id`'s children stand (a batch's status).
+pub(crate) struct FlowStatus<'a> {
+    pub id: &'a str,
+    /// The member that keeps a batch open (`"<base> "`), if it is one.
+    pub open_member: Option<&'a str>,
+}
+
+/// What [`FlowStatus`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct FlowCounts {
+    pub waiting: bool,
+    pub stored: bool,
+    pub left: u64,
+    pub acked: u64,
+    pub dead: u64,
+    pub cancelled: u64,
+    pub open: bool,
+}
+
+impl Op for FlowStatus<'_> {
+    type Reply = FlowCounts;
+    const KEYS: &'static [&'static str] = &["waiting"];
+
+    fn script() -> &'static LuaScript {
+        &scripts::FLOW_STATUS
+    }
+
+    fn keys(&self, k: &Keys) -> Vec<String> {
+        vec![k.waiting.clone()]
+    }
+
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        vec![
+            k.msg_prefix.as_str().into(),
+            self.id.into(),
+            self.open_member.unwrap_or("").into(),
+        ]
+    }
+
+    fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
+        match counts::<Self>(v)?[..] {
+            [waiting, stored, left, acked, dead, cancelled, open] => Ok(FlowCounts {
+                waiting: waiting == 1,
+                stored: stored == 1,
+                left,
+                acked,
+                dead,
+                cancelled,
+                open: open == 1,
+            }),
+            ref other => Err(unexpected::<Self>(format!("{other:?}"))),
+        }
+    }
 }

@@ -399,6 +399,13 @@ mod tests {
             ),
             entry(flows::Outbox::Read { limit: 1 }, k),
             entry(
+                flows::FlowStatus {
+                    id: "a",
+                    open_member: None,
+                },
+                k,
+            ),
+            entry(
                 groups::ChangeGroups {
                     change: groups::GroupChange::Pause("g"),
                 },

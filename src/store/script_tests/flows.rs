@@ -10,7 +10,7 @@ use fred::bytes::Bytes;
 use super::{Env, RETENTION};
 use crate::consume::relay::relay;
 use crate::store::ops::flows::{
-    Completed, Completion, FlowComplete, FlowDeps, FlowLink, LinkStatus, Outbox, OutboxEntry,
+    Completed, Completion, FlowComplete, FlowCounts, FlowDeps, FlowLink, FlowStatus, LinkStatus, Outbox, OutboxEntry,
 };
 use crate::store::ops::nack::NackMode;
 use crate::store::ops::purge::Purge;
@@ -115,7 +115,8 @@ async fn a_parent_waits_until_its_last_child_completes() {
         Completed {
             applied: 1,
             due: 0,
-            dead: 0
+            dead: 0,
+            removed: 0
         }
     );
 
@@ -146,7 +147,8 @@ async fn a_parent_waits_until_its_last_child_completes() {
         Completed {
             applied: 1,
             due: 0,
-            dead: 0
+            dead: 0,
+            removed: 0
         }
     );
     // Re-delivered: nothing changes.
@@ -167,7 +169,8 @@ async fn a_parent_waits_until_its_last_child_completes() {
         Completed {
             applied: 1,
             due: 1,
-            dead: 0
+            dead: 0,
+            removed: 0
         }
     );
     assert!(!env.exists(&k.waiting) && !env.exists(&k.deps("p")));
@@ -181,6 +184,8 @@ async fn a_parent_waits_until_its_last_child_completes() {
         "a".into(),
         "a".into(),
         "a".into(),
+        " a".into(),
+        "3".into(),
     ];
     want.sort();
     assert_eq!(children, want);
@@ -245,7 +250,8 @@ async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
         Completed {
             applied: 1,
             due: 0,
-            dead: 1
+            dead: 1,
+            removed: 0
         }
     );
     assert_eq!(env.record("pf").as_deref(), Some("0:child q/f dead"));
@@ -271,7 +277,8 @@ async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
         Completed {
             applied: 1,
             due: 0,
-            dead: 1
+            dead: 1,
+            removed: 0
         }
     );
     assert_eq!(env.record("pw").as_deref(), Some("0:child q/w cancelled"));
@@ -317,4 +324,79 @@ async fn purge_takes_waiting_parents_and_every_flow_key() {
     assert!(env.exists(&k.outbox));
     while env.run(&Purge { limit: 10 }).await > 0 {}
     assert_eq!(env.keys(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_success() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // The open member: the callback's base and an empty id.
+    let open = format!("{} ", k.base);
+    for cb in ["done", "ok"] {
+        env.run(&FlowDeps {
+            id: cb,
+            children: &[open.clone(), member(&env, "m")],
+        })
+        .await;
+        send_parent(&env, cb, &[], 0).await;
+    }
+    let status = |id: &'static str| FlowStatus { id, open_member: None };
+    let open_status = env
+        .run(&FlowStatus {
+            id: "done",
+            open_member: Some(&open),
+        })
+        .await;
+    assert_eq!(
+        open_status,
+        FlowCounts {
+            waiting: true,
+            stored: true,
+            left: 1,
+            open: true,
+            ..FlowCounts::default()
+        }
+    );
+    // The member dies: 'i' counts it, 'r' removes the parent outright.
+    let done = complete(
+        &env,
+        &[completion(&env, "done", "m", "di"), completion(&env, "ok", "m", "dr")],
+    )
+    .await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 2,
+            due: 0,
+            dead: 0,
+            removed: 1
+        }
+    );
+    assert!(env.payload("ok").is_none() && !env.exists(&k.deps("ok")) && !env.exists(&k.children("ok")));
+    assert!(env.dead().is_empty());
+    let read = env.run(&status("done")).await;
+    assert_eq!((read.waiting, read.left, read.dead), (true, 1, 1));
+    // The close: nothing recorded, the callback becomes due.
+    let closed = Completion {
+        parent: "done".into(),
+        child: open.clone(),
+        how: "oi".into(),
+        result: Bytes::new(),
+    };
+    let done = complete(&env, std::slice::from_ref(&closed)).await;
+    assert_eq!((done.applied, done.due), (1, 1));
+    assert_eq!(complete(&env, &[closed]).await, Completed::default());
+    assert_eq!(
+        env.zset(&k.pending).iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+        ["done"]
+    );
+    let read = env.run(&status("done")).await;
+    assert_eq!(
+        read,
+        FlowCounts {
+            stored: true,
+            dead: 1,
+            ..FlowCounts::default()
+        }
+    );
 }
