@@ -192,8 +192,27 @@ impl Flow {
                 add_deps(&self.queue, self.id.as_str(), deps).await?;
             }
             self.queue.send_prepared(msg).await?;
+            // Leaves go in one send_batch per queue (a parent of 100,000
+            // children: 100 script calls, not 100,000 round trips).
+            let mut leaves: Vec<(&DelayQueue, Vec<NewMessage>)> = Vec::new();
             for child in &self.children {
-                child.send_node().await?;
+                if !child.children.is_empty() {
+                    child.send_node().await?;
+                    continue;
+                }
+                let msg = child.msg.clone_for_flow(false);
+                match leaves.iter_mut().find(|(q, _)| q.same_queue(&child.queue)) {
+                    Some((_, msgs)) => msgs.push(msg),
+                    None => leaves.push((&child.queue, vec![msg])),
+                }
+            }
+            for (queue, msgs) in leaves {
+                for sent in queue.send_batch(msgs).await? {
+                    match sent {
+                        Ok(_) | Err(Error::Duplicate { until: None, .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
             }
             if let Some(deps) = &deps {
                 link(&self.queue, self.id.as_str(), deps).await?;
