@@ -69,6 +69,7 @@ impl std::str::FromStr for MessageState {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "garbage" => Ok(MessageState::Dead),
+            "waiting" => Ok(MessageState::Waiting),
             _ => MessageState::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| {
                 crate::Error::InvalidArgument(format!(
                     "unknown state {s:?}: pending, ready, processing, retry or dead"
