@@ -35,7 +35,7 @@ local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 local flows = redis.call('HEXISTS', KEYS[5], 'flows') == 1
 local base = flow_base(KEYS[6], id)
-if flows and redis.call('ZREM', base .. 'waiting', id) == 1 then
+if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
   waiting = waiting + 1
   if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
     redis.call('ZADD', base .. 'outbox', now_ms(), 'x ' .. id)

@@ -11,7 +11,7 @@ ready (the list, plus 1 in the priority zset, looked up for a payload
 with a priority, plus 1 in its group's zset, for a payload with a group), processing score ("" if none), times in retry, 1 if in dead, 1 if its
 payload key exists, its attempt record ("" if none), 1 if its marker
 exists without TTL (docs/dedup.md), 1 if in the waiting zset (a flow's
-parent, docs/workflows.md; "<msg key prefix without m:>waiting")}; stale is 1 when the
+parent, docs/workflows.md; "<msg key prefix without m:>flow:waiting")}; stale is 1 when the
 attempts hash carries the STALE mark.
 Idempotent: reads only.
 Complexity: O(M (log N + L)) with M = ids and L = the length of the ready
@@ -22,7 +22,7 @@ check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', 
 local keys = payloads_here(ARGV[1], ids_of(5, 1))
 local markers = payloads_here(ARGV[4], ids_of(5, 1))
 local out = {redis.call('HEXISTS', KEYS[6], STALE)}
-local waiting = flow_base(ARGV[1], '') .. 'waiting'
+local waiting = flow_base(ARGV[1], '') .. 'flow:waiting'
 for i = 5, #ARGV do
   local id = ARGV[i]
   local ready = #redis.call('LPOS', KEYS[2], id, 'COUNT', 0)

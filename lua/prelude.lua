@@ -719,7 +719,7 @@ end
 -- before it becomes due: its parent keys live with it, in its queue's slot,
 -- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
 -- its "m:"):
---   B .. 'waiting'          zset: parents waiting for children, scored by
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
 --                           their own due time (ms)
 --   B .. 'deps:' .. id      set: the children parent id still waits for,
 --                           each "<child's base> <child id>"

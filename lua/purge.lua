@@ -50,8 +50,8 @@ end
 local base = flow_base(ARGV[1], '')
 local flows = redis.call('HEXISTS', KEYS[7], 'flows') == 1
 if flows then
-  check_types(base .. 'waiting', 'zset')
-  sources[#sources + 1] = base .. 'waiting'
+  check_types(base .. 'flow:waiting', 'zset')
+  sources[#sources + 1] = base .. 'flow:waiting'
 end
 local gp = ARGV[4]
 local grouped = redis.call('HEXISTS', KEYS[7], 'groups') == 1

@@ -68,7 +68,7 @@ pub(crate) struct Keys {
     pub base: String,
     /// Parents waiting for their children (docs/workflows.md), scored by
     /// their own due time.
-    pub waiting: String,
+    pub flow_waiting: String,
     /// Completions recorded here for parents elsewhere, and cancelled
     /// parents whose children are still to be cancelled; the relay drains it.
     pub outbox: String,
@@ -126,7 +126,7 @@ impl Keys {
             staging_prefix: format!("{base}:in:"),
             schedules: format!("{base}:schedules"),
             schedule_prefix: format!("{base}:schedule:"),
-            waiting: format!("{base}:waiting"),
+            flow_waiting: format!("{base}:flow:waiting"),
             outbox: format!("{base}:outbox"),
             result_prefix: format!("{base}:result:"),
             base: format!("{base}:"),
@@ -277,7 +277,7 @@ mod tests {
             &k.staging("t"),
             &k.schedules,
             &k.schedule("daily"),
-            &k.waiting,
+            &k.flow_waiting,
             &k.outbox,
             &k.deps("x"),
             &k.children("x"),

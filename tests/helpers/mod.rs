@@ -311,7 +311,7 @@ pub async fn start_queues(names: &[&str], fetch_interval: Duration) -> (RedisSer
 pub async fn flow_keys(client: &Client) -> Vec<String> {
     use fred::prelude::ClientLike;
     let mut keys = Vec::new();
-    for pattern in ["*:waiting", "*:deps:*", "*:children:*", "*:outbox", "*:parents"] {
+    for pattern in ["*:flow:waiting", "*:deps:*", "*:children:*", "*:outbox", "*:parents"] {
         let found: Vec<String> = client.custom(fred::cmd!("KEYS"), vec![pattern]).await.unwrap();
         keys.extend(found);
     }

@@ -120,7 +120,7 @@ end
 -- before it becomes due: its parent keys live with it, in its queue's slot,
 -- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
 -- its "m:"):
---   B .. 'waiting'          zset: parents waiting for children, scored by
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
 --                           their own due time (ms)
 --   B .. 'deps:' .. id      set: the children parent id still waits for,
 --                           each "<child's base> <child id>"
@@ -227,7 +227,7 @@ local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 local flows = redis.call('HEXISTS', KEYS[5], 'flows') == 1
 local base = flow_base(KEYS[6], id)
-if flows and redis.call('ZREM', base .. 'waiting', id) == 1 then
+if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
   waiting = waiting + 1
   if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
     redis.call('ZADD', base .. 'outbox', now_ms(), 'x ' .. id)

@@ -126,7 +126,7 @@ impl Op for FlowComplete<'_> {
 
     fn keys(&self, k: &Keys) -> Vec<String> {
         vec![
-            k.waiting.clone(),
+            k.flow_waiting.clone(),
             k.pending.clone(),
             k.dead.clone(),
             k.attempts.clone(),
@@ -335,7 +335,7 @@ impl Op for FlowStatus<'_> {
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.waiting.clone()]
+        vec![k.flow_waiting.clone()]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

@@ -38,7 +38,7 @@ impl Op for Get<'_> {
             self.id.into(),
             k.prio.as_str().into(),
             k.group_prefix.as_str().into(),
-            k.waiting.as_str().into(),
+            k.flow_waiting.as_str().into(),
         ]
     }
 

@@ -465,6 +465,7 @@ mod tests {
                 "receipt" => key.starts_with(&k.claim("")),
                 "schedule" => key.starts_with(&k.schedule_prefix),
                 "deps" => key.starts_with(&k.deps("")),
+                "waiting" => *key == k.flow_waiting,
                 // Key strings that keep their wire names (docs/wire-format.md).
                 "processing" => *key == k.processing,
                 "dead" => *key == k.dead,

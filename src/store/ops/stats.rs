@@ -31,7 +31,7 @@ impl Op for Stats {
         vec![
             k.prio.as_str().into(),
             k.group_prefix.as_str().into(),
-            k.waiting.as_str().into(),
+            k.flow_waiting.as_str().into(),
         ]
     }
 

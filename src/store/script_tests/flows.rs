@@ -86,7 +86,7 @@ async fn a_parent_waits_until_its_last_child_completes() {
         SendOutcome::Stored
     );
     // Waiting, at its own due time; nowhere else.
-    let waiting = env.zset(&k.waiting);
+    let waiting = env.zset(&k.flow_waiting);
     assert_eq!(waiting.len(), 1);
     assert!(waiting[0].1 >= before + 50_000, "{waiting:?}");
     assert_eq!(
@@ -97,7 +97,7 @@ async fn a_parent_waits_until_its_last_child_completes() {
     assert_eq!(env.int(&["SCARD", &k.deps("p")]), 3);
     // A parent stored again (a re-send) stays as it is.
     assert_eq!(send_parent(&env, "p", &[], 0).await, SendOutcome::Live);
-    assert_eq!(env.zset(&k.waiting), waiting);
+    assert_eq!(env.zset(&k.flow_waiting), waiting);
 
     assert_eq!(
         link(&env, "p", 'f', &["c1", "c2", "gone"]).await,
@@ -173,7 +173,7 @@ async fn a_parent_waits_until_its_last_child_completes() {
             removed: 0
         }
     );
-    assert!(!env.exists(&k.waiting) && !env.exists(&k.deps("p")));
+    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.deps("p")));
     assert_eq!(env.zset(&k.pending), waiting);
     let mut children = env.lines(&["HGETALL", &k.children("p")]);
     children.sort();
@@ -208,11 +208,11 @@ async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
     let leases = claim_all(&env).await;
     env.raw(&["SET", &format!("{}c", k.result_prefix), "42"]);
     assert_eq!(env.ack(&[("c", leases[0].1)]).await, [3]);
-    assert_eq!(env.zset(&k.waiting).len(), 1);
+    assert_eq!(env.zset(&k.flow_waiting).len(), 1);
     // Another consumer's relay (its tick: the probe finds the outbox).
     let retention = Duration::from_millis(RETENTION as u64);
     assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 1);
-    assert!(!env.exists(&k.waiting) && !env.exists(&k.outbox));
+    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.outbox));
     assert_eq!(env.zset(&k.pending).len(), 1);
     assert_eq!(env.hget(&k.children("p"), &member(&env, "c")), "a42");
     // Again: nothing to do.
@@ -259,7 +259,10 @@ async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
     assert!(env.pttl("pf") > 0);
     assert!(!env.exists(&k.deps("pf")) && !env.exists(&k.children("pf")));
     assert_eq!(
-        env.zset(&k.waiting).iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+        env.zset(&k.flow_waiting)
+            .iter()
+            .map(|e| e.0.as_str())
+            .collect::<Vec<_>>(),
         ["pw"]
     );
 
@@ -293,7 +296,7 @@ async fn cancelling_a_waiting_parent_leaves_its_children_to_the_relay() {
     send_parent(&env, "p", &["a", "b"], 0).await;
     link(&env, "p", 'f', &["a", "b"]).await;
     assert_eq!(env.cancel("p").await, 1);
-    assert!(env.payload("p").is_none() && !env.exists(&k.waiting));
+    assert!(env.payload("p").is_none() && !env.exists(&k.flow_waiting));
     let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
     let OutboxEntry::Cancelled { parent, children, .. } = &entries[0] else {
         panic!("{entries:?}")

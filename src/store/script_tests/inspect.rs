@@ -14,7 +14,7 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     env.raw(&["SET", &k.marker("b"), "60000"]);
     env.raw(&["SET", &k.marker("none"), "60000", "PX", "60000"]);
     // A flow's parent waiting for its children.
-    env.raw(&["ZADD", &k.waiting, "1", "w"]);
+    env.raw(&["ZADD", &k.flow_waiting, "1", "w"]);
     // The reply as it comes: the score is left out of the typed one.
     let inspect = Inspect {
         ids: vec!["a", "b", "none", "w"],

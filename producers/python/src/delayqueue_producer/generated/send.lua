@@ -365,7 +365,7 @@ end
 -- before it becomes due: its parent keys live with it, in its queue's slot,
 -- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
 -- its "m:"):
---   B .. 'waiting'          zset: parents waiting for children, scored by
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
 --                           their own due time (ms)
 --   B .. 'deps:' .. id      set: the children parent id still waits for,
 --                           each "<child's base> <child id>"
@@ -425,7 +425,7 @@ replaced, due at now + delay), "r" replace (a pending message of the id is
 replaced, its due time kept), "R" replace, due at now + delay; or "w"
 (a parent of a flow, docs/workflows.md): while its set of children to
 wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
-empty, it is stored in the waiting zset ("<base>waiting", scored by its
+empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its
 due time) instead of pending, and the totals get 'flows'.
 A staged message's value does not pass through ARGV: the caller SETs it
 (with a TTL) at its staging string before the call, as it is to be
@@ -536,7 +536,7 @@ for i = 1, m do
     tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
   local base = waits[i] and flow_base(KEYS[5 + i], id)
   if status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0 then
-    redis.call('ZADD', base .. 'waiting', extra, id)
+    redis.call('ZADD', base .. 'flow:waiting', extra, id)
     redis.call('HSET', KEYS[5], 'flows', 1)
   elseif status == 1 or status == 5 then
     entries[#entries + 1] = extra
