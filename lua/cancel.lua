@@ -33,7 +33,7 @@ end
 local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
-local flows = redis.call('HEXISTS', KEYS[5], 'flows') == 1
+local flows = redis.call('HGET', KEYS[5], 'flows') and true or false
 local base = flow_base(KEYS[6], id)
 if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
   waiting = waiting + 1

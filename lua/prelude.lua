@@ -735,8 +735,9 @@ end
 -- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
 -- deleted. Every script touches these only while the totals have 'flows'
 -- (set by the first parent sent or child linked), so a queue without flows
--- pays one HEXISTS per call. Ids, bases and policies hold no whitespace,
--- so a space separates the parts and a newline the links.
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
 --
 -- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
 local function flow_base(msg_key, id)
@@ -751,7 +752,7 @@ end
 -- O(links). Returns the set of ids that recorded an entry.
 local function flow_done(totals, base, ids, outcome, deleted)
   local recorded = {}
-  if #ids == 0 or redis.call('HEXISTS', totals, 'flows') == 0 then
+  if #ids == 0 or not redis.call('HGET', totals, 'flows') then
     return recorded
   end
   local parents, now = base .. 'parents', now_ms()

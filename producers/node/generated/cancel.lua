@@ -136,8 +136,9 @@ end
 -- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
 -- deleted. Every script touches these only while the totals have 'flows'
 -- (set by the first parent sent or child linked), so a queue without flows
--- pays one HEXISTS per call. Ids, bases and policies hold no whitespace,
--- so a space separates the parts and a newline the links.
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
 --
 -- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
 local function flow_base(msg_key, id)
@@ -152,7 +153,7 @@ end
 -- O(links). Returns the set of ids that recorded an entry.
 local function flow_done(totals, base, ids, outcome, deleted)
   local recorded = {}
-  if #ids == 0 or redis.call('HEXISTS', totals, 'flows') == 0 then
+  if #ids == 0 or not redis.call('HGET', totals, 'flows') then
     return recorded
   end
   local parents, now = base .. 'parents', now_ms()
@@ -225,7 +226,7 @@ end
 local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
 local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
-local flows = redis.call('HEXISTS', KEYS[5], 'flows') == 1
+local flows = redis.call('HGET', KEYS[5], 'flows') and true or false
 local base = flow_base(KEYS[6], id)
 if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
   waiting = waiting + 1

@@ -381,8 +381,9 @@ end
 -- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
 -- deleted. Every script touches these only while the totals have 'flows'
 -- (set by the first parent sent or child linked), so a queue without flows
--- pays one HEXISTS per call. Ids, bases and policies hold no whitespace,
--- so a space separates the parts and a newline the links.
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
 --
 -- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
 local function flow_base(msg_key, id)
