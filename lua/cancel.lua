@@ -31,6 +31,10 @@ if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
 local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
+if group then
+  check_group_types(ARGV[2])
+  check_group_lists(ARGV[2], {group})
+end
 local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 local flows = redis.call('HGET', KEYS[5], 'flows') and true or false

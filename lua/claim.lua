@@ -39,8 +39,10 @@ more than n in any window of one period by Redis time, counted in
 the rate how long until it allows more.
 Groups (once the totals have 'groups'; prelude.lua, docs/groups.md): the
 request is shared between the ring's first members (at most ARGV[2] of
-them; the member '' is the messages without a group, taken from the
-lists above), as evenly as each one's room allows (its due messages,
+them, and at most GROUP_TURNS = 64), within a budget of GROUP_CLAIM =
+256: 1 a message, GROUP_TURN_COST = 2 more a member (a request cut short
+by either bound says held = 3; the member '' is the messages without a
+group, taken from the lists above), as evenly as each one's room allows (its due messages,
 within its concurrency and its rate, counted as the queue's in
 "<group prefix>:<group>:rate"; none while paused); each one served leaves
 the ring, and goes back to its tail while it has due messages and room,
@@ -81,7 +83,8 @@ visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
 request back, 1 the concurrency limit, the queue's or a group's (it opens when a processing message
 leaves processing, which no script foresees), 2 the rate limit, which opens
-again in wait_ms (else 0), 3 the byte budget (claim again at once).
+again in wait_ms (else 0), 3 the byte budget, GROUP_CLAIM or GROUP_TURNS
+(claim again at once).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -93,7 +96,7 @@ list plus one PEXPIRE per expired id (and one STRLEN per popped id once
 the totals have 'big'), plus the bytes read, at most max(ARGV[8], one
 value); O(1) for limit 0 and when a limit allows nothing; the rate limit
 adds O(RATE_BUCKETS) Lua steps. Once the queue has groups: O(K log G) more,
-with K = ring members read (at most ARGV[2]) and G = groups, plus
+with K = ring members read (at most GROUP_TURNS) and G = groups, plus
 O(RATE_BUCKETS) Lua steps per member with a rate, and O(W log G) for the
 W groups whose wait is over (at most MAX_LIMIT).
 ]]
@@ -320,7 +323,7 @@ local function lease_all(ids)
       dead_ids[j] = ids[i]
     end
     local counts = redis.call('HMGET', KEYS[4], unpack(dead_ids))
-    local markers = markers_of(ARGV[10], dead_ids)
+    local markers = markers_of(ARGV[10], dead_ids, KEYS[8])
     local records = {}
     for j, i in ipairs(dead) do
       -- No payload and no record while STALE: a cancelled message's entry.
@@ -369,18 +372,26 @@ end
 -- most limit) share the request, as evenly as their room allows; the
 -- messages without a group are the member ''. A queue without groups
 -- takes everything from its lists, as `ucap` says.
-local gp, ucap, held_by_group = ARGV[9], limit, false
+local gp, ucap, held_by_group, capped = ARGV[9], limit, false, false
 -- plan: {member, room, share} of each member read; gheads: each group's heads.
 local plan, gheads = {}, {}
 if fields[8] then
-  check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'active', 'hash', gp .. 'paused', 'hash',
-    gp .. 'limits', 'hash', gp .. 'rates', 'hash')
+  check_group_types(gp)
   groups_due(gp, now)
   local waiting = redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2]) + (prio and redis.call('ZCARD', prio) or 0)
   if waiting > 0 and not redis.call('ZSCORE', gp .. 'ring', '') then
     ring_push(gp, '')
   end
-  local members = redis.call('ZRANGE', gp .. 'ring', 0, limit - 1)
+  -- At most GROUP_TURNS members, and a budget of GROUP_CLAIM: 1 a
+  -- message, GROUP_TURN_COST more a member (a few calls on its group's
+  -- keys), whatever the request, so that one claim stays short.
+  local turns = math.min(limit, GROUP_TURNS)
+  local members = redis.call('ZRANGE', gp .. 'ring', 0, turns - 1)
+  capped = #members == GROUP_TURNS and limit > GROUP_TURNS
+  local most = GROUP_CLAIM - GROUP_TURN_COST * #members
+  if limit > most then
+    limit, capped = most, true
+  end
   local named = {}
   for _, g in ipairs(members) do
     if g ~= '' then
@@ -595,7 +606,10 @@ elseif popped < limit or limit == asked then
 elseif held == 2 then
   wait = rate.wait_ms(leased_n)
 end
-if held == 0 and held_by_group and popped < asked then
+if capped and popped < asked and held ~= 2 and not (held == 1 and popped < limit) then
+  -- Cut short by GROUP_CLAIM or GROUP_TURNS: more may wait, claim again at once.
+  held = 3
+elseif held == 0 and held_by_group and popped < asked then
   -- A group's concurrency held back part of the request: it opens when
   -- one of its messages leaves processing, as the queue's own does.
   held = 1

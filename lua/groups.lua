@@ -25,8 +25,8 @@ Complexity: O(log G) with G = groups; a changed default O(A log G) with
 A = groups with messages in processing (each may have room now).
 ]]
 local gp, what, group, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-check_types(KEYS[1], 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash', gp .. 'paused', 'hash', gp .. 'ring', 'zset',
-  gp .. 'wait', 'zset', gp .. 'active', 'hash')
+check_types(KEYS[1], 'hash')
+check_group_types(gp)
 local valid = {limit = '^[1-9]%d*$', rate = '^[1-9]%d* [1-9]%d*$'}
 if (group ~= '' or not valid[what]) and not string.match(group, '^[%w%-_%.]+$') then
   error(redis.error_reply('ERR invalid group ' .. group))

@@ -10,6 +10,11 @@ ARGV[1] state: 1 to 5 for KEYS[n]   ARGV[2] offset   ARGV[3] page size (1 to 100
 ARGV[4] msg key prefix   ARGV[5] bytes of each stored value to return (1 to 1000)
 ARGV[6] priority zset: once the totals have 'prios', state 2 (ready) is
         the zset by rank, then the ready list (the order claim takes them)
+ARGV[7] group key prefix: once the totals have 'groups', state 2 goes on
+        with the groups' due messages (docs/groups.md), group by group in
+        name order, each group's by rank (priority, then due order), among
+        the first GROUPS_LISTED (1000) known groups: a page past them ends
+        the listing
 Returns {size of the state, now ms, next offset (-1: last page), then 6
 values per message: id, score ("" in lists: due ms in pending, lease
 deadline us in processing, time of death ms in dead), attempt record ("" if
@@ -18,26 +23,51 @@ headers section, which comes whole ("" if gone), its full
 length, its TTL ms}. List entries whose payload is gone (cancelled) or
 that live in another state are left out.
 Idempotent: reads only.
-Complexity: O(log N + page) for zsets, O(offset + page) for lists.
+Complexity: O(log N + page) for zsets, O(offset + page) for lists; the
+ready state of a queue with groups O(log G) more per group walked, at
+most GROUPS_LISTED, G = groups.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local state, from, size, bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), limit_arg(3), limit_arg(5)
 local key, is_list = KEYS[state], state == 2 or state == 4
 local page, total
-if state == 2 and redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
-  local ranked = checked('zset', 'ZCARD', ARGV[6])
+local fields = state == 2 and redis.call('HMGET', KEYS[7], 'prios', 'groups') or {}
+if fields[1] or fields[2] then
+  local ranked = fields[1] and checked('zset', 'ZCARD', ARGV[6]) or 0
   page = {}
   if from < ranked then
     page = redis.call('ZRANGE', ARGV[6], from, from + size - 1)
   end
-  local start = math.max(0, from - ranked)
-  if #page < size then
+  local start, length = math.max(0, from - ranked), redis.call('LLEN', key)
+  if #page < size and start < length then
     for _, id in ipairs(redis.call('LRANGE', key, start, start + size - #page - 1)) do
       page[#page + 1] = id
     end
   end
-  total = ranked + redis.call('LLEN', key)
+  total = ranked + length
+  if fields[2] then
+    -- Then the groups' due messages, group by group in name order, among
+    -- the first GROUPS_LISTED known groups.
+    local gp = ARGV[7]
+    check_group_types(gp)
+    total = total + tonumber(redis.call('GET', gp .. 'ready') or '0')
+    local skip = math.max(0, from - ranked - length)
+    for _, g in ipairs(redis.call('ZRANGE', gp .. 'known', 0, GROUPS_LISTED - 1)) do
+      if #page >= size then
+        break
+      end
+      local n = checked('zset', 'ZCARD', group_list(gp, g))
+      if skip >= n then
+        skip = skip - n
+      else
+        for _, id in ipairs(redis.call('ZRANGE', group_list(gp, g), skip, skip + size - #page - 1)) do
+          page[#page + 1] = id
+        end
+        skip = 0
+      end
+    end
+  end
 elseif is_list then
   page, total = redis.call('LRANGE', key, from, from + size - 1), redis.call('LLEN', key)
 else

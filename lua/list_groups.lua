@@ -14,6 +14,7 @@ Idempotent: read-only.
 Complexity: O(log G + L) with G = known groups, L = ARGV[3].
 ]]
 local gp = ARGV[1]
+check_group_types(gp)
 local offset, limit = tonumber(ARGV[2]), limit_arg(3, 0)
 if not offset or offset < 0 or offset ~= math.floor(offset) then
   error(redis.error_reply('ERR offset must be a non-negative integer, not ' .. tostring(ARGV[2])))

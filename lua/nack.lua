@@ -74,11 +74,15 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   end
   return 0
 end
+local gp, head, group = ARGV[10], false, false
+local grouped = redis.call('EXISTS', gp .. 'active') == 1
+if grouped then
+  check_group_types(gp)
+end
 redis.call('ZREM', KEYS[1], id)
 local n, due, deferred, rest = parts(redis.call('HGET', KEYS[2], id))
 n, deferred = n or 1, deferred or 0
-local gp, head, group = ARGV[10], false, false
-if redis.call('EXISTS', gp .. 'active') == 1 then
+if grouped then
   head = redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1)
   group = group_of(head)
   if group then

@@ -376,10 +376,16 @@ local function set_due(key, attempts, id, due)
 end
 
 -- The window markers of `ids` ("<prefix><id>", docs/dedup.md) and what
--- they hold: {keys, values}. One MGET with KEYS[1], as payloads_here's
+-- they hold: {keys, values}; none, and nothing read, while the totals
+-- hash `totals` lacks 'markers' (set by the first send that stores a
+-- marker), so a queue that never used them pays one HEXISTS. One MGET with KEYS[1], as payloads_here's
 -- EXISTS, so that while a cluster moves the queue's slot the script fails
 -- here, before its first write, rather than half-way.
-local function markers_of(prefix, ids)
+local function markers_of(prefix, ids, totals)
+  if redis.call('HEXISTS', totals, 'markers') == 0 then
+    -- No send ever wrote a marker here: nothing to read.
+    return {{}, {}}
+  end
   local keys = payload_keys(prefix, ids)
   if #keys == 0 then
     return {keys, {}}
@@ -555,6 +561,43 @@ end
 -- zset or hash, and 'active' loses a group's field at 0: an idle group
 -- leaves no key.
 --
+-- What promote counts for a group's first message in a call, against 1 for
+-- each message: its ZADD and ring check cost about that many plain moves,
+-- so a batch over many groups is cut as short as a plain one takes.
+local GROUP_MOVE_COST = 8
+
+-- Most ring members one claim reads: a member costs a few calls on its
+-- group's keys, so 64 keep the longest claim over 100,000 groups within a
+-- few ms; the request is shared among them (docs/groups.md).
+local GROUP_TURNS = 64
+
+-- A claim's budget once the queue has groups: 1 a message leased and
+-- GROUP_TURN_COST more a ring member served (its ZCARD, ZRANGE,
+-- ZREMRANGEBYRANK and ring moves cost about two leases), so a claim over
+-- 64 groups leases at most 128 messages and one over a single group 254:
+-- as short as a plain claim of the consumer's largest request (256).
+local GROUP_CLAIM = 256
+local GROUP_TURN_COST = 2
+
+-- Most known groups a listing of the ready state walks (list.lua), in name
+-- order: each costs a ZCARD, so a page past them is not reached.
+local GROUPS_LISTED = 1000
+
+-- Fails before any write when a queue-wide group key holds another type,
+-- or is on another node while a cluster moves the queue's slot: the group
+-- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as
+-- payloads_here's), where a lone read would find the key missing.
+local function check_group_types(gp)
+  local keys = {gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'known', 'zset', gp .. 'ready', 'string',
+    gp .. 'active', 'hash', gp .. 'paused', 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash'}
+  local names = {KEYS[1]}
+  for i = 1, #keys, 2 do
+    names[#names + 1] = keys[i]
+  end
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
 -- The group in a stored value or its header; false for none (or a payload gone).
 local function group_of(head)
   return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
@@ -655,12 +698,17 @@ local function group_add(gp, g, entries)
   redis.call('ZADD', gp .. 'known', 0, g)
 end
 
--- Forgets group g (drops it from 'known') once nothing of it is left: no
--- due message, none in processing, no wait and no setting of its own.
-local function group_forget_idle(gp, g)
-  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+-- Whether nothing of group g is left: no due message, none in
+-- processing, no wait and no setting of its own.
+local function group_idle(gp, g)
+  return redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
     and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
-    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0
+end
+
+-- Forgets group g (drops it from 'known') once it is idle.
+local function group_forget_idle(gp, g)
+  if group_idle(gp, g) then
     redis.call('ZREM', gp .. 'known', g)
   end
 end
@@ -670,6 +718,38 @@ end
 local function group_enqueue(gp, g, id, p, due)
   group_add(gp, g, {prio_score(p, due), id})
   group_wake(gp, g)
+end
+
+-- Fails before any write when the zset of a group in `groups` holds
+-- another type or is on another node.
+local function check_group_lists(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local keys, names = {}, {KEYS[1]}
+  for _, g in ipairs(groups) do
+    keys[#keys + 1], keys[#keys + 2] = group_list(gp, g), 'zset'
+    names[#names + 1] = group_list(gp, g)
+  end
+  -- The EXISTS of check_group_types, for these keys.
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
+-- Queues due messages in their groups: grouped[g] holds score, id pairs of
+-- group g, `groups` the groups in the order they first appear; counted,
+-- known, and each group put in the ring when it qualifies, in a few calls
+-- per group whatever the number of messages.
+local function groups_add(gp, grouped, groups)
+  local added, known = 0, {}
+  for _, g in ipairs(groups) do
+    added = added + redis.call('ZADD', group_list(gp, g), unpack(grouped[g]))
+    known[#known + 1] = 0
+    known[#known + 1] = g
+  end
+  group_ready(gp, added)
+  redis.call('ZADD', gp .. 'known', unpack(known))
+  groups_wake(gp, groups)
 end
 
 -- Moves the groups whose wait is over (at most MAX_LIMIT) back to the

@@ -3,7 +3,7 @@
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
 left, deletes the attempts hash and the totals' counts and marks ('prios',
-'big') (a paused queue
+'big', 'groups', 'markers') (a paused queue
 stays paused, its limits stay, a shard count recorded here by
 shards.lua stays, and 'schedule_version' stays: no schedule version
 repeats, change_schedule.lua). The wire format version ('format') stays with
@@ -19,13 +19,15 @@ ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] priority zset (read only while the totals have 'prios'; the
         last call deletes that field too)
 ARGV[4] group key prefix (read only while the totals have 'groups'):
-        the zsets of the groups in the ring and the wait zset (the first
-        100 of each) and of the paused groups and those with messages in
+        the zsets of the groups in the ring, the wait zset and the known
+        groups (the first 100 of each) and of the paused groups and those with messages in
         processing (a first HSCAN page of each) are pages too; the last
         call deletes the ring, the wait zset, the counts in processing and
-        of waiting messages, forgets the first 1000 known groups left
-        without settings, and the field 'groups' (a group's limits,
-        rate and pause stay, as the queue's do, and keep 'format' as they do)
+        of waiting messages, and forgets the first 1000 known groups left
+        without settings (returning minus how many it forgot, when any:
+        call again); the call that forgets none deletes the field 'groups' (a
+        group's limits, rate and pause stay, as the queue's do, and keep
+        'format' as they do)
 ARGV[5] marker key prefix: the unique_for and throttle markers of the
         removed ids go too (docs/dedup.md)
 While the totals have 'flows' (docs/workflows.md) the waiting zset is a
@@ -33,10 +35,12 @@ page too, and each removed id's children sets go with it; the last call
 deletes the outbox (and the sets of the cancelled parents it names, the
 first 1000), the links to parents and the field 'flows'. Parents in other
 queues of the purged children are not told: they wait until cancelled.
-Returns the number of ids removed (list entries included).
+Returns the number of ids removed (list entries included), or minus the
+number of known groups forgotten.
 Idempotent: a re-run deletes what is left.
 Complexity: O(M log N) with M = removed, plus O(log G) per group looked
-at (at most 400, G = groups); the last call O(R) with R = the attempts
+at (at most 500, G = groups), or O(log G) for each of at most 1000 known
+groups forgotten; the last call O(R) with R = the attempts
 hash's leftover fields.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
@@ -55,16 +59,19 @@ if flows then
 end
 local gp = ARGV[4]
 local grouped = redis.call('HEXISTS', KEYS[7], 'groups') == 1
+-- of[key]: the group whose zset `key` is.
+local of = {}
 if grouped then
-  check_types(gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'paused', 'hash', gp .. 'active', 'hash')
-  local seen = {}
+  check_group_types(gp)
+  local names = {}
   local function add(g)
-    if g ~= '' and not seen[g] then
-      seen[g] = true
-      sources[#sources + 1] = group_list(gp, g)
+    local key = group_list(gp, g)
+    if g ~= '' and not of[key] then
+      of[key], names[#names + 1] = g, g
+      sources[#sources + 1] = key
     end
   end
-  for _, zset in ipairs({'ring', 'wait'}) do
+  for _, zset in ipairs({'ring', 'wait', 'known'}) do
     for _, g in ipairs(redis.call('ZRANGE', gp .. zset, 0, 99)) do
       add(g)
     end
@@ -75,6 +82,7 @@ if grouped then
       add(fields[i])
     end
   end
+  check_group_lists(gp, names)
 end
 -- Reads every page first, so the payloads are checked before the first write.
 local ids, pages = {}, {}
@@ -103,14 +111,21 @@ if #ids == 0 then
   end
   if grouped then
     redis.call('DEL', gp .. 'ring', gp .. 'wait', gp .. 'active', gp .. 'ready')
+    local before = redis.call('ZCARD', gp .. 'known')
     for _, g in ipairs(redis.call('ZRANGE', gp .. 'known', 0, 999)) do
       group_forget_idle(gp, g)
+    end
+    local forgotten = before - redis.call('ZCARD', gp .. 'known')
+    if forgotten > 0 then
+      -- More known groups may be left: the next call forgets them (and
+      -- the counts and marks go once none is forgotten).
+      return -forgotten
     end
   end
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
   redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios', 'big', 'groups',
-    'flows')
+    'markers', 'flows')
   local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate', 'shards')
   local group_settings = redis.call('EXISTS', gp .. 'limits', gp .. 'rates', gp .. 'paused') > 0
   if not (settings[1] or settings[2] or settings[3] or settings[4] or group_settings) then
@@ -119,17 +134,24 @@ if #ids == 0 then
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)
-local markers = markers_of(ARGV[5], ids)[1]
+local markers = markers_of(ARGV[5], ids, KEYS[7])[1]
 for _, p in ipairs(pages) do
   local key, is_list, page = p[1], p[2], p[3]
   if #page > 0 and is_list then
     redis.call('LTRIM', key, #page, -1)
   elseif #page > 0 then
     redis.call('ZREM', key, unpack(page))
+    if of[key] then
+      -- A group emptied goes as it would by a cancel.
+      group_ready(gp, -#page)
+      group_forget_idle(gp, of[key])
+    end
   end
 end
 forget(KEYS[6], keys, ids)
-redis.call('DEL', unpack(markers))
+if #markers > 0 then
+  redis.call('DEL', unpack(markers))
+end
 if flows then
   local sets = {}
   for _, id in ipairs(ids) do

@@ -51,6 +51,14 @@ end
 if #scored > 0 then
   check_types(ARGV[4], 'zset')
 end
+local groups = {}
+for _, head in ipairs(heads) do
+  groups[#groups + 1] = group_of(head) or nil
+end
+if #groups > 0 then
+  check_group_types(ARGV[5])
+  check_group_lists(ARGV[5], groups)
+end
 redis.call('ZREM', KEYS[1], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 -- grouped: {group, id, priority} of each grouped message requeued.

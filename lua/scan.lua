@@ -11,11 +11,19 @@ docs/dedup.md)
 ARGV[2] cursor, "0" to start   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
 ARGV[6] marker key prefix   ARGV[7] the same, escaped as a SCAN pattern
+ARGV[8] group key prefix   ARGV[9] the same, escaped as a SCAN pattern
+(docs/groups.md); ARGV[1] 9 pages through the known groups and returns
+those with nothing in them (no due message, none in processing, no wait,
+no pause, limit or rate of their own), 10 through the groups' zsets and
+the counts in processing and returns the groups they name that are not
+known: each group checked in the call that reads it (every script that
+empties a group forgets it, every one that fills it makes it known).
 Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
-ids are its fields, for payload and marker keys the ids their keys end with.
+ids are its fields, for payload and marker keys the ids their keys end with,
+for 9 and 10 group names.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
-a PTTL per marker key).
+a PTTL per marker key; O(log G) per group, G = groups, for 9 and 10).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
@@ -35,6 +43,42 @@ elseif what == 6 then
   out[1], page = reply[1], {}
   for i = 1, #reply[2], 2 do
     page[#page + 1] = reply[2][i]
+  end
+elseif what == 9 then
+  local gp, from = ARGV[8], tonumber(cursor)
+  check_group_types(gp)
+  page = {}
+  local known = redis.call('ZRANGE', gp .. 'known', from, from + size - 1)
+  out[1] = #known == size and tostring(from + size) or '0'
+  for _, g in ipairs(known) do
+    if group_idle(gp, g) then
+      page[#page + 1] = g
+    end
+  end
+elseif what == 10 then
+  -- The cursor: "z<SCAN cursor>" through the zsets, then "a<HSCAN cursor>"
+  -- through the counts in processing.
+  local gp, names = ARGV[8], {}
+  check_group_types(gp)
+  local kind, at = string.sub(cursor, 1, 1), string.sub(cursor, 2)
+  if kind ~= 'a' then
+    local reply = redis.call('SCAN', kind == 'z' and at or '0', 'MATCH', ARGV[9] .. ':*:ready', 'COUNT', size)
+    out[1] = reply[1] == '0' and 'a0' or 'z' .. reply[1]
+    for _, k in ipairs(reply[2]) do
+      names[#names + 1] = string.sub(k, #gp + 2, -7)
+    end
+  else
+    local reply = redis.call('HSCAN', gp .. 'active', at, 'COUNT', size)
+    out[1] = reply[1] == '0' and '0' or 'a' .. reply[1]
+    for i = 1, #reply[2], 2 do
+      names[#names + 1] = reply[2][i]
+    end
+  end
+  page = {}
+  for _, g in ipairs(names) do
+    if not redis.call('ZSCORE', gp .. 'known', g) then
+      page[#page + 1] = g
+    end
   end
 else
   local prefix = what == 7 and ARGV[4] or ARGV[6]

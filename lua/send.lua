@@ -1,5 +1,5 @@
 #!lua
---[[ send: (nothing) -> pending
+--[[ send: (nothing) -> pending | ready (a grouped message due now)
 Stores a batch of messages. Each one is written whole or not at all:
 payload string (no TTL: a live message never expires on its own) and
 pending entry. A caller-chosen id may have had an earlier message: its dead
@@ -56,7 +56,15 @@ header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
 A message with a group ("=<group>" in its header) sets the totals'
 'groups' field, from when on promote and claim serve groups
-(docs/groups.md).
+(docs/groups.md). One sent with delay 0 (and not debounced) while no
+pending message is due goes to its group's zset instead of pending
+(ready: so no other group's backlog waiting for promote is ahead of it),
+which puts the group in the ring when it may start one; the group keys
+are named after the pending key: its name less "pending", then "g" (the
+group prefix, docs/wire-format.md).
+A message stored with a marker (unique_for, throttle) sets the totals'
+'markers' field, from when on the scripts that finish messages read
+their markers (prelude.lua's markers_of).
 A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
 claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
@@ -72,7 +80,9 @@ Publishes a wake-up when the batch holds a message due before every
 message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s (4s with
 unique_for or throttle); a debounce or replace replaces again (5).
-Complexity: O(M log N) with M = messages, N = size of pending, plus the
+Complexity: O(M log N) with M = messages, N = size of pending (or of a
+group's zset, plus O(log G) per group, G = groups, for those sent to
+their group), plus the
 bytes of the values in ARGV (staged ones: O(1) each; a replace whose
 delay header gains a digit: O(payload size)).
 ]]
@@ -136,27 +146,69 @@ local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
 local now = now_ms()
+-- A grouped message due now (delay 0) goes straight to its group's zset
+-- while nothing pending is due: then every message due before it is in
+-- its group already, so its group's due order holds, and no other group's
+-- backlog waiting for promote is ahead of it (docs/groups.md). direct[i]:
+-- message i's group when it goes so.
+local gp, direct, direct_groups = string.sub(KEYS[1], 1, -8) .. 'g', {}, {}
+if grouped and not (head and tonumber(head) <= now) then
+  local seen = {}
+  for i = 1, m do
+    local v = values[i]
+    -- A debounced message stays pending, where the next send of its id
+    -- finds it to replace.
+    local g = tonumber(ARGV[(i - 1) * 5 + 5]) == 0 and not (modes[i] and modes[i][1] == 'd')
+      and group_of(type(v) == 'table' and v[5] or v)
+    if g then
+      direct[i] = g
+      if not seen[g] then
+        seen[g], direct_groups[#direct_groups + 1] = true, g
+      end
+    end
+  end
+  if #direct_groups > 0 then
+    check_group_types(gp)
+    check_group_lists(gp, direct_groups)
+  end
+end
 local out, held, earliest = {}, {}, false
--- Every stored message's pending entry goes in with one ZADD at the end.
-local entries, sent = {}, 0
+-- Every stored message's pending entry goes in with one ZADD at the end;
+-- grouped[g]: the score, id pairs of group g's messages that go straight
+-- to it, order: those groups in the order they first get one.
+local entries, sent, grouped_entries, order, marked = {}, 0, {}, {}, false
 for i = 1, m do
   local a = (i - 1) * 5 + 3
   local id = ARGV[a]
   local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
     tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
   local base = waits[i] and flow_base(KEYS[5 + i], id)
-  if status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0 then
+  local parked = status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0
+  local g = status == 1 and not parked and direct[i]
+  if parked then
     redis.call('ZADD', base .. 'flow:waiting', extra, id)
     redis.call('HSET', KEYS[5], 'flows', 1)
+  elseif g then
+    if not grouped_entries[g] then
+      grouped_entries[g], order[#order + 1] = {}, g
+    end
+    local e, v = grouped_entries[g], values[i]
+    e[#e + 1] = prio_score(priority_of(type(v) == 'table' and v[5] or v), extra)
+    e[#e + 1] = id
   elseif status == 1 or status == 5 then
     entries[#entries + 1] = extra
     entries[#entries + 1] = id
+  end
+  if (status == 1 or status == 5) and not parked then
     if not earliest or extra < earliest then
       earliest = extra
     end
   end
   if status == 1 then
     sent = sent + 1
+    if modes[i] and modes[i][3] then
+      marked = true
+    end
   elseif status == 4 then
     held[#held + 1] = extra
   end
@@ -165,18 +217,25 @@ end
 if #entries > 0 then
   redis.call('ZADD', KEYS[1], unpack(entries))
 end
+if #order > 0 then
+  groups_add(gp, grouped_entries, order)
+end
 wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', sent)
-if prio and #entries > 0 then
+local stored = #entries > 0 or #order > 0
+if prio and stored then
   redis.call('HSET', KEYS[5], 'prios', 1)
 end
-if big and #entries > 0 then
+if big and stored then
   redis.call('HSET', KEYS[5], 'big', 1)
 end
-if grouped and #entries > 0 then
+if marked then
+  redis.call('HSET', KEYS[5], 'markers', 1)
+end
+if grouped and stored then
   redis.call('HSET', KEYS[5], 'groups', 1)
 end
-if not format and #entries > 0 then
+if not format and stored then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])
 end
 for _, ms in ipairs(held) do

@@ -38,13 +38,16 @@ local now, default = now_ms(), tonumber(ARGV[3])
 -- A few calls for the whole batch; per id only the payload's header is
 -- read (a call per id would make 1000 ids take ~10 ms).
 local keys = payloads_here(ARGV[1], ids)
-local markers = markers_of(ARGV[7], ids)
+local markers = markers_of(ARGV[7], ids, KEYS[5])
+local gp = ARGV[6]
+local grouped = redis.call('EXISTS', gp .. 'active') == 1
+if grouped then
+  check_group_types(gp)
+end
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
 -- out: {timed_out, dead, then id and delivery count of each dead one}.
 local reasons, retry, out, dead = {}, {}, {#ids, 0}, 0
-local gp = ARGV[6]
-local grouped = redis.call('EXISTS', gp .. 'active') == 1
 -- back: {group, id, head, due} of each grouped id that goes back to its group.
 local back, left = {}, {}
 for i, id in ipairs(ids) do

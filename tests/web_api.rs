@@ -1638,3 +1638,34 @@ async fn producer_api_offers_unique_for_throttle_debounce_and_replace() {
         "nothing written"
     );
 }
+
+/// `/metrics` has gauges for the groups with the most due messages only,
+/// as many as `group_metrics` says.
+#[tokio::test]
+async fn metrics_show_the_groups_with_the_most_due_messages() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "tenants");
+    for (g, n) in [("a", 3), ("b", 1), ("c", 2)] {
+        for _ in 0..n {
+            q.send("x").group(g).await.unwrap();
+        }
+    }
+    q.pause_group("c").await.unwrap();
+    let app = Dashboard::new(client.clone()).group_metrics(2).router().unwrap();
+    let text = get(&app, "/metrics").await.text();
+    assert!(text.contains("# TYPE delayqueue_group_messages gauge\n"), "{text}");
+    let grouped: Vec<&str> = text.lines().filter(|l| l.starts_with("delayqueue_group_")).collect();
+    assert_eq!(
+        grouped,
+        [
+            "delayqueue_group_messages{queue=\"tenants\",group=\"a\",state=\"ready\"} 3",
+            "delayqueue_group_messages{queue=\"tenants\",group=\"a\",state=\"processing\"} 0",
+            "delayqueue_group_messages{queue=\"tenants\",group=\"c\",state=\"ready\"} 2",
+            "delayqueue_group_messages{queue=\"tenants\",group=\"c\",state=\"processing\"} 0",
+            "delayqueue_group_paused{queue=\"tenants\",group=\"a\"} 0",
+            "delayqueue_group_paused{queue=\"tenants\",group=\"c\"} 1",
+        ]
+    );
+    let none = Dashboard::new(client.clone()).group_metrics(0).router().unwrap();
+    assert!(!get(&none, "/metrics").await.text().contains("delayqueue_group_"));
+}

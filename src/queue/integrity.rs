@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::store::ops::inspect::{Inspect, Presence};
-use crate::store::ops::scan::Scan;
+use crate::store::ops::scan::{Scan, Scanned};
 use crate::store::ops::IdKey;
 use crate::store::Keys;
 use crate::{DelayQueue, Error, MessageId, MessageState};
@@ -52,6 +52,20 @@ pub enum Anomaly {
     OrphanMarker {
         /// The message.
         id: MessageId,
+    },
+    /// A known group (listed by [`groups`](crate::DelayQueue::groups))
+    /// with nothing in it: no due message, none processing, no wait and no
+    /// setting of its own. It stays listed until something of it comes
+    /// back (docs/groups.md).
+    IdleGroup {
+        /// The group.
+        group: String,
+    },
+    /// A group with due messages or messages in processing that is not
+    /// known: `groups` does not list it.
+    UnknownGroup {
+        /// The group.
+        group: String,
     },
 }
 
@@ -143,7 +157,7 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
     let mut seen: HashMap<String, Presence> = HashMap::new();
     let mut listed = 0usize;
     for what in IdKey::ALL {
-        let ids = scan(queue, k, what).await?;
+        let ids = scan(queue, k, Scanned::Ids(what)).await?;
         if matches!(what, IdKey::Ready | IdKey::Retry) {
             listed += ids.len();
         }
@@ -177,14 +191,24 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
             anomalies.extend(p.anomalies(id, stale));
         }
     }
+    // Each group is judged in the call that reads it, atomically: no
+    // confirming look is needed.
+    for group in scan(queue, k, Scanned::IdleGroups).await? {
+        anomalies.push(Anomaly::IdleGroup { group });
+    }
+    let mut unknown = scan(queue, k, Scanned::UnknownGroups).await?;
+    // A group with both a zset and a count in processing is named twice.
+    unknown.sort();
+    unknown.dedup();
+    anomalies.extend(unknown.into_iter().map(|group| Anomaly::UnknownGroup { group }));
     Ok(IntegrityReport {
         scanned: seen.len() as u64,
         anomalies,
     })
 }
 
-/// Every id key `of` holds, page by page.
-async fn scan(queue: &DelayQueue, k: &Keys, of: IdKey) -> Result<Vec<String>, Error> {
+/// Everything `of` pages through, page by page.
+async fn scan(queue: &DelayQueue, k: &Keys, of: Scanned) -> Result<Vec<String>, Error> {
     let (mut cursor, mut ids) = ("0".to_string(), Vec::new());
     loop {
         let page = queue
@@ -213,7 +237,8 @@ async fn inspect(queue: &DelayQueue, k: &Keys, ids: &[&String]) -> Result<(bool,
 impl DelayQueue {
     /// Scans the queue's keys and reports inconsistencies: ids in two
     /// states, ids without payload, payloads and delivery counts without a
-    /// message. A clean queue gives an empty list; anything else means lost
+    /// message, known groups with nothing in them and groups with messages
+    /// that are not known. A clean queue gives an empty list; anything else means lost
     /// or duplicate deliveries, or keys written by something other than
     /// `delayqueue` (an id without payload, its payload deleted or evicted
     /// by something else, is reported until a claim buries it as an

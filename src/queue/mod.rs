@@ -251,11 +251,11 @@ impl DelayQueue {
         for k in &self.inner.shards {
             loop {
                 let limit = self.inner.config.consume.batch_size;
-                let n = self.store(k).run(&Purge { limit }).await?;
-                if n == 0 {
-                    break;
+                // Negative: groups forgotten, nothing removed; call again.
+                match self.store(k).run(&Purge { limit }).await? {
+                    0 => break,
+                    n => removed += n.max(0).unsigned_abs(),
                 }
-                removed += n;
             }
         }
         if removed > 0 {

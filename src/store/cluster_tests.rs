@@ -16,11 +16,16 @@ use std::time::Duration;
 
 use crate::error::script_met_moved_key;
 use crate::store::ops::change_schedule::{Change, ChangeSchedule};
+use crate::store::ops::groups::{ChangeGroups, GroupChange};
+use crate::store::ops::list_groups::ListGroups;
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
+use crate::store::ops::send::{Outgoing, SendBatch, SendMode};
 use crate::store::ops::{
-    ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, purge::Purge, requeue::Requeue, timeout::Timeout,
+    ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, promote::Promote, purge::Purge, requeue::Requeue,
+    timeout::Timeout,
 };
 use crate::store::scripts::LuaScript;
+use crate::store::stored::{encode_stored, ValueParts};
 use crate::store::{Keys, Op};
 use crate::test_support::cluster::RedisCluster;
 use crate::test_support::{RawReply, RedisServer};
@@ -37,8 +42,11 @@ const LEASE: i64 = 1000;
 /// request 0.
 const CONSUMER: &str = "c";
 
-/// The seeded queue: one message in each state, every payload "3:x".
-const IDS: [&str; 5] = ["p1", "r1", "u1", "t1", "g1"];
+/// The seeded queue: one message in each state, every payload "3:x", and
+/// `q1` of group [`GROUP`] due in its group (payload "3=G:x").
+const IDS: [&str; 6] = ["p1", "r1", "u1", "t1", "g1", "q1"];
+/// The group of the seeded queue.
+const GROUP: &str = "G";
 /// The seeded schedule, with one fire sent ahead (pending, far ahead).
 /// `fire.lua` is not here: it declares every key it touches.
 const SCHEDULE: &str = "s";
@@ -68,7 +76,8 @@ fn call<O: Op>(op: O, k: &Keys) -> Call {
     (O::script(), op.keys(k), args)
 }
 
-/// Every script that touches payloads (or schedule hashes) it does not declare.
+/// Every script that touches payloads (or schedule hashes, markers or group
+/// keys) it does not declare.
 fn calls(k: &Keys) -> Vec<Call> {
     let receipt = k.claim(CONSUMER);
     let claim = |seq| Claim {
@@ -113,6 +122,37 @@ fn calls(k: &Keys) -> Vec<Call> {
         call(Purge { limit: 1000 }, k),
         call(Inspect { ids: IDS.to_vec() }, k),
         call(list, k),
+        // Groups: reads and writes only group keys it builds.
+        call(
+            ChangeGroups {
+                change: GroupChange::Pause(GROUP),
+            },
+            k,
+        ),
+        call(ListGroups { offset: 0, limit: 10 }, k),
+        call(Promote { limit: 10 }, k),
+        // A message due now goes straight to its group; with unique_for.
+        call(
+            SendBatch {
+                msgs: vec![Outgoing {
+                    id: "n1".into(),
+                    value: encode_stored(&ValueParts {
+                        retry_count: 3,
+                        group: Some(GROUP),
+                        payload: b"x",
+                        ..Default::default()
+                    })
+                    .into(),
+                    delay: Duration::ZERO,
+                    expire_after: None,
+                    own_id: true,
+                    wait: false,
+                    stage: None,
+                    mode: Some(SendMode::Unique(Duration::from_secs(60))),
+                }],
+            },
+            k,
+        ),
         // Withdraws the fire sent ahead: deletes its payload.
         call(
             ChangeSchedule {
@@ -139,11 +179,19 @@ fn calls(k: &Keys) -> Vec<Call> {
 /// Redis lets each script run on a node holding all of its declared keys.
 fn seed(node: &RedisServer, k: &Keys) {
     for id in IDS.into_iter().chain([FIRE]) {
-        node.raw_command(&["SET", &k.msg(id), "3:x"]);
+        let value = if id == "q1" { "3=G:x" } else { "3:x" };
+        node.raw_command(&["SET", &k.msg(id), value]);
     }
+    let gp = &k.group_prefix;
+    let (known, ring, ready, zset) = (
+        format!("{gp}known"),
+        format!("{gp}ring"),
+        format!("{gp}ready"),
+        format!("{gp}:{GROUP}:ready"),
+    );
     let (lease, receipt) = (LEASE.to_string(), format!("0 {LEASE} u1"));
     let schedule = k.schedule(SCHEDULE);
-    let commands: [&[&str]; 10] = [
+    let commands: [&[&str]; 15] = [
         &["ZADD", &k.pending, "99999999999999", "p1", "99999999999999", FIRE],
         &["RPUSH", &k.ready, "r1"],
         &["ZADD", &k.processing, &lease, "u1"],
@@ -151,7 +199,26 @@ fn seed(node: &RedisServer, k: &Keys) {
         &["ZADD", &k.dead, "1", "g1"],
         &["HSET", &k.attempts, "u1", "1", "t1", "1:boom", "g1", "4:boom"],
         // Limits that let the claim through: it runs their checks too.
-        &["HSET", &k.totals, "sent", "5", "rate", "100 1000", "concurrency", "100"],
+        &[
+            "HSET",
+            &k.totals,
+            "sent",
+            "6",
+            "rate",
+            "100 1000",
+            "concurrency",
+            "100",
+            "groups",
+            "1",
+            "markers",
+            "1",
+        ],
+        &["ZADD", &zset, "1", "q1"],
+        &["ZADD", &known, "0", GROUP],
+        &["ZADD", &ring, "1", GROUP],
+        &["SET", &ready, "1"],
+        // u1 was sent with unique_for: its marker waits for its ack.
+        &["SET", &k.marker("u1"), "60000"],
         &["SET", &k.claim(CONSUMER), &receipt, "PX", "60000"],
         &["ZADD", &k.schedules, "1000", SCHEDULE],
         &[
@@ -248,13 +315,17 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
         assert!(report.is_clean(), "seeded queue: {report}");
 
         let mut m = cluster.begin_move(slot, 1);
-        // The keys scripts build instead of declare: payloads, and the
-        // schedule hash for the scripts that do not declare it.
+        // The keys scripts build instead of declare: payloads, markers,
+        // group keys, and the schedule hash for the scripts that do not
+        // declare it.
+        let gp = &k.group_prefix;
         let built: Vec<String> = IDS
             .iter()
             .chain(&[FIRE])
             .map(|id| k.msg(id))
-            .chain([k.schedule(SCHEDULE)])
+            .chain([k.schedule(SCHEDULE), k.marker("u1")])
+            .chain(["known", "ring", "ready", "active", "paused", "wait"].map(|g| format!("{gp}{g}")))
+            .chain([format!("{gp}:{GROUP}:ready")])
             .filter(|key| !call.1.contains(key))
             .collect();
         let (first, rest): (Vec<String>, Vec<String>) = cluster
@@ -269,7 +340,10 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
         };
         // The script ran (the server admitted it: no ASK or TRYAGAIN) and
         // stopped at a payload on the other node, before its first write.
-        if !matches!(&reply, RawReply::Error(e) if script_met_moved_key(e)) {
+        // Send declares every key but the group keys, and the keys of a new
+        // message exist on neither node: the server refuses it.
+        let refused = |e: &str| call.0.name == "send" && e.starts_with("TRYAGAIN");
+        if !matches!(&reply, RawReply::Error(e) if script_met_moved_key(e) || refused(e)) {
             wrong.push(format!("{what}: replied {reply:?}"));
         }
         let after = snapshot(&cluster, [0, 1]);

@@ -2,6 +2,10 @@
 //! scrape: one status script per shard of every queue, at most
 //! 64 at once. Ages are in seconds.
 //!
+//! Per group, gauges for the few groups of each queue with the most due
+//! messages (`Dashboard::group_metrics`), found among its first
+//! [`GROUP_SCAN`] known groups.
+//!
 //! These are the queues' own numbers, whoever produces and consumes. The
 //! process-side metrics the library records (`describe_metrics`: handler
 //! durations, lateness, ...) go to the `metrics` recorder the application
@@ -17,7 +21,13 @@ use axum::response::{IntoResponse, Response};
 use super::api::error::ApiError;
 use super::registry::statuses;
 use super::state::App;
-use crate::{Error, QueueStatus};
+use crate::info::MAX_PAGE;
+use crate::{DelayQueue, Error, GroupInfo, QueueStatus};
+
+/// Groups per queue with gauges of their own, unless the dashboard says.
+pub(crate) const DEFAULT_GROUP_METRICS: usize = 10;
+/// Most known groups of one queue a scrape reads to find its top ones.
+const GROUP_SCAN: u64 = 10_000;
 
 /// One metric family: name, type, help, and its value per queue.
 struct Family {
@@ -98,9 +108,17 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Result<Response, Api
     let statuses = statuses(app.registry.handles(&listing.queues))
         .await
         .into_iter()
-        .map(|(q, s)| Ok::<_, Error>((q.name().to_string(), s?)))
+        .map(|(q, s)| Ok::<_, Error>((q, s?)))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut groups = Vec::new();
+    if app.group_metrics > 0 {
+        for (q, _) in &statuses {
+            groups.push((q.name().to_string(), top_groups(q, app.group_metrics).await?));
+        }
+    }
+    let statuses: Vec<(String, QueueStatus)> = statuses.into_iter().map(|(q, s)| (q.name().to_string(), s)).collect();
     let mut text = render(&statuses);
+    text.push_str(&render_groups(&groups));
     if let Some(process) = &app.process_metrics {
         text.push_str(&(process.0)());
     }
@@ -138,6 +156,61 @@ fn render(statuses: &[(String, QueueStatus)]) -> String {
         let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
         for (name, s) in statuses {
             let _ = writeln!(out, "{}{{queue=\"{}\"}} {}", f.name, escape(name), (f.value)(s));
+        }
+    }
+    out
+}
+
+/// The `top` groups of `q` with the most due messages (ties by name),
+/// among its first [`GROUP_SCAN`] known groups.
+async fn top_groups(q: &DelayQueue, top: usize) -> Result<Vec<GroupInfo>, Error> {
+    let mut best: Vec<GroupInfo> = Vec::new();
+    let mut offset = 0;
+    while offset < GROUP_SCAN {
+        let page = q.groups(offset, MAX_PAGE).await?;
+        let n = page.groups.len() as u64;
+        best.extend(page.groups);
+        best.sort_by(|a, b| b.ready.cmp(&a.ready).then_with(|| a.name.cmp(&b.name)));
+        best.truncate(top);
+        offset += n;
+        if n < MAX_PAGE as u64 {
+            break;
+        }
+    }
+    Ok(best)
+}
+
+/// The per-group families: each queue's top groups.
+fn render_groups(groups: &[(String, Vec<GroupInfo>)]) -> String {
+    let mut out = String::new();
+    if groups.iter().all(|(_, g)| g.is_empty()) {
+        return out;
+    }
+    out.push_str("# HELP delayqueue_group_messages Messages of a group due (ready) and in processing, for the groups of each queue with the most due messages.\n");
+    out.push_str("# TYPE delayqueue_group_messages gauge\n");
+    for (queue, gs) in groups {
+        for g in gs {
+            for (state, n) in [("ready", g.ready), ("processing", g.processing)] {
+                let _ = writeln!(
+                    out,
+                    "delayqueue_group_messages{{queue=\"{}\",group=\"{}\",state=\"{state}\"}} {n}",
+                    escape(queue),
+                    escape(&g.name)
+                );
+            }
+        }
+    }
+    out.push_str("# HELP delayqueue_group_paused 1 while the group is paused, else 0 (the same groups).\n");
+    out.push_str("# TYPE delayqueue_group_paused gauge\n");
+    for (queue, gs) in groups {
+        for g in gs {
+            let _ = writeln!(
+                out,
+                "delayqueue_group_paused{{queue=\"{}\",group=\"{}\"}} {}",
+                escape(queue),
+                escape(&g.name),
+                u8::from(g.paused)
+            );
         }
     }
     out

@@ -85,6 +85,7 @@ pub struct Dashboard {
     queues: Vec<DelayQueue>,
     sample_every: Duration,
     process_metrics: Option<ProcessMetrics>,
+    group_metrics: usize,
 }
 
 /// Samples of rates kept: 15 minutes at the default 10 s.
@@ -103,6 +104,7 @@ impl Dashboard {
             queues: Vec::new(),
             sample_every: Duration::from_secs(10),
             process_metrics: None,
+            group_metrics: metrics::DEFAULT_GROUP_METRICS,
         }
     }
 
@@ -189,6 +191,24 @@ impl Dashboard {
         self
     }
 
+    /// How many groups of each queue get gauges of their own in `/metrics`:
+    /// the `top` with the most due messages (ties by name), so the label
+    /// cardinality stays bounded however many groups there are. Default
+    /// 10; 0 leaves them out. Each scrape reads at most the first 10,000
+    /// known groups of a queue, in pages of 1,000 (one bounded script call
+    /// each, docs/groups.md).
+    ///
+    /// ```no_run
+    /// # fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// let app = delayqueue::web::Dashboard::new(client).group_metrics(25).router()?;
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_metrics(mut self, top: usize) -> Self {
+        self.group_metrics = top;
+        self
+    }
+
     /// The router: serve it, or nest it under a path of your service.
     /// Fails with [`Error::InvalidArgument`] when a secret of the
     /// [`auth`](Self::auth) is empty or an allowed host is not a host name.
@@ -206,6 +226,7 @@ impl Dashboard {
             read_only: self.read_only,
             csrf: uuid::Uuid::new_v4().simple().to_string(),
             process_metrics: self.process_metrics,
+            group_metrics: self.group_metrics,
             background: OnceLock::new(),
         });
         axum::Router::new()

@@ -18,6 +18,8 @@ pub(crate) struct App {
     pub csrf: String,
     /// The application's own metrics text, appended to `/metrics`.
     pub process_metrics: Option<ProcessMetrics>,
+    /// Groups per queue with gauges of their own in `/metrics`.
+    pub group_metrics: usize,
     /// The background task (queue list refresh, sampling), started by the
     /// first request and aborted when the last router clone is dropped.
     pub background: OnceLock<AbortOnDrop>,

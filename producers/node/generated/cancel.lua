@@ -55,39 +55,21 @@ local function start_window(key, value)
   end
 end
 
--- Groups (docs/groups.md). A message sent with a group carries it in its
--- header ("=<group>" after the priority); group names are 1 to 64 ASCII
--- letters, digits, '-', '_' and '.', so the header stays parseable. Its
--- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
---   gp .. 'ring'    zset: the groups that may start a message now, in turn
---                   order (score: position; the member '' stands for the
---                   messages without a group, as one more group)
---   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
---                   an ordered group whose failed message waits its retry,
---                   a group at its rate until its window lets one more start
---   gp .. 'active'  hash: group -> its messages in processing
---   gp .. 'paused'  hash: group -> 1 while paused
---   gp .. 'limits'  hash: group -> its concurrency; field '' the default
---   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
---                   default (claim.lua)
---   gp .. 'known'   zset: every group with due messages, messages in
---                   processing, a wait or a setting of its own, score 0
---                   (listed by list_groups.lua, in name order)
---   gp .. 'ready'   string: how many messages wait in the groups' zsets
---                   (stats counts them as ready; group_ready)
---   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
---                   as the priority zset (prio_score), so priority first,
---                   then due order
---   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
---                   its rate, as the totals' 'rate_used' (TTL: two periods)
--- A group is in the ring exactly when it has due messages, is not paused,
--- is under its concurrency and not waiting (its rate is checked by claim,
--- which sends a group at its rate to wait); claim drops a member that no
--- longer qualifies (a limit lowered since), so the rule is kept lazily
--- where it is cheap and exactly where it matters. Redis deletes an empty
--- zset or hash, and 'active' loses a group's field at 0: an idle group
--- leaves no key.
---
+-- Fails before any write when a queue-wide group key holds another type,
+-- or is on another node while a cluster moves the queue's slot: the group
+-- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as
+-- payloads_here's), where a lone read would find the key missing.
+local function check_group_types(gp)
+  local keys = {gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'known', 'zset', gp .. 'ready', 'string',
+    gp .. 'active', 'hash', gp .. 'paused', 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash'}
+  local names = {KEYS[1]}
+  for i = 1, #keys, 2 do
+    names[#names + 1] = keys[i]
+  end
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
 -- The group in a stored value or its header; false for none (or a payload gone).
 local function group_of(head)
   return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
@@ -106,14 +88,35 @@ local function group_ready(gp, n)
   end
 end
 
--- Forgets group g (drops it from 'known') once nothing of it is left: no
--- due message, none in processing, no wait and no setting of its own.
-local function group_forget_idle(gp, g)
-  if redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
+-- Whether nothing of group g is left: no due message, none in
+-- processing, no wait and no setting of its own.
+local function group_idle(gp, g)
+  return redis.call('EXISTS', group_list(gp, g)) == 0 and redis.call('HEXISTS', gp .. 'active', g) == 0
     and not redis.call('ZSCORE', gp .. 'wait', g) and redis.call('HEXISTS', gp .. 'paused', g) == 0
-    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0 then
+    and redis.call('HEXISTS', gp .. 'limits', g) == 0 and redis.call('HEXISTS', gp .. 'rates', g) == 0
+end
+
+-- Forgets group g (drops it from 'known') once it is idle.
+local function group_forget_idle(gp, g)
+  if group_idle(gp, g) then
     redis.call('ZREM', gp .. 'known', g)
   end
+end
+
+-- Fails before any write when the zset of a group in `groups` holds
+-- another type or is on another node.
+local function check_group_lists(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local keys, names = {}, {KEYS[1]}
+  for _, g in ipairs(groups) do
+    keys[#keys + 1], keys[#keys + 2] = group_list(gp, g), 'zset'
+    names[#names + 1] = group_list(gp, g)
+  end
+  -- The EXISTS of check_group_types, for these keys.
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
 end
 
 -- Flows (docs/workflows.md). A message may wait for others (its children)
@@ -224,6 +227,10 @@ if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
 local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
+if group then
+  check_group_types(ARGV[2])
+  check_group_lists(ARGV[2], {group})
+end
 local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
 local flows = redis.call('HGET', KEYS[5], 'flows') and true or false

@@ -86,6 +86,19 @@ local function check_shards(found, uses)
   end
 end
 
+-- Due messages of priority 1 to 9 wait in one zset (those of priority 0 in
+-- the ready list), scored so that ZRANGE gives the highest priority first
+-- and, within one priority, the earliest due first: (10 - p) * PRIO_SPAN +
+-- due ms. PRIO_SPAN = 2^42 ms (past the year 2100); every score stays an
+-- exact double. The zset is touched only while the totals hash has the
+-- field 'prios' (set by the first send of a priority), so a queue that
+-- never uses priorities pays nothing (promote reads 'prios' in the HMGET
+-- that reads 'format').
+local PRIO_SPAN = 4398046511104
+local function prio_score(p, due)
+  return (10 - p) * PRIO_SPAN + due
+end
+
 -- Adds n to a field of the queue's totals hash.
 local function tally(totals, field, n)
   if n > 0 then
@@ -323,42 +336,95 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   return status, extra
 end
 
--- Groups (docs/groups.md). A message sent with a group carries it in its
--- header ("=<group>" after the priority); group names are 1 to 64 ASCII
--- letters, digits, '-', '_' and '.', so the header stays parseable. Its
--- keys all start with the queue's group prefix `gp` ("<queue keys>:g"):
---   gp .. 'ring'    zset: the groups that may start a message now, in turn
---                   order (score: position; the member '' stands for the
---                   messages without a group, as one more group)
---   gp .. 'wait'    zset: groups held back until a time (ms of Redis time):
---                   an ordered group whose failed message waits its retry,
---                   a group at its rate until its window lets one more start
---   gp .. 'active'  hash: group -> its messages in processing
---   gp .. 'paused'  hash: group -> 1 while paused
---   gp .. 'limits'  hash: group -> its concurrency; field '' the default
---   gp .. 'rates'   hash: group -> its rate "<n> <period ms>"; field '' the
---                   default (claim.lua)
---   gp .. 'known'   zset: every group with due messages, messages in
---                   processing, a wait or a setting of its own, score 0
---                   (listed by list_groups.lua, in name order)
---   gp .. 'ready'   string: how many messages wait in the groups' zsets
---                   (stats counts them as ready; group_ready)
---   gp .. ':' .. group .. ':ready'  zset: the group's due messages, scored
---                   as the priority zset (prio_score), so priority first,
---                   then due order
---   gp .. ':' .. group .. ':rate'  string: the group's recent leases under
---                   its rate, as the totals' 'rate_used' (TTL: two periods)
--- A group is in the ring exactly when it has due messages, is not paused,
--- is under its concurrency and not waiting (its rate is checked by claim,
--- which sends a group at its rate to wait); claim drops a member that no
--- longer qualifies (a limit lowered since), so the rule is kept lazily
--- where it is cheap and exactly where it matters. Redis deletes an empty
--- zset or hash, and 'active' loses a group's field at 0: an idle group
--- leaves no key.
---
+-- Fails before any write when a queue-wide group key holds another type,
+-- or is on another node while a cluster moves the queue's slot: the group
+-- keys are built, not declared, so one EXISTS with KEYS[1] fails then (as
+-- payloads_here's), where a lone read would find the key missing.
+local function check_group_types(gp)
+  local keys = {gp .. 'ring', 'zset', gp .. 'wait', 'zset', gp .. 'known', 'zset', gp .. 'ready', 'string',
+    gp .. 'active', 'hash', gp .. 'paused', 'hash', gp .. 'limits', 'hash', gp .. 'rates', 'hash'}
+  local names = {KEYS[1]}
+  for i = 1, #keys, 2 do
+    names[#names + 1] = keys[i]
+  end
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
 -- The group in a stored value or its header; false for none (or a payload gone).
 local function group_of(head)
   return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
+end
+
+-- The due messages of group g.
+local function group_list(gp, g)
+  return gp .. ':' .. g .. ':ready'
+end
+
+-- group_wake for many groups, each with due messages now, in a few calls
+-- whatever their number (promote's batch).
+local function groups_wake(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local in_ring = redis.call('ZMSCORE', gp .. 'ring', unpack(groups))
+  local waiting = redis.call('ZMSCORE', gp .. 'wait', unpack(groups))
+  local paused = redis.call('HMGET', gp .. 'paused', unpack(groups))
+  local active = redis.call('HMGET', gp .. 'active', unpack(groups))
+  local limits = redis.call('HMGET', gp .. 'limits', '', unpack(groups))
+  local last = tonumber(redis.call('ZRANGE', gp .. 'ring', -1, -1, 'WITHSCORES')[2]) or 0
+  local entries = {}
+  for i, g in ipairs(groups) do
+    local limit = tonumber(limits[i + 1] or limits[1] or '')
+    if not (in_ring[i] or waiting[i] or paused[i] or (limit and tonumber(active[i] or '0') >= limit)) then
+      last = last + 1
+      entries[#entries + 1] = last
+      entries[#entries + 1] = g
+    end
+  end
+  if #entries > 0 then
+    redis.call('ZADD', gp .. 'ring', unpack(entries))
+  end
+end
+
+-- Adds n (negative: takes) to the count of messages waiting in the
+-- groups' zsets; the key goes at 0.
+local function group_ready(gp, n)
+  if n ~= 0 and redis.call('INCRBY', gp .. 'ready', n) <= 0 then
+    redis.call('DEL', gp .. 'ready')
+  end
+end
+
+-- Fails before any write when the zset of a group in `groups` holds
+-- another type or is on another node.
+local function check_group_lists(gp, groups)
+  if #groups == 0 then
+    return
+  end
+  local keys, names = {}, {KEYS[1]}
+  for _, g in ipairs(groups) do
+    keys[#keys + 1], keys[#keys + 2] = group_list(gp, g), 'zset'
+    names[#names + 1] = group_list(gp, g)
+  end
+  -- The EXISTS of check_group_types, for these keys.
+  redis.call('EXISTS', unpack(names))
+  check_types(unpack(keys))
+end
+
+-- Queues due messages in their groups: grouped[g] holds score, id pairs of
+-- group g, `groups` the groups in the order they first appear; counted,
+-- known, and each group put in the ring when it qualifies, in a few calls
+-- per group whatever the number of messages.
+local function groups_add(gp, grouped, groups)
+  local added, known = 0, {}
+  for _, g in ipairs(groups) do
+    added = added + redis.call('ZADD', group_list(gp, g), unpack(grouped[g]))
+    known[#known + 1] = 0
+    known[#known + 1] = g
+  end
+  group_ready(gp, added)
+  redis.call('ZADD', gp .. 'known', unpack(known))
+  groups_wake(gp, groups)
 end
 
 -- Flows (docs/workflows.md). A message may wait for others (its children)
@@ -390,7 +456,7 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
---[[ send: (nothing) -> pending
+--[[ send: (nothing) -> pending | ready (a grouped message due now)
 Stores a batch of messages. Each one is written whole or not at all:
 payload string (no TTL: a live message never expires on its own) and
 pending entry. A caller-chosen id may have had an earlier message: its dead
@@ -447,7 +513,15 @@ header) sets the totals' 'prios' field, from when on promote reads the
 priority of each message it moves (docs/priorities.md).
 A message with a group ("=<group>" in its header) sets the totals'
 'groups' field, from when on promote and claim serve groups
-(docs/groups.md).
+(docs/groups.md). One sent with delay 0 (and not debounced) while no
+pending message is due goes to its group's zset instead of pending
+(ready: so no other group's backlog waiting for promote is ahead of it),
+which puts the group in the ring when it may start one; the group keys
+are named after the pending key: its name less "pending", then "g" (the
+group prefix, docs/wire-format.md).
+A message stored with a marker (unique_for, throttle) sets the totals'
+'markers' field, from when on the scripts that finish messages read
+their markers (prelude.lua's markers_of).
 A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
 claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
@@ -463,7 +537,9 @@ Publishes a wake-up when the batch holds a message due before every
 message pending until now.
 Idempotent: a re-sent call finds its own messages and returns 0s (4s with
 unique_for or throttle); a debounce or replace replaces again (5).
-Complexity: O(M log N) with M = messages, N = size of pending, plus the
+Complexity: O(M log N) with M = messages, N = size of pending (or of a
+group's zset, plus O(log G) per group, G = groups, for those sent to
+their group), plus the
 bytes of the values in ARGV (staged ones: O(1) each; a replace whose
 delay header gains a digit: O(payload size)).
 ]]
@@ -527,27 +603,69 @@ local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
 local now = now_ms()
+-- A grouped message due now (delay 0) goes straight to its group's zset
+-- while nothing pending is due: then every message due before it is in
+-- its group already, so its group's due order holds, and no other group's
+-- backlog waiting for promote is ahead of it (docs/groups.md). direct[i]:
+-- message i's group when it goes so.
+local gp, direct, direct_groups = string.sub(KEYS[1], 1, -8) .. 'g', {}, {}
+if grouped and not (head and tonumber(head) <= now) then
+  local seen = {}
+  for i = 1, m do
+    local v = values[i]
+    -- A debounced message stays pending, where the next send of its id
+    -- finds it to replace.
+    local g = tonumber(ARGV[(i - 1) * 5 + 5]) == 0 and not (modes[i] and modes[i][1] == 'd')
+      and group_of(type(v) == 'table' and v[5] or v)
+    if g then
+      direct[i] = g
+      if not seen[g] then
+        seen[g], direct_groups[#direct_groups + 1] = true, g
+      end
+    end
+  end
+  if #direct_groups > 0 then
+    check_group_types(gp)
+    check_group_lists(gp, direct_groups)
+  end
+end
 local out, held, earliest = {}, {}, false
--- Every stored message's pending entry goes in with one ZADD at the end.
-local entries, sent = {}, 0
+-- Every stored message's pending entry goes in with one ZADD at the end;
+-- grouped[g]: the score, id pairs of group g's messages that go straight
+-- to it, order: those groups in the order they first get one.
+local entries, sent, grouped_entries, order, marked = {}, 0, {}, {}, false
 for i = 1, m do
   local a = (i - 1) * 5 + 3
   local id = ARGV[a]
   local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
     tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
   local base = waits[i] and flow_base(KEYS[5 + i], id)
-  if status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0 then
+  local parked = status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0
+  local g = status == 1 and not parked and direct[i]
+  if parked then
     redis.call('ZADD', base .. 'flow:waiting', extra, id)
     redis.call('HSET', KEYS[5], 'flows', 1)
+  elseif g then
+    if not grouped_entries[g] then
+      grouped_entries[g], order[#order + 1] = {}, g
+    end
+    local e, v = grouped_entries[g], values[i]
+    e[#e + 1] = prio_score(priority_of(type(v) == 'table' and v[5] or v), extra)
+    e[#e + 1] = id
   elseif status == 1 or status == 5 then
     entries[#entries + 1] = extra
     entries[#entries + 1] = id
+  end
+  if (status == 1 or status == 5) and not parked then
     if not earliest or extra < earliest then
       earliest = extra
     end
   end
   if status == 1 then
     sent = sent + 1
+    if modes[i] and modes[i][3] then
+      marked = true
+    end
   elseif status == 4 then
     held[#held + 1] = extra
   end
@@ -556,18 +674,25 @@ end
 if #entries > 0 then
   redis.call('ZADD', KEYS[1], unpack(entries))
 end
+if #order > 0 then
+  groups_add(gp, grouped_entries, order)
+end
 wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', sent)
-if prio and #entries > 0 then
+local stored = #entries > 0 or #order > 0
+if prio and stored then
   redis.call('HSET', KEYS[5], 'prios', 1)
 end
-if big and #entries > 0 then
+if big and stored then
   redis.call('HSET', KEYS[5], 'big', 1)
 end
-if grouped and #entries > 0 then
+if marked then
+  redis.call('HSET', KEYS[5], 'markers', 1)
+end
+if grouped and stored then
   redis.call('HSET', KEYS[5], 'groups', 1)
 end
-if not format and #entries > 0 then
+if not format and stored then
   redis.call('HSET', KEYS[5], 'format', ARGV[2])
 end
 for _, ms in ipairs(held) do

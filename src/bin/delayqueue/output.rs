@@ -28,7 +28,8 @@
 //! - `purge`: `{queue, removed}`
 //! - `check`: `{queue, scanned, clean, anomalies: [{kind, id, state?,
 //!   states?}]}`, kind one of `many_states`, `missing_payload`,
-//!   `orphan_payload`, `orphan_retry_record`
+//!   `orphan_payload`, `orphan_retry_record`, or `{kind, group}` with kind
+//!   `idle_group` or `unknown_group`
 
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
@@ -376,6 +377,8 @@ pub fn anomaly_json(a: &Anomaly) -> Value {
         }
         Anomaly::OrphanPayload { id } => json!({"kind": "orphan_payload", "id": id.as_str()}),
         Anomaly::OrphanRetryRecord { id } => json!({"kind": "orphan_retry_record", "id": id.as_str()}),
+        Anomaly::IdleGroup { group } => json!({"kind": "idle_group", "group": group}),
+        Anomaly::UnknownGroup { group } => json!({"kind": "unknown_group", "group": group}),
         other => json!({"kind": "other", "detail": format!("{other:?}")}),
     }
 }
@@ -389,7 +392,11 @@ pub fn anomaly_row(a: &Anomaly) -> [String; 3] {
         (_, Value::Array(all)) => all.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "),
         _ => "-".into(),
     };
-    let id = if v["id"].is_null() { text("detail") } else { text("id") };
+    let id = match (&v["id"], &v["group"]) {
+        (Value::String(id), _) => id.clone(),
+        (_, Value::String(group)) => format!("group {group}"),
+        _ => text("detail"),
+    };
     [text("kind").replace('_', " "), id, where_]
 }
 

@@ -62,7 +62,8 @@ pub(crate) enum Held {
     Concurrency,
     /// The rate limit, which allows more after `wait`.
     Rate { wait: Duration },
-    /// The call's byte budget ([`CLAIM_BYTES`]): more may be ready now.
+    /// The call's byte budget ([`CLAIM_BYTES`]), or the most groups one
+    /// call serves (claim.lua's GROUP_TURNS): more may be ready now.
     Bytes,
 }
 

@@ -41,6 +41,7 @@ impl Op for List {
             k.msg_prefix.as_str().into(),
             count((self.preview + HEADER_BYTES) as u64),
             k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
         ]
     }
 

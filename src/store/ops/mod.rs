@@ -380,7 +380,7 @@ mod tests {
             entry(get::Get { id: id.as_str() }, k),
             entry(
                 scan::Scan {
-                    of: IdKey::Ready,
+                    of: scan::Scanned::Ids(IdKey::Ready),
                     cursor: "0",
                     page: 1,
                 },

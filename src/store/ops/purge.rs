@@ -2,20 +2,21 @@
 
 use fred::prelude::Value;
 
-use super::{count, id_keys, number, Op};
+use super::{count, id_keys, int, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
 
-/// Deletes at most `limit` messages; once none is left, the attempts and
-/// totals too. Run until it deletes nothing.
+/// Deletes at most `limit` messages; once none is left, forgets idle
+/// groups, then the attempts and totals go. Run until it returns 0.
 pub(crate) struct Purge {
     pub limit: usize,
 }
 
 impl Op for Purge {
-    /// Ids removed, list entries included.
-    type Reply = u64;
+    /// Ids removed, list entries included; negative: that many known groups
+    /// forgotten (none is left to remove).
+    type Reply = i64;
     const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
@@ -39,6 +40,6 @@ impl Op for Purge {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        number::<Self>(&v)
+        int::<Self>(&v)
     }
 }

@@ -8,11 +8,23 @@ use crate::store::keys::{glob_escape, Keys};
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
 
-/// At most about `page` ids of key `of`, from `cursor` ("0" to start).
+/// At most about `page` ids (or groups) of `of`, from `cursor` ("0" to start).
 pub(crate) struct Scan<'a> {
-    pub of: IdKey,
+    pub of: Scanned,
     pub cursor: &'a str,
     pub page: usize,
+}
+
+/// What a [`Scan`] pages through.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scanned {
+    /// The ids one key holds.
+    Ids(IdKey),
+    /// The known groups with nothing in them.
+    IdleGroups,
+    /// The groups named by a group's zset or count in processing that are
+    /// not known.
+    UnknownGroups,
 }
 
 /// One page of ids.
@@ -37,14 +49,21 @@ impl Op for Scan<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
+        let of = match self.of {
+            Scanned::Ids(key) => key as i64,
+            Scanned::IdleGroups => 9,
+            Scanned::UnknownGroups => 10,
+        };
         vec![
-            (self.of as i64).into(),
+            of.into(),
             self.cursor.into(),
             count(self.page as u64),
             k.msg_prefix.as_str().into(),
             glob_escape(&k.msg_prefix).into(),
             k.marker_prefix.as_str().into(),
             glob_escape(&k.marker_prefix).into(),
+            k.group_prefix.as_str().into(),
+            glob_escape(&k.group_prefix).into(),
         ]
     }
 

@@ -9,7 +9,7 @@ use crate::store::ops::list::List;
 use crate::store::ops::promote::Promote;
 use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
-use crate::store::ops::scan::Scan;
+use crate::store::ops::scan::{Scan, Scanned};
 use crate::store::ops::timeout::Timeout;
 use crate::store::ops::IdKey;
 use crate::MessageState;
@@ -49,7 +49,7 @@ async fn every_limit_below_1_is_refused_before_a_range_read() {
             preview: 36,
         };
         let scan = Scan {
-            of: IdKey::Ready,
+            of: Scanned::Ids(IdKey::Ready),
             cursor: "0",
             page: 1,
         };

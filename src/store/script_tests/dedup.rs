@@ -287,3 +287,25 @@ async fn purge_deletes_markers_with_their_messages() {
     assert_eq!(env.run(&purge).await, 0);
     assert_eq!(env.keys(), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_queue_without_markers_reads_none_when_its_messages_finish() {
+    let env = Env::new().await;
+    env.send_own("p", "x", 0, NEVER, 3).await;
+    let lease = env.take("p").await;
+    env.reset_command_stats();
+    assert_eq!(env.ack(&[("p", lease)]).await, vec![1]);
+    assert_eq!(env.command_calls("mget"), 0, "no marker read by the ack");
+    assert_eq!(env.int(&["HEXISTS", &env.k().totals, "markers"]), 0);
+
+    // The first send that stores a marker marks the queue, from when on
+    // the ack starts its window.
+    assert_eq!(
+        env.send_mode("u", "one", 0, SendMode::Unique(MINUTE)).await.0,
+        SendOutcome::Stored
+    );
+    assert_eq!(env.hget(&env.k().totals, "markers"), "1");
+    let lease = env.take("u").await;
+    assert_eq!(env.ack(&[("u", lease)]).await, vec![1]);
+    assert!(env.marker("u").1 > 0, "its window started");
+}

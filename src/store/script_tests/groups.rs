@@ -63,11 +63,12 @@ impl Env {
 async fn claim_serves_groups_in_turn_and_acks_leave_no_group_key() {
     let env = Env::new().await;
     let k = env.k().clone();
+    // u1 pending and due: the grouped messages go through pending too.
+    env.send_grouped("u1", "").await;
     for id in ["a1", "a2", "a3", "a4", "a5"] {
         env.send_grouped(id, "A").await;
     }
     env.send_grouped("b1", "B").await;
-    env.send_grouped("u1", "").await;
     assert_eq!(env.stored("b1").as_deref(), Some("3=B:b1"));
     assert_eq!(env.hget(&k.totals, "groups"), "1");
     let due: Vec<(String, i64)> = env.zset(&k.pending);
@@ -339,8 +340,18 @@ async fn purge_deletes_grouped_messages_and_keeps_group_settings() {
         env.send_grouped(id, group).await;
     }
     env.promote(1000).await;
-    assert_eq!(env.claim(1).await.ids(), ["a1"]);
+    assert_eq!(env.claim(2).await.ids(), ["a1", "b1"]);
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 4);
+    assert_eq!(
+        env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]),
+        vec!["A", "B", "C"],
+        "B known while its count in processing is left"
+    );
+    assert_eq!(
+        env.run(&Purge { limit: 1000 }).await,
+        -1,
+        "B forgotten with the counts, a call each for at most 1000 known groups"
+    );
     assert_eq!(env.run(&Purge { limit: 1000 }).await, 0);
     let left: Vec<String> = env.keys().into_iter().filter(|key| !key.contains(":claim:")).collect();
     let mut want = vec![
@@ -488,4 +499,178 @@ async fn a_group_emptied_while_it_waits_is_forgotten_when_its_wait_is_over() {
         .filter(|key| key.starts_with(&env.k().group_prefix))
         .collect();
     assert_eq!(left, vec![env.group_key("limits")], "only the default's setting");
+}
+
+#[tokio::test]
+async fn promote_over_many_groups_moves_fewer_per_call_and_says_more_are_due() {
+    let env = Env::new().await;
+    // 0u pending and due (first in pending, whatever the ms): the grouped
+    // messages go through pending too.
+    env.send_grouped("0u", "").await;
+    for i in 0..5 {
+        env.send_grouped(&format!("m{i}"), &format!("G{i}")).await;
+    }
+    // A budget of 20: 0u costs 1, each group's first message 1 + 8, so the
+    // third group's spends it; the rest is due now (wait 0).
+    assert_eq!(env.promote(20).await, vec![4, 0]);
+    assert_eq!(env.ring(), vec!["G0", "G1", "G2"]);
+    assert_eq!(env.promote(20).await, vec![2, -1]);
+    assert_eq!(env.ring(), vec!["G0", "G1", "G2", "G3", "G4"]);
+
+    // One group: 8 for the group, then 1 a message, read in slices until
+    // the budget is spent.
+    env.send_grouped("0v", "").await;
+    for i in 0..20 {
+        env.send_grouped(&format!("n{i:02}"), "H").await;
+    }
+    assert_eq!(env.promote(20).await, vec![12, 0], "0v, then 11 of H");
+    assert_eq!(env.group_ids("H").len(), 11);
+    assert_eq!(env.promote(20).await, vec![9, -1]);
+}
+
+#[tokio::test]
+async fn a_claim_serves_at_most_64_groups_within_its_budget_and_says_claim_again() {
+    let env = Env::new().await;
+    for i in 0..70 {
+        env.send_grouped(&format!("m{i:02}"), &format!("G{i:02}")).await;
+    }
+    assert_eq!(
+        env.promote(1000).await,
+        vec![0, -1],
+        "sent due to an empty pending: straight to their groups"
+    );
+    assert_eq!(env.ring().len(), 70);
+    assert_eq!(env.stats().await[1], 70, "ready");
+    let c = env.claim(100).await;
+    assert_eq!(c.ids().len(), 64, "one message of each of the first 64 groups");
+    assert_eq!(c.held, Some(Held::Bytes), "cut short: more may be ready now");
+    assert_eq!(env.ring().len(), 6);
+    let c = env.claim(100).await;
+    assert_eq!(c.ids(), ["m64", "m65", "m66", "m67", "m68", "m69"]);
+    assert_eq!(c.held, None);
+
+    // A budget of 256: 1 a message, 2 more a group.
+    for i in 0..300 {
+        env.send_grouped(&format!("h{i:03}"), "H").await;
+    }
+    let c = env.claim(300).await;
+    assert_eq!(c.ids().len(), 254);
+    assert_eq!(c.held, Some(Held::Bytes), "cut short: more may be ready now");
+    assert_eq!(env.claim(300).await.ids().len(), 46);
+}
+
+#[tokio::test]
+async fn a_group_key_of_another_type_fails_send_promote_claim_and_cancel_before_they_write() {
+    use crate::store::ops::promote::Promote;
+    use crate::Error;
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // 0u pending and due: b1 goes through pending, so promote has work.
+    env.send_grouped("0u", "").await;
+    env.send_grouped("b1", "B").await;
+    env.raw(&["SET", &env.group_key("known"), "not a zset"]);
+    let before = env.snapshot();
+    let err = env.store().run(&Promote { limit: 10 }).await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "promote wrote nothing");
+    env.raw(&["DEL", &env.group_key("known")]);
+    env.promote(10).await;
+
+    env.raw(&["SET", &env.group_key("ring"), "not a zset"]);
+    let before = env.snapshot();
+    let receipt = k.claim("c");
+    let err = env
+        .store()
+        .run(&super::claim_op(&receipt, 10, 60_000, 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "claim wrote nothing");
+
+    // Nothing pending is due: a grouped send goes to its group, so checks
+    // its keys first.
+    env.raw(&["SET", &env.group_key(":C:ready"), "not a zset"]);
+    let before = env.snapshot();
+    let value = encode_stored(&ValueParts {
+        retry_count: RETRY as u32,
+        group: Some("C"),
+        payload: b"c1",
+        ..Default::default()
+    });
+    let msgs = vec![crate::store::ops::send::Outgoing {
+        id: "c1".into(),
+        value: value.into(),
+        delay: std::time::Duration::ZERO,
+        expire_after: None,
+        own_id: false,
+        wait: false,
+        stage: None,
+        mode: None,
+    }];
+    let err = env
+        .store()
+        .run(&crate::store::ops::send::SendBatch { msgs })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "send wrote nothing");
+
+    // b1 waits in its group: a cancel checks the group keys first too.
+    env.raw(&["DEL", &env.group_key("ring"), &env.group_key(":C:ready")]);
+    env.raw(&["SET", &env.group_key("known"), "not a zset"]);
+    let before = env.snapshot();
+    let err = env
+        .store()
+        .run(&crate::store::ops::cancel::Cancel { id: "b1" })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    assert_eq!(env.snapshot(), before, "cancel wrote nothing");
+}
+
+#[tokio::test]
+async fn a_grouped_message_due_now_goes_straight_to_its_group_unless_pending_ones_are_due() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_grouped("a1", "A").await;
+    assert!(env.zset(&k.pending).is_empty(), "not pending");
+    assert_eq!(env.group_ids("A"), vec!["a1"]);
+    assert_eq!(env.ring(), vec!["A"]);
+    assert_eq!(env.raw(&["GET", &env.group_key("ready")]), "1");
+    assert_eq!(env.stats().await[1], 1, "ready");
+    assert_eq!(env.hget(&k.totals, "groups"), "1");
+
+    // Behind a due pending message, a grouped one goes through pending,
+    // so that its group keeps due order.
+    env.send_grouped("0u", "").await;
+    env.raw(&["ZADD", &k.pending, "XX", "0", "0u"]);
+    env.send_grouped("a2", "A").await;
+    let pending: Vec<String> = env
+        .zset(&k.pending)
+        .into_iter()
+        .map(|(id, _): (String, i64)| id)
+        .collect();
+    assert_eq!(pending, ["0u", "a2"]);
+    assert_eq!(env.promote(1000).await[0], 2);
+    assert_eq!(env.group_ids("A"), vec!["a1", "a2"]);
+}
+
+#[tokio::test]
+async fn the_ready_listing_shows_grouped_messages_after_the_lists_group_by_group() {
+    use crate::MessageState;
+    let env = Env::new().await;
+    env.send_grouped("u1", "").await;
+    env.promote(1000).await;
+    for (id, group) in [("b1", "B"), ("a1", "A"), ("b2", "B")] {
+        env.send_grouped(id, group).await;
+    }
+    let ids = |page: &crate::Page| page.items.iter().map(|m| m.id.to_string()).collect::<Vec<_>>();
+    let page = env.queue.list(MessageState::Ready, 0, 10).await.unwrap();
+    assert_eq!(ids(&page), ["u1", "a1", "b1", "b2"], "the list, then A's, then B's");
+    assert_eq!(page.total, 4);
+    assert_eq!(page.items[1].group.as_deref(), Some("A"));
+    let page = env.queue.list(MessageState::Ready, 2, 1).await.unwrap();
+    assert_eq!(ids(&page), ["b1"]);
+    let page = env.queue.list(MessageState::Ready, 3, 5).await.unwrap();
+    assert_eq!(ids(&page), ["b2"]);
 }

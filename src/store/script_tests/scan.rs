@@ -73,3 +73,42 @@ async fn integrity_check_reports_each_kind_of_anomaly_once_confirmed() {
     assert_eq!(found.len(), 4, "{found:?}");
     assert!(env.ack(&[("d", lease)]).await == vec![1]);
 }
+
+#[tokio::test]
+async fn integrity_check_reports_idle_known_groups_and_groups_not_known() {
+    use crate::store::ops::groups::{ChangeGroups, GroupChange};
+    use crate::Anomaly;
+    let env = Env::new().await;
+    let gp = env.k().group_prefix.clone();
+    // A clean grouped queue: a group with a due message, one with a
+    // setting of its own and nothing else.
+    let value = crate::store::stored::encode_stored(&crate::store::stored::ValueParts {
+        retry_count: RETRY as u32,
+        group: Some("A"),
+        payload: b"a1",
+        ..Default::default()
+    });
+    assert_eq!(env.send_values(&[("a1", value, 0, NEVER, false)]).await, vec![1]);
+    assert!(
+        env.run(&ChangeGroups {
+            change: GroupChange::Pause("P")
+        })
+        .await
+    );
+    let report = env.queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+
+    env.raw(&["ZADD", &format!("{gp}known"), "0", "idle"]); // known, nothing in it
+    env.raw(&["ZADD", &format!("{gp}:lost:ready"), "1", "x"]); // a zset of a group not known
+    env.raw(&["HSET", &format!("{gp}active"), "gone", "1", "lost", "1"]); // counts of groups not known
+    let mut found = env.queue.check_integrity().await.unwrap().anomalies;
+    found.retain(|a| matches!(a, Anomaly::IdleGroup { .. } | Anomaly::UnknownGroup { .. }));
+    assert_eq!(
+        found,
+        vec![
+            Anomaly::IdleGroup { group: "idle".into() },
+            Anomaly::UnknownGroup { group: "gone".into() },
+            Anomaly::UnknownGroup { group: "lost".into() },
+        ]
+    );
+}
