@@ -9,8 +9,9 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupsbig,flows`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupsbig,flows,results`
 //! (default: all but `batch`, per-message against batch-handler consume,
+//! `results`, consume with handlers returning no result against 100-byte results,
 //! `unique`, send with `unique_for` against a plain send,
 //! `rate` and `gconc`, which measure the limits,
 //! `groups`, consume over 1, 100 and 100,000 groups, a small group's
@@ -382,6 +383,49 @@ async fn w1(client: &Client, name: &str, n: usize, user: Option<&str>) -> Res<se
         out["consume_user_c16_per_s"] = json!(consume_as_user(url, &format!("{name}-user"), n).await?);
     }
     Ok(out)
+}
+
+/// results: consume as in w1 (`concurrency(16)`, `n` due messages) with a
+/// handler that returns nothing and with one that returns a 100-byte
+/// result (kept by the ack for the default retention), in `rounds`
+/// alternating rounds on fresh queues: what keeping results costs
+/// (docs/results.md).
+async fn results(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    let (mut rates, mut cpu, mut ratios) = ([vec![], vec![]], [vec![], vec![]], vec![]);
+    for round in 0..rounds {
+        let mut took = [0.0; 2];
+        for side in [round % 2, 1 - round % 2] {
+            let q = queue(client, &format!("{tag}-results{round}-{side}"), |b| b.concurrency(16))?;
+            send_batch(&q, n, Duration::ZERO).await?;
+            let (rate, redis_us, ..) = match side {
+                0 => consume(&q, client, n).await?,
+                _ => {
+                    let handle = q.clone();
+                    consume_by(&q, client, n, |count| async move {
+                        handle
+                            .start_consume(move |_msg: Message| {
+                                count.fetch_add(1, Ordering::Relaxed);
+                                async { Ok::<_, HandlerError>(PAYLOAD.to_vec()) }
+                            })
+                            .await
+                    })
+                    .await?
+                }
+            };
+            rates[side].push(rate);
+            cpu[side].push(redis_us);
+            took[side] = rate;
+        }
+        ratios.push(took[1] / took[0]);
+        cleanup(client).await?;
+    }
+    Ok(json!({
+        "n": n,
+        "rounds": rounds,
+        "consume_c16_per_s": {"no_result": median(rates[0].clone()), "result_100b": median(rates[1].clone())},
+        "consume_redis_cpu_us_per_msg": {"no_result": median(cpu[0].clone()), "result_100b": median(cpu[1].clone())},
+        "result_to_no_result_median": (median(ratios) * 100.0).round() / 100.0,
+    }))
 }
 
 /// prio: consume as in w1 (`concurrency(16)`, no-op handler, `n` due
@@ -987,6 +1031,9 @@ async fn main() -> Res<()> {
     }
     if on("batch") {
         emit("batch_handler", batch(&client, &tag, o.n, o.rounds).await?);
+    }
+    if on("results") {
+        emit("results", results(&client, &tag, o.n, o.rounds).await?);
     }
     if on("prio") {
         emit("priorities", prio(&client, &tag, o.n, o.rounds).await?);

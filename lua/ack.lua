@@ -6,8 +6,13 @@ redelivered deletes nothing.
 
 KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
-ARGV[4..] pairs of id, lease
-Returns one value per pair, in order: 1 acked, 3 acked and its
+ARGV[4] result key prefix   ARGV[5] progress key prefix   ARGV[6] log key prefix
+ARGV[7] waiters zset   ARGV[8] done channel
+ARGV[9] result retention ms (0: keep no result)
+ARGV[10..] triples of id, lease, outcome: "" (no result, no progress or
+log written), else a flag then the result bytes: "r" a result, "n" no
+result but progress or log written, "b" both
+Returns one value per triple, in order: 1 acked, 3 acked and its
 completion recorded in the outbox for its parent (the caller runs the
 relay, docs/workflows.md), 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
@@ -19,27 +24,49 @@ While any group has a message in processing (the group prefix's 'active'
 hash exists), each acked id's header is read for its group: the group's
 count in processing goes down, and the group goes back to the ring when
 it may start another (prelude.lua, docs/groups.md).
+Each acked id's result is written to its result key with the retention
+as TTL (one SET each). The progress and log keys of each acked id whose
+delivery wrote them get the retention as TTL (deleted when it is 0). These
+keys are built, not declared: before the first write one EXISTS touches
+them all with the processing zset, so during a slot migration the script
+fails with nothing written (docs/design.md §2), as payloads_here does for
+payloads. While anybody waits for a result (the waiters zset exists) each
+acked id waited for is published on the done channel and leaves the zset.
 While the totals have 'flows', an acked id that is a child records its
 completion in the outbox and an acked parent's children results go
 (flow_done in prelude.lua, docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
-Complexity: O(M log N) with M = pairs, in eight calls whatever M, plus one
-EXISTS per id not in processing and one PEXPIRE per unique_for marker;
+Complexity: O(M log N) with M = triples, in nine calls whatever M, plus one
+EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
+EXISTS of the result, progress and log keys when any, one SET per result
+and two PEXPIREs per delivery that wrote progress or log;
 with groups in processing one GETRANGE per acked id and O(log G) per
-group, G = groups; with flows four calls more and O(links).
+group, G = groups; with waiters one ZMSCORE and a PUBLISH per acked id
+waited for; with flows four calls more and O(links).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
-local ids, out = ids_of(4, 2), {}
+local ids, out = ids_of(10, 3), {}
+local retention = tonumber(ARGV[9])
 if #ids == 0 then
   return {}
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local done, absent = {}, {}
+local done, absent, results, noted, built = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[2 * i + 3]) then
+  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 8]) then
     done[#done + 1] = id
     out[i] = 1
+    local flag = string.sub(ARGV[3 * i + 9], 1, 1)
+    if retention > 0 and (flag == 'r' or flag == 'b') then
+      results[#results + 1] = {ARGV[4] .. id, string.sub(ARGV[3 * i + 9], 2)}
+      built[#built + 1] = ARGV[4] .. id
+    end
+    if flag == 'n' or flag == 'b' then
+      noted[#noted + 1] = {ARGV[5] .. id, ARGV[6] .. id}
+      built[#built + 1] = ARGV[5] .. id
+      built[#built + 1] = ARGV[6] .. id
+    end
   else
     out[i] = 0
     if not scores[i] then
@@ -67,11 +94,39 @@ if #done > 0 then
     check_group_types(ARGV[2])
     finished = groups_of(keys)
   end
+  if #built > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(built))
+  end
   redis.call('ZREM', KEYS[1], unpack(done))
   for i, key in ipairs(markers[1]) do
     start_window(key, markers[2][i])
   end
   forget(KEYS[2], keys, done)
+  for _, r in ipairs(results) do
+    redis.call('SET', r[1], r[2], 'PX', retention)
+  end
+  for _, both in ipairs(noted) do
+    for _, key in ipairs(both) do
+      if retention > 0 then
+        redis.call('PEXPIRE', key, retention)
+      else
+        redis.call('DEL', key)
+      end
+    end
+  end
+  if redis.call('EXISTS', ARGV[7]) == 1 then
+    local waited = redis.call('ZMSCORE', ARGV[7], unpack(done))
+    local told = {}
+    for i, id in ipairs(done) do
+      if waited[i] then
+        redis.call('PUBLISH', ARGV[8], id)
+        told[#told + 1] = id
+      end
+    end
+    if #told > 0 then
+      redis.call('ZREM', ARGV[7], unpack(told))
+    end
+  end
   groups_finished(ARGV[2], finished)
   local recorded = flow_done(KEYS[3], flow_base(ARGV[1], ''), done, 'a', true)
   for i, id in ipairs(ids) do

@@ -3,17 +3,20 @@
 
 KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
-KEYS[7] msg string of this id
+KEYS[7] msg string of this id   KEYS[8] result string   KEYS[9] progress string
+KEYS[10] log list
 ARGV[1] id   ARGV[2] priority zset (read for a value with a priority)
 ARGV[3] group key prefix (its group's zset read for a value with a group)
 ARGV[4] waiting zset (docs/workflows.md)
-Returns {state, score, attempt record, stored value, TTL ms, now ms}:
+Returns {state, score, attempt record, stored value, TTL ms, now ms,
+result, progress, log lines} (result and progress "" when there is none):
 state 1 to 5 is the KEYS[n] holding the id (0: none; 2 also for the
 priority zset and the zset of the message's group; 9 the waiting zset); score as in `list`
 ("" for lists); "" for a missing record or value.
 Idempotent: reads only.
 Complexity: O(log N) when the id is in a zset (its group's too); otherwise O(L) to find it
-in the ready and retry lists (LPOS stops at the first match).
+in the ready and retry lists (LPOS stops at the first match); plus O(G)
+for the G log lines.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
@@ -43,4 +46,13 @@ elseif state == 0 and value ~= '' then
     state = 2
   end
 end
-return {state, score, redis.call('HGET', KEYS[6], id) or '', value, redis.call('PTTL', KEYS[7]), now_ms()}
+local function text(key)
+  local v = redis.pcall('GET', key)
+  return type(v) == 'string' and v or ''
+end
+local lines = redis.pcall('LRANGE', KEYS[10], 0, -1)
+if lines.err then
+  lines = {}
+end
+return {state, score, redis.call('HGET', KEYS[6], id) or '', value, redis.call('PTTL', KEYS[7]), now_ms(),
+  text(KEYS[8]), text(KEYS[9]), lines}

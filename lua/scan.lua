@@ -7,7 +7,8 @@ KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 ARGV[1] what to page through: 1 to 6 for KEYS[n], 7 for payload keys,
 8 for marker keys without TTL (unique_for markers of live messages,
-docs/dedup.md)
+docs/dedup.md); 11, 12, 13 for result, progress and log keys without TTL
+(always an anomaly: every script that writes them sets one)
 ARGV[2] cursor, "0" to start   ARGV[3] page size (1 to 1000)
 ARGV[4] msg key prefix   ARGV[5] the same, escaped as a SCAN pattern
 ARGV[6] marker key prefix   ARGV[7] the same, escaped as a SCAN pattern
@@ -18,12 +19,15 @@ no pause, limit or rate of their own), 10 through the groups' zsets and
 the counts in processing and returns the groups they name that are not
 known: each group checked in the call that reads it (every script that
 empties a group forgets it, every one that fills it makes it known).
+ARGV[10], ARGV[11]; ARGV[12], ARGV[13]; ARGV[14], ARGV[15]: the result,
+progress and log key prefixes, each with its SCAN pattern (11, 12, 13)
 Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
 ids are its fields, for payload and marker keys the ids their keys end with,
 for 9 and 10 group names.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
-a PTTL per marker key; O(log G) per group, G = groups, for 9 and 10).
+a PTTL per marker, result, progress or log key; O(log G) per group, G =
+groups, for 9 and 10).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
@@ -81,8 +85,11 @@ elseif what == 10 then
     end
   end
 else
-  local prefix = what == 7 and ARGV[4] or ARGV[6]
-  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[what == 7 and 5 or 7] .. '*', 'COUNT', size)
+  -- 7 -> ARGV[4], 8 -> ARGV[6], 11 -> ARGV[10], 12 -> ARGV[12], 13 ->
+  -- ARGV[14]; each pattern follows its prefix.
+  local at = what <= 8 and 2 * what - 10 or 2 * what - 12
+  local prefix = ARGV[at]
+  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[at + 1] .. '*', 'COUNT', size)
   out[1], page = reply[1], {}
   for _, k in ipairs(reply[2]) do
     if what == 7 or redis.call('PTTL', k) == -1 then

@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::handler::panic_text;
-use crate::{Handler, HandlerError, Message};
+use crate::handler::{keep_result, panic_text};
+use crate::{Handler, HandlerError, IntoResult, Message};
 
 /// Processes due messages several at a time, for bulk work such as one
 /// multi-row insert. Returns one result per message, in the order of the
@@ -57,13 +57,25 @@ pub trait BatchHandler: Send + Sync + 'static {
 }
 
 #[async_trait::async_trait]
-impl<F, Fut> BatchHandler for F
+impl<F, Fut, R> BatchHandler for F
 where
     F: Fn(Vec<Message>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Vec<Result<(), HandlerError>>> + Send,
+    Fut: Future<Output = Vec<Result<R, HandlerError>>> + Send,
+    R: IntoResult + Send,
 {
     async fn handle(&self, batch: Vec<Message>) -> Vec<Result<(), HandlerError>> {
-        self(batch).await
+        let scribes: Vec<_> = batch.iter().map(|m| m.scribe.clone()).collect();
+        let results = self(batch).await;
+        // Results beyond the batch have no message to keep them; the
+        // gathering reports the count.
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| match scribes.get(i) {
+                Some(scribe) => keep_result(scribe, r?),
+                None => r.map(drop),
+            })
+            .collect()
     }
 }
 

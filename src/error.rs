@@ -98,6 +98,45 @@ pub enum Error {
         /// `false`: no message with this id is live.
         live: bool,
     },
+    /// A handler's result is larger than the queue's
+    /// [`max_result_size`](crate::DelayQueueBuilder::max_result_size): its
+    /// delivery fails with this as its reason.
+    #[error("result of {size} bytes exceeds max_result_size ({max} bytes)")]
+    ResultTooLarge {
+        /// Size of the result.
+        size: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// A [`Message::progress`](crate::Message::progress) value is larger
+    /// than [`MAX_PROGRESS`](crate::MAX_PROGRESS).
+    #[error("progress of {size} bytes exceeds MAX_PROGRESS ({max} bytes)")]
+    ProgressTooLarge {
+        /// Size of the value.
+        size: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A [`Message::progress`](crate::Message::progress) or
+    /// [`Message::log`](crate::Message::log) came from a delivery that no
+    /// longer holds its message's lease (it ran out and the message was
+    /// taken back, or the delivery has ended); nothing was written.
+    #[error("delivery {attempt} of message {id} no longer holds its lease; nothing written")]
+    LeaseLost {
+        /// The message.
+        id: MessageId,
+        /// The delivery.
+        attempt: u32,
+    },
+    /// No message with this id is stored and no result of one is kept
+    /// ([`DelayQueue::wait_result`](crate::DelayQueue::wait_result)).
+    #[error("no message {id} in queue {queue:?} and no result of one")]
+    NoSuchMessage {
+        /// The queue.
+        queue: String,
+        /// The id.
+        id: MessageId,
+    },
     /// A queue key holds a value of the wrong type: something other than
     /// `delayqueue` wrote to it.
     #[error("a key of queue {queue:?} holds the wrong type of value (written by something else?): {detail}")]

@@ -35,6 +35,14 @@ pub enum Event {
         /// The message.
         id: MessageId,
     },
+    /// A running handler reported its progress
+    /// ([`Message::progress`](crate::Message::progress)).
+    Progress {
+        /// The message.
+        id: MessageId,
+        /// The value it reported: a number's digits or JSON text.
+        value: String,
+    },
     /// A delivery failed and the message will be delivered again.
     Failed {
         /// The message.

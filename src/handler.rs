@@ -4,7 +4,8 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::Message;
+use crate::scribe::Scribe;
+use crate::{IntoPayload, Message};
 
 /// What a handler returns on failure: any error. The message is nacked and
 /// retried after the queue's [`Backoff`](crate::Backoff) (or moved to the
@@ -135,6 +136,12 @@ impl std::error::Error for SkipRetry {
 /// Processes delivered messages. `Ok` acks the message, `Err` nacks it; a
 /// panic or exceeding `handler_timeout` counts like an `Err`.
 ///
+/// An async closure may return a result with its `Ok`: bytes, a string or
+/// a [`Json`](crate::Json) value ([`IntoResult`]), kept for
+/// [`DelayQueue::result`](crate::DelayQueue::result). A type that
+/// implements the trait sets its result with
+/// [`Message::set_result`](crate::Message::set_result).
+///
 /// Implement it on a type, or pass an async closure:
 ///
 /// ```
@@ -158,6 +165,10 @@ impl std::error::Error for SkipRetry {
 ///     }
 ///     Ok::<(), HandlerError>(())
 /// });
+/// // A closure's `Ok` value is the message's result.
+/// is_handler(|msg: Message| async move {
+///     Ok::<_, HandlerError>(delayqueue::Json(msg.payload().len()))
+/// });
 /// ```
 #[async_trait::async_trait]
 pub trait Handler: Send + Sync + 'static {
@@ -167,13 +178,59 @@ pub trait Handler: Send + Sync + 'static {
 }
 
 #[async_trait::async_trait]
-impl<F, Fut> Handler for F
+impl<F, Fut, R> Handler for F
 where
     F: Fn(Message) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), HandlerError>> + Send,
+    Fut: Future<Output = Result<R, HandlerError>> + Send,
+    R: IntoResult,
 {
     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
-        self(msg).await
+        let scribe = msg.scribe.clone();
+        keep_result(&scribe, self(msg).await?)
+    }
+}
+
+/// Keeps a handler's returned result for the ack; `()` keeps what
+/// `set_result` set.
+pub(crate) fn keep_result(scribe: &Scribe, result: impl IntoResult) -> Result<(), HandlerError> {
+    if let Some(result) = result.into_result()? {
+        scribe.set(Some(result), scribe.max_result())?;
+    }
+    Ok(())
+}
+
+/// What a handler may return as its message's result: `()` for none,
+/// or a payload (`&str`, `String`, `&[u8]`, `Vec<u8>`,
+/// [`Payload`](crate::Payload), [`Json`](crate::Json) of any `Serialize`).
+///
+/// ```
+/// use delayqueue::{HandlerError, IntoResult, Json, Message};
+///
+/// async fn resize(msg: Message) -> Result<Json<(u32, u32)>, HandlerError> {
+///     Ok(Json((640, 480)))
+/// }
+/// assert_eq!(Json((640, 480)).into_result().unwrap(), Some(b"[640,480]".to_vec()));
+/// assert_eq!(().into_result().unwrap(), None);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a handler result",
+    note = "a result is `()`, `&str`, `String`, `&[u8]`, `Vec<u8>`, `Payload` or `Json(..)`"
+)]
+pub trait IntoResult {
+    /// The result's bytes; `None` for no result. A value that does not
+    /// serialize fails the delivery.
+    fn into_result(self) -> Result<Option<Vec<u8>>, crate::Error>;
+}
+
+impl IntoResult for () {
+    fn into_result(self) -> Result<Option<Vec<u8>>, crate::Error> {
+        Ok(None)
+    }
+}
+
+impl<T: IntoPayload> IntoResult for T {
+    fn into_result(self) -> Result<Option<Vec<u8>>, crate::Error> {
+        Ok(Some(self.into_payload()?.into_bytes()))
     }
 }
 
@@ -207,5 +264,29 @@ impl Message {
     /// ```
     pub fn json_or_skip<T: serde::de::DeserializeOwned>(&self) -> Result<T, SkipRetry> {
         self.json().map_err(SkipRetry::new)
+    }
+
+    /// Sets this delivery's result, kept once the handler returns `Ok`
+    /// (the ack writes it): for a [`Handler`] implemented on a type, whose
+    /// `handle` returns `()`. A closure handler returns its result instead.
+    /// A later call replaces it. A result over the queue's
+    /// [`max_result_size`](crate::DelayQueueBuilder::max_result_size)
+    /// gives [`Error::ResultTooLarge`](crate::Error::ResultTooLarge) and is not kept.
+    ///
+    /// ```
+    /// use delayqueue::{Handler, HandlerError, Json, Message};
+    ///
+    /// struct Quote;
+    ///
+    /// #[delayqueue::async_trait]
+    /// impl Handler for Quote {
+    ///     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
+    ///         msg.set_result(Json(serde_json::json!({"price": 42})))?;
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn set_result(&self, result: impl IntoResult) -> Result<(), crate::Error> {
+        self.scribe.set(result.into_result()?, self.scribe.max_result())
     }
 }

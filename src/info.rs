@@ -81,6 +81,17 @@ pub struct MessageInfo {
     /// When it expires undelivered: due time + its `expire_after`, by
     /// Redis's clock (`None`: never, or the payload is gone).
     pub expires_at: Option<SystemTime>,
+    /// The result kept under its id ([`DelayQueue::result`](crate::DelayQueue::result)),
+    /// from `get` only: a stored message has one when an earlier message of
+    /// the same id was acked with one within the retention.
+    pub result: Option<Vec<u8>>,
+    /// The last progress its handler reported
+    /// ([`Message::progress`](crate::Message::progress)), as JSON text;
+    /// from `get` only.
+    pub progress: Option<String>,
+    /// Its last log lines ([`Message::log`](crate::Message::log)), oldest
+    /// first; from `get` only.
+    pub log: Vec<String>,
 }
 
 impl MessageInfo {

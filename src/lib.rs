@@ -87,6 +87,7 @@ mod otel;
 mod payload;
 mod queue;
 mod schedule;
+mod scribe;
 mod status;
 mod store;
 #[cfg(feature = "web")]
@@ -99,12 +100,13 @@ pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
 pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, MessageRef};
-pub use handler::{Handler, HandlerError, RetryAfter, SkipRetry};
+pub use handler::{Handler, HandlerError, IntoResult, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, GroupInfo, GroupPage, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use maxima::{
     MAX_BATCH_SIZE, MAX_DELAY, MAX_FLOW_CHILDREN, MAX_FLOW_DEPTH, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES,
-    MAX_HEADER_NAME_LEN, MAX_PRIORITY, MAX_RETRY_COUNT, MAX_WINDOW,
+    MAX_HEADER_NAME_LEN, MAX_LOG_LINE, MAX_LOG_LINES, MAX_PRIORITY, MAX_PROGRESS, MAX_RESULT_SIZE, MAX_RETRY_COUNT,
+    MAX_WINDOW,
 };
 pub use message::Message;
 pub use meters::describe_metrics;

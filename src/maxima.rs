@@ -38,6 +38,17 @@ pub const MAX_FLOW_CHILDREN: usize = 1_000_000;
 /// Most levels of a [`Flow`](crate::Flow): a parent and its children are
 /// two.
 pub const MAX_FLOW_DEPTH: usize = 16;
+/// Largest [`max_result_size`](crate::DelayQueueBuilder::max_result_size):
+/// a handler's result is one Redis string written by the ack (16 MiB).
+pub const MAX_RESULT_SIZE: usize = 16 * 1024 * 1024;
+/// Largest [`max_log_lines`](crate::DelayQueueBuilder::max_log_lines): the
+/// lines of [`Message::log`](crate::Message::log) a message keeps.
+pub const MAX_LOG_LINES: usize = 10_000;
+/// Longest line of [`Message::log`](crate::Message::log), in bytes; a
+/// longer one is cut on a character boundary.
+pub const MAX_LOG_LINE: usize = 2048;
+/// Largest value of [`Message::progress`](crate::Message::progress), in bytes.
+pub const MAX_PROGRESS: usize = 4096;
 
 /// Longest group name, in bytes ([`NewMessage::group`](crate::NewMessage::group)).
 /// Names are 1 to this many ASCII letters, digits, `-`, `_` and `.`, the

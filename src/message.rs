@@ -1,9 +1,11 @@
 //! A delivered message, as the handler sees it.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+use crate::scribe::{NoteKind, Scribe};
 use crate::{Backoff, Error, MessageId};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).
@@ -26,6 +28,8 @@ pub struct Message {
     pub(crate) due_at_ms: u64,
     /// Deliveries the handler deferred before this one.
     pub(crate) deferrals: u32,
+    /// This delivery's result, progress and log, shared by every clone.
+    pub(crate) scribe: Arc<Scribe>,
 }
 
 /// One delivery's receipt, from its claim to its ack or nack: the one
@@ -163,6 +167,56 @@ impl Message {
     /// ```
     pub fn deliveries_left(&self) -> u32 {
         (self.retry_count + 1).saturating_sub(self.receipt.attempt)
+    }
+
+    /// Reports the handler's progress: a number from 0 to 100, or any
+    /// JSON value (`{"done": 3, "of": 10}`), at most
+    /// [`MAX_PROGRESS`](crate::MAX_PROGRESS) bytes as JSON. It replaces the
+    /// last one, shows in [`MessageInfo::progress`](crate::MessageInfo::progress)
+    /// and emits [`Event::Progress`](crate::Event::Progress). Written at
+    /// once, only while this delivery holds the message's lease: otherwise
+    /// [`Error::LeaseLost`] and nothing is written. Kept after the ack for
+    /// the queue's `result_retention` (docs/results.md).
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     for step in 1..=4 {
+    ///         // ... one quarter of the work ...
+    ///         msg.progress(step * 25).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn progress(&self, value: impl serde::Serialize) -> Result<(), Error> {
+        let value = serde_json::to_value(value)?;
+        if let Some(n) = value.as_f64() {
+            if !(0.0..=100.0).contains(&n) {
+                return Err(Error::InvalidArgument(format!("progress {n} is not 0 to 100")));
+            }
+        }
+        self.scribe
+            .write(self.id(), self.attempt(), NoteKind::Progress(&value.to_string()))
+            .await
+    }
+
+    /// Appends a line to the message's log: the last
+    /// [`max_log_lines`](crate::DelayQueueBuilder::max_log_lines) lines are
+    /// kept, each cut to [`MAX_LOG_LINE`](crate::MAX_LOG_LINE) bytes (on a
+    /// character boundary). Shown in [`MessageInfo::log`](crate::MessageInfo::log);
+    /// fenced by the lease and kept as [`progress`](Self::progress) is.
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     msg.log("fetched 3 invoices").await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn log(&self, line: impl AsRef<str>) -> Result<(), Error> {
+        self.scribe
+            .write(self.id(), self.attempt(), NoteKind::Log(line.as_ref()))
+            .await
     }
 
     /// The payload decoded as JSON.

@@ -12,7 +12,8 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
-use crate::{Handler, HandlerError, Message};
+use crate::handler::keep_result;
+use crate::{Handler, HandlerError, IntoResult, Message};
 
 /// A [`Handler`] as a `tower::Service<Message>`, the innermost service of
 /// a `tower::ServiceBuilder` stack; [`service`] turns the stack back into
@@ -104,7 +105,8 @@ impl<H: Handler> Service<Message> for HandlerService<H> {
 /// ```
 pub fn service<S>(svc: S) -> ServiceHandler<S>
 where
-    S: Service<Message, Response = ()> + Clone + Send + 'static,
+    S: Service<Message> + Clone + Send + 'static,
+    S::Response: IntoResult,
     S::Error: Into<HandlerError>,
     S::Future: Send,
 {
@@ -128,7 +130,8 @@ impl<S> fmt::Debug for ServiceHandler<S> {
 #[async_trait::async_trait]
 impl<S> Handler for ServiceHandler<S>
 where
-    S: Service<Message, Response = ()> + Clone + Send + 'static,
+    S: Service<Message> + Clone + Send + 'static,
+    S::Response: IntoResult,
     S::Error: Into<HandlerError>,
     S::Future: Send,
 {
@@ -138,6 +141,7 @@ where
         std::future::poll_fn(|cx| svc.poll_ready(cx))
             .await
             .map_err(Into::into)?;
-        svc.call(msg).await.map_err(Into::into)
+        let scribe = msg.scribe.clone();
+        keep_result(&scribe, svc.call(msg).await.map_err(Into::into)?)
     }
 }

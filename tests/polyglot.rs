@@ -139,17 +139,23 @@ console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.scr
 /// One handled message: id, payload, retry count, priority, when (ms), headers.
 type Handled = (String, Vec<u8>, u32, u8, u64, Vec<(String, String)>);
 
-/// Checks that the foreign package runs send and cancel exactly as the
-/// crate does (`shas`: their SHA1s as it computes them, which Redis knows
-/// after a Rust send and cancel), starts a Rust consumer, lets `produce`
-/// (given the server's port) send, and checks what the consumer handles.
-async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + Send + 'static) {
+/// A private server, a client on it, and the queue "poly" the producers send to.
+async fn poly_queue() -> (RedisServer, delayqueue::fred::clients::Client, DelayQueue) {
     let server = RedisServer::start().await;
     let client = server.client().await;
     let queue = DelayQueue::builder("poly", client.clone())
         .fetch_interval(Duration::from_millis(50))
         .build()
         .unwrap();
+    (server, client, queue)
+}
+
+/// Checks that the foreign package runs send and cancel exactly as the
+/// crate does (`shas`: their SHA1s as it computes them, which Redis knows
+/// after a Rust send and cancel), starts a Rust consumer, lets `produce`
+/// (given the server's port) send, and checks what the consumer handles.
+async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + Send + 'static) {
+    let (server, client, queue) = poly_queue().await;
     queue
         .send("warm")
         .delay(Duration::from_secs(60))
@@ -390,4 +396,55 @@ async fn foreign_producers_are_refused_by_a_sharded_queue() {
     let pending: i64 = client.exists("dq:{sharded}:pending").await.unwrap();
     assert_eq!(pending, 0, "nothing in the unsharded layout");
     assert_eq!(queue.counts().await.unwrap().ready, 1);
+}
+
+/// Both producers read the result a Rust handler returned, by id.
+#[tokio::test]
+async fn producers_read_a_result_by_id() {
+    let (server, _client, queue) = poly_queue().await;
+    let id = queue.send("x").id("order-7").await.unwrap();
+    let consumer = queue
+        .start_consume(|_m: Message| async { Ok::<_, delayqueue::HandlerError>(b"\x00paid".to_vec()) })
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.wait_result(&id, WAIT).await.unwrap().as_deref(),
+        Some(&b"\x00paid"[..])
+    );
+    consumer.shutdown().await.unwrap();
+    let port = server.port().to_string();
+    let py = python();
+    let python_says = run(Command::new(py)
+        .args([
+            "-c",
+            r#"
+import sys
+sys.path.insert(0, sys.argv[2])
+import redis, delayqueue_producer as d
+p = d.Producer(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "poly")
+print(p.result("order-7").hex(), p.result("nope"))
+"#,
+        ])
+        .arg(&port)
+        .arg(python_dir()));
+    let dir = node_dir();
+    let node_says = run(Command::new("node")
+        .args([
+            "-e",
+            r#"
+const Redis = require('ioredis');
+const d = require(process.argv[2] + '/delayqueue-producer.js');
+(async () => {
+  const r = new Redis({ host: '127.0.0.1', port: Number(process.argv[1]) });
+  const p = new d.Producer(r, 'poly');
+  console.log((await p.result('order-7')).toString('hex'), await p.result('nope'));
+  r.disconnect();
+})();
+"#,
+        ])
+        .arg(&port)
+        .arg(&dir)
+        .current_dir(&dir));
+    assert_eq!(python_says.trim(), "0070616964 None");
+    assert_eq!(node_says.trim(), "0070616964 null");
 }

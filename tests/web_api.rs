@@ -7,6 +7,7 @@ use delayqueue_test_support as support;
 
 mod helpers;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,6 +19,7 @@ use delayqueue::{DelayQueue, MessageState};
 use helpers::make_dead;
 use serde_json::{json, Value};
 use support::{wait_for, RedisServer, WAIT};
+use tokio::sync::Notify;
 use tower::ServiceExt;
 
 /// One reply: status, headers, body.
@@ -1637,6 +1639,52 @@ async fn producer_api_offers_unique_for_throttle_debounce_and_replace() {
         before,
         "nothing written"
     );
+}
+
+#[tokio::test]
+async fn one_message_shows_its_progress_and_log_and_an_acked_ones_result() {
+    let (_server, client) = start().await;
+    let q = DelayQueue::builder("results", client.clone())
+        .fetch_interval(Duration::from_millis(50))
+        .concurrency(2)
+        .build()
+        .unwrap();
+    let app = delayqueue::web::router(client.clone());
+    let (id, done) = (q.send("x").await.unwrap(), q.send("y").await.unwrap());
+    let (written, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (w, r) = (written.clone(), release.clone());
+    let consumer = q
+        .start_consume(move |msg: delayqueue::Message| {
+            let (w, r) = (w.clone(), r.clone());
+            async move {
+                if msg.payload() == b"x" {
+                    msg.progress(40).await?;
+                    msg.log("step 1").await?;
+                    w.notify_one();
+                    r.notified().await;
+                }
+                Ok::<_, delayqueue::HandlerError>("done")
+            }
+        })
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, written.notified())
+        .await
+        .expect("progress written");
+    let m = get_ok(&app, &format!("/api/v1/queues/results/messages/{id}")).await;
+    assert_eq!(
+        (m["state"].as_str(), m["progress"].as_str()),
+        (Some("processing"), Some("40"))
+    );
+    assert_eq!(m["log"], json!(["step 1"]));
+    assert_eq!(q.wait_result(&done, WAIT).await.unwrap().as_deref(), Some(&b"done"[..]));
+    let m = get_ok(&app, &format!("/api/v1/queues/results/messages/{done}")).await;
+    assert_eq!(
+        m,
+        json!({"id": done.as_str(), "finished": true, "result_text": "done", "result_base64": "ZG9uZQ=="})
+    );
+    release.notify_one();
+    consumer.shutdown().await.unwrap();
 }
 
 /// `/metrics` has gauges for the groups with the most due messages only,

@@ -1196,3 +1196,56 @@ async fn a_group_paused_with_a_click_waits_while_another_is_handled_and_resuming
     assert!(!paused(&work.groups(0, 10).await.unwrap()));
     b.close().await;
 }
+
+#[tokio::test]
+async fn the_message_view_shows_live_progress_and_log_lines_then_the_result() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let reports = dash.queue("reports", |b| b.max_consume_duration(Duration::from_secs(60)));
+    let id = reports.send("quarterly report").id("report-q3").await.unwrap();
+    // The handler reports, then waits for the test before each next step.
+    let step = Arc::new(tokio::sync::Semaphore::new(0));
+    let s = step.clone();
+    let _consumer = reports
+        .start_consume(move |msg: Message| {
+            let s = s.clone();
+            async move {
+                msg.progress(30).await?;
+                msg.log("fetched 1,204 orders").await?;
+                msg.log("totals computed for 3 regions").await?;
+                s.acquire().await?.forget();
+                msg.progress(80).await?;
+                msg.log("rendering the PDF").await?;
+                s.acquire().await?.forget();
+                Ok::<_, HandlerError>(delayqueue::Json(json!({"pages": 12, "url": "s3://reports/q3.pdf"})))
+            }
+        })
+        .await
+        .unwrap();
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, &format!("#/q/reports/m/{id}")).await;
+    b.wait(
+        "progress 30% and two log lines",
+        "(() => { const p = document.querySelector('[data-testid=message-progress]'); const l = document.querySelector('[data-testid=message-log]'); return !!p && p.innerText.includes('30%') && !!l && l.innerText.includes('totals computed'); })()",
+    )
+    .await;
+    b.screenshot("message-progress").await;
+    // Live: the view follows the handler while it runs.
+    step.add_permits(1);
+    b.wait(
+        "progress 80% and the third line",
+        "(() => { const p = document.querySelector('[data-testid=message-progress]'); const l = document.querySelector('[data-testid=message-log]'); return !!p && p.innerText.includes('80%') && l.innerText.includes('rendering the PDF'); })()",
+    )
+    .await;
+    step.add_permits(1);
+    b.wait(
+        "the finished message with its result",
+        "(() => { const r = document.querySelector('[data-testid=message-result]'); return !!document.querySelector('[data-testid=finished]') && !!r && r.innerText.includes('s3://reports/q3.pdf'); })()",
+    )
+    .await;
+    b.screenshot("message-result").await;
+    let kept: Option<Value> = reports.result_json(&id).await.unwrap();
+    assert_eq!(kept, Some(json!({"pages": 12, "url": "s3://reports/q3.pdf"})));
+    b.close().await;
+}

@@ -327,6 +327,15 @@ class Producer {
     const keys = [...this.keys('cancel', [id]), this.base + WIRE.marker_key + id];
     return (await CANCEL.call(this.client, keys, [id, this.base + WIRE.group_key])) === 1;
   }
+
+  /**
+   * The result the handler of acked message `id` returned (a Buffer), while
+   * the queue keeps it (its result_retention); null when there is none.
+   */
+  async result(id) {
+    checkId(id);
+    return this.client.getBuffer(this.base + WIRE.result_key + id);
+  }
 }
 
 module.exports = {

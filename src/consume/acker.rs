@@ -13,9 +13,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::context::Context;
+use super::outcome::Kept;
 use crate::events::{self, Event};
 use crate::message::Receipt;
-use crate::store::ops::ack::{Ack, AckOutcome};
+use crate::store::ops::ack::{Ack, AckOutcome, Keep};
 use crate::store::Keys;
 
 /// Most acks in one script call.
@@ -30,6 +31,8 @@ pub(crate) const ACK_SLACK: usize = 4 * ACK_BATCH;
 pub(crate) struct AckItem {
     /// Its lease fences the ack; after its deadline a retry is pointless.
     pub receipt: Receipt,
+    /// Its result, and whether it wrote progress or log lines.
+    pub kept: Kept,
     /// Dropped once the ack is sent or given up: the consumer counts acks
     /// not yet sent, and claims less while more than `ACK_SLACK` wait.
     pub _acking: Box<dyn Send>,
@@ -63,9 +66,19 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
     loop {
         let leases = batch
             .iter()
-            .map(|item| (item.receipt.id.as_str(), item.receipt.lease))
+            .map(|item| {
+                let keep = Keep {
+                    result: item.kept.result.as_deref(),
+                    noted: item.kept.noted,
+                };
+                (item.receipt.id.as_str(), item.receipt.lease, keep)
+            })
             .collect();
-        match ctx.store(k).run(&Ack { leases }).await {
+        let ack = Ack {
+            leases,
+            result_retention: ctx.settings.result_retention,
+        };
+        match ctx.store(k).run(&ack).await {
             Ok(acked) => {
                 let relay = acked.contains(&AckOutcome::AckedChild);
                 for (item, outcome) in batch.iter().zip(acked) {

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use super::lease::Lease;
 use super::outcome::{Ended, Outcome};
+use super::scribe::{Current, ShardDesk};
 use super::settings::Settings;
 use super::settle;
 use super::state::{Shared, Slot};
@@ -70,7 +71,7 @@ fn least_lease_to_start(settings: &Settings, avg_handler_us: u64) -> Duration {
 /// Runs the handler on `msg`, `left` of its lease left: within its time
 /// limit, renewing the lease meanwhile when the limit is longer than a
 /// lease. Returns how it ended, with the lease that fences its ack or nack.
-async fn handle(shared: &Shared, msg: Message, left: Duration) -> Ended {
+async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     let (ctx, settings) = (&shared.ctx, &shared.ctx.settings);
     // The handler takes the message; the receipt goes on to the settling.
     let mut receipt = msg.receipt.clone();
@@ -78,6 +79,14 @@ async fn handle(shared: &Shared, msg: Message, left: Duration) -> Ended {
     // Only a renewed lease can change while the handler runs.
     let renewed = settings.renews_leases().then(|| Lease::new(&receipt));
     let renewing = renewed.as_ref().map(|l| shared.leases.renew(l));
+    let scribe = msg.scribe.clone();
+    scribe.open(Box::new(ShardDesk {
+        shared: Arc::downgrade(shared),
+        lease: match &renewed {
+            Some(l) => Current::Renewed(l.clone()),
+            None => Current::Claimed(receipt.lease),
+        },
+    }));
     let limit = match renewed {
         Some(_) => settings.handler_timeout,
         None => left.min(settings.handler_timeout),
@@ -111,7 +120,7 @@ async fn handle(shared: &Shared, msg: Message, left: Duration) -> Ended {
     Ended {
         receipt,
         backoff,
-        outcome: Outcome::of(ran, settings.handler_timeout),
+        outcome: Outcome::of(ran, settings.handler_timeout, &scribe),
     }
 }
 

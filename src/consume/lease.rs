@@ -67,6 +67,13 @@ impl Lease {
         })
     }
 
+    /// The lease now, after any renewal in flight; `None` once it was
+    /// lost or the handler has ended.
+    pub(crate) async fn current(&self) -> Option<i64> {
+        let held = self.held.lock().await;
+        (!held.lost && !held.done).then_some(held.lease)
+    }
+
     /// Stops renewals and returns the final lease, after any renewal in
     /// flight, so an ack never races a renewal that replaces its lease. A
     /// renewal whose reply was lost is settled first (repeated until it

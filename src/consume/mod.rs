@@ -25,6 +25,7 @@
 //! - `settle.rs`: an outcome turned into an ack, a nack or a hand-back;
 //! - `acker.rs`: each loop's acks, coalesced into batches;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
+//! - `scribe.rs`: a delivery's result, progress and log lines;
 //! - `wake.rs`: wake-ups from Redis pub/sub, one connection per client;
 //! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
@@ -37,12 +38,13 @@ mod outcome;
 mod promote;
 pub(crate) mod relay;
 mod scheduler;
+mod scribe;
 mod settings;
 mod settle;
 mod shard_loop;
 mod state;
 mod sweep;
-mod wake;
+pub(crate) mod wake;
 
 use std::sync::Arc;
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::handler::panic_text;
 use crate::message::Receipt;
+use crate::scribe::Scribe;
 use crate::{Backoff, HandlerError, MessageId, RetryAfter, SkipRetry, MAX_DELAY};
 
 /// Longest failure reason stored with a message, in bytes.
@@ -34,8 +35,8 @@ impl Ended {
 
 /// How a delivery ended.
 pub(crate) enum Outcome {
-    /// The handler succeeded: ack.
-    Done,
+    /// The handler succeeded: ack, with what it leaves.
+    Done(Kept),
     /// The handler ran and failed (error, panic, time limit): nack, and
     /// the failure counts.
     Failed(Failure),
@@ -46,15 +47,28 @@ pub(crate) enum Outcome {
     Unreadable,
 }
 
+/// What a successful delivery leaves for its ack to keep.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    /// The handler's result.
+    pub result: Option<Vec<u8>>,
+    /// It wrote progress or log lines.
+    pub noted: bool,
+}
+
 /// What the handler's run gave: `None` when it ran out of time, else
 /// what it returned or the panic it raised.
 pub(crate) type Ran = Option<Result<Result<(), HandlerError>, Box<dyn Any + Send>>>;
 
 impl Outcome {
-    /// The outcome of a handler run that was given `limit`.
-    pub(crate) fn of(ran: Ran, limit: Duration) -> Outcome {
+    /// The outcome of a handler run that was given `limit` and wrote
+    /// through `scribe`.
+    pub(crate) fn of(ran: Ran, limit: Duration, scribe: &Scribe) -> Outcome {
         match ran {
-            Some(Ok(Ok(()))) => Outcome::Done,
+            Some(Ok(Ok(()))) => Outcome::Done(Kept {
+                result: scribe.take(),
+                noted: scribe.noted(),
+            }),
             Some(Ok(Err(e))) => Outcome::Failed(Failure::from_error(e)),
             Some(Err(panic)) => {
                 let what = panic_text(&*panic);
@@ -179,9 +193,9 @@ mod tests {
     use super::*;
 
     fn failed(ran: Ran) -> Failure {
-        match Outcome::of(ran, Duration::from_secs(3)) {
+        match Outcome::of(ran, Duration::from_secs(3), &Scribe::default()) {
             Outcome::Failed(f) => f,
-            Outcome::Done => panic!("Done"),
+            Outcome::Done(_) => panic!("Done"),
             Outcome::Unstarted => panic!("Unstarted"),
             Outcome::Unreadable => panic!("Unreadable"),
         }
@@ -193,7 +207,12 @@ mod tests {
 
     #[test]
     fn a_handler_result_is_classified() {
-        assert!(matches!(Outcome::of(Some(Ok(Ok(()))), Duration::ZERO), Outcome::Done));
+        let scribe = Scribe::default();
+        scribe.set(Some(b"42".to_vec()), 2).unwrap();
+        match Outcome::of(Some(Ok(Ok(()))), Duration::ZERO, &scribe) {
+            Outcome::Done(kept) => assert_eq!((kept.result.as_deref(), kept.noted), (Some(&b"42"[..]), false)),
+            _ => panic!("not Done"),
+        }
 
         let f = failed(error("boom"));
         assert_eq!(

@@ -47,6 +47,12 @@ pub(crate) struct Settings {
     pub dead_limit: u64,
     /// Most ids one script call moves (or one send call writes).
     pub batch_size: usize,
+    /// How long an acked message's result, progress and log are kept.
+    pub result_retention: Duration,
+    /// Largest result a handler may return, in bytes.
+    pub max_result_size: usize,
+    /// Log lines kept per message.
+    pub max_log_lines: usize,
 }
 
 impl Settings {
@@ -70,6 +76,9 @@ impl Default for Settings {
             dead_letter_retention: Duration::from_secs(7 * 24 * 3600),
             dead_limit: 10_000,
             batch_size: MAX_BATCH_SIZE,
+            result_retention: Duration::from_secs(24 * 3600),
+            max_result_size: 512 * 1024,
+            max_log_lines: 100,
         }
     }
 }

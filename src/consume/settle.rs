@@ -25,9 +25,10 @@ pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
         outcome,
     } = ended;
     match outcome {
-        Outcome::Done => {
+        Outcome::Done(kept) => {
             let _ = shared.acks.send(AckItem {
                 receipt,
+                kept,
                 _acking: Box::new(Acking::new(shared)),
             });
         }

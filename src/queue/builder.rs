@@ -7,7 +7,7 @@ use fred::prelude::Client;
 
 use crate::consume::default_fetch_limit;
 use crate::events;
-use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_RETRY_COUNT};
+use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_LOG_LINES, MAX_RESULT_SIZE, MAX_RETRY_COUNT};
 use crate::meters::Meters;
 use crate::queue::{limits, Config, DelayQueue, Inner};
 use crate::store::Keys;
@@ -148,6 +148,41 @@ impl DelayQueueBuilder {
     /// days; zero deletes dead messages at the next sweep.
     pub fn dead_letter_retention(mut self, d: Duration) -> Self {
         self.config.consume.dead_letter_retention = d;
+        self
+    }
+
+    /// How long the result of an acked message is kept for
+    /// [`DelayQueue::result`](crate::DelayQueue::result), and with it the
+    /// progress and log lines its delivery wrote. Default 1 day; zero keeps
+    /// none (the ack deletes them). See docs/results.md.
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// use std::time::Duration;
+    /// let queue = delayqueue::DelayQueue::builder("thumbnails", client)
+    ///     .result_retention(Duration::from_secs(3600))
+    ///     .max_result_size(64 * 1024)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn result_retention(mut self, d: Duration) -> Self {
+        self.config.consume.result_retention = d;
+        self
+    }
+
+    /// Largest result a handler may return, in bytes. A bigger one fails
+    /// its delivery with [`Error::ResultTooLarge`] as its reason (retried
+    /// like any failure); it is never cut. Default 512 KiB, at most
+    /// [`MAX_RESULT_SIZE`](crate::MAX_RESULT_SIZE).
+    pub fn max_result_size(mut self, bytes: usize) -> Self {
+        self.config.consume.max_result_size = bytes;
+        self
+    }
+
+    /// How many of its last [`Message::log`](crate::Message::log) lines a
+    /// message keeps. Default 100, 1 to [`MAX_LOG_LINES`](crate::MAX_LOG_LINES).
+    pub fn max_log_lines(mut self, n: usize) -> Self {
+        self.config.consume.max_log_lines = n;
         self
     }
 
@@ -374,6 +409,15 @@ impl DelayQueueBuilder {
         s.backoff.validate()?;
         if s.dead_letter_retention > MAX_DELAY {
             return bad("dead_letter_retention is longer than MAX_DELAY".into());
+        }
+        if s.result_retention > MAX_DELAY {
+            return bad("result_retention is longer than MAX_DELAY".into());
+        }
+        if s.max_result_size > MAX_RESULT_SIZE {
+            return bad(format!("max_result_size must be at most {MAX_RESULT_SIZE}"));
+        }
+        if !(1..=MAX_LOG_LINES).contains(&s.max_log_lines) {
+            return bad(format!("max_log_lines must be 1 to {MAX_LOG_LINES}"));
         }
         if let Some(d) = c.expire_after {
             check_expire_after(d)?;

@@ -53,6 +53,15 @@ pub enum Anomaly {
         /// The message.
         id: MessageId,
     },
+    /// A result, progress or log key without TTL: every script that
+    /// writes one sets a TTL, so something else wrote it, and it would
+    /// never go (docs/results.md).
+    KeptForever {
+        /// The message it belongs to.
+        id: MessageId,
+        /// Which: `"result"`, `"progress"` or `"log"`.
+        key: &'static str,
+    },
     /// A known group (listed by [`groups`](crate::DelayQueue::groups))
     /// with nothing in it: no due message, none processing, no wait and no
     /// setting of its own. It stays listed until something of it comes
@@ -156,10 +165,22 @@ pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> 
 async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Error> {
     let mut seen: HashMap<String, Presence> = HashMap::new();
     let mut listed = 0usize;
+    // Never confirmed: no script writes one of these without a TTL.
+    let mut forever = Vec::new();
     for what in IdKey::ALL {
         let ids = scan(queue, k, Scanned::Ids(what)).await?;
         if matches!(what, IdKey::Ready | IdKey::Retry) {
             listed += ids.len();
+        }
+        let key = match what {
+            IdKey::Results => Some("result"),
+            IdKey::Progress => Some("progress"),
+            IdKey::Logs => Some("log"),
+            _ => None,
+        };
+        if let Some(key) = key {
+            forever.extend(ids.into_iter().map(|id| Anomaly::KeptForever { id: id.into(), key }));
+            continue;
         }
         for id in ids {
             let p = seen.entry(id).or_default();
@@ -172,6 +193,7 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
                 IdKey::Attempts => p.record = true,
                 IdKey::Payloads => p.payload = true,
                 IdKey::Markers => p.marker = true,
+                IdKey::Results | IdKey::Progress | IdKey::Logs => {}
             }
         }
     }
@@ -201,6 +223,7 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
     unknown.sort();
     unknown.dedup();
     anomalies.extend(unknown.into_iter().map(|group| Anomaly::UnknownGroup { group }));
+    anomalies.extend(forever);
     Ok(IntegrityReport {
         scanned: seen.len() as u64,
         anomalies,

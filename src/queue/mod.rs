@@ -19,6 +19,7 @@ mod inspect;
 mod integrity;
 mod limits;
 mod pause;
+mod results;
 mod schedules;
 mod send;
 mod worker;

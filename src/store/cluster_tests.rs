@@ -21,7 +21,14 @@ use crate::store::ops::list_groups::ListGroups;
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode};
 use crate::store::ops::{
-    ack::Ack, claim::Claim, gc::Gc, inspect::Inspect, list::List, promote::Promote, purge::Purge, requeue::Requeue,
+    ack::{Ack, Keep},
+    claim::Claim,
+    gc::Gc,
+    inspect::Inspect,
+    list::List,
+    promote::Promote,
+    purge::Purge,
+    requeue::Requeue,
     timeout::Timeout,
 };
 use crate::store::scripts::LuaScript;
@@ -106,9 +113,19 @@ fn calls(k: &Keys) -> Vec<Call> {
         preview: 36,
     };
     vec![
+        call(Ack::plain(&[("u1", LEASE)]), k),
+        // Builds the result, progress and log keys it writes.
         call(
             Ack {
-                leases: vec![("u1", LEASE)],
+                leases: vec![(
+                    "u1",
+                    LEASE,
+                    Keep {
+                        result: Some(b"r"),
+                        noted: true,
+                    },
+                )],
+                result_retention: RETENTION,
             },
             k,
         ),

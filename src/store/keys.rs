@@ -72,8 +72,19 @@ pub(crate) struct Keys {
     /// Completions recorded here for parents elsewhere, and cancelled
     /// parents whose children are still to be cancelled; the relay drains it.
     pub outbox: String,
-    /// Prefix of each acked message's result string; the id follows it.
+    /// Prefix of the result strings of acked messages (docs/results.md);
+    /// the id follows it.
     pub result_prefix: String,
+    /// Prefix of each processing message's progress string; the id follows it.
+    pub progress_prefix: String,
+    /// Prefix of each processing message's log list; the id follows it.
+    pub log_prefix: String,
+    /// Ids whose result someone waits for (`:waiters` zset, scored by the
+    /// wait's deadline): an ack publishes their completion on `done`.
+    pub waiters: String,
+    /// Pub/sub channel (not a key) on which an ack announces the ids in
+    /// `waiting` it finished.
+    pub done: String,
 }
 
 impl Keys {
@@ -128,8 +139,12 @@ impl Keys {
             schedule_prefix: format!("{base}:schedule:"),
             flow_waiting: format!("{base}:flow:waiting"),
             outbox: format!("{base}:outbox"),
-            result_prefix: format!("{base}:result:"),
             base: format!("{base}:"),
+            result_prefix: format!("{base}:result:"),
+            progress_prefix: format!("{base}:progress:"),
+            log_prefix: format!("{base}:log:"),
+            waiters: format!("{base}:waiters"),
+            done: format!("{base}:done"),
         }
     }
 
@@ -185,6 +200,21 @@ impl Keys {
     /// The payload key of message `id`.
     pub(crate) fn msg(&self, id: &str) -> String {
         format!("{}{id}", self.msg_prefix)
+    }
+
+    /// The result string of message `id` (docs/results.md).
+    pub(crate) fn result(&self, id: &str) -> String {
+        format!("{}{id}", self.result_prefix)
+    }
+
+    /// The progress string of message `id`.
+    pub(crate) fn progress(&self, id: &str) -> String {
+        format!("{}{id}", self.progress_prefix)
+    }
+
+    /// The log list of message `id`.
+    pub(crate) fn log(&self, id: &str) -> String {
+        format!("{}{id}", self.log_prefix)
     }
 
     /// The window marker of message id `id` (docs/dedup.md).
@@ -282,6 +312,10 @@ mod tests {
             &k.deps("x"),
             &k.children("x"),
             &k.parents(),
+            &k.result("x"),
+            &k.progress("x"),
+            &k.log("x"),
+            &k.waiters,
         ] {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }

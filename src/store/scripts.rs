@@ -60,6 +60,8 @@ lua_scripts! {
     EXTEND = "extend";
     ACK = "ack";
     NACK = "nack";
+    NOTE = "note";
+    WAIT = "wait";
     PAUSE = "pause";
     PROBE = "probe";
     SHARDS = "shards";

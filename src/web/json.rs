@@ -194,6 +194,51 @@ pub(crate) struct MessageJson {
     payload_base64: String,
     /// Whether the payload (or preview) parses as JSON.
     payload_json: bool,
+    /// The result kept under its id (docs/results.md), from `GET
+    /// .../messages/{id}` only, as the next two, and only when there is one.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    result: Option<ResultJson>,
+    /// The last progress its handler reported (JSON text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    progress: Option<String>,
+    /// Its last log lines, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    log: Vec<String>,
+}
+
+/// A handler's result: as text when it is UTF-8, always as base64.
+#[derive(Debug, Serialize)]
+pub(crate) struct ResultJson {
+    result_text: Option<String>,
+    result_base64: String,
+}
+
+impl ResultJson {
+    pub(crate) fn of(bytes: &[u8]) -> Self {
+        ResultJson {
+            result_text: std::str::from_utf8(bytes).ok().map(str::to_string),
+            result_base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+        }
+    }
+}
+
+/// `GET .../messages/{id}` of a message that is no longer stored but
+/// whose result is kept: it was acked.
+#[derive(Debug, Serialize)]
+pub(crate) struct FinishedJson {
+    pub id: String,
+    /// Always true: acked, and gone but for its result.
+    pub finished: bool,
+    #[serde(flatten)]
+    pub result: ResultJson,
+}
+
+/// `GET .../messages/{id}`: the message, or its result once it finished.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum OneJson {
+    Stored(Box<MessageJson>),
+    Finished(FinishedJson),
 }
 
 impl From<&MessageInfo> for MessageJson {
@@ -221,6 +266,9 @@ impl From<&MessageInfo> for MessageJson {
             payload_json: serde_json::from_slice::<serde::de::IgnoredAny>(&m.payload).is_ok(),
             payload_text: text.map(str::to_string),
             payload_base64: base64::engine::general_purpose::STANDARD.encode(&m.payload),
+            result: m.result.as_deref().map(ResultJson::of),
+            progress: m.progress.clone(),
+            log: m.log.clone(),
         }
     }
 }

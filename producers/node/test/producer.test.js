@@ -103,6 +103,15 @@ test('a live id is refused and a waiting message cancelled', async () => {
   assert.strictEqual(await client.exists('dq:{orders}:m:g'), 0);
 });
 
+test('a result is read from the key the ack writes', async () => {
+  const p = new d.Producer(client, 'orders');
+  assert.strictEqual(await p.result('order-7'), null);
+  // As ack.lua writes it (docs/results.md).
+  await client.set('dq:{orders}:result:order-7', Buffer.from([0, 112, 97, 105, 100]), 'PX', 60000);
+  assert.deepStrictEqual(await p.result('order-7'), Buffer.from([0, 112, 97, 105, 100]));
+  await assert.rejects(p.result('bad id'), d.InvalidInputError);
+});
+
 test('uniqueForMs, throttleMs, debounceMs and replace', async () => {
   const p = new d.Producer(client, 'orders');
   // docs/dedup.md: a cancel starts a uniqueForMs window.

@@ -107,6 +107,14 @@ class ProducerTest(unittest.TestCase):
         self.assertTrue(self.producer.cancel("g"))
         self.assertEqual(self.client.exists("dq:{orders}:m:g"), 0)
 
+    def test_a_result_is_read_from_the_key_the_ack_writes(self) -> None:
+        self.assertIsNone(self.producer.result("order-7"))
+        # As ack.lua writes it (docs/results.md).
+        self.client.set("dq:{orders}:result:order-7", b"\x00paid", px=60_000)
+        self.assertEqual(self.producer.result("order-7"), b"\x00paid")
+        with self.assertRaises(d.InvalidInput):
+            self.producer.result("bad id")
+
     def test_unique_for_throttle_debounce_and_replace(self) -> None:
         # docs/dedup.md: a cancel starts a unique_for window.
         self.producer.send("u", id="u", delay_ms=60_000, unique_for_ms=3_600_000)

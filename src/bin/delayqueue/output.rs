@@ -18,10 +18,12 @@
 //!   due, first_due, lease_until, dead_since, expires_in_ms (a dead letter's payload
 //!   TTL), expires_at (the `expire_after` deadline), payload_len, payload,
 //!   payload_encoding ("utf8" or "hex"), payload_truncated}`; `list`
-//!   shows the first 256 bytes of a payload, `show` all of it
+//!   shows the first 256 bytes of a payload, `show` all of it, and
+//!   `result` (`{text}` or `{hex}`, `null`: none), `progress`, `log`
 //! - `list`, `dead list`: `{queue, state, total, offset, next, items:
 //!   [message]}` (`next`: offset of the next page, `null` on the last)
-//! - `show`: `{queue, message}`
+//! - `show`: `{queue, message}`; of an acked message whose result is kept
+//!   `{queue, finished: {id, result}}`
 //! - `send`: `{queue, id, delay_ms}`; `cancel`: `{queue, id, cancelled}`
 //! - `pause`, `resume`: `{queue, paused, changed}`
 //! - `dead requeue`: `{queue, requeued}`; `dead delete`: `{queue, deleted}`
@@ -34,7 +36,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use delayqueue::{Anomaly, Counts, MessageInfo, MessageState, QueueStatus, Totals};
+use delayqueue::{Anomaly, Counts, MessageId, MessageInfo, MessageState, QueueStatus, Totals};
 use serde_json::{json, Value};
 
 /// `d` in at most two units: `350ms`, `5s`, `12.3s`, `4m 12s`, `1h 5m`, `7d 3h`.
@@ -247,7 +249,7 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         None => (hex(&m.payload), "hex"),
     };
     let time = |t: Option<SystemTime>| t.map_or(Value::Null, |t| json!(timestamp(t)));
-    json!({
+    let mut v = json!({
         "id": m.id.as_str(),
         "state": m.state.as_str(),
         "priority": m.priority,
@@ -268,7 +270,40 @@ pub fn message_json(m: &MessageInfo, full: bool) -> Value {
         "payload": payload,
         "payload_encoding": encoding,
         "payload_truncated": truncated,
-    })
+    });
+    // Read by `get` only: `show` has them, `list` not.
+    if full {
+        v["result"] = m.result.as_deref().map_or(Value::Null, bytes_json);
+        v["progress"] = json!(m.progress);
+        v["log"] = json!(m.log);
+    }
+    v
+}
+
+/// Bytes as JSON: the text when UTF-8, else hex.
+fn bytes_json(b: &[u8]) -> Value {
+    match std::str::from_utf8(b) {
+        Ok(s) => json!({"text": s}),
+        Err(_) => json!({"hex": hex(b)}),
+    }
+}
+
+/// An acked message's kept result, as JSON.
+pub fn result_json(id: &MessageId, result: &[u8]) -> Value {
+    json!({"id": id.as_str(), "result": bytes_json(result)})
+}
+
+/// An acked message's kept result, for people.
+pub fn result_text(id: &MessageId, result: &[u8]) -> String {
+    format!("{id} finished (acked); its result, {}", bytes_text(result))
+}
+
+/// `len` bytes, then the bytes as text or escaped.
+fn bytes_text(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => format!("{} bytes, UTF-8:\n{s}\n", b.len()),
+        Err(_) => format!("{} bytes, binary (escaped):\n{}\n", b.len(), b.escape_ascii()),
+    }
 }
 
 /// The state-specific time column of `list`: its header and value.
@@ -349,6 +384,16 @@ pub fn show_text(m: &MessageInfo, now: SystemTime) -> String {
     for (i, (name, value)) in m.headers.iter().enumerate() {
         let _ = writeln!(out, "{:<12} {name}: {value}", if i == 0 { "headers" } else { "" });
     }
+    let _ = writeln!(out, "{:<12} {}", "progress", m.progress.as_deref().unwrap_or("-"));
+    if m.log.is_empty() {
+        let _ = writeln!(out, "{:<12} -", "log");
+    }
+    for (i, line) in m.log.iter().enumerate() {
+        let _ = writeln!(out, "{:<12} {line}", if i == 0 { "log" } else { "" });
+    }
+    if let Some(r) = &m.result {
+        let _ = write!(out, "result       {}", bytes_text(r));
+    }
     match std::str::from_utf8(&m.payload) {
         Ok(s) => {
             let _ = writeln!(out, "payload      {} bytes, UTF-8:\n{s}", m.payload_len);
@@ -377,6 +422,7 @@ pub fn anomaly_json(a: &Anomaly) -> Value {
         }
         Anomaly::OrphanPayload { id } => json!({"kind": "orphan_payload", "id": id.as_str()}),
         Anomaly::OrphanRetryRecord { id } => json!({"kind": "orphan_retry_record", "id": id.as_str()}),
+        Anomaly::KeptForever { id, key } => json!({"kind": "kept_forever", "id": id.as_str(), "state": key}),
         Anomaly::IdleGroup { group } => json!({"kind": "idle_group", "group": group}),
         Anomaly::UnknownGroup { group } => json!({"kind": "unknown_group", "group": group}),
         other => json!({"kind": "other", "detail": format!("{other:?}")}),

@@ -1,16 +1,57 @@
 //! `ack`: finishes deliveries whose lease is still current (`lua/ack.lua`).
 
+use std::time::Duration;
+
 use fred::prelude::Value;
 
-use super::{ints, numbered, unexpected, Op};
+use super::{ints, ms, numbered, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
 
 /// Acks a batch of deliveries.
 pub(crate) struct Ack<'a> {
-    /// Each delivery's id and lease.
-    pub leases: Vec<(&'a str, i64)>,
+    /// Each delivery's id, lease and what it leaves behind.
+    pub leases: Vec<(&'a str, i64, Keep<'a>)>,
+    /// How long results (and progress and logs) are kept; zero keeps none.
+    pub result_retention: Duration,
+}
+
+/// What an acked delivery leaves behind.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Keep<'a> {
+    /// The handler's result.
+    pub result: Option<&'a [u8]>,
+    /// The delivery wrote progress or log lines, which now get the result's retention.
+    pub noted: bool,
+}
+
+impl<'a> Ack<'a> {
+    /// Acks of deliveries that leave nothing behind.
+    #[cfg(test)]
+    pub(crate) fn plain(pairs: &[(&'a str, i64)]) -> Self {
+        Ack {
+            leases: pairs.iter().map(|&(id, lease)| (id, lease, Keep::default())).collect(),
+            result_retention: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Keep<'_> {
+    /// The script's outcome argument: a flag, then the result bytes.
+    fn arg(&self) -> Value {
+        let flag: &[u8] = match (self.result.is_some(), self.noted) {
+            (false, false) => return "".into(),
+            (true, false) => b"r",
+            (false, true) => b"n",
+            (true, true) => b"b",
+        };
+        let result = self.result.unwrap_or_default();
+        let mut arg = Vec::with_capacity(1 + result.len());
+        arg.extend_from_slice(flag);
+        arg.extend_from_slice(result);
+        fred::bytes::Bytes::from(arg).into()
+    }
 }
 
 numbered! {
@@ -42,13 +83,24 @@ impl Op for Ack<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = Vec::with_capacity(3 + 2 * self.leases.len());
-        args.push(k.msg_prefix.as_str().into());
-        args.push(k.group_prefix.as_str().into());
-        args.push(k.marker_prefix.as_str().into());
-        for &(id, lease) in &self.leases {
-            args.push(id.into());
-            args.push(lease.into());
+        let mut args: Vec<Value> = Vec::with_capacity(9 + 3 * self.leases.len());
+        for prefix in [
+            &k.msg_prefix,
+            &k.group_prefix,
+            &k.marker_prefix,
+            &k.result_prefix,
+            &k.progress_prefix,
+            &k.log_prefix,
+            &k.waiters,
+            &k.done,
+        ] {
+            args.push(prefix.as_str().into());
+        }
+        args.push(ms(self.result_retention));
+        for (id, lease, keep) in &self.leases {
+            args.push((*id).into());
+            args.push((*lease).into());
+            args.push(keep.arg());
         }
         args
     }

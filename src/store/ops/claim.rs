@@ -106,6 +106,7 @@ impl Delivery {
             due_at_ms: if self.due_ms > 0 { self.due_ms } else { times.due_at_ms },
             deferrals: self.deferrals,
             times,
+            scribe: Default::default(),
         })
     }
 }

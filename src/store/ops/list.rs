@@ -130,6 +130,9 @@ pub(super) fn info(
             .as_ref()
             .and_then(|s| s.expires_at_ms)
             .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+        result: None,
+        progress: None,
+        log: Vec::new(),
     }
 }
 

@@ -24,6 +24,7 @@ pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod list_groups;
 pub(crate) mod nack;
+pub(crate) mod note;
 pub(crate) mod pause;
 pub(crate) mod probe;
 pub(crate) mod promote;
@@ -36,6 +37,7 @@ pub(crate) mod send;
 pub(crate) mod shards;
 pub(crate) mod stats;
 pub(crate) mod timeout;
+pub(crate) mod wait;
 pub(crate) mod walk;
 
 use std::time::Duration;
@@ -113,12 +115,18 @@ numbered! {
         Payloads = 7,
         /// unique_for markers without TTL (docs/dedup.md).
         Markers = 8,
+        /// Result keys without TTL (always an anomaly).
+        Results = 11,
+        /// Progress keys without TTL (always an anomaly).
+        Progress = 12,
+        /// Log keys without TTL (always an anomaly).
+        Logs = 13,
     }
 }
 
 impl IdKey {
     /// Every key that holds ids, in order.
-    pub(crate) const ALL: [IdKey; 8] = [
+    pub(crate) const ALL: [IdKey; 11] = [
         IdKey::Pending,
         IdKey::Ready,
         IdKey::Processing,
@@ -127,6 +135,9 @@ impl IdKey {
         IdKey::Attempts,
         IdKey::Payloads,
         IdKey::Markers,
+        IdKey::Results,
+        IdKey::Progress,
+        IdKey::Logs,
     ];
 
     /// The key of the messages in `state`.
@@ -151,7 +162,7 @@ impl IdKey {
             IdKey::Processing => Some(MessageState::Processing),
             IdKey::Retry => Some(MessageState::Retry),
             IdKey::Dead => Some(MessageState::Dead),
-            IdKey::Attempts | IdKey::Payloads | IdKey::Markers => None,
+            IdKey::Attempts | IdKey::Payloads | IdKey::Markers | IdKey::Results | IdKey::Progress | IdKey::Logs => None,
         }
     }
 }
@@ -321,7 +332,19 @@ mod tests {
                 k,
             ),
             entry(extend::Extend { renewals: vec![] }, k),
-            entry(ack::Ack { leases: vec![] }, k),
+            entry(ack::Ack::plain(&[]), k),
+            entry(
+                note::Note {
+                    id: "a",
+                    lease: 0,
+                    progress: Some("1"),
+                    line: None,
+                    max_lines: 1,
+                    ttl: d,
+                },
+                k,
+            ),
+            entry(wait::Wait { id: "a", wait: d }, k),
             entry(
                 nack::Nack {
                     id: "a",
@@ -466,6 +489,9 @@ mod tests {
                 "schedule" => key.starts_with(&k.schedule_prefix),
                 "deps" => key.starts_with(&k.deps("")),
                 "waiting" => *key == k.flow_waiting,
+                "result" => key.starts_with(&k.result_prefix),
+                "progress" => key.starts_with(&k.progress_prefix),
+                "log" => key.starts_with(&k.log_prefix),
                 // Key strings that keep their wire names (docs/wire-format.md).
                 "processing" => *key == k.processing,
                 "dead" => *key == k.dead,
@@ -490,6 +516,6 @@ mod tests {
             }
         }
         assert_eq!(IdKey::from_number(0), None);
-        assert_eq!(IdKey::from_number(9), None);
+        assert_eq!(IdKey::from_number(14), None);
     }
 }

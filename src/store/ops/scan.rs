@@ -64,6 +64,12 @@ impl Op for Scan<'_> {
             glob_escape(&k.marker_prefix).into(),
             k.group_prefix.as_str().into(),
             glob_escape(&k.group_prefix).into(),
+            k.result_prefix.as_str().into(),
+            glob_escape(&k.result_prefix).into(),
+            k.progress_prefix.as_str().into(),
+            glob_escape(&k.progress_prefix).into(),
+            k.log_prefix.as_str().into(),
+            glob_escape(&k.log_prefix).into(),
         ]
     }
 

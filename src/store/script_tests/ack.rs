@@ -103,7 +103,7 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
 #[tokio::test]
 async fn ack_of_no_pairs_returns_an_empty_reply() {
     let env = Env::new().await;
-    let reply = env.store().run(&Ack { leases: vec![] }).await;
+    let reply = env.store().run(&Ack::plain(&[])).await;
     match reply {
         Ok(results) => assert!(results.is_empty(), "{results:?}"),
         Err(e) => panic!("ack of no pairs failed: {e:?}"),

@@ -39,6 +39,7 @@ mod promote;
 mod purge;
 mod requeue;
 mod reschedule;
+mod results;
 mod scan;
 mod schedules;
 mod script_cache;
@@ -223,7 +224,12 @@ impl Env {
     /// Subscribes a second client to the wake-up channel; returns once the
     /// subscription is in place (PUBSUB NUMSUB says so and a probe arrived).
     async fn subscribe(&self) -> Wakes {
-        let channel = self.k().wake.clone();
+        self.subscribe_to(&self.k().wake.clone()).await
+    }
+
+    /// A second connection subscribed to `channel`.
+    async fn subscribe_to(&self, channel: &str) -> Wakes {
+        let channel = channel.to_string();
         let sub = self.client.clone_new();
         let rx = sub.message_rx();
         sub.init().await.expect("subscriber connects");
@@ -359,7 +365,7 @@ impl Env {
     }
 
     async fn ack(&self, pairs: &[(&str, i64)]) -> Vec<i64> {
-        let acked = self.run(&Ack { leases: pairs.to_vec() }).await;
+        let acked = self.run(&Ack::plain(pairs)).await;
         acked.into_iter().map(|a| a as i64).collect()
     }
 

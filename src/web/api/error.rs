@@ -62,14 +62,19 @@ impl From<Error> for ApiError {
             | Error::InvalidGroup { .. }
             | Error::InvalidFlow { .. }
             | Error::InvalidArgument(_)
+            | Error::ResultTooLarge { .. }
+            | Error::ProgressTooLarge { .. }
             | Error::Json(_) => StatusCode::BAD_REQUEST,
             // What Redis holds does not fit: another type, another format.
             Error::Duplicate { .. }
             | Error::NotPending { live: true, .. }
+            | Error::LeaseLost { .. }
             | Error::WrongType { .. }
             | Error::FormatVersion { .. }
             | Error::ShardCount { .. } => StatusCode::CONFLICT,
-            Error::NoSuchSchedule { .. } | Error::NotPending { live: false, .. } => StatusCode::NOT_FOUND,
+            Error::NoSuchSchedule { .. } | Error::NoSuchMessage { .. } | Error::NotPending { live: false, .. } => {
+                StatusCode::NOT_FOUND
+            }
             Error::Redis(_)
             | Error::OutOfMemory { .. }
             | Error::NotDurable { .. }

@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 
 use super::error::{find, ApiError, ApiResult};
-use crate::web::json::{FoundJson, MessageJson, PageJson};
+use crate::web::json::{FinishedJson, FoundJson, MessageJson, OneJson, PageJson, ResultJson};
 use crate::web::state::App;
 use crate::{MessageState, Order};
 
@@ -101,13 +101,17 @@ pub(crate) async fn search(
     }))
 }
 
-pub(crate) async fn one(
-    State(app): State<Arc<App>>,
-    Path((name, id)): Path<(String, String)>,
-) -> ApiResult<MessageJson> {
+pub(crate) async fn one(State(app): State<Arc<App>>, Path((name, id)): Path<(String, String)>) -> ApiResult<OneJson> {
     let q = find(&app, &name).await?;
-    match q.get(&id).await? {
-        Some(m) => Ok(axum::Json(MessageJson::from(&m))),
+    if let Some(m) = q.get(&id).await? {
+        return Ok(axum::Json(OneJson::Stored(Box::new(MessageJson::from(&m)))));
+    }
+    match q.result(&id).await? {
+        Some(result) => Ok(axum::Json(OneJson::Finished(FinishedJson {
+            id,
+            finished: true,
+            result: ResultJson::of(&result),
+        }))),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no message {id:?} in queue {name:?}"),

@@ -296,14 +296,18 @@ function messageView(root, name, id) {
   const modeSeg = h('div.seg');
   const sizeInfo = h('span.sub');
   const copyBtn = h('button.small', { testid: 'copy', on: { click: copy } }, 'Copy');
+  // Progress, log lines and result (docs/results.md): shown when there are any.
+  const notesCard = h('div.card', { testid: 'message-notes', hidden: true });
+  const payloadCard = h('div.card', null,
+    h('div.card-head', null, h('h2', null, 'Payload'), sizeInfo, h('div.right', null, modeSeg, copyBtn)),
+    payloadPre);
   const section = h('section', { testid: 'message-view', 'data-id': id },
     head,
     h('div.grid2', null,
       h('div.card', null, details),
       h('div', null, actionsCard)),
-    h('div.card', null,
-      h('div.card-head', null, h('h2', null, 'Payload'), sizeInfo, h('div.right', null, modeSeg, copyBtn)),
-      payloadPre));
+    notesCard,
+    payloadCard);
   replace(root, section);
   let actionsFor = null;
 
@@ -378,6 +382,36 @@ function messageView(root, name, id) {
       m.dead_since_ms ? row('Died', when(m.dead_since_ms)) : null,
       row('Expires', m.expires_at_ms ? when(m.expires_at_ms) : h('span.faint', null, 'never')),
       row('Size', fmtBytes(m.payload_len)));
+  }
+
+  // The handler's progress (a bar for a number), its last log lines and
+  // the result kept under the id; refreshed with the view, so live while
+  // the message is processing.
+  function renderNotes(m) {
+    const log = m.log || [];
+    const has = m.progress !== undefined || log.length || m.result_base64 !== undefined;
+    notesCard.hidden = !has;
+    if (!has) { replace(notesCard); return; }
+    const parts = [];
+    if (m.progress !== undefined) {
+      const n = Number(m.progress);
+      parts.push(h('div.card-head', null, h('h2', null, 'Progress')),
+        h('div.card-body', { testid: 'message-progress' },
+          Number.isFinite(n)
+            ? [h('progress', { max: '100', value: String(n), style: 'width:60%;vertical-align:middle' }), ` ${n}%`]
+            : h('pre.payload', null, prettyJson(m.progress) || m.progress)));
+    }
+    if (log.length) {
+      parts.push(h('div.card-head', null, h('h2', null, 'Log'), h('span.sub', null, `last ${log.length} lines`)),
+        h('pre.payload', { testid: 'message-log' }, log.join('\n')));
+    }
+    if (m.result_base64 !== undefined) {
+      const text = m.result_text;
+      parts.push(h('div.card-head', null, h('h2', null, 'Result'), h('span.sub', null, fmtBytes(b64bytes(m.result_base64).length))),
+        h('pre.payload', { testid: 'message-result' },
+          text === null || text === undefined ? hexDump(b64bytes(m.result_base64)) : prettyJson(text) || text));
+    }
+    replace(notesCard, parts);
   }
 
   function renderActions() {
@@ -469,6 +503,20 @@ function messageView(root, name, id) {
       try {
         msg = await api(`api/queues/${enc(name)}/messages/${enc(id)}`);
         gone = false;
+        if (msg.finished) {
+          // Acked: gone from the queue, its result kept.
+          const done = msg;
+          msg = null;
+          actionsFor = 'finished';
+          renderHead();
+          replace(head, h('h1.mono', { style: 'font-size:16px' }, id),
+            h('span.badge.badge-muted', { testid: 'finished' }, 'finished'));
+          replace(details, h('dt', null, 'State'), h('dd', null, 'Acked: its handler succeeded; the result is kept for the queue\'s result retention.'));
+          // Its payload is gone with it, and nothing is left to act on.
+          actionsCard.hidden = payloadCard.hidden = true;
+          renderNotes(done);
+          return;
+        }
       } catch (e) {
         if (e.status !== 404) throw e;
         if (!msg && !gone) {
@@ -487,8 +535,10 @@ function messageView(root, name, id) {
         renderHead();
         return;
       }
+      actionsCard.hidden = payloadCard.hidden = false;
       renderHead();
       renderDetails();
+      renderNotes(msg);
       renderActions();
       renderPayload();
     },

@@ -434,3 +434,10 @@ class Producer:
         # Then the id's marker (docs/dedup.md), whose window a cancel starts.
         keys = self._keys("cancel", [id]) + [self._base + WIRE["marker_key"] + id]
         return bool(self._cancel.call(self.client, keys, [id, self._base + WIRE["group_key"]]) == 1)
+
+    def result(self, id: str) -> Optional[bytes]:
+        """The result the handler of acked message `id` returned, while the
+        queue keeps it (its result_retention); None when there is none."""
+        check_id(id)
+        value = self.client.get(self._base + WIRE["result_key"] + id)
+        return None if value is None else bytes(value)

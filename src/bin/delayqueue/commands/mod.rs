@@ -229,10 +229,18 @@ impl Ctx {
     async fn show(&self, name: &str, id: MessageId) -> Result<u8, Failure> {
         let queue = self.existing(name).await?;
         let Some(m) = queue.get(&id).await? else {
-            return Err(Failure::not_found(format!(
-                "no message {:?} in queue {name:?}",
-                id.as_str()
-            )));
+            // Acked: gone, but for its result while that is kept.
+            let Some(result) = queue.result(&id).await? else {
+                return Err(Failure::not_found(format!(
+                    "no message {:?} in queue {name:?}",
+                    id.as_str()
+                )));
+            };
+            self.print(
+                json!({"queue": name, "finished": output::result_json(&id, &result)}),
+                || output::result_text(&id, &result),
+            )?;
+            return Ok(0);
         };
         let now = self.redis_now().await?;
         self.print(

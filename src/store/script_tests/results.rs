@@ -1,0 +1,182 @@
+//! ack.lua with results, note.lua (progress and log lines) and wait.lua:
+//! what a delivery leaves behind, fenced by its lease.
+
+use std::time::Duration;
+
+use crate::store::ops::ack::{Ack, Keep};
+use crate::store::ops::note::{Note, Noted};
+use crate::store::ops::wait::{Wait, Waited};
+
+use super::Env;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Env with messages `ids` claimed under one lease, returned.
+async fn claimed(env: &Env, ids: &[&str]) -> i64 {
+    for id in ids {
+        env.seed(id, Some("0"));
+        env.raw(&["RPUSH", &env.k().ready, id]);
+    }
+    env.claim(10).await.lease
+}
+
+fn note<'a>(id: &'a str, lease: i64, progress: Option<&'a str>, line: Option<&'a str>) -> Note<'a> {
+    Note {
+        id,
+        lease,
+        progress,
+        line,
+        max_lines: 3,
+        ttl: DAY,
+    }
+}
+
+fn ack<'a>(leases: Vec<(&'a str, i64, Keep<'a>)>, retention: Duration) -> Ack<'a> {
+    Ack {
+        leases,
+        result_retention: retention,
+    }
+}
+
+#[tokio::test]
+async fn an_ack_writes_the_result_with_the_retention_and_a_late_ack_writes_none() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a", "b", "c"]).await;
+    let with = |r: &'static [u8]| Keep {
+        result: Some(r),
+        noted: false,
+    };
+    let acked = env
+        .run(&ack(
+            vec![
+                ("a", lease, with(b"\x00bytes")),
+                ("b", lease, Keep::default()),
+                ("c", lease - 1, with(b"late")),
+            ],
+            DAY,
+        ))
+        .await;
+    assert_eq!(acked.iter().map(|a| *a as i64).collect::<Vec<_>>(), vec![1, 1, 0]);
+    assert_eq!(env.raw(&["GET", &k.result("a")]), "\0bytes");
+    let ttl = env.int(&["PTTL", &k.result("a")]);
+    assert!(
+        ttl > DAY.as_millis() as i64 - 60_000 && ttl <= DAY.as_millis() as i64,
+        "{ttl}"
+    );
+    assert!(
+        !env.exists(&k.result("b")),
+        "an ack without a result leaves no older one"
+    );
+    assert!(!env.exists(&k.result("c")), "a lost lease writes no result");
+    assert_eq!(env.zset(&k.processing), vec![("c".to_string(), lease)]);
+
+    // The ack of c's redelivery writes its result; the old delivery's re-sent
+    // ack (finished already) changes nothing.
+    assert_eq!(
+        env.nack("c", lease, crate::store::ops::nack::NackMode::Release).await,
+        1
+    );
+    let again = env.claim(1).await.lease;
+    env.run(&ack(vec![("c", again, with(b"second"))], DAY)).await;
+    let before = env.snapshot();
+    env.run(&ack(vec![("c", lease, with(b"first"))], DAY)).await;
+    assert_eq!(env.snapshot(), before);
+    assert_eq!(env.raw(&["GET", &k.result("c")]), "second");
+}
+
+#[tokio::test]
+async fn retention_zero_keeps_no_result_and_deletes_the_notes() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a"]).await;
+    assert_eq!(env.run(&note("a", lease, Some("50"), None)).await, Noted::Written);
+    assert_eq!(env.run(&note("a", lease, None, Some("line"))).await, Noted::Written);
+    let keep = Keep {
+        result: Some(b"r"),
+        noted: true,
+    };
+    env.run(&ack(vec![("a", lease, keep)], Duration::ZERO)).await;
+    assert!(!env.exists(&k.result("a")) && !env.exists(&k.progress("a")) && !env.exists(&k.log("a")));
+    assert_eq!(
+        env.int(&["DBSIZE"]),
+        2,
+        "only the claim receipt and the totals are left"
+    );
+}
+
+#[tokio::test]
+async fn progress_and_log_are_fenced_by_the_lease_and_the_log_is_trimmed() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a"]).await;
+
+    // An old lease writes nothing.
+    let before = env.snapshot();
+    assert_eq!(env.run(&note("a", lease - 1, Some("10"), None)).await, Noted::LeaseLost);
+    assert_eq!(env.run(&note("a", lease - 1, None, Some("x"))).await, Noted::LeaseLost);
+    assert_eq!(env.run(&note("nope", lease, Some("10"), None)).await, Noted::LeaseLost);
+    assert_eq!(env.snapshot(), before);
+
+    assert_eq!(
+        env.run(&note("a", lease, Some("{\"done\":3}"), None)).await,
+        Noted::Written
+    );
+    assert_eq!(env.raw(&["GET", &k.progress("a")]), "{\"done\":3}");
+    for line in ["1", "2", "3", "4", "5"] {
+        assert_eq!(env.run(&note("a", lease, None, Some(line))).await, Noted::Written);
+    }
+    assert_eq!(env.list(&k.log("a")), vec!["3", "4", "5"], "the last max_lines");
+    for key in [k.progress("a"), k.log("a")] {
+        let ttl = env.int(&["PTTL", &key]);
+        assert!(ttl > 0 && ttl <= DAY.as_millis() as i64, "{key}: {ttl}");
+    }
+
+    // Acked: the notes get the result retention.
+    let keep = Keep {
+        result: None,
+        noted: true,
+    };
+    env.run(&ack(vec![("a", lease, keep)], Duration::from_secs(60))).await;
+    for key in [k.progress("a"), k.log("a")] {
+        let ttl = env.int(&["PTTL", &key]);
+        assert!(ttl > 50_000 && ttl <= 60_000, "{key}: {ttl}");
+    }
+    // After the ack, the delivery's lease is gone: nothing more is written.
+    assert_eq!(env.run(&note("a", lease, None, Some("6"))).await, Noted::LeaseLost);
+    assert_eq!(env.list(&k.log("a")), vec!["3", "4", "5"]);
+}
+
+#[tokio::test]
+async fn wait_reads_a_result_and_registers_a_wait_the_ack_publishes() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let read = |id| Wait {
+        id,
+        wait: Duration::ZERO,
+    };
+    assert_eq!(env.run(&read("nope")).await, Waited::Neither);
+    let lease = claimed(&env, &["a"]).await;
+    assert_eq!(env.run(&read("a")).await, Waited::Stored);
+    assert!(!env.exists(&k.waiters), "a read registers nothing");
+
+    let wait = Wait {
+        id: "a",
+        wait: Duration::from_secs(30),
+    };
+    assert_eq!(env.run(&wait).await, Waited::Stored);
+    let until = env.zscore(&k.waiters, "a").expect("registered");
+    assert!(until > env.now_ms() + 20_000, "{until}");
+    let ttl = env.int(&["PTTL", &k.waiters]);
+    assert!(ttl > 20_000 && ttl <= 30_000, "{ttl}");
+
+    let mut done = env.subscribe_to(&k.done).await;
+    let keep = Keep {
+        result: Some(b"42"),
+        noted: false,
+    };
+    env.run(&ack(vec![("a", lease, keep)], DAY)).await;
+    assert_eq!(done.next().await, "a");
+    assert!(!env.exists(&k.waiters), "the waited id leaves the zset");
+    assert_eq!(env.run(&read("a")).await, Waited::Result(b"42".to_vec()));
+}

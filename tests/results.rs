@@ -1,0 +1,288 @@
+//! Handler results, progress and logs against a real Redis: results round
+//! trip (bytes and JSON) through `result` and `wait_result`, which the ack
+//! wakes; a retried message keeps its successful delivery's result; an
+//! oversize result fails its delivery; retention zero keeps none; progress
+//! and log lines show in `get` while the handler runs, emit
+//! `Event::Progress`, and every key they leave expires.
+
+mod helpers;
+use delayqueue_test_support as support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayqueue::fred::prelude::KeysInterface;
+use delayqueue::{Anomaly, Error, Event, Handler, HandlerError, Json, Message, MessageState};
+use helpers::start_queue;
+use support::{all_keys, wait_for, WAIT};
+use tokio::sync::Notify;
+
+/// Longer than any test runs: a result that comes back faster was woken, not polled.
+const SLOW_POLL: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn results_round_trip_as_bytes_and_json_and_wait_result_wakes_on_the_ack() {
+    let (_server, _client, queue) = start_queue("results", SLOW_POLL, |b| b).await;
+    assert!(matches!(
+        queue.wait_result("never-sent", Duration::from_secs(1)).await,
+        Err(Error::NoSuchMessage { .. })
+    ));
+    let json = queue.send("json").delay(Duration::from_millis(300)).await.unwrap();
+    assert_eq!(queue.result(&json).await.unwrap(), None, "not handled yet");
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            Ok::<_, HandlerError>(Json(serde_json::json!({"len": msg.payload().len()})))
+        })
+        .await
+        .unwrap();
+    // Due in 300 ms, with a consumer that polls every minute: the send's
+    // wake-up starts it, the ack's publish ends the wait.
+    let started = Instant::now();
+    let got = queue.wait_result(&json, WAIT).await.unwrap();
+    assert_eq!(got.as_deref(), Some(&br#"{"len":4}"#[..]));
+    assert!(started.elapsed() < SLOW_POLL / 4, "woken by the ack, not a poll");
+    let value: Option<serde_json::Value> = queue.result_json(&json).await.unwrap();
+    assert_eq!(value, Some(serde_json::json!({"len": 4})));
+    assert!(
+        queue.get(&json).await.unwrap().is_none(),
+        "acked: gone, its result kept"
+    );
+    consumer.shutdown().await.unwrap();
+
+    let bytes = queue.send("bytes").await.unwrap();
+    let consumer = queue
+        .start_consume(|_msg: Message| async move { Ok::<_, HandlerError>(b"\x00raw".to_vec()) })
+        .await
+        .unwrap();
+    assert_result(&queue, &bytes, b"\x00raw").await;
+    consumer.shutdown().await.unwrap();
+}
+
+/// Waits for `id`'s result and checks it is `want`.
+async fn assert_result(queue: &delayqueue::DelayQueue, id: &delayqueue::MessageId, want: &[u8]) {
+    assert_eq!(queue.wait_result(id, WAIT).await.unwrap().as_deref(), Some(want));
+}
+
+/// A trait handler sets its result on the message; a retried message's
+/// result is its successful delivery's.
+struct SecondTime;
+
+#[delayqueue::async_trait]
+impl Handler for SecondTime {
+    async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
+        msg.set_result(format!("attempt {}", msg.attempt()))?;
+        if msg.attempt() == 1 {
+            return Err("first fails".into());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_retried_message_keeps_its_successful_deliverys_result() {
+    let (_server, _client, queue) = start_queue("retried", Duration::from_millis(50), |b| {
+        b.backoff(delayqueue::Backoff::fixed(Duration::from_millis(10)))
+    })
+    .await;
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue.start_consume(SecondTime).await.unwrap();
+    assert_result(&queue, &id, b"attempt 2").await;
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversize_result_fails_the_delivery_with_its_reason() {
+    let (_server, _client, queue) = start_queue("oversize", Duration::from_millis(50), |b| {
+        b.max_result_size(8).default_retry_count(0)
+    })
+    .await;
+    let mut events = queue.events();
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue
+        .start_consume(|_msg: Message| async move { Ok::<_, HandlerError>("nine bytes") })
+        .await
+        .unwrap();
+    let dead = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(Event::Dead { reason, .. }) = events.recv().await {
+                return reason;
+            }
+        }
+    })
+    .await
+    .expect("dead within WAIT");
+    assert_eq!(dead, "result of 10 bytes exceeds max_result_size (8 bytes)");
+    let info = queue.get(&id).await.unwrap().expect("a dead letter");
+    assert_eq!(info.state, MessageState::Dead);
+    assert_eq!(queue.result(&id).await.unwrap(), None, "never cut, never kept");
+    consumer.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn retention_zero_keeps_no_result_and_leaves_no_key() {
+    let (_server, client, queue) = start_queue("nothing", Duration::from_millis(50), |b| {
+        b.result_retention(Duration::ZERO)
+    })
+    .await;
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            msg.progress(50).await?;
+            msg.log("half way").await?;
+            Ok::<_, HandlerError>("result")
+        })
+        .await
+        .unwrap();
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    assert_eq!(queue.result(&id).await.unwrap(), None);
+    consumer.shutdown().await.unwrap();
+    let left: Vec<String> = all_keys(&client)
+        .await
+        .into_iter()
+        .filter(|k| !k.contains(":claim:"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn progress_and_log_show_while_processing_and_expire_after_the_ack() {
+    let (_server, client, queue) = start_queue("progress", Duration::from_millis(50), |b| {
+        b.max_log_lines(2).result_retention(Duration::from_secs(1))
+    })
+    .await;
+    let mut events = queue.events();
+    let id = queue.send("x").await.unwrap();
+    let (written, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (w, r) = (written.clone(), release.clone());
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let (w, r) = (w.clone(), r.clone());
+            async move {
+                msg.progress(serde_json::json!({"done": 3, "of": 10})).await?;
+                for line in ["one", "two", "three"] {
+                    msg.log(line).await?;
+                }
+                assert!(matches!(msg.progress(101).await, Err(Error::InvalidArgument(_))));
+                w.notify_one();
+                r.notified().await;
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, written.notified())
+        .await
+        .expect("handler wrote");
+    let info = queue.get(&id).await.unwrap().expect("processing");
+    assert_eq!(info.state, MessageState::Processing);
+    assert_eq!(info.progress.as_deref(), Some(r#"{"done":3,"of":10}"#));
+    assert_eq!(info.log, vec!["two", "three"], "the last max_log_lines");
+    let progress = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Ok(Event::Progress { id, value }) = events.recv().await {
+                return (id, value);
+            }
+        }
+    })
+    .await
+    .expect("Event::Progress");
+    assert_eq!(progress, (id.clone(), r#"{"done":3,"of":10}"#.to_string()));
+
+    release.notify_one();
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    consumer.shutdown().await.unwrap();
+    // Kept for the result retention (1 s), then gone: no key left.
+    let gone = wait_for(WAIT, || async {
+        all_keys(&client).await.iter().all(|k| k.contains(":claim:"))
+    })
+    .await;
+    assert!(gone, "{:?}", all_keys(&client).await);
+}
+
+#[tokio::test]
+async fn progress_after_the_delivery_ended_writes_nothing() {
+    let (_server, client, queue) = start_queue("late", Duration::from_millis(50), |b| b).await;
+    let id = queue.send("x").await.unwrap();
+    let kept: Arc<std::sync::Mutex<Option<Message>>> = Arc::default();
+    let k = kept.clone();
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            *k.lock().unwrap() = Some(msg.clone());
+            async move { Ok::<(), HandlerError>(()) }
+        })
+        .await
+        .unwrap();
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    let msg = kept.lock().unwrap().take().expect("delivered");
+    assert!(
+        matches!(msg.log("too late").await, Err(Error::LeaseLost { .. })),
+        "{id}"
+    );
+    consumer.shutdown().await.unwrap();
+    let left: Vec<String> = all_keys(&client)
+        .await
+        .into_iter()
+        .filter(|k| !k.contains(":claim:"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn the_integrity_check_reports_a_result_key_without_ttl() {
+    let (_server, client, queue) = start_queue("forever", Duration::from_millis(50), |b| b).await;
+    let id = queue.send("x").await.unwrap();
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            msg.log("kept with a TTL").await?;
+            Ok::<_, HandlerError>("result")
+        })
+        .await
+        .unwrap();
+    assert_result(&queue, &id, b"result").await;
+    consumer.shutdown().await.unwrap();
+    assert!(
+        queue.check_integrity().await.unwrap().is_clean(),
+        "results and logs expire"
+    );
+
+    let _: () = client
+        .set("dq:{forever}:result:stray", "x", None, None, false)
+        .await
+        .unwrap();
+    let report = queue.check_integrity().await.unwrap();
+    assert_eq!(
+        report.anomalies,
+        vec![Anomaly::KeptForever {
+            id: "stray".into(),
+            key: "result"
+        }]
+    );
+}
+
+#[tokio::test]
+async fn a_batch_handler_and_a_tower_service_return_results_per_message() {
+    let (_server, _client, queue) = start_queue("carried", Duration::from_millis(50), |b| b).await;
+    let ids = [queue.send("a").await.unwrap(), queue.send("bb").await.unwrap()];
+    let consumer = queue
+        .consume_batch(|batch: Vec<Message>| async move {
+            batch
+                .iter()
+                .map(|m| Ok::<_, HandlerError>(format!("{} bytes", m.payload().len())))
+                .collect::<Vec<_>>()
+        })
+        .size(2)
+        .await
+        .unwrap();
+    assert_result(&queue, &ids[0], b"1 bytes").await;
+    assert_result(&queue, &ids[1], b"2 bytes").await;
+    consumer.shutdown().await.unwrap();
+
+    let id = queue.send("ccc").await.unwrap();
+    let inner = tower::service_fn(|msg: Message| async move { Ok::<_, HandlerError>(Json(msg.payload().len())) });
+    let stack = tower::ServiceBuilder::new()
+        .timeout(Duration::from_secs(60))
+        .service(inner);
+    let consumer = queue.start_consume(delayqueue::service(stack)).await.unwrap();
+    assert_result(&queue, &id, b"3").await;
+    consumer.shutdown().await.unwrap();
+}
