@@ -302,3 +302,47 @@ async fn a_parent_of_ten_thousand_children_completes() {
     b.shutdown().await.unwrap();
     no_flow_key_left(&client).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_reads_the_results_its_children_returned() {
+    let (_server, client, qs) = start_queues(&["rp", "rc"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let flow = Flow::new(p, NewMessage::new("sum").id("sum-1"))
+        .child(Flow::new(c, NewMessage::new("2").id("two")))
+        .child(Flow::new(c, NewMessage::new("3").id("three")));
+    flow.send().await.unwrap();
+    let children = c
+        .start_consume(|msg: Message| async move { Ok::<_, HandlerError>(msg.payload().repeat(2)) })
+        .await
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let parent = p
+        .start_consume(move |msg: Message| {
+            let record = record.clone();
+            async move {
+                let page = msg.children_results(None).await?;
+                let mut got: Vec<(String, Option<Vec<u8>>)> = page
+                    .children
+                    .into_iter()
+                    .map(|c| (c.id.to_string(), c.result))
+                    .collect();
+                got.sort();
+                record.lock().unwrap().extend(got);
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 2).await);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            ("three".to_string(), Some(b"33".to_vec())),
+            ("two".to_string(), Some(b"22".to_vec())),
+        ]
+    );
+    parent.shutdown().await.unwrap();
+    children.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
