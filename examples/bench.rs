@@ -9,7 +9,7 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupsbig,results`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupsbig,flows,results`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `results`, consume with handlers returning no result against 100-byte results,
 //! `unique`, send with `unique_for` against a plain send,
@@ -18,6 +18,9 @@
 //! lateness while a big one drains, and the longest claim with 100,000
 //! groups and `--scale` due messages, `groupsfair` and `groupsbig` those
 //! parts alone,
+//! `flows`, 2-level flows of 10,000 children per parent and one parent of
+//! 100,000 children: throughput against plain messages, and the time from
+//! a parent's last child's ack to its delivery,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process), `--idle 1,200,1000`
@@ -36,7 +39,7 @@ use delayqueue::fred::clients::Client;
 use delayqueue::fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use delayqueue::fred::prelude::{Builder, Config};
 use delayqueue::fred::types::{CustomCommand, InfoKind, Value};
-use delayqueue::{DelayQueue, DelayQueueBuilder, HandlerError, Message, MessageId, NewMessage};
+use delayqueue::{DelayQueue, DelayQueueBuilder, Flow, HandlerError, Message, MessageId, NewMessage};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -1053,6 +1056,10 @@ async fn main() -> Res<()> {
     if on("groupsfair") {
         emit("groups_fairness", fairness(&client, &tag).await?);
     }
+    if on("flows") {
+        emit("flows", flows(&client, &tag, o.rounds).await?);
+        cleanup(&client).await?;
+    }
     if on("groupsbig") {
         emit("groups_big", groups_big(&client, &tag, o.scale).await?);
     }
@@ -1573,4 +1580,121 @@ async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json:
     let out = json!({"groups": 100_000, "due": scale, "consume_per_s": rate_big, "redis_cpu_us_per_msg": redis_us, "script_calls_per_msg": calls, "calls_over_1ms": slow.len(), "calls_over_1_5_10_ms_by_script": over, "longest_ms_by_script": longest["longest_ms_by_script"], "usec_per_call": longest["usec_per_call"], "sched": waited});
     cleanup(client).await?;
     Ok(out)
+}
+
+/// One flows run: `parents` parents in queue `p`, each of `width`
+/// children in queue `c`, sent as `Flow`s then consumed by one consumer
+/// per queue (concurrency 16, no-op handlers). Returns the messages
+/// consumed per second (children and parents), Redis CPU µs and script
+/// calls per message, and per parent the ms from its last child's handler
+/// end (its ack follows at once) to the parent's delivery.
+async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> Res<(f64, f64, f64, Vec<f64>, f64)> {
+    let p = queue(client, &format!("{tag}-fp"), |b| b.concurrency(16))?;
+    let c = queue(client, &format!("{tag}-fc"), |b| b.concurrency(16))?;
+    let t = Instant::now();
+    for i in 0..parents {
+        let mut flow = Flow::new(&p, NewMessage::new(format!("p{i}")));
+        for _ in 0..width {
+            flow = flow.child(Flow::new(&c, NewMessage::new(format!("c{i}"))));
+        }
+        flow.send().await?;
+    }
+    let send_per_s = rate(parents * (width + 1), t.elapsed());
+    // Per parent: when its last child's handler ended, when it was delivered.
+    let ends: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; parents]));
+    let starts: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; parents]));
+    let count = Arc::new(AtomicU64::new(0));
+    let index = |m: &Message| {
+        std::str::from_utf8(&m.payload()[1..])
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    let cpu = redis_cpu(client).await?;
+    let calls = script_calls(client).await?;
+    let t = Instant::now();
+    let (e, n) = (ends.clone(), count.clone());
+    let children = c
+        .start_consume(move |m: Message| {
+            let (e, n) = (e.clone(), n.clone());
+            async move {
+                if let Some(i) = index(&m) {
+                    e.lock().unwrap()[i] = Some(Instant::now());
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+    let (s, n) = (starts.clone(), count.clone());
+    let parent_consumer = p
+        .start_consume(move |m: Message| {
+            let (s, n) = (s.clone(), n.clone());
+            async move {
+                if let Some(i) = index(&m) {
+                    s.lock().unwrap()[i] = Some(Instant::now());
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+    let total = parents * (width + 1);
+    let limit = Instant::now() + Duration::from_secs(600);
+    while (count.load(Ordering::Relaxed) as usize) < total && Instant::now() < limit {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let took = t.elapsed();
+    let cpu = redis_cpu(client).await? - cpu;
+    let calls = script_calls(client).await? - calls;
+    children.shutdown().await?;
+    parent_consumer.shutdown().await?;
+    let got = count.load(Ordering::Relaxed) as usize;
+    if got < total {
+        return Err(format!("flows: consumed only {got} of {total}").into());
+    }
+    let (ends, starts) = (ends.lock().unwrap().clone(), starts.lock().unwrap().clone());
+    let mut waits: Vec<f64> = ends
+        .iter()
+        .zip(&starts)
+        .filter_map(|(e, s)| Some(s.as_ref()?.saturating_duration_since(*e.as_ref()?).as_secs_f64() * 1e3))
+        .collect();
+    waits.sort_by(f64::total_cmp);
+    let per_msg = |x: f64| (x / total as f64 * 100.0).round() / 100.0;
+    Ok((rate(total, took), per_msg(cpu * 1e6), per_msg(calls), waits, send_per_s))
+}
+
+/// flows: `rounds` times in turn, a plain queue's consume of 200,000 due
+/// messages (A) and 20 parents of 10,000 children each (B, the same
+/// number of children); then one parent of 100,000 children.
+async fn flows(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Value> {
+    const PARENTS: usize = 20;
+    const WIDTH: usize = 10_000;
+    let mut plain = Vec::new();
+    let mut flowed = Vec::new();
+    let mut waits = Vec::new();
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        let q = queue(client, &format!("{tag}-plain{round}"), |b| b.concurrency(16))?;
+        send_batch(&q, PARENTS * WIDTH, Duration::ZERO).await?;
+        let (per_s, us, calls, _) = consume(&q, client, PARENTS * WIDTH).await?;
+        plain.push(per_s);
+        cleanup(client).await?;
+        let (f_per_s, f_us, f_calls, w, send_per_s) =
+            flow_run(client, &format!("{tag}-r{round}"), PARENTS, WIDTH).await?;
+        flowed.push(f_per_s);
+        waits.extend(w);
+        runs.push(json!({"plain": {"per_s": per_s, "redis_cpu_us_per_msg": us, "script_calls_per_msg": calls},
+            "flows": {"per_s": f_per_s, "send_per_s": send_per_s, "redis_cpu_us_per_msg": f_us, "script_calls_per_msg": f_calls}}));
+        cleanup(client).await?;
+    }
+    waits.sort_by(f64::total_cmp);
+    let (wide_per_s, _, _, wide_wait, wide_send) = flow_run(client, &format!("{tag}-wide"), 1, 100_000).await?;
+    let r = |x: f64| (x * 100.0).round() / 100.0;
+    Ok(json!({
+        "runs": runs,
+        "plain_per_s_median": median(plain),
+        "flows_per_s_median": median(flowed),
+        "last_child_ack_to_parent_ms": {"n": waits.len(), "p50": r(percentile(&waits, 0.5)), "p99": r(percentile(&waits, 0.99)), "max": r(percentile(&waits, 1.0))},
+        "wide_100000": {"per_s": wide_per_s, "send_per_s": wide_send, "last_child_to_parent_ms": wide_wait.first().copied().map(r)},
+    }))
 }

@@ -7,12 +7,14 @@ redelivered deletes nothing.
 KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
 ARGV[4] result key prefix   ARGV[5] progress key prefix   ARGV[6] log key prefix
-ARGV[7] waiting zset   ARGV[8] done channel
+ARGV[7] waiters zset   ARGV[8] done channel
 ARGV[9] result retention ms (0: keep no result)
 ARGV[10..] triples of id, lease, outcome: "" (no result, no progress or
 log written), else a flag then the result bytes: "r" a result, "n" no
 result but progress or log written, "b" both
-Returns one value per triple, in order: 1 acked, 0 lease lost (the message
+Returns one value per triple, in order: 1 acked, 3 acked and its
+completion recorded in the outbox for its parent (the caller runs the
+relay, docs/workflows.md), 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
 (neither in processing nor stored: finished already, by an earlier run of this
 call whose reply was lost, or by the ack of a redelivery). Counts 'acked'
@@ -28,8 +30,11 @@ delivery wrote them get the retention as TTL (deleted when it is 0). These
 keys are built, not declared: before the first write one EXISTS touches
 them all with the processing zset, so during a slot migration the script
 fails with nothing written (docs/design.md §2), as payloads_here does for
-payloads. While anybody waits for a result (the waiting zset exists) each
+payloads. While anybody waits for a result (the waiters zset exists) each
 acked id waited for is published on the done channel and leaves the zset.
+While the totals have 'flows', an acked id that is a child records its
+completion in the outbox and an acked parent's children results go
+(flow_done in prelude.lua, docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
 Complexity: O(M log N) with M = triples, in nine calls whatever M, plus one
@@ -38,7 +43,7 @@ EXISTS of the result, progress and log keys when any, one SET per result
 and two PEXPIREs per delivery that wrote progress or log;
 with groups in processing one GETRANGE per acked id and O(log G) per
 group, G = groups; with waiters one ZMSCORE and a PUBLISH per acked id
-waited for.
+waited for; with flows four calls more and O(links).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, out = ids_of(10, 3), {}
@@ -123,6 +128,12 @@ if #done > 0 then
     end
   end
   groups_finished(ARGV[2], finished)
+  local recorded = flow_done(KEYS[3], flow_base(ARGV[1], ''), done, 'a', true)
+  for i, id in ipairs(ids) do
+    if out[i] == 1 and recorded[id] then
+      out[i] = 3
+    end
+  end
   tally(KEYS[3], 'acked', #done)
 end
 return out

@@ -6,31 +6,45 @@ in the ready or retry list is skipped when claim pops it (cancel marks the
 attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
-KEYS[4] dead zset   KEYS[5] msg string of this id
-KEYS[6] marker string of this id
+KEYS[4] dead zset   KEYS[5] totals hash   KEYS[6] msg string of this id
+KEYS[7] marker string of this id
 ARGV[1] id   ARGV[2] group key prefix
 A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
 it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
 (docs/dedup.md).
+While the totals have 'flows' (docs/workflows.md): a parent waiting for
+its children (in the waiting zset) is removed from there, with its
+finished children's results, and "x <id>" goes to the outbox while it
+still waits for some: the relay cancels those children, then drops its
+set of them. A cancelled child records 'c' in the outbox for its parents
+(flow_done in prelude.lua).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
-Complexity: O(log N).
+Complexity: O(log N), with flows O(links) more.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
-local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
+local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
 if group then
   check_group_types(ARGV[2])
   check_group_lists(ARGV[2], {group})
 end
-local payload = redis.call('DEL', KEYS[5])
+local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
+local flows = redis.call('HGET', KEYS[5], 'flows') and true or false
+local base = flow_base(KEYS[6], id)
+if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
+  waiting = waiting + 1
+  if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
+    redis.call('ZADD', base .. 'outbox', now_ms(), 'x ' .. id)
+  end
+end
 if group then
   local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
   group_ready(ARGV[2], -removed)
@@ -44,7 +58,10 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
-  start_window(KEYS[6], redis.pcall('GET', KEYS[6]))
+  if flows then
+    flow_done(KEYS[5], base, {id}, 'c', true)
+  end
+  start_window(KEYS[7], redis.pcall('GET', KEYS[7]))
   return 1
 end
 return 0

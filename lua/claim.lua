@@ -69,7 +69,9 @@ ARGV[8] byte budget: most bytes of stored values one call reads (above)
 ARGV[9] group key prefix (read only while the totals have 'groups')
 ARGV[10] marker key prefix
 Counts 'expired' in the totals. Starts the window of the unique_for
-marker of each message it buries as expired (docs/dedup.md).
+marker of each message it buries as expired (docs/dedup.md). While the
+totals have 'flows', each child buried as expired records its death in
+the outbox for its parents (flow_done in prelude.lua, docs/workflows.md).
 Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
 .. expired id n, id1, value1, attempt1, due1, deferrals1, id2, ...} with n =
 expired and each value as stored ("<retry count>[;<backoff>][/<sent
@@ -590,6 +592,7 @@ else
   redis.call('DEL', KEYS[7])
 end
 tally(KEYS[8], 'expired', #expired)
+flow_done(KEYS[8], flow_base(ARGV[1], ''), expired, 'd', false)
 local leased_n = #leased - 2
 local wait = 0
 if rate and leased_n > 0 then

@@ -4,15 +4,19 @@ Deletes dead messages (payload, attempt record, dead entry), at most
 ARGV[2] per call: with ids given, those of them that are dead; else the
 ones dead longer than the retention, then the oldest beyond the size cap.
 
-KEYS[1] dead zset   KEYS[2] attempts hash
+KEYS[1] dead zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] retention ms (0: every dead message)   ARGV[4] most dead messages kept
 ARGV[5..] ids (optional)
+While the totals have 'flows', a deleted child still linked to a parent
+(a 'w' link: its death did not finish the parent) records 'c' in the
+outbox for it, and a deleted parent's children results go (flow_done in
+prelude.lua, docs/workflows.md).
 Returns the number of messages deleted.
 Idempotent: a re-run deletes only what is still in dead.
-Complexity: O(log N + M) with M = deleted.
+Complexity: O(log N + M) with M = deleted, with flows O(links) more.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local limit = limit_arg(2)
 local ids
 if #ARGV >= 5 then
@@ -33,4 +37,5 @@ end
 local keys = payloads_here(ARGV[1], ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 forget(KEYS[2], keys, ids)
+flow_done(KEYS[3], flow_base(ARGV[1], ''), ids, 'c', true)
 return #ids

@@ -7,10 +7,11 @@ KEYS[7] msg string of this id   KEYS[8] result string   KEYS[9] progress string
 KEYS[10] log list
 ARGV[1] id   ARGV[2] priority zset (read for a value with a priority)
 ARGV[3] group key prefix (its group's zset read for a value with a group)
+ARGV[4] waiting zset (docs/workflows.md)
 Returns {state, score, attempt record, stored value, TTL ms, now ms,
 result, progress, log lines} (result and progress "" when there is none):
 state 1 to 5 is the KEYS[n] holding the id (0: none; 2 also for the
-priority zset and the zset of the message's group); score as in `list`
+priority zset and the zset of the message's group; 9 the waiting zset); score as in `list`
 ("" for lists); "" for a missing record or value.
 Idempotent: reads only.
 Complexity: O(log N) when the id is in a zset (its group's too); otherwise O(L) to find it
@@ -32,7 +33,9 @@ for _, n in ipairs({1, 3, 5}) do
     break
   end
 end
-if state == 0 and value ~= '' then
+if state == 0 and value ~= '' and checked('zset', 'ZSCORE', ARGV[4], id) then
+  state = 9
+elseif state == 0 and value ~= '' then
   local group = group_of(value)
   if group and checked('zset', 'ZSCORE', group_list(ARGV[3], group), id) then
     state = 2

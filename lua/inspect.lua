@@ -6,11 +6,12 @@ KEYS[1] pending zset   KEYS[2] ready list   KEYS[3] processing zset
 KEYS[4] retry list     KEYS[5] dead zset KEYS[6] attempts hash
 ARGV[1] msg key prefix   ARGV[2] priority zset   ARGV[3] group key prefix
 ARGV[4] marker key prefix   ARGV[5..] ids
-Returns {stale, then 8 values per id: pending score ("" if none), times in
+Returns {stale, then 9 values per id: pending score ("" if none), times in
 ready (the list, plus 1 in the priority zset, looked up for a payload
 with a priority, plus 1 in its group's zset, for a payload with a group), processing score ("" if none), times in retry, 1 if in dead, 1 if its
 payload key exists, its attempt record ("" if none), 1 if its marker
-exists without TTL (docs/dedup.md)}; stale is 1 when the
+exists without TTL (docs/dedup.md), 1 if in the waiting zset (a flow's
+parent, docs/workflows.md; "<msg key prefix without m:>flow:waiting")}; stale is 1 when the
 attempts hash carries the STALE mark.
 Idempotent: reads only.
 Complexity: O(M (log N + L)) with M = ids and L = the length of the ready
@@ -21,6 +22,7 @@ check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', 
 local keys = payloads_here(ARGV[1], ids_of(5, 1))
 local markers = payloads_here(ARGV[4], ids_of(5, 1))
 local out = {redis.call('HEXISTS', KEYS[6], STALE)}
+local waiting = flow_base(ARGV[1], '') .. 'flow:waiting'
 for i = 5, #ARGV do
   local id = ARGV[i]
   local ready = #redis.call('LPOS', KEYS[2], id, 'COUNT', 0)
@@ -40,5 +42,6 @@ for i = 5, #ARGV do
   out[#out + 1] = redis.call('EXISTS', keys[i - 4])
   out[#out + 1] = redis.call('HGET', KEYS[6], id) or ''
   out[#out + 1] = redis.call('PTTL', markers[i - 4]) == -1 and 1 or 0
+  out[#out + 1] = checked('zset', 'ZSCORE', waiting, id) and 1 or 0
 end
 return out

@@ -35,6 +35,9 @@ deliveries left goes back to the head of its group (at the due time it
 had) and the group waits its delay in the wait zset: nothing else of the
 group starts before it is retried or dead. The group goes back to the
 ring when it may start another.
+Moved to the dead zset while the totals have 'flows', a child records
+its death in the outbox for its parents ('w' links stay: flow_done in
+prelude.lua, docs/workflows.md).
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset.
 Counts 'failed' and 'dead' in the totals (not for release and defer).
 Moved to the dead zset, it starts the window of its unique_for marker
@@ -108,6 +111,7 @@ if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV
   bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
   start_window(KEYS[8], redis.pcall('GET', KEYS[8]))
   tally(KEYS[7], 'dead', 1)
+  flow_done(KEYS[7], flow_base(KEYS[6], id), {id}, 'd', false)
   if group then
     group_wake(gp, group)
     group_forget_idle(gp, group)

@@ -13,18 +13,20 @@ ARGV[1] priority zset   ARGV[2] schedules zset
 ARGV[3] dead letter retention ms   ARGV[4] most dead messages kept
 ARGV[5] group key prefix: its ring and wait zsets (docs/groups.md) count
         as ready messages and pending ones
-Returns {sweep, wait_ms, claim, schedules}: sweep 1 when a lease has run
+ARGV[6] outbox zset (docs/workflows.md)
+Returns {sweep, wait_ms, claim, schedules, relay}: sweep 1 when a lease has run
 out or a dead letter is past its retention or beyond the cap; wait_ms how
 long until the earliest pending id is due or a waiting group's wait is
 over (0: due now), -1 when neither waits; claim 1 when ready, retry, the
 priority zset or the group ring hold ids;
-schedules 1 when the shard has schedules.
+schedules 1 when the shard has schedules; relay 1 when its outbox holds
+completions or cancels for the relay to deliver.
 Idempotent: read-only.
 Complexity: O(1): one EXISTS on an empty shard, at most nine calls.
 ]]
 local ring, waiting = ARGV[5] .. 'ring', ARGV[5] .. 'wait'
-if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ring, waiting) == 0 then
-  return {0, -1, 0, 0}
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ring, waiting, ARGV[6]) == 0 then
+  return {0, -1, 0, 0, 0}
 end
 local now_u = now_us()
 local now = math.floor(now_u / 1000)
@@ -47,4 +49,4 @@ for _, key in ipairs({KEYS[1], waiting}) do
   end
 end
 local claim = redis.call('EXISTS', KEYS[2], KEYS[4], ARGV[1], ring) > 0 and 1 or 0
-return {sweep, wait, claim, redis.call('EXISTS', ARGV[2])}
+return {sweep, wait, claim, redis.call('EXISTS', ARGV[2]), redis.call('EXISTS', ARGV[6])}

@@ -30,6 +30,11 @@ ARGV[4] group key prefix (read only while the totals have 'groups'):
         'format' as they do)
 ARGV[5] marker key prefix: the unique_for and throttle markers of the
         removed ids go too (docs/dedup.md)
+While the totals have 'flows' (docs/workflows.md) the waiting zset is a
+page too, and each removed id's children sets go with it; the last call
+deletes the outbox (and the sets of the cancelled parents it names, the
+first 1000), the links to parents and the field 'flows'. Parents in other
+queues of the purged children are not told: they wait until cancelled.
 Returns the number of ids removed (list entries included), or minus the
 number of known groups forgotten.
 Idempotent: a re-run deletes what is left.
@@ -45,6 +50,12 @@ local sources = {KEYS[1], KEYS[3], KEYS[5], KEYS[2], KEYS[4]}
 if redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
   check_types(ARGV[3], 'zset')
   sources[#sources + 1] = ARGV[3]
+end
+local base = flow_base(ARGV[1], '')
+local flows = redis.call('HEXISTS', KEYS[7], 'flows') == 1
+if flows then
+  check_types(base .. 'flow:waiting', 'zset')
+  sources[#sources + 1] = base .. 'flow:waiting'
 end
 local gp = ARGV[4]
 local grouped = redis.call('HEXISTS', KEYS[7], 'groups') == 1
@@ -89,6 +100,15 @@ for _, key in ipairs(sources) do
 end
 if #ids == 0 then
   redis.call('DEL', KEYS[6])
+  if flows then
+    for _, entry in ipairs(redis.call('ZRANGE', base .. 'outbox', 0, MAX_LIMIT - 1)) do
+      local id = string.match(entry, '^x (%S+)$')
+      if id then
+        redis.call('DEL', base .. 'deps:' .. id)
+      end
+    end
+    redis.call('DEL', base .. 'outbox', base .. 'parents')
+  end
   if grouped then
     redis.call('DEL', gp .. 'ring', gp .. 'wait', gp .. 'active', gp .. 'ready')
     local before = redis.call('ZCARD', gp .. 'known')
@@ -105,7 +125,7 @@ if #ids == 0 then
   -- A paused queue stays paused and keeps its limits: only the counts go
   -- (a hash left without fields is gone).
   redis.call('HDEL', KEYS[7], 'sent', 'acked', 'failed', 'dead', 'expired', 'rate_used', 'prios', 'big', 'groups',
-    'markers')
+    'markers', 'flows')
   local settings = redis.call('HMGET', KEYS[7], 'paused', 'concurrency', 'rate', 'shards')
   local group_settings = redis.call('EXISTS', gp .. 'limits', gp .. 'rates', gp .. 'paused') > 0
   if not (settings[1] or settings[2] or settings[3] or settings[4] or group_settings) then
@@ -131,5 +151,13 @@ end
 forget(KEYS[6], keys, ids)
 if #markers > 0 then
   redis.call('DEL', unpack(markers))
+end
+if flows then
+  local sets = {}
+  for _, id in ipairs(ids) do
+    sets[#sets + 1] = base .. 'deps:' .. id
+    sets[#sets + 1] = base .. 'children:' .. id
+  end
+  redis.call('DEL', unpack(sets))
 end
 return #ids

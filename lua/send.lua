@@ -32,7 +32,11 @@ marker exists; stores the marker holding <ms>, without TTL until the
 message finishes), "t<ms>" throttle (refused while the marker exists;
 stores it with TTL <ms>), "d" debounce (a pending message of the id is
 replaced, due at now + delay), "r" replace (a pending message of the id is
-replaced, its due time kept), "R" replace, due at now + delay.
+replaced, its due time kept), "R" replace, due at now + delay; or "w"
+(a parent of a flow, docs/workflows.md): while its set of children to
+wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
+empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its
+due time) instead of pending, and the totals get 'flows'.
 A staged message's value does not pass through ARGV: the caller SETs it
 (with a TTL) at its staging string before the call, as it is to be
 stored but with placeholders of 13 zeros for the times:
@@ -94,16 +98,18 @@ local m = (#ARGV - 2) / 5
 local chosen, prio, big, grouped = false, false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
 -- first write, as its placeholders are checked), and its mode.
-local values, modes, s = {}, {}, 5 + m
+local values, modes, waits, s = {}, {}, {}, 5 + m
 for i = 1, m do
   local a = (i - 1) * 5 + 3
-  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrR]?)(%d*)$')
-  if not own or (own == '0' and kind ~= '') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
+  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrRw]?)(%d*)$')
+  if not own or (own == '0' and kind ~= '' and kind ~= 'w') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
     or (kind ~= 'u' and kind ~= 't' and ms ~= '') then
     error(redis.error_reply('ERR bad id flag and mode of ' .. ARGV[a] .. ': ' .. ARGV[a + 4]))
   end
   chosen = chosen or own == '1'
-  if kind ~= '' then
+  if kind == 'w' then
+    waits[i] = true
+  elseif kind ~= '' then
     modes[i] = {kind, ms, false, KEYS[1]}
   end
   local value, size = ARGV[a + 1], #ARGV[a + 1]
@@ -176,8 +182,13 @@ for i = 1, m do
   local id = ARGV[a]
   local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
     tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
-  local g = status == 1 and direct[i]
-  if g then
+  local base = waits[i] and flow_base(KEYS[5 + i], id)
+  local parked = status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0
+  local g = status == 1 and not parked and direct[i]
+  if parked then
+    redis.call('ZADD', base .. 'flow:waiting', extra, id)
+    redis.call('HSET', KEYS[5], 'flows', 1)
+  elseif g then
     if not grouped_entries[g] then
       grouped_entries[g], order[#order + 1] = {}, g
     end
@@ -188,7 +199,7 @@ for i = 1, m do
     entries[#entries + 1] = extra
     entries[#entries + 1] = id
   end
-  if status == 1 or status == 5 then
+  if (status == 1 or status == 5) and not parked then
     if not earliest or extra < earliest then
       earliest = extra
     end

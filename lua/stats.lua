@@ -6,11 +6,14 @@ KEYS[4] retry list     KEYS[5] dead zset KEYS[6] totals hash
 ARGV[1] priority zset (read only while the totals have 'prios')
 ARGV[2] group key prefix: its count of messages waiting in the groups'
         zsets (read only while the totals have 'groups') counts as ready
+ARGV[3] waiting zset (docs/workflows.md; read only while the totals have
+        'flows')
 Returns {pending (not due yet), ready (the ready list, the priority zset, the groups' zsets and the
 due messages still in pending: a consumer's next promote moves them), processing, retry,
 dead, now_ms, earliest due ms (-1: none), oldest death ms (-1: none), sent, acked,
 failed, dead, expired, paused (1 or 0), concurrency limit (0: none),
-rate limit (0: none), its period ms (0: none), due ms of the first message not due yet (-1: none)}. Lists may hold stale entries of cancelled
+rate limit (0: none), its period ms (0: none), due ms of the first message not due yet (-1: none),
+waiting (flows' parents waiting for their children)}. Lists may hold stale entries of cancelled
 messages until a claim pops them.
 Idempotent: read-only.
 Complexity: O(log N) (N = pending: one ZCOUNT).
@@ -18,7 +21,7 @@ Complexity: O(log N) (N = pending: one ZCOUNT).
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused', 'concurrency',
-  'rate', 'prios', 'groups')
+  'rate', 'prios', 'groups', 'flows')
 local prio = 0
 if totals[9] then
   prio = checked('zset', 'ZCARD', ARGV[1])
@@ -47,4 +50,5 @@ local n, period = string.match(totals[8] or '', '^(%d+) (%d+)$')
 out[#out + 1] = tonumber(n or 0)
 out[#out + 1] = tonumber(period or 0)
 out[#out + 1] = tonumber(redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2] or -1)
+out[#out + 1] = totals[11] and checked('zset', 'ZCARD', ARGV[3]) or 0
 return out

@@ -20,6 +20,9 @@ Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Starts the window of the unique_for marker of each id moved to the dead
 zset (docs/dedup.md).
+While the totals have 'flows', each child moved to the dead zset records
+its death in the outbox for its parents (flow_done in prelude.lua,
+docs/workflows.md).
 Publishes a wake-up when it moved anything to retry.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
@@ -95,5 +98,12 @@ if #retry + #back > 0 then
 end
 tally(KEYS[5], 'failed', #ids)
 tally(KEYS[5], 'dead', dead)
+if dead > 0 then
+  local buried = {}
+  for i = 3, #out, 2 do
+    buried[#buried + 1] = out[i]
+  end
+  flow_done(KEYS[5], flow_base(ARGV[1], ''), buried, 'd', false)
+end
 out[2] = dead
 return out

@@ -1,10 +1,10 @@
 #!lua flags=allow-oom
---[[ wait: read-only, or waiting zset + id: a message's result, and a wait for it
+--[[ wait: read-only, or waiters zset + id: a message's result, and a wait for it
 Reads the result of message id; when there is none and the message is
 still stored, registers a wait for it (when ARGV[2] > 0), so its ack
 publishes the id on the done channel (ack.lua).
 
-KEYS[1] result string   KEYS[2] msg string   KEYS[3] waiting zset
+KEYS[1] result string   KEYS[2] msg string   KEYS[3] waiters zset
 ARGV[1] id   ARGV[2] how long the caller waits, ms (0: read only)
 Returns {1, result} when a result is kept; {2, ""} no result yet, the
 message is stored (and the wait registered); {0, ""} neither.

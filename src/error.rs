@@ -58,6 +58,16 @@ pub enum Error {
         /// Which rule it breaks.
         reason: String,
     },
+    /// A flow breaks a rule of docs/workflows.md: more children than
+    /// [`MAX_FLOW_CHILDREN`](crate::MAX_FLOW_CHILDREN) for one parent, deeper
+    /// than [`MAX_FLOW_DEPTH`](crate::MAX_FLOW_DEPTH), a parent sent with
+    /// `unique_for`, `throttle`, `debounce` or `replace`, or a child that is
+    /// its own parent. Nothing was written.
+    #[error("invalid flow: {reason}")]
+    InvalidFlow {
+        /// Which rule it breaks.
+        reason: String,
+    },
     /// A setting or argument is out of its range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

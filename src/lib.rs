@@ -74,6 +74,7 @@ mod connect;
 mod consume;
 mod error;
 mod events;
+mod flow;
 mod handler;
 mod id;
 mod info;
@@ -98,20 +99,23 @@ pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
+pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, MessageRef};
 pub use handler::{Handler, HandlerError, IntoResult, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, GroupInfo, GroupPage, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
 pub use maxima::{
-    MAX_BATCH_SIZE, MAX_DELAY, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_LOG_LINE,
-    MAX_LOG_LINES, MAX_PRIORITY, MAX_PROGRESS, MAX_RESULT_SIZE, MAX_RETRY_COUNT, MAX_WINDOW,
+    MAX_BATCH_SIZE, MAX_DELAY, MAX_FLOW_CHILDREN, MAX_FLOW_DEPTH, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES,
+    MAX_HEADER_NAME_LEN, MAX_LOG_LINE, MAX_LOG_LINES, MAX_PRIORITY, MAX_PROGRESS, MAX_RESULT_SIZE, MAX_RETRY_COUNT,
+    MAX_WINDOW,
 };
 pub use message::Message;
 pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, ConsumeBatch, DelayQueue, DelayQueueBuilder, Durability, FoundQueue,
-    IntegrityReport, NewMessage, Search, Sent, Worker, MAX_SCAN,
+    find_queues, recorded_shards, Anomaly, Batch, BatchBuilder, BatchStatus, Browse, ConsumeBatch, DelayQueue,
+    DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, BATCH_HEADER,
+    MAX_SCAN,
 };
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,
@@ -143,6 +147,11 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../docs/dedup.md")]
 #[cfg(doctest)]
 pub struct DedupDoctests;
+
+/// Compiles docs/workflows.md's Rust example as a doctest.
+#[doc = include_str!("../docs/workflows.md")]
+#[cfg(doctest)]
+pub struct WorkflowsDoctests;
 
 /// Compiles the examples of docs/handlers.md (middleware, batch handlers) as doctests.
 #[doc = include_str!("../docs/handlers.md")]

@@ -30,6 +30,14 @@ pub const MAX_HEADER_NAME_LEN: usize = 64;
 /// Most bytes of header names and values together, per message.
 pub const MAX_HEADERS_BYTES: usize = 4096;
 
+/// Most children one parent of a flow may wait for
+/// ([`NewMessage::after`](crate::NewMessage::after), [`Flow`](crate::Flow);
+/// docs/workflows.md). Completion costs O(1) per child, so this bounds
+/// only the memory of one parent's sets.
+pub const MAX_FLOW_CHILDREN: usize = 1_000_000;
+/// Most levels of a [`Flow`](crate::Flow): a parent and its children are
+/// two.
+pub const MAX_FLOW_DEPTH: usize = 16;
 /// Largest [`max_result_size`](crate::DelayQueueBuilder::max_result_size):
 /// a handler's result is one Redis string written by the ack (16 MiB).
 pub const MAX_RESULT_SIZE: usize = 16 * 1024 * 1024;

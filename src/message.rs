@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use crate::scribe::{NoteKind, Scribe};
-use crate::{Backoff, Error, MessageId};
+use crate::{Backoff, ChildrenPage, Error, MessageId};
 
 /// One delivery of a message to a [`Handler`](crate::Handler).
 #[derive(Debug, Clone)]
@@ -217,6 +217,34 @@ impl Message {
         self.scribe
             .write(self.id(), self.attempt(), NoteKind::Log(line.as_ref()))
             .await
+    }
+
+    /// One page of this parent's finished children (a flow's parent, a
+    /// batch's callback: docs/workflows.md), with their outcomes and the
+    /// results their handlers returned; start with `cursor` `None`, then
+    /// pass the page's `next` until it is `None`. The same as
+    /// [`DelayQueue::children_results`](crate::DelayQueue::children_results)
+    /// with this message's id, from inside its handler.
+    ///
+    /// ```
+    /// use delayqueue::{HandlerError, Message};
+    ///
+    /// async fn close_order(msg: Message) -> Result<(), HandlerError> {
+    ///     let mut cursor = None;
+    ///     loop {
+    ///         let page = msg.children_results(cursor.as_deref()).await?;
+    ///         for child in &page.children {
+    ///             println!("{} ended {:?}: {:?}", child.id, child.outcome, child.result);
+    ///         }
+    ///         match page.next {
+    ///             Some(next) => cursor = Some(next),
+    ///             None => return Ok(()),
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub async fn children_results(&self, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
+        self.scribe.children(self.id(), self.attempt(), cursor).await
     }
 
     /// The payload decoded as JSON.

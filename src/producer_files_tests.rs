@@ -149,6 +149,7 @@ fn key_suffixes() -> (Vec<String>, Vec<String>, String, String) {
         delay: Duration::ZERO,
         expire_after: None,
         own_id: false,
+        wait: false,
         stage: None,
         mode: None,
     };
@@ -267,7 +268,7 @@ mod tests {
         );
         assert_eq!(
             wire["cancel_keys"],
-            serde_json::json!(["pending", "retries", "unack", "garbage"])
+            serde_json::json!(["pending", "retries", "unack", "garbage", "totals"])
         );
         assert_eq!(wire["message_key"], "m:");
         assert_eq!(wire["marker_key"], "uniq:");

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use crate::flow::ChildrenPage;
 use crate::maxima::{MAX_LOG_LINE, MAX_PROGRESS};
 use crate::{Error, MessageId};
 
@@ -32,6 +33,8 @@ pub(crate) trait Desk: Send + Sync {
     fn max_result(&self) -> usize;
     /// Writes progress or a line of delivery `attempt` of message `id`.
     async fn write(&self, id: &MessageId, attempt: u32, note: NoteKind<'_>) -> Result<(), Error>;
+    /// One page of parent `id`'s finished children, read by delivery `attempt`.
+    async fn children(&self, id: &MessageId, attempt: u32, cursor: Option<&str>) -> Result<ChildrenPage, Error>;
 }
 
 /// What a handler writes.
@@ -95,6 +98,21 @@ impl Scribe {
         // Marked before the write: an ack racing a write still gives it the retention.
         self.noted.store(true, Ordering::Release);
         desk.write(id, attempt, note).await
+    }
+
+    /// One page of parent `id`'s finished children, read through the desk.
+    pub(crate) async fn children(
+        &self,
+        id: &MessageId,
+        attempt: u32,
+        cursor: Option<&str>,
+    ) -> Result<ChildrenPage, Error> {
+        let Some(desk) = self.desk.get() else {
+            return Err(Error::InvalidArgument(
+                "children's results are read this way only while the message is being handled".into(),
+            ));
+        };
+        desk.children(id, attempt, cursor).await
     }
 }
 

@@ -19,6 +19,10 @@ pub enum MessageState {
     Retry,
     /// A dead letter: out of deliveries, expired or given up on.
     Dead,
+    /// A flow's parent waiting for its children to finish (`waiting`
+    /// zset, docs/workflows.md). Not in [`ALL`](Self::ALL): the states
+    /// that browse, list and search page through.
+    Waiting,
 }
 
 impl MessageState {
@@ -45,6 +49,7 @@ impl MessageState {
             MessageState::Processing => "processing",
             MessageState::Retry => "retry",
             MessageState::Dead => "dead",
+            MessageState::Waiting => "waiting",
         }
     }
 }
@@ -64,6 +69,7 @@ impl std::str::FromStr for MessageState {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "garbage" => Ok(MessageState::Dead),
+            "waiting" => Ok(MessageState::Waiting),
             _ => MessageState::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| {
                 crate::Error::InvalidArgument(format!(
                     "unknown state {s:?}: pending, ready, processing, retry or dead"
@@ -103,6 +109,9 @@ pub struct Counts {
     /// Dead letters: out of deliveries, expired or given up on, kept for
     /// their retention.
     pub dead: u64,
+    /// Parents of flows waiting for their children (docs/workflows.md);
+    /// not counted in [`live`](Self::live).
+    pub waiting: u64,
 }
 
 impl Counts {
@@ -120,6 +129,7 @@ impl Counts {
             Processing => self.processing,
             Retry => self.retry,
             Dead => self.dead,
+            Waiting => self.waiting,
         }
     }
 }
@@ -209,6 +219,7 @@ impl QueueStatus {
                 processing: a.processing + b.processing,
                 retry: a.retry + b.retry,
                 dead: a.dead + b.dead,
+                waiting: a.waiting + b.waiting,
             },
             oldest_overdue: self.oldest_overdue.max(other.oldest_overdue),
             next_due: match (self.next_due, other.next_due) {
@@ -256,12 +267,15 @@ mod tests {
         let ms = Duration::from_millis;
         // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
         let a = from_script(vec![
-            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050,
+            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
         ]);
         // One due message not yet moved, overdue by 30 ms, sent 2.
-        let b = from_script(vec![0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1]);
+        let b = from_script(vec![
+            0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2,
+        ]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 2);
+        assert_eq!(m.counts.waiting, 3);
         assert_eq!(m.counts.live(), 2 + 4 + 1 + 2);
         assert_eq!(
             (m.oldest_overdue, m.next_due, m.oldest_dead),

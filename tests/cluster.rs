@@ -311,3 +311,51 @@ async fn script_flush_on_every_node_is_survived() {
     assert!(flushes >= 3, "only {flushes} flush rounds ran");
     assert_eq!(cluster.all_keys(), Vec::<String>::new());
 }
+
+/// A flow whose parent's queue is on one primary and whose children's
+/// queues are on the others (docs/workflows.md): completions cross slots
+/// and nodes only through the outbox and the relay, never a cross-slot
+/// script; the parent runs after its children and nothing is left.
+#[tokio::test]
+async fn a_flow_across_primaries_completes_and_leaves_no_key() {
+    use delayqueue::Flow;
+    let cluster = RedisCluster::start(PRIMARIES).await;
+    let client = cluster.client().await;
+    let q: Vec<DelayQueue> = (0..PRIMARIES)
+        .map(|node| {
+            let name = cluster.queue_on(node, "flow");
+            DelayQueue::builder(name.as_str(), client.clone())
+                .fetch_interval(Duration::from_millis(100))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut flow = Flow::new(&q[0], NewMessage::new("parent"));
+    for i in 0..20 {
+        let mid = Flow::new(&q[1], NewMessage::new(format!("mid {i}")))
+            .child(Flow::new(&q[2], NewMessage::new(format!("leaf {i}"))));
+        flow = flow.child(mid);
+    }
+    flow.send().await.unwrap();
+    let log = Log::default();
+    let mut consumers = Vec::new();
+    for queue in &q {
+        consumers.push(queue.start_consume(helpers::acking(&log)).await.unwrap());
+    }
+    assert!(wait_until(WAIT, || log.len() == 41).await, "{} delivered", log.len());
+    let order: Vec<Vec<u8>> = log.snapshot().into_iter().map(|d| d.3).collect();
+    assert_eq!(order.last().map(Vec::as_slice), Some(&b"parent"[..]));
+    for i in 0..20 {
+        let at = |p: String| order.iter().position(|x| *x == p.as_bytes()).unwrap();
+        assert!(at(format!("leaf {i}")) < at(format!("mid {i}")));
+    }
+    // The last completions are relayed right after their acks.
+    assert!(
+        support::wait_for(WAIT, || async { cluster.all_keys().is_empty() }).await,
+        "keys left in the cluster: {:?}",
+        cluster.all_keys()
+    );
+    for c in consumers {
+        c.shutdown().await.unwrap();
+    }
+}

@@ -80,13 +80,16 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
         };
         match ctx.store(k).run(&ack).await {
             Ok(acked) => {
+                let relay = acked.contains(&AckOutcome::AckedChild);
                 for (item, outcome) in batch.iter().zip(acked) {
                     let id = &item.receipt.id;
                     if outcome != AckOutcome::LeaseLost {
                         // Finished already: most likely by an earlier run
                         // of this call whose reply was lost (it is re-sent).
                         match outcome {
-                            AckOutcome::Acked => tracing::trace!(queue = %ctx.name, %id, "acked"),
+                            AckOutcome::Acked | AckOutcome::AckedChild => {
+                                tracing::trace!(queue = %ctx.name, %id, "acked")
+                            }
                             _ => tracing::debug!(queue = %ctx.name, %id, "acked already"),
                         }
                         ctx.meters.acked.increment(1);
@@ -101,6 +104,13 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
                     }
                 }
                 batch.clear();
+                if relay {
+                    // The children's completions to their parents now; a
+                    // failure leaves them for the loop's next tick.
+                    if let Err(e) = super::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await {
+                        tracing::debug!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
+                    }
+                }
                 return;
             }
             Err(e) => {

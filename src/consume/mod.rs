@@ -36,6 +36,7 @@ mod delivery;
 mod lease;
 mod outcome;
 mod promote;
+pub(crate) mod relay;
 mod scheduler;
 mod scribe;
 mod settings;

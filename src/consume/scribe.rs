@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use super::lease::Lease;
 use super::state::Shared;
 use crate::events::{self, Event};
+use crate::flow::ChildrenPage;
 use crate::scribe::{Desk, NoteKind};
 use crate::store::ops::note::{Note, Noted};
 use crate::{Error, MessageId};
@@ -33,6 +34,15 @@ impl Desk for ShardDesk {
         self.shared
             .upgrade()
             .map_or(usize::MAX, |s| s.ctx.settings.max_result_size)
+    }
+
+    async fn children(&self, id: &MessageId, attempt: u32, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
+        // The loop has ended: so has the delivery.
+        let shared = self.shared.upgrade().ok_or_else(|| Error::LeaseLost {
+            id: id.clone(),
+            attempt,
+        })?;
+        shared.ctx.store(&shared.keys).children(id.as_str(), cursor).await
     }
 
     async fn write(&self, id: &MessageId, attempt: u32, note: NoteKind<'_>) -> Result<(), Error> {

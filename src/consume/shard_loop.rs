@@ -158,6 +158,11 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
         if probed.schedules {
             shared.schedules.kick(shared.shard);
         }
+        if probed.relay {
+            // Completions an acker left behind (it crashed, or its relay
+            // failed), and cancelled parents' children (docs/workflows.md).
+            super::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
+        }
     }
     if now >= at.promote {
         let (moved, next_due) = promote(ctx, k).await?;

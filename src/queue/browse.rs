@@ -269,6 +269,7 @@ fn tag(state: MessageState, order: Order) -> String {
         MessageState::Processing => 'u',
         MessageState::Retry => 't',
         MessageState::Dead => 'd',
+        MessageState::Waiting => 'w',
     };
     let o = match order {
         Order::Asc => 'a',
@@ -302,6 +303,7 @@ async fn walk(
     limit: usize,
     budget: usize,
 ) -> Result<Walked, Error> {
+    super::inspect::listable(state)?;
     let shards = &queue.inner.shards;
     let mut out = Walked::default();
     let mut at = from;

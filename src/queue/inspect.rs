@@ -6,7 +6,19 @@ use crate::store::ops::{get::Get, list::List};
 use crate::store::Keys;
 use crate::{DelayQueue, Error, MessageId, MessageInfo, MessageState, Page};
 
+/// Fails for a state that list, browse and search do not page through:
+/// [`MessageState::Waiting`], whose parents `get` and `counts` report.
+pub(crate) fn listable(state: MessageState) -> Result<(), Error> {
+    match state {
+        MessageState::Waiting => Err(Error::InvalidArgument(
+            "waiting parents are not listed: read one with get, count them with counts".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) async fn list(queue: &DelayQueue, state: MessageState, offset: usize, limit: usize) -> Result<Page, Error> {
+    listable(state)?;
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(Error::InvalidArgument(format!("limit must be 1 to {MAX_PAGE}")));
     }

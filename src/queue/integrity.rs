@@ -116,6 +116,7 @@ impl Presence {
             (self.pending, MessageState::Pending),
             (self.processing, MessageState::Processing),
             (self.dead, MessageState::Dead),
+            (self.waiting, MessageState::Waiting),
         ]
         .into_iter()
         .filter_map(|(is, state)| is.then_some(state))

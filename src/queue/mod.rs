@@ -4,6 +4,7 @@
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consume`).
 
+mod batches;
 mod browse;
 mod builder;
 mod config;
@@ -11,6 +12,8 @@ mod consume_batch;
 mod dead_letters;
 mod discover;
 mod durability;
+mod flow_links;
+mod flows;
 mod groups;
 mod inspect;
 mod integrity;
@@ -21,12 +24,14 @@ mod schedules;
 mod send;
 mod worker;
 
+pub use batches::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
 pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;
 pub use consume_batch::ConsumeBatch;
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
+pub use flows::Flow;
 pub use integrity::{Anomaly, IntegrityReport};
 pub use send::{NewMessage, Sent};
 pub use worker::Worker;
@@ -124,6 +129,13 @@ impl DelayQueue {
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
         if removed {
             self.changed(Action::Cancelled, Some(id), 1);
+            // A cancelled child's completion to its parent, a cancelled
+            // parent's cancel to its children (docs/workflows.md); what
+            // fails here a consumer's relay delivers.
+            let retention = self.inner.config.consume.dead_letter_retention;
+            if let Err(e) = crate::consume::relay::relay(&self.inner.client, k, retention).await {
+                tracing::debug!(queue = %self.inner.name, error = %e, "relay after cancel failed");
+            }
         }
         Ok(removed)
     }

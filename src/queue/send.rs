@@ -13,6 +13,7 @@ use futures::StreamExt;
 
 use crate::error::connection_failed;
 use crate::events::{self, Event};
+use crate::flow::{ChildPolicy, MessageRef};
 use crate::maxima::{
     check_group, header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
     MAX_RETRY_COUNT, MAX_WINDOW,
@@ -21,6 +22,7 @@ use crate::payload::{IntoPayload, Payload};
 use crate::queue::builder::check_expire_after;
 use crate::queue::durability;
 use crate::queue::durability::Durability;
+use crate::queue::flow_links::{self as flow, Deps};
 use crate::queue::{shard_of, Config};
 use crate::store::ops::get::Get;
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode, SendOutcome};
@@ -76,6 +78,12 @@ pub struct NewMessage<Q = ()> {
     /// [`delay`](Self::delay) or [`at`](Self::at) was called: a replace
     /// moves the due time.
     due_given: bool,
+    /// The messages it waits for ([`after`](Self::after)).
+    after: Vec<MessageRef>,
+    policy: ChildPolicy,
+    /// A flow's parent whose children set [`Flow`](crate::Flow) fills
+    /// itself: stored waiting, linked by the flow.
+    wait: bool,
 }
 
 /// What [`NewMessage::unique_for`], [`NewMessage::throttle`],
@@ -152,6 +160,79 @@ impl<Q> NewMessage<Q> {
             headers: Vec::new(),
             dedup: None,
             due_given: false,
+            after: Vec::new(),
+            policy: ChildPolicy::Fail,
+            wait: false,
+        }
+    }
+
+    /// Becomes due only once every message of `refs` has finished (acked,
+    /// or dead or cancelled as [`on_dead_child`](Self::on_dead_child) says),
+    /// and not before its own delay (docs/workflows.md): it waits in the
+    /// `waiting` state until then. Each ref is an id of this queue or a
+    /// [`MessageRef`] of another queue. A ref that is no longer stored when
+    /// the send links it (acked long ago, or never sent: the two cannot be
+    /// told apart) counts as acked. Give the message an [`id`](Self::id) to
+    /// make a send that failed half-way safe to repeat. At most
+    /// [`MAX_FLOW_CHILDREN`](crate::MAX_FLOW_CHILDREN) refs; not with
+    /// [`unique_for`](Self::unique_for), [`throttle`](Self::throttle),
+    /// [`debounce`](Self::debounce) or a replace ([`Error::InvalidFlow`]).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// let a = queue.send("resize image").await?;
+    /// let b = queue.send("scan image").await?;
+    /// queue.send("publish image").id("publish-7").after([a, b]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn after<R: Into<MessageRef>>(mut self, refs: impl IntoIterator<Item = R>) -> Self {
+        self.after.extend(refs.into_iter().map(Into::into));
+        self
+    }
+
+    /// What becomes of it when a message it waits for
+    /// ([`after`](Self::after)) becomes a dead letter or is cancelled;
+    /// [`ChildPolicy::Fail`] unless set.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use delayqueue::ChildPolicy;
+    /// let thumbs = queue.send("thumbnail").await?;
+    /// // The page goes out with or without its thumbnail.
+    /// queue.send("publish page").after([thumbs]).on_dead_child(ChildPolicy::Ignore).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_dead_child(mut self, policy: ChildPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The id the caller chose, if any.
+    pub(crate) fn chosen_id(&self) -> Option<&MessageId> {
+        self.id.as_ref()
+    }
+
+    /// A copy to send as a flow's parent (`wait`), unbound.
+    pub(crate) fn clone_for_flow(&self, wait: bool) -> NewMessage {
+        NewMessage {
+            queue: (),
+            payload: match &self.payload {
+                Ok(p) => Ok(p.clone()),
+                Err(e) => Err(Error::InvalidArgument(e.to_string())),
+            },
+            due: self.due,
+            id: self.id.clone(),
+            retry_count: self.retry_count,
+            expire_after: self.expire_after,
+            backoff: self.backoff.clone(),
+            priority: self.priority,
+            group: self.group.clone(),
+            headers: self.headers.clone(),
+            dedup: self.dedup,
+            due_given: self.due_given,
+            after: Vec::new(),
+            policy: self.policy,
+            wait,
         }
     }
 
@@ -388,6 +469,13 @@ impl<Q> NewMessage<Q> {
     /// Checks the message against the queue's limits and encodes it, for a
     /// queue of `shards` shards.
     fn prepare(self, config: &Config, shards: usize) -> Result<Outgoing, Error> {
+        let wait = self.wait || !self.after.is_empty();
+        if wait && self.dedup.is_some() {
+            return Err(Error::InvalidFlow {
+                reason: "a message that waits for others cannot be sent with unique_for, throttle, debounce or replace"
+                    .into(),
+            });
+        }
         let payload = self.payload?;
         if payload.len() > config.max_payload_size {
             return Err(Error::PayloadTooLarge {
@@ -490,6 +578,7 @@ impl<Q> NewMessage<Q> {
             own_id,
             stage: staged.then(|| MessageId::generate().as_str().to_string()),
             mode,
+            wait,
         })
     }
 }
@@ -576,10 +665,24 @@ pub(crate) async fn send_batch<Q>(
 ) -> Result<Vec<Result<Sent, Error>>, Error> {
     let inner = &queue.inner;
     let config = &inner.config;
+    let mut deps: Vec<Option<Deps>> = Vec::new();
     let prepared = msgs
         .into_iter()
-        .map(|m| m.prepare(config, queue.shards()))
+        .map(|m| {
+            deps.push(match m.after.is_empty() {
+                true => None,
+                false => Some(Deps::new(queue, &m.after, m.policy)?),
+            });
+            m.prepare(config, queue.shards())
+        })
         .collect::<Result<Vec<_>, _>>()?;
+    // A parent's children set is filled before the parent is stored
+    // (docs/workflows.md).
+    for (m, d) in prepared.iter().zip(&deps) {
+        if let Some(d) = d {
+            flow::add_deps(queue, m.id.as_str(), d).await?;
+        }
+    }
     let (client, name) = (&inner.client, &inner.name);
     durability::check_waitaof(client, name, &config.durability, &inner.shards, &inner.waitaof_checked).await?;
     if queue.shards() > 1 {
@@ -669,6 +772,12 @@ pub(crate) async fn send_batch<Q>(
         }
     }
     let results = in_order(results);
+    // Then each parent stored, or found stored (a re-send), is linked to its children.
+    for (r, d) in results.iter().zip(&deps) {
+        if let (Ok(Sent::Stored(id) | Sent::Dropped { id, until: None }), Some(d)) = (r, d) {
+            flow::link(queue, id.as_str(), d).await?;
+        }
+    }
     let confirmed: Vec<&MessageId> = results
         .iter()
         .filter_map(|r| match r {
@@ -896,6 +1005,16 @@ impl<'a> IntoFuture for NewMessage<&'a DelayQueue> {
 }
 
 impl DelayQueue {
+    /// Sends `msg` alone, a live message of its id taken as sent already
+    /// (a flow's re-send).
+    pub(crate) async fn send_prepared(&self, msg: NewMessage) -> Result<(), Error> {
+        let mut results = send_batch(self, [msg]).await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("send of one message returned nothing".into())))
+            .map(drop)
+    }
+
     /// Sends a message with `payload`, due now unless the returned
     /// [`NewMessage`] says otherwise: set its options, then `.await` it.
     ///

@@ -163,6 +163,7 @@ fn calls(k: &Keys) -> Vec<Call> {
                     delay: Duration::ZERO,
                     expire_after: None,
                     own_id: true,
+                    wait: false,
                     stage: None,
                     mode: Some(SendMode::Unique(Duration::from_secs(60))),
                 }],

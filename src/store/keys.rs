@@ -63,6 +63,15 @@ pub(crate) struct Keys {
     pub schedules: String,
     /// Prefix of each schedule's definition hash; the name follows it.
     pub schedule_prefix: String,
+    /// `<prefix>{<tag>}:`, the start of every key of the shard: a flow's
+    /// references name a message's queue by it (docs/workflows.md).
+    pub base: String,
+    /// Parents waiting for their children (docs/workflows.md), scored by
+    /// their own due time.
+    pub flow_waiting: String,
+    /// Completions recorded here for parents elsewhere, and cancelled
+    /// parents whose children are still to be cancelled; the relay drains it.
+    pub outbox: String,
     /// Prefix of the result strings of acked messages (docs/results.md);
     /// the id follows it.
     pub result_prefix: String,
@@ -70,9 +79,9 @@ pub(crate) struct Keys {
     pub progress_prefix: String,
     /// Prefix of each processing message's log list; the id follows it.
     pub log_prefix: String,
-    /// Ids whose result someone waits for (`:waiting` zset, scored by the
+    /// Ids whose result someone waits for (`:waiters` zset, scored by the
     /// wait's deadline): an ack publishes their completion on `done`.
-    pub waiting: String,
+    pub waiters: String,
     /// Pub/sub channel (not a key) on which an ack announces the ids in
     /// `waiting` it finished.
     pub done: String,
@@ -128,10 +137,13 @@ impl Keys {
             staging_prefix: format!("{base}:in:"),
             schedules: format!("{base}:schedules"),
             schedule_prefix: format!("{base}:schedule:"),
+            flow_waiting: format!("{base}:flow:waiting"),
+            outbox: format!("{base}:outbox"),
+            base: format!("{base}:"),
             result_prefix: format!("{base}:result:"),
             progress_prefix: format!("{base}:progress:"),
             log_prefix: format!("{base}:log:"),
-            waiting: format!("{base}:waiting"),
+            waiters: format!("{base}:waiters"),
             done: format!("{base}:done"),
         }
     }
@@ -150,6 +162,39 @@ impl Keys {
             Some((name, shard)) => (name, Some(shard.parse().ok()?)),
             None => (tag, None),
         })
+    }
+
+    /// The keys of the shard whose [`base`](Self::base) is `base`, as a
+    /// flow's reference names it; `None` for a string that is no base.
+    pub(crate) fn from_base(base: &str) -> Option<Self> {
+        let (prefix, rest) = base.split_once('{')?;
+        let tag = rest.strip_suffix("}:")?;
+        let name = tag.split_once(SHARD_MARK).map_or(tag, |(name, _)| name);
+        Self::new(prefix, name).ok()?;
+        Some(Self::tagged(prefix, tag))
+    }
+
+    /// The queue name in a [`base`](Self::base) (a shard's without its
+    /// shard number).
+    pub(crate) fn name_of_base(base: &str) -> &str {
+        let tag = base.split_once('{').map_or(base, |(_, rest)| rest);
+        let tag = tag.strip_suffix("}:").unwrap_or(tag);
+        tag.split_once(SHARD_MARK).map_or(tag, |(name, _)| name)
+    }
+
+    /// The set of children parent `id` still waits for.
+    pub(crate) fn deps(&self, id: &str) -> String {
+        format!("{}deps:{id}", self.base)
+    }
+
+    /// The finished children of parent `id`, with their outcomes and results.
+    pub(crate) fn children(&self, id: &str) -> String {
+        format!("{}children:{id}", self.base)
+    }
+
+    /// The links of the shard's children to their parents.
+    pub(crate) fn parents(&self) -> String {
+        format!("{}parents", self.base)
     }
 
     /// The payload key of message `id`.
@@ -262,10 +307,15 @@ mod tests {
             &k.staging("t"),
             &k.schedules,
             &k.schedule("daily"),
+            &k.flow_waiting,
+            &k.outbox,
+            &k.deps("x"),
+            &k.children("x"),
+            &k.parents(),
             &k.result("x"),
             &k.progress("x"),
             &k.log("x"),
-            &k.waiting,
+            &k.waiters,
         ] {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }
@@ -302,6 +352,10 @@ mod tests {
             ]
         );
         assert_eq!(four[3].msg("x"), "dq:{orders#3}:m:x");
+        let back = Keys::from_base(&four[3].base).unwrap();
+        assert_eq!(back.msg("x"), "dq:{orders#3}:m:x");
+        assert_eq!(Keys::name_of_base(&four[3].base), "orders");
+        assert!(Keys::from_base("dq:orders:").is_none());
         for bad in [0, MAX_SHARDS + 1] {
             assert!(matches!(
                 Keys::shards("dq:", "orders", bad),

@@ -83,6 +83,11 @@ lua_scripts! {
     GET = "get";
     SCAN = "scan";
     INSPECT = "inspect";
+    FLOW_DEPS = "flow_deps";
+    FLOW_LINK = "flow_link";
+    FLOW_COMPLETE = "flow_complete";
+    OUTBOX = "outbox";
+    FLOW_STATUS = "flow_status";
 }
 
 impl LuaScript {

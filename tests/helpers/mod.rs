@@ -293,3 +293,28 @@ pub async fn browse_all(
         }
     }
 }
+
+/// A private plain server, a client on it, and queues `names` on it built
+/// from [`queue_builder`].
+pub async fn start_queues(names: &[&str], fetch_interval: Duration) -> (RedisServer, Client, Vec<DelayQueue>) {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queues = names
+        .iter()
+        .map(|n| queue_builder(n, &client, fetch_interval).build().unwrap())
+        .collect();
+    (server, client, queues)
+}
+
+/// Every key of the server whose name says it belongs to a flow
+/// (docs/workflows.md), sorted.
+pub async fn flow_keys(client: &Client) -> Vec<String> {
+    use fred::prelude::ClientLike;
+    let mut keys = Vec::new();
+    for pattern in ["*:flow:waiting", "*:deps:*", "*:children:*", "*:outbox", "*:parents"] {
+        let found: Vec<String> = client.custom(fred::cmd!("KEYS"), vec![pattern]).await.unwrap();
+        keys.extend(found);
+    }
+    keys.sort();
+    keys
+}

@@ -6,6 +6,12 @@
 transition of its own).
 ]]
 
+-- Redis time in milliseconds and microseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 
 -- A stored value is
 -- "<retry count>[;<backoff>][!<priority>][=<group>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
@@ -113,6 +119,82 @@ local function check_group_lists(gp, groups)
   check_types(unpack(keys))
 end
 
+-- Flows (docs/workflows.md). A message may wait for others (its children)
+-- before it becomes due: its parent keys live with it, in its queue's slot,
+-- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
+-- its "m:"):
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
+--                           their own due time (ms)
+--   B .. 'deps:' .. id      set: the children parent id still waits for,
+--                           each "<child's base> <child id>"
+--   B .. 'children:' .. id  hash: its finished children, "<child's base>
+--                           <child id>" -> "<outcome><result bytes>"
+--   B .. 'outbox'           zset: completions recorded here for parents
+--                           elsewhere, "<outcome> <child id> <link>", scored
+--                           by when (ms); and "x <parent id>": a cancelled
+--                           parent whose children are still to be cancelled
+--   B .. 'parents'          hash: child id -> its links, one a line, each
+--                           "<policy> <parent's base> <parent id>" (policy:
+--                           'f' fail, 'i' ignore, 'w' wait)
+-- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
+-- deleted. Every script touches these only while the totals have 'flows'
+-- (set by the first parent sent or child linked), so a queue without flows
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
+--
+-- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
+local function flow_base(msg_key, id)
+  return string.sub(msg_key, 1, #msg_key - #id - 2)
+end
+
+-- Records that `ids` finished with `outcome`: for each link of each of them
+-- an outbox entry, which the relay delivers to the parent's slot. A dead
+-- child keeps its 'w' (wait) links: requeued, it may still finish them.
+-- `deleted`: their payloads are gone, so their own children's results go
+-- too. Nothing unless the totals have 'flows'. O(1) calls per batch plus
+-- O(links). Returns the set of ids that recorded an entry.
+local function flow_done(totals, base, ids, outcome, deleted)
+  local recorded = {}
+  if #ids == 0 or not redis.call('HGET', totals, 'flows') then
+    return recorded
+  end
+  local parents, now = base .. 'parents', now_ms()
+  local links = redis.call('HMGET', parents, unpack(ids))
+  local entries, gone, children = {}, {}, {}
+  for i, id in ipairs(ids) do
+    children[i] = base .. 'children:' .. id
+    if links[i] then
+      local kept, all = {}, 0
+      for link in string.gmatch(links[i], '[^\n]+') do
+        all = all + 1
+        if outcome == 'd' and string.sub(link, 1, 1) == 'w' then
+          kept[#kept + 1] = link
+        else
+          entries[#entries + 1] = now
+          entries[#entries + 1] = outcome .. ' ' .. id .. ' ' .. link
+          recorded[id] = true
+        end
+      end
+      if #kept == 0 then
+        gone[#gone + 1] = id
+      elseif #kept < all then
+        redis.call('HSET', parents, id, table.concat(kept, '\n'))
+      end
+    end
+  end
+  if #entries > 0 then
+    redis.call('ZADD', base .. 'outbox', unpack(entries))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', parents, unpack(gone))
+  end
+  if deleted then
+    redis.call('DEL', unpack(children))
+  end
+  return recorded
+end
+
 --[[ cancel: pending | ready | retry | dead -> (deleted)
 Deletes a message that is waiting for delivery. A message being processed
 (in processing) is left alone: its running delivery decides its fate. An id left
@@ -120,31 +202,45 @@ in the ready or retry list is skipped when claim pops it (cancel marks the
 attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
-KEYS[4] dead zset   KEYS[5] msg string of this id
-KEYS[6] marker string of this id
+KEYS[4] dead zset   KEYS[5] totals hash   KEYS[6] msg string of this id
+KEYS[7] marker string of this id
 ARGV[1] id   ARGV[2] group key prefix
 A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
 it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
 (docs/dedup.md).
+While the totals have 'flows' (docs/workflows.md): a parent waiting for
+its children (in the waiting zset) is removed from there, with its
+finished children's results, and "x <id>" goes to the outbox while it
+still waits for some: the relay cancels those children, then drops its
+set of them. A cancelled child records 'c' in the outbox for its parents
+(flow_done in prelude.lua).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
-Complexity: O(log N).
+Complexity: O(log N), with flows O(links) more.
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset')
+check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
   return 0
 end
-local group = group_of(redis.pcall('GETRANGE', KEYS[5], 0, HEADER_BYTES - 1))
+local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
 if group then
   check_group_types(ARGV[2])
   check_group_lists(ARGV[2], {group})
 end
-local payload = redis.call('DEL', KEYS[5])
+local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
+local flows = redis.call('HGET', KEYS[5], 'flows') and true or false
+local base = flow_base(KEYS[6], id)
+if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
+  waiting = waiting + 1
+  if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
+    redis.call('ZADD', base .. 'outbox', now_ms(), 'x ' .. id)
+  end
+end
 if group then
   local removed = redis.call('ZREM', group_list(ARGV[2], group), id)
   group_ready(ARGV[2], -removed)
@@ -158,7 +254,10 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
-  start_window(KEYS[6], redis.pcall('GET', KEYS[6]))
+  if flows then
+    flow_done(KEYS[5], base, {id}, 'c', true)
+  end
+  start_window(KEYS[7], redis.pcall('GET', KEYS[7]))
   return 1
 end
 return 0

@@ -60,6 +60,9 @@ numbered! {
         /// The lease ran out: the message is or will be delivered again.
         LeaseLost = 0,
         Acked = 1,
+        /// Acked, and its completion recorded for its parent: the relay
+        /// has work (docs/workflows.md).
+        AckedChild = 3,
         /// Nothing left to ack: finished already, most likely by an earlier
         /// run of this call whose reply was lost.
         Finished = 2,
@@ -88,7 +91,7 @@ impl Op for Ack<'_> {
             &k.result_prefix,
             &k.progress_prefix,
             &k.log_prefix,
-            &k.waiting,
+            &k.waiters,
             &k.done,
         ] {
             args.push(prefix.as_str().into());

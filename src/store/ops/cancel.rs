@@ -15,7 +15,7 @@ pub(crate) struct Cancel<'a> {
 impl Op for Cancel<'_> {
     /// Whether a waiting message was removed (`false`: unknown or processing).
     type Reply = bool;
-    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "msg", "marker"];
+    const KEYS: &'static [&'static str] = &["pending", "attempts", "processing", "dead", "totals", "msg", "marker"];
 
     fn script() -> &'static LuaScript {
         &scripts::CANCEL
@@ -27,6 +27,7 @@ impl Op for Cancel<'_> {
             k.attempts.clone(),
             k.processing.clone(),
             k.dead.clone(),
+            k.totals.clone(),
             k.msg(self.id),
             k.marker(self.id),
         ]

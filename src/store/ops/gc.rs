@@ -23,14 +23,14 @@ pub(crate) struct Gc<'a> {
 impl Op for Gc<'_> {
     /// How many it deleted.
     type Reply = u64;
-    const KEYS: &'static [&'static str] = &["dead", "attempts"];
+    const KEYS: &'static [&'static str] = &["dead", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
         &scripts::GC
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.dead.clone(), k.attempts.clone()]
+        vec![k.dead.clone(), k.attempts.clone(), k.totals.clone()]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

@@ -7,12 +7,15 @@ use fred::prelude::Value;
 use super::{array, id_keys, list::info, unexpected, IdKey, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
-use crate::{Error, MessageId, MessageInfo};
+use crate::{Error, MessageId, MessageInfo, MessageState};
 
 /// Message `id`, whole.
 pub(crate) struct Get<'a> {
     pub id: &'a str,
 }
+
+/// get.lua's state number of a parent waiting for its children.
+const WAITING: i64 = 9;
 
 impl Op for Get<'_> {
     /// The message and Redis's clock when it was read; `None` when the
@@ -42,7 +45,12 @@ impl Op for Get<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        vec![self.id.into(), k.prio.as_str().into(), k.group_prefix.as_str().into()]
+        vec![
+            self.id.into(),
+            k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
+            k.flow_waiting.as_str().into(),
+        ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
@@ -50,8 +58,11 @@ impl Op for Get<'_> {
         if reply.len() != 9 {
             return Err(unexpected::<Self>(format!("{} values", reply.len())));
         }
-        // 0: in no state.
-        let state = reply[0].as_i64().and_then(IdKey::from_number).and_then(IdKey::state);
+        // 0: in no state; 9: waiting for its children (docs/workflows.md).
+        let state = match reply[0].as_i64() {
+            Some(WAITING) => Some(MessageState::Waiting),
+            n => n.and_then(IdKey::from_number).and_then(IdKey::state),
+        };
         let Some(state) = state else {
             return Ok(None);
         };

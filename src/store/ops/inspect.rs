@@ -28,6 +28,8 @@ pub(crate) struct Presence {
     pub record: bool,
     /// Its unique_for marker exists without TTL: held for a live message.
     pub marker: bool,
+    /// A flow's parent waiting for its children (docs/workflows.md).
+    pub waiting: bool,
 }
 
 /// What one inspect found.
@@ -66,13 +68,13 @@ impl Op for Inspect<'_> {
         let reply = array::<Self>(v)?;
         let bad = || unexpected::<Self>(format!("{} values for {} ids", reply.len(), self.ids.len()));
         let (stale, rest) = reply.split_first().ok_or_else(bad)?;
-        if rest.len() != 8 * self.ids.len() {
+        if rest.len() != 9 * self.ids.len() {
             return Err(bad());
         }
         let present = |v: &Value| v.as_str().is_some_and(|s| !s.is_empty());
         let number = |v: &Value| v.as_u64().unwrap_or(0);
         let found = rest
-            .chunks_exact(8)
+            .chunks_exact(9)
             .map(|v| Presence {
                 pending: present(&v[0]),
                 ready: number(&v[1]) as u32,
@@ -82,6 +84,7 @@ impl Op for Inspect<'_> {
                 payload: number(&v[5]) == 1,
                 record: present(&v[6]),
                 marker: number(&v[7]) == 1,
+                waiting: number(&v[8]) == 1,
             })
             .collect();
         Ok(Inspected {

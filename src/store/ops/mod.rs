@@ -15,6 +15,7 @@ pub(crate) mod change_schedule;
 pub(crate) mod claim;
 pub(crate) mod extend;
 pub(crate) mod fire;
+pub(crate) mod flows;
 pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod groups;
@@ -147,6 +148,9 @@ impl IdKey {
             MessageState::Processing => IdKey::Processing,
             MessageState::Retry => IdKey::Retry,
             MessageState::Dead => IdKey::Dead,
+            // Refused before any list or walk (queue::inspect::listable):
+            // no script pages through the waiting zset.
+            MessageState::Waiting => IdKey::Pending,
         }
     }
 
@@ -267,6 +271,7 @@ mod tests {
             delay: Duration::ZERO,
             expire_after: None,
             own_id: false,
+            wait: false,
         };
         let d = Duration::from_secs(1);
         vec![
@@ -406,6 +411,23 @@ mod tests {
             ),
             entry(inspect::Inspect { ids: vec!["a"] }, k),
             entry(list_groups::ListGroups { offset: 0, limit: 1 }, k),
+            entry(flows::FlowDeps { id: "a", children: &[] }, k),
+            entry(flows::FlowLink { link: "f", ids: &[] }, k),
+            entry(
+                flows::FlowComplete {
+                    completions: &[],
+                    dead_letter_retention: d,
+                },
+                k,
+            ),
+            entry(flows::Outbox::Read { limit: 1 }, k),
+            entry(
+                flows::FlowStatus {
+                    id: "a",
+                    open_member: None,
+                },
+                k,
+            ),
             entry(
                 groups::ChangeGroups {
                     change: groups::GroupChange::Pause("g"),
@@ -465,6 +487,8 @@ mod tests {
                 "marker" => key.starts_with(&k.marker_prefix),
                 "receipt" => key.starts_with(&k.claim("")),
                 "schedule" => key.starts_with(&k.schedule_prefix),
+                "deps" => key.starts_with(&k.deps("")),
+                "waiting" => *key == k.flow_waiting,
                 "result" => key.starts_with(&k.result_prefix),
                 "progress" => key.starts_with(&k.progress_prefix),
                 "log" => key.starts_with(&k.log_prefix),

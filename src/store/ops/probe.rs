@@ -27,6 +27,8 @@ pub(crate) struct Probed {
     pub claim: bool,
     /// The shard has schedules.
     pub schedules: bool,
+    /// Its outbox holds entries for the relay (docs/workflows.md).
+    pub relay: bool,
 }
 
 impl Op for Probe {
@@ -48,12 +50,13 @@ impl Op for Probe {
             ms(self.dead_letter_retention),
             count(self.dead_limit),
             k.group_prefix.as_str().into(),
+            k.outbox.as_str().into(),
         ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = ints::<Self>(v)?;
-        let [sweep @ (0 | 1), wait, claim @ (0 | 1), schedules @ (0 | 1)] = reply[..] else {
+        let [sweep @ (0 | 1), wait, claim @ (0 | 1), schedules @ (0 | 1), relay @ (0 | 1)] = reply[..] else {
             return Err(unexpected::<Self>(format!("{reply:?}")));
         };
         Ok(Probed {
@@ -61,6 +64,7 @@ impl Op for Probe {
             next_due: u64::try_from(wait).ok().map(Duration::from_millis),
             claim: claim == 1,
             schedules: schedules == 1,
+            relay: relay == 1,
         })
     }
 }

@@ -31,6 +31,9 @@ pub(crate) struct Outgoing {
     /// How it meets an earlier message of its id (docs/dedup.md); `None`:
     /// a plain send.
     pub mode: Option<SendMode>,
+    /// A flow's parent (docs/workflows.md): stored waiting while its set of
+    /// children to wait for is not empty. Never with a `mode`.
+    pub wait: bool,
 }
 
 /// How a send with a caller-chosen id meets an earlier message of that id
@@ -146,6 +149,7 @@ impl Op for SendBatch {
             args.push(m.expire_after.map_or(count(0), ms));
             args.push(match m.mode {
                 Some(mode) => format!("{}{}", u8::from(m.own_id), mode.letters()).into(),
+                None if m.wait => format!("{}w", u8::from(m.own_id)).into(),
                 None => count(u64::from(m.own_id)),
             });
         }

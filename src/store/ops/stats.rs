@@ -28,12 +28,16 @@ impl Op for Stats {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        vec![k.prio.as_str().into(), k.group_prefix.as_str().into()]
+        vec![
+            k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
+            k.flow_waiting.as_str().into(),
+        ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next] =
+        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next, waiting] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -47,6 +51,7 @@ impl Op for Stats {
                 processing: n(processing),
                 retry: n(retry),
                 dead: n(dead_letters),
+                waiting: n(waiting),
             },
             oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
             next_due: (next >= 0).then(|| ms(next - now)),

@@ -29,14 +29,14 @@ pub(crate) enum Waited {
 
 impl Op for Wait<'_> {
     type Reply = Waited;
-    const KEYS: &'static [&'static str] = &["result", "msg", "waiting"];
+    const KEYS: &'static [&'static str] = &["result", "msg", "waiters"];
 
     fn script() -> &'static LuaScript {
         &scripts::WAIT
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.result(self.id), k.msg(self.id), k.waiting.clone()]
+        vec![k.result(self.id), k.msg(self.id), k.waiters.clone()]
     }
 
     fn args(&self, _: &Keys) -> Vec<Value> {

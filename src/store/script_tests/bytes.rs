@@ -288,6 +288,7 @@ fn staged_batch(value: Vec<u8>) -> SendBatch {
             delay: Duration::ZERO,
             expire_after: None,
             own_id: true,
+            wait: false,
             stage: Some("t1".into()),
             mode: None,
         }],

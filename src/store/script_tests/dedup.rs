@@ -18,6 +18,7 @@ fn outgoing(id: &str, payload: &str, delay_ms: u64, mode: Option<SendMode>) -> O
         delay: Duration::from_millis(delay_ms),
         expire_after: None,
         own_id: true,
+        wait: false,
         stage: None,
         mode,
     }

@@ -96,6 +96,7 @@ async fn producers_and_consumers_refuse_a_queue_in_another_format_before_any_wri
         delay: Duration::ZERO,
         expire_after: None,
         own_id: true,
+        wait: false,
     };
     expect_format_error("send", store.run(&SendBatch { msgs: vec![outgoing()] }).await.map(drop));
     expect_format_error("promote", store.run(&Promote { limit: 10 }).await.map(drop));

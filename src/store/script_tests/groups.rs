@@ -603,6 +603,7 @@ async fn a_group_key_of_another_type_fails_send_promote_claim_and_cancel_before_
         delay: std::time::Duration::ZERO,
         expire_after: None,
         own_id: false,
+        wait: false,
         stage: None,
         mode: None,
     }];

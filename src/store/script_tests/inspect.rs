@@ -13,9 +13,11 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     // A unique_for marker held for a live message has no TTL.
     env.raw(&["SET", &k.marker("b"), "60000"]);
     env.raw(&["SET", &k.marker("none"), "60000", "PX", "60000"]);
+    // A flow's parent waiting for its children.
+    env.raw(&["ZADD", &k.flow_waiting, "1", "w"]);
     // The reply as it comes: the score is left out of the typed one.
     let inspect = Inspect {
-        ids: vec!["a", "b", "none"],
+        ids: vec!["a", "b", "none", "w"],
     };
     let reply = env.store().eval(&inspect).await.expect("inspect");
     let text: Vec<String> = reply
@@ -26,9 +28,10 @@ async fn inspect_reports_where_each_id_lives_atomically() {
     let due = env.zscore(&k.pending, "a").unwrap().to_string();
     let want: Vec<String> = [
         "0", // no STALE mark
-        &due, "0", "", "0", "0", "1", "", "0", // a: pending with payload
-        "", "2", "", "0", "0", "0", "", "1", // b: twice in ready, no payload, a marker without TTL
-        "", "0", "", "0", "0", "0", "", "0", // none (its marker's window runs)
+        &due, "0", "", "0", "0", "1", "", "0", "0", // a: pending with payload
+        "", "2", "", "0", "0", "0", "", "1", "0", // b: twice in ready, no payload, a marker without TTL
+        "", "0", "", "0", "0", "0", "", "0", "0", // none (its marker's window runs)
+        "", "0", "", "0", "0", "0", "", "0", "1", // w: waiting
     ]
     .map(String::from)
     .to_vec();

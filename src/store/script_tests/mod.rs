@@ -22,6 +22,7 @@ mod cancel;
 mod claim;
 mod dedup;
 mod extend;
+mod flows;
 mod formats;
 mod gc;
 mod get;
@@ -257,6 +258,7 @@ impl Env {
                 delay: ms(*delay_ms),
                 expire_after: (*expire_after_ms != NEVER).then(|| ms(*expire_after_ms)),
                 own_id: *own,
+                wait: false,
             })
             .collect();
         let statuses = self.run(&SendBatch { msgs }).await;

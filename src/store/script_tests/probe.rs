@@ -20,6 +20,7 @@ const IDLE: Probed = Probed {
     next_due: None,
     claim: false,
     schedules: false,
+    relay: false,
 };
 
 #[tokio::test]
@@ -108,6 +109,10 @@ async fn it_finds_each_kind_of_work_and_changes_nothing() {
         }
     );
     assert_eq!(env.snapshot(), before, "read-only");
+    env.raw(&["DEL", &k.schedules]);
+    // An outbox with entries for the relay (docs/workflows.md).
+    env.raw(&["ZADD", &k.outbox, "1", "x p"]);
+    assert_eq!(env.run(&probe(10)).await, Probed { relay: true, ..IDLE });
 }
 
 /// A key of another type fails the probe with an error that names it,

@@ -158,16 +158,16 @@ async fn wait_reads_a_result_and_registers_a_wait_the_ack_publishes() {
     assert_eq!(env.run(&read("nope")).await, Waited::Neither);
     let lease = claimed(&env, &["a"]).await;
     assert_eq!(env.run(&read("a")).await, Waited::Stored);
-    assert!(!env.exists(&k.waiting), "a read registers nothing");
+    assert!(!env.exists(&k.waiters), "a read registers nothing");
 
     let wait = Wait {
         id: "a",
         wait: Duration::from_secs(30),
     };
     assert_eq!(env.run(&wait).await, Waited::Stored);
-    let until = env.zscore(&k.waiting, "a").expect("registered");
+    let until = env.zscore(&k.waiters, "a").expect("registered");
     assert!(until > env.now_ms() + 20_000, "{until}");
-    let ttl = env.int(&["PTTL", &k.waiting]);
+    let ttl = env.int(&["PTTL", &k.waiters]);
     assert!(ttl > 20_000 && ttl <= 30_000, "{ttl}");
 
     let mut done = env.subscribe_to(&k.done).await;
@@ -177,6 +177,6 @@ async fn wait_reads_a_result_and_registers_a_wait_the_ack_publishes() {
     };
     env.run(&ack(vec![("a", lease, keep)], DAY)).await;
     assert_eq!(done.next().await, "a");
-    assert!(!env.exists(&k.waiting), "the waited id leaves the zset");
+    assert!(!env.exists(&k.waiters), "the waited id leaves the zset");
     assert_eq!(env.run(&read("a")).await, Waited::Result(b"42".to_vec()));
 }

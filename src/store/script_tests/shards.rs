@@ -45,6 +45,7 @@ async fn a_shard_count_is_recorded_once_and_refuses_other_counts_and_unsharded_s
         delay: Duration::ZERO,
         expire_after: None,
         own_id: true,
+        wait: false,
     };
     let send = SendBatch { msgs: vec![outgoing] };
     expect_refused("a send to the unsharded layout", store.run(&send).await.map(drop), 1);

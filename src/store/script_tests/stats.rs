@@ -34,6 +34,7 @@ async fn stats_counts_every_state() {
             processing: 1,
             retry: 4,
             dead: 5,
+            waiting: 0,
         }
     );
     assert_eq!(env.snapshot(), state, "read-only");

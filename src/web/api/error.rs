@@ -60,6 +60,7 @@ impl From<Error> for ApiError {
             | Error::PayloadTooLarge { .. }
             | Error::InvalidHeader { .. }
             | Error::InvalidGroup { .. }
+            | Error::InvalidFlow { .. }
             | Error::InvalidArgument(_)
             | Error::ResultTooLarge { .. }
             | Error::ProgressTooLarge { .. }

@@ -427,6 +427,35 @@ local function groups_add(gp, grouped, groups)
   groups_wake(gp, groups)
 end
 
+-- Flows (docs/workflows.md). A message may wait for others (its children)
+-- before it becomes due: its parent keys live with it, in its queue's slot,
+-- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
+-- its "m:"):
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
+--                           their own due time (ms)
+--   B .. 'deps:' .. id      set: the children parent id still waits for,
+--                           each "<child's base> <child id>"
+--   B .. 'children:' .. id  hash: its finished children, "<child's base>
+--                           <child id>" -> "<outcome><result bytes>"
+--   B .. 'outbox'           zset: completions recorded here for parents
+--                           elsewhere, "<outcome> <child id> <link>", scored
+--                           by when (ms); and "x <parent id>": a cancelled
+--                           parent whose children are still to be cancelled
+--   B .. 'parents'          hash: child id -> its links, one a line, each
+--                           "<policy> <parent's base> <parent id>" (policy:
+--                           'f' fail, 'i' ignore, 'w' wait)
+-- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
+-- deleted. Every script touches these only while the totals have 'flows'
+-- (set by the first parent sent or child linked), so a queue without flows
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
+--
+-- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
+local function flow_base(msg_key, id)
+  return string.sub(msg_key, 1, #msg_key - #id - 2)
+end
+
 --[[ send: (nothing) -> pending | ready (a grouped message due now)
 Stores a batch of messages. Each one is written whole or not at all:
 payload string (no TTL: a live message never expires on its own) and
@@ -460,7 +489,11 @@ marker exists; stores the marker holding <ms>, without TTL until the
 message finishes), "t<ms>" throttle (refused while the marker exists;
 stores it with TTL <ms>), "d" debounce (a pending message of the id is
 replaced, due at now + delay), "r" replace (a pending message of the id is
-replaced, its due time kept), "R" replace, due at now + delay.
+replaced, its due time kept), "R" replace, due at now + delay; or "w"
+(a parent of a flow, docs/workflows.md): while its set of children to
+wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
+empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its
+due time) instead of pending, and the totals get 'flows'.
 A staged message's value does not pass through ARGV: the caller SETs it
 (with a TTL) at its staging string before the call, as it is to be
 stored but with placeholders of 13 zeros for the times:
@@ -522,16 +555,18 @@ local m = (#ARGV - 2) / 5
 local chosen, prio, big, grouped = false, false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
 -- first write, as its placeholders are checked), and its mode.
-local values, modes, s = {}, {}, 5 + m
+local values, modes, waits, s = {}, {}, {}, 5 + m
 for i = 1, m do
   local a = (i - 1) * 5 + 3
-  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrR]?)(%d*)$')
-  if not own or (own == '0' and kind ~= '') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
+  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrRw]?)(%d*)$')
+  if not own or (own == '0' and kind ~= '' and kind ~= 'w') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
     or (kind ~= 'u' and kind ~= 't' and ms ~= '') then
     error(redis.error_reply('ERR bad id flag and mode of ' .. ARGV[a] .. ': ' .. ARGV[a + 4]))
   end
   chosen = chosen or own == '1'
-  if kind ~= '' then
+  if kind == 'w' then
+    waits[i] = true
+  elseif kind ~= '' then
     modes[i] = {kind, ms, false, KEYS[1]}
   end
   local value, size = ARGV[a + 1], #ARGV[a + 1]
@@ -604,8 +639,13 @@ for i = 1, m do
   local id = ARGV[a]
   local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
     tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
-  local g = status == 1 and direct[i]
-  if g then
+  local base = waits[i] and flow_base(KEYS[5 + i], id)
+  local parked = status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0
+  local g = status == 1 and not parked and direct[i]
+  if parked then
+    redis.call('ZADD', base .. 'flow:waiting', extra, id)
+    redis.call('HSET', KEYS[5], 'flows', 1)
+  elseif g then
     if not grouped_entries[g] then
       grouped_entries[g], order[#order + 1] = {}, g
     end
@@ -616,7 +656,7 @@ for i = 1, m do
     entries[#entries + 1] = extra
     entries[#entries + 1] = id
   end
-  if status == 1 or status == 5 then
+  if (status == 1 or status == 5) and not parked then
     if not earliest or extra < earliest then
       earliest = extra
     end

@@ -1,0 +1,83 @@
+#!lua flags=allow-oom
+--[[ flow_complete: waiting -> pending | dead, as a parent's children finish
+Applies completions the relay read from a child queue's outbox to their
+parents in this queue (docs/workflows.md), at least once: each child
+leaves its parent's set of children to wait for, and its outcome and
+result go to the parent's children hash, whose fields " a", " d" and " c"
+count the children acked, dead and cancelled. A dead child under 'f', or a
+cancelled one under 'f' or 'w' (nothing can finish it any more), makes the
+parent a dead letter with reason "child <queue>/<id> dead" (or
+"cancelled"): out of waiting, into the dead zset, its payload kept for
+the retention, its sets deleted. Under 'r' (a batch's on_success) such a
+child removes the parent: its payload and sets are deleted. Outcome 'o'
+is a batch's close: its member (the parent's own base and an empty id)
+leaves the set, nothing is recorded. A parent whose set is empty goes to
+pending, due at its own due time or now, whichever is later.
+
+KEYS[1] waiting zset   KEYS[2] pending zset   KEYS[3] dead zset
+KEYS[4] attempts hash   KEYS[5] totals hash
+ARGV[1] msg key prefix   ARGV[2] wake-up channel
+ARGV[3] dead-letter retention ms
+ARGV[4..] per completion, 4 values: parent id, the child "<child's queue
+base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
+'c' cancelled or 'o' closed; 'f', 'i', 'w' or 'r'), the child's result
+('' none)
+Returns {applied, parents moved to pending, parents moved to dead,
+parents removed}.
+Publishes a wake-up when a parent became due before every pending message.
+Idempotent: a re-delivered completion finds its child gone from the set
+(or the parent no longer waiting) and changes nothing; a completion for a
+parent no longer waiting (cancelled, dead) only leaves the set.
+Complexity: O(M log N) with M = completions (at most 1000 per call); never
+O(children of a parent).
+]]
+check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
+local m = (#ARGV - 3) / 4
+if m ~= math.floor(m) or m > MAX_LIMIT then
+  error(redis.error_reply('ERR completions come as 4 values each, at most ' .. MAX_LIMIT))
+end
+local base = flow_base(ARGV[1], '')
+local head, now = head_due(KEYS[2]), now_ms()
+local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
+for i = 1, m do
+  local a = 4 * i
+  local id, child, how, result = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local deps = base .. 'deps:' .. id
+  local score = redis.call('SREM', deps, child) == 1 and redis.call('ZSCORE', KEYS[1], id)
+  if score then
+    applied = applied + 1
+    local outcome, policy = string.sub(how, 1, 1), string.sub(how, 2, 2)
+    local children = base .. 'children:' .. id
+    local bad = outcome == 'd' or outcome == 'c'
+    if bad and policy == 'r' then
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('DEL', deps, children, ARGV[1] .. id)
+      removed = removed + 1
+    elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('DEL', deps, children)
+      local queue, cid = string.match(child, '{(.-)}:? (.*)$')
+      local word = outcome == 'd' and 'dead' or 'cancelled'
+      redis.call('HSET', KEYS[4], id, '0:child ' .. (queue or '?') .. '/' .. (cid or child) .. ' ' .. word)
+      bury(KEYS[3], id, ARGV[1] .. id, now, tonumber(ARGV[3]))
+      tally(KEYS[5], 'dead', 1)
+      dead = dead + 1
+    else
+      if outcome ~= 'o' then
+        redis.call('HSET', children, child, outcome .. result)
+        redis.call('HINCRBY', children, ' ' .. outcome, 1)
+      end
+      if redis.call('EXISTS', deps) == 0 then
+        redis.call('ZREM', KEYS[1], id)
+        local at = math.max(tonumber(score), now)
+        redis.call('ZADD', KEYS[2], at, id)
+        if not earliest or at < earliest then
+          earliest = at
+        end
+        due = due + 1
+      end
+    end
+  end
+end
+wake_if_earlier(ARGV[2], earliest, head, now)
+return {applied, due, dead, removed}

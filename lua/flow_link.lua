@@ -1,0 +1,53 @@
+#!lua flags=allow-oom
+--[[ flow_link: links children to a parent (docs/workflows.md)
+Records the parent's link with each child (in the child's queue, whose
+slot this script runs on), from when on the child's ack, death or cancel
+records its completion in the outbox (flow_done in prelude.lua). A child
+may have several parents: a link already there is not added twice.
+
+KEYS[1] parents hash   KEYS[2] dead zset   KEYS[3] totals hash
+ARGV[1] msg key prefix
+ARGV[2] the link: "<policy> <parent's queue base> <parent id>", policy
+'f' (a dead child fails the parent), 'i' (ignored), 'w' (the parent
+waits for it to be requeued and finish) or 'r' (a dead child removes the
+parent: a batch's on_success)
+ARGV[3..] child ids (1 to 1000)
+Returns one status per child: 1 linked (live, or dead under 'w'), 2 dead
+(not linked: the parent takes it as dead), 0 not stored (finished or
+never sent: the parent takes it as finished, acked). Sets the totals'
+'flows' when it linked one.
+Idempotent: a re-run finds its links and returns the same statuses (a
+child that finished since: 0 or 2).
+Complexity: O(M log N) with M = children, plus O(links) of each.
+]]
+check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
+local link = ARGV[2]
+local policy = string.match(link, '^([fiwr]) %S+ %S+$')
+if not policy or #ARGV < 3 or #ARGV - 2 > MAX_LIMIT then
+  error(redis.error_reply('ERR a link "<f|i|w|r> <base> <id>" and 1 to ' .. MAX_LIMIT .. ' children'))
+end
+local ids = ids_of(3, 1)
+local keys = payloads_here(ARGV[1], ids)
+local dead = redis.call('ZMSCORE', KEYS[2], unpack(ids))
+local links = redis.call('HMGET', KEYS[1], unpack(ids))
+local out, writes = {}, {}
+for i, id in ipairs(ids) do
+  if redis.call('EXISTS', keys[i]) == 0 then
+    out[i] = 0
+  elseif dead[i] and policy ~= 'w' then
+    out[i] = 2
+  else
+    out[i] = 1
+    local have = links[i]
+    if not have then
+      writes[#writes + 1], writes[#writes + 2] = id, link
+    elseif not string.find('\n' .. have .. '\n', '\n' .. link .. '\n', 1, true) then
+      writes[#writes + 1], writes[#writes + 2] = id, have .. '\n' .. link
+    end
+  end
+end
+if #writes > 0 then
+  redis.call('HSET', KEYS[1], unpack(writes))
+  redis.call('HSET', KEYS[3], 'flows', 1)
+end
+return out

@@ -1,0 +1,63 @@
+#!lua flags=allow-oom
+--[[ outbox: reads or drops a queue's outbox entries (docs/workflows.md)
+The relay reads the oldest entries, delivers them to the parents' slots
+(flow_complete.lua, or cancel.lua for each child of a cancelled parent),
+then drops them: an entry is delivered at least once, and a relay that
+crashed in between leaves it for the next.
+
+KEYS[1] outbox zset
+ARGV[1] msg key prefix   ARGV[2] result key prefix   ARGV[3] mode
+mode 'read': ARGV[4] limit (1 to 1000). Returns the oldest entries, each
+followed by one value: for a completion of an acked child ("a <child id>
+<link>") its result string (false: none, or no longer kept), for a
+cancelled parent ("x <parent id>") up to 100 of the children it still
+waits for (an array, empty once none is left), false otherwise.
+mode 'drop': ARGV[4..] per entry, 2 values: the entry, then the children
+of a cancelled parent that were cancelled (space separated; '' for any
+other entry). Those leave the parent's set; the entry goes once nothing
+is left in it. Returns the number of entries dropped.
+Idempotent: a re-read reads the same; a re-run drop finds the entries
+gone and drops nothing.
+Complexity: read O(log N + M) with M = entries, one GET of a result per
+acked completion (at most 1000) and SRANDMEMBER of 100 per cancelled
+parent; drop O(M log N).
+]]
+check_types(KEYS[1], 'zset')
+local base = flow_base(ARGV[1], '')
+if ARGV[3] == 'read' then
+  local out = {}
+  for _, entry in ipairs(redis.call('ZRANGE', KEYS[1], 0, limit_arg(4) - 1)) do
+    out[#out + 1] = entry
+    local kind, id = string.match(entry, '^(%a) (%S+)')
+    if kind == 'a' then
+      out[#out + 1] = redis.call('GET', ARGV[2] .. id)
+    elseif kind == 'x' then
+      out[#out + 1] = redis.call('SRANDMEMBER', base .. 'deps:' .. id, 100)
+    else
+      out[#out + 1] = false
+    end
+  end
+  return out
+elseif ARGV[3] ~= 'drop' then
+  error(redis.error_reply('ERR mode must be read or drop, not ' .. tostring(ARGV[3])))
+end
+local dropped = {}
+for i = 4, #ARGV - 1, 2 do
+  local entry, done = ARGV[i], ARGV[i + 1]
+  local id = string.match(entry, '^x (%S+)$')
+  local deps = id and base .. 'deps:' .. id
+  if deps and done ~= '' then
+    local members = {}
+    for member in string.gmatch(done, '%S+ %S+') do
+      members[#members + 1] = member
+    end
+    redis.call('SREM', deps, unpack(members))
+  end
+  if not deps or redis.call('EXISTS', deps) == 0 then
+    dropped[#dropped + 1] = entry
+  end
+end
+if #dropped == 0 then
+  return 0
+end
+return redis.call('ZREM', KEYS[1], unpack(dropped))

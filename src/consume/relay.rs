@@ -1,0 +1,108 @@
+//! The relay of flows (docs/workflows.md): moves a shard's outbox entries
+//! to the parents' slots, at least once. A child's ack, death or cancel
+//! records its completion in its own queue's outbox in the same script;
+//! `flow_complete` on the parent's slot is idempotent, so no script ever
+//! spans two slots. Run after the acker's acks, on the loop's tick when
+//! the probe finds entries, and after a cancel.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fred::prelude::Client;
+
+use crate::maxima::MAX_BATCH_SIZE;
+use crate::store::ops::cancel::Cancel;
+use crate::store::ops::flows::{Completion, FlowComplete, Outbox, OutboxEntry};
+use crate::store::{Keys, Shard};
+use crate::Error;
+
+/// Applies `completions` to parents of the shard with keys `k`.
+pub(crate) async fn complete(
+    client: &Client,
+    k: &Keys,
+    completions: &[Completion],
+    retention: Duration,
+) -> Result<(), Error> {
+    let shard = Shard::new(client, k, Keys::name_of_base(&k.base));
+    for chunk in completions.chunks(MAX_BATCH_SIZE) {
+        shard
+            .run(&FlowComplete {
+                completions: chunk,
+                dead_letter_retention: retention,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Entries the relay reads per outbox call.
+const RELAY_BATCH: usize = 1000;
+/// Most outbox calls of one relay run: the rest waits for the next.
+const RELAY_ROUNDS: usize = 8;
+
+/// Delivers the outbox of the shard with keys `k` to the parents' slots:
+/// completions to `flow_complete`, a cancelled parent's children to
+/// `cancel` (which records their own completions, and cascades to their
+/// children, through their queues' outboxes), then drops what it
+/// delivered. At least once: a relay that fails or dies half-way leaves
+/// the entries for the next, and a re-delivered entry changes nothing.
+/// `retention`: the dead-letter retention of a parent a dead child fails.
+/// Returns how many entries it dropped.
+pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Result<u64, Error> {
+    let name = Keys::name_of_base(&k.base);
+    let shard = Shard::new(client, k, name);
+    let mut dropped = 0;
+    for _ in 0..RELAY_ROUNDS {
+        let (entries, _) = shard.run(&Outbox::Read { limit: RELAY_BATCH }).await?;
+        if entries.is_empty() {
+            break;
+        }
+        let full = entries.len() == RELAY_BATCH;
+        let mut by_parent: BTreeMap<String, Vec<Completion>> = BTreeMap::new();
+        let mut done: Vec<(String, Vec<String>)> = Vec::with_capacity(entries.len());
+        for e in &entries {
+            match e {
+                OutboxEntry::Done {
+                    outcome,
+                    child,
+                    policy,
+                    parent_base,
+                    parent,
+                    result,
+                    ..
+                } => {
+                    by_parent.entry(parent_base.clone()).or_default().push(Completion {
+                        parent: parent.clone(),
+                        child: format!("{} {child}", k.base),
+                        how: format!("{outcome}{policy}"),
+                        result: result.clone(),
+                    });
+                    done.push((e.entry().to_string(), Vec::new()));
+                }
+                OutboxEntry::Cancelled { children, .. } => {
+                    for member in children {
+                        if let Some((base, id)) = member.split_once(' ') {
+                            if let Some(ck) = Keys::from_base(base) {
+                                Shard::new(client, &ck, Keys::name_of_base(base))
+                                    .run(&Cancel { id })
+                                    .await?;
+                            }
+                        }
+                    }
+                    done.push((e.entry().to_string(), children.clone()));
+                }
+            }
+        }
+        for (base, completions) in &by_parent {
+            match Keys::from_base(base) {
+                Some(pk) => complete(client, &pk, completions, retention).await?,
+                None => tracing::warn!(queue = name, base, "outbox entry names no queue; dropped"),
+            }
+        }
+        dropped += shard.run(&Outbox::Drop { entries: &done }).await?.1;
+        if !full {
+            break;
+        }
+    }
+    Ok(dropped)
+}

@@ -1,0 +1,161 @@
+//! [`Flow`], a parent sent with its children in one call, and reading a
+//! parent's finished children (docs/workflows.md).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use super::flow_links::{add_deps, link, Deps};
+use crate::flow::{ChildPolicy, ChildrenPage, MessageRef};
+use crate::maxima::MAX_FLOW_DEPTH;
+use crate::{DelayQueue, Error, MessageId, NewMessage};
+
+impl DelayQueue {
+    /// One page of the finished children of parent `id`, with their
+    /// outcomes and results; start with `cursor` `None`, then pass the
+    /// page's `next` until it is `None` (Redis `HSCAN`: a child may come
+    /// twice, none is missed). Readable while the parent is stored: from
+    /// its handler, and until it is acked, cancelled or deleted.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue, parent: delayqueue::MessageId) -> Result<(), delayqueue::Error> {
+    /// let mut cursor = None;
+    /// loop {
+    ///     let page = queue.children_results(&parent, cursor.as_deref()).await?;
+    ///     for child in &page.children {
+    ///         println!("{}/{}: {:?}", child.queue, child.id, child.outcome);
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => cursor = Some(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn children_results(&self, id: impl AsRef<str>, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
+        let id = id.as_ref();
+        self.store(self.shard_of(id)).children(id, cursor).await
+    }
+}
+
+/// A parent with its children, sent in one call ([`Flow::send`]); each
+/// child may be a flow itself. Every message's id is chosen when it is
+/// added (given, or generated then), so sending the same `Flow` again
+/// after an error or a lost reply sends nothing twice that is still
+/// stored, and completes what the first call left half-done.
+///
+/// ```no_run
+/// # async fn run(orders: delayqueue::DelayQueue, mail: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+/// use delayqueue::{Flow, NewMessage};
+/// let flow = Flow::new(&orders, NewMessage::new("close order 42"))
+///     .child(Flow::new(&orders, NewMessage::new("charge card")))
+///     .child(
+///         Flow::new(&mail, NewMessage::new("email receipt"))
+///             .child(Flow::new(&mail, NewMessage::new("render receipt"))),
+///     );
+/// let parent = flow.id().clone();
+/// flow.send().await?;
+/// # let _ = parent;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Flow {
+    queue: DelayQueue,
+    msg: NewMessage,
+    id: MessageId,
+    children: Vec<Flow>,
+    policy: ChildPolicy,
+}
+
+impl Flow {
+    /// A flow whose root is `msg`, sent to `queue`; its id is `msg`'s if
+    /// it has one, else generated now.
+    pub fn new(queue: &DelayQueue, msg: NewMessage) -> Self {
+        let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
+        Flow {
+            queue: queue.clone(),
+            msg: msg.id(id.clone()),
+            id,
+            children: Vec::new(),
+            policy: ChildPolicy::default(),
+        }
+    }
+
+    /// Adds a child (a message or a flow of its own) that the root waits for.
+    pub fn child(mut self, child: Flow) -> Self {
+        self.children.push(child);
+        self
+    }
+
+    /// What becomes of the root when a child becomes a dead letter.
+    pub fn on_dead_child(mut self, policy: ChildPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The root's id.
+    pub fn id(&self) -> &MessageId {
+        &self.id
+    }
+
+    /// Sends every message of the flow: each parent first (waiting), then
+    /// its children, then links them. A message whose id is stored
+    /// already is left as it is (a re-send). Returns the root's id.
+    pub async fn send(&self) -> Result<MessageId, Error> {
+        self.check(1)?;
+        self.send_node().await?;
+        Ok(self.id.clone())
+    }
+
+    fn check(&self, depth: usize) -> Result<(), Error> {
+        if depth > MAX_FLOW_DEPTH {
+            return Err(Error::InvalidFlow {
+                reason: format!("deeper than MAX_FLOW_DEPTH ({MAX_FLOW_DEPTH})"),
+            });
+        }
+        self.children.iter().try_for_each(|c| c.check(depth + 1))
+    }
+
+    fn send_node(&self) -> Pin<Box<dyn Future<Output = Result<(), Error>> + Send + '_>> {
+        Box::pin(async move {
+            let refs: Vec<MessageRef> = self
+                .children
+                .iter()
+                .map(|c| MessageRef::new(&c.queue, c.id.clone()))
+                .collect();
+            let deps = (!refs.is_empty())
+                .then(|| Deps::new(&self.queue, &refs, self.policy))
+                .transpose()?;
+            let msg = self.msg.clone_for_flow(deps.is_some());
+            if let Some(deps) = &deps {
+                add_deps(&self.queue, self.id.as_str(), deps).await?;
+            }
+            self.queue.send_prepared(msg).await?;
+            // Leaves go in one send_batch per queue (a parent of 100,000
+            // children: 100 script calls, not 100,000 round trips).
+            let mut leaves: Vec<(&DelayQueue, Vec<NewMessage>)> = Vec::new();
+            for child in &self.children {
+                if !child.children.is_empty() {
+                    child.send_node().await?;
+                    continue;
+                }
+                let msg = child.msg.clone_for_flow(false);
+                match leaves.iter_mut().find(|(q, _)| q.same_queue(&child.queue)) {
+                    Some((_, msgs)) => msgs.push(msg),
+                    None => leaves.push((&child.queue, vec![msg])),
+                }
+            }
+            for (queue, msgs) in leaves {
+                for sent in queue.send_batch(msgs).await? {
+                    match sent {
+                        Ok(_) | Err(Error::Duplicate { until: None, .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if let Some(deps) = &deps {
+                link(&self.queue, self.id.as_str(), deps).await?;
+            }
+            Ok(())
+        })
+    }
+}

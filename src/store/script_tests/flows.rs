@@ -1,0 +1,405 @@
+//! The flow scripts (flow_deps.lua, send.lua's mode "w", flow_link.lua,
+//! outbox.lua, flow_complete.lua) and what ack, nack, cancel and purge do
+//! for flows, with exact state; and the relay run after a consumer died
+//! between a child's ack and its relay.
+
+use std::time::Duration;
+
+use fred::bytes::Bytes;
+
+use super::{Env, RETENTION};
+use crate::consume::relay::relay;
+use crate::store::ops::flows::{
+    Completed, Completion, FlowComplete, FlowCounts, FlowDeps, FlowLink, FlowStatus, LinkStatus, Outbox, OutboxEntry,
+};
+use crate::store::ops::nack::NackMode;
+use crate::store::ops::purge::Purge;
+use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
+use crate::store::stored::{encode_stored, ValueParts};
+
+/// `"<base> <id>"`: how the scripts name a child of this queue.
+fn member(env: &Env, id: &str) -> String {
+    format!("{} {id}", env.k().base)
+}
+
+/// Stores parent `id` with mode "w" (its children set filled first);
+/// returns send.lua's status.
+async fn send_parent(env: &Env, id: &str, children: &[&str], delay_ms: u64) -> SendOutcome {
+    if !children.is_empty() {
+        let members: Vec<String> = children.iter().map(|c| member(env, c)).collect();
+        let added = env.run(&FlowDeps { id, children: &members }).await;
+        assert_eq!(added, members.len() as u64);
+    }
+    let msg = Outgoing {
+        stage: None,
+        mode: None,
+        id: id.into(),
+        value: encode_stored(&ValueParts::new(3, b"parent")).into(),
+        delay: Duration::from_millis(delay_ms),
+        expire_after: None,
+        own_id: true,
+        wait: true,
+    };
+    env.run(&SendBatch { msgs: vec![msg] }).await[0].0
+}
+
+/// Links children `ids` to parent `parent` with `policy`.
+async fn link(env: &Env, parent: &str, policy: char, ids: &[&str]) -> Vec<LinkStatus> {
+    let link = format!("{policy} {} {parent}", env.k().base);
+    let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    env.run(&FlowLink { link: &link, ids: &ids }).await
+}
+
+/// Claims everything due (after a promote) and returns each delivery's lease.
+async fn claim_all(env: &Env) -> Vec<(String, i64)> {
+    env.promote(100).await;
+    let c = env.claim(100).await;
+    c.got.iter().map(|d| (d.0.clone(), c.lease)).collect()
+}
+
+fn completion(env: &Env, parent: &str, child: &str, how: &str) -> Completion {
+    Completion {
+        parent: parent.into(),
+        child: member(env, child),
+        how: how.into(),
+        result: Bytes::new(),
+    }
+}
+
+async fn complete(env: &Env, completions: &[Completion]) -> Completed {
+    env.run(&FlowComplete {
+        completions,
+        dead_letter_retention: Duration::from_millis(RETENTION as u64),
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_parent_waits_until_its_last_child_completes() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_own("c1", "one", 0, 0, 3).await;
+    env.send_own("c2", "two", 0, 0, 3).await;
+    let before = env.now_ms();
+    assert_eq!(
+        send_parent(&env, "p", &["c1", "c2", "gone"], 50_000).await,
+        SendOutcome::Stored
+    );
+    // Waiting, at its own due time; nowhere else.
+    let waiting = env.zset(&k.flow_waiting);
+    assert_eq!(waiting.len(), 1);
+    assert!(waiting[0].1 >= before + 50_000, "{waiting:?}");
+    assert_eq!(
+        env.zset(&k.pending).iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+        ["c1", "c2"]
+    );
+    assert_eq!(env.hget(&k.totals, "flows"), "1");
+    assert_eq!(env.int(&["SCARD", &k.deps("p")]), 3);
+    // A parent stored again (a re-send) stays as it is.
+    assert_eq!(send_parent(&env, "p", &[], 0).await, SendOutcome::Live);
+    assert_eq!(env.zset(&k.flow_waiting), waiting);
+
+    assert_eq!(
+        link(&env, "p", 'f', &["c1", "c2", "gone"]).await,
+        [LinkStatus::Linked, LinkStatus::Linked, LinkStatus::Gone]
+    );
+    // Linked twice: one link.
+    link(&env, "p", 'f', &["c1"]).await;
+    assert_eq!(env.hget(&k.parents(), "c1"), format!("f {} p", k.base));
+
+    // The child no longer stored completes at once (what link() in
+    // queue/flow_links.rs does with a Gone status).
+    let done = complete(&env, &[completion(&env, "p", "gone", "af")]).await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 1,
+            due: 0,
+            dead: 0,
+            removed: 0
+        }
+    );
+
+    // c1's ack records its completion in the outbox, in the same script.
+    let leases = claim_all(&env).await;
+    let c1 = leases.iter().find(|l| l.0 == "c1").unwrap().1;
+    assert_eq!(env.ack(&[("c1", c1)]).await, [3]);
+    assert_eq!(env.int(&["HEXISTS", &k.parents(), "c1"]), 0);
+    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
+    assert_eq!(entries.len(), 1);
+    let OutboxEntry::Done {
+        outcome,
+        child,
+        policy,
+        parent,
+        ..
+    } = &entries[0]
+    else {
+        panic!("{entries:?}")
+    };
+    assert_eq!(
+        (*outcome, child.as_str(), *policy, parent.as_str()),
+        ('a', "c1", 'f', "p")
+    );
+    let done = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 1,
+            due: 0,
+            dead: 0,
+            removed: 0
+        }
+    );
+    // Re-delivered: nothing changes.
+    let state = env.snapshot();
+    let again = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
+    assert_eq!(again, Completed::default());
+    assert_eq!(env.snapshot(), state);
+    let drop = [(entries[0].entry().to_string(), Vec::new())];
+    assert_eq!(env.run(&Outbox::Drop { entries: &drop }).await.1, 1);
+    assert!(!env.exists(&k.outbox));
+
+    // The last child: the parent goes to pending at its own due time.
+    let c2 = leases.iter().find(|l| l.0 == "c2").unwrap().1;
+    assert_eq!(env.ack(&[("c2", c2)]).await, [3]);
+    let done = complete(&env, &[completion(&env, "p", "c2", "af")]).await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 1,
+            due: 1,
+            dead: 0,
+            removed: 0
+        }
+    );
+    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.deps("p")));
+    assert_eq!(env.zset(&k.pending), waiting);
+    let mut children = env.lines(&["HGETALL", &k.children("p")]);
+    children.sort();
+    let mut want = vec![
+        member(&env, "c1"),
+        member(&env, "c2"),
+        member(&env, "gone"),
+        "a".into(),
+        "a".into(),
+        "a".into(),
+        " a".into(),
+        "3".into(),
+    ];
+    want.sort();
+    assert_eq!(children, want);
+    // The parent's ack takes its children's results with it.
+    env.raw(&["ZADD", &k.pending, "0", "p"]);
+    let leases = claim_all(&env).await;
+    assert_eq!(env.ack(&[("p", leases[0].1)]).await, [1]);
+    assert!(!env.exists(&k.children("p")) && !env.exists(&k.parents()));
+}
+
+#[tokio::test]
+async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_own("c", "child", 0, 0, 3).await;
+    send_parent(&env, "p", &["c"], 0).await;
+    link(&env, "p", 'f', &["c"]).await;
+    // The consumer acks and dies before its relay: the ack recorded the
+    // completion, with the child's result (as the results' ack writes it).
+    let leases = claim_all(&env).await;
+    env.raw(&["SET", &format!("{}c", k.result_prefix), "42"]);
+    assert_eq!(env.ack(&[("c", leases[0].1)]).await, [3]);
+    assert_eq!(env.zset(&k.flow_waiting).len(), 1);
+    // Another consumer's relay (its tick: the probe finds the outbox).
+    let retention = Duration::from_millis(RETENTION as u64);
+    assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 1);
+    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.outbox));
+    assert_eq!(env.zset(&k.pending).len(), 1);
+    assert_eq!(env.hget(&k.children("p"), &member(&env, "c")), "a42");
+    // Again: nothing to do.
+    assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["f", "w"] {
+        env.send_own(id, id, 0, 0, 0).await;
+    }
+    send_parent(&env, "pf", &["f"], 0).await;
+    send_parent(&env, "pw", &["w"], 0).await;
+    link(&env, "pf", 'f', &["f"]).await;
+    link(&env, "pw", 'w', &["w"]).await;
+    for (id, lease) in claim_all(&env).await {
+        assert_eq!(env.nack(&id, lease, NackMode::Dead).await, 2);
+    }
+    // 'f': recorded and unlinked; 'w': linked still, nothing recorded.
+    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
+    assert_eq!(
+        entries.iter().map(OutboxEntry::entry).collect::<Vec<_>>(),
+        [format!("d f f {} pf", k.base)]
+    );
+    assert_eq!(env.lines(&["HKEYS", &k.parents()]), ["w"]);
+    // A dead child under a policy that does not wait is not linked again.
+    assert_eq!(link(&env, "pf", 'f', &["f"]).await, [LinkStatus::Dead]);
+    assert_eq!(link(&env, "pw", 'w', &["w"]).await, [LinkStatus::Linked]);
+
+    let done = complete(&env, &[completion(&env, "pf", "f", "df")]).await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 1,
+            due: 0,
+            dead: 1,
+            removed: 0
+        }
+    );
+    assert_eq!(env.record("pf").as_deref(), Some("0:child q/f dead"));
+    assert!(env.dead().contains(&"pf".to_string()));
+    assert!(env.pttl("pf") > 0);
+    assert!(!env.exists(&k.deps("pf")) && !env.exists(&k.children("pf")));
+    assert_eq!(
+        env.zset(&k.flow_waiting)
+            .iter()
+            .map(|e| e.0.as_str())
+            .collect::<Vec<_>>(),
+        ["pw"]
+    );
+
+    // Deleting the dead child that pw waits for records it cancelled: pw
+    // can never run, so it fails too.
+    assert_eq!(env.gc_with(10, 0, 0, &["w"]).await, 1);
+    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
+    assert!(
+        entries.iter().any(|e| e.entry() == format!("c w w {} pw", k.base)),
+        "{entries:?}"
+    );
+    let done = complete(&env, &[completion(&env, "pw", "w", "cw")]).await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 1,
+            due: 0,
+            dead: 1,
+            removed: 0
+        }
+    );
+    assert_eq!(env.record("pw").as_deref(), Some("0:child q/w cancelled"));
+}
+
+#[tokio::test]
+async fn cancelling_a_waiting_parent_leaves_its_children_to_the_relay() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_own("a", "a", 60_000, 0, 3).await;
+    env.send_own("b", "b", 60_000, 0, 3).await;
+    send_parent(&env, "p", &["a", "b"], 0).await;
+    link(&env, "p", 'f', &["a", "b"]).await;
+    assert_eq!(env.cancel("p").await, 1);
+    assert!(env.payload("p").is_none() && !env.exists(&k.flow_waiting));
+    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
+    let OutboxEntry::Cancelled { parent, children, .. } = &entries[0] else {
+        panic!("{entries:?}")
+    };
+    assert_eq!(parent, "p");
+    let mut children = children.clone();
+    children.sort();
+    assert_eq!(children, [member(&env, "a"), member(&env, "b")]);
+    // The relay cancels them; their own completions find p gone.
+    let retention = Duration::from_millis(RETENTION as u64);
+    relay(&env.client, &k, retention).await.unwrap();
+    relay(&env.client, &k, retention).await.unwrap();
+    assert!(env.zset(&k.pending).is_empty());
+    for key in [k.outbox.clone(), k.deps("p"), k.children("p"), k.parents()] {
+        assert!(!env.exists(&key), "{key} left");
+    }
+}
+
+#[tokio::test]
+async fn purge_takes_waiting_parents_and_every_flow_key() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_own("a", "a", 60_000, 0, 3).await;
+    send_parent(&env, "p", &["a", "x"], 0).await;
+    link(&env, "p", 'f', &["a"]).await;
+    send_parent(&env, "q", &["a"], 0).await;
+    assert_eq!(env.cancel("q").await, 1);
+    assert!(env.exists(&k.outbox));
+    while env.run(&Purge { limit: 10 }).await > 0 {}
+    assert_eq!(env.keys(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_success() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // The open member: the callback's base and an empty id.
+    let open = format!("{} ", k.base);
+    for cb in ["done", "ok"] {
+        env.run(&FlowDeps {
+            id: cb,
+            children: &[open.clone(), member(&env, "m")],
+        })
+        .await;
+        send_parent(&env, cb, &[], 0).await;
+    }
+    let status = |id: &'static str| FlowStatus { id, open_member: None };
+    let open_status = env
+        .run(&FlowStatus {
+            id: "done",
+            open_member: Some(&open),
+        })
+        .await;
+    assert_eq!(
+        open_status,
+        FlowCounts {
+            waiting: true,
+            stored: true,
+            left: 1,
+            open: true,
+            ..FlowCounts::default()
+        }
+    );
+    // The member dies: 'i' counts it, 'r' removes the parent outright.
+    let done = complete(
+        &env,
+        &[completion(&env, "done", "m", "di"), completion(&env, "ok", "m", "dr")],
+    )
+    .await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 2,
+            due: 0,
+            dead: 0,
+            removed: 1
+        }
+    );
+    assert!(env.payload("ok").is_none() && !env.exists(&k.deps("ok")) && !env.exists(&k.children("ok")));
+    assert!(env.dead().is_empty());
+    let read = env.run(&status("done")).await;
+    assert_eq!((read.waiting, read.left, read.dead), (true, 1, 1));
+    // The close: nothing recorded, the callback becomes due.
+    let closed = Completion {
+        parent: "done".into(),
+        child: open.clone(),
+        how: "oi".into(),
+        result: Bytes::new(),
+    };
+    let done = complete(&env, std::slice::from_ref(&closed)).await;
+    assert_eq!((done.applied, done.due), (1, 1));
+    assert_eq!(complete(&env, &[closed]).await, Completed::default());
+    assert_eq!(
+        env.zset(&k.pending).iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+        ["done"]
+    );
+    let read = env.run(&status("done")).await;
+    assert_eq!(
+        read,
+        FlowCounts {
+            stored: true,
+            dead: 1,
+            ..FlowCounts::default()
+        }
+    );
+}

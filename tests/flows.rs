@@ -1,0 +1,348 @@
+//! Flows through the public API (docs/workflows.md): a parent waits for
+//! its children across queues, never runs before them and always runs
+//! once they finished (a consumer that dies between a child's ack and the
+//! relay included); the dead-child policies; cancelling a parent cancels
+//! its unfinished children; a re-sent flow is idempotent; no flow key is
+//! left once a flow completed or was cancelled; a parent of 10,000
+//! children completes.
+
+mod helpers;
+use delayqueue_test_support as support;
+
+use std::time::Duration;
+
+use delayqueue::fred::clients::Client;
+use delayqueue::{
+    ChildOutcome, ChildPolicy, DelayQueue, Error, Flow, HandlerError, Message, MessageRef, MessageState, NewMessage,
+    SkipRetry,
+};
+use helpers::{acking, flow_keys, start_queues, Log};
+use support::{wait_for, wait_until, RedisServer, WAIT};
+
+const FETCH: Duration = Duration::from_millis(100);
+
+async fn no_flow_key_left(client: &Client) {
+    let gone = wait_for(WAIT, || async { flow_keys(client).await.is_empty() }).await;
+    assert!(gone, "flow keys left: {:?}", flow_keys(client).await);
+}
+
+async fn state(q: &DelayQueue, id: &str) -> Option<MessageState> {
+    q.get(id).await.unwrap().map(|info| info.state)
+}
+
+/// Index of the delivery of `payload` in `log`.
+fn at(log: &Log, payload: &str) -> usize {
+    log.snapshot()
+        .iter()
+        .position(|d| d.3 == payload.as_bytes())
+        .unwrap_or_else(|| panic!("{payload} not delivered"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_level_flow_across_two_queues_runs_each_parent_after_its_children() {
+    let (_server, client, qs) = start_queues(&["orders", "mail"], FETCH).await;
+    let (orders, mail) = (&qs[0], &qs[1]);
+    let flow = Flow::new(orders, NewMessage::new("close"))
+        .child(Flow::new(orders, NewMessage::new("charge")))
+        .child(
+            Flow::new(mail, NewMessage::new("email"))
+                .child(Flow::new(mail, NewMessage::new("render")))
+                .child(Flow::new(orders, NewMessage::new("ledger"))),
+        );
+    let root = flow.send().await.unwrap();
+    assert_eq!(state(orders, root.as_str()).await, Some(MessageState::Waiting));
+    assert_eq!(orders.counts().await.unwrap().waiting, 1);
+    // A waiting parent is a message in a state of its own, no orphan.
+    for q in [orders, mail] {
+        let report = q.check_integrity().await.unwrap();
+        assert!(report.is_clean(), "{report}");
+    }
+    assert!(matches!(
+        orders.list(MessageState::Waiting, 0, 10).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let log = Log::default();
+    let a = orders.start_consume(acking(&log)).await.unwrap();
+    let b = mail.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 5).await, "{} delivered", log.len());
+    assert!(at(&log, "render") < at(&log, "email"));
+    assert!(at(&log, "ledger") < at(&log, "email"));
+    assert!(at(&log, "email") < at(&log, "close"));
+    assert!(at(&log, "charge") < at(&log, "close"));
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_reads_its_childrens_outcomes_and_waits_for_existing_messages() {
+    let (_server, client, qs) = start_queues(&["p", "c"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let one = c.send("one").await.unwrap();
+    let two = p.send("two").await.unwrap();
+    // Unknown: taken as finished.
+    let parent = p
+        .send("parent")
+        .id("parent-1")
+        .after([
+            MessageRef::new(c, one.clone()),
+            MessageRef::from(two.clone()),
+            MessageRef::new(c, "never-sent"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(state(p, parent.as_str()).await, Some(MessageState::Waiting));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let queue = p.clone();
+    let handler = move |msg: Message| {
+        let (record, queue) = (record.clone(), queue.clone());
+        async move {
+            if msg.payload() == b"parent" {
+                let page = queue.children_results(msg.id(), None).await.unwrap();
+                assert!(page.next.is_none());
+                let mut children: Vec<(String, String, ChildOutcome)> = page
+                    .children
+                    .into_iter()
+                    .map(|c| (c.queue, c.id.to_string(), c.outcome))
+                    .collect();
+                children.sort_by(|a, b| a.1.cmp(&b.1));
+                record.lock().unwrap().extend(children);
+            }
+            Ok::<(), HandlerError>(())
+        }
+    };
+    let a = p.start_consume(handler.clone()).await.unwrap();
+    let b = c.start_consume(handler).await.unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 3).await);
+    let mut want = vec![
+        ("c".to_string(), one.to_string(), ChildOutcome::Acked),
+        ("p".to_string(), two.to_string(), ChildOutcome::Acked),
+        ("c".to_string(), "never-sent".to_string(), ChildOutcome::Acked),
+    ];
+    want.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(*seen.lock().unwrap(), want);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+/// Sends a parent waiting for a child that dies and one that succeeds,
+/// under `policy`; returns the queue, the parent's and the dead child's ids.
+async fn dead_child(policy: ChildPolicy, name: &str) -> (RedisServer, Client, DelayQueue, String, String) {
+    let (server, client, qs) = start_queues(&[name], FETCH).await;
+    let q = qs[0].clone();
+    let bad = q.send("bad").retry_count(0).await.unwrap();
+    let good = q.send("good").await.unwrap();
+    let parent = q
+        .send("parent")
+        .after([bad.clone(), good])
+        .on_dead_child(policy)
+        .await
+        .unwrap();
+    (server, client, q, parent.to_string(), bad.to_string())
+}
+
+fn failing_bad(log: &Log) -> impl delayqueue::Handler {
+    let log = log.clone();
+    move |msg: Message| {
+        let log = log.clone();
+        async move {
+            log.record(&msg);
+            match msg.payload() {
+                b"bad" => Err(HandlerError::from(SkipRetry::new("broken"))),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_child_fails_its_parent_under_fail() {
+    let (_server, client, q, parent, bad) = dead_child(ChildPolicy::Fail, "fail").await;
+    let log = Log::default();
+    let consumer = q.start_consume(failing_bad(&log)).await.unwrap();
+    assert!(wait_for(WAIT, || async { state(&q, &parent).await == Some(MessageState::Dead) }).await);
+    let info = q.get(&parent).await.unwrap().unwrap();
+    assert_eq!(
+        info.last_error.as_deref(),
+        Some(format!("child fail/{bad} dead").as_str())
+    );
+    consumer.shutdown().await.unwrap();
+    assert!(log.snapshot().iter().all(|d| d.3 != b"parent"));
+    q.delete_all_dead().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_child_is_ignored_under_ignore() {
+    let (_server, client, q, parent, _bad) = dead_child(ChildPolicy::Ignore, "ignore").await;
+    let log = Log::default();
+    let consumer = q.start_consume(failing_bad(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.snapshot().iter().any(|d| d.3 == b"parent")).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(state(&q, &parent).await, None);
+    q.delete_all_dead().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_waits_for_a_requeued_child_under_wait() {
+    let (_server, client, q, parent, bad) = dead_child(ChildPolicy::Wait, "wait").await;
+    let log = Log::default();
+    let consumer = q.start_consume(failing_bad(&log)).await.unwrap();
+    assert!(wait_for(WAIT, || async { state(&q, &bad).await == Some(MessageState::Dead) }).await);
+    assert!(wait_until(WAIT, || log.snapshot().iter().any(|d| d.3 == b"good")).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(state(&q, &parent).await, Some(MessageState::Waiting));
+    // Requeued, it succeeds this time: the parent runs.
+    assert!(q.requeue_dead(&bad).await.unwrap());
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.snapshot().iter().any(|d| d.3 == b"parent")).await);
+    assert!(at(&log, "bad") < at(&log, "parent"));
+    consumer.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_parent_cancels_its_unfinished_children_and_leaves_nothing() {
+    let (_server, client, qs) = start_queues(&["cp", "cc"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let flow = Flow::new(p, NewMessage::new("parent"))
+        .child(Flow::new(
+            c,
+            NewMessage::new("child a").delay(Duration::from_secs(3600)),
+        ))
+        .child(Flow::new(c, NewMessage::new("child b")).child(Flow::new(
+            c,
+            NewMessage::new("grandchild").delay(Duration::from_secs(3600)),
+        )));
+    let root = flow.send().await.unwrap();
+    assert_eq!(c.counts().await.unwrap().waiting, 1);
+    assert!(p.cancel(&root).await.unwrap());
+    assert_eq!(state(p, root.as_str()).await, None);
+    // The child b is a parent itself: its own children go through its
+    // queue's outbox, relayed by its consumer.
+    let log = Log::default();
+    let consumer = c.start_consume(acking(&log)).await.unwrap();
+    assert!(
+        wait_for(WAIT, || async {
+            c.counts().await.unwrap().live() + c.counts().await.unwrap().waiting == 0
+        })
+        .await
+    );
+    // Their own completions go through the outbox too, on the next ticks.
+    no_flow_key_left(&client).await;
+    consumer.shutdown().await.unwrap();
+    assert!(log.is_empty(), "delivered {:?}", log.snapshot());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_sent_flow_sends_nothing_twice() {
+    let (_server, client, qs) = start_queues(&["again"], FETCH).await;
+    let q = &qs[0];
+    let flow = Flow::new(q, NewMessage::new("parent"))
+        .child(Flow::new(q, NewMessage::new("a")))
+        .child(Flow::new(q, NewMessage::new("b")));
+    flow.send().await.unwrap();
+    flow.send().await.unwrap();
+    let counts = q.counts().await.unwrap();
+    assert_eq!((counts.waiting, counts.ready + counts.pending), (1, 2));
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 3).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(at(&log, "parent"), 2);
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flows_are_refused_with_typed_errors() {
+    let (_server, _client, qs) = start_queues(&["bad"], FETCH).await;
+    let q = &qs[0];
+    let err = q
+        .send("p")
+        .id("x")
+        .unique_for(Duration::from_secs(1))
+        .after(["a"])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidFlow { .. }), "{err}");
+    let err = q.send("p").id("self").after(["self"]).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidFlow { .. }), "{err}");
+    let mut deep = Flow::new(q, NewMessage::new("leaf"));
+    for _ in 0..delayqueue::MAX_FLOW_DEPTH {
+        deep = Flow::new(q, NewMessage::new("node")).child(deep);
+    }
+    assert!(matches!(deep.send().await, Err(Error::InvalidFlow { .. })));
+    assert_eq!(q.counts().await.unwrap().live(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_of_ten_thousand_children_completes() {
+    let (_server, client, qs) = start_queues(&["wide", "kids"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let mut flow = Flow::new(p, NewMessage::new("parent"));
+    for i in 0..10_000 {
+        flow = flow.child(Flow::new(c, NewMessage::new(format!("kid {i}"))));
+    }
+    flow.send().await.unwrap();
+    let log = Log::default();
+    let a = p.start_consume(acking(&log)).await.unwrap();
+    let b = c.start_consume(acking(&log)).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(120), || log.len() == 10_001).await,
+        "{} delivered",
+        log.len()
+    );
+    assert_eq!(at(&log, "parent"), 10_000);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_reads_the_results_its_children_returned() {
+    let (_server, client, qs) = start_queues(&["rp", "rc"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let flow = Flow::new(p, NewMessage::new("sum").id("sum-1"))
+        .child(Flow::new(c, NewMessage::new("2").id("two")))
+        .child(Flow::new(c, NewMessage::new("3").id("three")));
+    flow.send().await.unwrap();
+    let children = c
+        .start_consume(|msg: Message| async move { Ok::<_, HandlerError>(msg.payload().repeat(2)) })
+        .await
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let parent = p
+        .start_consume(move |msg: Message| {
+            let record = record.clone();
+            async move {
+                let page = msg.children_results(None).await?;
+                let mut got: Vec<(String, Option<Vec<u8>>)> = page
+                    .children
+                    .into_iter()
+                    .map(|c| (c.id.to_string(), c.result))
+                    .collect();
+                got.sort();
+                record.lock().unwrap().extend(got);
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 2).await);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![
+            ("three".to_string(), Some(b"33".to_vec())),
+            ("two".to_string(), Some(b"22".to_vec())),
+        ]
+    );
+    parent.shutdown().await.unwrap();
+    children.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
