@@ -5,13 +5,15 @@ atomically.
 
 KEYS[1] totals hash (the queue's: the call runs where the queue lives)
 ARGV[1] group key prefix   ARGV[2] offset   ARGV[3] limit (0 to 1000)
+ARGV[4] optional: one group's name; then the page is that group alone if
+it is known (offset and limit ignored unless the limit is 0)
 Returns {known groups in all, default concurrency ('' none), default rate
 ('' none), then 7 values per group: name, its due messages, its messages
 in processing, 1 if paused else 0, its own concurrency ('' none), its own
 rate "<n> <period ms>" ('' none), ms of Redis time its wait ends (''
 none)}.
 Idempotent: read-only.
-Complexity: O(log G + L) with G = known groups, L = ARGV[3].
+Complexity: O(log G + L) with G = known groups, L = ARGV[3] (1 with ARGV[4]).
 ]]
 local gp = ARGV[1]
 check_group_types(gp)
@@ -24,7 +26,12 @@ local out = {checked('zset', 'ZCARD', gp .. 'known'), checked('hash', 'HGET', gp
 if limit == 0 then
   return out
 end
-local names = redis.call('ZRANGE', gp .. 'known', offset, offset + limit - 1)
+local names
+if ARGV[4] then
+  names = checked('zset', 'ZSCORE', gp .. 'known', ARGV[4]) and {ARGV[4]} or {}
+else
+  names = redis.call('ZRANGE', gp .. 'known', offset, offset + limit - 1)
+end
 if #names == 0 then
   return out
 end

@@ -1223,3 +1223,87 @@ async fn groups_are_listed_a_page_at_a_time_and_paused_and_resumed() {
         .failed(1)
         .contains("nosuchqueue"));
 }
+
+#[tokio::test]
+async fn a_group_is_shown_by_name_and_its_limits_set_and_reset() {
+    let (_server, url, client) = start().await;
+    let q = builder(&client, "tenants").build().unwrap();
+    // The queue exists for the CLI once it has sent something.
+    q.send("x").group("b").await.unwrap();
+    assert!(q.set_default_group_concurrency(Some(4)).await.unwrap());
+    assert_eq!(
+        run(
+            &url,
+            &[
+                "groups",
+                "limit",
+                "tenants",
+                "a",
+                "--concurrency",
+                "2",
+                "--rate",
+                "5/1s"
+            ]
+        )
+        .await
+        .stdout,
+        "group a: concurrency 2, rate 5/1s\n"
+    );
+    let g = q.group("a").await.unwrap().expect("a has settings of its own");
+    assert_eq!(g.concurrency, Some(2));
+    assert_eq!(g.rate, Some(delayqueue::RateLimit::new(5, Duration::from_secs(1))));
+    let r = run(&url, &["groups", "show", "tenants", "a"]).await;
+    let lines: Vec<Vec<&str>> = r.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines,
+        [
+            vec!["FIELD", "VALUE"],
+            vec!["group", "a"],
+            vec!["ready", "0"],
+            vec!["processing", "0"],
+            vec!["paused", "no"],
+            vec!["concurrency", "2"],
+            vec!["rate", "5/1s"],
+            vec!["waiting", "until", "-"],
+        ],
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        run(&url, &["groups", "limit", "tenants", "a", "--no-concurrency"])
+            .await
+            .stdout,
+        "group a: concurrency: the default\n"
+    );
+    let r = run(&url, &["--json", "groups", "show", "tenants", "a"]).await;
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (
+            &v["name"],
+            &v["concurrency"],
+            &v["default_concurrency"],
+            &v["rate"]["limit"]
+        ),
+        (&json!("a"), &Value::Null, &json!(4), &json!(5))
+    );
+    let r = run(&url, &["--json", "groups", "limit", "tenants", "a", "--no-rate"]).await;
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!((&v["rate"], &v["changed"]), (&Value::Null, &json!(true)));
+    // With no setting left and nothing sent, a is unknown again.
+    assert!(run(&url, &["groups", "show", "tenants", "a"])
+        .await
+        .failed(1)
+        .contains("no group"));
+    assert!(run(&url, &["groups", "limit", "tenants", "a"])
+        .await
+        .failed(2)
+        .contains("required"));
+    assert!(run(&url, &["groups", "limit", "tenants", "a", "--concurrency", "0"])
+        .await
+        .failed(2)
+        .contains("0"));
+    assert!(run(&url, &["groups", "limit", "tenants", "a", "--rate", "5"])
+        .await
+        .failed(2)
+        .contains("N/DURATION"));
+}

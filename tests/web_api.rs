@@ -1075,6 +1075,17 @@ async fn schedules_are_listed_and_paused_resumed_and_triggered() {
     assert!(!q.schedule("hourly").await.unwrap().unwrap().paused);
 }
 
+/// The keys of a group in the API's answers, in order.
+const GROUP_KEYS: [&str; 7] = [
+    "concurrency",
+    "name",
+    "paused",
+    "processing",
+    "rate",
+    "ready",
+    "waiting_until_ms",
+];
+
 #[tokio::test]
 async fn groups_are_listed_by_page_and_paused_and_resumed() {
     let (_server, client) = start().await;
@@ -1118,18 +1129,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         .collect();
     assert_eq!(names, ["a", "b", "c"]);
     let a = &v["items"][0];
-    assert_eq!(
-        keys(a),
-        [
-            "concurrency",
-            "name",
-            "paused",
-            "processing",
-            "rate",
-            "ready",
-            "waiting_until_ms"
-        ]
-    );
+    assert_eq!(keys(a), GROUP_KEYS);
     assert_eq!(
         (&a["ready"], &a["processing"], &a["paused"]),
         (&json!(3), &json!(0), &json!(false))
@@ -1190,6 +1190,78 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
     }
     assert_eq!(get_ok(&ro, "/api/queues/tenants/groups").await["total"], json!(3));
     assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
+}
+
+#[tokio::test]
+async fn one_group_is_read_by_name_and_its_limits_set_and_dropped() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "tenants");
+    q.send("x").group("b").await.unwrap();
+    assert!(q.set_default_group_concurrency(Some(4)).await.unwrap());
+    let app = Dashboard::new(client.clone()).queue(&q).router().unwrap();
+    let one = |g: &str| format!("/api/queues/tenants/groups/{g}");
+    let limits = |g: &str| format!("/api/queues/tenants/groups/{g}/limits");
+
+    // Unknown until it has something: 404; a bad name 400.
+    let r = get(&app, &one("a")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+    let r = get(&app, &one("a%20b")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+
+    let v = act(
+        &app,
+        &limits("a"),
+        json!({"concurrency": 2, "rate": {"limit": 5, "per_ms": 1000}}),
+    )
+    .await;
+    assert_eq!(v["changed"], json!(true));
+    assert_eq!(
+        (&v["group"]["name"], &v["group"]["concurrency"], &v["group"]["rate"]),
+        (&json!("a"), &json!(2), &json!({"limit": 5, "per_ms": 1000}))
+    );
+    let g = q.group("a").await.unwrap().expect("a has settings of its own");
+    assert_eq!(g.concurrency, Some(2));
+    let v = get_ok(&app, &one("a")).await;
+    let mut want = [&GROUP_KEYS[..], &["default_concurrency", "default_rate"]].concat();
+    want.sort_unstable();
+    assert_eq!(keys(&v), want);
+    assert_eq!((&v["concurrency"], &v["default_concurrency"]), (&json!(2), &json!(4)));
+
+    // A key left out keeps its limit; null drops the group's own.
+    let v = act(&app, &limits("a"), json!({"concurrency": null})).await;
+    assert_eq!(
+        (&v["changed"], &v["group"]["concurrency"]),
+        (&json!(true), &Value::Null)
+    );
+    assert_eq!(v["group"]["rate"]["limit"], json!(5));
+    let v = act(&app, &limits("a"), json!({"rate": null})).await;
+    assert_eq!(v, json!({"changed": true, "group": null}));
+    assert!(q.group("a").await.unwrap().is_none());
+
+    // Bad bodies and names are 400s; no CSRF token a 403; read-only refuses.
+    let token = csrf(&app).await;
+    for (g, bad) in [
+        ("a", json!({})),
+        ("a", json!({"concurrency": 0})),
+        ("a", json!({"concurrency": "2"})),
+        ("a", json!({"rate": {"limit": 5}})),
+        ("a", json!({"rate": {"limit": 0, "per_ms": 1000}})),
+        ("a", json!({"ordered": true})),
+        ("a%20b", json!({"concurrency": 2})),
+    ] {
+        let r = post(&app, &limits(g), bad.clone(), Some(&token)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{g} {bad}: {}", r.text());
+    }
+    let r = post(&app, &limits("a"), json!({"concurrency": 2}), None).await;
+    assert_eq!((r.status, r.json()), (StatusCode::FORBIDDEN, json!({"error": "csrf"})));
+    let ro = Dashboard::new(client.clone()).read_only(true).router().unwrap();
+    let token = csrf(&ro).await;
+    let r = post(&ro, &limits("a"), json!({"concurrency": 2}), Some(&token)).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (StatusCode::FORBIDDEN, json!({"error": "read-only"}))
+    );
+    assert!(q.group("a").await.unwrap().is_none());
 }
 
 /// A request to the producer API with a bearer token (`None`: none) and a JSON body.

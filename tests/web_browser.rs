@@ -1124,6 +1124,47 @@ async fn a_group_paused_with_a_click_waits_while_another_is_handled_and_resuming
         ))
         .await;
     assert!(text.as_str().unwrap().contains("10 / 1"), "tenant-b's rate: {text}");
+    // Limits with clicks: tenant-a's concurrency from 2 to 3, seen in its row.
+    b.click(&format!("{} [data-testid=group-limits]", row("tenant-a")))
+        .await;
+    b.type_into("[data-testid=limits-form] [data-testid=limits-concurrency]", "3")
+        .await;
+    b.screenshot("group-limits").await;
+    b.click("[data-testid=limits-submit]").await;
+    b.wait(
+        "tenant-a's concurrency 3 in its row",
+        &format!(
+            "document.querySelector('{} [data-testid=group-concurrency]').innerText === '3'",
+            row("tenant-a")
+        ),
+    )
+    .await;
+    let a = work.group("tenant-a").await.unwrap().expect("tenant-a is known");
+    assert_eq!(a.concurrency, Some(3), "Redis has the new limit");
+    // Search by exact name: that group's row alone; an unknown one none.
+    let bref = &b;
+    let search = |name: &'static str| async move {
+        bref.type_into("[data-testid=groups-search]", name).await;
+        bref.click("[data-testid=groups-search-go]").await;
+    };
+    search("tenant-b").await;
+    b.wait(
+        "tenant-b's row alone",
+        "(() => { const r = document.querySelectorAll('[data-testid=groups] [data-testid=group-row]'); return r.length === 1 && r[0].dataset.group === 'tenant-b'; })()",
+    )
+    .await;
+    search("tenant-z").await;
+    b.wait(
+        "no group named tenant-z",
+        "document.querySelector('[data-testid=groups]').innerText.includes('No group named tenant-z')",
+    )
+    .await;
+    search("").await;
+    b.wait(
+        "both groups again",
+        "document.querySelectorAll('[data-testid=groups] [data-testid=group-row]').length === 2",
+    )
+    .await;
     b.click(&format!("{} [data-testid=group-pause]", row("tenant-a"))).await;
     b.wait(
         "the paused badge on tenant-a",

@@ -8,7 +8,7 @@ use crate::maxima::check_group;
 use crate::queue::limits::check_rate;
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::list_groups::ListGroups;
-use crate::{DelayQueue, Error, GroupPage, RateLimit};
+use crate::{DelayQueue, Error, GroupInfo, GroupPage, RateLimit};
 
 impl DelayQueue {
     /// One page of the queue's groups, in name order: at most `limit`
@@ -35,6 +35,7 @@ impl DelayQueue {
                 .run(&ListGroups {
                     offset: skip,
                     limit: want,
+                    only: None,
                 })
                 .await?;
             if i == 0 {
@@ -46,6 +47,32 @@ impl DelayQueue {
             page.groups.extend(shard.groups);
         }
         Ok(page)
+    }
+
+    /// Group `group` alone, read in its shard: `None` when the queue does
+    /// not know it (no due message, none in processing, no wait and no
+    /// setting of its own). Its limits are its own; `None` in them means
+    /// the defaults of [`groups`](Self::groups). O(log groups).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// if let Some(g) = queue.group("tenant-42").await? {
+    ///     println!("{} ready, {} processing", g.ready, g.processing);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn group(&self, group: &str) -> Result<Option<GroupInfo>, Error> {
+        check_group(group)?;
+        let k = &self.inner.shards[self.shard_index(group)];
+        let shard = self
+            .store(k)
+            .run(&ListGroups {
+                offset: 0,
+                limit: 1,
+                only: Some(group),
+            })
+            .await?;
+        Ok(shard.groups.into_iter().next())
     }
 
     /// Sets (or with `None` clears) the most messages of group `group`

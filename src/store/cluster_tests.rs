@@ -146,7 +146,14 @@ fn calls(k: &Keys) -> Vec<Call> {
             },
             k,
         ),
-        call(ListGroups { offset: 0, limit: 10 }, k),
+        call(
+            ListGroups {
+                offset: 0,
+                limit: 10,
+                only: None,
+            },
+            k,
+        ),
         call(Promote { limit: 10 }, k),
         // A message due now goes straight to its group; with unique_for.
         call(

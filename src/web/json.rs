@@ -357,6 +357,50 @@ impl GroupsJson {
     }
 }
 
+/// `GET .../groups/{group}`: one group, with the queue's defaults.
+#[derive(Debug, Serialize)]
+pub(crate) struct OneGroupJson {
+    #[serde(flatten)]
+    group: GroupJson,
+    default_concurrency: Option<u32>,
+    default_rate: Option<RateJson>,
+}
+
+impl OneGroupJson {
+    pub(crate) fn new(g: &GroupInfo, defaults: &GroupPage) -> Self {
+        OneGroupJson {
+            group: g.into(),
+            default_concurrency: defaults.default_concurrency,
+            default_rate: defaults.default_rate.map(Into::into),
+        }
+    }
+}
+
+/// The body of `POST .../groups/{group}/limits`: a key left out keeps
+/// that limit, `null` drops the group's own (the default applies).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GroupLimitsBody {
+    #[serde(default, deserialize_with = "present")]
+    pub concurrency: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present")]
+    pub rate: Option<Option<RateBody>>,
+}
+
+/// A rate in a body: at most `limit` starts in any window of `per_ms`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateBody {
+    pub limit: u64,
+    pub per_ms: u64,
+}
+
+/// A key that is present, its value `null` or not: `Some` (a missing one
+/// is `None` by `default`).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
 /// The body of `POST .../messages`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

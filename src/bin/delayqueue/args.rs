@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use delayqueue::{MessageState, MAX_PAGE};
+use delayqueue::{MessageState, RateLimit, MAX_PAGE};
 
 const AFTER_HELP: &str = "\
 Exit status:
@@ -105,7 +105,7 @@ pub enum Command {
     /// Repeating schedules of a queue (cron or interval), fired by its consumers.
     #[command(subcommand)]
     Schedules(SchedulesCommand),
-    /// A queue's groups (docs/groups.md): list them, pause or resume one.
+    /// A queue's groups (docs/groups.md): list them, show, pause, resume or limit one.
     #[command(subcommand)]
     Groups(GroupsCommand),
     /// Serve the web dashboard and Prometheus /metrics of every queue under the prefix.
@@ -269,6 +269,34 @@ pub enum GroupsCommand {
     Pause(GroupTarget),
     /// Resume a paused group: its due messages are claimed again at once.
     Resume(GroupTarget),
+    /// One group: its counts, limits (its own or the defaults), paused, wait; exit 1 if unknown.
+    Show(GroupTarget),
+    /// Set or reset a group's concurrency and rate; a reset falls back to the queue's defaults.
+    Limit(GroupLimitArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("change")
+        .required(true)
+        .multiple(true)
+        .args(["concurrency", "no_concurrency", "rate", "no_rate"])
+))]
+pub struct GroupLimitArgs {
+    #[command(flatten)]
+    pub target: GroupTarget,
+    /// The most messages of the group processing at once (1: ordered).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "no_concurrency")]
+    pub concurrency: Option<u32>,
+    /// Drop the group's own concurrency: the default applies.
+    #[arg(long)]
+    pub no_concurrency: bool,
+    /// At most N starts of the group in any window of DURATION, as N/DURATION, e.g. 10/1s.
+    #[arg(long, value_parser = parse_rate, conflicts_with = "no_rate")]
+    pub rate: Option<RateLimit>,
+    /// Drop the group's own rate: the default applies.
+    #[arg(long)]
+    pub no_rate: bool,
 }
 
 #[derive(Debug, Args)]
@@ -400,6 +428,16 @@ fn parse_up_to(s: &str, max: usize) -> Result<usize, String> {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!("must be a number from 1 to {max}")),
     }
+}
+
+/// A rate as `N/DURATION`, e.g. `10/1s`.
+fn parse_rate(s: &str) -> Result<RateLimit, String> {
+    let (n, per) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not N/DURATION, e.g. 10/1s"))?;
+    let n = n.parse().map_err(|_| format!("{n:?} is not a whole number"))?;
+    let per = humantime::parse_duration(per).map_err(|e| e.to_string())?;
+    Ok(RateLimit::new(n, per))
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {

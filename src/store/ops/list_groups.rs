@@ -9,10 +9,12 @@ use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::{Error, GroupInfo, RateLimit};
 
-/// Reads up to `limit` groups of a shard from `offset` on, in name order.
-pub(crate) struct ListGroups {
+/// Reads up to `limit` groups of a shard from `offset` on, in name order;
+/// with `only`, that group alone (if the shard knows it).
+pub(crate) struct ListGroups<'a> {
     pub offset: u64,
     pub limit: usize,
+    pub only: Option<&'a str>,
 }
 
 /// One page of a shard's groups.
@@ -40,7 +42,7 @@ fn rate(v: &Value) -> Option<RateLimit> {
     ))
 }
 
-impl Op for ListGroups {
+impl Op for ListGroups<'_> {
     type Reply = GroupsOfShard;
     const KEYS: &'static [&'static str] = &["totals"];
 
@@ -53,11 +55,13 @@ impl Op for ListGroups {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        vec![
+        let mut args = vec![
             k.group_prefix.as_str().into(),
             count(self.offset),
             count(self.limit as u64),
-        ]
+        ];
+        args.extend(self.only.map(Value::from));
+        args
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {

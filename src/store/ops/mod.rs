@@ -410,7 +410,14 @@ mod tests {
                 k,
             ),
             entry(inspect::Inspect { ids: vec!["a"] }, k),
-            entry(list_groups::ListGroups { offset: 0, limit: 1 }, k),
+            entry(
+                list_groups::ListGroups {
+                    offset: 0,
+                    limit: 1,
+                    only: None,
+                },
+                k,
+            ),
             entry(flows::FlowDeps { id: "a", children: &[] }, k),
             entry(flows::FlowLink { link: "f", ids: &[] }, k),
             entry(

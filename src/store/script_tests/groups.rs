@@ -382,7 +382,13 @@ async fn list_groups_pages_the_known_groups_with_their_counts() {
     }
     env.promote(1000).await;
     assert_eq!(env.claim(10).await.ids(), ["a1", "a2", "b1"]);
-    let page = env.run(&ListGroups { offset: 0, limit: 3 }).await;
+    let page = env
+        .run(&ListGroups {
+            offset: 0,
+            limit: 3,
+            only: None,
+        })
+        .await;
     assert_eq!(
         (page.total, page.default_concurrency, page.default_rate),
         (4, Some(2), None)
@@ -401,9 +407,34 @@ async fn list_groups_pages_the_known_groups_with_their_counts() {
         ]
     );
     assert_eq!(page.groups[2].rate.map(|r| r.limit), Some(5));
-    let page = env.run(&ListGroups { offset: 3, limit: 3 }).await;
+    let page = env
+        .run(&ListGroups {
+            offset: 3,
+            limit: 3,
+            only: None,
+        })
+        .await;
     assert_eq!(page.groups.len(), 1);
     assert!(page.groups[0].paused);
+    // By name: that group alone, with the same counts; an unknown one none.
+    let one = env
+        .run(&ListGroups {
+            offset: 0,
+            limit: 1,
+            only: Some("A"),
+        })
+        .await;
+    assert_eq!((one.total, one.groups.len()), (4, 1));
+    let a = &one.groups[0];
+    assert_eq!((a.name.as_str(), a.ready, a.processing), ("A", 1, 2));
+    let none = env
+        .run(&ListGroups {
+            offset: 0,
+            limit: 1,
+            only: Some("E"),
+        })
+        .await;
+    assert!(none.groups.is_empty());
     // Acked and emptied, B keeps only its setting; A is forgotten.
     let leases: Vec<(String, i64)> = ["a1", "a2", "b1"]
         .iter()

@@ -46,6 +46,8 @@ pub(crate) fn routes() -> Router<Arc<App>> {
         .route("/queues/{name}/pause", post(actions::pause))
         .route("/queues/{name}/resume", post(actions::resume))
         .route("/queues/{name}/groups", get(groups::list))
+        .route("/queues/{name}/groups/{group}", get(groups::one))
+        .route("/queues/{name}/groups/{group}/limits", post(groups::limits))
         .route("/queues/{name}/groups/{group}/pause", post(groups::pause))
         .route("/queues/{name}/groups/{group}/resume", post(groups::resume))
         .route("/queues/{name}/schedules", get(schedules::list))
