@@ -72,10 +72,10 @@
 //!     concurrency) and `group-order` (an ordered group leases messages of
 //!     one priority in due order, where that is sure: see the model's
 //!     `check_groups`). Groups are served in turns, so `priority-order`
-//!     judges ungrouped messages only, and `start-order` none (see the
-//!     model's `check_start_order`).
+//!     and `start-order` judge ungrouped messages only (see the model's
+//!     `check_start_order`).
 //!
-//!   Whatever the features but `groups`, rule `start-order`: a consumer of one handler
+//!   Whatever the features, rule `start-order`: a consumer of one handler
 //!   starts the deliveries of one claim in that claim's order (retries,
 //!   then priority, then due time), judged where the order is sure (see
 //!   the model's `check_start_order`); with `priorities`, by priority too.

@@ -320,12 +320,15 @@ impl History {
                 lines.push((
                     s.start,
                     format!(
-                        "{} send[{}] payload={} delay={:?} retry_count={} caller_id={} -> {result} (returned at {})",
+                        "{} send[{}] payload={} delay={:?} retry_count={} priority={} group={:?} caller_id={} -> {result} \
+                         (returned at {})",
                         self.ms(s.start),
                         s.how,
                         s.payload,
                         s.delay,
                         s.retry_count,
+                        s.priority,
+                        s.group,
                         s.caller_id,
                         self.ms(s.end)
                     ),
@@ -1238,6 +1241,10 @@ fn first_send(h: &History, sends: &HashMap<&str, &SendRec>, d: &Delivery) -> Opt
 /// ahead of one still waiting from an earlier claim (not yet due, or not
 /// yet promoted then), which breaks nothing.
 ///
+/// Judged on messages without a group only: a claim hands the groups'
+/// heads after those, group by group, so a grouped message of a higher
+/// priority comes after them.
+///
 /// A started before B of the same claim breaks it when B was surely ahead
 /// of A in that claim:
 /// - A surely not from the retry list (first whatever the priority): a
@@ -1268,25 +1275,19 @@ fn check_start_order(
     sends: &HashMap<&str, &SendRec>,
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
-    // Not in a run with groups: there a consumer of one handler was seen
-    // starting an ungrouped priority 0 message before a priority 2 one of
-    // the same claim (a batch due at once, no fault): an open question,
-    // whether of the claim or of this rule, reported with its seed.
-    if !h.groups.is_empty() {
-        return;
-    }
     // Claims of one-handler consumers: (consumer, lease) -> deliveries in
     // start order (recorded under the history's lock as handlers start).
+    // Only messages without a group: a claim hands the groups' heads after
+    // them, group by group in ring order, whatever their priorities (their
+    // order is `check_groups`'s business).
     let mut claims: HashMap<(&str, i64), Vec<&Delivery>> = HashMap::new();
     let mut seen = HashSet::new();
-    for d in h.deliveries.iter().filter(|d| d.concurrency == 1) {
+    for d in h.deliveries.iter().filter(|d| d.concurrency == 1 && d.group.is_none()) {
         if seen.insert((d.consumer.as_str(), d.id.as_str(), d.leased_us)) {
             claims.entry((d.consumer.as_str(), d.leased_us)).or_default().push(d);
         }
     }
-    // Grouped messages are claimed in turns between groups (their order
-    // is `check_groups`'s business).
-    let first = |d: &Delivery| first_send(h, sends, d).filter(|_| d.group.is_none());
+    let first = |d: &Delivery| first_send(h, sends, d);
     let unheld = limits.lease / 2 - SCHED_SLACK - CLOCK_SLACK;
     let mut claims: Vec<Vec<&Delivery>> = claims.into_values().filter(|c| c.len() > 1).collect();
     claims.sort_by_key(|c| (c[0].leased_us, c[0].consumer.clone()));
@@ -2313,6 +2314,28 @@ mod tests {
         assert_eq!(run(300, &["late", "early"], &redelivered), none);
         assert_eq!(run(300, &["late", "hi"], &redelivered), none);
         assert_eq!(run(300, &["late", "hi"], &requeued), ["start-order"]);
+    }
+
+    #[test]
+    fn one_handler_starts_a_claims_ungrouped_messages_first_whatever_the_groups_priorities() {
+        // The batch of seed 1795673585584449033: due at once, "hi" of
+        // priority 2 in group g, "lo" and "lo2" of priority 0 without one.
+        let run = |order: &[&str], hi_group: Option<&str>| {
+            let mut h = sent_with(&[("hi", 2, 0), ("lo", 0, 0), ("lo2", 0, 0)]);
+            h.groups.push(("g".into(), 3));
+            h.sends[0].group = hi_group.map(String::from);
+            claim_started(&mut h, 300, order);
+            let hi = h.deliveries.iter_mut().find(|d| d.id == "hi").unwrap();
+            hi.group = hi_group.map(String::from);
+            rules(&h, None)
+        };
+        let none = Vec::<&str>::new();
+        // A claim hands the ungrouped messages first, then the groups'.
+        assert_eq!(run(&["lo", "lo2", "hi"], Some("g")), none);
+        assert_eq!(run(&["lo", "hi", "lo2"], Some("g")), none);
+        // Among the ungrouped ones the order still holds in a run with groups.
+        assert_eq!(run(&["hi", "lo", "lo2"], None), none);
+        assert_eq!(run(&["lo", "lo2", "hi"], None), ["start-order", "start-order"]);
     }
 
     /// `sent_with` messages, all of group `g` (concurrency `m`).

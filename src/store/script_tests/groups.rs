@@ -705,3 +705,29 @@ async fn the_ready_listing_shows_grouped_messages_after_the_lists_group_by_group
     let page = env.queue.list(MessageState::Ready, 3, 5).await.unwrap();
     assert_eq!(ids(&page), ["b2"]);
 }
+
+#[tokio::test]
+async fn a_claim_hands_the_ungrouped_messages_first_then_each_groups_in_turn_order() {
+    let env = Env::new().await;
+    let value = |id: &'static str, priority: u8, group: Option<&'static str>| {
+        let value = encode_stored(&ValueParts {
+            retry_count: RETRY as u32,
+            priority,
+            group,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        (id, value, 0, NEVER, true)
+    };
+    // Group B's turn comes before A's, whose message has the top priority.
+    let grouped = [value("b1", 0, Some("B")), value("a1", 9, Some("A"))];
+    assert_eq!(env.send_values(&grouped).await, vec![1, 1]);
+    assert_eq!(env.ring(), vec!["B", "A"]);
+    let ungrouped = [value("u0", 0, None), value("u2", 2, None), value("u0b", 0, None)];
+    assert_eq!(env.send_values(&ungrouped).await, vec![1, 1, 1]);
+    assert_eq!(env.promote(1000).await[0], 3);
+    // The member '' joins the ring's tail, yet its lists come first, in
+    // their order (priority, then due order): a consumer of one handler
+    // starts the claim's deliveries so.
+    assert_eq!(env.claim(10).await.ids(), ["u2", "u0", "u0b", "b1", "a1"]);
+}
