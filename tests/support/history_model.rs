@@ -765,6 +765,24 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                     due = due.min(at);
                 }
             }
+            // A send that replaced the message (replace, debounce) set a
+            // new due time from its call, earlier or later: judged by the
+            // earliest, as its outcome and order against the others may
+            // be unknown.
+            for s in h.sends.iter().filter(|s| {
+                s.id.as_deref() == Some(id)
+                    && matches!(s.how, "replaced" | "replace" | "debounce")
+                    && s.payload != send.payload
+            }) {
+                if s.start < since || s.start > d.start {
+                    continue;
+                }
+                let at = s.start + s.delay;
+                if at < due {
+                    due = at;
+                    why = format!("sent again ({}) at {} with delay {:?}", s.how, h.ms(s.start), s.delay);
+                }
+            }
             if d.start + CLOCK_SLACK < due {
                 v(
                     "early",
