@@ -136,11 +136,7 @@ async fn retention_zero_keeps_no_result_and_leaves_no_key() {
     assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
     assert_eq!(queue.result(&id).await.unwrap(), None);
     consumer.shutdown().await.unwrap();
-    let left: Vec<String> = all_keys(&client)
-        .await
-        .into_iter()
-        .filter(|k| !k.contains(":claim:"))
-        .collect();
+    let left = keys_left(&client).await;
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -192,11 +188,8 @@ async fn progress_and_log_show_while_processing_and_expire_after_the_ack() {
     assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
     consumer.shutdown().await.unwrap();
     // Kept for the result retention (1 s), then gone: no key left.
-    let gone = wait_for(WAIT, || async {
-        all_keys(&client).await.iter().all(|k| k.contains(":claim:"))
-    })
-    .await;
-    assert!(gone, "{:?}", all_keys(&client).await);
+    let gone = wait_for(WAIT, || async { keys_left(&client).await.is_empty() }).await;
+    assert!(gone, "{:?}", keys_left(&client).await);
 }
 
 #[tokio::test]
@@ -219,11 +212,7 @@ async fn progress_after_the_delivery_ended_writes_nothing() {
         "{id}"
     );
     consumer.shutdown().await.unwrap();
-    let left: Vec<String> = all_keys(&client)
-        .await
-        .into_iter()
-        .filter(|k| !k.contains(":claim:"))
-        .collect();
+    let left = keys_left(&client).await;
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -285,4 +274,14 @@ async fn a_batch_handler_and_a_tower_service_return_results_per_message() {
     let consumer = queue.start_consume(delayqueue::service(stack)).await.unwrap();
     assert_result(&queue, &id, b"3").await;
     consumer.shutdown().await.unwrap();
+}
+
+/// Every key of the server but the consumers' receipts (`:claim:`), which
+/// stay for their own TTL.
+async fn keys_left(client: &delayqueue::fred::clients::Client) -> Vec<String> {
+    all_keys(client)
+        .await
+        .into_iter()
+        .filter(|k| !k.contains(":claim:"))
+        .collect()
 }
