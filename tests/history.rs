@@ -64,12 +64,15 @@
 //!   - `headers`: sends with headers. Rule `headers`: delivered as sent.
 //!   - `groups`: 40% of the sends (not those of docs/dedup.md) with one of
 //!     four groups: one ordered (`set_group_concurrency(g, 1)`), one of
-//!     concurrency 2, two of the builders' `group_concurrency(3)`; set
+//!     concurrency 2, two of the builders' `group_concurrency(3)`; two
+//!     with a rate of their own (`set_group_rate`, `GROUP_RATES`); set
 //!     before the first consumer starts and never changed. Rules
 //!     `group-changed` (delivered with the group it was sent with),
 //!     `group-concurrency` (no more of a group processing, from claim to
 //!     handler end or lease deadline by Redis's clock, than its
-//!     concurrency) and `group-order` (an ordered group leases messages of
+//!     concurrency), `group-rate` (no window of a group's `per` holds more
+//!     of its leases, by Redis's clock, than its rate allows) and
+//!     `group-order` (an ordered group leases messages of
 //!     one priority in due order, where that is sure: see the model's
 //!     `check_groups`). Groups are served in turns, so `priority-order`
 //!     and `start-order` judge ungrouped messages only (see the model's
@@ -257,6 +260,9 @@ const FEATURES: [(&str, Feature); 6] = [
 /// one of its own and two of the default. Few, so that each has a backlog.
 const GROUPS: [(&str, Option<u32>); 4] = [("g-ordered", Some(1)), ("g-two", Some(2)), ("g.a", None), ("g_b", None)];
 const GROUP_CONCURRENCY: u32 = 3;
+/// The groups with a rate of their own (starts, per ms): low enough to
+/// bind at the run's load (a few of a group's sends a second).
+const GROUP_RATES: [(&str, u64, u64); 2] = [("g-two", 3, 1000), ("g.a", 2, 600)];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HandlerKind {
@@ -673,9 +679,9 @@ impl ConsumerSlot {
     }
 }
 
-/// Sets the groups' own concurrencies before any consumer starts (whose
-/// start writes the default), so that each holds for the whole run, and
-/// records every group's.
+/// Sets the groups' own concurrencies and rates before any consumer
+/// starts (whose start writes the default concurrency), so that each holds
+/// for the whole run, and records them.
 async fn set_groups(url: &str, history: &Shared) {
     let queue = DelayQueue::builder(QUEUE, client(url, COMMAND_TIMEOUT).await)
         .build()
@@ -688,10 +694,20 @@ async fn set_groups(url: &str, history: &Shared) {
         let m = m.unwrap_or(GROUP_CONCURRENCY);
         history.lock().unwrap().groups.push((group.to_string(), u64::from(m)));
     }
+    for (group, n, per_ms) in GROUP_RATES {
+        let rate = RateLimit::new(n, Duration::from_millis(per_ms));
+        let (result, ..) = until_answered(|| queue.set_group_rate(group, Some(rate))).await;
+        result.unwrap_or_else(|e| panic!("set_group_rate({group}, {n}/{per_ms}ms): {e}"));
+        history
+            .lock()
+            .unwrap()
+            .group_rates
+            .push((group.to_string(), n, per_ms as i64));
+    }
 }
 
-/// Clears the groups' concurrencies, the default and each one's own (the
-/// consumers stopped): settings are all an idle group leaves, so then no
+/// Clears the groups' concurrencies, the default and each one's own, and
+/// their rates (the consumers stopped): settings are all an idle group leaves, so then no
 /// group key may be left.
 async fn clear_groups(queue: &DelayQueue) {
     let (result, ..) = until_answered(|| queue.set_default_group_concurrency(None)).await;
@@ -701,6 +717,10 @@ async fn clear_groups(queue: &DelayQueue) {
             let (result, ..) = until_answered(|| queue.set_group_concurrency(group, None)).await;
             result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, None): {e}"));
         }
+    }
+    for (group, ..) in GROUP_RATES {
+        let (result, ..) = until_answered(|| queue.set_group_rate(group, None)).await;
+        result.unwrap_or_else(|e| panic!("set_group_rate({group}, None): {e}"));
     }
 }
 
