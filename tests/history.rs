@@ -130,8 +130,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
 use delayqueue::{
-    DelayQueue, DelayQueueBuilder, Durability, Event, Handler, HandlerError, Message, MessageId, MessageState, Misfire,
-    NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
+    ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message, MessageId,
+    MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
 use model::{wall_us, Delivery, FaultRec, Final, Grid, History, IdOp, Limits, Outcome, QueueOp, ScheduleOp, SendRec};
 use support::cluster::RedisCluster;
@@ -244,16 +244,24 @@ enum Feature {
     /// Sends with a group of `GROUPS`, some ordered, each with a
     /// concurrency (docs/groups.md).
     Groups,
+    /// Flows and batches across the two `FLOW_QUEUES` (docs/workflows.md),
+    /// with results, progress and logs.
+    Flows,
 }
 
-const FEATURES: [(&str, Feature); 6] = [
+const FEATURES: [(&str, Feature); 7] = [
     ("schedules", Feature::Schedules),
     ("limits", Feature::Limits),
     ("pause", Feature::Pause),
     ("priorities", Feature::Priorities),
     ("headers", Feature::Headers),
     ("groups", Feature::Groups),
+    ("flows", Feature::Flows),
 ];
+
+/// The queues of flows and batches, apart from `QUEUE` so that its
+/// queue-wide rules and totals stay its own: each flow spreads over both.
+const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
 
 /// The groups of a run's sends, each with its concurrency (`None`: the
 /// builders' `group_concurrency`, `GROUP_CONCURRENCY`): an ordered one,
@@ -465,6 +473,8 @@ type Shared = Arc<Mutex<History>>;
 struct Running {
     history: Shared,
     index: usize,
+    /// A delivery of a flow queue (in `History::flow_deliveries`).
+    flow: bool,
     done: bool,
 }
 
@@ -476,7 +486,12 @@ impl Running {
     fn end(&mut self, outcome: Outcome) {
         if !self.done {
             self.done = true;
-            let d = &mut self.history.lock().unwrap().deliveries[self.index];
+            let mut h = self.history.lock().unwrap();
+            let d = if self.flow {
+                &mut h.flow_deliveries[self.index]
+            } else {
+                &mut h.deliveries[self.index]
+            };
             d.end = Some((Instant::now(), outcome));
             d.end_us = Some(wall_us());
         }
@@ -501,14 +516,17 @@ struct Recorder {
     handlers: Vec<(HandlerKind, u64)>,
     /// Set for the final drain: every handler succeeds.
     draining: Arc<AtomicBool>,
+    /// The flow queue it handles, if one: its deliveries return results,
+    /// write progress and a log line, and some write again after the ack.
+    flow_queue: Option<DelayQueue>,
 }
 
 #[delayqueue::async_trait]
 impl Handler for Recorder {
     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
-        let running = {
+        let (running, result) = {
             let mut h = self.history.lock().unwrap();
-            h.deliveries.push(Delivery {
+            let d = Delivery {
                 id: msg.id().as_str().to_string(),
                 payload: String::from_utf8_lossy(msg.payload()).into_owned(),
                 attempt: msg.attempt(),
@@ -524,12 +542,22 @@ impl Handler for Recorder {
                 leased_us: leased_us(&msg),
                 start_us: wall_us(),
                 end_us: None,
-            });
-            Running {
+            };
+            let flow = self.flow_queue.is_some();
+            let result = model::flow_result(&d);
+            let list = if flow {
+                &mut h.flow_deliveries
+            } else {
+                &mut h.deliveries
+            };
+            list.push(d);
+            let running = Running {
                 history: self.history.clone(),
-                index: h.deliveries.len() - 1,
+                index: list.len() - 1,
+                flow,
                 done: false,
-            }
+            };
+            (running, result)
         };
         // The same choice for the same seed, id and attempt, whichever consumer runs it.
         let mut rng = Rng(self.seed ^ fnv(msg.id().as_str()) ^ u64::from(msg.attempt()).wrapping_mul(0x1000_0000_01b3));
@@ -540,6 +568,20 @@ impl Handler for Recorder {
         };
         match kind {
             HandlerKind::Ok => {
+                if let Some(queue) = &self.flow_queue {
+                    // Whether these land depends on faults: no rule here.
+                    let _ = msg.progress(50).await;
+                    let _ = msg.log(format!("attempt {}", msg.attempt())).await;
+                    msg.set_result(result)?;
+                    if rng.chance(30) {
+                        tokio::spawn(write_after_ack(
+                            self.history.clone(),
+                            queue.clone(),
+                            msg,
+                            self.consumer.clone(),
+                        ));
+                    }
+                }
                 running.finish(Outcome::Ok);
                 Ok(())
             }
@@ -563,11 +605,39 @@ impl Handler for Recorder {
             HandlerKind::Slow => {
                 // Past the lease: renewed, it ends Ok; unrenewed, it is cancelled.
                 tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10).await;
+                if self.flow_queue.is_some() {
+                    msg.set_result(result)?;
+                }
                 running.finish(Outcome::Ok);
                 Ok(())
             }
         }
     }
+}
+
+/// How long a late write waits for the ack it follows.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// Once message `msg` is acked (its result readable: this delivery's or
+/// another's), writes a log line from its delivery, which holds no lease
+/// any more: the write must be rejected (`note-unfenced`).
+async fn write_after_ack(history: Shared, queue: DelayQueue, msg: Message, consumer: String) {
+    if !matches!(queue.wait_result(msg.id(), ACK_WAIT).await, Ok(Some(_))) {
+        return;
+    }
+    let start = Instant::now();
+    let result = match msg.log("written after the ack").await {
+        Ok(()) => Ok(()),
+        Err(e) => Err((matches!(e, delayqueue::Error::LeaseLost { .. }), e.to_string())),
+    };
+    history.lock().unwrap().late_notes.push(model::LateNote {
+        id: msg.id().as_str().to_string(),
+        attempt: msg.attempt(),
+        consumer,
+        start,
+        end: Instant::now(),
+        result,
+    });
 }
 
 fn fnv(s: &str) -> u64 {
@@ -598,6 +668,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     let task =
         rt.spawn(async move {
             let client = client(&url, COMMAND_TIMEOUT).await;
+            let queue_client = client.clone();
             let mut builder = configure(
                 DelayQueue::builder(QUEUE, client),
                 &knobs,
@@ -632,8 +703,42 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
                     Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
             };
+            // The flow queues' consumers, on the same runtime: a crash
+            // takes them too, maybe between a child's ack and its relay.
+            let mut flow_consumers = Vec::new();
+            if knobs.has(Feature::Flows) {
+                for name in FLOW_QUEUES {
+                    let flow_queue = configure(
+                        DelayQueue::builder(name, queue_client.clone()),
+                        &knobs,
+                        handler.concurrency,
+                        handler.renews,
+                    )
+                    .build()
+                    .unwrap();
+                    let recorder = Recorder {
+                        flow_queue: Some(flow_queue.clone()),
+                        ..handler.clone()
+                    };
+                    let started = Instant::now();
+                    flow_consumers.push(loop {
+                        match flow_queue.start_consume(recorder.clone()).await {
+                            Ok(c) => break c,
+                            Err(e) if started.elapsed() > CONSUMER_LIMIT => {
+                                return Err(format!("start_consume({name}): {e}"))
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    });
+                }
+            }
             let _ = ready.send(());
             let _ = stop_rx.await;
+            for c in flow_consumers {
+                c.shutdown()
+                    .await
+                    .map_err(|e| format!("shutdown of a flow queue's consumer: {e}"))?;
+            }
             consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
         });
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
@@ -738,6 +843,8 @@ struct Producer {
     paused_until: Option<Instant>,
     /// For cron fire times: how long the run lasts, in seconds.
     secs: u64,
+    /// The `FLOW_QUEUES`, with the feature `flows`.
+    flow_queues: Vec<DelayQueue>,
 }
 
 /// How many times, and for how long, a schedule or queue change is tried,
@@ -750,7 +857,7 @@ const SCHEDULE_NAMES: u64 = 3;
 /// Runs `call` until it answers (`CHANGE_TRIES` at most): a reply lost to a
 /// fault leaves a change's effect unknown, a repeat finds it done. The
 /// change took effect between the first try's start and the last's end.
-async fn until_answered<F, Fut>(mut call: F) -> (Result<bool, String>, Instant, i64, i64)
+async fn until_answered<F, Fut>(mut call: F) -> Answered
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool, delayqueue::Error>>,
@@ -1161,6 +1268,184 @@ impl Producer {
         self.record(vec![rec], vec![result]);
     }
 
+    /// A flow message of its own id (its payload too), in a random flow
+    /// queue: (queue, id, retry count, delay).
+    fn flow_spec(&mut self, rng: &mut Rng, prefix: &str) -> (usize, String, u32, Duration) {
+        let id = format!("{prefix}-{}", self.payload());
+        let q = rng.below(FLOW_QUEUES.len() as u64) as usize;
+        (q, id, rng.range(0, 2) as u32, Duration::from_millis(rng.range(0, 300)))
+    }
+
+    /// Records flow messages `(queue, id, role, children, policy)` sent by
+    /// one call (repeated until it answered: `answered`).
+    fn push_flow(&self, msgs: Vec<FlowNode>, answered: &Answered) {
+        let (result, start, ..) = answered;
+        let mut h = self.history.lock().unwrap();
+        for (q, id, role, children, policy) in msgs {
+            h.flow_msgs.push(model::FlowMsg {
+                id,
+                queue: FLOW_QUEUES[q].to_string(),
+                role,
+                children,
+                policy: policy_name(policy),
+                closed_us: None,
+                start: *start,
+                end: Instant::now(),
+                result: result.clone().map(drop),
+            });
+        }
+    }
+
+    /// A random `Flow` below a parent at `depth` (1: the root): one to
+    /// three children, and at depth 2 sometimes children of their own.
+    /// Pushes each node to `nodes`.
+    fn flow_tree(&mut self, rng: &mut Rng, depth: u32, nodes: &mut Vec<FlowNode>) -> Flow {
+        let (q, id, retry_count, delay) = self.flow_spec(rng, "f");
+        let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
+        let msg = NewMessage::new(id.clone())
+            .id(id.as_str())
+            .retry_count(retry_count)
+            .delay(delay);
+        let mut flow = Flow::new(&self.flow_queues[q], msg).on_dead_child(policy);
+        let width = match depth {
+            1 => rng.range(1, 3),
+            2 if rng.chance(40) => rng.range(1, 2),
+            _ => 0,
+        };
+        let mut children = Vec::new();
+        for _ in 0..width {
+            let child = self.flow_tree(rng, depth + 1, nodes);
+            children.push(child.id().as_str().to_string());
+            flow = flow.child(child);
+        }
+        nodes.push((q, id, "flow", children, policy));
+        flow
+    }
+
+    /// One flow, `after` or batch (docs/workflows.md) across the flow
+    /// queues, each call repeated until it answered (a repeat is
+    /// idempotent).
+    async fn flow_op(&mut self, rng: &mut Rng) {
+        match rng.below(3) {
+            0 => {
+                let mut nodes = Vec::new();
+                let flow = self.flow_tree(rng, 1, &mut nodes);
+                let flow = &flow;
+                let answered = until_answered(|| async move { flow.send().await.map(|_| true) }).await;
+                self.push_flow(nodes, &answered);
+            }
+            1 => {
+                let mut children = Vec::new();
+                let mut refs = Vec::new();
+                for _ in 0..rng.range(1, 3) {
+                    let (q, id, retry_count, delay) = self.flow_spec(rng, "c");
+                    let queue = &self.flow_queues[q];
+                    let send = || async {
+                        let send = queue.send(id.clone()).id(id.as_str()).retry_count(retry_count);
+                        send.delay(delay).await.map(|_| true)
+                    };
+                    let answered = until_answered(send).await;
+                    self.push_flow(vec![(q, id.clone(), "child", Vec::new(), ChildPolicy::Fail)], &answered);
+                    refs.push(MessageRef::new(queue, id.as_str()));
+                    children.push(id);
+                }
+                let (q, id, retry_count, delay) = self.flow_spec(rng, "a");
+                let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
+                let queue = &self.flow_queues[q];
+                let send = || async {
+                    let send = queue.send(id.clone()).id(id.as_str()).retry_count(retry_count);
+                    let send = send.delay(delay).after(refs.clone()).on_dead_child(policy);
+                    send.await.map(|_| true)
+                };
+                let answered = until_answered(send).await;
+                self.push_flow(vec![(q, id, "after", children, policy)], &answered);
+            }
+            _ => self.batch_op(rng).await,
+        }
+    }
+
+    /// A batch in a random flow queue: `on_complete`, `on_success` or
+    /// both, one to four members across the flow queues, then closed.
+    async fn batch_op(&mut self, rng: &mut Rng) {
+        let q = rng.below(FLOW_QUEUES.len() as u64) as usize;
+        let bid = format!("b-{}", self.payload());
+        let wanted = match rng.below(3) {
+            0 => vec!["complete"],
+            1 => vec!["success"],
+            _ => vec!["complete", "success"],
+        };
+        let queue = self.flow_queues[q].clone();
+        let open = || {
+            let mut b = queue.batch().id(bid.as_str());
+            for kind in &wanted {
+                let msg = NewMessage::new(format!("{bid}:{kind}")).retry_count(rng_free_retries(kind));
+                b = if *kind == "complete" {
+                    b.on_complete(msg)
+                } else {
+                    b.on_success(msg)
+                };
+            }
+            b.open()
+        };
+        let (mut result, start, ..) = until_answered(|| async { open().await.map(|_| true) }).await;
+        // Opening again is idempotent: the handle of an answered open.
+        let batch = match open().await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                result = Err(e.to_string());
+                None
+            }
+        };
+        let mut members = Vec::new();
+        if let Some(batch) = &batch {
+            for _ in 0..rng.range(1, 4) {
+                let (mq, id, retry_count, delay) = self.flow_spec(rng, "m");
+                let member_queue = &self.flow_queues[mq];
+                let send = || async {
+                    let msg = NewMessage::new(id.clone())
+                        .id(id.as_str())
+                        .retry_count(retry_count)
+                        .delay(delay);
+                    batch.send_to(member_queue, msg).await.map(|_| true)
+                };
+                let answered = until_answered(send).await;
+                self.push_flow(
+                    vec![(mq, id.clone(), "member", Vec::new(), ChildPolicy::Fail)],
+                    &answered,
+                );
+                if answered.0.is_err() {
+                    result = answered.0;
+                }
+                members.push(id);
+            }
+        }
+        // Sometimes a while after the members: some finish before the close.
+        tokio::time::sleep(Duration::from_millis(rng.range(0, 200))).await;
+        let closed = match &batch {
+            Some(batch) => until_answered(|| async { batch.close().await.map(|_| true) }).await,
+            None => (Err("not opened".into()), Instant::now(), wall_us(), wall_us()),
+        };
+        let mut h = self.history.lock().unwrap();
+        for kind in wanted {
+            let (role, policy) = if kind == "complete" {
+                ("complete", "ignore")
+            } else {
+                ("success", "remove")
+            };
+            h.flow_msgs.push(model::FlowMsg {
+                id: format!("{bid}:{kind}"),
+                queue: FLOW_QUEUES[q].to_string(),
+                role,
+                children: members.clone(),
+                policy,
+                closed_us: closed.0.is_ok().then_some(closed.2),
+                start,
+                end: Instant::now(),
+                result: result.clone().and(closed.0.clone()).map(drop),
+            });
+        }
+    }
+
     fn pick(&self, rng: &mut Rng) -> Option<MessageId> {
         // Mostly recent ones: those may still wait.
         let n = self.known.len() as u64;
@@ -1204,6 +1489,36 @@ impl Producer {
     }
 }
 
+/// What `until_answered` returns: the result, when the first try
+/// started (instant, wall µs) and when the last ended (wall µs).
+type Answered = (Result<bool, String>, Instant, i64, i64);
+
+/// A flow message as sent: (flow queue, id, role, children, policy).
+type FlowNode = (usize, String, &'static str, Vec<String>, ChildPolicy);
+
+/// The policies a flow's parent is sent with, each as likely.
+const POLICIES: [ChildPolicy; 4] = [
+    ChildPolicy::Fail,
+    ChildPolicy::Ignore,
+    ChildPolicy::Wait,
+    ChildPolicy::Remove,
+];
+
+fn policy_name(p: ChildPolicy) -> &'static str {
+    match p {
+        ChildPolicy::Fail => "fail",
+        ChildPolicy::Ignore => "ignore",
+        ChildPolicy::Wait => "wait",
+        ChildPolicy::Remove => "remove",
+    }
+}
+
+/// A batch callback's retry count: fixed, so that a repeated open builds
+/// the same callbacks.
+fn rng_free_retries(kind: &str) -> u32 {
+    u32::from(kind == "complete")
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Send,
@@ -1216,6 +1531,7 @@ enum Op {
     Schedule,
     PauseQueue,
     Limit,
+    Flow,
 }
 
 /// The operations of a run, each as likely as its weight: those of its
@@ -1234,6 +1550,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Feature::Schedules, Op::Schedule, 12),
         (Feature::Pause, Op::PauseQueue, 2),
         (Feature::Limits, Op::Limit, 2),
+        (Feature::Flows, Op::Flow, 8),
     ] {
         if knobs.has(feature) {
             ops.push((op, weight));
@@ -1255,16 +1572,14 @@ fn fail(knobs: &Knobs, h: &History, violations: &[model::Violation], when: &str)
     )
 }
 
+const LIMITS: Limits = Limits {
+    lease: LEASE,
+    command_timeout: COMMAND_TIMEOUT,
+};
+
 fn verify(knobs: &Knobs, history: &Shared, fin: Option<&Final>, when: &str) {
     let h = history.lock().unwrap().clone();
-    let mut all = model::check(
-        &h,
-        Limits {
-            lease: LEASE,
-            command_timeout: COMMAND_TIMEOUT,
-        },
-        fin,
-    );
+    let mut all = model::check(&h, LIMITS, fin);
     all.extend(RECEIPT_FAILURES.lock().unwrap().iter().map(|line| model::Violation {
         rule: "shutdown-receipt",
         id: "*".into(),
@@ -1536,6 +1851,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         seed: knobs.seed,
         handlers: knobs.handlers.clone(),
         draining: draining.clone(),
+        flow_queue: None,
     };
     if knobs.has(Feature::Groups) {
         set_groups(&backend.producer_url(), &history).await;
@@ -1547,7 +1863,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         consumers.push(Some(start_consumer(backend.consumer_url(), &knobs, handler).await));
     }
     let producer_client = client(&backend.producer_url(), COMMAND_TIMEOUT).await;
-    let mut producer_queue = configure(DelayQueue::builder(QUEUE, producer_client), &knobs, 1, false);
+    let mut producer_queue = configure(DelayQueue::builder(QUEUE, producer_client.clone()), &knobs, 1, false);
     if cluster {
         producer_queue = producer_queue.durability(Durability::Replicas {
             replicas: 1,
@@ -1564,6 +1880,18 @@ async fn run(knobs: Knobs, cluster: bool) {
         schedules: Vec::new(),
         paused_until: None,
         secs: knobs.secs,
+        flow_queues: if knobs.has(Feature::Flows) {
+            FLOW_QUEUES
+                .iter()
+                .map(|name| {
+                    configure(DelayQueue::builder(*name, producer_client.clone()), &knobs, 1, false)
+                        .build()
+                        .unwrap()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
     };
     let ops = ops(&knobs);
     let mut slow_until: Option<(Instant, Instant, String)> = None;
@@ -1622,6 +1950,7 @@ async fn run(knobs: Knobs, cluster: bool) {
             Op::RequeueAll => producer.requeue_all().await,
             Op::Schedule => producer.schedule_op(&mut rng).await,
             Op::PauseQueue => producer.pause_queue(&mut rng).await,
+            Op::Flow => producer.flow_op(&mut rng).await,
             Op::Limit => {
                 producer
                     .set_limit(&mut rng, knobs.limits.map_or(Duration::from_secs(1), |l| l.1))
@@ -1680,8 +2009,27 @@ async fn run(knobs: Knobs, cluster: bool) {
                     let slot = consumers[i].take().unwrap();
                     let name = slot.name.clone();
                     let (kind, done) = if kind == FaultKind::Crash {
+                        // With flows, half the crashes right after a flow
+                        // message's handler returned Ok: between its ack
+                        // and the relay of its completion, some of them.
+                        let acked = knobs.has(Feature::Flows) && rng.chance(50) && {
+                            let since = Instant::now();
+                            let returned_ok = || {
+                                history.lock().unwrap().flow_deliveries.iter().rev().take(50).any(|d| {
+                                    d.consumer == name && matches!(d.end, Some((t, Outcome::Ok)) if t >= since)
+                                })
+                            };
+                            wait_until(Duration::from_secs(1), returned_ok).await
+                        };
                         slot.crash();
-                        ("crash", "runtime dropped")
+                        if acked {
+                            (
+                                "crash",
+                                "runtime dropped right after a flow message's handler returned Ok",
+                            )
+                        } else {
+                            ("crash", "runtime dropped")
+                        }
                     } else {
                         if let Some(e) = slot.stop().await {
                             shutdown_errors.push(e);
@@ -1768,6 +2116,9 @@ async fn run(knobs: Knobs, cluster: bool) {
             .count()
     };
     wait_until(CONSUMER_LIMIT, || running() == 0).await;
+    if knobs.has(Feature::Flows) {
+        finish_flows(&knobs, &history, &producer.flow_queues).await;
+    }
     let status = producer.queue.status().await.unwrap();
     let mut fin = Final {
         totals_sent: status.totals.sent,
@@ -1858,17 +2209,38 @@ async fn run(knobs: Knobs, cluster: bool) {
     if knobs.has(Feature::Groups) {
         clear_groups(&producer.queue).await;
     }
-    // The windows of unique_for markers (at most 3 s) end by themselves.
+    // The windows of unique_for markers (at most 3 s) end by themselves;
+    // the flows' results, progress and logs last their retention.
     wait_for(Duration::from_secs(15), || async {
-        backend.all_keys(&direct).await.is_empty()
+        lasting_keys(&backend, &direct).await.is_empty()
     })
     .await;
     assert_eq!(
-        backend.all_keys(&direct).await,
+        lasting_keys(&backend, &direct).await,
         Vec::<String>::new(),
         "HISTORY seed={}: keys left",
         knobs.seed
     );
+}
+
+/// Every key left but the results, progress and logs of acked messages,
+/// which expire with their retention (docs/results.md): those must have
+/// a time to live.
+async fn lasting_keys(backend: &Backend, direct: &Client) -> Vec<String> {
+    let mut left = Vec::new();
+    for key in backend.all_keys(direct).await {
+        let kept = [":result:", ":progress:", ":log:"].iter().any(|k| key.contains(k));
+        let pttl: i64 = if kept {
+            let cmd = delayqueue::fred::cmd!("PTTL");
+            direct.custom(cmd, vec![key.clone()]).await.unwrap_or(-1)
+        } else {
+            -1
+        };
+        if pttl <= 0 {
+            left.push(key);
+        }
+    }
+    left
 }
 
 /// Script errors of the claim a stopping consumer makes to hand its
@@ -1957,6 +2329,156 @@ fn record_fault(history: &Shared, kind: &'static str, start: Instant, detail: St
         end: Instant::now(),
         detail,
     });
+}
+
+/// The flows' end, once every handler succeeds: waits until the flow
+/// queues have nothing ready, retried or processing and the end-state
+/// flow rules hold on what they keep (a completion is relayed a moment
+/// after the last child's ack), `DRAIN_LIMIT` at most, and fails on what
+/// still breaks them; then requeues their dead letters until every
+/// message ran (a parent failed by a child runs without waiting; a
+/// requeued child lets its `wait` parent run), reads every result back
+/// (`results-kept`) and checks their integrity.
+async fn finish_flows(knobs: &Knobs, history: &Shared, queues: &[DelayQueue]) {
+    let end = Instant::now() + DRAIN_LIMIT;
+    let (mut fin, mut violations) = (model::FlowFinal::default(), Vec::new());
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !flow_counts(queues).await.is_some_and(|c| c[0] == 0) {
+            continue;
+        }
+        let Some(read) = read_flow_final(history, queues).await else {
+            continue;
+        };
+        fin = read;
+        violations = model::check_flow_final(&history.lock().unwrap(), LIMITS, &fin);
+        if violations.is_empty() {
+            break;
+        }
+    }
+    let h = history.lock().unwrap().clone();
+    if !violations.is_empty() {
+        fail(knobs, &h, &violations, "once the flow queues drained");
+    }
+    fin.requeued_us = Some(wall_us());
+    history.lock().unwrap().flow_final = Some(fin);
+    // Dead letters requeued until all ran: a requeued child's parent
+    // may die in turn (a policy `fail` further up).
+    let mut done = false;
+    while !done && Instant::now() < end {
+        for queue in queues {
+            let (result, ..) = until_answered(|| async { queue.requeue_all_dead().await.map(|_| true) }).await;
+            result.unwrap_or_else(|e| panic!("requeue_all_dead of a flow queue: {e}"));
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match flow_counts(queues).await {
+                Some([0, 0, 0]) => done = true,
+                Some([0, _, dead]) if dead > 0 => {}
+                _ if Instant::now() < end => continue,
+                _ => {}
+            }
+            break;
+        }
+    }
+    assert!(
+        done,
+        "HISTORY seed={}: the flow queues did not drain within {DRAIN_LIMIT:?} (active, waiting, dead): {:?}",
+        knobs.seed,
+        flow_counts(queues).await
+    );
+    let h = history.lock().unwrap().clone();
+    let mut results = std::collections::HashMap::new();
+    for m in &h.flow_msgs {
+        let ok = h
+            .flow_deliveries
+            .iter()
+            .any(|d| d.id == m.id && matches!(d.end, Some((_, Outcome::Ok))));
+        if ok && !results.contains_key(&m.id) {
+            let queue = &queues[FLOW_QUEUES.iter().position(|q| *q == m.queue).unwrap()];
+            let read = until_read(|| queue.result(&m.id)).await;
+            results.insert(m.id.clone(), read);
+        }
+    }
+    let violations = model::check_results(&h, &results);
+    if !violations.is_empty() {
+        fail(knobs, &h, &violations, "reading the flows' results");
+    }
+    for queue in queues {
+        let report = queue.check_integrity().await.unwrap();
+        assert!(
+            report.is_clean(),
+            "HISTORY seed={}: integrity of a flow queue: {report}",
+            knobs.seed
+        );
+    }
+}
+
+/// The flow queues' counts summed: [pending + ready + processing + retry,
+/// waiting, dead]; `None` when one could not be read.
+async fn flow_counts(queues: &[DelayQueue]) -> Option<[u64; 3]> {
+    let mut sum = [0; 3];
+    for queue in queues {
+        let c = queue.counts().await.ok()?;
+        sum[0] += c.pending + c.ready + c.processing + c.retry;
+        sum[1] += c.waiting;
+        sum[2] += c.dead;
+    }
+    Some(sum)
+}
+
+/// What the flow queues keep now: their dead letters with their reasons,
+/// and which parents wait; `None` when a read failed.
+async fn read_flow_final(history: &Shared, queues: &[DelayQueue]) -> Option<model::FlowFinal> {
+    let mut fin = model::FlowFinal {
+        at_us: wall_us(),
+        ..model::FlowFinal::default()
+    };
+    for queue in queues {
+        let mut offset = Some(0);
+        for _ in 0..10_000 {
+            let Some(at) = offset else { break };
+            let page = queue.list(MessageState::Dead, at, 1000).await.ok()?;
+            for m in page.items {
+                fin.dead
+                    .insert(m.id.as_str().to_string(), m.last_error.unwrap_or_default());
+            }
+            offset = page.next;
+        }
+    }
+    let parents: Vec<(String, String)> = history
+        .lock()
+        .unwrap()
+        .flow_msgs
+        .iter()
+        .filter(|m| m.is_parent())
+        .map(|m| (m.id.clone(), m.queue.clone()))
+        .collect();
+    for (id, queue) in parents {
+        let queue = &queues[FLOW_QUEUES.iter().position(|q| *q == queue).unwrap()];
+        let info = queue.get(&id).await.ok()?;
+        if info.is_some_and(|i| i.state == MessageState::Waiting) {
+            fin.waiting.insert(id);
+        }
+    }
+    Some(fin)
+}
+
+/// Runs `read` until it answers (`CHANGE_TRIES` at most).
+async fn until_read<T, F, Fut>(mut read: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, delayqueue::Error>>,
+{
+    let mut last = None;
+    for _ in 0..CHANGE_TRIES {
+        match read().await {
+            Ok(v) => return v,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("a read never answered: {last:?}")
 }
 
 /// Waits until nothing waits or runs (and, with `dead`, no dead letter is

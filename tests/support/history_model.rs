@@ -271,6 +271,8 @@ pub struct History {
     pub flow_deliveries: Vec<Delivery>,
     /// Progress and log writes made after the ack.
     pub late_notes: Vec<LateNote>,
+    /// The flow queues once drained, before their dead letters were requeued.
+    pub flow_final: Option<FlowFinal>,
     /// `t0` by the wall clock, in µs.
     pub t0_us: i64,
 }
@@ -298,6 +300,7 @@ impl History {
             flow_msgs: Vec::new(),
             flow_deliveries: Vec::new(),
             late_notes: Vec::new(),
+            flow_final: None,
             t0_us: wall_us(),
         }
     }
@@ -952,7 +955,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     check_start_order(h, limits, &sends_by_payload, &mut v);
     check_groups(h, limits, &sends_by_payload, &mut v);
     check_schedules(h, false, &mut v);
-    flows::check_flows(h, limits, None, &mut v);
+    flows::check_flows(h, limits, h.flow_final.as_ref(), &mut v);
     if let Some(fin) = fin {
         check_final(h, fin, limits, &by_id, &excused, &mut v);
     }
@@ -2507,7 +2510,16 @@ mod tests {
                 send_m(&mut h, "q", "replaced", 300, 301, None);
                 h.sends.last_mut().unwrap().delay = Duration::from_millis(1);
             }
-            delivery(&mut h, "m", if replaced { "q" } else { "p" }, 2, 400, 400, 401, Outcome::Ok);
+            delivery(
+                &mut h,
+                "m",
+                if replaced { "q" } else { "p" },
+                2,
+                400,
+                400,
+                401,
+                Outcome::Ok,
+            );
             rules(&h, None)
         };
         assert_eq!(run(true), Vec::<&str>::new());
@@ -2538,7 +2550,10 @@ mod tests {
     }
 
     fn flow_rules(h: &History) -> Vec<&'static str> {
-        rules(h, None).into_iter().filter(|r| r.starts_with("flow") || r.starts_with("note")).collect()
+        rules(h, None)
+            .into_iter()
+            .filter(|r| r.starts_with("flow") || r.starts_with("note"))
+            .collect()
     }
 
     #[test]
@@ -2583,7 +2598,14 @@ mod tests {
             let mut h = History::new();
             flow_msg(&mut h, "p", role, &["a", "b"], policy);
             flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
-            flow_delivery(&mut h, "b", 1, 200, 300, if b_dead { Outcome::Skip } else { Outcome::Ok });
+            flow_delivery(
+                &mut h,
+                "b",
+                1,
+                200,
+                300,
+                if b_dead { Outcome::Skip } else { Outcome::Ok },
+            );
             let mut fin = FlowFinal {
                 at_us: h.t0_us + 10_000_000,
                 ..FlowFinal::default()
@@ -2633,7 +2655,10 @@ mod tests {
         let returned = flow_result(&h.flow_deliveries[1]);
         let read = |r: Option<&str>| {
             let results = HashMap::from([("a".to_string(), r.map(|r| r.as_bytes().to_vec()))]);
-            check_results(&h, &results).into_iter().map(|v| v.rule).collect::<Vec<_>>()
+            check_results(&h, &results)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
         };
         assert_eq!(read(Some(&returned)), Vec::<&str>::new());
         assert_eq!(read(Some(&flow_result(&h.flow_deliveries[0]))), ["results-kept"]);

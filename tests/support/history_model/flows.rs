@@ -91,7 +91,12 @@ pub struct FlowFinal {
 ///   that loses replies).
 /// - the rules of each message's deliveries (`concurrent`,
 ///   `uncounted-delivery`, `retried-skip`, `too-many-deliveries`).
-pub fn check_flows(h: &History, limits: Limits, fin: Option<&FlowFinal>, v: &mut impl FnMut(&'static str, &str, String)) {
+pub fn check_flows(
+    h: &History,
+    limits: Limits,
+    fin: Option<&FlowFinal>,
+    v: &mut impl FnMut(&'static str, &str, String),
+) {
     let mut by_id: HashMap<&str, Vec<&Delivery>> = HashMap::new();
     for d in &h.flow_deliveries {
         by_id.entry(d.id.as_str()).or_default().push(d);
@@ -209,11 +214,7 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
         })
     };
     check_flows(h, limits, Some(fin), &mut v);
-    let ran = |id: &str| {
-        h.flow_deliveries
-            .iter()
-            .any(|d| d.id == id && d.leased_us < fin.at_us)
-    };
+    let ran = |id: &str| h.flow_deliveries.iter().any(|d| d.id == id && d.leased_us < fin.at_us);
     for p in h.flow_msgs.iter().filter(|m| m.is_parent() && m.result.is_ok()) {
         let dead: Vec<&String> = p.children.iter().filter(|c| fin.dead.contains_key(*c)).collect();
         let waiting: Vec<&String> = p.children.iter().filter(|c| fin.waiting.contains(*c)).collect();
@@ -222,11 +223,7 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
         if dead.is_empty() {
             if waiting.is_empty() && !p_ran {
                 let state = if p_waits { "still waiting" } else { "never delivered" };
-                v(
-                    "flow-stuck",
-                    &p.id,
-                    format!("{what}: every child acked, {state}"),
-                );
+                v("flow-stuck", &p.id, format!("{what}: every child acked, {state}"));
             }
             continue;
         }
