@@ -2140,7 +2140,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         let delivered = h.deliveries.len();
         println!(
             "HISTORY seed={} sends={} ops={} schedule_ops={} queue_ops={} deliveries={delivered} fires={} dead={} \
-             lease_lost={} faults: {}",
+             lease_lost={} flow_msgs={} flow_deliveries={} late_notes={} faults: {}",
             knobs.seed,
             h.sends.len(),
             h.ops.len(),
@@ -2149,6 +2149,9 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.deliveries.iter().filter(|d| model::fire_of(&d.id).is_some()).count(),
             fin.dead.len(),
             h.lease_lost.len(),
+            h.flow_msgs.len(),
+            h.flow_deliveries.len(),
+            h.late_notes.len(),
             h.fault_summary()
         );
     }
@@ -2208,6 +2211,11 @@ async fn run(knobs: Knobs, cluster: bool) {
     );
     if knobs.has(Feature::Groups) {
         clear_groups(&producer.queue).await;
+        // The flow queues' consumers wrote the builders' default too.
+        for queue in &producer.flow_queues {
+            let (result, ..) = until_answered(|| queue.set_default_group_concurrency(None)).await;
+            result.unwrap_or_else(|e| panic!("set_default_group_concurrency(None) of a flow queue: {e}"));
+        }
     }
     // The windows of unique_for markers (at most 3 s) end by themselves;
     // the flows' results, progress and logs last their retention.

@@ -2645,6 +2645,36 @@ mod tests {
         assert_eq!(judge("remove", "success", true, "gone"), none);
         assert_eq!(judge("remove", "success", true, "ran"), ["batch-success"]);
         assert_eq!(judge("remove", "success", false, "ran"), none);
+        // A child parent removed by its own dead child counts as deleted.
+        let nested = |policy: &'static str, p: &str| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["q"], policy);
+            flow_msg(&mut h, "q", "flow", &["c"], "remove");
+            flow_delivery(&mut h, "c", 1, 100, 150, Outcome::Skip);
+            let mut fin = FlowFinal {
+                at_us: h.t0_us + 10_000_000,
+                ..FlowFinal::default()
+            };
+            fin.dead.insert("c".into(), "injected skip".into());
+            match p {
+                "dead" => {
+                    fin.dead.insert("p".into(), "child flow_a/q cancelled".into());
+                }
+                "waiting" => {
+                    fin.waiting.insert("p".into());
+                }
+                _ => {}
+            }
+            check_flow_final(&h, LIMITS, &fin)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(nested("remove", "gone"), none);
+        assert_eq!(nested("fail", "dead"), none);
+        assert_eq!(nested("wait", "dead"), none);
+        assert_eq!(nested("wait", "waiting"), ["flow-policy"]);
+        assert_eq!(nested("fail", "gone"), ["flow-policy"]);
     }
 
     #[test]

@@ -199,7 +199,9 @@ fn finished_at_least(h: &History, limits: Limits, ds: &[&Delivery], policy: &str
 /// - `flow-policy`: a dead child does what the parent's policy says:
 ///   `fail` makes it a dead letter it never ran as, whose reason names a
 ///   dead child; `ignore` lets it run; `wait` keeps it waiting; `remove`
-///   deletes it (never run, not dead).
+///   deletes it (never run, not dead). A child parent removed (never run,
+///   neither dead nor waiting) counts as a child deleted: as a dead one,
+///   but a `wait` parent fails too.
 /// - `batch-success`: a batch's `on_success` (policy `remove`) never
 ///   runs when a member died.
 ///
@@ -215,8 +217,22 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
     };
     check_flows(h, limits, Some(fin), &mut v);
     let ran = |id: &str| h.flow_deliveries.iter().any(|d| d.id == id && d.leased_us < fin.at_us);
+    // A parent neither run, dead nor waiting was removed (its own rules
+    // say whether rightly): for its parents, a child deleted.
+    let parents: HashSet<&str> = h
+        .flow_msgs
+        .iter()
+        .filter(|m| m.is_parent())
+        .map(|m| m.id.as_str())
+        .collect();
+    let removed = |c: &str| parents.contains(c) && !ran(c) && !fin.dead.contains_key(c) && !fin.waiting.contains(c);
     for p in h.flow_msgs.iter().filter(|m| m.is_parent() && m.result.is_ok()) {
-        let dead: Vec<&String> = p.children.iter().filter(|c| fin.dead.contains_key(*c)).collect();
+        let dead: Vec<&String> = p
+            .children
+            .iter()
+            .filter(|c| fin.dead.contains_key(*c) || removed(c))
+            .collect();
+        let deleted = p.children.iter().any(|c| removed(c));
         let waiting: Vec<&String> = p.children.iter().filter(|c| fin.waiting.contains(*c)).collect();
         let (p_ran, p_dead, p_waits) = (ran(&p.id), fin.dead.get(&p.id), fin.waiting.contains(&p.id));
         let what = format!("{} {} (policy {})", p.role, p.id, p.policy);
@@ -228,7 +244,8 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
             continue;
         }
         match p.policy {
-            "fail" => {
+            // A deleted child fails a parent that waits: nothing can finish it.
+            "fail" | "wait" if p.policy == "fail" || deleted => {
                 // The reason reads `child <queue>/<id> dead`.
                 let named = p_dead.is_some_and(|reason| dead.iter().any(|c| reason.contains(&format!("/{c} "))));
                 if p_ran || !named {
@@ -236,8 +253,8 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
                         "flow-policy",
                         &p.id,
                         format!(
-                            "{what}: children {dead:?} dead, yet it ran={p_ran}, its dead letter's reason {p_dead:?} \
-                             names none of them"
+                            "{what}: children {dead:?} dead or deleted, yet it ran={p_ran}, its dead letter's \
+                             reason {p_dead:?} names none of them"
                         ),
                     );
                 }
