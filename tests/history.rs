@@ -3,7 +3,8 @@
 //! cut connections or hold replies back, with random sends, cancels,
 //! reschedules and requeues, two or three consumers with random handler
 //! outcomes, and random faults; and, by feature, schedule changes, queue
-//! limits, queue pauses, priorities, headers and groups. Records the whole history
+//! limits, queue pauses, priorities, headers, groups, and flows and
+//! batches. Records the whole history
 //! and checks it against the model in `tests/support/history_model.rs`
 //! (crate `delayqueue-test-support`, whose unit tests show each rule), along
 //! the way and at the end.
@@ -35,7 +36,7 @@
 //!   `tests/cluster_failover.rs`'s subject), the replica takes over, and
 //!   the old primary is started again and rejoins as a replica; the rules
 //!   treat it as a `restart`.
-//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers,groups`,
+//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers,groups,flows`,
 //!   `all` or `none` (default: half of them, by the seed; all in
 //!   `history_of_every_feature`). What each adds and checks:
 //!   - `schedules`: schedules `s1`, `s2` set (an interval or a cron
@@ -78,6 +79,29 @@
 //!     and `start-order` judge ungrouped messages only (see the model's
 //!     `check_start_order`).
 //!
+//!   - `flows`: flows and batches (docs/workflows.md) across two queues
+//!     of their own (`FLOW_QUEUES`, so that the main queue's queue-wide
+//!     rules and totals stay its own), consumed by every consumer on its
+//!     runtime: a `Flow` of up to three levels, a parent sent with
+//!     `after` for messages sent before, a batch with `on_complete`
+//!     and/or `on_success` and one to four members, closed; each parent
+//!     with a random `ChildPolicy`, each message with a retry count of
+//!     0-2, so that children die. Handlers write progress and a log line,
+//!     return a result (`model::flow_result`), and now and then write
+//!     again once the message is acked; half the crashes come right after
+//!     a flow message's handler returned `Ok` (between its ack and its
+//!     relay, some of them). Rules `flow-early` (no parent leased before
+//!     a child finished, nor a callback before its batch's close),
+//!     `note-unfenced` (a write after the ack is rejected with
+//!     `LeaseLost`), the per-message rules of `check_deliveries`; once
+//!     the flow queues drained, `flow-stuck` (a parent whose children all
+//!     finished ran), `flow-policy` and `batch-success` (a dead or
+//!     removed child did what the policy says: see the model's
+//!     `check_flow_final`); then their dead letters are requeued until
+//!     all ran, and `results-kept` (every result read back is one an `Ok`
+//!     delivery returned). No key may be left but results, progress and
+//!     logs, which must have a time to live.
+//!
 //!   Whatever the features, rule `start-order`: a consumer of one handler
 //!   starts the deliveries of one claim in that claim's order (retries,
 //!   then priority, then due time), judged where the order is sure (see
@@ -108,6 +132,7 @@
 //! HISTORY_FEATURES=priorities HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=headers  HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=groups   HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=flows    HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=none     cargo test ...   (sends, cancels, reschedules, requeues only)
 //! ```
 //!
@@ -2352,7 +2377,7 @@ async fn finish_flows(knobs: &Knobs, history: &Shared, queues: &[DelayQueue]) {
     let (mut fin, mut violations) = (model::FlowFinal::default(), Vec::new());
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if !flow_counts(queues).await.is_some_and(|c| c[0] == 0) {
+        if flow_counts(queues).await.is_none_or(|c| c[0] != 0) {
             continue;
         }
         let Some(read) = read_flow_final(history, queues).await else {

@@ -5,7 +5,8 @@
 //! result and the instants it started and ended, every delivery a handler
 //! saw (id, attempt, start, end, outcome), every `LeaseLost` event and every
 //! fault it injected. [`check`] replays that history and returns each broken
-//! rule with the history lines of the message it is about.
+//! rule with the history lines of the message it is about. The rules of
+//! flows and batches, on the run's two flow queues, are in `flows`.
 //!
 //! Std and `delayqueue`-free on purpose (ids and payloads are strings), so
 //! the rules read without the machinery that produced the history.
