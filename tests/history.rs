@@ -153,7 +153,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, SortedSetsInterface};
 use delayqueue::{
     ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message, MessageId,
     MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
@@ -544,6 +544,9 @@ struct Recorder {
     /// The flow queue it handles, if one: its deliveries return results,
     /// write progress and a log line, and some write again after the ack.
     flow_queue: Option<DelayQueue>,
+    /// Woken as a flow message's handler returns `Ok`, before its ack: a
+    /// crash may follow at once.
+    flow_ok: Arc<tokio::sync::Notify>,
 }
 
 #[delayqueue::async_trait]
@@ -608,6 +611,7 @@ impl Handler for Recorder {
                     }
                 }
                 running.finish(Outcome::Ok);
+                self.flow_ok.notify_waiters();
                 Ok(())
             }
             HandlerKind::Error => {
@@ -634,6 +638,7 @@ impl Handler for Recorder {
                     msg.set_result(result)?;
                 }
                 running.finish(Outcome::Ok);
+                self.flow_ok.notify_waiters();
                 Ok(())
             }
         }
@@ -674,6 +679,8 @@ fn fnv(s: &str) -> u64 {
 /// One consumer on its own runtime, so a crash is dropping that runtime.
 struct ConsumerSlot {
     name: String,
+    /// Its handlers' `Recorder::flow_ok`.
+    flow_ok: Arc<tokio::sync::Notify>,
     rt: tokio::runtime::Runtime,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), String>>,
@@ -690,6 +697,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     // Before its task runs: its start writes its builder's limits.
     let (limits, start_us) = (knobs.limits, wall_us());
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
+    let flow_ok = handler.flow_ok.clone();
     let task =
         rt.spawn(async move {
             let client = client(&url, COMMAND_TIMEOUT).await;
@@ -785,7 +793,13 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
             });
         }
     }
-    ConsumerSlot { name, rt, stop, task }
+    ConsumerSlot {
+        name,
+        flow_ok,
+        rt,
+        stop,
+        task,
+    }
 }
 
 impl ConsumerSlot {
@@ -1877,6 +1891,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         handlers: knobs.handlers.clone(),
         draining: draining.clone(),
         flow_queue: None,
+        flow_ok: Arc::default(),
     };
     if knobs.has(Feature::Groups) {
         set_groups(&backend.producer_url(), &history).await;
@@ -2038,28 +2053,30 @@ async fn run(knobs: Knobs, cluster: bool) {
                         // message's handler returned Ok: between its ack
                         // and the relay of its completion, some of them.
                         let acked = knobs.has(Feature::Flows) && rng.chance(50) && {
-                            let since = Instant::now();
-                            let returned_ok = || {
-                                history.lock().unwrap().flow_deliveries.iter().rev().take(50).any(|d| {
-                                    d.consumer == name && matches!(d.end, Some((t, Outcome::Ok)) if t >= since)
-                                })
-                            };
-                            wait_until(Duration::from_secs(1), returned_ok).await
+                            let returned = slot.flow_ok.clone();
+                            let returned = tokio::time::timeout(Duration::from_secs(1), returned.notified()).await;
+                            // Before its ack, between its ack and its
+                            // relay (a few round trips), or after both.
+                            tokio::time::sleep(Duration::from_micros(rng.range(0, 3000))).await;
+                            returned.is_ok()
                         };
                         slot.crash();
                         if acked {
-                            (
-                                "crash",
-                                "runtime dropped right after a flow message's handler returned Ok",
-                            )
+                            let mut held = 0;
+                            for q in FLOW_QUEUES {
+                                let key = format!("dq:{{{q}}}:outbox");
+                                held += direct.zcard::<u64, _>(key).await.unwrap_or(0);
+                            }
+                            history.lock().unwrap().crashes_by_ok.push(held);
+                            ("crash", format!("runtime dropped right after a flow message's handler returned Ok; the outboxes then held {held} completions"))
                         } else {
-                            ("crash", "runtime dropped")
+                            ("crash", "runtime dropped".to_string())
                         }
                     } else {
                         if let Some(e) = slot.stop().await {
                             shutdown_errors.push(e);
                         }
-                        ("stop", "shut down")
+                        ("stop", "shut down".to_string())
                     };
                     record_fault(&history, kind, start, format!("{name} {done}"));
                     generation += 1;
@@ -2142,7 +2159,13 @@ async fn run(knobs: Knobs, cluster: bool) {
     };
     wait_until(CONSUMER_LIMIT, || running() == 0).await;
     if knobs.has(Feature::Flows) {
+        let started = Instant::now();
         finish_flows(&knobs, &history, &producer.flow_queues).await;
+        println!(
+            "HISTORY seed={}: the flows' end took {:?}",
+            knobs.seed,
+            started.elapsed()
+        );
     }
     let status = producer.queue.status().await.unwrap();
     let mut fin = Final {
@@ -2165,7 +2188,8 @@ async fn run(knobs: Knobs, cluster: bool) {
         let delivered = h.deliveries.len();
         println!(
             "HISTORY seed={} sends={} ops={} schedule_ops={} queue_ops={} deliveries={delivered} fires={} dead={} \
-             lease_lost={} flow_msgs={} flow_deliveries={} late_notes={} faults: {}",
+             lease_lost={} flow_msgs={} flow_deliveries={} late_notes={} crashes_after_ok={} (outbox not empty: {}) \
+             faults: {}",
             knobs.seed,
             h.sends.len(),
             h.ops.len(),
@@ -2177,6 +2201,8 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.flow_msgs.len(),
             h.flow_deliveries.len(),
             h.late_notes.len(),
+            h.crashes_by_ok.len(),
+            h.crashes_by_ok.iter().filter(|n| **n > 0).count(),
             h.fault_summary()
         );
     }

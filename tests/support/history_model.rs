@@ -274,6 +274,9 @@ pub struct History {
     pub late_notes: Vec<LateNote>,
     /// The flow queues once drained, before their dead letters were requeued.
     pub flow_final: Option<FlowFinal>,
+    /// The crashes right after a flow message's handler returned `Ok`:
+    /// how many completions the flow queues' outboxes held then.
+    pub crashes_by_ok: Vec<u64>,
     /// `t0` by the wall clock, in µs.
     pub t0_us: i64,
 }
@@ -302,6 +305,7 @@ impl History {
             flow_deliveries: Vec::new(),
             late_notes: Vec::new(),
             flow_final: None,
+            crashes_by_ok: Vec::new(),
             t0_us: wall_us(),
         }
     }
