@@ -88,7 +88,7 @@
 //!     with a random `ChildPolicy`, each message with a retry count of
 //!     0-2, so that children die. Handlers write progress and a log line,
 //!     return a result (`model::flow_result`), and now and then write
-//!     again once the message is acked; half the crashes come right after
+//!     again once the message is acked; most crashes come right after
 //!     a flow message's handler returned `Ok` (between its ack and its
 //!     relay, some of them). Rules `flow-early` (no parent leased before
 //!     a child finished, nor a callback before its batch's close),
@@ -2049,12 +2049,12 @@ async fn run(knobs: Knobs, cluster: bool) {
                     let slot = consumers[i].take().unwrap();
                     let name = slot.name.clone();
                     let (kind, done) = if kind == FaultKind::Crash {
-                        // With flows, half the crashes right after a flow
+                        // With flows, most crashes right after a flow
                         // message's handler returned Ok: between its ack
                         // and the relay of its completion, some of them.
-                        let acked = knobs.has(Feature::Flows) && rng.chance(50) && {
+                        let acked = knobs.has(Feature::Flows) && rng.chance(70) && {
                             let returned = slot.flow_ok.clone();
-                            let returned = tokio::time::timeout(Duration::from_secs(1), returned.notified()).await;
+                            let returned = tokio::time::timeout(Duration::from_secs(2), returned.notified()).await;
                             // Before its ack, between its ack and its
                             // relay (a few round trips), or after both.
                             tokio::time::sleep(Duration::from_micros(rng.range(0, 3000))).await;
@@ -2417,6 +2417,14 @@ async fn finish_flows(knobs: &Knobs, history: &Shared, queues: &[DelayQueue]) {
     }
     let h = history.lock().unwrap().clone();
     if !violations.is_empty() {
+        // What the queue says of them, for the report.
+        for v in &violations {
+            for queue in queues {
+                if let Ok(Some(info)) = queue.get(&v.id).await {
+                    println!("HISTORY seed={}: {} in {}: {info:?}", knobs.seed, v.id, queue.name());
+                }
+            }
+        }
         fail(knobs, &h, &violations, "once the flow queues drained");
     }
     fin.requeued_us = Some(wall_us());

@@ -2629,6 +2629,10 @@ mod tests {
                 "dead-other" => {
                     fin.dead.insert("p".into(), "child flow_b/x dead".into());
                 }
+                // Claimed, no handler ran, its last lease timed out.
+                "timed-out" => {
+                    fin.dead.insert("p".into(), "timeout".into());
+                }
                 _ => {}
             }
             check_flow_final(&h, LIMITS, &fin)
@@ -2643,6 +2647,8 @@ mod tests {
         assert_eq!(judge("fail", "flow", true, "dead"), none);
         assert_eq!(judge("fail", "flow", true, "dead-other"), ["flow-policy"]);
         assert_eq!(judge("fail", "flow", true, "ran"), ["flow-policy"]);
+        assert_eq!(judge("wait", "flow", false, "timed-out"), none);
+        assert_eq!(judge("fail", "flow", true, "timed-out"), ["flow-policy"]);
         assert_eq!(judge("ignore", "complete", true, "ran"), none);
         assert_eq!(judge("ignore", "complete", true, "waiting"), ["flow-stuck"]);
         assert_eq!(judge("wait", "flow", true, "waiting"), none);

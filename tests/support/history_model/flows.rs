@@ -194,8 +194,10 @@ fn finished_at_least(h: &History, limits: Limits, ds: &[&Delivery], policy: &str
 /// The end-state rules of flows, on `fin` (the flow queues drained, their
 /// dead letters not yet requeued), for each parent sent for sure:
 /// - `flow-stuck`: a parent whose children all finished (acked, or dead
-///   under a policy that lets it run) was delivered; one still waiting
-///   must have a child dead (policy `wait`) or waiting itself.
+///   under a policy that lets it run) was released: delivered, or dead
+///   of its own (claimed by a consumer that crashed, its last lease timed
+///   out); one still waiting must have a child dead (policy `wait`) or
+///   waiting itself.
 /// - `flow-policy`: a dead child does what the parent's policy says:
 ///   `fail` makes it a dead letter it never ran as, whose reason names a
 ///   dead child; `ignore` lets it run; `wait` keeps it waiting; `remove`
@@ -234,7 +236,10 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
             .collect();
         let deleted = p.children.iter().any(|c| removed(c));
         let waiting: Vec<&String> = p.children.iter().filter(|c| fin.waiting.contains(*c)).collect();
-        let (p_ran, p_dead, p_waits) = (ran(&p.id), fin.dead.get(&p.id), fin.waiting.contains(&p.id));
+        let (p_dead, p_waits) = (fin.dead.get(&p.id), fin.waiting.contains(&p.id));
+        // Released: delivered, or dead of its own (a lease no handler ran
+        // that timed out on its last attempt), not of a child's.
+        let p_ran = ran(&p.id) || p_dead.is_some_and(|reason| !reason.starts_with("child "));
         let what = format!("{} {} (policy {})", p.role, p.id, p.policy);
         if dead.is_empty() {
             if waiting.is_empty() && !p_ran {
