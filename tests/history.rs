@@ -896,10 +896,10 @@ const SCHEDULE_NAMES: u64 = 3;
 /// Runs `call` until it answers (`CHANGE_TRIES` at most): a reply lost to a
 /// fault leaves a change's effect unknown, a repeat finds it done. The
 /// change took effect between the first try's start and the last's end.
-async fn until_answered<F, Fut>(mut call: F) -> Answered
+async fn until_answered<T, F, Fut>(mut call: F) -> Answered<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool, delayqueue::Error>>,
+    Fut: std::future::Future<Output = Result<T, delayqueue::Error>>,
 {
     let (start, start_us) = (Instant::now(), wall_us());
     let mut result = Err("never tried".to_string());
@@ -1417,7 +1417,7 @@ impl Producer {
         let open = || {
             let mut b = queue.batch().id(bid.as_str());
             for kind in &wanted {
-                let msg = NewMessage::new(format!("{bid}:{kind}")).retry_count(rng_free_retries(kind));
+                let msg = NewMessage::new(format!("{bid}:{kind}")).retry_count(callback_retries(kind));
                 b = if *kind == "complete" {
                     b.on_complete(msg)
                 } else {
@@ -1426,14 +1426,10 @@ impl Producer {
             }
             b.open()
         };
-        let (mut result, start, ..) = until_answered(|| async { open().await.map(|_| true) }).await;
-        // Opening again is idempotent: the handle of an answered open.
-        let batch = match open().await {
-            Ok(b) => Some(b),
-            Err(e) => {
-                result = Err(e.to_string());
-                None
-            }
+        let (opened, start, ..) = until_answered(open).await;
+        let (batch, mut result) = match opened {
+            Ok(b) => (Some(b), Ok(true)),
+            Err(e) => (None, Err(e)),
         };
         let mut members = Vec::new();
         if let Some(batch) = &batch {
@@ -1530,7 +1526,7 @@ impl Producer {
 
 /// What `until_answered` returns: the result, when the first try
 /// started (instant, wall µs) and when the last ended (wall µs).
-type Answered = (Result<bool, String>, Instant, i64, i64);
+type Answered<T = bool> = (Result<T, String>, Instant, i64, i64);
 
 /// A flow message as sent: (flow queue, id, role, children, policy).
 type FlowNode = (usize, String, &'static str, Vec<String>, ChildPolicy);
@@ -1554,7 +1550,7 @@ fn policy_name(p: ChildPolicy) -> &'static str {
 
 /// A batch callback's retry count: fixed, so that a repeated open builds
 /// the same callbacks.
-fn rng_free_retries(kind: &str) -> u32 {
+fn callback_retries(kind: &str) -> u32 {
     u32::from(kind == "complete")
 }
 
@@ -2463,7 +2459,8 @@ async fn finish_flows(knobs: &Knobs, history: &Shared, queues: &[DelayQueue]) {
             .any(|d| d.id == m.id && matches!(d.end, Some((_, Outcome::Ok))));
         if ok && !results.contains_key(&m.id) {
             let queue = &queues[FLOW_QUEUES.iter().position(|q| *q == m.queue).unwrap()];
-            let read = until_read(|| queue.result(&m.id)).await;
+            let (read, ..) = until_answered(|| queue.result(&m.id)).await;
+            let read = read.unwrap_or_else(|e| panic!("result({}) never answered: {e}", m.id));
             results.insert(m.id.clone(), read);
         }
     }
@@ -2529,23 +2526,6 @@ async fn read_flow_final(history: &Shared, queues: &[DelayQueue]) -> Option<mode
         }
     }
     Some(fin)
-}
-
-/// Runs `read` until it answers (`CHANGE_TRIES` at most).
-async fn until_read<T, F, Fut>(mut read: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, delayqueue::Error>>,
-{
-    let mut last = None;
-    for _ in 0..CHANGE_TRIES {
-        match read().await {
-            Ok(v) => return v,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("a read never answered: {last:?}")
 }
 
 /// Waits until nothing waits or runs (and, with `dead`, no dead letter is
