@@ -1317,7 +1317,7 @@ impl Producer {
 
     /// Records flow messages `(queue, id, role, children, policy)` sent by
     /// one call (repeated until it answered: `answered`).
-    fn push_flow(&self, msgs: Vec<FlowNode>, answered: &Answered) {
+    fn push_flow<T>(&self, msgs: Vec<FlowNode>, answered: &Answered<T>) {
         let (result, start, ..) = answered;
         let mut h = self.history.lock().unwrap();
         for (q, id, role, children, policy) in msgs {
@@ -1330,7 +1330,7 @@ impl Producer {
                 closed_us: None,
                 start: *start,
                 end: Instant::now(),
-                result: result.clone().map(drop),
+                result: result.as_ref().map(drop).map_err(String::clone),
             });
         }
     }
@@ -1370,7 +1370,7 @@ impl Producer {
                 let mut nodes = Vec::new();
                 let flow = self.flow_tree(rng, 1, &mut nodes);
                 let flow = &flow;
-                let answered = until_answered(|| async move { flow.send().await.map(|_| true) }).await;
+                let answered = until_answered(|| flow.send()).await;
                 self.push_flow(nodes, &answered);
             }
             1 => {
@@ -1381,7 +1381,7 @@ impl Producer {
                     let queue = &self.flow_queues[q];
                     let send = || async {
                         let send = queue.send(id.clone()).id(id.as_str()).retry_count(retry_count);
-                        send.delay(delay).await.map(|_| true)
+                        send.delay(delay).await
                     };
                     let answered = until_answered(send).await;
                     self.push_flow(vec![(q, id.clone(), "child", Vec::new(), ChildPolicy::Fail)], &answered);
@@ -1393,8 +1393,7 @@ impl Producer {
                 let queue = &self.flow_queues[q];
                 let send = || async {
                     let send = queue.send(id.clone()).id(id.as_str()).retry_count(retry_count);
-                    let send = send.delay(delay).after(refs.clone()).on_dead_child(policy);
-                    send.await.map(|_| true)
+                    send.delay(delay).after(refs.clone()).on_dead_child(policy).await
                 };
                 let answered = until_answered(send).await;
                 self.push_flow(vec![(q, id, "after", children, policy)], &answered);
@@ -1428,7 +1427,7 @@ impl Producer {
         };
         let (opened, start, ..) = until_answered(open).await;
         let (batch, mut result) = match opened {
-            Ok(b) => (Some(b), Ok(true)),
+            Ok(b) => (Some(b), Ok(())),
             Err(e) => (None, Err(e)),
         };
         let mut members = Vec::new();
@@ -1441,15 +1440,15 @@ impl Producer {
                         .id(id.as_str())
                         .retry_count(retry_count)
                         .delay(delay);
-                    batch.send_to(member_queue, msg).await.map(|_| true)
+                    batch.send_to(member_queue, msg).await
                 };
                 let answered = until_answered(send).await;
                 self.push_flow(
                     vec![(mq, id.clone(), "member", Vec::new(), ChildPolicy::Fail)],
                     &answered,
                 );
-                if answered.0.is_err() {
-                    result = answered.0;
+                if let Err(e) = answered.0 {
+                    result = Err(e);
                 }
                 members.push(id);
             }
@@ -1457,7 +1456,7 @@ impl Producer {
         // Sometimes a while after the members: some finish before the close.
         tokio::time::sleep(Duration::from_millis(rng.range(0, 200))).await;
         let closed = match &batch {
-            Some(batch) => until_answered(|| async { batch.close().await.map(|_| true) }).await,
+            Some(batch) => until_answered(|| batch.close()).await,
             None => (Err("not opened".into()), Instant::now(), wall_us(), wall_us()),
         };
         let mut h = self.history.lock().unwrap();
@@ -1476,7 +1475,7 @@ impl Producer {
                 closed_us: closed.0.is_ok().then_some(closed.2),
                 start,
                 end: Instant::now(),
-                result: result.clone().and(closed.0.clone()).map(drop),
+                result: result.clone().and(closed.0.clone()),
             });
         }
     }
@@ -2430,7 +2429,7 @@ async fn finish_flows(knobs: &Knobs, history: &Shared, queues: &[DelayQueue]) {
     let mut done = false;
     while !done && Instant::now() < end {
         for queue in queues {
-            let (result, ..) = until_answered(|| async { queue.requeue_all_dead().await.map(|_| true) }).await;
+            let (result, ..) = until_answered(|| queue.requeue_all_dead()).await;
             result.unwrap_or_else(|e| panic!("requeue_all_dead of a flow queue: {e}"));
         }
         loop {
