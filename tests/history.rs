@@ -87,13 +87,16 @@
 //!     and/or `on_success` and one to four members, closed; each parent
 //!     with a random `ChildPolicy`, each message with a retry count of
 //!     0-2, so that children die. Handlers write progress and a log line,
-//!     return a result (`model::flow_result`), and now and then write
+//!     read their children's results, return a result
+//!     (`model::flow_result`), and now and then write
 //!     again once the message is acked; most crashes come right after
 //!     a flow message's handler returned `Ok` (between its ack and its
 //!     relay, some of them). Rules `flow-early` (no parent leased before
 //!     a child finished, nor a callback before its batch's close),
 //!     `note-unfenced` (a write after the ack is rejected with
-//!     `LeaseLost`), the per-message rules of `check_deliveries`; once
+//!     `LeaseLost`), `children-results` (a parent reads its children's
+//!     results as they returned them), the per-message rules of
+//!     `check_deliveries`; once
 //!     the flow queues drained, `flow-stuck` (a parent whose children all
 //!     finished ran), `flow-policy` and `batch-success` (a dead or
 //!     removed child did what the policy says: see the model's
@@ -600,6 +603,7 @@ impl Handler for Recorder {
                     // Whether these land depends on faults: no rule here.
                     let _ = msg.progress(50).await;
                     let _ = msg.log(format!("attempt {}", msg.attempt())).await;
+                    read_children(&self.history, &msg).await;
                     msg.set_result(result)?;
                     if rng.chance(30) {
                         tokio::spawn(write_after_ack(
@@ -642,6 +646,33 @@ impl Handler for Recorder {
                 Ok(())
             }
         }
+    }
+}
+
+/// Records what a flow message's delivery reads of its finished children
+/// (none unless it is a parent), every page; nothing when a read fails.
+async fn read_children(history: &Shared, msg: &Message) {
+    let mut children = Vec::new();
+    let mut cursor: Option<String> = None;
+    // A parent has a few children: a page or two.
+    for _ in 0..100 {
+        let Ok(page) = msg.children_results(cursor.as_deref()).await else {
+            return;
+        };
+        for c in page.children {
+            children.push((c.id.as_str().to_string(), format!("{:?}", c.outcome), c.result));
+        }
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    if !children.is_empty() {
+        history.lock().unwrap().children_reads.push(model::ChildrenRead {
+            parent: msg.id().as_str().to_string(),
+            attempt: msg.attempt(),
+            children,
+        });
     }
 }
 
@@ -2183,7 +2214,8 @@ async fn run(knobs: Knobs, cluster: bool) {
         let delivered = h.deliveries.len();
         println!(
             "HISTORY seed={} sends={} ops={} schedule_ops={} queue_ops={} deliveries={delivered} fires={} dead={} \
-             lease_lost={} flow_msgs={} flow_deliveries={} late_notes={} crashes_after_ok={} (outbox not empty: {}) \
+             lease_lost={} flow_msgs={} flow_deliveries={} children_reads={} late_notes={} crashes_after_ok={} \
+             (outbox not empty: {}) \
              faults: {}",
             knobs.seed,
             h.sends.len(),
@@ -2195,6 +2227,7 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.lease_lost.len(),
             h.flow_msgs.len(),
             h.flow_deliveries.len(),
+            h.children_reads.len(),
             h.late_notes.len(),
             h.crashes_by_ok.len(),
             h.crashes_by_ok.iter().filter(|n| **n > 0).count(),

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod flows;
-pub use flows::{check_flow_final, check_results, flow_result, FlowFinal, FlowMsg, LateNote};
+pub use flows::{check_flow_final, check_results, flow_result, ChildrenRead, FlowFinal, FlowMsg, LateNote};
 
 /// The wall clock in µs since the epoch: Redis's clock, for a server on
 /// this host (Redis reads the same system clock).
@@ -272,6 +272,8 @@ pub struct History {
     pub flow_deliveries: Vec<Delivery>,
     /// Progress and log writes made after the ack.
     pub late_notes: Vec<LateNote>,
+    /// What parents' handlers read of their children.
+    pub children_reads: Vec<ChildrenRead>,
     /// The flow queues once drained, before their dead letters were requeued.
     pub flow_final: Option<FlowFinal>,
     /// The crashes right after a flow message's handler returned `Ok`:
@@ -304,6 +306,7 @@ impl History {
             flow_msgs: Vec::new(),
             flow_deliveries: Vec::new(),
             late_notes: Vec::new(),
+            children_reads: Vec::new(),
             flow_final: None,
             crashes_by_ok: Vec::new(),
             t0_us: wall_us(),
@@ -2557,7 +2560,7 @@ mod tests {
     fn flow_rules(h: &History) -> Vec<&'static str> {
         rules(h, None)
             .into_iter()
-            .filter(|r| r.starts_with("flow") || r.starts_with("note"))
+            .filter(|r| ["flow", "note", "children"].iter().any(|f| r.starts_with(f)))
             .collect()
     }
 
@@ -2704,6 +2707,36 @@ mod tests {
         assert_eq!(read(Some(&returned)), Vec::<&str>::new());
         assert_eq!(read(Some(&flow_result(&h.flow_deliveries[0]))), ["results-kept"]);
         assert_eq!(read(None), ["results-kept"]);
+    }
+
+    #[test]
+    fn a_parent_reads_its_childrens_results_as_returned() {
+        let read = |child: &str, outcome: &str, result: Option<String>| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["a", "b"], "ignore");
+            flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+            flow_delivery(&mut h, "b", 1, 100, 150, Outcome::Skip);
+            let result = result.map(|r| {
+                if r == "returned" {
+                    flow_result(&h.flow_deliveries[0])
+                } else {
+                    r
+                }
+            });
+            h.children_reads.push(ChildrenRead {
+                parent: "p".into(),
+                attempt: 1,
+                children: vec![(child.into(), outcome.into(), result.map(String::into_bytes))],
+            });
+            flow_rules(&h)
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(read("a", "Acked", Some("returned".into())), none);
+        assert_eq!(read("a", "Acked", None), none);
+        assert_eq!(read("b", "Dead", None), none);
+        assert_eq!(read("a", "Acked", Some("r a 2 c9".into())), ["children-results"]);
+        assert_eq!(read("b", "Acked", None), ["children-results"]);
+        assert_eq!(read("x", "Acked", None), ["children-results"]);
     }
 
     #[test]

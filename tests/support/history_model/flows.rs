@@ -53,6 +53,16 @@ pub struct LateNote {
     pub result: Result<(), (bool, String)>,
 }
 
+/// What a delivery of a parent read of its finished children
+/// (`Message::children_results`, every page): (child id, outcome as
+/// `Acked`, `Dead` or `Cancelled`, result).
+#[derive(Debug, Clone)]
+pub struct ChildrenRead {
+    pub parent: String,
+    pub attempt: u32,
+    pub children: Vec<(String, String, Option<Vec<u8>>)>,
+}
+
 /// The result the run's handlers return for a delivery of a flow message:
 /// unique to the delivery, so a result read back names the one acked.
 pub fn flow_result(d: &Delivery) -> String {
@@ -89,6 +99,9 @@ pub struct FlowFinal {
 /// - `note-unfenced`: a progress or log write after the message was acked
 ///   is rejected with `LeaseLost` (another error only across a fault
 ///   that loses replies).
+/// - `children-results`: what a parent's handler reads of its children
+///   names only its children; an acked one's result, when kept, is one
+///   its `Ok` deliveries returned, and it has one.
 /// - the rules of each message's deliveries (`concurrent`,
 ///   `uncounted-delivery`, `retried-skip`, `too-many-deliveries`).
 pub fn check_flows(
@@ -137,6 +150,35 @@ pub fn check_flows(
                         d.attempt,
                         h.us(*at)
                     ),
+                );
+            }
+        }
+    }
+    for r in &h.children_reads {
+        let Some(p) = msgs.get(r.parent.as_str()) else { continue };
+        for (child, outcome, result) in &r.children {
+            let returned: Vec<String> = by_id
+                .get(child.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|d| matches!(d.end, Some((_, Outcome::Ok))))
+                .map(|d| flow_result(d))
+                .collect();
+            let result = result.as_deref().map(String::from_utf8_lossy);
+            let wrong = if !p.children.contains(child) {
+                Some("is none of its children".to_string())
+            } else if outcome == "Acked" && returned.is_empty() {
+                Some("acked, but none of its deliveries returned Ok".to_string())
+            } else {
+                result
+                    .filter(|r| outcome == "Acked" && !returned.iter().any(|x| x == r))
+                    .map(|r| format!("acked with result {r:?}, its Ok deliveries returned {returned:?}"))
+            };
+            if let Some(wrong) = wrong {
+                v(
+                    "children-results",
+                    &p.id,
+                    format!("attempt {} read child {child} ({outcome}): it {wrong}", r.attempt),
                 );
             }
         }
