@@ -99,7 +99,10 @@ pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
-pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, MessageRef};
+pub use flow::{
+    ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, FlowNode, FlowPage, FlowParent, FlowTree, MessageRef,
+    FLOW_PAGE, FLOW_TREE_NODES,
+};
 pub use handler::{Handler, HandlerError, IntoResult, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, GroupInfo, GroupPage, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
