@@ -144,8 +144,19 @@ impl Shard<'_> {
 
     /// At most `n` children of node `id` from `cursor`, and where the next
     /// page starts (`None` after the last): those it waits for (SSCAN of
-    /// its set), then the finished ones (HSCAN of its hash).
+    /// its set), then the finished ones (HSCAN of its hash); in a page,
+    /// each part by queue and id.
     pub(crate) async fn child_page(
+        &self,
+        id: &str,
+        cursor: ChildCursor,
+        n: usize,
+    ) -> Result<(Vec<ChildEntry>, Option<ChildCursor>), Error> {
+        let (out, next) = self.scan_children(id, cursor, n).await?;
+        Ok((sorted(out), next))
+    }
+
+    async fn scan_children(
         &self,
         id: &str,
         cursor: ChildCursor,
@@ -218,6 +229,13 @@ impl Shard<'_> {
             .map_err(|e| Error::from_redis(self.queue, e))?
             .ok_or_else(|| Error::Internal(format!("{cmd} replied with something else than a page")))
     }
+}
+
+/// A page's children in a fixed order (a scan's is the server's): those
+/// its parent waits for first, then by queue and id.
+fn sorted(mut page: Vec<ChildEntry>) -> Vec<ChildEntry> {
+    page.sort_by(|a, b| (a.outcome.is_some(), &a.base, &a.id).cmp(&(b.outcome.is_some(), &b.base, &b.id)));
+    page
 }
 
 /// A scan reply: the next cursor and the items.
