@@ -219,3 +219,42 @@ async fn a_tree_stops_at_its_node_bound() {
     assert!(!unlisted.is_empty());
     assert!(unlisted.iter().all(|m| m.unfinished == 50 && m.next.is_some()));
 }
+
+/// A batch's member is a child of both callbacks: the tree follows the
+/// first and names the other; an open batch's close is no child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_member_shows_both_callbacks_and_the_open_batch_counts_its_members_only() {
+    let (_server, _client, qs) = start_queues(&["imports"], FETCH).await;
+    let q = &qs[0];
+    let batch = q
+        .batch()
+        .id("import-7")
+        .on_complete(NewMessage::new("finished"))
+        .on_success(NewMessage::new("succeeded"))
+        .open()
+        .await
+        .unwrap();
+    for row in ["row-1", "row-2"] {
+        batch.send(NewMessage::new("row").id(row).delay(HOUR)).await.unwrap();
+    }
+    let tree = q.flow("row-1").await.unwrap().unwrap();
+    let mut parents: Vec<_> = tree.parents.iter().map(|p| (p.id.to_string(), p.policy)).collect();
+    parents.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        parents,
+        [
+            ("import-7:complete".to_string(), delayqueue::ChildPolicy::Ignore),
+            ("import-7:success".to_string(), delayqueue::ChildPolicy::Remove),
+        ]
+    );
+    assert_eq!(tree.path.len(), 1);
+    assert_eq!(tree.root.id, tree.path[0].id);
+    assert_eq!(
+        (tree.root.state, tree.root.unfinished),
+        (Some(MessageState::Waiting), 2)
+    );
+    assert_eq!(
+        names(&tree.root.children),
+        [pair("imports", "row-1"), pair("imports", "row-2")]
+    );
+}
