@@ -101,7 +101,7 @@ impl DelayQueue {
         MessageId::check(id)?;
         let cursor = cursor.map_or(Ok(ChildCursor::start()), ChildCursor::parse)?;
         let base = self.shard_of(id).base.clone();
-        let (entries, next) = self.at(&base)?.child_page(id, cursor, FLOW_PAGE).await?;
+        let (entries, next) = self.at(&base)?.shard().child_page(id, cursor, FLOW_PAGE).await?;
         Ok(FlowPage {
             children: self.nodes(entries).await?.into_iter().map(|(node, _)| node).collect(),
             next: next.map(|c| c.to_string()),
@@ -219,7 +219,11 @@ impl DelayQueue {
             }
             let room = FLOW_PAGE.min(FLOW_TREE_NODES - nodes.len());
             let id = node.id.to_string();
-            let (entries, next) = self.at(&info[i].0)?.child_page(&id, ChildCursor::start(), room).await?;
+            let (entries, next) = self
+                .at(&info[i].0)?
+                .shard()
+                .child_page(&id, ChildCursor::start(), room)
+                .await?;
             if let Some(node) = nodes[i].as_mut() {
                 node.next = next.map(|c| c.to_string());
             }
@@ -259,15 +263,6 @@ struct Reader {
 impl Reader {
     fn shard(&self) -> Shard<'_> {
         Shard::new(&self.client, &self.keys, &self.name)
-    }
-
-    async fn child_page(
-        &self,
-        id: &str,
-        cursor: ChildCursor,
-        n: usize,
-    ) -> Result<(Vec<ChildEntry>, Option<ChildCursor>), Error> {
-        self.shard().child_page(id, cursor, n).await
     }
 }
 
