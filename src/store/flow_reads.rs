@@ -59,7 +59,8 @@ impl ChildCursor {
             _ => return Err(bad()),
         };
         let (scan, skip) = s[1..].split_once('.').ok_or_else(bad)?;
-        if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) {
+        // A scan cursor is an unsigned 64-bit number (Redis refuses others).
+        if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) || scan.parse::<u64>().is_err() {
             return Err(bad());
         }
         let skip = skip.parse().map_err(|_| bad())?;
@@ -329,7 +330,17 @@ mod tests {
             ChildCursor::parse(&ChildCursor::start().to_string()).unwrap(),
             ChildCursor::start()
         );
-        for bad in ["", "x0.0", "u.0", "u0", "u0.x", "u-1.0", "u1 2.0"] {
+        for bad in [
+            "",
+            "x0.0",
+            "u.0",
+            "u0",
+            "u0.x",
+            "u-1.0",
+            "u1 2.0",
+            "u+1.0",
+            "u18446744073709551616.0",
+        ] {
             assert!(
                 matches!(ChildCursor::parse(bad), Err(Error::InvalidArgument(_))),
                 "{bad:?} accepted"
