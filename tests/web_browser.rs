@@ -1399,5 +1399,25 @@ async fn the_flow_view_opened_from_a_child_shows_each_messages_state() {
         "!!document.querySelector('[data-testid=message-view][data-id=ledger-7]') && location.hash === '#/q/orders/m/ledger-7'",
     )
     .await;
+
+    // A parent of more children than a node lists: Show more loads the rest.
+    let mut digest = Flow::new(&mail, NewMessage::new("digest").id("digest-9"));
+    for i in 0..delayqueue::FLOW_PAGE + 3 {
+        digest = digest.child(Flow::new(
+            &mail,
+            NewMessage::new("item").id(format!("item-{i:02}")).delay(hour),
+        ));
+    }
+    digest.send().await.unwrap();
+    dash.open(&b, "#/q/mail/flow/digest-9").await;
+    let count = "document.querySelectorAll('[data-testid=flow-node]').length";
+    b.wait("the parent and a page of its children", &format!("{count} === 51"))
+        .await;
+    b.click("[data-testid=flow-more]").await;
+    b.wait(
+        "all 53 children",
+        &format!("{count} === 54 && !document.querySelector('[data-testid=flow-more]')"),
+    )
+    .await;
     b.close().await;
 }
