@@ -121,7 +121,7 @@ impl Shard<'_> {
     /// with its own base and an empty id): that one is no child.
     pub(crate) async fn flow_counts(&self, id: &str) -> Result<(u64, u64), Error> {
         let deps = self.keys.deps(id);
-        let close = format!("{} ", self.keys.base);
+        let close = self.keys.open_batch_member();
         let (waits, open, counts) = futures::try_join!(
             self.client.scard::<u64, _>(&deps),
             self.client.sismember::<bool, _, _>(&deps, close),
