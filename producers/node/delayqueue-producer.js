@@ -330,13 +330,27 @@ class Producer {
   }
 
   /**
+   * Refuses a send with after that names a sharded queue (its shard count in
+   * the totals' field `shards`, docs/wire-format.md), before anything is
+   * written: its messages are not in the unsharded keys this module names, so
+   * a child there would be taken as finished.
+   */
+  async checkUnsharded(queues) {
+    for (const queue of [...new Set(queues.map((q) => q ?? this.name))].sort()) {
+      const shards = await this.client.hget(`${this.baseOf(queue)}totals`, 'shards');
+      if (shards !== null) throw new InvalidFlowError(`queue ${JSON.stringify(queue)} is spread over ${shards} shards: this module writes unsharded queues only`);
+    }
+  }
+
+  /**
    * Step one of a send with after (docs/wire-format.md, "Sending with
    * after"): each parent's set of children to wait for, filled before the
    * parent is stored.
    */
   async addDeps(msgs) {
-    for (const [id, , , , , deps] of msgs) {
-      if (!deps) continue;
+    const parents = msgs.filter(([, , , , , deps]) => deps);
+    if (parents.length) await this.checkUnsharded([null, ...parents.flatMap(([, , , , , deps]) => deps.children.map(([q]) => q))]);
+    for (const [id, , , , , deps] of parents) {
       const members = deps.children.map(([q, child]) => `${this.childBase(q)} ${child}`);
       if (members.includes(`${this.base} ${id}`)) throw new InvalidFlowError(`message ${id} cannot wait for itself`);
       for (let i = 0; i < members.length; i += BATCH) {

@@ -183,6 +183,10 @@ test('a bad after is refused with nothing written', async () => {
     await assert.rejects(p.send('x', options), error, JSON.stringify(options));
   }
   assert.strictEqual(await client.dbsize(), 0, 'nothing was written');
+  // A sharded queue records its shard count (docs/wire-format.md).
+  await client.hset('dq:{mail}:totals', 'shards', 3);
+  await assert.rejects(p.send('x', { after: ['c', { queue: 'mail', id: 'r' }] }), d.InvalidFlowError);
+  assert.deepStrictEqual(await client.keys('*'), ['dq:{mail}:totals'], 'nothing was written');
 });
 
 test('the scripts are the generated files verbatim', async () => {

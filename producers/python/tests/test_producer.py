@@ -187,6 +187,11 @@ class ProducerTest(unittest.TestCase):
             with self.assertRaises(error, msg=str(kwargs)):
                 self.producer.send("x", **kwargs)
         self.assertEqual(self.client.dbsize(), 0, "nothing was written")
+        # A sharded queue records its shard count (docs/wire-format.md).
+        self.client.hset("dq:{mail}:totals", "shards", 3)
+        with self.assertRaises(d.InvalidFlow):
+            self.producer.send("x", after=["c", ("mail", "r")])
+        self.assertEqual(self.client.keys("*"), [b"dq:{mail}:totals"], "nothing was written")
 
     def test_the_scripts_are_the_generated_files_verbatim(self) -> None:
         generated = resources.files("delayqueue_producer").joinpath("generated")

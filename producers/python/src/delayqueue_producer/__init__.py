@@ -427,13 +427,25 @@ class Producer:
             raise InvalidFlow("message %s cannot wait for itself" % id)
         return members
 
+    def _check_unsharded(self, queues: Sequence[Optional[str]]) -> None:
+        """Refuses a send with after that names a sharded queue (its shard
+        count in the totals' field `shards`, docs/wire-format.md), before
+        anything is written: its messages are not in the unsharded keys this
+        module names, so a child there would be taken as finished."""
+        for queue in sorted(set(q or self.name for q in queues)):
+            shards = self.client.hget(self._base_of(queue) + "totals", "shards")
+            if shards is not None:
+                raise InvalidFlow("queue %r is spread over %s shards: this module writes unsharded queues only"
+                                  % (queue, shards.decode()))
+
     def _add_deps(self, msgs: Sequence[_Message]) -> None:
         """Step one of a send with after (docs/wire-format.md, "Sending with
         after"): each parent's set of children to wait for, filled before the
         parent is stored."""
-        for id, _, _, _, _, deps in msgs:
-            if deps is None:
-                continue
+        parents = [m for m in msgs if m[5] is not None]
+        if parents:
+            self._check_unsharded([None] + [q for m in parents for q, _ in m[5][0]])
+        for id, _, _, _, _, deps in parents:
             members = self._members(id, deps)
             for i in range(0, len(members), BATCH):
                 self._flow_deps.call(self.client, [self._base + WIRE["deps_key"] + id], members[i : i + BATCH])
