@@ -1,8 +1,10 @@
 //! Producers in other languages (producers/python, producers/node) against a
 //! private redis-server: messages they send are handled by a Rust consumer
 //! with the Rust guarantees (never before their due time, caller-given ids
-//! idempotent, cancel), a live id they sent is refused by `queue.send`, and
-//! they refuse what Rust refuses. They run from their folders, as they are
+//! idempotent, cancel), a live id they sent is refused by `queue.send`,
+//! their parents sent with `after` run only after their children (of Rust,
+//! Python and Node, across two queues), and they refuse what Rust refuses.
+//! They run from their folders, as they are
 //! in the tree (their own tests, run by scripts/test-producers.sh, run them
 //! installed). Each test installs what it needs when missing: the `redis`
 //! package in a venv under target/, `ioredis` from
