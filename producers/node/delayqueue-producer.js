@@ -274,7 +274,10 @@ function depsOf(after, onDeadChild, mode) {
 }
 
 /** [id, stored value, delay ms, own id, mode letters, children or null] of one message, checked. */
-function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, group, headers, after, onDeadChild = 'fail', ...modes } = {}) {
+function message(
+  payload,
+  { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, group, headers, after, onDeadChild = 'fail', ...modes } = {},
+) {
   const mode = modeOf(id, modes, delayMs !== undefined || atMs !== undefined);
   const deps = depsOf(after, onDeadChild, mode);
   if (modes.debounceMs !== undefined) delayMs = modes.debounceMs;
@@ -338,7 +341,8 @@ class Producer {
   async checkUnsharded(queues) {
     for (const queue of [...new Set(queues.map((q) => q ?? this.name))].sort()) {
       const shards = await this.client.hget(`${this.baseOf(queue)}totals`, 'shards');
-      if (shards !== null) throw new InvalidFlowError(`queue ${JSON.stringify(queue)} is spread over ${shards} shards: this module writes unsharded queues only`);
+      if (shards === null) continue;
+      throw new InvalidFlowError(`queue ${JSON.stringify(queue)} is spread over ${shards} shards: this module writes unsharded queues only`);
     }
   }
 

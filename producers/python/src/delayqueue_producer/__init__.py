@@ -285,8 +285,7 @@ def _deps(after: Optional[Sequence[Ref]], on_dead_child: str, mode: str) -> Opti
     if len(refs) > most:
         raise InvalidFlow("%d children, more than %d" % (len(refs), most))
     if mode:
-        raise InvalidFlow("a message that waits for others cannot be sent with unique_for_ms, throttle_ms, "
-                          "debounce_ms or replace")
+        raise InvalidFlow("a message that waits for others cannot have unique_for_ms, throttle_ms, debounce_ms, replace")
     children = set()
     for ref in refs:
         if isinstance(ref, str):
@@ -435,17 +434,17 @@ class Producer:
         for queue in sorted(set(q or self.name for q in queues)):
             shards = self.client.hget(self._base_of(queue) + "totals", "shards")
             if shards is not None:
-                raise InvalidFlow("queue %r is spread over %s shards: this module writes unsharded queues only"
-                                  % (queue, shards.decode()))
+                reason = "queue %r is spread over %s shards: this module writes unsharded queues only"
+                raise InvalidFlow(reason % (queue, int(shards)))
 
     def _add_deps(self, msgs: Sequence[_Message]) -> None:
         """Step one of a send with after (docs/wire-format.md, "Sending with
         after"): each parent's set of children to wait for, filled before the
         parent is stored."""
-        parents = [m for m in msgs if m[5] is not None]
+        parents = [(m[0], m[5]) for m in msgs if m[5] is not None]
         if parents:
-            self._check_unsharded([None] + [q for m in parents for q, _ in m[5][0]])
-        for id, _, _, _, _, deps in parents:
+            self._check_unsharded([None] + [q for _, deps in parents for q, _ in deps[0]])
+        for id, deps in parents:
             members = self._members(id, deps)
             for i in range(0, len(members), BATCH):
                 self._flow_deps.call(self.client, [self._base + WIRE["deps_key"] + id], members[i : i + BATCH])
