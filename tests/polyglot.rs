@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::prelude::LuaInterface;
-use delayqueue::{DelayQueue, Error, Message};
+use delayqueue::{DelayQueue, Error, Message, MessageRef};
 use helpers::flow_keys;
 use serde_json::Value;
 use support::{wait_for, wait_until, RedisServer, WAIT};
@@ -126,19 +126,37 @@ const d = require(process.argv[2] + '/delayqueue-producer.js');
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
 
-/// Prints the SHA1s of send and cancel as the Python package loads them.
+/// Prints the SHA1s of the scripts named after the package's folder as
+/// the Python package loads them.
 const PYTHON_SHAS: &str = r#"
 import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 import delayqueue_producer as d
-print(" ".join(hashlib.sha1(d.script(s).encode()).hexdigest() for s in ("send", "cancel")))
+print(" ".join(hashlib.sha1(d.script(s).encode()).hexdigest() for s in sys.argv[2:]))
 "#;
 
 const NODE_SHAS: &str = r#"
 const crypto = require('crypto');
 const d = require(process.argv[1] + '/delayqueue-producer.js');
-console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.script(s)).digest('hex')).join(' '));
+console.log(process.argv.slice(2).map((s) => crypto.createHash('sha1').update(d.script(s)).digest('hex')).join(' '));
 "#;
+
+/// The SHA1s of `scripts` as the Python package, then the Node package,
+/// loads them.
+fn foreign_shas(scripts: &[&str]) -> Vec<String> {
+    let python = run(Command::new(python())
+        .args(["-c", PYTHON_SHAS])
+        .arg(python_dir())
+        .args(scripts));
+    let node = run(Command::new("node")
+        .args(["-e", NODE_SHAS])
+        .arg(node_dir())
+        .args(scripts));
+    format!("{python} {node}")
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
 
 /// One handled message: id, payload, retry count, priority, when (ms), headers.
 type Handled = (String, Vec<u8>, u32, u8, u64, Vec<(String, String)>);
@@ -249,7 +267,10 @@ async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + S
 async fn python_producer_messages_are_handled_by_rust() {
     let py = python();
     let dir = python_dir();
-    let shas = run(Command::new(&py).args(["-c", PYTHON_SHAS]).arg(&dir));
+    let shas = run(Command::new(&py)
+        .args(["-c", PYTHON_SHAS])
+        .arg(&dir)
+        .args(["send", "cancel"]));
     handled_like_rust(shas, move |port| {
         run(Command::new(py).args(["-c", PYTHON, &port.to_string()]).arg(dir))
     })
@@ -259,7 +280,10 @@ async fn python_producer_messages_are_handled_by_rust() {
 #[tokio::test]
 async fn node_producer_messages_are_handled_by_rust() {
     let dir = node_dir();
-    let shas = run(Command::new("node").args(["-e", NODE_SHAS]).arg(&dir));
+    let shas = run(Command::new("node")
+        .args(["-e", NODE_SHAS])
+        .arg(&dir)
+        .args(["send", "cancel"]));
     handled_like_rust(shas, move |port| {
         run(Command::new("node")
             .args(["-e", NODE, &port.to_string()])
@@ -497,6 +521,17 @@ async fn producers_send_parents_that_run_after_their_children() {
         .fetch_interval(Duration::from_millis(50))
         .build()
         .unwrap();
+    // Rust's send with after runs flow_deps, send, flow_link and (a child
+    // never sent completes at once) flow_complete: the producers' copies
+    // are those scripts, byte for byte.
+    poly.send("warm")
+        .after([MessageRef::new(&mail, "never-sent")])
+        .await
+        .unwrap();
+    let flow_scripts = ["flow_deps", "flow_link", "flow_complete"];
+    let shas = foreign_shas(&flow_scripts);
+    let known: Vec<bool> = client.script_exists(shas.clone()).await.unwrap();
+    assert_eq!(known, [true; 6], "{flow_scripts:?} as Rust runs them: {shas:?}");
     // Due later than the parents are sent, so that they wait for live children.
     for (q, id) in [(&poly, "rust-a"), (&mail, "rust-b")] {
         q.send("child").id(id).delay(Duration::from_millis(1500)).await.unwrap();
@@ -533,7 +568,7 @@ async fn producers_send_parents_that_run_after_their_children() {
             let (log, q) = (log.clone(), q.clone());
             async move {
                 let id = m.id().to_string();
-                if m.payload() == b"parent" {
+                if m.payload() != b"child" {
                     let page = q.children_results(&id, None).await?;
                     let mut children: Vec<_> = page
                         .children
@@ -555,7 +590,7 @@ async fn producers_send_parents_that_run_after_their_children() {
         mail.start_consume(consumer(&mail)).await.unwrap(),
     ];
     let all = wait_until(WAIT, || {
-        log.lock().unwrap().iter().filter(|e| e.0 == "parent").count() == 3
+        log.lock().unwrap().iter().filter(|e| e.0 == "parent").count() == 4
     })
     .await;
     let events = log.lock().unwrap().clone();
