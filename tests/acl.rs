@@ -1,13 +1,17 @@
 //! ACL: the queue run by Redis users that may touch only its own keys
-//! (`~dq:{orders}*`) and wake-up channel (`&dq:{orders}:wake`) with only
-//! the commands the crate uses (docs/scaling.md lists them):
+//! (`~dq:{orders}*`) and channels (`&dq:{orders}:wake`, `&dq:{orders}:done`)
+//! with only the commands the crate uses: the `ACL SETUSER` lines of
+//! docs/scaling.md, run as they are written there (src/acl_tests.rs checks
+//! that each role's commands are those its scripts can call):
 //!
 //! - every connection: `EVALSHA`, `EVAL` (the fallback after NOSCRIPT), and
 //!   `PING`, `CLIENT ID`, `INFO` (fred's connection set-up and the consumer's
 //!   eviction check; refused, they only leave an ACL log entry);
 //! - producers: `WAIT` with `Durability::Replicas` (`WAITAOF` on 7.2 for
-//!   `Durability::Aof`), and what `send`, `cancel`, `reschedule` run;
-//! - consumers: `SUBSCRIBE`, and what the consumer's scripts run;
+//!   `Durability::Aof`), `SUBSCRIBE` for `wait_result`, and what `send`
+//!   (with `after` too), `cancel`, `reschedule` and `wait_result` run;
+//! - consumers: `SUBSCRIBE`, and what the consumer's scripts (its relay of
+//!   flow completions, progress and logs included) run;
 //! - an inspecting CLI (`stats`, `check_integrity`): read commands only.
 //!
 //! Scripts do not widen a user's rights: every command a script runs is
