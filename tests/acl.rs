@@ -286,17 +286,29 @@ async fn results_and_flows(producer: &Client, consumer: &Client, cli: &Client, c
         Some(&b"job"[..])
     );
 
-    let a = sender.send("a").delay(Duration::from_millis(300)).await.unwrap();
-    let b = child_sender.send("b").delay(Duration::from_millis(300)).await.unwrap();
+    // The children wait until the parents are linked to them (a child
+    // acked before would be taken as finished without its result), then
+    // are made due.
+    let hour = Duration::from_secs(3600);
+    let a = sender.send("a").delay(hour).await.unwrap();
+    let b = child_sender.send("b").delay(hour).await.unwrap();
     let parent = sender
         .send("after")
-        .after([MessageRef::from(a), MessageRef::new(&child_sender, b)])
+        .after([MessageRef::from(a.clone()), MessageRef::new(&child_sender, b.clone())])
         .await
         .unwrap();
     let flow = Flow::new(&sender, NewMessage::new("flow"))
-        .child(Flow::new(&child_sender, NewMessage::new("c")))
-        .child(Flow::new(&sender, NewMessage::new("d")));
+        .child(Flow::new(&child_sender, NewMessage::new("c").id("c").delay(hour)))
+        .child(Flow::new(&sender, NewMessage::new("d").id("d").delay(hour)));
     let root = flow.send().await.unwrap();
+    for (q, id) in [
+        (&sender, a.as_str()),
+        (&child_sender, b.as_str()),
+        (&child_sender, "c"),
+        (&sender, "d"),
+    ] {
+        assert!(q.reschedule(id, Duration::ZERO).await.unwrap(), "{id}");
+    }
     for (id, want) in [(&parent, &b"after+a+b"[..]), (&root, &b"flow+c+d"[..])] {
         assert_eq!(sender.wait_result(id, WAIT).await.unwrap().as_deref(), Some(want));
     }
