@@ -245,6 +245,12 @@ test('the command line sends and cancels', async () => {
   const refused = await run(['send', 'orders', 'x', '--id', 'a b']);
   assert.strictEqual(refused.status, 2);
   assert.match(refused.stderr, /rule id\.chars/);
+  const parent = await run(['send', 'orders', 'close', '--id', 'p-cli', '--after', 'cli-1', '--after-in', 'mail=r', '--on-dead-child', 'ignore']);
+  assert.deepStrictEqual([parent.status, parent.stdout], [0, 'p-cli\n'], parent.stderr);
+  assert.strictEqual(await client.hget('dq:{orders}:parents', 'cli-1'), 'i dq:{orders}: p-cli');
+  assert.notStrictEqual(await client.zscore('dq:{orders}:flow:waiting', 'p-cli'), null);
+  const itself = await run(['send', 'orders', 'x', '--id', 'p-self', '--after', 'p-self']);
+  assert.strictEqual(itself.status, 2, itself.stderr);
   const cancelled = await run(['cancel', 'orders', 'cli-1']);
   assert.deepStrictEqual([cancelled.status, cancelled.stdout], [0, 'true\n'], cancelled.stderr);
 });

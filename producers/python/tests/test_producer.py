@@ -247,6 +247,15 @@ class ProducerTest(unittest.TestCase):
         refused = run("send", "orders", "x", "--id", "a b")
         self.assertEqual(refused.returncode, 2)
         self.assertIn(b"rule id.chars", refused.stderr)
+        parent = run(
+            "send", "orders", "close", "--id", "p-cli", "--after", "cli-1", "--after-in", "mail=r", "--on-dead-child",
+            "ignore"
+        )
+        self.assertEqual((parent.returncode, parent.stdout), (0, b"p-cli\n"), parent.stderr)
+        self.assertEqual(self.client.hget("dq:{orders}:parents", "cli-1"), b"i dq:{orders}: p-cli")
+        self.assertIsNotNone(self.client.zscore("dq:{orders}:flow:waiting", "p-cli"))
+        itself = run("send", "orders", "x", "--id", "p-self", "--after", "p-self")
+        self.assertEqual(itself.returncode, 2, itself.stderr)
         cancelled = run("cancel", "orders", "cli-1")
         self.assertEqual((cancelled.returncode, cancelled.stdout), (0, b"true\n"), cancelled.stderr)
 
