@@ -1764,6 +1764,7 @@ async fn producer_api_sends_a_parent_that_waits_for_its_children() {
         json!({"payload": "x", "after": ["a b"]}),
         json!({"payload": "x", "after": [{"queue": "no queue!", "id": "c"}]}),
         json!({"payload": "x", "after": [{"queue": "mail"}]}),
+        json!({"payload": "x", "after": [{"queue": "mail", "id": "r1", "policy": "wait"}]}),
         json!({"payload": "x", "after": [5]}),
         json!({"payload": "x", "after": "c1"}),
         json!({"payload": "x", "after": ["r1"], "on_dead_child": "retry"}),

@@ -504,7 +504,15 @@ pub(crate) struct ProduceBody {
 #[serde(untagged)]
 pub(crate) enum AfterRef {
     Id(String),
-    Ref { queue: Option<String>, id: String },
+    Ref(QueuedRef),
+}
+
+/// `{"queue": .., "id": ..}` of [`AfterRef`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueuedRef {
+    pub queue: Option<String>,
+    pub id: String,
 }
 
 /// [`ChildPolicy`](crate::ChildPolicy) as the API spells it.

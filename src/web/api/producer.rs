@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::actions::{body, delay_of, reschedule_delay};
 use super::error::{ApiError, ApiResult};
-use crate::web::json::{AfterRef, BatchBody, ProduceBody};
+use crate::web::json::{AfterRef, BatchBody, ProduceBody, QueuedRef};
 use crate::web::state::App;
 use crate::{DelayQueue, Error, MessageId, MessageRef, NewMessage};
 
@@ -33,7 +33,7 @@ async fn ref_queues(app: &App, name: &str, bodies: &[ProduceBody]) -> Result<Has
     let mut queues = HashMap::new();
     for b in bodies {
         for r in b.after.iter().flatten() {
-            if let AfterRef::Ref { queue: Some(q), .. } = r {
+            if let AfterRef::Ref(QueuedRef { queue: Some(q), .. }) = r {
                 if q != name && !queues.contains_key(q) {
                     let handle = queue_of(app, q).await.map_err(|e| e.context("after"))?;
                     queues.insert(q.clone(), handle);
@@ -99,9 +99,10 @@ fn message_of(b: ProduceBody, queues: &HashMap<String, DelayQueue>) -> Result<Ne
         m = m.header(name, value);
     }
     let refs = b.after.into_iter().flatten().map(|r| match r {
-        AfterRef::Id(id) | AfterRef::Ref { queue: None, id } => MessageRef::from(id),
-        AfterRef::Ref { queue: Some(q), id } => match queues.get(&q) {
+        AfterRef::Id(id) | AfterRef::Ref(QueuedRef { queue: None, id }) => MessageRef::from(id),
+        AfterRef::Ref(QueuedRef { queue: Some(q), id }) => match queues.get(&q) {
             Some(other) => MessageRef::new(other, id),
+            // The parent's own queue, which `ref_queues` leaves out.
             None => MessageRef::from(id),
         },
     });
