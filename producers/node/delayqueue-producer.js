@@ -107,8 +107,9 @@ class InvalidInputError extends RangeError {
 /**
  * A send with `after` the Rust crate refuses too (its Error::InvalidFlow):
  * more than WIRE['flow-children'].max refs, a message waiting for itself,
- * `after` with uniqueForMs, throttleMs, debounceMs or replace, or an unknown
- * onDeadChild. Nothing was written.
+ * `after` with uniqueForMs, throttleMs, debounceMs or replace, an unknown
+ * onDeadChild, or a sharded queue among the parent's and its children's (this
+ * module writes unsharded queues only). Nothing was written.
  */
 class InvalidFlowError extends RangeError {}
 

@@ -104,8 +104,10 @@ class InvalidInput(ValueError):
 class InvalidFlow(ValueError):
     """A send with `after` the Rust crate refuses too (its Error::InvalidFlow):
     more than WIRE["flow-children"]["max"] refs, a message waiting for itself,
-    `after` with unique_for_ms, throttle_ms, debounce_ms or replace, or an
-    unknown on_dead_child. Nothing was written."""
+    `after` with unique_for_ms, throttle_ms, debounce_ms or replace, an
+    unknown on_dead_child, or a sharded queue among the parent's and its
+    children's (this module writes unsharded queues only). Nothing was
+    written."""
 
 
 class _Script:
