@@ -130,6 +130,8 @@ pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 #[cfg(test)]
 use delayqueue_test_support as test_support;
 #[cfg(test)]
+mod acl_tests;
+#[cfg(test)]
 mod producer_files_tests;
 #[cfg(test)]
 mod validation_cases;

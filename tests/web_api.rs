@@ -1715,6 +1715,84 @@ async fn producer_api_offers_unique_for_throttle_debounce_and_replace() {
     );
 }
 
+/// `after` and `on_dead_child` (docs/workflows.md): a parent waits for
+/// children of its queue and of another, linked in each child's queue; a
+/// child no longer stored is taken as finished; a bad ref, policy or
+/// combination is a 400 with nothing written.
+#[tokio::test]
+async fn producer_api_sends_a_parent_that_waits_for_its_children() {
+    use delayqueue::fred::prelude::HashesInterface;
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .router()
+        .unwrap();
+    let t = Some("s3");
+    let (flows, mail) = (queue(&client, "flows"), queue(&client, "mail"));
+    for (q, id) in [(&flows, "c1"), (&mail, "r1")] {
+        q.send("child").id(id).delay(Duration::from_secs(60)).await.unwrap();
+    }
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/flows/messages",
+        t,
+        json!({"payload": "close", "id": "p1", "after": ["c1", {"queue": "mail", "id": "r1"}],
+               "on_dead_child": "ignore"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let p1 = flows.get("p1").await.unwrap().unwrap();
+    assert_eq!(p1.state, MessageState::Waiting);
+    for (key, child) in [("dq:{flows}:parents", "c1"), ("dq:{mail}:parents", "r1")] {
+        let link: Option<String> = client.hget(key, child).await.unwrap();
+        assert_eq!(link.as_deref(), Some("i dq:{flows}: p1"), "{child}");
+    }
+    // In a batch; a child never sent is taken as finished: due at once.
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/flows/batch",
+        t,
+        json!({"messages": [{"payload": "p2", "id": "p2", "after": [{"id": "gone"}, {"queue": "flows", "id": "c1"}]}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["id"], "p2");
+    assert_eq!(flows.get("p2").await.unwrap().unwrap().state, MessageState::Waiting);
+
+    let before = (flows.counts().await.unwrap(), mail.counts().await.unwrap());
+    for bad in [
+        json!({"payload": "x", "after": ["a b"]}),
+        json!({"payload": "x", "after": [{"queue": "no queue!", "id": "c"}]}),
+        json!({"payload": "x", "after": [{"queue": "mail"}]}),
+        json!({"payload": "x", "after": [{"queue": "mail", "id": "r1", "policy": "wait"}]}),
+        json!({"payload": "x", "after": [5]}),
+        json!({"payload": "x", "after": "c1"}),
+        json!({"payload": "x", "after": ["r1"], "on_dead_child": "retry"}),
+        json!({"payload": "x", "id": "self", "after": ["self"]}),
+        json!({"payload": "x", "id": "u", "after": ["r1"], "unique_for_ms": 1_000}),
+    ] {
+        let r = v1(&app, Method::POST, "/api/v1/queues/flows/messages", t, bad.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+    }
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/flows/batch",
+        t,
+        json!({"messages": [{"payload": "ok"}, {"payload": "x", "after": ["a b"]}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    assert_eq!(
+        (flows.counts().await.unwrap(), mail.counts().await.unwrap()),
+        before,
+        "nothing written"
+    );
+    assert!(flows.get("self").await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn one_message_shows_its_progress_and_log_and_an_acked_ones_result() {
     let (_server, client) = start().await;

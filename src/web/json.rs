@@ -475,7 +475,7 @@ pub(crate) struct SchedulesJson {
 
 /// One message of the producer API (`POST /api/v1/queues/{name}/messages`
 /// and each item of a batch): the payload as text or base64.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProduceBody {
     pub payload: Option<String>,
@@ -495,6 +495,48 @@ pub(crate) struct ProduceBody {
     pub debounce_ms: Option<u64>,
     /// `NewMessage::replacing`: replaces the pending message `id`.
     pub replace: Option<bool>,
+    /// `NewMessage::after`: the messages it waits for (docs/workflows.md).
+    pub after: Option<Vec<AfterRef>>,
+    /// `NewMessage::on_dead_child`.
+    pub on_dead_child: Option<OnDeadChild>,
+}
+
+/// One message a parent waits for: an id of the parent's queue, or
+/// `{"queue": .., "id": ..}` (`queue` left out: the parent's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum AfterRef {
+    Id(String),
+    Ref(QueuedRef),
+}
+
+/// `{"queue": .., "id": ..}` of [`AfterRef`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueuedRef {
+    pub queue: Option<String>,
+    pub id: String,
+}
+
+/// [`ChildPolicy`](crate::ChildPolicy) as the API spells it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OnDeadChild {
+    Fail,
+    Ignore,
+    Wait,
+    Remove,
+}
+
+impl From<OnDeadChild> for crate::ChildPolicy {
+    fn from(p: OnDeadChild) -> Self {
+        match p {
+            OnDeadChild::Fail => crate::ChildPolicy::Fail,
+            OnDeadChild::Ignore => crate::ChildPolicy::Ignore,
+            OnDeadChild::Wait => crate::ChildPolicy::Wait,
+            OnDeadChild::Remove => crate::ChildPolicy::Remove,
+        }
+    }
 }
 
 /// The body of `POST /api/v1/queues/{name}/batch`.
