@@ -503,9 +503,10 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
     status = 2
-  elseif checked('zset', 'ZSCORE', dead, id) then
+  elseif own and checked('zset', 'ZSCORE', dead, id) then
     -- A dead message with the same id is replaced by the new one, without
-    -- the dead payload's TTL.
+    -- the dead payload's TTL. (A generated id's dead message is this
+    -- call's own, delivered and dead before a re-run: left dead.)
     put(true)
     status = 1
   end

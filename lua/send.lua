@@ -78,8 +78,9 @@ order, when the marker expires (ms of Redis time; -1: no TTL, its message
 is live).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
-Idempotent: a re-sent call finds its own messages and returns 0s (4s with
-unique_for or throttle); a debounce or replace replaces again (5).
+Idempotent: a re-sent call finds its own messages (with a generated id,
+even dead since) and returns 0s (4s with unique_for or throttle); a
+debounce or replace replaces again (5).
 Complexity: O(M log N) with M = messages, N = size of pending (or of a
 group's zset, plus O(log G) per group, G = groups, for those sent to
 their group), plus the

@@ -1,5 +1,6 @@
 //! send.lua: storing messages, duplicates, replacing dead and expired ones.
 
+use crate::store::ops::nack::NackMode;
 use crate::store::stored::{decode_stored, encode_stored, ValueParts};
 use crate::Error;
 use fred::prelude::KeysInterface;
@@ -168,6 +169,26 @@ async fn send_replaces_a_dead_message() {
     assert_eq!(c.values, vec!["7:again".to_string()]);
     assert_eq!(env.record("g").as_deref(), Some("1"), "attempts reset");
     assert!(!env.stale(), "the claim emptied both lists: STALE cleared");
+}
+
+#[tokio::test]
+async fn a_re_sent_send_leaves_its_dead_message_dead() {
+    // fred re-sends a script whose reply was lost; in between, the first
+    // run's message may have been delivered and died. A generated id has
+    // no other past, so the re-run must not bring it back.
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send("m", "p", 0, NEVER, 0).await, 1);
+    assert_eq!(env.promote(10).await[0], 1);
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("m".into(), "p".into(), 1)]);
+    assert_eq!(env.nack("m", c.lease, NackMode::Dead).await, 2);
+    assert_eq!(env.dead(), vec!["m".to_string()]);
+    let before = env.snapshot();
+
+    assert_eq!(env.send("m", "p", 0, NEVER, 0).await, 0, "found as this call's own");
+    assert_eq!(env.snapshot(), before);
+    assert!(env.zset(&k.pending).is_empty(), "not delivered again");
 }
 
 #[tokio::test]

@@ -311,9 +311,10 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
     status = 1
   elseif redis.call('TYPE', key)['ok'] ~= 'string' then
     status = 2
-  elseif checked('zset', 'ZSCORE', dead, id) then
+  elseif own and checked('zset', 'ZSCORE', dead, id) then
     -- A dead message with the same id is replaced by the new one, without
-    -- the dead payload's TTL.
+    -- the dead payload's TTL. (A generated id's dead message is this
+    -- call's own, delivered and dead before a re-run: left dead.)
     put(true)
     status = 1
   end
@@ -535,8 +536,9 @@ order, when the marker expires (ms of Redis time; -1: no TTL, its message
 is live).
 Publishes a wake-up when the batch holds a message due before every
 message pending until now.
-Idempotent: a re-sent call finds its own messages and returns 0s (4s with
-unique_for or throttle); a debounce or replace replaces again (5).
+Idempotent: a re-sent call finds its own messages (with a generated id,
+even dead since) and returns 0s (4s with unique_for or throttle); a
+debounce or replace replaces again (5).
 Complexity: O(M log N) with M = messages, N = size of pending (or of a
 group's zset, plus O(log G) per group, G = groups, for those sent to
 their group), plus the
