@@ -38,7 +38,9 @@ ring when it may start another.
 Moved to the dead zset while the totals have 'flows', a child records
 its death in the outbox for its parents ('w' links stay: flow_done in
 prelude.lua, docs/workflows.md).
-Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset.
+Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset,
+3 nothing left (neither in processing nor stored: finished since, as when
+claimed again and acked; nothing done).
 Counts 'failed' and 'dead' in the totals (not for release and defer).
 Moved to the dead zset, it starts the window of its unique_for marker
 (docs/dedup.md).
@@ -46,8 +48,9 @@ Publishes a wake-up when the message can be claimed again now, or is due
 before every other pending message.
 Idempotent: a re-run finds the lease gone and its own work done (its
 attempt record as this call left it, or one delivery on, if the message was
-claimed again since) and returns what the first run returned, so a
-re-sent nack is not mistaken for a lost lease.
+claimed again since) and returns what the first run returned, or 3 when
+the message finished since, so a re-sent nack is not mistaken for a lost
+lease.
 Complexity: O(log N), plus O(log G) with G = groups for a grouped message.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
@@ -71,6 +74,12 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   end
   if (mode == 'fail' or mode == 'dead') and n == attempt + again and rest == reason_of(ARGV[7]) then
     return (not score and redis.call('ZSCORE', KEYS[5], id)) and 2 or 1
+  end
+  -- Claimed again since and finished (acked): the record is gone with the
+  -- payload, so a re-run cannot tell its own work from a lost lease, and
+  -- either way nothing is left to hand back or fail.
+  if not score and redis.call('EXISTS', KEYS[6]) == 0 then
+    return 3
   end
   return 0
 end

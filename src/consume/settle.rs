@@ -103,6 +103,16 @@ async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
                 events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
                 return;
             }
+            // A re-sent nack whose first run did the work, or a late one:
+            // no lease is lost that anyone could still miss.
+            Ok(NackOutcome::Finished) => {
+                tracing::debug!(
+                    queue = %ctx.name, %id, attempt, reason = %failure.reason,
+                    "{}; the message has finished since (delivered again and acked)",
+                    failure.cause.describe()
+                );
+                return;
+            }
             Ok(NackOutcome::Dead) => {
                 let outcome = match (failure.cause, &op.mode) {
                     (Cause::Unreadable, _) => "moved to the dead letters",

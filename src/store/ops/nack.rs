@@ -60,6 +60,10 @@ numbered! {
         Retried = 1,
         /// Moved to the dead letters.
         Dead = 2,
+        /// Neither in processing nor stored: the message finished since
+        /// (delivered again and acked), whether or not an earlier run of
+        /// this call did its work. Nothing done.
+        Finished = 3,
     }
 }
 

@@ -285,10 +285,20 @@ async fn a_re_sent_nack_answers_as_its_first_run_did() {
     assert_eq!(env.nack_of("f", lf, fail(0), "boom", 2).await, 0);
 
     // Claimed again after the first run: a re-run still recognises it.
-    assert_eq!(env.claim(10).await.ids(), vec!["r", "f"]);
+    let again = env.claim(10).await;
+    assert_eq!(again.ids(), vec!["r", "f"]);
     assert_eq!(env.nack_of("f", lf, fail(0), "boom", 1).await, 1);
     assert_eq!(env.nack_of("r", lr, Release, "", 2).await, 1);
     assert_eq!(env.nack_of("r", lr, fail(0), "", 2).await, 0);
+    // Then acked (record and payload gone): a re-run answers 3, finished,
+    // not a lost lease (history seed 1795680229951249103: a re-sent release
+    // reported a spurious LeaseLost).
+    assert_eq!(env.ack(&[("r", again.lease), ("f", again.lease)]).await, vec![1, 1]);
+    let state = env.snapshot();
+    assert_eq!(env.nack_of("r", lr, Release, "", 2).await, 3);
+    assert_eq!(env.nack_of("f", lf, fail(0), "boom", 1).await, 3);
+    assert_eq!(env.nack_of("f", lf, Dead, "boom", 1).await, 3);
+    assert_eq!(env.snapshot(), state, "nothing written");
 
     // Taken back by the sweep: a late nack finds the lease lost.
     let lt = seed_processing(&env, "t", "1");
