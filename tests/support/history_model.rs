@@ -192,6 +192,10 @@ pub struct FaultRec {
     pub detail: String,
 }
 
+/// How long before a request a reply-swallowing cut may have been armed and
+/// still swallow its reply (a connection stays armed until its next reply).
+const REPLY_ARMED: Duration = Duration::from_secs(1);
+
 impl FaultRec {
     /// Redis stopped answering writes for the whole fault (a pause, a
     /// restart, or a failover: a cluster's primary killed once its replica
@@ -211,7 +215,7 @@ impl FaultRec {
     /// before the request it swallows), a restart or failover, or a pause
     /// longer than the command time-out.
     pub fn loses_replies(&self, from: Instant, to: Instant, limits: Limits) -> bool {
-        let armed = from.checked_sub(Duration::from_secs(1)).unwrap_or(from);
+        let armed = from.checked_sub(REPLY_ARMED).unwrap_or(from);
         match self.kind {
             // A slow link's replies held back pile up behind each other
             // and time out, before and after the delay was set.
@@ -448,7 +452,11 @@ impl History {
             lines.push((*at, format!("{} LeaseLost event on {consumer}", self.ms(*at))));
         }
         if let (Some(first), Some(last)) = (lines.iter().map(|l| l.0).min(), lines.iter().map(|l| l.0).max()) {
-            let last = last + Duration::from_secs(10);
+            // From as early as a cut that may have lost the first line's reply.
+            let (first, last) = (
+                first.checked_sub(REPLY_ARMED).unwrap_or(first),
+                last + Duration::from_secs(10),
+            );
             for f in self.faults.iter().filter(|f| f.overlaps(first, last)) {
                 lines.push((f.start, self.fault_line(f)));
             }
@@ -2141,6 +2149,20 @@ mod tests {
         send_m(&mut h, "q", "replaced", 10, 60, None);
         delivery(&mut h, "m", "p", 1, 50, 50, 51, Outcome::Ok);
         assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn an_excerpt_shows_a_cut_armed_before_its_first_line() {
+        // History seed 1795683408547085468: a send's reply swallowed by a cut
+        // armed before it, so fred ran it twice, with no fault in the excerpt.
+        let mut h = History::new();
+        send_m(&mut h, "p", "delay", 1500, 1600, None);
+        fault(&mut h, "cut", 800, 800);
+        assert!(h.lines_of("m").contains("FAULT cut"), "{}", h.lines_of("m"));
+        let mut h = History::new();
+        send_m(&mut h, "p", "delay", 1900, 2000, None);
+        fault(&mut h, "cut", 800, 800);
+        assert!(!h.lines_of("m").contains("FAULT cut"), "{}", h.lines_of("m"));
     }
 
     #[test]
