@@ -80,8 +80,7 @@ local function list_range(from, to)
   return page
 end
 
--- Entries in walk order: {id, cursor (score, position or group/score),
--- whether it is in a group}.
+-- Entries in walk order: {id, cursor (score, position or group/score)}.
 local entries = {}
 
 -- Adds the entries of positions from..to (none when from > to) in walk order.
@@ -112,14 +111,14 @@ local function add_ranks(g, first, last)
     from, to, by = #page - 1, 1, -2
   end
   for i = from, to, by do
-    entries[#entries + 1] = {page[i], g .. '/' .. page[i + 1], true}
+    entries[#entries + 1] = {page[i], g .. '/' .. page[i + 1]}
   end
 end
 
 -- Adds the groups' due messages until there are read + 1 entries (one
--- more than the step reads: it tells whether the walk goes on), from just after
--- message `id` at `score` of group g ("": after all of group g; g nil:
--- from the first group), visiting at most MAX_LIMIT groups. Returns
+-- more than the step reads: it tells whether the walk goes on), from just
+-- after message `id` at `score` of group g ("": after all of group g; g
+-- nil: from the first group), visiting at most MAX_LIMIT groups. Returns
 -- whether the groups were read to their end, and the group it stopped
 -- after when the visits ran out.
 local function add_groups(g, score, id)

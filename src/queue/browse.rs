@@ -371,8 +371,10 @@ impl DelayQueue {
     /// Lists: O(position + limit); the walk finds the last entry again
     /// where it was or, as claims pop the head, nearer the head (at most
     /// 1000 entries further back: each nack release pushes one at the
-    /// head), and goes on from the head when it was claimed. A sharded
-    /// queue is walked shard after shard (its pages are in order within
+    /// head), and goes on from the head when it was claimed. The groups'
+    /// due messages: O(log G + log n) per group visited (G known groups),
+    /// at most 1000 groups a call (further calls go on past the last one
+    /// visited). A sharded queue is walked shard after shard (its pages are in order within
     /// each shard) and its `total` costs one more O(1) call per shard.
     ///
     /// Fails with [`Error::InvalidArgument`] for a limit outside 1 to
