@@ -12,7 +12,10 @@ the retention, its sets deleted. Under 'r' (a batch's on_success) such a
 child removes the parent: its payload and sets are deleted. Outcome 'o'
 is a batch's close: its member (the parent's own base and an empty id)
 leaves the set, nothing is recorded. A parent whose set is empty goes to
-pending, due at its own due time or now, whichever is later.
+pending, due at its own due time or now, whichever is later. A parent made
+a dead letter or removed is a child that finished for its own parents:
+recorded in this queue's outbox as dead ('d') or deleted ('c'), as nack
+and cancel record theirs (flow_done in prelude.lua).
 
 KEYS[1] waiting zset   KEYS[2] pending zset   KEYS[3] dead zset
 KEYS[4] attempts hash   KEYS[5] totals hash
@@ -28,8 +31,9 @@ Publishes a wake-up when a parent became due before every pending message.
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
-Complexity: O(M log N) with M = completions (at most 1000 per call); never
-O(children of a parent).
+Complexity: O(M log N) with M = completions (at most 1000 per call), plus
+O(links) of the parents made dead or removed; never O(children of a
+parent).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
@@ -39,6 +43,7 @@ end
 local base = flow_base(ARGV[1], '')
 local head, now = head_due(KEYS[2]), now_ms()
 local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
+local buried, deleted = {}, {}
 for i = 1, m do
   local a = 4 * i
   local id, child, how, result = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -53,6 +58,7 @@ for i = 1, m do
       redis.call('ZREM', KEYS[1], id)
       redis.call('DEL', deps, children, ARGV[1] .. id)
       removed = removed + 1
+      deleted[#deleted + 1] = id
     elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
       redis.call('ZREM', KEYS[1], id)
       redis.call('DEL', deps, children)
@@ -62,6 +68,7 @@ for i = 1, m do
       bury(KEYS[3], id, ARGV[1] .. id, now, tonumber(ARGV[3]))
       tally(KEYS[5], 'dead', 1)
       dead = dead + 1
+      buried[#buried + 1] = id
     else
       if outcome ~= 'o' then
         redis.call('HSET', children, child, outcome .. result)
@@ -79,5 +86,7 @@ for i = 1, m do
     end
   end
 end
+flow_done(KEYS[5], base, buried, 'd', false)
+flow_done(KEYS[5], base, deleted, 'c', true)
 wake_if_earlier(ARGV[2], earliest, head, now)
 return {applied, due, dead, removed}
