@@ -35,7 +35,9 @@ if #ids == 0 then
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)
+local base = flow_base(ARGV[1], '')
+local flows = flows_here(redis.call('HGET', KEYS[3], 'flows'), base, ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 forget(KEYS[2], keys, ids)
-flow_done(KEYS[3], flow_base(ARGV[1], ''), ids, 'c', true)
+flow_done(flows, base, ids, 'c', true)
 return #ids
