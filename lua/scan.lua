@@ -26,8 +26,9 @@ ARGV[17] ms: flow keys (docs/workflows.md), each judged in the call that
 reads it: 14 pages through the parents' deps sets and returns the parents
 not waiting (not in "<base>flow:waiting") whose cancel is not being relayed
 (no "x <parent>" in "<base>outbox"); 15 through the children hashes and
-returns the parents not stored; 16 through the parents hash and returns
-the children not stored; 17 through the outbox entries recorded more
+returns the parents not stored, 16 through the parents hash and returns
+the children not stored, but those in the dead zset (their payload
+expired: gc deletes those keys with them); 17 through the outbox entries recorded more
 than ARGV[17] ms ago, returning each as "<age ms> <entry>".
 Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
 ids are its fields, for payload and marker keys the ids their keys end with,
@@ -35,8 +36,8 @@ for 9 and 10 group names.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
 a PTTL per marker, result, progress or log key; O(log G) per group, G =
-groups, for 9 and 10; two ZSCOREs or an EXISTS per flow key or link, 14
-to 16; O(log N + page) for 17).
+groups, for 9 and 10; two ZSCOREs, or an EXISTS and a ZSCORE, per flow
+key or link, 14 to 16; O(log N + page) for 17).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
@@ -44,6 +45,10 @@ local what, cursor, size = tonumber(ARGV[1]), ARGV[2], limit_arg(3)
 local key = KEYS[what]
 local out, page = {}, nil
 local base = flow_base(ARGV[4], '')
+-- Not stored, and not dead (gc deletes a dead one's flow keys with it).
+local function gone(id)
+  return redis.call('EXISTS', ARGV[4] .. id) == 0 and not redis.call('ZSCORE', KEYS[5], id)
+end
 if what == 14 or what == 15 then
   local kind = what == 14 and 'deps:' or 'children:'
   local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[16] .. kind .. '*', 'COUNT', size)
@@ -55,7 +60,7 @@ if what == 14 or what == 15 then
       orphan = not checked('zset', 'ZSCORE', base .. 'flow:waiting', id)
         and not checked('zset', 'ZSCORE', base .. 'outbox', 'x ' .. id)
     else
-      orphan = redis.call('EXISTS', ARGV[4] .. id) == 0
+      orphan = gone(id)
     end
     page[#page + 1] = orphan and id or nil
   end
@@ -64,7 +69,7 @@ elseif what == 16 then
   out[1], page = reply[1], {}
   for i = 1, #reply[2], 2 do
     local id = reply[2][i]
-    page[#page + 1] = redis.call('EXISTS', ARGV[4] .. id) == 0 and id or nil
+    page[#page + 1] = gone(id) and id or nil
   end
 elseif what == 17 then
   local from, now = tonumber(cursor), now_ms()

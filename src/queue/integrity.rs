@@ -83,16 +83,17 @@ pub enum Anomaly {
     /// A flow key of a parent that is gone (docs/workflows.md): its set of
     /// children to wait for (`"deps"`) while it is not waiting and no
     /// cancel of it is being relayed, or its finished children's results
-    /// (`"children"`) while it is not stored. Nothing deletes it.
+    /// (`"children"`) while it is neither stored nor dead. Nothing deletes
+    /// it.
     OrphanFlowKey {
         /// The parent.
         parent: MessageId,
         /// Which: `"deps"` or `"children"`.
         key: &'static str,
     },
-    /// A child's links to its parents while the child is not stored: its
-    /// completion will never be recorded, so those parents wait until
-    /// cancelled.
+    /// A child's links to its parents while the child is neither stored
+    /// nor dead: its completion will never be recorded, so those parents
+    /// wait until cancelled.
     OrphanParentLink {
         /// The child.
         child: MessageId,

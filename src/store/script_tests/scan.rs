@@ -136,6 +136,11 @@ async fn integrity_check_reports_flow_keys_left_behind_and_a_stuck_outbox() {
     let report = env.queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
 
+    // A dead child whose payload expired before gc deleted it keeps its
+    // link and its own children's results: gc drops them with it.
+    env.raw(&["ZADD", &k.dead, "1", "d"]);
+    env.raw(&["HSET", &k.parents(), "d", &format!("w {} p", k.base)]);
+    env.raw(&["HSET", &k.children("d"), &member("z"), "a"]);
     // Left behind: a set and results of parents gone (q) or no longer
     // waiting (r, pending), a link of a child gone, an entry 10 min old.
     env.raw(&["SADD", &k.deps("q"), &member("c")]);
@@ -171,6 +176,11 @@ async fn integrity_check_reports_flow_keys_left_behind_and_a_stuck_outbox() {
             key: "deps",
         },
         Anomaly::OrphanParentLink { child: "gone".into() },
+        // Only its payload is reported missing.
+        Anomaly::MissingPayload {
+            id: "d".into(),
+            state: crate::MessageState::Dead,
+        },
         Anomaly::StuckOutbox {
             entry: old.into(),
             age: age.unwrap(),
