@@ -1,7 +1,8 @@
 //! The scripts while a cluster moves the queue's slot to another node.
 //!
 //! Redis checks the keys a script declares before it runs it, but most
-//! scripts build payload keys from the ids they find. Each test here stops
+//! scripts build payload keys from the ids they find (and group keys,
+//! markers, results, progress, logs and flow keys). Each test here stops
 //! a move half-way, with either the payloads or the other queue keys
 //! already on the new node, and runs one script where a client would reach
 //! it: on the old owner, or with `ASKING` on the new one. The script must
