@@ -278,10 +278,18 @@ async fn flow_anomalies(queue: &DelayQueue, k: &Keys) -> Result<Vec<Anomaly>, Er
         found.push(Anomaly::OrphanParentLink { child: child.into() });
     }
     for aged in scan(queue, k, Scanned::OldOutbox(OUTBOX_STUCK_AFTER)).await? {
-        let (age, entry) = aged.split_once(' ').unwrap_or(("0", &aged));
+        let parsed = aged
+            .split_once(' ')
+            .and_then(|(age, entry)| Some((age.parse().ok()?, entry)));
+        let Some((age, entry)) = parsed else {
+            return Err(Error::UnexpectedReply {
+                script: "scan",
+                detail: format!("an outbox entry without its age: {aged:?}"),
+            });
+        };
         found.push(Anomaly::StuckOutbox {
             entry: entry.to_string(),
-            age: Duration::from_millis(age.parse().unwrap_or(0)),
+            age: Duration::from_millis(age),
         });
     }
     Ok(found)
@@ -319,7 +327,8 @@ impl DelayQueue {
     /// states, ids without payload, payloads and delivery counts without a
     /// message, known groups with nothing in them and groups with messages
     /// that are not known, flow keys and links left by a parent or child
-    /// that is gone, and outbox entries no relay delivered for 5 minutes. A clean queue gives an empty list; anything else means lost
+    /// that is gone, and outbox entries no relay delivered for 5 minutes.
+    /// A clean queue gives an empty list; anything else means lost
     /// or duplicate deliveries, or keys written by something other than
     /// `delayqueue` (an id without payload, its payload deleted or evicted
     /// by something else, is reported until a claim buries it as an

@@ -30,9 +30,10 @@ pub(crate) enum Scanned {
     /// The parents whose deps set is left: not waiting, and no cancel of
     /// theirs being relayed.
     OrphanDeps,
-    /// The parents whose children hash is left: not stored.
+    /// The parents whose children hash is left: neither stored nor dead.
     OrphanChildren,
-    /// The children whose links to parents are left: not stored.
+    /// The children whose links to parents are left: neither stored nor
+    /// dead.
     OrphanLinks,
     /// The outbox entries older than this, each as `"<age ms> <entry>"`.
     OldOutbox(Duration),
