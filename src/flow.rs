@@ -1,10 +1,11 @@
 //! The public types of flows (docs/workflows.md): what a parent waits
 //! for ([`MessageRef`]), what a dead child does to it ([`ChildPolicy`]),
-//! and what it reads of its finished children ([`ChildResult`]). Sending
-//! flows is `queue/flows.rs`; the relay that completes them is
+//! what it reads of its finished children ([`ChildResult`]), and a flow
+//! read as a tree ([`FlowTree`]). Sending flows is `queue/flows.rs`,
+//! reading the tree `queue/flow_tree.rs`; the relay that completes them is
 //! `consume/relay.rs`.
 
-use crate::MessageId;
+use crate::{MessageId, MessageState};
 
 /// What becomes of a parent when one of its children becomes a dead letter
 /// (or is cancelled); set per parent with
@@ -39,6 +40,32 @@ impl ChildPolicy {
             ChildPolicy::Ignore => 'i',
             ChildPolicy::Wait => 'w',
             ChildPolicy::Remove => 'r',
+        }
+    }
+
+    /// The policy a script's letter stands for.
+    pub(crate) fn of_letter(letter: &str) -> Option<Self> {
+        [
+            ChildPolicy::Fail,
+            ChildPolicy::Ignore,
+            ChildPolicy::Wait,
+            ChildPolicy::Remove,
+        ]
+        .into_iter()
+        .find(|p| letter.len() == 1 && letter.starts_with(p.letter()))
+    }
+
+    /// Its name, as the CLI and the dashboard spell it.
+    ///
+    /// ```
+    /// assert_eq!(delayqueue::ChildPolicy::Wait.as_str(), "wait");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildPolicy::Fail => "fail",
+            ChildPolicy::Ignore => "ignore",
+            ChildPolicy::Wait => "wait",
+            ChildPolicy::Remove => "remove",
         }
     }
 }
@@ -94,6 +121,21 @@ pub enum ChildOutcome {
     Cancelled,
 }
 
+impl ChildOutcome {
+    /// Its name, as the CLI and the dashboard spell it.
+    ///
+    /// ```
+    /// assert_eq!(delayqueue::ChildOutcome::Acked.as_str(), "acked");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildOutcome::Acked => "acked",
+            ChildOutcome::Dead => "dead",
+            ChildOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// One finished child of a parent, from
 /// [`DelayQueue::children_results`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +156,109 @@ pub struct ChildResult {
 pub struct ChildrenPage {
     /// The children of this page, in no particular order.
     pub children: Vec<ChildResult>,
+    /// Where the next page starts; `None` after the last one.
+    pub next: Option<String>,
+}
+
+/// Most children of one node a [`FlowTree`] lists, and one
+/// [`DelayQueue::flow_children`](crate::DelayQueue::flow_children) page holds.
+pub const FLOW_PAGE: usize = 50;
+/// Most nodes one [`DelayQueue::flow`](crate::DelayQueue::flow) reads:
+/// past them, nodes are listed without their children.
+pub const FLOW_TREE_NODES: usize = 500;
+
+/// A flow read from one of its messages by
+/// [`DelayQueue::flow`](crate::DelayQueue::flow): the way up from that
+/// message to its root, and the tree below the root, bounded
+/// (docs/workflows.md, "Reading a flow").
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FlowTree {
+    /// The queue of the message asked for.
+    pub queue: String,
+    /// The message asked for; somewhere in the tree.
+    pub id: MessageId,
+    /// Its parents, as its links name them: none for a root, several for
+    /// a child of several parents (a batch's member).
+    pub parents: Vec<FlowParent>,
+    /// The way up: its first parent, that parent's first parent, and so
+    /// on to the root (the last); at most [`MAX_FLOW_DEPTH`](crate::MAX_FLOW_DEPTH).
+    pub path: Vec<FlowParent>,
+    /// The root: the last of `path`, or the message asked for when it
+    /// has no parent.
+    pub root: FlowNode,
+    /// Whether [`FLOW_TREE_NODES`] or
+    /// [`MAX_FLOW_DEPTH`](crate::MAX_FLOW_DEPTH) left some node's children
+    /// unlisted (their [`FlowNode::next`] then says where they start).
+    pub truncated: bool,
+}
+
+/// A parent a message is linked to (its queue, id and the policy it
+/// waits with).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FlowParent {
+    /// The parent's queue.
+    pub queue: String,
+    /// The parent's id.
+    pub id: MessageId,
+    /// What a dead child does to it.
+    pub policy: ChildPolicy,
+}
+
+/// One message of a [`FlowTree`], with a page of its children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FlowNode {
+    /// Its queue.
+    pub queue: String,
+    /// Its id.
+    pub id: MessageId,
+    /// Where it is; `None` when its queue no longer stores it (acked,
+    /// cancelled or deleted) or never did.
+    pub state: Option<MessageState>,
+    /// How it ended, as its parent recorded it; `None` while its parent
+    /// still waits for it (and for the root).
+    pub outcome: Option<ChildOutcome>,
+    /// Whether its parent keeps a copy of its result
+    /// ([`DelayQueue::children_results`](crate::DelayQueue::children_results)).
+    pub has_result: bool,
+    /// Children it still waits for.
+    pub unfinished: u64,
+    /// Children that finished (acked, dead or cancelled).
+    pub finished: u64,
+    /// Its children listed: those it waits for first, then the finished
+    /// ones; at most [`FLOW_PAGE`].
+    pub children: Vec<FlowNode>,
+    /// Where the page of its children after `children` starts
+    /// ([`DelayQueue::flow_children`](crate::DelayQueue::flow_children));
+    /// `None` when every child is listed.
+    pub next: Option<String>,
+}
+
+impl FlowNode {
+    /// Children not listed in `children`.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// if let Some(tree) = queue.flow("close-42").await? {
+    ///     println!("{} children, {} more", tree.root.children.len(), tree.root.more());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn more(&self) -> u64 {
+        (self.unfinished + self.finished).saturating_sub(self.children.len() as u64)
+    }
+}
+
+/// One page of a node's children, from
+/// [`DelayQueue::flow_children`](crate::DelayQueue::flow_children): each
+/// with its counts, none with children listed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct FlowPage {
+    /// At most [`FLOW_PAGE`] children.
+    pub children: Vec<FlowNode>,
     /// Where the next page starts; `None` after the last one.
     pub next: Option<String>,
 }

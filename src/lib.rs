@@ -99,7 +99,10 @@ pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};
-pub use flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, MessageRef};
+pub use flow::{
+    ChildOutcome, ChildPolicy, ChildResult, ChildrenPage, FlowNode, FlowPage, FlowParent, FlowTree, MessageRef,
+    FLOW_PAGE, FLOW_TREE_NODES,
+};
 pub use handler::{Handler, HandlerError, IntoResult, RetryAfter, SkipRetry};
 pub use id::{MessageId, MAX_ID_LEN};
 pub use info::{Found, GroupInfo, GroupPage, MessageInfo, Order, Page, MAX_PAGE, PREVIEW_BYTES};
@@ -126,6 +129,8 @@ pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 // The unit tests' harness, the crate the integration tests use too.
 #[cfg(test)]
 use delayqueue_test_support as test_support;
+#[cfg(test)]
+mod acl_tests;
 #[cfg(test)]
 mod producer_files_tests;
 #[cfg(test)]

@@ -1,13 +1,17 @@
 //! ACL: the queue run by Redis users that may touch only its own keys
-//! (`~dq:{orders}*`) and wake-up channel (`&dq:{orders}:wake`) with only
-//! the commands the crate uses (docs/scaling.md lists them):
+//! (`~dq:{orders}*`) and channels (`&dq:{orders}:wake`, `&dq:{orders}:done`)
+//! with only the commands the crate uses: the `ACL SETUSER` lines of
+//! docs/scaling.md, run as they are written there (src/acl_tests.rs checks
+//! that each role's commands are those its scripts can call):
 //!
 //! - every connection: `EVALSHA`, `EVAL` (the fallback after NOSCRIPT), and
 //!   `PING`, `CLIENT ID`, `INFO` (fred's connection set-up and the consumer's
 //!   eviction check; refused, they only leave an ACL log entry);
 //! - producers: `WAIT` with `Durability::Replicas` (`WAITAOF` on 7.2 for
-//!   `Durability::Aof`), and what `send`, `cancel`, `reschedule` run;
-//! - consumers: `SUBSCRIBE`, and what the consumer's scripts run;
+//!   `Durability::Aof`), `SUBSCRIBE` for `wait_result`, and what `send`
+//!   (with `after` too), `cancel`, `reschedule` and `wait_result` run;
+//! - consumers: `SUBSCRIBE`, and what the consumer's scripts (its relay of
+//!   flow completions, progress and logs included) run;
 //! - an inspecting CLI (`stats`, `check_integrity`): read commands only.
 //!
 //! Scripts do not widen a user's rights: every command a script runs is
@@ -22,108 +26,45 @@ use std::time::Duration;
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{ClientLike, KeysInterface, LuaInterface, PubsubInterface, Value};
 use delayqueue::fred::types::{ClusterHash, CustomCommand};
-use delayqueue::{Counts, DelayQueue, Error, HandlerError, Message, MessageState};
+use delayqueue::{Counts, DelayQueue, Error, Flow, HandlerError, Message, MessageRef, MessageState, NewMessage};
 use helpers::{recording, wait_stats, Log};
-use support::{client_for, wait_until, RawReply, RedisServer, WAIT};
+use support::{client_for, wait_for, wait_until, RawReply, RedisServer, WAIT};
 
-/// Commands of every connection.
-const CONNECTION: &[&str] = &["evalsha", "eval", "ping", "client|id", "info"];
-/// What a producer runs besides its scripts (`WAIT` for durable sends).
-const PRODUCER: &[&str] = &["wait"];
-/// Commands that `send`, `cancel` and `reschedule` run (reschedule
-/// rewrites the due time in the stored value's header).
-const PRODUCER_SCRIPTS: &[&str] = &[
-    "del", "exists", "get", "getrange", "hdel", "hget", "hincrby", "hmget", "hset", "publish", "set", "setrange",
-    "time", "type", "zadd", "zrange", "zrem", "zscore",
-];
-/// What a consumer runs besides its scripts.
-const CONSUMER: &[&str] = &["subscribe"];
-/// Commands that promote, claim, ack, nack, timeout, gc, extend and stats run.
-const CONSUMER_SCRIPTS: &[&str] = &[
-    "del",
-    "exists",
-    "get",
-    "getrange",
-    "hdel",
-    "hexists",
-    "hget",
-    "hincrby",
-    "hmget",
-    "hset",
-    "llen",
-    "lpush",
-    "lrange",
-    "ltrim",
-    "mget",
-    "pexpire",
-    "publish",
-    "rpush",
-    "set",
-    "time",
-    "type",
-    "zadd",
-    "zcard",
-    "zcount",
-    "zmscore",
-    "zrange",
-    "zrangebyscore",
-    "zrem",
-    "zscore",
-];
-/// What `requeue` (dead letters back to ready) runs beyond the consumer's
-/// commands: it makes a dead letter's payload persistent again.
-const REQUEUE_SCRIPTS: &[&str] = &["persist"];
-/// Commands that the read-only scripts run (stats, scan and inspect for
-/// `check_integrity`, list, walk, get) and `find_queues`/`exists`: reads.
-const CLI_SCRIPTS: &[&str] = &[
-    "exists", "get", "getrange", "hexists", "hget", "hmget", "hscan", "llen", "lpos", "lrange", "pttl", "scan",
-    "strlen", "time", "type", "zcard", "zcount", "zrange", "zrank", "zscore",
-];
+/// docs/scaling.md: its `ACL SETUSER` lines are the users run here
+/// (src/acl_tests.rs checks them against the scripts' commands).
+const SCALING: &str = include_str!("../docs/scaling.md");
 
 #[derive(Clone, Copy, PartialEq)]
 enum Role {
     Producer,
     Consumer,
     Cli,
-    /// Producer, consumer and CLI in one user.
+    /// Producer, consumer, CLI and the operator's writes in one user.
     All,
 }
 
-/// `ACL SETUSER <user> ...` for `role` on queue `queue` (default prefix).
+/// `ACL SETUSER <user> ...`: the line of docs/scaling.md for `role`, with
+/// the user, its password (`<user>-secret`) and the queue (the docs' is
+/// `orders`: its hash tag becomes `{<queue>}`) replaced.
 fn setuser(user: &str, role: Role, queue: &str) -> Vec<String> {
-    let mut commands: Vec<&str> = CONNECTION.to_vec();
-    let parts: &[&[&str]] = match role {
-        Role::Producer => &[PRODUCER, PRODUCER_SCRIPTS],
-        Role::Consumer => &[CONSUMER, CONSUMER_SCRIPTS],
-        Role::Cli => &[CLI_SCRIPTS],
-        Role::All => &[
-            PRODUCER,
-            PRODUCER_SCRIPTS,
-            CONSUMER,
-            CONSUMER_SCRIPTS,
-            REQUEUE_SCRIPTS,
-            CLI_SCRIPTS,
-        ],
+    let documented = match role {
+        Role::Producer => "orders-producer",
+        Role::Consumer => "orders-consumer",
+        Role::Cli => "orders-cli",
+        Role::All => "orders-app",
     };
-    for part in parts {
-        commands.extend(part.iter().copied());
-    }
-    commands.sort_unstable();
-    commands.dedup();
-    let channels = if role == Role::Cli {
-        Vec::new()
-    } else {
-        vec![format!("&dq:{{{queue}}}:wake")]
-    };
-    let mut args: Vec<String> = ["ACL", "SETUSER", user, "reset", "on", &format!(">{user}-secret")]
-        .map(String::from)
-        .to_vec();
-    args.push(format!("~dq:{{{queue}}}*"));
-    args.push("resetchannels".into());
-    args.extend(channels);
-    args.push("-@all".into());
-    args.extend(commands.iter().map(|c| format!("+{c}")));
-    args
+    let start = format!("ACL SETUSER {documented} ");
+    let line = SCALING
+        .lines()
+        .find(|l| l.starts_with(&start))
+        .unwrap_or_else(|| panic!("docs/scaling.md has no line for {documented}"));
+    line.split_whitespace()
+        .map(|word| match word {
+            w if w == documented => user.to_string(),
+            w if w.starts_with('>') => format!(">{user}-secret"),
+            w => w.replace("{orders}", &format!("{{{queue}}}")),
+        })
+        .collect()
 }
 
 /// Creates `user` for `role` on queue `orders` and returns a client logged in as it.
@@ -296,6 +237,106 @@ async fn scenario(producer: &Client, consumer: &Client, cli: &Client) {
     second.shutdown().await.unwrap();
 }
 
+/// Results and flows, each step by the client of the role that does it: a
+/// producer waits for a result (`wait_result`, woken on `done`) while a
+/// consumer acks it; a parent sent with `after` and a `Flow` (children in
+/// queue `children`) run once their children were acked, the parents
+/// reading their children's results; a cancelled parent cancels its
+/// waiting child (the relay the cancel runs). Nothing of the flows is left.
+async fn results_and_flows(producer: &Client, consumer: &Client, cli: &Client, children: &str) {
+    let builder = |c: &Client, name: &str| {
+        DelayQueue::builder(name, c.clone())
+            .fetch_interval(Duration::from_millis(100))
+            .dead_letter_retention(Duration::ZERO)
+    };
+    let (sender, child_sender) = (
+        builder(producer, "orders").build().unwrap(),
+        builder(producer, children).build().unwrap(),
+    );
+    let consumers = [
+        builder(consumer, "orders").build().unwrap(),
+        builder(consumer, children).build().unwrap(),
+    ];
+    let inspector = builder(cli, "orders").build().unwrap();
+    // A parent's handler returns what its children returned, joined.
+    let handler = |q: &DelayQueue| {
+        let q = q.clone();
+        move |msg: Message| {
+            let q = q.clone();
+            async move {
+                let page = q.children_results(msg.id(), None).await?;
+                let mut results: Vec<Vec<u8>> = page.children.into_iter().filter_map(|c| c.result).collect();
+                results.sort();
+                let mut out = msg.payload().to_vec();
+                for r in results {
+                    out.extend_from_slice(b"+");
+                    out.extend(r);
+                }
+                Ok::<_, HandlerError>(out)
+            }
+        }
+    };
+    let running = [
+        consumers[0].start_consume(handler(&consumers[0])).await.unwrap(),
+        consumers[1].start_consume(handler(&consumers[1])).await.unwrap(),
+    ];
+    let job = sender.send("job").await.unwrap();
+    assert_eq!(
+        sender.wait_result(&job, WAIT).await.unwrap().as_deref(),
+        Some(&b"job"[..])
+    );
+
+    // The children wait until the parents are linked to them (a child
+    // acked before would be taken as finished without its result), then
+    // are made due.
+    let hour = Duration::from_secs(3600);
+    let a = sender.send("a").delay(hour).await.unwrap();
+    let b = child_sender.send("b").delay(hour).await.unwrap();
+    let parent = sender
+        .send("after")
+        .after([MessageRef::from(a.clone()), MessageRef::new(&child_sender, b.clone())])
+        .await
+        .unwrap();
+    let flow = Flow::new(&sender, NewMessage::new("flow"))
+        .child(Flow::new(&child_sender, NewMessage::new("c").id("c").delay(hour)))
+        .child(Flow::new(&sender, NewMessage::new("d").id("d").delay(hour)));
+    let root = flow.send().await.unwrap();
+    for (q, id) in [
+        (&sender, a.as_str()),
+        (&child_sender, b.as_str()),
+        (&child_sender, "c"),
+        (&sender, "d"),
+    ] {
+        assert!(q.reschedule(id, Duration::ZERO).await.unwrap(), "{id}");
+    }
+    for (id, want) in [(&parent, &b"after+a+b"[..]), (&root, &b"flow+c+d"[..])] {
+        assert_eq!(sender.wait_result(id, WAIT).await.unwrap().as_deref(), Some(want));
+    }
+    assert_eq!(
+        inspector.result(&root).await.unwrap().as_deref(),
+        Some(&b"flow+c+d"[..])
+    );
+
+    // Cancelling a waiting parent cancels the child it waits for.
+    let later = child_sender
+        .send("later")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let waiting = sender
+        .send("waiting")
+        .after([MessageRef::new(&child_sender, later.clone())])
+        .await
+        .unwrap();
+    assert!(sender.cancel(&waiting).await.unwrap());
+    let gone = wait_for(WAIT, || async { child_sender.get(&later).await.unwrap().is_none() }).await;
+    assert!(gone, "the cancelled parent's child is still stored");
+    for r in running {
+        r.shutdown().await.unwrap();
+    }
+    assert_eq!(inspector.counts().await.unwrap(), Counts::default());
+}
+
 /// Checks that `attempt` was refused for lack of permission: it failed,
 /// and the server logged an ACL denial (`ACL LOG`, emptied first) for it.
 /// The error's words are the server's: Redis says NOPERM, or "The user
@@ -365,6 +406,7 @@ async fn a_queue_runs_as_an_acl_user_limited_to_its_keys_and_channel() {
     let server = RedisServer::start().await;
     let app = user(&server, "orders-app", Role::All).await;
     scenario(&app, &app, &app).await;
+    results_and_flows(&app, &app, &app, "orders").await;
     assert_eq!(
         acl_log(&server),
         Vec::<String>::new(),
@@ -384,6 +426,7 @@ async fn producer_consumer_and_cli_users_each_with_only_their_commands() {
     let consumer = user(&server, "orders-consumer", Role::Consumer).await;
     let cli = user(&server, "orders-cli", Role::Cli).await;
     scenario(&producer, &consumer, &cli).await;
+    results_and_flows(&producer, &consumer, &cli, "orders").await;
     assert_eq!(
         acl_log(&server),
         Vec::<String>::new(),
@@ -449,5 +492,29 @@ async fn a_sharded_queue_runs_as_a_user_limited_to_its_shards() {
     assert_eq!(
         delayqueue::recorded_shards(&app, "dq:", "orders").await.unwrap(),
         Some(3)
+    );
+}
+
+/// A flow across queues `orders` and `mail` runs as a user with both
+/// queues' key patterns and channels (docs/scaling.md, ACL), refused
+/// nothing.
+#[tokio::test]
+async fn a_flow_across_two_queues_runs_as_a_user_with_both_queues() {
+    let server = RedisServer::start().await;
+    let app = user(&server, "orders-app", Role::All).await;
+    let more = [
+        "ACL",
+        "SETUSER",
+        "orders-app",
+        "~dq:{mail}*",
+        "&dq:{mail}:done",
+        "&dq:{mail}:wake",
+    ];
+    assert_eq!(server.raw_command(&more), "OK");
+    results_and_flows(&app, &app, &app, "mail").await;
+    assert_eq!(
+        acl_log(&server),
+        Vec::<String>::new(),
+        "refused while running the flows"
     );
 }

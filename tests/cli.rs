@@ -1307,3 +1307,87 @@ async fn a_group_is_shown_by_name_and_its_limits_set_and_reset() {
         .failed(2)
         .contains("N/DURATION"));
 }
+
+#[tokio::test]
+async fn flow_show_prints_the_tree_from_any_of_its_messages() {
+    use delayqueue::{Flow, NewMessage, FLOW_PAGE};
+    let (_server, url, client) = start().await;
+    let (orders, mail) = (queue(&client, "orders"), queue(&client, "mail"));
+    let hour = Duration::from_secs(3600);
+    Flow::new(&orders, NewMessage::new("close").id("close-1"))
+        .child(Flow::new(&orders, NewMessage::new("charge").id("charge-1").delay(hour)))
+        .child(
+            Flow::new(&mail, NewMessage::new("email").id("email-1"))
+                .child(Flow::new(&mail, NewMessage::new("render").id("render-1")))
+                .child(Flow::new(&orders, NewMessage::new("ledger").id("ledger-1").delay(hour))),
+        )
+        .send()
+        .await
+        .unwrap();
+    // render-1 is acked with a result; the rest wait.
+    let consumer = mail
+        .start_consume(|m: Message| async move { Ok::<_, HandlerError>(m.payload().to_vec()) })
+        .await
+        .unwrap();
+    let relayed = wait_for(WAIT, || async {
+        mail.children_results("email-1", None).await.unwrap().children.len() == 1
+    })
+    .await;
+    assert!(relayed, "render-1's completion did not reach email-1");
+    consumer.shutdown().await.unwrap();
+
+    let r = run(&url, &["flow", "show", "orders", "ledger-1"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let lines: Vec<&str> = r.stdout.lines().map(str::trim_end).collect();
+    let (charge, email) = if lines[2].contains("charge-1") { (2, 3) } else { (5, 2) };
+    assert_eq!(lines[0], "STATE    MESSAGE");
+    assert_eq!(lines[1], "waiting  orders/close-1       0 of 2 children finished");
+    assert_eq!(lines[charge], "pending    orders/charge-1");
+    assert_eq!(lines[email], "waiting    mail/email-1       1 of 2 children finished");
+    assert_eq!(lines[email + 1], "pending      orders/ledger-1  <- asked for");
+    assert_eq!(lines[email + 2], "acked        mail/render-1    result kept");
+    assert_eq!(lines.len(), 6, "{}", r.stdout);
+
+    let v = run(&url, &["--json", "flow", "show", "mail", "email-1"]).await.json();
+    assert_eq!(
+        v["path"],
+        json!([{"queue": "orders", "id": "close-1", "policy": "fail"}])
+    );
+    assert_eq!(
+        (&v["root"]["id"], &v["root"]["state"], &v["truncated"]),
+        (&json!("close-1"), &json!("waiting"), &json!(false))
+    );
+    let email = v["root"]["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "email-1")
+        .unwrap();
+    assert_eq!((&email["unfinished"], &email["finished"]), (&json!(1), &json!(1)));
+    assert_eq!(email["children"][1]["outcome"], "acked");
+
+    // send --after: a parent in the same queue, with more children than a node lists.
+    let mut args = vec!["send", "mail", "digest", "--id", "digest-1"];
+    let kids: Vec<String> = (0..FLOW_PAGE + 2).map(|i| format!("kid-{i:02}")).collect();
+    for kid in &kids {
+        mail.send("kid").id(kid.as_str()).delay(hour).await.unwrap();
+        args.extend(["--after", kid.as_str()]);
+    }
+    assert_eq!(run(&url, &args).await.stdout, "digest-1\n");
+    let r = run(&url, &["flow", "show", "mail", "kid-07"]).await;
+    assert_eq!(
+        r.stdout.lines().nth(1).unwrap().trim_end(),
+        "waiting  mail/digest-1  0 of 52 children finished"
+    );
+    assert_eq!(r.stdout.lines().last().unwrap().trim(), "... 2 more");
+    assert_eq!(r.stdout.lines().count(), 2 + FLOW_PAGE + 1, "{}", r.stdout);
+
+    assert!(run(&url, &["flow", "show", "orders", "nope"])
+        .await
+        .failed(1)
+        .contains("nope"));
+    assert!(run(&url, &["flow", "show", "orders", "a b"])
+        .await
+        .failed(2)
+        .contains("invalid message id"));
+}

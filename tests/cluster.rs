@@ -332,11 +332,23 @@ async fn a_flow_across_primaries_completes_and_leaves_no_key() {
         .collect();
     let mut flow = Flow::new(&q[0], NewMessage::new("parent"));
     for i in 0..20 {
-        let mid = Flow::new(&q[1], NewMessage::new(format!("mid {i}")))
-            .child(Flow::new(&q[2], NewMessage::new(format!("leaf {i}"))));
+        let mid = Flow::new(&q[1], NewMessage::new(format!("mid {i}"))).child(Flow::new(
+            &q[2],
+            NewMessage::new(format!("leaf {i}")).id(format!("leaf-{i}")),
+        ));
         flow = flow.child(mid);
     }
     flow.send().await.unwrap();
+    // Read as a tree from a leaf: up and down across the three primaries.
+    let tree = q[2].flow("leaf-3").await.unwrap().expect("a flow");
+    let up: Vec<&str> = tree.path.iter().map(|p| p.queue.as_str()).collect();
+    assert_eq!(up, [q[1].name(), q[0].name()]);
+    assert_eq!((tree.root.unfinished, tree.root.children.len()), (20, 20));
+    assert!(tree
+        .root
+        .children
+        .iter()
+        .all(|mid| mid.children.len() == 1 && mid.children[0].queue == q[2].name()));
     let log = Log::default();
     let mut consumers = Vec::new();
     for queue in &q {

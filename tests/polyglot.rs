@@ -1,13 +1,16 @@
 //! Producers in other languages (producers/python, producers/node) against a
 //! private redis-server: messages they send are handled by a Rust consumer
 //! with the Rust guarantees (never before their due time, caller-given ids
-//! idempotent, cancel), a live id they sent is refused by `queue.send`, and
-//! they refuse what Rust refuses. They run from their folders, as they are
+//! idempotent, cancel), a live id they sent is refused by `queue.send`,
+//! their parents sent with `after` run only after their children (of Rust,
+//! Python and Node, across two queues), and they refuse what Rust refuses.
+//! They run from their folders, as they are
 //! in the tree (their own tests, run by scripts/test-producers.sh, run them
 //! installed). Each test installs what it needs when missing: the `redis`
 //! package in a venv under target/, `ioredis` from
 //! producers/node/package-lock.json.
 
+mod helpers;
 use delayqueue_test_support as support;
 
 use std::path::{Path, PathBuf};
@@ -16,9 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::prelude::LuaInterface;
-use delayqueue::{DelayQueue, Error, Message};
+use delayqueue::{DelayQueue, Error, Message, MessageRef};
+use helpers::flow_keys;
 use serde_json::Value;
-use support::{wait_for, RedisServer, WAIT};
+use support::{wait_for, wait_until, RedisServer, WAIT};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -122,19 +126,37 @@ const d = require(process.argv[2] + '/delayqueue-producer.js');
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
 
-/// Prints the SHA1s of send and cancel as the Python package loads them.
+/// Prints the SHA1s of the scripts named after the package's folder as
+/// the Python package loads them.
 const PYTHON_SHAS: &str = r#"
 import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 import delayqueue_producer as d
-print(" ".join(hashlib.sha1(d.script(s).encode()).hexdigest() for s in ("send", "cancel")))
+print(" ".join(hashlib.sha1(d.script(s).encode()).hexdigest() for s in sys.argv[2:]))
 "#;
 
 const NODE_SHAS: &str = r#"
 const crypto = require('crypto');
 const d = require(process.argv[1] + '/delayqueue-producer.js');
-console.log(['send', 'cancel'].map((s) => crypto.createHash('sha1').update(d.script(s)).digest('hex')).join(' '));
+console.log(process.argv.slice(2).map((s) => crypto.createHash('sha1').update(d.script(s)).digest('hex')).join(' '));
 "#;
+
+/// The SHA1s of `scripts` as the Python package, then the Node package,
+/// loads them.
+fn foreign_shas(scripts: &[&str]) -> Vec<String> {
+    let python = run(Command::new(python())
+        .args(["-c", PYTHON_SHAS])
+        .arg(python_dir())
+        .args(scripts));
+    let node = run(Command::new("node")
+        .args(["-e", NODE_SHAS])
+        .arg(node_dir())
+        .args(scripts));
+    format!("{python} {node}")
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
 
 /// One handled message: id, payload, retry count, priority, when (ms), headers.
 type Handled = (String, Vec<u8>, u32, u8, u64, Vec<(String, String)>);
@@ -245,7 +267,10 @@ async fn handled_like_rust(shas: String, produce: impl FnOnce(u16) -> String + S
 async fn python_producer_messages_are_handled_by_rust() {
     let py = python();
     let dir = python_dir();
-    let shas = run(Command::new(&py).args(["-c", PYTHON_SHAS]).arg(&dir));
+    let shas = run(Command::new(&py)
+        .args(["-c", PYTHON_SHAS])
+        .arg(&dir)
+        .args(["send", "cancel"]));
     handled_like_rust(shas, move |port| {
         run(Command::new(py).args(["-c", PYTHON, &port.to_string()]).arg(dir))
     })
@@ -255,7 +280,10 @@ async fn python_producer_messages_are_handled_by_rust() {
 #[tokio::test]
 async fn node_producer_messages_are_handled_by_rust() {
     let dir = node_dir();
-    let shas = run(Command::new("node").args(["-e", NODE_SHAS]).arg(&dir));
+    let shas = run(Command::new("node")
+        .args(["-e", NODE_SHAS])
+        .arg(&dir)
+        .args(["send", "cancel"]));
     handled_like_rust(shas, move |port| {
         run(Command::new("node")
             .args(["-e", NODE, &port.to_string()])
@@ -447,4 +475,158 @@ const d = require(process.argv[2] + '/delayqueue-producer.js');
         .current_dir(&dir));
     assert_eq!(python_says.trim(), "0070616964 None");
     assert_eq!(node_says.trim(), "0070616964 null");
+}
+
+/// Python's steps of the flow test: "first" sends parent `py-parent-1` of
+/// queue poly after Rust's children `rust-a` (poly) and `rust-b` (mail),
+/// and child `py-c` (mail); "second" sends parent `py-parent-2` of queue
+/// mail after Node's child `node-c` (poly). Prints "ok".
+const PYTHON_FLOW: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[2])
+import redis, delayqueue_producer as d
+r = redis.Redis(host="127.0.0.1", port=int(sys.argv[1]))
+poly, mail = d.Producer(r, "poly"), d.Producer(r, "mail")
+if sys.argv[3] == "first":
+    poly.send("parent", id="py-parent-1", after=["rust-a", ("mail", "rust-b")])
+    mail.send("child", id="py-c", delay_ms=1500)
+else:
+    mail.send("parent", id="py-parent-2", after=[("poly", "node-c")], on_dead_child="ignore")
+print("ok")
+"#;
+
+/// Node's steps, between Python's: child `node-c` (poly), then parent
+/// `node-parent` of queue poly after Python's `py-c` (mail) and `node-c`.
+const NODE_FLOW: &str = r#"
+const Redis = require('ioredis');
+const d = require(process.argv[2] + '/delayqueue-producer.js');
+(async () => {
+  const r = new Redis({ host: '127.0.0.1', port: Number(process.argv[1]) });
+  const poly = new d.Producer(r, 'poly');
+  await poly.send('child', { id: 'node-c', delayMs: 1500 });
+  await poly.send('parent', { id: 'node-parent', after: [{ queue: 'mail', id: 'py-c' }, 'node-c'] });
+  console.log('ok');
+  r.disconnect();
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+/// Parents sent by the Python and Node producers with `after`, waiting for
+/// children sent from Rust, Python and Node across two queues, are
+/// delivered once each, only after every child was acked, and read their
+/// children's results; nothing of the flows is left at the end.
+#[tokio::test]
+async fn producers_send_parents_that_run_after_their_children() {
+    let (server, client, poly) = poly_queue().await;
+    let mail = DelayQueue::builder("mail", client.clone())
+        .fetch_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    // Rust's send with after runs flow_deps, send, flow_link and (a child
+    // never sent completes at once) flow_complete: the producers' copies
+    // are those scripts, byte for byte.
+    poly.send("warm")
+        .after([MessageRef::new(&mail, "never-sent")])
+        .await
+        .unwrap();
+    let flow_scripts = ["flow_deps", "flow_link", "flow_complete"];
+    let shas = foreign_shas(&flow_scripts);
+    let known: Vec<bool> = client.script_exists(shas.clone()).await.unwrap();
+    assert_eq!(known, [true; 6], "{flow_scripts:?} as Rust runs them: {shas:?}");
+    // Due later than the parents are sent, so that they wait for live children.
+    for (q, id) in [(&poly, "rust-a"), (&mail, "rust-b")] {
+        q.send("child").id(id).delay(Duration::from_millis(1500)).await.unwrap();
+    }
+    let port = server.port().to_string();
+    let py = python();
+    let python_step = |step: &str| {
+        run(Command::new(&py)
+            .args(["-c", PYTHON_FLOW, &port])
+            .arg(python_dir())
+            .arg(step))
+    };
+    assert_eq!(python_step("first").trim(), "ok");
+    let dir = node_dir();
+    let node_says = run(Command::new("node")
+        .args(["-e", NODE_FLOW, &port])
+        .arg(&dir)
+        .current_dir(&dir));
+    assert_eq!(node_says.trim(), "ok");
+    assert_eq!(python_step("second").trim(), "ok");
+    for (q, id) in [(&poly, "py-parent-1"), (&poly, "node-parent"), (&mail, "py-parent-2")] {
+        let info = q.get(id).await.unwrap().unwrap_or_else(|| panic!("{id} not stored"));
+        assert_eq!(info.state, delayqueue::MessageState::Waiting, "{id}");
+    }
+
+    // Events in order: ("done", child) once its handler returned (its ack
+    // comes after), ("parent", id, its children's results) when a parent
+    // starts.
+    type Event = (&'static str, String, Vec<(String, String, Option<Vec<u8>>)>);
+    let log: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let consumer = |q: &DelayQueue| {
+        let (log, q) = (log.clone(), q.clone());
+        move |m: Message| {
+            let (log, q) = (log.clone(), q.clone());
+            async move {
+                let id = m.id().to_string();
+                if m.payload() != b"child" {
+                    let page = q.children_results(&id, None).await?;
+                    let mut children: Vec<_> = page
+                        .children
+                        .into_iter()
+                        .map(|c| (c.queue, c.id.to_string(), c.result))
+                        .collect();
+                    children.sort();
+                    log.lock().unwrap().push(("parent", id, children));
+                    return Ok::<_, delayqueue::HandlerError>(Vec::new());
+                }
+                let result = format!("r:{id}").into_bytes();
+                log.lock().unwrap().push(("done", id, Vec::new()));
+                Ok(result)
+            }
+        }
+    };
+    let consumers = [
+        poly.start_consume(consumer(&poly)).await.unwrap(),
+        mail.start_consume(consumer(&mail)).await.unwrap(),
+    ];
+    let all = wait_until(WAIT, || {
+        log.lock().unwrap().iter().filter(|e| e.0 == "parent").count() == 4
+    })
+    .await;
+    let events = log.lock().unwrap().clone();
+    assert!(all, "not every parent ran: {events:?}");
+    let at = |kind: &str, id: &str| {
+        let found: Vec<usize> = events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.0 == kind && e.1 == id)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(found.len(), 1, "{kind} {id} once: {events:?}");
+        found[0]
+    };
+    let child = |q: &str, id: &str| (q.to_string(), id.to_string(), Some(format!("r:{id}").into_bytes()));
+    let flows = [
+        ("py-parent-1", vec![child("mail", "rust-b"), child("poly", "rust-a")]),
+        ("node-parent", vec![child("mail", "py-c"), child("poly", "node-c")]),
+        ("py-parent-2", vec![child("poly", "node-c")]),
+    ];
+    for (parent, children) in flows {
+        let started = at("parent", parent);
+        for (_, id, _) in &children {
+            assert!(
+                at("done", id) < started,
+                "{parent} ran before {id} was acked: {events:?}"
+            );
+        }
+        assert_eq!(events[started].2, children, "{parent}'s children results");
+    }
+    for c in consumers {
+        c.shutdown().await.unwrap();
+    }
+    for q in [&poly, &mail] {
+        assert_eq!(q.counts().await.unwrap(), delayqueue::Counts::default());
+    }
+    let gone = wait_for(WAIT, || async { flow_keys(&client).await.is_empty() }).await;
+    assert!(gone, "flow keys left: {:?}", flow_keys(&client).await);
 }

@@ -867,6 +867,8 @@ async fn pages_and_assets_are_embedded_and_work_under_a_mount_path() {
         ("/admin/queues/assets/lib.js", "text/javascript"),
         ("/admin/queues/assets/overview.js", "text/javascript"),
         ("/admin/queues/assets/groups.js", "text/javascript"),
+        ("/admin/queues/assets/message.js", "text/javascript"),
+        ("/admin/queues/assets/flow.js", "text/javascript"),
         ("/admin/queues/assets/app.css", "text/css"),
         ("/admin/queues/assets/favicon.svg", "image/svg+xml"),
     ] {
@@ -1713,6 +1715,84 @@ async fn producer_api_offers_unique_for_throttle_debounce_and_replace() {
     );
 }
 
+/// `after` and `on_dead_child` (docs/workflows.md): a parent waits for
+/// children of its queue and of another, linked in each child's queue; a
+/// child no longer stored is taken as finished; a bad ref, policy or
+/// combination is a 400 with nothing written.
+#[tokio::test]
+async fn producer_api_sends_a_parent_that_waits_for_its_children() {
+    use delayqueue::fred::prelude::HashesInterface;
+    let (_server, client) = start().await;
+    let app = Dashboard::new(client.clone())
+        .auth(Auth::Bearer("s3".into()))
+        .router()
+        .unwrap();
+    let t = Some("s3");
+    let (flows, mail) = (queue(&client, "flows"), queue(&client, "mail"));
+    for (q, id) in [(&flows, "c1"), (&mail, "r1")] {
+        q.send("child").id(id).delay(Duration::from_secs(60)).await.unwrap();
+    }
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/flows/messages",
+        t,
+        json!({"payload": "close", "id": "p1", "after": ["c1", {"queue": "mail", "id": "r1"}],
+               "on_dead_child": "ignore"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let p1 = flows.get("p1").await.unwrap().unwrap();
+    assert_eq!(p1.state, MessageState::Waiting);
+    for (key, child) in [("dq:{flows}:parents", "c1"), ("dq:{mail}:parents", "r1")] {
+        let link: Option<String> = client.hget(key, child).await.unwrap();
+        assert_eq!(link.as_deref(), Some("i dq:{flows}: p1"), "{child}");
+    }
+    // In a batch; a child never sent is taken as finished: due at once.
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/flows/batch",
+        t,
+        json!({"messages": [{"payload": "p2", "id": "p2", "after": [{"id": "gone"}, {"queue": "flows", "id": "c1"}]}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["results"][0]["id"], "p2");
+    assert_eq!(flows.get("p2").await.unwrap().unwrap().state, MessageState::Waiting);
+
+    let before = (flows.counts().await.unwrap(), mail.counts().await.unwrap());
+    for bad in [
+        json!({"payload": "x", "after": ["a b"]}),
+        json!({"payload": "x", "after": [{"queue": "no queue!", "id": "c"}]}),
+        json!({"payload": "x", "after": [{"queue": "mail"}]}),
+        json!({"payload": "x", "after": [{"queue": "mail", "id": "r1", "policy": "wait"}]}),
+        json!({"payload": "x", "after": [5]}),
+        json!({"payload": "x", "after": "c1"}),
+        json!({"payload": "x", "after": ["r1"], "on_dead_child": "retry"}),
+        json!({"payload": "x", "id": "self", "after": ["self"]}),
+        json!({"payload": "x", "id": "u", "after": ["r1"], "unique_for_ms": 1_000}),
+    ] {
+        let r = v1(&app, Method::POST, "/api/v1/queues/flows/messages", t, bad.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text());
+    }
+    let r = v1(
+        &app,
+        Method::POST,
+        "/api/v1/queues/flows/batch",
+        t,
+        json!({"messages": [{"payload": "ok"}, {"payload": "x", "after": ["a b"]}]}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    assert_eq!(
+        (flows.counts().await.unwrap(), mail.counts().await.unwrap()),
+        before,
+        "nothing written"
+    );
+    assert!(flows.get("self").await.unwrap().is_none());
+}
+
 #[tokio::test]
 async fn one_message_shows_its_progress_and_log_and_an_acked_ones_result() {
     let (_server, client) = start().await;
@@ -1788,4 +1868,105 @@ async fn metrics_show_the_groups_with_the_most_due_messages() {
     );
     let none = Dashboard::new(client.clone()).group_metrics(0).router().unwrap();
     assert!(!get(&none, "/metrics").await.text().contains("delayqueue_group_"));
+}
+
+/// `GET .../messages/{id}/flow` (both APIs, read-only too) reads a flow as
+/// a tree from any of its messages, across queues; `.../flow/children`
+/// pages a node's children; unknown ids are 404, bad ids and cursors 400.
+#[tokio::test]
+async fn a_flow_is_read_as_a_tree_and_its_children_paged() {
+    use delayqueue::{Flow, NewMessage, FLOW_PAGE};
+    let (_server, client) = start().await;
+    let (orders, mail) = (queue(&client, "orders"), queue(&client, "mail"));
+    let hour = Duration::from_secs(3600);
+    let mut email = Flow::new(&mail, NewMessage::new("email").id("email-1"));
+    for i in 0..FLOW_PAGE + 3 {
+        email = email.child(Flow::new(
+            &orders,
+            NewMessage::new("line").id(format!("line-{i:02}")).delay(hour),
+        ));
+    }
+    Flow::new(&orders, NewMessage::new("close").id("close-1"))
+        .child(email)
+        .child(Flow::new(&mail, NewMessage::new("charge").id("charge-1")))
+        .send()
+        .await
+        .unwrap();
+    // charge-1 is acked with a result: close-1 records it.
+    let consumer = mail
+        .start_consume(|m: delayqueue::Message| async move { Ok::<_, delayqueue::HandlerError>(m.payload().to_vec()) })
+        .await
+        .unwrap();
+    let relayed = wait_for(WAIT, || async {
+        orders.children_results("close-1", None).await.unwrap().children.len() == 1
+    })
+    .await;
+    assert!(relayed, "charge-1's completion did not reach close-1");
+    consumer.shutdown().await.unwrap();
+
+    let app = Dashboard::new(client.clone()).read_only(true).router().unwrap();
+    for base in ["/api/queues", "/api/v1/queues"] {
+        let t = get_ok(&app, &format!("{base}/orders/messages/line-07/flow")).await;
+        assert_eq!(keys(&t), ["id", "parents", "path", "queue", "root", "truncated"]);
+        assert_eq!(
+            t["path"],
+            json!([{"queue": "mail", "id": "email-1", "policy": "fail"}, {"queue": "orders", "id": "close-1", "policy": "fail"}])
+        );
+        let root = &t["root"];
+        assert_eq!((&root["id"], &root["state"]), (&json!("close-1"), &json!("waiting")));
+        assert_eq!(
+            (&root["unfinished"], &root["finished"], &root["more"]),
+            (&json!(1), &json!(1), &json!(0))
+        );
+        let kids = root["children"].as_array().unwrap();
+        assert_eq!(kids[0]["id"], "email-1");
+        assert_eq!(
+            (
+                &kids[1]["id"],
+                &kids[1]["state"],
+                &kids[1]["outcome"],
+                &kids[1]["has_result"]
+            ),
+            (&json!("charge-1"), &Value::Null, &json!("acked"), &json!(true))
+        );
+        let email = &kids[0];
+        assert_eq!(email["children"].as_array().unwrap().len(), FLOW_PAGE);
+        assert_eq!(email["more"], 3);
+        assert_eq!(email["children"][0]["queue"], "orders");
+        assert_eq!(email["children"][0]["state"], "pending");
+
+        // Every child of email-1, page after page.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut cursor = String::new();
+        for _ in 0..10 {
+            let p = get_ok(
+                &app,
+                &format!("{base}/mail/messages/email-1/flow/children?cursor={cursor}"),
+            )
+            .await;
+            seen.extend(
+                p["children"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["id"].as_str().unwrap().to_string()),
+            );
+            match p["next"].as_str() {
+                Some(next) => cursor = next.to_string(),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), FLOW_PAGE + 3);
+
+        let r = get(&app, &format!("{base}/orders/messages/nope/flow")).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+        assert!(r.json()["error"].as_str().unwrap().contains("nope"));
+        let r = get(&app, &format!("{base}/orders/messages/a%20b/flow")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+        let r = get(&app, &format!("{base}/mail/messages/email-1/flow/children?cursor=zz")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+        assert_eq!(r.json()["param"], "cursor");
+        let r = get(&app, &format!("{base}/nosuch/messages/x/flow")).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+    }
 }

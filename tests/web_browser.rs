@@ -1290,3 +1290,134 @@ async fn the_message_view_shows_live_progress_and_log_lines_then_the_result() {
     assert_eq!(kept, Some(json!({"pages": 12, "url": "s3://reports/q3.pdf"})));
     b.close().await;
 }
+
+/// A 2-level flow across two queues, some of its children finished: from
+/// a child's row, its message view links to the flow, whose tree shows
+/// each message's state (or how it ended) and links to its view.
+#[tokio::test]
+async fn the_flow_view_opened_from_a_child_shows_each_messages_state() {
+    use delayqueue::{ChildPolicy, Flow};
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let (orders, mail) = (dash.queue("orders", |b| b), dash.queue("mail", |b| b));
+    let hour = Duration::from_secs(3600);
+    Flow::new(&orders, NewMessage::new("close order 7").id("close-7"))
+        .child(Flow::new(&orders, NewMessage::new("charge card").id("charge-7")))
+        .child(
+            Flow::new(&mail, NewMessage::new("email receipt").id("email-7"))
+                .on_dead_child(ChildPolicy::Ignore)
+                .child(Flow::new(&mail, NewMessage::new("render receipt").id("render-7")))
+                .child(Flow::new(
+                    &mail,
+                    NewMessage::new("notify").id("notify-7").retry_count(0),
+                ))
+                .child(Flow::new(
+                    &mail,
+                    NewMessage::new("attach invoice").id("attach-7").delay(hour),
+                ))
+                .child(Flow::new(
+                    &orders,
+                    NewMessage::new("update ledger").id("ledger-7").delay(hour),
+                )),
+        )
+        .send()
+        .await
+        .unwrap();
+    // charge-7 and render-7 succeed with a result, notify-7 dies.
+    let handler = |msg: Message| async move {
+        if msg.id().as_str() == "notify-7" {
+            return Err(HandlerError::from("smtp: mailbox full"));
+        }
+        Ok(format!("done: {}", String::from_utf8_lossy(msg.payload())))
+    };
+    let a = orders.start_consume(handler).await.unwrap();
+    let m = mail.start_consume(handler).await.unwrap();
+    let finished = |q: &DelayQueue, id: &'static str, n: usize| {
+        let q = q.clone();
+        move || {
+            let q = q.clone();
+            async move { q.children_results(id, None).await.unwrap().children.len() == n }
+        }
+    };
+    assert!(
+        support::wait_for(support::WAIT, finished(&orders, "close-7", 1)).await,
+        "charge-7 not relayed"
+    );
+    assert!(
+        support::wait_for(support::WAIT, finished(&mail, "email-7", 2)).await,
+        "render-7 and notify-7 not relayed"
+    );
+    a.shutdown().await.unwrap();
+    m.shutdown().await.unwrap();
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/q/mail/pending").await;
+    b.click("[data-testid=message-row][data-id=attach-7] a").await;
+    b.wait(
+        "attach-7's page",
+        "!!document.querySelector('[data-testid=message-view][data-id=attach-7]')",
+    )
+    .await;
+    b.click("[data-testid=flow-link]").await;
+    let states = b
+        .wait(
+            "the flow's seven messages",
+            "(() => { const n = [...document.querySelectorAll('[data-testid=flow-node]')]; return n.length === 7 && n.map((e) => [e.dataset.queue + '/' + e.dataset.id, e.dataset.state]); })()",
+        )
+        .await;
+    assert_eq!(
+        states,
+        json!([
+            ["orders/close-7", "waiting"],
+            ["mail/email-7", "waiting"],
+            ["mail/attach-7", "pending"],
+            ["orders/ledger-7", "pending"],
+            ["mail/notify-7", "dead"],
+            ["mail/render-7", "acked"],
+            ["orders/charge-7", "acked"],
+        ])
+    );
+    let focus = b
+        .js("return [...document.querySelectorAll('[data-testid=flow-node].focus')].map((e) => e.dataset.id);")
+        .await;
+    assert_eq!(focus, json!(["attach-7"]));
+    let info = b
+        .js("return document.querySelector('[data-testid=flow-info]').textContent;")
+        .await;
+    assert!(
+        info.as_str()
+            .unwrap()
+            .contains("Its root is close-7 of orders, 2 levels up"),
+        "{info}"
+    );
+    b.screenshot("flow").await;
+
+    // Each node links to its message's view, in its own queue.
+    b.click("[data-testid=flow-node][data-id=ledger-7] a").await;
+    b.wait(
+        "ledger-7's page, of queue orders",
+        "!!document.querySelector('[data-testid=message-view][data-id=ledger-7]') && location.hash === '#/q/orders/m/ledger-7'",
+    )
+    .await;
+
+    // A parent of more children than a node lists: Show more loads the rest.
+    let mut digest = Flow::new(&mail, NewMessage::new("digest").id("digest-9"));
+    for i in 0..delayqueue::FLOW_PAGE + 3 {
+        digest = digest.child(Flow::new(
+            &mail,
+            NewMessage::new("item").id(format!("item-{i:02}")).delay(hour),
+        ));
+    }
+    digest.send().await.unwrap();
+    dash.open(&b, "#/q/mail/flow/digest-9").await;
+    let count = "document.querySelectorAll('[data-testid=flow-node]').length";
+    b.wait("the parent and a page of its children", &format!("{count} === 51"))
+        .await;
+    b.click("[data-testid=flow-more]").await;
+    b.wait(
+        "all 53 children",
+        &format!("{count} === 54 && !document.querySelector('[data-testid=flow-more]')"),
+    )
+    .await;
+    b.close().await;
+}

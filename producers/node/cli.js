@@ -7,13 +7,14 @@
  *   delayqueue-producer send orders 'close order 42' --delay-ms 1800000 --id order-42
  *   printf data | delayqueue-producer send orders - --header tenant=acme
  *   delayqueue-producer cancel orders order-42
+ *   delayqueue-producer send orders close --after charge-42 --after-in mail=receipt-42
  *
  * `send` prints the message's id; `cancel` prints true or false. Exit status
  * 1 when the id is live already (send) or Redis fails, 2 for a refused input.
  */
 
 const { parseArgs } = require('util');
-const { Producer, InvalidInputError } = require('./delayqueue-producer');
+const { Producer, InvalidInputError, InvalidFlowError } = require('./delayqueue-producer');
 
 // ioredis is a peer dependency: the project's own, found from this package
 // (installed beside it) or, when the package is a link to a folder (`npm
@@ -21,6 +22,7 @@ const { Producer, InvalidInputError } = require('./delayqueue-producer');
 const Redis = require(require.resolve('ioredis', { paths: [__dirname, process.cwd()] }));
 
 const USAGE = `usage: delayqueue-producer [--url URL] [--key-prefix PREFIX] send QUEUE PAYLOAD|- [--delay-ms N | --at-ms T] [--id ID] [--retry-count N] [--priority P] [--header NAME=VALUE]...
+         [--after ID]... [--after-in QUEUE=ID]... [--on-dead-child fail|ignore|wait|remove]
        delayqueue-producer [--url URL] [--key-prefix PREFIX] cancel QUEUE ID
 --url defaults to redis://127.0.0.1:6379, --key-prefix to dq:; PAYLOAD - reads bytes from stdin.`;
 
@@ -33,6 +35,9 @@ const OPTIONS = {
   'retry-count': { type: 'string' },
   priority: { type: 'string' },
   header: { type: 'string', multiple: true, default: [] },
+  after: { type: 'string', multiple: true, default: [] },
+  'after-in': { type: 'string', multiple: true, default: [] },
+  'on-dead-child': { type: 'string', default: 'fail' },
   help: { type: 'boolean', short: 'h' },
 };
 
@@ -68,6 +73,13 @@ async function main(argv) {
     if (eq < 0) throw new UsageError(`--header ${JSON.stringify(h)}: NAME=VALUE expected`);
     headers[h.slice(0, eq)] = h.slice(eq + 1);
   }
+  const after = [...values.after];
+  // A queue name holds no '=', so the first one ends it.
+  for (const ref of values['after-in']) {
+    const eq = ref.indexOf('=');
+    if (eq < 0) throw new UsageError(`--after-in ${JSON.stringify(ref)}: QUEUE=ID expected`);
+    after.push({ queue: ref.slice(0, eq), id: ref.slice(eq + 1) });
+  }
   const producer = new Producer(new Redis(values.url, { lazyConnect: true, maxRetriesPerRequest: 1 }), queue, { keyPrefix: values['key-prefix'] });
   try {
     if (command === 'cancel') {
@@ -75,7 +87,7 @@ async function main(argv) {
       return 0;
     }
     const payload = arg === '-' ? await readStdin() : arg;
-    const options = { id: values.id, headers };
+    const options = { id: values.id, headers, after, onDeadChild: values['on-dead-child'] };
     for (const [key, option] of [['delayMs', 'delay-ms'], ['atMs', 'at-ms'], ['retryCount', 'retry-count'], ['priority', 'priority']]) {
       if (values[option] !== undefined) options[key] = number(values[option]);
     }
@@ -94,7 +106,7 @@ if (require.main === module) {
     (e) => {
       console.error(`delayqueue-producer: ${e.message}`);
       if (e instanceof UsageError) console.error(USAGE);
-      process.exitCode = e instanceof UsageError || e instanceof InvalidInputError ? 2 : 1;
+      process.exitCode = e instanceof UsageError || e instanceof InvalidInputError || e instanceof InvalidFlowError ? 2 : 1;
     },
   );
 }

@@ -15,6 +15,7 @@
  *   await p.send('report', { atMs: 1893456000000 });
  *   await p.sendBatch([{ payload: 'a' }, { payload: 'b', delayMs: 60000 }]);
  *   await p.cancel('order-42');
+ *   await p.send('close order 42', { after: ['charge-42', { queue: 'mail', id: 'receipt-42' }] });
  *
  * For an ordinary (unsharded) queue; the Rust side's `.shards(n)` spreads a
  * queue over n key sets that this module does not pick between.
@@ -55,7 +56,7 @@ class NotPendingError extends Error {
   }
 }
 
-/** The source of script `name` ('send' or 'cancel') as Redis runs it. */
+/** The source of script `name` ('send', 'cancel', 'flow_deps', 'flow_link' or 'flow_complete') as Redis runs it. */
 const script = (name) => generated(`${name}.lua`);
 
 class Script {
@@ -77,6 +78,9 @@ class Script {
 
 const SEND = new Script('send');
 const CANCEL = new Script('cancel');
+const FLOW_DEPS = new Script('flow_deps');
+const FLOW_LINK = new Script('flow_link');
+const FLOW_COMPLETE = new Script('flow_complete');
 
 // --- Validation -------------------------------------------------------------
 // The rules of docs/wire-format.md, "Validation", with the numbers and
@@ -99,6 +103,15 @@ class InvalidInputError extends RangeError {
     this.rule = rule;
   }
 }
+
+/**
+ * A send with `after` the Rust crate refuses too (its Error::InvalidFlow):
+ * more than WIRE['flow-children'].max refs, a message waiting for itself,
+ * `after` with uniqueForMs, throttleMs, debounceMs or replace, an unknown
+ * onDeadChild, or a sharded queue among the parent's and its children's (this
+ * module writes unsharded queues only). Nothing was written.
+ */
+class InvalidFlowError extends RangeError {}
 
 const codePoint = (c) => `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
 const INVISIBLE = refused('id', 'gu');
@@ -217,9 +230,57 @@ function modeOf(id, { uniqueForMs, throttleMs, debounceMs, replace = false }, ti
   return letter === 'd' ? 'd' : `${letter}${ms}`;
 }
 
-/** [id, stored value, delay ms, own id, mode letters] of one message, checked. */
-function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, group, headers, ...modes } = {}) {
+/**
+ * onDeadChild's values and the letters the scripts keep them as
+ * (docs/workflows.md): fail the parent, ignore the child, wait for it to be
+ * requeued, remove the parent.
+ */
+const POLICIES = { fail: 'f', ignore: 'i', wait: 'w', remove: 'r' };
+
+/**
+ * The children of a send with `after` (ids of this queue, or `{ queue, id }`),
+ * checked as the Rust crate checks them (rules queue-name.* and id.* per ref;
+ * InvalidFlowError for the rest): `{ children: [[queue or null, id], ...]
+ * (sorted, without repeats), policy letter }`, or null when it waits for none.
+ */
+function depsOf(after, onDeadChild, mode) {
+  if (!Object.hasOwn(POLICIES, onDeadChild)) {
+    throw new InvalidFlowError(`onDeadChild must be one of ${Object.keys(POLICIES).join(', ')}, not ${shown(String(onDeadChild))}`);
+  }
+  if (after === undefined) return null;
+  if (!Array.isArray(after)) throw new TypeError('after must be an array of ids or { queue, id } objects');
+  if (!after.length) return null;
+  const most = WIRE['flow-children'].max;
+  if (after.length > most) throw new InvalidFlowError(`${after.length} children, more than ${most}`);
+  if (mode) throw new InvalidFlowError('a message that waits for others cannot be sent with uniqueForMs, throttleMs, debounceMs or replace');
+  const children = new Map();
+  for (const ref of after) {
+    let queue = null;
+    let id = ref;
+    if (ref !== null && typeof ref === 'object') {
+      ({ queue, id } = ref);
+      checkQueueName(queue);
+    } else if (typeof ref !== 'string') {
+      throw new TypeError(`a ref of after must be an id or a { queue, id } object, not ${typeof ref}`);
+    }
+    checkId(id);
+    children.set(JSON.stringify([queue, id]), [queue, id]);
+  }
+  const key = ([q, id]) => [q ?? '', id];
+  const order = (a, b) => {
+    const [x, y] = [key(a), key(b)];
+    return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : 0;
+  };
+  return { children: [...children.values()].sort(order), policy: POLICIES[onDeadChild] };
+}
+
+/** [id, stored value, delay ms, own id, mode letters, children or null] of one message, checked. */
+function message(
+  payload,
+  { delayMs, atMs, id, retryCount = WIRE.default_retry_count, priority = 0, group, headers, after, onDeadChild = 'fail', ...modes } = {},
+) {
   const mode = modeOf(id, modes, delayMs !== undefined || atMs !== undefined);
+  const deps = depsOf(after, onDeadChild, mode);
   if (modes.debounceMs !== undefined) delayMs = modes.debounceMs;
   let bytes;
   if (typeof payload === 'string') {
@@ -242,17 +303,96 @@ function message(payload, { delayMs, atMs, id, retryCount = WIRE.default_retry_c
   // "<retry count>[!<priority>][=<group>][#<headers bytes>]:[<headers>]<payload>"
   // (docs/wire-format.md); send.lua adds the times.
   const head = `${retryCount}${priority ? `!${priority}` : ''}${group !== undefined ? `=${group}` : ''}${section.length ? `#${section.length}` : ''}:`;
-  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own, mode];
+  return [own ? id : generateId(), Buffer.concat([Buffer.from(head), section, bytes]), delay, own, mode, deps];
 }
 
 class Producer {
-  /** Sends to and cancels in queue `name` under `keyPrefix`. */
-  constructor(client, name, { keyPrefix = 'dq:' } = {}) {
+  /**
+   * Sends to and cancels in queue `name` under `keyPrefix`.
+   * `deadLetterRetentionMs`: the queue's (the Rust default when not given),
+   * for a parent sent with `after` that a child already dead fails.
+   */
+  constructor(client, name, { keyPrefix = 'dq:', deadLetterRetentionMs = WIRE.dead_letter_retention_ms } = {}) {
     checkQueueName(name);
     checkKeyPrefix(keyPrefix);
+    checkInt(deadLetterRetentionMs, WIRE.delay.max_ms, 'delay', 'deadLetterRetentionMs');
     this.client = client;
     this.name = name;
-    this.base = `${keyPrefix}{${name}}:`; // docs/wire-format.md, "Keys"
+    this.prefix = keyPrefix;
+    this.base = this.baseOf(name);
+    this.retention = deadLetterRetentionMs;
+  }
+
+  /** `<keyPrefix>{<queue>}:`, the start of every key of queue `queue` (docs/wire-format.md, "Keys"), which a flow's refs name it by. */
+  baseOf(queue) {
+    return `${this.prefix}{${queue}}:`;
+  }
+
+  /** The base of a child's queue: the parent's when the ref named none. */
+  childBase(queue) {
+    return queue === null ? this.base : this.baseOf(queue);
+  }
+
+  /**
+   * Refuses a send with after that names a sharded queue (its shard count in
+   * the totals' field `shards`, docs/wire-format.md), before anything is
+   * written: its messages are not in the unsharded keys this module names, so
+   * a child there would be taken as finished.
+   */
+  async checkUnsharded(queues) {
+    for (const queue of [...new Set(queues.map((q) => q ?? this.name))].sort()) {
+      const shards = await this.client.hget(`${this.baseOf(queue)}totals`, 'shards');
+      if (shards === null) continue;
+      throw new InvalidFlowError(`queue ${JSON.stringify(queue)} is spread over ${shards} shards: this module writes unsharded queues only`);
+    }
+  }
+
+  /**
+   * Step one of a send with after (docs/wire-format.md, "Sending with
+   * after"): each parent's set of children to wait for, filled before the
+   * parent is stored.
+   */
+  async addDeps(msgs) {
+    const parents = msgs.filter(([, , , , , deps]) => deps);
+    if (parents.length) await this.checkUnsharded([null, ...parents.flatMap(([, , , , , deps]) => deps.children.map(([q]) => q))]);
+    for (const [id, , , , , deps] of parents) {
+      const members = deps.children.map(([q, child]) => `${this.childBase(q)} ${child}`);
+      if (members.includes(`${this.base} ${id}`)) throw new InvalidFlowError(`message ${id} cannot wait for itself`);
+      for (let i = 0; i < members.length; i += BATCH) {
+        await FLOW_DEPS.call(this.client, [this.base + WIRE.deps_key + id], members.slice(i, i + BATCH));
+      }
+    }
+  }
+
+  /**
+   * Step three: links parent `id`, stored (or found stored: a re-send), to
+   * each child in the child's queue, and completes at once the children no
+   * longer stored (taken as acked) or dead under a policy that does not wait.
+   */
+  async link(id, { children, policy }) {
+    const link = `${policy} ${this.base} ${id}`;
+    const byBase = new Map();
+    for (const [q, child] of children) {
+      const base = this.childBase(q);
+      if (!byBase.has(base)) byBase.set(base, []);
+      byBase.get(base).push(child);
+    }
+    const done = [];
+    for (const base of [...byBase.keys()].sort()) {
+      const ids = byBase.get(base);
+      const keys = WIRE.flow_link_keys.map((k) => base + k);
+      for (let i = 0; i < ids.length; i += BATCH) {
+        const chunk = ids.slice(i, i + BATCH);
+        const statuses = await FLOW_LINK.call(this.client, keys, [base + WIRE.message_key, link, ...chunk]);
+        // 1 linked; 0 no longer stored (acked); 2 dead.
+        chunk.forEach((child, j) => {
+          if (statuses[j] !== 1) done.push(id, `${base} ${child}`, `${statuses[j] === 0 ? 'a' : 'd'}${policy}`, '');
+        });
+      }
+    }
+    const keys = WIRE.flow_complete_keys.map((k) => this.base + k);
+    const head = [this.base + WIRE.message_key, this.base + WIRE.wake_channel, this.retention];
+    for (let i = 0; i < done.length; i += 4 * BATCH) await FLOW_COMPLETE.call(this.client, keys, [...head, ...done.slice(i, i + 4 * BATCH)]);
   }
 
   /** The KEYS of script `which`: the queue's, then each message's. */
@@ -261,16 +401,21 @@ class Producer {
   }
 
   async store(msgs) {
+    await this.addDeps(msgs);
     const args = [this.base + WIRE.wake_channel, FORMAT_VERSION];
     // expire_after 0: never expires.
-    // The mode follows the id flag (docs/dedup.md).
-    for (const [id, value, delay, own, mode] of msgs) args.push(id, value, delay, 0, mode ? `1${mode}` : own ? 1 : 0);
+    // The mode follows the id flag (docs/dedup.md); "w": a parent that waits for its children.
+    for (const [id, value, delay, own, mode, deps] of msgs) args.push(id, value, delay, 0, `${own ? 1 : 0}${deps ? 'w' : mode}`);
     // A uniqueForMs or throttleMs message's marker follows the message keys.
     const markers = msgs.filter(([, , , , mode]) => /^[ut]/.test(mode)).map(([id]) => this.base + WIRE.marker_key + id);
     const reply = await SEND.call(this.client, [...this.keys('send', msgs.map(([id]) => id)), ...markers], args);
     const statuses = reply.slice(0, msgs.length);
     const untils = reply.slice(msgs.length);
     if (statuses.length !== msgs.length) throw new Error(`send.lua returned ${statuses.length} statuses for ${msgs.length} messages`);
+    // A parent stored, or live already (a re-send), is linked to its children.
+    for (const [i, [id, , , , , deps]] of msgs.entries()) {
+      if (deps && (statuses[i] === 0 || statuses[i] === 1)) await this.link(id, deps);
+    }
     return msgs.map(([id, , , , mode], i) => {
       const duplicate = `message ${id} already exists in queue ${JSON.stringify(this.name)}`;
       const s = statuses[i];
@@ -289,7 +434,11 @@ class Producer {
   /**
    * Sends one message; resolves to its id; rejects with DuplicateError when
    * `id` is live already, or a uniqueForMs or throttleMs window of it holds;
-   * debounceMs replaces a pending message of `id` (docs/dedup.md).
+   * debounceMs replaces a pending message of `id` (docs/dedup.md). `after`:
+   * messages it waits for (ids of this queue, or `{ queue, id }`): it becomes
+   * due once all have finished, and not before its own delay; `onDeadChild`
+   * ('fail', 'ignore', 'wait' or 'remove') says what a child that becomes a
+   * dead letter does to it (docs/workflows.md).
    */
   async send(payload, options = {}) {
     const [result] = await this.store([message(payload, options)]);
@@ -309,7 +458,7 @@ class Producer {
   }
 
   /**
-   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority, group, headers }, ...]`, BATCH
+   * Sends `[{ payload, delayMs, atMs, id, retryCount, priority, group, headers, after, onDeadChild }, ...]`, BATCH
    * per script call. Every message is checked before any is sent; resolves,
    * in order, to each one's id or its DuplicateError / WrongTypeError.
    */
@@ -344,6 +493,7 @@ module.exports = {
   NotPendingError,
   WrongTypeError,
   InvalidInputError,
+  InvalidFlowError,
   checkQueueName,
   checkKeyPrefix,
   checkId,

@@ -135,10 +135,9 @@ fn callback_id(id: &MessageId, kind: &str) -> MessageId {
     MessageId::from(format!("{id}:{kind}"))
 }
 
-/// The child that keeps a callback waiting while its batch is open: the
-/// callback's own base and an empty id, which no message has.
+/// The child that keeps a callback waiting while its batch is open.
 fn open_member(queue: &DelayQueue, callback: &MessageId) -> String {
-    format!("{} ", queue.shard_of(callback.as_str()).base)
+    queue.shard_of(callback.as_str()).open_batch_member()
 }
 
 impl BatchBuilder<'_> {

@@ -144,22 +144,7 @@ impl Presence {
     /// anomaly.
     fn anomalies(&self, id: &str, stale: bool) -> Vec<Anomaly> {
         let id = || MessageId::from(id.to_string());
-        let mut states: Vec<MessageState> = [
-            (self.pending, MessageState::Pending),
-            (self.processing, MessageState::Processing),
-            (self.dead, MessageState::Dead),
-            (self.waiting, MessageState::Waiting),
-        ]
-        .into_iter()
-        .filter_map(|(is, state)| is.then_some(state))
-        .collect();
-        let listed = std::iter::repeat_n(MessageState::Ready, self.ready as usize)
-            .chain(std::iter::repeat_n(MessageState::Retry, self.retry as usize));
-        if !stale {
-            states.extend(listed);
-        } else if states.is_empty() && self.payload {
-            states.extend(listed.take(1));
-        }
+        let states = self.states(stale);
         let mut found = Vec::new();
         if states.len() > 1 {
             found.push(Anomaly::ManyStates {

@@ -13,6 +13,7 @@ mod dead_letters;
 mod discover;
 mod durability;
 mod flow_links;
+mod flow_tree;
 mod flows;
 mod groups;
 mod inspect;

@@ -192,6 +192,13 @@ impl Keys {
         format!("{}children:{id}", self.base)
     }
 
+    /// The member of a batch callback's `deps` set that keeps it waiting
+    /// while its batch is open (docs/workflows.md): the shard's own base
+    /// and an empty id, which no message has.
+    pub(crate) fn open_batch_member(&self) -> String {
+        format!("{} ", self.base)
+    }
+
     /// The links of the shard's children to their parents.
     pub(crate) fn parents(&self) -> String {
         format!("{}parents", self.base)

@@ -13,7 +13,7 @@
 //! Lua and once in Rust. Nothing here knows the queue handle or the
 //! consumer's runtime.
 
-mod children;
+pub(crate) mod flow_reads;
 pub(crate) mod keys;
 pub(crate) mod ops;
 pub(crate) mod scripts;

@@ -262,7 +262,7 @@ fn defined_names(block: &str) -> Vec<&str> {
 
 /// Lua source without its comments (`--[[ ... ]]` blocks and `--` to the
 /// end of a line), so that a name a comment mentions does not count as used.
-fn code_of(lua: &str) -> String {
+pub(crate) fn code_of(lua: &str) -> String {
     let mut code = String::with_capacity(lua.len());
     let mut rest = lua;
     while let Some(at) = rest.find("--") {

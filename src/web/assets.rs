@@ -12,6 +12,8 @@ const APP_JS: &str = include_str!("assets/app.js");
 const LIB_JS: &str = include_str!("assets/lib.js");
 const OVERVIEW_JS: &str = include_str!("assets/overview.js");
 const GROUPS_JS: &str = include_str!("assets/groups.js");
+const MESSAGE_JS: &str = include_str!("assets/message.js");
+const FLOW_JS: &str = include_str!("assets/flow.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 const FAVICON: &str = include_str!("assets/favicon.svg");
 
@@ -36,6 +38,8 @@ pub(crate) async fn file(Path(file): Path<String>) -> Response {
         "lib.js" => serve("text/javascript; charset=utf-8", LIB_JS),
         "overview.js" => serve("text/javascript; charset=utf-8", OVERVIEW_JS),
         "groups.js" => serve("text/javascript; charset=utf-8", GROUPS_JS),
+        "message.js" => serve("text/javascript; charset=utf-8", MESSAGE_JS),
+        "flow.js" => serve("text/javascript; charset=utf-8", FLOW_JS),
         "app.css" => serve("text/css; charset=utf-8", APP_CSS),
         "favicon.svg" => serve("image/svg+xml", FAVICON),
         _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),

@@ -8,7 +8,10 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 use super::sampler::Rates;
-use crate::{Counts, GroupInfo, GroupPage, MessageInfo, QueueStatus, RateLimit, ScheduleInfo, Totals};
+use crate::{
+    Counts, FlowNode, FlowParent, FlowTree, GroupInfo, GroupPage, MessageInfo, QueueStatus, RateLimit, ScheduleInfo,
+    Totals,
+};
 
 /// ms since the Unix epoch.
 pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
@@ -472,7 +475,7 @@ pub(crate) struct SchedulesJson {
 
 /// One message of the producer API (`POST /api/v1/queues/{name}/messages`
 /// and each item of a batch): the payload as text or base64.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProduceBody {
     pub payload: Option<String>,
@@ -492,6 +495,48 @@ pub(crate) struct ProduceBody {
     pub debounce_ms: Option<u64>,
     /// `NewMessage::replacing`: replaces the pending message `id`.
     pub replace: Option<bool>,
+    /// `NewMessage::after`: the messages it waits for (docs/workflows.md).
+    pub after: Option<Vec<AfterRef>>,
+    /// `NewMessage::on_dead_child`.
+    pub on_dead_child: Option<OnDeadChild>,
+}
+
+/// One message a parent waits for: an id of the parent's queue, or
+/// `{"queue": .., "id": ..}` (`queue` left out: the parent's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum AfterRef {
+    Id(String),
+    Ref(QueuedRef),
+}
+
+/// `{"queue": .., "id": ..}` of [`AfterRef`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct QueuedRef {
+    pub queue: Option<String>,
+    pub id: String,
+}
+
+/// [`ChildPolicy`](crate::ChildPolicy) as the API spells it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OnDeadChild {
+    Fail,
+    Ignore,
+    Wait,
+    Remove,
+}
+
+impl From<OnDeadChild> for crate::ChildPolicy {
+    fn from(p: OnDeadChild) -> Self {
+        match p {
+            OnDeadChild::Fail => crate::ChildPolicy::Fail,
+            OnDeadChild::Ignore => crate::ChildPolicy::Ignore,
+            OnDeadChild::Wait => crate::ChildPolicy::Wait,
+            OnDeadChild::Remove => crate::ChildPolicy::Remove,
+        }
+    }
 }
 
 /// The body of `POST /api/v1/queues/{name}/batch`.
@@ -499,4 +544,91 @@ pub(crate) struct ProduceBody {
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchBody {
     pub messages: Vec<ProduceBody>,
+}
+
+/// A parent a message is linked to (docs/workflows.md).
+#[derive(Debug, Serialize)]
+pub(crate) struct FlowParentJson {
+    queue: String,
+    id: String,
+    /// fail, ignore, wait or remove.
+    policy: &'static str,
+}
+
+impl From<&FlowParent> for FlowParentJson {
+    fn from(p: &FlowParent) -> Self {
+        FlowParentJson {
+            queue: p.queue.clone(),
+            id: p.id.to_string(),
+            policy: p.policy.as_str(),
+        }
+    }
+}
+
+/// One node of a flow's tree, with its children listed.
+#[derive(Debug, Serialize)]
+pub(crate) struct FlowNodeJson {
+    queue: String,
+    id: String,
+    /// `None` once its queue no longer stores it.
+    state: Option<&'static str>,
+    /// acked, dead or cancelled, once its parent recorded it finished.
+    outcome: Option<&'static str>,
+    has_result: bool,
+    unfinished: u64,
+    finished: u64,
+    /// Children not listed.
+    more: u64,
+    /// The cursor of `.../flow/children` after the listed ones.
+    next: Option<String>,
+    children: Vec<FlowNodeJson>,
+}
+
+impl From<&FlowNode> for FlowNodeJson {
+    fn from(n: &FlowNode) -> Self {
+        FlowNodeJson {
+            queue: n.queue.clone(),
+            id: n.id.to_string(),
+            state: n.state.map(|s| s.as_str()),
+            outcome: n.outcome.map(|o| o.as_str()),
+            has_result: n.has_result,
+            unfinished: n.unfinished,
+            finished: n.finished,
+            more: n.more(),
+            next: n.next.clone(),
+            children: n.children.iter().map(FlowNodeJson::from).collect(),
+        }
+    }
+}
+
+/// `GET .../messages/{id}/flow`: the flow a message is part of.
+#[derive(Debug, Serialize)]
+pub(crate) struct FlowJson {
+    queue: String,
+    id: String,
+    parents: Vec<FlowParentJson>,
+    /// The way up to the root, nearest first.
+    path: Vec<FlowParentJson>,
+    truncated: bool,
+    root: FlowNodeJson,
+}
+
+impl From<&FlowTree> for FlowJson {
+    fn from(t: &FlowTree) -> Self {
+        FlowJson {
+            queue: t.queue.clone(),
+            id: t.id.to_string(),
+            parents: t.parents.iter().map(FlowParentJson::from).collect(),
+            path: t.path.iter().map(FlowParentJson::from).collect(),
+            truncated: t.truncated,
+            root: FlowNodeJson::from(&t.root),
+        }
+    }
+}
+
+/// `GET .../messages/{id}/flow/children`: one page of a node's children.
+#[derive(Debug, Serialize)]
+pub(crate) struct FlowPageJson {
+    pub children: Vec<FlowNodeJson>,
+    pub next: Option<String>,
 }

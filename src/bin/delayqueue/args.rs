@@ -108,6 +108,9 @@ pub enum Command {
     /// A queue's groups (docs/groups.md): list them, show, pause, resume or limit one.
     #[command(subcommand)]
     Groups(GroupsCommand),
+    /// Flows (docs/workflows.md): the tree of messages a message is part of.
+    #[command(subcommand)]
+    Flow(FlowCommand),
     /// Serve the web dashboard and Prometheus /metrics of every queue under the prefix.
     Web(WebArgs),
     /// Delete every message of a queue and its totals.
@@ -233,6 +236,20 @@ pub struct SendArgs {
     /// A header, NAME=VALUE; repeat for more.
     #[arg(long = "header", short = 'H', value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
+    /// Wait until message ID of the same queue finished (docs/workflows.md); repeat for more.
+    #[arg(long, value_name = "ID", conflicts_with = "dedup")]
+    pub after: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FlowCommand {
+    /// The flow a message is part of, as a tree from its root: each message's state, queue and id; exit 1 if none.
+    Show {
+        /// The queue's name.
+        queue: String,
+        /// The message's id: any message of the flow.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

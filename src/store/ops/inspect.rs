@@ -6,7 +6,7 @@ use fred::prelude::Value;
 use super::{array, id_keys, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
-use crate::Error;
+use crate::{Error, MessageState};
 
 /// Where each of `ids` lives.
 pub(crate) struct Inspect<'a> {
@@ -30,6 +30,32 @@ pub(crate) struct Presence {
     pub marker: bool,
     /// A flow's parent waiting for its children (docs/workflows.md).
     pub waiting: bool,
+}
+
+impl Presence {
+    /// Every state the id is found in, the zsets' first. `stale`: the
+    /// STALE mark is set, so list entries may be left over from cancelled
+    /// messages: they count only for an id with a payload and no other
+    /// state, and once.
+    pub(crate) fn states(&self, stale: bool) -> Vec<MessageState> {
+        let mut states: Vec<MessageState> = [
+            (self.pending, MessageState::Pending),
+            (self.processing, MessageState::Processing),
+            (self.dead, MessageState::Dead),
+            (self.waiting, MessageState::Waiting),
+        ]
+        .into_iter()
+        .filter_map(|(is, state)| is.then_some(state))
+        .collect();
+        let listed = std::iter::repeat_n(MessageState::Ready, self.ready as usize)
+            .chain(std::iter::repeat_n(MessageState::Retry, self.retry as usize));
+        if !stale {
+            states.extend(listed);
+        } else if states.is_empty() && self.payload {
+            states.extend(listed.take(1));
+        }
+        states
+    }
 }
 
 /// What one inspect found.

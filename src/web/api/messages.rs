@@ -45,7 +45,7 @@ fn order_of(query: &HashMap<String, String>) -> Result<Order, ApiError> {
 }
 
 /// The opaque cursor of the previous reply; none (or empty): the start.
-fn cursor_of(query: &HashMap<String, String>) -> Option<String> {
+pub(super) fn cursor_of(query: &HashMap<String, String>) -> Option<String> {
     query.get("cursor").filter(|c| !c.is_empty()).cloned()
 }
 

@@ -1,9 +1,10 @@
-//! The JSON API under `/api`: reading (overview, queue, messages,
+//! The JSON API under `/api`: reading (overview, queue, messages, flows,
 //! schedules, groups), acting (actions, schedules, groups), the producer API for programs
 //! under `/api/v1`, and how their errors become HTTP statuses.
 
 mod actions;
 pub(crate) mod error;
+mod flow;
 mod groups;
 mod messages;
 mod overview;
@@ -26,6 +27,8 @@ fn producer_routes() -> Router<Arc<App>> {
         .route("/queues/{name}/messages", post(producer::send))
         .route("/queues/{name}/batch", post(producer::batch))
         .route("/queues/{name}/messages/{id}", get(messages::one))
+        .route("/queues/{name}/messages/{id}/flow", get(flow::tree))
+        .route("/queues/{name}/messages/{id}/flow/children", get(flow::children))
         .route("/queues/{name}/messages/{id}/cancel", post(producer::cancel))
         .route("/queues/{name}/messages/{id}/reschedule", post(producer::reschedule))
 }
@@ -38,6 +41,8 @@ pub(crate) fn routes() -> Router<Arc<App>> {
         .route("/queues/{name}/messages", get(messages::list).post(actions::send))
         .route("/queues/{name}/search", get(messages::search))
         .route("/queues/{name}/messages/{id}", get(messages::one))
+        .route("/queues/{name}/messages/{id}/flow", get(flow::tree))
+        .route("/queues/{name}/messages/{id}/flow/children", get(flow::children))
         .route("/queues/{name}/messages/{id}/cancel", post(actions::cancel))
         .route("/queues/{name}/messages/{id}/reschedule", post(actions::reschedule))
         .route("/queues/{name}/messages/{id}/run", post(actions::run_now))

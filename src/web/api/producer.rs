@@ -4,7 +4,10 @@
 //! no CSRF token but credentials in the `Authorization` header and a JSON
 //! body (`csrf::check` and `auth::check` say why). A queue that does not
 //! exist yet is created by its first message, as `DelayQueue::send` does.
+//! A message may wait for others (`after`, docs/workflows.md), of its queue
+//! or of others, named by queue and id.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,15 +20,33 @@ use serde_json::{json, Value};
 
 use super::actions::{body, delay_of, reschedule_delay};
 use super::error::{ApiError, ApiResult};
-use crate::web::json::{BatchBody, ProduceBody};
+use crate::web::json::{AfterRef, BatchBody, ProduceBody, QueuedRef};
 use crate::web::state::App;
-use crate::{DelayQueue, Error, MessageId, NewMessage};
+use crate::{DelayQueue, Error, MessageId, MessageRef, NewMessage};
 
 /// Most messages one batch request takes.
 const MAX_BATCH: usize = 1000;
 
-/// The message a body describes, checked (payload, times) before any is sent.
-fn message_of(b: ProduceBody) -> Result<NewMessage, ApiError> {
+/// The handles of the other queues that the bodies' `after` refs name
+/// (queue `name`'s own refs need none), checked: a bad queue name is a 400.
+async fn ref_queues(app: &App, name: &str, bodies: &[ProduceBody]) -> Result<HashMap<String, DelayQueue>, ApiError> {
+    let mut queues = HashMap::new();
+    for b in bodies {
+        for r in b.after.iter().flatten() {
+            if let AfterRef::Ref(QueuedRef { queue: Some(q), .. }) = r {
+                if q != name && !queues.contains_key(q) {
+                    let handle = queue_of(app, q).await.map_err(|e| e.context("after"))?;
+                    queues.insert(q.clone(), handle);
+                }
+            }
+        }
+    }
+    Ok(queues)
+}
+
+/// The message a body describes, checked (payload, times) before any is
+/// sent; `queues`: those its `after` names ([`ref_queues`]).
+fn message_of(b: ProduceBody, queues: &HashMap<String, DelayQueue>) -> Result<NewMessage, ApiError> {
     let payload = match (b.payload, b.payload_base64) {
         (Some(text), None) => text.into_bytes(),
         (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
@@ -77,6 +98,18 @@ fn message_of(b: ProduceBody) -> Result<NewMessage, ApiError> {
     for (name, value) in b.headers.into_iter().flatten() {
         m = m.header(name, value);
     }
+    let refs = b.after.into_iter().flatten().map(|r| match r {
+        AfterRef::Id(id) | AfterRef::Ref(QueuedRef { queue: None, id }) => MessageRef::from(id),
+        AfterRef::Ref(QueuedRef { queue: Some(q), id }) => match queues.get(&q) {
+            Some(other) => MessageRef::new(other, id),
+            // The parent's own queue, which `ref_queues` leaves out.
+            None => MessageRef::from(id),
+        },
+    });
+    m = m.after(refs);
+    if let Some(policy) = b.on_dead_child {
+        m = m.on_dead_child(policy.into());
+    }
     Ok(m)
 }
 
@@ -84,15 +117,31 @@ async fn queue_of(app: &App, name: &str) -> Result<DelayQueue, ApiError> {
     Ok(app.registry.get_or_new(name).await?)
 }
 
-/// Sends the messages `make` builds to queue `name`. A listed handle whose
-/// shard count the queue no longer records (sharded since it was listed)
-/// is refused with nothing written: it is dropped from the list, and the
+/// Sends the messages `bodies` describe to queue `name` (`what`: each
+/// one's name in an error, from its place). A listed handle whose shard
+/// count the queue no longer records (sharded since it was listed) is
+/// refused with nothing written: it is dropped from the list, and the
 /// messages are sent once more to the queue as Redis records it.
 async fn send_to(
     app: &App,
     name: &str,
-    make: impl Fn() -> Result<Vec<NewMessage>, ApiError>,
+    bodies: Vec<ProduceBody>,
+    what: impl Fn(usize) -> Option<String>,
 ) -> Result<Vec<Result<MessageId, Error>>, ApiError> {
+    let queues = ref_queues(app, name, &bodies).await?;
+    // Every message is checked before any is sent.
+    let make = || {
+        bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                message_of(b.clone(), &queues).map_err(|e| match what(i) {
+                    Some(w) => e.context(&w),
+                    None => e,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
     match queue_of(app, name).await?.send_batch(make()?).await {
         Err(Error::ShardCount { .. }) => {
             app.registry.forget(name);
@@ -109,7 +158,7 @@ pub(crate) async fn send(
     Path(name): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let mut results = send_to(&app, &name, || Ok(vec![message_of(body(&bytes)?)?])).await?;
+    let mut results = send_to(&app, &name, vec![body(&bytes)?], |_| None).await?;
     let id = results
         .pop()
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no result"))??;
@@ -120,18 +169,11 @@ pub(crate) async fn send(
 /// result per message, in order, `{"id": ..}` or `{"status": 409, "error":
 /// ..}`. An invalid message fails the whole request before any is sent.
 pub(crate) async fn batch(State(app): State<Arc<App>>, Path(name): Path<String>, bytes: Bytes) -> ApiResult<Value> {
-    let msgs = || {
-        let b: BatchBody = body(&bytes)?;
-        if b.messages.is_empty() || b.messages.len() > MAX_BATCH {
-            return Err(ApiError::bad(format!("messages must hold 1 to {MAX_BATCH} messages")));
-        }
-        b.messages
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| message_of(m).map_err(|e| e.context(&format!("messages[{i}]"))))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    let results: Vec<Value> = send_to(&app, &name, msgs)
+    let b: BatchBody = body(&bytes)?;
+    if b.messages.is_empty() || b.messages.len() > MAX_BATCH {
+        return Err(ApiError::bad(format!("messages must hold 1 to {MAX_BATCH} messages")));
+    }
+    let results: Vec<Value> = send_to(&app, &name, b.messages, |i| Some(format!("messages[{i}]")))
         .await?
         .into_iter()
         .map(|r| match r {

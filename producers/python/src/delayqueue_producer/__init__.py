@@ -15,6 +15,7 @@ with the same guarantees (due time, idempotent ids, cancel).
     p.send("report", at_ms=1_893_456_000_000)
     p.send_batch([{"payload": "a"}, {"payload": "b", "delay_ms": 60_000}])
     p.cancel("order-42")
+    p.send("close order 42", after=["charge-42", ("mail", "receipt-42")])
 
 For an ordinary (unsharded) queue; the Rust side's `.shards(n)` spreads a
 queue over n key sets that this module does not pick between.
@@ -38,6 +39,7 @@ __all__ = [
     "NotPendingError",
     "WrongTypeError",
     "InvalidInput",
+    "InvalidFlow",
     "check_queue_name",
     "check_key_prefix",
     "check_id",
@@ -99,6 +101,15 @@ class InvalidInput(ValueError):
         self.rule = rule
 
 
+class InvalidFlow(ValueError):
+    """A send with `after` the Rust crate refuses too (its Error::InvalidFlow):
+    more than WIRE["flow-children"]["max"] refs, a message waiting for itself,
+    `after` with unique_for_ms, throttle_ms, debounce_ms or replace, an
+    unknown on_dead_child, or a sharded queue among the parent's and its
+    children's (this module writes unsharded queues only). Nothing was
+    written."""
+
+
 class _Script:
     """A script of `generated/`, called as the crate calls it."""
 
@@ -116,7 +127,8 @@ class _Script:
 
 
 def script(name: str) -> str:
-    """The source of script `name` ("send" or "cancel") as Redis runs it."""
+    """The source of script `name` ("send", "cancel", "flow_deps",
+    "flow_link" or "flow_complete") as Redis runs it."""
     return _generated(name + ".lua")
 
 
@@ -240,9 +252,54 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: A message a parent waits for: an id of the parent's queue, or a
+#: (queue name, id) pair.
+Ref = Union[str, Tuple[str, str]]
+
+#: on_dead_child's values and the letters the scripts keep them as
+#: (docs/workflows.md): fail the parent, ignore the child, wait for it to be
+#: requeued, remove the parent.
+_POLICIES = {"fail": "f", "ignore": "i", "wait": "w", "remove": "r"}
+
+#: A parent's children, checked: (queue name or None for the parent's, id)
+#: each, sorted and without repeats, and the policy letter.
+_Deps = Tuple[List[Tuple[Optional[str], str]], str]
+
 #: One checked message: id, stored value, delay ms, whether the caller chose
-#: the id, and its mode letters for send.lua ('' none; docs/wire-format.md).
-_Message = Tuple[str, bytes, int, bool, str]
+#: the id, its mode letters for send.lua ('' none; docs/wire-format.md), and
+#: the children it waits for (None: it waits for none).
+_Message = Tuple[str, bytes, int, bool, str, Optional[_Deps]]
+
+
+def _deps(after: Optional[Sequence[Ref]], on_dead_child: str, mode: str) -> Optional[_Deps]:
+    """The children of a send with `after`, checked as the Rust crate checks
+    them (rules queue-name.* and id.* per ref; InvalidFlow for the rest)."""
+    if on_dead_child not in _POLICIES:
+        raise InvalidFlow("on_dead_child must be one of %s, not %r" % (", ".join(_POLICIES), on_dead_child))
+    if after is None:
+        return None
+    if isinstance(after, (str, bytes)):
+        raise TypeError("after must be a list of ids or (queue, id) pairs, not one %s" % type(after).__name__)
+    refs = list(after)
+    if not refs:
+        return None
+    most: int = WIRE["flow-children"]["max"]
+    if len(refs) > most:
+        raise InvalidFlow("%d children, more than %d" % (len(refs), most))
+    if mode:
+        raise InvalidFlow("a message that waits for others cannot have unique_for_ms, throttle_ms, debounce_ms, replace")
+    children = set()
+    for ref in refs:
+        if isinstance(ref, str):
+            queue, id = None, ref
+        elif isinstance(ref, (tuple, list)) and len(ref) == 2:
+            queue, id = ref
+            check_queue_name(queue)
+        else:
+            raise TypeError("a ref of after must be an id or a (queue, id) pair, not %r" % (ref,))
+        check_id(id)
+        children.add((queue, id))
+    return sorted(children, key=lambda c: (c[0] or "", c[1])), _POLICIES[on_dead_child]
 
 
 def _mode(
@@ -286,9 +343,12 @@ def _message(
     throttle_ms: Optional[int] = None,
     debounce_ms: Optional[int] = None,
     replace: bool = False,
+    after: Optional[Sequence[Ref]] = None,
+    on_dead_child: str = "fail",
 ) -> _Message:
     """One message, checked."""
     mode = _mode(id, unique_for_ms, throttle_ms, debounce_ms, replace, delay_ms is not None or at_ms is not None)
+    deps = _deps(after, on_dead_child, mode)
     if debounce_ms is not None:
         delay_ms = debounce_ms
     if isinstance(payload, str):
@@ -316,7 +376,8 @@ def _message(
         + ("#%d" % len(section) if section else "")
         + ":"
     )
-    return (generate_id() if id is None else id), head.encode() + section + bytes(payload), delay, id is not None, mode
+    value = head.encode() + section + bytes(payload)
+    return (generate_id() if id is None else id), value, delay, id is not None, mode, deps
 
 
 #: What send_batch returns per message: its id, or why it was not stored.
@@ -324,27 +385,104 @@ Outcome = Union[str, DuplicateError, WrongTypeError, NotPendingError]
 
 
 class Producer:
-    """Sends to and cancels in queue `name` under `key_prefix`."""
+    """Sends to and cancels in queue `name` under `key_prefix`.
+    `dead_letter_retention_ms`: the queue's (the Rust default when not
+    given), for a parent sent with `after` that a child already dead fails."""
 
     _send = _Script("send")
     _cancel = _Script("cancel")
+    _flow_deps = _Script("flow_deps")
+    _flow_link = _Script("flow_link")
+    _flow_complete = _Script("flow_complete")
 
-    def __init__(self, client: "redis.Redis", name: str, key_prefix: str = "dq:") -> None:
+    def __init__(
+        self,
+        client: "redis.Redis",
+        name: str,
+        key_prefix: str = "dq:",
+        dead_letter_retention_ms: Optional[int] = None,
+    ) -> None:
         check_queue_name(name)
         check_key_prefix(key_prefix)
         self.client = client
         self.name = name
-        self._base = "%s{%s}:" % (key_prefix, name)  # docs/wire-format.md, "Keys"
+        self._prefix = key_prefix
+        self._base = self._base_of(name)
+        retention = WIRE["dead_letter_retention_ms"] if dead_letter_retention_ms is None else dead_letter_retention_ms
+        self._retention = _check_int(retention, WIRE["delay"]["max_ms"], "delay", "dead_letter_retention_ms")
+
+    def _base_of(self, queue: str) -> str:
+        """`<key prefix>{<queue>}:`, the start of every key of queue `queue`
+        (docs/wire-format.md, "Keys"), which a flow's refs name it by."""
+        return "%s{%s}:" % (self._prefix, queue)
 
     def _keys(self, which: str, ids: Sequence[str]) -> List[str]:
         """The KEYS of script `which`: the queue's, then each message's."""
         return [self._base + k for k in WIRE[which + "_keys"]] + [self._base + WIRE["message_key"] + i for i in ids]
 
+    def _members(self, id: str, deps: _Deps) -> List[str]:
+        """The children of parent `id` as the scripts keep them, "<child's
+        queue base> <child id>" each."""
+        members = [(self._base if q is None else self._base_of(q)) + " " + c for q, c in deps[0]]
+        if self._base + " " + id in members:
+            raise InvalidFlow("message %s cannot wait for itself" % id)
+        return members
+
+    def _check_unsharded(self, queues: Sequence[Optional[str]]) -> None:
+        """Refuses a send with after that names a sharded queue (its shard
+        count in the totals' field `shards`, docs/wire-format.md), before
+        anything is written: its messages are not in the unsharded keys this
+        module names, so a child there would be taken as finished."""
+        for queue in sorted(set(q or self.name for q in queues)):
+            shards = self.client.hget(self._base_of(queue) + "totals", "shards")
+            if shards is not None:
+                reason = "queue %r is spread over %s shards: this module writes unsharded queues only"
+                raise InvalidFlow(reason % (queue, int(shards)))
+
+    def _add_deps(self, msgs: Sequence[_Message]) -> None:
+        """Step one of a send with after (docs/wire-format.md, "Sending with
+        after"): each parent's set of children to wait for, filled before the
+        parent is stored."""
+        parents = [(m[0], m[5]) for m in msgs if m[5] is not None]
+        if parents:
+            self._check_unsharded([None] + [q for _, deps in parents for q, _ in deps[0]])
+        for id, deps in parents:
+            members = self._members(id, deps)
+            for i in range(0, len(members), BATCH):
+                self._flow_deps.call(self.client, [self._base + WIRE["deps_key"] + id], members[i : i + BATCH])
+
+    def _link(self, id: str, deps: _Deps) -> None:
+        """Step three: links parent `id`, stored (or found stored: a re-send),
+        to each child in the child's queue, and completes at once the
+        children no longer stored (taken as acked) or dead under a policy
+        that does not wait."""
+        children, policy = deps
+        link = "%s %s %s" % (policy, self._base, id)
+        by_base: Dict[str, List[str]] = {}
+        for queue, child in children:
+            by_base.setdefault(self._base if queue is None else self._base_of(queue), []).append(child)
+        done: List[Any] = []
+        for base, ids in sorted(by_base.items()):
+            keys = [base + k for k in WIRE["flow_link_keys"]]
+            for i in range(0, len(ids), BATCH):
+                chunk = ids[i : i + BATCH]
+                statuses = self._flow_link.call(self.client, keys, [base + WIRE["message_key"], link, *chunk])
+                for child, status in zip(chunk, statuses):
+                    # 1 linked; 0 no longer stored (acked); 2 dead.
+                    if status != 1:
+                        done += [id, base + " " + child, ("a" if status == 0 else "d") + policy, ""]
+        keys = [self._base + k for k in WIRE["flow_complete_keys"]]
+        head = [self._base + WIRE["message_key"], self._base + WIRE["wake_channel"], self._retention]
+        for i in range(0, len(done), 4 * BATCH):
+            self._flow_complete.call(self.client, keys, head + done[i : i + 4 * BATCH])
+
     def _store(self, msgs: Sequence[_Message]) -> List[Outcome]:
+        self._add_deps(msgs)
         args: List[Any] = [self._base + WIRE["wake_channel"], FORMAT_VERSION]
-        for id, value, delay, own, mode in msgs:
-            # expire_after 0: never expires; the mode follows the id flag.
-            args += [id, value, delay, 0, ("1" + mode) if mode else (1 if own else 0)]
+        for id, value, delay, own, mode, deps in msgs:
+            # expire_after 0: never expires; the mode follows the id flag
+            # ("w": a parent that waits for its children).
+            args += [id, value, delay, 0, ("1" if own else "0") + ("w" if deps else mode)]
         # A unique_for or throttle message's marker follows the message keys.
         markers = [self._base + WIRE["marker_key"] + m[0] for m in msgs if m[4][:1] in ("u", "t")]
         reply = self._send.call(self.client, self._keys("send", [m[0] for m in msgs]) + markers, args)
@@ -352,8 +490,11 @@ class Producer:
         if len(statuses) != len(msgs):
             raise RuntimeError("send.lua returned %d statuses for %d messages" % (len(statuses), len(msgs)))
         out: List[Outcome] = []
-        for (id, _, _, _, mode), s in zip(msgs, statuses):
+        for (id, _, _, _, mode, deps), s in zip(msgs, statuses):
             duplicate = "message %s already exists in queue %r" % (id, self.name)
+            # A parent stored, or live already (a re-send), is linked to its children.
+            if deps is not None and s in (0, 1):
+                self._link(id, deps)
             if s in (1, 5):
                 out.append(id)
             elif s == 0 and mode[:1] in ("r", "R"):
@@ -382,15 +523,33 @@ class Producer:
         unique_for_ms: Optional[int] = None,
         throttle_ms: Optional[int] = None,
         debounce_ms: Optional[int] = None,
+        after: Optional[Sequence[Ref]] = None,
+        on_dead_child: str = "fail",
     ) -> str:
         """Sends one message; returns its id. `group`: its group
         (docs/groups.md); `headers`: a dict of str to str;
         `retry_count`: the crate's default (3) when not given. Raises
         DuplicateError when `id` is live already, or a unique_for_ms or
         throttle_ms window of it holds; debounce_ms replaces a pending
-        message of `id` (docs/dedup.md)."""
+        message of `id` (docs/dedup.md). `after`: messages it waits for
+        (ids of this queue, or (queue, id) pairs): it becomes due once
+        all have finished, and not before its own delay; `on_dead_child`
+        ("fail", "ignore", "wait" or "remove") says what a child that
+        becomes a dead letter does to it (docs/workflows.md)."""
         msg = _message(
-            payload, delay_ms, at_ms, id, retry_count, priority, headers, group, unique_for_ms, throttle_ms, debounce_ms
+            payload,
+            delay_ms,
+            at_ms,
+            id,
+            retry_count,
+            priority,
+            headers,
+            group,
+            unique_for_ms,
+            throttle_ms,
+            debounce_ms,
+            after=after,
+            on_dead_child=on_dead_child,
         )
         result = self._store([msg])[0]
         if isinstance(result, Exception):

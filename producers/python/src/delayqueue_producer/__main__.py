@@ -4,6 +4,7 @@ cancel in a delayqueue queue from a shell.
     python -m delayqueue_producer send orders "close order 42" --delay-ms 1800000 --id order-42
     echo -n data | python -m delayqueue_producer send orders - --header tenant=acme
     python -m delayqueue_producer cancel orders order-42
+    python -m delayqueue_producer send orders "close" --after charge-42 --after-in mail=receipt-42
 
 `send` prints the message's id; `cancel` prints true or false. Exit status
 1 when the id is live already (send) or Redis fails, 2 for a refused input.
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Union
 
 import redis
 
-from . import DuplicateError, InvalidInput, Producer, WrongTypeError
+from . import DuplicateError, InvalidFlow, InvalidInput, Producer, WrongTypeError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("--retry-count", type=int, help="retries allowed (default 3)")
     send.add_argument("--priority", type=int, default=0, help="0 (default) to 9")
     send.add_argument("--header", action="append", default=[], metavar="NAME=VALUE", help="a header (repeatable)")
+    send.add_argument("--after", action="append", default=[], metavar="ID", help="wait for this queue's message ID")
+    # A queue name holds no '=', so the first one ends it.
+    send.add_argument(
+        "--after-in", action="append", default=[], metavar="QUEUE=ID", help="wait for message ID of QUEUE"
+    )
+    send.add_argument(
+        "--on-dead-child", default="fail", help="fail (default), ignore, wait or remove: what a dead child does"
+    )
     cancel = commands.add_parser("cancel", help="delete a waiting message; prints true or false")
     cancel.add_argument("queue")
     cancel.add_argument("id")
@@ -56,6 +65,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not eq:
                 p.error("--header %r: NAME=VALUE expected" % h)
             headers[name] = value
+        after: List[Union[str, Tuple[str, str]]] = list(args.after)
+        for ref in args.after_in:
+            queue, eq, id = ref.partition("=")
+            if not eq:
+                p.error("--after-in %r: QUEUE=ID expected" % ref)
+            after.append((queue, id))
         payload = sys.stdin.buffer.read() if args.payload == "-" else args.payload
         print(
             producer.send(
@@ -66,10 +81,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 retry_count=args.retry_count,
                 priority=args.priority,
                 headers=headers,
+                after=after,
+                on_dead_child=args.on_dead_child,
             )
         )
         return 0
-    except InvalidInput as e:
+    except (InvalidInput, InvalidFlow) as e:
         print("delayqueue-producer: %s" % e, file=sys.stderr)
         return 2
     except (DuplicateError, WrongTypeError, redis.RedisError) as e:

@@ -1,6 +1,7 @@
 //! Running the commands: one Redis client, the queue they name, output.
 //! A command with more than a few lines has a module of its own.
 
+mod flow;
 mod groups;
 mod queues;
 
@@ -46,6 +47,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Dead(DeadCommand::Delete(target)) => ctx.dead(target, true).await,
         Command::Schedules(cmd) => ctx.schedules(cmd).await,
         Command::Groups(cmd) => ctx.groups(cmd).await,
+        Command::Flow(cmd) => ctx.flow(cmd).await,
         Command::Pause { queue } => ctx.pause(&queue, true).await,
         Command::Resume { queue } => ctx.pause(&queue, false).await,
         Command::Purge { queue, .. } => ctx.purge(&queue).await,
@@ -278,6 +280,9 @@ impl Ctx {
         }
         for (name, value) in args.headers {
             send = send.header(name, value);
+        }
+        if !args.after.is_empty() {
+            send = send.after(args.after.iter().map(String::as_str));
         }
         let id = send.await?;
         let delay = args.delay.or(args.debounce).unwrap_or_default();
