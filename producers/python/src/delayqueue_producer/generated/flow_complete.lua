@@ -49,6 +49,15 @@ local function wake_if_earlier(channel, due, head, now)
   end
 end
 
+-- Fails, before the script's first write, unless every key of `keys` (keys
+-- the script builds rather than declares) is on this node: see
+-- payloads_here, the same check for payloads.
+local function keys_here(keys)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)
@@ -134,11 +143,14 @@ base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
 Returns {applied, parents moved to pending, parents moved to dead,
 parents removed}.
 Publishes a wake-up when a parent became due before every pending message.
+Its parents' deps and children keys and payloads are built, not declared:
+one EXISTS touches them all before the first write, so during a slot
+migration it fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
-Complexity: O(M log N) with M = completions (at most 1000 per call); never
-O(children of a parent).
+Complexity: O(M log N) with M = completions (at most 1000 per call), and
+one EXISTS of 3M keys; never O(children of a parent).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
@@ -146,6 +158,15 @@ if m ~= math.floor(m) or m > MAX_LIMIT then
   error(redis.error_reply('ERR completions come as 4 values each, at most ' .. MAX_LIMIT))
 end
 local base = flow_base(ARGV[1], '')
+-- Every key it may write, touched before the first write (keys_here).
+local built = {}
+for i = 1, m do
+  local id = ARGV[4 * i]
+  built[#built + 1] = base .. 'deps:' .. id
+  built[#built + 1] = base .. 'children:' .. id
+  built[#built + 1] = ARGV[1] .. id
+end
+keys_here(built)
 local head, now = head_due(KEYS[2]), now_ms()
 local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
 for i = 1, m do
