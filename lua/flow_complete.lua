@@ -12,7 +12,10 @@ the retention, its sets deleted. Under 'r' (a batch's on_success) such a
 child removes the parent: its payload and sets are deleted. Outcome 'o'
 is a batch's close: its member (the parent's own base and an empty id)
 leaves the set, nothing is recorded. A parent whose set is empty goes to
-pending, due at its own due time or now, whichever is later.
+pending, due at its own due time or now, whichever is later. A parent made
+a dead letter or removed is a child that finished for its own parents:
+recorded in this queue's outbox as dead ('d') or deleted ('c'), as nack
+and cancel record theirs (flow_done in prelude.lua).
 
 KEYS[1] waiting zset   KEYS[2] pending zset   KEYS[3] dead zset
 KEYS[4] attempts hash   KEYS[5] totals hash
@@ -25,14 +28,16 @@ base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
 Returns {applied, parents moved to pending, parents moved to dead,
 parents removed}.
 Publishes a wake-up when a parent became due before every pending message.
-Its parents' deps and children keys and payloads are built, not declared:
-one EXISTS touches them all before the first write, so during a slot
-migration it fails with nothing written (docs/design.md §2).
+Its parents' deps and children keys and payloads, and the parents hash
+and outbox it records in, are built, not declared: they are touched with
+one EXISTS each before the first write, so during a slot migration it
+fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
 Complexity: O(M log N) with M = completions (at most 1000 per call), and
-one EXISTS of 3M keys; never O(children of a parent).
+one EXISTS of 3M keys, plus O(links) of the parents made dead or removed;
+never O(children of a parent).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
@@ -49,8 +54,10 @@ for i = 1, m do
   built[#built + 1] = ARGV[1] .. id
 end
 keys_here(built)
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 local head, now = head_due(KEYS[2]), now_ms()
 local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
+local buried, deleted = {}, {}
 for i = 1, m do
   local a = 4 * i
   local id, child, how, result = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -65,6 +72,7 @@ for i = 1, m do
       redis.call('ZREM', KEYS[1], id)
       redis.call('DEL', deps, children, ARGV[1] .. id)
       removed = removed + 1
+      deleted[#deleted + 1] = id
     elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
       redis.call('ZREM', KEYS[1], id)
       redis.call('DEL', deps, children)
@@ -74,6 +82,7 @@ for i = 1, m do
       bury(KEYS[3], id, ARGV[1] .. id, now, tonumber(ARGV[3]))
       tally(KEYS[5], 'dead', 1)
       dead = dead + 1
+      buried[#buried + 1] = id
     else
       if outcome ~= 'o' then
         redis.call('HSET', children, child, outcome .. result)
@@ -91,5 +100,7 @@ for i = 1, m do
     end
   end
 end
+flow_done(flows, base, buried, 'd', false)
+flow_done(flows, base, deleted, 'c', true)
 wake_if_earlier(ARGV[2], earliest, head, now)
 return {applied, due, dead, removed}

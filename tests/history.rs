@@ -3,7 +3,8 @@
 //! cut connections or hold replies back, with random sends, cancels,
 //! reschedules and requeues, two or three consumers with random handler
 //! outcomes, and random faults; and, by feature, schedule changes, queue
-//! limits, queue pauses, priorities, headers and groups. Records the whole history
+//! limits, queue pauses, priorities, headers, groups, and flows and
+//! batches. Records the whole history
 //! and checks it against the model in `tests/support/history_model.rs`
 //! (crate `delayqueue-test-support`, whose unit tests show each rule), along
 //! the way and at the end.
@@ -35,7 +36,7 @@
 //!   `tests/cluster_failover.rs`'s subject), the replica takes over, and
 //!   the old primary is started again and rejoins as a replica; the rules
 //!   treat it as a `restart`.
-//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers,groups`,
+//! - `HISTORY_FEATURES`: comma list of `schedules,limits,pause,priorities,headers,groups,flows`,
 //!   `all` or `none` (default: half of them, by the seed; all in
 //!   `history_of_every_feature`). What each adds and checks:
 //!   - `schedules`: schedules `s1`, `s2` set (an interval or a cron
@@ -64,16 +65,45 @@
 //!   - `headers`: sends with headers. Rule `headers`: delivered as sent.
 //!   - `groups`: 40% of the sends (not those of docs/dedup.md) with one of
 //!     four groups: one ordered (`set_group_concurrency(g, 1)`), one of
-//!     concurrency 2, two of the builders' `group_concurrency(3)`; set
+//!     concurrency 2, two of the builders' `group_concurrency(3)`; two
+//!     with a rate of their own (`set_group_rate`, `GROUP_RATES`); set
 //!     before the first consumer starts and never changed. Rules
 //!     `group-changed` (delivered with the group it was sent with),
 //!     `group-concurrency` (no more of a group processing, from claim to
 //!     handler end or lease deadline by Redis's clock, than its
-//!     concurrency) and `group-order` (an ordered group leases messages of
+//!     concurrency), `group-rate` (no window of a group's `per` holds more
+//!     of its leases, by Redis's clock, than its rate allows) and
+//!     `group-order` (an ordered group leases messages of
 //!     one priority in due order, where that is sure: see the model's
 //!     `check_groups`). Groups are served in turns, so `priority-order`
 //!     and `start-order` judge ungrouped messages only (see the model's
 //!     `check_start_order`).
+//!
+//!   - `flows`: flows and batches (docs/workflows.md) across two queues
+//!     of their own (`FLOW_QUEUES`, so that the main queue's queue-wide
+//!     rules and totals stay its own), consumed by every consumer on its
+//!     runtime: a `Flow` of up to three levels, a parent sent with
+//!     `after` for messages sent before, a batch with `on_complete`
+//!     and/or `on_success` and one to four members, closed; each parent
+//!     with a random `ChildPolicy`, each message with a retry count of
+//!     0-2, so that children die. Handlers write progress and a log line,
+//!     read their children's results, return a result
+//!     (`model::flow_result`), and now and then write
+//!     again once the message is acked; most crashes come right after
+//!     a flow message's handler returned `Ok` (between its ack and its
+//!     relay, some of them). Rules `flow-early` (no parent leased before
+//!     a child finished, nor a callback before its batch's close),
+//!     `note-unfenced` (a write after the ack is rejected with
+//!     `LeaseLost`), `children-results` (a parent reads its children's
+//!     results as they returned them), the per-message rules of
+//!     `check_deliveries`; once
+//!     the flow queues drained, `flow-stuck` (a parent whose children all
+//!     finished ran), `flow-policy` and `batch-success` (a dead or
+//!     removed child did what the policy says: see the model's
+//!     `check_flow_final`); then their dead letters are requeued until
+//!     all ran, and `results-kept` (every result read back is one an `Ok`
+//!     delivery returned). No key may be left but results, progress and
+//!     logs, which must have a time to live.
 //!
 //!   Whatever the features, rule `start-order`: a consumer of one handler
 //!   starts the deliveries of one claim in that claim's order (retries,
@@ -105,6 +135,7 @@
 //! HISTORY_FEATURES=priorities HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=headers  HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=groups   HISTORY_SECS=30 cargo test ...
+//! HISTORY_FEATURES=flows    HISTORY_SECS=30 cargo test ...
 //! HISTORY_FEATURES=none     cargo test ...   (sends, cancels, reschedules, requeues only)
 //! ```
 //!
@@ -125,10 +156,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, SortedSetsInterface};
 use delayqueue::{
-    DelayQueue, DelayQueueBuilder, Durability, Event, Handler, HandlerError, Message, MessageId, MessageState, Misfire,
-    NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
+    ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message, MessageId,
+    MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
 use model::{wall_us, Delivery, FaultRec, Final, Grid, History, IdOp, Limits, Outcome, QueueOp, ScheduleOp, SendRec};
 use support::cluster::RedisCluster;
@@ -241,22 +272,33 @@ enum Feature {
     /// Sends with a group of `GROUPS`, some ordered, each with a
     /// concurrency (docs/groups.md).
     Groups,
+    /// Flows and batches across the two `FLOW_QUEUES` (docs/workflows.md),
+    /// with results, progress and logs.
+    Flows,
 }
 
-const FEATURES: [(&str, Feature); 6] = [
+const FEATURES: [(&str, Feature); 7] = [
     ("schedules", Feature::Schedules),
     ("limits", Feature::Limits),
     ("pause", Feature::Pause),
     ("priorities", Feature::Priorities),
     ("headers", Feature::Headers),
     ("groups", Feature::Groups),
+    ("flows", Feature::Flows),
 ];
+
+/// The queues of flows and batches, apart from `QUEUE` so that its
+/// queue-wide rules and totals stay its own: each flow spreads over both.
+const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
 
 /// The groups of a run's sends, each with its concurrency (`None`: the
 /// builders' `group_concurrency`, `GROUP_CONCURRENCY`): an ordered one,
 /// one of its own and two of the default. Few, so that each has a backlog.
 const GROUPS: [(&str, Option<u32>); 4] = [("g-ordered", Some(1)), ("g-two", Some(2)), ("g.a", None), ("g_b", None)];
 const GROUP_CONCURRENCY: u32 = 3;
+/// The groups with a rate of their own (starts, per ms): low enough to
+/// bind at the run's load (a few of a group's sends a second).
+const GROUP_RATES: [(&str, u64, u64); 2] = [("g-two", 3, 1000), ("g.a", 2, 600)];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HandlerKind {
@@ -459,6 +501,8 @@ type Shared = Arc<Mutex<History>>;
 struct Running {
     history: Shared,
     index: usize,
+    /// A delivery of a flow queue (in `History::flow_deliveries`).
+    flow: bool,
     done: bool,
 }
 
@@ -470,7 +514,12 @@ impl Running {
     fn end(&mut self, outcome: Outcome) {
         if !self.done {
             self.done = true;
-            let d = &mut self.history.lock().unwrap().deliveries[self.index];
+            let mut h = self.history.lock().unwrap();
+            let d = if self.flow {
+                &mut h.flow_deliveries[self.index]
+            } else {
+                &mut h.deliveries[self.index]
+            };
             d.end = Some((Instant::now(), outcome));
             d.end_us = Some(wall_us());
         }
@@ -495,14 +544,20 @@ struct Recorder {
     handlers: Vec<(HandlerKind, u64)>,
     /// Set for the final drain: every handler succeeds.
     draining: Arc<AtomicBool>,
+    /// The flow queue it handles, if one: its deliveries return results,
+    /// write progress and a log line, and some write again after the ack.
+    flow_queue: Option<DelayQueue>,
+    /// Woken as a flow message's handler returns `Ok`, before its ack: a
+    /// crash may follow at once.
+    flow_ok: Arc<tokio::sync::Notify>,
 }
 
 #[delayqueue::async_trait]
 impl Handler for Recorder {
     async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
-        let running = {
+        let (running, result) = {
             let mut h = self.history.lock().unwrap();
-            h.deliveries.push(Delivery {
+            let d = Delivery {
                 id: msg.id().as_str().to_string(),
                 payload: String::from_utf8_lossy(msg.payload()).into_owned(),
                 attempt: msg.attempt(),
@@ -518,12 +573,22 @@ impl Handler for Recorder {
                 leased_us: leased_us(&msg),
                 start_us: wall_us(),
                 end_us: None,
-            });
-            Running {
+            };
+            let flow = self.flow_queue.is_some();
+            let result = model::flow_result(&d);
+            let list = if flow {
+                &mut h.flow_deliveries
+            } else {
+                &mut h.deliveries
+            };
+            list.push(d);
+            let running = Running {
                 history: self.history.clone(),
-                index: h.deliveries.len() - 1,
+                index: list.len() - 1,
+                flow,
                 done: false,
-            }
+            };
+            (running, result)
         };
         // The same choice for the same seed, id and attempt, whichever consumer runs it.
         let mut rng = Rng(self.seed ^ fnv(msg.id().as_str()) ^ u64::from(msg.attempt()).wrapping_mul(0x1000_0000_01b3));
@@ -534,7 +599,23 @@ impl Handler for Recorder {
         };
         match kind {
             HandlerKind::Ok => {
+                if let Some(queue) = &self.flow_queue {
+                    // Whether these land depends on faults: no rule here.
+                    let _ = msg.progress(50).await;
+                    let _ = msg.log(format!("attempt {}", msg.attempt())).await;
+                    read_children(&self.history, &msg).await;
+                    msg.set_result(result)?;
+                    if rng.chance(30) {
+                        tokio::spawn(write_after_ack(
+                            self.history.clone(),
+                            queue.clone(),
+                            msg,
+                            self.consumer.clone(),
+                        ));
+                    }
+                }
                 running.finish(Outcome::Ok);
+                self.flow_ok.notify_waiters();
                 Ok(())
             }
             HandlerKind::Error => {
@@ -557,11 +638,67 @@ impl Handler for Recorder {
             HandlerKind::Slow => {
                 // Past the lease: renewed, it ends Ok; unrenewed, it is cancelled.
                 tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10).await;
+                if self.flow_queue.is_some() {
+                    msg.set_result(result)?;
+                }
                 running.finish(Outcome::Ok);
+                self.flow_ok.notify_waiters();
                 Ok(())
             }
         }
     }
+}
+
+/// Records what a flow message's delivery reads of its finished children
+/// (none unless it is a parent), every page; nothing when a read fails.
+async fn read_children(history: &Shared, msg: &Message) {
+    let mut children = Vec::new();
+    let mut cursor: Option<String> = None;
+    // A parent has a few children: a page or two.
+    for _ in 0..100 {
+        let Ok(page) = msg.children_results(cursor.as_deref()).await else {
+            return;
+        };
+        for c in page.children {
+            children.push((c.id.as_str().to_string(), format!("{:?}", c.outcome), c.result));
+        }
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    if !children.is_empty() {
+        history.lock().unwrap().children_reads.push(model::ChildrenRead {
+            parent: msg.id().as_str().to_string(),
+            attempt: msg.attempt(),
+            children,
+        });
+    }
+}
+
+/// How long a late write waits for the ack it follows.
+const ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// Once message `msg` is acked (its result readable: this delivery's or
+/// another's), writes a log line from its delivery, which holds no lease
+/// any more: the write must be rejected (`note-unfenced`).
+async fn write_after_ack(history: Shared, queue: DelayQueue, msg: Message, consumer: String) {
+    if !matches!(queue.wait_result(msg.id(), ACK_WAIT).await, Ok(Some(_))) {
+        return;
+    }
+    let start = Instant::now();
+    let result = match msg.log("written after the ack").await {
+        Ok(()) => Ok(()),
+        Err(e) => Err((matches!(e, delayqueue::Error::LeaseLost { .. }), e.to_string())),
+    };
+    history.lock().unwrap().late_notes.push(model::LateNote {
+        id: msg.id().as_str().to_string(),
+        attempt: msg.attempt(),
+        consumer,
+        start,
+        end: Instant::now(),
+        result,
+    });
 }
 
 fn fnv(s: &str) -> u64 {
@@ -573,6 +710,8 @@ fn fnv(s: &str) -> u64 {
 /// One consumer on its own runtime, so a crash is dropping that runtime.
 struct ConsumerSlot {
     name: String,
+    /// Its handlers' `Recorder::flow_ok`.
+    flow_ok: Arc<tokio::sync::Notify>,
     rt: tokio::runtime::Runtime,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), String>>,
@@ -589,9 +728,11 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     // Before its task runs: its start writes its builder's limits.
     let (limits, start_us) = (knobs.limits, wall_us());
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
+    let flow_ok = handler.flow_ok.clone();
     let task =
         rt.spawn(async move {
             let client = client(&url, COMMAND_TIMEOUT).await;
+            let queue_client = client.clone();
             let mut builder = configure(
                 DelayQueue::builder(QUEUE, client),
                 &knobs,
@@ -626,8 +767,42 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
                     Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
                 }
             };
+            // The flow queues' consumers, on the same runtime: a crash
+            // takes them too, maybe between a child's ack and its relay.
+            let mut flow_consumers = Vec::new();
+            if knobs.has(Feature::Flows) {
+                for name in FLOW_QUEUES {
+                    let flow_queue = configure(
+                        DelayQueue::builder(name, queue_client.clone()),
+                        &knobs,
+                        handler.concurrency,
+                        handler.renews,
+                    )
+                    .build()
+                    .unwrap();
+                    let recorder = Recorder {
+                        flow_queue: Some(flow_queue.clone()),
+                        ..handler.clone()
+                    };
+                    let started = Instant::now();
+                    flow_consumers.push(loop {
+                        match flow_queue.start_consume(recorder.clone()).await {
+                            Ok(c) => break c,
+                            Err(e) if started.elapsed() > CONSUMER_LIMIT => {
+                                return Err(format!("start_consume({name}): {e}"))
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    });
+                }
+            }
             let _ = ready.send(());
             let _ = stop_rx.await;
+            for c in flow_consumers {
+                c.shutdown()
+                    .await
+                    .map_err(|e| format!("shutdown of a flow queue's consumer: {e}"))?;
+            }
             consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
         });
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
@@ -649,7 +824,13 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
             });
         }
     }
-    ConsumerSlot { name, rt, stop, task }
+    ConsumerSlot {
+        name,
+        flow_ok,
+        rt,
+        stop,
+        task,
+    }
 }
 
 impl ConsumerSlot {
@@ -673,9 +854,9 @@ impl ConsumerSlot {
     }
 }
 
-/// Sets the groups' own concurrencies before any consumer starts (whose
-/// start writes the default), so that each holds for the whole run, and
-/// records every group's.
+/// Sets the groups' own concurrencies and rates before any consumer
+/// starts (whose start writes the default concurrency), so that each holds
+/// for the whole run, and records them.
 async fn set_groups(url: &str, history: &Shared) {
     let queue = DelayQueue::builder(QUEUE, client(url, COMMAND_TIMEOUT).await)
         .build()
@@ -688,10 +869,20 @@ async fn set_groups(url: &str, history: &Shared) {
         let m = m.unwrap_or(GROUP_CONCURRENCY);
         history.lock().unwrap().groups.push((group.to_string(), u64::from(m)));
     }
+    for (group, n, per_ms) in GROUP_RATES {
+        let rate = RateLimit::new(n, Duration::from_millis(per_ms));
+        let (result, ..) = until_answered(|| queue.set_group_rate(group, Some(rate))).await;
+        result.unwrap_or_else(|e| panic!("set_group_rate({group}, {n}/{per_ms}ms): {e}"));
+        history
+            .lock()
+            .unwrap()
+            .group_rates
+            .push((group.to_string(), n, per_ms as i64));
+    }
 }
 
-/// Clears the groups' concurrencies, the default and each one's own (the
-/// consumers stopped): settings are all an idle group leaves, so then no
+/// Clears the groups' concurrencies, the default and each one's own, and
+/// their rates (the consumers stopped): settings are all an idle group leaves, so then no
 /// group key may be left.
 async fn clear_groups(queue: &DelayQueue) {
     let (result, ..) = until_answered(|| queue.set_default_group_concurrency(None)).await;
@@ -701,6 +892,10 @@ async fn clear_groups(queue: &DelayQueue) {
             let (result, ..) = until_answered(|| queue.set_group_concurrency(group, None)).await;
             result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, None): {e}"));
         }
+    }
+    for (group, ..) in GROUP_RATES {
+        let (result, ..) = until_answered(|| queue.set_group_rate(group, None)).await;
+        result.unwrap_or_else(|e| panic!("set_group_rate({group}, None): {e}"));
     }
 }
 
@@ -718,6 +913,8 @@ struct Producer {
     paused_until: Option<Instant>,
     /// For cron fire times: how long the run lasts, in seconds.
     secs: u64,
+    /// The `FLOW_QUEUES`, with the feature `flows`.
+    flow_queues: Vec<DelayQueue>,
 }
 
 /// How many times, and for how long, a schedule or queue change is tried,
@@ -730,10 +927,10 @@ const SCHEDULE_NAMES: u64 = 3;
 /// Runs `call` until it answers (`CHANGE_TRIES` at most): a reply lost to a
 /// fault leaves a change's effect unknown, a repeat finds it done. The
 /// change took effect between the first try's start and the last's end.
-async fn until_answered<F, Fut>(mut call: F) -> (Result<bool, String>, Instant, i64, i64)
+async fn until_answered<T, F, Fut>(mut call: F) -> Answered<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<bool, delayqueue::Error>>,
+    Fut: std::future::Future<Output = Result<T, delayqueue::Error>>,
 {
     let (start, start_us) = (Instant::now(), wall_us());
     let mut result = Err("never tried".to_string());
@@ -1141,6 +1338,179 @@ impl Producer {
         self.record(vec![rec], vec![result]);
     }
 
+    /// A flow message of its own id (its payload too), in a random flow
+    /// queue: (queue, id, retry count, delay).
+    fn flow_spec(&mut self, rng: &mut Rng, prefix: &str) -> (usize, String, u32, Duration) {
+        let id = format!("{prefix}-{}", self.payload());
+        let q = rng.below(FLOW_QUEUES.len() as u64) as usize;
+        (q, id, rng.range(0, 2) as u32, Duration::from_millis(rng.range(0, 300)))
+    }
+
+    /// Records flow messages `(queue, id, role, children, policy)` sent by
+    /// one call (repeated until it answered: `answered`).
+    fn push_flow<T>(&self, msgs: Vec<FlowNode>, answered: &Answered<T>) {
+        let (result, start, ..) = answered;
+        let mut h = self.history.lock().unwrap();
+        for (q, id, role, children, policy) in msgs {
+            h.flow_msgs.push(model::FlowMsg {
+                id,
+                queue: FLOW_QUEUES[q].to_string(),
+                role,
+                children,
+                policy: policy_name(policy),
+                closed_us: None,
+                start: *start,
+                end: Instant::now(),
+                result: result.as_ref().map(drop).map_err(String::clone),
+            });
+        }
+    }
+
+    /// A random `Flow` below a parent at `depth` (1: the root): one to
+    /// three children, and at depth 2 sometimes children of their own.
+    /// Pushes each node to `nodes`.
+    fn flow_tree(&mut self, rng: &mut Rng, depth: u32, nodes: &mut Vec<FlowNode>) -> Flow {
+        let (q, id, retry_count, delay) = self.flow_spec(rng, "f");
+        let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
+        let msg = NewMessage::new(id.clone())
+            .id(id.as_str())
+            .retry_count(retry_count)
+            .delay(delay);
+        let mut flow = Flow::new(&self.flow_queues[q], msg).on_dead_child(policy);
+        let width = match depth {
+            1 => rng.range(1, 3),
+            2 if rng.chance(40) => rng.range(1, 2),
+            _ => 0,
+        };
+        let mut children = Vec::new();
+        for _ in 0..width {
+            let child = self.flow_tree(rng, depth + 1, nodes);
+            children.push(child.id().as_str().to_string());
+            flow = flow.child(child);
+        }
+        nodes.push((q, id, "flow", children, policy));
+        flow
+    }
+
+    /// One flow, `after` or batch (docs/workflows.md) across the flow
+    /// queues, each call repeated until it answered (a repeat is
+    /// idempotent).
+    async fn flow_op(&mut self, rng: &mut Rng) {
+        match rng.below(3) {
+            0 => {
+                let mut nodes = Vec::new();
+                let flow = self.flow_tree(rng, 1, &mut nodes);
+                let flow = &flow;
+                let answered = until_answered(|| flow.send()).await;
+                self.push_flow(nodes, &answered);
+            }
+            1 => {
+                let mut children = Vec::new();
+                let mut refs = Vec::new();
+                for _ in 0..rng.range(1, 3) {
+                    let (q, id, retry_count, delay) = self.flow_spec(rng, "c");
+                    let queue = &self.flow_queues[q];
+                    let send = || async {
+                        let send = queue.send(id.clone()).id(id.as_str()).retry_count(retry_count);
+                        send.delay(delay).await
+                    };
+                    let answered = until_answered(send).await;
+                    self.push_flow(vec![(q, id.clone(), "child", Vec::new(), ChildPolicy::Fail)], &answered);
+                    refs.push(MessageRef::new(queue, id.as_str()));
+                    children.push(id);
+                }
+                let (q, id, retry_count, delay) = self.flow_spec(rng, "a");
+                let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
+                let queue = &self.flow_queues[q];
+                let send = || async {
+                    let send = queue.send(id.clone()).id(id.as_str()).retry_count(retry_count);
+                    send.delay(delay).after(refs.clone()).on_dead_child(policy).await
+                };
+                let answered = until_answered(send).await;
+                self.push_flow(vec![(q, id, "after", children, policy)], &answered);
+            }
+            _ => self.batch_op(rng).await,
+        }
+    }
+
+    /// A batch in a random flow queue: `on_complete`, `on_success` or
+    /// both, one to four members across the flow queues, then closed.
+    async fn batch_op(&mut self, rng: &mut Rng) {
+        let q = rng.below(FLOW_QUEUES.len() as u64) as usize;
+        let bid = format!("b-{}", self.payload());
+        let wanted = match rng.below(3) {
+            0 => vec!["complete"],
+            1 => vec!["success"],
+            _ => vec!["complete", "success"],
+        };
+        let queue = self.flow_queues[q].clone();
+        let open = || {
+            let mut b = queue.batch().id(bid.as_str());
+            for kind in &wanted {
+                let msg = NewMessage::new(format!("{bid}:{kind}")).retry_count(callback_retries(kind));
+                b = if *kind == "complete" {
+                    b.on_complete(msg)
+                } else {
+                    b.on_success(msg)
+                };
+            }
+            b.open()
+        };
+        let (opened, start, ..) = until_answered(open).await;
+        let (batch, mut result) = match opened {
+            Ok(b) => (Some(b), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        let mut members = Vec::new();
+        if let Some(batch) = &batch {
+            for _ in 0..rng.range(1, 4) {
+                let (mq, id, retry_count, delay) = self.flow_spec(rng, "m");
+                let member_queue = &self.flow_queues[mq];
+                let send = || async {
+                    let msg = NewMessage::new(id.clone())
+                        .id(id.as_str())
+                        .retry_count(retry_count)
+                        .delay(delay);
+                    batch.send_to(member_queue, msg).await
+                };
+                let answered = until_answered(send).await;
+                self.push_flow(
+                    vec![(mq, id.clone(), "member", Vec::new(), ChildPolicy::Fail)],
+                    &answered,
+                );
+                if let Err(e) = answered.0 {
+                    result = Err(e);
+                }
+                members.push(id);
+            }
+        }
+        // Sometimes a while after the members: some finish before the close.
+        tokio::time::sleep(Duration::from_millis(rng.range(0, 200))).await;
+        let closed = match &batch {
+            Some(batch) => until_answered(|| batch.close()).await,
+            None => (Err("not opened".into()), Instant::now(), wall_us(), wall_us()),
+        };
+        let mut h = self.history.lock().unwrap();
+        for kind in wanted {
+            let (role, policy) = if kind == "complete" {
+                ("complete", "ignore")
+            } else {
+                ("success", "remove")
+            };
+            h.flow_msgs.push(model::FlowMsg {
+                id: format!("{bid}:{kind}"),
+                queue: FLOW_QUEUES[q].to_string(),
+                role,
+                children: members.clone(),
+                policy,
+                closed_us: closed.0.is_ok().then_some(closed.2),
+                start,
+                end: Instant::now(),
+                result: result.clone().and(closed.0.clone()),
+            });
+        }
+    }
+
     fn pick(&self, rng: &mut Rng) -> Option<MessageId> {
         // Mostly recent ones: those may still wait.
         let n = self.known.len() as u64;
@@ -1184,6 +1554,36 @@ impl Producer {
     }
 }
 
+/// What `until_answered` returns: the result, when the first try
+/// started (instant, wall µs) and when the last ended (wall µs).
+type Answered<T = bool> = (Result<T, String>, Instant, i64, i64);
+
+/// A flow message as sent: (flow queue, id, role, children, policy).
+type FlowNode = (usize, String, &'static str, Vec<String>, ChildPolicy);
+
+/// The policies a flow's parent is sent with, each as likely.
+const POLICIES: [ChildPolicy; 4] = [
+    ChildPolicy::Fail,
+    ChildPolicy::Ignore,
+    ChildPolicy::Wait,
+    ChildPolicy::Remove,
+];
+
+fn policy_name(p: ChildPolicy) -> &'static str {
+    match p {
+        ChildPolicy::Fail => "fail",
+        ChildPolicy::Ignore => "ignore",
+        ChildPolicy::Wait => "wait",
+        ChildPolicy::Remove => "remove",
+    }
+}
+
+/// A batch callback's retry count: fixed, so that a repeated open builds
+/// the same callbacks.
+fn callback_retries(kind: &str) -> u32 {
+    u32::from(kind == "complete")
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Op {
     Send,
@@ -1196,6 +1596,7 @@ enum Op {
     Schedule,
     PauseQueue,
     Limit,
+    Flow,
 }
 
 /// The operations of a run, each as likely as its weight: those of its
@@ -1214,6 +1615,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Feature::Schedules, Op::Schedule, 12),
         (Feature::Pause, Op::PauseQueue, 2),
         (Feature::Limits, Op::Limit, 2),
+        (Feature::Flows, Op::Flow, 8),
     ] {
         if knobs.has(feature) {
             ops.push((op, weight));
@@ -1235,16 +1637,14 @@ fn fail(knobs: &Knobs, h: &History, violations: &[model::Violation], when: &str)
     )
 }
 
+const LIMITS: Limits = Limits {
+    lease: LEASE,
+    command_timeout: COMMAND_TIMEOUT,
+};
+
 fn verify(knobs: &Knobs, history: &Shared, fin: Option<&Final>, when: &str) {
     let h = history.lock().unwrap().clone();
-    let mut all = model::check(
-        &h,
-        Limits {
-            lease: LEASE,
-            command_timeout: COMMAND_TIMEOUT,
-        },
-        fin,
-    );
+    let mut all = model::check(&h, LIMITS, fin);
     all.extend(RECEIPT_FAILURES.lock().unwrap().iter().map(|line| model::Violation {
         rule: "shutdown-receipt",
         id: "*".into(),
@@ -1516,6 +1916,8 @@ async fn run(knobs: Knobs, cluster: bool) {
         seed: knobs.seed,
         handlers: knobs.handlers.clone(),
         draining: draining.clone(),
+        flow_queue: None,
+        flow_ok: Arc::default(),
     };
     if knobs.has(Feature::Groups) {
         set_groups(&backend.producer_url(), &history).await;
@@ -1527,7 +1929,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         consumers.push(Some(start_consumer(backend.consumer_url(), &knobs, handler).await));
     }
     let producer_client = client(&backend.producer_url(), COMMAND_TIMEOUT).await;
-    let mut producer_queue = configure(DelayQueue::builder(QUEUE, producer_client), &knobs, 1, false);
+    let mut producer_queue = configure(DelayQueue::builder(QUEUE, producer_client.clone()), &knobs, 1, false);
     if cluster {
         producer_queue = producer_queue.durability(Durability::Replicas {
             replicas: 1,
@@ -1544,6 +1946,18 @@ async fn run(knobs: Knobs, cluster: bool) {
         schedules: Vec::new(),
         paused_until: None,
         secs: knobs.secs,
+        flow_queues: if knobs.has(Feature::Flows) {
+            FLOW_QUEUES
+                .iter()
+                .map(|name| {
+                    configure(DelayQueue::builder(*name, producer_client.clone()), &knobs, 1, false)
+                        .build()
+                        .unwrap()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
     };
     let ops = ops(&knobs);
     let mut slow_until: Option<(Instant, Instant, String)> = None;
@@ -1602,6 +2016,7 @@ async fn run(knobs: Knobs, cluster: bool) {
             Op::RequeueAll => producer.requeue_all().await,
             Op::Schedule => producer.schedule_op(&mut rng).await,
             Op::PauseQueue => producer.pause_queue(&mut rng).await,
+            Op::Flow => producer.flow_op(&mut rng).await,
             Op::Limit => {
                 producer
                     .set_limit(&mut rng, knobs.limits.map_or(Duration::from_secs(1), |l| l.1))
@@ -1660,13 +2075,34 @@ async fn run(knobs: Knobs, cluster: bool) {
                     let slot = consumers[i].take().unwrap();
                     let name = slot.name.clone();
                     let (kind, done) = if kind == FaultKind::Crash {
+                        // With flows, most crashes right after a flow
+                        // message's handler returned Ok: between its ack
+                        // and the relay of its completion, some of them.
+                        let acked = knobs.has(Feature::Flows) && rng.chance(70) && {
+                            let returned = slot.flow_ok.clone();
+                            let returned = tokio::time::timeout(Duration::from_secs(2), returned.notified()).await;
+                            // Before its ack, between its ack and its
+                            // relay (a few round trips), or after both.
+                            tokio::time::sleep(Duration::from_micros(rng.range(0, 3000))).await;
+                            returned.is_ok()
+                        };
                         slot.crash();
-                        ("crash", "runtime dropped")
+                        if acked {
+                            let mut held = 0;
+                            for q in FLOW_QUEUES {
+                                let key = format!("dq:{{{q}}}:outbox");
+                                held += direct.zcard::<u64, _>(key).await.unwrap_or(0);
+                            }
+                            history.lock().unwrap().crashes_by_ok.push(held);
+                            ("crash", format!("runtime dropped right after a flow message's handler returned Ok; the outboxes then held {held} completions"))
+                        } else {
+                            ("crash", "runtime dropped".to_string())
+                        }
                     } else {
                         if let Some(e) = slot.stop().await {
                             shutdown_errors.push(e);
                         }
-                        ("stop", "shut down")
+                        ("stop", "shut down".to_string())
                     };
                     record_fault(&history, kind, start, format!("{name} {done}"));
                     generation += 1;
@@ -1748,6 +2184,15 @@ async fn run(knobs: Knobs, cluster: bool) {
             .count()
     };
     wait_until(CONSUMER_LIMIT, || running() == 0).await;
+    if knobs.has(Feature::Flows) {
+        let started = Instant::now();
+        finish_flows(&knobs, &history, &producer.flow_queues).await;
+        println!(
+            "HISTORY seed={}: the flows' end took {:?}",
+            knobs.seed,
+            started.elapsed()
+        );
+    }
     let status = producer.queue.status().await.unwrap();
     let mut fin = Final {
         totals_sent: status.totals.sent,
@@ -1769,7 +2214,9 @@ async fn run(knobs: Knobs, cluster: bool) {
         let delivered = h.deliveries.len();
         println!(
             "HISTORY seed={} sends={} ops={} schedule_ops={} queue_ops={} deliveries={delivered} fires={} dead={} \
-             lease_lost={} faults: {}",
+             lease_lost={} flow_msgs={} flow_deliveries={} children_reads={} late_notes={} crashes_after_ok={} \
+             (outbox not empty: {}) \
+             faults: {}",
             knobs.seed,
             h.sends.len(),
             h.ops.len(),
@@ -1778,6 +2225,12 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.deliveries.iter().filter(|d| model::fire_of(&d.id).is_some()).count(),
             fin.dead.len(),
             h.lease_lost.len(),
+            h.flow_msgs.len(),
+            h.flow_deliveries.len(),
+            h.children_reads.len(),
+            h.late_notes.len(),
+            h.crashes_by_ok.len(),
+            h.crashes_by_ok.iter().filter(|n| **n > 0).count(),
             h.fault_summary()
         );
     }
@@ -1837,18 +2290,44 @@ async fn run(knobs: Knobs, cluster: bool) {
     );
     if knobs.has(Feature::Groups) {
         clear_groups(&producer.queue).await;
+        // The flow queues' consumers wrote the builders' default too.
+        for queue in &producer.flow_queues {
+            let (result, ..) = until_answered(|| queue.set_default_group_concurrency(None)).await;
+            result.unwrap_or_else(|e| panic!("set_default_group_concurrency(None) of a flow queue: {e}"));
+        }
     }
-    // The windows of unique_for markers (at most 3 s) end by themselves.
+    // The windows of unique_for markers (at most 3 s) end by themselves;
+    // the flows' results, progress and logs last their retention.
     wait_for(Duration::from_secs(15), || async {
-        backend.all_keys(&direct).await.is_empty()
+        lasting_keys(&backend, &direct).await.is_empty()
     })
     .await;
     assert_eq!(
-        backend.all_keys(&direct).await,
+        lasting_keys(&backend, &direct).await,
         Vec::<String>::new(),
         "HISTORY seed={}: keys left",
         knobs.seed
     );
+}
+
+/// Every key left but the results, progress and logs of acked messages,
+/// which expire with their retention (docs/results.md): those must have
+/// a time to live.
+async fn lasting_keys(backend: &Backend, direct: &Client) -> Vec<String> {
+    let mut left = Vec::new();
+    for key in backend.all_keys(direct).await {
+        let kept = [":result:", ":progress:", ":log:"].iter().any(|k| key.contains(k));
+        let pttl: i64 = if kept {
+            let cmd = delayqueue::fred::cmd!("PTTL");
+            direct.custom(cmd, vec![key.clone()]).await.unwrap_or(-1)
+        } else {
+            -1
+        };
+        if pttl <= 0 {
+            left.push(key);
+        }
+    }
+    left
 }
 
 /// Script errors of the claim a stopping consumer makes to hand its
@@ -1937,6 +2416,148 @@ fn record_fault(history: &Shared, kind: &'static str, start: Instant, detail: St
         end: Instant::now(),
         detail,
     });
+}
+
+/// The flows' end, once every handler succeeds: waits until the flow
+/// queues have nothing ready, retried or processing and the end-state
+/// flow rules hold on what they keep (a completion is relayed a moment
+/// after the last child's ack), `DRAIN_LIMIT` at most, and fails on what
+/// still breaks them; then requeues their dead letters until every
+/// message ran (a parent failed by a child runs without waiting; a
+/// requeued child lets its `wait` parent run), reads every result back
+/// (`results-kept`) and checks their integrity.
+async fn finish_flows(knobs: &Knobs, history: &Shared, queues: &[DelayQueue]) {
+    let end = Instant::now() + DRAIN_LIMIT;
+    let (mut fin, mut violations) = (model::FlowFinal::default(), Vec::new());
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if flow_counts(queues).await.is_none_or(|c| c[0] != 0) {
+            continue;
+        }
+        let Some(read) = read_flow_final(history, queues).await else {
+            continue;
+        };
+        fin = read;
+        violations = model::check_flow_final(&history.lock().unwrap(), LIMITS, &fin);
+        if violations.is_empty() {
+            break;
+        }
+    }
+    let h = history.lock().unwrap().clone();
+    if !violations.is_empty() {
+        // What the queue says of them, for the report.
+        for v in &violations {
+            for queue in queues {
+                if let Ok(Some(info)) = queue.get(&v.id).await {
+                    println!("HISTORY seed={}: {} in {}: {info:?}", knobs.seed, v.id, queue.name());
+                }
+            }
+        }
+        fail(knobs, &h, &violations, "once the flow queues drained");
+    }
+    fin.requeued_us = Some(wall_us());
+    history.lock().unwrap().flow_final = Some(fin);
+    // Dead letters requeued until all ran: a requeued child's parent
+    // may die in turn (a policy `fail` further up).
+    let mut done = false;
+    while !done && Instant::now() < end {
+        for queue in queues {
+            let (result, ..) = until_answered(|| queue.requeue_all_dead()).await;
+            result.unwrap_or_else(|e| panic!("requeue_all_dead of a flow queue: {e}"));
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match flow_counts(queues).await {
+                Some([0, 0, 0]) => done = true,
+                Some([0, _, dead]) if dead > 0 => {}
+                _ if Instant::now() < end => continue,
+                _ => {}
+            }
+            break;
+        }
+    }
+    assert!(
+        done,
+        "HISTORY seed={}: the flow queues did not drain within {DRAIN_LIMIT:?} (active, waiting, dead): {:?}",
+        knobs.seed,
+        flow_counts(queues).await
+    );
+    let h = history.lock().unwrap().clone();
+    let mut results = std::collections::HashMap::new();
+    for m in &h.flow_msgs {
+        let ok = h
+            .flow_deliveries
+            .iter()
+            .any(|d| d.id == m.id && matches!(d.end, Some((_, Outcome::Ok))));
+        if ok && !results.contains_key(&m.id) {
+            let queue = &queues[FLOW_QUEUES.iter().position(|q| *q == m.queue).unwrap()];
+            let (read, ..) = until_answered(|| queue.result(&m.id)).await;
+            let read = read.unwrap_or_else(|e| panic!("result({}) never answered: {e}", m.id));
+            results.insert(m.id.clone(), read);
+        }
+    }
+    let violations = model::check_results(&h, &results);
+    if !violations.is_empty() {
+        fail(knobs, &h, &violations, "reading the flows' results");
+    }
+    for queue in queues {
+        let report = queue.check_integrity().await.unwrap();
+        assert!(
+            report.is_clean(),
+            "HISTORY seed={}: integrity of a flow queue: {report}",
+            knobs.seed
+        );
+    }
+}
+
+/// The flow queues' counts summed: [pending + ready + processing + retry,
+/// waiting, dead]; `None` when one could not be read.
+async fn flow_counts(queues: &[DelayQueue]) -> Option<[u64; 3]> {
+    let mut sum = [0; 3];
+    for queue in queues {
+        let c = queue.counts().await.ok()?;
+        sum[0] += c.pending + c.ready + c.processing + c.retry;
+        sum[1] += c.waiting;
+        sum[2] += c.dead;
+    }
+    Some(sum)
+}
+
+/// What the flow queues keep now: their dead letters with their reasons,
+/// and which parents wait; `None` when a read failed.
+async fn read_flow_final(history: &Shared, queues: &[DelayQueue]) -> Option<model::FlowFinal> {
+    let mut fin = model::FlowFinal {
+        at_us: wall_us(),
+        ..model::FlowFinal::default()
+    };
+    for queue in queues {
+        let mut offset = Some(0);
+        for _ in 0..10_000 {
+            let Some(at) = offset else { break };
+            let page = queue.list(MessageState::Dead, at, 1000).await.ok()?;
+            for m in page.items {
+                fin.dead
+                    .insert(m.id.as_str().to_string(), m.last_error.unwrap_or_default());
+            }
+            offset = page.next;
+        }
+    }
+    let parents: Vec<(String, String)> = history
+        .lock()
+        .unwrap()
+        .flow_msgs
+        .iter()
+        .filter(|m| m.is_parent())
+        .map(|m| (m.id.clone(), m.queue.clone()))
+        .collect();
+    for (id, queue) in parents {
+        let queue = &queues[FLOW_QUEUES.iter().position(|q| *q == queue).unwrap()];
+        let info = queue.get(&id).await.ok()?;
+        if info.is_some_and(|i| i.state == MessageState::Waiting) {
+            fin.waiting.insert(id);
+        }
+    }
+    Some(fin)
 }
 
 /// Waits until nothing waits or runs (and, with `dead`, no dead letter is

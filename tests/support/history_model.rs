@@ -5,7 +5,8 @@
 //! result and the instants it started and ended, every delivery a handler
 //! saw (id, attempt, start, end, outcome), every `LeaseLost` event and every
 //! fault it injected. [`check`] replays that history and returns each broken
-//! rule with the history lines of the message it is about.
+//! rule with the history lines of the message it is about. The rules of
+//! flows and batches, on the run's two flow queues, are in `flows`.
 //!
 //! Std and `delayqueue`-free on purpose (ids and payloads are strings), so
 //! the rules read without the machinery that produced the history.
@@ -13,6 +14,9 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod flows;
+pub use flows::{check_flow_final, check_results, flow_result, ChildrenRead, FlowFinal, FlowMsg, LateNote};
 
 /// The wall clock in µs since the epoch: Redis's clock, for a server on
 /// this host (Redis reads the same system clock).
@@ -258,6 +262,23 @@ pub struct History {
     /// The groups sends may name, each with its concurrency (1: ordered),
     /// set before the first consumer started and never changed.
     pub groups: Vec<(String, u64)>,
+    /// The groups with a rate of their own: (group, starts, per ms), set
+    /// before the first consumer started and never changed.
+    pub group_rates: Vec<(String, u64, i64)>,
+    /// The messages of flows and batches, in the flow queues.
+    pub flow_msgs: Vec<FlowMsg>,
+    /// The deliveries of the flow queues (the queue-wide rules of the main
+    /// queue leave them out).
+    pub flow_deliveries: Vec<Delivery>,
+    /// Progress and log writes made after the ack.
+    pub late_notes: Vec<LateNote>,
+    /// What parents' handlers read of their children.
+    pub children_reads: Vec<ChildrenRead>,
+    /// The flow queues once drained, before their dead letters were requeued.
+    pub flow_final: Option<FlowFinal>,
+    /// The crashes right after a flow message's handler returned `Ok`:
+    /// how many completions the flow queues' outboxes held then.
+    pub crashes_by_ok: Vec<u64>,
     /// `t0` by the wall clock, in µs.
     pub t0_us: i64,
 }
@@ -281,6 +302,13 @@ impl History {
             schedule_ops: Vec::new(),
             queue_ops: Vec::new(),
             groups: Vec::new(),
+            group_rates: Vec::new(),
+            flow_msgs: Vec::new(),
+            flow_deliveries: Vec::new(),
+            late_notes: Vec::new(),
+            children_reads: Vec::new(),
+            flow_final: None,
+            crashes_by_ok: Vec::new(),
             t0_us: wall_us(),
         }
     }
@@ -361,6 +389,29 @@ impl History {
             ));
         }
         for d in self.deliveries.iter().filter(|d| d.id == id) {
+            lines.push((d.start, self.delivery_line(d)));
+        }
+        // A flow message's send, and its children's deliveries.
+        for m in self.flow_msgs.iter().filter(|m| m.id == id) {
+            lines.push((
+                m.start,
+                format!(
+                    "{} {} to {} policy={} children={:?} closed at {:?} -> {:?} (returned at {})",
+                    self.ms(m.start),
+                    m.role,
+                    m.queue,
+                    m.policy,
+                    m.children,
+                    m.closed_us.map(|us| self.us(us)),
+                    m.result,
+                    self.ms(m.end)
+                ),
+            ));
+            for d in self.flow_deliveries.iter().filter(|d| m.children.contains(&d.id)) {
+                lines.push((d.start, format!("child {}: {}", d.id, self.delivery_line(d))));
+            }
+        }
+        for d in self.flow_deliveries.iter().filter(|d| d.id == id) {
             lines.push((d.start, self.delivery_line(d)));
         }
         // A fire's schedule's changes (their times by Redis's clock).
@@ -912,6 +963,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     check_start_order(h, limits, &sends_by_payload, &mut v);
     check_groups(h, limits, &sends_by_payload, &mut v);
     check_schedules(h, false, &mut v);
+    flows::check_flows(h, limits, h.flow_final.as_ref(), &mut v);
     if let Some(fin) = fin {
         check_final(h, fin, limits, &by_id, &excused, &mut v);
     }
@@ -1357,6 +1409,10 @@ fn check_start_order(
 ///   once than its concurrency, counted as `processing` does (from the
 ///   claim by Redis's clock until the handler returned or the claim's
 ///   lease deadline, so never more than Redis counted).
+/// - `group-rate`: for a group of `h.group_rates` (n starts per `per`), no
+///   window of `per` from one of its leases holds more than n of its
+///   leases, by Redis's clock (each lease once: a claim re-sent after a
+///   lost reply hands the same one out again).
 /// - `group-order`: an ordered group (concurrency 1) leases A before B,
 ///   where B was surely due before A, by more than the clock slack, with
 ///   the same priority. Judged, as `start-order` does, on first deliveries
@@ -1390,6 +1446,23 @@ fn check_groups(
                         h.us(t)
                     ),
                 );
+            }
+        }
+        if let Some(&(_, n, per_ms)) = h.group_rates.iter().find(|r| &r.0 == group) {
+            let per = per_ms * 1000;
+            for (a, &(from, d)) in of_group.iter().enumerate() {
+                let within = of_group[a..].iter().take_while(|l| l.0 < from + per).count() as u64;
+                if within > n {
+                    v(
+                        "group-rate",
+                        &d.id,
+                        format!(
+                            "{within} leases of group {group} in the {per_ms}ms from {} (this one's), its rate \
+                             allows {n}",
+                            h.us(from)
+                        ),
+                    );
+                }
             }
         }
         if *m != 1 {
@@ -2395,6 +2468,298 @@ mod tests {
         // Delivered in another group than it was sent to.
         h.sends[1].group = Some("g".into());
         assert_eq!(rules(&h, None), ["group-changed"]);
+    }
+
+    #[test]
+    fn no_window_of_a_groups_rate_holds_more_of_its_leases_than_it_allows() {
+        let mut h = grouped(&[("a", 0, 0), ("b", 0, 0), ("c", 0, 0), ("d", 0, 0)], 5);
+        h.group_rates.push(("g".into(), 2, 1000));
+        deliver_grouped(&mut h, "a", 100, 110);
+        deliver_grouped(&mut h, "b", 600, 610);
+        deliver_grouped(&mut h, "c", 1100, 1110);
+        deliver_grouped(&mut h, "d", 1700, 1710);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        // A third start within 1 s of the first.
+        h.deliveries[2].leased_us = h.t0_us + 1_050_000;
+        assert_eq!(rules(&h, None), ["group-rate"]);
+        // A claim re-sent after a lost reply hands the same lease again: counted once.
+        h.deliveries[2].leased_us = h.t0_us + 1_100_000;
+        let mut again = h.deliveries[1].clone();
+        again.start = again.end.unwrap().0;
+        h.deliveries.push(again);
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        // Another group's leases, or a group without a rate, are not counted.
+        h.deliveries[2].leased_us = h.t0_us + 1_050_000;
+        h.deliveries[2].group = None;
+        h.sends[2].group = None;
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+        h.deliveries[2].group = Some("g".into());
+        h.sends[2].group = Some("g".into());
+        h.group_rates.clear();
+        assert_eq!(rules(&h, None), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn early_takes_the_due_time_of_a_replace_after_the_last_delivery() {
+        // Delivered, failed, rescheduled by 1.2 s at 100 ms, then replaced
+        // with a delay of 1 ms at 300 ms: due then, not at 1300 ms.
+        let run = |replaced: bool| {
+            let mut h = sent();
+            deliver(&mut h, 1, 10, Outcome::Error);
+            h.ops.push(IdOp {
+                kind: "reschedule",
+                id: "m".into(),
+                delay: Some(Duration::from_millis(1200)),
+                start: at(&h, 100),
+                end: at(&h, 101),
+                result: Ok(true),
+            });
+            if replaced {
+                send_m(&mut h, "q", "replaced", 300, 301, None);
+                h.sends.last_mut().unwrap().delay = Duration::from_millis(1);
+            }
+            delivery(
+                &mut h,
+                "m",
+                if replaced { "q" } else { "p" },
+                2,
+                400,
+                400,
+                401,
+                Outcome::Ok,
+            );
+            rules(&h, None)
+        };
+        assert_eq!(run(true), Vec::<&str>::new());
+        assert_eq!(run(false), ["early"]);
+    }
+
+    /// Parent `id` of `role` waiting for `children` under `policy`, sent
+    /// for sure at 0 ms.
+    fn flow_msg(h: &mut History, id: &str, role: &'static str, children: &[&str], policy: &'static str) {
+        h.flow_msgs.push(FlowMsg {
+            id: id.into(),
+            queue: "flow_a".into(),
+            role,
+            children: children.iter().map(|c| c.to_string()).collect(),
+            policy,
+            closed_us: None,
+            start: h.t0,
+            end: at(h, 1),
+            result: Ok(()),
+        });
+    }
+
+    /// A delivery of flow message `id` claimed at `claimed` ms, run until `to` ms.
+    fn flow_delivery(h: &mut History, id: &str, attempt: u32, claimed: u64, to: u64, outcome: Outcome) {
+        delivery(h, id, id, attempt, claimed, claimed, to, outcome);
+        let d = h.deliveries.pop().unwrap();
+        h.flow_deliveries.push(d);
+    }
+
+    fn flow_rules(h: &History) -> Vec<&'static str> {
+        rules(h, None)
+            .into_iter()
+            .filter(|r| ["flow", "note", "children"].iter().any(|f| r.starts_with(f)))
+            .collect()
+    }
+
+    #[test]
+    fn no_parent_is_leased_before_its_children_finished() {
+        let run = |policy: &'static str, b_ends: Outcome, p_leased: u64, tweak: &dyn Fn(&mut History)| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["a", "b"], policy);
+            flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+            flow_delivery(&mut h, "b", 1, 200, 300, b_ends);
+            flow_delivery(&mut h, "p", 1, p_leased, p_leased + 10, Outcome::Ok);
+            tweak(&mut h);
+            flow_rules(&h)
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(run("fail", Outcome::Ok, 400, &|_| {}), none);
+        // While b ran (its ack comes after its handler returned), or before it was claimed.
+        assert_eq!(run("fail", Outcome::Ok, 250, &|_| {}), ["flow-early"]);
+        assert_eq!(run("ignore", Outcome::Ok, 150, &|_| {}), ["flow-early"]);
+        // A SkipRetry finishes b for `ignore`, not for `wait` (only an ack releases it)...
+        assert_eq!(run("ignore", Outcome::Skip, 400, &|_| {}), none);
+        assert_eq!(run("ignore", Outcome::Skip, 250, &|_| {}), ["flow-early"]);
+        // ...whose bound is then b's last lease.
+        assert_eq!(run("wait", Outcome::Skip, 250, &|_| {}), none);
+        assert_eq!(run("wait", Outcome::Skip, 150, &|_| {}), ["flow-early"]);
+        // A fault that may have counted a lease no handler ran: b may have
+        // died unseen while its handler ran; only its lease bounds.
+        let crashed = |h: &mut History| fault(h, "crash", 210, 210);
+        assert_eq!(run("fail", Outcome::Ok, 250, &crashed), none);
+        assert_eq!(run("wait", Outcome::Ok, 250, &crashed), ["flow-early"]);
+        // A batch's callback waits for the close too.
+        let callback = |h: &mut History| {
+            h.flow_msgs[0].role = "complete";
+            h.flow_msgs[0].closed_us = Some(h.t0_us + 500_000);
+        };
+        assert_eq!(run("ignore", Outcome::Ok, 400, &callback), ["flow-early"]);
+        assert_eq!(run("ignore", Outcome::Ok, 600, &callback), none);
+    }
+
+    #[test]
+    fn a_parent_runs_once_its_children_finished_or_follows_its_policy() {
+        let judge = |policy: &'static str, role: &'static str, b_dead: bool, p: &str| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", role, &["a", "b"], policy);
+            flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+            flow_delivery(
+                &mut h,
+                "b",
+                1,
+                200,
+                300,
+                if b_dead { Outcome::Skip } else { Outcome::Ok },
+            );
+            let mut fin = FlowFinal {
+                at_us: h.t0_us + 10_000_000,
+                ..FlowFinal::default()
+            };
+            if b_dead {
+                fin.dead.insert("b".into(), "injected skip".into());
+            }
+            match p {
+                "ran" => flow_delivery(&mut h, "p", 1, 400, 410, Outcome::Ok),
+                "waiting" => {
+                    fin.waiting.insert("p".into());
+                }
+                "dead" => {
+                    fin.dead.insert("p".into(), "child flow_b/b dead".into());
+                }
+                "dead-other" => {
+                    fin.dead.insert("p".into(), "child flow_b/x dead".into());
+                }
+                // Claimed, no handler ran, its last lease timed out.
+                "timed-out" => {
+                    fin.dead.insert("p".into(), "timeout".into());
+                }
+                _ => {}
+            }
+            check_flow_final(&h, LIMITS, &fin)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(judge("fail", "flow", false, "ran"), none);
+        assert_eq!(judge("fail", "flow", false, "waiting"), ["flow-stuck"]);
+        assert_eq!(judge("fail", "after", false, "gone"), ["flow-stuck"]);
+        assert_eq!(judge("fail", "flow", true, "dead"), none);
+        assert_eq!(judge("fail", "flow", true, "dead-other"), ["flow-policy"]);
+        assert_eq!(judge("fail", "flow", true, "ran"), ["flow-policy"]);
+        assert_eq!(judge("wait", "flow", false, "timed-out"), none);
+        assert_eq!(judge("fail", "flow", true, "timed-out"), ["flow-policy"]);
+        assert_eq!(judge("ignore", "complete", true, "ran"), none);
+        assert_eq!(judge("ignore", "complete", true, "waiting"), ["flow-stuck"]);
+        assert_eq!(judge("wait", "flow", true, "waiting"), none);
+        assert_eq!(judge("wait", "flow", true, "ran"), ["flow-policy"]);
+        assert_eq!(judge("remove", "success", true, "gone"), none);
+        assert_eq!(judge("remove", "success", true, "ran"), ["batch-success"]);
+        assert_eq!(judge("remove", "success", false, "ran"), none);
+        // A child parent removed by its own dead child counts as deleted.
+        let nested = |policy: &'static str, p: &str| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["q"], policy);
+            flow_msg(&mut h, "q", "flow", &["c"], "remove");
+            flow_delivery(&mut h, "c", 1, 100, 150, Outcome::Skip);
+            let mut fin = FlowFinal {
+                at_us: h.t0_us + 10_000_000,
+                ..FlowFinal::default()
+            };
+            fin.dead.insert("c".into(), "injected skip".into());
+            match p {
+                "dead" => {
+                    fin.dead.insert("p".into(), "child flow_a/q cancelled".into());
+                }
+                "waiting" => {
+                    fin.waiting.insert("p".into());
+                }
+                _ => {}
+            }
+            check_flow_final(&h, LIMITS, &fin)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(nested("remove", "gone"), none);
+        assert_eq!(nested("fail", "dead"), none);
+        assert_eq!(nested("wait", "dead"), none);
+        assert_eq!(nested("wait", "waiting"), ["flow-policy"]);
+        assert_eq!(nested("fail", "gone"), ["flow-policy"]);
+    }
+
+    #[test]
+    fn a_result_read_back_is_one_an_ok_delivery_returned() {
+        let mut h = History::new();
+        flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Error);
+        flow_delivery(&mut h, "a", 2, 200, 250, Outcome::Ok);
+        let returned = flow_result(&h.flow_deliveries[1]);
+        let read = |r: Option<&str>| {
+            let results = HashMap::from([("a".to_string(), r.map(|r| r.as_bytes().to_vec()))]);
+            check_results(&h, &results)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(Some(&returned)), Vec::<&str>::new());
+        assert_eq!(read(Some(&flow_result(&h.flow_deliveries[0]))), ["results-kept"]);
+        assert_eq!(read(None), ["results-kept"]);
+    }
+
+    #[test]
+    fn a_parent_reads_its_childrens_results_as_returned() {
+        let read = |child: &str, outcome: &str, result: Option<String>| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["a", "b"], "ignore");
+            flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+            flow_delivery(&mut h, "b", 1, 100, 150, Outcome::Skip);
+            let result = result.map(|r| {
+                if r == "returned" {
+                    flow_result(&h.flow_deliveries[0])
+                } else {
+                    r
+                }
+            });
+            h.children_reads.push(ChildrenRead {
+                parent: "p".into(),
+                attempt: 1,
+                children: vec![(child.into(), outcome.into(), result.map(String::into_bytes))],
+            });
+            flow_rules(&h)
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(read("a", "Acked", Some("returned".into())), none);
+        assert_eq!(read("a", "Acked", None), none);
+        assert_eq!(read("b", "Dead", None), none);
+        assert_eq!(read("a", "Acked", Some("r a 2 c9".into())), ["children-results"]);
+        assert_eq!(read("b", "Acked", None), ["children-results"]);
+        assert_eq!(read("x", "Acked", None), ["children-results"]);
+    }
+
+    #[test]
+    fn a_note_written_after_the_ack_is_rejected() {
+        let note = |h: &mut History, result: Result<(), (bool, String)>| {
+            h.late_notes = vec![LateNote {
+                id: "a".into(),
+                attempt: 1,
+                consumer: "c0".into(),
+                start: at(h, 300),
+                end: at(h, 301),
+                result,
+            }];
+            flow_rules(h)
+        };
+        let mut h = History::new();
+        flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+        assert_eq!(note(&mut h, Err((true, "lease lost".into()))), Vec::<&str>::new());
+        assert_eq!(note(&mut h, Ok(())), ["note-unfenced"]);
+        assert_eq!(note(&mut h, Err((false, "timed out".into()))), ["note-unfenced"]);
+        // A reply lost meanwhile may have turned a rejection into another error.
+        fault(&mut h, "cut", 300, 300);
+        assert_eq!(note(&mut h, Err((false, "timed out".into()))), Vec::<&str>::new());
     }
 
     #[test]

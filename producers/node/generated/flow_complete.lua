@@ -117,6 +117,71 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- Whether `flows` (the totals' field 'flows', read by the caller: one
+-- HGET, all a queue without flows pays) is set, and if so fails, before the
+-- script's first write, unless the keys flow_done writes are on this node
+-- (keys_here): the parents hash, the outbox, and the children hashes of
+-- `deleted`, the ids whose payloads go.
+local function flows_here(flows, base, deleted)
+  if not flows then
+    return false
+  end
+  local keys = {base .. 'parents', base .. 'outbox'}
+  for _, id in ipairs(deleted) do
+    keys[#keys + 1] = base .. 'children:' .. id
+  end
+  keys_here(keys)
+  return true
+end
+
+-- Records that `ids` finished with `outcome`: for each link of each of them
+-- an outbox entry, which the relay delivers to the parent's slot. A dead
+-- child keeps its 'w' (wait) links: requeued, it may still finish them.
+-- `deleted`: their payloads are gone, so their own children's results go
+-- too. Nothing unless `flows` (from flows_here, called before the script's
+-- first write). O(1) calls per batch plus O(links). Returns the set of ids
+-- that recorded an entry.
+local function flow_done(flows, base, ids, outcome, deleted)
+  local recorded = {}
+  if #ids == 0 or not flows then
+    return recorded
+  end
+  local parents, now = base .. 'parents', now_ms()
+  local links = redis.call('HMGET', parents, unpack(ids))
+  local entries, gone, children = {}, {}, {}
+  for i, id in ipairs(ids) do
+    children[i] = base .. 'children:' .. id
+    if links[i] then
+      local kept, all = {}, 0
+      for link in string.gmatch(links[i], '[^\n]+') do
+        all = all + 1
+        if outcome == 'd' and string.sub(link, 1, 1) == 'w' then
+          kept[#kept + 1] = link
+        else
+          entries[#entries + 1] = now
+          entries[#entries + 1] = outcome .. ' ' .. id .. ' ' .. link
+          recorded[id] = true
+        end
+      end
+      if #kept == 0 then
+        gone[#gone + 1] = id
+      elseif #kept < all then
+        redis.call('HSET', parents, id, table.concat(kept, '\n'))
+      end
+    end
+  end
+  if #entries > 0 then
+    redis.call('ZADD', base .. 'outbox', unpack(entries))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', parents, unpack(gone))
+  end
+  if deleted then
+    redis.call('DEL', unpack(children))
+  end
+  return recorded
+end
+
 --[[ flow_complete: waiting -> pending | dead, as a parent's children finish
 Applies completions the relay read from a child queue's outbox to their
 parents in this queue (docs/workflows.md), at least once: each child
@@ -130,7 +195,10 @@ the retention, its sets deleted. Under 'r' (a batch's on_success) such a
 child removes the parent: its payload and sets are deleted. Outcome 'o'
 is a batch's close: its member (the parent's own base and an empty id)
 leaves the set, nothing is recorded. A parent whose set is empty goes to
-pending, due at its own due time or now, whichever is later.
+pending, due at its own due time or now, whichever is later. A parent made
+a dead letter or removed is a child that finished for its own parents:
+recorded in this queue's outbox as dead ('d') or deleted ('c'), as nack
+and cancel record theirs (flow_done in prelude.lua).
 
 KEYS[1] waiting zset   KEYS[2] pending zset   KEYS[3] dead zset
 KEYS[4] attempts hash   KEYS[5] totals hash
@@ -143,14 +211,16 @@ base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
 Returns {applied, parents moved to pending, parents moved to dead,
 parents removed}.
 Publishes a wake-up when a parent became due before every pending message.
-Its parents' deps and children keys and payloads are built, not declared:
-one EXISTS touches them all before the first write, so during a slot
-migration it fails with nothing written (docs/design.md §2).
+Its parents' deps and children keys and payloads, and the parents hash
+and outbox it records in, are built, not declared: they are touched with
+one EXISTS each before the first write, so during a slot migration it
+fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
 Complexity: O(M log N) with M = completions (at most 1000 per call), and
-one EXISTS of 3M keys; never O(children of a parent).
+one EXISTS of 3M keys, plus O(links) of the parents made dead or removed;
+never O(children of a parent).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
@@ -167,8 +237,10 @@ for i = 1, m do
   built[#built + 1] = ARGV[1] .. id
 end
 keys_here(built)
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 local head, now = head_due(KEYS[2]), now_ms()
 local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
+local buried, deleted = {}, {}
 for i = 1, m do
   local a = 4 * i
   local id, child, how, result = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -183,6 +255,7 @@ for i = 1, m do
       redis.call('ZREM', KEYS[1], id)
       redis.call('DEL', deps, children, ARGV[1] .. id)
       removed = removed + 1
+      deleted[#deleted + 1] = id
     elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
       redis.call('ZREM', KEYS[1], id)
       redis.call('DEL', deps, children)
@@ -192,6 +265,7 @@ for i = 1, m do
       bury(KEYS[3], id, ARGV[1] .. id, now, tonumber(ARGV[3]))
       tally(KEYS[5], 'dead', 1)
       dead = dead + 1
+      buried[#buried + 1] = id
     else
       if outcome ~= 'o' then
         redis.call('HSET', children, child, outcome .. result)
@@ -209,5 +283,7 @@ for i = 1, m do
     end
   end
 end
+flow_done(flows, base, buried, 'd', false)
+flow_done(flows, base, deleted, 'c', true)
 wake_if_earlier(ARGV[2], earliest, head, now)
 return {applied, due, dead, removed}

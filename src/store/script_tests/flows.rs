@@ -427,3 +427,63 @@ async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_succe
         }
     );
 }
+
+#[tokio::test]
+async fn a_parent_failed_or_removed_by_a_child_tells_its_own_parent() {
+    // gp waits for pf and pr, each waiting for a child that dies: pf
+    // under 'f' becomes a dead letter, pr under 'r' is deleted. Either is
+    // how gp's child finished, so gp's slot must hear of it (found by the
+    // history checker: a grandparent waited forever).
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["cf", "cr"] {
+        env.send_own(id, id, 0, 0, 0).await;
+    }
+    send_parent(&env, "gp", &["pf", "pr"], 0).await;
+    send_parent(&env, "pf", &["cf"], 0).await;
+    send_parent(&env, "pr", &["cr"], 0).await;
+    link(&env, "gp", 'i', &["pf", "pr"]).await;
+    link(&env, "pf", 'f', &["cf"]).await;
+    link(&env, "pr", 'r', &["cr"]).await;
+    for (id, lease) in claim_all(&env).await {
+        assert_eq!(env.nack(&id, lease, NackMode::Dead).await, 2);
+    }
+    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
+    let drop: Vec<(String, Vec<String>)> = entries.iter().map(|e| (e.entry().to_string(), Vec::new())).collect();
+    assert_eq!(env.run(&Outbox::Drop { entries: &drop }).await.1, 2);
+    let done = complete(
+        &env,
+        &[completion(&env, "pf", "cf", "df"), completion(&env, "pr", "cr", "dr")],
+    )
+    .await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 2,
+            due: 0,
+            dead: 1,
+            removed: 1
+        }
+    );
+    // pf died and pr was deleted: each records it for gp, as a child's
+    // death (a requeued pf may still finish) and a deletion do.
+    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
+    let mut got: Vec<String> = entries.iter().map(|e| e.entry().to_string()).collect();
+    got.sort();
+    assert_eq!(got, [format!("c pr i {} gp", k.base), format!("d pf i {} gp", k.base)]);
+    assert!(!env.exists(&k.parents()));
+    let done = complete(
+        &env,
+        &[completion(&env, "gp", "pf", "di"), completion(&env, "gp", "pr", "ci")],
+    )
+    .await;
+    assert_eq!(
+        done,
+        Completed {
+            applied: 2,
+            due: 1,
+            dead: 0,
+            removed: 0
+        }
+    );
+}
