@@ -28,7 +28,8 @@
 //! them, or a consumer each), `--n 50000`
 //! (messages per throughput phase), `--scale 1000000` (w4 backlog),
 //! `--rounds 3` (w4's interleaved empty/loaded rounds; it also uses the
-//! next database of `REDIS_URL`'s server for the empty side).
+//! next database of `REDIS_URL`'s server for the empty side), `--samples 200`
+//! (group B's messages on each side of the fairness figure).
 
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +58,7 @@ struct Opts {
     rounds: usize,
     idle: Vec<usize>,
     idle_as: String,
+    samples: usize,
 }
 
 fn opts() -> Res<Opts> {
@@ -67,6 +69,7 @@ fn opts() -> Res<Opts> {
         rounds: 3,
         idle: vec![1, 200, 1000],
         idle_as: "worker".into(),
+        samples: 200,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -78,6 +81,7 @@ fn opts() -> Res<Opts> {
             "--rounds" => o.rounds = val()?.parse()?,
             "--idle" => o.idle = val()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
             "--idle-as" => o.idle_as = val()?,
+            "--samples" => o.samples = val()?.parse()?,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -1050,11 +1054,11 @@ async fn main() -> Res<()> {
         emit("handles", handles(&client)?);
     }
     if on("groups") {
-        emit("groups", groups(&client, &tag, o.n, o.scale).await?);
+        emit("groups", groups(&client, &tag, o.n, o.scale, o.samples).await?);
         cleanup(&client).await?;
     }
     if on("groupsfair") {
-        emit("groups_fairness", fairness(&client, &tag).await?);
+        emit("groups_fairness", fairness(&client, &tag, o.samples).await?);
     }
     if on("flows") {
         emit("flows", flows(&client, &tag, o.rounds).await?);
@@ -1420,41 +1424,49 @@ fn p50_p99(mut v: Vec<f64>) -> serde_json::Value {
     json!({"p50_ms": (at(0.5) * 10.0).round() / 10.0, "p99_ms": (at(0.99) * 10.0).round() / 10.0, "n": v.len()})
 }
 
-/// The lateness (ms from its due time to its handler's start) of messages
-/// of group `b` sent one every 100 ms to `q` while its consumer runs,
-/// at least 20 and until `until`, given how many messages of other groups
-/// were handled, says the rest is drained (at most 60 s); and how long that
-/// drain took.
-async fn group_lateness(q: &DelayQueue, grouped: bool, until: impl Fn(u64) -> bool) -> Res<(Vec<f64>, Duration)> {
-    let late: Arc<Mutex<Vec<f64>>> = Arc::default();
+/// What [`b_lateness`] saw: each B message's due time and lateness (ms
+/// from its due time to its handler's start), and when the other messages
+/// were drained (how long after the consumer started, and the wall-clock
+/// time), if they were.
+struct Lateness {
+    b: Vec<(SystemTime, f64)>,
+    drained: Option<(Duration, SystemTime)>,
+}
+
+/// Sends B's messages (payload `b`), one every 100 ms, to group `b` of `q`
+/// (or without a group) while its consumer runs, whose handler takes
+/// `work`, until at least `b_wanted` of them were handled and `backlog`
+/// other messages were (at most 120 s).
+async fn b_lateness(q: &DelayQueue, grouped: bool, work: Duration, backlog: u64, b_wanted: usize) -> Res<Lateness> {
+    let late: Arc<Mutex<Vec<(SystemTime, f64)>>> = Arc::default();
+    let drained: Arc<Mutex<Option<(Duration, SystemTime)>>> = Arc::default();
     let others = Arc::new(AtomicU64::new(0));
-    let (l, o) = (late.clone(), others.clone());
+    let (l, d, o) = (late.clone(), drained.clone(), others.clone());
     let t = Instant::now();
     let consumer = q
         .start_consume(move |msg: Message| {
-            let (l, o) = (l.clone(), o.clone());
+            let (l, d, o) = (l.clone(), d.clone(), o.clone());
             async move {
+                let now = SystemTime::now();
                 if msg.payload() == b"b" {
-                    let ms = SystemTime::now()
-                        .duration_since(msg.due_at())
-                        .unwrap_or_default()
-                        .as_secs_f64()
-                        * 1e3;
-                    l.lock().unwrap().push(ms);
-                } else {
-                    o.fetch_add(1, Ordering::Relaxed);
+                    let ms = now.duration_since(msg.due_at()).unwrap_or_default().as_secs_f64() * 1e3;
+                    l.lock().unwrap().push((msg.due_at(), ms));
+                } else if o.fetch_add(1, Ordering::Relaxed) + 1 == backlog {
+                    *d.lock().unwrap() = Some((t.elapsed(), now));
+                }
+                if !work.is_zero() {
+                    tokio::time::sleep(work).await;
                 }
                 Ok::<(), HandlerError>(())
             }
         })
         .await?;
-    let limit = Instant::now() + Duration::from_secs(60);
-    let mut drained = None;
+    if backlog == 0 {
+        *drained.lock().unwrap() = Some((Duration::ZERO, SystemTime::now()));
+    }
+    let limit = Instant::now() + Duration::from_secs(120);
     while Instant::now() < limit {
-        if drained.is_none() && until(others.load(Ordering::Relaxed)) {
-            drained = Some(t.elapsed());
-        }
-        if drained.is_some() && late.lock().unwrap().len() >= 20 {
+        if drained.lock().unwrap().is_some() && late.lock().unwrap().len() >= b_wanted {
             break;
         }
         let b = q.send(&b"b"[..]);
@@ -1466,8 +1478,9 @@ async fn group_lateness(q: &DelayQueue, grouped: bool, until: impl Fn(u64) -> bo
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     consumer.shutdown().await?;
-    let late = late.lock().unwrap().clone();
-    Ok((late, drained.unwrap_or(t.elapsed())))
+    let b = late.lock().unwrap().clone();
+    let drained = *drained.lock().unwrap();
+    Ok(Lateness { b, drained })
 }
 
 /// groups: consume (`concurrency(16)`, no-op handler) of `n` due messages
@@ -1477,7 +1490,7 @@ async fn group_lateness(q: &DelayQueue, grouped: bool, until: impl Fn(u64) -> bo
 /// messages, and A's drain rate; the longest claim, promote and ack calls
 /// (SLOWLOG) while a queue of 100,000 groups and `scale` due messages is
 /// consumed.
-async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde_json::Value> {
+async fn groups(client: &Client, tag: &str, n: usize, scale: usize, samples: usize) -> Res<serde_json::Value> {
     let mut consume_by_groups = serde_json::Map::new();
     let mut ungrouped = 0.0;
     for groups in [0, 1, 100, 100_000] {
@@ -1493,7 +1506,7 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
         consume_by_groups.insert(format!("{groups}"), figures);
         cleanup(client).await?;
     }
-    let fair = fairness(client, tag).await?;
+    let fair = fairness(client, tag, samples).await?;
     emit("groups_fairness", fair.clone());
     let big = groups_big(client, tag, scale).await?;
     Ok(json!({
@@ -1508,34 +1521,80 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize) -> Res<serde
 }
 
 /// The lateness of group B's messages, sent one every 100 ms, on an empty
-/// queue, while group A drains 100,000 due messages, and behind the same
-/// backlog without groups; and A's drain rate.
-async fn fairness(client: &Client, tag: &str) -> Res<serde_json::Value> {
-    // B alone, then B beside A's backlog.
-    let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
-    let (alone, _) = group_lateness(&q, true, |_| true).await?;
-    cleanup(client).await?;
-    const BACKLOG: usize = 100_000;
-    let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
-    for _ in (0..BACKLOG).step_by(10_000) {
-        for r in q
-            .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
-            .await?
-        {
-            r?;
+/// queue and while group A drains 100,000 due messages, in interleaved
+/// rounds (so both sides see the same machine) until each side has
+/// `samples`; beside A, only B's messages sent before A was drained count.
+/// Then one round of the same backlog without groups, B's messages behind
+/// A's in one ready list. And A's drain rate over the rounds. Handlers do
+/// nothing; then the same with handlers that take 1 ms (a backlog of
+/// 20,000, no round without groups).
+async fn fairness(client: &Client, tag: &str, samples: usize) -> Res<serde_json::Value> {
+    let mut figures = fairness_of(client, tag, samples, Duration::ZERO, 100_000).await?;
+    figures["handlers_1ms"] = fairness_of(client, tag, samples, Duration::from_millis(1), 20_000).await?;
+    Ok(figures)
+}
+
+/// [`fairness`] with handlers that take `work` and a backlog of `backlog`.
+async fn fairness_of(
+    client: &Client,
+    tag: &str,
+    samples: usize,
+    work: Duration,
+    backlog: usize,
+) -> Res<serde_json::Value> {
+    /// B's messages on the empty queue per round: about as many as one drain of A sees.
+    const ALONE_PER_ROUND: usize = 25;
+    let (mut alone, mut beside, mut drains) = (Vec::new(), Vec::new(), Vec::new());
+    // Bounded: a round adds at least ALONE_PER_ROUND alone and one beside.
+    for _ in 0..samples.max(1) {
+        if alone.len() >= samples && beside.len() >= samples {
+            break;
         }
+        let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
+        let seen = b_lateness(&q, true, work, 0, ALONE_PER_ROUND).await?;
+        alone.extend(seen.b.into_iter().map(|(_, ms)| ms));
+        cleanup(client).await?;
+        let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
+        for _ in (0..backlog).step_by(10_000) {
+            for r in q
+                .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
+                .await?
+            {
+                r?;
+            }
+        }
+        let (took, during) = beside_backlog(&q, true, work, backlog).await?;
+        beside.extend(during);
+        drains.push(took);
+        cleanup(client).await?;
     }
-    let (beside, drain) = group_lateness(&q, true, |others| others as usize >= BACKLOG).await?;
-    let drain_rate = rate(BACKLOG, drain);
-    cleanup(client).await?;
-    // The same without groups: B's messages behind A's in one ready list.
-    let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
-    send_grouped(&q, BACKLOG, 0, Duration::ZERO).await?;
-    let (behind, _) = group_lateness(&q, false, |others| others as usize >= BACKLOG).await?;
-    cleanup(client).await?;
-    Ok(
-        json!({"lateness_of_b_alone": p50_p99(alone), "lateness_of_b_beside_a_backlog": p50_p99(beside), "without_groups_lateness_of_b_behind_a_backlog": p50_p99(behind), "a_drain_per_s": drain_rate}),
-    )
+    let drain_rate = rate(backlog * drains.len(), drains.iter().sum());
+    let by_round: Vec<f64> = drains.iter().map(|&took| rate(backlog, took)).collect();
+    let mut figures = json!({
+        "rounds": drains.len(),
+        "a_backlog": backlog,
+        "lateness_of_b_alone": p50_p99(alone),
+        "lateness_of_b_beside_a_backlog": p50_p99(beside),
+        "a_drain_per_s": drain_rate,
+        "a_drain_per_s_by_round": by_round,
+    });
+    if work.is_zero() {
+        let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
+        send_grouped(&q, backlog, 0, Duration::ZERO).await?;
+        let (_, behind) = beside_backlog(&q, false, work, backlog).await?;
+        cleanup(client).await?;
+        figures["without_groups_lateness_of_b_behind_a_backlog"] = p50_p99(behind);
+    }
+    Ok(figures)
+}
+
+/// B's messages sent while `q`'s `backlog` other messages drain: how long
+/// the drain took, and the lateness of the B messages due before its end.
+async fn beside_backlog(q: &DelayQueue, grouped: bool, work: Duration, backlog: usize) -> Res<(Duration, Vec<f64>)> {
+    let seen = b_lateness(q, grouped, work, backlog as u64, 0).await?;
+    let (took, end) = seen.drained.ok_or("the backlog was not drained within 120 s")?;
+    let during = seen.b.into_iter().filter(|&(due, _)| due <= end).map(|(_, ms)| ms);
+    Ok((took, during.collect()))
 }
 
 /// The longest calls (SLOWLOG, over 1 ms) while a queue of 100,000 groups

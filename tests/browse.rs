@@ -147,6 +147,59 @@ async fn browse_walks_the_ready_list_head_first_and_tail_first() {
     }
 }
 
+/// Due messages of groups are in the ready state's walks after the ready
+/// list, group by group in name order, each group's in due order: browse
+/// pages in both directions and a search read them.
+#[tokio::test]
+async fn browse_and_search_of_ready_go_on_into_the_groups() {
+    let (_server, _client, q) = start_queue("grouped", FETCH_INTERVAL, |b| b).await;
+    q.pause().await.unwrap();
+    let sends = [
+        ("u0", None),
+        ("b0", Some("beta")),
+        ("a0", Some("alpha")),
+        ("u1", None),
+        ("b1", Some("beta")),
+        ("a1", Some("alpha")),
+    ];
+    for (id, group) in sends {
+        let send = q.send(format!("payload {id}")).id(id);
+        match group {
+            Some(g) => send.group(g).await.unwrap(),
+            None => send.await.unwrap(),
+        };
+    }
+    // A consumer of the paused queue moves them to ready and leases none.
+    let consumer = q.start_consume(helpers::ok_else_fail()).await.unwrap();
+    let ready = support::wait_for(WAIT, || async { q.counts().await.unwrap().ready == 6 }).await;
+    assert!(ready, "not all ready: {:?}", q.counts().await.unwrap());
+    consumer.shutdown().await.unwrap();
+    let asc = ["u0", "u1", "a0", "a1", "b0", "b1"].map(String::from).to_vec();
+    let desc: Vec<String> = asc.iter().rev().cloned().collect();
+    for (order, want) in [(Order::Asc, &asc), (Order::Desc, &desc)] {
+        for limit in [1, 2, 4, 6] {
+            let (ids, _) = helpers::browse_all(&q, MessageState::Ready, order, limit, 6).await;
+            assert_eq!(&ids, want, "{order:?} by {limit}");
+        }
+    }
+    let found = q.search(MessageState::Ready, "payload").limit(10).await.unwrap();
+    let ids: Vec<&str> = found.items.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(
+        (ids, found.scanned, found.cursor),
+        (asc.iter().map(String::as_str).collect(), 6, None)
+    );
+    let found = q
+        .search(MessageState::Ready, "payload b")
+        .order(Order::Desc)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = found.items.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["b1", "b0"]);
+    let found = q.search(MessageState::Ready, "a1").await.unwrap();
+    let ids: Vec<&str> = found.items.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["a1"], "by id, once");
+}
+
 #[tokio::test]
 async fn search_finds_text_deep_in_the_queue_within_its_scan_budget() {
     let (_server, _client, q) = start_queue("search", FETCH_INTERVAL, |b| b).await;
@@ -234,14 +287,33 @@ async fn browse_and_search_refuse_bad_input_with_typed_errors() {
             cursor,
         );
     }
-    // A list's cursor is a position.
+    // A list's cursor is a position; past the ready list, a group's
+    // message (`<group>/<score>:<id>`) or past a group (`<group>/:`).
+    for cursor in [
+        "ra0:1.5:a",
+        "ra0:A/:a",
+        "ra0:A/x:a",
+        "ra0:a b/1:a",
+        "ra0:A/1:",
+        "ra0:/1:a",
+    ] {
+        let text = invalid(
+            q.browse(MessageState::Ready)
+                .after(Some(cursor.into()))
+                .await
+                .map(|_| ()),
+            cursor,
+        );
+        assert!(text.contains("invalid cursor"), "{cursor}: {text}");
+    }
     invalid(
-        q.browse(MessageState::Ready)
-            .after(Some("ra0:1.5:a".into()))
-            .await
-            .map(|_| ()),
-        "ready",
+        q.browse(pending).after(Some("pa0:A/1:a".into())).await.map(|_| ()),
+        "pending",
     );
+    for cursor in ["ra0:A/:", "ra0:A/5:a"] {
+        let page = q.browse(MessageState::Ready).after(Some(cursor.into())).await.unwrap();
+        assert_eq!((page.items.len(), page.cursor), (0, None), "{cursor}");
+    }
     for n in [0, 1001] {
         invalid(q.browse(pending).limit(n).await.map(|_| ()), "browse limit");
         invalid(q.search(pending, "x").limit(n).await.map(|_| ()), "search limit");

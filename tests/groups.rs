@@ -1,5 +1,5 @@
 //! Groups through the public API (docs/groups.md): fair turns between
-//! groups, per-group concurrency across consumers and shards, ordered
+//! groups (in claims and in the consumer's handler slots), per-group concurrency across consumers and shards, ordered
 //! groups with a failure, pausing one group, invalid names, and no group
 //! key left once everything is acked; and groups with the rest of the
 //! product: priorities, headers, reschedule, expiry and dead letters
@@ -54,6 +54,49 @@ async fn a_big_backlog_delays_another_groups_message_by_one_turn_at_most() {
     let want: Vec<Vec<u8>> = (0..300).map(|i| format!("a{i}").into_bytes()).collect();
     assert_eq!(a, want.iter().collect::<Vec<_>>());
     assert!(wait_for(WAIT, || async { group_keys(&client, "fair").await.is_empty() }).await);
+}
+
+/// In the consumer, a group's message claimed while another group's batch
+/// waits for the handler slot starts at the next free slot, not after that
+/// batch: the slots go to the groups' lines in turn (docs/groups.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_claimed_behind_another_groups_batch_starts_at_the_next_free_slot() {
+    let (_server, _client, queue) = start_queue("slots", FETCH, |b| b.concurrency(1)).await;
+    queue
+        .send_batch((0..50).map(|i| NewMessage::new(format!("a{i}")).group("A")))
+        .await
+        .unwrap();
+    let log = Log::default();
+    // a1 holds the only handler slot until the gate opens.
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let handler = helpers::recording(&log, move |msg: Message| {
+        let mut opened = opened.clone();
+        async move {
+            if msg.payload() == b"a1" {
+                let _ = opened.wait_for(|o| *o).await;
+            }
+            Ok(())
+        }
+    });
+    let consumer = queue.start_consume(handler).await.unwrap();
+    let leased = |n| {
+        let queue = &queue;
+        move || async move { queue.counts().await.unwrap().processing == n }
+    };
+    // a0 handled, a1 running, a2 to a49 claimed and waiting for the slot.
+    assert!(wait_for(WAIT, leased(49)).await, "{:?}", queue.counts().await);
+    queue.send("b").group("B").await.unwrap();
+    assert!(
+        wait_for(WAIT, leased(50)).await,
+        "b not claimed: {:?}",
+        queue.counts().await
+    );
+    open.send(true).unwrap();
+    assert!(wait_until(WAIT, || log.len() == 51).await, "{} delivered", log.len());
+    consumer.shutdown().await.unwrap();
+    let order: Vec<Vec<u8>> = log.snapshot().into_iter().map(|d| d.3).collect();
+    let first: Vec<&[u8]> = order[..4].iter().map(Vec::as_slice).collect();
+    assert_eq!(first, [&b"a0"[..], b"a1", b"a2", b"b"], "A's turn, then B's");
 }
 
 /// Each group's messages running now and the most seen at once, and the

@@ -175,9 +175,9 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
                 shared.in_flight.fetch_add(1, Ordering::AcqRel);
                 shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
                 shared.pool.lanes[shared.lane].in_flight.fetch_add(1, Ordering::AcqRel);
-                // In line for a handler slot now, in claim order: the tasks run in
-                // no promised order on a multi-thread runtime.
-                let slot = shared.pool.slot();
+                // In line for a handler slot now, in claim order within its
+                // group: the tasks run in no promised order on a multi-thread runtime.
+                let slot = shared.pool.slot(shared.lane, msg.group());
                 tokio::spawn(delivery::run(shared.clone(), msg, slot));
             }
             Err(receipt) => {

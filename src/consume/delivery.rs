@@ -31,10 +31,7 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     let deadline = msg.receipt.deadline;
     let least = || least_lease_to_start(&shared.ctx.settings, pool.avg_handler_us());
     let give_up = deadline.checked_sub(least()).unwrap_or(deadline);
-    let permit = tokio::time::timeout_at(give_up, slot.acquired())
-        .await
-        .ok()
-        .and_then(Result::ok);
+    let permit = tokio::time::timeout_at(give_up, slot.acquired()).await.ok().flatten();
     let left = deadline.saturating_duration_since(Instant::now());
     let ended = if *pool.stop.borrow() || permit.is_none() || left < least() {
         tracing::debug!(queue = %shared.name(), id = %msg.id(), "handing back an unstarted delivery");

@@ -2,14 +2,13 @@
 //! every shard's loop uses, and each shard's own [`Shared`] state, which
 //! its loop and its delivery tasks hold.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::FutureExt;
-use tokio::sync::{mpsc, watch, AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acker::AckItem;
 use super::context::Context;
@@ -21,8 +20,8 @@ use crate::Handler;
 /// What the loops of every queue and shard a consumer reads share: the
 /// handler slots and their limits.
 pub(crate) struct Pool {
-    /// One permit per handler that may run at once; taken through [`Pool::slot`].
-    workers: Arc<Semaphore>,
+    /// The handler slots, taken through [`Pool::slot`].
+    workers: Arc<Slots>,
     /// Messages claimed and not finished, over all loops.
     pub in_flight: AtomicUsize,
     /// One per loop, each signalled whenever any delivery finishes.
@@ -67,7 +66,7 @@ impl Pool {
         stop: watch::Receiver<bool>,
     ) -> Self {
         Pool {
-            workers: Arc::new(Semaphore::new(concurrency)),
+            workers: Arc::new(Slots::new(concurrency)),
             in_flight: AtomicUsize::new(0),
             done: (0..loops).map(|_| Notify::new()).collect(),
             lanes,
@@ -102,20 +101,10 @@ impl Pool {
         }
     }
 
-    /// A place in line for a handler slot, taken now. The semaphore grants
-    /// permits in the order its waiters first polled, and the first poll
-    /// happens here, so slots go in the order of these calls (claim order),
-    /// whichever delivery task the runtime happens to run first.
-    pub(crate) fn slot(&self) -> Slot {
-        // Unconstrained: a claim that used up its task's coop budget must
-        // still join the line on this poll, not merely be told to yield.
-        let mut acquire: Acquiring = Box::pin(tokio::task::unconstrained(self.workers.clone().acquire_owned()));
-        // Takes a free permit, or joins the wait list with a no-op waker
-        // that the delivery task's first poll replaces.
-        match acquire.as_mut().now_or_never() {
-            Some(permit) => Slot::Taken(permit),
-            None => Slot::Waiting(acquire),
-        }
+    /// A place in line for a handler slot, taken now, for a message of
+    /// queue `lane` in `group`: see [`Slots`] for the order slots go in.
+    pub(crate) fn slot(&self, lane: usize, group: Option<&str>) -> Slot {
+        self.workers.take(group.map(|g| (lane, Box::from(g))))
     }
 
     /// The recent handler run time in microseconds; 0 before the first run ends.
@@ -132,23 +121,120 @@ impl Pool {
     }
 }
 
-type Acquiring = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+/// Whose line a delivery waits in: a group of a queue (by the queue's
+/// lane), or `None` for messages without a group, of every queue.
+type Member = Option<(usize, Box<str>)>;
+
+/// The handler slots of a consumer: `concurrency` of them, and the
+/// deliveries claimed and waiting for one, in a line per group (messages
+/// without a group, of every queue, are one more line). A slot that frees
+/// goes to the lines in turn, each line in the order its places were taken
+/// (claim order), so a group's message claimed behind a batch of another
+/// group's starts at the next free slot, not after that batch: the claim's
+/// turns between groups (docs/groups.md) hold in the consumer too. A
+/// consumer that never sees groups has one line, first come first served.
+pub(crate) struct Slots {
+    line: Mutex<Line>,
+}
+
+#[derive(Default)]
+struct Line {
+    free: usize,
+    /// The members with deliveries waiting, in turn order.
+    turns: VecDeque<Member>,
+    waiting: HashMap<Member, VecDeque<oneshot::Sender<Permit>>>,
+}
+
+impl Slots {
+    fn new(concurrency: usize) -> Self {
+        Slots {
+            line: Mutex::new(Line {
+                free: concurrency,
+                ..Line::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Line> {
+        // The line is consistent between statements: a panic elsewhere leaves it usable.
+        self.line.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A free slot when no one waits, else a place at the end of `member`'s
+    /// line (the member goes to the end of the turns when it had none).
+    fn take(self: &Arc<Self>, member: Member) -> Slot {
+        let mut guard = self.lock();
+        let line = &mut *guard;
+        if line.free > 0 && line.turns.is_empty() {
+            line.free -= 1;
+            return Slot::Taken(Permit(Some(self.clone())));
+        }
+        let (tx, rx) = oneshot::channel();
+        match line.waiting.entry(member) {
+            Entry::Occupied(mut places) => places.get_mut().push_back(tx),
+            Entry::Vacant(places) => {
+                line.turns.push_back(places.key().clone());
+                places.insert(VecDeque::from([tx]));
+            }
+        }
+        Slot::Waiting(rx)
+    }
+
+    /// Hands a freed slot to the first place of the member whose turn it
+    /// is (that member goes to the end of the turns while it has more),
+    /// skipping places given up; else counts it free.
+    fn release(self: &Arc<Self>) {
+        let mut guard = self.lock();
+        let line = &mut *guard;
+        while let Some(member) = line.turns.pop_front() {
+            let Some(places) = line.waiting.get_mut(&member) else {
+                continue;
+            };
+            let next = places.pop_front();
+            if places.is_empty() {
+                line.waiting.remove(&member);
+            } else {
+                line.turns.push_back(member);
+            }
+            if let Some(place) = next {
+                match place.send(Permit(Some(self.clone()))) {
+                    Ok(()) => return,
+                    // Given up: not handed, so not released again.
+                    Err(mut permit) => permit.0 = None,
+                }
+            }
+        }
+        line.free += 1;
+    }
+}
+
+/// A handler slot; dropping it frees it for the next in turn.
+pub(crate) struct Permit(Option<Arc<Slots>>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(slots) = self.0.take() {
+            slots.release();
+        }
+    }
+}
 
 /// A delivery's place in line for a handler slot ([`Pool::slot`]).
 /// Dropping it gives up the place, or the slot once taken.
 pub(crate) enum Slot {
-    /// Taken at once: a permit was free.
-    Taken(Result<OwnedSemaphorePermit, AcquireError>),
-    /// In the semaphore's wait list.
-    Waiting(Acquiring),
+    /// Taken at once: a slot was free and no one waited.
+    Taken(Permit),
+    /// In its member's line.
+    Waiting(oneshot::Receiver<Permit>),
 }
 
 impl Slot {
-    /// The handler slot, once every place ahead in line has taken or given up its own.
-    pub(crate) async fn acquired(self) -> Result<OwnedSemaphorePermit, AcquireError> {
+    /// The handler slot, once its turn comes.
+    pub(crate) async fn acquired(self) -> Option<Permit> {
         match self {
-            Slot::Taken(permit) => permit,
-            Slot::Waiting(acquire) => acquire.await,
+            Slot::Taken(permit) => Some(permit),
+            // Closed only should the pool be gone: the consumer is.
+            Slot::Waiting(place) => place.await.ok(),
         }
     }
 }
@@ -231,44 +317,89 @@ mod tests {
         Pool::new(concurrency, 1, vec![Lane::new(1, 1)], false, watch::channel(false).1)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn slots_go_in_the_order_they_were_taken_whichever_task_runs_first() {
-        let pool = pool(1);
-        let first = pool.slot();
-        assert!(matches!(first, Slot::Taken(Ok(_))), "a free permit is taken at once");
-        let waiting: Vec<_> = (1..=20).map(|n| (n, pool.slot())).collect();
-        assert!(waiting.iter().all(|(_, s)| matches!(s, Slot::Waiting(_))));
+    /// Runs a task per place of `waiting` (spawned last first), each taking
+    /// its slot, logging its name and holding the slot for a moment, and
+    /// frees `first`; returns the names in the order they got a slot.
+    async fn order_of_slots(first: Slot, waiting: Vec<(&'static str, Slot)>) -> Vec<&'static str> {
+        let n = waiting.len();
         let (log, mut done) = mpsc::unbounded_channel();
-        // Spawned last first, each holding its slot for a moment.
-        for (n, slot) in waiting.into_iter().rev() {
+        for (name, slot) in waiting.into_iter().rev() {
             let log = log.clone();
             tokio::spawn(async move {
                 let _permit = slot.acquired().await.unwrap();
-                log.send(n).unwrap();
+                log.send(name).unwrap();
                 tokio::task::yield_now().await;
             });
         }
         drop(first);
         let mut got = Vec::new();
-        while got.len() < 20 {
+        while got.len() < n {
             let next = tokio::time::timeout(Duration::from_secs(30), done.recv()).await;
             got.push(next.expect("a slot within 30 s").unwrap());
         }
-        assert_eq!(got, (1..=20).collect::<Vec<_>>());
+        got
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slots_go_in_the_order_they_were_taken_whichever_task_runs_first() {
+        let pool = pool(1);
+        let first = pool.slot(0, None);
+        assert!(matches!(first, Slot::Taken(_)), "a free slot is taken at once");
+        const NAMES: [&str; 20] = [
+            "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19",
+            "20",
+        ];
+        let waiting: Vec<_> = NAMES.iter().map(|&n| (n, pool.slot(0, None))).collect();
+        assert!(waiting.iter().all(|(_, s)| matches!(s, Slot::Waiting(_))));
+        assert_eq!(order_of_slots(first, waiting).await, NAMES);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_free_slot_goes_to_the_groups_lines_in_turn_each_in_claim_order() {
+        let pool = pool(1);
+        let first = pool.slot(0, None);
+        // One claim: three of group a, one without a group, one of b,
+        // one without, one more of a, and one of a group a of queue 1.
+        let claimed = [
+            ("a1", 0, Some("a")),
+            ("a2", 0, Some("a")),
+            ("a3", 0, Some("a")),
+            ("u1", 0, None),
+            ("b1", 0, Some("b")),
+            ("u2", 1, None),
+            ("a4", 0, Some("a")),
+            ("x1", 1, Some("a")),
+        ];
+        let waiting = claimed.map(|(name, lane, group)| (name, pool.slot(lane, group)));
+        let got = order_of_slots(first, waiting.into()).await;
+        assert_eq!(got, ["a1", "u1", "b1", "x1", "a2", "u2", "a3", "a4"]);
+        let freed = async {
+            while pool.workers.lock().free < 1 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), freed)
+            .await
+            .expect("the last one frees its slot");
+        let line = pool.workers.lock();
+        assert!(line.turns.is_empty() && line.waiting.is_empty(), "the line is empty");
     }
 
     #[tokio::test]
-    async fn a_slot_given_up_passes_its_place_on_and_a_task_out_of_budget_still_takes_free_ones() {
+    async fn a_slot_given_up_passes_its_place_on() {
         let pool = pool(300);
-        let slots: Vec<_> = (0..300).map(|_| pool.slot()).collect();
-        assert!(slots.iter().all(|s| matches!(s, Slot::Taken(Ok(_)))));
-        assert_eq!(pool.workers.available_permits(), 0);
-        let queued = pool.slot();
-        let behind = pool.slot();
+        let slots: Vec<_> = (0..300).map(|_| pool.slot(0, None)).collect();
+        assert!(slots.iter().all(|s| matches!(s, Slot::Taken(_))));
+        assert_eq!(pool.workers.lock().free, 0);
+        let queued = pool.slot(0, Some("g"));
+        let behind = pool.slot(0, Some("g"));
         drop(queued);
         drop(slots);
         let permit = tokio::time::timeout(Duration::from_secs(30), behind.acquired()).await;
-        assert!(permit.expect("the place given up is passed on").is_ok());
+        let permit = permit.expect("the place given up is passed on");
+        assert!(permit.is_some());
+        drop(permit);
+        assert_eq!(pool.workers.lock().free, 300, "no slot lost");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 
 use crate::info::{MAX_PAGE, PREVIEW_BYTES};
+use crate::maxima::check_group;
 use crate::store::ops::walk::{Anchor, Walk};
 use crate::{DelayQueue, Error, Found, MessageId, MessageInfo, MessageState, Order, Page};
 
@@ -204,8 +205,9 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// `<state><order><shard>[:<score or position>:<id>]`; the state and
-    /// order tell a cursor of another walk.
+    /// `<state><order><shard>[:<score, position or group/score>:<id>]`
+    /// (past a whole group: `<group>/:`); the state and order tell a
+    /// cursor of another walk.
     fn encode(&self, state: MessageState, order: Order) -> String {
         let tag = tag(state, order);
         match &self.after {
@@ -240,13 +242,24 @@ impl Cursor {
             return Ok(Cursor { shard, after: None });
         };
         let (at, id) = anchor.split_once(':').ok_or_else(|| bad("no id"))?;
-        MessageId::check(id).map_err(|e| bad(&format!("id {}", e.reason)))?;
-        let valid = match state {
-            MessageState::Ready | MessageState::Retry => at.parse::<u64>().is_ok(),
-            _ => {
-                at.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-                    && at.parse::<f64>().is_ok_and(f64::is_finite)
-            }
+        let score = |at: &str| {
+            at.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+                && at.parse::<f64>().is_ok_and(f64::is_finite)
+        };
+        // In the ready state, past the positions: a group's message, or past a group.
+        let in_group = match at.split_once('/') {
+            Some((group, at)) if state == MessageState::Ready && check_group(group).is_ok() => Some(at),
+            _ => None,
+        };
+        if in_group != Some("") {
+            MessageId::check(id).map_err(|e| bad(&format!("id {}", e.reason)))?;
+        } else if !id.is_empty() {
+            return Err(bad("an id after a whole group"));
+        }
+        let valid = match (state, in_group) {
+            (_, Some(at)) => at.is_empty() || score(at),
+            (MessageState::Ready | MessageState::Retry, None) => at.parse::<u64>().is_ok(),
+            _ => score(at),
         };
         if !valid {
             return Err(bad("no valid position"));
@@ -344,7 +357,10 @@ impl DelayQueue {
     /// the page before ([`Page::cursor`]) and the page size, then `.await`
     /// it. Pending, processing and dead are walked by score (due time,
     /// lease deadline, time of death), equal scores by id; ready and retry
-    /// by position, head first. Items come with a payload preview, as from
+    /// by position, head first, and in a queue with groups the ready state
+    /// goes on with the groups' due messages, group by group in name order,
+    /// each group's in the order claims take them (docs/groups.md). Items
+    /// come with a payload preview, as from
     /// [`list`](Self::list); [`Page::total`] counts the state.
     ///
     /// A page starts strictly after the last message of the page before,
@@ -355,8 +371,10 @@ impl DelayQueue {
     /// Lists: O(position + limit); the walk finds the last entry again
     /// where it was or, as claims pop the head, nearer the head (at most
     /// 1000 entries further back: each nack release pushes one at the
-    /// head), and goes on from the head when it was claimed. A sharded
-    /// queue is walked shard after shard (its pages are in order within
+    /// head), and goes on from the head when it was claimed. The groups'
+    /// due messages: O(log G + log n) per group visited (G known groups),
+    /// at most 1000 groups a call (further calls go on past the last one
+    /// visited). A sharded queue is walked shard after shard (its pages are in order within
     /// each shard) and its `total` costs one more O(1) call per shard.
     ///
     /// Fails with [`Error::InvalidArgument`] for a limit outside 1 to

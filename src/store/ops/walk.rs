@@ -24,8 +24,10 @@ pub(crate) struct Walk<'a> {
     pub text: &'a str,
 }
 
-/// Where a walk stopped: the last entry it read, by its score (zsets) or
-/// its position from the head (lists), and its id.
+/// Where a walk stopped: the last entry it read, by its score (zsets), its
+/// position from the head (lists) or `<group>/<score>` (a group's due
+/// messages), and its id; or `<group>/` and no id, past a group (a step
+/// over the groups visits a bounded number of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Anchor {
     pub at: String,
@@ -71,6 +73,7 @@ impl Op for Walk<'_> {
             count((self.preview + HEADER_BYTES) as u64),
             self.text.into(),
             k.prio.as_str().into(),
+            k.group_prefix.as_str().into(),
         ]
     }
 

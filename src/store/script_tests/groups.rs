@@ -18,7 +18,7 @@ const PRIO_SPAN: i64 = 1 << 42;
 
 impl Env {
     /// Sends `id` (payload: its id) in group `group` (none: ''), due now.
-    async fn send_grouped(&self, id: &str, group: &str) {
+    pub(super) async fn send_grouped(&self, id: &str, group: &str) {
         let value = encode_stored(&ValueParts {
             retry_count: RETRY as u32,
             group: (!group.is_empty()).then_some(group),
@@ -28,7 +28,7 @@ impl Env {
         assert_eq!(self.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
     }
 
-    fn group_key(&self, name: &str) -> String {
+    pub(super) fn group_key(&self, name: &str) -> String {
         format!("{}{name}", self.k().group_prefix)
     }
 

@@ -297,3 +297,69 @@ async fn walk_refuses_limits_out_of_range_before_reading() {
         assert!(err.details().contains("limit must be"), "ARGV[{i}] {bad}: {err:?}");
     }
 }
+
+/// The ready state of a queue with groups goes on after its list with the
+/// groups' due messages, group by group in name order, each by rank; the
+/// cursor of a grouped entry is `<group>/<score>`, and a step that visits
+/// MAX_LIMIT groups without filling goes on past the last one.
+#[tokio::test]
+async fn walk_of_ready_goes_on_into_the_groups_in_name_order() {
+    let env = Env::new().await;
+    // u1 pending and due: the grouped messages go through pending behind it.
+    env.send_grouped("u1", "").await;
+    for (id, group) in [("b1", "B"), ("a1", "A"), ("a2", "A")] {
+        env.send_grouped(id, group).await;
+    }
+    assert_eq!(env.promote(1000).await[0], 4);
+    let at = |id: &str, group: &str| {
+        let score = env.zscore(&env.group_key(&format!(":{group}:ready")), id).unwrap();
+        format!("{group}/{score}")
+    };
+    let ready = MessageState::Ready;
+    let (a1, a2) = (at("a1", "A"), at("a2", "A"));
+
+    let w = walk(&env, ready, Order::Asc, None, (2, 2), "").await;
+    assert_eq!((w.total, w.read), (4, 2), "the groups' messages count in the state");
+    assert_eq!(walked(&w), (strings(&["u1", "a1"]), next(&a1, "a1")));
+    assert_eq!(w.items[1].payload, b"a1");
+    let w = walk(&env, ready, Order::Asc, Some((&a1, "a1")), (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["a2", "b1"]), None), "read one ahead: the end");
+    let w = walk(&env, ready, Order::Asc, None, (3, 3), "").await;
+    assert_eq!(walked(&w), (strings(&["u1", "a1", "a2"]), next(&a2, "a2")));
+
+    // Descending: the groups from the last, then the list from its tail.
+    let w = walk(&env, ready, Order::Desc, None, (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["b1", "a2"]), next(&a2, "a2")));
+    let w = walk(&env, ready, Order::Desc, Some((&a2, "a2")), (2, 2), "").await;
+    assert_eq!(walked(&w), (strings(&["a1", "u1"]), None));
+    let w = walk(&env, ready, Order::Desc, None, (3, 3), "").await;
+    assert_eq!(walked(&w), (strings(&["b1", "a2", "a1"]), next(&a1, "a1")));
+    let w = walk(&env, ready, Order::Desc, Some((&a1, "a1")), (3, 3), "").await;
+    assert_eq!(walked(&w), (strings(&["u1"]), None));
+
+    // A search reads the groups too.
+    let w = walk(&env, ready, Order::Asc, None, (10, 10), "a").await;
+    assert_eq!((walked(&w), w.read), ((strings(&["a1", "a2"]), None), 4));
+
+    // The cursor's entry left its group (claimed): the walk goes on after its place.
+    env.raw(&["ZREM", &env.group_key(":A:ready"), "a1"]);
+    let w = walk(&env, ready, Order::Asc, Some((&a1, "a1")), (5, 5), "").await;
+    assert_eq!(walked(&w), (strings(&["a2", "b1"]), None));
+
+    // Known groups with nothing due: a step visits at most 1000 of them,
+    // then the cursor is past the last one visited, with no id.
+    let mut known = vec!["ZADD".to_string(), env.group_key("known")];
+    for i in 0..1000 {
+        known.extend(["0".to_string(), format!("e{i:04}")]);
+    }
+    env.raw(&known.iter().map(String::as_str).collect::<Vec<_>>());
+    env.send_grouped("f1", "f").await;
+    let w = walk(&env, ready, Order::Asc, Some(("B/", "")), (10, 10), "").await;
+    assert_eq!((walked(&w), w.read), ((vec![], next("e0999/", "")), 0));
+    let w = walk(&env, ready, Order::Asc, Some(("e0999/", "")), (10, 10), "").await;
+    assert_eq!(walked(&w), (strings(&["f1"]), None));
+    let w = walk(&env, ready, Order::Desc, None, (10, 10), "").await;
+    assert_eq!(walked(&w), (strings(&["f1"]), next("e0001/", "")));
+    let w = walk(&env, ready, Order::Desc, Some(("e0001/", "")), (10, 10), "").await;
+    assert_eq!(walked(&w), (strings(&["b1", "a2", "u1"]), None));
+}
