@@ -30,7 +30,7 @@ delivery wrote them get the retention as TTL (deleted when it is 0). These
 keys are built, not declared: before the first write one EXISTS touches
 them all with the processing zset, so during a slot migration the script
 fails with nothing written (docs/design.md §2), as payloads_here does for
-payloads. While anybody waits for a result (the waiters zset exists) each
+payloads; with flows, one more EXISTS so for the flow keys it writes. While anybody waits for a result (the waiters zset exists) each
 acked id waited for is published on the done channel and leaves the zset.
 While the totals have 'flows', an acked id that is a child records its
 completion in the outbox and an acked parent's children results go
@@ -94,9 +94,9 @@ if #done > 0 then
     check_group_types(ARGV[2])
     finished = groups_of(keys)
   end
-  if #built > 0 then
-    redis.call('EXISTS', KEYS[1], unpack(built))
-  end
+  keys_here(built)
+  local base = flow_base(ARGV[1], '')
+  local flows = flows_here(redis.call('HGET', KEYS[3], 'flows'), base, done)
   redis.call('ZREM', KEYS[1], unpack(done))
   for i, key in ipairs(markers[1]) do
     start_window(key, markers[2][i])
@@ -128,7 +128,7 @@ if #done > 0 then
     end
   end
   groups_finished(ARGV[2], finished)
-  local recorded = flow_done(KEYS[3], flow_base(ARGV[1], ''), done, 'a', true)
+  local recorded = flow_done(flows, base, done, 'a', true)
   for i, id in ipairs(ids) do
     if out[i] == 1 and recorded[id] then
       out[i] = 3

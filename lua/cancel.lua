@@ -13,7 +13,12 @@ A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
 it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
-(docs/dedup.md).
+(docs/dedup.md). Deletes its progress and log keys (written by an earlier
+delivery, docs/results.md; built from the msg key's base, "<base>progress:<id>"
+and "<base>log:<id>"): nothing of a cancelled message is left.
+The keys it builds (those, and with flows the flow keys) are touched with
+one EXISTS before its first write, so during a slot migration it fails
+with nothing written (docs/design.md §2).
 While the totals have 'flows' (docs/workflows.md): a parent waiting for
 its children (in the waiting zset) is removed from there, with its
 finished children's results, and "x <id>" goes to the outbox while it
@@ -35,10 +40,12 @@ if group then
   check_group_types(ARGV[2])
   check_group_lists(ARGV[2], {group})
 end
+local base = flow_base(KEYS[6], id)
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {id})
+local notes = {base .. 'progress:' .. id, base .. 'log:' .. id}
+keys_here(flows and {notes[1], notes[2], base .. 'flow:waiting', base .. 'deps:' .. id} or notes)
 local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
-local flows = redis.call('HGET', KEYS[5], 'flows') and true or false
-local base = flow_base(KEYS[6], id)
 if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
   waiting = waiting + 1
   if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
@@ -58,9 +65,8 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
-  if flows then
-    flow_done(KEYS[5], base, {id}, 'c', true)
-  end
+  redis.call('DEL', unpack(notes))
+  flow_done(flows, base, {id}, 'c', true)
   start_window(KEYS[7], redis.pcall('GET', KEYS[7]))
   return 1
 end

@@ -103,7 +103,7 @@ W groups whose wait is over (at most MAX_LIMIT).
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
 local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format', 'big',
-  'groups')
+  'groups', 'flows')
 check_format(fields[6], ARGV[7])
 -- The due messages of priority 1 to 9 (prio_score), once there are any.
 local prio = fields[5] and ARGV[6]
@@ -488,6 +488,8 @@ for _, ids in pairs(gheads) do
   end
 end
 payloads_here(ARGV[1], all)
+local base = flow_base(ARGV[1], '')
+local flows = flows_here(fields[9], base, {})
 for n, list in ipairs(sources) do
   local take = 0
   if not cut then
@@ -592,7 +594,7 @@ else
   redis.call('DEL', KEYS[7])
 end
 tally(KEYS[8], 'expired', #expired)
-flow_done(KEYS[8], flow_base(ARGV[1], ''), expired, 'd', false)
+flow_done(flows, base, expired, 'd', false)
 local leased_n = #leased - 2
 local wait = 0
 if rate and leased_n > 0 then

@@ -28,12 +28,16 @@ base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
 Returns {applied, parents moved to pending, parents moved to dead,
 parents removed}.
 Publishes a wake-up when a parent became due before every pending message.
+Its parents' deps and children keys and payloads, and the parents hash
+and outbox it records in, are built, not declared: they are touched with
+one EXISTS each before the first write, so during a slot migration it
+fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
-Complexity: O(M log N) with M = completions (at most 1000 per call), plus
-O(links) of the parents made dead or removed; never O(children of a
-parent).
+Complexity: O(M log N) with M = completions (at most 1000 per call), and
+one EXISTS of 3M keys, plus O(links) of the parents made dead or removed;
+never O(children of a parent).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
@@ -41,6 +45,16 @@ if m ~= math.floor(m) or m > MAX_LIMIT then
   error(redis.error_reply('ERR completions come as 4 values each, at most ' .. MAX_LIMIT))
 end
 local base = flow_base(ARGV[1], '')
+-- Every key it may write, touched before the first write (keys_here).
+local built = {}
+for i = 1, m do
+  local id = ARGV[4 * i]
+  built[#built + 1] = base .. 'deps:' .. id
+  built[#built + 1] = base .. 'children:' .. id
+  built[#built + 1] = ARGV[1] .. id
+end
+keys_here(built)
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 local head, now = head_due(KEYS[2]), now_ms()
 local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
 local buried, deleted = {}, {}
@@ -86,7 +100,7 @@ for i = 1, m do
     end
   end
 end
-flow_done(KEYS[5], base, buried, 'd', false)
-flow_done(KEYS[5], base, deleted, 'c', true)
+flow_done(flows, base, buried, 'd', false)
+flow_done(flows, base, deleted, 'c', true)
 wake_if_earlier(ARGV[2], earliest, head, now)
 return {applied, due, dead, removed}

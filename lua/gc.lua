@@ -8,6 +8,10 @@ KEYS[1] dead zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2] limit (1 to 1000)
 ARGV[3] retention ms (0: every dead message)   ARGV[4] most dead messages kept
 ARGV[5..] ids (optional)
+Their progress and log keys (written by their last deliveries,
+docs/results.md) go with them; built from the msg key prefix's base
+("<base>progress:<id>", "<base>log:<id>"), they are touched with one
+EXISTS before the first write (docs/design.md §2).
 While the totals have 'flows', a deleted child still linked to a parent
 (a 'w' link: its death did not finish the parent) records 'c' in the
 outbox for it, and a deleted parent's children results go (flow_done in
@@ -35,7 +39,16 @@ if #ids == 0 then
   return 0
 end
 local keys = payloads_here(ARGV[1], ids)
+local base = flow_base(ARGV[1], '')
+local notes = {}
+for _, id in ipairs(ids) do
+  notes[#notes + 1] = base .. 'progress:' .. id
+  notes[#notes + 1] = base .. 'log:' .. id
+end
+keys_here(notes)
+local flows = flows_here(redis.call('HGET', KEYS[3], 'flows'), base, ids)
 redis.call('ZREM', KEYS[1], unpack(ids))
 forget(KEYS[2], keys, ids)
-flow_done(KEYS[3], flow_base(ARGV[1], ''), ids, 'c', true)
+redis.call('DEL', unpack(notes))
+flow_done(flows, base, ids, 'c', true)
 return #ids

@@ -23,6 +23,7 @@ local keys = payloads_here(ARGV[1], ids_of(5, 1))
 local markers = payloads_here(ARGV[4], ids_of(5, 1))
 local out = {redis.call('HEXISTS', KEYS[6], STALE)}
 local waiting = flow_base(ARGV[1], '') .. 'flow:waiting'
+keys_here({waiting})
 for i = 5, #ARGV do
   local id = ARGV[i]
   local ready = #redis.call('LPOS', KEYS[2], id, 'COUNT', 0)

@@ -88,6 +88,8 @@ local grouped = redis.call('EXISTS', gp .. 'active') == 1
 if grouped then
   check_group_types(gp)
 end
+local base = flow_base(KEYS[6], id)
+local flows = flows_here(redis.call('HGET', KEYS[7], 'flows'), base, {})
 redis.call('ZREM', KEYS[1], id)
 local n, due, deferred, rest = parts(redis.call('HGET', KEYS[2], id))
 n, deferred = n or 1, deferred or 0
@@ -120,7 +122,7 @@ if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV
   bury(KEYS[5], id, KEYS[6], now, tonumber(ARGV[8]))
   start_window(KEYS[8], redis.pcall('GET', KEYS[8]))
   tally(KEYS[7], 'dead', 1)
-  flow_done(KEYS[7], flow_base(KEYS[6], id), {id}, 'd', false)
+  flow_done(flows, base, {id}, 'd', false)
   if group then
     group_wake(gp, group)
     group_forget_idle(gp, group)

@@ -16,6 +16,10 @@ mode 'drop': ARGV[4..] per entry, 2 values: the entry, then the children
 of a cancelled parent that were cancelled (space separated; '' for any
 other entry). Those leave the parent's set; the entry goes once nothing
 is left in it. Returns the number of entries dropped.
+The result strings and deps sets it reads or writes are built, not
+declared: one EXISTS touches them before it reads them (a result not yet
+moved would read as missing) or writes, so during a slot migration it
+fails with nothing read or written (docs/design.md §2).
 Idempotent: a re-read reads the same; a re-run drop finds the entries
 gone and drops nothing.
 Complexity: read O(log N + M) with M = entries, one GET of a result per
@@ -25,14 +29,22 @@ parent; drop O(M log N).
 check_types(KEYS[1], 'zset')
 local base = flow_base(ARGV[1], '')
 if ARGV[3] == 'read' then
-  local out = {}
-  for _, entry in ipairs(redis.call('ZRANGE', KEYS[1], 0, limit_arg(4) - 1)) do
-    out[#out + 1] = entry
+  local entries, keys, built = redis.call('ZRANGE', KEYS[1], 0, limit_arg(4) - 1), {}, {}
+  for i, entry in ipairs(entries) do
     local kind, id = string.match(entry, '^(%a) (%S+)')
+    keys[i] = (kind == 'a' and ARGV[2] .. id) or (kind == 'x' and base .. 'deps:' .. id) or false
+    built[#built + 1] = keys[i] or nil
+  end
+  -- A result or set not yet moved would read as missing (keys_here).
+  keys_here(built)
+  local out = {}
+  for i, entry in ipairs(entries) do
+    out[#out + 1] = entry
+    local kind = string.sub(entry, 1, 1)
     if kind == 'a' then
-      out[#out + 1] = redis.call('GET', ARGV[2] .. id)
+      out[#out + 1] = redis.call('GET', keys[i])
     elseif kind == 'x' then
-      out[#out + 1] = redis.call('SRANDMEMBER', base .. 'deps:' .. id, 100)
+      out[#out + 1] = redis.call('SRANDMEMBER', keys[i], 100)
     else
       out[#out + 1] = false
     end
@@ -41,6 +53,14 @@ if ARGV[3] == 'read' then
 elseif ARGV[3] ~= 'drop' then
   error(redis.error_reply('ERR mode must be read or drop, not ' .. tostring(ARGV[3])))
 end
+local sets = {}
+for i = 4, #ARGV - 1, 2 do
+  local id = string.match(ARGV[i], '^x (%S+)$')
+  if id then
+    sets[#sets + 1] = base .. 'deps:' .. id
+  end
+end
+keys_here(sets)
 local dropped = {}
 for i = 4, #ARGV - 1, 2 do
   local entry, done = ARGV[i], ARGV[i + 1]

@@ -229,6 +229,15 @@ local function payload_keys(prefix, ids)
   return keys
 end
 
+-- Fails, before the script's first write, unless every key of `keys` (keys
+-- the script builds rather than declares) is on this node: see
+-- payloads_here, the same check for payloads.
+local function keys_here(keys)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+end
+
 -- Fails, before the script's first write, unless the payloads of `ids` are
 -- all on this node; returns their keys. Scripts build payload keys from ids
 -- they find rather than declare them, and Redis checks only declared keys
@@ -241,9 +250,7 @@ end
 -- nothing written, and the caller's retry finds the queue as it was.
 local function payloads_here(prefix, ids)
   local keys = payload_keys(prefix, ids)
-  if #keys > 0 then
-    redis.call('EXISTS', KEYS[1], unpack(keys))
-  end
+  keys_here(keys)
   return keys
 end
 
@@ -825,15 +832,33 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- Whether `flows` (the totals' field 'flows', read by the caller: one
+-- HGET, all a queue without flows pays) is set, and if so fails, before the
+-- script's first write, unless the keys flow_done writes are on this node
+-- (keys_here): the parents hash, the outbox, and the children hashes of
+-- `deleted`, the ids whose payloads go.
+local function flows_here(flows, base, deleted)
+  if not flows then
+    return false
+  end
+  local keys = {base .. 'parents', base .. 'outbox'}
+  for _, id in ipairs(deleted) do
+    keys[#keys + 1] = base .. 'children:' .. id
+  end
+  keys_here(keys)
+  return true
+end
+
 -- Records that `ids` finished with `outcome`: for each link of each of them
 -- an outbox entry, which the relay delivers to the parent's slot. A dead
 -- child keeps its 'w' (wait) links: requeued, it may still finish them.
 -- `deleted`: their payloads are gone, so their own children's results go
--- too. Nothing unless the totals have 'flows'. O(1) calls per batch plus
--- O(links). Returns the set of ids that recorded an entry.
-local function flow_done(totals, base, ids, outcome, deleted)
+-- too. Nothing unless `flows` (from flows_here, called before the script's
+-- first write). O(1) calls per batch plus O(links). Returns the set of ids
+-- that recorded an entry.
+local function flow_done(flows, base, ids, outcome, deleted)
   local recorded = {}
-  if #ids == 0 or not redis.call('HGET', totals, 'flows') then
+  if #ids == 0 or not flows then
     return recorded
   end
   local parents, now = base .. 'parents', now_ms()

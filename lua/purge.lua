@@ -31,27 +31,52 @@ ARGV[4] group key prefix (read only while the totals have 'groups'):
 ARGV[5] marker key prefix: the unique_for and throttle markers of the
         removed ids go too (docs/dedup.md)
 While the totals have 'flows' (docs/workflows.md) the waiting zset is a
-page too, and each removed id's children sets go with it; the last call
-deletes the outbox (and the sets of the cancelled parents it names, the
-first 1000), the links to parents and the field 'flows'. Parents in other
-queues of the purged children are not told: they wait until cancelled.
+page too, and each removed id's children sets and links to parents go
+with it; the last call deletes the outbox (and the sets of the cancelled
+parents it names, the first 1000), the parents hash and the field
+'flows'. Parents in other queues of the purged children are not told:
+they wait until cancelled. The flow keys are built, not declared: one
+EXISTS touches them before the first write, so during a slot migration
+the call fails with nothing written (docs/design.md §2).
 Returns the number of ids removed (list entries included), or minus the
 number of known groups forgotten.
+The sweep, once that returned 0: with ARGV[6] a SCAN cursor ("0" to
+start) and ARGV[7] the queue's key base ("<prefix>{<name>}:") escaped as
+a SCAN pattern, the call only pages through this node's keys of the
+queue (SCAN COUNT ARGV[2]) and deletes the result strings and the
+progress strings and log lists (docs/results.md) it finds, but the
+progress and log of an id in processing (a delivery that started since
+still writes them). Returns {next cursor ("0": done), keys deleted}.
 Idempotent: a re-run deletes what is left.
 Complexity: O(M log N) with M = removed, plus O(log G) per group looked
 at (at most 500, G = groups), or O(log G) for each of at most 1000 known
 groups forgotten; the last call O(R) with R = the attempts
-hash's leftover fields.
+hash's leftover fields. The sweep: O(ARGV[2]) keys looked at per call
+(SCAN), every key of the node once over all its calls.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local limit = limit_arg(2)
+local base = flow_base(ARGV[1], '')
+if ARGV[6] then
+  -- The sweep: one SCAN page. A key SCAN returns is on this node.
+  local reply, gone = redis.call('SCAN', ARGV[6], 'MATCH', ARGV[7] .. '*', 'COUNT', limit), {}
+  for _, key in ipairs(reply[2]) do
+    local kind, id = string.match(string.sub(key, #base + 1), '^(%a+):(.*)$')
+    if kind == 'result' or ((kind == 'progress' or kind == 'log') and not redis.call('ZSCORE', KEYS[3], id)) then
+      gone[#gone + 1] = key
+    end
+  end
+  if #gone > 0 then
+    redis.call('DEL', unpack(gone))
+  end
+  return {reply[1], #gone}
+end
 local sources = {KEYS[1], KEYS[3], KEYS[5], KEYS[2], KEYS[4]}
 if redis.call('HEXISTS', KEYS[7], 'prios') == 1 then
   check_types(ARGV[3], 'zset')
   sources[#sources + 1] = ARGV[3]
 end
-local base = flow_base(ARGV[1], '')
 local flows = redis.call('HEXISTS', KEYS[7], 'flows') == 1
 if flows then
   check_types(base .. 'flow:waiting', 'zset')
@@ -99,16 +124,16 @@ for _, key in ipairs(sources) do
   end
 end
 if #ids == 0 then
-  redis.call('DEL', KEYS[6])
   if flows then
+    local sets = {base .. 'outbox', base .. 'parents'}
     for _, entry in ipairs(redis.call('ZRANGE', base .. 'outbox', 0, MAX_LIMIT - 1)) do
       local id = string.match(entry, '^x (%S+)$')
-      if id then
-        redis.call('DEL', base .. 'deps:' .. id)
-      end
+      sets[#sets + 1] = id and base .. 'deps:' .. id or nil
     end
-    redis.call('DEL', base .. 'outbox', base .. 'parents')
+    keys_here(sets)
+    redis.call('DEL', unpack(sets))
   end
+  redis.call('DEL', KEYS[6])
   if grouped then
     redis.call('DEL', gp .. 'ring', gp .. 'wait', gp .. 'active', gp .. 'ready')
     local before = redis.call('ZCARD', gp .. 'known')
@@ -135,6 +160,15 @@ if #ids == 0 then
 end
 local keys = payloads_here(ARGV[1], ids)
 local markers = markers_of(ARGV[5], ids, KEYS[7])[1]
+local sets = {}
+if flows then
+  sets = {base .. 'flow:waiting', base .. 'parents'}
+  for _, id in ipairs(ids) do
+    sets[#sets + 1] = base .. 'deps:' .. id
+    sets[#sets + 1] = base .. 'children:' .. id
+  end
+  keys_here(sets)
+end
 for _, p in ipairs(pages) do
   local key, is_list, page = p[1], p[2], p[3]
   if #page > 0 and is_list then
@@ -153,11 +187,8 @@ if #markers > 0 then
   redis.call('DEL', unpack(markers))
 end
 if flows then
-  local sets = {}
-  for _, id in ipairs(ids) do
-    sets[#sets + 1] = base .. 'deps:' .. id
-    sets[#sets + 1] = base .. 'children:' .. id
-  end
-  redis.call('DEL', unpack(sets))
+  -- Their sets, and their own links to parents (not told, see above).
+  redis.call('DEL', unpack(sets, 3))
+  redis.call('HDEL', base .. 'parents', unpack(ids))
 end
 return #ids

@@ -21,20 +21,65 @@ known: each group checked in the call that reads it (every script that
 empties a group forgets it, every one that fills it makes it known).
 ARGV[10], ARGV[11]; ARGV[12], ARGV[13]; ARGV[14], ARGV[15]: the result,
 progress and log key prefixes, each with its SCAN pattern (11, 12, 13)
+ARGV[16] the queue's key base ("<prefix>{<name>}:") as a SCAN pattern,
+ARGV[17] ms: flow keys (docs/workflows.md), each judged in the call that
+reads it: 14 pages through the parents' deps sets and returns the parents
+not waiting (not in "<base>flow:waiting") whose cancel is not being relayed
+(no "x <parent>" in "<base>outbox"); 15 through the children hashes and
+returns the parents not stored, 16 through the parents hash and returns
+the children not stored, but those in the dead zset (their payload
+expired: gc deletes those keys with them); 17 through the outbox entries recorded more
+than ARGV[17] ms ago, returning each as "<age ms> <entry>".
 Returns {next cursor ("0": done), id1, id2, ...}; for the attempts hash the
 ids are its fields, for payload and marker keys the ids their keys end with,
 for 9 and 10 group names.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
 a PTTL per marker, result, progress or log key; O(log G) per group, G =
-groups, for 9 and 10).
+groups, for 9 and 10; two ZSCOREs, or an EXISTS and a ZSCORE, per flow
+key or link, 14 to 16; O(log N + page) for 17).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local what, cursor, size = tonumber(ARGV[1]), ARGV[2], limit_arg(3)
 local key = KEYS[what]
 local out, page = {}, nil
-if what <= 5 then
+local base = flow_base(ARGV[4], '')
+-- Not stored, and not dead (gc deletes a dead one's flow keys with it).
+local function gone(id)
+  return redis.call('EXISTS', ARGV[4] .. id) == 0 and not redis.call('ZSCORE', KEYS[5], id)
+end
+if what == 14 or what == 15 then
+  local kind = what == 14 and 'deps:' or 'children:'
+  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[16] .. kind .. '*', 'COUNT', size)
+  out[1], page = reply[1], {}
+  for _, k in ipairs(reply[2]) do
+    local id = string.sub(k, #base + #kind + 1)
+    local orphan
+    if what == 14 then
+      orphan = not checked('zset', 'ZSCORE', base .. 'flow:waiting', id)
+        and not checked('zset', 'ZSCORE', base .. 'outbox', 'x ' .. id)
+    else
+      orphan = gone(id)
+    end
+    page[#page + 1] = orphan and id or nil
+  end
+elseif what == 16 then
+  local reply = checked('hash', 'HSCAN', base .. 'parents', cursor, 'COUNT', size)
+  out[1], page = reply[1], {}
+  for i = 1, #reply[2], 2 do
+    local id = reply[2][i]
+    page[#page + 1] = gone(id) and id or nil
+  end
+elseif what == 17 then
+  local from, now = tonumber(cursor), now_ms()
+  local old = checked('zset', 'ZRANGE', base .. 'outbox', '-inf', now - tonumber(ARGV[17]), 'BYSCORE', 'LIMIT',
+    from, size, 'WITHSCORES')
+  out[1], page = #old == 2 * size and tostring(from + size) or '0', {}
+  for i = 1, #old, 2 do
+    page[#page + 1] = string.format('%d', now - tonumber(old[i + 1])) .. ' ' .. old[i]
+  end
+elseif what <= 5 then
   local from = tonumber(cursor)
   if what == 1 or what == 3 or what == 5 then
     page = redis.call('ZRANGE', key, from, from + size - 1)

@@ -44,6 +44,8 @@ local grouped = redis.call('EXISTS', gp .. 'active') == 1
 if grouped then
   check_group_types(gp)
 end
+local base = flow_base(ARGV[1], '')
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
 -- out: {timed_out, dead, then id and delivery count of each dead one}.
@@ -103,7 +105,7 @@ if dead > 0 then
   for i = 3, #out, 2 do
     buried[#buried + 1] = out[i]
   end
-  flow_done(KEYS[5], flow_base(ARGV[1], ''), buried, 'd', false)
+  flow_done(flows, base, buried, 'd', false)
 end
 out[2] = dead
 return out

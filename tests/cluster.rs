@@ -371,3 +371,169 @@ async fn a_flow_across_primaries_completes_and_leaves_no_key() {
         c.shutdown().await.unwrap();
     }
 }
+
+/// A flow whose parent's queue is on one primary and whose 400 children
+/// are in a queue on another: while the children are being acked, the
+/// parent's slot moves (keys one by one, so it stays half-moved a while),
+/// then the children's. Acks, relays and completions fail during the moves
+/// and are retried: the parent runs exactly once, after every child,
+/// reading every child's result; nothing is left in the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migration_in_the_middle_of_a_flow_loses_nothing() {
+    use delayqueue::{ChildOutcome, Flow};
+    use std::sync::{Arc, Mutex};
+    const CHILDREN: usize = 400;
+    /// Children acked before the moves start; the rest wait for them.
+    const BEFORE: usize = 100;
+    let cluster = RedisCluster::start(PRIMARIES).await;
+    let client = delayqueue::connect(&cluster.url()).await.unwrap();
+    let queue = |node: usize, base: &str| {
+        let name = cluster.queue_on(node, base);
+        DelayQueue::builder(name.as_str(), client.clone())
+            .concurrency(4)
+            .fetch_interval(Duration::from_millis(100))
+            .max_consume_duration(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    };
+    let (parents, children) = (queue(0, "mparent"), queue(1, "mchild"));
+    // The relay runs in the children's consumer.
+    let logs = Logs::capture(children.name());
+    let mut flow = Flow::new(&parents, NewMessage::new("parent").id("parent"));
+    for i in 0..CHILDREN {
+        flow = flow.child(Flow::new(
+            &children,
+            NewMessage::new(format!("c{i}")).id(format!("c{i}")),
+        ));
+    }
+    flow.send().await.unwrap();
+
+    let done: Arc<Mutex<Vec<String>>> = Arc::default();
+    let go = Arc::new(AtomicBool::new(false));
+    let (record, gate) = (done.clone(), go.clone());
+    let child_consumer = children
+        .start_consume(move |msg: Message| {
+            let (record, gate) = (record.clone(), gate.clone());
+            async move {
+                if record.lock().unwrap().len() >= BEFORE {
+                    assert!(
+                        wait_until(WAIT, || gate.load(Ordering::Relaxed)).await,
+                        "never released"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                record.lock().unwrap().push(msg.id().to_string());
+                // The result: the payload, relayed to the parent.
+                Ok::<_, HandlerError>(msg.payload().to_vec())
+            }
+        })
+        .await
+        .unwrap();
+    // Each parent delivery: how many child handlers had returned, and the
+    // children it read.
+    type Seen = (usize, Vec<(String, ChildOutcome, Option<Vec<u8>>)>);
+    let runs: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let (record, finished) = (runs.clone(), done.clone());
+    let parent_consumer = parents
+        .start_consume(move |msg: Message| {
+            let (record, finished) = (record.clone(), finished.clone());
+            async move {
+                let returned = finished.lock().unwrap().len();
+                let (mut read, mut cursor) = (Vec::new(), None::<String>);
+                for _ in 0..CHILDREN {
+                    let page = msg.children_results(cursor.as_deref()).await?;
+                    read.extend(
+                        page.children
+                            .into_iter()
+                            .map(|c| (c.id.to_string(), c.outcome, c.result)),
+                    );
+                    cursor = page.next;
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+                record.lock().unwrap().push((returned, read));
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+
+    assert!(
+        wait_until(WAIT, || done.lock().unwrap().len() >= BEFORE).await,
+        "{} children acked before the moves",
+        done.lock().unwrap().len()
+    );
+    go.store(true, Ordering::Relaxed);
+    let mut moves = Vec::new();
+    for (q, to, batch, pause) in [(&parents, 2, 1, 20), (&children, 0, 20, 10)] {
+        let slot = RedisCluster::slot_of(&format!("dq:{{{}}}:pending", q.name()));
+        let acked = done.lock().unwrap().len();
+        let m = cluster
+            .migrate_slot(slot, to, batch, Duration::from_millis(pause))
+            .await;
+        moves.push(format!(
+            "{} (slot {slot}) node {} -> {}: {} keys in {} batches, {:?}, children acked {acked} -> {}",
+            q.name(),
+            m.from,
+            m.to,
+            m.keys,
+            m.batches,
+            m.elapsed,
+            done.lock().unwrap().len()
+        ));
+    }
+    println!("{}", moves.join("; "));
+    let t0 = Instant::now();
+    assert!(
+        wait_until(2 * WAIT, || !runs.lock().unwrap().is_empty()).await,
+        "the parent never ran: {} children acked",
+        done.lock().unwrap().len()
+    );
+    // The last completion is relayed right after its ack; the keys go
+    // then, but the children's results (kept for their retention) and the
+    // consumers' claim receipts (which live as long as a lease).
+    let left = || {
+        let mut keys = cluster.all_keys();
+        keys.retain(|k| !k.contains(":result:") && !k.contains(":claim:"));
+        keys
+    };
+    assert!(
+        support::wait_for(2 * WAIT, || async { left().is_empty() }).await,
+        "keys left in the cluster: {:?}",
+        left()
+    );
+    let text = logs.text();
+    let failed = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    println!(
+        "the parent ran and the keys went {:?} after the moves; in the children's consumer: {} relays \
+         failed, {} ack calls failed, {} steps failed (each retried)",
+        t0.elapsed(),
+        failed("relay failed"),
+        failed("ack failed"),
+        failed("consumer step failed")
+    );
+    child_consumer.shutdown().await.unwrap();
+    parent_consumer.shutdown().await.unwrap();
+
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 1, "the parent ran {} times", runs.len());
+    let (returned, mut read) = runs.into_iter().next().unwrap();
+    let mut acked = done.lock().unwrap().clone();
+    acked.sort();
+    acked.dedup();
+    assert_eq!(acked.len(), CHILDREN, "every child ran");
+    assert!(returned >= CHILDREN, "the parent ran after {returned} children");
+    read.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut want: Vec<_> = (0..CHILDREN)
+        .map(|i| (format!("c{i}"), ChildOutcome::Acked, Some(format!("c{i}").into_bytes())))
+        .collect();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(read, want, "every child's outcome and result, once");
+    for q in [&parents, &children] {
+        let report = q.check_integrity().await.unwrap();
+        assert!(report.is_clean(), "{}: {report}", q.name());
+        assert_eq!(q.counts().await.unwrap(), Counts::default());
+    }
+    assert_eq!(left(), Vec::<String>::new());
+}

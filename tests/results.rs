@@ -3,7 +3,8 @@
 //! wakes; a retried message keeps its successful delivery's result; an
 //! oversize result fails its delivery; retention zero keeps none; progress
 //! and log lines show in `get` while the handler runs, emit
-//! `Event::Progress`, and every key they leave expires.
+//! `Event::Progress`, and every key they leave expires; cancel and purge
+//! take them with the messages.
 
 mod helpers;
 use delayqueue_test_support as support;
@@ -278,6 +279,45 @@ async fn a_batch_handler_and_a_tower_service_return_results_per_message() {
 
 /// Every key of the server but the consumers' receipts (`:claim:`), which
 /// stay for their own TTL.
+/// A cancelled message's progress and log go with it (written by a
+/// delivery that failed), and purge takes the results, progress and logs
+/// of the queue: no key is left.
+#[tokio::test]
+async fn cancel_and_purge_leave_no_result_progress_or_log() {
+    let (_server, client, queue) = start_queue("gone", Duration::from_millis(50), |b| b).await;
+    let (retried, acked) = (queue.send("retried").await.unwrap(), queue.send("acked").await.unwrap());
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            msg.progress(50).await?;
+            msg.log("half way").await?;
+            if msg.payload() == b"retried" {
+                return Err(delayqueue::RetryAfter::new(Duration::from_secs(3600), "later").into());
+            }
+            Ok::<_, HandlerError>("result")
+        })
+        .await
+        .unwrap();
+    let both_ran = wait_for(WAIT, || async {
+        let totals = queue.status().await.unwrap().totals;
+        totals.acked == 1 && totals.failed == 1
+    })
+    .await;
+    assert!(both_ran);
+    consumer.shutdown().await.unwrap();
+    let info = queue.get(&retried).await.unwrap().expect("waiting for its retry");
+    assert_eq!((info.progress.as_deref(), info.log.len()), (Some("50"), 1));
+    assert!(queue.cancel(&retried).await.unwrap());
+    let left = keys_left(&client).await;
+    assert!(
+        !left.iter().any(|k| k.ends_with(&format!(":{retried}"))),
+        "the cancelled message's keys: {left:?}"
+    );
+    assert_result(&queue, &acked, b"result").await;
+    queue.purge().await.unwrap();
+    let left = keys_left(&client).await;
+    assert!(left.is_empty(), "{left:?}");
+}
+
 async fn keys_left(client: &delayqueue::fred::clients::Client) -> Vec<String> {
     all_keys(client)
         .await

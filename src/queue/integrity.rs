@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::time::Duration;
 
 use crate::store::ops::inspect::{Inspect, Presence};
 use crate::store::ops::scan::{Scan, Scanned};
@@ -17,6 +18,9 @@ const PAGE: usize = 1000;
 const CONFIRM_BATCH: usize = 100;
 /// List entries `inspect` may compare per call (it scans the lists per id).
 const CONFIRM_BUDGET: usize = 100_000;
+/// An outbox entry older than this is [`Anomaly::StuckOutbox`]: a relay
+/// runs on every consumer tick that finds the outbox non-empty.
+pub(crate) const OUTBOX_STUCK_AFTER: Duration = Duration::from_secs(300);
 
 /// One inconsistency between a queue's keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +79,34 @@ pub enum Anomaly {
     UnknownGroup {
         /// The group.
         group: String,
+    },
+    /// A flow key of a parent that is gone (docs/workflows.md): its set of
+    /// children to wait for (`"deps"`) while it is not waiting and no
+    /// cancel of it is being relayed, or its finished children's results
+    /// (`"children"`) while it is neither stored nor dead. Nothing deletes
+    /// it.
+    OrphanFlowKey {
+        /// The parent.
+        parent: MessageId,
+        /// Which: `"deps"` or `"children"`.
+        key: &'static str,
+    },
+    /// A child's links to its parents while the child is neither stored
+    /// nor dead: its completion will never be recorded, so those parents
+    /// wait until cancelled.
+    OrphanParentLink {
+        /// The child.
+        child: MessageId,
+    },
+    /// An outbox entry (a child's completion, or a cancelled parent) no
+    /// relay delivered for over 5 minutes: no consumer of the queue ran,
+    /// or its relay fails (docs/workflows.md).
+    StuckOutbox {
+        /// The entry as stored: `"<outcome> <child id> <link>"` or
+        /// `"x <parent id>"`.
+        entry: String,
+        /// How long ago it was recorded.
+        age: Duration,
     },
 }
 
@@ -208,11 +240,44 @@ async fn check_shard(queue: &DelayQueue, k: &Keys) -> Result<IntegrityReport, Er
     unknown.sort();
     unknown.dedup();
     anomalies.extend(unknown.into_iter().map(|group| Anomaly::UnknownGroup { group }));
+    anomalies.extend(flow_anomalies(queue, k).await?);
     anomalies.extend(forever);
     Ok(IntegrityReport {
         scanned: seen.len() as u64,
         anomalies,
     })
+}
+
+/// The flow keys left behind, each judged in the call that reads it.
+async fn flow_anomalies(queue: &DelayQueue, k: &Keys) -> Result<Vec<Anomaly>, Error> {
+    let mut found = Vec::new();
+    for (of, key) in [(Scanned::OrphanDeps, "deps"), (Scanned::OrphanChildren, "children")] {
+        for parent in scan(queue, k, of).await? {
+            found.push(Anomaly::OrphanFlowKey {
+                parent: parent.into(),
+                key,
+            });
+        }
+    }
+    for child in scan(queue, k, Scanned::OrphanLinks).await? {
+        found.push(Anomaly::OrphanParentLink { child: child.into() });
+    }
+    for aged in scan(queue, k, Scanned::OldOutbox(OUTBOX_STUCK_AFTER)).await? {
+        let parsed = aged
+            .split_once(' ')
+            .and_then(|(age, entry)| Some((age.parse().ok()?, entry)));
+        let Some((age, entry)) = parsed else {
+            return Err(Error::UnexpectedReply {
+                script: "scan",
+                detail: format!("an outbox entry without its age: {aged:?}"),
+            });
+        };
+        found.push(Anomaly::StuckOutbox {
+            entry: entry.to_string(),
+            age: Duration::from_millis(age),
+        });
+    }
+    Ok(found)
 }
 
 /// Everything `of` pages through, page by page.
@@ -246,7 +311,9 @@ impl DelayQueue {
     /// Scans the queue's keys and reports inconsistencies: ids in two
     /// states, ids without payload, payloads and delivery counts without a
     /// message, known groups with nothing in them and groups with messages
-    /// that are not known. A clean queue gives an empty list; anything else means lost
+    /// that are not known, flow keys and links left by a parent or child
+    /// that is gone, and outbox entries no relay delivered for 5 minutes.
+    /// A clean queue gives an empty list; anything else means lost
     /// or duplicate deliveries, or keys written by something other than
     /// `delayqueue` (an id without payload, its payload deleted or evicted
     /// by something else, is reported until a claim buries it as an

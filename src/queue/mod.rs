@@ -46,7 +46,13 @@ use tokio::sync::broadcast;
 use crate::consume;
 use crate::events::{self, Action, Events};
 use crate::meters::Meters;
-use crate::store::ops::{cancel::Cancel, purge::Purge, reschedule::Reschedule, shards::ShardRecord, stats::Stats};
+use crate::store::ops::{
+    cancel::Cancel,
+    purge::{Purge, Sweep},
+    reschedule::Reschedule,
+    shards::ShardRecord,
+    stats::Stats,
+};
 use crate::store::{Keys, Shard};
 use crate::{Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
 use durability::Reconnects;
@@ -244,20 +250,31 @@ impl DelayQueue {
         self.store(k).run(&Stats).await
     }
 
-    /// Deletes every message of the queue, whatever its state, and its
-    /// totals, in batches of `batch_size` (each one script call). Running
-    /// deliveries finish, but their acks find nothing to ack. A paused
-    /// queue stays paused. Returns how many entries it removed.
+    /// Deletes every message of the queue, whatever its state, its flow
+    /// keys and its totals, in batches of `batch_size` (each one script
+    /// call); then its results, and the progress and logs of messages not
+    /// being processed, paging through the keys of the queue's Redis node
+    /// (`SCAN`, `batch_size` keys a call). Running deliveries finish, but
+    /// their acks find nothing to ack. A paused queue stays paused. Returns
+    /// how many entries it removed.
     pub async fn purge(&self) -> Result<u64, Error> {
         let mut removed = 0u64;
+        let limit = self.inner.config.consume.batch_size;
         for k in &self.inner.shards {
             loop {
-                let limit = self.inner.config.consume.batch_size;
                 // Negative: groups forgotten, nothing removed; call again.
                 match self.store(k).run(&Purge { limit }).await? {
                     0 => break,
                     n => removed += n.max(0).unsigned_abs(),
                 }
+            }
+            let mut cursor = "0".to_string();
+            loop {
+                let (next, _) = self.store(k).run(&Sweep { cursor: &cursor, limit }).await?;
+                if next == "0" {
+                    break;
+                }
+                cursor = next;
             }
         }
         if removed > 0 {

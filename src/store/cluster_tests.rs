@@ -1,7 +1,8 @@
 //! The scripts while a cluster moves the queue's slot to another node.
 //!
 //! Redis checks the keys a script declares before it runs it, but most
-//! scripts build payload keys from the ids they find. Each test here stops
+//! scripts build payload keys from the ids they find (and group keys,
+//! markers, results, progress, logs and flow keys). Each test here stops
 //! a move half-way, with either the payloads or the other queue keys
 //! already on the new node, and runs one script where a client would reach
 //! it: on the old owner, or with `ASKING` on the new one. The script must
@@ -15,9 +16,14 @@
 use std::time::Duration;
 
 use crate::error::script_met_moved_key;
+use crate::store::keys::glob_escape;
+use crate::store::ops::cancel::Cancel;
 use crate::store::ops::change_schedule::{Change, ChangeSchedule};
+use crate::store::ops::flows::{Completion, FlowComplete, FlowLink, FlowStatus, Outbox};
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::list_groups::ListGroups;
+use crate::store::ops::nack::{Nack, NackMode};
+use crate::store::ops::note::Note;
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode};
 use crate::store::ops::{
@@ -30,6 +36,7 @@ use crate::store::ops::{
     purge::Purge,
     requeue::Requeue,
     timeout::Timeout,
+    wait::Wait,
 };
 use crate::store::scripts::LuaScript;
 use crate::store::stored::{encode_stored, ValueParts};
@@ -58,6 +65,19 @@ const GROUP: &str = "G";
 /// `fire.lua` is not here: it declares every key it touches.
 const SCHEDULE: &str = "s";
 const FIRE: &str = "{s}@99999999999999";
+/// The seeded flow (docs/workflows.md): parent [`PARENT`] waits for `u1`
+/// (linked with policy 'f') and `g1` (dead, linked with 'w'), and has the
+/// acked child `z1`, whose completion is still in the outbox with its
+/// result; parent [`CANCELLED`] was cancelled and still waits for a child
+/// in another queue. `u1`'s delivery wrote progress and a log line.
+const PARENT: &str = "P1";
+const CANCELLED: &str = "P2";
+/// The keys of another queue, where the cancelled parent's child is.
+const OTHER_BASE: &str = "dq:{other}:";
+
+/// Scripts that declare every key they touch: Redis itself refuses them
+/// (TRYAGAIN, or ASK) while their keys are split, or missing on a node.
+const DECLARE_ALL: [&str; 2] = ["note", "wait"];
 
 /// Where the move stands when the script runs.
 #[derive(Debug, Clone, Copy)]
@@ -68,7 +88,30 @@ enum HalfMoved {
     /// Everything but the payloads is on the new node, where the script
     /// is sent (with ASKING, as after an ASK redirection).
     QueueKeys,
+    /// The flow keys, results, progress and logs are on the new node, the
+    /// rest (payloads too) on the old one, where the script is sent. Only
+    /// the scripts of [`FLOW_SCRIPTS`] run.
+    FlowKeys,
 }
+
+/// The scripts that touch flow keys, results, progress or logs (with the
+/// seeded flow), run with [`HalfMoved::FlowKeys`].
+const FLOW_SCRIPTS: [&str; 14] = [
+    "ack",
+    "claim",
+    "timeout",
+    "gc",
+    "purge",
+    "inspect",
+    "nack",
+    "cancel",
+    "send",
+    "note",
+    "wait",
+    "flow_complete",
+    "outbox",
+    "flow_status",
+];
 
 /// One script call: the script, its KEYS and its ARGV as `EVAL` takes them.
 type Call = (&'static LuaScript, Vec<String>, Vec<String>);
@@ -196,13 +239,105 @@ fn calls(k: &Keys) -> Vec<Call> {
             },
             k,
         ),
+        // u1 dies: its completion goes to the outbox, its link goes.
+        call(
+            Nack {
+                id: "u1",
+                lease: LEASE,
+                mode: NackMode::Dead,
+                reason: "",
+                attempt: 1,
+                default_retry_count: 3,
+                dead_letter_retention: RETENTION,
+            },
+            k,
+        ),
+        // A waiting parent: out of waiting, "x P1" to the outbox, its
+        // children's results and its progress and log go.
+        call(Cancel { id: PARENT }, k),
+        // A dead letter's id sent again as a parent: its payload is
+        // overwritten, then its set and the waiting zset (built) are read.
+        call(
+            SendBatch {
+                msgs: vec![Outgoing {
+                    id: "g1".into(),
+                    value: encode_stored(&ValueParts {
+                        retry_count: 3,
+                        payload: b"x",
+                        ..Default::default()
+                    })
+                    .into(),
+                    delay: Duration::ZERO,
+                    expire_after: None,
+                    own_id: true,
+                    wait: true,
+                    stage: None,
+                    mode: None,
+                }],
+            },
+            k,
+        ),
+        call(
+            Note {
+                id: "u1",
+                lease: LEASE,
+                progress: Some("60"),
+                line: None,
+                max_lines: 10,
+                ttl: RETENTION,
+            },
+            k,
+        ),
+        call(
+            Wait {
+                id: "u1",
+                wait: RETENTION,
+            },
+            k,
+        ),
+        // g1 (dead) finished for P1: out of its set, into its children.
+        call(
+            FlowComplete {
+                completions: &[Completion {
+                    parent: PARENT.into(),
+                    child: format!("{} g1", k.base),
+                    how: "ai".into(),
+                    result: "r".into(),
+                }],
+                dead_letter_retention: RETENTION,
+            },
+            k,
+        ),
+        call(
+            FlowLink {
+                link: &format!("i {} {PARENT}", k.base),
+                ids: &["p1".to_string()],
+            },
+            k,
+        ),
+        // Reads z1's result and the cancelled parent's children.
+        call(Outbox::Read { limit: 10 }, k),
+        // The cancelled parent's child was cancelled: its set and entry go.
+        call(
+            Outbox::Drop {
+                entries: &[(format!("x {CANCELLED}"), vec![format!("{OTHER_BASE} c9")])],
+            },
+            k,
+        ),
+        call(
+            FlowStatus {
+                id: PARENT,
+                open_member: None,
+            },
+            k,
+        ),
     ]
 }
 
 /// One message in each state and every key a script may declare, so that
 /// Redis lets each script run on a node holding all of its declared keys.
 fn seed(node: &RedisServer, k: &Keys) {
-    for id in IDS.into_iter().chain([FIRE]) {
+    for id in IDS.into_iter().chain([FIRE, PARENT]) {
         let value = if id == "q1" { "3=G:x" } else { "3:x" };
         node.raw_command(&["SET", &k.msg(id), value]);
     }
@@ -215,7 +350,17 @@ fn seed(node: &RedisServer, k: &Keys) {
     );
     let (lease, receipt) = (LEASE.to_string(), format!("0 {LEASE} u1"));
     let schedule = k.schedule(SCHEDULE);
-    let commands: [&[&str]; 15] = [
+    let base = &k.base;
+    let (child_u1, child_g1, child_z1) = (format!("{base} u1"), format!("{base} g1"), format!("{base} z1"));
+    let (link_u1, link_g1) = (format!("f {base} {PARENT}"), format!("w {base} {PARENT}"));
+    let (done_z1, cancelled) = (format!("a z1 f {base} {PARENT}"), format!("x {CANCELLED}"));
+    let other_child = format!("{OTHER_BASE} c9");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let commands: [&[&str]; 26] = [
         &["ZADD", &k.pending, "99999999999999", "p1", "99999999999999", FIRE],
         &["RPUSH", &k.ready, "r1"],
         &["ZADD", &k.processing, &lease, "u1"],
@@ -235,6 +380,8 @@ fn seed(node: &RedisServer, k: &Keys) {
             "groups",
             "1",
             "markers",
+            "1",
+            "flows",
             "1",
         ],
         &["ZADD", &zset, "1", "q1"],
@@ -267,6 +414,18 @@ fn seed(node: &RedisServer, k: &Keys) {
             "last",
             "99999999999999",
         ],
+        &["ZADD", &k.flow_waiting, "99999999999999", PARENT],
+        &["SADD", &k.deps(PARENT), &child_u1, &child_g1],
+        &["HSET", &k.children(PARENT), &child_z1, "a", " a", "1"],
+        &["HSET", &k.parents(), "u1", &link_u1, "g1", &link_g1],
+        &["ZADD", &k.outbox, &now, &done_z1, &now, &cancelled],
+        &["SADD", &k.deps(CANCELLED), &other_child],
+        &["SET", &k.result("z1"), "r", "PX", "600000"],
+        &["SET", &k.progress("u1"), "50", "PX", "600000"],
+        &["RPUSH", &k.log("u1"), "line"],
+        &["PEXPIRE", &k.log("u1"), "600000"],
+        // Cancel declares the marker of the id it cancels.
+        &["SET", &k.marker(PARENT), "60000", "PX", "600000"],
     ];
     for args in commands {
         let reply = node.raw_reply(args);
@@ -288,13 +447,14 @@ fn eval(node: &RedisServer, asking: bool, (script, keys, args): &Call) -> RawRep
     node.raw_replies(&commands).pop().expect("a reply to EVAL")
 }
 
-/// Every key on nodes `nodes` with its type, value and expiry time, read
-/// with ASKING so that a node importing the slot answers too.
-fn snapshot(cluster: &RedisCluster, nodes: [usize; 2]) -> Vec<String> {
+/// Every key of the queue with keys `k` on nodes `nodes` with its type,
+/// value and expiry time, read with ASKING so that a node importing the
+/// slot answers too. (Keys of the queues done before may expire meanwhile.)
+fn snapshot(cluster: &RedisCluster, k: &Keys, nodes: [usize; 2]) -> Vec<String> {
     let mut out = Vec::new();
     for i in nodes {
         let node = cluster.node(i);
-        let RawReply::Array(keys) = node.raw_reply(&["KEYS", "*"]) else {
+        let RawReply::Array(keys) = node.raw_reply(&["KEYS", &format!("{}*", glob_escape(&k.base))]) else {
             panic!("KEYS * on node {i}");
         };
         let mut keys: Vec<String> = keys.iter().map(RawReply::render).collect();
@@ -307,6 +467,7 @@ fn snapshot(cluster: &RedisCluster, nodes: [usize; 2]) -> Vec<String> {
                 "list" => read(&["LRANGE", &key, "0", "-1"]),
                 "zset" => read(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]),
                 "hash" => read(&["HGETALL", &key]),
+                "set" => read(&["SORT", &key, "ALPHA"]),
                 other => panic!("unexpected {other} key {key}"),
             };
             let expires = read(&["PEXPIRETIME", &key]).render();
@@ -329,6 +490,9 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
         let name = cluster.queue_on(0, &format!("move{n}-"));
         let k = Keys::new(PREFIX, &name).unwrap();
         let call = calls(&k).swap_remove(n);
+        if matches!(half, HalfMoved::FlowKeys) && !FLOW_SCRIPTS.contains(&call.0.name) {
+            continue;
+        }
         let what = format!("{} (call {n}) with the {half:?} moved", call.0.name);
         let slot = RedisCluster::slot_of(&k.pending);
         assert!(!slots.contains(&slot), "two queues in slot {slot}");
@@ -343,34 +507,55 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
         // group keys, and the schedule hash for the scripts that do not
         // declare it.
         let gp = &k.group_prefix;
-        let built: Vec<String> = IDS
+        let declares_all = DECLARE_ALL.contains(&call.0.name);
+        // Flow keys, results, progress and logs.
+        let flow_keys = [k.flow_waiting.clone(), k.outbox.clone(), k.parents()]
+            .into_iter()
+            .chain([k.deps(PARENT), k.children(PARENT), k.deps(CANCELLED)])
+            .chain([k.result("z1"), k.progress("u1"), k.log("u1")]);
+        let others = IDS
             .iter()
-            .chain(&[FIRE])
+            .chain(&[FIRE, PARENT])
             .map(|id| k.msg(id))
             .chain([k.schedule(SCHEDULE), k.marker("u1")])
             .chain(["known", "ring", "ready", "active", "paused", "wait"].map(|g| format!("{gp}{g}")))
-            .chain([format!("{gp}:{GROUP}:ready")])
-            .filter(|key| !call.1.contains(key))
-            .collect();
+            .chain([format!("{gp}:{GROUP}:ready")]);
+        // A script that declares every key is split between its first key
+        // and the others.
+        let split = call.1.iter().skip(1).filter(|_| declares_all).cloned();
+        let built: Vec<String> = match half {
+            HalfMoved::FlowKeys => flow_keys.filter(|key| !call.1.contains(key)).chain(split).collect(),
+            _ => others
+                .chain(flow_keys)
+                .filter(|key| !call.1.contains(key))
+                .chain(split)
+                .collect(),
+        };
         let (first, rest): (Vec<String>, Vec<String>) = cluster
             .keys_left(&m, 100)
             .into_iter()
-            .partition(|key| built.contains(key) == matches!(half, HalfMoved::Payloads));
+            .partition(|key| built.contains(key) != matches!(half, HalfMoved::QueueKeys));
         cluster.move_keys(&mut m, &first);
-        let before = snapshot(&cluster, [0, 1]);
+        let before = snapshot(&cluster, &k, [0, 1]);
         let reply = match half {
-            HalfMoved::Payloads => eval(cluster.node(0), false, &call),
+            HalfMoved::Payloads | HalfMoved::FlowKeys => eval(cluster.node(0), false, &call),
             HalfMoved::QueueKeys => eval(cluster.node(1), true, &call),
         };
         // The script ran (the server admitted it: no ASK or TRYAGAIN) and
         // stopped at a payload on the other node, before its first write.
-        // Send declares every key but the group keys, and the keys of a new
-        // message exist on neither node: the server refuses it.
-        let refused = |e: &str| call.0.name == "send" && e.starts_with("TRYAGAIN");
-        if !matches!(&reply, RawReply::Error(e) if script_met_moved_key(e) || refused(e)) {
+        // Note and wait declare every key they touch, and send every key
+        // but the group and flow keys, where the keys of a new message
+        // exist on neither node: the server refuses them.
+        let refused = |e: &str| {
+            (e.starts_with("TRYAGAIN") && (declares_all || call.0.name == "send"))
+                || (e.starts_with("ASK") && declares_all)
+        };
+        let after = snapshot(&cluster, &k, [0, 1]);
+        // A claim that replays its receipt reads no flow key: it may answer.
+        let replayed = matches!(half, HalfMoved::FlowKeys) && call.0.name == "claim" && after == before;
+        if !matches!(&reply, RawReply::Error(e) if script_met_moved_key(e) || refused(e)) && !replayed {
             wrong.push(format!("{what}: replied {reply:?}"));
         }
-        let after = snapshot(&cluster, [0, 1]);
         if after != before {
             let changed: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
             wrong.push(format!("{what}: wrote, changing {changed:?}"));
@@ -393,6 +578,12 @@ async fn each_script_writes_nothing_when(half: HalfMoved) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_meeting_payloads_already_moved_fail_before_they_write() {
     let wrong = each_script_writes_nothing_when(HalfMoved::Payloads).await;
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_meeting_flow_keys_already_moved_fail_before_they_write() {
+    let wrong = each_script_writes_nothing_when(HalfMoved::FlowKeys).await;
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 

@@ -27,6 +27,15 @@ local function payload_keys(prefix, ids)
   return keys
 end
 
+-- Fails, before the script's first write, unless every key of `keys` (keys
+-- the script builds rather than declares) is on this node: see
+-- payloads_here, the same check for payloads.
+local function keys_here(keys)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+end
+
 -- Fails, before the script's first write, unless the payloads of `ids` are
 -- all on this node; returns their keys. Scripts build payload keys from ids
 -- they find rather than declare them, and Redis checks only declared keys
@@ -39,9 +48,7 @@ end
 -- nothing written, and the caller's retry finds the queue as it was.
 local function payloads_here(prefix, ids)
   local keys = payload_keys(prefix, ids)
-  if #keys > 0 then
-    redis.call('EXISTS', KEYS[1], unpack(keys))
-  end
+  keys_here(keys)
   return keys
 end
 

@@ -425,6 +425,13 @@ pub fn anomaly_json(a: &Anomaly) -> Value {
         Anomaly::KeptForever { id, key } => json!({"kind": "kept_forever", "id": id.as_str(), "state": key}),
         Anomaly::IdleGroup { group } => json!({"kind": "idle_group", "group": group}),
         Anomaly::UnknownGroup { group } => json!({"kind": "unknown_group", "group": group}),
+        Anomaly::OrphanFlowKey { parent, key } => {
+            json!({"kind": "orphan_flow_key", "id": parent.as_str(), "state": key})
+        }
+        Anomaly::OrphanParentLink { child } => json!({"kind": "orphan_parent_link", "id": child.as_str()}),
+        Anomaly::StuckOutbox { entry, age } => {
+            json!({"kind": "stuck_outbox", "id": entry, "state": format!("{} s old", age.as_secs())})
+        }
         other => json!({"kind": "other", "detail": format!("{other:?}")}),
     }
 }

@@ -1,9 +1,11 @@
 //! `scan`: one page of the ids one key holds, for the integrity check
 //! (`lua/scan.lua`).
 
+use std::time::Duration;
+
 use fred::prelude::Value;
 
-use super::{array, count, id_keys, unexpected, IdKey, Op};
+use super::{array, count, id_keys, ms, unexpected, IdKey, Op};
 use crate::store::keys::{glob_escape, Keys};
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -25,6 +27,16 @@ pub(crate) enum Scanned {
     /// The groups named by a group's zset or count in processing that are
     /// not known.
     UnknownGroups,
+    /// The parents whose deps set is left: not waiting, and no cancel of
+    /// theirs being relayed.
+    OrphanDeps,
+    /// The parents whose children hash is left: neither stored nor dead.
+    OrphanChildren,
+    /// The children whose links to parents are left: neither stored nor
+    /// dead.
+    OrphanLinks,
+    /// The outbox entries older than this, each as `"<age ms> <entry>"`.
+    OldOutbox(Duration),
 }
 
 /// One page of ids.
@@ -49,10 +61,14 @@ impl Op for Scan<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let of = match self.of {
-            Scanned::Ids(key) => key as i64,
-            Scanned::IdleGroups => 9,
-            Scanned::UnknownGroups => 10,
+        let (of, age) = match self.of {
+            Scanned::Ids(key) => (key as i64, Duration::ZERO),
+            Scanned::IdleGroups => (9, Duration::ZERO),
+            Scanned::UnknownGroups => (10, Duration::ZERO),
+            Scanned::OrphanDeps => (14, Duration::ZERO),
+            Scanned::OrphanChildren => (15, Duration::ZERO),
+            Scanned::OrphanLinks => (16, Duration::ZERO),
+            Scanned::OldOutbox(age) => (17, age),
         };
         vec![
             of.into(),
@@ -70,6 +86,8 @@ impl Op for Scan<'_> {
             glob_escape(&k.progress_prefix).into(),
             k.log_prefix.as_str().into(),
             glob_escape(&k.log_prefix).into(),
+            glob_escape(&k.base).into(),
+            ms(age),
         ]
     }
 

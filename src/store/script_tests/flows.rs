@@ -330,6 +330,30 @@ async fn purge_takes_waiting_parents_and_every_flow_key() {
 }
 
 #[tokio::test]
+async fn each_purge_page_drops_its_children_s_links_and_parents_sets() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // a and b (pending) are children of waiting parent p; a page of 2 takes
+    // a and b (pending is read first), the next takes p.
+    for id in ["a", "b"] {
+        env.send_own(id, id, 60_000, 0, 3).await;
+    }
+    send_parent(&env, "p", &["a", "b"], 0).await;
+    link(&env, "p", 'f', &["a", "b"]).await;
+    assert_eq!(env.run(&Purge { limit: 2 }).await, 2);
+    assert!(!env.exists(&k.parents()), "a's and b's links went with them");
+    assert_eq!(
+        env.lines(&["SMEMBERS", &k.deps("p")]).len(),
+        2,
+        "p's set waits for its page"
+    );
+    assert_eq!(env.run(&Purge { limit: 2 }).await, 1);
+    assert!(!env.exists(&k.deps("p")) && !env.exists(&k.flow_waiting));
+    assert_eq!(env.run(&Purge { limit: 2 }).await, 0);
+    assert_eq!(env.keys(), Vec::<String>::new());
+}
+
+#[tokio::test]
 async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_success() {
     let env = Env::new().await;
     let k = env.k().clone();

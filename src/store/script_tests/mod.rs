@@ -619,6 +619,19 @@ impl Env {
         keys
     }
 
+    /// Asserts that the server holds exactly `want` (in any order), but
+    /// the consumers' claim receipts.
+    fn assert_keys_left(&self, mut want: Vec<String>, why: &str) {
+        let receipts = self.k().claim("");
+        let left: Vec<String> = self
+            .keys()
+            .into_iter()
+            .filter(|key| !key.starts_with(&receipts))
+            .collect();
+        want.sort();
+        assert_eq!(left, want, "{why}");
+    }
+
     fn exists(&self, key: &str) -> bool {
         self.int(&["EXISTS", key]) == 1
     }

@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use crate::store::ops::ack::{Ack, Keep};
 use crate::store::ops::note::{Note, Noted};
+use crate::store::ops::purge::{Purge, Sweep};
 use crate::store::ops::wait::{Wait, Waited};
 
 use super::Env;
+use crate::store::Keys;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -179,4 +181,82 @@ async fn wait_reads_a_result_and_registers_a_wait_the_ack_publishes() {
     assert_eq!(done.next().await, "a");
     assert!(!env.exists(&k.waiters), "the waited id leaves the zset");
     assert_eq!(env.run(&read("a")).await, Waited::Result(b"42".to_vec()));
+}
+
+/// Writes progress and a log line for `id` under `lease`, then nacks it
+/// (released: back in retry), so its notes outlive its delivery.
+async fn noted_then_released(env: &Env, id: &str, lease: i64) {
+    assert_eq!(env.run(&note(id, lease, Some("50"), None)).await, Noted::Written);
+    assert_eq!(env.run(&note(id, lease, None, Some("line"))).await, Noted::Written);
+    assert_eq!(env.nack(id, lease, crate::store::ops::nack::NackMode::Release).await, 1);
+}
+
+#[tokio::test]
+async fn cancel_and_gc_delete_the_progress_and_log_with_the_message() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a", "b", "c"]).await;
+    for id in ["a", "b", "c"] {
+        noted_then_released(&env, id, lease).await;
+    }
+    // a: cancelled in retry; b: dead, deleted by gc; c stays.
+    assert_eq!(env.cancel("a").await, 1);
+    env.bury(&["b"]);
+    assert_eq!(env.gc_with(10, 0, 1000, &["b"]).await, 1);
+    env.assert_keys_left(
+        vec![
+            k.attempts.clone(),
+            k.log("c"),
+            k.msg("c"),
+            k.progress("c"),
+            k.retry.clone(),
+        ],
+        "a's and b's notes went with them",
+    );
+    // Their entries stay in retry until claim pops and skips them (STALE).
+    assert_eq!(env.list(&k.retry).len(), 3);
+}
+
+#[tokio::test]
+async fn purge_sweeps_results_and_notes_but_those_of_a_running_delivery() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a", "b", "run"]).await;
+    let keep = Keep {
+        result: Some(b"r"),
+        noted: true,
+    };
+    assert_eq!(env.run(&note("a", lease, Some("50"), None)).await, Noted::Written);
+    env.run(&ack(vec![("a", lease, keep)], DAY)).await;
+    noted_then_released(&env, "b", lease).await;
+    assert_eq!(env.run(&note("run", lease, Some("10"), None)).await, Noted::Written);
+    // A key of another queue whose name starts the same is not this queue's.
+    let other = Keys::new("dq:", "q2").unwrap();
+    env.raw(&["SET", &other.result("x"), "r", "PX", "60000"]);
+    while env.run(&Purge { limit: 10 }).await > 0 {}
+    // The messages went; a's result and progress, b's notes are left to the sweep.
+    assert!(env.exists(&k.result("a")) && env.exists(&k.progress("b")));
+    // Processing is emptied by purge: seed a delivery that started since.
+    env.raw(&["ZADD", &k.processing, "1", "run"]);
+    let (mut cursor, mut deleted, mut calls) = ("0".to_string(), 0, 0);
+    loop {
+        let (next, n) = env
+            .run(&Sweep {
+                cursor: &cursor,
+                limit: 2,
+            })
+            .await;
+        deleted += n;
+        calls += 1;
+        assert!(calls < 1000, "the sweep ends");
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(deleted, 4, "a's result and progress, b's progress and log");
+    env.assert_keys_left(
+        vec![k.processing.clone(), k.progress("run"), other.result("x")],
+        "the running delivery's progress and the other queue's result",
+    );
 }

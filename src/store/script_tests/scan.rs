@@ -112,3 +112,80 @@ async fn integrity_check_reports_idle_known_groups_and_groups_not_known() {
         ]
     );
 }
+
+#[tokio::test]
+async fn integrity_check_reports_flow_keys_left_behind_and_a_stuck_outbox() {
+    use crate::Anomaly;
+    use std::time::Duration;
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let member = |id: &str| format!("{} {id}", k.base);
+    // A clean flow: parent p waits for child c (linked), a finished child
+    // recorded; cancelled parent x's set waits for its relay, as does a
+    // completion recorded now.
+    assert_eq!(env.send("c", "x", 60_000, NEVER, RETRY).await, 1);
+    env.seed("p", None);
+    env.raw(&["ZADD", &k.flow_waiting, "1", "p"]);
+    env.raw(&["SADD", &k.deps("p"), &member("c")]);
+    env.raw(&["HSET", &k.children("p"), &member("z"), "a", " a", "1"]);
+    env.raw(&["HSET", &k.parents(), "c", &format!("f {} p", k.base)]);
+    env.raw(&["SADD", &k.deps("x"), &member("y")]);
+    let now = env.now_ms();
+    env.raw(&["ZADD", &k.outbox, &now.to_string(), "x x"]);
+    env.raw(&["HSET", &k.totals, "flows", "1"]);
+    let report = env.queue.check_integrity().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+
+    // A dead child whose payload expired before gc deleted it keeps its
+    // link and its own children's results: gc drops them with it.
+    env.raw(&["ZADD", &k.dead, "1", "d"]);
+    env.raw(&["HSET", &k.parents(), "d", &format!("w {} p", k.base)]);
+    env.raw(&["HSET", &k.children("d"), &member("z"), "a"]);
+    // Left behind: a set and results of parents gone (q) or no longer
+    // waiting (r, pending), a link of a child gone, an entry 10 min old.
+    env.raw(&["SADD", &k.deps("q"), &member("c")]);
+    env.raw(&["HSET", &k.children("q"), &member("z"), "a"]);
+    assert_eq!(env.send("r", "x", 60_000, NEVER, RETRY).await, 1);
+    env.raw(&["SADD", &k.deps("r"), &member("c")]);
+    env.raw(&["HSET", &k.children("r"), &member("z"), "a"]);
+    env.raw(&["HSET", &k.parents(), "gone", &format!("f {} p", k.base)]);
+    let old = "a gone f dq:{q}: p";
+    env.raw(&["ZADD", &k.outbox, &(now - 600_000).to_string(), old]);
+    let mut found = env.queue.check_integrity().await.unwrap().anomalies;
+    let age = found.iter().find_map(|a| match a {
+        Anomaly::StuckOutbox { age, .. } => Some(*age),
+        _ => None,
+    });
+    assert!(
+        age.is_some_and(|a| a >= Duration::from_secs(600) && a < Duration::from_secs(660)),
+        "{age:?}"
+    );
+    let key = |a: &Anomaly| format!("{a:?}");
+    found.sort_by_key(key);
+    let mut want = vec![
+        Anomaly::OrphanFlowKey {
+            parent: "q".into(),
+            key: "deps",
+        },
+        Anomaly::OrphanFlowKey {
+            parent: "q".into(),
+            key: "children",
+        },
+        Anomaly::OrphanFlowKey {
+            parent: "r".into(),
+            key: "deps",
+        },
+        Anomaly::OrphanParentLink { child: "gone".into() },
+        // Only its payload is reported missing.
+        Anomaly::MissingPayload {
+            id: "d".into(),
+            state: crate::MessageState::Dead,
+        },
+        Anomaly::StuckOutbox {
+            entry: old.into(),
+            age: age.unwrap(),
+        },
+    ];
+    want.sort_by_key(key);
+    assert_eq!(found, want, "r's results are kept while it is stored");
+}

@@ -31,6 +31,15 @@ local HEADER_BYTES = 169
 -- both lists are empty.
 local STALE = ' stale'
 
+-- Fails, before the script's first write, unless every key of `keys` (keys
+-- the script builds rather than declares) is on this node: see
+-- payloads_here, the same check for payloads.
+local function keys_here(keys)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)
@@ -148,15 +157,33 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- Whether `flows` (the totals' field 'flows', read by the caller: one
+-- HGET, all a queue without flows pays) is set, and if so fails, before the
+-- script's first write, unless the keys flow_done writes are on this node
+-- (keys_here): the parents hash, the outbox, and the children hashes of
+-- `deleted`, the ids whose payloads go.
+local function flows_here(flows, base, deleted)
+  if not flows then
+    return false
+  end
+  local keys = {base .. 'parents', base .. 'outbox'}
+  for _, id in ipairs(deleted) do
+    keys[#keys + 1] = base .. 'children:' .. id
+  end
+  keys_here(keys)
+  return true
+end
+
 -- Records that `ids` finished with `outcome`: for each link of each of them
 -- an outbox entry, which the relay delivers to the parent's slot. A dead
 -- child keeps its 'w' (wait) links: requeued, it may still finish them.
 -- `deleted`: their payloads are gone, so their own children's results go
--- too. Nothing unless the totals have 'flows'. O(1) calls per batch plus
--- O(links). Returns the set of ids that recorded an entry.
-local function flow_done(totals, base, ids, outcome, deleted)
+-- too. Nothing unless `flows` (from flows_here, called before the script's
+-- first write). O(1) calls per batch plus O(links). Returns the set of ids
+-- that recorded an entry.
+local function flow_done(flows, base, ids, outcome, deleted)
   local recorded = {}
-  if #ids == 0 or not redis.call('HGET', totals, 'flows') then
+  if #ids == 0 or not flows then
     return recorded
   end
   local parents, now = base .. 'parents', now_ms()
@@ -209,7 +236,12 @@ A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
 it, and claim drops the group from the ring when it finds it empty.
 Starts the window of its unique_for marker when it removed one
-(docs/dedup.md).
+(docs/dedup.md). Deletes its progress and log keys (written by an earlier
+delivery, docs/results.md; built from the msg key's base, "<base>progress:<id>"
+and "<base>log:<id>"): nothing of a cancelled message is left.
+The keys it builds (those, and with flows the flow keys) are touched with
+one EXISTS before its first write, so during a slot migration it fails
+with nothing written (docs/design.md §2).
 While the totals have 'flows' (docs/workflows.md): a parent waiting for
 its children (in the waiting zset) is removed from there, with its
 finished children's results, and "x <id>" goes to the outbox while it
@@ -231,10 +263,12 @@ if group then
   check_group_types(ARGV[2])
   check_group_lists(ARGV[2], {group})
 end
+local base = flow_base(KEYS[6], id)
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {id})
+local notes = {base .. 'progress:' .. id, base .. 'log:' .. id}
+keys_here(flows and {notes[1], notes[2], base .. 'flow:waiting', base .. 'deps:' .. id} or notes)
 local payload = redis.call('DEL', KEYS[6])
 local waiting = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[4], id)
-local flows = redis.call('HGET', KEYS[5], 'flows') and true or false
-local base = flow_base(KEYS[6], id)
 if flows and redis.call('ZREM', base .. 'flow:waiting', id) == 1 then
   waiting = waiting + 1
   if redis.call('EXISTS', base .. 'deps:' .. id) == 1 then
@@ -254,9 +288,8 @@ if payload == 1 and waiting == 0 then
   redis.call('HSET', KEYS[2], STALE, 1)
 end
 if payload + waiting > 0 then
-  if flows then
-    flow_done(KEYS[5], base, {id}, 'c', true)
-  end
+  redis.call('DEL', unpack(notes))
+  flow_done(flows, base, {id}, 'c', true)
   start_window(KEYS[7], redis.pcall('GET', KEYS[7]))
   return 1
 end

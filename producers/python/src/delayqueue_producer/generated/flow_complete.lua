@@ -49,6 +49,15 @@ local function wake_if_earlier(channel, due, head, now)
   end
 end
 
+-- Fails, before the script's first write, unless every key of `keys` (keys
+-- the script builds rather than declares) is on this node: see
+-- payloads_here, the same check for payloads.
+local function keys_here(keys)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)
@@ -108,15 +117,33 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- Whether `flows` (the totals' field 'flows', read by the caller: one
+-- HGET, all a queue without flows pays) is set, and if so fails, before the
+-- script's first write, unless the keys flow_done writes are on this node
+-- (keys_here): the parents hash, the outbox, and the children hashes of
+-- `deleted`, the ids whose payloads go.
+local function flows_here(flows, base, deleted)
+  if not flows then
+    return false
+  end
+  local keys = {base .. 'parents', base .. 'outbox'}
+  for _, id in ipairs(deleted) do
+    keys[#keys + 1] = base .. 'children:' .. id
+  end
+  keys_here(keys)
+  return true
+end
+
 -- Records that `ids` finished with `outcome`: for each link of each of them
 -- an outbox entry, which the relay delivers to the parent's slot. A dead
 -- child keeps its 'w' (wait) links: requeued, it may still finish them.
 -- `deleted`: their payloads are gone, so their own children's results go
--- too. Nothing unless the totals have 'flows'. O(1) calls per batch plus
--- O(links). Returns the set of ids that recorded an entry.
-local function flow_done(totals, base, ids, outcome, deleted)
+-- too. Nothing unless `flows` (from flows_here, called before the script's
+-- first write). O(1) calls per batch plus O(links). Returns the set of ids
+-- that recorded an entry.
+local function flow_done(flows, base, ids, outcome, deleted)
   local recorded = {}
-  if #ids == 0 or not redis.call('HGET', totals, 'flows') then
+  if #ids == 0 or not flows then
     return recorded
   end
   local parents, now = base .. 'parents', now_ms()
@@ -184,12 +211,16 @@ base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
 Returns {applied, parents moved to pending, parents moved to dead,
 parents removed}.
 Publishes a wake-up when a parent became due before every pending message.
+Its parents' deps and children keys and payloads, and the parents hash
+and outbox it records in, are built, not declared: they are touched with
+one EXISTS each before the first write, so during a slot migration it
+fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
-Complexity: O(M log N) with M = completions (at most 1000 per call), plus
-O(links) of the parents made dead or removed; never O(children of a
-parent).
+Complexity: O(M log N) with M = completions (at most 1000 per call), and
+one EXISTS of 3M keys, plus O(links) of the parents made dead or removed;
+never O(children of a parent).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
@@ -197,6 +228,16 @@ if m ~= math.floor(m) or m > MAX_LIMIT then
   error(redis.error_reply('ERR completions come as 4 values each, at most ' .. MAX_LIMIT))
 end
 local base = flow_base(ARGV[1], '')
+-- Every key it may write, touched before the first write (keys_here).
+local built = {}
+for i = 1, m do
+  local id = ARGV[4 * i]
+  built[#built + 1] = base .. 'deps:' .. id
+  built[#built + 1] = base .. 'children:' .. id
+  built[#built + 1] = ARGV[1] .. id
+end
+keys_here(built)
+local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 local head, now = head_due(KEYS[2]), now_ms()
 local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
 local buried, deleted = {}, {}
@@ -242,7 +283,7 @@ for i = 1, m do
     end
   end
 end
-flow_done(KEYS[5], base, buried, 'd', false)
-flow_done(KEYS[5], base, deleted, 'c', true)
+flow_done(flows, base, buried, 'd', false)
+flow_done(flows, base, deleted, 'c', true)
 wake_if_earlier(ARGV[2], earliest, head, now)
 return {applied, due, dead, removed}

@@ -129,6 +129,15 @@ local function wake_if_earlier(channel, due, head, now)
   end
 end
 
+-- Fails, before the script's first write, unless every key of `keys` (keys
+-- the script builds rather than declares) is on this node: see
+-- payloads_here, the same check for payloads.
+local function keys_here(keys)
+  if #keys > 0 then
+    redis.call('EXISTS', KEYS[1], unpack(keys))
+  end
+end
+
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)
@@ -494,7 +503,10 @@ replaced, its due time kept), "R" replace, due at now + delay; or "w"
 (a parent of a flow, docs/workflows.md): while its set of children to
 wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
 empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its
-due time) instead of pending, and the totals get 'flows'.
+due time) instead of pending, and the totals get 'flows'. Those two keys
+are built, not declared: one EXISTS touches them before the first write,
+so during a slot migration the script fails with nothing written
+(docs/design.md §2).
 A staged message's value does not pass through ARGV: the caller SETs it
 (with a TTL) at its staging string before the call, as it is to be
 stored but with placeholders of 13 zeros for the times:
@@ -604,6 +616,17 @@ local settings = redis.call('HMGET', KEYS[5], 'format', 'shards')
 local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
+-- A parent's deps set and the waiting zset are built, not declared.
+local flow_keys = {}
+for i = 1, m do
+  if waits[i] then
+    local id = ARGV[(i - 1) * 5 + 3]
+    local base = flow_base(KEYS[5 + i], id)
+    flow_keys[#flow_keys + 1] = base .. 'deps:' .. id
+    flow_keys[#flow_keys + 1] = base .. 'flow:waiting'
+  end
+end
+keys_here(flow_keys)
 local now = now_ms()
 -- A grouped message due now (delay 0) goes straight to its group's zset
 -- while nothing pending is due: then every message due before it is in
