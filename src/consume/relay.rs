@@ -11,6 +11,7 @@ use std::time::Duration;
 use fred::prelude::Client;
 
 use crate::maxima::MAX_BATCH_SIZE;
+use crate::store::flow_reads::child_ref;
 use crate::store::ops::cancel::Cancel;
 use crate::store::ops::flows::{Completion, FlowComplete, Outbox, OutboxEntry};
 use crate::store::{Keys, Shard};
@@ -81,7 +82,7 @@ pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Res
                 }
                 OutboxEntry::Cancelled { children, .. } => {
                     for member in children {
-                        if let Some((base, id)) = member.split_once(' ') {
+                        if let Some((base, id)) = child_ref(member.as_bytes()) {
                             if let Some(ck) = Keys::from_base(base) {
                                 Shard::new(client, &ck, Keys::name_of_base(base))
                                     .run(&Cancel { id })

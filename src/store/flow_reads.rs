@@ -256,7 +256,7 @@ fn scan_page(v: Value) -> Option<(String, Vec<Bytes>)> {
 
 /// `"<child's base> <child id>"`, as a parent's set and hash name a child;
 /// `None` for the hash's counts (" a") and a batch's close (an empty id).
-fn child_ref(member: &[u8]) -> Option<(&str, &str)> {
+pub(crate) fn child_ref(member: &[u8]) -> Option<(&str, &str)> {
     let member = std::str::from_utf8(member).ok()?;
     member
         .split_once(' ')
