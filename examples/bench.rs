@@ -1529,9 +1529,163 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize, samples: usi
 /// nothing; then the same with handlers that take 1 ms (a backlog of
 /// 20,000, no round without groups).
 async fn fairness(client: &Client, tag: &str, samples: usize) -> Res<serde_json::Value> {
+    // Issue 24 prototype: claim sizes side by side, no-op handlers only.
+    if let Ok(batches) = std::env::var("FAIR_BATCHES") {
+        // "<batch_size>" or "<batch_size>s<share>" (DQ_GROUP_SHARE).
+        let batches: Vec<(usize, u64)> = batches
+            .split(',')
+            .map(|v| {
+                let (b, s) = v.split_once('s').unwrap_or((v, "0"));
+                Ok::<_, std::num::ParseIntError>((b.parse()?, s.parse()?))
+            })
+            .collect::<Result<_, _>>()?;
+        return fairness_i24(client, tag, samples, &batches).await;
+    }
     let mut figures = fairness_of(client, tag, samples, Duration::ZERO, 100_000).await?;
     figures["handlers_1ms"] = fairness_of(client, tag, samples, Duration::from_millis(1), 20_000).await?;
     Ok(figures)
+}
+
+/// Percentiles of `v` (µs or ms alike): p50, p90, p99, max, and the count.
+fn spread(mut v: Vec<f64>) -> serde_json::Value {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    json!({"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0), "n": v.len()})
+}
+
+/// Issue 24: the no-op fairness rounds for each claim size in `batches`
+/// (`batch_size`), interleaved round by round, with where a claim's time
+/// goes beside A: Redis's time in the claim and ack scripts (SLOWLOG at
+/// 0 µs), and per claim the µs from request to parsed reply and the µs
+/// handing its deliveries to their tasks. Then A's backlog without
+/// groups, drained at the default settings, for the rate to compare with.
+async fn fairness_i24(client: &Client, tag: &str, samples: usize, batches: &[(usize, u64)]) -> Res<serde_json::Value> {
+    const ALONE_PER_ROUND: usize = 25;
+    const BACKLOG: usize = 100_000;
+    struct Side {
+        alone: Vec<f64>,
+        beside: Vec<f64>,
+        drains: Vec<Duration>,
+        script_us: std::collections::BTreeMap<&'static str, Vec<f64>>,
+        rtt_alone: Vec<f64>,
+        rtt: Vec<f64>,
+        handing: Vec<f64>,
+        popped: Vec<f64>,
+    }
+    let mut sides: Vec<Side> = batches
+        .iter()
+        .map(|_| Side {
+            alone: vec![],
+            beside: vec![],
+            drains: vec![],
+            script_us: Default::default(),
+            rtt_alone: vec![],
+            rtt: vec![],
+            handing: vec![],
+            popped: vec![],
+        })
+        .collect();
+    let mut ungrouped = Vec::new();
+    for _ in 0..samples.max(1) {
+        if sides
+            .iter()
+            .all(|s| s.alone.len() >= samples && s.beside.len() >= samples)
+        {
+            break;
+        }
+        for (side, &(batch, share)) in sides.iter_mut().zip(batches) {
+            // No consumer runs between rounds: nothing reads it meanwhile.
+            std::env::set_var("DQ_GROUP_SHARE", share.to_string());
+            let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16).batch_size(batch))?;
+            delayqueue::claim_timings_take();
+            let seen = b_lateness(&q, true, Duration::ZERO, 0, ALONE_PER_ROUND).await?;
+            side.alone.extend(seen.b.into_iter().map(|(_, ms)| ms));
+            side.rtt_alone.extend(
+                delayqueue::claim_timings_take()
+                    .into_iter()
+                    .filter(|t| t.0 > 0)
+                    .map(|t| t.1 as f64),
+            );
+            cleanup(client).await?;
+            let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16).batch_size(batch))?;
+            for _ in (0..BACKLOG).step_by(10_000) {
+                for r in q
+                    .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
+                    .await?
+                {
+                    r?;
+                }
+            }
+            config_set(client, "slowlog-log-slower-than", "0").await?;
+            config_set(client, "slowlog-max-len", "1000000").await?;
+            let _: Value = client
+                .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["RESET"])
+                .await?;
+            delayqueue::claim_timings_take();
+            let (took, during) = beside_backlog(&q, true, Duration::ZERO, BACKLOG).await?;
+            config_set(client, "slowlog-log-slower-than", "10000").await?;
+            let slow: Vec<Value> = client
+                .custom(
+                    CustomCommand::new_static("SLOWLOG", None, false),
+                    vec!["GET", "1000000"],
+                )
+                .await?;
+            for e in &slow {
+                let Value::Array(e) = e else { continue };
+                let (Some(Value::Array(words)), Some(us)) = (e.get(3), e.get(2).and_then(Value::as_i64)) else {
+                    continue;
+                };
+                side.script_us.entry(script_name(words)).or_default().push(us as f64);
+            }
+            for (popped, rtt, handing) in delayqueue::claim_timings_take() {
+                if popped > 0 {
+                    side.rtt.push(rtt as f64);
+                    side.handing.push(handing as f64);
+                    side.popped.push(popped as f64);
+                }
+            }
+            side.beside.extend(during);
+            side.drains.push(took);
+            cleanup(client).await?;
+        }
+        let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
+        send_grouped(&q, BACKLOG, 0, Duration::ZERO).await?;
+        let seen = b_lateness(&q, false, Duration::ZERO, BACKLOG as u64, 0).await?;
+        ungrouped.push(seen.drained.ok_or("not drained")?.0);
+        cleanup(client).await?;
+    }
+    let ungrouped_rate = rate(BACKLOG * ungrouped.len(), ungrouped.iter().sum());
+    let mut out = serde_json::Map::new();
+    std::env::set_var("DQ_GROUP_SHARE", "0");
+    for (side, (batch, share)) in sides.into_iter().zip(batches) {
+        let drain = rate(BACKLOG * side.drains.len(), side.drains.iter().sum());
+        let scripts: serde_json::Map<String, serde_json::Value> = side
+            .script_us
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), spread(v)))
+            .collect();
+        out.insert(
+            format!("batch_{batch}_share_{share}"),
+            json!({
+                "rounds": side.drains.len(),
+                "lateness_of_b_alone": p50_p99(side.alone),
+                "lateness_of_b_beside_a_backlog": p50_p99(side.beside),
+                "a_drain_per_s": drain,
+                "a_drain_to_ungrouped": (drain / ungrouped_rate * 100.0).round() / 100.0,
+                "beside_redis_script_us": scripts,
+                "beside_claim_request_to_reply_us": spread(side.rtt),
+                "beside_claim_handing_us": spread(side.handing),
+                "beside_claim_popped": spread(side.popped),
+                "alone_claim_request_to_reply_us": spread(side.rtt_alone),
+            }),
+        );
+    }
+    out.insert("ungrouped_drain_per_s".into(), json!(ungrouped_rate));
+    Ok(serde_json::Value::Object(out))
 }
 
 /// [`fairness`] with handlers that take `work` and a backlog of `backlog`.

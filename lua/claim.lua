@@ -68,6 +68,8 @@ ARGV[7] the wire format version the caller speaks (docs/wire-format.md):
 ARGV[8] byte budget: most bytes of stored values one call reads (above)
 ARGV[9] group key prefix (read only while the totals have 'groups')
 ARGV[10] marker key prefix
+ARGV[11] share: once the queue has groups and the ring's first members
+        are several, a claim leases at most share a member (0: no cap)
 Counts 'expired' in the totals. Starts the window of the unique_for
 marker of each message it buries as expired (docs/dedup.md). While the
 totals have 'flows', each child buried as expired records its death in
@@ -391,6 +393,12 @@ if fields[8] then
   local most = GROUP_CLAIM - GROUP_TURN_COST * #members
   if limit > most then
     limit, capped = most, true
+  end
+  -- While several members have due work, at most ARGV[11] a member: the
+  -- claim that serves a group just come due stays short (issue 24).
+  local share = tonumber(ARGV[11]) or 0
+  if share > 0 and #members > 1 and limit > share * #members then
+    limit, capped = share * #members, true
   end
   local named = {}
   for _, g in ipairs(members) do

@@ -23,6 +23,21 @@ use crate::{Error, MessageId};
 /// keys in Redis (docs/performance.md). More are claimed in further calls.
 const MAX_CLAIM: usize = 256;
 
+/// Issue 24 instrumentation (prototype branch): per claim, ids popped, µs
+/// from request to parsed reply, and µs spent handing the reply's
+/// deliveries to their tasks.
+static TIMINGS: std::sync::Mutex<Vec<(u32, u32, u32)>> = std::sync::Mutex::new(Vec::new());
+
+/// Takes the claim timings recorded so far (issue 24 instrumentation).
+///
+/// ```
+/// let _ = delayqueue::claim_timings_take();
+/// ```
+#[doc(hidden)]
+pub fn claim_timings_take() -> Vec<(u32, u32, u32)> {
+    std::mem::take(&mut *TIMINGS.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// How busy a consumer is, as one loop sees it before a claim.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Load {
@@ -120,6 +135,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
     };
     let sent = Instant::now();
     let reply = shared.store().run(&claim).await;
+    let replied = Instant::now();
     // The request is answered once Redis ran it, even should its reply be
     // unreadable; one that failed keeps its sequence number, so repeating
     // it replays whatever it leased if it did reach Redis.
@@ -186,6 +202,14 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
                 tokio::spawn(async move { settle::settle(&shared, ended).await });
             }
         }
+    }
+    if want > 0 {
+        let us = |d: std::time::Duration| d.as_micros().min(u32::MAX as u128) as u32;
+        TIMINGS.lock().unwrap_or_else(|e| e.into_inner()).push((
+            popped as u32,
+            us(replied - sent),
+            us(replied.elapsed()),
+        ));
     }
     Ok((popped as usize, held))
 }

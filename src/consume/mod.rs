@@ -51,6 +51,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+#[doc(hidden)]
+pub use claim::claim_timings_take;
 pub(crate) use context::Context;
 pub use scheduler::Scheduler;
 pub(crate) use scheduler::PAGE as SCHEDULE_PAGE;

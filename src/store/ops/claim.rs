@@ -153,6 +153,13 @@ impl Op for Claim<'_> {
             count(CLAIM_BYTES),
             k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
+            // Issue 24 prototype: the per-member cap while several groups are due.
+            count(
+                std::env::var("DQ_GROUP_SHARE")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
         ]
     }
 
