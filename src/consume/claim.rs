@@ -132,6 +132,11 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         max_consume_duration: ctx.settings.max_consume_duration,
         seq: shared.claims.load(Ordering::Relaxed),
         dead_letter_retention: ctx.settings.dead_letter_retention,
+        // Issue 24 prototype: the bench sets it between rounds; a setting if kept.
+        group_share: std::env::var("DQ_GROUP_SHARE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
     };
     let sent = Instant::now();
     let reply = shared.store().run(&claim).await;

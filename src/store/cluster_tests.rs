@@ -136,6 +136,7 @@ fn calls(k: &Keys) -> Vec<Call> {
         max_consume_duration: Duration::from_secs(5),
         seq,
         dead_letter_retention: RETENTION,
+        group_share: 0,
     };
     let timeout = Timeout {
         limit: 10,

@@ -33,6 +33,9 @@ pub(crate) struct Claim<'a> {
     pub seq: u64,
     /// How long a message buried as expired is kept.
     pub dead_letter_retention: Duration,
+    /// Most messages a ring member gets while several are due (0: no
+    /// cap), so the claim that serves a group just come due stays short.
+    pub group_share: u64,
 }
 
 /// What one claim leased.
@@ -153,13 +156,7 @@ impl Op for Claim<'_> {
             count(CLAIM_BYTES),
             k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
-            // Issue 24 prototype: the per-member cap while several groups are due.
-            count(
-                std::env::var("DQ_GROUP_SHARE")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0),
-            ),
+            count(self.group_share),
         ]
     }
 

@@ -328,6 +328,7 @@ mod tests {
                     max_consume_duration: d,
                     seq: 0,
                     dead_letter_retention: d,
+                    group_share: 0,
                 },
                 k,
             ),

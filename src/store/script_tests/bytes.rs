@@ -53,6 +53,7 @@ impl Env {
             max_consume_duration: Duration::from_secs(60),
             seq,
             dead_letter_retention: Duration::from_secs(3600),
+            group_share: 0,
         };
         let mut args = op.args(self.k());
         if let Some(budget) = budget {

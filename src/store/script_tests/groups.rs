@@ -10,7 +10,8 @@ use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
 use crate::store::stored::{encode_stored, ValueParts};
 
-use super::{fail, Env, NEVER, RETRY};
+use super::{claim_op, fail, next_seq, Env, NEVER, RETRY, VIS};
+use crate::store::ops::claim::Claim;
 use crate::store::ops::claim::Held;
 
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
@@ -730,4 +731,57 @@ async fn a_claim_hands_the_ungrouped_messages_first_then_each_groups_in_turn_ord
     // their order (priority, then due order): a consumer of one handler
     // starts the claim's deliveries so.
     assert_eq!(env.claim(10).await.ids(), ["u2", "u0", "u0b", "b1", "a1"]);
+}
+
+#[tokio::test]
+async fn a_claim_takes_at_most_its_share_a_group_while_several_are_due() {
+    let env = Env::new().await;
+    for i in 0..40 {
+        env.send_grouped(&format!("a{i:02}"), "A").await;
+    }
+    env.send_grouped("b1", "B").await;
+    let env = &env;
+    let shared_claim = |seq: i64| {
+        let receipt = env.k().claim(&format!("c{seq}"));
+        async move {
+            let op = Claim {
+                group_share: 8,
+                ..claim_op(&receipt, 100, VIS, seq)
+            };
+            let reply = env.run(&op).await;
+            let ids: Vec<String> = reply
+                .deliveries
+                .iter()
+                .map(|d| d.id.as_ref().expect("id").as_str().to_string())
+                .collect();
+            (ids, reply.held)
+        }
+    };
+    // Two groups due: 8 a group, what B does not take goes to A.
+    let (ids, held) = shared_claim(next_seq()).await;
+    assert_eq!(ids.len(), 16);
+    assert!(ids.contains(&"b1".to_string()), "{ids:?}");
+    assert_eq!(held, Some(Held::Bytes), "cut short: claim again at once");
+    // A alone: no cap but the request's.
+    let (ids, held) = shared_claim(next_seq()).await;
+    assert_eq!(ids.len(), 25, "the rest of A");
+    assert_eq!(held, None);
+}
+
+#[tokio::test]
+async fn backlogs_of_several_groups_get_full_claims_whatever_the_share() {
+    let env = Env::new().await;
+    for i in 0..40 {
+        env.send_grouped(&format!("a{i:02}"), "A").await;
+        env.send_grouped(&format!("b{i:02}"), "B").await;
+    }
+    let seq = next_seq();
+    let receipt = env.k().claim(&format!("c{seq}"));
+    let op = Claim {
+        group_share: 8,
+        ..claim_op(&receipt, 60, VIS, seq)
+    };
+    let reply = env.run(&op).await;
+    assert_eq!(reply.deliveries.len(), 60, "neither group has 8 or fewer due: no cap");
+    assert_eq!(reply.held, None);
 }

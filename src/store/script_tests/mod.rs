@@ -715,6 +715,7 @@ fn claim_op(receipt: &str, limit: i64, vis_ms: i64, seq: i64) -> Claim<'_> {
         max_consume_duration: ms(vis_ms),
         seq: u64::try_from(seq).expect("seq >= 0"),
         dead_letter_retention: ms(RETENTION),
+        group_share: 0,
     }
 }
 
