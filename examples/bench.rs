@@ -1433,11 +1433,18 @@ struct Lateness {
     drained: Option<(Duration, SystemTime)>,
 }
 
-/// Sends B's messages (payload `b`), one every 100 ms, to group `b` of `q`
-/// (or without a group) while its consumer runs, whose handler takes
-/// `work`, until at least `b_wanted` of them were handled and `backlog`
-/// other messages were (at most 120 s).
-async fn b_lateness(q: &DelayQueue, grouped: bool, work: Duration, backlog: u64, b_wanted: usize) -> Res<Lateness> {
+/// Sends B's messages (payload `b`), `burst` every 100 ms, to group `b`
+/// of `q` (or without a group) while its consumer runs, whose handler
+/// takes `work`, until at least `b_wanted` of them were handled and
+/// `backlog` other messages were (at most 120 s).
+async fn b_lateness(
+    q: &DelayQueue,
+    grouped: bool,
+    work: Duration,
+    backlog: u64,
+    b_wanted: usize,
+    burst: usize,
+) -> Res<Lateness> {
     let late: Arc<Mutex<Vec<(SystemTime, f64)>>> = Arc::default();
     let drained: Arc<Mutex<Option<(Duration, SystemTime)>>> = Arc::default();
     let others = Arc::new(AtomicU64::new(0));
@@ -1469,12 +1476,17 @@ async fn b_lateness(q: &DelayQueue, grouped: bool, work: Duration, backlog: u64,
         if drained.lock().unwrap().is_some() && late.lock().unwrap().len() >= b_wanted {
             break;
         }
-        let b = q.send(&b"b"[..]);
-        if grouped {
-            b.group("b").await?
-        } else {
-            b.await?
-        };
+        let b = (0..burst).map(|_| {
+            let m = NewMessage::new(&b"b"[..]);
+            if grouped {
+                m.group("b")
+            } else {
+                m
+            }
+        });
+        for r in q.send_batch(b).await? {
+            r?;
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     consumer.shutdown().await?;
@@ -1509,243 +1521,149 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize, samples: usi
     let fair = fairness(client, tag, samples).await?;
     emit("groups_fairness", fair.clone());
     let big = groups_big(client, tag, scale).await?;
+    let beside = &fair["beside_a_backlog"][format!("group_share_{DEFAULT_SHARE}")];
     Ok(json!({
         "consume_c16_by_groups": consume_by_groups,
         "lateness_of_b_alone": fair["lateness_of_b_alone"],
-        "lateness_of_b_beside_a_backlog": fair["lateness_of_b_beside_a_backlog"],
-        "without_groups_lateness_of_b_behind_a_backlog": fair["without_groups_lateness_of_b_behind_a_backlog"],
-        "a_drain_per_s": fair["a_drain_per_s"],
-        "a_drain_to_ungrouped_consume": (fair["a_drain_per_s"].as_f64().unwrap_or(0.0) / ungrouped * 100.0).round() / 100.0,
+        "lateness_of_b_beside_a_backlog": beside["lateness_of_b"],
+        "without_groups_lateness_of_b_behind_a_backlog": fair["without_groups"]["lateness_of_b_behind_a_backlog"],
+        "a_drain_per_s": beside["a_drain_per_s"],
+        "a_drain_to_ungrouped_consume": (beside["a_drain_per_s"].as_f64().unwrap_or(0.0) / ungrouped * 100.0).round() / 100.0,
         "big": big,
     }))
 }
 
-/// The lateness of group B's messages, sent one every 100 ms, on an empty
-/// queue and while group A drains 100,000 due messages, in interleaved
-/// rounds (so both sides see the same machine) until each side has
-/// `samples`; beside A, only B's messages sent before A was drained count.
-/// Then one round of the same backlog without groups, B's messages behind
-/// A's in one ready list. And A's drain rate over the rounds. Handlers do
-/// nothing; then the same with handlers that take 1 ms (a backlog of
-/// 20,000, no round without groups).
+/// `group_share` of a queue that does not set it (docs/groups.md).
+const DEFAULT_SHARE: usize = 8;
+
+/// One fairness setup: what A's backlog is and what B sends.
+#[derive(Clone, Copy)]
+struct Fair {
+    /// How long each handler takes.
+    work: Duration,
+    /// A's due messages.
+    backlog: usize,
+    /// Over how many groups A's backlog is spread (`a0`, `a1`, ...).
+    heavy: usize,
+    /// B's messages sent together every 100 ms.
+    burst: usize,
+}
+
+/// The lateness of group B's messages (ms from due to handler start), on
+/// an empty queue and beside A's backlog, with `group_share` 0 (off) and
+/// its default side by side; handlers do nothing, A's 100,000 due
+/// messages are in one group and B sends one every 100 ms. Then the same
+/// with A spread over 3 groups, with B sending bursts of 20, and with
+/// handlers that take 1 ms (A's backlog 20,000).
 async fn fairness(client: &Client, tag: &str, samples: usize) -> Res<serde_json::Value> {
-    // Issue 24 prototype: claim sizes side by side, no-op handlers only.
-    if let Ok(batches) = std::env::var("FAIR_BATCHES") {
-        // "<batch_size>" or "<batch_size>s<share>" (DQ_GROUP_SHARE).
-        let batches: Vec<(usize, u64)> = batches
-            .split(',')
-            .map(|v| {
-                let (b, s) = v.split_once('s').unwrap_or((v, "0"));
-                Ok::<_, std::num::ParseIntError>((b.parse()?, s.parse()?))
-            })
-            .collect::<Result<_, _>>()?;
-        return fairness_i24(client, tag, samples, &batches).await;
-    }
-    let mut figures = fairness_of(client, tag, samples, Duration::ZERO, 100_000).await?;
-    figures["handlers_1ms"] = fairness_of(client, tag, samples, Duration::from_millis(1), 20_000).await?;
+    let base = Fair {
+        work: Duration::ZERO,
+        backlog: 100_000,
+        heavy: 1,
+        burst: 1,
+    };
+    let mut figures = fairness_of(client, tag, samples, base).await?;
+    figures["a_in_3_groups"] = fairness_of(client, tag, samples, Fair { heavy: 3, ..base }).await?;
+    figures["b_bursts_of_20"] = fairness_of(client, tag, samples, Fair { burst: 20, ..base }).await?;
+    let slow = Fair {
+        work: Duration::from_millis(1),
+        backlog: 20_000,
+        ..base
+    };
+    figures["handlers_1ms"] = fairness_of(client, tag, samples, slow).await?;
     Ok(figures)
 }
 
-/// Percentiles of `v` (µs or ms alike): p50, p90, p99, max, and the count.
-fn spread(mut v: Vec<f64>) -> serde_json::Value {
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
-    json!({"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0), "n": v.len()})
-}
-
-/// Issue 24: the no-op fairness rounds for each claim size in `batches`
-/// (`batch_size`), interleaved round by round, with where a claim's time
-/// goes beside A: Redis's time in the claim and ack scripts (SLOWLOG at
-/// 0 µs), and per claim the µs from request to parsed reply and the µs
-/// handing its deliveries to their tasks. Then A's backlog without
-/// groups, drained at the default settings, for the rate to compare with.
-async fn fairness_i24(client: &Client, tag: &str, samples: usize, batches: &[(usize, u64)]) -> Res<serde_json::Value> {
+/// [`fairness`] for one setup `f`, in interleaved rounds (so every side
+/// sees the same machine) until each side has `samples`: B alone (about
+/// 25 messages), B beside a fresh backlog of A for each `group_share`
+/// (only B's messages sent before A was drained count), and for the base
+/// setup the same backlog without groups (B's messages behind A's in one
+/// ready list), whose drain rate A's compare with.
+async fn fairness_of(client: &Client, tag: &str, samples: usize, f: Fair) -> Res<serde_json::Value> {
     const ALONE_PER_ROUND: usize = 25;
-    const BACKLOG: usize = 100_000;
-    struct Side {
-        alone: Vec<f64>,
-        beside: Vec<f64>,
-        drains: Vec<Duration>,
-        script_us: std::collections::BTreeMap<&'static str, Vec<f64>>,
-        rtt_alone: Vec<f64>,
-        rtt: Vec<f64>,
-        handing: Vec<f64>,
-        popped: Vec<f64>,
-    }
-    let mut sides: Vec<Side> = batches
-        .iter()
-        .map(|_| Side {
-            alone: vec![],
-            beside: vec![],
-            drains: vec![],
-            script_us: Default::default(),
-            rtt_alone: vec![],
-            rtt: vec![],
-            handing: vec![],
-            popped: vec![],
-        })
-        .collect();
-    let mut ungrouped = Vec::new();
+    const SHARES: [usize; 2] = [0, DEFAULT_SHARE];
+    let with_ungrouped = f.work.is_zero() && f.heavy == 1 && f.burst == 1;
+    let mut alone = Vec::new();
+    let mut beside: [(Vec<f64>, Vec<Duration>); 2] = Default::default();
+    let (mut behind, mut ungrouped, mut rounds) = (Vec::new(), Vec::new(), 0);
+    // Bounded: a round adds at least ALONE_PER_ROUND alone and one beside.
     for _ in 0..samples.max(1) {
-        if sides
-            .iter()
-            .all(|s| s.alone.len() >= samples && s.beside.len() >= samples)
-        {
+        if alone.len() >= samples && beside.iter().all(|(b, _)| b.len() >= samples) {
             break;
         }
-        for (side, &(batch, share)) in sides.iter_mut().zip(batches) {
-            // No consumer runs between rounds: nothing reads it meanwhile.
-            std::env::set_var("DQ_GROUP_SHARE", share.to_string());
-            let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16).batch_size(batch))?;
-            delayqueue::claim_timings_take();
-            let seen = b_lateness(&q, true, Duration::ZERO, 0, ALONE_PER_ROUND).await?;
-            side.alone.extend(seen.b.into_iter().map(|(_, ms)| ms));
-            side.rtt_alone.extend(
-                delayqueue::claim_timings_take()
-                    .into_iter()
-                    .filter(|t| t.0 > 0)
-                    .map(|t| t.1 as f64),
-            );
-            cleanup(client).await?;
-            let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16).batch_size(batch))?;
-            for _ in (0..BACKLOG).step_by(10_000) {
-                for r in q
-                    .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
-                    .await?
-                {
+        rounds += 1;
+        let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
+        let seen = b_lateness(&q, true, f.work, 0, ALONE_PER_ROUND, f.burst).await?;
+        alone.extend(seen.b.into_iter().map(|(_, ms)| ms));
+        cleanup(client).await?;
+        for (side, share) in beside.iter_mut().zip(SHARES) {
+            let q = queue(client, &format!("{tag}-fair1"), |b| {
+                b.concurrency(16).group_share(share)
+            })?;
+            for start in (0..f.backlog).step_by(10_000) {
+                let msgs = (start..f.backlog.min(start + 10_000))
+                    .map(|i| NewMessage::new(&PAYLOAD).group(format!("a{}", i % f.heavy)));
+                for r in q.send_batch(msgs).await? {
                     r?;
                 }
             }
-            config_set(client, "slowlog-log-slower-than", "0").await?;
-            config_set(client, "slowlog-max-len", "1000000").await?;
-            let _: Value = client
-                .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["RESET"])
-                .await?;
-            delayqueue::claim_timings_take();
-            let (took, during) = beside_backlog(&q, true, Duration::ZERO, BACKLOG).await?;
-            config_set(client, "slowlog-log-slower-than", "10000").await?;
-            let slow: Vec<Value> = client
-                .custom(
-                    CustomCommand::new_static("SLOWLOG", None, false),
-                    vec!["GET", "1000000"],
-                )
-                .await?;
-            for e in &slow {
-                let Value::Array(e) = e else { continue };
-                let (Some(Value::Array(words)), Some(us)) = (e.get(3), e.get(2).and_then(Value::as_i64)) else {
-                    continue;
-                };
-                side.script_us.entry(script_name(words)).or_default().push(us as f64);
-            }
-            for (popped, rtt, handing) in delayqueue::claim_timings_take() {
-                if popped > 0 {
-                    side.rtt.push(rtt as f64);
-                    side.handing.push(handing as f64);
-                    side.popped.push(popped as f64);
-                }
-            }
-            side.beside.extend(during);
-            side.drains.push(took);
+            let (took, during) = beside_backlog(&q, true, f.work, f.backlog, f.burst).await?;
+            side.0.extend(during);
+            side.1.push(took);
             cleanup(client).await?;
         }
-        let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
-        send_grouped(&q, BACKLOG, 0, Duration::ZERO).await?;
-        let seen = b_lateness(&q, false, Duration::ZERO, BACKLOG as u64, 0).await?;
-        ungrouped.push(seen.drained.ok_or("not drained")?.0);
-        cleanup(client).await?;
-    }
-    let ungrouped_rate = rate(BACKLOG * ungrouped.len(), ungrouped.iter().sum());
-    let mut out = serde_json::Map::new();
-    std::env::set_var("DQ_GROUP_SHARE", "0");
-    for (side, (batch, share)) in sides.into_iter().zip(batches) {
-        let drain = rate(BACKLOG * side.drains.len(), side.drains.iter().sum());
-        let scripts: serde_json::Map<String, serde_json::Value> = side
-            .script_us
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), spread(v)))
-            .collect();
-        out.insert(
-            format!("batch_{batch}_share_{share}"),
-            json!({
-                "rounds": side.drains.len(),
-                "lateness_of_b_alone": p50_p99(side.alone),
-                "lateness_of_b_beside_a_backlog": p50_p99(side.beside),
-                "a_drain_per_s": drain,
-                "a_drain_to_ungrouped": (drain / ungrouped_rate * 100.0).round() / 100.0,
-                "beside_redis_script_us": scripts,
-                "beside_claim_request_to_reply_us": spread(side.rtt),
-                "beside_claim_handing_us": spread(side.handing),
-                "beside_claim_popped": spread(side.popped),
-                "alone_claim_request_to_reply_us": spread(side.rtt_alone),
-            }),
-        );
-    }
-    out.insert("ungrouped_drain_per_s".into(), json!(ungrouped_rate));
-    Ok(serde_json::Value::Object(out))
-}
-
-/// [`fairness`] with handlers that take `work` and a backlog of `backlog`.
-async fn fairness_of(
-    client: &Client,
-    tag: &str,
-    samples: usize,
-    work: Duration,
-    backlog: usize,
-) -> Res<serde_json::Value> {
-    /// B's messages on the empty queue per round: about as many as one drain of A sees.
-    const ALONE_PER_ROUND: usize = 25;
-    let (mut alone, mut beside, mut drains) = (Vec::new(), Vec::new(), Vec::new());
-    // Bounded: a round adds at least ALONE_PER_ROUND alone and one beside.
-    for _ in 0..samples.max(1) {
-        if alone.len() >= samples && beside.len() >= samples {
-            break;
+        if with_ungrouped {
+            let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
+            send_grouped(&q, f.backlog, 0, Duration::ZERO).await?;
+            let (took, during) = beside_backlog(&q, false, f.work, f.backlog, f.burst).await?;
+            behind.extend(during);
+            ungrouped.push(took);
+            cleanup(client).await?;
         }
-        let q = queue(client, &format!("{tag}-fair0"), |b| b.concurrency(16))?;
-        let seen = b_lateness(&q, true, work, 0, ALONE_PER_ROUND).await?;
-        alone.extend(seen.b.into_iter().map(|(_, ms)| ms));
-        cleanup(client).await?;
-        let q = queue(client, &format!("{tag}-fair1"), |b| b.concurrency(16))?;
-        for _ in (0..backlog).step_by(10_000) {
-            for r in q
-                .send_batch((0..10_000).map(|_| NewMessage::new(&PAYLOAD).group("a")))
-                .await?
-            {
-                r?;
-            }
-        }
-        let (took, during) = beside_backlog(&q, true, work, backlog).await?;
-        beside.extend(during);
-        drains.push(took);
-        cleanup(client).await?;
     }
-    let drain_rate = rate(backlog * drains.len(), drains.iter().sum());
-    let by_round: Vec<f64> = drains.iter().map(|&took| rate(backlog, took)).collect();
+    let ungrouped_rate = rate(f.backlog * ungrouped.len(), ungrouped.iter().sum());
+    let mut sides = serde_json::Map::new();
+    for ((lateness, drains), share) in beside.into_iter().zip(SHARES) {
+        let drain_rate = rate(f.backlog * drains.len(), drains.iter().sum());
+        let mut side = json!({
+            "lateness_of_b": p50_p99(lateness),
+            "a_drain_per_s": drain_rate,
+            "a_drain_per_s_by_round": drains.iter().map(|&took| rate(f.backlog, took)).collect::<Vec<_>>(),
+        });
+        if with_ungrouped {
+            side["a_drain_to_ungrouped"] = json!((drain_rate / ungrouped_rate * 100.0).round() / 100.0);
+        }
+        sides.insert(format!("group_share_{share}"), side);
+    }
     let mut figures = json!({
-        "rounds": drains.len(),
-        "a_backlog": backlog,
+        "rounds": rounds,
+        "a_backlog": f.backlog,
+        "a_groups": f.heavy,
+        "b_burst": f.burst,
+        "handler_ms": f.work.as_secs_f64() * 1e3,
         "lateness_of_b_alone": p50_p99(alone),
-        "lateness_of_b_beside_a_backlog": p50_p99(beside),
-        "a_drain_per_s": drain_rate,
-        "a_drain_per_s_by_round": by_round,
+        "beside_a_backlog": sides,
     });
-    if work.is_zero() {
-        let q = queue(client, &format!("{tag}-fair2"), |b| b.concurrency(16))?;
-        send_grouped(&q, backlog, 0, Duration::ZERO).await?;
-        let (_, behind) = beside_backlog(&q, false, work, backlog).await?;
-        cleanup(client).await?;
-        figures["without_groups_lateness_of_b_behind_a_backlog"] = p50_p99(behind);
+    if with_ungrouped {
+        figures["without_groups"] = json!({
+            "lateness_of_b_behind_a_backlog": p50_p99(behind),
+            "drain_per_s": ungrouped_rate,
+        });
     }
     Ok(figures)
 }
 
 /// B's messages sent while `q`'s `backlog` other messages drain: how long
 /// the drain took, and the lateness of the B messages due before its end.
-async fn beside_backlog(q: &DelayQueue, grouped: bool, work: Duration, backlog: usize) -> Res<(Duration, Vec<f64>)> {
-    let seen = b_lateness(q, grouped, work, backlog as u64, 0).await?;
+async fn beside_backlog(
+    q: &DelayQueue,
+    grouped: bool,
+    work: Duration,
+    backlog: usize,
+    burst: usize,
+) -> Res<(Duration, Vec<f64>)> {
+    let seen = b_lateness(q, grouped, work, backlog as u64, 0, burst).await?;
     let (took, end) = seen.drained.ok_or("the backlog was not drained within 120 s")?;
     let during = seen.b.into_iter().filter(|&(due, _)| due <= end).map(|(_, ms)| ms);
     Ok((took, during.collect()))

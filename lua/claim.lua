@@ -69,8 +69,8 @@ ARGV[8] byte budget: most bytes of stored values one call reads (above)
 ARGV[9] group key prefix (read only while the totals have 'groups')
 ARGV[10] marker key prefix
 ARGV[11] share: once the queue has groups, while the ring's first members
-        are several and one of them has at most share due, a claim
-        leases at most share a member (0: no cap)
+        are several and one of them has at most share due and room to
+        start one, a claim leases at most share a member (0: no cap)
 Counts 'expired' in the totals. Starts the window of the unique_for
 marker of each message it buries as expired (docs/dedup.md). While the
 totals have 'flows', each child buried as expired records its death in
@@ -438,13 +438,14 @@ if fields[8] then
     end
     plan[#plan + 1] = {g, math.max(room, 0), 0, gate, paused_g, rated, avail, g ~= '' and tonumber(active_g[j] or 0) or 0}
   end
-  -- While one of several members has at most ARGV[11] due (a group just
-  -- come due beside a backlog), at most ARGV[11] a member: the claim that
-  -- serves it stays short, and backlogs alone still get full claims.
+  -- While one of several members has at most ARGV[11] due and may start
+  -- one (a group just come due beside a backlog), at most ARGV[11] a
+  -- member: the claim that serves it stays short, and backlogs alone (or
+  -- beside a paused or limited group) still get full claims.
   local share = tonumber(ARGV[11]) or 0
   if share > 0 and #plan > 1 and limit > share * #plan then
     for _, m in ipairs(plan) do
-      if m[7] <= share then
+      if m[7] <= share and m[2] > 0 then
         limit, capped = share * #plan, true
         break
       end

@@ -96,8 +96,6 @@ pub mod web;
 pub use backoff::Backoff;
 pub use batch::BatchHandler;
 pub use connect::connect;
-#[doc(hidden)]
-pub use consume::claim_timings_take;
 pub use consume::{Consumer, Scheduler};
 pub use error::Error;
 pub use events::{Action, Event};

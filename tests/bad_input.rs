@@ -386,7 +386,7 @@ async fn builder_settings_out_of_range_are_rejected() {
     let server = RedisServer::start().await;
     let client = server.client().await;
     type Configure = fn(delayqueue::DelayQueueBuilder) -> delayqueue::DelayQueueBuilder;
-    let cases: [(&str, Configure); 11] = [
+    let cases: [(&str, Configure); 12] = [
         ("fetch_interval 0", |b| b.fetch_interval(Duration::ZERO)),
         ("max_consume_duration 9 ms", |b| {
             b.max_consume_duration(Duration::from_millis(9))
@@ -395,6 +395,7 @@ async fn builder_settings_out_of_range_are_rejected() {
         ("fetch_limit below concurrency", |b| b.concurrency(4).fetch_limit(3)),
         ("batch_size 0", |b| b.batch_size(0)),
         ("batch_size 1001", |b| b.batch_size(1001)),
+        ("group_share 1001", |b| b.group_share(1001)),
         ("nack_redelivery_delay > MAX_DELAY", |b| {
             b.nack_redelivery_delay(MAX_DELAY + Duration::from_secs(1))
         }),

@@ -3,7 +3,7 @@
 //! a delivery task for each.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use tokio::time::Instant;
 
@@ -22,21 +22,6 @@ use crate::{Error, MessageId};
 /// several calls per id, and at 512 ids it ran up to ~8 ms with 1,000,000
 /// keys in Redis (docs/performance.md). More are claimed in further calls.
 const MAX_CLAIM: usize = 256;
-
-/// Issue 24 instrumentation (prototype branch): per claim, ids popped, µs
-/// from request to parsed reply, and µs spent handing the reply's
-/// deliveries to their tasks.
-static TIMINGS: std::sync::Mutex<Vec<(u32, u32, u32)>> = std::sync::Mutex::new(Vec::new());
-
-/// Takes the claim timings recorded so far (issue 24 instrumentation).
-///
-/// ```
-/// let _ = delayqueue::claim_timings_take();
-/// ```
-#[doc(hidden)]
-pub fn claim_timings_take() -> Vec<(u32, u32, u32)> {
-    std::mem::take(&mut *TIMINGS.lock().unwrap_or_else(|e| e.into_inner()))
-}
 
 /// How busy a consumer is, as one loop sees it before a claim.
 #[derive(Debug, Clone, Copy)]
@@ -132,15 +117,10 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         max_consume_duration: ctx.settings.max_consume_duration,
         seq: shared.claims.load(Ordering::Relaxed),
         dead_letter_retention: ctx.settings.dead_letter_retention,
-        // Issue 24 prototype: the bench sets it between rounds; a setting if kept.
-        group_share: std::env::var("DQ_GROUP_SHARE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
+        group_share: ctx.settings.group_share as u64,
     };
     let sent = Instant::now();
     let reply = shared.store().run(&claim).await;
-    let replied = Instant::now();
     // The request is answered once Redis ran it, even should its reply be
     // unreadable; one that failed keeps its sequence number, so repeating
     // it replays whatever it leased if it did reach Redis.
@@ -170,6 +150,28 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         ctx.meters.expired.increment(1);
         events::emit(&ctx.events, || Event::Expired { id });
     }
+    let deliveries = reply.deliveries;
+    if !deliveries.is_empty() {
+        delivery::count_in(shared, deliveries.iter().filter(|d| d.id.is_some()).count());
+        // Handing hundreds of deliveries to their tasks takes a while: it
+        // runs beside the next claim's round trip, after the previous
+        // claim's handing, so that each group's line keeps claim order.
+        let mut handing = shared.handing.lock().unwrap_or_else(PoisonError::into_inner);
+        let (before, shared) = (handing.take(), shared.clone());
+        *handing = Some(tokio::spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            hand(&shared, deliveries, lease, deadline);
+        }));
+    }
+    Ok((popped as usize, held))
+}
+
+/// Starts a delivery task for each of a claim's `deliveries`, counted in
+/// flight already, each in line for a handler slot in claim order.
+fn hand(shared: &Arc<Shared>, deliveries: Vec<Delivery>, lease: i64, deadline: Instant) {
+    let ctx = &shared.ctx;
     // One unreadable message must not cost its batch mates their
     // delivery: they are leased already, and nothing would replay them.
     let unreadable = |id: Option<&MessageId>, delivery: &Delivery| {
@@ -179,7 +181,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
             "unreadable message (written by something else?); moving it to the dead letters"
         );
     };
-    for mut delivery in reply.deliveries {
+    for mut delivery in deliveries {
         let Some(id) = delivery.id.take() else {
             // An id that is not text cannot be named in a nack.
             unreadable(None, &delivery);
@@ -193,9 +195,6 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         };
         match delivery.message(receipt) {
             Ok(msg) => {
-                shared.in_flight.fetch_add(1, Ordering::AcqRel);
-                shared.pool.in_flight.fetch_add(1, Ordering::AcqRel);
-                shared.pool.lanes[shared.lane].in_flight.fetch_add(1, Ordering::AcqRel);
                 // In line for a handler slot now, in claim order within its
                 // group: the tasks run in no promised order on a multi-thread runtime.
                 let slot = shared.pool.slot(shared.lane, msg.group());
@@ -204,19 +203,13 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
             Err(receipt) => {
                 unreadable(Some(&receipt.id), &delivery);
                 let (shared, ended) = (shared.clone(), Ended::unreadable(receipt));
-                tokio::spawn(async move { settle::settle(&shared, ended).await });
+                tokio::spawn(async move {
+                    settle::settle(&shared, ended).await;
+                    delivery::count_out(&shared);
+                });
             }
         }
     }
-    if want > 0 {
-        let us = |d: std::time::Duration| d.as_micros().min(u32::MAX as u128) as u32;
-        TIMINGS.lock().unwrap_or_else(|e| e.into_inner()).push((
-            popped as u32,
-            us(replied - sent),
-            us(replied.elapsed()),
-        ));
-    }
-    Ok((popped as usize, held))
 }
 
 #[cfg(test)]

@@ -45,6 +45,21 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     };
     settle::settle(&shared, ended).await;
     drop(permit);
+    count_out(&shared);
+}
+
+/// Counts `n` deliveries of `shared`'s shard in flight as its claim
+/// returns, before they are handed to their tasks, so the next claim's
+/// capacity sees them.
+pub(crate) fn count_in(shared: &Shared, n: usize) {
+    shared.in_flight.fetch_add(n, Ordering::AcqRel);
+    shared.pool.in_flight.fetch_add(n, Ordering::AcqRel);
+    shared.pool.lanes[shared.lane].in_flight.fetch_add(n, Ordering::AcqRel);
+}
+
+/// Counts one settled delivery out of flight.
+pub(crate) fn count_out(shared: &Shared) {
+    let pool = &shared.pool;
     shared.in_flight.fetch_sub(1, Ordering::AcqRel);
     pool.in_flight.fetch_sub(1, Ordering::AcqRel);
     pool.lanes[shared.lane].in_flight.fetch_sub(1, Ordering::AcqRel);

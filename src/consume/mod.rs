@@ -51,8 +51,6 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-#[doc(hidden)]
-pub use claim::claim_timings_take;
 pub(crate) use context::Context;
 pub use scheduler::Scheduler;
 pub(crate) use scheduler::PAGE as SCHEDULE_PAGE;
@@ -138,6 +136,7 @@ impl Consumer {
                     in_flight: Default::default(),
                     acking: Default::default(),
                     claims: Default::default(),
+                    handing: Default::default(),
                     paused: Default::default(),
                     acks,
                     leases,

@@ -279,6 +279,8 @@ pub(crate) struct Shared {
     pub acks: mpsc::UnboundedSender<AckItem>,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     pub leases: Arc<Leases>,
+    /// The task handing the last claim's deliveries to their tasks.
+    pub handing: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Shared {

@@ -328,6 +328,27 @@ impl DelayQueueBuilder {
         self
     }
 
+    /// While a group with at most `n` messages due is claimed beside groups
+    /// with more, a claim takes at most `n` of each group, and the consumer
+    /// claims again at once: the claim that serves a group just come due
+    /// stays short, so its message does not wait for a claim of hundreds of
+    /// another group's. Backlogs alone get full claims. Default 8; 0 turns
+    /// it off (larger claims, a little more throughput for the backlog,
+    /// more lateness for the light group). At most
+    /// [`MAX_BATCH_SIZE`](crate::MAX_BATCH_SIZE). See docs/groups.md.
+    ///
+    /// ```no_run
+    /// # async fn run(client: delayqueue::fred::clients::Client) -> Result<(), delayqueue::Error> {
+    /// let queue = delayqueue::DelayQueue::builder("imports", client)
+    ///     .group_share(4)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group_share(mut self, n: usize) -> Self {
+        self.config.consume.group_share = n;
+        self
+    }
+
     /// Every group is ordered: [`group_concurrency(1)`](Self::group_concurrency).
     /// One message of a group at a time, in due order (a higher priority
     /// first); a message that fails with deliveries left goes back to the
@@ -433,6 +454,9 @@ impl DelayQueueBuilder {
         }
         if let Some(rate) = &c.group_rate_limit {
             limits::check_rate(rate, 1)?;
+        }
+        if s.group_share > MAX_BATCH_SIZE {
+            return bad(format!("group_share must be at most {MAX_BATCH_SIZE}"));
         }
         if !(1..=MAX_BATCH_SIZE).contains(&s.batch_size) {
             return bad(format!("batch_size must be 1 to {MAX_BATCH_SIZE}"));

@@ -11,8 +11,7 @@ use crate::store::ops::requeue::Requeue;
 use crate::store::stored::{encode_stored, ValueParts};
 
 use super::{claim_op, fail, next_seq, Env, NEVER, RETRY, VIS};
-use crate::store::ops::claim::Claim;
-use crate::store::ops::claim::Held;
+use crate::store::ops::claim::{Claim, Held};
 
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
 const PRIO_SPAN: i64 = 1 << 42;
@@ -784,4 +783,24 @@ async fn backlogs_of_several_groups_get_full_claims_whatever_the_share() {
     let reply = env.run(&op).await;
     assert_eq!(reply.deliveries.len(), 60, "neither group has 8 or fewer due: no cap");
     assert_eq!(reply.held, None);
+}
+
+#[tokio::test]
+async fn a_paused_group_with_few_due_does_not_shorten_the_claims_of_the_others() {
+    let env = Env::new().await;
+    for i in 0..40 {
+        env.send_grouped(&format!("a{i:02}"), "A").await;
+    }
+    env.send_grouped("b1", "B").await;
+    assert!(env.change(GroupChange::Pause("B")).await);
+    env.promote(1000).await;
+    let seq = next_seq();
+    let receipt = env.k().claim(&format!("c{seq}"));
+    let op = Claim {
+        group_share: 8,
+        ..claim_op(&receipt, 100, VIS, seq)
+    };
+    let reply = env.run(&op).await;
+    assert_eq!(reply.deliveries.len(), 40, "B cannot start one: no share cap");
+    assert_eq!(env.group_ids("B"), vec!["b1"]);
 }
