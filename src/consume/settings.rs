@@ -16,9 +16,10 @@ pub(crate) const MAX_ROUNDS: usize = 8;
 const DEFAULT_FETCH_LIMIT: usize = 256;
 const DEFAULT_FETCH_PER_HANDLER: usize = 32;
 
-/// `group_share` unless set: with a backlog of one group beside a group
-/// just come due, 8 kept the latter's p99 lateness within 2x of its
-/// lateness alone at 0.96 of the ungrouped drain rate (docs/performance.md).
+/// `group_share` unless set: beside a backlog of another group, 8 kept
+/// the p99 lateness of a group just come due within 2x of its lateness on
+/// an empty queue, the backlog draining at the ungrouped rate
+/// (docs/performance.md, "Groups").
 const DEFAULT_GROUP_SHARE: usize = 8;
 
 /// `fetch_limit` unless set, for `concurrency` handlers.

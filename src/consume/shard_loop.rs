@@ -31,6 +31,10 @@ struct Schedule {
     claim: bool,
     /// Not before then: a queue limit held the last claim back.
     claim_after: Instant,
+    /// Whether the claim waits for a free handler slot (or a slot of the
+    /// global concurrency limit), so a finished delivery brings it forward:
+    /// a wake-up meanwhile must not turn that into a sleep until `claim_after`.
+    slot_wait: bool,
 }
 
 /// How soon a loop held back by the global concurrency limit claims again,
@@ -55,6 +59,7 @@ pub(crate) async fn run(
         promote: now,
         claim: true,
         claim_after: now,
+        slot_wait: false,
     };
     let mut failures = 0u32;
     // The pool counts this loop as waiting for work until told otherwise.
@@ -171,15 +176,17 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
         at.claim |= moved > 0;
     }
     if !at.claim || now < at.claim_after {
-        return Ok(false);
+        return Ok(at.claim && at.slot_wait);
     }
     let want = claim_capacity(&ctx.settings, &Load::of(shared));
     if want == 0 {
         // Full, or another queue's turn: a finished delivery or a change
         // of turns wakes the loop, and this bounds the wait regardless.
         at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
+        at.slot_wait = true;
         return Ok(true);
     }
+    at.slot_wait = false;
     let (popped, held) = claim(shared, want).await?;
     match held {
         // A full batch means more may wait.
@@ -196,6 +203,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
             at.claim = true;
             at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
             // One of this consumer's own deliveries finishing frees a slot too.
+            at.slot_wait = true;
             return Ok(true);
         }
     }
