@@ -1521,7 +1521,7 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize, samples: usi
     let fair = fairness(client, tag, samples).await?;
     emit("groups_fairness", fair.clone());
     let big = groups_big(client, tag, scale).await?;
-    let beside = &fair["beside_a_backlog"][format!("group_share_{DEFAULT_SHARE}")];
+    let beside = &fair["beside_a_backlog"]["group_share_default"];
     Ok(json!({
         "consume_c16_by_groups": consume_by_groups,
         "lateness_of_b_alone": fair["lateness_of_b_alone"],
@@ -1533,9 +1533,6 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize, samples: usi
     }))
 }
 
-/// `group_share` of a queue that does not set it (docs/groups.md).
-const DEFAULT_SHARE: usize = 8;
-
 /// One fairness setup: what A's backlog is and what B sends.
 #[derive(Clone, Copy)]
 struct Fair {
@@ -1543,7 +1540,7 @@ struct Fair {
     work: Duration,
     /// A's due messages.
     backlog: usize,
-    /// Over how many groups A's backlog is spread (`a0`, `a1`, ...).
+    /// Over how many groups A's backlog is spread (`g0`, `g1`, ...).
     heavy: usize,
     /// B's messages sent together every 100 ms.
     burst: usize,
@@ -1582,7 +1579,8 @@ async fn fairness(client: &Client, tag: &str, samples: usize) -> Res<serde_json:
 /// ready list), whose drain rate A's compare with.
 async fn fairness_of(client: &Client, tag: &str, samples: usize, f: Fair) -> Res<serde_json::Value> {
     const ALONE_PER_ROUND: usize = 25;
-    const SHARES: [usize; 2] = [0, DEFAULT_SHARE];
+    // `group_share(0)`, then the default (not set).
+    const SHARES: [Option<usize>; 2] = [Some(0), None];
     let with_ungrouped = f.work.is_zero() && f.heavy == 1 && f.burst == 1;
     let mut alone = Vec::new();
     let mut beside: [(Vec<f64>, Vec<Duration>); 2] = Default::default();
@@ -1598,16 +1596,11 @@ async fn fairness_of(client: &Client, tag: &str, samples: usize, f: Fair) -> Res
         alone.extend(seen.b.into_iter().map(|(_, ms)| ms));
         cleanup(client).await?;
         for (side, share) in beside.iter_mut().zip(SHARES) {
-            let q = queue(client, &format!("{tag}-fair1"), |b| {
-                b.concurrency(16).group_share(share)
+            let q = queue(client, &format!("{tag}-fair1"), |b| match share {
+                Some(n) => b.concurrency(16).group_share(n),
+                None => b.concurrency(16),
             })?;
-            for start in (0..f.backlog).step_by(10_000) {
-                let msgs = (start..f.backlog.min(start + 10_000))
-                    .map(|i| NewMessage::new(&PAYLOAD).group(format!("a{}", i % f.heavy)));
-                for r in q.send_batch(msgs).await? {
-                    r?;
-                }
-            }
+            send_grouped(&q, f.backlog, f.heavy, Duration::ZERO).await?;
             let (took, during) = beside_backlog(&q, true, f.work, f.backlog, f.burst).await?;
             side.0.extend(during);
             side.1.push(took);
@@ -1634,7 +1627,8 @@ async fn fairness_of(client: &Client, tag: &str, samples: usize, f: Fair) -> Res
         if with_ungrouped {
             side["a_drain_to_ungrouped"] = json!((drain_rate / ungrouped_rate * 100.0).round() / 100.0);
         }
-        sides.insert(format!("group_share_{share}"), side);
+        let name = share.map_or("group_share_default".into(), |n| format!("group_share_{n}"));
+        sides.insert(name, side);
     }
     let mut figures = json!({
         "rounds": rounds,

@@ -1,6 +1,6 @@
 //! Claims: how many messages a shard's loop may lease now
-//! ([`claim_capacity`]), and the claim itself, which leases them and starts
-//! a delivery task for each.
+//! ([`claim_capacity`]), and the claim itself, which leases them and hands
+//! each to a delivery task of its own.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -106,9 +106,10 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
         .min(MAX_CLAIM)
 }
 
-/// Claims up to `want` messages and starts a delivery task for each;
-/// returns how many ids were popped, and the queue limit that held the
-/// claim back, if one did.
+/// Claims up to `want` messages, counts them in flight and has a task
+/// start a delivery task for each (after the previous claim's); returns
+/// how many ids were popped, and the queue limit that held the claim back,
+/// if one did.
 pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, Option<Held>), Error> {
     let ctx = &shared.ctx;
     let claim = Claim {
@@ -117,7 +118,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
         max_consume_duration: ctx.settings.max_consume_duration,
         seq: shared.claims.load(Ordering::Relaxed),
         dead_letter_retention: ctx.settings.dead_letter_retention,
-        group_share: ctx.settings.group_share as u64,
+        group_share: ctx.settings.group_share,
     };
     let sent = Instant::now();
     let reply = shared.store().run(&claim).await;

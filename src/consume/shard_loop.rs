@@ -67,13 +67,16 @@ pub(crate) async fn run(
     tracing::debug!(queue = %shared.name(), shard = shared.index, "shard loop started");
     while !*stop.borrow() {
         let (until, on_slot) = match step(&shared, &mut at).await {
-            Ok(slot) => {
+            Ok(()) => {
                 if failures > 0 {
                     tracing::info!(queue = %shared.name(), failed_steps = failures, "consumer step succeeded again");
                 }
                 failures = 0;
                 let next = at.sweep.min(at.promote);
-                (if at.claim { next.min(at.claim_after) } else { next }, slot)
+                (
+                    if at.claim { next.min(at.claim_after) } else { next },
+                    at.claim && at.slot_wait,
+                )
             }
             Err(e) => {
                 failures += 1;
@@ -140,8 +143,8 @@ fn note_wakes(at: &mut Schedule, wakes: impl Iterator<Item = Instant>) {
 }
 
 /// One round: sweep when due, promote when something is due, claim what
-/// fits. Returns true when claimable work waits for a free slot.
-async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
+/// fits; `at.slot_wait` says whether claimable work waits for a free slot.
+async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     let (ctx, k) = (&*shared.ctx, &shared.keys);
     let now = Instant::now();
     if now >= at.sweep {
@@ -176,7 +179,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
         at.claim |= moved > 0;
     }
     if !at.claim || now < at.claim_after {
-        return Ok(at.claim && at.slot_wait);
+        return Ok(());
     }
     let want = claim_capacity(&ctx.settings, &Load::of(shared));
     if want == 0 {
@@ -184,7 +187,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
         // of turns wakes the loop, and this bounds the wait regardless.
         at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
         at.slot_wait = true;
-        return Ok(true);
+        return Ok(());
     }
     at.slot_wait = false;
     let (popped, held) = claim(shared, want).await?;
@@ -204,8 +207,8 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<bool, Error> {
             at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
             // One of this consumer's own deliveries finishing frees a slot too.
             at.slot_wait = true;
-            return Ok(true);
+            return Ok(());
         }
     }
-    Ok(false)
+    Ok(())
 }

@@ -35,7 +35,7 @@ pub(crate) struct Claim<'a> {
     pub dead_letter_retention: Duration,
     /// Most messages a ring member gets while several are due (0: no
     /// cap), so the claim that serves a group just come due stays short.
-    pub group_share: u64,
+    pub group_share: usize,
 }
 
 /// What one claim leased.
@@ -156,7 +156,7 @@ impl Op for Claim<'_> {
             count(CLAIM_BYTES),
             k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
-            count(self.group_share),
+            count(self.group_share as u64),
         ]
     }
 

@@ -10,8 +10,8 @@ use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
 use crate::store::stored::{encode_stored, ValueParts};
 
-use super::{claim_op, fail, next_seq, Env, NEVER, RETRY, VIS};
-use crate::store::ops::claim::{Claim, Held};
+use super::{fail, Env, NEVER, RETRY};
+use crate::store::ops::claim::Held;
 
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
 const PRIO_SPAN: i64 = 1 << 42;
@@ -739,32 +739,15 @@ async fn a_claim_takes_at_most_its_share_a_group_while_several_are_due() {
         env.send_grouped(&format!("a{i:02}"), "A").await;
     }
     env.send_grouped("b1", "B").await;
-    let env = &env;
-    let shared_claim = |seq: i64| {
-        let receipt = env.k().claim(&format!("c{seq}"));
-        async move {
-            let op = Claim {
-                group_share: 8,
-                ..claim_op(&receipt, 100, VIS, seq)
-            };
-            let reply = env.run(&op).await;
-            let ids: Vec<String> = reply
-                .deliveries
-                .iter()
-                .map(|d| d.id.as_ref().expect("id").as_str().to_string())
-                .collect();
-            (ids, reply.held)
-        }
-    };
     // Two groups due: 8 a group, what B does not take goes to A.
-    let (ids, held) = shared_claim(next_seq()).await;
-    assert_eq!(ids.len(), 16);
-    assert!(ids.contains(&"b1".to_string()), "{ids:?}");
-    assert_eq!(held, Some(Held::Bytes), "cut short: claim again at once");
+    let got = env.claim_sharing(100, 8).await;
+    assert_eq!(got.ids().len(), 16);
+    assert!(got.ids().contains(&"b1"), "{:?}", got.ids());
+    assert_eq!(got.held, Some(Held::Bytes), "cut short: claim again at once");
     // A alone: no cap but the request's.
-    let (ids, held) = shared_claim(next_seq()).await;
-    assert_eq!(ids.len(), 25, "the rest of A");
-    assert_eq!(held, None);
+    let got = env.claim_sharing(100, 8).await;
+    assert_eq!(got.ids().len(), 25, "the rest of A");
+    assert_eq!(got.held, None);
 }
 
 #[tokio::test]
@@ -774,15 +757,9 @@ async fn backlogs_of_several_groups_get_full_claims_whatever_the_share() {
         env.send_grouped(&format!("a{i:02}"), "A").await;
         env.send_grouped(&format!("b{i:02}"), "B").await;
     }
-    let seq = next_seq();
-    let receipt = env.k().claim(&format!("c{seq}"));
-    let op = Claim {
-        group_share: 8,
-        ..claim_op(&receipt, 60, VIS, seq)
-    };
-    let reply = env.run(&op).await;
-    assert_eq!(reply.deliveries.len(), 60, "neither group has 8 or fewer due: no cap");
-    assert_eq!(reply.held, None);
+    let got = env.claim_sharing(60, 8).await;
+    assert_eq!(got.ids().len(), 60, "neither group has 8 or fewer due: no cap");
+    assert_eq!(got.held, None);
 }
 
 #[tokio::test]
@@ -794,13 +771,7 @@ async fn a_paused_group_with_few_due_does_not_shorten_the_claims_of_the_others()
     env.send_grouped("b1", "B").await;
     assert!(env.change(GroupChange::Pause("B")).await);
     env.promote(1000).await;
-    let seq = next_seq();
-    let receipt = env.k().claim(&format!("c{seq}"));
-    let op = Claim {
-        group_share: 8,
-        ..claim_op(&receipt, 100, VIS, seq)
-    };
-    let reply = env.run(&op).await;
-    assert_eq!(reply.deliveries.len(), 40, "B cannot start one: no share cap");
+    let got = env.claim_sharing(100, 8).await;
+    assert_eq!(got.ids().len(), 40, "B cannot start one: no share cap");
     assert_eq!(env.group_ids("B"), vec!["b1"]);
 }

@@ -308,7 +308,24 @@ impl Env {
 
     async fn claim_with(&self, consumer: &str, limit: i64, vis_ms: i64, seq: i64) -> Claimed {
         let receipt = self.k().claim(consumer);
-        let reply = self.run(&claim_op(&receipt, limit, vis_ms, seq)).await;
+        self.claimed(&claim_op(&receipt, limit, vis_ms, seq)).await
+    }
+
+    /// A claim by a fresh request that takes at most `share` a group while
+    /// a group with no more than that due is served beside others.
+    async fn claim_sharing(&self, limit: i64, share: usize) -> Claimed {
+        let seq = next_seq();
+        let receipt = self.k().claim(&format!("c{seq}"));
+        self.claimed(&Claim {
+            group_share: share,
+            ..claim_op(&receipt, limit, VIS, seq)
+        })
+        .await
+    }
+
+    /// Runs `op` and decodes its reply.
+    async fn claimed(&self, op: &Claim<'_>) -> Claimed {
+        let reply = self.run(op).await;
         let value = |d: &Delivery| {
             let payload = decode_stored(&d.value)
                 .unwrap_or_else(|| panic!("claim: {d:?} is not a stored value"))
