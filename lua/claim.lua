@@ -26,7 +26,10 @@ totals' 'big', set by send and by a claim that reads one), every value
 fits BIG_VALUE and MAX_LIMIT of them stay within a few MiB, so no size is
 read; with 'big' each popped id's size is read first (STRLEN) and the
 call stops before the id that would pass the budget. A request cut short
-so says held = 3: more may be ready now.
+so says held = 3: more may be ready now. So does one where a list gave
+fewer leases than it popped (an entry skipped or buried) while it may hold
+more: the lists after it wait for the next request, so a lower priority
+never goes ahead of a higher one.
 While the queue is paused (the totals hash has the field 'paused') a new request leases nothing
 and deletes the receipt, as one that found nothing; a replayed request
 still returns what it leased before.
@@ -84,9 +87,10 @@ deliveries deferred uncounted before it (attempt record).
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one. paused is
 1 while the queue is paused, else 0. held is 0 when no limit held the
-request back, 1 the concurrency limit, the queue's or a group's (it opens when a processing message
-leaves processing, which no script foresees), 2 the rate limit, which opens
-again in wait_ms (else 0), 3 the byte budget, GROUP_CLAIM or GROUP_TURNS
+request back, 1 the concurrency limit, the queue's or a group's (it opens
+when a processing message leaves processing, which no script foresees),
+2 the rate limit, which opens again in wait_ms (else 0), 3 the byte
+budget, GROUP_CLAIM, GROUP_TURNS, the share or a list's skipped entries
 (claim again at once).
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
@@ -506,9 +510,14 @@ end
 payloads_here(ARGV[1], all)
 local base = flow_base(ARGV[1], '')
 local flows = flows_here(fields[9], base, {})
+-- skipped: a list gave fewer leases than it popped (a cancelled message's
+-- entry skipped, or an id buried as expired) while it may hold more: the
+-- lists after it wait for the next claim, so that a lower priority never
+-- goes ahead of a higher one.
+local skipped = false
 for n, list in ipairs(sources) do
   local take = 0
-  if not cut then
+  if not (cut or skipped) then
     take = fitting(heads[n], math.min(ucap - (#leased - 2), #heads[n]))
   end
   if take > 0 then
@@ -518,7 +527,10 @@ for n, list in ipairs(sources) do
       redis.call('LTRIM', list, take, -1)
     end
     popped = popped + take
+    local before = #leased
     lease_all({unpack(heads[n], 1, take)})
+    -- It may hold more: its heads were not all taken, or were a full page.
+    skipped = #leased - before < take and (take < #heads[n] or #heads[n] == ucap)
   end
 end
 if #plan > 0 then
@@ -617,7 +629,7 @@ if rate and leased_n > 0 then
   redis.call('HSET', KEYS[8], 'rate_used', rate.record(leased_n))
 end
 -- Held back only when the limit, not the lists, ended the request.
-if cut then
+if cut or skipped then
   held = 3
 elseif popped < limit or limit == asked then
   held = 0

@@ -194,8 +194,8 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     match held {
         // A full batch means more may wait.
         None => at.claim = popped >= want,
-        // The call's byte budget ended it: the rest waits for the next.
-        Some(Held::Bytes) => at.claim = true,
+        // Cut short (bytes, groups, a skipped entry): the rest waits for the next.
+        Some(Held::Cut) => at.claim = true,
         // The lists may hold more than the limit let through: claim again
         // when it may allow more, without spinning until then.
         Some(Held::Rate { wait }) => {

@@ -65,9 +65,11 @@ pub(crate) enum Held {
     Concurrency,
     /// The rate limit, which allows more after `wait`.
     Rate { wait: Duration },
-    /// The call's byte budget ([`CLAIM_BYTES`]), or the most groups one
-    /// call serves (claim.lua's GROUP_TURNS): more may be ready now.
-    Bytes,
+    /// Cut short: by the call's byte budget ([`CLAIM_BYTES`]), the most
+    /// groups one call serves (claim.lua's GROUP_TURNS and GROUP_CLAIM, or
+    /// the group share), or a list whose popped entries were skipped while
+    /// it may hold more ahead of the next list's. More may be ready now.
+    Cut,
 }
 
 /// One leased message, as the script returned it.
@@ -177,7 +179,7 @@ impl Op for Claim<'_> {
             (2, Ok(wait)) => Some(Held::Rate {
                 wait: Duration::from_millis(wait),
             }),
-            (3, Ok(_)) => Some(Held::Bytes),
+            (3, Ok(_)) => Some(Held::Cut),
             _ => return Err(bad("malformed header")),
         };
         if rest.len() % 5 != 0 {

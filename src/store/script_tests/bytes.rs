@@ -124,7 +124,7 @@ async fn a_claim_leases_what_fits_its_byte_budget_and_says_more_waits() {
     let first = env.claim_bytes(1, 10, None).await;
     assert_eq!(
         (ids(&first), first.popped, first.held),
-        (strings(&["a"]), 1, Some(Held::Bytes))
+        (strings(&["a"]), 1, Some(Held::Cut))
     );
     let a = &first.deliveries[0];
     let receipt = Receipt {
@@ -138,7 +138,7 @@ async fn a_claim_leases_what_fits_its_byte_budget_and_says_more_waits() {
     assert_eq!((env.ready(), env.processing()), (strings(&["b", "c"]), strings(&["a"])));
 
     let second = env.claim_bytes(2, 10, None).await;
-    assert_eq!((ids(&second), second.held), (strings(&["b"]), Some(Held::Bytes)));
+    assert_eq!((ids(&second), second.held), (strings(&["b"]), Some(Held::Cut)));
     // The last one fits: the lists, not the budget, end the request.
     let third = env.claim_bytes(3, 10, None).await;
     assert_eq!((ids(&third), third.popped, third.held), (strings(&["c"]), 1, None));
@@ -156,7 +156,7 @@ async fn messages_that_fit_together_are_leased_together() {
     let first = env.claim_bytes(1, 10, None).await;
     assert_eq!(
         (ids(&first), first.held),
-        (strings(&["a", "b", "c", "d"]), Some(Held::Bytes))
+        (strings(&["a", "b", "c", "d"]), Some(Held::Cut))
     );
     assert_eq!(env.ready(), strings(&["e"]));
 }
@@ -168,10 +168,10 @@ async fn a_message_bigger_than_the_budget_is_leased_alone() {
     let budget = Some(100 * 1024);
     // First of the call: leased however big, and alone.
     let first = env.claim_bytes(1, 10, budget).await;
-    assert_eq!((ids(&first), first.held), (strings(&["big1"]), Some(Held::Bytes)));
+    assert_eq!((ids(&first), first.held), (strings(&["big1"]), Some(Held::Cut)));
     // A small one first: the big one after it waits for the next call.
     let second = env.claim_bytes(2, 10, budget).await;
-    assert_eq!((ids(&second), second.held), (strings(&["small"]), Some(Held::Bytes)));
+    assert_eq!((ids(&second), second.held), (strings(&["small"]), Some(Held::Cut)));
     assert_eq!(env.ready(), strings(&["big2"]));
     let third = env.claim_bytes(3, 10, budget).await;
     assert_eq!((ids(&third), third.held), (strings(&["big2"]), None));
@@ -210,7 +210,7 @@ async fn a_queue_whose_big_values_came_unmarked_is_marked_by_the_claim_that_read
     assert_eq!((ids(&first), first.held), (strings(&["a", "b"]), None));
     assert_eq!(env.big(), "1");
     let second = env.claim_bytes(2, 10, None).await;
-    assert_eq!((ids(&second), second.held), (strings(&["c"]), Some(Held::Bytes)));
+    assert_eq!((ids(&second), second.held), (strings(&["c"]), Some(Held::Cut)));
     assert_eq!(env.ready(), strings(&["d", "e"]));
 }
 

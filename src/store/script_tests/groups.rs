@@ -574,7 +574,7 @@ async fn a_claim_serves_at_most_64_groups_within_its_budget_and_says_claim_again
     assert_eq!(env.stats().await[1], 70, "ready");
     let c = env.claim(100).await;
     assert_eq!(c.ids().len(), 64, "one message of each of the first 64 groups");
-    assert_eq!(c.held, Some(Held::Bytes), "cut short: more may be ready now");
+    assert_eq!(c.held, Some(Held::Cut), "cut short: more may be ready now");
     assert_eq!(env.ring().len(), 6);
     let c = env.claim(100).await;
     assert_eq!(c.ids(), ["m64", "m65", "m66", "m67", "m68", "m69"]);
@@ -586,7 +586,7 @@ async fn a_claim_serves_at_most_64_groups_within_its_budget_and_says_claim_again
     }
     let c = env.claim(300).await;
     assert_eq!(c.ids().len(), 254);
-    assert_eq!(c.held, Some(Held::Bytes), "cut short: more may be ready now");
+    assert_eq!(c.held, Some(Held::Cut), "cut short: more may be ready now");
     assert_eq!(env.claim(300).await.ids().len(), 46);
 }
 
@@ -743,7 +743,7 @@ async fn a_claim_takes_at_most_its_share_a_group_while_several_are_due() {
     let got = env.claim_sharing(100, 8).await;
     assert_eq!(got.ids().len(), 16);
     assert!(got.ids().contains(&"b1"), "{:?}", got.ids());
-    assert_eq!(got.held, Some(Held::Bytes), "cut short: claim again at once");
+    assert_eq!(got.held, Some(Held::Cut), "cut short: claim again at once");
     // A alone: no cap but the request's.
     let got = env.claim_sharing(100, 8).await;
     assert_eq!(got.ids().len(), 25, "the rest of A");

@@ -3,6 +3,7 @@
 use crate::store::stored::{encode_stored, ValueParts};
 
 use super::{Env, NEVER, RETRY};
+use crate::store::ops::claim::Held;
 
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
 const PRIO_SPAN: i64 = 1 << 42;
@@ -96,4 +97,52 @@ async fn a_cancelled_priority_message_is_skipped_and_stale_cleared_when_all_are_
     assert!(!env.stale());
     assert!(!env.exists(&k.prio));
     assert!(env.dead().is_empty());
+}
+
+#[tokio::test]
+async fn a_cancelled_priority_message_never_lets_a_lower_priority_go_first() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for (id, p) in [("gone9", 9), ("hi7", 7), ("hi5", 5), ("lo0", 0)] {
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+    }
+    assert_eq!(env.promote(1000).await[0], 4);
+    assert_eq!(env.cancel("gone9").await, 1);
+    // The zset's head is the cancelled entry: skipped, it leaves the claim
+    // short, and the ready list waits for the next claim rather than
+    // giving "lo0" ahead of "hi5" (a full page of the zset was popped).
+    let got = env.claim(2).await;
+    assert_eq!((got.popped, got.ids()), (2, vec!["hi7"]), "gone9 skipped");
+    assert_eq!(got.held, Some(Held::Cut), "cut short: claim again at once");
+    let got = env.claim(2).await;
+    assert_eq!((got.ids(), got.held), (vec!["hi5", "lo0"], None));
+
+    // The same behind retries: the zset's heads, fewer than a page, not
+    // all taken.
+    for (id, p) in [("gone9b", 9), ("hi7b", 7), ("hi5b", 5), ("lo0b", 0)] {
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+    }
+    assert_eq!(env.promote(1000).await[0], 4);
+    assert_eq!(env.cancel("gone9b").await, 1);
+    for r in ["r1", "r2"] {
+        env.seed(r, Some("1"));
+        env.raw(&["RPUSH", &k.retry, r]);
+    }
+    let got = env.claim(4).await;
+    assert_eq!((got.popped, got.ids()), (4, vec!["r1", "r2", "hi7b"]));
+    assert_eq!(got.held, Some(Held::Cut));
+    let got = env.claim(4).await;
+    assert_eq!(got.ids(), vec!["hi5b", "lo0b"]);
 }
