@@ -8,6 +8,19 @@ use crate::store::ops::claim::Held;
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
 const PRIO_SPAN: i64 = 1 << 42;
 
+/// Sends each (id, priority), due now, its payload its id.
+async fn send_due(env: &Env, sends: &[(&str, u8)]) {
+    for &(id, p) in sends {
+        let value = encode_stored(&ValueParts {
+            retry_count: 3,
+            priority: p,
+            payload: id.as_bytes(),
+            ..Default::default()
+        });
+        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+    }
+}
+
 #[tokio::test]
 async fn priorities_go_to_the_priority_zset_and_claim_takes_them_first() {
     let env = Env::new().await;
@@ -32,13 +45,7 @@ async fn priorities_go_to_the_priority_zset_and_claim_takes_them_first() {
     ];
     let now = env.now_ms();
     for (id, p, ago) in sends {
-        let value = encode_stored(&ValueParts {
-            retry_count: 3,
-            priority: p,
-            payload: id.as_bytes(),
-            ..Default::default()
-        });
-        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
+        send_due(&env, &[(id, p)]).await;
         env.raw(&["ZADD", &k.pending, "XX", &(now - ago).to_string(), id]);
     }
     assert_eq!(env.stored("b7").as_deref(), Some("3!7:b7"));
@@ -77,15 +84,7 @@ async fn priorities_go_to_the_priority_zset_and_claim_takes_them_first() {
 async fn a_cancelled_priority_message_is_skipped_and_stale_cleared_when_all_are_empty() {
     let env = Env::new().await;
     let k = env.k().clone();
-    for (id, p) in [("x", 5), ("y", 5)] {
-        let value = encode_stored(&ValueParts {
-            retry_count: 3,
-            priority: p,
-            payload: id.as_bytes(),
-            ..Default::default()
-        });
-        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
-    }
+    send_due(&env, &[("x", 5), ("y", 5)]).await;
     assert_eq!(env.promote(1000).await[0], 2);
     assert_eq!(env.cancel("x").await, 1);
     assert!(env.stale());
@@ -103,15 +102,7 @@ async fn a_cancelled_priority_message_is_skipped_and_stale_cleared_when_all_are_
 async fn a_cancelled_priority_message_never_lets_a_lower_priority_go_first() {
     let env = Env::new().await;
     let k = env.k().clone();
-    for (id, p) in [("gone9", 9), ("hi7", 7), ("hi5", 5), ("lo0", 0)] {
-        let value = encode_stored(&ValueParts {
-            retry_count: 3,
-            priority: p,
-            payload: id.as_bytes(),
-            ..Default::default()
-        });
-        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
-    }
+    send_due(&env, &[("gone9", 9), ("hi7", 7), ("hi5", 5), ("lo0", 0)]).await;
     assert_eq!(env.promote(1000).await[0], 4);
     assert_eq!(env.cancel("gone9").await, 1);
     // The zset's head is the cancelled entry: skipped, it leaves the claim
@@ -125,15 +116,7 @@ async fn a_cancelled_priority_message_never_lets_a_lower_priority_go_first() {
 
     // The same behind retries: the zset's heads, fewer than a page, not
     // all taken.
-    for (id, p) in [("gone9b", 9), ("hi7b", 7), ("hi5b", 5), ("lo0b", 0)] {
-        let value = encode_stored(&ValueParts {
-            retry_count: 3,
-            priority: p,
-            payload: id.as_bytes(),
-            ..Default::default()
-        });
-        assert_eq!(env.send_values(&[(id, value, 0, NEVER, false)]).await, vec![1]);
-    }
+    send_due(&env, &[("gone9b", 9), ("hi7b", 7), ("hi5b", 5), ("lo0b", 0)]).await;
     assert_eq!(env.promote(1000).await[0], 4);
     assert_eq!(env.cancel("gone9b").await, 1);
     for r in ["r1", "r2"] {
