@@ -732,13 +732,18 @@ async fn a_claim_hands_the_ungrouped_messages_first_then_each_groups_in_turn_ord
     assert_eq!(env.claim(10).await.ids(), ["u2", "u0", "u0b", "b1", "a1"]);
 }
 
-#[tokio::test]
-async fn a_claim_takes_at_most_its_share_a_group_while_several_are_due() {
-    let env = Env::new().await;
+/// Sends group A's backlog of 40 (a00..a39), then group B's one (b1).
+async fn send_backlog_beside_one(env: &Env) {
     for i in 0..40 {
         env.send_grouped(&format!("a{i:02}"), "A").await;
     }
     env.send_grouped("b1", "B").await;
+}
+
+#[tokio::test]
+async fn a_claim_takes_at_most_its_share_a_group_while_several_are_due() {
+    let env = Env::new().await;
+    send_backlog_beside_one(&env).await;
     // Two groups due: 8 a group, what B does not take goes to A.
     let got = env.claim_sharing(100, 8).await;
     assert_eq!(got.ids().len(), 16);
@@ -765,10 +770,7 @@ async fn backlogs_of_several_groups_get_full_claims_whatever_the_share() {
 #[tokio::test]
 async fn a_paused_group_with_few_due_does_not_shorten_the_claims_of_the_others() {
     let env = Env::new().await;
-    for i in 0..40 {
-        env.send_grouped(&format!("a{i:02}"), "A").await;
-    }
-    env.send_grouped("b1", "B").await;
+    send_backlog_beside_one(&env).await;
     assert!(env.change(GroupChange::Pause("B")).await);
     env.promote(1000).await;
     let got = env.claim_sharing(100, 8).await;

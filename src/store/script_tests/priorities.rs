@@ -119,10 +119,9 @@ async fn a_cancelled_priority_message_never_lets_a_lower_priority_go_first() {
     send_due(&env, &[("gone9b", 9), ("hi7b", 7), ("hi5b", 5), ("lo0b", 0)]).await;
     assert_eq!(env.promote(1000).await[0], 4);
     assert_eq!(env.cancel("gone9b").await, 1);
-    for r in ["r1", "r2"] {
-        env.seed(r, Some("1"));
-        env.raw(&["RPUSH", &k.retry, r]);
-    }
+    env.seed("r1", Some("1"));
+    env.seed("r2", Some("1"));
+    env.raw(&["RPUSH", &k.retry, "r1", "r2"]);
     let got = env.claim(4).await;
     assert_eq!((got.popped, got.ids()), (4, vec!["r1", "r2", "hi7b"]));
     assert_eq!(got.held, Some(Held::Cut));
