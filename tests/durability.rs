@@ -174,6 +174,47 @@ async fn aof_durability_confirms_the_local_append_only_file() {
     }
 }
 
+/// How many `INFO` commands the server has run (`INFO commandstats`; the
+/// asking `INFO` is counted once it finished, so not in its own answer).
+fn info_calls(server: &RedisServer) -> u64 {
+    let stats = server.raw_command(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `Durability::Aof` asks the server whether it has `WAITAOF` once per
+/// connection, whatever the answer: sends on a server without it are
+/// refused without asking again each time.
+#[tokio::test]
+async fn aof_durability_asks_the_server_once_per_connection() {
+    let server = RedisServer::start_with(ServerOptions {
+        appendonly: true,
+        appendfsync: Some("everysec".into()),
+        ..Default::default()
+    })
+    .await;
+    let q = DelayQueue::builder("pay", server.client().await)
+        .durability(Durability::Aof {
+            local: true,
+            replicas: 0,
+            timeout: WAIT,
+        })
+        .build()
+        .unwrap();
+    let before = info_calls(&server);
+    let first = q.send("x").await.map(drop);
+    for i in 0..5 {
+        let again = q.send(format!("m{i}")).await.map(drop);
+        assert_eq!(again.is_ok(), first.is_ok(), "{again:?} after {first:?}");
+    }
+    // One INFO of the queue's, one of this count's own.
+    let asked = info_calls(&server) - before - 1;
+    assert_eq!(asked, 1, "6 sends asked INFO {asked} times ({first:?})");
+}
+
 /// A durable send whose `WAIT` loses its connection (killed by another
 /// client while it waits for a replica that never answers): the message
 /// is stored, and the error says the outcome is unknown and names the id

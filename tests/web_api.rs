@@ -798,6 +798,39 @@ async fn bearer_and_basic_auth_guard_every_route() {
     assert_eq!(r.json()["user"], "ops");
 }
 
+/// The latency a `/metrics` scrape gives queue `name`, in seconds.
+async fn scraped_latency(app: &Router, name: &str) -> Option<f64> {
+    let text = get(app, "/metrics").await.text();
+    let prefix = format!("delayqueue_queue_latency_seconds{{queue=\"{name}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+}
+
+/// A grouped queue without consumer: `/metrics` and the overview show its
+/// latency, and it grows.
+#[tokio::test]
+async fn metrics_and_the_overview_show_a_grouped_queues_latency_grow() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "tenants");
+    for i in 0..20 {
+        q.send("job").group(format!("tenant-{}", i % 4)).await.unwrap();
+    }
+    let app = delayqueue::web::router(client.clone());
+    let first = scraped_latency(&app, "tenants").await;
+    assert!(first.is_some(), "{}", get(&app, "/metrics").await.text());
+    let later = std::cell::Cell::new(None);
+    assert!(
+        wait_for(WAIT, || async {
+            later.set(scraped_latency(&app, "tenants").await);
+            later.get() > first.map(|s| s + 0.2)
+        })
+        .await,
+        "no consumer, yet the latency did not grow: {first:?} then {later:?}"
+    );
+    let o = get_ok(&app, "/api/overview").await;
+    let latency = o["queues"][0]["latency_ms"].as_u64();
+    assert!(latency.is_some_and(|ms| ms >= 200), "{o}");
+}
+
 #[tokio::test]
 async fn metrics_are_prometheus_text_read_from_redis() {
     let (_server, client) = start().await;
