@@ -394,7 +394,7 @@ async fn stats_and_list_pages_in_human_and_json() {
     );
     assert_eq!(v["totals"]["sent"], 4);
     assert!(v["next_due_ms"].as_u64().unwrap() > 9 * 60_000, "{v}");
-    assert!(v["oldest_overdue_ms"].is_null() && v["oldest_dead_ms"].is_u64(), "{v}");
+    assert!(v["latency_ms"].is_null() && v["oldest_dead_ms"].is_u64(), "{v}");
 
     let r = run(&url, &["list", "orders", "pending", "--limit", "2"]).await;
     assert_eq!(r.code, 0, "{r:?}");
@@ -1222,7 +1222,7 @@ async fn groups_are_listed_a_page_at_a_time_and_paused_and_resumed() {
         lines,
         [
             vec!["GROUP", "READY", "PROCESSING", "PAUSED", "CONCURRENCY", "RATE"],
-            vec!["a", "1", "0", "yes", "4", "(default)", "-"],
+            vec!["a", "1", "0", "yes", "4", "(default)", "none", "(default)"],
             vec!["b", "1", "0", "no", "4", "(default)", "10/1s"],
             vec![],
             vec!["1-2", "of", "3", "groups;", "next", "page:", "--offset", "2"],

@@ -813,11 +813,11 @@ async fn the_latency_of_a_grouped_queue_without_consumer_grows() {
         .unwrap();
     let first = queue.status().await.unwrap();
     assert_eq!(first.counts.ready, 200, "{first:?}");
-    let first = first.oldest_overdue.expect("due messages wait to start");
+    let first = first.latency.expect("due messages wait to start");
     let later = std::cell::Cell::new(None);
     assert!(
         wait_for(WAIT, || async {
-            later.set(queue.status().await.unwrap().oldest_overdue);
+            later.set(queue.status().await.unwrap().latency);
             later.get().is_some_and(|l| l >= first + Duration::from_millis(300))
         })
         .await,

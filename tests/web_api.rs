@@ -174,10 +174,10 @@ async fn overview_and_queue_show_what_redis_holds() {
         keys(o),
         [
             "counts",
+            "latency_ms",
             "name",
             "next_due_ms",
             "oldest_dead_ms",
-            "oldest_overdue_ms",
             "paused",
             "rates",
             "shards",
@@ -194,7 +194,7 @@ async fn overview_and_queue_show_what_redis_holds() {
         json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0})
     );
     assert_eq!(keys(&o["rates"]), ["acked", "dead", "failed", "sent"]);
-    assert!(o["oldest_overdue_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
+    assert!(o["latency_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
     let due = o["next_due_ms"].as_u64().unwrap();
     assert!((50_000..=60_000).contains(&due), "{o}");
     assert_eq!((o["shards"].clone(), o["paused"].clone()), (json!(1), json!(false)));
@@ -217,9 +217,9 @@ async fn overview_and_queue_show_what_redis_holds() {
         keys(&shards[2]),
         [
             "counts",
+            "latency_ms",
             "next_due_ms",
             "oldest_dead_ms",
-            "oldest_overdue_ms",
             "paused",
             "shard",
             "totals"
@@ -846,7 +846,7 @@ async fn metrics_are_prometheus_text_read_from_redis() {
     let text = r.text();
     for family in [
         ("delayqueue_queue_messages", "gauge"),
-        ("delayqueue_queue_oldest_overdue_seconds", "gauge"),
+        ("delayqueue_queue_latency_seconds", "gauge"),
         ("delayqueue_queue_oldest_dead_seconds", "gauge"),
         ("delayqueue_queue_paused", "gauge"),
         ("delayqueue_queue_sent_total", "counter"),
@@ -868,7 +868,7 @@ async fn metrics_are_prometheus_text_read_from_redis() {
         "delayqueue_queue_sent_total{queue=\"metered\"} 4",
         "delayqueue_queue_failed_total{queue=\"metered\"} 1",
         "delayqueue_queue_dead_total{queue=\"metered\"} 1",
-        "delayqueue_queue_oldest_overdue_seconds{queue=\"metered\"} 0",
+        "delayqueue_queue_latency_seconds{queue=\"metered\"} 0",
         "delayqueue_queue_paused{queue=\"metered\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line}\n{text}");

@@ -22,7 +22,7 @@ async fn stats_counts_every_state() {
     assert_eq!(env.stats().await, vec![2, 4, 1, 4, 5]);
     let status = env.queue.status().await.unwrap();
     assert!(
-        status.oldest_overdue.unwrap() > Duration::from_secs(60),
+        status.latency.unwrap() > Duration::from_secs(60),
         "p3, due at 1 ms"
     );
     assert!(status.next_due.unwrap() > Duration::from_secs(3000), "p1");
@@ -41,7 +41,7 @@ async fn stats_counts_every_state() {
 }
 
 #[tokio::test]
-async fn status_reports_overdue_and_dead_ages_and_totals() {
+async fn status_reports_latency_and_dead_ages_and_totals() {
     let env = Env::new().await;
     let k = env.k().clone();
     let now = env.now_ms();
@@ -54,14 +54,14 @@ async fn status_reports_overdue_and_dead_ages_and_totals() {
         (0, 1, 1),
         "due: ready"
     );
-    let overdue = s.oldest_overdue.unwrap().as_millis();
-    assert!((5_000..6_000).contains(&overdue), "{overdue}");
+    let latency = s.latency.unwrap().as_millis();
+    assert!((5_000..6_000).contains(&latency), "{latency}");
     assert!(s.next_due.is_none());
     assert!(s.oldest_dead.unwrap() >= Duration::from_secs(60));
     assert_eq!((s.totals.sent, s.totals.acked, s.totals.failed), (7, 3, 0));
     env.raw(&["ZADD", &k.pending, &(now + 60_000).to_string(), "late"]);
     let s = env.queue.status().await.unwrap();
-    assert!(s.oldest_overdue.is_none() && s.next_due.unwrap() > Duration::from_secs(50));
+    assert!(s.latency.is_none() && s.next_due.unwrap() > Duration::from_secs(50));
     assert_eq!((s.counts.pending, s.counts.ready), (1, 0));
 }
 
@@ -136,7 +136,7 @@ async fn latency_is_the_wait_of_the_oldest_due_message_whichever_list_holds_it()
         }
         let state = env.snapshot();
         let s = env.queue.status().await.unwrap();
-        let waited = s.oldest_overdue.map(|d| d.as_millis());
+        let waited = s.latency.map(|d| d.as_millis());
         if !waited.is_some_and(|ms| (9_000..10_000).contains(&ms)) {
             wrong.push(format!("oldest (9 s) in {oldest:?}: {waited:?} ms"));
         }
