@@ -269,9 +269,10 @@ mod tests {
     #[test]
     fn shards_merge_into_one_status() {
         let ms = Duration::from_millis;
-        // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
+        // pending 2 (head due in 50 ms), nothing due, one dead 400 ms ago,
+        // sent 5.
         let a = from_script(vec![
-            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
+            2, 0, 1, 0, 1, 1000, -1, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
         ]);
         // A due message waiting 30 ms to start, sent 2.
         let b = from_script(vec![
