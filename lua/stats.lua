@@ -22,18 +22,23 @@ to start (the queue's latency), wherever it waits: due in pending (not
 promoted yet), at the head of the retry or the ready list (the first of
 its first LATENCY_HEADS = 4 entries whose payload exists: the others are
 cancelled messages' entries), the first live one of each priority's
-scores in the priority zset, and the head of each group's zset among
-the ring's first GROUP_TURNS = 64 members (those a claim serves next). Groups
+scores in the priority zset (looked for only while the attempts hash has
+STALE), and the head of each group's zset among
+the ring's first LATENCY_GROUPS = 16 members (those a claim serves first). Groups
 out of the ring (paused, at their concurrency, waiting out their rate or
 an ordered retry) are not read: their own limit holds them.
 Idempotent: read-only.
 Complexity: O(log N) (N = pending: one ZCOUNT), plus O(log P) per
-priority (P = the priority zset) and O(GROUP_TURNS log M) for the groups
+priority (P = the priority zset) and O(LATENCY_GROUPS log M) for the groups
 (M = a group's due messages): a bounded number of calls.
 ]]
 -- Entries read at the head of a list (or of a priority) for one whose
 -- payload exists.
 local LATENCY_HEADS = 4
+-- Groups whose next message is read: the ring's first, those a claim
+-- serves first. Each costs a call on a key of its own (about 4 µs), so
+-- the call over many groups stays within a few times one without.
+local LATENCY_GROUPS = 16
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused', 'concurrency',
@@ -70,14 +75,15 @@ for _, list in ipairs({KEYS[4], KEYS[2]}) do
   end
 end
 if totals[9] then
-  -- Each priority's first entry whose payload exists (the zset, too, may
-  -- hold cancelled messages' entries).
+  -- Each priority's first entry whose payload exists: the zset, too, may
+  -- hold cancelled messages' entries, but only while STALE is set.
+  local stale = redis.call('HEXISTS', KEYS[7], STALE) == 1
   for p = 1, 9 do
     local low = prio_score(p, 0)
     local band = redis.call('ZRANGE', ARGV[1], string.format('%d', low), string.format('(%d', low + PRIO_SPAN),
-      'BYSCORE', 'LIMIT', 0, LATENCY_HEADS, 'WITHSCORES')
+      'BYSCORE', 'LIMIT', 0, stale and LATENCY_HEADS or 1, 'WITHSCORES')
     for i = 1, #band, 2 do
-      if redis.call('EXISTS', ARGV[4] .. band[i]) == 1 then
+      if not stale or redis.call('EXISTS', ARGV[4] .. band[i]) == 1 then
         seen(tonumber(band[i + 1]) - low)
         break
       end
@@ -86,7 +92,7 @@ if totals[9] then
 end
 if totals[10] then
   -- A group's zset holds no cancelled message's entry: its head is live.
-  for _, g in ipairs(checked('zset', 'ZRANGE', ARGV[2] .. 'ring', 0, GROUP_TURNS - 1)) do
+  for _, g in ipairs(checked('zset', 'ZRANGE', ARGV[2] .. 'ring', 0, LATENCY_GROUPS - 1)) do
     if g ~= '' then
       local first = checked('zset', 'ZRANGE', group_list(ARGV[2], g), 0, 0, 'WITHSCORES')[2]
       if first then

@@ -358,7 +358,9 @@ mod readme_tests {
     fn between(file: &str, start: &str, end: &str) -> String {
         let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
         let from = text.find(start).unwrap_or_else(|| panic!("{start:?} not in {file}")) + start.len();
-        let len = text[from..].find(end).unwrap_or_else(|| panic!("{end:?} not in {file}"));
+        let len = text[from..]
+            .find(end)
+            .unwrap_or_else(|| panic!("{end:?} not in {file}"));
         text[from..from + len].to_string()
     }
 

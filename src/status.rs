@@ -164,7 +164,7 @@ pub struct QueueStatus {
     /// retry or ready list, the priorities, a group); `None` when no due
     /// message waits. It grows while no consumer runs, or while they fall
     /// behind. A bounded read: what it leaves out (a group held back by
-    /// its own limits or pause, a group past the ring's first 64) is in
+    /// its own limits or pause, a group past the ring's first 16) is in
     /// docs/operations.md §5.
     pub latency: Option<Duration>,
     /// How long until the next message that is not due yet is due; `None`

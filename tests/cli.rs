@@ -1433,7 +1433,9 @@ async fn groups_without_stored_defaults_say_the_default_is_none() {
     );
     let r = run(&url, &["groups", "show", "plain", "a"]).await;
     assert!(
-        r.stdout.lines().any(|l| l.split_whitespace().eq(["concurrency", "none", "(default)"])),
+        r.stdout
+            .lines()
+            .any(|l| l.split_whitespace().eq(["concurrency", "none", "(default)"])),
         "{}",
         r.stdout
     );

@@ -21,10 +21,7 @@ async fn stats_counts_every_state() {
     let state = env.snapshot();
     assert_eq!(env.stats().await, vec![2, 4, 1, 4, 5]);
     let status = env.queue.status().await.unwrap();
-    assert!(
-        status.latency.unwrap() > Duration::from_secs(60),
-        "p3, due at 1 ms"
-    );
+    assert!(status.latency.unwrap() > Duration::from_secs(60), "p3, due at 1 ms");
     assert!(status.next_due.unwrap() > Duration::from_secs(3000), "p1");
     assert_eq!(
         env.queue.counts().await.unwrap(),
@@ -79,8 +76,8 @@ enum Held {
 const PRIO_SPAN: i64 = 1 << 42;
 
 /// Seeds message `id` due `age_ms` ago in list `held`, as the scripts
-/// leave it there. A ready or retry entry comes after the entry of a
-/// cancelled message, which is skipped.
+/// leave it there. A ready, retry or priority entry comes after the entry
+/// of a cancelled message, which is skipped.
 fn seed_due(env: &Env, held: Held, id: &str, age_ms: i64) {
     let k = env.k().clone();
     let due = env.now_ms() - age_ms;
@@ -102,14 +99,29 @@ fn seed_due(env: &Env, held: Held, id: &str, age_ms: i64) {
         Held::Priority => {
             env.seed_value(id, &format!("3!5/{due}+0:{id}"), None);
             let score = 5 * PRIO_SPAN + due;
-            env.raw(&["ZADD", &k.prio, &score.to_string(), id]);
+            // Ahead of it, a cancelled message's entry (which sets STALE).
+            let cancelled = format!("cancelled-{id}");
+            env.raw(&[
+                "ZADD",
+                &k.prio,
+                &score.to_string(),
+                id,
+                &(score - 60_000).to_string(),
+                &cancelled,
+            ]);
+            env.mark_stale();
             env.raw(&["HSET", &k.totals, "prios", "1"]);
         }
         Held::Group => {
             let group = format!("g-{id}");
             env.seed_value(id, &format!("3={group}/{due}+0:{id}"), None);
             let score = 10 * PRIO_SPAN + due;
-            env.raw(&["ZADD", &env.group_key(&format!(":{group}:ready")), &score.to_string(), id]);
+            env.raw(&[
+                "ZADD",
+                &env.group_key(&format!(":{group}:ready")),
+                &score.to_string(),
+                id,
+            ]);
             let last = env.lines(&["ZRANGE", &env.group_key("ring"), "-1", "-1", "WITHSCORES"]);
             let turn = last.get(1).map_or(1, |s| s.parse::<i64>().unwrap() + 1);
             env.raw(&["ZADD", &env.group_key("ring"), &turn.to_string(), &group]);
@@ -129,9 +141,18 @@ async fn latency_is_the_wait_of_the_oldest_due_message_whichever_list_holds_it()
         let env = Env::new().await;
         // A higher priority due later, so the oldest is not the zset's head.
         seed_due(&env, Priority, "urgent", 1_000);
-        env.raw(&["ZADD", &env.k().prio, &(PRIO_SPAN + env.now_ms() - 1_000).to_string(), "urgent"]);
+        env.raw(&[
+            "ZADD",
+            &env.k().prio,
+            &(PRIO_SPAN + env.now_ms() - 1_000).to_string(),
+            "urgent",
+        ]);
         for held in all {
-            let (id, age) = if held == oldest { ("old", 9_000) } else { ("young", 2_000) };
+            let (id, age) = if held == oldest {
+                ("old", 9_000)
+            } else {
+                ("young", 2_000)
+            };
             seed_due(&env, held, &format!("{id}-{held:?}"), age);
         }
         let state = env.snapshot();
