@@ -195,9 +195,10 @@ pub struct GroupPage {
     /// Groups known in all: those with due messages, messages in
     /// processing, a wait or a setting of their own.
     pub total: u64,
-    /// The concurrency of every group without its own.
+    /// The concurrency of every group without its own: Redis's, else the
+    /// handle's builder's; `None`: no limit.
     pub default_concurrency: Option<u32>,
-    /// The rate of every group without its own.
+    /// The rate of every group without its own, as `default_concurrency`.
     pub default_rate: Option<crate::RateLimit>,
     /// The groups of the page, in name order (shard by shard).
     pub groups: Vec<GroupInfo>,

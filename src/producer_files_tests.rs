@@ -346,3 +346,69 @@ mod tests {
             .any(|&(lo, hi)| lo <= surrogates.0 && surrogates.1 <= hi));
     }
 }
+
+/// The READMEs of the producers list every option of `send` in its
+/// signature, as the code takes them.
+#[cfg(test)]
+mod readme_tests {
+    use std::path::Path;
+
+    /// The text of `file` (from the crate's root) between `start` and the
+    /// first `end` after it.
+    fn between(file: &str, start: &str, end: &str) -> String {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        let from = text.find(start).unwrap_or_else(|| panic!("{start:?} not in {file}")) + start.len();
+        let len = text[from..]
+            .find(end)
+            .unwrap_or_else(|| panic!("{end:?} not in {file}"));
+        text[from..from + len].to_string()
+    }
+
+    /// The names in a parameter list ("a: Dict[str, int] = 0, b" or
+    /// "{ a, b = 1, ...c }"): split at the commas outside brackets.
+    fn names(params: &str) -> Vec<String> {
+        let mut parts = vec![String::new()];
+        let mut depth = 0;
+        for c in params.chars() {
+            match c {
+                '[' | '(' => depth += 1,
+                ']' | ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(String::new());
+                    continue;
+                }
+                _ => {}
+            }
+            parts.last_mut().unwrap().push(c);
+        }
+        parts
+            .iter()
+            .map(|p| p.trim().trim_start_matches('{').trim())
+            .filter(|p| !p.is_empty() && !p.starts_with("..."))
+            .map(|p| p.split([':', '=', ' ']).next().unwrap().to_string())
+            .filter(|n| n != "self" && n != "payload" && n != "replace")
+            .collect()
+    }
+
+    fn assert_listed(readme: &str, options: &[String]) {
+        let signature = between(readme, "- `send(", ")`");
+        let missing: Vec<_> = options.iter().filter(|o| !signature.contains(o.as_str())).collect();
+        assert!(missing.is_empty(), "{readme}'s send({signature}) lacks {missing:?}");
+    }
+
+    #[test]
+    fn the_readmes_list_every_option_of_send() {
+        let python = names(&between(
+            "producers/python/src/delayqueue_producer/__init__.py",
+            "def send(",
+            ") -> str:",
+        ));
+        assert!(python.contains(&"group".to_string()), "{python:?}");
+        assert_listed("producers/python/README.md", &python);
+        let js = "producers/node/delayqueue-producer.js";
+        let mut node = names(&between(js, "function message(\n  payload,\n  {", "} = {}"));
+        node.extend(names(&between(js, "function modeOf(id, {", "}")));
+        assert!(node.contains(&"group".to_string()), "{node:?}");
+        assert_listed("producers/node/README.md", &node);
+    }
+}

@@ -159,10 +159,14 @@ pub struct Totals {
 pub struct QueueStatus {
     /// Messages per state.
     pub counts: Counts,
-    /// How long the earliest due message has waited to be moved to the
-    /// ready list (it counts as ready meanwhile), as when no consumer runs.
-    /// `None` when none waits so.
-    pub oldest_overdue: Option<Duration>,
+    /// The queue's latency: how long the oldest due message has waited to
+    /// start, since its due time, wherever it waits (pending but due, the
+    /// retry or ready list, the priorities, a group); `None` when no due
+    /// message waits. It grows while no consumer runs, or while they fall
+    /// behind. A bounded read: what it leaves out (a group held back by
+    /// its own limits or pause, a group past the ring's first 16) is in
+    /// docs/operations.md §5.
+    pub latency: Option<Duration>,
     /// How long until the next message that is not due yet is due; `None`
     /// when none waits for its due time.
     pub next_due: Option<Duration>,
@@ -221,7 +225,7 @@ impl QueueStatus {
                 dead: a.dead + b.dead,
                 waiting: a.waiting + b.waiting,
             },
-            oldest_overdue: self.oldest_overdue.max(other.oldest_overdue),
+            latency: self.latency.max(other.latency),
             next_due: match (self.next_due, other.next_due) {
                 (Some(x), Some(y)) => Some(x.min(y)),
                 (x, y) => x.or(y),
@@ -265,11 +269,12 @@ mod tests {
     #[test]
     fn shards_merge_into_one_status() {
         let ms = Duration::from_millis;
-        // pending 2 (head due in 50 ms), one dead 400 ms ago, sent 5.
+        // pending 2 (head due in 50 ms), nothing due, one dead 400 ms ago,
+        // sent 5.
         let a = from_script(vec![
-            2, 0, 1, 0, 1, 1000, 1050, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
+            2, 0, 1, 0, 1, 1000, -1, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
         ]);
-        // One due message not yet moved, overdue by 30 ms, sent 2.
+        // A due message waiting 30 ms to start, sent 2.
         let b = from_script(vec![
             0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2,
         ]);
@@ -278,7 +283,7 @@ mod tests {
         assert_eq!(m.counts.waiting, 3);
         assert_eq!(m.counts.live(), 2 + 4 + 1 + 2);
         assert_eq!(
-            (m.oldest_overdue, m.next_due, m.oldest_dead),
+            (m.latency, m.next_due, m.oldest_dead),
             (Some(ms(30)), Some(ms(50)), Some(ms(400)))
         );
         assert_eq!((m.totals.sent, m.totals.expired), (7, 4));

@@ -337,6 +337,31 @@ async fn queues_come_a_page_at_a_time_with_a_search() {
     }
 }
 
+/// `stats` of a grouped queue without consumer: its latency, the wait of
+/// its oldest due message, in both outputs.
+#[tokio::test]
+async fn stats_show_the_latency_of_a_grouped_queue() {
+    let (_server, url, client) = start().await;
+    let q = queue(&client, "tenants");
+    for i in 0..6 {
+        q.send("job").group(format!("tenant-{}", i % 3)).await.unwrap();
+    }
+    let waited = std::cell::Cell::new(0);
+    assert!(
+        wait_for(WAIT, || async {
+            let v = run(&url, &["stats", "tenants", "--json"]).await.json();
+            waited.set(v["latency_ms"].as_u64().unwrap_or(0));
+            waited.get() >= 1000
+        })
+        .await,
+        "latency_ms {}",
+        waited.get()
+    );
+    let r = run(&url, &["stats", "tenants"]).await;
+    let line = r.stdout.lines().find(|l| l.starts_with("latency ")).unwrap_or_default();
+    assert!(line.ends_with('s') && !line.ends_with(" -"), "{}", r.stdout);
+}
+
 #[tokio::test]
 async fn stats_and_list_pages_in_human_and_json() {
     let (_server, url, client) = start().await;
@@ -369,7 +394,7 @@ async fn stats_and_list_pages_in_human_and_json() {
     );
     assert_eq!(v["totals"]["sent"], 4);
     assert!(v["next_due_ms"].as_u64().unwrap() > 9 * 60_000, "{v}");
-    assert!(v["oldest_overdue_ms"].is_null() && v["oldest_dead_ms"].is_u64(), "{v}");
+    assert!(v["latency_ms"].is_null() && v["oldest_dead_ms"].is_u64(), "{v}");
 
     let r = run(&url, &["list", "orders", "pending", "--limit", "2"]).await;
     assert_eq!(r.code, 0, "{r:?}");
@@ -1197,7 +1222,7 @@ async fn groups_are_listed_a_page_at_a_time_and_paused_and_resumed() {
         lines,
         [
             vec!["GROUP", "READY", "PROCESSING", "PAUSED", "CONCURRENCY", "RATE"],
-            vec!["a", "1", "0", "yes", "4", "(default)", "-"],
+            vec!["a", "1", "0", "yes", "4", "(default)", "none", "(default)"],
             vec!["b", "1", "0", "no", "4", "(default)", "10/1s"],
             vec![],
             vec!["1-2", "of", "3", "groups;", "next", "page:", "--offset", "2"],
@@ -1390,4 +1415,28 @@ async fn flow_show_prints_the_tree_from_any_of_its_messages() {
         .await
         .failed(2)
         .contains("invalid message id"));
+}
+
+/// Before any consumer stored group defaults, the group views say the
+/// default is none rather than a bare `-`.
+#[tokio::test]
+async fn groups_without_stored_defaults_say_the_default_is_none() {
+    let (_server, url, client) = start().await;
+    queue(&client, "plain").send("x").group("a").await.unwrap();
+    let r = run(&url, &["groups", "list", "plain"]).await;
+    let row: Vec<&str> = r.stdout.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        row,
+        ["a", "1", "0", "no", "none", "(default)", "none", "(default)"],
+        "{}",
+        r.stdout
+    );
+    let r = run(&url, &["groups", "show", "plain", "a"]).await;
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.split_whitespace().eq(["concurrency", "none", "(default)"])),
+        "{}",
+        r.stdout
+    );
 }

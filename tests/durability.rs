@@ -127,16 +127,15 @@ async fn asking_for_more_replicas_than_exist_fails_each_send_with_not_durable() 
     );
 }
 
-/// WAITAOF exists from Redis 7.2; on older servers the send says so.
-#[tokio::test]
-async fn aof_durability_confirms_the_local_append_only_file() {
+/// A server with an append-only file, and queue "pay" on it with
+/// `Durability::Aof` of the local file.
+async fn aof_queue() -> (RedisServer, DelayQueue) {
     let server = RedisServer::start_with(ServerOptions {
         appendonly: true,
         appendfsync: Some("everysec".into()),
         ..Default::default()
     })
     .await;
-    let version = server.info_server("redis_version").unwrap_or_default();
     let q = DelayQueue::builder("pay", server.client().await)
         .durability(Durability::Aof {
             local: true,
@@ -145,6 +144,14 @@ async fn aof_durability_confirms_the_local_append_only_file() {
         })
         .build()
         .unwrap();
+    (server, q)
+}
+
+/// WAITAOF exists from Redis 7.2; on older servers the send says so.
+#[tokio::test]
+async fn aof_durability_confirms_the_local_append_only_file() {
+    let (server, q) = aof_queue().await;
+    let version = server.info_server("redis_version").unwrap_or_default();
     let sent = q.send("x").await;
     let (major, minor) = {
         let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
@@ -172,6 +179,34 @@ async fn aof_durability_confirms_the_local_append_only_file() {
         assert_eq!(server.raw_command(&["DBSIZE"]), "0", "the refused sends wrote keys");
         println!("Redis {version} has no WAITAOF: {err}");
     }
+}
+
+/// How many `INFO` commands the server has run (`INFO commandstats`; the
+/// asking `INFO` is counted once it finished, so not in its own answer).
+fn info_calls(server: &RedisServer) -> u64 {
+    let stats = server.raw_command(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `Durability::Aof` asks the server whether it has `WAITAOF` once per
+/// connection, whatever the answer: sends on a server without it are
+/// refused without asking again each time.
+#[tokio::test]
+async fn aof_durability_asks_the_server_once_per_connection() {
+    let (server, q) = aof_queue().await;
+    let before = info_calls(&server);
+    let first = q.send("x").await.map(drop);
+    for i in 0..5 {
+        let again = q.send(format!("m{i}")).await.map(drop);
+        assert_eq!(again.is_ok(), first.is_ok(), "{again:?} after {first:?}");
+    }
+    // One INFO of the queue's, one of this count's own.
+    let asked = info_calls(&server) - before - 1;
+    assert_eq!(asked, 1, "6 sends asked INFO {asked} times ({first:?})");
 }
 
 /// A durable send whose `WAIT` loses its connection (killed by another

@@ -802,3 +802,48 @@ async fn requeuing_all_dead_letters_sends_each_back_to_its_group_or_list() {
     assert_eq!(second, want);
     assert_drained(&client, &queue, "gdeadall").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_latency_of_a_grouped_queue_without_consumer_grows() {
+    let (_server, _client, queue) = start_queue("unserved", FETCH, |b| b).await;
+    let sent = std::time::Instant::now();
+    queue
+        .send_batch((0..200).map(|i| NewMessage::new(format!("m{i}")).group(format!("tenant-{}", i % 40))))
+        .await
+        .unwrap();
+    let first = queue.status().await.unwrap();
+    assert_eq!(first.counts.ready, 200, "{first:?}");
+    let first = first.latency.expect("due messages wait to start");
+    let later = std::cell::Cell::new(None);
+    assert!(
+        wait_for(WAIT, || async {
+            later.set(queue.status().await.unwrap().latency);
+            later.get().is_some_and(|l| l >= first + Duration::from_millis(300))
+        })
+        .await,
+        "no consumer, yet the oldest due message's wait did not grow: {first:?} then {later:?}"
+    );
+    let later = later.get().unwrap();
+    assert!(later <= sent.elapsed(), "{later:?} > {:?}", sent.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builders_group_defaults_show_before_a_consumer_stores_them() {
+    let per = Duration::from_secs(1);
+    let (_server, client, queue) =
+        start_queue("defaults", FETCH, |b| b.group_concurrency(3).group_rate_limit(5, per)).await;
+    queue.send("m").group("a").await.unwrap();
+    let page = queue.groups(0, 10).await.unwrap();
+    assert_eq!(
+        (page.default_concurrency, page.default_rate),
+        (Some(3), Some(delayqueue::RateLimit::new(5, per))),
+        "no consumer started yet: the builder's"
+    );
+    // A handle without defaults of its own (the CLI's) has Redis's: none yet.
+    let plain = delayqueue::DelayQueue::builder("defaults", client).build().unwrap();
+    let page = plain.groups(0, 10).await.unwrap();
+    assert_eq!((page.default_concurrency, page.default_rate), (None, None));
+    // Stored (as a consumer does when it starts), Redis's win.
+    plain.set_default_group_concurrency(Some(7)).await.unwrap();
+    assert_eq!(queue.groups(0, 10).await.unwrap().default_concurrency, Some(7));
+}

@@ -174,10 +174,10 @@ async fn overview_and_queue_show_what_redis_holds() {
         keys(o),
         [
             "counts",
+            "latency_ms",
             "name",
             "next_due_ms",
             "oldest_dead_ms",
-            "oldest_overdue_ms",
             "paused",
             "rates",
             "shards",
@@ -194,7 +194,7 @@ async fn overview_and_queue_show_what_redis_holds() {
         json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0})
     );
     assert_eq!(keys(&o["rates"]), ["acked", "dead", "failed", "sent"]);
-    assert!(o["oldest_overdue_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
+    assert!(o["latency_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
     let due = o["next_due_ms"].as_u64().unwrap();
     assert!((50_000..=60_000).contains(&due), "{o}");
     assert_eq!((o["shards"].clone(), o["paused"].clone()), (json!(1), json!(false)));
@@ -217,9 +217,9 @@ async fn overview_and_queue_show_what_redis_holds() {
         keys(&shards[2]),
         [
             "counts",
+            "latency_ms",
             "next_due_ms",
             "oldest_dead_ms",
-            "oldest_overdue_ms",
             "paused",
             "shard",
             "totals"
@@ -798,6 +798,39 @@ async fn bearer_and_basic_auth_guard_every_route() {
     assert_eq!(r.json()["user"], "ops");
 }
 
+/// The latency a `/metrics` scrape gives queue `name`, in seconds.
+async fn scraped_latency(app: &Router, name: &str) -> Option<f64> {
+    let text = get(app, "/metrics").await.text();
+    let prefix = format!("delayqueue_queue_latency_seconds{{queue=\"{name}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+}
+
+/// A grouped queue without consumer: `/metrics` and the overview show its
+/// latency, and it grows.
+#[tokio::test]
+async fn metrics_and_the_overview_show_a_grouped_queues_latency_grow() {
+    let (_server, client) = start().await;
+    let q = queue(&client, "tenants");
+    for i in 0..20 {
+        q.send("job").group(format!("tenant-{}", i % 4)).await.unwrap();
+    }
+    let app = delayqueue::web::router(client.clone());
+    let first = scraped_latency(&app, "tenants").await;
+    assert!(first.is_some(), "{}", get(&app, "/metrics").await.text());
+    let later = std::cell::Cell::new(None);
+    assert!(
+        wait_for(WAIT, || async {
+            later.set(scraped_latency(&app, "tenants").await);
+            later.get() > first.map(|s| s + 0.2)
+        })
+        .await,
+        "no consumer, yet the latency did not grow: {first:?} then {later:?}"
+    );
+    let o = get_ok(&app, "/api/overview").await;
+    let latency = o["queues"][0]["latency_ms"].as_u64();
+    assert!(latency.is_some_and(|ms| ms >= 200), "{o}");
+}
+
 #[tokio::test]
 async fn metrics_are_prometheus_text_read_from_redis() {
     let (_server, client) = start().await;
@@ -813,7 +846,7 @@ async fn metrics_are_prometheus_text_read_from_redis() {
     let text = r.text();
     for family in [
         ("delayqueue_queue_messages", "gauge"),
-        ("delayqueue_queue_oldest_overdue_seconds", "gauge"),
+        ("delayqueue_queue_latency_seconds", "gauge"),
         ("delayqueue_queue_oldest_dead_seconds", "gauge"),
         ("delayqueue_queue_paused", "gauge"),
         ("delayqueue_queue_sent_total", "counter"),
@@ -835,7 +868,7 @@ async fn metrics_are_prometheus_text_read_from_redis() {
         "delayqueue_queue_sent_total{queue=\"metered\"} 4",
         "delayqueue_queue_failed_total{queue=\"metered\"} 1",
         "delayqueue_queue_dead_total{queue=\"metered\"} 1",
-        "delayqueue_queue_oldest_overdue_seconds{queue=\"metered\"} 0",
+        "delayqueue_queue_latency_seconds{queue=\"metered\"} 0",
         "delayqueue_queue_paused{queue=\"metered\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line}\n{text}");

@@ -1421,3 +1421,47 @@ async fn the_flow_view_opened_from_a_child_shows_each_messages_state() {
     .await;
     b.close().await;
 }
+
+/// A grouped queue without consumer: the overview's latency cell and the
+/// queue's header show how long its oldest due message has waited, and it
+/// grows; the Groups tab says the default limits are none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_queue_without_consumer_shows_its_latency_grow() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let q = dash.queue("tenants", |b| b);
+    for i in 0..30 {
+        q.send(format!("job {i}"))
+            .group(format!("tenant-{}", i % 5))
+            .await
+            .unwrap();
+    }
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/").await;
+    let cell = "document.querySelector('[data-testid=queue-row][data-queue=tenants] [data-testid=latency]')";
+    let first = b
+        .wait(
+            "the latency in the overview row",
+            &format!("{cell} && /[0-9]/.test({cell}.innerText) && {cell}.innerText"),
+        )
+        .await;
+    b.wait("the latency grows", &format!("{cell}.innerText !== {first}"))
+        .await;
+    dash.open(&b, "#/q/tenants/ready").await;
+    let stat = b
+        .wait(
+            "the latency in the queue's header",
+            "(() => { const e = document.querySelector('[data-testid=latency]'); return !!e && /[0-9]/.test(e.innerText) && e.innerText; })()",
+        )
+        .await;
+    assert!(stat.as_str().unwrap().to_lowercase().starts_with("latency"), "{stat}");
+    dash.open(&b, "#/q/tenants/groups").await;
+    let limit = b
+        .wait(
+            "a group's concurrency",
+            "(document.querySelector('[data-testid=groups] [data-testid=group-concurrency]') || {}).innerText",
+        )
+        .await;
+    assert_eq!(limit, json!("none default"), "no default stored: none");
+    b.close().await;
+}

@@ -82,45 +82,55 @@ pub(crate) fn reconnected(rx: &mut Reconnects) -> bool {
     !matches!(rx.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed))
 }
 
+/// What [`check_waitaof`] found on the client's current connections: a
+/// receiver of the reconnections since, and `Err` with the name of a
+/// server that lacks `WAITAOF`.
+pub(crate) type WaitAofFound = Option<(Reconnects, Result<(), String>)>;
+
 /// Refuses a `Durability::Aof` send before it stores anything when a node
 /// of the queue lacks `WAITAOF` (Redis before 7.2): the send would store
 /// the message and then fail, and a caller retrying without an id would
 /// send it twice. Asks `INFO server` (which the documented ACLs grant) once
-/// per connection: again after any reconnect, which may reach another
-/// server: `checked` holds, once the nodes were found to have it, a
-/// receiver of the reconnections since.
+/// per connection, whatever it answers: again after any reconnect, which
+/// may reach another server. `checked` keeps the answer (an error asking
+/// is not kept: the next send asks again).
 pub(crate) async fn check_waitaof(
     client: &Client,
     queue: &str,
     durability: &Durability,
     shards: &[Keys],
-    checked: &Mutex<Option<Reconnects>>,
+    checked: &Mutex<WaitAofFound>,
 ) -> Result<(), Error> {
     if !matches!(durability, Durability::Aof { .. }) {
         return Ok(());
     }
+    let refused = |server: String| Error::WaitAofUnsupported {
+        queue: queue.to_string(),
+        server,
+    };
     {
         let mut checked = checked.lock().unwrap_or_else(PoisonError::into_inner);
-        if checked.as_mut().is_some_and(|rx| !reconnected(rx)) {
-            return Ok(());
+        if let Some((rx, found)) = checked.as_mut() {
+            if !reconnected(rx) {
+                return found.clone().map_err(refused);
+            }
         }
         *checked = None;
     }
     let rx = reconnects(client);
+    let mut found = Ok(());
     for k in shards {
         let info: String = client
             .custom(CustomCommand::new_static("INFO", slot_of(k), false), vec!["server"])
             .await
             .map_err(|e| Error::from_redis(queue, e))?;
         if !has_waitaof(&info) {
-            return Err(Error::WaitAofUnsupported {
-                queue: queue.to_string(),
-                server: server_name_of(&info),
-            });
+            found = Err(server_name_of(&info));
+            break;
         }
     }
-    *checked.lock().unwrap_or_else(PoisonError::into_inner) = Some(rx);
-    Ok(())
+    *checked.lock().unwrap_or_else(PoisonError::into_inner) = Some((rx, found.clone()));
+    found.map_err(refused)
 }
 
 /// Whether the server `INFO server` describes has `WAITAOF`: Redis 7.2 or

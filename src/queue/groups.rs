@@ -13,7 +13,9 @@ use crate::{DelayQueue, Error, GroupInfo, GroupPage, RateLimit};
 impl DelayQueue {
     /// One page of the queue's groups, in name order: at most `limit`
     /// (1 to [`MAX_PAGE`]) from `offset` on, with their counts, own limits
-    /// and pause; and the defaults. O(log groups + limit) per shard.
+    /// and pause; and the defaults: those stored in Redis, else (until a
+    /// consumer stores its builder's when it starts) this handle's
+    /// builder's. O(log groups + limit) per shard.
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
@@ -39,8 +41,11 @@ impl DelayQueue {
                 })
                 .await?;
             if i == 0 {
-                page.default_concurrency = shard.default_concurrency;
-                page.default_rate = shard.default_rate;
+                // Redis's, else this handle's builder's: what its consumers
+                // store when they start.
+                let c = &self.inner.config;
+                page.default_concurrency = shard.default_concurrency.or(c.group_concurrency);
+                page.default_rate = shard.default_rate.or(c.group_rate_limit);
             }
             page.total += shard.total;
             skip = skip.saturating_sub(shard.total);

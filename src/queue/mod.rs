@@ -55,7 +55,7 @@ use crate::store::ops::{
 };
 use crate::store::{Keys, Shard};
 use crate::{Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
-use durability::Reconnects;
+use durability::WaitAofFound;
 
 /// A delayed message queue stored in Redis.
 ///
@@ -77,10 +77,10 @@ pub(crate) struct Inner {
     pub record: Keys,
     /// Set once the record was found to agree with `shards`.
     pub recorded: tokio::sync::OnceCell<()>,
-    /// Set once the server was found to have `WAITAOF` (for
-    /// `Durability::Aof`): a receiver of the client's reconnections since,
-    /// so a new connection (maybe to another server) is checked again.
-    pub waitaof_checked: std::sync::Mutex<Option<Reconnects>>,
+    /// Whether the server has `WAITAOF` (for `Durability::Aof`), once
+    /// asked: with a receiver of the client's reconnections since, so a
+    /// new connection (maybe to another server) is asked again.
+    pub waitaof_checked: std::sync::Mutex<WaitAofFound>,
     pub config: Config,
     pub client: Client,
     pub meters: Meters,
@@ -211,15 +211,16 @@ impl DelayQueue {
         Ok(self.status().await?.counts)
     }
 
-    /// Counts per state, the age of the oldest overdue message and dead
-    /// letter, and running totals (sent, acked, failed, dead, expired),
-    /// taken atomically (on a sharded queue: each shard atomically, all
-    /// shards at once, summed). O(1) per shard.
+    /// Counts per state, the latency (how long the oldest due message has
+    /// waited to start), the age of the oldest dead letter, and running
+    /// totals (sent, acked, failed, dead, expired), taken atomically (on a
+    /// sharded queue: each shard atomically, all shards at once, summed).
+    /// A bounded number of reads per shard (docs/operations.md §5).
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// let status = queue.status().await?;
-    /// if status.oldest_overdue > Some(std::time::Duration::from_secs(60)) {
+    /// if status.latency > Some(std::time::Duration::from_secs(60)) {
     ///     eprintln!("is any consumer running? {:?}", status.counts);
     /// }
     /// # Ok(()) }

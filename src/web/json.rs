@@ -89,7 +89,7 @@ impl From<Rates> for RatesJson {
 pub(crate) struct StatusJson {
     paused: bool,
     counts: CountsJson,
-    oldest_overdue_ms: Option<u64>,
+    latency_ms: Option<u64>,
     next_due_ms: Option<u64>,
     oldest_dead_ms: Option<u64>,
     totals: TotalsJson,
@@ -100,7 +100,7 @@ impl From<&QueueStatus> for StatusJson {
         StatusJson {
             paused: s.paused,
             counts: s.counts.into(),
-            oldest_overdue_ms: s.oldest_overdue.map(ms),
+            latency_ms: s.latency.map(ms),
             next_due_ms: s.next_due.map(ms),
             oldest_dead_ms: s.oldest_dead.map(ms),
             totals: s.totals.into(),

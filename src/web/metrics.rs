@@ -52,10 +52,10 @@ fn secs(d: Option<std::time::Duration>) -> f64 {
 
 const FAMILIES: &[Family] = &[
     family(
-        "delayqueue_queue_oldest_overdue_seconds",
+        "delayqueue_queue_latency_seconds",
         "gauge",
-        "Seconds the earliest pending message is past its due time (0: none is).",
-        |s| secs(s.oldest_overdue),
+        "Seconds the oldest due message has waited to start, wherever it waits (0: none waits).",
+        |s| secs(s.latency),
     ),
     family(
         "delayqueue_queue_oldest_dead_seconds",
@@ -230,7 +230,7 @@ mod tests {
         let mut s = QueueStatus::default();
         s.counts.pending = 3;
         s.totals.sent = 7;
-        s.oldest_overdue = Some(std::time::Duration::from_millis(1500));
+        s.latency = Some(std::time::Duration::from_millis(1500));
         let text = render(&[("a\"b".into(), s)]);
         assert!(text.contains("# TYPE delayqueue_queue_messages gauge\n"), "{text}");
         assert!(
@@ -242,7 +242,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("delayqueue_queue_oldest_overdue_seconds{queue=\"a\\\"b\"} 1.5\n"),
+            text.contains("delayqueue_queue_latency_seconds{queue=\"a\\\"b\"} 1.5\n"),
             "{text}"
         );
         assert_eq!(text.matches("# HELP").count(), 1 + FAMILIES.len());

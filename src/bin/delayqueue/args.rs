@@ -59,7 +59,7 @@ impl Cli {
 pub enum Command {
     /// List the queues under the prefix, with their counts, a page at a time.
     Queues(QueuesArgs),
-    /// Counts per state, oldest overdue and dead, totals; --watch refreshes them with rates.
+    /// Counts per state, latency, oldest dead letter, totals; --watch refreshes them with rates.
     Stats(StatsArgs),
     /// One page of the messages in a state.
     List(ListArgs),

@@ -10,7 +10,7 @@
 //! - counts: `{pending, ready, processing, retry, dead}`
 //! - `queues`: `{queues: [{name, shards, paused, counts}], total, next}`
 //! - `stats`: `{queue, counts, paused, limits: {rate, global_concurrency},
-//!   next_due_ms, oldest_overdue_ms, oldest_dead_ms, totals: {sent, acked,
+//!   next_due_ms, latency_ms, oldest_dead_ms, totals: {sent, acked,
 //!   failed, dead, expired}}`;
 //!   with `--watch` also `time` and `rates: {sent, acked, failed}` (per
 //!   second since the previous line; `null` on the first)
@@ -143,7 +143,7 @@ pub fn status_json(queue: &str, s: &QueueStatus) -> Value {
         "paused": s.paused,
         "counts": counts_json(&s.counts),
         "next_due_ms": ms(s.next_due),
-        "oldest_overdue_ms": ms(s.oldest_overdue),
+        "latency_ms": ms(s.latency),
         "oldest_dead_ms": ms(s.oldest_dead),
         "totals": totals_json(&s.totals),
         "limits": limits_json(s),
@@ -210,11 +210,7 @@ pub fn status_text(queue: &str, s: &QueueStatus, rates: Option<Option<Rates>>) -
     };
     let mut out = format!("queue {queue}{paused}\n\n{}\n", rows.render());
     let _ = writeln!(out, "next due        {}", or_none(s.next_due, &|d| format!("in {d}")));
-    let _ = writeln!(
-        out,
-        "oldest overdue  {}",
-        or_none(s.oldest_overdue, &|d| format!("{d} overdue"))
-    );
+    let _ = writeln!(out, "latency         {}", or_none(s.latency, &|d| d));
     let _ = writeln!(
         out,
         "oldest dead     {}",

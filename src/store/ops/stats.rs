@@ -15,7 +15,7 @@ pub(crate) struct Stats;
 
 impl Op for Stats {
     type Reply = QueueStatus;
-    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "totals"];
+    const KEYS: &'static [&'static str] = &["pending", "ready", "processing", "retry", "dead", "totals", "attempts"];
 
     fn script() -> &'static LuaScript {
         &scripts::STATS
@@ -24,6 +24,7 @@ impl Op for Stats {
     fn keys(&self, k: &Keys) -> Vec<String> {
         let mut keys = state_keys(k);
         keys.push(k.totals.clone());
+        keys.push(k.attempts.clone());
         keys
     }
 
@@ -32,12 +33,13 @@ impl Op for Stats {
             k.prio.as_str().into(),
             k.group_prefix.as_str().into(),
             k.flow_waiting.as_str().into(),
+            k.msg_prefix.as_str().into(),
         ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, dead_letters, now, head, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next, waiting] =
+        let [pending, ready, processing, retry, dead_letters, now, oldest_due, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next, waiting] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -53,7 +55,7 @@ impl Op for Stats {
                 dead: n(dead_letters),
                 waiting: n(waiting),
             },
-            oldest_overdue: (head >= 0 && head <= now).then(|| ms(now - head)),
+            latency: (oldest_due >= 0).then(|| ms(now - oldest_due)),
             next_due: (next >= 0).then(|| ms(next - now)),
             oldest_dead: (oldest_dead >= 0).then(|| ms(now - oldest_dead)),
             totals: Totals {

@@ -11,7 +11,7 @@
 // message; flow.js a flow's tree.
 
 import {
-  STATES, PAGE_SIZES, session, h, replace, enc, fmtInt, countOf, fmtRate, fmtDur, fmtSpec,
+  STATES, LATENCY_HELP, PAGE_SIZES, session, h, replace, enc, fmtInt, countOf, fmtRate, fmtDur, fmtSpec,
   when, pausedBadge, previewOf, api, loadSession, act, toast, confirmDialog, sendDialog, rateChart,
   history, poller, crumbs, failure,
 } from './lib.js';
@@ -127,12 +127,12 @@ function queueView(root, name, state) {
       h('span.sub', null, countOf(total, 'message')),
       h('div.actions', null, actions));
     const t = q.totals || {};
-    const stat = (k, v, small) => h('div.stat', null, h('div.k', null, k), h('div.v', null, v, small ? h('small', null, small) : null));
+    const stat = (k, v, small, attrs) => h('div.stat', attrs || null, h('div.k', null, k), h('div.v', null, v, small ? h('small', null, small) : null));
     replace(stats,
       stat('Sent', fmtRate(q.rates.sent), ' /s'),
       stat('Acked', fmtRate(q.rates.acked), ' /s'),
       stat('Failed', fmtRate(q.rates.failed), ' /s'),
-      stat('Oldest overdue', q.oldest_overdue_ms ? h('span.overdue', null, fmtDur(q.oldest_overdue_ms)) : h('span.faint', null, '—')),
+      stat('Latency', q.latency_ms ? h('span.overdue', null, fmtDur(q.latency_ms)) : h('span.faint', null, '—'), null, { title: LATENCY_HELP, testid: 'latency' }),
       stat('Next due', q.next_due_ms !== null && q.next_due_ms !== undefined ? `in ${fmtDur(q.next_due_ms)}` : h('span.faint', null, '—')),
       stat('Oldest dead', q.oldest_dead_ms ? fmtDur(q.oldest_dead_ms) : h('span.faint', null, '—')),
       stat('Total sent', fmtInt(t.sent)),

@@ -12,7 +12,7 @@ const HELP = 'Due messages of different groups are claimed in turn; each group w
 function limitCell(own, dflt, fmt, testid) {
   if (own !== null && own !== undefined) return h('td.num', { testid }, fmt(own));
   if (dflt !== null && dflt !== undefined) return h('td.num', { testid, title: 'The default of every group without its own' }, fmt(dflt), h('span.faint', null, ' default'));
-  return h('td.num', { testid }, h('span.faint', null, '—'));
+  return h('td.num', { testid, title: 'No default: no limit' }, 'none', h('span.faint', null, ' default'));
 }
 const fmtRateLimit = (r) => `${fmtInt(r.limit)} / ${fmtDur(r.per_ms)}`;
 

@@ -4,6 +4,8 @@
 
 export const STATES = ['pending', 'ready', 'processing', 'retry', 'dead'];
 export const RATES = ['sent', 'acked', 'failed', 'dead'];
+// The latency's tooltip (docs/operations.md §5).
+export const LATENCY_HELP = 'How long the oldest due message has waited to start, wherever it waits; growing while no consumer starts them';
 export const POLL_MS = 2000;
 // The server samples rates every 10 s; asking more often returns the same points.
 export const HISTORY_MS = 10000;

@@ -1,7 +1,7 @@
 // The overview (#/): one page of the queues, sorted and searched by the server.
 
 import {
-  STATES, RATES, PAGE_SIZES, h, replace, enc, fmtInt, countOf, fmtRate, fmtDur, pausedBadge, api,
+  STATES, RATES, LATENCY_HELP, PAGE_SIZES, h, replace, enc, fmtInt, countOf, fmtRate, fmtDur, pausedBadge, api,
   absorbOverview, rateChart, history, poller, crumbs,
 } from './lib.js';
 
@@ -55,7 +55,7 @@ export function overviewView(root) {
           h('th.group.gap', { colspan: 4 }, 'Rate per second')),
         h('tr', null,
           STATES.map((st) => h('th.num', null, st)),
-          h('th.num.gap', { title: 'How long the oldest due message has waited' }, 'oldest overdue'),
+          h('th.num.gap', { title: LATENCY_HELP }, 'latency'),
           h('th.num', { title: 'The oldest dead letter' }, 'oldest dead'),
           RATES.map((k, i) => h(i ? 'th.num' : 'th.num.gap', null, k)))),
       body)), pager),
@@ -80,7 +80,7 @@ export function overviewView(root) {
   }
   function ageCells(x) {
     return [
-      h(x.oldest_overdue_ms ? 'td.num.gap.overdue' : 'td.num.gap.zero', null, x.oldest_overdue_ms ? fmtDur(x.oldest_overdue_ms) : '—'),
+      h(x.latency_ms ? 'td.num.gap.overdue' : 'td.num.gap.zero', { testid: 'latency' }, x.latency_ms ? fmtDur(x.latency_ms) : '—'),
       h(x.oldest_dead_ms ? 'td.num' : 'td.num.zero', null, x.oldest_dead_ms ? fmtDur(x.oldest_dead_ms) : '—'),
     ];
   }

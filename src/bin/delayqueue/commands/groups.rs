@@ -29,12 +29,12 @@ fn group_json(g: &GroupInfo) -> Value {
     })
 }
 
-/// A limit's cell: the group's own, else the default marked so, else `-`.
+/// A limit's cell: the group's own, else the default marked so (`none`
+/// while the queue has none).
 fn limit_text<T>(own: Option<T>, default: Option<T>, text: impl Fn(T) -> String) -> String {
     match (own, default) {
         (Some(v), _) => text(v),
-        (None, Some(v)) => format!("{} (default)", text(v)),
-        (None, None) => "-".into(),
+        (None, v) => format!("{} (default)", v.map_or("none".into(), text)),
     }
 }
 
