@@ -177,7 +177,7 @@ async fn group_concurrency_holds_across_consumers_and_shards() {
     // it); the rest of the group keys went with the messages.
     let settings = |keys: &[String]| keys.iter().all(|k| k.ends_with(":glimits") || k.ends_with(":gknown"));
     assert!(wait_for(WAIT, || async { settings(&group_keys(&client, "gc").await) }).await);
-    assert_eq!(queue.groups(0, 10).await.unwrap().groups.len(), 1, "C, for its setting");
+    assert_eq!(queue.groups(0, 10).await.unwrap().items.len(), 1, "C, for its setting");
     assert_eq!(queue.status().await.unwrap().totals.acked, 60);
 }
 
@@ -341,11 +341,11 @@ async fn groups_lists_every_shard_s_groups_in_pages() {
     for _ in 0..10 {
         let page = queue.groups(offset, 5).await.unwrap();
         assert_eq!((page.total, page.default_concurrency), (12, Some(4)));
-        if page.groups.is_empty() {
+        if page.items.is_empty() {
             break;
         }
-        offset += page.groups.len() as u64;
-        seen.extend(page.groups);
+        offset += page.items.len() as u64;
+        seen.extend(page.items);
     }
     let mut listed: Vec<&str> = seen.iter().map(|g| g.name.as_str()).collect();
     listed.sort_unstable();

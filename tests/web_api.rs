@@ -1898,7 +1898,7 @@ async fn a_flow_is_read_as_a_tree_and_its_children_paged() {
         .await
         .unwrap();
     let relayed = wait_for(WAIT, || async {
-        orders.children_results("close-1", None).await.unwrap().children.len() == 1
+        orders.children_results("close-1", None).await.unwrap().items.len() == 1
     })
     .await;
     assert!(relayed, "charge-1's completion did not reach close-1");

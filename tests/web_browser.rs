@@ -1336,7 +1336,7 @@ async fn the_flow_view_opened_from_a_child_shows_each_messages_state() {
         let q = q.clone();
         move || {
             let q = q.clone();
-            async move { q.children_results(id, None).await.unwrap().children.len() == n }
+            async move { q.children_results(id, None).await.unwrap().items.len() == n }
         }
     };
     assert!(

@@ -40,7 +40,7 @@ pub(crate) async fn children(
         other => other?,
     };
     Ok(axum::Json(FlowPageJson {
-        children: page.children.iter().map(FlowNodeJson::from).collect(),
+        children: page.items.iter().map(FlowNodeJson::from).collect(),
         next: page.next,
     }))
 }
