@@ -35,7 +35,7 @@ pub(crate) async fn children(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<FlowPageJson> {
     let q = find(&app, &name).await?;
-    let page = match q.flow_children(&id, cursor_of(&query).as_deref()).await {
+    let page = match q.flow_children(&id, cursor_of(&query)).await {
         Err(e @ Error::InvalidArgument(_)) => return Err(ApiError::from(e).param("cursor")),
         other => other?,
     };
