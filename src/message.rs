@@ -244,7 +244,9 @@ impl Message {
     /// }
     /// ```
     pub async fn children_results(&self, cursor: impl Into<Option<String>>) -> Result<ChildrenPage, Error> {
-        self.scribe.children(self.id(), self.attempt(), cursor.into().as_deref()).await
+        self.scribe
+            .children(self.id(), self.attempt(), cursor.into().as_deref())
+            .await
     }
 
     /// The payload decoded as JSON.

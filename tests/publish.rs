@@ -10,11 +10,18 @@ use serde_json::Value;
 /// The platforms whose dependencies count: Linux, Windows and macOS. Only
 /// the dependencies of a real target's `cfg`s, so those behind a `cfg` no
 /// build sets (loom's `cfg(loom)`) are left out.
-const PLATFORMS: &[&str] = &["x86_64-unknown-linux-gnu", "x86_64-pc-windows-msvc", "aarch64-apple-darwin"];
+const PLATFORMS: &[&str] = &[
+    "x86_64-unknown-linux-gnu",
+    "x86_64-pc-windows-msvc",
+    "aarch64-apple-darwin",
+];
 
 /// `1.90` or `1.90.0` as numbers, for comparing.
 fn rust_version(v: &str) -> Vec<u64> {
-    let mut parts: Vec<u64> = v.split('.').map(|p| p.parse().expect("a rust-version is numbers")).collect();
+    let mut parts: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().expect("a rust-version is numbers"))
+        .collect();
     parts.resize(3, 0);
     parts
 }
@@ -29,7 +36,11 @@ fn metadata() -> Value {
         cmd.args(["--filter-platform", p]);
     }
     let out = cmd.output().expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
 }
 
@@ -48,7 +59,9 @@ fn declared_rust_version_is_at_least_every_dependencys() {
     let mut above = Vec::new();
     for member in meta["workspace_members"].as_array().unwrap() {
         let member = member.as_str().unwrap();
-        let declared = package(member)["rust_version"].as_str().expect("every member declares a rust-version");
+        let declared = package(member)["rust_version"]
+            .as_str()
+            .expect("every member declares a rust-version");
         let (mut seen, mut todo) = (vec![member.to_string()], vec![member.to_string()]);
         while let Some(id) = todo.pop() {
             for dep in node(&id)["deps"].as_array().unwrap() {
@@ -64,15 +77,16 @@ fn declared_rust_version_is_at_least_every_dependencys() {
                     if rust_version(v) > rust_version(declared) {
                         above.push(format!(
                             "{} declares {declared}, but {} {} needs {v}",
-                            package(member)["name"],
-                            p["name"],
-                            p["version"]
+                            package(member)["name"].as_str().unwrap(),
+                            p["name"].as_str().unwrap(),
+                            p["version"].as_str().unwrap()
                         ));
                     }
                 }
             }
         }
     }
+    above.sort();
     assert!(above.is_empty(), "rust-version too low:\n{}", above.join("\n"));
 }
 
@@ -101,9 +115,18 @@ fn crate_producers_and_changelog_name_one_version() {
         .find(|v| v != "Unreleased");
     let found = [
         ("producers/python/pyproject.toml", python),
-        ("producers/node/package.json", node["version"].as_str().map(String::from)),
-        ("producers/node/package-lock.json", lock["version"].as_str().map(String::from)),
-        ("producers/node/package-lock.json (its own entry)", lock["packages"][""]["version"].as_str().map(String::from)),
+        (
+            "producers/node/package.json",
+            node["version"].as_str().map(String::from),
+        ),
+        (
+            "producers/node/package-lock.json",
+            lock["version"].as_str().map(String::from),
+        ),
+        (
+            "producers/node/package-lock.json (its own entry)",
+            lock["packages"][""]["version"].as_str().map(String::from),
+        ),
         ("CHANGELOG.md's newest release heading", release),
     ];
     let differ: Vec<String> = found

@@ -96,10 +96,17 @@ impl DelayQueue {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn flow_children(&self, id: impl AsRef<str>, cursor: impl Into<Option<String>>) -> Result<FlowPage, Error> {
+    pub async fn flow_children(
+        &self,
+        id: impl AsRef<str>,
+        cursor: impl Into<Option<String>>,
+    ) -> Result<FlowPage, Error> {
         let id = id.as_ref();
         MessageId::check(id)?;
-        let cursor = cursor.into().as_deref().map_or(Ok(ChildCursor::start()), ChildCursor::parse)?;
+        let cursor = cursor
+            .into()
+            .as_deref()
+            .map_or(Ok(ChildCursor::start()), ChildCursor::parse)?;
         let base = self.shard_of(id).base.clone();
         let (entries, next) = self.at(&base)?.shard().child_page(id, cursor, FLOW_PAGE).await?;
         Ok(FlowPage {

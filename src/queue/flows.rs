@@ -36,7 +36,9 @@ impl DelayQueue {
         cursor: impl Into<Option<String>>,
     ) -> Result<ChildrenPage, Error> {
         let id = id.as_ref();
-        self.store(self.shard_of(id)).children(id, cursor.into().as_deref()).await
+        self.store(self.shard_of(id))
+            .children(id, cursor.into().as_deref())
+            .await
     }
 }
 
