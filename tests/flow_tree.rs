@@ -133,7 +133,7 @@ async fn a_flow_reads_as_a_tree_from_any_of_its_messages_across_queues() {
     for bad in ["", "x", "u0", "uz.1", "f1.-1"] {
         assert!(
             matches!(
-                orders.flow_children("close-1", Some(bad)).await,
+                orders.flow_children("close-1", Some(bad.to_string())).await,
                 Err(Error::InvalidArgument(_))
             ),
             "cursor {bad:?} accepted"

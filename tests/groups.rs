@@ -615,7 +615,7 @@ async fn a_rescheduled_pending_grouped_message_is_delivered_in_its_group() {
     assert!(
         wait_for(WAIT, || async {
             let page = queue.groups(0, 10).await.unwrap();
-            page.total == 0 && page.groups.is_empty()
+            page.total == 0 && page.items.is_empty()
         })
         .await,
         "A idle: nothing of it due or processing"
@@ -626,7 +626,7 @@ async fn a_rescheduled_pending_grouped_message_is_delivered_in_its_group() {
     assert!(queue.reschedule(&late, Duration::ZERO).await.unwrap());
     assert!(wait_for(WAIT, || async { pending_len(&client, "gresched").await == 0 }).await);
     assert!(!queue.reschedule(&late, hour).await.unwrap(), "ready, not pending");
-    assert_eq!(queue.groups(0, 10).await.unwrap().groups[0].ready, 1);
+    assert_eq!(queue.groups(0, 10).await.unwrap().items[0].ready, 1);
     assert!(queue.resume().await.unwrap());
     assert!(wait_until(WAIT, || log.len() == 2).await);
     consumer.shutdown().await.unwrap();

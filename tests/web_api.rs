@@ -1157,7 +1157,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         act(&app, &path("a", "pause"), json!({})).await,
         json!({"paused": true, "changed": false})
     );
-    assert!(q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert!(q.groups(0, 10).await.unwrap().items[0].paused);
     assert_eq!(
         get_ok(&app, "/api/queues/tenants/groups").await["items"][0]["paused"],
         json!(true)
@@ -1166,7 +1166,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         act(&app, &path("a", "resume"), json!({})).await,
         json!({"paused": false, "changed": true})
     );
-    assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert!(!q.groups(0, 10).await.unwrap().items[0].paused);
 
     // A bad group name is a 400; no CSRF token a 403; read-only refuses.
     let token = csrf(&app).await;
@@ -1191,7 +1191,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         );
     }
     assert_eq!(get_ok(&ro, "/api/queues/tenants/groups").await["total"], json!(3));
-    assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert!(!q.groups(0, 10).await.unwrap().items[0].paused);
 }
 
 #[tokio::test]

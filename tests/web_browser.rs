@@ -1174,7 +1174,7 @@ async fn a_group_paused_with_a_click_waits_while_another_is_handled_and_resuming
         ),
     )
     .await;
-    let paused = |page: &delayqueue::GroupPage| page.groups.iter().any(|g| g.name == "tenant-a" && g.paused);
+    let paused = |page: &delayqueue::GroupPage| page.items.iter().any(|g| g.name == "tenant-a" && g.paused);
     assert!(paused(&work.groups(0, 10).await.unwrap()), "Redis says paused");
 
     let sent_at = dash.server.now_ms();
