@@ -137,7 +137,7 @@ impl ChildOutcome {
 }
 
 /// One finished child of a parent, from
-/// [`DelayQueue::children_results`].
+/// [`DelayQueue::children_results`](crate::DelayQueue::children_results).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildResult {
     /// The child's queue.
