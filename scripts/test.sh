@@ -45,8 +45,8 @@ fi
 export DELAYQUEUE_BROWSER_REQUIRED=1
 # python3 (with venv), node and npm: the producers in other languages
 # (tests/polyglot.rs, which itself installs `redis` in a venv under target/
-# and `ioredis` with `npm ci`, and their own tests, on the packages installed
-# with pip and npm: scripts/test-producers.sh).
+# and `ioredis` with `npm ci`, and their own tests, on the wheel, the sdist
+# and the npm tarball built and installed fresh: scripts/test-producers.sh).
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt_install python3-venv || echo "could not install python3-venv; the Python producer tests will fail" >&2
 fi

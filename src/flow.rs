@@ -137,7 +137,7 @@ impl ChildOutcome {
 }
 
 /// One finished child of a parent, from
-/// [`DelayQueue::children_results`].
+/// [`DelayQueue::children_results`](crate::DelayQueue::children_results).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChildResult {
     /// The child's queue.
@@ -155,7 +155,7 @@ pub struct ChildResult {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChildrenPage {
     /// The children of this page, in no particular order.
-    pub children: Vec<ChildResult>,
+    pub items: Vec<ChildResult>,
     /// Where the next page starts; `None` after the last one.
     pub next: Option<String>,
 }
@@ -258,7 +258,7 @@ impl FlowNode {
 #[non_exhaustive]
 pub struct FlowPage {
     /// At most [`FLOW_PAGE`] children.
-    pub children: Vec<FlowNode>,
+    pub items: Vec<FlowNode>,
     /// Where the next page starts; `None` after the last one.
     pub next: Option<String>,
 }

@@ -27,9 +27,13 @@ pub(crate) struct InvalidId {
 /// member). A caller-given id (see [`NewMessage::id`](crate::NewMessage::id))
 /// makes a send idempotent.
 ///
+/// It compares with the strings it is made of, either way round:
+///
 /// ```
 /// use delayqueue::MessageId;
 /// let id = MessageId::from("order-42");
+/// assert_eq!(id, "order-42");
+/// assert!("order-42" == id && id == "order-42".to_string());
 /// assert_eq!(id.as_str(), "order-42");
 /// assert_eq!(id.to_string(), "order-42");
 /// ```
@@ -111,6 +115,26 @@ impl AsRef<str> for MessageId {
         &self.0
     }
 }
+
+/// `id == "row-7"`, `id == *s`, `id == string` and the same the other way
+/// round: an id is equal to the text it is made of.
+macro_rules! eq_text {
+    ($($text:ty),*) => {$(
+        impl PartialEq<$text> for MessageId {
+            fn eq(&self, other: &$text) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<MessageId> for $text {
+            fn eq(&self, other: &MessageId) -> bool {
+                *self == other.0
+            }
+        }
+    )*};
+}
+
+eq_text!(str, &str, String);
 
 #[cfg(test)]
 mod tests {

@@ -180,7 +180,7 @@ pub struct GroupInfo {
     /// Paused ([`DelayQueue::pause_group`](crate::DelayQueue::pause_group)).
     pub paused: bool,
     /// Its own concurrency; `None`: the default of [`GroupPage`].
-    pub concurrency: Option<u32>,
+    pub concurrency: Option<u64>,
     /// Its own rate; `None`: the default of [`GroupPage`].
     pub rate: Option<crate::RateLimit>,
     /// Until when it waits (an ordered group's failed message its retry,
@@ -197,9 +197,9 @@ pub struct GroupPage {
     pub total: u64,
     /// The concurrency of every group without its own: Redis's, else the
     /// handle's builder's; `None`: no limit.
-    pub default_concurrency: Option<u32>,
+    pub default_concurrency: Option<u64>,
     /// The rate of every group without its own, as `default_concurrency`.
     pub default_rate: Option<crate::RateLimit>,
     /// The groups of the page, in name order (shard by shard).
-    pub groups: Vec<GroupInfo>,
+    pub items: Vec<GroupInfo>,
 }

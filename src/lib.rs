@@ -67,6 +67,9 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, unreachable_pub, unnameable_types, missing_debug_implementations)]
+// docs.rs builds with every feature and `--cfg docsrs` (Cargo.toml): each
+// feature-gated item then says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod batch;
@@ -91,6 +94,7 @@ mod scribe;
 mod status;
 mod store;
 #[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
 pub mod web;
 
 pub use backoff::Backoff;
@@ -143,22 +147,35 @@ pub use fred;
 /// `#[delayqueue::async_trait]`, so users need no `async-trait` of their own.
 pub use async_trait::async_trait;
 
-/// Compiles the README's Rust example as a doctest, so it stays true.
-#[doc = include_str!("../README.md")]
+/// The Rust code blocks of the README and of docs/, compiled as doctests so
+/// they cannot drift from the types: one hidden item per page. A block that
+/// cannot compile says why in its `rust,ignore` fence.
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+mod doc_pages {
+    macro_rules! pages {
+        ($($(#[$cfg:meta])* $name:ident = $path:literal;)*) => {$(
+            $(#[$cfg])*
+            #[doc = include_str!($path)]
+            pub struct $name;
+        )*};
+    }
 
-/// Compiles docs/dedup.md's Rust example as a doctest.
-#[doc = include_str!("../docs/dedup.md")]
-#[cfg(doctest)]
-pub struct DedupDoctests;
-
-/// Compiles docs/workflows.md's Rust example as a doctest.
-#[doc = include_str!("../docs/workflows.md")]
-#[cfg(doctest)]
-pub struct WorkflowsDoctests;
-
-/// Compiles the examples of docs/handlers.md (middleware, batch handlers) as doctests.
-#[doc = include_str!("../docs/handlers.md")]
-#[cfg(doctest)]
-pub struct HandlersDoctests;
+    pages! {
+        Readme = "../README.md";
+        Dedup = "../docs/dedup.md";
+        Groups = "../docs/groups.md";
+        Handlers = "../docs/handlers.md";
+        Limits = "../docs/limits.md";
+        Operations = "../docs/operations.md";
+        Priorities = "../docs/priorities.md";
+        Results = "../docs/results.md";
+        Schedules = "../docs/schedules.md";
+        Workers = "../docs/workers.md";
+        Workflows = "../docs/workflows.md";
+        // Its TLS example uses fred's rustls types.
+        #[cfg(feature = "tls")]
+        Scaling = "../docs/scaling.md";
+        #[cfg(feature = "web")]
+        Web = "../docs/web.md";
+    }
+}

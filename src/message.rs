@@ -232,19 +232,21 @@ impl Message {
     /// async fn close_order(msg: Message) -> Result<(), HandlerError> {
     ///     let mut cursor = None;
     ///     loop {
-    ///         let page = msg.children_results(cursor.as_deref()).await?;
-    ///         for child in &page.children {
+    ///         let page = msg.children_results(cursor).await?;
+    ///         for child in &page.items {
     ///             println!("{} ended {:?}: {:?}", child.id, child.outcome, child.result);
     ///         }
-    ///         match page.next {
-    ///             Some(next) => cursor = Some(next),
-    ///             None => return Ok(()),
+    ///         cursor = page.next;
+    ///         if cursor.is_none() {
+    ///             return Ok(());
     ///         }
     ///     }
     /// }
     /// ```
-    pub async fn children_results(&self, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
-        self.scribe.children(self.id(), self.attempt(), cursor).await
+    pub async fn children_results(&self, cursor: impl Into<Option<String>>) -> Result<ChildrenPage, Error> {
+        self.scribe
+            .children(self.id(), self.attempt(), cursor.into().as_deref())
+            .await
     }
 
     /// The payload decoded as JSON.

@@ -265,7 +265,7 @@ async fn results_and_flows(producer: &Client, consumer: &Client, cli: &Client, c
             let q = q.clone();
             async move {
                 let page = q.children_results(msg.id(), None).await?;
-                let mut results: Vec<Vec<u8>> = page.children.into_iter().filter_map(|c| c.result).collect();
+                let mut results: Vec<Vec<u8>> = page.items.into_iter().filter_map(|c| c.result).collect();
                 results.sort();
                 let mut out = msg.payload().to_vec();
                 for r in results {

@@ -1238,7 +1238,7 @@ async fn groups_are_listed_a_page_at_a_time_and_paused_and_resumed() {
         run(&url, &["groups", "resume", "tenants", "a"]).await.stdout,
         "resumed group a\n"
     );
-    assert!(!q.groups(0, 1).await.unwrap().groups[0].paused);
+    assert!(!q.groups(0, 1).await.unwrap().items[0].paused);
     assert!(run(&url, &["groups", "pause", "tenants", "a b"])
         .await
         .failed(2)
@@ -1355,7 +1355,7 @@ async fn flow_show_prints_the_tree_from_any_of_its_messages() {
         .await
         .unwrap();
     let relayed = wait_for(WAIT, || async {
-        mail.children_results("email-1", None).await.unwrap().children.len() == 1
+        mail.children_results("email-1", None).await.unwrap().items.len() == 1
     })
     .await;
     assert!(relayed, "render-1's completion did not reach email-1");

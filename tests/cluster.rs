@@ -441,12 +441,8 @@ async fn a_slot_migration_in_the_middle_of_a_flow_loses_nothing() {
                 let returned = finished.lock().unwrap().len();
                 let (mut read, mut cursor) = (Vec::new(), None::<String>);
                 for _ in 0..CHILDREN {
-                    let page = msg.children_results(cursor.as_deref()).await?;
-                    read.extend(
-                        page.children
-                            .into_iter()
-                            .map(|c| (c.id.to_string(), c.outcome, c.result)),
-                    );
+                    let page = msg.children_results(cursor.take()).await?;
+                    read.extend(page.items.into_iter().map(|c| (c.id.to_string(), c.outcome, c.result)));
                     cursor = page.next;
                     if cursor.is_none() {
                         break;

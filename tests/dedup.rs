@@ -368,7 +368,7 @@ async fn grouped_messages_keep_their_windows_and_their_groups() {
     let mut idle = false;
     for _ in 0..1_500 {
         let c = queue.counts().await.unwrap();
-        if c.processing == 0 && queue.groups(0, 10).await.unwrap().groups.is_empty() {
+        if c.processing == 0 && queue.groups(0, 10).await.unwrap().items.is_empty() {
             idle = true;
             break;
         }

@@ -35,9 +35,9 @@ async fn all_children(q: &DelayQueue, id: &str) -> BTreeMap<String, FlowNode> {
     let mut all = BTreeMap::new();
     let mut cursor: Option<String> = None;
     for _ in 0..100 {
-        let page = q.flow_children(id, cursor.as_deref()).await.unwrap();
-        assert!(page.children.len() <= FLOW_PAGE, "{} in a page", page.children.len());
-        all.extend(page.children.into_iter().map(|c| (c.id.to_string(), c)));
+        let page = q.flow_children(id, cursor.take()).await.unwrap();
+        assert!(page.items.len() <= FLOW_PAGE, "{} in a page", page.items.len());
+        all.extend(page.items.into_iter().map(|c| (c.id.to_string(), c)));
         match page.next {
             Some(next) => cursor = Some(next),
             None => return all,
@@ -133,7 +133,7 @@ async fn a_flow_reads_as_a_tree_from_any_of_its_messages_across_queues() {
     for bad in ["", "x", "u0", "uz.1", "f1.-1"] {
         assert!(
             matches!(
-                orders.flow_children("close-1", Some(bad)).await,
+                orders.flow_children("close-1", Some(bad.to_string())).await,
                 Err(Error::InvalidArgument(_))
             ),
             "cursor {bad:?} accepted"

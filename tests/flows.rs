@@ -102,7 +102,7 @@ async fn a_parent_reads_its_childrens_outcomes_and_waits_for_existing_messages()
                 let page = queue.children_results(msg.id(), None).await.unwrap();
                 assert!(page.next.is_none());
                 let mut children: Vec<(String, String, ChildOutcome)> = page
-                    .children
+                    .items
                     .into_iter()
                     .map(|c| (c.queue, c.id.to_string(), c.outcome))
                     .collect();
@@ -322,11 +322,8 @@ async fn a_parent_reads_the_results_its_children_returned() {
             let record = record.clone();
             async move {
                 let page = msg.children_results(None).await?;
-                let mut got: Vec<(String, Option<Vec<u8>>)> = page
-                    .children
-                    .into_iter()
-                    .map(|c| (c.id.to_string(), c.result))
-                    .collect();
+                let mut got: Vec<(String, Option<Vec<u8>>)> =
+                    page.items.into_iter().map(|c| (c.id.to_string(), c.result)).collect();
                 got.sort();
                 record.lock().unwrap().extend(got);
                 Ok::<(), HandlerError>(())

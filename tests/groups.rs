@@ -177,7 +177,7 @@ async fn group_concurrency_holds_across_consumers_and_shards() {
     // it); the rest of the group keys went with the messages.
     let settings = |keys: &[String]| keys.iter().all(|k| k.ends_with(":glimits") || k.ends_with(":gknown"));
     assert!(wait_for(WAIT, || async { settings(&group_keys(&client, "gc").await) }).await);
-    assert_eq!(queue.groups(0, 10).await.unwrap().groups.len(), 1, "C, for its setting");
+    assert_eq!(queue.groups(0, 10).await.unwrap().items.len(), 1, "C, for its setting");
     assert_eq!(queue.status().await.unwrap().totals.acked, 60);
 }
 
@@ -341,11 +341,11 @@ async fn groups_lists_every_shard_s_groups_in_pages() {
     for _ in 0..10 {
         let page = queue.groups(offset, 5).await.unwrap();
         assert_eq!((page.total, page.default_concurrency), (12, Some(4)));
-        if page.groups.is_empty() {
+        if page.items.is_empty() {
             break;
         }
-        offset += page.groups.len() as u64;
-        seen.extend(page.groups);
+        offset += page.items.len() as u64;
+        seen.extend(page.items);
     }
     let mut listed: Vec<&str> = seen.iter().map(|g| g.name.as_str()).collect();
     listed.sort_unstable();
@@ -615,7 +615,7 @@ async fn a_rescheduled_pending_grouped_message_is_delivered_in_its_group() {
     assert!(
         wait_for(WAIT, || async {
             let page = queue.groups(0, 10).await.unwrap();
-            page.total == 0 && page.groups.is_empty()
+            page.total == 0 && page.items.is_empty()
         })
         .await,
         "A idle: nothing of it due or processing"
@@ -626,7 +626,7 @@ async fn a_rescheduled_pending_grouped_message_is_delivered_in_its_group() {
     assert!(queue.reschedule(&late, Duration::ZERO).await.unwrap());
     assert!(wait_for(WAIT, || async { pending_len(&client, "gresched").await == 0 }).await);
     assert!(!queue.reschedule(&late, hour).await.unwrap(), "ready, not pending");
-    assert_eq!(queue.groups(0, 10).await.unwrap().groups[0].ready, 1);
+    assert_eq!(queue.groups(0, 10).await.unwrap().items[0].ready, 1);
     assert!(queue.resume().await.unwrap());
     assert!(wait_until(WAIT, || log.len() == 2).await);
     consumer.shutdown().await.unwrap();

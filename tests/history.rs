@@ -294,8 +294,8 @@ const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
 /// The groups of a run's sends, each with its concurrency (`None`: the
 /// builders' `group_concurrency`, `GROUP_CONCURRENCY`): an ordered one,
 /// one of its own and two of the default. Few, so that each has a backlog.
-const GROUPS: [(&str, Option<u32>); 4] = [("g-ordered", Some(1)), ("g-two", Some(2)), ("g.a", None), ("g_b", None)];
-const GROUP_CONCURRENCY: u32 = 3;
+const GROUPS: [(&str, Option<u64>); 4] = [("g-ordered", Some(1)), ("g-two", Some(2)), ("g.a", None), ("g_b", None)];
+const GROUP_CONCURRENCY: u64 = 3;
 /// The groups with a rate of their own (starts, per ms): low enough to
 /// bind at the run's load (a few of a group's sends a second).
 const GROUP_RATES: [(&str, u64, u64); 2] = [("g-two", 3, 1000), ("g.a", 2, 600)];
@@ -656,10 +656,10 @@ async fn read_children(history: &Shared, msg: &Message) {
     let mut cursor: Option<String> = None;
     // A parent has a few children: a page or two.
     for _ in 0..100 {
-        let Ok(page) = msg.children_results(cursor.as_deref()).await else {
+        let Ok(page) = msg.children_results(cursor.take()).await else {
             return;
         };
-        for c in page.children {
+        for c in page.items {
             children.push((c.id.as_str().to_string(), format!("{:?}", c.outcome), c.result));
         }
         cursor = page.next;
@@ -867,7 +867,7 @@ async fn set_groups(url: &str, history: &Shared) {
             result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, {m}): {e}"));
         }
         let m = m.unwrap_or(GROUP_CONCURRENCY);
-        history.lock().unwrap().groups.push((group.to_string(), u64::from(m)));
+        history.lock().unwrap().groups.push((group.to_string(), m));
     }
     for (group, n, per_ms) in GROUP_RATES {
         let rate = RateLimit::new(n, Duration::from_millis(per_ms));

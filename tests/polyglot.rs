@@ -571,7 +571,7 @@ async fn producers_send_parents_that_run_after_their_children() {
                 if m.payload() != b"child" {
                     let page = q.children_results(&id, None).await?;
                     let mut children: Vec<_> = page
-                        .children
+                        .items
                         .into_iter()
                         .map(|c| (c.queue, c.id.to_string(), c.result))
                         .collect();

@@ -1190,7 +1190,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         act(&app, &path("a", "pause"), json!({})).await,
         json!({"paused": true, "changed": false})
     );
-    assert!(q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert!(q.groups(0, 10).await.unwrap().items[0].paused);
     assert_eq!(
         get_ok(&app, "/api/queues/tenants/groups").await["items"][0]["paused"],
         json!(true)
@@ -1199,7 +1199,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         act(&app, &path("a", "resume"), json!({})).await,
         json!({"paused": false, "changed": true})
     );
-    assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert!(!q.groups(0, 10).await.unwrap().items[0].paused);
 
     // A bad group name is a 400; no CSRF token a 403; read-only refuses.
     let token = csrf(&app).await;
@@ -1224,7 +1224,7 @@ async fn groups_are_listed_by_page_and_paused_and_resumed() {
         );
     }
     assert_eq!(get_ok(&ro, "/api/queues/tenants/groups").await["total"], json!(3));
-    assert!(!q.groups(0, 10).await.unwrap().groups[0].paused);
+    assert!(!q.groups(0, 10).await.unwrap().items[0].paused);
 }
 
 #[tokio::test]
@@ -1931,7 +1931,7 @@ async fn a_flow_is_read_as_a_tree_and_its_children_paged() {
         .await
         .unwrap();
     let relayed = wait_for(WAIT, || async {
-        orders.children_results("close-1", None).await.unwrap().children.len() == 1
+        orders.children_results("close-1", None).await.unwrap().items.len() == 1
     })
     .await;
     assert!(relayed, "charge-1's completion did not reach close-1");

@@ -1174,7 +1174,7 @@ async fn a_group_paused_with_a_click_waits_while_another_is_handled_and_resuming
         ),
     )
     .await;
-    let paused = |page: &delayqueue::GroupPage| page.groups.iter().any(|g| g.name == "tenant-a" && g.paused);
+    let paused = |page: &delayqueue::GroupPage| page.items.iter().any(|g| g.name == "tenant-a" && g.paused);
     assert!(paused(&work.groups(0, 10).await.unwrap()), "Redis says paused");
 
     let sent_at = dash.server.now_ms();
@@ -1336,7 +1336,7 @@ async fn the_flow_view_opened_from_a_child_shows_each_messages_state() {
         let q = q.clone();
         move || {
             let q = q.clone();
-            async move { q.children_results(id, None).await.unwrap().children.len() == n }
+            async move { q.children_results(id, None).await.unwrap().items.len() == n }
         }
     };
     assert!(

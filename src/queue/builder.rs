@@ -303,7 +303,7 @@ impl DelayQueueBuilder {
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub fn group_concurrency(mut self, m: u32) -> Self {
+    pub fn group_concurrency(mut self, m: u64) -> Self {
         self.config.group_concurrency = Some(m);
         self
     }

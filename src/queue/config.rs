@@ -21,7 +21,7 @@ pub(crate) struct Config {
     /// Like `rate_limit`.
     pub global_concurrency: Option<u64>,
     /// The default concurrency of every group; like `rate_limit`.
-    pub group_concurrency: Option<u32>,
+    pub group_concurrency: Option<u64>,
     /// The default rate of every group; like `rate_limit`.
     pub group_rate_limit: Option<RateLimit>,
 }

@@ -85,25 +85,32 @@ impl DelayQueue {
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// let mut cursor = None;
     /// loop {
-    ///     let page = queue.flow_children("close-42", cursor.as_deref()).await?;
-    ///     for child in &page.children {
+    ///     let page = queue.flow_children("close-42", cursor).await?;
+    ///     for child in &page.items {
     ///         println!("{}/{}: {:?} {:?}", child.queue, child.id, child.state, child.outcome);
     ///     }
-    ///     match page.next {
-    ///         Some(next) => cursor = Some(next),
-    ///         None => break,
+    ///     cursor = page.next;
+    ///     if cursor.is_none() {
+    ///         break;
     ///     }
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn flow_children(&self, id: impl AsRef<str>, cursor: Option<&str>) -> Result<FlowPage, Error> {
+    pub async fn flow_children(
+        &self,
+        id: impl AsRef<str>,
+        cursor: impl Into<Option<String>>,
+    ) -> Result<FlowPage, Error> {
         let id = id.as_ref();
         MessageId::check(id)?;
-        let cursor = cursor.map_or(Ok(ChildCursor::start()), ChildCursor::parse)?;
+        let cursor = cursor
+            .into()
+            .as_deref()
+            .map_or(Ok(ChildCursor::start()), ChildCursor::parse)?;
         let base = self.shard_of(id).base.clone();
         let (entries, next) = self.at(&base)?.shard().child_page(id, cursor, FLOW_PAGE).await?;
         Ok(FlowPage {
-            children: self.nodes(entries).await?.into_iter().map(|(node, _)| node).collect(),
+            items: self.nodes(entries).await?.into_iter().map(|(node, _)| node).collect(),
             next: next.map(|c| c.to_string()),
         })
     }

@@ -12,28 +12,33 @@ use crate::{DelayQueue, Error, MessageId, NewMessage};
 impl DelayQueue {
     /// One page of the finished children of parent `id`, with their
     /// outcomes and results; start with `cursor` `None`, then pass the
-    /// page's `next` until it is `None` (Redis `HSCAN`: a child may come
-    /// twice, none is missed). Readable while the parent is stored: from
-    /// its handler, and until it is acked, cancelled or deleted.
+    /// page's `next` back as it came until it is `None` (Redis `HSCAN`: a
+    /// child may come twice, none is missed). Readable while the parent is
+    /// stored: from its handler, and until it is acked, cancelled or deleted.
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue, parent: delayqueue::MessageId) -> Result<(), delayqueue::Error> {
-    /// let mut cursor = None;
+    /// let mut page = queue.children_results(&parent, None).await?;
     /// loop {
-    ///     let page = queue.children_results(&parent, cursor.as_deref()).await?;
-    ///     for child in &page.children {
+    ///     for child in &page.items {
     ///         println!("{}/{}: {:?}", child.queue, child.id, child.outcome);
     ///     }
-    ///     match page.next {
-    ///         Some(next) => cursor = Some(next),
-    ///         None => break,
+    ///     if page.next.is_none() {
+    ///         break;
     ///     }
+    ///     page = queue.children_results(&parent, page.next).await?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn children_results(&self, id: impl AsRef<str>, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
+    pub async fn children_results(
+        &self,
+        id: impl AsRef<str>,
+        cursor: impl Into<Option<String>>,
+    ) -> Result<ChildrenPage, Error> {
         let id = id.as_ref();
-        self.store(self.shard_of(id)).children(id, cursor).await
+        self.store(self.shard_of(id))
+            .children(id, cursor.into().as_deref())
+            .await
     }
 }
 

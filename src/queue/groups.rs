@@ -20,7 +20,7 @@ impl DelayQueue {
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// let page = queue.groups(0, 100).await?;
-    /// for g in &page.groups {
+    /// for g in &page.items {
     ///     println!("{}: {} ready, {} processing, paused {}", g.name, g.ready, g.processing, g.paused);
     /// }
     /// # Ok(()) }
@@ -31,7 +31,7 @@ impl DelayQueue {
         }
         let (mut page, mut skip) = (GroupPage::default(), offset);
         for (i, k) in self.inner.shards.iter().enumerate() {
-            let want = limit - page.groups.len();
+            let want = limit - page.items.len();
             let shard = self
                 .store(k)
                 .run(&ListGroups {
@@ -49,7 +49,7 @@ impl DelayQueue {
             }
             page.total += shard.total;
             skip = skip.saturating_sub(shard.total);
-            page.groups.extend(shard.groups);
+            page.items.extend(shard.groups);
         }
         Ok(page)
     }
@@ -91,7 +91,7 @@ impl DelayQueue {
     /// queue.set_group_concurrency("tenant-42", Some(2)).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn set_group_concurrency(&self, group: &str, m: Option<u32>) -> Result<bool, Error> {
+    pub async fn set_group_concurrency(&self, group: &str, m: Option<u64>) -> Result<bool, Error> {
         check_group(group)?;
         check_concurrency(m)?;
         self.change_group(
@@ -112,7 +112,7 @@ impl DelayQueue {
     /// queue.set_default_group_concurrency(Some(4)).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn set_default_group_concurrency(&self, m: Option<u32>) -> Result<bool, Error> {
+    pub async fn set_default_group_concurrency(&self, m: Option<u64>) -> Result<bool, Error> {
         check_concurrency(m)?;
         self.change_default(GroupChange::Limit(None, m)).await
     }
@@ -222,7 +222,7 @@ fn group_rate(rate: Option<RateLimit>) -> Result<Option<(u64, u64)>, Error> {
 }
 
 /// A group concurrency is at least 1.
-fn check_concurrency(m: Option<u32>) -> Result<(), Error> {
+fn check_concurrency(m: Option<u64>) -> Result<(), Error> {
     if m == Some(0) {
         return Err(Error::InvalidArgument("group concurrency must be at least 1".into()));
     }

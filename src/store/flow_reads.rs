@@ -103,15 +103,15 @@ pub(crate) struct ParentLink {
 impl Shard<'_> {
     /// One page of the finished children of parent `id` (HSCAN from `cursor`).
     pub(crate) async fn children(&self, id: &str, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
-        let (next, items) = self
+        let (next, fields) = self
             .scan("HSCAN", self.keys.children(id), cursor.unwrap_or("0"), MAX_BATCH_SIZE)
             .await?;
-        let children = items
+        let items = fields
             .chunks(2)
             .filter_map(|p| child_result(p.first()?, p.get(1)?))
             .collect();
         Ok(ChildrenPage {
-            children,
+            items,
             next: (next != "0").then_some(next),
         })
     }

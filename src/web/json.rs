@@ -317,7 +317,7 @@ pub(crate) struct GroupJson {
     ready: u64,
     processing: u64,
     paused: bool,
-    concurrency: Option<u32>,
+    concurrency: Option<u64>,
     rate: Option<RateJson>,
     waiting_until_ms: Option<u64>,
 }
@@ -342,7 +342,7 @@ pub(crate) struct GroupsJson {
     total: u64,
     offset: u64,
     limit: usize,
-    default_concurrency: Option<u32>,
+    default_concurrency: Option<u64>,
     default_rate: Option<RateJson>,
     items: Vec<GroupJson>,
 }
@@ -355,7 +355,7 @@ impl GroupsJson {
             limit,
             default_concurrency: page.default_concurrency,
             default_rate: page.default_rate.map(Into::into),
-            items: page.groups.iter().map(Into::into).collect(),
+            items: page.items.iter().map(Into::into).collect(),
         }
     }
 }
@@ -365,7 +365,7 @@ impl GroupsJson {
 pub(crate) struct OneGroupJson {
     #[serde(flatten)]
     group: GroupJson,
-    default_concurrency: Option<u32>,
+    default_concurrency: Option<u64>,
     default_rate: Option<RateJson>,
 }
 
@@ -385,7 +385,7 @@ impl OneGroupJson {
 #[serde(deny_unknown_fields)]
 pub(crate) struct GroupLimitsBody {
     #[serde(default, deserialize_with = "present")]
-    pub concurrency: Option<Option<u32>>,
+    pub concurrency: Option<Option<u64>>,
     #[serde(default, deserialize_with = "present")]
     pub rate: Option<Option<RateBody>>,
 }

@@ -168,8 +168,8 @@ async fn top_groups(q: &DelayQueue, top: usize) -> Result<Vec<GroupInfo>, Error>
     let mut offset = 0;
     while offset < GROUP_SCAN {
         let page = q.groups(offset, MAX_PAGE).await?;
-        let n = page.groups.len() as u64;
-        best.extend(page.groups);
+        let n = page.items.len() as u64;
+        best.extend(page.items);
         best.sort_by(|a, b| b.ready.cmp(&a.ready).then_with(|| a.name.cmp(&b.name)));
         best.truncate(top);
         offset += n;

@@ -303,8 +303,8 @@ pub struct GroupLimitArgs {
     #[command(flatten)]
     pub target: GroupTarget,
     /// The most messages of the group processing at once (1: ordered).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "no_concurrency")]
-    pub concurrency: Option<u32>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "no_concurrency")]
+    pub concurrency: Option<u64>,
     /// Drop the group's own concurrency: the default applies.
     #[arg(long)]
     pub no_concurrency: bool,

@@ -13,7 +13,7 @@ use crate::Error;
 pub(crate) enum GroupChange<'a> {
     /// The concurrency of a group (`Some`) or the default of every group
     /// (`None`); `None` as the value clears it.
-    Limit(Option<&'a str>, Option<u32>),
+    Limit(Option<&'a str>, Option<u64>),
     /// The rate `(n, per ms)` of a group or the default, as `Limit`.
     Rate(Option<&'a str>, Option<(u64, u64)>),
     Pause(&'a str),

@@ -22,13 +22,13 @@ pub(crate) struct ListGroups<'a> {
 pub(crate) struct GroupsOfShard {
     /// Known groups of the shard in all.
     pub total: u64,
-    pub default_concurrency: Option<u32>,
+    pub default_concurrency: Option<u64>,
     pub default_rate: Option<RateLimit>,
     pub groups: Vec<GroupInfo>,
 }
 
 /// A concurrency as the script returns it ('' none).
-fn concurrency(v: &Value) -> Option<u32> {
+fn concurrency(v: &Value) -> Option<u64> {
     v.as_str()?.parse().ok()
 }
 

@@ -393,7 +393,7 @@ async fn list_groups_pages_the_known_groups_with_their_counts() {
         (page.total, page.default_concurrency, page.default_rate),
         (4, Some(2), None)
     );
-    let rows: Vec<(&str, u64, u64, bool, Option<u32>)> = page
+    let rows: Vec<(&str, u64, u64, bool, Option<u64>)> = page
         .groups
         .iter()
         .map(|g| (g.name.as_str(), g.ready, g.processing, g.paused, g.concurrency))

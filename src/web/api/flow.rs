@@ -35,12 +35,12 @@ pub(crate) async fn children(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<FlowPageJson> {
     let q = find(&app, &name).await?;
-    let page = match q.flow_children(&id, cursor_of(&query).as_deref()).await {
+    let page = match q.flow_children(&id, cursor_of(&query)).await {
         Err(e @ Error::InvalidArgument(_)) => return Err(ApiError::from(e).param("cursor")),
         other => other?,
     };
     Ok(axum::Json(FlowPageJson {
-        children: page.children.iter().map(FlowNodeJson::from).collect(),
+        children: page.items.iter().map(FlowNodeJson::from).collect(),
         next: page.next,
     }))
 }

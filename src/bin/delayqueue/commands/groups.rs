@@ -44,7 +44,7 @@ fn rate_text(r: RateLimit) -> String {
 
 fn page_text(page: &GroupPage, offset: usize) -> String {
     let mut t = Table::new(["GROUP", "READY", "PROCESSING", "PAUSED", "CONCURRENCY", "RATE"]);
-    for g in &page.groups {
+    for g in &page.items {
         t.row([
             g.name.clone(),
             g.ready.to_string(),
@@ -54,10 +54,10 @@ fn page_text(page: &GroupPage, offset: usize) -> String {
             limit_text(g.rate, page.default_rate, rate_text),
         ]);
     }
-    if page.groups.is_empty() {
+    if page.items.is_empty() {
         return format!("no groups from offset {offset} ({} in all)\n", page.total);
     }
-    let (from, to) = (offset + 1, offset + page.groups.len());
+    let (from, to) = (offset + 1, offset + page.items.len());
     let mut text = t.render() + &format!("\n{from}-{to} of {} groups", page.total);
     if (to as u64) < page.total {
         text += &format!("; next page: --offset {to}");
@@ -78,7 +78,7 @@ impl Ctx {
                     "total": page.total,
                     "default_concurrency": page.default_concurrency,
                     "default_rate": rate_json(page.default_rate),
-                    "groups": page.groups.iter().map(group_json).collect::<Vec<_>>(),
+                    "groups": page.items.iter().map(group_json).collect::<Vec<_>>(),
                 });
                 self.print(value, || page_text(&page, offset))?;
                 Ok(0)
