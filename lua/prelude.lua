@@ -623,7 +623,7 @@ end
 
 -- A group's concurrency (its own, else the queue's default); nil: no limit.
 -- A group of concurrency 1 is ordered: one message at a time, and a failed
--- one keeps its place at the head (nack.lua, timeout.lua).
+-- one keeps its place at the head (group_return).
 local function group_limit(gp, g)
   local own = redis.call('HMGET', gp .. 'limits', g, '')
   return tonumber(own[1] or own[2] or '')
@@ -719,6 +719,16 @@ local function group_forget_idle(gp, g)
   if group_idle(gp, g) then
     redis.call('ZREM', gp .. 'known', g)
   end
+end
+
+-- Puts message `id` of group g (header `head`) back in its group after a
+-- delivery that did not finish (failed, deferred, timed out, released),
+-- by priority then `due`. In an ordered group (`ordered`: concurrency 1)
+-- it stays the head: scored by `due` alone, below every prio_score
+-- (PRIO_SPAN and up), so neither a message sent since, of any priority,
+-- nor one due before this message's retry passes it.
+local function group_return(gp, g, id, head, due, ordered)
+  group_add(gp, g, {ordered and due or prio_score(priority_of(head), due), id})
 end
 
 -- Queues a message of group g in its group, at score prio_score(p, due),
