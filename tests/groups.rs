@@ -263,8 +263,7 @@ async fn an_ordered_groups_failed_head_goes_before_a_higher_priority_sent_during
     // m1's first delivery failed: it waits out its backoff.
     assert!(
         wait_for(WAIT, || async {
-            !log.is_empty()
-                && queue.get(&m1).await.unwrap().map(|m| m.state) != Some(MessageState::Processing)
+            !log.is_empty() && queue.get(&m1).await.unwrap().map(|m| m.state) != Some(MessageState::Processing)
         })
         .await
     );

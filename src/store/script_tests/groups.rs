@@ -235,8 +235,22 @@ async fn an_ordered_groups_head_stays_its_head_whatever_was_sent_since_and_howev
         let first: Vec<String> = env.claim(10).await.ids().iter().map(|s| s.to_string()).collect();
         heads.push((way, first));
     }
-    let a1_first = |way| [(way, vec!["a1".to_string(), "p9".to_string()]), (way, vec!["a1".to_string()])];
-    assert_eq!(heads, [a1_first("fail"), a1_first("defer"), a1_first("release"), a1_first("timeout")].concat());
+    let a1_first = |way| {
+        [
+            (way, vec!["a1".to_string(), "p9".to_string()]),
+            (way, vec!["a1".to_string()]),
+        ]
+    };
+    assert_eq!(
+        heads,
+        [
+            a1_first("fail"),
+            a1_first("defer"),
+            a1_first("release"),
+            a1_first("timeout")
+        ]
+        .concat()
+    );
 }
 
 #[tokio::test]
