@@ -175,9 +175,9 @@ async fn a_late_ack_after_the_redelivery_was_acked_is_a_lost_lease_not_a_second_
     acked_again.store(true, Ordering::Release);
     let lost = tokio::time::timeout(WAIT, async {
         loop {
-            match late_events.recv().await.unwrap() {
-                e @ (Event::LeaseLost { .. } | Event::Acked { .. }) => return e,
-                _ => {}
+            let e = late_events.recv().await.unwrap();
+            if matches!(e, Event::LeaseLost { .. } | Event::Acked { .. }) {
+                return e;
             }
         }
     })
