@@ -11,8 +11,10 @@ ARGV[4] waiting zset (docs/workflows.md)
 Returns {state, score, attempt record, stored value, TTL ms, now ms,
 result, progress, log lines} (result and progress "" when there is none):
 state 1 to 5 is the KEYS[n] holding the id (0: none; 2 also for the
-priority zset and the zset of the message's group; 9 the waiting zset); score as in `list`
-("" for lists); "" for a missing record or value.
+priority zset, the zset of the message's group, and pending once due:
+a due message there waits only for a promote, and stats counts it as
+ready; 9 the waiting zset); score as in `list` ("" for lists; its due ms
+for a due one in pending); "" for a missing record or value.
 Idempotent: reads only.
 Complexity: O(log N) when the id is in a zset (its group's too); otherwise O(L) to find it
 in the ready and retry lists (LPOS stops at the first match); plus O(G)
@@ -26,12 +28,18 @@ if type(value) ~= 'string' then
   value = ''
 end
 local state, score = 0, ''
+local now = now_ms()
 for _, n in ipairs({1, 3, 5}) do
   local s = redis.call('ZSCORE', KEYS[n], id)
   if s then
     state, score = n, s
     break
   end
+end
+if state == 1 and tonumber(score) <= now then
+  -- Due, only not yet moved out of pending by a consumer's promote: ready,
+  -- as stats counts it.
+  state = 2
 end
 if state == 0 and value ~= '' and checked('zset', 'ZSCORE', ARGV[4], id) then
   state = 9
@@ -54,5 +62,5 @@ local lines = redis.pcall('LRANGE', KEYS[10], 0, -1)
 if lines.err then
   lines = {}
 end
-return {state, score, redis.call('HGET', KEYS[6], id) or '', value, redis.call('PTTL', KEYS[7]), now_ms(),
+return {state, score, redis.call('HGET', KEYS[6], id) or '', value, redis.call('PTTL', KEYS[7]), now,
   text(KEYS[8]), text(KEYS[9]), lines}

@@ -29,12 +29,13 @@ Groups (prelude.lua, docs/groups.md): while any group has a message in
 processing (the prefix's 'active' hash exists) the header is read for
 the message's group. A grouped message's group counts one fewer in
 processing; where it would go to retry it goes to its group's zset
-instead (release: at its due time, so back at the head; else due now).
-In an ordered group (concurrency 1) a message that fails or defers with
-deliveries left goes back to the head of its group (at the due time it
-had) and the group waits its delay in the wait zset: nothing else of the
-group starts before it is retried or dead. The group goes back to the
-ring when it may start another.
+instead (release: at its due time, so first among its priority; else due
+now). In an ordered group (concurrency 1) a message that is released, or
+fails or defers with deliveries left, goes back to the head of its group
+whatever the priorities and due times there (group_return in
+prelude.lua), and after a failure or deferral the group waits its delay
+in the wait zset: nothing else of the group starts before it is retried
+or dead. The group goes back to the ring when it may start another.
 Moved to the dead zset while the totals have 'flows', a child records
 its death in the outbox for its parents ('w' links stay: flow_done in
 prelude.lua, docs/workflows.md).
@@ -100,11 +101,13 @@ if grouped then
     group_active(gp, group, -1)
   end
 end
+local ordered = group and group_limit(gp, group) == 1
 if mode == 'release' then
   -- The delivery never started: it keeps its due time.
   redis.call('HSET', KEYS[2], id, record_from(math.max(n - 1, 0), due, deferred, rest or ''))
   if group then
-    group_enqueue(gp, group, id, priority_of(head), due_of(head, due))
+    group_return(gp, group, id, head, due_of(head, due), ordered)
+    group_wake(gp, group)
   else
     redis.call('LPUSH', KEYS[3], id)
   end
@@ -131,9 +134,9 @@ if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV
 end
 -- The next delivery is due when this call makes it claimable.
 redis.call('HSET', KEYS[2], id, record_from(n, now + math.max(delay, 0), deferred, reason_of(ARGV[7])))
-if group and group_limit(gp, group) == 1 then
-  -- Ordered: back at the head of its group, which waits out the delay.
-  group_add(gp, group, {prio_score(priority_of(head), due_of(head, due)), id})
+if ordered then
+  -- Back at the head of its group, which waits out the delay.
+  group_return(gp, group, id, head, due_of(head, due), true)
   if delay > 0 then
     redis.call('ZADD', gp .. 'wait', now + delay, group)
   else
@@ -149,7 +152,8 @@ elseif delay > 0 then
     group_forget_idle(gp, group)
   end
 elseif group then
-  group_enqueue(gp, group, id, priority_of(head), now)
+  group_return(gp, group, id, head, now, false)
+  group_wake(gp, group)
   wake(ARGV[6], 0)
 else
   redis.call('RPUSH', KEYS[3], id)

@@ -428,14 +428,16 @@ end
 --   'u' unique_for: refused while the id's marker exists; stores the
 --       marker holding ms, without TTL (start_window gives it one),
 --   't' throttle: refused while the marker exists; stores it with TTL ms,
---   'd' debounce: a pending message of the id is replaced, due now + delay,
+--   'd' debounce: a pending message of the id (one not due yet: a due one
+--       still in pending is live) is replaced, due now + delay,
 --   'r' replace: a pending message of the id is replaced, its due time kept,
 --   'R' replace, due now + delay.
 -- Adds nothing to pending: the caller ZADDs the due time returned with
 -- status 1 or 5.
 -- Returns a status and, for 1 and 5 the due time, for 4 when the marker
 -- expires (ms, -1: it has no TTL, its message is live):
--- 1 stored, 0 the id is live (pending, ready, retry or processing), 2 its
+-- 1 stored, 0 the id is live (pending, ready, retry or processing; for
+-- debounce and replace: due or processing), 2 its
 -- payload key holds another type (nothing written), 3 its staged value is
 -- gone (nothing written), 4 refused by the id's marker, 5 a pending
 -- message replaced (its attempt record kept), 6 replace found no live
@@ -451,6 +453,11 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   local windowed = kind == 'u' or kind == 't'
   -- The due time of a pending message that debounce or replace replaces.
   local was_due = kind and not windowed and not live and redis.call('ZSCORE', mode[4], id)
+  if was_due and tonumber(was_due) <= now then
+    -- Due already, only not yet moved out of pending by a consumer's
+    -- promote: ready, as counts and get name it, so live, not replaced.
+    live, was_due = true, false
+  end
   if kind == 'r' and was_due then
     -- Its due time kept: the delay (and an expiry) count from it.
     delay = string.format('%d', math.max(0, tonumber(was_due) - now))
@@ -623,7 +630,7 @@ end
 
 -- A group's concurrency (its own, else the queue's default); nil: no limit.
 -- A group of concurrency 1 is ordered: one message at a time, and a failed
--- one keeps its place at the head (nack.lua, timeout.lua).
+-- one keeps its place at the head (group_return).
 local function group_limit(gp, g)
   local own = redis.call('HMGET', gp .. 'limits', g, '')
   return tonumber(own[1] or own[2] or '')
@@ -719,6 +726,16 @@ local function group_forget_idle(gp, g)
   if group_idle(gp, g) then
     redis.call('ZREM', gp .. 'known', g)
   end
+end
+
+-- Puts message `id` of group g (header `head`) back in its group after a
+-- delivery that did not finish (failed, deferred, timed out, released),
+-- by priority then `due`. In an ordered group (`ordered`: concurrency 1)
+-- it stays the head: scored by `due` alone, below every prio_score
+-- (PRIO_SPAN and up), so neither a message sent since, of any priority,
+-- nor one due before this message's retry passes it.
+local function group_return(gp, g, id, head, due, ordered)
+  group_add(gp, g, {ordered and due or prio_score(priority_of(head), due), id})
 end
 
 -- Queues a message of group g in its group, at score prio_score(p, due),

@@ -30,9 +30,10 @@ ms, expire_after ms (0: never expires), and 1 when the caller chose the id
 (docs/dedup.md): "u<ms>" unique_for (refused while the id is live or its
 marker exists; stores the marker holding <ms>, without TTL until the
 message finishes), "t<ms>" throttle (refused while the marker exists;
-stores it with TTL <ms>), "d" debounce (a pending message of the id is
-replaced, due at now + delay), "r" replace (a pending message of the id is
-replaced, its due time kept), "R" replace, due at now + delay; or "w"
+stores it with TTL <ms>), "d" debounce (a pending message of the id not
+due yet is replaced, due at now + delay; a due one is live), "r" replace
+(a pending message of the id not due yet is replaced, its due time kept),
+"R" replace, due at now + delay; or "w"
 (a parent of a flow, docs/workflows.md): while its set of children to
 wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
 empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its

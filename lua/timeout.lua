@@ -14,8 +14,9 @@ ARGV[6] group key prefix   ARGV[7] marker key prefix
 Groups (as nack.lua's 'fail' with no delay): while any group has a
 message in processing, each id's group (from the header it reads anyway)
 counts one fewer in processing; a grouped id goes to its group's zset
-instead of retry (an ordered group's at the due time it had: back at the
-head), and its group back to the ring when it may start another.
+instead of retry (an ordered group's at its head, whatever the
+priorities and due times there: group_return in prelude.lua), and its
+group back to the ring when it may start another.
 Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Starts the window of the unique_for marker of each id moved to the dead
@@ -85,11 +86,8 @@ if #retry > 0 then
   redis.call('RPUSH', KEYS[3], unpack(retry))
 end
 for _, b in ipairs(back) do
-  local due = now
-  if group_limit(gp, b[1]) == 1 then
-    due = due_of(b[3], b[4])
-  end
-  group_add(gp, b[1], {prio_score(priority_of(b[3]), due), b[2]})
+  local ordered = group_limit(gp, b[1]) == 1
+  group_return(gp, b[1], b[2], b[3], ordered and due_of(b[3], b[4]) or now, ordered)
 end
 for _, group in ipairs(left) do
   group_wake(gp, group)

@@ -94,7 +94,8 @@ pub enum Error {
         queue: String,
         /// The id.
         id: MessageId,
-        /// `true`: the message is due (ready, retry) or being processed;
+        /// `true`: the message is due (its due time passed: ready, retry) or
+        /// being processed;
         /// `false`: no message with this id is live.
         live: bool,
     },

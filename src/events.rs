@@ -30,7 +30,9 @@ pub enum Event {
         /// Which delivery: 1 for the first.
         attempt: u32,
     },
-    /// A handler succeeded and the message is gone.
+    /// A handler succeeded, its ack took effect and the message is gone:
+    /// one per message acked, never for a late ack (that is
+    /// [`Event::LeaseLost`]).
     Acked {
         /// The message.
         id: MessageId,
@@ -97,7 +99,10 @@ pub enum Event {
         id: MessageId,
     },
     /// An ack or nack came after the lease ran out: the message was or
-    /// will be delivered again.
+    /// will be delivered again, and this ack or nack took no effect. Also
+    /// when the redelivery has finished already (acked by another
+    /// consumer): the late ack is this event, not a second
+    /// [`Event::Acked`].
     LeaseLost {
         /// The message.
         id: MessageId,

@@ -9,9 +9,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum MessageState {
-    /// Waiting for its due time (`pending` zset).
+    /// Waiting for its due time (`pending` zset), which has not come yet.
     Pending,
-    /// Due, waiting for a consumer (`ready` list).
+    /// Due, waiting for a consumer (`ready` list, the priority zset or its
+    /// group's zset); also a due message that no consumer has moved out of
+    /// the `pending` zset yet, as [`Counts::ready`](crate::Counts) counts it.
     Ready,
     /// Delivered to a handler, until its lease runs out.
     Processing,

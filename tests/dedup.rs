@@ -386,3 +386,30 @@ async fn grouped_messages_keep_their_windows_and_their_groups() {
     let report = queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
 }
+
+/// A message that is due but not yet moved out of pending (no consumer
+/// runs) is due for everyone: a replace fails with `NotPending { live:
+/// true }`, a debounce is a duplicate, nothing is written, and `get`
+/// names it ready as `counts` counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_message_no_consumer_moved_yet_is_neither_replaced_nor_debounced() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let queue = DelayQueue::builder("due", client.clone()).build().unwrap();
+    queue.send("a").id("due").await.unwrap();
+    let replaced = queue.replace("due", "b").await;
+    assert!(
+        matches!(replaced, Err(Error::NotPending { live: true, .. })),
+        "{replaced:?}"
+    );
+    let debounced = queue.send("c").id("due").debounce(Duration::from_secs(60)).await;
+    assert!(matches!(debounced, Err(Error::Duplicate { .. })), "{debounced:?}");
+    let info = queue.get("due").await.unwrap().expect("live");
+    assert_eq!(info.payload, b"a", "nothing written");
+    let counts = queue.counts().await.unwrap();
+    assert_eq!(
+        (info.state, counts.pending, counts.ready),
+        (MessageState::Ready, 0, 1),
+        "get names it as counts counts it"
+    );
+}

@@ -37,9 +37,10 @@ async fn a_message_sent_with_default_settings_never_expires_while_no_consumer_ru
     let pttl: i64 = client.pttl(&key).await.unwrap();
     assert_eq!(pttl, -1);
     let info = q.get(&id).await.unwrap().expect("still there");
+    // Due: ready, though no consumer moved it out of pending.
     assert_eq!(
         (info.state, info.expires_at, info.expires_in),
-        (MessageState::Pending, None, None)
+        (MessageState::Ready, None, None)
     );
 
     let log = Log::default();

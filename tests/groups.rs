@@ -226,6 +226,76 @@ async fn an_ordered_group_runs_one_at_a_time_in_order_and_waits_for_a_failed_one
     assert_eq!(running.most("ledger"), 1);
 }
 
+/// (payload, attempt) of each delivery `log` saw, in order.
+fn handled(log: &Log) -> Vec<(String, u32)> {
+    log.snapshot()
+        .into_iter()
+        .map(|(_, attempt, _, payload)| (String::from_utf8_lossy(&payload).into_owned(), attempt))
+        .collect()
+}
+
+/// A handler that records each delivery in `log` and fails those `fails`
+/// picks by (payload, attempt).
+fn failing(log: &Log, fails: fn(&str, u32) -> bool) -> impl delayqueue::Handler {
+    helpers::recording(log, move |msg: Message| {
+        let fail = fails(&String::from_utf8_lossy(msg.payload()), msg.attempt());
+        async move {
+            match fail {
+                true => Err::<(), HandlerError>("not yet".into()),
+                false => Ok(()),
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_groups_failed_head_goes_before_a_higher_priority_sent_during_its_backoff() {
+    let (_server, client, queue) = start_queue("ohead", FETCH, |b| {
+        b.ordered().backoff(Backoff::fixed(Duration::from_millis(800)))
+    })
+    .await;
+    let log = Log::default();
+    let consumer = queue
+        .start_consume(failing(&log, |p, attempt| p == "m1" && attempt == 1))
+        .await
+        .unwrap();
+    let m1 = queue.send("m1").group("g").await.unwrap();
+    // m1's first delivery failed: it waits out its backoff.
+    assert!(
+        wait_for(WAIT, || async {
+            !log.is_empty() && queue.get(&m1).await.unwrap().map(|m| m.state) != Some(MessageState::Processing)
+        })
+        .await
+    );
+    queue.send("m2").group("g").priority(9).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 3).await, "{:?}", handled(&log));
+    consumer.shutdown().await.unwrap();
+    assert_eq!(handled(&log), [("m1".into(), 1), ("m1".into(), 2), ("m2".into(), 1)]);
+    assert_drained(&client, &queue, "ohead").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_groups_head_failed_twice_is_retried_before_the_messages_behind_it() {
+    let (_server, client, queue) = start_queue("otwice", FETCH, |b| {
+        b.ordered().backoff(Backoff::fixed(Duration::from_millis(300)))
+    })
+    .await;
+    queue
+        .send_batch((1..=10).map(|i| NewMessage::new(i.to_string()).group("g")))
+        .await
+        .unwrap();
+    let log = Log::default();
+    let consumer = queue
+        .start_consume(failing(&log, |p, attempt| p == "3" && attempt <= 2))
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || log.len() == 12).await, "{:?}", handled(&log));
+    consumer.shutdown().await.unwrap();
+    let order: Vec<String> = handled(&log).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(order, ["1", "2", "3", "3", "3", "4", "5", "6", "7", "8", "9", "10"]);
+    assert_drained(&client, &queue, "otwice").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_group_waits_while_other_groups_are_served() {
     let (_server, _client, queue) = start_queue("gpause", FETCH, |b| b).await;

@@ -126,3 +126,73 @@ async fn deliveries_waiting_for_a_slot_are_handed_back_uncounted() {
     );
     assert_eq!(slow.load(Ordering::SeqCst) as u64, handled);
 }
+
+/// A delivery whose lease ran out acks after its redelivery, handled by
+/// another consumer, was acked: one ack took effect, so one `Acked` (the
+/// redelivery's), and the late one is `LeaseLost`, never a second `Acked`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_ack_after_the_redelivery_was_acked_is_a_lost_lease_not_a_second_ack() {
+    // A short lease; one handler, holding no more than it runs.
+    let (_server, client, late) = helpers::start_queue("late", Duration::from_millis(50), |b| {
+        b.concurrency(1)
+            .fetch_limit(1)
+            .max_consume_duration(Duration::from_millis(300))
+    })
+    .await;
+    let other = helpers::queue_builder("late", &client, Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let (mut late_events, mut other_events) = (late.events(), other.events());
+    let (log, other_log) = (Log::default(), Log::default());
+    let acked_again = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let release = acked_again.clone();
+    // Blocks its thread (the handler time limit cannot cut it short) until
+    // the redelivery was acked, or WAIT.
+    let slow = late
+        .start_consume(recording(&log, move |_m: Message| {
+            let release = release.clone();
+            async move {
+                tokio::task::block_in_place(|| {
+                    let start = std::time::Instant::now();
+                    while !release.load(Ordering::Acquire) && start.elapsed() < WAIT {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                });
+                Ok::<(), HandlerError>(())
+            }
+        }))
+        .await
+        .unwrap();
+    let id = late.send("once").await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await, "never delivered");
+    // Its lease runs out: a sweep takes the message back and the other
+    // consumer handles and acks the redelivery.
+    let fast = other.start_consume(helpers::acking(&other_log)).await.unwrap();
+    assert!(wait_until(WAIT, || other_log.len() == 1).await, "never redelivered");
+    let drained = wait_stats(&other, WAIT, Counts::default()).await;
+    assert_eq!(drained, Counts::default(), "the redelivery was not acked");
+    // Only now does the first delivery's handler return: its ack is late.
+    acked_again.store(true, Ordering::Release);
+    let lost = tokio::time::timeout(WAIT, async {
+        loop {
+            let e = late_events.recv().await.unwrap();
+            if matches!(e, Event::LeaseLost { .. } | Event::Acked { .. }) {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("no outcome of the late ack");
+    slow.shutdown().await.unwrap();
+    fast.shutdown().await.unwrap();
+    assert_eq!(log.len(), 1, "{:?}", log.snapshot());
+    assert_eq!(lost, Event::LeaseLost { id: id.clone() }, "the late ack");
+    let mut acked = Vec::new();
+    while let Ok(e) = other_events.try_recv() {
+        if let Event::Acked { id } = e {
+            acked.push(id);
+        }
+    }
+    assert_eq!(acked, vec![id], "the redelivery's ack");
+    assert_eq!(other.status().await.unwrap().totals.acked, 1);
+}

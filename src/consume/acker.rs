@@ -81,16 +81,25 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
         match ctx.store(k).run(&ack).await {
             Ok(acked) => {
                 let relay = acked.contains(&AckOutcome::AckedChild);
+                let now = Instant::now();
                 for (item, outcome) in batch.iter().zip(acked) {
                     let id = &item.receipt.id;
+                    let outcome = match outcome {
+                        // Nothing left to ack after the lease's end (by
+                        // this host's clock, never later than Redis's): a
+                        // redelivery was acked, so this ack is a late one.
+                        AckOutcome::Finished if now >= item.receipt.deadline => AckOutcome::LeaseLost,
+                        // Before it, no sweep can have taken the message
+                        // back: a run of this call whose reply was lost
+                        // (re-sent by this loop or by the client) acked it.
+                        outcome => outcome,
+                    };
                     if outcome != AckOutcome::LeaseLost {
-                        // Finished already: most likely by an earlier run
-                        // of this call whose reply was lost (it is re-sent).
                         match outcome {
                             AckOutcome::Acked | AckOutcome::AckedChild => {
                                 tracing::trace!(queue = %ctx.name, %id, "acked")
                             }
-                            _ => tracing::debug!(queue = %ctx.name, %id, "acked already"),
+                            _ => tracing::debug!(queue = %ctx.name, %id, "acked by the run whose reply was lost"),
                         }
                         ctx.meters.acked.increment(1);
                         events::emit(&ctx.events, || Event::Acked { id: id.clone() });

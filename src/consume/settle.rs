@@ -92,7 +92,15 @@ async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
     };
     let mut backoff = Duration::from_millis(20);
     loop {
-        match shared.store().run(&op).await {
+        // Finished since (delivered again and acked) after the lease's
+        // end (by this host's clock, never later than Redis's): this nack
+        // is a late one. Before it, a run of this call whose reply was
+        // lost did the work.
+        let outcome = shared.store().run(&op).await.map(|outcome| match outcome {
+            NackOutcome::Finished if Instant::now() >= receipt.deadline => NackOutcome::LeaseLost,
+            outcome => outcome,
+        });
+        match outcome {
             Ok(NackOutcome::LeaseLost) => {
                 tracing::warn!(
                     queue = %ctx.name, %id, attempt, reason = %failure.reason,
@@ -103,8 +111,7 @@ async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
                 events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
                 return;
             }
-            // A re-sent nack whose first run did the work, or a late one:
-            // no lease is lost that anyone could still miss.
+            // A re-sent nack whose first run did the work, or a late one.
             Ok(NackOutcome::Finished) => {
                 tracing::debug!(
                     queue = %ctx.name, %id, attempt, reason = %failure.reason,

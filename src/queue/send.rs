@@ -303,7 +303,8 @@ impl<Q> NewMessage<Q> {
     /// from now (as [`delay`](Self::delay) says), and while it is still
     /// pending, the next such send replaces its payload, headers and
     /// options and moves its due time to `window` from then, so the handler
-    /// sees only the last payload. Once the message is due or being
+    /// sees only the last payload. Once the message is due (its due time
+    /// passed, whether or not a consumer moved it yet) or being
     /// processed, a debounced send is refused as a duplicate
     /// ([`Error::Duplicate`]); once it finished, the next one is a new
     /// message. `window` is 1 ms to [`MAX_WINDOW`]; the send needs an id.
@@ -1072,7 +1073,8 @@ impl DelayQueue {
     /// [`at`](NewMessage::at) gives one; its headers and options become
     /// those of the returned [`NewMessage`] (set them, then `.await`).
     /// Atomic: the message is replaced whole, or, when it is due (ready,
-    /// retry), being processed or missing, the call fails with
+    /// retry, or its due time passed while it waits for a consumer to move
+    /// it), being processed or missing, the call fails with
     /// [`Error::NotPending`] and writes nothing. Its attempt record (a
     /// retry's deliveries so far) is kept. O(log n).
     ///

@@ -238,14 +238,16 @@ end
 --   'u' unique_for: refused while the id's marker exists; stores the
 --       marker holding ms, without TTL (start_window gives it one),
 --   't' throttle: refused while the marker exists; stores it with TTL ms,
---   'd' debounce: a pending message of the id is replaced, due now + delay,
+--   'd' debounce: a pending message of the id (one not due yet: a due one
+--       still in pending is live) is replaced, due now + delay,
 --   'r' replace: a pending message of the id is replaced, its due time kept,
 --   'R' replace, due now + delay.
 -- Adds nothing to pending: the caller ZADDs the due time returned with
 -- status 1 or 5.
 -- Returns a status and, for 1 and 5 the due time, for 4 when the marker
 -- expires (ms, -1: it has no TTL, its message is live):
--- 1 stored, 0 the id is live (pending, ready, retry or processing), 2 its
+-- 1 stored, 0 the id is live (pending, ready, retry or processing; for
+-- debounce and replace: due or processing), 2 its
 -- payload key holds another type (nothing written), 3 its staged value is
 -- gone (nothing written), 4 refused by the id's marker, 5 a pending
 -- message replaced (its attempt record kept), 6 replace found no live
@@ -261,6 +263,11 @@ local function store_message(processing, dead, attempts, key, id, value, delay, 
   local windowed = kind == 'u' or kind == 't'
   -- The due time of a pending message that debounce or replace replaces.
   local was_due = kind and not windowed and not live and redis.call('ZSCORE', mode[4], id)
+  if was_due and tonumber(was_due) <= now then
+    -- Due already, only not yet moved out of pending by a consumer's
+    -- promote: ready, as counts and get name it, so live, not replaced.
+    live, was_due = true, false
+  end
   if kind == 'r' and was_due then
     -- Its due time kept: the delay (and an expiry) count from it.
     delay = string.format('%d', math.max(0, tonumber(was_due) - now))
@@ -497,9 +504,10 @@ ms, expire_after ms (0: never expires), and 1 when the caller chose the id
 (docs/dedup.md): "u<ms>" unique_for (refused while the id is live or its
 marker exists; stores the marker holding <ms>, without TTL until the
 message finishes), "t<ms>" throttle (refused while the marker exists;
-stores it with TTL <ms>), "d" debounce (a pending message of the id is
-replaced, due at now + delay), "r" replace (a pending message of the id is
-replaced, its due time kept), "R" replace, due at now + delay; or "w"
+stores it with TTL <ms>), "d" debounce (a pending message of the id not
+due yet is replaced, due at now + delay; a due one is live), "r" replace
+(a pending message of the id not due yet is replaced, its due time kept),
+"R" replace, due at now + delay; or "w"
 (a parent of a flow, docs/workflows.md): while its set of children to
 wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
 empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its

@@ -63,8 +63,10 @@ numbered! {
         /// Acked, and its completion recorded for its parent: the relay
         /// has work (docs/workflows.md).
         AckedChild = 3,
-        /// Nothing left to ack: finished already, most likely by an earlier
-        /// run of this call whose reply was lost.
+        /// Nothing left to ack: finished already, by an earlier run of this
+        /// call whose reply was lost, or by the ack of a redelivery after
+        /// this delivery's lease ran out (the consumer tells them apart by
+        /// whether the lease's deadline has passed).
         Finished = 2,
     }
 }

@@ -62,7 +62,8 @@ numbered! {
         Dead = 2,
         /// Neither in processing nor stored: the message finished since
         /// (delivered again and acked), whether or not an earlier run of
-        /// this call did its work. Nothing done.
+        /// this call did its work (the consumer reads it as a lost lease
+        /// once the lease's deadline has passed). Nothing done.
         Finished = 3,
     }
 }

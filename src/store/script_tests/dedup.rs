@@ -264,6 +264,33 @@ async fn replace_changes_only_a_pending_message() {
 }
 
 #[tokio::test]
+async fn a_message_due_in_pending_is_due_for_replace_debounce_get_and_counts() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Due, and no consumer has promoted it: it still waits in pending.
+    env.send_own("a", "one", 60_000, NEVER, 3).await;
+    env.raw(&["ZADD", &k.pending, "XX", "1", "a"]);
+    let due = env.snapshot();
+    let mut outcomes = Vec::new();
+    for mode in [
+        SendMode::Replace { move_due: false },
+        SendMode::Replace { move_due: true },
+        SendMode::Debounce,
+    ] {
+        outcomes.push(env.send_mode("a", "two", 1_000, mode).await.0);
+    }
+    assert_eq!(outcomes, [SendOutcome::Live; 3], "due: as ready, never replaced");
+    assert_eq!(env.snapshot(), due, "nothing written");
+    let info = env.queue.get("a").await.unwrap().expect("live");
+    let counts = env.queue.counts().await.unwrap();
+    assert_eq!(
+        (info.state, counts.pending, counts.ready),
+        (crate::MessageState::Ready, 0, 1),
+        "get and counts name it alike"
+    );
+}
+
+#[tokio::test]
 async fn a_bad_mode_fails_before_any_write() {
     let env = Env::new().await;
     let op = SendBatch {

@@ -10,7 +10,7 @@ use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
 use crate::store::stored::{encode_stored, ValueParts};
 
-use super::{fail, Env, NEVER, RETRY};
+use super::{fail, ms, Env, NEVER, RETRY};
 use crate::store::ops::claim::Held;
 
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
@@ -19,8 +19,14 @@ const PRIO_SPAN: i64 = 1 << 42;
 impl Env {
     /// Sends `id` (payload: its id) in group `group` (none: ''), due now.
     pub(super) async fn send_grouped(&self, id: &str, group: &str) {
+        self.send_grouped_at(id, group, 0).await;
+    }
+
+    /// Sends `id` (payload: its id) of priority `priority` in group `group`, due now.
+    async fn send_grouped_at(&self, id: &str, group: &str, priority: u8) {
         let value = encode_stored(&ValueParts {
             retry_count: RETRY as u32,
+            priority,
             group: (!group.is_empty()).then_some(group),
             payload: id.as_bytes(),
             ..Default::default()
@@ -194,6 +200,80 @@ async fn an_ordered_group_keeps_a_failed_message_at_its_head_until_its_retry() {
     assert_eq!(env.nack("a2", lease, NackMode::Dead).await, 2);
     assert_eq!(env.ring(), vec!["A"]);
     assert_eq!(env.claim(10).await.ids(), ["a3"]);
+}
+
+#[tokio::test]
+async fn an_ordered_groups_head_stays_its_head_whatever_was_sent_since_and_however_it_came_back() {
+    // Each way a delivery of an ordered group's head comes back, while a
+    // message of priority 9 was sent to the group during it.
+    let ways: [(&str, Option<NackMode>); 4] = [
+        ("fail", Some(fail(60_000))),
+        ("defer", Some(NackMode::Defer { delay: ms(60_000) })),
+        ("release", Some(NackMode::Release)),
+        ("timeout", None),
+    ];
+    let mut heads = Vec::new();
+    for (way, mode) in ways {
+        let env = Env::new().await;
+        assert!(env.change(GroupChange::Limit(Some("A"), Some(1))).await);
+        env.send_grouped("a1", "A").await;
+        env.promote(1000).await;
+        assert_eq!(env.claim(10).await.ids(), ["a1"], "{way}");
+        env.send_grouped_at("p9", "A", 9).await;
+        env.promote(1000).await;
+        match mode {
+            Some(mode) => assert_eq!(env.nack("a1", env.lease_of("a1"), mode).await, 1, "{way}"),
+            None => {
+                env.raw(&["ZADD", &env.k().processing, "XX", "1", "a1"]);
+                assert_eq!(env.timeout(10).await, vec![1, 0], "{way}");
+            }
+        }
+        heads.push((way, env.group_ids("A")));
+        // Its wait over, the head goes first, then the others.
+        env.raw(&["DEL", &env.group_key("wait")]);
+        env.raw(&["ZADD", &env.group_key("ring"), "1", "A"]);
+        let first: Vec<String> = env.claim(10).await.ids().iter().map(|s| s.to_string()).collect();
+        heads.push((way, first));
+    }
+    let a1_first = |way| {
+        [
+            (way, vec!["a1".to_string(), "p9".to_string()]),
+            (way, vec!["a1".to_string()]),
+        ]
+    };
+    assert_eq!(
+        heads,
+        [
+            a1_first("fail"),
+            a1_first("defer"),
+            a1_first("release"),
+            a1_first("timeout")
+        ]
+        .concat()
+    );
+}
+
+#[tokio::test]
+async fn an_ordered_groups_head_failed_twice_stays_ahead_of_messages_due_before_its_retry() {
+    let env = Env::new().await;
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(1))).await);
+    for id in ["a1", "a2"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["a1"]);
+    // The first failure's retry is due after a2 was: it is a1's due time
+    // from now on (its attempt record).
+    assert_eq!(env.nack("a1", env.lease_of("a1"), fail(100)).await, 1);
+    env.raw(&["ZADD", &env.group_key("wait"), "1", "A"]);
+    env.promote(1000).await;
+    let c = env.claim(10).await;
+    assert_eq!(c.got, vec![("a1".to_string(), "a1".to_string(), 2)]);
+    assert_eq!(env.nack("a1", env.lease_of("a1"), fail(100)).await, 1);
+    assert_eq!(env.group_ids("A"), vec!["a1", "a2"], "a1 is still the head");
+    // A re-sent nack of that delivery changes nothing.
+    assert_eq!(env.nack_of("a1", 1, fail(100), "", 2).await, 1);
+    assert_eq!(env.group_ids("A"), vec!["a1", "a2"]);
 }
 
 #[tokio::test]
