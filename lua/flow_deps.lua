@@ -6,18 +6,19 @@ empty when it is stored goes to pending, so the set is filled first, in
 calls of at most 1000 children. No completion can reach the set before
 the parent is stored: a child records completions only once linked to
 the parent (flow_link.lua), after the parent's send. A send refused as a
-duplicate writes nothing: with KEYS[2], a parent already live (stored and
-no dead letter, whose payload alone has a TTL: bury in prelude.lua), which
-send.lua will refuse, gets no child added; the children its set holds
-are those the first send may not have linked yet (a re-send after a
-failed one links them). Without KEYS[2] (a batch's member joining its
-live callbacks) the children are added whatever the parent's state.
+duplicate writes nothing: given its payload key, a parent already live
+(stored and no dead letter, whose payload alone has a TTL: bury in
+prelude.lua), which send.lua will refuse, gets no child added; the
+children its set holds are those the first send may not have linked yet
+(a re-send after a failed one links them). Without it (a batch's member
+joining its live callbacks) the children are added whatever the
+parent's state.
 
-KEYS[1] deps set of the parent   KEYS[2..] msg: the parent's payload (none
+KEYS[1] deps set of the parent   KEYS[2..] msg the parent's payload (none
 or one)
 ARGV[1..] the children, each "<child's queue base> <child id>" (at most 1000)
-Returns {number of children added}, or for a live parent (KEYS[2]) {-1,
-then per child 1 if the set holds it, else 0}.
+Returns {number of children added}, or for a live parent given its
+payload key {-1, then per child 1 if the set holds it, else 0}.
 Idempotent: a re-run adds nothing and returns {0} (or the same flags).
 Complexity: O(M) with M = children.
 ]]
