@@ -347,8 +347,11 @@ async fn a_parent_reads_the_results_its_children_returned() {
     no_flow_key_left(&client).await;
 }
 
-/// Each finished child of `parent` as (id, outcome, result), sorted by id.
-async fn results_of(q: &DelayQueue, parent: &str) -> Vec<(String, ChildOutcome, Option<Vec<u8>>)> {
+/// A finished child as a parent reads it: id, outcome, result.
+type Read = (String, ChildOutcome, Option<Vec<u8>>);
+
+/// Each finished child of `parent`, sorted by id.
+async fn results_of(q: &DelayQueue, parent: &str) -> Vec<Read> {
     let page = q.children_results(parent, None).await.unwrap();
     let mut got: Vec<_> = page
         .children
@@ -361,10 +364,7 @@ async fn results_of(q: &DelayQueue, parent: &str) -> Vec<(String, ChildOutcome, 
 
 /// A handler that returns the payload as the result, fails `bad` for
 /// good, and records in `seen` what a `parent` reads of its children.
-fn returning(
-    seen: &std::sync::Arc<std::sync::Mutex<Vec<Vec<(String, ChildOutcome, Option<Vec<u8>>)>>>>,
-    q: &DelayQueue,
-) -> impl delayqueue::Handler {
+fn returning(seen: &std::sync::Arc<std::sync::Mutex<Vec<Vec<Read>>>>, q: &DelayQueue) -> impl delayqueue::Handler {
     let (seen, q) = (seen.clone(), q.clone());
     move |msg: Message| {
         let (seen, q) = (seen.clone(), q.clone());

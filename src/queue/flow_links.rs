@@ -103,7 +103,8 @@ pub(crate) async fn add_deps(queue: &DelayQueue, id: &str, deps: &Deps, unless_l
         .children
         .iter()
         .zip(held)
-        .filter_map(|(child, held)| held.then(|| child.clone()))
+        .filter(|(_, held)| *held)
+        .map(|(child, _)| child.clone())
         .collect();
     Ok(Deps {
         children,
