@@ -14,10 +14,15 @@ parent: a batch's on_success)
 ARGV[3..] child ids (1 to 1000)
 Returns one status per child: 1 linked (live, or dead under 'w'), 2 dead
 (not linked: the parent takes it as dead), 0 not stored (finished or
-never sent: the parent takes it as finished, acked). Sets the totals'
-'flows' when it linked one.
+never sent: the parent takes it as finished, acked), 3 not stored but
+its result kept (acked): its completion is recorded in the outbox as its
+ack would have, so the relay delivers it with the result, bounded by
+bytes as any. Sets the totals' 'flows' when it linked or recorded one.
+Its payloads, results ("<base>result:<id>") and outbox are built, not
+declared: one EXISTS touches them first (docs/design.md §2).
 Idempotent: a re-run finds its links and returns the same statuses (a
-child that finished since: 0 or 2).
+child that finished since: 0, 2 or 3; a 3 records its entry again, which
+the parent's set then takes once).
 Complexity: O(M log N) with M = children, plus O(links) of each.
 ]]
 check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
@@ -27,13 +32,24 @@ if not policy or #ARGV < 3 or #ARGV - 2 > MAX_LIMIT then
   error(redis.error_reply('ERR a link "<f|i|w|r> <base> <id>" and 1 to ' .. MAX_LIMIT .. ' children'))
 end
 local ids = ids_of(3, 1)
-local keys = payloads_here(ARGV[1], ids)
+local keys = payload_keys(ARGV[1], ids)
+local base = flow_base(ARGV[1], '')
+local built = {base .. 'outbox'}
+for i, id in ipairs(ids) do
+  built[#built + 1] = keys[i]
+  built[#built + 1] = base .. 'result:' .. id
+end
+keys_here(built)
 local dead = redis.call('ZMSCORE', KEYS[2], unpack(ids))
 local links = redis.call('HMGET', KEYS[1], unpack(ids))
-local out, writes = {}, {}
+local out, writes, entries, now = {}, {}, {}, now_ms()
 for i, id in ipairs(ids) do
   if redis.call('EXISTS', keys[i]) == 0 then
     out[i] = 0
+    if redis.call('EXISTS', base .. 'result:' .. id) == 1 then
+      out[i] = 3
+      entries[#entries + 1], entries[#entries + 2] = now, 'a ' .. id .. ' ' .. link
+    end
   elseif dead[i] and policy ~= 'w' then
     out[i] = 2
   else
@@ -48,6 +64,11 @@ for i, id in ipairs(ids) do
 end
 if #writes > 0 then
   redis.call('HSET', KEYS[1], unpack(writes))
+end
+if #entries > 0 then
+  redis.call('ZADD', base .. 'outbox', unpack(entries))
+end
+if #writes > 0 or #entries > 0 then
   redis.call('HSET', KEYS[3], 'flows', 1)
 end
 return out

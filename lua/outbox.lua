@@ -7,11 +7,14 @@ crashed in between leaves it for the next.
 
 KEYS[1] outbox zset
 ARGV[1] msg key prefix   ARGV[2] result key prefix   ARGV[3] mode
-mode 'read': ARGV[4] limit (1 to 1000). Returns the oldest entries, each
-followed by one value: for a completion of an acked child ("a <child id>
-<link>") its result string (false: none, or no longer kept), for a
-cancelled parent ("x <parent id>") up to 100 of the children it still
-waits for (an array, empty once none is left), false otherwise.
+mode 'read': ARGV[4] limit (1 to 1000), ARGV[5] byte budget: most bytes
+of results one call reads (the first entry is read whatever its result's
+size). Returns 1 when entries may be left after those it read (it
+stopped at the limit or the budget), else 0; then the oldest entries,
+each followed by one value: for a completion of an acked child ("a
+<child id> <link>") its result string (false: none, or no longer kept),
+for a cancelled parent ("x <parent id>") up to 100 of the children it
+still waits for (an array, empty once none is left), false otherwise.
 mode 'drop': ARGV[4..] per entry, 2 values: the entry, then the children
 of a cancelled parent that were cancelled (space separated; '' for any
 other entry). Those leave the parent's set; the entry goes once nothing
@@ -22,14 +25,19 @@ moved would read as missing) or writes, so during a slot migration it
 fails with nothing read or written (docs/design.md §2).
 Idempotent: a re-read reads the same; a re-run drop finds the entries
 gone and drops nothing.
-Complexity: read O(log N + M) with M = entries, one GET of a result per
-acked completion (at most 1000) and SRANDMEMBER of 100 per cancelled
-parent; drop O(M log N).
+Complexity: read O(log N + M) with M = entries, one STRLEN and GET of a
+result per acked completion (at most 1000, and at most max(ARGV[5], one
+result) bytes) and SRANDMEMBER of 100 per cancelled parent; drop
+O(M log N).
 ]]
 check_types(KEYS[1], 'zset')
 local base = flow_base(ARGV[1], '')
 if ARGV[3] == 'read' then
-  local entries, keys, built = redis.call('ZRANGE', KEYS[1], 0, limit_arg(4) - 1), {}, {}
+  local limit, budget = limit_arg(4), tonumber(ARGV[5])
+  if not budget or budget < 1 then
+    error(redis.error_reply('ERR the byte budget must be a positive number, not ' .. tostring(ARGV[5])))
+  end
+  local entries, keys, built = redis.call('ZRANGE', KEYS[1], 0, limit - 1), {}, {}
   for i, entry in ipairs(entries) do
     local kind, id = string.match(entry, '^(%a) (%S+)')
     keys[i] = (kind == 'a' and ARGV[2] .. id) or (kind == 'x' and base .. 'deps:' .. id) or false
@@ -37,10 +45,20 @@ if ARGV[3] == 'read' then
   end
   -- A result or set not yet moved would read as missing (keys_here).
   keys_here(built)
-  local out = {}
+  local out, bytes = {#entries == limit and 1 or 0}, 0
   for i, entry in ipairs(entries) do
-    out[#out + 1] = entry
     local kind = string.sub(entry, 1, 1)
+    if kind == 'a' then
+      -- A result read into Lua costs Redis time by the byte: the read
+      -- stops before the one that would pass the budget (the next read
+      -- starts there).
+      bytes = bytes + redis.call('STRLEN', keys[i])
+      if i > 1 and bytes > budget then
+        out[1] = 1
+        break
+      end
+    end
+    out[#out + 1] = entry
     if kind == 'a' then
       out[#out + 1] = redis.call('GET', keys[i])
     elseif kind == 'x' then

@@ -34,7 +34,9 @@ While the totals have 'flows' (docs/workflows.md) the waiting zset is a
 page too, and each removed id's children sets and links to parents go
 with it; the last call deletes the outbox (and the sets of the cancelled
 parents it names, the first 1000), the parents hash and the field
-'flows'. Parents in other queues of the purged children are not told:
+'flows' (the sets and hashes that grow with children, by UNLINK, which
+frees a big one off Redis's main thread). Parents in other queues of the
+purged children are not told:
 they wait until cancelled. The flow keys are built, not declared: one
 EXISTS touches them before the first write, so during a slot migration
 the call fails with nothing written (docs/design.md §2).
@@ -131,7 +133,7 @@ if #ids == 0 then
       sets[#sets + 1] = id and base .. 'deps:' .. id or nil
     end
     keys_here(sets)
-    redis.call('DEL', unpack(sets))
+    redis.call('UNLINK', unpack(sets))
   end
   redis.call('DEL', KEYS[6])
   if grouped then
@@ -188,7 +190,7 @@ if #markers > 0 then
 end
 if flows then
   -- Their sets, and their own links to parents (not told, see above).
-  redis.call('DEL', unpack(sets, 3))
+  redis.call('UNLINK', unpack(sets, 3))
   redis.call('HDEL', base .. 'parents', unpack(ids))
 end
 return #ids

@@ -343,3 +343,157 @@ async fn a_parent_reads_the_results_its_children_returned() {
     children.shutdown().await.unwrap();
     no_flow_key_left(&client).await;
 }
+
+/// A finished child as a parent reads it: id, outcome, result.
+type Read = (String, ChildOutcome, Option<Vec<u8>>);
+
+/// Each finished child of `parent`, sorted by id.
+async fn results_of(q: &DelayQueue, parent: &str) -> Vec<Read> {
+    let page = q.children_results(parent, None).await.unwrap();
+    let mut got: Vec<_> = page
+        .children
+        .into_iter()
+        .map(|c| (c.id.to_string(), c.outcome, c.result))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    got
+}
+
+/// A handler that returns the payload as the result, fails `bad` for
+/// good, and records in `seen` what a `parent` reads of its children.
+fn returning(seen: &std::sync::Arc<std::sync::Mutex<Vec<Vec<Read>>>>, q: &DelayQueue) -> impl delayqueue::Handler {
+    let (seen, q) = (seen.clone(), q.clone());
+    move |msg: Message| {
+        let (seen, q) = (seen.clone(), q.clone());
+        async move {
+            match msg.payload() {
+                b"bad" => Err(HandlerError::from(SkipRetry::new("broken"))),
+                b"parent" => {
+                    let got = results_of(&q, msg.id().as_str()).await;
+                    seen.lock().unwrap().push(got);
+                    Ok(Vec::new())
+                }
+                other => Ok(other.to_vec()),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_failed_by_a_dead_child_keeps_its_childrens_results_until_acked_or_deleted() {
+    let (_server, client, qs) = start_queues(&["kept"], FETCH).await;
+    let q = &qs[0];
+    q.send("r1").id("c1").await.unwrap();
+    q.send("bad")
+        .id("c2")
+        .retry_count(0)
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    q.send("parent").id("p").after(["c1", "c2"]).await.unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let consumer = q.start_consume(returning(&seen, q)).await.unwrap();
+    assert!(wait_for(WAIT, || async { state(q, "p").await == Some(MessageState::Dead) }).await);
+    let want = vec![
+        ("c1".to_string(), ChildOutcome::Acked, Some(b"r1".to_vec())),
+        ("c2".to_string(), ChildOutcome::Dead, None),
+    ];
+    assert_eq!(results_of(q, "p").await, want, "the dead parent's children");
+    // Requeued, it runs without waiting and reads them; its ack deletes them.
+    assert!(q.requeue_dead("p").await.unwrap());
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 1).await);
+    assert_eq!(seen.lock().unwrap()[0], want, "what the requeued parent read");
+    assert!(wait_for(WAIT, || async { state(q, "p").await.is_none() }).await);
+    consumer.shutdown().await.unwrap();
+    q.delete_all_dead().await.unwrap();
+    no_flow_key_left(&client).await;
+
+    // A dead parent deleted takes its children's results with it.
+    q.send("r1").id("d1").await.unwrap();
+    q.send("bad")
+        .id("d2")
+        .retry_count(0)
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    q.send("parent").id("p2").after(["d1", "d2"]).await.unwrap();
+    let consumer = q.start_consume(returning(&seen, q)).await.unwrap();
+    assert!(wait_for(WAIT, || async { state(q, "p2").await == Some(MessageState::Dead) }).await);
+    consumer.shutdown().await.unwrap();
+    assert_eq!(results_of(q, "p2").await.len(), 2);
+    assert_eq!(q.delete_all_dead().await.unwrap(), 2);
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_sent_after_a_child_that_finished_reads_its_kept_result() {
+    let (_server, client, qs) = start_queues(&["late", "latekids"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let children = c.start_consume(returning(&seen, c)).await.unwrap();
+    c.send("r1").id("early").await.unwrap();
+    assert_eq!(c.wait_result("early", WAIT).await.unwrap(), Some(b"r1".to_vec()));
+    p.send("parent")
+        .id("p")
+        .after([MessageRef::new(c, "early")])
+        .await
+        .unwrap();
+    let parent = p.start_consume(returning(&seen, p)).await.unwrap();
+    assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 1).await);
+    assert_eq!(
+        seen.lock().unwrap()[0],
+        vec![("early".to_string(), ChildOutcome::Acked, Some(b"r1".to_vec()))]
+    );
+    parent.shutdown().await.unwrap();
+    children.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_send_refused_as_duplicate_writes_nothing_and_makes_no_cycle() {
+    let (_server, client, qs) = start_queues(&["cycle"], FETCH).await;
+    let q = &qs[0];
+    q.send("x").id("x").delay(Duration::from_millis(300)).await.unwrap();
+    q.send("a").id("a").after(["x"]).await.unwrap();
+    q.send("b").id("b").after(["a"]).await.unwrap();
+    use delayqueue::fred::prelude::{HashesInterface, SetsInterface};
+    let links = || async {
+        let links: std::collections::BTreeMap<String, String> = client.hgetall("dq:{cycle}:parents").await.unwrap();
+        links
+    };
+    let before = links().await;
+    let err = q.send("a").id("a").after(["b"]).await.unwrap_err();
+    assert!(matches!(err, Error::Duplicate { .. }), "{err}");
+    assert_eq!(links().await, before, "the children's links");
+    let deps: Vec<String> = client.smembers("dq:{cycle}:deps:a").await.unwrap();
+    assert_eq!(deps, vec!["dq:{cycle}: x".to_string()], "a's children");
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 3).await, "{} delivered", log.len());
+    assert!(at(&log, "x") < at(&log, "a") && at(&log, "a") < at(&log, "b"));
+    consumer.shutdown().await.unwrap();
+    no_flow_key_left(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_child_in_a_sharded_queue_names_its_queue_in_the_reason() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let p = helpers::queue_builder("sp", &client, FETCH).build().unwrap();
+    let kids = helpers::queue_builder("kids", &client, FETCH)
+        .shards(2)
+        .build()
+        .unwrap();
+    let bad = kids.send("bad").id("C").retry_count(0).await.unwrap();
+    p.send("parent")
+        .id("P")
+        .after([MessageRef::new(&kids, bad)])
+        .await
+        .unwrap();
+    let log = Log::default();
+    let consumer = kids.start_consume(failing_bad(&log)).await.unwrap();
+    assert!(wait_for(WAIT, || async { state(&p, "P").await == Some(MessageState::Dead) }).await);
+    consumer.shutdown().await.unwrap();
+    let info = p.get("P").await.unwrap().unwrap();
+    assert_eq!(info.last_error.as_deref(), Some("child kids/C dead"));
+}

@@ -630,3 +630,83 @@ async fn producers_send_parents_that_run_after_their_children() {
     let gone = wait_for(WAIT, || async { flow_keys(&client).await.is_empty() }).await;
     assert!(gone, "flow keys left: {:?}", flow_keys(&client).await);
 }
+
+/// Python's and Node's parent of `early`, a child of queue poly that
+/// finished before they were sent (argv: port, module folder).
+const PYTHON_LATE: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[2])
+import redis, delayqueue_producer as d
+d.Producer(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "poly").send("parent", id="py-late", after=["early"])
+print("ok")
+"#;
+const NODE_LATE: &str = r#"
+const Redis = require('ioredis');
+const d = require(process.argv[2] + '/delayqueue-producer.js');
+(async () => {
+  const r = new Redis({ host: '127.0.0.1', port: Number(process.argv[1]) });
+  await new d.Producer(r, 'poly').send('parent', { id: 'node-late', after: ['early'] });
+  console.log('ok');
+  r.disconnect();
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+/// A parent that Python or Node sends after a child that already
+/// finished reads the result the child's handler returned, still kept.
+#[tokio::test]
+async fn producers_parents_after_a_finished_child_read_its_kept_result() {
+    let (server, client, poly) = poly_queue().await;
+    type Read = (String, Vec<(String, Option<Vec<u8>>)>);
+    let read: Arc<Mutex<Vec<Read>>> = Arc::default();
+    let (log, q) = (read.clone(), poly.clone());
+    let consumer = poly
+        .start_consume(move |m: Message| {
+            let (log, q) = (log.clone(), q.clone());
+            async move {
+                if m.payload() == b"child" {
+                    return Ok::<_, delayqueue::HandlerError>(b"r:early".to_vec());
+                }
+                let page = q.children_results(m.id(), None).await?;
+                let children = page
+                    .children
+                    .into_iter()
+                    .map(|c| (c.id.to_string(), c.result))
+                    .collect();
+                log.lock().unwrap().push((m.id().to_string(), children));
+                Ok(Vec::new())
+            }
+        })
+        .await
+        .unwrap();
+    poly.send("child").id("early").await.unwrap();
+    assert_eq!(
+        poly.wait_result("early", WAIT).await.unwrap(),
+        Some(b"r:early".to_vec())
+    );
+    let port = server.port().to_string();
+    let py = run(Command::new(python())
+        .args(["-c", PYTHON_LATE, &port])
+        .arg(python_dir()));
+    assert_eq!(py.trim(), "ok");
+    let dir = node_dir();
+    let node = run(Command::new("node")
+        .args(["-e", NODE_LATE, &port])
+        .arg(&dir)
+        .current_dir(&dir));
+    assert_eq!(node.trim(), "ok");
+    assert!(
+        wait_until(WAIT, || read.lock().unwrap().len() == 2).await,
+        "{:?}",
+        read.lock().unwrap()
+    );
+    let mut got = read.lock().unwrap().clone();
+    got.sort();
+    let kept = vec![("early".to_string(), Some(b"r:early".to_vec()))];
+    assert_eq!(
+        got,
+        vec![("node-late".to_string(), kept.clone()), ("py-late".to_string(), kept)]
+    );
+    consumer.shutdown().await.unwrap();
+    let gone = wait_for(WAIT, || async { flow_keys(&client).await.is_empty() }).await;
+    assert!(gone, "flow keys left: {:?}", flow_keys(&client).await);
+}

@@ -350,18 +350,28 @@ class Producer {
   /**
    * Step one of a send with after (docs/wire-format.md, "Sending with
    * after"): each parent's set of children to wait for, filled before the
-   * parent is stored.
+   * parent is stored. A parent already live (which send.lua refuses as a
+   * duplicate) gets none: returns, per parent id, the children to link in
+   * step three, for a live one those its set holds.
    */
   async addDeps(msgs) {
     const parents = msgs.filter(([, , , , , deps]) => deps);
     if (parents.length) await this.checkUnsharded([null, ...parents.flatMap(([, , , , , deps]) => deps.children.map(([q]) => q))]);
+    const linkable = new Map();
     for (const [id, , , , , deps] of parents) {
       const members = deps.children.map(([q, child]) => `${this.childBase(q)} ${child}`);
       if (members.includes(`${this.base} ${id}`)) throw new InvalidFlowError(`message ${id} cannot wait for itself`);
+      const keys = [this.base + WIRE.deps_key + id, this.base + WIRE.message_key + id];
+      const held = [];
       for (let i = 0; i < members.length; i += BATCH) {
-        await FLOW_DEPS.call(this.client, [this.base + WIRE.deps_key + id], members.slice(i, i + BATCH));
+        const chunk = members.slice(i, i + BATCH);
+        const reply = await FLOW_DEPS.call(this.client, keys, chunk);
+        // [-1, flags...]: live, nothing added; [added]: all to link.
+        held.push(...(reply[0] === -1 ? reply.slice(1).map((f) => f === 1) : chunk.map(() => true)));
       }
+      linkable.set(id, { ...deps, children: deps.children.filter((_, i) => held[i]) });
     }
+    return linkable;
   }
 
   /**
@@ -384,9 +394,10 @@ class Producer {
       for (let i = 0; i < ids.length; i += BATCH) {
         const chunk = ids.slice(i, i + BATCH);
         const statuses = await FLOW_LINK.call(this.client, keys, [base + WIRE.message_key, link, ...chunk]);
-        // 1 linked; 0 no longer stored (acked); 2 dead.
+        // 1 linked; 3 acked, its completion (with its kept result)
+        // recorded for the relay; 0 no longer stored (acked); 2 dead.
         chunk.forEach((child, j) => {
-          if (statuses[j] !== 1) done.push(id, `${base} ${child}`, `${statuses[j] === 0 ? 'a' : 'd'}${policy}`, '');
+          if (statuses[j] === 0 || statuses[j] === 2) done.push(id, `${base} ${child}`, `${statuses[j] === 0 ? 'a' : 'd'}${policy}`, '');
         });
       }
     }
@@ -401,7 +412,7 @@ class Producer {
   }
 
   async store(msgs) {
-    await this.addDeps(msgs);
+    const linkable = await this.addDeps(msgs);
     const args = [this.base + WIRE.wake_channel, FORMAT_VERSION];
     // expire_after 0: never expires.
     // The mode follows the id flag (docs/dedup.md); "w": a parent that waits for its children.
@@ -414,7 +425,7 @@ class Producer {
     if (statuses.length !== msgs.length) throw new Error(`send.lua returned ${statuses.length} statuses for ${msgs.length} messages`);
     // A parent stored, or live already (a re-send), is linked to its children.
     for (const [i, [id, , , , , deps]] of msgs.entries()) {
-      if (deps && (statuses[i] === 0 || statuses[i] === 1)) await this.link(id, deps);
+      if (deps && (statuses[i] === 0 || statuses[i] === 1)) await this.link(id, linkable.get(id));
     }
     return msgs.map(([id, , , , mode], i) => {
       const duplicate = `message ${id} already exists in queue ${JSON.stringify(this.name)}`;

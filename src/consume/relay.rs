@@ -36,7 +36,8 @@ pub(crate) async fn complete(
     Ok(())
 }
 
-/// Entries the relay reads per outbox call.
+/// Entries the relay reads per outbox call (and at most
+/// [`OUTBOX_BYTES`](crate::store::ops::flows::OUTBOX_BYTES) of results).
 const RELAY_BATCH: usize = 1000;
 /// Most outbox calls of one relay run: the rest waits for the next.
 const RELAY_ROUNDS: usize = 8;
@@ -54,11 +55,10 @@ pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Res
     let shard = Shard::new(client, k, name);
     let mut dropped = 0;
     for _ in 0..RELAY_ROUNDS {
-        let (entries, _) = shard.run(&Outbox::Read { limit: RELAY_BATCH }).await?;
+        let (entries, more) = shard.run(&Outbox::Read { limit: RELAY_BATCH }).await?;
         if entries.is_empty() {
             break;
         }
-        let full = entries.len() == RELAY_BATCH;
         let mut by_parent: BTreeMap<String, Vec<Completion>> = BTreeMap::new();
         let mut done: Vec<(String, Vec<String>)> = Vec::with_capacity(entries.len());
         for e in &entries {
@@ -101,7 +101,7 @@ pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Res
             }
         }
         dropped += shard.run(&Outbox::Drop { entries: &done }).await?.1;
-        if !full {
+        if more == 0 {
             break;
         }
     }

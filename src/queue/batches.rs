@@ -182,7 +182,7 @@ impl BatchBuilder<'_> {
                 children: vec![(base, String::new())],
                 policy,
             };
-            add_deps(queue, cb.as_str(), &deps).await?;
+            add_deps(queue, cb.as_str(), &deps, true).await?;
             let msg = msg.id(cb.clone()).header(BATCH_HEADER, id.as_str());
             queue.send_prepared(msg.clone_for_flow(true)).await?;
             callbacks.push((cb, policy));
@@ -235,7 +235,7 @@ impl Batch {
             })
             .collect();
         for ((cb, _), d) in self.callbacks.iter().zip(&deps) {
-            add_deps(&self.queue, cb.as_str(), d).await?;
+            add_deps(&self.queue, cb.as_str(), d, false).await?;
         }
         queue.send_prepared(msg.id(id.clone())).await?;
         for ((cb, _), d) in self.callbacks.iter().zip(&deps) {

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use fred::bytes::Bytes;
 
-use crate::consume::relay::complete;
+use crate::consume::relay::{complete, relay};
 use crate::flow::{ChildPolicy, MessageRef};
 use crate::maxima::{MAX_BATCH_SIZE, MAX_FLOW_CHILDREN};
-use crate::store::ops::flows::{Completion, FlowDeps, FlowLink, LinkStatus};
+use crate::store::ops::flows::{Completion, DepsAdded, FlowDeps, FlowLink, LinkStatus};
 use crate::store::{Keys, Shard};
 use crate::{DelayQueue, Error, MessageId};
 
@@ -70,8 +70,13 @@ impl Deps {
 }
 
 /// Step one of sending parent `id` with `deps`: fills its set of children
-/// to wait for, before the parent is stored (lua/flow_deps.lua).
-pub(crate) async fn add_deps(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<(), Error> {
+/// to wait for, before the parent is stored (lua/flow_deps.lua). Returns
+/// the children to link in step three: all of them, but for a parent
+/// already live (`unless_live`: a send, refused as a duplicate, writes
+/// nothing) only those its set holds, which the first send may not have
+/// linked yet. `unless_live` false: a batch's member joins its live
+/// callbacks.
+pub(crate) async fn add_deps(queue: &DelayQueue, id: &str, deps: &Deps, unless_live: bool) -> Result<Deps, Error> {
     let members = deps.members();
     if members
         .iter()
@@ -82,16 +87,37 @@ pub(crate) async fn add_deps(queue: &DelayQueue, id: &str, deps: &Deps) -> Resul
         });
     }
     let k = queue.shard_of(id);
+    let mut held = Vec::with_capacity(members.len());
     for chunk in members.chunks(MAX_BATCH_SIZE) {
-        queue.store(k).run(&FlowDeps { id, children: chunk }).await?;
+        let op = FlowDeps {
+            id,
+            children: chunk,
+            unless_live,
+        };
+        match queue.store(k).run(&op).await? {
+            DepsAdded::Added(_) => held.extend(std::iter::repeat_n(true, chunk.len())),
+            DepsAdded::Live(flags) => held.extend(flags),
+        }
     }
-    Ok(())
+    let children = deps
+        .children
+        .iter()
+        .zip(held)
+        .filter(|(_, held)| *held)
+        .map(|(child, _)| child.clone())
+        .collect();
+    Ok(Deps {
+        children,
+        policy: deps.policy,
+    })
 }
 
 /// Step three, after the parent is stored (or found stored: a re-send):
 /// links each child to it in the child's queue, and completes at once the
 /// children that are no longer stored (taken as acked) or dead under a
-/// policy that does not wait.
+/// policy that does not wait. A child acked whose result is still kept
+/// had its completion recorded in its queue's outbox by the link, as its
+/// ack would have: the relay of that queue, run here, brings the result.
 pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<(), Error> {
     let k = queue.shard_of(id);
     let link = format!("{} {} {id}", deps.policy.letter(), k.base);
@@ -99,9 +125,11 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
     for (base, child) in &deps.children {
         by_base.entry(base.as_str()).or_default().push(child.clone());
     }
+    let retention = queue.inner.config.consume.dead_letter_retention;
     let mut done = Vec::new();
     for (base, ids) in by_base {
         let ck = Keys::from_base(base).ok_or_else(|| Error::Internal(format!("not a queue's keys: {base}")))?;
+        let mut recorded = false;
         let shard = Shard::new(&queue.inner.client, &ck, Keys::name_of_base(base));
         for chunk in ids.chunks(MAX_BATCH_SIZE) {
             let linked = shard
@@ -113,6 +141,10 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
             for (child, status) in chunk.iter().zip(linked) {
                 let outcome = match status {
                     LinkStatus::Linked => continue,
+                    LinkStatus::Recorded => {
+                        recorded = true;
+                        continue;
+                    }
                     LinkStatus::Gone => 'a',
                     LinkStatus::Dead => 'd',
                 };
@@ -124,8 +156,10 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
                 });
             }
         }
+        if recorded {
+            relay(&queue.inner.client, &ck, retention).await?;
+        }
     }
-    let retention = queue.inner.config.consume.dead_letter_retention;
     complete(&queue.inner.client, k, &done, retention).await?;
     Ok(())
 }

@@ -131,9 +131,10 @@ impl Flow {
                 .then(|| Deps::new(&self.queue, &refs, self.policy))
                 .transpose()?;
             let msg = self.msg.clone_for_flow(deps.is_some());
-            if let Some(deps) = &deps {
-                add_deps(&self.queue, self.id.as_str(), deps).await?;
-            }
+            let deps = match deps {
+                Some(deps) => Some(add_deps(&self.queue, self.id.as_str(), &deps, true).await?),
+                None => None,
+            };
             self.queue.send_prepared(msg).await?;
             // Leaves go in one send_batch per queue (a parent of 100,000
             // children: 100 script calls, not 100,000 round trips).

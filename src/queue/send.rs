@@ -679,9 +679,11 @@ pub(crate) async fn send_batch<Q>(
         .collect::<Result<Vec<_>, _>>()?;
     // A parent's children set is filled before the parent is stored
     // (docs/workflows.md).
-    for (m, d) in prepared.iter().zip(&deps) {
+    // A parent already live gets no child: a send refused as a duplicate
+    // writes nothing (it links only what its set holds, for a re-send).
+    for (m, d) in prepared.iter().zip(deps.iter_mut()) {
         if let Some(d) = d {
-            flow::add_deps(queue, m.id.as_str(), d).await?;
+            *d = flow::add_deps(queue, m.id.as_str(), d, true).await?;
         }
     }
     let (client, name) = (&inner.client, &inner.name);

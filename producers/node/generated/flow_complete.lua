@@ -177,7 +177,9 @@ local function flow_done(flows, base, ids, outcome, deleted)
     redis.call('HDEL', parents, unpack(gone))
   end
   if deleted then
-    redis.call('DEL', unpack(children))
+    -- A children hash grows with the parent's children (up to a million):
+    -- UNLINK frees a big one off Redis's main thread, so this stays O(1).
+    redis.call('UNLINK', unpack(children))
   end
   return recorded
 end
@@ -190,9 +192,14 @@ result go to the parent's children hash, whose fields " a", " d" and " c"
 count the children acked, dead and cancelled. A dead child under 'f', or a
 cancelled one under 'f' or 'w' (nothing can finish it any more), makes the
 parent a dead letter with reason "child <queue>/<id> dead" (or
-"cancelled"): out of waiting, into the dead zset, its payload kept for
-the retention, its sets deleted. Under 'r' (a batch's on_success) such a
-child removes the parent: its payload and sets are deleted. Outcome 'o'
+"cancelled"; the queue's name, a shard's tag less its "#<n>"): out of
+waiting, into the dead zset, its payload kept for the retention, its set
+of children to wait for deleted; its children hash (that child's outcome
+included) stays until the dead letter is requeued and acked, or deleted
+(flow_done in prelude.lua). Under 'r' (a batch's on_success) such a
+child removes the parent: its payload and keys are deleted. Sets and
+hashes that grow with the children go by UNLINK, which frees a big one
+off Redis's main thread. Outcome 'o'
 is a batch's close: its member (the parent's own base and an empty id)
 leaves the set, nothing is recorded. A parent whose set is empty goes to
 pending, due at its own due time or now, whichever is later. A parent made
@@ -251,15 +258,21 @@ for i = 1, m do
     local outcome, policy = string.sub(how, 1, 1), string.sub(how, 2, 2)
     local children = base .. 'children:' .. id
     local bad = outcome == 'd' or outcome == 'c'
+    if outcome ~= 'o' and not (bad and policy == 'r') then
+      redis.call('HSET', children, child, outcome .. result)
+      redis.call('HINCRBY', children, ' ' .. outcome, 1)
+    end
     if bad and policy == 'r' then
       redis.call('ZREM', KEYS[1], id)
-      redis.call('DEL', deps, children, ARGV[1] .. id)
+      redis.call('UNLINK', deps, children, ARGV[1] .. id)
       removed = removed + 1
       deleted[#deleted + 1] = id
     elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
       redis.call('ZREM', KEYS[1], id)
-      redis.call('DEL', deps, children)
-      local queue, cid = string.match(child, '{(.-)}:? (.*)$')
+      redis.call('UNLINK', deps)
+      -- The shard's tag less its '#<n>' (never in a queue name): the queue.
+      local tag, cid = string.match(child, '{(.-)}:? (.*)$')
+      local queue = tag and string.match(tag, '^[^#]*')
       local word = outcome == 'd' and 'dead' or 'cancelled'
       redis.call('HSET', KEYS[4], id, '0:child ' .. (queue or '?') .. '/' .. (cid or child) .. ' ' .. word)
       bury(KEYS[3], id, ARGV[1] .. id, now, tonumber(ARGV[3]))
@@ -267,10 +280,6 @@ for i = 1, m do
       dead = dead + 1
       buried[#buried + 1] = id
     else
-      if outcome ~= 'o' then
-        redis.call('HSET', children, child, outcome .. result)
-        redis.call('HINCRBY', children, ' ' .. outcome, 1)
-      end
       if redis.call('EXISTS', deps) == 0 then
         redis.call('ZREM', KEYS[1], id)
         local at = math.max(tonumber(score), now)

@@ -16,19 +16,34 @@ use crate::Error;
 pub(crate) struct FlowDeps<'a> {
     pub id: &'a str,
     pub children: &'a [String],
+    /// Adds none to a live parent (a send's, which send.lua will refuse
+    /// as a duplicate); false for a batch's member joining its callbacks.
+    pub unless_live: bool,
+}
+
+/// What [`FlowDeps`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DepsAdded {
+    /// How many children were new to the set.
+    Added(u64),
+    /// The parent is live: none added; per child, whether its set holds it.
+    Live(Vec<bool>),
 }
 
 impl Op for FlowDeps<'_> {
-    /// How many were new.
-    type Reply = u64;
-    const KEYS: &'static [&'static str] = &["deps"];
+    type Reply = DepsAdded;
+    const KEYS: &'static [&'static str] = &["deps", "msg.."];
 
     fn script() -> &'static LuaScript {
         &scripts::FLOW_DEPS
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.deps(self.id)]
+        let mut keys = vec![k.deps(self.id)];
+        if self.unless_live {
+            keys.push(k.msg(self.id));
+        }
+        keys
     }
 
     fn args(&self, _k: &Keys) -> Vec<Value> {
@@ -36,7 +51,13 @@ impl Op for FlowDeps<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        number::<Self>(&v)
+        match ints::<Self>(v)?[..] {
+            [-1, ref held @ ..] if held.len() == self.children.len() => {
+                Ok(DepsAdded::Live(held.iter().map(|&h| h == 1).collect()))
+            }
+            [added] if added >= 0 => Ok(DepsAdded::Added(added as u64)),
+            ref other => Err(unexpected::<Self>(format!("{other:?}"))),
+        }
     }
 }
 
@@ -49,6 +70,9 @@ numbered! {
         Linked = 1,
         /// Dead, and the policy does not wait for it.
         Dead = 2,
+        /// Not stored but its result kept (acked): its completion, recorded
+        /// in its queue's outbox, reaches the parent through the relay.
+        Recorded = 3,
     }
 }
 
@@ -194,6 +218,13 @@ impl OutboxEntry {
     }
 }
 
+/// Most bytes of children's results one outbox read returns (a bigger
+/// result is read alone), and so one relay round carries to
+/// `flow_complete`: as for a claim ([`CLAIM_BYTES`](super::claim::CLAIM_BYTES)),
+/// Redis spends time on every byte a script reads or is given, and refuses
+/// a call of over 1 GB, which a thousand results of `MAX_RESULT_SIZE` would be.
+pub(crate) const OUTBOX_BYTES: u64 = 1 << 20;
+
 /// Reads or drops outbox entries.
 pub(crate) enum Outbox<'a> {
     Read {
@@ -207,7 +238,9 @@ pub(crate) enum Outbox<'a> {
 }
 
 impl Op for Outbox<'_> {
-    /// Read: the entries; drop: one entry per dropped one (its count).
+    /// Read: the entries, and 1 when more may be left after them (it
+    /// stopped at its limit or [`OUTBOX_BYTES`]); drop: no entries and
+    /// how many it dropped.
     type Reply = (Vec<OutboxEntry>, u64);
     const KEYS: &'static [&'static str] = &["outbox"];
 
@@ -225,6 +258,7 @@ impl Op for Outbox<'_> {
             Outbox::Read { limit } => {
                 args.push("read".into());
                 args.push(count(*limit as u64));
+                args.push(count(OUTBOX_BYTES));
             }
             Outbox::Drop { entries } => {
                 args.push("drop".into());
@@ -243,6 +277,8 @@ impl Op for Outbox<'_> {
         }
         let values = array::<Self>(v)?;
         let bad = |what: &str| unexpected::<Self>(what.to_string());
+        let (more, values) = values.split_first().ok_or_else(|| bad("an empty reply"))?;
+        let more = more.as_u64().ok_or_else(|| bad("no flag of entries left"))?;
         let mut out = Vec::with_capacity(values.len() / 2);
         for pair in values.chunks(2) {
             let [entry, extra] = pair else {
@@ -251,7 +287,7 @@ impl Op for Outbox<'_> {
             let entry = entry.as_string().ok_or_else(|| bad("an entry that is no string"))?;
             out.push(parse_entry(entry, extra.clone()).ok_or_else(|| bad("a malformed entry"))?);
         }
-        Ok((out, 0))
+        Ok((out, more))
     }
 }
 

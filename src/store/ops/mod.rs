@@ -419,7 +419,14 @@ mod tests {
                 },
                 k,
             ),
-            entry(flows::FlowDeps { id: "a", children: &[] }, k),
+            entry(
+                flows::FlowDeps {
+                    id: "a",
+                    children: &[],
+                    unless_live: true,
+                },
+                k,
+            ),
             entry(flows::FlowLink { link: "f", ids: &[] }, k),
             entry(
                 flows::FlowComplete {

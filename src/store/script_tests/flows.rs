@@ -10,7 +10,8 @@ use fred::bytes::Bytes;
 use super::{Env, RETENTION};
 use crate::consume::relay::relay;
 use crate::store::ops::flows::{
-    Completed, Completion, FlowComplete, FlowCounts, FlowDeps, FlowLink, FlowStatus, LinkStatus, Outbox, OutboxEntry,
+    Completed, Completion, DepsAdded, FlowComplete, FlowCounts, FlowDeps, FlowLink, FlowStatus, LinkStatus, Outbox,
+    OutboxEntry,
 };
 use crate::store::ops::nack::NackMode;
 use crate::store::ops::purge::Purge;
@@ -27,8 +28,12 @@ fn member(env: &Env, id: &str) -> String {
 async fn send_parent(env: &Env, id: &str, children: &[&str], delay_ms: u64) -> SendOutcome {
     if !children.is_empty() {
         let members: Vec<String> = children.iter().map(|c| member(env, c)).collect();
-        let added = env.run(&FlowDeps { id, children: &members }).await;
-        assert_eq!(added, members.len() as u64);
+        let op = FlowDeps {
+            id,
+            children: &members,
+            unless_live: true,
+        };
+        assert_eq!(env.run(&op).await, DepsAdded::Added(members.len() as u64));
     }
     let msg = Outgoing {
         stage: None,
@@ -257,7 +262,13 @@ async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
     assert_eq!(env.record("pf").as_deref(), Some("0:child q/f dead"));
     assert!(env.dead().contains(&"pf".to_string()));
     assert!(env.pttl("pf") > 0);
-    assert!(!env.exists(&k.deps("pf")) && !env.exists(&k.children("pf")));
+    // Its set goes; its children hash stays with the dead letter, the
+    // child that failed it recorded (docs/workflows.md).
+    assert!(!env.exists(&k.deps("pf")));
+    assert_eq!(
+        env.lines(&["HKEYS", &k.children("pf")]),
+        [member(&env, "f"), " d".into()]
+    );
     assert_eq!(
         env.zset(&k.flow_waiting)
             .iter()
@@ -363,6 +374,7 @@ async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_succe
         env.run(&FlowDeps {
             id: cb,
             children: &[open.clone(), member(&env, "m")],
+            unless_live: false,
         })
         .await;
         send_parent(&env, cb, &[], 0).await;
@@ -485,5 +497,74 @@ async fn a_parent_failed_or_removed_by_a_child_tells_its_own_parent() {
             dead: 0,
             removed: 0
         }
+    );
+}
+
+/// How many values Redis freed off its main thread so far.
+fn lazyfreed(env: &Env) -> i64 {
+    let info = env.raw(&["INFO", "memory"]);
+    let line = info.lines().find_map(|l| l.trim().strip_prefix("lazyfreed_objects:"));
+    line.and_then(|n| n.parse().ok())
+        .expect("lazyfreed_objects in INFO memory")
+}
+
+#[tokio::test]
+async fn a_parent_s_big_children_hash_and_set_are_freed_off_the_main_thread() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let children: Vec<String> = (0..1000).map(|i| format!("c{i}")).collect();
+    let names: Vec<&str> = children.iter().map(String::as_str).collect();
+    send_parent(&env, "p", &names, 0).await;
+    send_parent(&env, "q", &names, 0).await;
+    let before = lazyfreed(&env);
+    // p's children all acked: its children hash holds 1000 results.
+    let done: Vec<Completion> = names.iter().map(|c| completion(&env, "p", c, "af")).collect();
+    assert_eq!(complete(&env, &done).await.due, 1);
+    // q fails on its first dead child with 999 left in its set.
+    assert_eq!(complete(&env, &[completion(&env, "q", "c0", "df")]).await.dead, 1);
+    let leases = claim_all(&env).await;
+    assert_eq!(leases.len(), 1);
+    assert_eq!(env.ack(&[("p", leases[0].1)]).await, [1]);
+    assert!(!env.exists(&k.children("p")) && !env.exists(&k.deps("q")));
+    // Both big values (p's hash, q's set) went by UNLINK, whose freeing
+    // Redis does in the background: the ack and the burial stay O(1).
+    // Counted once the background thread freed them.
+    let freed = || lazyfreed(&env) - before;
+    for _ in 0..1000 {
+        if freed() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(freed(), 2);
+}
+
+#[tokio::test]
+async fn a_relay_read_is_bounded_by_bytes_at_the_maximum_result_size() {
+    use fred::prelude::KeysInterface;
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let big = "r".repeat(crate::MAX_RESULT_SIZE);
+    for id in ["c1", "c2", "c3"] {
+        env.send_own(id, id, 0, 0, 3).await;
+    }
+    send_parent(&env, "p", &["c1", "c2", "c3"], 0).await;
+    link(&env, "p", 'f', &["c1", "c2", "c3"]).await;
+    for (id, lease) in claim_all(&env).await {
+        assert_eq!(env.ack(&[(&id, lease)]).await, [3]);
+        let key = format!("{}{id}", k.result_prefix);
+        let _: () = env.client.set(key, big.as_str(), None, None, false).await.unwrap();
+    }
+    // Each result is at the maximum: one entry a read, however many wait.
+    let (entries, _) = env.run(&Outbox::Read { limit: 1000 }).await;
+    assert_eq!(entries.len(), 1, "entries of one read");
+    // The relay delivers them all, each call within its bound.
+    let retention = Duration::from_millis(RETENTION as u64);
+    assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 3);
+    assert!(!env.exists(&k.outbox));
+    assert_eq!(env.zset(&k.pending).len(), 1);
+    assert_eq!(
+        env.int(&["HSTRLEN", &k.children("p"), &member(&env, "c1")]),
+        1 + big.len() as i64
     );
 }

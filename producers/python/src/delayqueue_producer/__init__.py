@@ -439,17 +439,27 @@ class Producer:
                 reason = "queue %r is spread over %s shards: this module writes unsharded queues only"
                 raise InvalidFlow(reason % (queue, int(shards)))
 
-    def _add_deps(self, msgs: Sequence[_Message]) -> None:
+    def _add_deps(self, msgs: Sequence[_Message]) -> Dict[str, _Deps]:
         """Step one of a send with after (docs/wire-format.md, "Sending with
         after"): each parent's set of children to wait for, filled before the
-        parent is stored."""
+        parent is stored. A parent already live (which send.lua refuses as a
+        duplicate) gets none: returns, per parent, the children to link in
+        step three, for a live one those its set holds."""
         parents = [(m[0], m[5]) for m in msgs if m[5] is not None]
         if parents:
             self._check_unsharded([None] + [q for _, deps in parents for q, _ in deps[0]])
+        linkable: Dict[str, _Deps] = {}
         for id, deps in parents:
             members = self._members(id, deps)
+            keys = [self._base + WIRE["deps_key"] + id, self._base + WIRE["message_key"] + id]
+            held: List[bool] = []
             for i in range(0, len(members), BATCH):
-                self._flow_deps.call(self.client, [self._base + WIRE["deps_key"] + id], members[i : i + BATCH])
+                chunk = members[i : i + BATCH]
+                reply = self._flow_deps.call(self.client, keys, chunk)
+                # [-1, flags...]: live, nothing added; [added]: all to link.
+                held += [f == 1 for f in reply[1:]] if reply[0] == -1 else [True] * len(chunk)
+            linkable[id] = ([c for c, h in zip(deps[0], held) if h], deps[1])
+        return linkable
 
     def _link(self, id: str, deps: _Deps) -> None:
         """Step three: links parent `id`, stored (or found stored: a re-send),
@@ -468,8 +478,10 @@ class Producer:
                 chunk = ids[i : i + BATCH]
                 statuses = self._flow_link.call(self.client, keys, [base + WIRE["message_key"], link, *chunk])
                 for child, status in zip(chunk, statuses):
-                    # 1 linked; 0 no longer stored (acked); 2 dead.
-                    if status != 1:
+                    # 1 linked; 3 acked, its completion (with its kept
+                    # result) recorded for the relay; 0 no longer stored
+                    # (acked); 2 dead.
+                    if status in (0, 2):
                         done += [id, base + " " + child, ("a" if status == 0 else "d") + policy, ""]
         keys = [self._base + k for k in WIRE["flow_complete_keys"]]
         head = [self._base + WIRE["message_key"], self._base + WIRE["wake_channel"], self._retention]
@@ -477,7 +489,7 @@ class Producer:
             self._flow_complete.call(self.client, keys, head + done[i : i + 4 * BATCH])
 
     def _store(self, msgs: Sequence[_Message]) -> List[Outcome]:
-        self._add_deps(msgs)
+        linkable = self._add_deps(msgs)
         args: List[Any] = [self._base + WIRE["wake_channel"], FORMAT_VERSION]
         for id, value, delay, own, mode, deps in msgs:
             # expire_after 0: never expires; the mode follows the id flag
@@ -494,7 +506,7 @@ class Producer:
             duplicate = "message %s already exists in queue %r" % (id, self.name)
             # A parent stored, or live already (a re-send), is linked to its children.
             if deps is not None and s in (0, 1):
-                self._link(id, deps)
+                self._link(id, linkable[id])
             if s in (1, 5):
                 out.append(id)
             elif s == 0 and mode[:1] in ("r", "R"):

@@ -27,16 +27,32 @@ before send.lua stores the parent with mode "w": a parent whose set is
 empty when it is stored goes to pending, so the set is filled first, in
 calls of at most 1000 children. No completion can reach the set before
 the parent is stored: a child records completions only once linked to
-the parent (flow_link.lua), after the parent's send.
+the parent (flow_link.lua), after the parent's send. A send refused as a
+duplicate writes nothing: given its payload key, a parent already live
+(stored and no dead letter, whose payload alone has a TTL: bury in
+prelude.lua), which send.lua will refuse, gets no child added; the
+children its set holds are those the first send may not have linked yet
+(a re-send after a failed one links them). Without it (a batch's member
+joining its live callbacks) the children are added whatever the
+parent's state.
 
-KEYS[1] deps set of the parent
+KEYS[1] deps set of the parent   KEYS[2..] msg the parent's payload (none
+or one)
 ARGV[1..] the children, each "<child's queue base> <child id>" (at most 1000)
-Returns the number of children added.
-Idempotent: a re-run adds nothing and returns 0.
+Returns {number of children added}, or for a live parent given its
+payload key {-1, then per child 1 if the set holds it, else 0}.
+Idempotent: a re-run adds nothing and returns {0} (or the same flags).
 Complexity: O(M) with M = children.
 ]]
 check_types(KEYS[1], 'set')
 if #ARGV == 0 or #ARGV > MAX_LIMIT then
   error(redis.error_reply('ERR 1 to ' .. MAX_LIMIT .. ' children per call, not ' .. #ARGV))
 end
-return redis.call('SADD', KEYS[1], unpack(ARGV))
+if KEYS[2] and redis.call('PTTL', KEYS[2]) == -1 then
+  local held = {-1}
+  for i = 1, #ARGV do
+    held[i + 1] = redis.call('SISMEMBER', KEYS[1], ARGV[i])
+  end
+  return held
+end
+return {redis.call('SADD', KEYS[1], unpack(ARGV))}

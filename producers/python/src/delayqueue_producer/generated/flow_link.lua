@@ -6,6 +6,12 @@
 transition of its own).
 ]]
 
+-- Redis time in milliseconds and microseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 -- Most ids a script call reads or moves, so no call blocks Redis for long.
 local MAX_LIMIT = 1000
 
@@ -36,22 +42,6 @@ local function keys_here(keys)
   end
 end
 
--- Fails, before the script's first write, unless the payloads of `ids` are
--- all on this node; returns their keys. Scripts build payload keys from ids
--- they find rather than declare them, and Redis checks only declared keys
--- before it runs a script. While a cluster moves the queue's slot to
--- another node, a payload may already be on the other side: touching it
--- mid-script fails there, after earlier writes, on the old owner, and reads
--- as missing on the new one. One EXISTS together with KEYS[1] (here for
--- the script to run at all) applies Redis's multi-key rule up front:
--- outside a move it only counts; during one it fails the script with
--- nothing written, and the caller's retry finds the queue as it was.
-local function payloads_here(prefix, ids)
-  local keys = payload_keys(prefix, ids)
-  keys_here(keys)
-  return keys
-end
-
 -- Fails before any write when a queue key holds another type (something
 -- else wrote to it), so a script never stops half-way. Takes key, type pairs.
 local function check_types(...)
@@ -62,6 +52,35 @@ local function check_types(...)
       error(redis.error_reply('WRONGTYPE ' .. args[i] .. ' holds a ' .. actual .. ', not a ' .. args[i + 1]))
     end
   end
+end
+
+-- Flows (docs/workflows.md). A message may wait for others (its children)
+-- before it becomes due: its parent keys live with it, in its queue's slot,
+-- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
+-- its "m:"):
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
+--                           their own due time (ms)
+--   B .. 'deps:' .. id      set: the children parent id still waits for,
+--                           each "<child's base> <child id>"
+--   B .. 'children:' .. id  hash: its finished children, "<child's base>
+--                           <child id>" -> "<outcome><result bytes>"
+--   B .. 'outbox'           zset: completions recorded here for parents
+--                           elsewhere, "<outcome> <child id> <link>", scored
+--                           by when (ms); and "x <parent id>": a cancelled
+--                           parent whose children are still to be cancelled
+--   B .. 'parents'          hash: child id -> its links, one a line, each
+--                           "<policy> <parent's base> <parent id>" (policy:
+--                           'f' fail, 'i' ignore, 'w' wait)
+-- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
+-- deleted. Every script touches these only while the totals have 'flows'
+-- (set by the first parent sent or child linked), so a queue without flows
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
+--
+-- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
+local function flow_base(msg_key, id)
+  return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
 --[[ flow_link: links children to a parent (docs/workflows.md)
@@ -79,10 +98,15 @@ parent: a batch's on_success)
 ARGV[3..] child ids (1 to 1000)
 Returns one status per child: 1 linked (live, or dead under 'w'), 2 dead
 (not linked: the parent takes it as dead), 0 not stored (finished or
-never sent: the parent takes it as finished, acked). Sets the totals'
-'flows' when it linked one.
+never sent: the parent takes it as finished, acked), 3 not stored but
+its result kept (acked): its completion is recorded in the outbox as its
+ack would have, so the relay delivers it with the result, bounded by
+bytes as any. Sets the totals' 'flows' when it linked or recorded one.
+Its payloads, results ("<base>result:<id>") and outbox are built, not
+declared: one EXISTS touches them first (docs/design.md §2).
 Idempotent: a re-run finds its links and returns the same statuses (a
-child that finished since: 0 or 2).
+child that finished since: 0, 2 or 3; a 3 records its entry again, which
+the parent's set then takes once).
 Complexity: O(M log N) with M = children, plus O(links) of each.
 ]]
 check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
@@ -92,13 +116,24 @@ if not policy or #ARGV < 3 or #ARGV - 2 > MAX_LIMIT then
   error(redis.error_reply('ERR a link "<f|i|w|r> <base> <id>" and 1 to ' .. MAX_LIMIT .. ' children'))
 end
 local ids = ids_of(3, 1)
-local keys = payloads_here(ARGV[1], ids)
+local keys = payload_keys(ARGV[1], ids)
+local base = flow_base(ARGV[1], '')
+local built = {base .. 'outbox'}
+for i, id in ipairs(ids) do
+  built[#built + 1] = keys[i]
+  built[#built + 1] = base .. 'result:' .. id
+end
+keys_here(built)
 local dead = redis.call('ZMSCORE', KEYS[2], unpack(ids))
 local links = redis.call('HMGET', KEYS[1], unpack(ids))
-local out, writes = {}, {}
+local out, writes, entries, now = {}, {}, {}, now_ms()
 for i, id in ipairs(ids) do
   if redis.call('EXISTS', keys[i]) == 0 then
     out[i] = 0
+    if redis.call('EXISTS', base .. 'result:' .. id) == 1 then
+      out[i] = 3
+      entries[#entries + 1], entries[#entries + 2] = now, 'a ' .. id .. ' ' .. link
+    end
   elseif dead[i] and policy ~= 'w' then
     out[i] = 2
   else
@@ -113,6 +148,11 @@ for i, id in ipairs(ids) do
 end
 if #writes > 0 then
   redis.call('HSET', KEYS[1], unpack(writes))
+end
+if #entries > 0 then
+  redis.call('ZADD', base .. 'outbox', unpack(entries))
+end
+if #writes > 0 or #entries > 0 then
   redis.call('HSET', KEYS[3], 'flows', 1)
 end
 return out
