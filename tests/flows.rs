@@ -351,7 +351,7 @@ type Read = (String, ChildOutcome, Option<Vec<u8>>);
 async fn results_of(q: &DelayQueue, parent: &str) -> Vec<Read> {
     let page = q.children_results(parent, None).await.unwrap();
     let mut got: Vec<_> = page
-        .children
+        .items
         .into_iter()
         .map(|c| (c.id.to_string(), c.outcome, c.result))
         .collect();

@@ -668,7 +668,7 @@ async fn producers_parents_after_a_finished_child_read_its_kept_result() {
                 }
                 let page = q.children_results(m.id(), None).await?;
                 let children = page
-                    .children
+                    .items
                     .into_iter()
                     .map(|c| (c.id.to_string(), c.result))
                     .collect();
