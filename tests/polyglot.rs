@@ -667,11 +667,7 @@ async fn producers_parents_after_a_finished_child_read_its_kept_result() {
                     return Ok::<_, delayqueue::HandlerError>(b"r:early".to_vec());
                 }
                 let page = q.children_results(m.id(), None).await?;
-                let children = page
-                    .items
-                    .into_iter()
-                    .map(|c| (c.id.to_string(), c.result))
-                    .collect();
+                let children = page.items.into_iter().map(|c| (c.id.to_string(), c.result)).collect();
                 log.lock().unwrap().push((m.id().to_string(), children));
                 Ok(Vec::new())
             }
