@@ -111,10 +111,7 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
 /// start a delivery task for each (after the previous claim's); returns
 /// how many ids were popped, the queue limit that held the claim back, if
 /// one did, and how long until the earliest waiting group may start again.
-pub(crate) async fn claim(
-    shared: &Arc<Shared>,
-    want: usize,
-) -> Result<(usize, Option<Held>, Option<Duration>), Error> {
+pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, Option<Held>, Option<Duration>), Error> {
     let ctx = &shared.ctx;
     let claim = Claim {
         receipt: &shared.claim_key,

@@ -173,9 +173,10 @@ impl Op for Claim<'_> {
         let reply = array::<Self>(v)?;
         let bad = |detail: &str| unexpected::<Self>(detail);
         let (head, rest) = reply.split_at_checked(8).ok_or_else(|| bad("short reply"))?;
-        let [popped, expired, lease, left_ms, paused, held, wait_ms, group_ms] =
-            [&head[0], &head[1], &head[2], &head[3], &head[4], &head[5], &head[6], &head[7]]
-                .map(|v| v.as_i64().unwrap_or(-2));
+        let [popped, expired, lease, left_ms, paused, held, wait_ms, group_ms] = [
+            &head[0], &head[1], &head[2], &head[3], &head[4], &head[5], &head[6], &head[7],
+        ]
+        .map(|v| v.as_i64().unwrap_or(-2));
         let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
         let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
         let (Ok(popped), Ok(left_ms)) = (u64::try_from(popped), u64::try_from(left_ms)) else {

@@ -174,7 +174,11 @@ async fn whatever_frees_a_slot_of_a_group_at_its_concurrency_wakes_consumers() {
     assert!(env.ring().is_empty(), "A at its limit");
     let mut wakes = env.subscribe().await;
     assert_eq!(env.ack(&[("a2", env.lease_of("a2"))]).await, vec![1]);
-    assert_eq!((env.ring(), wakes.next().await.as_str()), (vec!["A".to_string()], "0"), "ack");
+    assert_eq!(
+        (env.ring(), wakes.next().await.as_str()),
+        (vec!["A".to_string()], "0"),
+        "ack"
+    );
     assert_eq!(env.claim(10).await.ids(), ["a3"]);
     env.raw(&["ZADD", &k.processing, "XX", "1", "a1"]);
     assert_eq!(env.timeout(10).await, vec![1, 1]);
