@@ -1605,7 +1605,9 @@ async fn limited(
 ) -> Res<Limited> {
     let q = queue(client, name, |b| limit(b.concurrency(16)))?;
     send_grouped(&q, n, groups, Duration::ZERO).await?;
-    let seen: Arc<Mutex<(Vec<Instant>, Option<Instant>, usize, usize)>> = Arc::default();
+    // Starts, the last end, handlers running now and the most at once.
+    type Seen = (Vec<Instant>, Option<Instant>, usize, usize);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let record = seen.clone();
     let consumer = q
         .start_consume(move |_msg: Message| {
