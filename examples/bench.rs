@@ -9,7 +9,7 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupsbig,flows,results`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,results`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `results`, consume with handlers returning no result against 100-byte results,
 //! `unique`, send with `unique_for` against a plain send,
@@ -17,7 +17,8 @@
 //! `groups`, consume over 1, 100 and 100,000 groups, a small group's
 //! lateness while a big one drains, and the longest claim with 100,000
 //! groups and `--scale` due messages, `groupsfair` and `groupsbig` those
-//! parts alone,
+//! parts alone (`groupsfair` with the groups at their limits, which
+//! `groupslimits` runs alone),
 //! `flows`, 2-level flows of 10,000 children per parent and one parent of
 //! 100,000 children: throughput against plain messages, and the time from
 //! a parent's last child's ack to its delivery,
@@ -1057,6 +1058,9 @@ async fn main() -> Res<()> {
         emit("groups", groups(&client, &tag, o.n, o.scale, o.samples).await?);
         cleanup(&client).await?;
     }
+    if on("groupsfair") || on("groupslimits") {
+        emit("groups_limits", groups_limits(&client, &tag).await?);
+    }
     if on("groupsfair") {
         emit("groups_fairness", fairness(&client, &tag, o.samples).await?);
     }
@@ -1531,6 +1535,116 @@ async fn groups(client: &Client, tag: &str, n: usize, scale: usize, samples: usi
         "a_drain_to_ungrouped_consume": (beside["a_drain_per_s"].as_f64().unwrap_or(0.0) / ungrouped * 100.0).round() / 100.0,
         "big": big,
     }))
+}
+
+/// A group at each kind of limit, alone on a fresh queue with the default
+/// `fetch_interval` (1 s) and `concurrency(16)`: how fast it drains
+/// against its limit (a group served once per tick would drain at its
+/// concurrency per second): `group_concurrency(2)` and `ordered()` with
+/// 1 ms handlers, beside the queue-wide `global_concurrency(2)` in the
+/// same run, and `group_rate_limit(10, 1 s)` with no-op handlers, as
+/// starts per second after its first window.
+async fn groups_limits(client: &Client, tag: &str) -> Res<serde_json::Value> {
+    let ms = Duration::from_millis(1);
+    let pair = limited(client, &format!("{tag}-lim0"), 2_000, 1, ms, |b| b.group_concurrency(2)).await?;
+    let ordered = limited(client, &format!("{tag}-lim1"), 1_000, 1, ms, DelayQueueBuilder::ordered).await?;
+    let global = limited(client, &format!("{tag}-lim2"), 2_000, 0, ms, |b| {
+        b.global_concurrency(2)
+    })
+    .await?;
+    let per = Duration::from_secs(1);
+    let rated = limited(client, &format!("{tag}-lim3"), 60, 1, Duration::ZERO, move |b| {
+        b.group_rate_limit(10, per)
+    })
+    .await?;
+    // After the first window (10 start at once): how many a second.
+    let steady = &rated.starts[10..];
+    let span = steady.last().copied().unwrap_or_default() - steady[0];
+    let most_in_a_period = (0..rated.starts.len())
+        .map(|i| {
+            rated.starts[i..]
+                .iter()
+                .take_while(|&&t| t < rated.starts[i] + per)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let per_s = |l: &Limited| rate(l.starts.len(), l.took);
+    let pair_s = per_s(&pair);
+    Ok(json!({
+        "group_concurrency_2": {"n": pair.starts.len(), "per_s": pair_s, "most_at_once": pair.most, "goal_per_s": 500},
+        "ordered": {"n": ordered.starts.len(), "per_s": per_s(&ordered), "most_at_once": ordered.most},
+        "global_concurrency_2": {"n": global.starts.len(), "per_s": per_s(&global), "most_at_once": global.most},
+        "group_to_global": (pair_s / per_s(&global) * 100.0).round() / 100.0,
+        "group_rate_10_per_s": {
+            "n": rated.starts.len(),
+            "per_s_after_first_window": ((steady.len() - 1) as f64 / span.as_secs_f64() * 10.0).round() / 10.0,
+            "most_started_in_1s": most_in_a_period,
+            "took_s": (rated.took.as_secs_f64() * 10.0).round() / 10.0,
+        },
+    }))
+}
+
+/// One [`limited`] run: each message's start from the first's, the drain
+/// time (first start to last end) and the most handlers running at once.
+struct Limited {
+    starts: Vec<Duration>,
+    took: Duration,
+    most: usize,
+}
+
+/// Sends `n` due messages over `groups` groups (0: none) to a fresh queue
+/// `name` built with `limit`, and consumes them with handlers that take `work`.
+async fn limited(
+    client: &Client,
+    name: &str,
+    n: usize,
+    groups: usize,
+    work: Duration,
+    limit: impl FnOnce(DelayQueueBuilder) -> DelayQueueBuilder,
+) -> Res<Limited> {
+    let q = queue(client, name, |b| limit(b.concurrency(16)))?;
+    send_grouped(&q, n, groups, Duration::ZERO).await?;
+    // Starts, the last end, handlers running now and the most at once.
+    type Seen = (Vec<Instant>, Option<Instant>, usize, usize);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let record = seen.clone();
+    let consumer = q
+        .start_consume(move |_msg: Message| {
+            let record = record.clone();
+            async move {
+                {
+                    let mut s = record.lock().unwrap();
+                    s.0.push(Instant::now());
+                    s.2 += 1;
+                    s.3 = s.3.max(s.2);
+                }
+                if !work.is_zero() {
+                    tokio::time::sleep(work).await;
+                }
+                let mut s = record.lock().unwrap();
+                s.2 -= 1;
+                s.1 = Some(Instant::now());
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+    let end = Instant::now() + Duration::from_secs(120);
+    while seen.lock().unwrap().0.len() < n || seen.lock().unwrap().2 > 0 {
+        if Instant::now() > end {
+            return Err(format!("{name}: {} of {n} started within 120 s", seen.lock().unwrap().0.len()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    consumer.shutdown().await?;
+    cleanup(client).await?;
+    let s = seen.lock().unwrap();
+    let first = s.0[0];
+    Ok(Limited {
+        starts: s.0.iter().map(|&t| t - first).collect(),
+        took: s.1.unwrap_or(first) - first,
+        most: s.3,
+    })
 }
 
 /// One fairness setup: what A's backlog is and what B sends.

@@ -8,8 +8,8 @@ KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
 ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
 ARGV[4] result key prefix   ARGV[5] progress key prefix   ARGV[6] log key prefix
 ARGV[7] waiters zset   ARGV[8] done channel
-ARGV[9] result retention ms (0: keep no result)
-ARGV[10..] triples of id, lease, outcome: "" (no result, no progress or
+ARGV[9] result retention ms (0: keep no result)   ARGV[10] wake-up channel
+ARGV[11..] triples of id, lease, outcome: "" (no result, no progress or
 log written), else a flag then the result bytes: "r" a result, "n" no
 result but progress or log written, "b" both
 Returns one value per triple, in order: 1 acked, 3 acked and its
@@ -23,7 +23,9 @@ marker (docs/dedup.md).
 While any group has a message in processing (the group prefix's 'active'
 hash exists), each acked id's header is read for its group: the group's
 count in processing goes down, and the group goes back to the ring when
-it may start another (prelude.lua, docs/groups.md).
+it may start another (prelude.lua, docs/groups.md): then it publishes a
+wake-up (0), so a consumer anywhere starts the group's next message at
+once.
 Each acked id's result is written to its result key with the retention
 as TTL (one SET each). The progress and log keys of each acked id whose
 delivery wrote them get the retention as TTL (deleted when it is 0). These
@@ -41,12 +43,13 @@ Complexity: O(M log N) with M = triples, in nine calls whatever M, plus one
 EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
 EXISTS of the result, progress and log keys when any, one SET per result
 and two PEXPIREs per delivery that wrote progress or log;
-with groups in processing one GETRANGE per acked id and O(log G) per
-group, G = groups; with waiters one ZMSCORE and a PUBLISH per acked id
-waited for; with flows four calls more and O(links).
+with groups in processing one GETRANGE per acked id, O(log G) per
+group, G = groups, and one PUBLISH when a group went back to the ring;
+with waiters one ZMSCORE and a PUBLISH per acked id waited for; with
+flows four calls more and O(links).
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
-local ids, out = ids_of(10, 3), {}
+local ids, out = ids_of(11, 3), {}
 local retention = tonumber(ARGV[9])
 if #ids == 0 then
   return {}
@@ -54,12 +57,12 @@ end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local done, absent, results, noted, built = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 8]) then
+  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
     done[#done + 1] = id
     out[i] = 1
-    local flag = string.sub(ARGV[3 * i + 9], 1, 1)
+    local flag = string.sub(ARGV[3 * i + 10], 1, 1)
     if retention > 0 and (flag == 'r' or flag == 'b') then
-      results[#results + 1] = {ARGV[4] .. id, string.sub(ARGV[3 * i + 9], 2)}
+      results[#results + 1] = {ARGV[4] .. id, string.sub(ARGV[3 * i + 10], 2)}
       built[#built + 1] = ARGV[4] .. id
     end
     if flag == 'n' or flag == 'b' then
@@ -127,7 +130,9 @@ if #done > 0 then
       redis.call('ZREM', ARGV[7], unpack(told))
     end
   end
-  groups_finished(ARGV[2], finished)
+  if groups_finished(ARGV[2], finished) then
+    wake(ARGV[10], 0)
+  end
   local recorded = flow_done(flows, base, done, 'a', true)
   for i, id in ipairs(ids) do
     if out[i] == 1 and recorded[id] then

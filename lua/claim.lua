@@ -50,7 +50,10 @@ within its concurrency and its rate, counted as the queue's in
 "<group prefix>:<group>:rate"; none while paused); each one served leaves
 the ring, and goes back to its tail while it has due messages and room,
 or to the wait zset until its window allows one more when its rate is
-what it lacks; one found without room leaves it. Each group's count in processing goes up by
+what it lacks (publishing a wake-up of that many ms when that is the
+earliest wait, so every consumer claims then); one found without room
+leaves it, and an ack, nack or timeout that frees a slot of it puts it
+back (publishing a wake-up). Each group's count in processing goes up by
 what it leased. Groups whose wait is over go back to the ring first.
 
 KEYS[1] ready list   KEYS[2] retry list   KEYS[3] processing zset
@@ -74,24 +77,30 @@ ARGV[10] marker key prefix
 ARGV[11] share: once the queue has groups, while the ring's first members
         are several and one of them has at most share due and room to
         start one, a claim leases at most share a member (0: no cap)
+ARGV[12] wake-up channel
 Counts 'expired' in the totals. Starts the window of the unique_for
 marker of each message it buries as expired (docs/dedup.md). While the
 totals have 'flows', each child buried as expired records its death in
 the outbox for its parents (flow_done in prelude.lua, docs/workflows.md).
-Returns {popped, expired, lease, left_ms, paused, held, wait_ms, expired id 1
-.. expired id n, id1, value1, attempt1, due1, deferrals1, id2, ...} with n =
+Returns {popped, expired, lease, left_ms, paused, held, wait_ms, group_ms,
+expired id 1 .. expired id n, id1, value1, attempt1, due1, deferrals1, id2,
+...} with n =
 expired and each value as stored ("<retry count>[;<backoff>][/<sent
 at>+<delay>][@<expires at>]:<payload>"); due is the ms this delivery was
 due from its attempt record (0: the send's, in the value), deferrals the
 deliveries deferred uncounted before it (attempt record).
 left_ms is how much of the lease was left when the script ran: the
 visibility timeout for a new request, less for a replayed one. paused is
-1 while the queue is paused, else 0. held is 0 when no limit held the
-request back, 1 the concurrency limit, the queue's or a group's (it opens
-when a processing message leaves processing, which no script foresees),
-2 the rate limit, which opens again in wait_ms (else 0), 3 the byte
-budget, GROUP_CLAIM, GROUP_TURNS, the share or a list's skipped entries
-(claim again at once).
+1 while the queue is paused, else 0. held is 0 when no limit of the
+queue held the request back, 1 its concurrency limit (it opens when a
+processing message leaves processing, which no script foresees), 2 its
+rate limit, which opens again in wait_ms (else 0), 3 the byte budget,
+GROUP_CLAIM, GROUP_TURNS, the share or a list's skipped entries (claim
+again at once). A group's limits hold only that group: its freed slot is
+announced by the wake-up of the script that frees it; group_ms is how
+long until the earliest waiting group's wait is over (its rate, or an
+ordered group's failed head's delay), -1 when none waits (or the queue
+has no groups), so the claimer sets a timer to that instant.
 lease is the deadline in microseconds of Redis time: it fences ack/nack,
 and differs from every earlier lease of the same id (Redis time moved on).
 Idempotent: the receipt records what the consumer's last request leased;
@@ -104,8 +113,9 @@ the totals have 'big'), plus the bytes read, at most max(ARGV[8], one
 value); O(1) for limit 0 and when a limit allows nothing; the rate limit
 adds O(RATE_BUCKETS) Lua steps. Once the queue has groups: O(K log G) more,
 with K = ring members read (at most GROUP_TURNS) and G = groups, plus
-O(RATE_BUCKETS) Lua steps per member with a rate, and O(W log G) for the
-W groups whose wait is over (at most MAX_LIMIT).
+O(RATE_BUCKETS) Lua steps per member with a rate, O(W log G) for the
+W groups whose wait is over (at most MAX_LIMIT), and one PUBLISH when it
+starts the earliest wait.
 ]]
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
   KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
@@ -122,7 +132,7 @@ local receipt = redis.call('GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   local words, ids = string.gmatch(receipt, '%S+'), {}
   words()
-  local out = {0, 0, tonumber(words() or '') or 0, 0, paused, 0, 0}
+  local out = {0, 0, tonumber(words() or '') or 0, 0, paused, 0, 0, -1}
   for word in words do
     ids[#ids + 1] = word
   end
@@ -229,7 +239,7 @@ local limit = limit_arg(2, 0)
 if limit == 0 or paused == 1 then
   redis.call('DEL', KEYS[7])
   clear_stale()
-  return {0, 0, 0, 0, paused, 0, 0}
+  return {0, 0, 0, 0, paused, 0, 0, -1}
 end
 local now_u = now_us()
 local asked, held = limit, 0
@@ -248,7 +258,7 @@ if fields[3] then
 end
 if limit == 0 then
   redis.call('DEL', KEYS[7])
-  return {0, 0, 0, 0, 0, held, held == 2 and rate.wait_ms(0) or 0}
+  return {0, 0, 0, 0, 0, held, held == 2 and rate.wait_ms(0) or 0, -1}
 end
 local vis = tonumber(ARGV[3])
 local lease = now_u + vis * 1000
@@ -379,12 +389,15 @@ end
 -- most limit) share the request, as evenly as their room allows; the
 -- messages without a group are the member ''. A queue without groups
 -- takes everything from its lists, as `ucap` says.
-local gp, ucap, held_by_group, capped = ARGV[9], limit, false, false
+-- waited_before: when the earliest group's wait ended before this call
+-- (false: none waited); waits_from: the earliest wait this call starts.
+local gp, ucap, capped, waited_before, waits_from = ARGV[9], limit, false, false, false
 -- plan: {member, room, share} of each member read; gheads: each group's heads.
 local plan, gheads = {}, {}
 if fields[8] then
   check_group_types(gp)
-  groups_due(gp, now)
+  local before = groups_due(gp, now)
+  waited_before = before and now + before
   local waiting = redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2]) + (prio and redis.call('ZCARD', prio) or 0)
   if waiting > 0 and not redis.call('ZSCORE', gp .. 'ring', '') then
     ring_push(gp, '')
@@ -435,7 +448,6 @@ if fields[8] then
         rated.period = tonumber(string.match(rate_g, ' (%d+)$'))
         room = math.min(room, rated.allowed)
       end
-      held_by_group = held_by_group or room < avail
       if paused_g then
         room = 0
       end
@@ -587,7 +599,9 @@ if #plan > 0 then
       if not paused_g and (not gate or gate - n > 0) and avail > (took[g] or 0) then
         if rated and rated.allowed - n <= 0 then
           -- At its rate: it waits until its window lets one more start.
-          redis.call('ZADD', gp .. 'wait', now + math.max(rated.wait_ms(n), 1), g)
+          local opens = now + math.max(rated.wait_ms(n), 1)
+          redis.call('ZADD', gp .. 'wait', opens, g)
+          waits_from = math.min(waits_from or opens, opens)
         else
           back[#back + 1] = g
         end
@@ -639,12 +653,13 @@ end
 if capped and popped < asked and held ~= 2 and not (held == 1 and popped < limit) then
   -- Cut short by GROUP_CLAIM or GROUP_TURNS: more may wait, claim again at once.
   held = 3
-elseif held == 0 and held_by_group and popped < asked then
-  -- A group's concurrency held back part of the request: it opens when
-  -- one of its messages leaves processing, as the queue's own does.
-  held = 1
 end
-local out = {popped, #expired, lease, vis, 0, held, wait}
+local group_ms = -1
+if fields[8] then
+  wake_if_earlier(ARGV[12], waits_from, waited_before, now)
+  group_ms = group_wait_ms(gp, now) or -1
+end
+local out = {popped, #expired, lease, vis, 0, held, wait, group_ms}
 for _, id in ipairs(expired) do
   out[#out + 1] = id
 end

@@ -46,7 +46,8 @@ Counts 'failed' and 'dead' in the totals (not for release and defer).
 Moved to the dead zset, it starts the window of its unique_for marker
 (docs/dedup.md).
 Publishes a wake-up when the message can be claimed again now, or is due
-before every other pending message.
+before every other pending message, or its group went back to the ring
+(its slot freed: another of its messages may start now).
 Idempotent: a re-run finds the lease gone and its own work done (its
 attempt record as this call left it, or one delivery on, if the message was
 claimed again since) and returns what the first run returned, or 3 when
@@ -127,7 +128,9 @@ if mode ~= 'defer' and (mode == 'dead' or n > max_retries(KEYS[6], tonumber(ARGV
   tally(KEYS[7], 'dead', 1)
   flow_done(flows, base, {id}, 'd', false)
   if group then
-    group_wake(gp, group)
+    if group_wake(gp, group) then
+      wake(ARGV[6], 0)
+    end
     group_forget_idle(gp, group)
   end
   return 2
@@ -148,7 +151,9 @@ elseif delay > 0 then
   redis.call('ZADD', KEYS[4], now + delay, id)
   wake_if_earlier(ARGV[6], now + delay, head_at, now)
   if group then
-    group_wake(gp, group)
+    if group_wake(gp, group) then
+      wake(ARGV[6], 0)
+    end
     group_forget_idle(gp, group)
   end
 elseif group then

@@ -642,17 +642,20 @@ local function ring_push(gp, g)
   redis.call('ZADD', gp .. 'ring', (tonumber(last) or 0) + 1, g)
 end
 
--- Puts group g in the ring when it qualifies (above) and is not there yet.
+-- Puts group g in the ring when it qualifies (above) and is not there
+-- yet; true when it did (the caller publishes a wake-up: a consumer may
+-- start one of its messages now).
 local function group_wake(gp, g)
   if redis.call('ZSCORE', gp .. 'ring', g) or redis.call('ZSCORE', gp .. 'wait', g)
     or redis.call('EXISTS', group_list(gp, g)) == 0 or redis.call('HEXISTS', gp .. 'paused', g) == 1 then
-    return
+    return false
   end
   local limit = group_limit(gp, g)
   if limit and tonumber(redis.call('HGET', gp .. 'active', g) or '0') >= limit then
-    return
+    return false
   end
   ring_push(gp, g)
+  return true
 end
 
 -- group_wake for many groups, each with due messages now, in a few calls
@@ -777,21 +780,29 @@ local function groups_add(gp, grouped, groups)
   groups_wake(gp, groups)
 end
 
+-- The ms until the earliest waiting group's wait is over (0: over
+-- already), false when none waits.
+local function group_wait_ms(gp, now)
+  local next = redis.call('ZRANGE', gp .. 'wait', 0, 0, 'WITHSCORES')[2]
+  return next and math.max(0, tonumber(next) - now) or false
+end
+
 -- Moves the groups whose wait is over (at most MAX_LIMIT) back to the
 -- ring, and forgets those with nothing left (their messages cancelled
 -- while they waited: the cancel could not forget a waiting group); the
--- ms until the next one's is over, false when none waits.
+-- ms until the next one's is over (group_wait_ms), and how many went
+-- back to the ring.
 local function groups_due(gp, now)
   local over = redis.call('ZRANGE', gp .. 'wait', '-inf', now, 'BYSCORE', 'LIMIT', 0, MAX_LIMIT)
+  local woken = 0
   if #over > 0 then
     redis.call('ZREM', gp .. 'wait', unpack(over))
     for _, g in ipairs(over) do
-      group_wake(gp, g)
+      woken = woken + (group_wake(gp, g) and 1 or 0)
       group_forget_idle(gp, g)
     end
   end
-  local next = redis.call('ZRANGE', gp .. 'wait', 0, 0, 'WITHSCORES')[2]
-  return next and math.max(0, tonumber(next) - now) or false
+  return group_wait_ms(gp, now), woken
 end
 
 -- The groups of the messages at `keys` (payload keys): {group, how many}
@@ -811,13 +822,15 @@ end
 
 -- Messages of groups left processing (`counts`, from groups_of): each
 -- group's count goes down and it goes back to the ring when it may start
--- another.
+-- another; true when any did (group_wake).
 local function groups_finished(gp, counts)
+  local back = false
   for _, c in ipairs(counts) do
     group_active(gp, c[1], -c[2])
-    group_wake(gp, c[1])
+    back = group_wake(gp, c[1]) or back
     group_forget_idle(gp, c[1])
   end
+  return back
 end
 
 -- Flows (docs/workflows.md). A message may wait for others (its children)

@@ -22,10 +22,12 @@ ARGV[4] the wire format version the caller speaks (docs/wire-format.md):
         fails with a "DQFORMAT ..." error, nothing written, when the
         totals' 'format' field holds another
 ARGV[5] group key prefix (read only while the totals have 'groups')
-Returns {moved, wait_ms, late1, late2, ...}: wait_ms is how long until the
-next pending id is due, or a waiting group's wait is over (0 when more
-are due now), -1 when nothing waits; late_i is how many microseconds after its due time each moved id
-moved (the consumer's lateness metric, which a ms would round to 0).
+Returns {moved, wait_ms, woken, late1, late2, ...}: wait_ms is how long
+until the next pending id is due, or a waiting group's wait is over (0
+when more are due now), -1 when nothing waits; woken how many groups
+whose wait was over went back to the ring (a claim has work then, though
+no id moved); late_i is how many microseconds after its due time each
+moved id moved (the consumer's lateness metric, which a ms would round to 0).
 Idempotent: a re-run moves only what is still pending.
 Complexity: O(log N + M) with M = moved; O(M log P) more once the queue
 uses priorities, with P = size of the priority zset; once it uses groups,
@@ -41,7 +43,7 @@ end
 local now_u = now_us()
 local now = math.floor(now_u / 1000)
 local budget = limit_arg(1)
-local out = {0, -1}
+local out = {0, -1, 0}
 -- due: the ids read, id and score pairs; ids: those moved.
 local due, ids = {}, {}
 -- Reads up to `count` more due ids, after those read; how many it read.
@@ -130,10 +132,11 @@ if head then
   out[2] = math.max(0, tonumber(head) - now)
 end
 if fields[3] then
-  local wait = groups_due(ARGV[5], now)
+  local wait, woken = groups_due(ARGV[5], now)
   if wait and (out[2] < 0 or wait < out[2]) then
     out[2] = wait
   end
+  out[3] = woken
 end
 out[1] = #ids
 return out

@@ -24,7 +24,8 @@ zset (docs/dedup.md).
 While the totals have 'flows', each child moved to the dead zset records
 its death in the outbox for its parents (flow_done in prelude.lua,
 docs/workflows.md).
-Publishes a wake-up when it moved anything to retry.
+Publishes a wake-up when it moved anything to retry or a group back to
+the ring.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
 calls per batch plus one per id (payload header) and two per dead id;
@@ -89,11 +90,13 @@ for _, b in ipairs(back) do
   local ordered = group_limit(gp, b[1]) == 1
   group_return(gp, b[1], b[2], b[3], ordered and due_of(b[3], b[4]) or now, ordered)
 end
+-- ringed: a group went back to the ring (a slot of it freed).
+local ringed = false
 for _, group in ipairs(left) do
-  group_wake(gp, group)
+  ringed = group_wake(gp, group) or ringed
   group_forget_idle(gp, group)
 end
-if #retry + #back > 0 then
+if #retry + #back > 0 or ringed then
   wake(ARGV[4], 0)
 end
 tally(KEYS[5], 'failed', #ids)

@@ -917,3 +917,135 @@ async fn the_builders_group_defaults_show_before_a_consumer_stores_them() {
     plain.set_default_group_concurrency(Some(7)).await.unwrap();
     assert_eq!(queue.groups(0, 10).await.unwrap().default_concurrency, Some(7));
 }
+
+/// A fetch_interval no test below may wait for: each finishes well within
+/// [`SOON`] only when a group's next message starts on its own wake-up
+/// (its ack, its window opening), never on the consumer's tick.
+const TICK: Duration = Duration::from_secs(60);
+/// A generous bound for work that takes well under a second when each
+/// group's next message starts as soon as its limit allows.
+const SOON: Duration = Duration::from_secs(15);
+
+/// Handles `n` messages of group `g` on a queue built with `configure` and
+/// the fetch_interval [`TICK`], 1 ms each; returns the most of `g` that
+/// ran at once, failing unless all are handled within [`SOON`].
+async fn drain_one_group(
+    name: &str,
+    g: &str,
+    n: usize,
+    configure: impl FnOnce(delayqueue::DelayQueueBuilder) -> delayqueue::DelayQueueBuilder,
+) -> usize {
+    let (_server, _client, queue) = start_queue(name, TICK, |b| configure(b.concurrency(8))).await;
+    queue
+        .send_batch((0..n).map(|i| NewMessage::new(format!("{g}{i}")).group(g)))
+        .await
+        .unwrap();
+    let running = Running::default();
+    let consumer = queue
+        .start_consume(running.handler(Duration::from_millis(1)))
+        .await
+        .unwrap();
+    let done = wait_until(SOON, || running.done() == n).await;
+    consumer.shutdown().await.unwrap();
+    assert!(
+        done,
+        "{} of {n} handled within {SOON:?}: the group waited for the tick",
+        running.done()
+    );
+    running.most(g)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_at_its_concurrency_starts_its_next_message_when_one_finishes_not_at_the_tick() {
+    assert_eq!(drain_one_group("gfreed", "A", 20, |b| b.group_concurrency(2)).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_group_starts_its_next_message_when_one_finishes_not_at_the_tick() {
+    assert_eq!(drain_one_group("gnext", "L", 10, |b| b.ordered()).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_held_by_its_rate_starts_again_when_its_window_opens_not_at_the_tick() {
+    let (_server, _client, queue) = start_queue("gopens", TICK, |b| b.concurrency(8)).await;
+    let per = Duration::from_secs(1);
+    assert!(queue
+        .set_group_rate("R", Some(delayqueue::RateLimit::new(10, per)))
+        .await
+        .unwrap());
+    queue
+        .send_batch((0..12).map(|i| NewMessage::new(format!("r{i}")).group("R")))
+        .await
+        .unwrap();
+    let log = Log::default();
+    let consumer = queue.start_consume(acking(&log)).await.unwrap();
+    let done = wait_until(SOON, || log.len() == 12).await;
+    consumer.shutdown().await.unwrap();
+    assert!(
+        done,
+        "{} of 12 handled within {SOON:?}: the group waited for the tick",
+        log.len()
+    );
+    // Still at its rate: the 11th waited for the first to leave the window.
+    let starts: Vec<_> = log.snapshot().into_iter().map(|d| d.2).collect();
+    assert!(
+        starts[10] >= starts[0] + per / 2,
+        "11th {:?} after the first",
+        starts[10] - starts[0]
+    );
+}
+
+/// The ack that frees a group's slot comes from a consumer of another
+/// client (another process, say) whose loop has stopped: the consumer
+/// that starts the group's next message learns of it through the wake-up
+/// the ack publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_freed_by_another_consumers_ack_starts_its_next_message_at_once() {
+    let (server, client, queue) = start_queue("gother", TICK, |b| b.ordered()).await;
+    queue
+        .send_batch((0..2).map(|i| NewMessage::new(format!("a{i}")).group("A")))
+        .await
+        .unwrap();
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let first = Log::default();
+    let holding = helpers::recording(&first, move |_msg: Message| {
+        let mut opened = opened.clone();
+        async move {
+            let _ = opened.wait_for(|o| *o).await;
+            Ok(())
+        }
+    });
+    let a = queue.start_consume(holding).await.unwrap();
+    assert!(wait_until(WAIT, || first.len() == 1).await);
+    // The first consumer stops claiming (its loop deletes its claim
+    // receipt) while a0 still runs; it acks a0 once the gate opens.
+    let stopping = tokio::spawn(a.shutdown());
+    let receipts = || async {
+        let keys: Vec<String> = client
+            .custom(delayqueue::fred::cmd!("KEYS"), vec!["dq:{gother}:claim:*"])
+            .await
+            .unwrap();
+        keys.len()
+    };
+    assert!(wait_for(WAIT, || async { receipts().await == 0 }).await);
+    let other = server.client().await;
+    let queue_b = helpers::queue_builder("gother", &other, TICK)
+        .ordered()
+        .build()
+        .unwrap();
+    let second = Log::default();
+    let b = queue_b.start_consume(acking(&second)).await.unwrap();
+    // The second consumer handles a message without a group: it has
+    // claimed since a1 waits behind a0, and now sleeps until its tick.
+    queue.send("x").await.unwrap();
+    assert!(wait_until(WAIT, || second.len() == 1).await);
+    open.send(true).unwrap();
+    stopping.await.unwrap().unwrap();
+    let started = wait_until(SOON, || second.len() == 2).await;
+    b.shutdown().await.unwrap();
+    assert!(
+        started,
+        "a1 not started within {SOON:?} of a0's ack: it waited for the tick"
+    );
+    assert_eq!(second.snapshot()[1].3, b"a1");
+}

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -108,9 +109,9 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
 
 /// Claims up to `want` messages, counts them in flight and has a task
 /// start a delivery task for each (after the previous claim's); returns
-/// how many ids were popped, and the queue limit that held the claim back,
-/// if one did.
-pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, Option<Held>), Error> {
+/// how many ids were popped, the queue limit that held the claim back, if
+/// one did, and how long until the earliest waiting group may start again.
+pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, Option<Held>, Option<Duration>), Error> {
     let ctx = &shared.ctx;
     let claim = Claim {
         receipt: &shared.claim_key,
@@ -166,7 +167,7 @@ pub(crate) async fn claim(shared: &Arc<Shared>, want: usize) -> Result<(usize, O
             hand(&shared, deliveries, lease, deadline);
         }));
     }
-    Ok((popped as usize, held))
+    Ok((popped as usize, held, reply.group_wait))
 }
 
 /// Starts a delivery task for each of a claim's `deliveries`, counted in

@@ -9,8 +9,9 @@ use crate::store::ops::promote::Promote;
 use crate::store::Keys;
 use crate::Error;
 
-/// Moves due messages to ready; returns how many moved and how long until
-/// the next one is due.
+/// Moves due messages to ready, and groups whose wait is over back to the
+/// ring; returns how many of both moved (a claim has work when any did)
+/// and how long until the next is due.
 pub(crate) async fn promote(ctx: &Context, k: &Keys) -> Result<(usize, Option<Duration>), Error> {
     let batch = ctx.settings.batch_size;
     let (mut total, mut wait) = (0, None);
@@ -19,7 +20,7 @@ pub(crate) async fn promote(ctx: &Context, k: &Keys) -> Result<(usize, Option<Du
         for late in &reply.late {
             ctx.meters.lateness.record(late.as_secs_f64());
         }
-        total += reply.moved as usize;
+        total += (reply.moved + reply.woken) as usize;
         wait = reply.next_due;
         // Over many groups a call moves fewer than asked (promote.lua's
         // budget); a wait of zero says more are due now.

@@ -190,7 +190,14 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         return Ok(());
     }
     at.slot_wait = false;
-    let (popped, held) = claim(shared, want).await?;
+    let (popped, held, group_wait) = claim(shared, want).await?;
+    if let Some(wait) = group_wait {
+        // A group waits out its rate (or an ordered group its failed
+        // message's delay): promote moves it back to the ring then, and a
+        // claim follows. A group at its concurrency needs no timer: the
+        // ack, nack or timeout that frees a slot publishes a wake-up.
+        at.promote = at.promote.min(Instant::now() + wait);
+    }
     match held {
         // A full batch means more may wait.
         None => at.claim = popped >= want,

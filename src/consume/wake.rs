@@ -2,8 +2,11 @@
 //! every sleeping consumer loop when work becomes due sooner than it knows of.
 //!
 //! Scripts publish on the queue's wake-up channel when a message becomes
-//! claimable (nack, timeout) or is due before every other pending message
-//! (send, nack with a delay); the message is how many milliseconds from now.
+//! claimable (nack, timeout), a group may start its next message (ack,
+//! nack or timeout freed a slot of it), or something is due before every
+//! other pending message or waiting group (send, nack with a delay, a
+//! claim that holds a group at its rate); the message is how many
+//! milliseconds from now.
 //! A wake-up is only an optimisation: the consumer still probes every
 //! `fetch_interval`, so a lost one (disconnect, no pub/sub permission)
 //! costs at most one interval, never a stuck message.

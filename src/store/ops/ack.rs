@@ -85,7 +85,7 @@ impl Op for Ack<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = Vec::with_capacity(9 + 3 * self.leases.len());
+        let mut args: Vec<Value> = Vec::with_capacity(10 + 3 * self.leases.len());
         for prefix in [
             &k.msg_prefix,
             &k.group_prefix,
@@ -99,6 +99,7 @@ impl Op for Ack<'_> {
             args.push(prefix.as_str().into());
         }
         args.push(ms(self.result_retention));
+        args.push(k.wake.as_str().into());
         for (id, lease, keep) in &self.leases {
             args.push((*id).into());
             args.push((*lease).into());

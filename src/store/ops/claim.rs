@@ -54,6 +54,12 @@ pub(crate) struct Claimed {
     /// A limit of the queue held the request back: it leased all the limit
     /// allowed, fewer than asked.
     pub held: Option<Held>,
+    /// How long until the earliest group held out of the ring (by its
+    /// rate, or an ordered group waiting out a failed message's delay) may
+    /// start again; `None` when no group waits. A group held by its
+    /// concurrency needs no timer: the script that frees its slot
+    /// publishes a wake-up.
+    pub group_wait: Option<Duration>,
     pub deliveries: Vec<Delivery>,
 }
 
@@ -159,15 +165,18 @@ impl Op for Claim<'_> {
             k.group_prefix.as_str().into(),
             k.marker_prefix.as_str().into(),
             count(self.group_share as u64),
+            k.wake.as_str().into(),
         ]
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = array::<Self>(v)?;
         let bad = |detail: &str| unexpected::<Self>(detail);
-        let (head, rest) = reply.split_at_checked(7).ok_or_else(|| bad("short reply"))?;
-        let [popped, expired, lease, left_ms, paused, held, wait_ms] =
-            [&head[0], &head[1], &head[2], &head[3], &head[4], &head[5], &head[6]].map(|v| v.as_i64().unwrap_or(-1));
+        let (head, rest) = reply.split_at_checked(8).ok_or_else(|| bad("short reply"))?;
+        let [popped, expired, lease, left_ms, paused, held, wait_ms, group_ms] = [
+            &head[0], &head[1], &head[2], &head[3], &head[4], &head[5], &head[6], &head[7],
+        ]
+        .map(|v| v.as_i64().unwrap_or(-2));
         let expired = usize::try_from(expired).map_err(|_| bad("malformed header"))?;
         let (expired, rest) = rest.split_at_checked(expired).ok_or_else(|| bad("short reply"))?;
         let (Ok(popped), Ok(left_ms)) = (u64::try_from(popped), u64::try_from(left_ms)) else {
@@ -209,6 +218,12 @@ impl Op for Claim<'_> {
             left: Duration::from_millis(left_ms),
             paused: paused == 1,
             held,
+            group_wait: match group_ms {
+                -1 => None,
+                ms => Some(Duration::from_millis(
+                    u64::try_from(ms).map_err(|_| bad("malformed header"))?,
+                )),
+            },
             deliveries: deliveries.collect::<Result<_, Error>>()?,
         })
     }

@@ -19,9 +19,13 @@ pub(crate) struct Promote {
 #[derive(Debug)]
 pub(crate) struct Promoted {
     pub moved: u64,
-    /// How long until the next pending message is due (zero when more are
-    /// due now); `None` when pending is empty.
+    /// How long until the next pending message is due, or a waiting
+    /// group's wait is over (zero when more are due now); `None` when
+    /// neither waits.
     pub next_due: Option<Duration>,
+    /// Groups whose wait was over and went back to the ring: a claim has
+    /// work though no message moved.
+    pub woken: u64,
     /// How late each moved message moved, oldest first.
     pub late: Vec<Duration>,
 }
@@ -51,10 +55,12 @@ impl Op for Promote {
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = ints::<Self>(v)?;
         let bad = || unexpected::<Self>(format!("{reply:?}"));
-        let [moved, next, ref late @ ..] = reply[..] else {
+        let [moved, next, woken, ref late @ ..] = reply[..] else {
             return Err(bad());
         };
-        let moved = u64::try_from(moved).map_err(|_| bad())?;
+        let (Ok(moved), Ok(woken)) = (u64::try_from(moved), u64::try_from(woken)) else {
+            return Err(bad());
+        };
         if late.len() as u64 != moved {
             return Err(bad());
         }
@@ -64,6 +70,7 @@ impl Op for Promote {
         Ok(Promoted {
             moved,
             next_due: (next >= 0).then(|| ms(next)),
+            woken,
             late: late.iter().copied().map(us).collect(),
         })
     }

@@ -10,7 +10,7 @@ use crate::store::ops::purge::Purge;
 use crate::store::ops::requeue::Requeue;
 use crate::store::stored::{encode_stored, ValueParts};
 
-use super::{fail, ms, Env, NEVER, RETRY};
+use super::{fail, ms, Env, Promote, NEVER, RETRY};
 use crate::store::ops::claim::Held;
 
 /// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
@@ -131,7 +131,11 @@ async fn a_group_at_its_concurrency_leaves_the_ring_until_an_ack() {
     env.promote(1000).await;
     let c = env.claim(10).await;
     assert_eq!(c.ids(), ["a1", "b1"]);
-    assert_eq!(c.held, Some(Held::Concurrency), "A's limit held the request back");
+    assert_eq!(
+        (c.held, c.group_ms),
+        (None, None),
+        "A's limit holds A alone, and the ack that frees it says so"
+    );
     assert!(!env.exists(&env.group_key("ring")), "A at its limit, B empty");
     assert_eq!(env.group_ids("A"), vec!["a2"]);
     let c = env.claim(10).await;
@@ -149,6 +153,89 @@ async fn a_group_at_its_concurrency_leaves_the_ring_until_an_ack() {
     assert_eq!(env.active(), vec!["1", "2", "A", "B"]);
     assert_eq!(env.stats().await[2], 3, "processing");
     let _ = k;
+}
+
+/// Whatever frees a slot of a group at its concurrency (an ack, a timeout
+/// or nack that buries, a nack with a delay) puts it back in the ring and
+/// publishes a wake-up of 0, so a consumer anywhere starts its next
+/// message at once (docs/groups.md).
+#[tokio::test]
+async fn whatever_frees_a_slot_of_a_group_at_its_concurrency_wakes_consumers() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert!(env.change(GroupChange::Limit(Some("A"), Some(2))).await);
+    // a1 has no delivery left: its timeout buries it.
+    let value = encode_stored(&ValueParts {
+        retry_count: 0,
+        group: Some("A"),
+        payload: b"a1",
+        ..Default::default()
+    });
+    assert_eq!(env.send_values(&[("a1", value, 0, NEVER, false)]).await, vec![1]);
+    for id in ["a2", "a3", "a4", "a5", "a6"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.promote(1000).await;
+    assert_eq!(env.claim(10).await.ids(), ["a1", "a2"]);
+    assert!(env.ring().is_empty(), "A at its limit");
+    let mut wakes = env.subscribe().await;
+    assert_eq!(env.ack(&[("a2", env.lease_of("a2"))]).await, vec![1]);
+    assert_eq!(
+        (env.ring(), wakes.next().await.as_str()),
+        (vec!["A".to_string()], "0"),
+        "ack"
+    );
+    assert_eq!(env.claim(10).await.ids(), ["a3"]);
+    env.raw(&["ZADD", &k.processing, "XX", "1", "a1"]);
+    assert_eq!(env.timeout(10).await, vec![1, 1]);
+    assert_eq!(wakes.next().await, "0", "a timeout to the dead zset");
+    assert_eq!(env.claim(10).await.ids(), ["a4"]);
+    assert_eq!(env.nack("a3", env.lease_of("a3"), NackMode::Dead).await, 2);
+    assert_eq!(wakes.next().await, "0", "a nack to the dead zset");
+    assert_eq!(env.claim(10).await.ids(), ["a5"]);
+    // The retry waits in pending (its own wake-up: its delay); its slot is free now.
+    assert_eq!(env.nack("a4", env.lease_of("a4"), fail(30_000)).await, 1);
+    assert_eq!(wakes.next().await, "30000");
+    assert_eq!(wakes.next().await, "0", "a nack with a delay");
+    assert_eq!(env.claim(10).await.ids(), ["a6"]);
+    // A slot freed while nothing of the group is due: not in the ring, no wake-up.
+    assert_eq!(env.ack(&[("a5", env.lease_of("a5"))]).await, vec![1]);
+    assert!(env.ring().is_empty());
+    wakes.assert_quiet(&env, "a group with nothing due").await;
+}
+
+/// A group at its rate waits out of the ring: the claim that starts the
+/// earliest wait publishes its ms (every consumer sets a timer to it),
+/// every claim says how long until the earliest wait is over, and the
+/// promote at that instant puts the group back and says so (a claim
+/// follows though no message moved).
+#[tokio::test]
+async fn a_group_held_by_its_rate_says_when_its_window_opens() {
+    let env = Env::new().await;
+    assert_eq!(env.claim(10).await.group_ms, None, "no group: no wait");
+    assert!(env.change(GroupChange::Rate(Some("A"), Some((2, 1000)))).await);
+    for id in ["a1", "a2", "a3"] {
+        env.send_grouped(id, "A").await;
+    }
+    env.promote(1000).await;
+    let mut wakes = env.subscribe().await;
+    let c = env.claim(10).await;
+    assert_eq!(c.ids(), ["a1"], "one in this bucket");
+    let ms = c.group_ms.expect("A waits");
+    assert!((1..=20).contains(&ms), "until the next bucket: {ms}");
+    assert_eq!(wakes.next().await, ms.to_string());
+    // A claim that starts no wait publishes nothing, and still says when.
+    let far = env.now_ms() + 60_000;
+    env.raw(&["ZADD", &env.group_key("wait"), "XX", &far.to_string(), "A"]);
+    let c = env.claim(10).await;
+    assert_eq!(c.popped, 0);
+    assert!((59_000..=60_000).contains(&c.group_ms.expect("A waits")));
+    wakes.assert_quiet(&env, "a claim that started no wait").await;
+    // Its wait over: promote puts it back in the ring, and says so.
+    env.raw(&["ZADD", &env.group_key("wait"), "XX", "1", "A"]);
+    let promoted = env.run(&Promote { limit: 10 }).await;
+    assert_eq!((promoted.moved, promoted.woken, promoted.next_due), (0, 1, None));
+    assert_eq!(env.ring(), vec!["A"]);
 }
 
 #[tokio::test]
@@ -672,7 +759,6 @@ async fn a_claim_serves_at_most_64_groups_within_its_budget_and_says_claim_again
 
 #[tokio::test]
 async fn a_group_key_of_another_type_fails_send_promote_claim_and_cancel_before_they_write() {
-    use crate::store::ops::promote::Promote;
     use crate::Error;
     let env = Env::new().await;
     let k = env.k().clone();

@@ -111,6 +111,8 @@ struct Claimed {
     paused: bool,
     /// The queue limit that held the claim back.
     held: Option<Held>,
+    /// Ms until the earliest waiting group's wait is over.
+    group_ms: Option<i64>,
     /// (id, payload, attempt) per delivery, in reply order; the payload
     /// without the stored value's "<retry count>:" header.
     got: Vec<(String, String, i64)>,
@@ -344,6 +346,7 @@ impl Env {
             left_ms: reply.left.as_millis() as i64,
             paused: reply.paused,
             held: reply.held,
+            group_ms: reply.group_wait.map(|w| w.as_millis() as i64),
             got: reply
                 .deliveries
                 .iter()
