@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod flows;
+mod liveness;
 pub use flows::{check_flow_final, check_results, flow_result, ChildrenRead, FlowFinal, FlowMsg, LateNote};
+pub use liveness::{ConsumerRec, GroupOp, LIVENESS_BOUND};
 
 /// The wall clock in µs since the epoch: Redis's clock, for a server on
 /// this host (Redis reads the same system clock).
@@ -269,6 +271,17 @@ pub struct History {
     /// The groups with a rate of their own: (group, starts, per ms), set
     /// before the first consumer started and never changed.
     pub group_rates: Vec<(String, u64, i64)>,
+    /// Changes of a group's concurrency, pauses and resumes of a group,
+    /// made while the run goes on.
+    pub group_ops: Vec<GroupOp>,
+    /// The consumers of the main queue, each from its start to its stop.
+    pub consumers: Vec<ConsumerRec>,
+    /// Deliveries a consumer handed back unstarted (its debug log): (id,
+    /// when, wall µs). The history has no other trace of their claims.
+    pub handbacks: Vec<(String, i64)>,
+    /// The consumers' `fetch_interval`: how often each probes (and
+    /// sweeps), whatever wake-ups it gets.
+    pub fetch_interval: Duration,
     /// The messages of flows and batches, in the flow queues.
     pub flow_msgs: Vec<FlowMsg>,
     /// The deliveries of the flow queues (the queue-wide rules of the main
@@ -307,6 +320,10 @@ impl History {
             queue_ops: Vec::new(),
             groups: Vec::new(),
             group_rates: Vec::new(),
+            group_ops: Vec::new(),
+            consumers: Vec::new(),
+            handbacks: Vec::new(),
+            fetch_interval: Duration::from_millis(100),
             flow_msgs: Vec::new(),
             flow_deliveries: Vec::new(),
             late_notes: Vec::new(),
@@ -970,6 +987,13 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     check_queue(h, limits, &sends_by_payload, &mut v);
     check_start_order(h, limits, &sends_by_payload, &mut v);
     check_groups(h, limits, &sends_by_payload, &mut v);
+    liveness::check_ordered(h, &mut v);
+    liveness::check_group_pauses(h, &mut v);
+    if fin.is_some() {
+        // Judged once everything ran: a claim is recorded as its first
+        // handler starts, which may be long after it.
+        liveness::check_liveness(h, limits, &sends_by_payload, &mut v);
+    }
     check_schedules(h, false, &mut v);
     flows::check_flows(h, limits, h.flow_final.as_ref(), &mut v);
     if let Some(fin) = fin {
@@ -1147,9 +1171,9 @@ fn processing<'a>(leases: &[(i64, &'a Delivery)], limits: Limits) -> Vec<(i64, i
 }
 
 /// How long before a claim a message must have been due, with no fault in
-/// between, to be surely in ready when it ran: seven times the consumers'
-/// promote interval (each sweep, every `fetch_interval`, promotes).
-pub const PROMOTE_LAG: Duration = Duration::from_millis(700);
+/// between, to be surely in ready when it ran: seven of the consumers'
+/// promote intervals (each sweep, every `fetch_interval`, promotes).
+const PROMOTE_LAGS: u32 = 7;
 
 /// The queue-wide rules, on lease times by Redis's clock: no lease while
 /// paused, no window of the rate limit with more leases than it allows, no
@@ -1241,7 +1265,7 @@ fn check_queue(
     // every priority) cannot be: it is handed back at a stop or after half
     // a lease of waiting for a handler slot. So: the lower one (x) claimed
     // less than half a lease after it was due; the higher one due
-    // `PROMOTE_LAG` before that claim (promoted for sure), first claimed
+    // `PROMOTE_LAGS` sweeps before that claim (promoted for sure), first claimed
     // after it but less than half a lease after it was due (not held,
     // unstarted, by another consumer then); no fault from the earlier due
     // time on; both sent for sure and touched by no operation.
@@ -1250,6 +1274,7 @@ fn check_queue(
         firsts.entry(d.id.as_str()).or_insert((at, d));
     }
     let unheld = limits.lease / 2 - SCHED_SLACK;
+    let promote_lag = h.fetch_interval * PROMOTE_LAGS;
     // (claimed, delivery, due at the earliest, due at the latest)
     let mut candidates: Vec<(i64, &Delivery, Instant, Instant)> = firsts
         .values()
@@ -1271,7 +1296,7 @@ fn check_queue(
         let waited = candidates.iter().find(|&&(h_at, hi, h_due, h_due_late)| {
             hi.priority > x.priority
                 && h_at > at
-                && h_due_late + PROMOTE_LAG < claimed
+                && h_due_late + promote_lag < claimed
                 && !h
                     .faults
                     .iter()
@@ -1437,14 +1462,21 @@ fn check_groups(
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
     let leases = leases(h);
-    for (group, m) in &h.groups {
+    let lease_us = limits.lease.as_micros() as i64;
+    for (group, _) in &h.groups {
         let of_group: Vec<(i64, &Delivery)> = leases
             .iter()
             .filter(|l| l.1.group.as_deref() == Some(group.as_str()))
             .copied()
             .collect();
         for (t, running, d) in processing(&of_group, limits) {
-            if running > *m as i64 {
+            // A lowered concurrency evicts nothing: as for the global one,
+            // every value of the longest a lease may be renewed before counts.
+            let m = liveness::group_limits(h, group, t - 5 * lease_us, t)
+                .into_iter()
+                .max()
+                .unwrap_or(u64::MAX);
+            if running > m as i64 {
                 v(
                     "group-concurrency",
                     &d.id,
@@ -1473,7 +1505,7 @@ fn check_groups(
                 }
             }
         }
-        if *m != 1 {
+        if !liveness::always_ordered(h, group) {
             continue;
         }
         // (claimed, delivery, earliest and latest due time, sent at)
