@@ -2419,6 +2419,12 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.fault_summary()
         );
     }
+    collect_handbacks(&knobs, &history);
+    println!(
+        "HISTORY seed={}: liveness judged {}",
+        knobs.seed,
+        model::liveness_judged(&history.lock().unwrap(), LIMITS)
+    );
     assert!(
         drained,
         "HISTORY seed={}: the queue did not drain within {DRAIN_LIMIT:?}: {status:?}",

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod flows;
 mod liveness;
 pub use flows::{check_flow_final, check_results, flow_result, ChildrenRead, FlowFinal, FlowMsg, LateNote};
-pub use liveness::{ConsumerRec, GroupOp, LIVENESS_BOUND};
+pub use liveness::{liveness_judged, ConsumerRec, GroupOp, LIVENESS_BOUND};
 
 /// The wall clock in µs since the epoch: Redis's clock, for a server on
 /// this host (Redis reads the same system clock).

@@ -215,13 +215,67 @@ pub(super) fn check_liveness(
     sends: &HashMap<&str, &SendRec>,
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
+    let bound = LIVENESS_BOUND.as_micros() as i64;
+    for (member, may_start, times) in may_start(h, limits, sends) {
+        let name = member.unwrap_or("(none)");
+        let of_member: Vec<&Delivery> = h.deliveries.iter().filter(|d| d.group.as_deref() == member).collect();
+        for (from, to) in may_start {
+            // Each lease starts the count anew.
+            let mut since = from;
+            for t in times.iter().copied().filter(|t| *t > from && *t < to).chain([to]) {
+                if t - since > bound {
+                    let waiter = of_member
+                        .iter()
+                        .filter(|d| d.leased_us >= t)
+                        .find(|d| first_send(h, sends, d).is_some_and(|f| us_of(h, f.2) <= since))
+                        .map_or("*", |d| d.id.as_str());
+                    v(
+                        "liveness",
+                        waiter,
+                        format!(
+                            "group {name} could start a message from {} (a message of it due, the queue and the \
+                             group not paused, below its concurrency and rate, a consumer's handler free, no \
+                             fault near) and started none until {}: {}ms, the bound is {:?}",
+                            h.us(since).trim(),
+                            h.us(t).trim(),
+                            (t - since) / 1000,
+                            LIVENESS_BOUND
+                        ),
+                    );
+                }
+                since = t;
+            }
+        }
+    }
+}
+
+/// How much `liveness` judged: per member (`-` for the messages without
+/// a group), the time one of its messages could start, in ms.
+pub fn liveness_judged(h: &History, limits: Limits) -> String {
+    let sends: HashMap<&str, &SendRec> = h.sends.iter().map(|s| (s.payload.as_str(), s)).collect();
+    may_start(h, limits, &sends)
+        .into_iter()
+        .map(|(member, spans, _)| {
+            let ms: i64 = spans.iter().map(|s| s.1 - s.0).sum::<i64>() / 1000;
+            format!("{}={ms}ms ", member.unwrap_or("-"))
+        })
+        .collect()
+}
+
+/// Per member (`None`: the messages without a group), when it could
+/// start a message (see `check_liveness`), and its leases' times.
+fn may_start<'a>(
+    h: &'a History,
+    limits: Limits,
+    sends: &HashMap<&str, &SendRec>,
+) -> Vec<(Option<&'a str>, Spans, Vec<i64>)> {
+    let mut out = Vec::new();
     let leases = leases(h);
     let Some(end) = leases.iter().map(|l| held(h, limits, l.1).1).max() else {
-        return;
+        return out;
     };
     let begin = h.t0_us;
     let lease_us = limits.lease.as_micros() as i64;
-    let bound = LIVENESS_BOUND.as_micros() as i64;
     let group_of = |id: &str| -> Option<Option<&str>> {
         let s = h.sends.iter().rfind(|s| s.id.as_deref() == Some(id))?;
         Some(s.group.as_deref())
@@ -330,37 +384,14 @@ pub(super) fn check_liveness(
                 }
             }
         }
-        let may_start = minus(&minus(&merged(waiting), &blocked), &merged(held_back));
-        let name = member.unwrap_or("(none)");
-        for (from, to) in may_start {
-            let (from, to) = (from.max(begin), to.min(end));
-            // Each lease starts the count anew.
-            let mut since = from;
-            for t in times.iter().copied().filter(|t| *t > from && *t < to).chain([to]) {
-                if t - since > bound {
-                    let waiter = of_member
-                        .iter()
-                        .filter(|l| l.0 >= t)
-                        .find(|l| first_send(h, sends, l.1).is_some_and(|f| us_of(h, f.2) <= since))
-                        .map_or("*", |l| l.1.id.as_str());
-                    v(
-                        "liveness",
-                        waiter,
-                        format!(
-                            "group {name} could start a message from {} (a message of it due, the queue and the \
-                             group not paused, below its concurrency and rate, a consumer's handler free, no \
-                             fault near) and started none until {}: {}ms, the bound is {:?}",
-                            h.us(since).trim(),
-                            h.us(t).trim(),
-                            (t - since) / 1000,
-                            LIVENESS_BOUND
-                        ),
-                    );
-                }
-                since = t;
-            }
-        }
+        let may_start = minus(&minus(&merged(waiting), &blocked), &merged(held_back))
+            .into_iter()
+            .map(|(from, to)| (from.max(begin), to.min(end)))
+            .filter(|s| s.0 < s.1)
+            .collect();
+        out.push((member, may_start, times));
     }
+    out
 }
 
 /// `ordered`: an ordered group (concurrency 1 all run long) runs one
