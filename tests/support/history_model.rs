@@ -2614,7 +2614,7 @@ mod tests {
     fn flow_rules(h: &History) -> Vec<&'static str> {
         rules(h, None)
             .into_iter()
-            .filter(|r| ["flow", "note", "children"].iter().any(|f| r.starts_with(f)))
+            .filter(|r| ["flow", "note", "children", "results"].iter().any(|f| r.starts_with(f)))
             .collect()
     }
 
@@ -2786,7 +2786,8 @@ mod tests {
         };
         let none = Vec::<&str>::new();
         assert_eq!(read("a", "Acked", Some("returned".into())), none);
-        assert_eq!(read("a", "Acked", None), none);
+        // Every Ok delivery sets a result: one read without it was lost.
+        assert_eq!(read("a", "Acked", None), ["results-kept"]);
         assert_eq!(read("b", "Dead", None), none);
         assert_eq!(read("a", "Acked", Some("r a 2 c9".into())), ["children-results"]);
         assert_eq!(read("b", "Acked", None), ["children-results"]);
@@ -2907,5 +2908,182 @@ mod tests {
         // Before its fire time by Redis's clock.
         h.deliveries.iter_mut().find(|d| d.id == id).unwrap().start_us -= 200_000;
         assert_eq!(schedule_rules(&h, true), ["fire-early"]);
+    }
+
+    fn liveness_rules(h: &History) -> Vec<&'static str> {
+        let sends = h.sends.iter().map(|s| (s.payload.as_str(), s)).collect();
+        let mut out = Vec::new();
+        liveness::check_liveness(h, LIMITS, &sends, &mut |rule, _, _| out.push(rule));
+        out
+    }
+
+    /// `grouped` messages of group `g` (concurrency `m`), due at 0 ms, and
+    /// consumer c0 with `handlers` handlers all run long.
+    fn consumed(msgs: &[&str], m: u64, handlers: usize) -> History {
+        let msgs: Vec<(&str, u8, u64)> = msgs.iter().map(|id| (*id, 0, 0)).collect();
+        let mut h = grouped(&msgs, m);
+        h.consumers.push(ConsumerRec {
+            name: "c0".into(),
+            concurrency: handlers,
+            start_us: h.t0_us,
+            end_us: None,
+        });
+        h
+    }
+
+    #[test]
+    fn a_group_freed_by_an_ack_starts_its_next_message_within_the_bound() {
+        // Group g of concurrency 2 with a backlog of four: a and b run from
+        // 10 to 20 ms; c and d, next, start at `next` ms.
+        let run = |next: u64, tweak: &dyn Fn(&mut History)| {
+            let mut h = consumed(&["a", "b", "c", "d"], 2, 4);
+            deliver_grouped(&mut h, "a", 10, 20);
+            deliver_grouped(&mut h, "b", 10, 20);
+            deliver_grouped(&mut h, "c", next, next + 10);
+            deliver_grouped(&mut h, "d", next, next + 10);
+            tweak(&mut h);
+            liveness_rules(&h)
+        };
+        let none = Vec::<&str>::new();
+        // At the next tick of a 1 s fetch_interval: a defect.
+        assert_eq!(run(1000, &|_| {}), ["liveness"]);
+        // Within the bound of the ack (20 ms, its settling 100 ms more).
+        assert_eq!(run(150, &|_| {}), none);
+        // Not if every handler was busy: three long ungrouped runs on c0,
+        // of concurrency 3 (the others sent and started at once).
+        assert_eq!(
+            run(1000, &|h| {
+                h.consumers[0].concurrency = 3;
+                for x in ["x", "y", "z"] {
+                    delivery(h, x, x, 1, 0, 0, 990, Outcome::Ok);
+                }
+            }),
+            none
+        );
+        // Nor while the group was paused, nor near a fault.
+        let group_op = |h: &mut History, kind: &'static str, from: u64, to: u64| {
+            let us = |ms: u64| h.t0_us + ms as i64 * 1000;
+            let (start_us, end_us) = (us(from), us(to));
+            h.group_ops.push(GroupOp {
+                group: "g".into(),
+                kind,
+                value: 1,
+                start_us,
+                end_us,
+                result: Ok(true),
+            });
+        };
+        assert_eq!(
+            run(1000, &|h| {
+                group_op(h, "pause", 15, 18);
+                group_op(h, "resume", 900, 905);
+            }),
+            none
+        );
+        assert_eq!(run(1000, &|h| fault(h, "cut", 30, 31)), none);
+        // Nor below a concurrency lowered to 1 meanwhile (b still holds it),
+        // but the group at 1 must then start c at once after b's ack.
+        assert_eq!(run(1000, &|h| group_op(h, "concurrency", 5, 6)), ["liveness"]);
+        assert_eq!(
+            run(1000, &|h| {
+                group_op(h, "concurrency", 5, 6);
+                h.deliveries[1].end_us = Some(h.t0_us + 950_000);
+            }),
+            none
+        );
+        // A group at its rate waits until its window lets one more start,
+        // and starts then.
+        let rate = |h: &mut History| h.group_rates.push(("g".into(), 2, 1000));
+        assert_eq!(run(1060, &rate), none);
+        assert_eq!(run(1900, &rate), ["liveness"]);
+        // A delivery handed back unstarted held a slot unseen.
+        assert_eq!(
+            run(1000, &|h| {
+                let at = h.t0_us + 400_000;
+                h.handbacks.push(("c".into(), at));
+            }),
+            none
+        );
+    }
+
+    #[test]
+    fn an_ordered_group_retries_a_failed_head_before_any_other_message() {
+        // a (priority 0) fails at 20 ms; b (priority 9) is leased at `b_at`;
+        // a's retry at 300 ms.
+        let run = |b_at: u64, failed: Outcome, attempt: u32, m: u64| {
+            let mut h = grouped(&[("a", 0, 0), ("b", 9, 0)], m);
+            delivery(&mut h, "a", "a", attempt, 10, 10, 20, failed);
+            delivery(&mut h, "b", "b", 1, b_at, b_at, b_at + 10, Outcome::Ok);
+            delivery(&mut h, "a", "a", attempt + 1, 300, 300, 310, Outcome::Ok);
+            for d in &mut h.deliveries {
+                d.group = Some("g".into());
+                d.priority = if d.id == "b" { 9 } else { 0 };
+            }
+            // (An attempt 2 alone is uncounted-delivery's business.)
+            rules(&h, None).into_iter().filter(|r| *r == "ordered").collect::<Vec<_>>()
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(run(100, Outcome::Error, 1, 1), ["ordered"]);
+        assert_eq!(run(100, Outcome::RetryAfter(Duration::from_millis(50)), 2, 1), ["ordered"]);
+        assert_eq!(run(400, Outcome::Error, 1, 1), none);
+        // Dead (a SkipRetry, or out of deliveries: retry count 3): the group goes on.
+        assert_eq!(run(100, Outcome::Skip, 1, 1), none);
+        assert_eq!(run(100, Outcome::Error, 4, 1), none);
+        // Not an ordered group.
+        assert_eq!(run(100, Outcome::Error, 1, 2), none);
+    }
+
+    #[test]
+    fn no_lease_of_a_paused_group() {
+        let run = |leased: u64| {
+            let mut h = grouped(&[("a", 0, 0)], 2);
+            deliver_grouped(&mut h, "a", leased, leased + 10);
+            let us = |ms: i64| h.t0_us + ms * 1000;
+            for (kind, from, to) in [("pause", 100, 110), ("resume", 500, 510)] {
+                h.group_ops.push(GroupOp {
+                    group: "g".into(),
+                    kind,
+                    value: 0,
+                    start_us: us(from),
+                    end_us: us(to),
+                    result: Ok(true),
+                });
+            }
+            rules(&h, None)
+        };
+        assert_eq!(run(300), ["leased-while-group-paused"]);
+        assert_eq!(run(105), Vec::<&str>::new());
+        assert_eq!(run(505), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_parent_dead_of_a_child_keeps_its_other_childrens_results() {
+        // a acked at 150 ms; b dies on its last attempt, claimed at 1000 ms;
+        // p fails.
+        let run = |kept: Option<&str>| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["a", "b"], "fail");
+            flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+            flow_delivery(&mut h, "b", 1, 1000, 1010, Outcome::Skip);
+            let mut fin = FlowFinal {
+                at_us: h.t0_us + 10_000_000,
+                ..FlowFinal::default()
+            };
+            fin.dead.insert("b".into(), "injected skip".into());
+            fin.dead.insert("p".into(), "child flow_a/b dead".into());
+            let returned = flow_result(&h.flow_deliveries[0]);
+            let read = kept.map(|r| if r == "returned" { returned.clone() } else { r.to_string() });
+            let children = read
+                .map(|r| vec![("a".to_string(), "Acked".to_string(), Some(r.into_bytes()))])
+                .unwrap_or_default();
+            fin.dead_children.insert("p".into(), children);
+            check_flow_final(&h, LIMITS, &fin)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(Some("returned")), Vec::<&str>::new());
+        assert_eq!(run(None), ["results-kept"]);
+        assert_eq!(run(Some("r a 9 c9")), ["results-kept"]);
     }
 }
