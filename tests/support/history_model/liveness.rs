@@ -219,45 +219,53 @@ pub(super) fn check_liveness(
     for (member, may_start, times) in may_start(h, limits, sends) {
         let name = member.unwrap_or("(none)");
         let of_member: Vec<&Delivery> = h.deliveries.iter().filter(|d| d.group.as_deref() == member).collect();
-        for (from, to) in may_start {
-            // Each lease starts the count anew.
-            let mut since = from;
-            for t in times.iter().copied().filter(|t| *t > from && *t < to).chain([to]) {
-                if t - since > bound {
-                    let waiter = of_member
-                        .iter()
-                        .filter(|d| d.leased_us >= t)
-                        .find(|d| first_send(h, sends, d).is_some_and(|f| us_of(h, f.2) <= since))
-                        .map_or("*", |d| d.id.as_str());
-                    v(
-                        "liveness",
-                        waiter,
-                        format!(
-                            "group {name} could start a message from {} (a message of it due, the queue and the \
-                             group not paused, below its concurrency and rate, a consumer's handler free, no \
-                             fault near) and started none until {}: {}ms, the bound is {:?}",
-                            h.us(since).trim(),
-                            h.us(t).trim(),
-                            (t - since) / 1000,
-                            LIVENESS_BOUND
-                        ),
-                    );
-                }
-                since = t;
-            }
+        for (since, t) in waits(&may_start, &times).into_iter().filter(|w| w.1 - w.0 > bound) {
+            let waiter = of_member
+                .iter()
+                .filter(|d| d.leased_us >= t)
+                .find(|d| first_send(h, sends, d).is_some_and(|f| us_of(h, f.2) <= since))
+                .map_or("*", |d| d.id.as_str());
+            v(
+                "liveness",
+                waiter,
+                format!(
+                    "group {name} could start a message from {} (a message of it due, the queue and the group not \
+                     paused, below its concurrency and rate, a consumer's handler free, no fault near) and started \
+                     none until {}: {}ms, the bound is {:?}",
+                    h.us(since).trim(),
+                    h.us(t).trim(),
+                    (t - since) / 1000,
+                    LIVENESS_BOUND
+                ),
+            );
         }
     }
 }
 
-/// How much `liveness` judged: per member (`-` for the messages without
-/// a group), the time one of its messages could start, in ms.
+/// The waits within `may_start` (from, to): each lease of `times` in a
+/// span starts the count anew (it changes the member's room).
+fn waits(may_start: &[(i64, i64)], times: &[i64]) -> Spans {
+    let mut out = Vec::new();
+    for &(from, to) in may_start {
+        let mut since = from;
+        for t in times.iter().copied().filter(|t| *t > from && *t < to).chain([to]) {
+            out.push((since, t));
+            since = t;
+        }
+    }
+    out
+}
+
+/// What `liveness` judged: per member (`-` for the messages without a
+/// group), how many waits of a message that could start, and the longest.
 pub fn liveness_judged(h: &History, limits: Limits) -> String {
     let sends: HashMap<&str, &SendRec> = h.sends.iter().map(|s| (s.payload.as_str(), s)).collect();
     may_start(h, limits, &sends)
         .into_iter()
-        .map(|(member, spans, _)| {
-            let ms: i64 = spans.iter().map(|s| s.1 - s.0).sum::<i64>() / 1000;
-            format!("{}={ms}ms ", member.unwrap_or("-"))
+        .map(|(member, spans, times)| {
+            let waits = waits(&spans, &times);
+            let longest = waits.iter().map(|w| w.1 - w.0).max().unwrap_or(0) / 1000;
+            format!("{}: {} waits, longest {longest}ms; ", member.unwrap_or("-"), waits.len())
         })
         .collect()
 }
@@ -334,7 +342,8 @@ fn may_start<'a>(
             .collect();
         free.extend(minus(&[(c.start_us, c.end_us.unwrap_or(i64::MAX))], &full(&busy, |_| c.concurrency as u64, &[])));
     }
-    blocked.extend(minus(&[(i64::MIN, i64::MAX)], &merged(free)));
+    let free = merged(free);
+    blocked.extend(minus(&[(i64::MIN, i64::MAX)], &free));
     // Hand-backs: a claim the history has no trace of held its slots.
     let mut handed: HashMap<Option<&str>, Spans> = HashMap::new();
     for (id, at) in &h.handbacks {
