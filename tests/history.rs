@@ -2421,9 +2421,10 @@ async fn run(knobs: Knobs, cluster: bool) {
     }
     collect_handbacks(&knobs, &history);
     println!(
-        "HISTORY seed={}: liveness judged {}",
+        "HISTORY seed={}: liveness judged {}(unstarted hand-backs: {})",
         knobs.seed,
-        model::liveness_judged(&history.lock().unwrap(), LIMITS)
+        model::liveness_judged(&history.lock().unwrap(), LIMITS),
+        history.lock().unwrap().handbacks.len()
     );
     assert!(
         drained,

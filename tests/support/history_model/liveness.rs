@@ -386,9 +386,16 @@ fn may_start<'a>(
             if group_limits(h, g, i64::MIN, i64::MAX).contains(&1) {
                 // An ordered group waits for a failed message's retry.
                 for (i, &&(at, d)) in of_member.iter().enumerate() {
-                    if d.end.is_none_or(|e| e.1.failed()) {
+                    let retried = match d.end {
+                        Some((_, Outcome::Ok | Outcome::Skip)) => false,
+                        Some((_, Outcome::Cancelled)) | None => true,
+                        Some(_) => d.attempt <= d.retry_count,
+                    };
+                    if retried {
+                        // Until its next claim; a time-out may have been
+                        // its last attempt: until its sweep at least.
                         let next = of_member[i + 1..].iter().find(|l| l.1.id == d.id);
-                        held_back.push((at, next.map_or(i64::MAX, |l| l.0)));
+                        held_back.push((at, next.map_or(held(h, limits, d).1, |l| l.0)));
                     }
                 }
             }
