@@ -2420,12 +2420,15 @@ async fn run(knobs: Knobs, cluster: bool) {
         );
     }
     collect_handbacks(&knobs, &history);
-    println!(
-        "HISTORY seed={}: liveness judged {}(unstarted hand-backs: {})",
-        knobs.seed,
-        model::liveness_judged(&history.lock().unwrap(), LIMITS),
-        history.lock().unwrap().handbacks.len()
-    );
+    {
+        let h = history.lock().unwrap();
+        println!(
+            "HISTORY seed={}: liveness judged {}(unstarted hand-backs: {})",
+            knobs.seed,
+            model::liveness_judged(&h, LIMITS),
+            h.handbacks.len()
+        );
+    }
     assert!(
         drained,
         "HISTORY seed={}: the queue did not drain within {DRAIN_LIMIT:?}: {status:?}",
