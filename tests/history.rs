@@ -16,7 +16,7 @@
 //! `history_of_every_feature` (15 s, every feature) and
 //! `history_of_claim_order` (15 s, priorities without a rate limit, the
 //! first consumer with one handler, so that `start-order` judges claims of
-//! several messages) and `history_of_groups` (15 s, groups and priorities
+//! several messages) and `history_of_groups` (15 s, groups, priorities and queue pauses
 //! without a rate limit, so that group limits bind), in parallel, a fresh seed each; then
 //! `history_with_a_cluster_failover` (15 s, alone: its cluster's nodes give
 //! up on each other after 1 s), on a Redis Cluster of 3 primaries with a
@@ -67,7 +67,13 @@
 //!     four groups: one ordered (`set_group_concurrency(g, 1)`), one of
 //!     concurrency 2, two of the builders' `group_concurrency(3)`; two
 //!     with a rate of their own (`set_group_rate`, `GROUP_RATES`); set
-//!     before the first consumer starts and never changed. Rules
+//!     before the first consumer starts; while the run goes on,
+//!     `LIVE_GROUP`'s concurrency changes and a group is paused for a
+//!     while. Rules `ordered` (a failed head with deliveries left is
+//!     retried before anything else of its ordered group starts),
+//!     `leased-while-group-paused`, `liveness` (at the end: a message
+//!     that may start starts within `model::LIVENESS_BOUND`; see the
+//!     model's `check_liveness`), and
 //!     `group-changed` (delivered with the group it was sent with),
 //!     `group-concurrency` (no more of a group processing, from claim to
 //!     handler end or lease deadline by Redis's clock, than its
@@ -119,6 +125,9 @@
 //!   `history_of_every_feature` and `history_of_claim_order`, the others as many as the seed draws (1-4).
 //! - `HISTORY_BURST=<n>`: once, a backlog of `n` messages due at once,
 //!   followed by a graceful stop of a consumer.
+//! - `HISTORY_FETCH_MS`: the consumers' `fetch_interval` (default 100 ms,
+//!   1 s in `history_of_groups`). `HISTORY_SPELLS=on|off`: quiet spells
+//!   (`SPELL_CALM`, `SPELL_QUIET`; on in `history_of_groups`).
 //! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
 //!   violations are printed at the end but do not fail the run, to look
 //!   past a known defect for others. For debugging only, never in CI.
@@ -162,8 +171,8 @@ use delayqueue::{
     MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
 use model::{
-    wall_us, ConsumerRec, Delivery, FaultRec, Final, Grid, GroupOp, History, IdOp, Limits, Outcome, QueueOp, ScheduleOp,
-    SendRec,
+    wall_us, ConsumerRec, Delivery, FaultRec, Final, Grid, GroupOp, History, IdOp, Limits, Outcome, QueueOp,
+    ScheduleOp, SendRec,
 };
 use support::cluster::RedisCluster;
 use support::proxy::Proxy;
@@ -2174,7 +2183,8 @@ async fn run(knobs: Knobs, cluster: bool) {
                 producer.resume_group_when_due(true).await;
                 producer.send_backlog(&mut rng).await;
                 tokio::time::sleep(SPELL_QUIET).await;
-                next_spell = Some(Instant::now() + Duration::from_millis(rng.range(SPELL_EVERY_MS.0, SPELL_EVERY_MS.1)));
+                next_spell =
+                    Some(Instant::now() + Duration::from_millis(rng.range(SPELL_EVERY_MS.0, SPELL_EVERY_MS.1)));
             }
         }
         producer.resume_when_due(false).await;
@@ -2550,7 +2560,10 @@ fn collect_handbacks(knobs: &Knobs, history: &Shared) {
         if !line.contains(&tag) {
             return true;
         }
-        let id = line.split(" id=").nth(1).and_then(|rest| rest.split_whitespace().next());
+        let id = line
+            .split(" id=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next());
         if let (Some(id), true) = (id, line.contains(&format!("queue={QUEUE} "))) {
             h.handbacks.push((id.to_string(), *at));
         }
@@ -2559,7 +2572,8 @@ fn collect_handbacks(knobs: &Knobs, history: &Shared) {
 }
 
 /// Keeps the log lines of a failed receipt hand-back (a script error, not
-/// a time-out or a lost connection, which a fault may cause).
+/// a time-out or a lost connection, which a fault may cause), and of
+/// deliveries handed back unstarted (`HANDBACKS`).
 struct ReceiptLog;
 
 impl std::io::Write for ReceiptLog {

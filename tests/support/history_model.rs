@@ -3020,11 +3020,17 @@ mod tests {
                 d.priority = if d.id == "b" { 9 } else { 0 };
             }
             // (An attempt 2 alone is uncounted-delivery's business.)
-            rules(&h, None).into_iter().filter(|r| *r == "ordered").collect::<Vec<_>>()
+            rules(&h, None)
+                .into_iter()
+                .filter(|r| *r == "ordered")
+                .collect::<Vec<_>>()
         };
         let none = Vec::<&str>::new();
         assert_eq!(run(100, Outcome::Error, 1, 1), ["ordered"]);
-        assert_eq!(run(100, Outcome::RetryAfter(Duration::from_millis(50)), 2, 1), ["ordered"]);
+        assert_eq!(
+            run(100, Outcome::RetryAfter(Duration::from_millis(50)), 2, 1),
+            ["ordered"]
+        );
         assert_eq!(run(400, Outcome::Error, 1, 1), none);
         // Dead (a SkipRetry, or out of deliveries: retry count 3): the group goes on.
         assert_eq!(run(100, Outcome::Skip, 1, 1), none);
@@ -3072,7 +3078,13 @@ mod tests {
             fin.dead.insert("b".into(), "injected skip".into());
             fin.dead.insert("p".into(), "child flow_a/b dead".into());
             let returned = flow_result(&h.flow_deliveries[0]);
-            let read = kept.map(|r| if r == "returned" { returned.clone() } else { r.to_string() });
+            let read = kept.map(|r| {
+                if r == "returned" {
+                    returned.clone()
+                } else {
+                    r.to_string()
+                }
+            });
             let children = read
                 .map(|r| vec![("a".to_string(), "Acked".to_string(), Some(r.into_bytes()))])
                 .unwrap_or_default();

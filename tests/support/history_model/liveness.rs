@@ -265,7 +265,11 @@ pub fn liveness_judged(h: &History, limits: Limits) -> String {
         .map(|(member, spans, times)| {
             let waits = waits(&spans, &times);
             let longest = waits.iter().map(|w| w.1 - w.0).max().unwrap_or(0) / 1000;
-            format!("{}: {} waits, longest {longest}ms; ", member.unwrap_or("-"), waits.len())
+            format!(
+                "{}: {} waits, longest {longest}ms; ",
+                member.unwrap_or("-"),
+                waits.len()
+            )
         })
         .collect()
 }
@@ -296,7 +300,11 @@ fn may_start<'a>(
         // A fault's lost replies are sent again after the command
         // time-out; a lost wake-up waits for the next probe; a cut swallows
         // the next reply of a connection armed up to a second before.
-        let armed = if f.kind == "cut" { super::REPLY_ARMED } else { Duration::ZERO };
+        let armed = if f.kind == "cut" {
+            super::REPLY_ARMED
+        } else {
+            Duration::ZERO
+        };
         let tail = (armed + limits.command_timeout).as_micros() as i64 + after;
         blocked.push((us_of(h, f.start) - 200_000, us_of(h, f.end) + tail));
     }
@@ -338,9 +346,17 @@ fn may_start<'a>(
             .deliveries
             .iter()
             .filter(|d| d.consumer == c.name)
-            .map(|d| (d.leased_us, d.end_us.map_or(i64::MAX, |e| e + SETTLE.as_micros() as i64)))
+            .map(|d| {
+                (
+                    d.leased_us,
+                    d.end_us.map_or(i64::MAX, |e| e + SETTLE.as_micros() as i64),
+                )
+            })
             .collect();
-        free.extend(minus(&[(c.start_us, c.end_us.unwrap_or(i64::MAX))], &full(&busy, |_| c.concurrency as u64, &[])));
+        free.extend(minus(
+            &[(c.start_us, c.end_us.unwrap_or(i64::MAX))],
+            &full(&busy, |_| c.concurrency as u64, &[]),
+        ));
     }
     let free = merged(free);
     blocked.extend(minus(&[(i64::MIN, i64::MAX)], &free));
