@@ -53,6 +53,10 @@ pub struct LateNote {
     pub result: Result<(), (bool, String)>,
 }
 
+/// One child as a parent read it: (child id, outcome as `Acked`, `Dead`
+/// or `Cancelled`, result).
+pub type ChildRead = (String, String, Option<Vec<u8>>);
+
 /// What a delivery of a parent read of its finished children
 /// (`Message::children_results`, every page): (child id, outcome as
 /// `Acked`, `Dead` or `Cancelled`, result).
@@ -85,7 +89,7 @@ pub struct FlowFinal {
     /// What each parent dead of a child's death read of its finished
     /// children (`children_results`, every page): (child id, outcome,
     /// result).
-    pub dead_children: HashMap<String, Vec<(String, String, Option<Vec<u8>>)>>,
+    pub dead_children: HashMap<String, Vec<ChildRead>>,
 }
 
 /// The flow rules checked all along; with `fin`, the deliveries after its
