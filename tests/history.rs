@@ -16,7 +16,7 @@
 //! `history_of_every_feature` (15 s, every feature) and
 //! `history_of_claim_order` (15 s, priorities without a rate limit, the
 //! first consumer with one handler, so that `start-order` judges claims of
-//! several messages) and `history_of_groups` (15 s, groups and priorities
+//! several messages) and `history_of_groups` (15 s, groups, priorities and queue pauses
 //! without a rate limit, so that group limits bind), in parallel, a fresh seed each; then
 //! `history_with_a_cluster_failover` (15 s, alone: its cluster's nodes give
 //! up on each other after 1 s), on a Redis Cluster of 3 primaries with a
@@ -67,7 +67,13 @@
 //!     four groups: one ordered (`set_group_concurrency(g, 1)`), one of
 //!     concurrency 2, two of the builders' `group_concurrency(3)`; two
 //!     with a rate of their own (`set_group_rate`, `GROUP_RATES`); set
-//!     before the first consumer starts and never changed. Rules
+//!     before the first consumer starts; while the run goes on,
+//!     `LIVE_GROUP`'s concurrency changes and a group is paused for a
+//!     while. Rules `ordered` (a failed head with deliveries left is
+//!     retried before anything else of its ordered group starts),
+//!     `leased-while-group-paused`, `liveness` (at the end: a message
+//!     that may start starts within `model::LIVENESS_BOUND`; see the
+//!     model's `check_liveness`), and
 //!     `group-changed` (delivered with the group it was sent with),
 //!     `group-concurrency` (no more of a group processing, from claim to
 //!     handler end or lease deadline by Redis's clock, than its
@@ -119,6 +125,9 @@
 //!   `history_of_every_feature` and `history_of_claim_order`, the others as many as the seed draws (1-4).
 //! - `HISTORY_BURST=<n>`: once, a backlog of `n` messages due at once,
 //!   followed by a graceful stop of a consumer.
+//! - `HISTORY_FETCH_MS`: the consumers' `fetch_interval` (default 100 ms,
+//!   1 s in `history_of_groups`). `HISTORY_SPELLS=on|off`: quiet spells
+//!   (`SPELL_CALM`, `SPELL_QUIET`; on in `history_of_groups`).
 //! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
 //!   violations are printed at the end but do not fail the run, to look
 //!   past a known defect for others. For debugging only, never in CI.
@@ -161,7 +170,10 @@ use delayqueue::{
     ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message, MessageId,
     MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
-use model::{wall_us, Delivery, FaultRec, Final, Grid, History, IdOp, Limits, Outcome, QueueOp, ScheduleOp, SendRec};
+use model::{
+    wall_us, ConsumerRec, Delivery, FaultRec, Final, Grid, GroupOp, History, IdOp, Limits, Outcome, QueueOp,
+    ScheduleOp, SendRec,
+};
 use support::cluster::RedisCluster;
 use support::proxy::Proxy;
 use support::{all_keys, wait_for, wait_until, RedisServer, ServerOptions, WAIT};
@@ -174,7 +186,12 @@ const LEASE: Duration = Duration::from_secs(2);
 /// Shorter than the shorter stalls, so commands time out while Redis is
 /// paused (a reply lost to a time-out, not only to a cut).
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+/// The consumers' `fetch_interval` but in `history_of_groups`
+/// (`GROUPS_FETCH_INTERVAL`).
 const FETCH_INTERVAL: Duration = Duration::from_millis(100);
+/// `history_of_groups`'s: the default, so that a message that waits for
+/// the next tick instead of a wake-up breaks `liveness`.
+const GROUPS_FETCH_INTERVAL: Duration = Duration::from_secs(1);
 const BACKOFF: Duration = Duration::from_millis(50);
 const DEFAULT_SECS: u64 = 45;
 /// How long `history_of_every_feature` runs at most.
@@ -188,6 +205,15 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 const CONSUMER_LIMIT: Duration = Duration::from_secs(60);
 /// How often the history is checked while the run goes on.
 const CHECK_EVERY: Duration = Duration::from_secs(4);
+/// Quiet spells (`Knobs::spells`): no fault for `SPELL_CALM`, then a
+/// backlog in a group with limits and neither operation nor fault for
+/// `SPELL_QUIET`, every `SPELL_EVERY_MS` (a range) after the last. Calm,
+/// so that `liveness` judges them (it leaves out what follows a fault);
+/// quiet, so that no send or nack wakes the consumers up and a group
+/// freed by an ack must be served by a wake-up of its own.
+const SPELL_CALM: Duration = Duration::from_secs(2);
+const SPELL_QUIET: Duration = Duration::from_secs(3);
+const SPELL_EVERY_MS: (u64, u64) = (3000, 5000);
 
 /// splitmix64: small, seedable, good enough to choose with.
 #[derive(Clone)]
@@ -299,6 +325,12 @@ const GROUP_CONCURRENCY: u64 = 3;
 /// The groups with a rate of their own (starts, per ms): low enough to
 /// bind at the run's load (a few of a group's sends a second).
 const GROUP_RATES: [(&str, u64, u64); 2] = [("g-two", 3, 1000), ("g.a", 2, 600)];
+/// The group whose concurrency changes while the run goes on (1 to 4, or
+/// back to the builders' default).
+const LIVE_GROUP: &str = "g_b";
+/// The groups a quiet spell's backlog goes to: each with a limit that
+/// binds (ordered; concurrency 2 and a rate; the live one).
+const BACKLOG_GROUPS: [&str; 3] = ["g-ordered", "g-two", LIVE_GROUP];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum HandlerKind {
@@ -337,6 +369,11 @@ struct Knobs {
     limits: Option<(u64, Duration, u64)>,
     /// Rules whose violations are printed but do not fail the run.
     allow: Vec<String>,
+    /// The consumers' `fetch_interval`.
+    fetch: Duration,
+    /// Quiet spells (`Spells`): now and then a backlog in a group with
+    /// limits, then no operation and no fault for a while.
+    spells: bool,
 }
 
 impl Knobs {
@@ -439,6 +476,10 @@ fn knobs(features: Option<&[Feature]>, one_handler: bool) -> Knobs {
         allow: env("HISTORY_ALLOW")
             .map(|a| a.split(',').map(|r| r.trim().to_string()).collect())
             .unwrap_or_default(),
+        fetch: env("HISTORY_FETCH_MS").map_or(FETCH_INTERVAL, |ms| {
+            Duration::from_millis(ms.parse().expect("HISTORY_FETCH_MS must be a number"))
+        }),
+        spells: env("HISTORY_SPELLS").is_some_and(|s| s == "on"),
     }
 }
 
@@ -476,7 +517,7 @@ async fn client(url: &str, timeout: Duration) -> Client {
 /// The queue settings every producer and consumer shares.
 fn configure(b: DelayQueueBuilder, knobs: &Knobs, concurrency: usize, renews: bool) -> DelayQueueBuilder {
     let b = b
-        .fetch_interval(FETCH_INTERVAL)
+        .fetch_interval(knobs.fetch)
         .max_consume_duration(LEASE)
         .concurrency(concurrency)
         .default_retry_count(knobs.default_retry_count)
@@ -678,6 +719,9 @@ async fn read_children(history: &Shared, msg: &Message) {
 
 /// How long a late write waits for the ack it follows.
 const ACK_WAIT: Duration = Duration::from_secs(10);
+/// How long a parent sent with `after` waits, when it does, for each
+/// child's result (a child may die, or fail a while).
+const CHILD_WAIT: Duration = Duration::from_secs(2);
 
 /// Once message `msg` is acked (its result readable: this delivery's or
 /// another's), writes a log line from its delivery, which holds no lease
@@ -710,6 +754,8 @@ fn fnv(s: &str) -> u64 {
 /// One consumer on its own runtime, so a crash is dropping that runtime.
 struct ConsumerSlot {
     name: String,
+    /// Where its end is recorded (`History::consumers`).
+    history: Shared,
     /// Its handlers' `Recorder::flow_ok`.
     flow_ok: Arc<tokio::sync::Notify>,
     rt: tokio::runtime::Runtime,
@@ -720,6 +766,7 @@ struct ConsumerSlot {
 async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> ConsumerSlot {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .thread_name(thread_tag(knobs.seed))
         .enable_all()
         .build()
         .unwrap();
@@ -728,6 +775,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     // Before its task runs: its start writes its builder's limits.
     let (limits, start_us) = (knobs.limits, wall_us());
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
+    let concurrency = handler.concurrency;
     let flow_ok = handler.flow_ok.clone();
     let task =
         rt.spawn(async move {
@@ -809,6 +857,12 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
         .await
         .unwrap_or_else(|_| panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}"))
         .unwrap_or_else(|_| panic!("consumer {name} failed to start"));
+    history.lock().unwrap().consumers.push(ConsumerRec {
+        name: name.clone(),
+        concurrency,
+        start_us: wall_us(),
+        end_us: None,
+    });
     // Its start wrote its builder's limits.
     if let Some((n, per, global)) = limits {
         let end_us = wall_us();
@@ -826,6 +880,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     }
     ConsumerSlot {
         name,
+        history,
         flow_ok,
         rt,
         stop,
@@ -836,6 +891,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
 impl ConsumerSlot {
     /// Graceful stop; the error, if shutdown failed or took too long.
     async fn stop(self) -> Option<String> {
+        self.ended();
         let _ = self.stop.send(());
         let result = match tokio::time::timeout(CONSUMER_LIMIT, self.task).await {
             Ok(Ok(Ok(()))) => None,
@@ -850,7 +906,16 @@ impl ConsumerSlot {
     /// A crash: every task of the consumer, its handlers and its client
     /// connections are dropped at once.
     fn crash(self) {
+        self.ended();
         self.rt.shutdown_background();
+    }
+
+    /// Records that it stops claiming from now on.
+    fn ended(&self) {
+        let mut h = self.history.lock().unwrap();
+        if let Some(c) = h.consumers.iter_mut().rfind(|c| c.name == self.name) {
+            c.end_us = Some(wall_us());
+        }
     }
 }
 
@@ -887,11 +952,10 @@ async fn set_groups(url: &str, history: &Shared) {
 async fn clear_groups(queue: &DelayQueue) {
     let (result, ..) = until_answered(|| queue.set_default_group_concurrency(None)).await;
     result.unwrap_or_else(|e| panic!("set_default_group_concurrency(None): {e}"));
-    for (group, m) in GROUPS {
-        if m.is_some() {
-            let (result, ..) = until_answered(|| queue.set_group_concurrency(group, None)).await;
-            result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, None): {e}"));
-        }
+    // `LIVE_GROUP` may have one of its own too.
+    for (group, _) in GROUPS {
+        let (result, ..) = until_answered(|| queue.set_group_concurrency(group, None)).await;
+        result.unwrap_or_else(|e| panic!("set_group_concurrency({group}, None): {e}"));
     }
     for (group, ..) in GROUP_RATES {
         let (result, ..) = until_answered(|| queue.set_group_rate(group, None)).await;
@@ -915,6 +979,8 @@ struct Producer {
     secs: u64,
     /// The `FLOW_QUEUES`, with the feature `flows`.
     flow_queues: Vec<DelayQueue>,
+    /// The group paused, until when.
+    group_paused: Option<(String, Instant)>,
 }
 
 /// How many times, and for how long, a schedule or queue change is tried,
@@ -1211,6 +1277,92 @@ impl Producer {
         }
     }
 
+    /// A group change while the run goes on: `LIVE_GROUP`'s concurrency
+    /// set (1 to 4, or cleared back to the default), or a group paused for
+    /// 0.3-1.5 s (resumed by `resume_group_when_due`).
+    async fn group_op(&mut self, rng: &mut Rng) {
+        let queue = &self.queue;
+        if rng.chance(50) {
+            let m = rng.chance(80).then(|| rng.range(1, 4) as u32);
+            let answered = until_answered(|| queue.set_group_concurrency(LIVE_GROUP, m)).await;
+            let value = u64::from(m.unwrap_or(GROUP_CONCURRENCY));
+            self.push_group_op(LIVE_GROUP, "concurrency", value, answered);
+        } else if self.group_paused.is_none() {
+            let group = GROUPS[rng.below(GROUPS.len() as u64) as usize].0;
+            let answered = until_answered(|| queue.pause_group(group)).await;
+            self.push_group_op(group, "pause", 0, answered);
+            let until = Instant::now() + Duration::from_millis(rng.range(300, 1500));
+            self.group_paused = Some((group.to_string(), until));
+        }
+    }
+
+    /// Resumes the paused group when its pause is over (`now`: at once).
+    async fn resume_group_when_due(&mut self, now: bool) {
+        let Some((group, until)) = self.group_paused.clone() else {
+            return;
+        };
+        if now || Instant::now() >= until {
+            let queue = &self.queue;
+            let answered = until_answered(|| queue.resume_group(&group)).await;
+            self.push_group_op(&group, "resume", 0, answered);
+            self.group_paused = None;
+        }
+    }
+
+    fn push_group_op(
+        &self,
+        group: &str,
+        kind: &'static str,
+        value: u64,
+        (result, _, start_us, end_us): (Result<bool, String>, Instant, i64, i64),
+    ) {
+        self.history.lock().unwrap().group_ops.push(GroupOp {
+            group: group.to_string(),
+            kind,
+            value,
+            start_us,
+            end_us,
+            result,
+        });
+    }
+
+    /// A quiet spell's backlog: 6-12 messages due at once in one of
+    /// `BACKLOG_GROUPS`, of mixed priorities with `priorities`, in one
+    /// `send_batch`.
+    async fn send_backlog(&mut self, rng: &mut Rng) {
+        let group = BACKLOG_GROUPS[rng.below(BACKLOG_GROUPS.len() as u64) as usize];
+        let n = rng.range(6, 12) as usize;
+        let mut recs = Vec::with_capacity(n);
+        let mut msgs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (mut rec, retry_count) = self.plan(rng, "batch");
+            rec.delay = Duration::ZERO;
+            rec.group = Some(group.to_string());
+            let mut msg = NewMessage::new(rec.payload.clone()).group(group);
+            if let Some(id) = &rec.id {
+                msg = msg.id(id.as_str());
+            }
+            if let Some(n) = retry_count {
+                msg = msg.retry_count(n);
+            }
+            if rec.priority > 0 {
+                msg = msg.priority(rec.priority);
+            }
+            for (name, value) in &rec.headers {
+                msg = msg.header(name.as_str(), value.as_str());
+            }
+            msgs.push(msg);
+            recs.push(rec);
+        }
+        let start = Instant::now();
+        recs.iter_mut().for_each(|r| r.start = start);
+        let results = match self.queue.send_batch(msgs).await {
+            Ok(rs) => rs.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+            Err(e) => vec![Err(e.to_string()); n],
+        };
+        self.record(recs, results);
+    }
+
     /// A new rate limit or global concurrency, or none.
     async fn set_limit(&mut self, rng: &mut Rng, per: Duration) {
         let queue = &self.queue;
@@ -1225,9 +1377,11 @@ impl Producer {
         }
     }
 
-    /// Before the drain: the queue resumed, no limit, no schedule.
+    /// Before the drain: the queue and its groups resumed, no limit, no
+    /// schedule.
     async fn settle(&mut self, per: Option<Duration>) {
         self.resume_when_due(true).await;
+        self.resume_group_when_due(true).await;
         if let Some(per) = per {
             let queue = &self.queue;
             let answered = until_answered(|| queue.set_rate_limit(None)).await;
@@ -1416,9 +1570,17 @@ impl Producer {
                     };
                     let answered = until_answered(send).await;
                     self.push_flow(vec![(q, id.clone(), "child", Vec::new(), ChildPolicy::Fail)], &answered);
-                    refs.push(MessageRef::new(queue, id.as_str()));
+                    refs.push((q, MessageRef::new(queue, id.as_str())));
                     children.push(id);
                 }
+                // Sometimes once the children finished: the parent gets
+                // their kept results all the same.
+                if rng.chance(40) {
+                    for (q, r) in &refs {
+                        let _ = self.flow_queues[*q].wait_result(r.id(), CHILD_WAIT).await;
+                    }
+                }
+                let refs: Vec<MessageRef> = refs.into_iter().map(|r| r.1).collect();
                 let (q, id, retry_count, delay) = self.flow_spec(rng, "a");
                 let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
                 let queue = &self.flow_queues[q];
@@ -1597,6 +1759,7 @@ enum Op {
     PauseQueue,
     Limit,
     Flow,
+    Group,
 }
 
 /// The operations of a run, each as likely as its weight: those of its
@@ -1616,6 +1779,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Feature::Pause, Op::PauseQueue, 2),
         (Feature::Limits, Op::Limit, 2),
         (Feature::Flows, Op::Flow, 8),
+        (Feature::Groups, Op::Group, 3),
     ] {
         if knobs.has(feature) {
             ops.push((op, weight));
@@ -1643,6 +1807,7 @@ const LIMITS: Limits = Limits {
 };
 
 fn verify(knobs: &Knobs, history: &Shared, fin: Option<&Final>, when: &str) {
+    collect_handbacks(knobs, history);
     let h = history.lock().unwrap().clone();
     let mut all = model::check(&h, LIMITS, fin);
     all.extend(RECEIPT_FAILURES.lock().unwrap().iter().map(|line| model::Violation {
@@ -1708,8 +1873,12 @@ async fn history_of_claim_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_of_groups() {
     let _shared = ALONE.read().await;
-    let mut knobs = knobs(Some(&[Feature::Groups, Feature::Priorities]), false);
+    let mut knobs = knobs(Some(&[Feature::Groups, Feature::Priorities, Feature::Pause]), false);
     knobs.secs = knobs.secs.min(FEATURES_SECS);
+    if env("HISTORY_FETCH_MS").is_none() {
+        knobs.fetch = GROUPS_FETCH_INTERVAL;
+    }
+    knobs.spells |= env("HISTORY_SPELLS").is_none();
     run(knobs, false).await;
 }
 
@@ -1904,7 +2073,10 @@ async fn run(knobs: Knobs, cluster: bool) {
     assert_same_clock(backend.primary());
     let faults: Vec<FaultKind> = knobs.faults.iter().copied().filter(|k| backend.supports(*k)).collect();
     let direct = backend.direct().await;
-    let history: Shared = Arc::new(Mutex::new(History::new()));
+    let history: Shared = Arc::new(Mutex::new(History {
+        fetch_interval: knobs.fetch,
+        ..History::new()
+    }));
     let probing = Arc::new(AtomicBool::new(true));
     let probe = tokio::spawn(observe_stalls(direct.clone(), history.clone(), probing.clone()));
     let draining = Arc::new(AtomicBool::new(false));
@@ -1946,6 +2118,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         schedules: Vec::new(),
         paused_until: None,
         secs: knobs.secs,
+        group_paused: None,
         flow_queues: if knobs.has(Feature::Flows) {
             FLOW_QUEUES
                 .iter()
@@ -1968,6 +2141,8 @@ async fn run(knobs: Knobs, cluster: bool) {
     let mut next_fault = started + Duration::from_millis(rng.range(500, 2000));
     let mut next_check = started + CHECK_EVERY;
     let mut burst_due = knobs.burst > 0;
+    let mut next_spell = (knobs.spells && knobs.has(Feature::Groups))
+        .then(|| started + SPELL_CALM + Duration::from_millis(rng.range(SPELL_EVERY_MS.0, SPELL_EVERY_MS.1) / 2));
     let mut failover_first = faults.contains(&FaultKind::Failover);
     for _ in 0..MAX_STEPS {
         if started.elapsed() >= run_for {
@@ -1994,7 +2169,26 @@ async fn run(knobs: Knobs, cluster: bool) {
                 format!("{name} stopped over a backlog of {}", knobs.burst),
             );
         }
+        if let Some(at) = next_spell {
+            // Calm before the backlog, quiet after it.
+            if Instant::now() + SPELL_CALM >= at {
+                next_fault = next_fault.max(at + SPELL_QUIET + Duration::from_millis(300));
+            }
+            if Instant::now() >= at {
+                if let (Some(proxy), Some((start, _, detail))) = (backend.proxy(), slow_until.take()) {
+                    proxy.delay_replies(Duration::ZERO);
+                    record_fault(&history, "slow", start, detail);
+                }
+                producer.resume_when_due(true).await;
+                producer.resume_group_when_due(true).await;
+                producer.send_backlog(&mut rng).await;
+                tokio::time::sleep(SPELL_QUIET).await;
+                next_spell =
+                    Some(Instant::now() + Duration::from_millis(rng.range(SPELL_EVERY_MS.0, SPELL_EVERY_MS.1)));
+            }
+        }
         producer.resume_when_due(false).await;
+        producer.resume_group_when_due(false).await;
         if let (Some(proxy), true) = (
             backend.proxy(),
             slow_until.as_ref().is_some_and(|s| Instant::now() >= s.1),
@@ -2017,6 +2211,7 @@ async fn run(knobs: Knobs, cluster: bool) {
             Op::Schedule => producer.schedule_op(&mut rng).await,
             Op::PauseQueue => producer.pause_queue(&mut rng).await,
             Op::Flow => producer.flow_op(&mut rng).await,
+            Op::Group => producer.group_op(&mut rng).await,
             Op::Limit => {
                 producer
                     .set_limit(&mut rng, knobs.limits.map_or(Duration::from_secs(1), |l| l.1))
@@ -2234,6 +2429,16 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.fault_summary()
         );
     }
+    collect_handbacks(&knobs, &history);
+    {
+        let h = history.lock().unwrap();
+        println!(
+            "HISTORY seed={}: liveness judged {}(unstarted hand-backs: {})",
+            knobs.seed,
+            model::liveness_judged(&h, LIMITS),
+            h.handbacks.len()
+        );
+    }
     assert!(
         drained,
         "HISTORY seed={}: the queue did not drain within {DRAIN_LIMIT:?}: {status:?}",
@@ -2334,8 +2539,41 @@ async fn lasting_keys(backend: &Backend, direct: &Client) -> Vec<String> {
 /// receipt back: logged at debug level only, so caught from the log.
 static RECEIPT_FAILURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// Deliveries handed back unstarted, from the debug log: (line, wall µs).
+/// Every run of the test binary logs here; a line names its run by its
+/// consumers' thread name (`thread_tag`).
+static HANDBACKS: Mutex<Vec<(String, i64)>> = Mutex::new(Vec::new());
+
+/// The name of a run's consumers' threads, so that its log lines are told
+/// from the other runs' in the same process.
+fn thread_tag(seed: u64) -> String {
+    format!("hist-{seed:x}")
+}
+
+/// Moves the run's hand-backs of the main queue from `HANDBACKS` to the
+/// history (`History::handbacks`: the liveness rule needs them).
+fn collect_handbacks(knobs: &Knobs, history: &Shared) {
+    let tag = format!(" {} ", thread_tag(knobs.seed));
+    let mut all = HANDBACKS.lock().unwrap();
+    let mut h = history.lock().unwrap();
+    all.retain(|(line, at)| {
+        if !line.contains(&tag) {
+            return true;
+        }
+        let id = line
+            .split(" id=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next());
+        if let (Some(id), true) = (id, line.contains(&format!("queue={QUEUE} "))) {
+            h.handbacks.push((id.to_string(), *at));
+        }
+        false
+    });
+}
+
 /// Keeps the log lines of a failed receipt hand-back (a script error, not
-/// a time-out or a lost connection, which a fault may cause).
+/// a time-out or a lost connection, which a fault may cause), and of
+/// deliveries handed back unstarted (`HANDBACKS`).
 struct ReceiptLog;
 
 impl std::io::Write for ReceiptLog {
@@ -2343,6 +2581,8 @@ impl std::io::Write for ReceiptLog {
         let line = String::from_utf8_lossy(buf);
         if line.contains("could not delete the claim receipt") && line.contains("ERR") {
             RECEIPT_FAILURES.lock().unwrap().push(line.into_owned());
+        } else if line.contains("handing back an unstarted delivery") {
+            HANDBACKS.lock().unwrap().push((line.into_owned(), wall_us()));
         }
         Ok(buf.len())
     }
@@ -2356,6 +2596,7 @@ fn capture_receipt_failures() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new("delayqueue=debug"))
         .with_writer(|| ReceiptLog)
+        .with_thread_names(true)
         .with_ansi(false)
         .try_init();
 }
@@ -2554,7 +2795,23 @@ async fn read_flow_final(history: &Shared, queues: &[DelayQueue]) -> Option<mode
         let queue = &queues[FLOW_QUEUES.iter().position(|q| *q == queue).unwrap()];
         let info = queue.get(&id).await.ok()?;
         if info.is_some_and(|i| i.state == MessageState::Waiting) {
-            fin.waiting.insert(id);
+            fin.waiting.insert(id.clone());
+        }
+        // A parent dead of a child: what it keeps of its children.
+        if fin.dead.get(&id).is_some_and(|reason| reason.starts_with("child ")) {
+            let mut children = Vec::new();
+            let mut cursor: Option<String> = None;
+            for _ in 0..100 {
+                let page = queue.children_results(&id, cursor.as_deref()).await.ok()?;
+                for c in page.children {
+                    children.push((c.id.as_str().to_string(), format!("{:?}", c.outcome), c.result));
+                }
+                cursor = page.next;
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            fin.dead_children.insert(id, children);
         }
     }
     Some(fin)

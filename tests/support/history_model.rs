@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod flows;
+mod liveness;
 pub use flows::{check_flow_final, check_results, flow_result, ChildrenRead, FlowFinal, FlowMsg, LateNote};
+pub use liveness::{liveness_judged, ConsumerRec, GroupOp, LIVENESS_BOUND};
 
 /// The wall clock in µs since the epoch: Redis's clock, for a server on
 /// this host (Redis reads the same system clock).
@@ -269,6 +271,17 @@ pub struct History {
     /// The groups with a rate of their own: (group, starts, per ms), set
     /// before the first consumer started and never changed.
     pub group_rates: Vec<(String, u64, i64)>,
+    /// Changes of a group's concurrency, pauses and resumes of a group,
+    /// made while the run goes on.
+    pub group_ops: Vec<GroupOp>,
+    /// The consumers of the main queue, each from its start to its stop.
+    pub consumers: Vec<ConsumerRec>,
+    /// Deliveries a consumer handed back unstarted (its debug log): (id,
+    /// when, wall µs). The history has no other trace of their claims.
+    pub handbacks: Vec<(String, i64)>,
+    /// The consumers' `fetch_interval`: how often each probes (and
+    /// sweeps), whatever wake-ups it gets.
+    pub fetch_interval: Duration,
     /// The messages of flows and batches, in the flow queues.
     pub flow_msgs: Vec<FlowMsg>,
     /// The deliveries of the flow queues (the queue-wide rules of the main
@@ -307,6 +320,10 @@ impl History {
             queue_ops: Vec::new(),
             groups: Vec::new(),
             group_rates: Vec::new(),
+            group_ops: Vec::new(),
+            consumers: Vec::new(),
+            handbacks: Vec::new(),
+            fetch_interval: Duration::from_millis(100),
             flow_msgs: Vec::new(),
             flow_deliveries: Vec::new(),
             late_notes: Vec::new(),
@@ -970,6 +987,13 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
     check_queue(h, limits, &sends_by_payload, &mut v);
     check_start_order(h, limits, &sends_by_payload, &mut v);
     check_groups(h, limits, &sends_by_payload, &mut v);
+    liveness::check_ordered(h, &mut v);
+    liveness::check_group_pauses(h, &mut v);
+    if fin.is_some() {
+        // Judged once everything ran: a claim is recorded as its first
+        // handler starts, which may be long after it.
+        liveness::check_liveness(h, limits, &sends_by_payload, &mut v);
+    }
     check_schedules(h, false, &mut v);
     flows::check_flows(h, limits, h.flow_final.as_ref(), &mut v);
     if let Some(fin) = fin {
@@ -1147,9 +1171,9 @@ fn processing<'a>(leases: &[(i64, &'a Delivery)], limits: Limits) -> Vec<(i64, i
 }
 
 /// How long before a claim a message must have been due, with no fault in
-/// between, to be surely in ready when it ran: seven times the consumers'
-/// promote interval (each sweep, every `fetch_interval`, promotes).
-pub const PROMOTE_LAG: Duration = Duration::from_millis(700);
+/// between, to be surely in ready when it ran: seven of the consumers'
+/// promote intervals (each sweep, every `fetch_interval`, promotes).
+const PROMOTE_LAGS: u32 = 7;
 
 /// The queue-wide rules, on lease times by Redis's clock: no lease while
 /// paused, no window of the rate limit with more leases than it allows, no
@@ -1241,7 +1265,7 @@ fn check_queue(
     // every priority) cannot be: it is handed back at a stop or after half
     // a lease of waiting for a handler slot. So: the lower one (x) claimed
     // less than half a lease after it was due; the higher one due
-    // `PROMOTE_LAG` before that claim (promoted for sure), first claimed
+    // `PROMOTE_LAGS` sweeps before that claim (promoted for sure), first claimed
     // after it but less than half a lease after it was due (not held,
     // unstarted, by another consumer then); no fault from the earlier due
     // time on; both sent for sure and touched by no operation.
@@ -1250,6 +1274,7 @@ fn check_queue(
         firsts.entry(d.id.as_str()).or_insert((at, d));
     }
     let unheld = limits.lease / 2 - SCHED_SLACK;
+    let promote_lag = h.fetch_interval * PROMOTE_LAGS;
     // (claimed, delivery, due at the earliest, due at the latest)
     let mut candidates: Vec<(i64, &Delivery, Instant, Instant)> = firsts
         .values()
@@ -1271,7 +1296,7 @@ fn check_queue(
         let waited = candidates.iter().find(|&&(h_at, hi, h_due, h_due_late)| {
             hi.priority > x.priority
                 && h_at > at
-                && h_due_late + PROMOTE_LAG < claimed
+                && h_due_late + promote_lag < claimed
                 && !h
                     .faults
                     .iter()
@@ -1437,14 +1462,21 @@ fn check_groups(
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
     let leases = leases(h);
-    for (group, m) in &h.groups {
+    let lease_us = limits.lease.as_micros() as i64;
+    for (group, _) in &h.groups {
         let of_group: Vec<(i64, &Delivery)> = leases
             .iter()
             .filter(|l| l.1.group.as_deref() == Some(group.as_str()))
             .copied()
             .collect();
         for (t, running, d) in processing(&of_group, limits) {
-            if running > *m as i64 {
+            // A lowered concurrency evicts nothing: as for the global one,
+            // every value of the longest a lease may be renewed before counts.
+            let m = liveness::group_limits(h, group, t - 5 * lease_us, t)
+                .into_iter()
+                .max()
+                .unwrap_or(u64::MAX);
+            if running > m as i64 {
                 v(
                     "group-concurrency",
                     &d.id,
@@ -1473,7 +1505,7 @@ fn check_groups(
                 }
             }
         }
-        if *m != 1 {
+        if !liveness::always_ordered(h, group) {
             continue;
         }
         // (claimed, delivery, earliest and latest due time, sent at)
@@ -2582,7 +2614,7 @@ mod tests {
     fn flow_rules(h: &History) -> Vec<&'static str> {
         rules(h, None)
             .into_iter()
-            .filter(|r| ["flow", "note", "children"].iter().any(|f| r.starts_with(f)))
+            .filter(|r| ["flow", "note", "children", "results"].iter().any(|f| r.starts_with(f)))
             .collect()
     }
 
@@ -2754,7 +2786,8 @@ mod tests {
         };
         let none = Vec::<&str>::new();
         assert_eq!(read("a", "Acked", Some("returned".into())), none);
-        assert_eq!(read("a", "Acked", None), none);
+        // Every Ok delivery sets a result: one read without it was lost.
+        assert_eq!(read("a", "Acked", None), ["results-kept"]);
         assert_eq!(read("b", "Dead", None), none);
         assert_eq!(read("a", "Acked", Some("r a 2 c9".into())), ["children-results"]);
         assert_eq!(read("b", "Acked", None), ["children-results"]);
@@ -2875,5 +2908,194 @@ mod tests {
         // Before its fire time by Redis's clock.
         h.deliveries.iter_mut().find(|d| d.id == id).unwrap().start_us -= 200_000;
         assert_eq!(schedule_rules(&h, true), ["fire-early"]);
+    }
+
+    fn liveness_rules(h: &History) -> Vec<&'static str> {
+        let sends = h.sends.iter().map(|s| (s.payload.as_str(), s)).collect();
+        let mut out = Vec::new();
+        liveness::check_liveness(h, LIMITS, &sends, &mut |rule, _, _| out.push(rule));
+        out
+    }
+
+    /// `grouped` messages of group `g` (concurrency `m`), due at 0 ms, and
+    /// consumer c0 with `handlers` handlers all run long.
+    fn consumed(msgs: &[&str], m: u64, handlers: usize) -> History {
+        let msgs: Vec<(&str, u8, u64)> = msgs.iter().map(|id| (*id, 0, 0)).collect();
+        let mut h = grouped(&msgs, m);
+        h.consumers.push(ConsumerRec {
+            name: "c0".into(),
+            concurrency: handlers,
+            start_us: h.t0_us,
+            end_us: None,
+        });
+        h
+    }
+
+    #[test]
+    fn a_group_freed_by_an_ack_starts_its_next_message_within_the_bound() {
+        // Group g of concurrency 2 with a backlog of four: a and b run from
+        // 10 to 20 ms; c and d, next, start at `next` ms.
+        let run = |next: u64, tweak: &dyn Fn(&mut History)| {
+            let mut h = consumed(&["a", "b", "c", "d"], 2, 4);
+            deliver_grouped(&mut h, "a", 10, 20);
+            deliver_grouped(&mut h, "b", 10, 20);
+            deliver_grouped(&mut h, "c", next, next + 10);
+            deliver_grouped(&mut h, "d", next, next + 10);
+            tweak(&mut h);
+            liveness_rules(&h)
+        };
+        let none = Vec::<&str>::new();
+        // At the next tick of a 1 s fetch_interval: a defect.
+        assert_eq!(run(1000, &|_| {}), ["liveness"]);
+        // Within the bound of the ack (20 ms, its settling 100 ms more).
+        assert_eq!(run(150, &|_| {}), none);
+        // Not if every handler was busy: three long ungrouped runs on c0,
+        // of concurrency 3 (the others sent and started at once).
+        assert_eq!(
+            run(1000, &|h| {
+                h.consumers[0].concurrency = 3;
+                for x in ["x", "y", "z"] {
+                    delivery(h, x, x, 1, 0, 0, 990, Outcome::Ok);
+                }
+            }),
+            none
+        );
+        // Nor while the group was paused, nor near a fault.
+        let group_op = |h: &mut History, kind: &'static str, from: u64, to: u64| {
+            let us = |ms: u64| h.t0_us + ms as i64 * 1000;
+            let (start_us, end_us) = (us(from), us(to));
+            h.group_ops.push(GroupOp {
+                group: "g".into(),
+                kind,
+                value: 1,
+                start_us,
+                end_us,
+                result: Ok(true),
+            });
+        };
+        assert_eq!(
+            run(1000, &|h| {
+                group_op(h, "pause", 15, 18);
+                group_op(h, "resume", 900, 905);
+            }),
+            none
+        );
+        assert_eq!(run(1000, &|h| fault(h, "cut", 30, 31)), none);
+        // Nor below a concurrency lowered to 1 meanwhile (b still holds it),
+        // but the group at 1 must then start c at once after b's ack.
+        assert_eq!(run(1000, &|h| group_op(h, "concurrency", 5, 6)), ["liveness"]);
+        assert_eq!(
+            run(1000, &|h| {
+                group_op(h, "concurrency", 5, 6);
+                h.deliveries[1].end_us = Some(h.t0_us + 950_000);
+            }),
+            none
+        );
+        // A group at its rate waits until its window lets one more start,
+        // and starts then.
+        let rate = |h: &mut History| h.group_rates.push(("g".into(), 2, 1000));
+        assert_eq!(run(1060, &rate), none);
+        assert_eq!(run(1900, &rate), ["liveness"]);
+        // A delivery handed back unstarted held a slot unseen.
+        assert_eq!(
+            run(1000, &|h| {
+                let at = h.t0_us + 400_000;
+                h.handbacks.push(("c".into(), at));
+            }),
+            none
+        );
+    }
+
+    #[test]
+    fn an_ordered_group_retries_a_failed_head_before_any_other_message() {
+        // a (priority 0) fails at 20 ms; b (priority 9) is leased at `b_at`;
+        // a's retry at 300 ms.
+        let run = |b_at: u64, failed: Outcome, attempt: u32, m: u64| {
+            let mut h = grouped(&[("a", 0, 0), ("b", 9, 0)], m);
+            delivery(&mut h, "a", "a", attempt, 10, 10, 20, failed);
+            delivery(&mut h, "b", "b", 1, b_at, b_at, b_at + 10, Outcome::Ok);
+            delivery(&mut h, "a", "a", attempt + 1, 300, 300, 310, Outcome::Ok);
+            for d in &mut h.deliveries {
+                d.group = Some("g".into());
+                d.priority = if d.id == "b" { 9 } else { 0 };
+            }
+            // (An attempt 2 alone is uncounted-delivery's business.)
+            rules(&h, None)
+                .into_iter()
+                .filter(|r| *r == "ordered")
+                .collect::<Vec<_>>()
+        };
+        let none = Vec::<&str>::new();
+        assert_eq!(run(100, Outcome::Error, 1, 1), ["ordered"]);
+        assert_eq!(
+            run(100, Outcome::RetryAfter(Duration::from_millis(50)), 2, 1),
+            ["ordered"]
+        );
+        assert_eq!(run(400, Outcome::Error, 1, 1), none);
+        // Dead (a SkipRetry, or out of deliveries: retry count 3): the group goes on.
+        assert_eq!(run(100, Outcome::Skip, 1, 1), none);
+        assert_eq!(run(100, Outcome::Error, 4, 1), none);
+        // Not an ordered group.
+        assert_eq!(run(100, Outcome::Error, 1, 2), none);
+    }
+
+    #[test]
+    fn no_lease_of_a_paused_group() {
+        let run = |leased: u64| {
+            let mut h = grouped(&[("a", 0, 0)], 2);
+            deliver_grouped(&mut h, "a", leased, leased + 10);
+            let us = |ms: i64| h.t0_us + ms * 1000;
+            for (kind, from, to) in [("pause", 100, 110), ("resume", 500, 510)] {
+                h.group_ops.push(GroupOp {
+                    group: "g".into(),
+                    kind,
+                    value: 0,
+                    start_us: us(from),
+                    end_us: us(to),
+                    result: Ok(true),
+                });
+            }
+            rules(&h, None)
+        };
+        assert_eq!(run(300), ["leased-while-group-paused"]);
+        assert_eq!(run(105), Vec::<&str>::new());
+        assert_eq!(run(505), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_parent_dead_of_a_child_keeps_its_other_childrens_results() {
+        // a acked at 150 ms; b dies on its last attempt, claimed at 1000 ms;
+        // p fails.
+        let run = |kept: Option<&str>| {
+            let mut h = History::new();
+            flow_msg(&mut h, "p", "flow", &["a", "b"], "fail");
+            flow_delivery(&mut h, "a", 1, 100, 150, Outcome::Ok);
+            flow_delivery(&mut h, "b", 1, 1000, 1010, Outcome::Skip);
+            let mut fin = FlowFinal {
+                at_us: h.t0_us + 10_000_000,
+                ..FlowFinal::default()
+            };
+            fin.dead.insert("b".into(), "injected skip".into());
+            fin.dead.insert("p".into(), "child flow_a/b dead".into());
+            let returned = flow_result(&h.flow_deliveries[0]);
+            let read = kept.map(|r| {
+                if r == "returned" {
+                    returned.clone()
+                } else {
+                    r.to_string()
+                }
+            });
+            let children = read
+                .map(|r| vec![("a".to_string(), "Acked".to_string(), Some(r.into_bytes()))])
+                .unwrap_or_default();
+            fin.dead_children.insert("p".into(), children);
+            check_flow_final(&h, LIMITS, &fin)
+                .into_iter()
+                .map(|v| v.rule)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(Some("returned")), Vec::<&str>::new());
+        assert_eq!(run(None), ["results-kept"]);
+        assert_eq!(run(Some("r a 9 c9")), ["results-kept"]);
     }
 }

@@ -53,6 +53,10 @@ pub struct LateNote {
     pub result: Result<(), (bool, String)>,
 }
 
+/// One child as a parent read it: (child id, outcome as `Acked`, `Dead`
+/// or `Cancelled`, result).
+pub type ChildRead = (String, String, Option<Vec<u8>>);
+
 /// What a delivery of a parent read of its finished children
 /// (`Message::children_results`, every page): (child id, outcome as
 /// `Acked`, `Dead` or `Cancelled`, result).
@@ -82,6 +86,10 @@ pub struct FlowFinal {
     /// The final requeue of the dead letters started then (wall µs); after
     /// it, a parent failed by a child runs without waiting.
     pub requeued_us: Option<i64>,
+    /// What each parent dead of a child's death read of its finished
+    /// children (`children_results`, every page): (child id, outcome,
+    /// result).
+    pub dead_children: HashMap<String, Vec<ChildRead>>,
 }
 
 /// The flow rules checked all along; with `fin`, the deliveries after its
@@ -165,6 +173,18 @@ pub fn check_flows(
                 .map(|d| flow_result(d))
                 .collect();
             let result = result.as_deref().map(String::from_utf8_lossy);
+            // Every `Ok` delivery sets a result: an acked child has one.
+            if p.children.contains(child) && outcome == "Acked" && result.is_none() && !returned.is_empty() {
+                v(
+                    "results-kept",
+                    &p.id,
+                    format!(
+                        "attempt {} read child {child} acked without its result (its Ok deliveries returned \
+                         {returned:?})",
+                        r.attempt
+                    ),
+                );
+            }
             let wrong = if !p.children.contains(child) {
                 Some("is none of its children".to_string())
             } else if outcome == "Acked" && returned.is_empty() {
@@ -334,7 +354,69 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
             _ => {}
         }
     }
+    check_dead_parents(h, fin, &mut v);
     out
+}
+
+/// `results-kept`, of a parent dead of a child's death (docs/workflows.md:
+/// results are readable until the parent is acked, cancelled or deleted,
+/// and a dead parent can be requeued): what it reads of its children,
+/// once dead, holds each child acked before the death with its result,
+/// one the child's `Ok` deliveries returned. "Before": the child's first
+/// `Ok` delivery returned half a second before the dead child's last
+/// delivery was claimed, with no fault in between (a crash between an
+/// ack and its relay may leave a completion to a later relay).
+fn check_dead_parents(h: &History, fin: &FlowFinal, v: &mut impl FnMut(&'static str, &str, String)) {
+    let of = |id: &str| -> Vec<&Delivery> { h.flow_deliveries.iter().filter(|d| d.id == id).collect() };
+    for p in h.flow_msgs.iter().filter(|m| m.is_parent()) {
+        let (Some(reason), Some(read)) = (fin.dead.get(&p.id), fin.dead_children.get(&p.id)) else {
+            continue;
+        };
+        // The reason names the dead child: `child <queue>/<id> dead`.
+        let Some(dead) = p.children.iter().find(|c| reason.contains(&format!("/{c} "))) else {
+            continue;
+        };
+        let Some(death) = of(dead).iter().map(|d| d.leased_us).max() else {
+            continue;
+        };
+        for c in p.children.iter().filter(|c| *c != dead && !fin.dead.contains_key(*c)) {
+            let oks: Vec<&Delivery> = of(c)
+                .into_iter()
+                .filter(|d| matches!(d.end, Some((_, Outcome::Ok))))
+                .collect();
+            let Some(first) = oks.iter().filter_map(|d| d.end_us).min() else {
+                continue;
+            };
+            let quiet = !h
+                .faults
+                .iter()
+                .any(|f| f.overlaps(h.instant_of_us(first), h.instant_of_us(death)));
+            if !quiet || first + 500_000 > death {
+                continue;
+            }
+            let returned: Vec<String> = oks.iter().map(|d| flow_result(d)).collect();
+            let kept = read.iter().find(|r| &r.0 == c);
+            let ok = kept.is_some_and(|(_, outcome, result)| {
+                let result = result.as_deref().map(String::from_utf8_lossy);
+                outcome == "Acked" && result.is_some_and(|r| returned.iter().any(|x| *x == r))
+            });
+            if !ok {
+                v(
+                    "results-kept",
+                    &p.id,
+                    format!(
+                        "{} {} (policy {}) dead of child {dead}'s death, reads child {c} (acked at {} with one of \
+                         {returned:?}, before {dead}'s last claim at {}) as {kept:?}",
+                        p.role,
+                        p.id,
+                        p.policy,
+                        h.us(first).trim(),
+                        h.us(death).trim()
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// `results-kept`: the result read back at the very end of each flow
