@@ -1283,9 +1283,9 @@ impl Producer {
     async fn group_op(&mut self, rng: &mut Rng) {
         let queue = &self.queue;
         if rng.chance(50) {
-            let m = rng.chance(80).then(|| rng.range(1, 4) as u32);
+            let m = rng.chance(80).then(|| rng.range(1, 4));
             let answered = until_answered(|| queue.set_group_concurrency(LIVE_GROUP, m)).await;
-            let value = u64::from(m.unwrap_or(GROUP_CONCURRENCY));
+            let value = m.unwrap_or(GROUP_CONCURRENCY);
             self.push_group_op(LIVE_GROUP, "concurrency", value, answered);
         } else if self.group_paused.is_none() {
             let group = GROUPS[rng.below(GROUPS.len() as u64) as usize].0;
@@ -2802,8 +2802,8 @@ async fn read_flow_final(history: &Shared, queues: &[DelayQueue]) -> Option<mode
             let mut children = Vec::new();
             let mut cursor: Option<String> = None;
             for _ in 0..100 {
-                let page = queue.children_results(&id, cursor.as_deref()).await.ok()?;
-                for c in page.children {
+                let page = queue.children_results(&id, cursor.take()).await.ok()?;
+                for c in page.items {
                     children.push((c.id.as_str().to_string(), format!("{:?}", c.outcome), c.result));
                 }
                 cursor = page.next;
