@@ -63,6 +63,7 @@ async fn run(ctx: Arc<Context>, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem
 /// (the script is idempotent, so a retry after a lost reply is harmless).
 async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
     let mut backoff = Duration::from_millis(20);
+    let sent = Instant::now();
     loop {
         let leases = batch
             .iter()
@@ -81,17 +82,18 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
         match ctx.store(k).run(&ack).await {
             Ok(acked) => {
                 let relay = acked.contains(&AckOutcome::AckedChild);
-                let now = Instant::now();
                 for (item, outcome) in batch.iter().zip(acked) {
                     let id = &item.receipt.id;
                     let outcome = match outcome {
-                        // Nothing left to ack after the lease's end (by
-                        // this host's clock, never later than Redis's): a
-                        // redelivery was acked, so this ack is a late one.
-                        AckOutcome::Finished if now >= item.receipt.deadline => AckOutcome::LeaseLost,
-                        // Before it, no sweep can have taken the message
-                        // back: a run of this call whose reply was lost
-                        // (re-sent by this loop or by the client) acked it.
+                        // Nothing left to ack, and the ack first left after
+                        // the lease's end (by this host's clock, never later
+                        // than Redis's): a redelivery was acked, so this
+                        // ack is a late one.
+                        AckOutcome::Finished if sent >= item.receipt.deadline => AckOutcome::LeaseLost,
+                        // First sent within the lease, no sweep could take
+                        // the message back before it ran: a run of this call
+                        // whose reply was lost (re-sent by this loop or by
+                        // the client) acked it, however late this reply.
                         outcome => outcome,
                     };
                     if outcome != AckOutcome::LeaseLost {

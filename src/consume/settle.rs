@@ -91,13 +91,14 @@ async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
         dead_letter_retention: ctx.settings.dead_letter_retention,
     };
     let mut backoff = Duration::from_millis(20);
+    let sent = Instant::now();
     loop {
-        // Finished since (delivered again and acked) after the lease's
-        // end (by this host's clock, never later than Redis's): this nack
-        // is a late one. Before it, a run of this call whose reply was
-        // lost did the work.
+        // Finished since (delivered again and acked), and the nack first
+        // left after the lease's end (by this host's clock, never later
+        // than Redis's): this nack is a late one. First sent within the
+        // lease, a run of this call whose reply was lost did the work.
         let outcome = shared.store().run(&op).await.map(|outcome| match outcome {
-            NackOutcome::Finished if Instant::now() >= receipt.deadline => NackOutcome::LeaseLost,
+            NackOutcome::Finished if sent >= receipt.deadline => NackOutcome::LeaseLost,
             outcome => outcome,
         });
         match outcome {
