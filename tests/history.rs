@@ -1094,13 +1094,25 @@ impl Producer {
 
     /// `n` messages in one `send_batch`; with `due_now`, all due at once.
     async fn send_batch(&mut self, rng: &mut Rng, n: usize, due_now: bool) {
+        let planned: Vec<_> = (0..n)
+            .map(|_| {
+                let (mut rec, retry_count) = self.plan(rng, "batch");
+                if due_now {
+                    rec.delay = Duration::ZERO;
+                }
+                (rec, retry_count)
+            })
+            .collect();
+        self.send_planned(planned).await;
+    }
+
+    /// Sends `planned` (each message's record and retry count) in one
+    /// `send_batch` and records each one's outcome.
+    async fn send_planned(&mut self, planned: Vec<(SendRec, Option<u32>)>) {
+        let n = planned.len();
         let mut recs = Vec::with_capacity(n);
         let mut msgs = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (mut rec, retry_count) = self.plan(rng, "batch");
-            if due_now {
-                rec.delay = Duration::ZERO;
-            }
+        for (rec, retry_count) in planned {
             let mut msg = NewMessage::new(rec.payload.clone()).delay(rec.delay);
             if let Some(id) = &rec.id {
                 msg = msg.id(id.as_str());
@@ -1332,35 +1344,15 @@ impl Producer {
     async fn send_backlog(&mut self, rng: &mut Rng) {
         let group = BACKLOG_GROUPS[rng.below(BACKLOG_GROUPS.len() as u64) as usize];
         let n = rng.range(6, 12) as usize;
-        let mut recs = Vec::with_capacity(n);
-        let mut msgs = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (mut rec, retry_count) = self.plan(rng, "batch");
-            rec.delay = Duration::ZERO;
-            rec.group = Some(group.to_string());
-            let mut msg = NewMessage::new(rec.payload.clone()).group(group);
-            if let Some(id) = &rec.id {
-                msg = msg.id(id.as_str());
-            }
-            if let Some(n) = retry_count {
-                msg = msg.retry_count(n);
-            }
-            if rec.priority > 0 {
-                msg = msg.priority(rec.priority);
-            }
-            for (name, value) in &rec.headers {
-                msg = msg.header(name.as_str(), value.as_str());
-            }
-            msgs.push(msg);
-            recs.push(rec);
-        }
-        let start = Instant::now();
-        recs.iter_mut().for_each(|r| r.start = start);
-        let results = match self.queue.send_batch(msgs).await {
-            Ok(rs) => rs.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
-            Err(e) => vec![Err(e.to_string()); n],
-        };
-        self.record(recs, results);
+        let planned: Vec<_> = (0..n)
+            .map(|_| {
+                let (mut rec, retry_count) = self.plan(rng, "batch");
+                rec.delay = Duration::ZERO;
+                rec.group = Some(group.to_string());
+                (rec, retry_count)
+            })
+            .collect();
+        self.send_planned(planned).await;
     }
 
     /// A new rate limit or global concurrency, or none.
