@@ -9,7 +9,7 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,results`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,results,scriptcpu`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `results`, consume with handlers returning no result against 100-byte results,
 //! `unique`, send with `unique_for` against a plain send,
@@ -22,6 +22,8 @@
 //! `flows`, 2-level flows of 10,000 children per parent and one parent of
 //! 100,000 children: throughput against plain messages, and the time from
 //! a parent's last child's ack to its delivery,
+//! `scriptcpu`, Redis's time per call of each hot script (send, promote,
+//! claim, ack, nack, note) over `--n` messages, from SLOWLOG,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process), `--idle 1,200,1000`
@@ -1074,6 +1076,10 @@ async fn main() -> Res<()> {
     if on("bigpayload") {
         emit("big_payload", big_payload(&client, &tag).await?);
     }
+    if on("scriptcpu") {
+        emit("script_cpu", script_cpu(&client, &tag, o.n).await?);
+        cleanup(&client).await?;
+    }
     if on("unique") {
         emit("unique_for", unique(&client, &tag, o.n, o.rounds).await?);
         cleanup(&client).await?;
@@ -1395,6 +1401,110 @@ impl Phase {
             "longest_ms_by_script": scripts,
             "usec_per_call": per_call,
         }))
+    }
+}
+
+/// scriptcpu: Redis's time per call of each hot script, from SLOWLOG (every
+/// call logged: its execution time, what the script costs Redis): `n`
+/// messages sent one by one (64 in flight) due 1 ms later, so promote moves
+/// them, then consumed (concurrency 16): every 4th handler writes a log
+/// line (note), every 5th fails its first delivery (nack, retried at once).
+async fn script_cpu(client: &Client, tag: &str, n: usize) -> Res<serde_json::Value> {
+    let q = queue(client, &format!("{tag}-cpu"), |b| {
+        b.concurrency(16).backoff(delayqueue::Backoff::fixed(Duration::ZERO))
+    })?;
+    config_set(client, "slowlog-log-slower-than", "0").await?;
+    config_set(client, "slowlog-max-len", "1000000").await?;
+    let _: Value = client
+        .custom(CustomCommand::new_static("SLOWLOG", None, false), vec!["RESET"])
+        .await?;
+    let sends = futures::stream::iter(0..n)
+        .map(|i| {
+            let q = &q;
+            async move {
+                q.send(format!("{i:0100}").into_bytes())
+                    .delay(Duration::from_millis(1))
+                    .await
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+    sends.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let (..) = consume_by(&q, client, n, |count| {
+        q.start_consume(move |m: Message| {
+            let count = count.clone();
+            async move {
+                let i: usize = std::str::from_utf8(m.payload())
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0);
+                if i % 4 == 0 {
+                    m.log("handled").await?;
+                }
+                if i % 5 == 0 && m.attempt() == 1 {
+                    return Err(HandlerError::from("first delivery fails"));
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            }
+        })
+    })
+    .await?;
+    let log: Vec<Value> = client
+        .custom(
+            CustomCommand::new_static("SLOWLOG", None, false),
+            vec!["GET", "1000000"],
+        )
+        .await?;
+    config_set(client, "slowlog-log-slower-than", "10000").await?;
+    // script -> (calls, µs)
+    let mut by: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for e in &log {
+        let Value::Array(e) = e else { continue };
+        let (Some(Value::Array(words)), Some(us)) = (e.get(3), e.get(2).and_then(Value::as_i64)) else {
+            continue;
+        };
+        let word = words.first().and_then(Value::as_string).unwrap_or_default();
+        if !word.eq_ignore_ascii_case("evalsha") && !word.eq_ignore_ascii_case("eval") {
+            continue;
+        }
+        let entry = by.entry(hot_script(words)).or_default();
+        entry.0 += 1;
+        entry.1 += us as u64;
+    }
+    let per_call: serde_json::Map<String, serde_json::Value> = by
+        .iter()
+        .map(|(name, (calls, us))| {
+            let mean = (*us as f64 / *calls as f64 * 100.0).round() / 100.0;
+            (name.to_string(), json!({"calls": calls, "us_per_call": mean}))
+        })
+        .collect();
+    Ok(json!({"messages": n, "scripts": per_call}))
+}
+
+/// Which script a SLOWLOG entry (`EVALSHA sha numkeys key...`) ran, told
+/// by its first two keys' kinds and its number of keys (docs/wire-format.md).
+fn hot_script(words: &[Value]) -> &'static str {
+    let word = |i: usize| words.get(i).and_then(Value::as_string).unwrap_or_default();
+    // The kind of key i: what follows the queue's "}:", to the next ':'.
+    let kind = |i: usize| {
+        let w = word(i);
+        let after = w.split_once("}:").map_or(String::new(), |(_, k)| k.to_string());
+        after.split(':').next().unwrap_or_default().to_string()
+    };
+    match (kind(3).as_str(), kind(4).as_str(), word(2).as_str()) {
+        ("ready", _, _) => "claim",
+        ("pending", "ready", "3") => "promote",
+        ("pending", "ready", _) => "probe",
+        ("pending", _, _) => "send",
+        ("unack", "progress", _) => "note",
+        ("unack", "retries", "3") => "ack",
+        ("unack", "retries", "5") => "timeout",
+        ("unack", "retries", _) => "nack",
+        ("unack", _, _) => "extend",
+        ("garbage", _, _) => "gc",
+        _ => "other",
     }
 }
 

@@ -23,7 +23,7 @@ marker (docs/dedup.md).
 While any group has a message in processing (the group prefix's 'active'
 hash exists), each acked id's header is read for its group: the group's
 count in processing goes down, and the group goes back to the ring when
-it may start another (prelude.lua, docs/groups.md): then it publishes a
+it may start another (include/groups.lua, docs/groups.md): then it publishes a
 wake-up (0), so a consumer anywhere starts the group's next message at
 once.
 Each acked id's result is written to its result key with the retention
@@ -36,7 +36,7 @@ payloads; with flows, one more EXISTS so for the flow keys it writes. While anyb
 acked id waited for is published on the done channel and leaves the zset.
 While the totals have 'flows', an acked id that is a child records its
 completion in the outbox and an acked parent's children results go
-(flow_done in prelude.lua, docs/workflows.md).
+(flow_done in include/flows.lua, docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
 Complexity: O(M log N) with M = triples, in nine calls whatever M, plus one
@@ -48,6 +48,14 @@ group, G = groups, and one PUBLISH when a group went back to the ring;
 with waiters one ZMSCORE and a PUBLISH per acked id waited for; with
 flows four calls more and O(links).
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "finish"
+--- @include "flows"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "markers"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local ids, out = ids_of(11, 3), {}
 local retention = tonumber(ARGV[9])

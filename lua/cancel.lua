@@ -24,12 +24,20 @@ its children (in the waiting zset) is removed from there, with its
 finished children's results, and "x <id>" goes to the outbox while it
 still waits for some: the relay cancels those children, then drops its
 set of them. A cancelled child records 'c' in the outbox for its parents
-(flow_done in prelude.lua).
+(flow_done in include/flows.lua).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
 or being processed.
 Idempotent: a re-run finds nothing and returns 0.
 Complexity: O(log N), with flows O(links) more.
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "flows"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "header"
+--- @include "markers"
+--- @include "records"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then

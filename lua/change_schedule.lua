@@ -35,6 +35,8 @@ returns 2 (set), or 2 or 0.
 Complexity: O(A log N) with A = fires sent and not yet due (a few), N =
 size of pending; set adds O(F) for F definition fields.
 ]]
+--- @include "checks"
+--- @include "clock"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash')
 local name, mode = ARGV[1], ARGV[3]
 local exists = redis.call('EXISTS', KEYS[2]) == 1

@@ -14,6 +14,9 @@ delivery timed out and was or will be redelivered; nothing done).
 Idempotent: a re-run finds the new lease in place and returns 1 again.
 Complexity: O(M log N) with M = triples, in two calls.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
 check_types(KEYS[1], 'zset')
 local ids, out = ids_of(1, 3), {}
 if #ids == 0 then

@@ -41,6 +41,12 @@ Idempotent: a re-sent call finds the cursor at its fire time and returns 0.
 Complexity: O(log N) with N = size of pending, plus the 'ahead' list (the
 fires sent and not yet due, a few).
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "finish"
+--- @include "header"
+--- @include "store"
+--- @include "wake"
 local head = head_due(KEYS[3])
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[4], 'hash', KEYS[6], 'zset', KEYS[7], 'hash')
 local format = redis.call('HGET', KEYS[7], 'format')

@@ -11,7 +11,7 @@ parent a dead letter with reason "child <queue>/<id> dead" (or
 waiting, into the dead zset, its payload kept for the retention, its set
 of children to wait for deleted; its children hash (that child's outcome
 included) stays until the dead letter is requeued and acked, or deleted
-(flow_done in prelude.lua). Under 'r' (a batch's on_success) such a
+(flow_done in include/flows.lua). Under 'r' (a batch's on_success) such a
 child removes the parent: its payload and keys are deleted. Sets and
 hashes that grow with the children go by UNLINK, which frees a big one
 off Redis's main thread. Outcome 'o'
@@ -20,7 +20,7 @@ leaves the set, nothing is recorded. A parent whose set is empty goes to
 pending, due at its own due time or now, whichever is later. A parent made
 a dead letter or removed is a child that finished for its own parents:
 recorded in this queue's outbox as dead ('d') or deleted ('c'), as nack
-and cancel record theirs (flow_done in prelude.lua).
+and cancel record theirs (flow_done in include/flows.lua).
 
 KEYS[1] waiting zset   KEYS[2] pending zset   KEYS[3] dead zset
 KEYS[4] attempts hash   KEYS[5] totals hash
@@ -44,6 +44,12 @@ Complexity: O(M log N) with M = completions (at most 1000 per call), and
 one EXISTS of 3M keys, plus O(links) of the parents made dead or removed;
 never O(children of a parent).
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "finish"
+--- @include "flows"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
 if m ~= math.floor(m) or m > MAX_LIMIT then

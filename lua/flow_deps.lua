@@ -8,7 +8,7 @@ the parent is stored: a child records completions only once linked to
 the parent (flow_link.lua), after the parent's send. A send refused as a
 duplicate writes nothing: given its payload key, a parent already live
 (stored and no dead letter, whose payload alone has a TTL: bury in
-prelude.lua), which send.lua will refuse, gets no child added; the
+include/finish.lua), which send.lua will refuse, gets no child added; the
 children its set holds are those the first send may not have linked yet
 (a re-send after a failed one links them). Without it (a batch's member
 joining its live callbacks) the children are added whatever the
@@ -22,6 +22,8 @@ payload key {-1, then per child 1 if the set holds it, else 0}.
 Idempotent: a re-run adds nothing and returns {0} (or the same flags).
 Complexity: O(M) with M = children.
 ]]
+--- @include "args"
+--- @include "checks"
 check_types(KEYS[1], 'set')
 if #ARGV == 0 or #ARGV > MAX_LIMIT then
   error(redis.error_reply('ERR 1 to ' .. MAX_LIMIT .. ' children per call, not ' .. #ARGV))

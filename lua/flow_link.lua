@@ -2,7 +2,7 @@
 --[[ flow_link: links children to a parent (docs/workflows.md)
 Records the parent's link with each child (in the child's queue, whose
 slot this script runs on), from when on the child's ack, death or cancel
-records its completion in the outbox (flow_done in prelude.lua). A child
+records its completion in the outbox (flow_done in include/flows.lua). A child
 may have several parents: a link already there is not added twice.
 
 KEYS[1] parents hash   KEYS[2] dead zset   KEYS[3] totals hash
@@ -25,6 +25,10 @@ child that finished since: 0, 2 or 3; a 3 records its entry again, which
 the parent's set then takes once).
 Complexity: O(M log N) with M = children, plus O(links) of each.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "flows"
 check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
 local link = ARGV[2]
 local policy = string.match(link, '^([fiwr]) %S+ %S+$')

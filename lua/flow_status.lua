@@ -15,6 +15,8 @@ than read half of them (docs/design.md §2).
 Idempotent: read-only.
 Complexity: O(1).
 ]]
+--- @include "checks"
+--- @include "flows"
 local base, id = flow_base(ARGV[1], ''), ARGV[2]
 local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
 -- Built keys not yet moved would read as missing (keys_here).

@@ -15,11 +15,16 @@ EXISTS before the first write (docs/design.md §2).
 While the totals have 'flows', a deleted child still linked to a parent
 (a 'w' link: its death did not finish the parent) records 'c' in the
 outbox for it, and a deleted parent's children results go (flow_done in
-prelude.lua, docs/workflows.md).
+include/flows.lua, docs/workflows.md).
 Returns the number of messages deleted.
 Idempotent: a re-run deletes only what is still in dead.
 Complexity: O(log N + M) with M = deleted, with flows O(links) more.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "finish"
+--- @include "flows"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local limit = limit_arg(2)
 local ids

@@ -20,6 +20,10 @@ Complexity: O(log N) when the id is in a zset (its group's too); otherwise O(L) 
 in the ready and retry lists (LPOS stops at the first match); plus O(G)
 for the G log lines.
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "groups"
+--- @include "header"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local id = ARGV[1]

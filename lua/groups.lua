@@ -7,7 +7,7 @@ rates in its 'rates' hash (group -> "<n> <period ms>", the same way), the
 paused groups in its 'paused' hash. A group's changed rate drops its
 count of recent leases, so it starts with a full window. The group is
 known (listed) while it has a setting of its own or anything else
-(prelude.lua). Claim reads both for each group it serves; a group that
+(include/groups.lua). Claim reads both for each group it serves; a group that
 may start a message now goes to the ring here (a raised limit, a resume),
 and claim drops one that may not (a lowered limit, a pause) when it
 finds it. A change wakes sleeping consumers.
@@ -24,6 +24,9 @@ Idempotent: a repeat changes nothing and returns 0.
 Complexity: O(log G) with G = groups; a changed default O(A log G) with
 A = groups with messages in processing (each may have room now).
 ]]
+--- @include "checks"
+--- @include "groups"
+--- @include "wake"
 local gp, what, group, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 check_types(KEYS[1], 'hash')
 check_group_types(gp)

@@ -17,6 +17,12 @@ Idempotent: reads only.
 Complexity: O(M (log N + L)) with M = ids and L = the length of the ready
 and retry lists (LPOS scans them); callers keep M small for long lists.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "flows"
+--- @include "groups"
+--- @include "header"
+--- @include "records"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local keys = payloads_here(ARGV[1], ids_of(5, 1))

@@ -17,6 +17,8 @@ Returns 1 when the field changed, 0 when it already held that value.
 Idempotent: a repeat changes nothing and returns 0.
 Complexity: O(1).
 ]]
+--- @include "checks"
+--- @include "wake"
 check_types(KEYS[1], 'hash')
 local which, value = ARGV[1], ARGV[2]
 local valid = {concurrency = '^[1-9]%d*$', rate = '^[1-9]%d* [1-9]%d*$'}

@@ -27,6 +27,12 @@ Complexity: O(log N + page) for zsets, O(offset + page) for lists; the
 ready state of a queue with groups O(log G) more per group walked, at
 most GROUPS_LISTED, G = groups.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "groups"
+--- @include "header"
+--- @include "records"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local state, from, size, bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), limit_arg(3), limit_arg(5)

@@ -1,5 +1,5 @@
 #!lua flags=no-writes
---[[ list_groups: read-only: one page of the queue's known groups (prelude.lua,
+--[[ list_groups: read-only: one page of the queue's known groups (include/groups.lua,
 docs/groups.md), in name order, with their counts and settings, taken
 atomically.
 
@@ -15,6 +15,9 @@ none)}.
 Idempotent: read-only.
 Complexity: O(log G + L) with G = known groups, L = ARGV[3] (1 with ARGV[4]).
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "groups"
 local gp = ARGV[1]
 check_group_types(gp)
 local offset, limit = tonumber(ARGV[2]), limit_arg(3, 0)

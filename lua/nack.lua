@@ -25,7 +25,7 @@ ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 ARGV[9] the delivery's count (its attempt number)
 ARGV[10] group key prefix
-Groups (prelude.lua, docs/groups.md): while any group has a message in
+Groups (include/groups.lua, docs/groups.md): while any group has a message in
 processing (the prefix's 'active' hash exists) the header is read for
 the message's group. A grouped message's group counts one fewer in
 processing; where it would go to retry it goes to its group's zset
@@ -33,12 +33,12 @@ instead (release: at its due time, so first among its priority; else due
 now). In an ordered group (concurrency 1) a message that is released, or
 fails or defers with deliveries left, goes back to the head of its group
 whatever the priorities and due times there (group_return in
-prelude.lua), and after a failure or deferral the group waits its delay
+include/group_moves.lua), and after a failure or deferral the group waits its delay
 in the wait zset: nothing else of the group starts before it is retried
 or dead. The group goes back to the ring when it may start another.
 Moved to the dead zset while the totals have 'flows', a child records
 its death in the outbox for its parents ('w' links stay: flow_done in
-prelude.lua, docs/workflows.md).
+include/flows.lua, docs/workflows.md).
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset,
 3 nothing left (neither in processing nor stored: finished since, as when
 claimed again and acked; nothing done).
@@ -55,6 +55,16 @@ the message finished since, so a re-sent nack is not mistaken for a lost
 lease.
 Complexity: O(log N), plus O(log G) with G = groups for a grouped message.
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "finish"
+--- @include "flows"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "header"
+--- @include "markers"
+--- @include "records"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
   KEYS[7], 'hash')
 local id, mode = ARGV[1], ARGV[4]

@@ -13,6 +13,7 @@ Idempotent: for progress; a re-run of a line after a lost reply appends it again
 Complexity: O(log N) for the lease, plus O(1) for progress or O(T) for a
 line, T = lines trimmed (at most one but after a smaller ARGV[5]).
 ]]
+--- @include "checks"
 check_types(KEYS[1], 'zset')
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or tonumber(score) ~= tonumber(ARGV[2]) then

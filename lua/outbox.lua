@@ -30,6 +30,9 @@ result per acked completion (at most 1000, and at most max(ARGV[5], one
 result) bytes) and SRANDMEMBER of 100 per cancelled parent; drop
 O(M log N).
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "flows"
 check_types(KEYS[1], 'zset')
 local base = flow_base(ARGV[1], '')
 if ARGV[3] == 'read' then

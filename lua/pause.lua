@@ -15,6 +15,9 @@ Returns 1 when the flag changed, 0 when it already was so.
 Idempotent: a repeat changes nothing and returns 0.
 Complexity: O(1).
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "wake"
 check_types(KEYS[1], 'hash')
 local paused = redis.call('HEXISTS', KEYS[1], 'paused')
 if ARGV[1] == '1' then

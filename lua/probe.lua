@@ -24,6 +24,9 @@ completions or cancels for the relay to deliver.
 Idempotent: read-only.
 Complexity: O(1): one EXISTS on an empty shard, at most nine calls.
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "wake"
 local ring, waiting = ARGV[5] .. 'ring', ARGV[5] .. 'wait'
 if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ring, waiting, ARGV[6]) == 0 then
   return {0, -1, 0, 0, 0}

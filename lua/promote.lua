@@ -9,7 +9,7 @@ header of each moved id is read: one of priority 1 to 9 goes to the
 priority zset (prio_score) instead of the ready list.
 Once the queue has used groups (the totals' field 'groups'), the header
 is read too: a message of a group goes to its group's zset instead
-(prelude.lua, docs/groups.md), which puts the group in the ring when it
+(include/groups.lua, docs/groups.md), which puts the group in the ring when it
 may start one; and groups whose wait is over go back to the ring. Each
 moved id costs 1 of a budget of ARGV[1], and GROUP_MOVE_COST more when it
 is the first of its group in the call (a ZADD and a ring check each): the
@@ -34,6 +34,14 @@ uses priorities, with P = size of the priority zset; once it uses groups,
 O(M (log G + log P)) more, G = groups, with M at most ARGV[1] /
 GROUP_MOVE_COST groups, plus O(log G) per group whose wait is over.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "header"
+--- @include "priorities"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'hash')
 local fields = redis.call('HMGET', KEYS[3], 'prios', 'format', 'groups')
 check_format(fields[2], ARGV[4])

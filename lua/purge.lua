@@ -56,6 +56,13 @@ groups forgotten; the last call O(R) with R = the attempts
 hash's leftover fields. The sweep: O(ARGV[2]) keys looked at per call
 (SCAN), every key of the node once over all its calls.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "finish"
+--- @include "flows"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "markers"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local limit = limit_arg(2)

@@ -20,6 +20,10 @@ Returns {now ms, name, cursor, {field, value, ...}, name, cursor, {...}, ...}
 Idempotent: read-only.
 Complexity: O(log² N + page × F), N = schedules, F = fields of one.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "paging"
 check_types(KEYS[1], 'zset')
 local limit = limit_arg(5)
 local now = now_ms()

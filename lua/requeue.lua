@@ -25,6 +25,15 @@ one, G = groups); no payload is read or
 copied (one without send times but with a deadline, from elsewhere: O(its
 size)).
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "header"
+--- @include "priorities"
+--- @include "records"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list')
 local limit = limit_arg(2)
 local ids

@@ -23,6 +23,10 @@ Idempotent: a re-run sets the due time again, to now + delay of its own run.
 Complexity: O(log N), plus O(payload size) when the header's delay gains
 a digit.
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "store"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[3], 'hash')
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[1], id) or redis.call('EXISTS', KEYS[2]) == 0 then

@@ -39,6 +39,11 @@ a PTTL per marker, result, progress or log key; O(log G) per group, G =
 groups, for 9 and 10; two ZSCOREs, or an EXISTS and a ZSCORE, per flow
 key or link, 14 to 16; O(log N + page) for 17).
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "flows"
+--- @include "groups"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash')
 local what, cursor, size = tonumber(ARGV[1]), ARGV[2], limit_arg(3)

@@ -48,7 +48,7 @@ stored but with placeholders of 13 zeros for the times:
 "@0000000000000" after it. The script renames it to the msg string,
 removes its TTL and writes the times over the placeholders, so the
 payload is never copied: Lua would hash every byte of it (staged in
-prelude.lua). A staged value not stored is deleted.
+include/store.lua). A staged value not stored is deleted.
 Fails with a "DQFORMAT ..." error, nothing written, when the totals'
 'format' field holds another version than ARGV[2]; sets it to ARGV[2]
 when it is missing and a message was stored. Fails with a "DQSHARDS ..."
@@ -68,7 +68,7 @@ are named after the pending key: its name less "pending", then "g" (the
 group prefix, docs/wire-format.md).
 A message stored with a marker (unique_for, throttle) sets the totals'
 'markers' field, from when on the scripts that finish messages read
-their markers (prelude.lua's markers_of).
+their markers (markers_of in include/markers.lua).
 A value over BIG_VALUE bytes sets the totals' 'big' field, from when on
 claim reads sizes before values (claim.lua).
 Returns one status per message: 1 stored, 0 the id is already live
@@ -91,6 +91,16 @@ their group), plus the
 bytes of the values in ARGV (staged ones: O(1) each; a replace whose
 delay header gains a digit: O(payload size)).
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "finish"
+--- @include "flows"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "header"
+--- @include "priorities"
+--- @include "store"
+--- @include "wake"
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
 -- keys on the way (`checked`): pending here, processing by the first message's

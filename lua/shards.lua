@@ -19,6 +19,7 @@ recorded and ARGV[1] is another (not 0).
 Idempotent: a repeat finds its own count.
 Complexity: O(1).
 ]]
+--- @include "checks"
 check_types(KEYS[1], 'hash')
 local n = tonumber(ARGV[1])
 if not n or n ~= math.floor(n) or n < 0 or n > 1024 then

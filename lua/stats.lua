@@ -32,6 +32,13 @@ Complexity: O(log N) (N = pending: one ZCOUNT), plus O(log P) per
 priority (P = the priority zset) and O(LATENCY_GROUPS log M) for the groups
 (M = a group's due messages): a bounded number of calls.
 ]]
+--- @include "checks"
+--- @include "clock"
+--- @include "groups"
+--- @include "header"
+--- @include "priorities"
+--- @include "records"
+--- @include "wake"
 -- Entries read at the head of a list (or of a priority) for one whose
 -- payload exists.
 local LATENCY_HEADS = 4

@@ -15,14 +15,14 @@ Groups (as nack.lua's 'fail' with no delay): while any group has a
 message in processing, each id's group (from the header it reads anyway)
 counts one fewer in processing; a grouped id goes to its group's zset
 instead of retry (an ordered group's at its head, whatever the
-priorities and due times there: group_return in prelude.lua), and its
+priorities and due times there: group_return in include/group_moves.lua), and its
 group back to the ring when it may start another.
 Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
 id, its delivery count}. Counts 'failed' and 'dead' in the totals.
 Starts the window of the unique_for marker of each id moved to the dead
 zset (docs/dedup.md).
 While the totals have 'flows', each child moved to the dead zset records
-its death in the outbox for its parents (flow_done in prelude.lua,
+its death in the outbox for its parents (flow_done in include/flows.lua,
 docs/workflows.md).
 Publishes a wake-up when it moved anything to retry or a group back to
 the ring.
@@ -31,6 +31,17 @@ Complexity: O(log N + M log N) with M = timed out; a fixed number of
 calls per batch plus one per id (payload header) and two per dead id;
 O(log G) more per grouped id, G = groups.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "clock"
+--- @include "finish"
+--- @include "flows"
+--- @include "group_moves"
+--- @include "groups"
+--- @include "header"
+--- @include "markers"
+--- @include "records"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'hash')
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, limit_arg(2))
 if #ids == 0 then

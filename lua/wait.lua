@@ -13,6 +13,8 @@ zset's TTL at least to the longest wait.
 Idempotent: a re-run registers the same wait (ZADD GT keeps the later end).
 Complexity: O(log W + E), W = waits, E = waits dropped.
 ]]
+--- @include "checks"
+--- @include "clock"
 check_types(KEYS[3], 'zset')
 local result = checked('string', 'GET', KEYS[1])
 if result then

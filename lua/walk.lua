@@ -50,6 +50,12 @@ at most SEARCH_BYTES of payloads searched (GETRANGE); the groups' part
 O(log G + log N) per group visited, at most MAX_LIMIT (1000) groups a
 step, G = known groups.
 ]]
+--- @include "args"
+--- @include "checks"
+--- @include "groups"
+--- @include "header"
+--- @include "paging"
+--- @include "records"
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local state, asc, at, after = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3], ARGV[4]

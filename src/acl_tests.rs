@@ -1,13 +1,14 @@
 //! Checks the ACL users of docs/scaling.md ("ACL") against the scripts:
 //! each role's `+command`s are exactly the commands that the scripts it
-//! runs can call (read from their assembled sources, prelude helpers
-//! included) and those it sends itself, and its `&channel`s those its
+//! runs can call (read from their assembled sources, their
+//! included helpers too) and those it sends itself, and its `&channel`s those its
 //! scripts publish on and it subscribes to. tests/acl.rs runs the same
 //! lines against a server, so the documented users are the tested ones.
 
 use std::collections::BTreeSet;
 
-use crate::store::scripts::{self as s, code_of, LuaScript};
+use crate::store::assembly::code_of;
+use crate::store::scripts::{self as s, LuaScript};
 
 const SCALING: &str = include_str!("../docs/scaling.md");
 
@@ -124,7 +125,7 @@ fn roles() -> Vec<Role> {
 
 /// The commands `source` (an assembled script) can call: the first
 /// argument of each `redis.call`/`redis.pcall` (both names of a `c and 'A'
-/// or 'B'` choice), and the command of each prelude `checked(want,
+/// or 'B'` choice), and the command of each `checked(want,
 /// command, ...)`.
 fn commands_of(source: &str) -> BTreeSet<String> {
     let code = code_of(source);

@@ -300,7 +300,7 @@ impl Error {
 
 /// The counts in a script's "DQSHARDS the queue is spread over <found>
 /// shards, this client uses <uses> (...)" error (`check_shards` in
-/// lua/prelude.lua).
+/// lua/include/checks.lua).
 fn shard_counts(details: &str) -> Option<(usize, usize)> {
     let rest = details.split_once("DQSHARDS the queue is spread over ")?.1;
     let (found, rest) = rest.split_once(" shards, this client uses ")?;
@@ -385,7 +385,7 @@ pub(crate) fn slot_moving(details: &str) -> bool {
 
 /// Whether a server's error `details` says a script, let run, met a key it
 /// built rather than declared in KEYS on the other side of a slot move
-/// (lua/prelude.lua's `payloads_here` makes that happen before any write).
+/// (`payloads_here` in lua/include/checks.lua makes that happen before any write).
 /// Redis: "Script attempted to access a non local key in a cluster node";
 /// Valkey 8: "Unable to execute command '...' in script because undeclared
 /// keys were accessed during rehashing of the slot".
@@ -395,7 +395,7 @@ pub(crate) fn script_met_moved_key(details: &str) -> bool {
 
 /// The versions in a script's "DQFORMAT the queue is in wire format <found>,
 /// this client speaks format <supported> (...)" error (`check_format` in
-/// lua/prelude.lua).
+/// lua/include/checks.lua).
 fn format_versions(details: &str) -> Option<(String, u32)> {
     let rest = details.split_once("DQFORMAT the queue is in wire format ")?.1;
     let (found, rest) = rest.rsplit_once(", this client speaks format ")?;

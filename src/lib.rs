@@ -136,6 +136,8 @@ use delayqueue_test_support as test_support;
 #[cfg(test)]
 mod acl_tests;
 #[cfg(test)]
+mod design_tests;
+#[cfg(test)]
 mod producer_files_tests;
 #[cfg(test)]
 mod validation_cases;

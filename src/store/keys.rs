@@ -22,7 +22,7 @@ pub(crate) struct Keys {
     pub pending: String,
     pub ready: String,
     /// Due messages of priority 1 to 9, scored by priority and due time
-    /// (`prio_score` in lua/prelude.lua). Scripts touch it only once the
+    /// (`prio_score` in lua/include/priorities.lua). Scripts touch it only once the
     /// totals have the field `prios`, so it is passed in ARGV, not KEYS: a
     /// declared key that a queue never creates would make its scripts fail
     /// with TRYAGAIN while a cluster slot migrates.

@@ -13,6 +13,7 @@
 //! Lua and once in Rust. Nothing here knows the queue handle or the
 //! consumer's runtime.
 
+pub(crate) mod assembly;
 pub(crate) mod flow_reads;
 pub(crate) mod keys;
 pub(crate) mod ops;

@@ -11,7 +11,7 @@ use crate::{Backoff, MAX_PRIORITY};
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// Longest header of a stored value ("<retry count>;<backoff>!<priority>=<group>#<headers
-/// bytes>/<sent at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/prelude.lua too:
+/// bytes>/<sent at>+<delay>@<expires at>:"), `HEADER_BYTES` in lua/include/header.lua too:
 /// 104 bytes without the group, and "=" and [`MAX_GROUP_LEN`](crate::MAX_GROUP_LEN)
 /// bytes. The headers themselves follow the ':', so this holds with any headers.
 pub(crate) const HEADER_BYTES: usize = 169;
@@ -67,7 +67,7 @@ pub(crate) fn encode_stored(parts: &ValueParts) -> Vec<u8> {
 }
 
 /// Payloads longer than this are staged ([`encode_staged`]): `BIG_VALUE`
-/// in lua/prelude.lua, the size past which a value is big.
+/// in lua/include/header.lua, the size past which a value is big.
 pub(crate) const STAGE_BYTES: usize = 4096;
 
 /// The send times as the send script finds them in a staged value: 13

@@ -1,7 +1,7 @@
 //! Tests of the byte bounds of the scripts, exact Redis state after each
 //! call: a claim leases at most `CLAIM_BYTES` of stored values (a bigger
 //! one alone), and a big send is staged, its payload never passing
-//! through Lua (lua/claim.lua, lua/send.lua, `staged` in lua/prelude.lua).
+//! through Lua (lua/claim.lua, lua/send.lua, `staged` in lua/include/store.lua).
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use crate::store::stored::{encode_stored, ValueParts};
 use super::{fail, ms, Env, Promote, NEVER, RETRY};
 use crate::store::ops::claim::Held;
 
-/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
+/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/include/priorities.lua).
 const PRIO_SPAN: i64 = 1 << 42;
 
 impl Env {

@@ -87,7 +87,7 @@ const SLACK_MS: i64 = 1_000;
 /// How long a test waits for a wake-up it expects.
 const WAKE_WAIT: Duration = crate::test_support::WAIT;
 /// Field of the attempts hash that marks possible stale list entries
-/// (`STALE` in lua/prelude.lua; ids hold no whitespace, so never an id).
+/// (`STALE` in lua/include/records.lua; ids hold no whitespace, so never an id).
 const STALE: &str = " stale";
 
 /// One test's private redis-server, a client on it and a queue.

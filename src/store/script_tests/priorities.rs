@@ -5,7 +5,7 @@ use crate::store::stored::{encode_stored, ValueParts};
 use super::{Env, NEVER, RETRY};
 use crate::store::ops::claim::Held;
 
-/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
+/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/include/priorities.lua).
 const PRIO_SPAN: i64 = 1 << 42;
 
 /// Sends each (id, priority), due now, its payload its id.

@@ -72,7 +72,7 @@ enum Held {
     Group,
 }
 
-/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/prelude.lua).
+/// 2^42, the span of one priority's scores (PRIO_SPAN in lua/include/priorities.lua).
 const PRIO_SPAN: i64 = 1 << 42;
 
 /// Seeds message `id` due `age_ms` ago in list `held`, as the scripts

@@ -1,0 +1,98 @@
+--- @include "checks"
+--- @include "clock"
+
+-- Flows (docs/workflows.md). A message may wait for others (its children)
+-- before it becomes due: its parent keys live with it, in its queue's slot,
+-- under the queue's base B ("<prefix>{<name>}:", the msg prefix without
+-- its "m:"):
+--   B .. 'flow:waiting'     zset: parents waiting for children, scored by
+--                           their own due time (ms)
+--   B .. 'deps:' .. id      set: the children parent id still waits for,
+--                           each "<child's base> <child id>"
+--   B .. 'children:' .. id  hash: its finished children, "<child's base>
+--                           <child id>" -> "<outcome><result bytes>"
+--   B .. 'outbox'           zset: completions recorded here for parents
+--                           elsewhere, "<outcome> <child id> <link>", scored
+--                           by when (ms); and "x <parent id>": a cancelled
+--                           parent whose children are still to be cancelled
+--   B .. 'parents'          hash: child id -> its links, one a line, each
+--                           "<policy> <parent's base> <parent id>" (policy:
+--                           'f' fail, 'i' ignore, 'w' wait)
+-- Outcomes: 'a' acked (or unknown when linked), 'd' dead, 'c' cancelled or
+-- deleted. Every script touches these only while the totals have 'flows'
+-- (set by the first parent sent or child linked), so a queue without flows
+-- pays one HGET per call (a command every ACL role of docs/scaling.md may
+-- run). Ids, bases and policies hold no whitespace, so a space separates
+-- the parts and a newline the links.
+--
+-- The base of a queue's keys, from a msg key of `id` (or the msg prefix, id '').
+local function flow_base(msg_key, id)
+  return string.sub(msg_key, 1, #msg_key - #id - 2)
+end
+
+-- Whether `flows` (the totals' field 'flows', read by the caller: one
+-- HGET, all a queue without flows pays) is set, and if so fails, before the
+-- script's first write, unless the keys flow_done writes are on this node
+-- (keys_here): the parents hash, the outbox, and the children hashes of
+-- `deleted`, the ids whose payloads go.
+local function flows_here(flows, base, deleted)
+  if not flows then
+    return false
+  end
+  local keys = {base .. 'parents', base .. 'outbox'}
+  for _, id in ipairs(deleted) do
+    keys[#keys + 1] = base .. 'children:' .. id
+  end
+  keys_here(keys)
+  return true
+end
+
+-- Records that `ids` finished with `outcome`: for each link of each of them
+-- an outbox entry, which the relay delivers to the parent's slot. A dead
+-- child keeps its 'w' (wait) links: requeued, it may still finish them.
+-- `deleted`: their payloads are gone, so their own children's results go
+-- too. Nothing unless `flows` (from flows_here, called before the script's
+-- first write). O(1) calls per batch plus O(links). Returns the set of ids
+-- that recorded an entry.
+local function flow_done(flows, base, ids, outcome, deleted)
+  local recorded = {}
+  if #ids == 0 or not flows then
+    return recorded
+  end
+  local parents, now = base .. 'parents', now_ms()
+  local links = redis.call('HMGET', parents, unpack(ids))
+  local entries, gone, children = {}, {}, {}
+  for i, id in ipairs(ids) do
+    children[i] = base .. 'children:' .. id
+    if links[i] then
+      local kept, all = {}, 0
+      for link in string.gmatch(links[i], '[^\n]+') do
+        all = all + 1
+        if outcome == 'd' and string.sub(link, 1, 1) == 'w' then
+          kept[#kept + 1] = link
+        else
+          entries[#entries + 1] = now
+          entries[#entries + 1] = outcome .. ' ' .. id .. ' ' .. link
+          recorded[id] = true
+        end
+      end
+      if #kept == 0 then
+        gone[#gone + 1] = id
+      elseif #kept < all then
+        redis.call('HSET', parents, id, table.concat(kept, '\n'))
+      end
+    end
+  end
+  if #entries > 0 then
+    redis.call('ZADD', base .. 'outbox', unpack(entries))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', parents, unpack(gone))
+  end
+  if deleted then
+    -- A children hash grows with the parent's children (up to a million):
+    -- UNLINK frees a big one off Redis's main thread, so this stays O(1).
+    redis.call('UNLINK', unpack(children))
+  end
+  return recorded
+end
