@@ -144,18 +144,17 @@ if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   return replay(receipt, paused)
 end
 
--- The STALE mark goes once both lists (and the priority zset) are empty:
--- no stale entry is left.
-local function clear_stale()
-  if redis.call('LLEN', KEYS[1]) == 0 and redis.call('LLEN', KEYS[2]) == 0
-    and not (prio and redis.call('ZCARD', prio) > 0) then
-    redis.call('HDEL', KEYS[4], STALE)
-  end
-end
-
 -- How many wait in the lists (and the priority zset).
 local function waiting()
   return redis.call('LLEN', KEYS[1]) + redis.call('LLEN', KEYS[2]) + (prio and redis.call('ZCARD', prio) or 0)
+end
+
+-- The STALE mark goes once both lists (and the priority zset) are empty:
+-- no stale entry is left.
+local function clear_stale()
+  if waiting() == 0 then
+    redis.call('HDEL', KEYS[4], STALE)
+  end
 end
 
 local limit = limit_arg(2, 0)

@@ -24,23 +24,20 @@ const INCLUDE: &str = "--- @include \"";
 /// that is not a file of `lua/include/` is left out (a test checks there
 /// are none).
 fn included(file: &str) -> Vec<(&'static str, &'static str)> {
-    fn visit(file: &str, out: &mut Vec<(&'static str, &'static str)>) {
+    fn visit(file: &str, seen: &mut Vec<&'static str>, out: &mut Vec<(&'static str, &'static str)>) {
         for name in includes_of(file) {
-            if out.iter().any(|(n, _)| *n == name) {
-                continue;
-            }
             if let Some(&(name, text)) = INCLUDES.iter().find(|(n, _)| *n == name) {
-                // Marked before its own includes, so that a cycle ends.
-                out.push((name, ""));
-                visit(text, out);
-                let at = out.iter().position(|(n, _)| *n == name).unwrap_or_default();
-                out.remove(at);
-                out.push((name, text));
+                // Seen before its own includes are visited, so that a cycle ends.
+                if !seen.contains(&name) {
+                    seen.push(name);
+                    visit(text, seen, out);
+                    out.push((name, text));
+                }
             }
         }
     }
     let mut out = Vec::new();
-    visit(file, &mut out);
+    visit(file, &mut Vec::new(), &mut out);
     out
 }
 

@@ -72,9 +72,10 @@ pub(crate) enum Held {
     /// The rate limit, which allows more after `wait`.
     Rate { wait: Duration },
     /// Cut short: by the call's byte budget ([`CLAIM_BYTES`]), the most
-    /// groups one call serves (claim.lua's GROUP_TURNS and GROUP_CLAIM, or
-    /// the group share), or a list whose popped entries were skipped while
-    /// it may hold more ahead of the next list's. More may be ready now.
+    /// groups one call serves (GROUP_TURNS and GROUP_CLAIM in
+    /// lua/include/claim_groups.lua, or the group share), or a list whose
+    /// popped entries were skipped while it may hold more ahead of the next
+    /// list's. More may be ready now.
     Cut,
 }
 
