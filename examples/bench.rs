@@ -616,24 +616,6 @@ async fn config_set(client: &Client, name: &str, value: &str) -> Res<()> {
     Ok(())
 }
 
-/// Which script a SLOWLOG entry (`EVALSHA sha numkeys key...`) ran, told
-/// by its first key (the state it works on) and its number of keys.
-fn script_name(words: &[Value]) -> &'static str {
-    let word = |i: usize| words.get(i).and_then(Value::as_string).unwrap_or_default();
-    let state = word(3).rsplit(':').next().map(str::to_string).unwrap_or_default();
-    match (state.as_str(), word(2).as_str()) {
-        ("ready", _) => "claim",
-        ("pending", "3") => "promote",
-        ("pending", _) => "send",
-        ("unack", "1") => "extend",
-        ("unack", "3") => "ack",
-        ("unack", "5") => "timeout",
-        ("unack", _) => "nack",
-        ("garbage", _) => "gc",
-        _ => "other",
-    }
-}
-
 /// A client on another database of the same server (the one after
 /// `url`'s): the empty side of w4, so that both sides share one Redis
 /// process, its CPU and its noise, while each has a keyspace of its own.
@@ -1470,7 +1452,7 @@ async fn script_cpu(client: &Client, tag: &str, n: usize) -> Res<serde_json::Val
         if !word.eq_ignore_ascii_case("evalsha") {
             continue;
         }
-        by.entry(hot_script(words)).or_default().push(us as f64);
+        by.entry(script_name(words)).or_default().push(us as f64);
     }
     // The median as well as the mean: on a busy machine a call the OS
     // preempts logs the time it waited.
@@ -1493,7 +1475,7 @@ async fn script_cpu(client: &Client, tag: &str, n: usize) -> Res<serde_json::Val
 
 /// Which script a SLOWLOG entry (`EVALSHA sha numkeys key...`) ran, told
 /// by its first two keys' kinds and its number of keys (docs/wire-format.md).
-fn hot_script(words: &[Value]) -> &'static str {
+fn script_name(words: &[Value]) -> &'static str {
     let word = |i: usize| words.get(i).and_then(Value::as_string).unwrap_or_default();
     // The kind of key i: what follows the queue's "}:", to the next ':'.
     let kind = |i: usize| {
