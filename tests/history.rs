@@ -316,6 +316,10 @@ const FEATURES: [(&str, Feature); 7] = [
 /// The queues of flows and batches, apart from `QUEUE` so that its
 /// queue-wide rules and totals stay its own: each flow spreads over both.
 const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
+/// The flow queue spread over shards (docs/scaling.md), so that flows
+/// meet shards: its children's completions and a dead child's reason
+/// cross from a shard to a parent of the other queue.
+const SHARDED_FLOW_QUEUE: (&str, usize) = ("flow_b", 2);
 
 /// The groups of a run's sends, each with its concurrency (`None`: the
 /// builders' `group_concurrency`, `GROUP_CONCURRENCY`): an ordered one,
@@ -532,6 +536,16 @@ fn configure(b: DelayQueueBuilder, knobs: &Knobs, concurrency: usize, renews: bo
     } else {
         b
     }
+}
+
+/// The handle of flow queue `name` (`FLOW_QUEUES`), its shards too.
+fn flow_queue(name: &str, client: Client, knobs: &Knobs, concurrency: usize, renews: bool) -> DelayQueue {
+    let b = configure(DelayQueue::builder(name, client), knobs, concurrency, renews);
+    let b = match SHARDED_FLOW_QUEUE {
+        (sharded, n) if sharded == name => b.shards(n),
+        _ => b,
+    };
+    b.build().unwrap()
 }
 
 /// The history, shared by the driver and every handler.
@@ -777,82 +791,76 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
     let concurrency = handler.concurrency;
     let flow_ok = handler.flow_ok.clone();
-    let task =
-        rt.spawn(async move {
-            let client = client(&url, COMMAND_TIMEOUT).await;
-            let queue_client = client.clone();
-            let mut builder = configure(
-                DelayQueue::builder(QUEUE, client),
-                &knobs,
-                handler.concurrency,
-                handler.renews,
-            );
-            if let Some((n, per, global)) = knobs.limits {
-                builder = builder.rate_limit(n, per).global_concurrency(global);
-            }
-            let queue = builder.build().unwrap();
-            let mut events = queue.events();
-            let (history, me) = (handler.history.clone(), handler.consumer.clone());
-            tokio::spawn(async move {
-                use tokio::sync::broadcast::error::RecvError;
-                loop {
-                    match events.recv().await {
-                        Ok(Event::LeaseLost { id }) => history.lock().unwrap().lease_lost.push((
-                            me.clone(),
-                            id.as_str().to_string(),
-                            Instant::now(),
-                        )),
-                        Ok(_) | Err(RecvError::Lagged(_)) => {}
-                        Err(RecvError::Closed) => break,
+    let task = rt.spawn(async move {
+        let client = client(&url, COMMAND_TIMEOUT).await;
+        let queue_client = client.clone();
+        let mut builder = configure(
+            DelayQueue::builder(QUEUE, client),
+            &knobs,
+            handler.concurrency,
+            handler.renews,
+        );
+        if let Some((n, per, global)) = knobs.limits {
+            builder = builder.rate_limit(n, per).global_concurrency(global);
+        }
+        let queue = builder.build().unwrap();
+        let mut events = queue.events();
+        let (history, me) = (handler.history.clone(), handler.consumer.clone());
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match events.recv().await {
+                    Ok(Event::LeaseLost { id }) => {
+                        history
+                            .lock()
+                            .unwrap()
+                            .lease_lost
+                            .push((me.clone(), id.as_str().to_string(), Instant::now()))
                     }
-                }
-            });
-            let started = Instant::now();
-            let consumer = loop {
-                match queue.start_consume(handler.clone()).await {
-                    Ok(c) => break c,
-                    Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            };
-            // The flow queues' consumers, on the same runtime: a crash
-            // takes them too, maybe between a child's ack and its relay.
-            let mut flow_consumers = Vec::new();
-            if knobs.has(Feature::Flows) {
-                for name in FLOW_QUEUES {
-                    let flow_queue = configure(
-                        DelayQueue::builder(name, queue_client.clone()),
-                        &knobs,
-                        handler.concurrency,
-                        handler.renews,
-                    )
-                    .build()
-                    .unwrap();
-                    let recorder = Recorder {
-                        flow_queue: Some(flow_queue.clone()),
-                        ..handler.clone()
-                    };
-                    let started = Instant::now();
-                    flow_consumers.push(loop {
-                        match flow_queue.start_consume(recorder.clone()).await {
-                            Ok(c) => break c,
-                            Err(e) if started.elapsed() > CONSUMER_LIMIT => {
-                                return Err(format!("start_consume({name}): {e}"))
-                            }
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
-                    });
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
                 }
             }
-            let _ = ready.send(());
-            let _ = stop_rx.await;
-            for c in flow_consumers {
-                c.shutdown()
-                    .await
-                    .map_err(|e| format!("shutdown of a flow queue's consumer: {e}"))?;
-            }
-            consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
         });
+        let started = Instant::now();
+        let consumer = loop {
+            match queue.start_consume(handler.clone()).await {
+                Ok(c) => break c,
+                Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        // The flow queues' consumers, on the same runtime: a crash
+        // takes them too, maybe between a child's ack and its relay.
+        let mut flow_consumers = Vec::new();
+        if knobs.has(Feature::Flows) {
+            for name in FLOW_QUEUES {
+                let flow_queue = flow_queue(name, queue_client.clone(), &knobs, handler.concurrency, handler.renews);
+                let recorder = Recorder {
+                    flow_queue: Some(flow_queue.clone()),
+                    ..handler.clone()
+                };
+                let started = Instant::now();
+                flow_consumers.push(loop {
+                    match flow_queue.start_consume(recorder.clone()).await {
+                        Ok(c) => break c,
+                        Err(e) if started.elapsed() > CONSUMER_LIMIT => {
+                            return Err(format!("start_consume({name}): {e}"))
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                });
+            }
+        }
+        let _ = ready.send(());
+        let _ = stop_rx.await;
+        for c in flow_consumers {
+            c.shutdown()
+                .await
+                .map_err(|e| format!("shutdown of a flow queue's consumer: {e}"))?;
+        }
+        consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
+    });
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
         .await
         .unwrap_or_else(|_| panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}"))
@@ -2114,11 +2122,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         flow_queues: if knobs.has(Feature::Flows) {
             FLOW_QUEUES
                 .iter()
-                .map(|name| {
-                    configure(DelayQueue::builder(*name, producer_client.clone()), &knobs, 1, false)
-                        .build()
-                        .unwrap()
-                })
+                .map(|name| flow_queue(name, producer_client.clone(), &knobs, 1, false))
                 .collect()
         } else {
             Vec::new()
@@ -2556,8 +2560,14 @@ fn collect_handbacks(knobs: &Knobs, history: &Shared) {
             .split(" id=")
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next());
-        if let (Some(id), true) = (id, line.contains(&format!("queue={QUEUE} "))) {
-            h.handbacks.push((id.to_string(), *at));
+        let waited_us = line
+            .split(" waited_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|ms| ms.parse::<i64>().ok())
+            .map(|ms| ms * 1000);
+        if let (Some(id), Some(waited_us), true) = (id, waited_us, line.contains(&format!("queue={QUEUE} "))) {
+            h.handbacks.push((id.to_string(), at - waited_us, *at));
         }
         false
     });

@@ -173,7 +173,8 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         }
     }
     if now >= at.promote {
-        let (moved, next_due) = promote(ctx, k).await?;
+        let room = claim_capacity(&ctx.settings, &Load::of(shared));
+        let (moved, next_due) = promote(ctx, k, room).await?;
         // Nothing pending: the next sweep looks again, or a wake-up comes first.
         at.promote = next_due.map_or(at.sweep, |d| now + d);
         at.claim |= moved > 0;

@@ -198,7 +198,7 @@ fn calls(k: &Keys) -> Vec<Call> {
             },
             k,
         ),
-        call(Promote { limit: 10 }, k),
+        call(Promote { limit: 10, room: 10 }, k),
         // A message due now goes straight to its group; with unique_for.
         call(
             SendBatch {

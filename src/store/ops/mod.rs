@@ -313,7 +313,7 @@ mod tests {
                 },
                 k,
             ),
-            entry(promote::Promote { limit: 1 }, k),
+            entry(promote::Promote { limit: 1, room: 1 }, k),
             entry(
                 probe::Probe {
                     dead_letter_retention: d,
