@@ -316,6 +316,10 @@ const FEATURES: [(&str, Feature); 7] = [
 /// The queues of flows and batches, apart from `QUEUE` so that its
 /// queue-wide rules and totals stay its own: each flow spreads over both.
 const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
+/// The id prefix of a flow child that dies at its first delivery, sent
+/// `DOOMED_DELAY` after its siblings may start (`Producer::flow_tree`).
+const DOOMED: &str = "doomed";
+const DOOMED_DELAY: Duration = Duration::from_millis(900);
 /// The flow queue spread over shards (docs/scaling.md), so that flows
 /// meet shards: its children's completions and a dead child's reason
 /// cross from a shard to a parent of the other queue.
@@ -649,6 +653,8 @@ impl Handler for Recorder {
         let mut rng = Rng(self.seed ^ fnv(msg.id().as_str()) ^ u64::from(msg.attempt()).wrapping_mul(0x1000_0000_01b3));
         let kind = if self.draining.load(Ordering::Relaxed) {
             HandlerKind::Ok
+        } else if msg.id().as_str().starts_with(DOOMED) {
+            HandlerKind::Skip
         } else {
             rng.weighted(&self.handlers)
         };
@@ -1524,7 +1530,17 @@ impl Producer {
     /// three children, and at depth 2 sometimes children of their own.
     /// Pushes each node to `nodes`.
     fn flow_tree(&mut self, rng: &mut Rng, depth: u32, nodes: &mut Vec<FlowNode>) -> Flow {
-        let (q, id, retry_count, delay) = self.flow_spec(rng, "f");
+        // Now and then a child that dies late (`DOOMED`): its siblings
+        // have finished by then, so `results-kept` judges what its parent
+        // keeps of them once dead.
+        let doomed = depth > 1 && rng.chance(20);
+        let (q, id, retry_count, delay) = match doomed {
+            true => {
+                let (q, id, _, _) = self.flow_spec(rng, DOOMED);
+                (q, id, 0, DOOMED_DELAY)
+            }
+            false => self.flow_spec(rng, "f"),
+        };
         let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
         let msg = NewMessage::new(id.clone())
             .id(id.as_str())
@@ -1532,6 +1548,7 @@ impl Producer {
             .delay(delay);
         let mut flow = Flow::new(&self.flow_queues[q], msg).on_dead_child(policy);
         let width = match depth {
+            _ if doomed => 0,
             1 => rng.range(1, 3),
             2 if rng.chance(40) => rng.range(1, 2),
             _ => 0,
