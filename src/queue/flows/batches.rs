@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use fred::bytes::Bytes;
 
-use super::links::{fill, link, Deps};
+use super::links::Deps;
+use super::waiting::send_joining;
 use crate::flow::wire::{ChildRef, Outcome};
 use crate::flow::ChildPolicy;
 use crate::store::ops::flow_complete::{complete, Completion};
@@ -223,24 +224,7 @@ impl Batch {
     /// # Ok(()) }
     /// ```
     pub async fn send_to(&self, queue: &DelayQueue, msg: NewMessage) -> Result<MessageId, Error> {
-        let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
-        let member = ChildRef::new(&queue.shard_of(id.as_str()).base, id.as_str());
-        let deps: Vec<Deps> = self
-            .callbacks
-            .iter()
-            .map(|&(_, policy)| Deps {
-                children: vec![member.clone()],
-                policy,
-            })
-            .collect();
-        for ((cb, _), d) in self.callbacks.iter().zip(&deps) {
-            fill(&self.queue, cb.as_str(), d, false).await?;
-        }
-        queue.send_prepared(msg.id(id.clone())).await?;
-        for ((cb, _), d) in self.callbacks.iter().zip(&deps) {
-            link(&self.queue, cb.as_str(), d).await?;
-        }
-        Ok(id)
+        send_joining(&self.queue, &self.callbacks, queue, msg).await
     }
 
     /// Closes the batch: no member is added after this, and its callbacks

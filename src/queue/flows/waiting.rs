@@ -4,9 +4,13 @@
 //! ([`links::fill`], lua/flow_deps.lua), then the parents stored waiting
 //! with the rest of the send (send.lua's mode "w"): [`store_waiting`];
 //! then each parent linked to its children ([`Stored::link`],
-//! lua/flow_link.lua), once they are sent.
+//! lua/flow_link.lua), once they are sent. A child joining parents that
+//! are live already (a batch's member) takes the same steps:
+//! [`send_joining`].
 
 use super::links::{self, Deps};
+use crate::flow::wire::ChildRef;
+use crate::flow::ChildPolicy;
 use crate::queue::send::{dispatch, prepare_all, Dispatched, NewMessage, Prepared, Sent};
 use crate::{DelayQueue, Error, MessageId};
 
@@ -83,4 +87,33 @@ impl Unlinked {
             None => Ok(()),
         }
     }
+}
+
+/// Sends `msg` to `queue` as a child of `parents` of `parents_queue`, live
+/// already (a batch's member joining its callbacks): each parent's set
+/// gets it, then it is sent (a live message of its id joins as it is),
+/// then it is linked to each. Returns its id.
+pub(crate) async fn send_joining(
+    parents_queue: &DelayQueue,
+    parents: &[(MessageId, ChildPolicy)],
+    queue: &DelayQueue,
+    msg: NewMessage,
+) -> Result<MessageId, Error> {
+    let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
+    let child = ChildRef::new(&queue.shard_of(id.as_str()).base, id.as_str());
+    let deps: Vec<Deps> = parents
+        .iter()
+        .map(|&(_, policy)| Deps {
+            children: vec![child.clone()],
+            policy,
+        })
+        .collect();
+    for ((parent, _), d) in parents.iter().zip(&deps) {
+        links::fill(parents_queue, parent.as_str(), d, false).await?;
+    }
+    queue.send_prepared(msg.id(id.clone())).await?;
+    for ((parent, _), d) in parents.iter().zip(&deps) {
+        links::link(parents_queue, parent.as_str(), d).await?;
+    }
+    Ok(id)
 }
