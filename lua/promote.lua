@@ -22,6 +22,11 @@ ARGV[4] the wire format version the caller speaks (docs/wire-format.md):
         fails with a "DQFORMAT ..." error, nothing written, when the
         totals' 'format' field holds another
 ARGV[5] group key prefix (read only while the totals have 'groups')
+ARGV[6] room: how many the caller claims next (its free handlers)
+ARGV[7] wake-up channel: when the ids moved and the groups woken are more
+        than the room, a wake-up of 0 ms tells the other consumers to claim
+        the rest (the caller may be busy: a consumer at its concurrency
+        promotes too)
 Returns {moved, wait_ms, woken, late1, late2, ...}: wait_ms is how long
 until the next pending id is due, or a waiting group's wait is over (0
 when more are due now), -1 when nothing waits; woken how many groups
@@ -32,7 +37,8 @@ Idempotent: a re-run moves only what is still pending.
 Complexity: O(log N + M) with M = moved; O(M log P) more once the queue
 uses priorities, with P = size of the priority zset; once it uses groups,
 O(M (log G + log P)) more, G = groups, with M at most ARGV[1] /
-GROUP_MOVE_COST groups, plus O(log G) per group whose wait is over.
+GROUP_MOVE_COST groups, plus O(log G) per group whose wait is over; at
+most one PUBLISH.
 ]]
 --- @include "args"
 --- @include "checks"
@@ -147,4 +153,9 @@ if fields[3] then
   out[3] = woken
 end
 out[1] = #ids
+-- More work than its caller will claim: the other consumers hear of it
+-- now, not at their next poll.
+if #ids + out[3] > (tonumber(ARGV[6]) or 0) then
+  wake(ARGV[7], 0)
+end
 return out

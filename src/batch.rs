@@ -2,8 +2,9 @@
 //! turns it into a [`Handler`] the consume runtime runs like any other.
 //!
 //! Each delivery hands its message to one gathering task and waits for its
-//! own outcome. The task keeps an open batch per group (one without
-//! grouping) and runs it once it holds `size` messages or `wait` after its
+//! own outcome. The task keeps an open batch per value of the header that
+//! splits batches (one without a split) and runs it once it holds `size`
+//! messages or `wait` after its
 //! first arrived. So the runtime is unchanged: each message keeps its
 //! handler slot, its time limit, its renewed lease and its own ack or
 //! nack, and a consumer that dies mid-batch leaves every lease of the
@@ -86,8 +87,8 @@ pub(crate) struct Gathering {
     pub size: usize,
     /// How long a batch stays open for more after its first message.
     pub wait: Duration,
-    /// The header whose value groups messages into batches; none: one group.
-    pub group: Option<String>,
+    /// The header whose value splits messages into batches; none: one part.
+    pub split: Option<String>,
     /// The queue's name, for the batch's span and logs.
     pub queue: String,
 }
@@ -137,7 +138,7 @@ struct Open {
     items: Vec<Item>,
 }
 
-/// The gathering task: fills one open batch per group and starts each
+/// The gathering task: fills one open batch per part and starts each
 /// when full or when its wait is over.
 async fn gather<B: BatchHandler>(handler: Arc<B>, how: Gathering, mut rx: mpsc::UnboundedReceiver<Item>) {
     let mut open: Vec<Open> = Vec::new();
@@ -157,7 +158,7 @@ async fn gather<B: BatchHandler>(handler: Arc<B>, how: Gathering, mut rx: mpsc::
         };
         // Every delivery is gone: the consumer has stopped.
         let Some(item) = item else { break };
-        let key = how.group.as_deref().and_then(|h| item.0.header(h)).map(str::to_string);
+        let key = how.split.as_deref().and_then(|h| item.0.header(h)).map(str::to_string);
         let at = match open.iter().position(|o| o.key == key) {
             Some(at) => at,
             None => {

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::flow::wire::ParentLink;
 use crate::id::id_char;
 use crate::maxima::{
     header_name_char, MAX_BATCH_SIZE, MAX_DELAY, MAX_FLOW_CHILDREN, MAX_GROUP_LEN, MAX_HEADERS, MAX_HEADERS_BYTES,
@@ -19,7 +20,9 @@ use crate::maxima::{
 use crate::queue::Config;
 use crate::store::keys::{key_prefix_char, queue_name_char, Keys, MAX_QUEUE_NAME_LEN};
 use crate::store::ops::cancel::Cancel;
-use crate::store::ops::flows::{FlowComplete, FlowDeps, FlowLink};
+use crate::store::ops::flow_complete::FlowComplete;
+use crate::store::ops::flow_deps::FlowDeps;
+use crate::store::ops::flow_link::FlowLink;
 use crate::store::ops::send::{Outgoing, SendBatch};
 use crate::store::ops::Op;
 use crate::store::scripts::{LuaScript, CANCEL, FLOW_COMPLETE, FLOW_DEPS, FLOW_LINK, REGENERATE, SEND};
@@ -205,7 +208,19 @@ fn flow_key_suffixes() -> (String, Vec<String>, Vec<String>) {
     }
     .keys(&keys);
     let deps = strip(&deps[0]);
-    let link = FlowLink { link: "", ids: &[] }.keys(&keys).iter().map(strip).collect();
+    let parent = ParentLink {
+        policy: crate::ChildPolicy::Fail,
+        base: String::new(),
+        id: String::new(),
+    };
+    let link = FlowLink {
+        parent: &parent,
+        ids: &[],
+    }
+    .keys(&keys)
+    .iter()
+    .map(strip)
+    .collect();
     let complete = FlowComplete {
         completions: &[],
         dead_letter_retention: Duration::ZERO,

@@ -60,6 +60,194 @@ fn each_layer_uses_only_the_layers_below() {
     );
 }
 
+/// The queue modules that may use the consume runtime: those that start,
+/// configure or wake it. Every other queue module (sends, flows, reads)
+/// goes to the store itself: the flows' relay and completions are the
+/// store's, so a send never reaches sideways into the runtime.
+const QUEUE_USES_CONSUME: &[&str] = &[
+    "queue",
+    "queue::builder",
+    "queue::config",
+    "queue::consume_batch",
+    "queue::results",
+    "queue::schedules",
+    "queue::worker",
+];
+
+#[test]
+fn only_the_runtime_starters_of_queue_use_consume() {
+    let graph = Graph::read();
+    let wrong: Vec<String> = graph
+        .edges
+        .iter()
+        .filter(|(from, _)| from.starts_with("queue") && !QUEUE_USES_CONSUME.contains(&from.as_str()))
+        .flat_map(|(from, deps)| {
+            deps.iter()
+                .filter(|to| to.split("::").next() == Some("consume"))
+                .map(move |to| format!("{from} -> {to}"))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "queue modules reaching into the consume runtime (the store has what they need):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Most lines of a production source file (its test modules left out).
+const MAX_FILE_LINES: usize = 600;
+/// Most lines of a function, from `fn` to its closing brace.
+const MAX_FN_LINES: usize = 80;
+
+#[test]
+fn production_files_and_functions_stay_short() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&root, &root, &mut files);
+    let mut long = Vec::new();
+    for file in files.iter().filter(|f| !is_test_file(f)) {
+        let text = fs::read_to_string(root.join(file)).unwrap();
+        let (lines, fns) = measure(&text);
+        if lines > MAX_FILE_LINES {
+            long.push(format!("src/{file}: {lines} lines (at most {MAX_FILE_LINES})"));
+        }
+        for (name, line, n) in fns.into_iter().filter(|f| f.2 > MAX_FN_LINES) {
+            long.push(format!(
+                "src/{file}:{line} fn {name}: {n} lines (at most {MAX_FN_LINES})"
+            ));
+        }
+    }
+    assert!(long.is_empty(), "too long:\n{}", long.join("\n"));
+}
+
+#[test]
+fn the_measure_skips_tests_strings_and_comments() {
+    let text = "fn a() {\n    let s = \"}\";\n    let c = '}';\n    // }\n}\n\n#[cfg(test)]\nmod tests {\n    fn b() {\n    }\n}\n";
+    let (lines, fns) = measure(text);
+    assert_eq!(lines, 6);
+    assert_eq!(fns, [("a".to_string(), 1, 5)]);
+    assert!(is_test_file("store/script_tests/ack.rs") && is_test_file("acl_tests.rs"));
+    assert!(!is_test_file("store/ops/ack.rs"));
+}
+
+/// Test files (`*tests.rs`) and the files of test folders (`*_tests/`).
+fn is_test_file(file: &str) -> bool {
+    file.split('/')
+        .any(|part| part.trim_end_matches(".rs").ends_with("tests"))
+}
+
+/// A source file's lines outside its `#[cfg(test)]` items, and each
+/// function outside them: its name, first line and lines.
+fn measure(text: &str) -> (usize, Vec<(String, usize, usize)>) {
+    let code = blank_literals(text);
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut tests = Vec::new();
+    for (at, _) in code.match_indices("#[cfg(test)]") {
+        let rest = &code[at..];
+        let end = match (rest.find(';'), rest.find('{')) {
+            (Some(semi), Some(open)) if semi < open => at + semi,
+            (_, Some(open)) => closing(&code, at + open),
+            (Some(semi), None) => at + semi,
+            (None, None) => code.len(),
+        };
+        tests.push((at, end));
+    }
+    let in_tests = |at: usize| tests.iter().any(|&(a, b)| a <= at && at <= b);
+    let test_lines: usize = tests.iter().map(|&(a, b)| line_of(b) - line_of(a) + 1).sum();
+    let mut fns = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') || in_tests(at) {
+            continue;
+        }
+        let rest = &code[at + 3..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let (Some(open), semi) = (rest.find('{'), rest.find(';')) else {
+            continue;
+        };
+        if name.is_empty() || semi.is_some_and(|s| s < open) {
+            continue;
+        }
+        let end = closing(&code, at + 3 + open);
+        fns.push((name, line_of(at), line_of(end) - line_of(at) + 1));
+    }
+    (text.lines().count() - test_lines, fns)
+}
+
+/// Where the `}` that closes the `{` at `open` is.
+fn closing(code: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (i, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + i;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// `text` with its comments, strings and character literals blanked out
+/// (each character but a newline made a space), so braces in them count
+/// for nothing.
+fn blank_literals(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    // Blanks chars[from..to], keeping newlines.
+    let blank = |out: &mut String, from: usize, to: usize| {
+        for &c in &chars[from..to.min(chars.len())] {
+            out.push(if c == '\n' { '\n' } else { ' ' });
+        }
+    };
+    let find = |from: usize, pat: &str| {
+        let pat: Vec<char> = pat.chars().collect();
+        (from..chars.len())
+            .find(|&j| chars[j..].starts_with(&pat))
+            .map_or(chars.len(), |j| j + pat.len())
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let ident_before = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
+        let end = if c == '/' && next == Some('/') {
+            find(i, "\n") - 1
+        } else if c == '/' && next == Some('*') {
+            find(i + 2, "*/")
+        } else if c == 'r' && !ident_before && matches!(next, Some('"' | '#')) {
+            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
+            if chars.get(i + 1 + hashes) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            find(i + 2 + hashes, &format!("\"{}", "#".repeat(hashes)))
+        } else if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if c == '\'' && next == Some('\\') {
+            find(i + 3, "'")
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            i + 3
+        } else {
+            out.push(c);
+            i += 1;
+            continue;
+        };
+        blank(&mut out, i, end);
+        i = end.max(i + 1);
+    }
+    out
+}
+
 /// docs/design.md §12 draws the code layout: its table of layers is
 /// [`LAYERS`] (top to bottom, each with the layers below it that it uses),
 /// and its tree names every file under `src/` and nothing else.

@@ -341,7 +341,7 @@ async fn batches_grouped_by_a_header_hold_one_group_each() {
         .consume_batch(batches.handler(|_| Ok(())))
         .size(3)
         .wait(Duration::from_secs(40))
-        .group_by_header("tenant")
+        .split_by_header("tenant")
         .await
         .unwrap();
     finish(&q, &client, consumer, &batches, 6).await;

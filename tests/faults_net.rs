@@ -383,10 +383,14 @@ async fn script_flush_storm_fails_no_send() {
 /// time: claims (256 ids per call while 512 slots are free) bring messages
 /// faster than acks (128 per call, one call at a time) can report them.
 /// Finished deliveries whose acks wait beyond a slack hold back further
-/// claims, so no ack waits until its 300 ms lease has run out: every
-/// message is delivered once and no delivery fails. With the slack made
-/// unreachable, 2,712 messages were delivered twice (1,944 with
-/// `fetch_limit(1024)`).
+/// claims, so no ack waits until its lease (`LAG_LEASE`) has run out:
+/// every message is delivered once and no delivery fails. With the slack
+/// made unreachable, the acks' lag grows with the backlog: 4,862 messages
+/// were delivered twice, 5,241 deliveries failed.
+/// Long enough that a loaded 2-core machine's stalls (hundreds of ms)
+/// never outlast it; the lag of acks without the slack grows past it.
+const LAG_LEASE: Duration = Duration::from_secs(1);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
     const N: usize = 30_000;
@@ -405,7 +409,7 @@ async fn acks_held_up_by_a_slow_link_hold_back_claims_so_no_lease_runs_out() {
     let q = queue_builder("acklag", &via_proxy, FETCH_INTERVAL)
         .concurrency(16)
         .fetch_limit(512)
-        .max_consume_duration(Duration::from_millis(300))
+        .max_consume_duration(LAG_LEASE)
         .build()
         .unwrap();
     let log = Log::default();

@@ -316,6 +316,14 @@ const FEATURES: [(&str, Feature); 7] = [
 /// The queues of flows and batches, apart from `QUEUE` so that its
 /// queue-wide rules and totals stay its own: each flow spreads over both.
 const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
+/// The id prefix of a flow child that dies at its first delivery, sent
+/// `DOOMED_DELAY` after its siblings may start (`Producer::flow_tree`).
+const DOOMED: &str = "doomed";
+const DOOMED_DELAY: Duration = Duration::from_millis(900);
+/// The flow queue spread over shards (docs/scaling.md), so that flows
+/// meet shards: its children's completions and a dead child's reason
+/// cross from a shard to a parent of the other queue.
+const SHARDED_FLOW_QUEUE: (&str, usize) = ("flow_b", 2);
 
 /// The groups of a run's sends, each with its concurrency (`None`: the
 /// builders' `group_concurrency`, `GROUP_CONCURRENCY`): an ordered one,
@@ -534,6 +542,16 @@ fn configure(b: DelayQueueBuilder, knobs: &Knobs, concurrency: usize, renews: bo
     }
 }
 
+/// The handle of flow queue `name` (`FLOW_QUEUES`), its shards too.
+fn flow_queue(name: &str, client: Client, knobs: &Knobs, concurrency: usize, renews: bool) -> DelayQueue {
+    let b = configure(DelayQueue::builder(name, client), knobs, concurrency, renews);
+    let b = match SHARDED_FLOW_QUEUE {
+        (sharded, n) if sharded == name => b.shards(n),
+        _ => b,
+    };
+    b.build().unwrap()
+}
+
 /// The history, shared by the driver and every handler.
 type Shared = Arc<Mutex<History>>;
 
@@ -635,6 +653,8 @@ impl Handler for Recorder {
         let mut rng = Rng(self.seed ^ fnv(msg.id().as_str()) ^ u64::from(msg.attempt()).wrapping_mul(0x1000_0000_01b3));
         let kind = if self.draining.load(Ordering::Relaxed) {
             HandlerKind::Ok
+        } else if msg.id().as_str().starts_with(DOOMED) {
+            HandlerKind::Skip
         } else {
             rng.weighted(&self.handlers)
         };
@@ -777,82 +797,76 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
     let concurrency = handler.concurrency;
     let flow_ok = handler.flow_ok.clone();
-    let task =
-        rt.spawn(async move {
-            let client = client(&url, COMMAND_TIMEOUT).await;
-            let queue_client = client.clone();
-            let mut builder = configure(
-                DelayQueue::builder(QUEUE, client),
-                &knobs,
-                handler.concurrency,
-                handler.renews,
-            );
-            if let Some((n, per, global)) = knobs.limits {
-                builder = builder.rate_limit(n, per).global_concurrency(global);
-            }
-            let queue = builder.build().unwrap();
-            let mut events = queue.events();
-            let (history, me) = (handler.history.clone(), handler.consumer.clone());
-            tokio::spawn(async move {
-                use tokio::sync::broadcast::error::RecvError;
-                loop {
-                    match events.recv().await {
-                        Ok(Event::LeaseLost { id }) => history.lock().unwrap().lease_lost.push((
-                            me.clone(),
-                            id.as_str().to_string(),
-                            Instant::now(),
-                        )),
-                        Ok(_) | Err(RecvError::Lagged(_)) => {}
-                        Err(RecvError::Closed) => break,
+    let task = rt.spawn(async move {
+        let client = client(&url, COMMAND_TIMEOUT).await;
+        let queue_client = client.clone();
+        let mut builder = configure(
+            DelayQueue::builder(QUEUE, client),
+            &knobs,
+            handler.concurrency,
+            handler.renews,
+        );
+        if let Some((n, per, global)) = knobs.limits {
+            builder = builder.rate_limit(n, per).global_concurrency(global);
+        }
+        let queue = builder.build().unwrap();
+        let mut events = queue.events();
+        let (history, me) = (handler.history.clone(), handler.consumer.clone());
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match events.recv().await {
+                    Ok(Event::LeaseLost { id }) => {
+                        history
+                            .lock()
+                            .unwrap()
+                            .lease_lost
+                            .push((me.clone(), id.as_str().to_string(), Instant::now()))
                     }
-                }
-            });
-            let started = Instant::now();
-            let consumer = loop {
-                match queue.start_consume(handler.clone()).await {
-                    Ok(c) => break c,
-                    Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            };
-            // The flow queues' consumers, on the same runtime: a crash
-            // takes them too, maybe between a child's ack and its relay.
-            let mut flow_consumers = Vec::new();
-            if knobs.has(Feature::Flows) {
-                for name in FLOW_QUEUES {
-                    let flow_queue = configure(
-                        DelayQueue::builder(name, queue_client.clone()),
-                        &knobs,
-                        handler.concurrency,
-                        handler.renews,
-                    )
-                    .build()
-                    .unwrap();
-                    let recorder = Recorder {
-                        flow_queue: Some(flow_queue.clone()),
-                        ..handler.clone()
-                    };
-                    let started = Instant::now();
-                    flow_consumers.push(loop {
-                        match flow_queue.start_consume(recorder.clone()).await {
-                            Ok(c) => break c,
-                            Err(e) if started.elapsed() > CONSUMER_LIMIT => {
-                                return Err(format!("start_consume({name}): {e}"))
-                            }
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
-                    });
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
                 }
             }
-            let _ = ready.send(());
-            let _ = stop_rx.await;
-            for c in flow_consumers {
-                c.shutdown()
-                    .await
-                    .map_err(|e| format!("shutdown of a flow queue's consumer: {e}"))?;
-            }
-            consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
         });
+        let started = Instant::now();
+        let consumer = loop {
+            match queue.start_consume(handler.clone()).await {
+                Ok(c) => break c,
+                Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        // The flow queues' consumers, on the same runtime: a crash
+        // takes them too, maybe between a child's ack and its relay.
+        let mut flow_consumers = Vec::new();
+        if knobs.has(Feature::Flows) {
+            for name in FLOW_QUEUES {
+                let flow_queue = flow_queue(name, queue_client.clone(), &knobs, handler.concurrency, handler.renews);
+                let recorder = Recorder {
+                    flow_queue: Some(flow_queue.clone()),
+                    ..handler.clone()
+                };
+                let started = Instant::now();
+                flow_consumers.push(loop {
+                    match flow_queue.start_consume(recorder.clone()).await {
+                        Ok(c) => break c,
+                        Err(e) if started.elapsed() > CONSUMER_LIMIT => {
+                            return Err(format!("start_consume({name}): {e}"))
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                });
+            }
+        }
+        let _ = ready.send(());
+        let _ = stop_rx.await;
+        for c in flow_consumers {
+            c.shutdown()
+                .await
+                .map_err(|e| format!("shutdown of a flow queue's consumer: {e}"))?;
+        }
+        consumer.shutdown().await.map_err(|e| format!("shutdown: {e}"))
+    });
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
         .await
         .unwrap_or_else(|_| panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}"))
@@ -1516,7 +1530,17 @@ impl Producer {
     /// three children, and at depth 2 sometimes children of their own.
     /// Pushes each node to `nodes`.
     fn flow_tree(&mut self, rng: &mut Rng, depth: u32, nodes: &mut Vec<FlowNode>) -> Flow {
-        let (q, id, retry_count, delay) = self.flow_spec(rng, "f");
+        // Now and then a child that dies late (`DOOMED`): its siblings
+        // have finished by then, so `results-kept` judges what its parent
+        // keeps of them once dead.
+        let doomed = depth > 1 && rng.chance(20);
+        let (q, id, retry_count, delay) = match doomed {
+            true => {
+                let (q, id, _, _) = self.flow_spec(rng, DOOMED);
+                (q, id, 0, DOOMED_DELAY)
+            }
+            false => self.flow_spec(rng, "f"),
+        };
         let policy = POLICIES[rng.below(POLICIES.len() as u64) as usize];
         let msg = NewMessage::new(id.clone())
             .id(id.as_str())
@@ -1524,6 +1548,7 @@ impl Producer {
             .delay(delay);
         let mut flow = Flow::new(&self.flow_queues[q], msg).on_dead_child(policy);
         let width = match depth {
+            _ if doomed => 0,
             1 => rng.range(1, 3),
             2 if rng.chance(40) => rng.range(1, 2),
             _ => 0,
@@ -2114,11 +2139,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         flow_queues: if knobs.has(Feature::Flows) {
             FLOW_QUEUES
                 .iter()
-                .map(|name| {
-                    configure(DelayQueue::builder(*name, producer_client.clone()), &knobs, 1, false)
-                        .build()
-                        .unwrap()
-                })
+                .map(|name| flow_queue(name, producer_client.clone(), &knobs, 1, false))
                 .collect()
         } else {
             Vec::new()
@@ -2556,8 +2577,14 @@ fn collect_handbacks(knobs: &Knobs, history: &Shared) {
             .split(" id=")
             .nth(1)
             .and_then(|rest| rest.split_whitespace().next());
-        if let (Some(id), true) = (id, line.contains(&format!("queue={QUEUE} "))) {
-            h.handbacks.push((id.to_string(), *at));
+        let waited_us = line
+            .split(" waited_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|ms| ms.parse::<i64>().ok())
+            .map(|ms| ms * 1000);
+        if let (Some(id), Some(waited_us), true) = (id, waited_us, line.contains(&format!("queue={QUEUE} "))) {
+            h.handbacks.push((id.to_string(), at - waited_us, *at));
         }
         false
     });

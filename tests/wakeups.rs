@@ -9,10 +9,11 @@ mod helpers;
 use delayqueue_test_support as support;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayqueue::{Counts, Error, MessageId, NewMessage};
-use helpers::{acking, queue_builder, start_queue, wait_stats, Log};
+use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use support::{all_keys, wait_until, WAIT};
 
 /// Far longer than any wait below (`WAIT`): without a wake-up nothing
@@ -172,4 +173,54 @@ async fn a_backlog_drains_through_batched_claims_and_acks_exactly_once() {
     assert_eq!(log.ids(), sent);
     assert!(log.snapshot().iter().all(|d| d.1 == 1), "a delivery was repeated");
     assert!(all_keys(&client).await.is_empty(), "{:?}", all_keys(&client).await);
+}
+
+/// Two consumers: `busy` (one handler, held by a message that does not
+/// end) and `free`. At a message's due time both promote; should the busy
+/// one move it, the free one must hear of it at once, not at its next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_promoted_by_a_busy_consumer_reaches_a_free_one() {
+    // Its lease outlasts the test: the held handler is never cut short.
+    let (server, _client, q) =
+        start_queue("busy", SLOW_POLL, |b| b.concurrency(1).max_consume_duration(SLOW_POLL)).await;
+    let held = Log::default();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    let busy = q
+        .start_consume(recording(&held, move |_msg| {
+            let gate = gate.clone();
+            async move {
+                gate.notified().await;
+                Ok(())
+            }
+        }))
+        .await
+        .unwrap();
+    q.send("hold").await.unwrap();
+    assert!(
+        wait_until(WAIT, || held.len() == 1).await,
+        "the busy consumer never started"
+    );
+    let other = server.client().await;
+    let free_queue = queue_builder("busy", &other, SLOW_POLL).concurrency(4).build().unwrap();
+    let log = Log::default();
+    let free = free_queue.start_consume(acking(&log)).await.unwrap();
+    // Each round, both consumers race to promote; over the rounds the busy
+    // one wins some.
+    for round in 0..8 {
+        q.send(format!("m{round}"))
+            .delay(Duration::from_millis(150))
+            .await
+            .unwrap();
+        assert!(
+            wait_until(WAIT, || log.len() == round + 1).await,
+            "round {round}: the due message never reached the free consumer within {WAIT:?} \
+             (the busy one started {} handlers)",
+            held.len()
+        );
+    }
+    assert_eq!(held.len(), 1, "the busy consumer started more than it could");
+    release.notify_one();
+    free.shutdown().await.unwrap();
+    busy.shutdown().await.unwrap();
 }

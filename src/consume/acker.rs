@@ -83,42 +83,15 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
             Ok(acked) => {
                 let relay = acked.contains(&AckOutcome::AckedChild);
                 for (item, outcome) in batch.iter().zip(acked) {
-                    let id = &item.receipt.id;
-                    let outcome = match outcome {
-                        // Nothing left to ack, and the ack first left after
-                        // the lease's end (by this host's clock, never later
-                        // than Redis's): a redelivery was acked, so this
-                        // ack is a late one.
-                        AckOutcome::Finished if sent >= item.receipt.deadline => AckOutcome::LeaseLost,
-                        // First sent within the lease, no sweep could take
-                        // the message back before it ran: a run of this call
-                        // whose reply was lost (re-sent by this loop or by
-                        // the client) acked it, however late this reply.
-                        outcome => outcome,
-                    };
-                    if outcome != AckOutcome::LeaseLost {
-                        match outcome {
-                            AckOutcome::Acked | AckOutcome::AckedChild => {
-                                tracing::trace!(queue = %ctx.name, %id, "acked")
-                            }
-                            _ => tracing::debug!(queue = %ctx.name, %id, "acked by the run whose reply was lost"),
-                        }
-                        ctx.meters.acked.increment(1);
-                        events::emit(&ctx.events, || Event::Acked { id: id.clone() });
-                    } else {
-                        tracing::warn!(
-                            queue = %ctx.name, %id,
-                            "ack came after the lease ran out; the message was or will be delivered again"
-                        );
-                        ctx.meters.lease_lost.increment(1);
-                        events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
-                    }
+                    report(ctx, item, outcome, sent);
                 }
                 batch.clear();
                 if relay {
                     // The children's completions to their parents now; a
                     // failure leaves them for the loop's next tick.
-                    if let Err(e) = super::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await {
+                    if let Err(e) =
+                        crate::store::flows::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await
+                    {
                         tracing::debug!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
                     }
                 }
@@ -143,5 +116,39 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// Logs, counts and emits what the ack of `item`, first sent at `sent`, did.
+fn report(ctx: &Context, item: &AckItem, outcome: AckOutcome, sent: Instant) {
+    let id = &item.receipt.id;
+    let outcome = match outcome {
+        // Nothing left to ack, and the ack first left after
+        // the lease's end (by this host's clock, never later
+        // than Redis's): a redelivery was acked, so this
+        // ack is a late one.
+        AckOutcome::Finished if sent >= item.receipt.deadline => AckOutcome::LeaseLost,
+        // First sent within the lease, no sweep could take
+        // the message back before it ran: a run of this call
+        // whose reply was lost (re-sent by this loop or by
+        // the client) acked it, however late this reply.
+        outcome => outcome,
+    };
+    if outcome != AckOutcome::LeaseLost {
+        match outcome {
+            AckOutcome::Acked | AckOutcome::AckedChild => {
+                tracing::trace!(queue = %ctx.name, %id, "acked")
+            }
+            _ => tracing::debug!(queue = %ctx.name, %id, "acked by the run whose reply was lost"),
+        }
+        ctx.meters.acked.increment(1);
+        events::emit(&ctx.events, || Event::Acked { id: id.clone() });
+    } else {
+        tracing::warn!(
+            queue = %ctx.name, %id,
+            "ack came after the lease ran out; the message was or will be delivered again"
+        );
+        ctx.meters.lease_lost.increment(1);
+        events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
     }
 }

@@ -34,7 +34,13 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     let permit = tokio::time::timeout_at(give_up, slot.acquired()).await.ok().flatten();
     let left = deadline.saturating_duration_since(Instant::now());
     let ended = if *pool.stop.borrow() || permit.is_none() || left < least() {
-        tracing::debug!(queue = %shared.name(), id = %msg.id(), "handing back an unstarted delivery");
+        let waited = shared.ctx.settings.max_consume_duration.saturating_sub(left);
+        tracing::debug!(
+            queue = %shared.name(),
+            id = %msg.id(),
+            waited_ms = waited.as_millis() as u64,
+            "handing back an unstarted delivery"
+        );
         Ended {
             receipt: msg.receipt,
             backoff: None,

@@ -36,7 +36,6 @@ mod delivery;
 mod lease;
 mod outcome;
 mod promote;
-pub(crate) mod relay;
 mod scheduler;
 mod scribe;
 mod settings;

@@ -11,12 +11,14 @@ use crate::Error;
 
 /// Moves due messages to ready, and groups whose wait is over back to the
 /// ring; returns how many of both moved (a claim has work when any did)
-/// and how long until the next is due.
-pub(crate) async fn promote(ctx: &Context, k: &Keys) -> Result<(usize, Option<Duration>), Error> {
+/// and how long until the next is due. `room`: how many this consumer
+/// claims next; what moves beyond it wakes the other consumers.
+pub(crate) async fn promote(ctx: &Context, k: &Keys, room: usize) -> Result<(usize, Option<Duration>), Error> {
     let batch = ctx.settings.batch_size;
     let (mut total, mut wait) = (0, None);
     for _ in 0..MAX_ROUNDS {
-        let reply = ctx.store(k).run(&Promote { limit: batch }).await?;
+        let room = room.saturating_sub(total);
+        let reply = ctx.store(k).run(&Promote { limit: batch, room }).await?;
         for late in &reply.late {
             ctx.meters.lateness.record(late.as_secs_f64());
         }

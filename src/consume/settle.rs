@@ -102,68 +102,7 @@ async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
             outcome => outcome,
         });
         match outcome {
-            Ok(NackOutcome::LeaseLost) => {
-                tracing::warn!(
-                    queue = %ctx.name, %id, attempt, reason = %failure.reason,
-                    "{}, but its lease ran out before the nack; the message was already taken back",
-                    failure.cause.describe()
-                );
-                ctx.meters.lease_lost.increment(1);
-                events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
-                return;
-            }
-            // A re-sent nack whose first run did the work, or a late one.
-            Ok(NackOutcome::Finished) => {
-                tracing::debug!(
-                    queue = %ctx.name, %id, attempt, reason = %failure.reason,
-                    "{}; the message has finished since (delivered again and acked)",
-                    failure.cause.describe()
-                );
-                return;
-            }
-            Ok(NackOutcome::Dead) => {
-                let outcome = match (failure.cause, &op.mode) {
-                    (Cause::Unreadable, _) => "moved to the dead letters",
-                    (_, NackMode::Dead) => "retrying cannot help; moved to the dead letters",
-                    _ => "it used up its deliveries; moved to the dead letters",
-                };
-                failure.log(&ctx.name, id, attempt, outcome, None);
-                ctx.meters.dead.increment(1);
-                events::emit(&ctx.events, || Event::Dead {
-                    id: id.clone(),
-                    attempt,
-                    reason: failure.reason.clone(),
-                });
-                return;
-            }
-            Ok(NackOutcome::Retried) => {
-                if let NackMode::Defer { delay } = op.mode {
-                    failure.log(
-                        &ctx.name,
-                        id,
-                        attempt,
-                        "deferred, not counted as a failure",
-                        Some(delay),
-                    );
-                    events::emit(&ctx.events, || Event::Deferred {
-                        id: id.clone(),
-                        attempt,
-                        reason: failure.reason.clone(),
-                        retry_in: delay,
-                    });
-                }
-                if let NackMode::Fail { delay } = op.mode {
-                    failure.log(&ctx.name, id, attempt, "retrying", Some(delay));
-                    ctx.meters.retried.increment(1);
-                    events::emit(&ctx.events, || Event::Failed {
-                        id: id.clone(),
-                        attempt,
-                        reason: failure.reason.clone(),
-                        retry_in: delay,
-                    });
-                }
-                return;
-            }
+            Ok(outcome) => return report(shared, receipt, &failure, &op.mode, outcome),
             // Only giving up is worth a warning: a retry that works changes nothing.
             Err(e) if Instant::now() + backoff < receipt.deadline => {
                 tracing::debug!(queue = %ctx.name, %id, error = %e, "nack failed; retrying");
@@ -177,6 +116,72 @@ async fn nack(shared: &Shared, receipt: &Receipt, failure: Failure) {
                     failure.cause.describe()
                 );
                 return;
+            }
+        }
+    }
+}
+
+/// Logs, counts and emits what a nack of `receipt` did with it.
+fn report(shared: &Shared, receipt: &Receipt, failure: &Failure, mode: &NackMode, outcome: NackOutcome) {
+    let ctx = &shared.ctx;
+    let (id, attempt) = (&receipt.id, receipt.attempt);
+    match outcome {
+        NackOutcome::LeaseLost => {
+            tracing::warn!(
+                queue = %ctx.name, %id, attempt, reason = %failure.reason,
+                "{}, but its lease ran out before the nack; the message was already taken back",
+                failure.cause.describe()
+            );
+            ctx.meters.lease_lost.increment(1);
+            events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
+        }
+        // A re-sent nack whose first run did the work, or a late one.
+        NackOutcome::Finished => {
+            tracing::debug!(
+                queue = %ctx.name, %id, attempt, reason = %failure.reason,
+                "{}; the message has finished since (delivered again and acked)",
+                failure.cause.describe()
+            );
+        }
+        NackOutcome::Dead => {
+            let outcome = match (failure.cause, mode) {
+                (Cause::Unreadable, _) => "moved to the dead letters",
+                (_, NackMode::Dead) => "retrying cannot help; moved to the dead letters",
+                _ => "it used up its deliveries; moved to the dead letters",
+            };
+            failure.log(&ctx.name, id, attempt, outcome, None);
+            ctx.meters.dead.increment(1);
+            events::emit(&ctx.events, || Event::Dead {
+                id: id.clone(),
+                attempt,
+                reason: failure.reason.clone(),
+            });
+        }
+        NackOutcome::Retried => {
+            if let NackMode::Defer { delay } = *mode {
+                failure.log(
+                    &ctx.name,
+                    id,
+                    attempt,
+                    "deferred, not counted as a failure",
+                    Some(delay),
+                );
+                events::emit(&ctx.events, || Event::Deferred {
+                    id: id.clone(),
+                    attempt,
+                    reason: failure.reason.clone(),
+                    retry_in: delay,
+                });
+            }
+            if let NackMode::Fail { delay } = *mode {
+                failure.log(&ctx.name, id, attempt, "retrying", Some(delay));
+                ctx.meters.retried.increment(1);
+                events::emit(&ctx.events, || Event::Failed {
+                    id: id.clone(),
+                    attempt,
+                    reason: failure.reason.clone(),
+                    retry_in: delay,
+                });
             }
         }
     }

@@ -80,18 +80,7 @@ pub(crate) async fn run(
             }
             Err(e) => {
                 failures += 1;
-                let backoff =
-                    (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
-                // An outage is one event: one warning, then one line when it ends.
-                if failures == 1 && matches!(e, Error::FormatVersion { .. }) {
-                    // Not an outage: it lasts until this client is upgraded.
-                    tracing::error!(queue = %shared.name(), error = %e, retry_in = ?backoff, "queue written in a wire format this consumer does not speak; consuming nothing, backing off");
-                } else if failures == 1 {
-                    tracing::warn!(queue = %shared.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
-                } else {
-                    tracing::debug!(queue = %shared.name(), error = %e, retry_in = ?backoff, failures, "consumer step failed again");
-                }
-                (Instant::now() + backoff, false)
+                (Instant::now() + backed_off(&shared, &e, failures, interval), false)
             }
         };
         waiting = shared.publish_waiting(waiting, at.claim);
@@ -112,6 +101,28 @@ pub(crate) async fn run(
         }
     }
     shared.publish_waiting(waiting, false);
+    shut_down(shared, acker, renewer).await;
+}
+
+/// How long the loop backs off after its `failures`-th failed step in a
+/// row, `e`; logged: an outage is one event, one warning, then one line
+/// when it ends.
+fn backed_off(shared: &Shared, e: &Error, failures: u32, interval: Duration) -> Duration {
+    let backoff = (Duration::from_millis(50) * 2u32.pow(failures.min(10))).min(interval.max(Duration::from_secs(1)));
+    if failures == 1 && matches!(e, Error::FormatVersion { .. }) {
+        // Not an outage: it lasts until this client is upgraded.
+        tracing::error!(queue = %shared.name(), error = %e, retry_in = ?backoff, "queue written in a wire format this consumer does not speak; consuming nothing, backing off");
+    } else if failures == 1 {
+        tracing::warn!(queue = %shared.name(), error = %e, retry_in = ?backoff, "consumer step failed; backing off");
+    } else {
+        tracing::debug!(queue = %shared.name(), error = %e, retry_in = ?backoff, failures, "consumer step failed again");
+    }
+    backoff
+}
+
+/// The loop's shutdown: the claim receipt deleted, the deliveries in
+/// flight waited for, then the lease renewal and the acker stopped.
+async fn shut_down(shared: Arc<Shared>, acker: JoinHandle<()>, renewer: Option<JoinHandle<()>>) {
     // Claiming nothing deletes the receipt. Should it replay a request that
     // failed, the replayed deliveries see the stop and are handed back. It
     // expires on its own, so a Redis that does not answer only gets a moment.
@@ -169,11 +180,12 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         if probed.relay {
             // Completions an acker left behind (it crashed, or its relay
             // failed), and cancelled parents' children (docs/workflows.md).
-            super::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
+            crate::store::flows::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
         }
     }
     if now >= at.promote {
-        let (moved, next_due) = promote(ctx, k).await?;
+        let room = claim_capacity(&ctx.settings, &Load::of(shared));
+        let (moved, next_due) = promote(ctx, k, room).await?;
         // Nothing pending: the next sweep looks again, or a wake-up comes first.
         at.promote = next_due.map_or(at.sweep, |d| now + d);
         at.claim |= moved > 0;

@@ -1,5 +1,5 @@
 //! [`DelayQueue::consume_batch`]: a consumer whose handler takes batches,
-//! with the batch's size, wait and grouping.
+//! with the batch's size, wait and split by a header.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -19,7 +19,7 @@ pub struct ConsumeBatch<'a, B> {
     handler: B,
     size: usize,
     wait: Duration,
-    group: Option<String>,
+    split: Option<String>,
 }
 
 impl<B> std::fmt::Debug for ConsumeBatch<'_, B> {
@@ -28,7 +28,7 @@ impl<B> std::fmt::Debug for ConsumeBatch<'_, B> {
             .field("queue", &self.queue.name())
             .field("size", &self.size)
             .field("wait", &self.wait)
-            .field("group", &self.group)
+            .field("split", &self.split)
             .finish_non_exhaustive()
     }
 }
@@ -50,11 +50,21 @@ impl<B: BatchHandler> ConsumeBatch<'_, B> {
     }
 
     /// Batches hold only messages with the same value of the header `name`
-    /// (messages without it form one group), e.g. a tenant: each group
-    /// fills and waits on its own.
-    pub fn group_by_header(mut self, name: impl Into<String>) -> Self {
-        self.group = Some(name.into());
+    /// (messages without it form one part), e.g. a tenant: each part
+    /// fills and waits on its own. Unrelated to a message's
+    /// [`group`](crate::NewMessage::group) (fairness between groups).
+    pub fn split_by_header(mut self, name: impl Into<String>) -> Self {
+        self.split = Some(name.into());
         self
+    }
+
+    /// The former name of [`split_by_header`](Self::split_by_header).
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed split_by_header: a group is a fairness group (NewMessage::group)"
+    )]
+    pub fn group_by_header(self, name: impl Into<String>) -> Self {
+        self.split_by_header(name)
     }
 
     async fn start(self) -> Result<Consumer, Error> {
@@ -74,7 +84,7 @@ impl<B: BatchHandler> ConsumeBatch<'_, B> {
         let how = Gathering {
             size: self.size,
             wait: self.wait,
-            group: self.group,
+            split: self.split,
             queue: self.queue.name().to_string(),
         };
         // A handler slot per message of `concurrency` full batches, so
@@ -124,7 +134,7 @@ impl DelayQueue {
     ///     })
     ///     .size(100)
     ///     .wait(Duration::from_millis(200))
-    ///     .group_by_header("tenant")
+    ///     .split_by_header("tenant")
     ///     .await?;
     /// consumer.shutdown().await?;
     /// # Ok(())
@@ -136,7 +146,7 @@ impl DelayQueue {
             handler,
             size: 100,
             wait: Duration::from_millis(50),
-            group: None,
+            split: None,
         }
     }
 }

@@ -4,7 +4,6 @@
 //! the store layer (`crate::store`) and starts the consume runtime
 //! (`crate::consume`).
 
-mod batches;
 mod browse;
 mod builder;
 mod config;
@@ -12,8 +11,6 @@ mod consume_batch;
 mod dead_letters;
 mod discover;
 mod durability;
-mod flow_links;
-mod flow_tree;
 mod flows;
 mod groups;
 mod inspect;
@@ -25,13 +22,13 @@ mod schedules;
 mod send;
 mod worker;
 
-pub use batches::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
 pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;
 pub use consume_batch::ConsumeBatch;
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
+pub use flows::batches::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
 pub use flows::Flow;
 pub use integrity::{Anomaly, IntegrityReport};
 pub use send::{NewMessage, Sent};
@@ -140,7 +137,7 @@ impl DelayQueue {
             // parent's cancel to its children (docs/workflows.md); what
             // fails here a consumer's relay delivers.
             let retention = self.inner.config.consume.dead_letter_retention;
-            if let Err(e) = crate::consume::relay::relay(&self.inner.client, k, retention).await {
+            if let Err(e) = crate::store::flows::relay::relay(&self.inner.client, k, retention).await {
                 tracing::debug!(queue = %self.inner.name, error = %e, "relay after cancel failed");
             }
         }

@@ -16,14 +16,19 @@
 use std::time::Duration;
 
 use crate::error::script_met_moved_key;
+use crate::flow::wire::{ChildRef, Outcome, ParentLink};
+use crate::flow::ChildPolicy;
 use crate::store::keys::glob_escape;
 use crate::store::ops::cancel::Cancel;
 use crate::store::ops::change_schedule::{Change, ChangeSchedule};
-use crate::store::ops::flows::{Completion, FlowComplete, FlowLink, FlowStatus, Outbox};
+use crate::store::ops::flow_complete::{Completion, FlowComplete};
+use crate::store::ops::flow_link::FlowLink;
+use crate::store::ops::flow_status::FlowStatus;
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::list_groups::ListGroups;
 use crate::store::ops::nack::{Nack, NackMode};
 use crate::store::ops::note::Note;
+use crate::store::ops::outbox::Outbox;
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode};
 use crate::store::ops::{
@@ -198,7 +203,7 @@ fn calls(k: &Keys) -> Vec<Call> {
             },
             k,
         ),
-        call(Promote { limit: 10 }, k),
+        call(Promote { limit: 10, room: 10 }, k),
         // A message due now goes straight to its group; with unique_for.
         call(
             SendBatch {
@@ -301,8 +306,9 @@ fn calls(k: &Keys) -> Vec<Call> {
             FlowComplete {
                 completions: &[Completion {
                     parent: PARENT.into(),
-                    child: format!("{} g1", k.base),
-                    how: "ai".into(),
+                    child: ChildRef::new(&k.base, "g1"),
+                    outcome: Outcome::Acked,
+                    policy: ChildPolicy::Ignore,
                     result: "r".into(),
                 }],
                 dead_letter_retention: RETENTION,
@@ -311,7 +317,11 @@ fn calls(k: &Keys) -> Vec<Call> {
         ),
         call(
             FlowLink {
-                link: &format!("i {} {PARENT}", k.base),
+                parent: &ParentLink {
+                    policy: ChildPolicy::Ignore,
+                    base: k.base.clone(),
+                    id: PARENT.into(),
+                },
                 ids: &["p1".to_string()],
             },
             k,

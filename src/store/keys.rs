@@ -195,8 +195,8 @@ impl Keys {
     /// The member of a batch callback's `deps` set that keeps it waiting
     /// while its batch is open (docs/workflows.md): the shard's own base
     /// and an empty id, which no message has.
-    pub(crate) fn open_batch_member(&self) -> String {
-        format!("{} ", self.base)
+    pub(crate) fn open_batch_member(&self) -> crate::flow::wire::ChildRef {
+        crate::flow::wire::ChildRef::batch_open(&self.base)
     }
 
     /// The links of the shard's children to their parents.

@@ -4,7 +4,8 @@
 //! - [`stored`] encodes the value stored per message;
 //! - [`scripts`] loads the Lua scripts of `lua/` and sends them;
 //! - [`ops`] has one typed operation per script: its KEYS, its ARGV and
-//!   its reply, each written once, next to each other.
+//!   its reply, each written once, next to each other;
+//! - [`flows`] reads flows and relays their completions.
 //!
 //! The rest of the crate reaches Redis's queue state only through a
 //! [`Shard`]: build an operation, [`Shard::run`] it, get its typed reply.
@@ -14,7 +15,7 @@
 //! consumer's runtime.
 
 pub(crate) mod assembly;
-pub(crate) mod flow_reads;
+pub(crate) mod flows;
 pub(crate) mod keys;
 pub(crate) mod ops;
 pub(crate) mod scripts;

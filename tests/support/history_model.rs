@@ -277,8 +277,9 @@ pub struct History {
     /// The consumers of the main queue, each from its start to its stop.
     pub consumers: Vec<ConsumerRec>,
     /// Deliveries a consumer handed back unstarted (its debug log): (id,
-    /// when, wall µs). The history has no other trace of their claims.
-    pub handbacks: Vec<(String, i64)>,
+    /// claimed, handed back), wall µs. The history has no other trace of
+    /// their claims.
+    pub handbacks: Vec<(String, i64, i64)>,
     /// The consumers' `fetch_interval`: how often each probes (and
     /// sweeps), whatever wake-ups it gets.
     pub fetch_interval: Duration,
@@ -2681,10 +2682,15 @@ mod tests {
                     fin.waiting.insert("p".into());
                 }
                 "dead" => {
-                    fin.dead.insert("p".into(), "child flow_b/b dead".into());
+                    fin.dead.insert("p".into(), "child flow_a/b dead".into());
                 }
                 "dead-other" => {
-                    fin.dead.insert("p".into(), "child flow_b/x dead".into());
+                    fin.dead.insert("p".into(), "child flow_a/x dead".into());
+                }
+                // The reason names the child's shard, not its queue.
+                "dead-shard" => {
+                    flow_msg(&mut h, "b", "child", &[], policy);
+                    fin.dead.insert("p".into(), "child flow_a#1/b dead".into());
                 }
                 // Claimed, no handler ran, its last lease timed out.
                 "timed-out" => {
@@ -2703,6 +2709,7 @@ mod tests {
         assert_eq!(judge("fail", "after", false, "gone"), ["flow-stuck"]);
         assert_eq!(judge("fail", "flow", true, "dead"), none);
         assert_eq!(judge("fail", "flow", true, "dead-other"), ["flow-policy"]);
+        assert_eq!(judge("fail", "flow", true, "dead-shard"), ["flow-policy"]);
         assert_eq!(judge("fail", "flow", true, "ran"), ["flow-policy"]);
         assert_eq!(judge("wait", "flow", false, "timed-out"), none);
         assert_eq!(judge("fail", "flow", true, "timed-out"), ["flow-policy"]);
@@ -3000,9 +3007,18 @@ mod tests {
         assert_eq!(
             run(1000, &|h| {
                 let at = h.t0_us + 400_000;
-                h.handbacks.push(("c".into(), at));
+                h.handbacks.push(("c".into(), at - 350_000, at));
             }),
             none
+        );
+        // Only while it was held: one handed back long before does not
+        // excuse the wait.
+        assert_eq!(
+            run(1000, &|h| {
+                let at = h.t0_us - 1_000_000;
+                h.handbacks.push(("c".into(), at - 350_000, at));
+            }),
+            ["liveness"]
         );
     }
 

@@ -15,7 +15,10 @@ pub(crate) mod change_schedule;
 pub(crate) mod claim;
 pub(crate) mod extend;
 pub(crate) mod fire;
-pub(crate) mod flows;
+pub(crate) mod flow_complete;
+pub(crate) mod flow_deps;
+pub(crate) mod flow_link;
+pub(crate) mod flow_status;
 pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod groups;
@@ -25,6 +28,7 @@ pub(crate) mod list;
 pub(crate) mod list_groups;
 pub(crate) mod nack;
 pub(crate) mod note;
+pub(crate) mod outbox;
 pub(crate) mod pause;
 pub(crate) mod probe;
 pub(crate) mod promote;
@@ -248,6 +252,14 @@ fn ints<O: Op>(v: Value) -> Result<Vec<i64>, Error> {
     array::<O>(v)?.iter().map(int::<O>).collect()
 }
 
+/// A reply of counts.
+fn counts<O: Op>(v: Value) -> Result<Vec<u64>, Error> {
+    ints::<O>(v)?
+        .into_iter()
+        .map(|n| u64::try_from(n).map_err(|_| unexpected::<O>(format!("negative: {n}"))))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,7 +325,7 @@ mod tests {
                 },
                 k,
             ),
-            entry(promote::Promote { limit: 1 }, k),
+            entry(promote::Promote { limit: 1, room: 1 }, k),
             entry(
                 probe::Probe {
                     dead_letter_retention: d,
@@ -420,24 +432,34 @@ mod tests {
                 k,
             ),
             entry(
-                flows::FlowDeps {
+                flow_deps::FlowDeps {
                     id: "a",
                     children: &[],
                     unless_live: true,
                 },
                 k,
             ),
-            entry(flows::FlowLink { link: "f", ids: &[] }, k),
             entry(
-                flows::FlowComplete {
+                flow_link::FlowLink {
+                    parent: &crate::flow::wire::ParentLink {
+                        policy: crate::ChildPolicy::Fail,
+                        base: String::new(),
+                        id: String::new(),
+                    },
+                    ids: &[],
+                },
+                k,
+            ),
+            entry(
+                flow_complete::FlowComplete {
                     completions: &[],
                     dead_letter_retention: d,
                 },
                 k,
             ),
-            entry(flows::Outbox::Read { limit: 1 }, k),
+            entry(outbox::Outbox::Read { limit: 1 }, k),
             entry(
-                flows::FlowStatus {
+                flow_status::FlowStatus {
                     id: "a",
                     open_member: None,
                 },

@@ -10,9 +10,11 @@ use crate::store::scripts::{self, LuaScript};
 use crate::store::stored::FORMAT_VERSION;
 use crate::Error;
 
-/// Moves at most `limit` due messages to ready, oldest first.
+/// Moves at most `limit` due messages to ready, oldest first; wakes the
+/// other consumers when more moved than the caller claims next (`room`).
 pub(crate) struct Promote {
     pub limit: usize,
+    pub room: usize,
 }
 
 /// What one promote did.
@@ -49,6 +51,8 @@ impl Op for Promote {
             k.msg_prefix.as_str().into(),
             count(FORMAT_VERSION.into()),
             k.group_prefix.as_str().into(),
+            count(self.room as u64),
+            k.wake.as_str().into(),
         ]
     }
 

@@ -55,7 +55,7 @@ async fn every_limit_below_1_is_refused_before_a_range_read() {
         };
         // Each with its limit (ARGV[i]) replaced.
         let calls = vec![
-            with_arg(&Promote { limit: 1 }, &k, 1, limit.clone()),
+            with_arg(&Promote { limit: 1, room: 1 }, &k, 1, limit.clone()),
             with_arg(&timeout, &k, 2, limit.clone()),
             with_arg(&gc, &k, 2, limit.clone()),
             with_arg(&Requeue { limit: 1, ids: vec![] }, &k, 2, limit.clone()),

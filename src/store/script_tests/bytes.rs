@@ -39,7 +39,13 @@ impl Env {
         for &(id, size) in msgs {
             self.send_big(id, payload(id, size)).await;
         }
-        let moved = self.run(&Promote { limit: 1000 }).await.moved;
+        let moved = self
+            .run(&Promote {
+                limit: 1000,
+                room: 1000,
+            })
+            .await
+            .moved;
         assert_eq!(moved as usize, msgs.len(), "all due");
     }
 
@@ -341,7 +347,7 @@ async fn requeue_drops_a_big_values_deadline_in_place() {
         .expires_at_ms
         .unwrap();
     assert!(crate::test_support::wait_until(crate::test_support::WAIT, || env.server.now_ms() > deadline).await);
-    env.run(&Promote { limit: 10 }).await;
+    env.run(&Promote { limit: 10, room: 10 }).await;
     let buried = env.claim_bytes(1, 10, None).await;
     assert_eq!(buried.expired.len(), 1, "expired into the dead letters");
     let done = env

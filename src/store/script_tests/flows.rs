@@ -8,26 +8,34 @@ use std::time::Duration;
 use fred::bytes::Bytes;
 
 use super::{Env, RETENTION};
-use crate::consume::relay::relay;
-use crate::store::ops::flows::{
-    Completed, Completion, DepsAdded, FlowComplete, FlowCounts, FlowDeps, FlowLink, FlowStatus, LinkStatus, Outbox,
-    OutboxEntry,
-};
+use crate::flow::wire::{ChildRef, Outcome, ParentLink};
+use crate::flow::ChildPolicy;
+use crate::store::flows::relay::relay;
+use crate::store::ops::flow_complete::{Completed, Completion, FlowComplete};
+use crate::store::ops::flow_deps::{DepsAdded, FlowDeps};
+use crate::store::ops::flow_link::{FlowLink, LinkStatus};
+use crate::store::ops::flow_status::{FlowCounts, FlowStatus};
 use crate::store::ops::nack::NackMode;
+use crate::store::ops::outbox::{Outbox, OutboxEntry};
 use crate::store::ops::purge::Purge;
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
 use crate::store::stored::{encode_stored, ValueParts};
 
+/// How the scripts name a child of this queue.
+fn child(env: &Env, id: &str) -> ChildRef {
+    ChildRef::new(&env.k().base, id)
+}
+
 /// `"<base> <id>"`: how the scripts name a child of this queue.
 fn member(env: &Env, id: &str) -> String {
-    format!("{} {id}", env.k().base)
+    child(env, id).member()
 }
 
 /// Stores parent `id` with mode "w" (its children set filled first);
 /// returns send.lua's status.
 async fn send_parent(env: &Env, id: &str, children: &[&str], delay_ms: u64) -> SendOutcome {
     if !children.is_empty() {
-        let members: Vec<String> = children.iter().map(|c| member(env, c)).collect();
+        let members: Vec<ChildRef> = children.iter().map(|c| child(env, c)).collect();
         let op = FlowDeps {
             id,
             children: &members,
@@ -50,9 +58,17 @@ async fn send_parent(env: &Env, id: &str, children: &[&str], delay_ms: u64) -> S
 
 /// Links children `ids` to parent `parent` with `policy`.
 async fn link(env: &Env, parent: &str, policy: char, ids: &[&str]) -> Vec<LinkStatus> {
-    let link = format!("{policy} {} {parent}", env.k().base);
+    let parent = ParentLink {
+        policy: ChildPolicy::of_letter(&policy.to_string()).unwrap(),
+        base: env.k().base.clone(),
+        id: parent.into(),
+    };
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-    env.run(&FlowLink { link: &link, ids: &ids }).await
+    env.run(&FlowLink {
+        parent: &parent,
+        ids: &ids,
+    })
+    .await
 }
 
 /// Claims everything due (after a promote) and returns each delivery's lease.
@@ -62,11 +78,15 @@ async fn claim_all(env: &Env) -> Vec<(String, i64)> {
     c.got.iter().map(|d| (d.0.clone(), c.lease)).collect()
 }
 
-fn completion(env: &Env, parent: &str, child: &str, how: &str) -> Completion {
+/// Child `id`'s completion for `parent`, `how` as flow_complete.lua takes
+/// it (outcome then policy letter, e.g. "af").
+fn completion(env: &Env, parent: &str, id: &str, how: &str) -> Completion {
+    let (outcome, policy) = how.split_at(1);
     Completion {
         parent: parent.into(),
-        child: member(env, child),
-        how: how.into(),
+        child: child(env, id),
+        outcome: Outcome::of_letter(outcome).unwrap(),
+        policy: ChildPolicy::of_letter(policy).unwrap(),
         result: Bytes::new(),
     }
 }
@@ -113,7 +133,7 @@ async fn a_parent_waits_until_its_last_child_completes() {
     assert_eq!(env.hget(&k.parents(), "c1"), format!("f {} p", k.base));
 
     // The child no longer stored completes at once (what link() in
-    // queue/flow_links.rs does with a Gone status).
+    // queue/flows/links.rs does with a Gone status).
     let done = complete(&env, &[completion(&env, "p", "gone", "af")]).await;
     assert_eq!(
         done,
@@ -133,17 +153,18 @@ async fn a_parent_waits_until_its_last_child_completes() {
     let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
     assert_eq!(entries.len(), 1);
     let OutboxEntry::Done {
-        outcome,
-        child,
-        policy,
-        parent,
-        ..
+        outcome, child, parent, ..
     } = &entries[0]
     else {
         panic!("{entries:?}")
     };
     assert_eq!(
-        (*outcome, child.as_str(), *policy, parent.as_str()),
+        (
+            outcome.letter(),
+            child.as_str(),
+            parent.policy.letter(),
+            parent.id.as_str()
+        ),
         ('a', "c1", 'f', "p")
     );
     let done = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
@@ -369,11 +390,11 @@ async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_succe
     let env = Env::new().await;
     let k = env.k().clone();
     // The open member: the callback's base and an empty id.
-    let open = format!("{} ", k.base);
+    let open = ChildRef::batch_open(&k.base);
     for cb in ["done", "ok"] {
         env.run(&FlowDeps {
             id: cb,
-            children: &[open.clone(), member(&env, "m")],
+            children: &[open.clone(), child(&env, "m")],
             unless_live: false,
         })
         .await;
@@ -419,7 +440,8 @@ async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_succe
     let closed = Completion {
         parent: "done".into(),
         child: open.clone(),
-        how: "oi".into(),
+        outcome: Outcome::Closed,
+        policy: ChildPolicy::Ignore,
         result: Bytes::new(),
     };
     let done = complete(&env, std::slice::from_ref(&closed)).await;

@@ -99,7 +99,7 @@ async fn producers_and_consumers_refuse_a_queue_in_another_format_before_any_wri
         wait: false,
     };
     expect_format_error("send", store.run(&SendBatch { msgs: vec![outgoing()] }).await.map(drop));
-    expect_format_error("promote", store.run(&Promote { limit: 10 }).await.map(drop));
+    expect_format_error("promote", store.run(&Promote { limit: 10, room: 10 }).await.map(drop));
     let receipt = k.claim("c");
     expect_format_error("claim", store.run(&claim_op(&receipt, 10, VIS, 1)).await.map(drop));
     expect_format_error("claim 0", store.run(&claim_op(&receipt, 0, VIS, 2)).await.map(drop));

@@ -233,9 +233,12 @@ async fn a_group_held_by_its_rate_says_when_its_window_opens() {
     wakes.assert_quiet(&env, "a claim that started no wait").await;
     // Its wait over: promote puts it back in the ring, and says so.
     env.raw(&["ZADD", &env.group_key("wait"), "XX", "1", "A"]);
-    let promoted = env.run(&Promote { limit: 10 }).await;
+    wakes.assert_quiet(&env, "before the promote").await;
+    let promoted = env.run(&Promote { limit: 10, room: 0 }).await;
     assert_eq!((promoted.moved, promoted.woken, promoted.next_due), (0, 1, None));
     assert_eq!(env.ring(), vec!["A"]);
+    // Its caller was busy (room 0): the other consumers claim it now.
+    assert_eq!(wakes.next().await, "0");
 }
 
 #[tokio::test]
@@ -767,7 +770,7 @@ async fn a_group_key_of_another_type_fails_send_promote_claim_and_cancel_before_
     env.send_grouped("b1", "B").await;
     env.raw(&["SET", &env.group_key("known"), "not a zset"]);
     let before = env.snapshot();
-    let err = env.store().run(&Promote { limit: 10 }).await.unwrap_err();
+    let err = env.store().run(&Promote { limit: 10, room: 10 }).await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
     assert_eq!(env.snapshot(), before, "promote wrote nothing");
     env.raw(&["DEL", &env.group_key("known")]);

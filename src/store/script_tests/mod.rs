@@ -304,7 +304,12 @@ impl Env {
 
     /// `[moved, ms until the next pending id is due (-1: none pending)]`.
     async fn promote(&self, limit: i64) -> Vec<i64> {
-        let reply = self.run(&Promote { limit: count(limit) }).await;
+        let reply = self
+            .run(&Promote {
+                limit: count(limit),
+                room: count(limit),
+            })
+            .await;
         vec![reply.moved as i64, reply.next_due.map_or(-1, |d| d.as_millis() as i64)]
     }
 

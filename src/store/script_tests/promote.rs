@@ -146,7 +146,7 @@ async fn promote_reports_how_late_each_moved_id_is() {
         &(now - 100).to_string(),
         "b",
     ]);
-    let reply = env.run(&Promote { limit: 10 }).await;
+    let reply = env.run(&Promote { limit: 10, room: 10 }).await;
     assert_eq!((reply.moved, reply.next_due), (2, None));
     let late: Vec<u128> = reply.late.iter().map(Duration::as_millis).collect();
     assert!(
@@ -154,4 +154,23 @@ async fn promote_reports_how_late_each_moved_id_is() {
         "{late:?}"
     );
     assert!(late[0] > late[1], "oldest first");
+}
+
+#[tokio::test]
+async fn promote_wakes_the_other_consumers_when_it_moves_more_than_its_caller_claims() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let mut wakes = env.subscribe().await;
+    let due = (env.now_ms() - 10).to_string();
+    env.raw(&["ZADD", &k.pending, &due, "a", &due, "b"]);
+    // Its caller claims both: nobody else needs to hear.
+    assert_eq!(env.run(&Promote { limit: 10, room: 2 }).await.moved, 2);
+    wakes.assert_quiet(&env, "a promote its caller claims whole").await;
+    // A busy caller (no free handler) moves one: the others claim it now.
+    env.raw(&["ZADD", &k.pending, &due, "c"]);
+    assert_eq!(env.run(&Promote { limit: 10, room: 0 }).await.moved, 1);
+    assert_eq!(wakes.next().await, "0");
+    // Nothing moved: no wake-up, whatever the room.
+    assert_eq!(env.run(&Promote { limit: 10, room: 0 }).await.moved, 0);
+    wakes.assert_quiet(&env, "a promote that moved nothing").await;
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::error::{find, ApiError, ApiResult};
 use crate::web::auth::User;
-use crate::web::json::{DeadBody, SendBody, WhenBody};
+use crate::web::json::bodies::{DeadBody, SendBody, WhenBody};
 use crate::web::state::App;
 use crate::DelayQueue;
 

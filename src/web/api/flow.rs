@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 
 use super::error::{find, ApiError, ApiResult};
 use super::messages::cursor_of;
-use crate::web::json::{FlowJson, FlowNodeJson, FlowPageJson};
+use crate::web::json::flows::{FlowJson, FlowNodeJson, FlowPageJson};
 use crate::web::state::App;
 use crate::Error;
 

@@ -18,7 +18,8 @@ use super::actions::body;
 use super::error::{find, ApiError, ApiResult};
 use super::messages::limit_of;
 use crate::web::auth::User;
-use crate::web::json::{GroupJson, GroupLimitsBody, GroupsJson, OneGroupJson};
+use crate::web::json::bodies::GroupLimitsBody;
+use crate::web::json::{GroupJson, GroupsJson, OneGroupJson};
 use crate::web::state::App;
 use crate::RateLimit;
 

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use super::actions::{body, delay_of, reschedule_delay};
 use super::error::{ApiError, ApiResult};
-use crate::web::json::{AfterRef, BatchBody, ProduceBody, QueuedRef};
+use crate::web::json::bodies::{AfterRef, BatchBody, ProduceBody, QueuedRef};
 use crate::web::state::App;
 use crate::{DelayQueue, Error, MessageId, MessageRef, NewMessage};
 

@@ -314,7 +314,7 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
             // A deleted child fails a parent that waits: nothing can finish it.
             "fail" | "wait" if p.policy == "fail" || deleted => {
                 // The reason reads `child <queue>/<id> dead`.
-                let named = p_dead.is_some_and(|reason| dead.iter().any(|c| reason.contains(&format!("/{c} "))));
+                let named = p_dead.is_some_and(|reason| dead.iter().any(|c| names_child(h, reason, c)));
                 if p_ran || !named {
                     v(
                         "flow-policy",
@@ -358,6 +358,16 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
     out
 }
 
+/// Whether a parent's dead-letter `reason` names child `c` as
+/// docs/workflows.md says: `child <queue>/<id> <dead|deleted>`, the queue by
+/// its name (never one of its shards) when the history has the child.
+fn names_child(h: &History, reason: &str, c: &str) -> bool {
+    match h.flow_msgs.iter().find(|m| m.id == c) {
+        Some(m) => reason.contains(&format!("child {}/{c} ", m.queue)),
+        None => reason.contains(&format!("/{c} ")),
+    }
+}
+
 /// `results-kept`, of a parent dead of a child's death (docs/workflows.md:
 /// results are readable until the parent is acked, cancelled or deleted,
 /// and a dead parent can be requeued): what it reads of its children,
@@ -373,7 +383,7 @@ fn check_dead_parents(h: &History, fin: &FlowFinal, v: &mut impl FnMut(&'static 
             continue;
         };
         // The reason names the dead child: `child <queue>/<id> dead`.
-        let Some(dead) = p.children.iter().find(|c| reason.contains(&format!("/{c} "))) else {
+        let Some(dead) = p.children.iter().find(|c| names_child(h, reason, c)) else {
             continue;
         };
         let Some(death) = of(dead).iter().map(|d| d.leased_us).max() else {

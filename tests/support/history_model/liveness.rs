@@ -163,10 +163,10 @@ fn us_of(h: &History, t: Instant) -> i64 {
 /// its claim until its ack or nack reached Redis after the handler
 /// returned; a delivery whose handler never returned (a crash, a time
 /// limit) until its lease ran out and a sweep found it.
-fn held(h: &History, limits: Limits, d: &Delivery) -> (i64, i64) {
+fn held(h: &History, limits: Limits, settle: i64, d: &Delivery) -> (i64, i64) {
     let lease = limits.lease.as_micros() as i64;
     let end = match (d.end, d.end_us) {
-        (Some((_, o)), Some(end)) if o != Outcome::Cancelled => end + SETTLE.as_micros() as i64,
+        (Some((_, o)), Some(end)) if o != Outcome::Cancelled => end + settle,
         (_, end) => {
             let sweep = (h.fetch_interval + FAULT_TAIL).as_micros() as i64;
             end.unwrap_or(i64::MAX / 4).max(d.leased_us + lease) + lease + sweep
@@ -216,7 +216,7 @@ pub(super) fn check_liveness(
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
     let bound = LIVENESS_BOUND.as_micros() as i64;
-    for (member, may_start, times) in may_start(h, limits, sends) {
+    for (member, may_start, times) in may_start(h, limits, sends, SETTLE.as_micros() as i64) {
         let name = member.unwrap_or("(none)");
         let of_member: Vec<&Delivery> = h.deliveries.iter().filter(|d| d.group.as_deref() == member).collect();
         for (since, t) in waits(&may_start, &times).into_iter().filter(|w| w.1 - w.0 > bound) {
@@ -257,16 +257,20 @@ fn waits(may_start: &[(i64, i64)], times: &[i64]) -> Spans {
 }
 
 /// What `liveness` judged: per member (`-` for the messages without a
-/// group), how many waits of a message that could start, and the longest.
+/// group), how often one of its messages waited while it could start
+/// (each hand-over of a freed slot among them, timed from the handler's
+/// return rather than `SETTLE` after), the median and the longest wait.
 pub fn liveness_judged(h: &History, limits: Limits) -> String {
     let sends: HashMap<&str, &SendRec> = h.sends.iter().map(|s| (s.payload.as_str(), s)).collect();
-    may_start(h, limits, &sends)
+    may_start(h, limits, &sends, 0)
         .into_iter()
         .map(|(member, spans, times)| {
-            let waits = waits(&spans, &times);
-            let longest = waits.iter().map(|w| w.1 - w.0).max().unwrap_or(0) / 1000;
+            let mut waits: Vec<i64> = waits(&spans, &times).iter().map(|w| (w.1 - w.0) / 1000).collect();
+            waits.sort_unstable();
+            let median = waits.get(waits.len() / 2).copied().unwrap_or(0);
+            let longest = waits.last().copied().unwrap_or(0);
             format!(
-                "{}: {} waits, longest {longest}ms; ",
+                "{}: {} waits, median {median}ms, longest {longest}ms; ",
                 member.unwrap_or("-"),
                 waits.len()
             )
@@ -280,14 +284,14 @@ fn may_start<'a>(
     h: &'a History,
     limits: Limits,
     sends: &HashMap<&str, &SendRec>,
+    settle: i64,
 ) -> Vec<(Option<&'a str>, Spans, Vec<i64>)> {
     let mut out = Vec::new();
     let leases = leases(h);
-    let Some(end) = leases.iter().map(|l| held(h, limits, l.1).1).max() else {
+    let Some(end) = leases.iter().map(|l| held(h, limits, settle, l.1).1).max() else {
         return out;
     };
     let begin = h.t0_us;
-    let lease_us = limits.lease.as_micros() as i64;
     let group_of = |id: &str| -> Option<Option<&str>> {
         let s = h.sends.iter().rfind(|s| s.id.as_deref() == Some(id))?;
         Some(s.group.as_deref())
@@ -312,7 +316,7 @@ fn may_start<'a>(
         let resumed = h.queue_ops[i + 1..].iter().find(|o| o.kind == "resume");
         blocked.push((p.start_us, resumed.map_or(i64::MAX, |r| r.end_us) + after));
     }
-    let global_busy: Vec<(i64, i64)> = leases.iter().map(|l| held(h, limits, l.1)).collect();
+    let global_busy: Vec<(i64, i64)> = leases.iter().map(|l| held(h, limits, settle, l.1)).collect();
     let least = |kind: &str| {
         h.queue_ops
             .iter()
@@ -346,12 +350,7 @@ fn may_start<'a>(
             .deliveries
             .iter()
             .filter(|d| d.consumer == c.name)
-            .map(|d| {
-                (
-                    d.leased_us,
-                    d.end_us.map_or(i64::MAX, |e| e + SETTLE.as_micros() as i64),
-                )
-            })
+            .map(|d| (d.start_us, d.end_us.map_or(i64::MAX, |e| e + settle)))
             .collect();
         free.extend(minus(
             &[(c.start_us, c.end_us.unwrap_or(i64::MAX))],
@@ -362,8 +361,8 @@ fn may_start<'a>(
     blocked.extend(minus(&[(i64::MIN, i64::MAX)], &free));
     // Hand-backs: a claim the history has no trace of held its slots.
     let mut handed: HashMap<Option<&str>, Spans> = HashMap::new();
-    for (id, at) in &h.handbacks {
-        let span = (at - lease_us - 100_000, at + 200_000);
+    for (id, claimed, at) in &h.handbacks {
+        let span = (claimed - 100_000, at + 200_000);
         match group_of(id) {
             Some(g) if global.is_none() => handed.entry(g).or_default().push(span),
             _ => blocked.push(span),
@@ -387,7 +386,7 @@ fn may_start<'a>(
         }
         let mut held_back = handed.remove(&member).unwrap_or_default();
         if let Some(g) = member {
-            let busy: Vec<(i64, i64)> = of_member.iter().map(|l| held(h, limits, l.1)).collect();
+            let busy: Vec<(i64, i64)> = of_member.iter().map(|l| held(h, limits, settle, l.1)).collect();
             let ops: Vec<&GroupOp> = h.group_ops.iter().filter(|o| o.group == g).collect();
             let cuts: Vec<i64> = ops.iter().flat_map(|o| [o.start_us, o.end_us]).collect();
             let room = |t: i64| group_limits(h, g, t, t).into_iter().min().unwrap_or(u64::MAX);
@@ -411,7 +410,7 @@ fn may_start<'a>(
                         // Until its next claim; a time-out may have been
                         // its last attempt: until its sweep at least.
                         let next = of_member[i + 1..].iter().find(|l| l.1.id == d.id);
-                        held_back.push((at, next.map_or(held(h, limits, d).1, |l| l.0)));
+                        held_back.push((at, next.map_or(held(h, limits, settle, d).1, |l| l.0)));
                     }
                 }
             }

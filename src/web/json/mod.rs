@@ -1,17 +1,18 @@
-//! The JSON the API speaks (docs/web.md lists it): queues, messages and
-//! the bodies of actions. Times are ms since the Unix epoch; ages and
-//! delays are ms.
+//! The JSON the API speaks (docs/web.md lists it): queues, messages,
+//! groups and schedules here; the bodies of actions and of the producer
+//! API in `bodies.rs`; flows in `flows.rs`. Times are ms since the Unix
+//! epoch; ages and delays are ms.
+
+pub(crate) mod bodies;
+pub(crate) mod flows;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::sampler::Rates;
-use crate::{
-    Counts, FlowNode, FlowParent, FlowTree, GroupInfo, GroupPage, MessageInfo, QueueStatus, RateLimit, ScheduleInfo,
-    Totals,
-};
+use crate::{Counts, GroupInfo, GroupPage, MessageInfo, QueueStatus, RateLimit, ScheduleInfo, Totals};
 
 /// ms since the Unix epoch.
 pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
@@ -19,7 +20,7 @@ pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -379,59 +380,6 @@ impl OneGroupJson {
     }
 }
 
-/// The body of `POST .../groups/{group}/limits`: a key left out keeps
-/// that limit, `null` drops the group's own (the default applies).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct GroupLimitsBody {
-    #[serde(default, deserialize_with = "present")]
-    pub concurrency: Option<Option<u64>>,
-    #[serde(default, deserialize_with = "present")]
-    pub rate: Option<Option<RateBody>>,
-}
-
-/// A rate in a body: at most `limit` starts in any window of `per_ms`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RateBody {
-    pub limit: u64,
-    pub per_ms: u64,
-}
-
-/// A key that is present, its value `null` or not: `Some` (a missing one
-/// is `None` by `default`).
-fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    T::deserialize(d).map(Some)
-}
-
-/// The body of `POST .../messages`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SendBody {
-    pub payload: String,
-    pub delay_ms: Option<u64>,
-    pub at_ms: Option<u64>,
-    pub id: Option<String>,
-    pub retry_count: Option<u32>,
-}
-
-/// The body of `POST .../reschedule`: one of the two.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct WhenBody {
-    pub delay_ms: Option<u64>,
-    pub at_ms: Option<u64>,
-}
-
-/// The body of `POST .../dead/requeue` and `.../dead/delete`: some ids or all.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DeadBody {
-    pub ids: Option<Vec<String>>,
-    #[serde(default)]
-    pub all: bool,
-}
-
 /// One schedule of a queue, as `GET /api/queues/{name}/schedules` lists it.
 #[derive(Debug, Serialize)]
 pub(crate) struct ScheduleJson {
@@ -471,164 +419,4 @@ impl From<&ScheduleInfo> for ScheduleJson {
 pub(crate) struct SchedulesJson {
     pub now_ms: u64,
     pub items: Vec<ScheduleJson>,
-}
-
-/// One message of the producer API (`POST /api/v1/queues/{name}/messages`
-/// and each item of a batch): the payload as text or base64.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ProduceBody {
-    pub payload: Option<String>,
-    pub payload_base64: Option<String>,
-    pub delay_ms: Option<u64>,
-    pub at_ms: Option<u64>,
-    pub id: Option<String>,
-    pub retry_count: Option<u32>,
-    pub priority: Option<u8>,
-    /// The message's group (docs/groups.md).
-    pub group: Option<String>,
-    /// Message headers; set in name order (a JSON object has none of its own).
-    pub headers: Option<std::collections::BTreeMap<String, String>>,
-    /// `NewMessage::unique_for`, `throttle`, `debounce` (docs/dedup.md).
-    pub unique_for_ms: Option<u64>,
-    pub throttle_ms: Option<u64>,
-    pub debounce_ms: Option<u64>,
-    /// `NewMessage::replacing`: replaces the pending message `id`.
-    pub replace: Option<bool>,
-    /// `NewMessage::after`: the messages it waits for (docs/workflows.md).
-    pub after: Option<Vec<AfterRef>>,
-    /// `NewMessage::on_dead_child`.
-    pub on_dead_child: Option<OnDeadChild>,
-}
-
-/// One message a parent waits for: an id of the parent's queue, or
-/// `{"queue": .., "id": ..}` (`queue` left out: the parent's).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum AfterRef {
-    Id(String),
-    Ref(QueuedRef),
-}
-
-/// `{"queue": .., "id": ..}` of [`AfterRef`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct QueuedRef {
-    pub queue: Option<String>,
-    pub id: String,
-}
-
-/// [`ChildPolicy`](crate::ChildPolicy) as the API spells it.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum OnDeadChild {
-    Fail,
-    Ignore,
-    Wait,
-    Remove,
-}
-
-impl From<OnDeadChild> for crate::ChildPolicy {
-    fn from(p: OnDeadChild) -> Self {
-        match p {
-            OnDeadChild::Fail => crate::ChildPolicy::Fail,
-            OnDeadChild::Ignore => crate::ChildPolicy::Ignore,
-            OnDeadChild::Wait => crate::ChildPolicy::Wait,
-            OnDeadChild::Remove => crate::ChildPolicy::Remove,
-        }
-    }
-}
-
-/// The body of `POST /api/v1/queues/{name}/batch`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BatchBody {
-    pub messages: Vec<ProduceBody>,
-}
-
-/// A parent a message is linked to (docs/workflows.md).
-#[derive(Debug, Serialize)]
-pub(crate) struct FlowParentJson {
-    queue: String,
-    id: String,
-    /// fail, ignore, wait or remove.
-    policy: &'static str,
-}
-
-impl From<&FlowParent> for FlowParentJson {
-    fn from(p: &FlowParent) -> Self {
-        FlowParentJson {
-            queue: p.queue.clone(),
-            id: p.id.to_string(),
-            policy: p.policy.as_str(),
-        }
-    }
-}
-
-/// One node of a flow's tree, with its children listed.
-#[derive(Debug, Serialize)]
-pub(crate) struct FlowNodeJson {
-    queue: String,
-    id: String,
-    /// `None` once its queue no longer stores it.
-    state: Option<&'static str>,
-    /// acked, dead or cancelled, once its parent recorded it finished.
-    outcome: Option<&'static str>,
-    has_result: bool,
-    unfinished: u64,
-    finished: u64,
-    /// Children not listed.
-    more: u64,
-    /// The cursor of `.../flow/children` after the listed ones.
-    next: Option<String>,
-    children: Vec<FlowNodeJson>,
-}
-
-impl From<&FlowNode> for FlowNodeJson {
-    fn from(n: &FlowNode) -> Self {
-        FlowNodeJson {
-            queue: n.queue.clone(),
-            id: n.id.to_string(),
-            state: n.state.map(|s| s.as_str()),
-            outcome: n.outcome.map(|o| o.as_str()),
-            has_result: n.has_result,
-            unfinished: n.unfinished,
-            finished: n.finished,
-            more: n.more(),
-            next: n.next.clone(),
-            children: n.children.iter().map(FlowNodeJson::from).collect(),
-        }
-    }
-}
-
-/// `GET .../messages/{id}/flow`: the flow a message is part of.
-#[derive(Debug, Serialize)]
-pub(crate) struct FlowJson {
-    queue: String,
-    id: String,
-    parents: Vec<FlowParentJson>,
-    /// The way up to the root, nearest first.
-    path: Vec<FlowParentJson>,
-    truncated: bool,
-    root: FlowNodeJson,
-}
-
-impl From<&FlowTree> for FlowJson {
-    fn from(t: &FlowTree) -> Self {
-        FlowJson {
-            queue: t.queue.clone(),
-            id: t.id.to_string(),
-            parents: t.parents.iter().map(FlowParentJson::from).collect(),
-            path: t.path.iter().map(FlowParentJson::from).collect(),
-            truncated: t.truncated,
-            root: FlowNodeJson::from(&t.root),
-        }
-    }
-}
-
-/// `GET .../messages/{id}/flow/children`: one page of a node's children.
-#[derive(Debug, Serialize)]
-pub(crate) struct FlowPageJson {
-    pub children: Vec<FlowNodeJson>,
-    pub next: Option<String>,
 }

@@ -15,10 +15,11 @@ use fred::bytes::Bytes;
 use fred::prelude::{ClientLike, HashesInterface, SetsInterface, Value};
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::ops::inspect::Inspect;
-use super::{Keys, Shard};
-use crate::flow::{ChildOutcome, ChildPolicy, ChildResult, ChildrenPage};
+use crate::flow::wire::{ChildRef, ParentLink};
+use crate::flow::{ChildOutcome, ChildResult, ChildrenPage};
 use crate::maxima::MAX_BATCH_SIZE;
+use crate::store::ops::inspect::Inspect;
+use crate::store::{Keys, Shard};
 use crate::{Error, MessageId, MessageState};
 
 /// Scan calls one page of a node's children makes at most: a sparse
@@ -91,15 +92,6 @@ pub(crate) struct ChildEntry {
     pub result: bool,
 }
 
-/// A child's link to one of its parents (the `parents` hash).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ParentLink {
-    pub policy: ChildPolicy,
-    /// The base of the parent's shard keys.
-    pub base: String,
-    pub id: String,
-}
-
 impl Shard<'_> {
     /// One page of the finished children of parent `id` (HSCAN from `cursor`).
     pub(crate) async fn children(&self, id: &str, cursor: Option<&str>) -> Result<ChildrenPage, Error> {
@@ -124,7 +116,7 @@ impl Shard<'_> {
         let close = self.keys.open_batch_member();
         let (waits, open, counts) = futures::try_join!(
             self.client.scard::<u64, _>(&deps),
-            self.client.sismember::<bool, _, _>(&deps, close),
+            self.client.sismember::<bool, _, _>(&deps, close.member()),
             self.client
                 .hmget::<Vec<Option<u64>>, _, _>(self.keys.children(id), COUNT_FIELDS.to_vec()),
         )
@@ -140,7 +132,11 @@ impl Shard<'_> {
             .hget(self.keys.parents(), id)
             .await
             .map_err(|e| Error::from_redis(self.queue, e))?;
-        Ok(links.iter().flat_map(|l| l.lines()).filter_map(parent_link).collect())
+        Ok(links
+            .iter()
+            .flat_map(|l| l.lines())
+            .filter_map(ParentLink::parse)
+            .collect())
     }
 
     /// At most `n` children of node `id` from `cursor`, and where the next
@@ -254,18 +250,9 @@ fn scan_page(v: Value) -> Option<(String, Vec<Bytes>)> {
     Some((next, items))
 }
 
-/// `"<child's base> <child id>"`, as a parent's set and hash name a child;
-/// `None` for the hash's counts (" a") and a batch's close (an empty id).
-pub(crate) fn child_ref(member: &[u8]) -> Option<(&str, &str)> {
-    let member = std::str::from_utf8(member).ok()?;
-    member
-        .split_once(' ')
-        .filter(|(base, id)| !base.is_empty() && !id.is_empty())
-}
-
 /// A member of a parent's set: a child it waits for.
 fn waited_entry(member: &[u8]) -> Option<ChildEntry> {
-    let (base, id) = child_ref(member)?;
+    let (base, id) = ChildRef::parse(member)?;
     Some(ChildEntry {
         base: base.to_string(),
         id: id.to_string(),
@@ -277,7 +264,7 @@ fn waited_entry(member: &[u8]) -> Option<ChildEntry> {
 /// A field, value pair of a parent's hash: a finished child.
 fn finished_entry(pair: &[Bytes]) -> Option<ChildEntry> {
     let c = child_result(pair.first()?, pair.get(1)?)?;
-    let (base, _) = child_ref(pair.first()?)?;
+    let (base, _) = ChildRef::parse(pair.first()?)?;
     Some(ChildEntry {
         base: base.to_string(),
         id: c.id.to_string(),
@@ -289,7 +276,7 @@ fn finished_entry(pair: &[Bytes]) -> Option<ChildEntry> {
 /// A children hash's entry: `"<child's base> <child id>"` ->
 /// `"<outcome><result>"`.
 fn child_result(field: &[u8], value: &[u8]) -> Option<ChildResult> {
-    let (base, id) = child_ref(field)?;
+    let (base, id) = ChildRef::parse(field)?;
     let (&outcome, result) = value.split_first()?;
     let outcome = match outcome {
         b'a' => ChildOutcome::Acked,
@@ -302,15 +289,6 @@ fn child_result(field: &[u8], value: &[u8]) -> Option<ChildResult> {
         outcome,
         result: (!result.is_empty()).then(|| result.to_vec()),
     })
-}
-
-/// One link of a `parents` hash value: `"<policy> <parent's base> <parent id>"`.
-fn parent_link(link: &str) -> Option<ParentLink> {
-    let mut parts = link.splitn(3, ' ');
-    let policy = ChildPolicy::of_letter(parts.next()?)?;
-    let base = parts.next()?.to_string();
-    let id = parts.next().filter(|id| !id.is_empty())?.to_string();
-    Some(ParentLink { policy, base, id })
 }
 
 #[cfg(test)]
@@ -349,19 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn links_and_children_are_read_from_their_wire_form() {
-        assert_eq!(
-            parent_link("w dq:{orders}: close-42"),
-            Some(ParentLink {
-                policy: ChildPolicy::Wait,
-                base: "dq:{orders}:".into(),
-                id: "close-42".into(),
-            })
-        );
-        assert_eq!(parent_link("x dq:{orders}: a"), None);
-        assert_eq!(parent_link("f dq:{orders}: "), None);
-        assert_eq!(child_ref(b" a"), None);
-        assert_eq!(child_ref(b"dq:{b}: "), None);
+    fn finished_children_are_read_from_their_wire_form() {
         let e = finished_entry(&[Bytes::from_static(b"dq:{mail}: m-1"), Bytes::from_static(b"dok")]).unwrap();
         assert_eq!((e.base.as_str(), e.id.as_str()), ("dq:{mail}:", "m-1"));
         assert_eq!((e.outcome, e.result), (Some(ChildOutcome::Dead), true));

@@ -1,13 +1,22 @@
-//! [`Flow`], a parent sent with its children in one call, and reading a
-//! parent's finished children (docs/workflows.md).
+//! Flows at the queue (docs/workflows.md): [`Flow`], a parent sent with
+//! its children in one call, and reading a parent's finished children
+//! (here); sending waiting parents (`waiting.rs`), their children sets and
+//! links (`links.rs`), batches with callbacks (`batches.rs`) and a flow
+//! read as a tree (`tree.rs`).
+
+pub(crate) mod batches;
+pub(crate) mod links;
+mod tree;
+pub(crate) mod waiting;
 
 use std::future::Future;
 use std::pin::Pin;
 
-use super::flow_links::{add_deps, link, Deps};
 use crate::flow::{ChildPolicy, ChildrenPage, MessageRef};
 use crate::maxima::MAX_FLOW_DEPTH;
 use crate::{DelayQueue, Error, MessageId, NewMessage};
+use links::Deps;
+use waiting::send_unlinked;
 
 impl DelayQueue {
     /// One page of the finished children of parent `id`, with their
@@ -130,12 +139,7 @@ impl Flow {
             let deps = (!refs.is_empty())
                 .then(|| Deps::new(&self.queue, &refs, self.policy))
                 .transpose()?;
-            let msg = self.msg.clone_for_flow(deps.is_some());
-            let deps = match deps {
-                Some(deps) => Some(add_deps(&self.queue, self.id.as_str(), &deps, true).await?),
-                None => None,
-            };
-            self.queue.send_prepared(msg).await?;
+            let parent = send_unlinked(&self.queue, self.msg.clone_for_flow(deps)).await?;
             // Leaves go in one send_batch per queue (a parent of 100,000
             // children: 100 script calls, not 100,000 round trips).
             let mut leaves: Vec<(&DelayQueue, Vec<NewMessage>)> = Vec::new();
@@ -144,7 +148,7 @@ impl Flow {
                     child.send_node().await?;
                     continue;
                 }
-                let msg = child.msg.clone_for_flow(false);
+                let msg = child.msg.clone_for_flow(None);
                 match leaves.iter_mut().find(|(q, _)| q.same_queue(&child.queue)) {
                     Some((_, msgs)) => msgs.push(msg),
                     None => leaves.push((&child.queue, vec![msg])),
@@ -158,10 +162,7 @@ impl Flow {
                     }
                 }
             }
-            if let Some(deps) = &deps {
-                link(&self.queue, self.id.as_str(), deps).await?;
-            }
-            Ok(())
+            parent.link(&self.queue).await
         })
     }
 }

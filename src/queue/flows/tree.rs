@@ -9,9 +9,10 @@ use std::collections::{HashSet, VecDeque};
 
 use futures::{StreamExt, TryStreamExt};
 
+use crate::flow::wire::ParentLink;
 use crate::flow::{FlowNode, FlowPage, FlowParent, FlowTree, FLOW_PAGE, FLOW_TREE_NODES};
 use crate::maxima::MAX_FLOW_DEPTH;
-use crate::store::flow_reads::{ChildCursor, ChildEntry, ParentLink};
+use crate::store::flows::reads::{ChildCursor, ChildEntry};
 use crate::store::{Keys, Shard};
 use crate::{DelayQueue, Error, MessageId};
 

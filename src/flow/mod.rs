@@ -1,9 +1,12 @@
 //! The public types of flows (docs/workflows.md): what a parent waits
 //! for ([`MessageRef`]), what a dead child does to it ([`ChildPolicy`]),
 //! what it reads of its finished children ([`ChildResult`]), and a flow
-//! read as a tree ([`FlowTree`]). Sending flows is `queue/flows.rs`,
-//! reading the tree `queue/flow_tree.rs`; the relay that completes them is
-//! `consume/relay.rs`.
+//! read as a tree ([`FlowTree`]); and, in `wire.rs`, the protocol's
+//! values as the scripts keep them. Sending flows is `queue/flows/`,
+//! reading them and relaying completions `store/flows/`, one operation
+//! per flow script in `store/ops/`.
+
+pub(crate) mod wire;
 
 use crate::{MessageId, MessageState};
 

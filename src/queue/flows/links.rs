@@ -1,16 +1,21 @@
 //! A parent's children (docs/workflows.md), in the order a send takes them:
-//! the parent's children set filled (flow_deps.lua) before the parent is
-//! stored waiting (send.lua's mode "w"), then each child linked in its own
-//! queue (flow_link.lua), the children no longer stored completed at once.
+//! the parent's children set filled ([`fill`], flow_deps.lua) before the
+//! parent is stored waiting (send.lua's mode "w"; `waiting.rs` drives the
+//! two), then each child linked in its own queue ([`link`],
+//! flow_link.lua), the children no longer stored completed at once. A
+//! batch's member joins its live callbacks by the same two steps.
 
 use std::collections::BTreeMap;
 
 use fred::bytes::Bytes;
 
-use crate::consume::relay::{complete, relay};
+use crate::flow::wire::{ChildRef, Outcome, ParentLink};
 use crate::flow::{ChildPolicy, MessageRef};
 use crate::maxima::{MAX_BATCH_SIZE, MAX_FLOW_CHILDREN};
-use crate::store::ops::flows::{Completion, DepsAdded, FlowDeps, FlowLink, LinkStatus};
+use crate::store::flows::relay::relay;
+use crate::store::ops::flow_complete::{complete, Completion};
+use crate::store::ops::flow_deps::{DepsAdded, FlowDeps};
+use crate::store::ops::flow_link::{FlowLink, LinkStatus};
 use crate::store::{Keys, Shard};
 use crate::{DelayQueue, Error, MessageId};
 
@@ -24,22 +29,21 @@ impl MessageRef {
         }
     }
 
-    /// `"<base> <id>"`, the form the scripts keep, with `queue` standing
-    /// for a reference without a queue of its own.
-    pub(crate) fn resolved(&self, queue: &DelayQueue) -> (String, String) {
+    /// The child it names, with `queue` standing for a reference without
+    /// a queue of its own.
+    pub(crate) fn resolved(&self, queue: &DelayQueue) -> ChildRef {
         let base = match &self.base {
             Some(base) => base.clone(),
             None => queue.shard_of(self.id.as_str()).base.clone(),
         };
-        (base, self.id.as_str().to_string())
+        ChildRef::new(base, self.id.as_str())
     }
 }
 
 /// The children of one parent about to be sent, resolved.
 #[derive(Debug, Clone)]
 pub(crate) struct Deps {
-    /// `(base, id)` of each child.
-    pub children: Vec<(String, String)>,
+    pub children: Vec<ChildRef>,
     pub policy: ChildPolicy,
 }
 
@@ -63,10 +67,6 @@ impl Deps {
         children.dedup();
         Ok(Deps { children, policy })
     }
-
-    fn members(&self) -> Vec<String> {
-        self.children.iter().map(|(b, id)| format!("{b} {id}")).collect()
-    }
 }
 
 /// Step one of sending parent `id` with `deps`: fills its set of children
@@ -76,19 +76,15 @@ impl Deps {
 /// nothing) only those its set holds, which the first send may not have
 /// linked yet. `unless_live` false: a batch's member joins its live
 /// callbacks.
-pub(crate) async fn add_deps(queue: &DelayQueue, id: &str, deps: &Deps, unless_live: bool) -> Result<Deps, Error> {
-    let members = deps.members();
-    if members
-        .iter()
-        .any(|m| m == &format!("{} {id}", queue.shard_of(id).base))
-    {
+pub(crate) async fn fill(queue: &DelayQueue, id: &str, deps: &Deps, unless_live: bool) -> Result<Deps, Error> {
+    let k = queue.shard_of(id);
+    if deps.children.iter().any(|c| c.base == k.base && c.id == id) {
         return Err(Error::InvalidFlow {
             reason: format!("message {id} cannot wait for itself"),
         });
     }
-    let k = queue.shard_of(id);
-    let mut held = Vec::with_capacity(members.len());
-    for chunk in members.chunks(MAX_BATCH_SIZE) {
+    let mut held = Vec::with_capacity(deps.children.len());
+    for chunk in deps.children.chunks(MAX_BATCH_SIZE) {
         let op = FlowDeps {
             id,
             children: chunk,
@@ -118,12 +114,17 @@ pub(crate) async fn add_deps(queue: &DelayQueue, id: &str, deps: &Deps, unless_l
 /// policy that does not wait. A child acked whose result is still kept
 /// had its completion recorded in its queue's outbox by the link, as its
 /// ack would have: the relay of that queue, run here, brings the result.
+/// A batch's open member is no message: its batch's close completes it.
 pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<(), Error> {
     let k = queue.shard_of(id);
-    let link = format!("{} {} {id}", deps.policy.letter(), k.base);
+    let parent = ParentLink {
+        policy: deps.policy,
+        base: k.base.clone(),
+        id: id.to_string(),
+    };
     let mut by_base: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for (base, child) in &deps.children {
-        by_base.entry(base.as_str()).or_default().push(child.clone());
+    for child in deps.children.iter().filter(|c| !c.is_batch_open()) {
+        by_base.entry(child.base.as_str()).or_default().push(child.id.clone());
     }
     let retention = queue.inner.config.consume.dead_letter_retention;
     let mut done = Vec::new();
@@ -134,7 +135,7 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
         for chunk in ids.chunks(MAX_BATCH_SIZE) {
             let linked = shard
                 .run(&FlowLink {
-                    link: &link,
+                    parent: &parent,
                     ids: chunk,
                 })
                 .await?;
@@ -145,13 +146,14 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
                         recorded = true;
                         continue;
                     }
-                    LinkStatus::Gone => 'a',
-                    LinkStatus::Dead => 'd',
+                    LinkStatus::Gone => Outcome::Acked,
+                    LinkStatus::Dead => Outcome::Dead,
                 };
                 done.push(Completion {
                     parent: id.to_string(),
-                    child: format!("{base} {child}"),
-                    how: format!("{outcome}{}", deps.policy.letter()),
+                    child: ChildRef::new(base, child.as_str()),
+                    outcome,
+                    policy: deps.policy,
                     result: Bytes::new(),
                 });
             }

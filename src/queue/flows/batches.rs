@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use fred::bytes::Bytes;
 
-use super::flow_links::{add_deps, link, Deps};
-use crate::consume::relay::complete;
+use super::links::Deps;
+use super::waiting::send_joining;
+use crate::flow::wire::{ChildRef, Outcome};
 use crate::flow::ChildPolicy;
-use crate::store::ops::flows::{Completion, FlowStatus};
+use crate::store::ops::flow_complete::{complete, Completion};
+use crate::store::ops::flow_status::FlowStatus;
 use crate::{DelayQueue, Error, MessageId, NewMessage};
 
 /// A batch about to be opened: its callbacks, from [`DelayQueue::batch`].
@@ -136,7 +138,7 @@ fn callback_id(id: &MessageId, kind: &str) -> MessageId {
 }
 
 /// The child that keeps a callback waiting while its batch is open.
-fn open_member(queue: &DelayQueue, callback: &MessageId) -> String {
+fn open_member(queue: &DelayQueue, callback: &MessageId) -> ChildRef {
     queue.shard_of(callback.as_str()).open_batch_member()
 }
 
@@ -177,14 +179,12 @@ impl BatchBuilder<'_> {
         for (kind, msg, policy) in wanted {
             let Some(msg) = msg else { continue };
             let cb = callback_id(&id, kind);
-            let base = queue.shard_of(cb.as_str()).base.clone();
             let deps = Deps {
-                children: vec![(base, String::new())],
+                children: vec![open_member(queue, &cb)],
                 policy,
             };
-            add_deps(queue, cb.as_str(), &deps, true).await?;
             let msg = msg.id(cb.clone()).header(BATCH_HEADER, id.as_str());
-            queue.send_prepared(msg.clone_for_flow(true)).await?;
+            queue.send_prepared(msg.clone_for_flow(Some(deps))).await?;
             callbacks.push((cb, policy));
         }
         if callbacks.is_empty() {
@@ -224,24 +224,7 @@ impl Batch {
     /// # Ok(()) }
     /// ```
     pub async fn send_to(&self, queue: &DelayQueue, msg: NewMessage) -> Result<MessageId, Error> {
-        let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
-        let member = (queue.shard_of(id.as_str()).base.clone(), id.as_str().to_string());
-        let deps: Vec<Deps> = self
-            .callbacks
-            .iter()
-            .map(|&(_, policy)| Deps {
-                children: vec![member.clone()],
-                policy,
-            })
-            .collect();
-        for ((cb, _), d) in self.callbacks.iter().zip(&deps) {
-            add_deps(&self.queue, cb.as_str(), d, false).await?;
-        }
-        queue.send_prepared(msg.id(id.clone())).await?;
-        for ((cb, _), d) in self.callbacks.iter().zip(&deps) {
-            link(&self.queue, cb.as_str(), d).await?;
-        }
-        Ok(id)
+        send_joining(&self.queue, &self.callbacks, queue, msg).await
     }
 
     /// Closes the batch: no member is added after this, and its callbacks
@@ -254,7 +237,8 @@ impl Batch {
             let closing = Completion {
                 parent: cb.as_str().to_string(),
                 child: open_member(&self.queue, cb),
-                how: format!("o{}", policy.letter()),
+                outcome: Outcome::Closed,
+                policy: *policy,
                 result: Bytes::new(),
             };
             complete(client, k, &[closing], self.retention()).await?;

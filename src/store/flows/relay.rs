@@ -10,34 +10,15 @@ use std::time::Duration;
 
 use fred::prelude::Client;
 
-use crate::maxima::MAX_BATCH_SIZE;
-use crate::store::flow_reads::child_ref;
+use crate::flow::wire::ChildRef;
 use crate::store::ops::cancel::Cancel;
-use crate::store::ops::flows::{Completion, FlowComplete, Outbox, OutboxEntry};
+use crate::store::ops::flow_complete::{complete, Completion};
+use crate::store::ops::outbox::{Outbox, OutboxEntry};
 use crate::store::{Keys, Shard};
 use crate::Error;
 
-/// Applies `completions` to parents of the shard with keys `k`.
-pub(crate) async fn complete(
-    client: &Client,
-    k: &Keys,
-    completions: &[Completion],
-    retention: Duration,
-) -> Result<(), Error> {
-    let shard = Shard::new(client, k, Keys::name_of_base(&k.base));
-    for chunk in completions.chunks(MAX_BATCH_SIZE) {
-        shard
-            .run(&FlowComplete {
-                completions: chunk,
-                dead_letter_retention: retention,
-            })
-            .await?;
-    }
-    Ok(())
-}
-
 /// Entries the relay reads per outbox call (and at most
-/// [`OUTBOX_BYTES`](crate::store::ops::flows::OUTBOX_BYTES) of results).
+/// [`OUTBOX_BYTES`](crate::store::ops::outbox::OUTBOX_BYTES) of results).
 const RELAY_BATCH: usize = 1000;
 /// Most outbox calls of one relay run: the rest waits for the next.
 const RELAY_ROUNDS: usize = 8;
@@ -66,23 +47,22 @@ pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Res
                 OutboxEntry::Done {
                     outcome,
                     child,
-                    policy,
-                    parent_base,
                     parent,
                     result,
                     ..
                 } => {
-                    by_parent.entry(parent_base.clone()).or_default().push(Completion {
-                        parent: parent.clone(),
-                        child: format!("{} {child}", k.base),
-                        how: format!("{outcome}{policy}"),
+                    by_parent.entry(parent.base.clone()).or_default().push(Completion {
+                        parent: parent.id.clone(),
+                        child: ChildRef::new(&k.base, child),
+                        outcome: *outcome,
+                        policy: parent.policy,
                         result: result.clone(),
                     });
                     done.push((e.entry().to_string(), Vec::new()));
                 }
                 OutboxEntry::Cancelled { children, .. } => {
                     for member in children {
-                        if let Some((base, id)) = child_ref(member.as_bytes()) {
+                        if let Some((base, id)) = ChildRef::parse(member.as_bytes()) {
                             if let Some(ck) = Keys::from_base(base) {
                                 Shard::new(client, &ck, Keys::name_of_base(base))
                                     .run(&Cancel { id })

@@ -1,0 +1,119 @@
+//! Sending waiting parents (docs/workflows.md), the one way every path
+//! takes (a send with [`after`](crate::NewMessage::after), a [`Flow`](crate::Flow),
+//! a batch's callbacks): each parent's children set filled
+//! ([`links::fill`], lua/flow_deps.lua), then the parents stored waiting
+//! with the rest of the send (send.lua's mode "w"): [`store_waiting`];
+//! then each parent linked to its children ([`Stored::link`],
+//! lua/flow_link.lua), once they are sent. A child joining parents that
+//! are live already (a batch's member) takes the same steps:
+//! [`send_joining`].
+
+use super::links::{self, Deps};
+use crate::flow::wire::ChildRef;
+use crate::flow::ChildPolicy;
+use crate::queue::send::{dispatch, prepare_all, Dispatched, NewMessage, Prepared, Sent};
+use crate::{DelayQueue, Error, MessageId};
+
+/// Messages stored, the waiting parents among them not linked yet.
+pub(crate) struct Stored {
+    pub sent: Dispatched,
+    /// Per message, the children to link when it is a waiting parent.
+    links: Vec<Option<Deps>>,
+}
+
+/// Steps one and two: fills each waiting parent's children set, then
+/// stores every message of `prepared` (the parents waiting). A parent
+/// already live gets no child: a send refused as a duplicate writes
+/// nothing (it links only what its set holds, for a re-send).
+pub(crate) async fn store_waiting(queue: &DelayQueue, prepared: Vec<Prepared>) -> Result<Stored, Error> {
+    let mut links = Vec::with_capacity(prepared.len());
+    let mut msgs = Vec::with_capacity(prepared.len());
+    for Prepared { msg, deps } in prepared {
+        links.push(match deps {
+            Some(deps) => Some(links::fill(queue, msg.id.as_str(), &deps, true).await?),
+            None => None,
+        });
+        msgs.push(msg);
+    }
+    let sent = dispatch(queue, msgs).await?;
+    Ok(Stored { sent, links })
+}
+
+impl Stored {
+    /// Step three: links each parent stored, or found stored (a re-send),
+    /// to its children.
+    pub(crate) async fn link(&self, queue: &DelayQueue) -> Result<(), Error> {
+        for (r, deps) in self.sent.results.iter().zip(&self.links) {
+            if let (Ok(Sent::Stored(id) | Sent::Dropped { id, until: None }), Some(deps)) = (r, deps) {
+                links::link(queue, id.as_str(), deps).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A parent stored waiting whose children are still to be sent: link it
+/// once they are ([`Unlinked::link`]).
+pub(crate) struct Unlinked {
+    id: MessageId,
+    deps: Option<Deps>,
+}
+
+/// Sends parent `msg` alone, waiting for the children it carries, and
+/// confirms it as a send does (a live message of its id taken as sent
+/// already: a re-send); its children are linked by [`Unlinked::link`].
+pub(crate) async fn send_unlinked(queue: &DelayQueue, msg: NewMessage) -> Result<Unlinked, Error> {
+    let prepared = prepare_all(queue, [msg])?;
+    let id = prepared
+        .first()
+        .map(|p| p.msg.id.clone())
+        .ok_or_else(|| Error::Internal("send of one message prepared nothing".into()))?;
+    let mut stored = store_waiting(queue, prepared).await?;
+    stored.sent.confirm(queue).await?;
+    let deps = stored.links.pop().flatten();
+    stored
+        .sent
+        .results
+        .pop()
+        .unwrap_or_else(|| Err(Error::Internal("send of one message returned nothing".into())))?;
+    Ok(Unlinked { id, deps })
+}
+
+impl Unlinked {
+    /// Step three: links the parent to its children.
+    pub(crate) async fn link(&self, queue: &DelayQueue) -> Result<(), Error> {
+        match &self.deps {
+            Some(deps) => links::link(queue, self.id.as_str(), deps).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// Sends `msg` to `queue` as a child of `parents` of `parents_queue`, live
+/// already (a batch's member joining its callbacks): each parent's set
+/// gets it, then it is sent (a live message of its id joins as it is),
+/// then it is linked to each. Returns its id.
+pub(crate) async fn send_joining(
+    parents_queue: &DelayQueue,
+    parents: &[(MessageId, ChildPolicy)],
+    queue: &DelayQueue,
+    msg: NewMessage,
+) -> Result<MessageId, Error> {
+    let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
+    let child = ChildRef::new(&queue.shard_of(id.as_str()).base, id.as_str());
+    let deps: Vec<Deps> = parents
+        .iter()
+        .map(|&(_, policy)| Deps {
+            children: vec![child.clone()],
+            policy,
+        })
+        .collect();
+    for ((parent, _), d) in parents.iter().zip(&deps) {
+        links::fill(parents_queue, parent.as_str(), d, false).await?;
+    }
+    queue.send_prepared(msg.id(id.clone())).await?;
+    for ((parent, _), d) in parents.iter().zip(&deps) {
+        links::link(parents_queue, parent.as_str(), d).await?;
+    }
+    Ok(id)
+}
