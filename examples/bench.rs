@@ -9,9 +9,11 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,results,scriptcpu`
+//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,fanin,results,progress,scriptcpu`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `results`, consume with handlers returning no result against 100-byte results,
+//! `progress`, consume with no-op handlers against handlers writing one
+//! progress update and one log line each,
 //! `unique`, send with `unique_for` against a plain send,
 //! `rate` and `gconc`, which measure the limits,
 //! `groups`, consume over 1, 100 and 100,000 groups, a small group's
@@ -21,7 +23,9 @@
 //! `groupslimits` runs alone),
 //! `flows`, 2-level flows of 10,000 children per parent and one parent of
 //! 100,000 children: throughput against plain messages, and the time from
-//! a parent's last child's ack to its delivery,
+//! a parent's last child's ack to its delivery, `fanin`, one parent of
+//! 10,000 children, the time from its last child's handler end to its
+//! delivery, beside a plain queue's consume of as many messages,
 //! `scriptcpu`, Redis's time per call of each hot script (send, promote,
 //! claim, ack, nack, note) over `--n` messages, from SLOWLOG,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
@@ -432,6 +436,57 @@ async fn results(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<ser
         "consume_c16_per_s": {"no_result": median(rates[0].clone()), "result_100b": median(rates[1].clone())},
         "consume_redis_cpu_us_per_msg": {"no_result": median(cpu[0].clone()), "result_100b": median(cpu[1].clone())},
         "result_to_no_result_median": (median(ratios) * 100.0).round() / 100.0,
+    }))
+}
+
+/// progress: consume as in w1 (`concurrency(16)`, `n` due messages) with
+/// a no-op handler and with one that writes one progress update and one
+/// log line per message, in `rounds` alternating rounds on fresh queues:
+/// what progress and logs cost (docs/results.md).
+async fn progress(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    let (mut rates, mut cpu, mut calls, mut ratios) = ([vec![], vec![]], [vec![], vec![]], [vec![], vec![]], vec![]);
+    for round in 0..rounds {
+        let mut took = [0.0; 2];
+        for side in [round % 2, 1 - round % 2] {
+            let q = queue(client, &format!("{tag}-progress{round}-{side}"), |b| b.concurrency(16))?;
+            send_batch(&q, n, Duration::ZERO).await?;
+            let (rate, redis_us, script_calls, _) = match side {
+                0 => consume(&q, client, n).await?,
+                _ => {
+                    let handle = q.clone();
+                    consume_by(&q, client, n, |count| async move {
+                        handle
+                            .start_consume(move |msg: Message| {
+                                let count = count.clone();
+                                async move {
+                                    msg.progress(50).await?;
+                                    msg.log("fetched 3 invoices").await?;
+                                    count.fetch_add(1, Ordering::Relaxed);
+                                    Ok::<_, HandlerError>(())
+                                }
+                            })
+                            .await
+                    })
+                    .await?
+                }
+            };
+            rates[side].push(rate);
+            cpu[side].push(redis_us);
+            calls[side].push(script_calls);
+            took[side] = rate;
+        }
+        ratios.push(took[1] / took[0]);
+        cleanup(client).await?;
+    }
+    let m = |v: &[Vec<f64>; 2]| json!({"noop": median(v[0].clone()), "progress_and_log": median(v[1].clone())});
+    Ok(json!({
+        "n": n,
+        "rounds": rounds,
+        "consume_c16_per_s": m(&rates),
+        "consume_redis_cpu_us_per_msg": m(&cpu),
+        "script_calls_per_msg": m(&calls),
+        "ratios": ratios.iter().map(|r| (r * 100.0).round() / 100.0).collect::<Vec<_>>(),
+        "progress_to_noop_median": (median(ratios) * 100.0).round() / 100.0,
     }))
 }
 
@@ -1024,6 +1079,9 @@ async fn main() -> Res<()> {
     if on("results") {
         emit("results", results(&client, &tag, o.n, o.rounds).await?);
     }
+    if on("progress") {
+        emit("progress", progress(&client, &tag, o.n, o.rounds).await?);
+    }
     if on("prio") {
         emit("priorities", prio(&client, &tag, o.n, o.rounds).await?);
     }
@@ -1050,6 +1108,10 @@ async fn main() -> Res<()> {
     }
     if on("flows") {
         emit("flows", flows(&client, &tag, o.rounds).await?);
+        cleanup(&client).await?;
+    }
+    if on("fanin") {
+        emit("fanin", fanin(&client, &tag, o.rounds).await?);
         cleanup(&client).await?;
     }
     if on("groupsbig") {
@@ -2000,6 +2062,32 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
     waits.sort_by(f64::total_cmp);
     let per_msg = |x: f64| (x / total as f64 * 100.0).round() / 100.0;
     Ok((rate(total, took), per_msg(cpu * 1e6), per_msg(calls), waits, send_per_s))
+}
+
+/// fanin: `rounds` times in turn, a plain queue's consume of 10,001 due
+/// messages and one parent of 10,000 children (`flow_run`): the time from
+/// the last child's handler end to the parent's delivery, each round's.
+async fn fanin(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Value> {
+    const WIDTH: usize = 10_000;
+    let (mut plain, mut flowed, mut waits) = (vec![], vec![], vec![]);
+    let r = |x: f64| (x * 100.0).round() / 100.0;
+    for round in 0..rounds {
+        let q = queue(client, &format!("{tag}-fanin-plain{round}"), |b| b.concurrency(16))?;
+        send_batch(&q, WIDTH + 1, Duration::ZERO).await?;
+        plain.push(consume(&q, client, WIDTH + 1).await?.0);
+        cleanup(client).await?;
+        let (per_s, _, _, wait, _) = flow_run(client, &format!("{tag}-fanin{round}"), 1, WIDTH).await?;
+        flowed.push(per_s);
+        waits.push(wait.first().copied().map_or(f64::NAN, r));
+        cleanup(client).await?;
+    }
+    Ok(json!({
+        "rounds": rounds,
+        "plain_per_s": plain,
+        "flow_per_s": flowed,
+        "last_child_to_parent_ms": waits,
+        "last_child_to_parent_ms_median": median(waits.clone()),
+    }))
 }
 
 /// flows: `rounds` times in turn, a plain queue's consume of 200,000 due
