@@ -1550,7 +1550,7 @@ fn script_name(words: &[Value]) -> &'static str {
         ("pending", "ready", "3") => "promote",
         ("pending", "ready", _) => "probe",
         ("pending", _, _) => "send",
-        ("unack", "progress", _) => "note",
+        ("unack", "progress" | "log", _) => "note",
         ("unack", "retries", "3") => "ack",
         ("unack", "retries", "5") => "timeout",
         ("unack", "retries", _) => "nack",

@@ -298,6 +298,48 @@ impl Error {
     }
 }
 
+impl Error {
+    /// This error again, for each other caller whose item went in the one
+    /// script call that failed (batched notes): Redis's and the scripts'
+    /// errors as they are, any other as its text.
+    pub(crate) fn again(&self) -> Error {
+        match self {
+            Error::Redis(e) => Error::Redis(e.clone()),
+            Error::WrongType { queue, detail } => Error::WrongType {
+                queue: queue.clone(),
+                detail: detail.clone(),
+            },
+            Error::OutOfMemory { queue, detail } => Error::OutOfMemory {
+                queue: queue.clone(),
+                detail: detail.clone(),
+            },
+            Error::FormatVersion {
+                queue,
+                found,
+                supported,
+            } => Error::FormatVersion {
+                queue: queue.clone(),
+                found: found.clone(),
+                supported: *supported,
+            },
+            Error::ShardCount { queue, found, expected } => Error::ShardCount {
+                queue: queue.clone(),
+                found: *found,
+                expected: *expected,
+            },
+            Error::UnexpectedReply { script, detail } => Error::UnexpectedReply {
+                script,
+                detail: detail.clone(),
+            },
+            Error::ScriptingUnavailable { server, detail } => Error::ScriptingUnavailable {
+                server: server.clone(),
+                detail: detail.clone(),
+            },
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
 /// The counts in a script's "DQSHARDS the queue is spread over <found>
 /// shards, this client uses <uses> (...)" error (`check_shards` in
 /// lua/include/checks.lua).

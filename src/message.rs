@@ -196,7 +196,7 @@ impl Message {
             }
         }
         self.scribe
-            .write(self.id(), self.attempt(), NoteKind::Progress(&value.to_string()))
+            .write(self.id(), self.attempt(), NoteKind::Progress, &value.to_string())
             .await
     }
 
@@ -215,7 +215,7 @@ impl Message {
     /// ```
     pub async fn log(&self, line: impl AsRef<str>) -> Result<(), Error> {
         self.scribe
-            .write(self.id(), self.attempt(), NoteKind::Log(line.as_ref()))
+            .write(self.id(), self.attempt(), NoteKind::Log, line.as_ref())
             .await
     }
 

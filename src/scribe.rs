@@ -1,6 +1,7 @@
 //! What a delivery records besides its ack: the result its handler
 //! returns (kept until the ack, which writes it), and its progress and log
-//! lines, written at once through the consumer's [`Desk`]. Every clone of
+//! lines, written through the consumer's [`Desk`] (which sends those of
+//! all running handlers of a shard together). Every clone of
 //! a [`Message`](crate::Message) shares its delivery's [`Scribe`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,6 +9,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::flow::ChildrenPage;
 use crate::maxima::{MAX_LOG_LINE, MAX_PROGRESS};
+pub(crate) use crate::store::ops::note::NoteKind;
 use crate::{Error, MessageId};
 
 /// One delivery's result and notes.
@@ -31,18 +33,11 @@ impl std::fmt::Debug for Scribe {
 pub(crate) trait Desk: Send + Sync {
     /// The largest result the queue keeps.
     fn max_result(&self) -> usize;
-    /// Writes progress or a line of delivery `attempt` of message `id`.
-    async fn write(&self, id: &MessageId, attempt: u32, note: NoteKind<'_>) -> Result<(), Error>;
+    /// Writes progress or a line (`text`) of delivery `attempt` of message
+    /// `id`, returning once Redis has it.
+    async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error>;
     /// One page of parent `id`'s finished children, read by delivery `attempt`.
     async fn children(&self, id: &MessageId, attempt: u32, cursor: Option<&str>) -> Result<ChildrenPage, Error>;
-}
-
-/// What a handler writes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum NoteKind<'a> {
-    /// Progress as JSON text.
-    Progress(&'a str),
-    Log(&'a str),
 }
 
 impl Scribe {
@@ -79,25 +74,25 @@ impl Scribe {
 
     /// Writes progress (JSON text, at most `MAX_PROGRESS` bytes) or a log
     /// line (cut to `MAX_LOG_LINE` bytes) of delivery `attempt` of `id`.
-    pub(crate) async fn write(&self, id: &MessageId, attempt: u32, note: NoteKind<'_>) -> Result<(), Error> {
+    pub(crate) async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error> {
         let Some(desk) = self.desk.get() else {
             return Err(Error::InvalidArgument(
                 "progress and logs are written only while the message is being handled".into(),
             ));
         };
-        let note = match note {
-            NoteKind::Progress(v) if v.len() > MAX_PROGRESS => {
+        let text = match kind {
+            NoteKind::Progress if text.len() > MAX_PROGRESS => {
                 return Err(Error::ProgressTooLarge {
-                    size: v.len(),
+                    size: text.len(),
                     max: MAX_PROGRESS,
                 })
             }
-            NoteKind::Log(line) => NoteKind::Log(cut(line, MAX_LOG_LINE)),
-            progress => progress,
+            NoteKind::Progress => text,
+            NoteKind::Log => cut(text, MAX_LOG_LINE),
         };
         // Marked before the write: an ack racing a write still gives it the retention.
         self.noted.store(true, Ordering::Release);
-        desk.write(id, attempt, note).await
+        desk.write(id, attempt, kind, text).await
     }
 
     /// One page of parent `id`'s finished children, read through the desk.

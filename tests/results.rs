@@ -12,11 +12,11 @@ use delayqueue_test_support as support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::fred::prelude::KeysInterface;
+use delayqueue::fred::prelude::{KeysInterface, SortedSetsInterface};
 use delayqueue::{Anomaly, Error, Event, Handler, HandlerError, Json, Message, MessageState};
 use helpers::start_queue;
 use support::{all_keys, wait_for, WAIT};
-use tokio::sync::Notify;
+use tokio::sync::{Barrier, Notify};
 
 /// Longer than any test runs: a result that comes back faster was woken, not polled.
 const SLOW_POLL: Duration = Duration::from_secs(60);
@@ -324,4 +324,130 @@ async fn keys_left(client: &delayqueue::fred::clients::Client) -> Vec<String> {
         .into_iter()
         .filter(|k| !k.contains(":claim:"))
         .collect()
+}
+
+/// Script calls the server has run (`cmdstat_evalsha` of `INFO commandstats`).
+fn script_calls(server: &support::RedisServer) -> u64 {
+    server
+        .raw_command(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The notes of many running handlers go to Redis together: 32 handlers
+/// writing progress at once take far fewer than 32 script calls, and each
+/// note is still fenced by its own delivery's lease: the one whose lease
+/// was taken meanwhile gets `LeaseLost`, the others' are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_of_many_handlers_share_script_calls_each_fenced_by_its_lease() {
+    const N: usize = 32;
+    let (server, client, queue) = start_queue("together", SLOW_POLL, |b| b.concurrency(N)).await;
+    let msgs = (0..N).map(|i| delayqueue::NewMessage::new(i.to_string()));
+    let ids: Vec<_> = queue
+        .send_batch(msgs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let (started, written) = (Arc::new(Barrier::new(N + 1)), Arc::new(Barrier::new(N + 1)));
+    let (go, ready) = tokio::sync::watch::channel(false);
+    let outcomes: Arc<std::sync::Mutex<Vec<(String, bool)>>> = Arc::default();
+    let (s, w, o) = (started.clone(), written.clone(), outcomes.clone());
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let (s, w, o, mut ready) = (s.clone(), w.clone(), o.clone(), ready.clone());
+            async move {
+                // Warms the script cache, so the calls counted are notes alone.
+                msg.log("started").await?;
+                s.wait().await;
+                let _ = ready.wait_for(|go| *go).await;
+                let wrote = msg.progress(50).await;
+                if let Err(e) = &wrote {
+                    assert!(matches!(e, Error::LeaseLost { .. }), "{e}");
+                }
+                o.lock().unwrap().push((msg.id().to_string(), wrote.is_ok()));
+                w.wait().await;
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, started.wait())
+        .await
+        .expect("all handlers running");
+    // Another consumer took the first message meanwhile: its lease is another.
+    let taken = ids[0].to_string();
+    let _: i64 = client
+        .zadd("dq:{together}:unack", None, None, false, false, (1.0, taken.as_str()))
+        .await
+        .unwrap();
+    let before = script_calls(&server);
+    go.send(true).unwrap();
+    tokio::time::timeout(WAIT, written.wait())
+        .await
+        .expect("all handlers wrote");
+    let calls = script_calls(&server) - before;
+    assert!(calls <= N as u64 / 2, "{calls} script calls for {N} notes");
+    let mut outcomes = outcomes.lock().unwrap().clone();
+    outcomes.sort();
+    let lost: Vec<_> = outcomes
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(
+        lost,
+        vec![taken.clone()],
+        "only the note of the taken lease is fenced out"
+    );
+    for id in &ids[1..] {
+        let info = queue.get(id).await.unwrap().expect("processing");
+        assert_eq!(info.progress.as_deref(), Some("50"), "{id}");
+    }
+    assert_eq!(queue.get(&ids[0]).await.unwrap().expect("kept").progress, None);
+    drop(consumer);
+}
+
+/// A log line a handler writes right before it returns is stored before
+/// its message is acked: the ack finds it and gives it the result
+/// retention (a note stored after the ack would keep its longer TTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_log_line_is_stored_before_the_ack() {
+    const N: usize = 200;
+    let retention = Duration::from_secs(600);
+    let (_server, client, queue) = start_queue("last", Duration::from_millis(50), |b| {
+        b.concurrency(16).result_retention(retention)
+    })
+    .await;
+    let msgs = (0..N).map(|i| delayqueue::NewMessage::new(i.to_string()));
+    for r in queue.send_batch(msgs).await.unwrap() {
+        r.unwrap();
+    }
+    let consumer = queue
+        .start_consume(|msg: Message| async move {
+            msg.log("last words").await?;
+            Ok::<(), HandlerError>(())
+        })
+        .await
+        .unwrap();
+    assert!(
+        wait_for(WAIT, || async {
+            queue.status().await.unwrap().totals.acked == N as u64
+        })
+        .await
+    );
+    consumer.shutdown().await.unwrap();
+    let logs: Vec<String> = keys_left(&client)
+        .await
+        .into_iter()
+        .filter(|k| k.contains(":log:"))
+        .collect();
+    assert_eq!(logs.len(), N, "{logs:?}");
+    for key in logs {
+        let ttl: i64 = client.pttl(&key).await.unwrap();
+        assert!(ttl > 0 && ttl <= retention.as_millis() as i64, "{key}: {ttl} ms");
+    }
 }

@@ -1,17 +1,22 @@
-//! Coalesced acks: handlers hand their acks to one task, which sends
-//! whatever has piled up as a single `ack` script call.
+//! Coalesced acks: handlers hand their acks to one task per shard, which
+//! sends whatever has piled up as a single `ack` script call (see
+//! `batcher.rs`). Fencing is per id inside the script.
 //!
-//! Batching adds no timer: while one call is in flight the next batch
-//! gathers, so under load many acks share a round trip and when idle each
-//! ack goes out at once. Fencing is per id inside the script.
+//! An ack should reach Redis within a few ms under load too (a flow's
+//! parent, or a `wait_result` caller, waits on it): the consumer claims
+//! less while more acks wait than the acker sends in [`ACK_WAIT`], and the
+//! relay of flow completions runs beside the acks, in a task of its own,
+//! rather than between two ack calls.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::batcher::{self, Batcher};
 use super::context::Context;
 use super::outcome::Kept;
 use crate::events::{self, Event};
@@ -22,10 +27,18 @@ use crate::store::Keys;
 /// Most acks in one script call.
 const ACK_BATCH: usize = 128;
 
-/// Acks waiting to be sent that are normal under load: a batch in flight
-/// and more gathering while it waits behind claims on the connection.
-/// More means acks fall behind the handlers.
+/// Most bytes of results in one script call (a bigger result goes alone).
+const ACK_BYTES: usize = 1 << 20;
+
+/// Acks waiting to be sent that are normal under load, at most: a batch
+/// in flight and more gathering while it waits behind claims on the
+/// connection. More means acks fall behind the handlers.
 pub(crate) const ACK_SLACK: usize = 4 * ACK_BATCH;
+
+/// How long an ack may wait to be sent under load: the consumer claims
+/// less while more acks wait than the acker sends in this time (but never
+/// holds back for fewer than [`ACK_BATCH`], nor allows more than [`ACK_SLACK`]).
+const ACK_WAIT: Duration = Duration::from_millis(2);
 
 /// One successful delivery to acknowledge.
 pub(crate) struct AckItem {
@@ -34,34 +47,97 @@ pub(crate) struct AckItem {
     /// Its result, and whether it wrote progress or log lines.
     pub kept: Kept,
     /// Dropped once the ack is sent or given up: the consumer counts acks
-    /// not yet sent, and claims less while more than `ACK_SLACK` wait.
+    /// not yet sent, and claims less while more than its slack wait.
     pub _acking: Box<dyn Send>,
 }
 
-/// Starts the ack task of the shard with keys `k`; it ends once every
-/// sender is dropped and all acks are sent.
-pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (tx, tokio::spawn(run(ctx, k, rx)))
+/// A shard's ack task, as the consumer sees it.
+pub(crate) struct Acks {
+    pub tx: mpsc::UnboundedSender<AckItem>,
+    /// Acks waiting that are normal now: what the acker sends in
+    /// [`ACK_WAIT`] at its recent rate, within `ACK_BATCH..=ACK_SLACK`.
+    pub slack: Arc<AtomicUsize>,
+    /// Held by a relay of the shard's outbox while it runs: one at a time.
+    pub relaying: Arc<Mutex<()>>,
 }
 
-async fn run(ctx: Arc<Context>, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem>) {
-    let mut batch = Vec::with_capacity(ACK_BATCH);
-    while let Some(item) = rx.recv().await {
-        batch.push(item);
-        while batch.len() < ACK_BATCH {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
-            }
+/// Starts the ack task of the shard with keys `k`, and its relay task;
+/// they end once every sender is dropped, all acks are sent and the last
+/// relay asked for has run.
+pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (Acks, JoinHandle<()>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let slack = Arc::new(AtomicUsize::new(ACK_SLACK));
+    let relaying = Arc::new(Mutex::new(()));
+    // One relay asked for while one runs is enough: it reads the whole outbox.
+    let (relay, asked) = mpsc::channel(1);
+    let relays = tokio::spawn(relay_when_asked(ctx.clone(), k.clone(), relaying.clone(), asked));
+    let acker = Acker {
+        ctx,
+        k,
+        slack: slack.clone(),
+        relay,
+        per_ms: 0.0,
+    };
+    let task = tokio::spawn(async move {
+        // Dropping the acker ends its relay task, after any relay asked for.
+        drop(batcher::run(acker, rx).await);
+        let _ = relays.await;
+    });
+    (Acks { tx, slack, relaying }, task)
+}
+
+/// Relays the shard's outbox each time an ack asks (it acked a flow's
+/// child), holding `relaying`; a failure leaves the entries for the loop's
+/// next tick, whose probe finds them.
+async fn relay_when_asked(ctx: Arc<Context>, k: Keys, relaying: Arc<Mutex<()>>, mut asked: mpsc::Receiver<()>) {
+    while asked.recv().await.is_some() {
+        let _one = relaying.lock().await;
+        if let Err(e) = crate::store::flows::relay::relay(&ctx.client, &k, ctx.settings.dead_letter_retention).await {
+            tracing::debug!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
         }
-        flush(&ctx, &k, &mut batch).await;
+    }
+}
+
+/// The ack task's state.
+struct Acker {
+    ctx: Arc<Context>,
+    k: Keys,
+    slack: Arc<AtomicUsize>,
+    /// Asks the relay task for a relay.
+    relay: mpsc::Sender<()>,
+    /// Acks sent per ms, averaged over recent calls.
+    per_ms: f64,
+}
+
+impl Batcher for Acker {
+    type Item = AckItem;
+    const MAX_ITEMS: usize = ACK_BATCH;
+    const MAX_BYTES: usize = ACK_BYTES;
+
+    fn size(item: &AckItem) -> usize {
+        item.kept.result.as_ref().map_or(0, Vec::len)
+    }
+
+    async fn send(&mut self, batch: &mut Vec<AckItem>) {
+        let (sent, n) = (Instant::now(), batch.len());
+        if flush(&self.ctx, &self.k, batch).await {
+            // Full or not, the relay task reads the whole outbox.
+            let _ = self.relay.try_send(());
+        }
+        let rate = n as f64 / sent.elapsed().as_secs_f64().max(1e-6) / 1e3;
+        self.per_ms = match self.per_ms {
+            0.0 => rate,
+            avg => (avg * 7.0 + rate) / 8.0,
+        };
+        let slack = (self.per_ms * ACK_WAIT.as_secs_f64() * 1e3) as usize;
+        self.slack.store(slack.clamp(ACK_BATCH, ACK_SLACK), Ordering::Release);
     }
 }
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
-/// (the script is idempotent, so a retry after a lost reply is harmless).
-async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
+/// (the script is idempotent, so a retry after a lost reply is harmless);
+/// returns whether it acked a flow's child, whose completion waits for the relay.
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) -> bool {
     let mut backoff = Duration::from_millis(20);
     let sent = Instant::now();
     loop {
@@ -86,16 +162,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
                     report(ctx, item, outcome, sent);
                 }
                 batch.clear();
-                if relay {
-                    // The children's completions to their parents now; a
-                    // failure leaves them for the loop's next tick.
-                    if let Err(e) =
-                        crate::store::flows::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await
-                    {
-                        tracing::debug!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
-                    }
-                }
-                return;
+                return relay;
             }
             Err(e) => {
                 // Only giving up is worth a warning: a retry that works changes nothing.
@@ -110,7 +177,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
                     );
                 }
                 if batch.is_empty() {
-                    return;
+                    return false;
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -7,8 +7,9 @@
 //! of the queue handle. One runtime serves one queue
 //! (`DelayQueue::start_consume`) or several (`Worker`): one loop task per
 //! queue and shard, a delivery task per claimed message, per loop an ack
-//! task and (when handlers outlive a lease) a renewal task, per queue a
-//! scheduler task, and one wake-up connection per client for all of them.
+//! task, a relay task, a notes task and (when handlers outlive a lease) a
+//! renewal task, per queue a scheduler task, and one wake-up connection
+//! per client for all of them.
 //! The loops share the handler slots and `fetch_limit`, each claiming no
 //! more than its queue's part (by weight or order) and its shard's share
 //! of that while the others have work. The files, one part each:
@@ -23,13 +24,15 @@
 //! - `delivery.rs`: one delivery: slot, early hand-back, handler, time limit;
 //! - `outcome.rs`: how a delivery ended, and how a failure is classified;
 //! - `settle.rs`: an outcome turned into an ack, a nack or a hand-back;
-//! - `acker.rs`: each loop's acks, coalesced into batches;
+//! - `batcher.rs`: script calls coalesced from many callers' items;
+//! - `acker.rs`: each loop's acks, coalesced into batches, and its relay;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
-//! - `scribe.rs`: a delivery's result, progress and log lines;
+//! - `scribe.rs`: a delivery's progress and log lines, coalesced into batches;
 //! - `wake.rs`: wake-ups from Redis pub/sub, one connection per client;
 //! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
 mod acker;
+mod batcher;
 mod claim;
 mod context;
 mod delivery;
@@ -117,6 +120,7 @@ impl Consumer {
             tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
             for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
                 let (acks, acker) = acker::spawn(ctx.clone(), keys.clone());
+                let (notes, notary) = scribe::spawn(ctx.clone(), keys.clone());
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
                     .settings
@@ -138,9 +142,10 @@ impl Consumer {
                     handing: Default::default(),
                     paused: Default::default(),
                     acks,
+                    notes,
                     leases,
                 });
-                tasks.push(tokio::spawn(shard_loop::run(shared, acker, wakes, renewer)));
+                tasks.push(tokio::spawn(shard_loop::run(shared, [acker, notary], wakes, renewer)));
                 loops_started += 1;
             }
             match ctx.shards.len() {

@@ -3,7 +3,7 @@
 //! delete, promotes when something is due, claims what fits, and in between sleeps until the
 //! earliest due time it knows of, a wake-up, or a free handler slot. On
 //! stop it deletes its claim receipt, waits for its deliveries to settle
-//! and for its acker to send their acks.
+//! and for its ack and notes tasks to send what they were given.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -43,11 +43,11 @@ struct Schedule {
 const CONCURRENCY_POLL: Duration = Duration::from_millis(20);
 
 /// Runs the loop of `shared`'s shard until the consumer stops, then its
-/// shutdown: `acker` is its ack task, `wakes` its wake-ups, `renewer` its
-/// lease renewal task when leases are renewed.
+/// shutdown: `writers` are its ack and notes tasks, `wakes` its wake-ups,
+/// `renewer` its lease renewal task when leases are renewed.
 pub(crate) async fn run(
     shared: Arc<Shared>,
-    acker: JoinHandle<()>,
+    writers: [JoinHandle<()>; 2],
     mut wakes: mpsc::UnboundedReceiver<Instant>,
     renewer: Option<JoinHandle<()>>,
 ) {
@@ -101,7 +101,7 @@ pub(crate) async fn run(
         }
     }
     shared.publish_waiting(waiting, false);
-    shut_down(shared, acker, renewer).await;
+    shut_down(shared, writers, renewer).await;
 }
 
 /// How long the loop backs off after its `failures`-th failed step in a
@@ -122,7 +122,7 @@ fn backed_off(shared: &Shared, e: &Error, failures: u32, interval: Duration) -> 
 
 /// The loop's shutdown: the claim receipt deleted, the deliveries in
 /// flight waited for, then the lease renewal and the acker stopped.
-async fn shut_down(shared: Arc<Shared>, acker: JoinHandle<()>, renewer: Option<JoinHandle<()>>) {
+async fn shut_down(shared: Arc<Shared>, writers: [JoinHandle<()>; 2], renewer: Option<JoinHandle<()>>) {
     // Claiming nothing deletes the receipt. Should it replay a request that
     // failed, the replayed deliveries see the stop and are handed back. It
     // expires on its own, so a Redis that does not answer only gets a moment.
@@ -139,7 +139,9 @@ async fn shut_down(shared: Arc<Shared>, acker: JoinHandle<()>, renewer: Option<J
     }
     let (name, shard) = (shared.name().to_string(), shared.index);
     drop(shared);
-    let _ = acker.await;
+    for task in writers {
+        let _ = task.await;
+    }
     tracing::debug!(queue = %name, shard, "shard loop stopped");
 }
 
@@ -179,7 +181,9 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         }
         if probed.relay {
             // Completions an acker left behind (it crashed, or its relay
-            // failed), and cancelled parents' children (docs/workflows.md).
+            // failed), and cancelled parents' children (docs/workflows.md);
+            // after any relay the acker's task runs.
+            let _one = shared.acks.relaying.lock().await;
             crate::store::flows::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
         }
     }

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
-use super::acker::AckItem;
+use super::acker::Acks;
 use super::context::Context;
 use super::lease::Leases;
 use super::scheduler::Kicks;
+use super::scribe::NoteItem;
 use crate::store::{Keys, Shard};
 use crate::Handler;
 
@@ -276,7 +277,10 @@ pub(crate) struct Shared {
     pub claims: AtomicU64,
     /// Whether the last claim found the queue paused.
     pub paused: AtomicBool,
-    pub acks: mpsc::UnboundedSender<AckItem>,
+    /// Its ack task: where acks go, how many may wait, the relay's lock.
+    pub acks: Acks,
+    /// Its notes task: where handlers' progress and log lines go.
+    pub notes: mpsc::UnboundedSender<NoteItem>,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     pub leases: Arc<Leases>,
     /// The task handing the last claim's deliveries to their tasks.

@@ -27,7 +27,7 @@ use crate::store::ops::flow_status::FlowStatus;
 use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::list_groups::ListGroups;
 use crate::store::ops::nack::{Nack, NackMode};
-use crate::store::ops::note::Note;
+use crate::store::ops::note::{Note, NoteKind, Notes};
 use crate::store::ops::outbox::Outbox;
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode};
@@ -284,11 +284,21 @@ fn calls(k: &Keys) -> Vec<Call> {
             k,
         ),
         call(
-            Note {
-                id: "u1",
-                lease: LEASE,
-                progress: Some("60"),
-                line: None,
+            Notes {
+                notes: vec![
+                    Note {
+                        id: "u1",
+                        lease: LEASE,
+                        kind: NoteKind::Progress,
+                        text: "60",
+                    },
+                    Note {
+                        id: "u1",
+                        lease: LEASE,
+                        kind: NoteKind::Log,
+                        text: "line",
+                    },
+                ],
                 max_lines: 10,
                 ttl: RETENTION,
             },

@@ -347,11 +347,13 @@ mod tests {
             entry(extend::Extend { renewals: vec![] }, k),
             entry(ack::Ack::plain(&[]), k),
             entry(
-                note::Note {
-                    id: "a",
-                    lease: 0,
-                    progress: Some("1"),
-                    line: None,
+                note::Notes {
+                    notes: vec![note::Note {
+                        id: "a",
+                        lease: 0,
+                        kind: note::NoteKind::Log,
+                        text: "1",
+                    }],
                     max_lines: 1,
                     ttl: d,
                 },
@@ -529,6 +531,8 @@ mod tests {
                 "result" => key.starts_with(&k.result_prefix),
                 "progress" => key.starts_with(&k.progress_prefix),
                 "log" => key.starts_with(&k.log_prefix),
+                // The key a note writes: its message's progress or log.
+                "note" => key.starts_with(&k.progress_prefix) || key.starts_with(&k.log_prefix),
                 // Key strings that keep their wire names (docs/wire-format.md).
                 "processing" => *key == k.processing,
                 "dead" => *key == k.dead,

@@ -1,68 +1,101 @@
-//! `note`: a running delivery's progress or log line, fenced by its lease
-//! (`lua/note.lua`).
+//! `note`: running deliveries' progress and log lines, each fenced by its
+//! delivery's lease (`lua/note.lua`).
 
 use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{int, ms, numbered, unexpected, Op};
+use super::{ints, ms, numbered, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
 
-/// Writes progress (when `progress` is set) or a log line.
+/// Writes a batch of notes, of one or many deliveries.
+pub(crate) struct Notes<'a> {
+    pub notes: Vec<Note<'a>>,
+    /// Log lines kept.
+    pub max_lines: usize,
+    /// TTL of the progress and log keys written.
+    pub ttl: Duration,
+}
+
+/// One delivery's progress or log line.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Note<'a> {
     pub id: &'a str,
     /// The delivery's current lease.
     pub lease: i64,
-    /// The progress as JSON text.
-    pub progress: Option<&'a str>,
-    /// The log line, when `progress` is `None`.
-    pub line: Option<&'a str>,
-    /// Log lines kept.
-    pub max_lines: usize,
-    /// TTL of the progress and log keys.
-    pub ttl: Duration,
+    pub kind: NoteKind,
+    /// The progress as JSON text, or the line.
+    pub text: &'a str,
+}
+
+/// What a note writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoteKind {
+    /// Progress, as JSON text: replaces the message's progress.
+    Progress,
+    /// A log line: appended to the message's log.
+    Log,
 }
 
 numbered! {
-    /// What the script did.
+    /// What the script did with one note.
     pub(crate) enum Noted {
         /// The lease was not the current one: nothing written.
         LeaseLost = 0,
         Written = 1,
+        /// The message's log key holds another type: nothing written.
+        WrongType = 2,
     }
 }
 
-impl Op for Note<'_> {
-    type Reply = Noted;
-    const KEYS: &'static [&'static str] = &["processing", "progress", "log"];
+impl Op for Notes<'_> {
+    /// One outcome per note, in order.
+    type Reply = Vec<Noted>;
+    const KEYS: &'static [&'static str] = &["processing", "note.."];
 
     fn script() -> &'static LuaScript {
         &scripts::NOTE
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.processing.clone(), k.progress(self.id), k.log(self.id)]
+        let mut keys = Vec::with_capacity(1 + self.notes.len());
+        keys.push(k.processing.clone());
+        keys.extend(self.notes.iter().map(|n| match n.kind {
+            NoteKind::Progress => k.progress(n.id),
+            NoteKind::Log => k.log(n.id),
+        }));
+        keys
     }
 
     fn args(&self, _: &Keys) -> Vec<Value> {
-        let (what, text) = match self.progress {
-            Some(p) => ("p", p),
-            None => ("l", self.line.unwrap_or_default()),
-        };
-        vec![
-            self.id.into(),
-            self.lease.into(),
-            what.into(),
-            text.into(),
-            i64::try_from(self.max_lines).unwrap_or(i64::MAX).into(),
-            ms(self.ttl),
-        ]
+        let mut args: Vec<Value> = Vec::with_capacity(2 + 4 * self.notes.len());
+        args.push(i64::try_from(self.max_lines).unwrap_or(i64::MAX).into());
+        args.push(ms(self.ttl));
+        for n in &self.notes {
+            args.push(n.id.into());
+            args.push(n.lease.into());
+            args.push(
+                match n.kind {
+                    NoteKind::Progress => "p",
+                    NoteKind::Log => "l",
+                }
+                .into(),
+            );
+            args.push(n.text.into());
+        }
+        args
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        let n = int::<Self>(&v)?;
-        Noted::from_number(n).ok_or_else(|| unexpected::<Self>(format!("outcome {n}")))
+        let reply = ints::<Self>(v)?;
+        if reply.len() != self.notes.len() {
+            return Err(unexpected::<Self>(format!("{reply:?} for {} notes", self.notes.len())));
+        }
+        reply
+            .into_iter()
+            .map(|n| Noted::from_number(n).ok_or_else(|| unexpected::<Self>(format!("outcome {n}"))))
+            .collect()
     }
 }

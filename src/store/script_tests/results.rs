@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::store::ops::ack::{Ack, Keep};
-use crate::store::ops::note::{Note, Noted};
+use crate::store::ops::note::{Note, NoteKind, Noted, Notes};
 use crate::store::ops::purge::{Purge, Sweep};
 use crate::store::ops::wait::{Wait, Waited};
 
@@ -22,12 +22,18 @@ async fn claimed(env: &Env, ids: &[&str]) -> i64 {
     env.claim(10).await.lease
 }
 
-fn note<'a>(id: &'a str, lease: i64, progress: Option<&'a str>, line: Option<&'a str>) -> Note<'a> {
-    Note {
-        id,
-        lease,
-        progress,
-        line,
+/// A call of one note: progress when `progress` is set, else `line`.
+fn note<'a>(id: &'a str, lease: i64, progress: Option<&'a str>, line: Option<&'a str>) -> Notes<'a> {
+    let (kind, text) = match progress {
+        Some(p) => (NoteKind::Progress, p),
+        None => (NoteKind::Log, line.unwrap_or_default()),
+    };
+    notes(vec![Note { id, lease, kind, text }])
+}
+
+fn notes(notes: Vec<Note<'_>>) -> Notes<'_> {
+    Notes {
+        notes,
         max_lines: 3,
         ttl: DAY,
     }
@@ -92,8 +98,8 @@ async fn retention_zero_keeps_no_result_and_deletes_the_notes() {
     let env = Env::new().await;
     let k = env.k().clone();
     let lease = claimed(&env, &["a"]).await;
-    assert_eq!(env.run(&note("a", lease, Some("50"), None)).await, Noted::Written);
-    assert_eq!(env.run(&note("a", lease, None, Some("line"))).await, Noted::Written);
+    assert_eq!(env.run(&note("a", lease, Some("50"), None)).await, [Noted::Written]);
+    assert_eq!(env.run(&note("a", lease, None, Some("line"))).await, [Noted::Written]);
     let keep = Keep {
         result: Some(b"r"),
         noted: true,
@@ -115,18 +121,27 @@ async fn progress_and_log_are_fenced_by_the_lease_and_the_log_is_trimmed() {
 
     // An old lease writes nothing.
     let before = env.snapshot();
-    assert_eq!(env.run(&note("a", lease - 1, Some("10"), None)).await, Noted::LeaseLost);
-    assert_eq!(env.run(&note("a", lease - 1, None, Some("x"))).await, Noted::LeaseLost);
-    assert_eq!(env.run(&note("nope", lease, Some("10"), None)).await, Noted::LeaseLost);
+    assert_eq!(
+        env.run(&note("a", lease - 1, Some("10"), None)).await,
+        [Noted::LeaseLost]
+    );
+    assert_eq!(
+        env.run(&note("a", lease - 1, None, Some("x"))).await,
+        [Noted::LeaseLost]
+    );
+    assert_eq!(
+        env.run(&note("nope", lease, Some("10"), None)).await,
+        [Noted::LeaseLost]
+    );
     assert_eq!(env.snapshot(), before);
 
     assert_eq!(
         env.run(&note("a", lease, Some("{\"done\":3}"), None)).await,
-        Noted::Written
+        [Noted::Written]
     );
     assert_eq!(env.raw(&["GET", &k.progress("a")]), "{\"done\":3}");
     for line in ["1", "2", "3", "4", "5"] {
-        assert_eq!(env.run(&note("a", lease, None, Some(line))).await, Noted::Written);
+        assert_eq!(env.run(&note("a", lease, None, Some(line))).await, [Noted::Written]);
     }
     assert_eq!(env.list(&k.log("a")), vec!["3", "4", "5"], "the last max_lines");
     for key in [k.progress("a"), k.log("a")] {
@@ -145,8 +160,54 @@ async fn progress_and_log_are_fenced_by_the_lease_and_the_log_is_trimmed() {
         assert!(ttl > 50_000 && ttl <= 60_000, "{key}: {ttl}");
     }
     // After the ack, the delivery's lease is gone: nothing more is written.
-    assert_eq!(env.run(&note("a", lease, None, Some("6"))).await, Noted::LeaseLost);
+    assert_eq!(env.run(&note("a", lease, None, Some("6"))).await, [Noted::LeaseLost]);
     assert_eq!(env.list(&k.log("a")), vec!["3", "4", "5"]);
+}
+
+#[tokio::test]
+async fn one_call_writes_the_notes_of_many_deliveries_each_fenced_by_its_own_lease() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let first = claimed(&env, &["a", "b"]).await;
+    let second = claimed(&env, &["c"]).await;
+    assert_ne!(first, second);
+    // d's log key holds another type: its note alone fails.
+    env.raw(&["SET", &k.log("d"), "not a list"]);
+    env.raw(&["ZADD", &k.processing, &first.to_string(), "d"]);
+    let n = |id, lease, kind, text| Note { id, lease, kind, text };
+    let outcomes = env
+        .run(&notes(vec![
+            n("a", first, NoteKind::Progress, "10"),
+            n("c", first, NoteKind::Log, "c under a's lease"),
+            n("b", first, NoteKind::Log, "b1"),
+            n("d", first, NoteKind::Log, "d1"),
+            n("c", second, NoteKind::Log, "c1"),
+            n("a", first, NoteKind::Log, "a1"),
+            n("b", first, NoteKind::Log, "b2"),
+            n("nope", first, NoteKind::Progress, "1"),
+            n("a", first, NoteKind::Progress, "20"),
+        ]))
+        .await;
+    use Noted::{LeaseLost, Written, WrongType};
+    assert_eq!(
+        outcomes,
+        [Written, LeaseLost, Written, WrongType, Written, Written, Written, LeaseLost, Written]
+    );
+    assert_eq!(
+        env.raw(&["GET", &k.progress("a")]),
+        "20",
+        "in order: the last progress wins"
+    );
+    assert_eq!(env.list(&k.log("a")), vec!["a1"]);
+    assert_eq!(env.list(&k.log("b")), vec!["b1", "b2"], "in order");
+    assert_eq!(env.list(&k.log("c")), vec!["c1"], "only under c's own lease");
+    assert_eq!(env.raw(&["GET", &k.log("d")]), "not a list");
+    assert!(!env.exists(&k.progress("nope")) && !env.exists(&k.progress("c")));
+    assert_eq!(
+        env.run(&notes(vec![])).await,
+        Vec::<Noted>::new(),
+        "no notes, no writes"
+    );
 }
 
 #[tokio::test]
@@ -186,8 +247,8 @@ async fn wait_reads_a_result_and_registers_a_wait_the_ack_publishes() {
 /// Writes progress and a log line for `id` under `lease`, then nacks it
 /// (released: back in retry), so its notes outlive its delivery.
 async fn noted_then_released(env: &Env, id: &str, lease: i64) {
-    assert_eq!(env.run(&note(id, lease, Some("50"), None)).await, Noted::Written);
-    assert_eq!(env.run(&note(id, lease, None, Some("line"))).await, Noted::Written);
+    assert_eq!(env.run(&note(id, lease, Some("50"), None)).await, [Noted::Written]);
+    assert_eq!(env.run(&note(id, lease, None, Some("line"))).await, [Noted::Written]);
     assert_eq!(env.nack(id, lease, crate::store::ops::nack::NackMode::Release).await, 1);
 }
 
@@ -226,10 +287,10 @@ async fn purge_sweeps_results_and_notes_but_those_of_a_running_delivery() {
         result: Some(b"r"),
         noted: true,
     };
-    assert_eq!(env.run(&note("a", lease, Some("50"), None)).await, Noted::Written);
+    assert_eq!(env.run(&note("a", lease, Some("50"), None)).await, [Noted::Written]);
     env.run(&ack(vec![("a", lease, keep)], DAY)).await;
     noted_then_released(&env, "b", lease).await;
-    assert_eq!(env.run(&note("run", lease, Some("10"), None)).await, Noted::Written);
+    assert_eq!(env.run(&note("run", lease, Some("10"), None)).await, [Noted::Written]);
     // A key of another queue whose name starts the same is not this queue's.
     let other = Keys::new("dq:", "q2").unwrap();
     env.raw(&["SET", &other.result("x"), "r", "PX", "60000"]);
