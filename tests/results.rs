@@ -354,11 +354,13 @@ async fn notes_of_many_handlers_share_script_calls_each_fenced_by_its_lease() {
         .collect();
     let (started, written) = (Arc::new(Barrier::new(N + 1)), Arc::new(Barrier::new(N + 1)));
     let (go, ready) = tokio::sync::watch::channel(false);
+    let (end, ending) = tokio::sync::watch::channel(false);
     let outcomes: Arc<std::sync::Mutex<Vec<(String, bool)>>> = Arc::default();
     let (s, w, o) = (started.clone(), written.clone(), outcomes.clone());
     let consumer = queue
         .start_consume(move |msg: Message| {
-            let (s, w, o, mut ready) = (s.clone(), w.clone(), o.clone(), ready.clone());
+            let (s, w, o) = (s.clone(), w.clone(), o.clone());
+            let (mut ready, mut ending) = (ready.clone(), ending.clone());
             async move {
                 // Warms the script cache, so the calls counted are notes alone.
                 msg.log("started").await?;
@@ -370,6 +372,7 @@ async fn notes_of_many_handlers_share_script_calls_each_fenced_by_its_lease() {
                 }
                 o.lock().unwrap().push((msg.id().to_string(), wrote.is_ok()));
                 w.wait().await;
+                let _ = ending.wait_for(|end| *end).await;
                 Ok::<(), HandlerError>(())
             }
         })
@@ -408,7 +411,8 @@ async fn notes_of_many_handlers_share_script_calls_each_fenced_by_its_lease() {
         assert_eq!(info.progress.as_deref(), Some("50"), "{id}");
     }
     assert_eq!(queue.get(&ids[0]).await.unwrap().expect("kept").progress, None);
-    drop(consumer);
+    end.send(true).unwrap();
+    consumer.shutdown().await.unwrap();
 }
 
 /// A log line a handler writes right before it returns is stored before
