@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{ints, ms, numbered, unexpected, Op};
+use super::{each, ms, numbered, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -109,13 +109,6 @@ impl Op for Ack<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        let reply = ints::<Self>(v)?;
-        if reply.len() != self.leases.len() {
-            return Err(unexpected::<Self>(format!("{reply:?} for {} acks", self.leases.len())));
-        }
-        reply
-            .into_iter()
-            .map(|n| AckOutcome::from_number(n).ok_or_else(|| unexpected::<Self>(format!("outcome {n}"))))
-            .collect()
+        each::<Self, _>(v, self.leases.len(), "acks", AckOutcome::from_number)
     }
 }

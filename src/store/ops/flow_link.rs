@@ -3,7 +3,7 @@
 
 use fred::prelude::Value;
 
-use super::{ints, numbered, unexpected, Op};
+use super::{each, numbered, Op};
 use crate::flow::wire::ParentLink;
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
@@ -50,13 +50,6 @@ impl Op for FlowLink<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        let reply = ints::<Self>(v)?;
-        if reply.len() != self.ids.len() {
-            return Err(unexpected::<Self>(format!("{reply:?} for {} children", self.ids.len())));
-        }
-        reply
-            .into_iter()
-            .map(|n| LinkStatus::from_number(n).ok_or_else(|| unexpected::<Self>(format!("status {n}"))))
-            .collect()
+        each::<Self, _>(v, self.ids.len(), "children", LinkStatus::from_number)
     }
 }

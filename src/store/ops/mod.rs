@@ -252,6 +252,19 @@ fn ints<O: Op>(v: Value) -> Result<Vec<i64>, Error> {
     array::<O>(v)?.iter().map(int::<O>).collect()
 }
 
+/// A reply of one numbered outcome per item, in order, read with `read`:
+/// exactly `items` of them, each of `what` (for the error).
+fn each<O: Op, T>(v: Value, items: usize, what: &str, read: impl Fn(i64) -> Option<T>) -> Result<Vec<T>, Error> {
+    let reply = ints::<O>(v)?;
+    if reply.len() != items {
+        return Err(unexpected::<O>(format!("{reply:?} for {items} {what}")));
+    }
+    reply
+        .into_iter()
+        .map(|n| read(n).ok_or_else(|| unexpected::<O>(format!("outcome {n}"))))
+        .collect()
+}
+
 /// A reply of counts.
 fn counts<O: Op>(v: Value) -> Result<Vec<u64>, Error> {
     ints::<O>(v)?

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{ints, ms, numbered, unexpected, Op};
+use super::{each, ms, numbered, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -89,13 +89,6 @@ impl Op for Notes<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        let reply = ints::<Self>(v)?;
-        if reply.len() != self.notes.len() {
-            return Err(unexpected::<Self>(format!("{reply:?} for {} notes", self.notes.len())));
-        }
-        reply
-            .into_iter()
-            .map(|n| Noted::from_number(n).ok_or_else(|| unexpected::<Self>(format!("outcome {n}"))))
-            .collect()
+        each::<Self, _>(v, self.notes.len(), "notes", Noted::from_number)
     }
 }
