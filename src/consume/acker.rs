@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -57,8 +57,9 @@ pub(crate) struct Acks {
     /// Acks waiting that are normal now: what the acker sends in
     /// [`ACK_WAIT`] at its recent rate, within `ACK_BATCH..=ACK_SLACK`.
     pub slack: Arc<AtomicUsize>,
-    /// Held by a relay of the shard's outbox while it runs: one at a time.
-    pub relaying: Arc<Mutex<()>>,
+    /// Asks the shard's relay task for a relay of its outbox; it runs one
+    /// at a time, and one asked for while one runs runs after it.
+    pub relay: mpsc::Sender<()>,
 }
 
 /// Starts the ack task of the shard with keys `k`, and its relay task;
@@ -67,33 +68,31 @@ pub(crate) struct Acks {
 pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (Acks, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let slack = Arc::new(AtomicUsize::new(ACK_SLACK));
-    let relaying = Arc::new(Mutex::new(()));
     // One relay asked for while one runs is enough: it reads the whole outbox.
     let (relay, asked) = mpsc::channel(1);
-    let relays = tokio::spawn(relay_when_asked(ctx.clone(), k.clone(), relaying.clone(), asked));
+    let relays = tokio::spawn(relay_when_asked(ctx.clone(), k.clone(), asked));
     let acker = Acker {
         ctx,
         k,
         slack: slack.clone(),
-        relay,
+        relay: relay.clone(),
         per_ms: 0.0,
     };
     let task = tokio::spawn(async move {
-        // Dropping the acker ends its relay task, after any relay asked for.
+        // With the acker and the loop gone, the relay task ends after any relay asked for.
         drop(batcher::run(acker, rx).await);
         let _ = relays.await;
     });
-    (Acks { tx, slack, relaying }, task)
+    (Acks { tx, slack, relay }, task)
 }
 
-/// Relays the shard's outbox each time an ack asks (it acked a flow's
-/// child), holding `relaying`; a failure leaves the entries for the loop's
-/// next tick, whose probe finds them.
-async fn relay_when_asked(ctx: Arc<Context>, k: Keys, relaying: Arc<Mutex<()>>, mut asked: mpsc::Receiver<()>) {
+/// Relays the shard's outbox each time it is asked: by an ack call that
+/// acked a flow's child, or by the loop's tick whose probe found entries.
+/// A failure leaves the entries for the next tick, whose probe finds them.
+async fn relay_when_asked(ctx: Arc<Context>, k: Keys, mut asked: mpsc::Receiver<()>) {
     while asked.recv().await.is_some() {
-        let _one = relaying.lock().await;
         if let Err(e) = crate::store::flows::relay::relay(&ctx.client, &k, ctx.settings.dead_letter_retention).await {
-            tracing::debug!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
+            tracing::warn!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
         }
     }
 }

@@ -181,10 +181,9 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         }
         if probed.relay {
             // Completions an acker left behind (it crashed, or its relay
-            // failed), and cancelled parents' children (docs/workflows.md);
-            // after any relay the acker's task runs.
-            let _one = shared.acks.relaying.lock().await;
-            crate::store::flows::relay::relay(&ctx.client, k, ctx.settings.dead_letter_retention).await?;
+            // failed), and cancelled parents' children (docs/workflows.md):
+            // the relay task runs it, beside the loop.
+            let _ = shared.acks.relay.try_send(());
         }
     }
     if now >= at.promote {
