@@ -128,9 +128,14 @@ impl Batcher for Acker {
             0.0 => rate,
             avg => (avg * 7.0 + rate) / 8.0,
         };
-        let slack = (self.per_ms * ACK_WAIT.as_secs_f64() * 1e3) as usize;
-        self.slack.store(slack.clamp(ACK_BATCH, ACK_SLACK), Ordering::Release);
+        self.slack.store(slack(self.per_ms), Ordering::Release);
     }
+}
+
+/// The acks that may wait when the acker sends `per_ms` a millisecond:
+/// those it sends in [`ACK_WAIT`], within `ACK_BATCH..=ACK_SLACK`.
+fn slack(per_ms: f64) -> usize {
+    ((per_ms * ACK_WAIT.as_micros() as f64 / 1e3) as usize).clamp(ACK_BATCH, ACK_SLACK)
 }
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
@@ -216,5 +221,17 @@ fn report(ctx: &Context, item: &AckItem, outcome: AckOutcome, sent: Instant) {
         );
         ctx.meters.lease_lost.increment(1);
         events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slack_is_what_the_acker_sends_in_ack_wait() {
+        assert_eq!(slack(0.0), ACK_BATCH, "never less than a batch");
+        assert_eq!(slack(100.0), 200, "100 acks a ms wait 2 ms at most");
+        assert_eq!(slack(10_000.0), ACK_SLACK, "never more than the count bound");
     }
 }

@@ -2,8 +2,9 @@
 //! to the parents' slots, at least once. A child's ack, death or cancel
 //! records its completion in its own queue's outbox in the same script;
 //! `flow_complete` on the parent's slot is idempotent, so no script ever
-//! spans two slots. Run after the acker's acks, on the loop's tick when
-//! the probe finds entries, and after a cancel.
+//! spans two slots. Run by a consumer's relay task (one per shard) when
+//! its acks acked children or its loop's probe finds entries, and after a
+//! cancel.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
