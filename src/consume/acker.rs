@@ -55,7 +55,8 @@ pub(crate) struct AckItem {
 pub(crate) struct Acks {
     pub tx: mpsc::UnboundedSender<AckItem>,
     /// Acks waiting that are normal now: what the acker sends in
-    /// [`ACK_WAIT`] at its recent rate, within `ACK_BATCH..=ACK_SLACK`.
+    /// [`ACK_WAIT`] at the rate of its recent full calls, within
+    /// `ACK_BATCH..=ACK_SLACK`.
     pub slack: Arc<AtomicUsize>,
     /// Asks the shard's relay task for a relay of its outbox; it runs one
     /// at a time, and one asked for while one runs runs after it.
@@ -104,7 +105,7 @@ struct Acker {
     slack: Arc<AtomicUsize>,
     /// Asks the relay task for a relay.
     relay: mpsc::Sender<()>,
-    /// Acks sent per ms, averaged over recent calls.
+    /// Acks sent per ms, averaged over recent full calls.
     per_ms: f64,
 }
 
@@ -122,6 +123,11 @@ impl Batcher for Acker {
         if flush(&self.ctx, &self.k, batch).await {
             // Full or not, the relay task reads the whole outbox.
             let _ = self.relay.try_send(());
+        }
+        // Only a full batch tells what the acker can send: a smaller one
+        // says how fast acks came, and would hold claims back for nothing.
+        if n < ACK_BATCH {
+            return;
         }
         let rate = n as f64 / sent.elapsed().as_secs_f64().max(1e-6) / 1e3;
         self.per_ms = match self.per_ms {
