@@ -93,6 +93,9 @@ mod schedule;
 mod scribe;
 mod status;
 mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 #[cfg(feature = "web")]
 #[cfg_attr(docsrs, doc(cfg(feature = "web")))]
 pub mod web;
@@ -181,5 +184,7 @@ mod doc_pages {
         Scaling = "../docs/scaling.md";
         #[cfg(feature = "web")]
         Web = "../docs/web.md";
+        #[cfg(feature = "testing")]
+        Testing = "../docs/testing.md";
     }
 }
