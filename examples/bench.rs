@@ -9,7 +9,7 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,fanin,results,progress,scriptcpu`
+//! Options: `--only w1,w2,w3,w4,compare,batch,featurecost,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,fanin,results,progress,scriptcpu`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `results`, consume with handlers returning no result against 100-byte results,
 //! `progress`, consume with no-op handlers against handlers writing one
@@ -26,6 +26,10 @@
 //! a parent's last child's ack to its delivery, `fanin`, one parent of
 //! 10,000 children, the time from its last child's handler end to its
 //! delivery, beside a plain queue's consume of as many messages,
+//! `featurecost`, what each feature costs per message when used: send
+//! (`send_batch`) and consume (concurrency 16) of `--n` messages per
+//! feature in interleaved rounds, Redis CPU µs and commands per message,
+//! and consume's rate against plain messages',
 //! `scriptcpu`, Redis's time per call of each hot script (send, promote,
 //! claim, ack, nack, note) over `--n` messages, from SLOWLOG,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
@@ -1128,6 +1132,10 @@ async fn main() -> Res<()> {
         emit("unique_for", unique(&client, &tag, o.n, o.rounds).await?);
         cleanup(&client).await?;
     }
+    if on("featurecost") {
+        emit("feature_cost", feature_cost(&client, &tag, o.n, o.rounds).await?);
+        cleanup(&client).await?;
+    }
     if on("idle") {
         for &n in &o.idle {
             emit("idle", idle(&client, &url, n, &o.idle_as).await?);
@@ -2124,4 +2132,96 @@ async fn flows(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Val
         "last_child_ack_to_parent_ms": {"n": waits.len(), "p50": r(percentile(&waits, 0.5)), "p99": r(percentile(&waits, 0.99)), "max": r(percentile(&waits, 1.0))},
         "wide_100000": {"per_s": wide_per_s, "send_per_s": wide_send, "last_child_to_parent_ms": wide_wait.first().copied().map(r)},
     }))
+}
+
+/// The features of [`feature_cost`], each a message of `i` and a handler.
+const FEATURES: [&str; 8] = [
+    "plain",
+    "delay",
+    "priority",
+    "group_1",
+    "group_100",
+    "unique_for",
+    "result",
+    "progress_log",
+];
+
+/// featurecost: per feature, `n` messages sent with `send_batch` and
+/// consumed at concurrency 16, `rounds` times in turn; medians of Redis
+/// CPU µs per message (send and consume apart), commands per message and
+/// the consume rate over plain's.
+async fn feature_cost(client: &Client, tag: &str, n: usize, rounds: usize) -> Res<serde_json::Value> {
+    let mut figures: Vec<[Vec<f64>; 5]> = FEATURES.iter().map(|_| Default::default()).collect();
+    for round in 0..rounds {
+        for (f, feature) in FEATURES.iter().enumerate() {
+            let q = queue(client, &format!("{tag}-fc{round}{feature}"), |b| b.concurrency(16))?;
+            let msg = |i: usize| {
+                let m = NewMessage::new(&PAYLOAD);
+                match *feature {
+                    "delay" => m.delay(Duration::from_millis(1)),
+                    "priority" => m.priority((i % 4) as u8),
+                    "group_1" => m.group("g"),
+                    "group_100" => m.group(format!("g{}", i % 100)),
+                    "unique_for" => m.id(format!("{tag}-{round}-{i}")).unique_for(HOUR),
+                    _ => m,
+                }
+            };
+            let (cpu, cmds) = (redis_cpu(client).await?, commands(client).await?.0);
+            for start in (0..n).step_by(10_000) {
+                for r in q.send_batch((start..n.min(start + 10_000)).map(msg)).await? {
+                    r?;
+                }
+            }
+            let send_us = (redis_cpu(client).await? - cpu) * 1e6 / n as f64;
+            let cmds_mid = commands(client).await?.0;
+            let result = *feature == "result";
+            let notes = *feature == "progress_log";
+            let consumer_q = q.clone();
+            let (per_s, consume_us, _, _) = consume_by(&q, client, n, |count| async move {
+                consumer_q
+                    .start_consume(move |m: Message| {
+                        let count = count.clone();
+                        async move {
+                            if notes {
+                                m.progress(50).await?;
+                                m.log("half way").await?;
+                            }
+                            if result {
+                                m.set_result(&PAYLOAD[..])?;
+                            }
+                            count.fetch_add(1, Ordering::Relaxed);
+                            Ok::<(), HandlerError>(())
+                        }
+                    })
+                    .await
+            })
+            .await?;
+            let end = commands(client).await?.0;
+            let per = |x: f64| x / n as f64;
+            for (v, x) in
+                figures[f]
+                    .iter_mut()
+                    .zip([send_us, consume_us, per(cmds_mid - cmds), per(end - cmds_mid), per_s])
+            {
+                v.push(x);
+            }
+            cleanup(client).await?;
+        }
+    }
+    let plain_rate = median(figures[0][4].clone());
+    let r = |x: f64| (x * 100.0).round() / 100.0;
+    let mut out = serde_json::Map::new();
+    for (feature, f) in FEATURES.iter().zip(figures) {
+        let [send_us, consume_us, send_cmds, consume_cmds, per_s] = f;
+        let per_s = median(per_s);
+        out.insert(
+            feature.to_string(),
+            json!({"send_redis_us_per_msg": r(median(send_us)), "consume_redis_us_per_msg": r(median(consume_us)),
+                "send_commands_per_msg": r(median(send_cmds)), "consume_commands_per_msg": r(median(consume_cmds)),
+                "consume_per_s": per_s, "consume_to_plain": r(per_s / plain_rate)}),
+        );
+    }
+    Ok(
+        json!({"n": n, "rounds": rounds, "load": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(), "features": out}),
+    )
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use delayqueue::{DelayQueue, HandlerError, Json, Message, MessageId};
+use delayqueue::{DelayQueue, Handler, HandlerError, Json, Message, MessageId};
 use serde::{Deserialize, Serialize};
 
 const ORDERS: u64 = 300;
@@ -36,6 +36,27 @@ fn mix(x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The handler: closes an order, and counts it and how late it was.
+#[derive(Default)]
+struct Closer {
+    closed: Arc<AtomicU64>,
+    /// Per closed order, ms after its due time.
+    lateness: Arc<Mutex<Vec<i64>>>,
+}
+
+#[delayqueue::async_trait]
+impl Handler for Closer {
+    async fn handle(&self, msg: Message) -> Result<(), HandlerError> {
+        let order: CloseOrder = msg.json()?;
+        self.lateness
+            .lock()
+            .unwrap()
+            .push(now_ms() as i64 - order.due_ms as i64);
+        self.closed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
@@ -43,20 +64,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let queue = DelayQueue::builder("demo:orders", client).concurrency(8).build()?;
     println!("delayqueue demo on {url}: {ORDERS} orders, each closed 1-5 s after it is placed unless paid");
 
-    let closed = Arc::new(AtomicU64::new(0));
-    let lateness = Arc::new(Mutex::new(Vec::new()));
-    let (c, l) = (closed.clone(), lateness.clone());
-    let consumer = queue
-        .start_consume(move |msg: Message| {
-            let (c, l) = (c.clone(), l.clone());
-            async move {
-                let order: CloseOrder = msg.json()?;
-                l.lock().unwrap().push(now_ms() as i64 - order.due_ms as i64);
-                c.fetch_add(1, Ordering::Relaxed);
-                Ok::<(), HandlerError>(())
-            }
-        })
-        .await?;
+    let closer = Closer::default();
+    let (closed, lateness) = (closer.closed.clone(), closer.lateness.clone());
+    let consumer = queue.start_consume(closer).await?;
 
     let mut placed: Vec<(u64, MessageId)> = Vec::new();
     for order_id in 1..=ORDERS {
@@ -121,4 +131,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("not every unpaid order was closed".into());
     }
     Ok(())
+}
+
+/// The handler's unit tests, with the testing kit (docs/testing.md): no
+/// Redis needed. `cargo test --features testing --example demo`.
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use delayqueue::testing::{TestMessage, Verdict};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_order_is_closed_and_counted() {
+        let closer = Closer::default();
+        let order = Json(CloseOrder {
+            order_id: 7,
+            due_ms: now_ms(),
+        });
+        let handled = TestMessage::new(order).id("order-7").run(&closer).await.unwrap();
+        assert_eq!(handled.verdict, Verdict::Acked);
+        assert_eq!(closer.closed.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_payload_that_is_no_order_is_retried_then_dead() {
+        let closer = Closer::default();
+        let first = TestMessage::new("not json").run(&closer).await.unwrap();
+        assert!(matches!(first.verdict, Verdict::Retry { .. }), "{first:?}");
+        let last = TestMessage::new("not json")
+            .retry_count(3)
+            .attempt(4)
+            .run(&closer)
+            .await
+            .unwrap();
+        assert!(matches!(last.verdict, Verdict::Dead { .. }), "{last:?}");
+        assert_eq!(closer.closed.load(Ordering::Relaxed), 0);
+    }
 }

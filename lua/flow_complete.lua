@@ -11,11 +11,11 @@ parent a dead letter with reason "child <queue>/<id> dead" (or
 waiting, into the dead zset, its payload kept for the retention, its set
 of children to wait for deleted; its children hash (that child's outcome
 included) stays until the dead letter is requeued and acked, or deleted
-(flow_done in include/flows.lua). Under 'r' (a batch's on_success) such a
+(flow_done in include/flows.lua). Under 'r' (a cohort's on_success) such a
 child removes the parent: its payload and keys are deleted. Sets and
 hashes that grow with the children go by UNLINK, which frees a big one
 off Redis's main thread. Outcome 'o'
-is a batch's close: its member (the parent's own base and an empty id)
+is a cohort's close: its member (the parent's own base and an empty id)
 leaves the set, nothing is recorded. A parent whose set is empty goes to
 pending, due at its own due time or now, whichever is later. A parent made
 a dead letter or removed is a child that finished for its own parents:

@@ -10,7 +10,7 @@ duplicate writes nothing: given its payload key, a parent already live
 (stored and no dead letter, whose payload alone has a TTL: bury in
 include/finish.lua), which send.lua will refuse, gets no child added; the
 children its set holds are those the first send may not have linked yet
-(a re-send after a failed one links them). Without it (a batch's member
+(a re-send after a failed one links them). Without it (a cohort's member
 joining its live callbacks) the children are added whatever the
 parent's state.
 

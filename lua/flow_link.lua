@@ -10,7 +10,7 @@ ARGV[1] msg key prefix
 ARGV[2] the link: "<policy> <parent's queue base> <parent id>", policy
 'f' (a dead child fails the parent), 'i' (ignored), 'w' (the parent
 waits for it to be requeued and finish) or 'r' (a dead child removes the
-parent: a batch's on_success)
+parent: a cohort's on_success)
 ARGV[3..] child ids (1 to 1000)
 Returns one status per child: 1 linked (live, or dead under 'w'), 2 dead
 (not linked: the parent takes it as dead), 0 not stored (finished or

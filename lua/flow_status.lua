@@ -1,12 +1,12 @@
 #!lua flags=no-writes
 --[[ flow_status: read-only: where a parent's children stand, taken atomically
-What a batch's status (docs/workflows.md, Batches) reads of its callback,
+What a cohort's status (docs/workflows.md, Cohorts) reads of its callback,
 a parent: whether it still waits, how many children it still waits for,
-how many finished each way, and whether its batch is still open.
+how many finished each way, and whether its cohort is still open.
 
 KEYS[1] waiting zset
 ARGV[1] msg key prefix   ARGV[2] parent id
-ARGV[3] the member that keeps it open ("<base> ", a batch's, '' none)
+ARGV[3] the member that keeps it open ("<base> ", a cohort's, '' none)
 Returns {waiting (1 or 0), stored (1 if its payload exists), children
 left (the open member not counted), acked, dead, cancelled, open (1 or 0)}.
 Its deps set, children hash and payload are built, not declared: one

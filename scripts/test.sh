@@ -57,5 +57,6 @@ bash scripts/test-producers.sh
 # --features tls: the TLS test (tests/tls.rs) needs fred's rustls backend;
 # --features cli: the CLI and its end-to-end tests (tests/cli.rs);
 # --features otel: trace context in headers (tests/otel.rs);
+# --features testing: the testing kit (tests/testing_kit.rs, docs/testing.md);
 # --workspace: also the test harness's own tests (crate delayqueue-test-support).
-cargo test --workspace --features cli,tls,otel "$@"
+cargo test --workspace --features cli,tls,otel,testing "$@"

@@ -39,7 +39,7 @@ fn roles() -> Vec<Role> {
         // send (with after: flow_deps, flow_link, flow_complete), cancel
         // (and the relay it runs: outbox, cancel, flow_complete),
         // reschedule, a duplicate's check (get), result and wait_result
-        // (wait), batch_status (flow_status).
+        // (wait), cohort_status (flow_status).
         scripts: vec![
             &s::SEND,
             &s::CANCEL,
@@ -87,7 +87,7 @@ fn roles() -> Vec<Role> {
     let cli = Role {
         user: "orders-cli",
         // Reads only: stats, check (scan, inspect), list, show (get, walk),
-        // a batch's or flow's status.
+        // a cohort's or flow's status.
         scripts: vec![
             &s::STATS,
             &s::SCAN,

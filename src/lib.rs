@@ -93,6 +93,9 @@ mod schedule;
 mod scribe;
 mod status;
 mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 #[cfg(feature = "web")]
 #[cfg_attr(docsrs, doc(cfg(feature = "web")))]
 pub mod web;
@@ -120,10 +123,12 @@ pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Batch, BatchBuilder, BatchStatus, Browse, ConsumeBatch, DelayQueue,
-    DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, BATCH_HEADER,
+    find_queues, recorded_shards, Anomaly, Browse, Cohort, CohortBuilder, CohortStatus, ConsumeBatch, DelayQueue,
+    DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, COHORT_HEADER,
     MAX_SCAN,
 };
+#[allow(deprecated)]
+pub use queue::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,
 };
@@ -179,5 +184,7 @@ mod doc_pages {
         Scaling = "../docs/scaling.md";
         #[cfg(feature = "web")]
         Web = "../docs/web.md";
+        #[cfg(feature = "testing")]
+        Testing = "../docs/testing.md";
     }
 }

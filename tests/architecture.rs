@@ -18,6 +18,7 @@ use std::path::Path;
 /// may use only other leaves.
 const LAYERS: &[(&str, &[&str])] = &[
     ("web", &["web", "queue"]),
+    ("testing", &["testing", "queue", "consume"]),
     ("queue", &["queue", "consume", "store"]),
     ("consume", &["consume", "store"]),
     ("store", &["store"]),

@@ -221,14 +221,14 @@ async fn a_tree_stops_at_its_node_bound() {
     assert!(unlisted.iter().all(|m| m.unfinished == 50 && m.next.is_some()));
 }
 
-/// A batch's member is a child of both callbacks: the tree follows the
-/// first and names the other; an open batch's close is no child.
+/// A cohort's member is a child of both callbacks: the tree follows the
+/// first and names the other; an open cohort's close is no child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_member_shows_both_callbacks_and_the_open_batch_counts_its_members_only() {
+async fn a_cohort_member_shows_both_callbacks_and_the_open_cohort_counts_its_members_only() {
     let (_server, _client, qs) = start_queues(&["imports"], FETCH).await;
     let q = &qs[0];
-    let batch = q
-        .batch()
+    let cohort = q
+        .cohort()
         .id("import-7")
         .on_complete(NewMessage::new("finished"))
         .on_success(NewMessage::new("succeeded"))
@@ -236,7 +236,7 @@ async fn a_batch_member_shows_both_callbacks_and_the_open_batch_counts_its_membe
         .await
         .unwrap();
     for row in ["row-1", "row-2"] {
-        batch.send(NewMessage::new("row").id(row).delay(HOUR)).await.unwrap();
+        cohort.send(NewMessage::new("row").id(row).delay(HOUR)).await.unwrap();
     }
     let tree = q.flow("row-1").await.unwrap().unwrap();
     let mut parents: Vec<_> = tree.parents.iter().map(|p| (p.id.to_string(), p.policy)).collect();

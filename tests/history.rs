@@ -4,7 +4,7 @@
 //! reschedules and requeues, two or three consumers with random handler
 //! outcomes, and random faults; and, by feature, schedule changes, queue
 //! limits, queue pauses, priorities, headers, groups, and flows and
-//! batches. Records the whole history
+//! cohorts. Records the whole history
 //! and checks it against the model in `tests/support/history_model.rs`
 //! (crate `delayqueue-test-support`, whose unit tests show each rule), along
 //! the way and at the end.
@@ -85,11 +85,11 @@
 //!     and `start-order` judge ungrouped messages only (see the model's
 //!     `check_start_order`).
 //!
-//!   - `flows`: flows and batches (docs/workflows.md) across two queues
+//!   - `flows`: flows and cohorts (docs/workflows.md) across two queues
 //!     of their own (`FLOW_QUEUES`, so that the main queue's queue-wide
 //!     rules and totals stay its own), consumed by every consumer on its
 //!     runtime: a `Flow` of up to three levels, a parent sent with
-//!     `after` for messages sent before, a batch with `on_complete`
+//!     `after` for messages sent before, a cohort with `on_complete`
 //!     and/or `on_success` and one to four members, closed; each parent
 //!     with a random `ChildPolicy`, each message with a retry count of
 //!     0-2, so that children die. Handlers write progress and a log line,
@@ -98,13 +98,13 @@
 //!     again once the message is acked; most crashes come right after
 //!     a flow message's handler returned `Ok` (between its ack and its
 //!     relay, some of them). Rules `flow-early` (no parent leased before
-//!     a child finished, nor a callback before its batch's close),
+//!     a child finished, nor a callback before its cohort's close),
 //!     `note-unfenced` (a write after the ack is rejected with
 //!     `LeaseLost`), `children-results` (a parent reads its children's
 //!     results as they returned them), the per-message rules of
 //!     `check_deliveries`; once
 //!     the flow queues drained, `flow-stuck` (a parent whose children all
-//!     finished ran), `flow-policy` and `batch-success` (a dead or
+//!     finished ran), `flow-policy` and `cohort-success` (a dead or
 //!     removed child did what the policy says: see the model's
 //!     `check_flow_final`); then their dead letters are requeued until
 //!     all ran, and `results-kept` (every result read back is one an `Ok`
@@ -298,7 +298,7 @@ enum Feature {
     /// Sends with a group of `GROUPS`, some ordered, each with a
     /// concurrency (docs/groups.md).
     Groups,
-    /// Flows and batches across the two `FLOW_QUEUES` (docs/workflows.md),
+    /// Flows and cohorts across the two `FLOW_QUEUES` (docs/workflows.md),
     /// with results, progress and logs.
     Flows,
 }
@@ -313,7 +313,7 @@ const FEATURES: [(&str, Feature); 7] = [
     ("flows", Feature::Flows),
 ];
 
-/// The queues of flows and batches, apart from `QUEUE` so that its
+/// The queues of flows and cohorts, apart from `QUEUE` so that its
 /// queue-wide rules and totals stay its own: each flow spreads over both.
 const FLOW_QUEUES: [&str; 2] = ["flow_a", "flow_b"];
 /// The id prefix of a flow child that dies at its first delivery, sent
@@ -1563,7 +1563,7 @@ impl Producer {
         flow
     }
 
-    /// One flow, `after` or batch (docs/workflows.md) across the flow
+    /// One flow, `after` or cohort (docs/workflows.md) across the flow
     /// queues, each call repeated until it answered (a repeat is
     /// idempotent).
     async fn flow_op(&mut self, rng: &mut Rng) {
@@ -1608,13 +1608,13 @@ impl Producer {
                 let answered = until_answered(send).await;
                 self.push_flow(vec![(q, id, "after", children, policy)], &answered);
             }
-            _ => self.batch_op(rng).await,
+            _ => self.cohort_op(rng).await,
         }
     }
 
-    /// A batch in a random flow queue: `on_complete`, `on_success` or
+    /// A cohort in a random flow queue: `on_complete`, `on_success` or
     /// both, one to four members across the flow queues, then closed.
-    async fn batch_op(&mut self, rng: &mut Rng) {
+    async fn cohort_op(&mut self, rng: &mut Rng) {
         let q = rng.below(FLOW_QUEUES.len() as u64) as usize;
         let bid = format!("b-{}", self.payload());
         let wanted = match rng.below(3) {
@@ -1624,7 +1624,7 @@ impl Producer {
         };
         let queue = self.flow_queues[q].clone();
         let open = || {
-            let mut b = queue.batch().id(bid.as_str());
+            let mut b = queue.cohort().id(bid.as_str());
             for kind in &wanted {
                 let msg = NewMessage::new(format!("{bid}:{kind}")).retry_count(callback_retries(kind));
                 b = if *kind == "complete" {
@@ -1636,12 +1636,12 @@ impl Producer {
             b.open()
         };
         let (opened, start, ..) = until_answered(open).await;
-        let (batch, mut result) = match opened {
+        let (cohort, mut result) = match opened {
             Ok(b) => (Some(b), Ok(())),
             Err(e) => (None, Err(e)),
         };
         let mut members = Vec::new();
-        if let Some(batch) = &batch {
+        if let Some(cohort) = &cohort {
             for _ in 0..rng.range(1, 4) {
                 let (mq, id, retry_count, delay) = self.flow_spec(rng, "m");
                 let member_queue = &self.flow_queues[mq];
@@ -1650,7 +1650,7 @@ impl Producer {
                         .id(id.as_str())
                         .retry_count(retry_count)
                         .delay(delay);
-                    batch.send_to(member_queue, msg).await
+                    cohort.send_to(member_queue, msg).await
                 };
                 let answered = until_answered(send).await;
                 self.push_flow(
@@ -1665,8 +1665,8 @@ impl Producer {
         }
         // Sometimes a while after the members: some finish before the close.
         tokio::time::sleep(Duration::from_millis(rng.range(0, 200))).await;
-        let closed = match &batch {
-            Some(batch) => until_answered(|| batch.close()).await,
+        let closed = match &cohort {
+            Some(cohort) => until_answered(|| cohort.close()).await,
             None => (Err("not opened".into()), Instant::now(), wall_us(), wall_us()),
         };
         let mut h = self.history.lock().unwrap();
@@ -1757,7 +1757,7 @@ fn policy_name(p: ChildPolicy) -> &'static str {
     }
 }
 
-/// A batch callback's retry count: fixed, so that a repeated open builds
+/// A cohort callback's retry count: fixed, so that a repeated open builds
 /// the same callbacks.
 fn callback_retries(kind: &str) -> u32 {
     u32::from(kind == "complete")

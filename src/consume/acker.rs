@@ -2,13 +2,9 @@
 //! sends whatever has piled up as a single `ack` script call (see
 //! `batcher.rs`). Fencing is per id inside the script.
 //!
-//! An ack should reach Redis within a few ms under load too (a flow's
-//! parent, or a `wait_result` caller, waits on it): the consumer claims
-//! less while more acks wait than the acker sends in [`ACK_WAIT`], and the
-//! relay of flow completions runs beside the acks, in a task of its own,
-//! rather than between two ack calls.
+//! The relay of flow completions runs beside the acks, in a task of its
+//! own, rather than between two ack calls: an ack never waits for a relay.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,11 +31,6 @@ const ACK_BYTES: usize = 1 << 20;
 /// connection. More means acks fall behind the handlers.
 pub(crate) const ACK_SLACK: usize = 4 * ACK_BATCH;
 
-/// How long an ack may wait to be sent under load: the consumer claims
-/// less while more acks wait than the acker sends in this time (but never
-/// holds back for fewer than [`ACK_BATCH`], nor allows more than [`ACK_SLACK`]).
-const ACK_WAIT: Duration = Duration::from_millis(2);
-
 /// One successful delivery to acknowledge.
 pub(crate) struct AckItem {
     /// Its lease fences the ack; after its deadline a retry is pointless.
@@ -47,17 +38,13 @@ pub(crate) struct AckItem {
     /// Its result, and whether it wrote progress or log lines.
     pub kept: Kept,
     /// Dropped once the ack is sent or given up: the consumer counts acks
-    /// not yet sent, and claims less while more than its slack wait.
+    /// not yet sent, and claims less while more than [`ACK_SLACK`] wait.
     pub _acking: Box<dyn Send>,
 }
 
 /// A shard's ack task, as the consumer sees it.
 pub(crate) struct Acks {
     pub tx: mpsc::UnboundedSender<AckItem>,
-    /// Acks waiting that are normal now: what the acker sends in
-    /// [`ACK_WAIT`] at the rate of its recent full calls, within
-    /// `ACK_BATCH..=ACK_SLACK`.
-    pub slack: Arc<AtomicUsize>,
     /// Asks the shard's relay task for a relay of its outbox; it runs one
     /// at a time, and one asked for while one runs runs after it.
     pub relay: mpsc::Sender<()>,
@@ -68,23 +55,20 @@ pub(crate) struct Acks {
 /// relay asked for has run.
 pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (Acks, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let slack = Arc::new(AtomicUsize::new(ACK_SLACK));
     // One relay asked for while one runs is enough: it reads the whole outbox.
     let (relay, asked) = mpsc::channel(1);
     let relays = tokio::spawn(relay_when_asked(ctx.clone(), k.clone(), asked));
     let acker = Acker {
         ctx,
         k,
-        slack: slack.clone(),
         relay: relay.clone(),
-        per_ms: 0.0,
     };
     let task = tokio::spawn(async move {
         // With the acker and the loop gone, the relay task ends after any relay asked for.
         drop(batcher::run(acker, rx).await);
         let _ = relays.await;
     });
-    (Acks { tx, slack, relay }, task)
+    (Acks { tx, relay }, task)
 }
 
 /// Relays the shard's outbox each time it is asked: by an ack call that
@@ -102,11 +86,8 @@ async fn relay_when_asked(ctx: Arc<Context>, k: Keys, mut asked: mpsc::Receiver<
 struct Acker {
     ctx: Arc<Context>,
     k: Keys,
-    slack: Arc<AtomicUsize>,
     /// Asks the relay task for a relay.
     relay: mpsc::Sender<()>,
-    /// Acks sent per ms, averaged over recent full calls.
-    per_ms: f64,
 }
 
 impl Batcher for Acker {
@@ -119,29 +100,11 @@ impl Batcher for Acker {
     }
 
     async fn send(&mut self, batch: &mut Vec<AckItem>) {
-        let (sent, n) = (Instant::now(), batch.len());
         if flush(&self.ctx, &self.k, batch).await {
             // Full or not, the relay task reads the whole outbox.
             let _ = self.relay.try_send(());
         }
-        // Only a full batch tells what the acker can send: a smaller one
-        // says how fast acks came, and would hold claims back for nothing.
-        if n < ACK_BATCH {
-            return;
-        }
-        let rate = n as f64 / sent.elapsed().as_secs_f64().max(1e-6) / 1e3;
-        self.per_ms = match self.per_ms {
-            0.0 => rate,
-            avg => (avg * 7.0 + rate) / 8.0,
-        };
-        self.slack.store(slack(self.per_ms), Ordering::Release);
     }
-}
-
-/// The acks that may wait when the acker sends `per_ms` a millisecond:
-/// those it sends in [`ACK_WAIT`], within `ACK_BATCH..=ACK_SLACK`.
-fn slack(per_ms: f64) -> usize {
-    ((per_ms * ACK_WAIT.as_micros() as f64 / 1e3) as usize).clamp(ACK_BATCH, ACK_SLACK)
 }
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
@@ -227,17 +190,5 @@ fn report(ctx: &Context, item: &AckItem, outcome: AckOutcome, sent: Instant) {
         );
         ctx.meters.lease_lost.increment(1);
         events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_slack_is_what_the_acker_sends_in_ack_wait() {
-        assert_eq!(slack(0.0), ACK_BATCH, "never less than a batch");
-        assert_eq!(slack(100.0), 200, "100 acks a ms wait 2 ms at most");
-        assert_eq!(slack(10_000.0), ACK_SLACK, "never more than the count bound");
     }
 }

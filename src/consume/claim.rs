@@ -40,8 +40,6 @@ pub(crate) struct Load {
     pub shard_in_flight: usize,
     /// This shard's finished deliveries whose ack is not sent yet.
     pub acking: usize,
-    /// How many of those are normal now (the acker's slack).
-    pub ack_slack: usize,
     /// Recent handler run time in microseconds; 0 before the first run ends.
     pub avg_handler_us: u64,
 }
@@ -57,7 +55,6 @@ impl Default for Load {
             queue_in_flight: 0,
             shard_in_flight: 0,
             acking: 0,
-            ack_slack: ACK_SLACK,
             avg_handler_us: 0,
         }
     }
@@ -76,7 +73,6 @@ impl Load {
             queue_in_flight: pool.lanes[shared.lane].in_flight.load(Ordering::Acquire),
             shard_in_flight: shared.in_flight.load(Ordering::Acquire),
             acking: shared.acking.load(Ordering::Acquire),
-            ack_slack: shared.acks.slack.load(Ordering::Acquire),
             avg_handler_us: pool.avg_handler_us(),
         }
     }
@@ -101,9 +97,8 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
     let share = part.div_ceil(load.shards).max(settings.concurrency.min(part));
     let mine = share.saturating_sub(load.shard_in_flight);
     // Acks that fall behind (Redis slower than the handlers) hold back
-    // claims, or they would wait long to be sent (a flow's parent waits
-    // on them) and their leases could run out meanwhile.
-    let lagging = load.acking.saturating_sub(load.ack_slack);
+    // claims, or their leases would run out while they wait to be sent.
+    let lagging = load.acking.saturating_sub(ACK_SLACK);
     limit
         .saturating_sub(load.in_flight + lagging)
         .min(queue)
@@ -260,12 +255,6 @@ mod tests {
         assert_eq!(claim_capacity(&s, &lagging), 53);
         let at_slack = Load { acking: ACK_SLACK, ..b };
         assert_eq!(claim_capacity(&s, &at_slack), 56);
-        // A slower acker's slack is smaller: the same acks hold claims back.
-        let slow = Load {
-            ack_slack: ACK_SLACK - 10,
-            ..at_slack
-        };
-        assert_eq!(claim_capacity(&s, &slow), 46);
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub enum ChildPolicy {
     /// finish that child any more).
     Wait,
     /// The parent is deleted, not kept as a dead letter: it was to run
-    /// only if every child succeeded (a batch's
-    /// [`on_success`](crate::BatchBuilder::on_success)).
+    /// only if every child succeeded (a cohort's
+    /// [`on_success`](crate::CohortBuilder::on_success)).
     Remove,
 }
 
@@ -182,7 +182,7 @@ pub struct FlowTree {
     /// The message asked for; somewhere in the tree.
     pub id: MessageId,
     /// Its parents, as its links name them: none for a root, several for
-    /// a child of several parents (a batch's member).
+    /// a child of several parents (a cohort's member).
     pub parents: Vec<FlowParent>,
     /// The way up: its first parent, that parent's first parent, and so
     /// on to the root (the last); at most [`MAX_FLOW_DEPTH`](crate::MAX_FLOW_DEPTH).

@@ -22,14 +22,14 @@ impl ChildRef {
         }
     }
 
-    /// The member that keeps a batch's callback waiting until the batch
+    /// The member that keeps a cohort's callback waiting until the cohort
     /// is closed: the callback's own base and an empty id, no message.
-    pub(crate) fn batch_open(base: impl Into<String>) -> Self {
+    pub(crate) fn cohort_open(base: impl Into<String>) -> Self {
         ChildRef::new(base, "")
     }
 
-    /// Whether it is a batch's open member, which no link names.
-    pub(crate) fn is_batch_open(&self) -> bool {
+    /// Whether it is a cohort's open member, which no link names.
+    pub(crate) fn is_cohort_open(&self) -> bool {
         self.id.is_empty()
     }
 
@@ -39,7 +39,7 @@ impl ChildRef {
     }
 
     /// The base and id of a member; `None` for a children hash's counts
-    /// (`" a"`) and a batch's open member (an empty id).
+    /// (`" a"`) and a cohort's open member (an empty id).
     pub(crate) fn parse(member: &[u8]) -> Option<(&str, &str)> {
         let member = std::str::from_utf8(member).ok()?;
         member
@@ -82,7 +82,7 @@ pub(crate) enum Outcome {
     Dead,
     /// Cancelled or deleted.
     Cancelled,
-    /// A batch's close: its open member leaves the callback's set.
+    /// A cohort's close: its open member leaves the callback's set.
     Closed,
 }
 
@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(ChildRef::parse(b"dq:{b}: "), None);
         let child = ChildRef::new("dq:{mail}:", "m-1");
         assert_eq!(ChildRef::parse(child.member().as_bytes()), Some(("dq:{mail}:", "m-1")));
-        assert_eq!(ChildRef::batch_open("dq:{b}:").member(), "dq:{b}: ");
+        assert_eq!(ChildRef::cohort_open("dq:{b}:").member(), "dq:{b}: ");
         for o in Outcome::ALL {
             assert_eq!(Outcome::of_letter(&o.letter().to_string()), Some(o));
         }

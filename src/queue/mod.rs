@@ -28,7 +28,9 @@ pub(crate) use config::Config;
 pub use consume_batch::ConsumeBatch;
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
-pub use flows::batches::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
+#[allow(deprecated)]
+pub use flows::cohorts::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
+pub use flows::cohorts::{Cohort, CohortBuilder, CohortStatus, COHORT_HEADER};
 pub use flows::Flow;
 pub use integrity::{Anomaly, IntegrityReport};
 pub use send::{NewMessage, Sent};

@@ -192,11 +192,11 @@ impl Keys {
         format!("{}children:{id}", self.base)
     }
 
-    /// The member of a batch callback's `deps` set that keeps it waiting
-    /// while its batch is open (docs/workflows.md): the shard's own base
+    /// The member of a cohort callback's `deps` set that keeps it waiting
+    /// while its cohort is open (docs/workflows.md): the shard's own base
     /// and an empty id, which no message has.
-    pub(crate) fn open_batch_member(&self) -> crate::flow::wire::ChildRef {
-        crate::flow::wire::ChildRef::batch_open(&self.base)
+    pub(crate) fn open_cohort_member(&self) -> crate::flow::wire::ChildRef {
+        crate::flow::wire::ChildRef::cohort_open(&self.base)
     }
 
     /// The links of the shard's children to their parents.

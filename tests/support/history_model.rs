@@ -6,7 +6,7 @@
 //! saw (id, attempt, start, end, outcome), every `LeaseLost` event and every
 //! fault it injected. [`check`] replays that history and returns each broken
 //! rule with the history lines of the message it is about. The rules of
-//! flows and batches, on the run's two flow queues, are in `flows`.
+//! flows and cohorts, on the run's two flow queues, are in `flows`.
 //!
 //! Std and `delayqueue`-free on purpose (ids and payloads are strings), so
 //! the rules read without the machinery that produced the history.
@@ -283,7 +283,7 @@ pub struct History {
     /// The consumers' `fetch_interval`: how often each probes (and
     /// sweeps), whatever wake-ups it gets.
     pub fetch_interval: Duration,
-    /// The messages of flows and batches, in the flow queues.
+    /// The messages of flows and cohorts, in the flow queues.
     pub flow_msgs: Vec<FlowMsg>,
     /// The deliveries of the flow queues (the queue-wide rules of the main
     /// queue leave them out).
@@ -2646,7 +2646,7 @@ mod tests {
         let crashed = |h: &mut History| fault(h, "crash", 210, 210);
         assert_eq!(run("fail", Outcome::Ok, 250, &crashed), none);
         assert_eq!(run("wait", Outcome::Ok, 250, &crashed), ["flow-early"]);
-        // A batch's callback waits for the close too.
+        // A cohort's callback waits for the close too.
         let callback = |h: &mut History| {
             h.flow_msgs[0].role = "complete";
             h.flow_msgs[0].closed_us = Some(h.t0_us + 500_000);
@@ -2718,7 +2718,7 @@ mod tests {
         assert_eq!(judge("wait", "flow", true, "waiting"), none);
         assert_eq!(judge("wait", "flow", true, "ran"), ["flow-policy"]);
         assert_eq!(judge("remove", "success", true, "gone"), none);
-        assert_eq!(judge("remove", "success", true, "ran"), ["batch-success"]);
+        assert_eq!(judge("remove", "success", true, "ran"), ["cohort-success"]);
         assert_eq!(judge("remove", "success", false, "ran"), none);
         // A child parent removed by its own dead child counts as deleted.
         let nested = |policy: &'static str, p: &str| {

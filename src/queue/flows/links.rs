@@ -3,7 +3,7 @@
 //! parent is stored waiting (send.lua's mode "w"; `waiting.rs` drives the
 //! two), then each child linked in its own queue ([`link`],
 //! flow_link.lua), the children no longer stored completed at once. A
-//! batch's member joins its live callbacks by the same two steps.
+//! cohort's member joins its live callbacks by the same two steps.
 
 use std::collections::BTreeMap;
 
@@ -74,7 +74,7 @@ impl Deps {
 /// the children to link in step three: all of them, but for a parent
 /// already live (`unless_live`: a send, refused as a duplicate, writes
 /// nothing) only those its set holds, which the first send may not have
-/// linked yet. `unless_live` false: a batch's member joins its live
+/// linked yet. `unless_live` false: a cohort's member joins its live
 /// callbacks.
 pub(crate) async fn fill(queue: &DelayQueue, id: &str, deps: &Deps, unless_live: bool) -> Result<Deps, Error> {
     let k = queue.shard_of(id);
@@ -114,7 +114,7 @@ pub(crate) async fn fill(queue: &DelayQueue, id: &str, deps: &Deps, unless_live:
 /// policy that does not wait. A child acked whose result is still kept
 /// had its completion recorded in its queue's outbox by the link, as its
 /// ack would have: the relay of that queue, run here, brings the result.
-/// A batch's open member is no message: its batch's close completes it.
+/// A cohort's open member is no message: its cohort's close completes it.
 pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<(), Error> {
     let k = queue.shard_of(id);
     let parent = ParentLink {
@@ -123,7 +123,7 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
         id: id.to_string(),
     };
     let mut by_base: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for child in deps.children.iter().filter(|c| !c.is_batch_open()) {
+    for child in deps.children.iter().filter(|c| !c.is_cohort_open()) {
         by_base.entry(child.base.as_str()).or_default().push(child.id.clone());
     }
     let retention = queue.inner.config.consume.dead_letter_retention;

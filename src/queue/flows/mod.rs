@@ -1,10 +1,10 @@
 //! Flows at the queue (docs/workflows.md): [`Flow`], a parent sent with
 //! its children in one call, and reading a parent's finished children
 //! (here); sending waiting parents (`waiting.rs`), their children sets and
-//! links (`links.rs`), batches with callbacks (`batches.rs`) and a flow
+//! links (`links.rs`), cohorts with callbacks (`cohorts.rs`) and a flow
 //! read as a tree (`tree.rs`).
 
-pub(crate) mod batches;
+pub(crate) mod cohorts;
 pub(crate) mod links;
 mod tree;
 pub(crate) mod waiting;

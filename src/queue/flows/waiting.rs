@@ -1,11 +1,11 @@
 //! Sending waiting parents (docs/workflows.md), the one way every path
 //! takes (a send with [`after`](crate::NewMessage::after), a [`Flow`](crate::Flow),
-//! a batch's callbacks): each parent's children set filled
+//! a cohort's callbacks): each parent's children set filled
 //! ([`links::fill`], lua/flow_deps.lua), then the parents stored waiting
 //! with the rest of the send (send.lua's mode "w"): [`store_waiting`];
 //! then each parent linked to its children ([`Stored::link`],
 //! lua/flow_link.lua), once they are sent. A child joining parents that
-//! are live already (a batch's member) takes the same steps:
+//! are live already (a cohort's member) takes the same steps:
 //! [`send_joining`].
 
 use super::links::{self, Deps};
@@ -90,7 +90,7 @@ impl Unlinked {
 }
 
 /// Sends `msg` to `queue` as a child of `parents` of `parents_queue`, live
-/// already (a batch's member joining its callbacks): each parent's set
+/// already (a cohort's member joining its callbacks): each parent's set
 /// gets it, then it is sent (a live message of its id joins as it is),
 /// then it is linked to each. Returns its id.
 pub(crate) async fn send_joining(

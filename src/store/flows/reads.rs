@@ -109,11 +109,11 @@ impl Shard<'_> {
     }
 
     /// How many children node `id` still waits for, and how many finished.
-    /// An open batch's callback also waits for the batch's close (a member
+    /// An open cohort's callback also waits for the cohort's close (a member
     /// with its own base and an empty id): that one is no child.
     pub(crate) async fn flow_counts(&self, id: &str) -> Result<(u64, u64), Error> {
         let deps = self.keys.deps(id);
-        let close = self.keys.open_batch_member();
+        let close = self.keys.open_cohort_member();
         let (waits, open, counts) = futures::try_join!(
             self.client.scard::<u64, _>(&deps),
             self.client.sismember::<bool, _, _>(&deps, close.member()),

@@ -386,11 +386,11 @@ async fn each_purge_page_drops_its_children_s_links_and_parents_sets() {
 }
 
 #[tokio::test]
-async fn a_batch_callback_waits_for_its_close_and_a_dead_member_removes_on_success() {
+async fn a_cohort_callback_waits_for_its_close_and_a_dead_member_removes_on_success() {
     let env = Env::new().await;
     let k = env.k().clone();
     // The open member: the callback's base and an empty id.
-    let open = ChildRef::batch_open(&k.base);
+    let open = ChildRef::cohort_open(&k.base);
     for cb in ["done", "ok"] {
         env.run(&FlowDeps {
             id: cb,

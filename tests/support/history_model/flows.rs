@@ -1,4 +1,4 @@
-//! The rules of flows and batches (docs/workflows.md), on the messages
+//! The rules of flows and cohorts (docs/workflows.md), on the messages
 //! the run sent to its two flow queues and their deliveries, which the
 //! queue-wide rules of the main queue leave alone.
 
@@ -10,20 +10,20 @@ use super::{check_deliveries, Delivery, History, Limits, Outcome, Violation, CLO
 /// Longer than any run: "from then on".
 const FOREVER: Duration = Duration::from_secs(24 * 3600);
 
-/// One message of a flow or a batch, in one of the flow queues.
+/// One message of a flow or a cohort, in one of the flow queues.
 #[derive(Debug, Clone)]
 pub struct FlowMsg {
     pub id: String,
     pub queue: String,
     /// `flow` (a node of a `Flow`), `child` (sent alone, then waited for
     /// by an `after`), `after` (a parent sent with `after`), `member` (of
-    /// a batch), `complete` or `success` (a batch's callbacks).
+    /// a cohort), `complete` or `success` (a cohort's callbacks).
     pub role: &'static str,
     /// The ids it waits for; empty for a leaf.
     pub children: Vec<String>,
     /// What a dead child does to it: `fail`, `ignore`, `wait` or `remove`.
     pub policy: &'static str,
-    /// A callback's batch: when its `close` was called (wall µs), once it
+    /// A callback's cohort: when its `close` was called (wall µs), once it
     /// answered; `None` while open.
     pub closed_us: Option<i64>,
     /// The call that sent it (the whole flow, the member's send), repeated
@@ -102,7 +102,7 @@ pub struct FlowFinal {
 ///   returned, since its ack or nack comes after. That bound is taken
 ///   only where no fault could have counted a lease no handler ran (the
 ///   child may have died unseen), or for `wait`, which only an ack
-///   releases. A callback, moreover, not before its batch's close was
+///   releases. A callback, moreover, not before its cohort's close was
 ///   called.
 /// - `note-unfenced`: a progress or log write after the message was acked
 ///   is rejected with `LeaseLost` (another error only across a fault
@@ -142,7 +142,7 @@ pub fn check_flows(
             .map(|(b, c)| (b, format!("child {c}")))
             .collect();
         if let Some(closed) = p.closed_us {
-            bounds.push((closed, "the batch's close".into()));
+            bounds.push((closed, "the cohort's close".into()));
         }
         for d in ds.iter().filter(|d| !(failed_by_child && d.leased_us >= requeued)) {
             if let Some((at, what)) = bounds.iter().find(|b| d.leased_us + slack < b.0) {
@@ -266,7 +266,7 @@ fn finished_at_least(h: &History, limits: Limits, ds: &[&Delivery], policy: &str
 ///   deletes it (never run, not dead). A child parent removed (never run,
 ///   neither dead nor waiting) counts as a child deleted: as a dead one,
 ///   but a `wait` parent fails too.
-/// - `batch-success`: a batch's `on_success` (policy `remove`) never
+/// - `cohort-success`: a cohort's `on_success` (policy `remove`) never
 ///   runs when a member died.
 ///
 /// With them the rules of `check_flows`, judged with `fin`.
@@ -341,7 +341,7 @@ pub fn check_flow_final(h: &History, limits: Limits, fin: &FlowFinal) -> Vec<Vio
             ),
             "remove" if p_ran || p_waits || p_dead.is_some() => v(
                 if p.role == "success" {
-                    "batch-success"
+                    "cohort-success"
                 } else {
                     "flow-policy"
                 },

@@ -1,7 +1,7 @@
-//! Batches with callbacks through the public API (docs/workflows.md,
-//! Batches): callbacks run once the batch is closed and its members
+//! Cohorts with callbacks through the public API (docs/workflows.md,
+//! Cohorts): callbacks run once the cohort is closed and its members
 //! finished, never before; on_success is removed when a member dies; the
-//! callback reads the batch's counts; members in another queue; nothing
+//! callback reads the cohort's counts; members in another queue; nothing
 //! left behind.
 
 mod helpers;
@@ -10,23 +10,23 @@ use delayqueue_test_support as support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use delayqueue::{BatchStatus, DelayQueue, Error, HandlerError, Message, NewMessage, SkipRetry, BATCH_HEADER};
+use delayqueue::{CohortStatus, DelayQueue, Error, HandlerError, Message, NewMessage, SkipRetry, COHORT_HEADER};
 use helpers::{flow_keys, start_queues};
 use support::{wait_for, wait_until, WAIT};
 
 const FETCH: Duration = Duration::from_millis(100);
 
-/// What each delivery saw: its payload and, for a callback, its batch's status.
-type Seen = Arc<Mutex<Vec<(String, Option<BatchStatus>)>>>;
+/// What each delivery saw: its payload and, for a callback, its cohort's status.
+type Seen = Arc<Mutex<Vec<(String, Option<CohortStatus>)>>>;
 
-/// Records deliveries; a callback reads its batch's status; "bad" dies.
+/// Records deliveries; a callback reads its cohort's status; "bad" dies.
 fn handler(queue: &DelayQueue, seen: &Seen) -> impl delayqueue::Handler {
     let (queue, seen) = (queue.clone(), seen.clone());
     move |msg: Message| {
         let (queue, seen) = (queue.clone(), seen.clone());
         async move {
-            let status = match msg.header(BATCH_HEADER) {
-                Some(batch) => queue.batch_status(batch).await.unwrap(),
+            let status = match msg.header(COHORT_HEADER) {
+                Some(cohort) => queue.cohort_status(cohort).await.unwrap(),
                 None => None,
             };
             let payload = String::from_utf8_lossy(msg.payload()).into_owned();
@@ -47,8 +47,8 @@ fn payloads(seen: &Seen) -> Vec<String> {
 async fn callbacks_run_after_the_batch_closed_and_its_members_finished() {
     let (_server, client, qs) = start_queues(&["b", "other"], FETCH).await;
     let (q, other) = (&qs[0], &qs[1]);
-    let batch = q
-        .batch()
+    let cohort = q
+        .cohort()
         .id("import")
         .on_complete(NewMessage::new("complete"))
         .on_success(NewMessage::new("success"))
@@ -59,26 +59,26 @@ async fn callbacks_run_after_the_batch_closed_and_its_members_finished() {
     let a = q.start_consume(handler(q, &seen)).await.unwrap();
     let b = other.start_consume(handler(other, &seen)).await.unwrap();
     for i in 0..5 {
-        batch.send(NewMessage::new(format!("m{i}"))).await.unwrap();
+        cohort.send(NewMessage::new(format!("m{i}"))).await.unwrap();
     }
-    batch.send_to(other, NewMessage::new("elsewhere")).await.unwrap();
+    cohort.send_to(other, NewMessage::new("elsewhere")).await.unwrap();
     assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 6).await);
     // Their acks and completions follow their handlers.
     let done = wait_for(WAIT, || async {
-        q.batch_status("import").await.unwrap().is_some_and(|s| s.left == 0)
+        q.cohort_status("import").await.unwrap().is_some_and(|s| s.left == 0)
     });
     assert!(done.await);
     // Open: no callback yet, however long it takes.
-    let status = q.batch_status("import").await.unwrap().unwrap();
+    let status = q.cohort_status("import").await.unwrap().unwrap();
     assert_eq!((status.open, status.total, status.left, status.acked), (true, 6, 0, 6));
     assert!(!payloads(&seen).iter().any(|p| p == "complete" || p == "success"));
-    batch.close().await.unwrap();
-    batch.close().await.unwrap();
+    cohort.close().await.unwrap();
+    cohort.close().await.unwrap();
     assert!(wait_until(WAIT, || seen.lock().unwrap().len() == 8).await);
     let seen_now = seen.lock().unwrap().clone();
     for (payload, status) in &seen_now[6..] {
         assert!(payload == "complete" || payload == "success", "{payload}");
-        let s = status.expect("the callback reads its batch's counts");
+        let s = status.expect("the callback reads its cohort's counts");
         assert_eq!((s.open, s.total, s.acked, s.dead), (false, 6, 6, 0), "{payload}");
     }
     a.shutdown().await.unwrap();
@@ -88,23 +88,23 @@ async fn callbacks_run_after_the_batch_closed_and_its_members_finished() {
         "{:?}",
         flow_keys(&client).await
     );
-    assert_eq!(q.batch_status("import").await.unwrap(), None);
+    assert_eq!(q.cohort_status("import").await.unwrap(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_member_removes_on_success_and_on_complete_still_runs() {
     let (_server, client, qs) = start_queues(&["d"], FETCH).await;
     let q = &qs[0];
-    let batch = q
-        .batch()
+    let cohort = q
+        .cohort()
         .on_complete(NewMessage::new("complete"))
         .on_success(NewMessage::new("success"))
         .open()
         .await
         .unwrap();
-    batch.send(NewMessage::new("good")).await.unwrap();
-    batch.send(NewMessage::new("bad").retry_count(0)).await.unwrap();
-    batch.close().await.unwrap();
+    cohort.send(NewMessage::new("good")).await.unwrap();
+    cohort.send(NewMessage::new("bad").retry_count(0)).await.unwrap();
+    cohort.close().await.unwrap();
     let seen = Seen::default();
     let consumer = q.start_consume(handler(q, &seen)).await.unwrap();
     assert!(wait_until(WAIT, || payloads(&seen).contains(&"complete".to_string())).await);
@@ -127,5 +127,5 @@ async fn a_dead_member_removes_on_success_and_on_complete_still_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_without_callbacks_is_refused() {
     let (_server, _client, qs) = start_queues(&["n"], FETCH).await;
-    assert!(matches!(qs[0].batch().open().await, Err(Error::InvalidFlow { .. })));
+    assert!(matches!(qs[0].cohort().open().await, Err(Error::InvalidFlow { .. })));
 }

@@ -1,7 +1,9 @@
-//! Batches with callbacks (docs/workflows.md, Batches), built on flows: a
-//! callback is a parent whose children are the batch's members, kept
-//! waiting while the batch is open by one more child that only
-//! [`Batch::close`] finishes.
+//! Cohorts (docs/workflows.md, Cohorts): messages sent over time with
+//! callbacks once all finished (what Sidekiq and Laravel call batches;
+//! here "batch" means many messages at once). Built on flows: a
+//! callback is a parent whose children are the cohort's members, kept
+//! waiting while the cohort is open by one more child that only
+//! [`Cohort::close`] finishes.
 
 use std::time::Duration;
 
@@ -15,32 +17,32 @@ use crate::store::ops::flow_complete::{complete, Completion};
 use crate::store::ops::flow_status::FlowStatus;
 use crate::{DelayQueue, Error, MessageId, NewMessage};
 
-/// A batch about to be opened: its callbacks, from [`DelayQueue::batch`].
+/// A cohort about to be opened: its callbacks, from [`DelayQueue::cohort`].
 #[derive(Debug)]
-#[must_use = "a batch exists only once opened"]
-pub struct BatchBuilder<'a> {
+#[must_use = "a cohort exists only once opened"]
+pub struct CohortBuilder<'a> {
     queue: &'a DelayQueue,
     id: Option<MessageId>,
     on_complete: Option<NewMessage>,
     on_success: Option<NewMessage>,
 }
 
-/// An open batch: messages sent through it are its members
+/// An open cohort: messages sent through it are its members
 /// ([`send`](Self::send)); its callbacks run once it is
 /// [`close`](Self::close)d and its members finished.
 #[derive(Debug, Clone)]
-pub struct Batch {
+pub struct Cohort {
     queue: DelayQueue,
     id: MessageId,
     /// Each callback's id and policy.
     callbacks: Vec<(MessageId, ChildPolicy)>,
 }
 
-/// Where a batch stands, from [`DelayQueue::batch_status`].
+/// Where a cohort stands, from [`DelayQueue::cohort_status`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub struct BatchStatus {
-    /// Members may still be added ([`Batch::close`] not called yet).
+pub struct CohortStatus {
+    /// Members may still be added ([`Cohort::close`] not called yet).
     pub open: bool,
     /// Members sent so far.
     pub total: u64,
@@ -54,33 +56,33 @@ pub struct BatchStatus {
     pub cancelled: u64,
 }
 
-/// The header every callback carries: its batch's id.
-pub const BATCH_HEADER: &str = "batch";
+/// The header every callback carries: its cohort's id.
+pub const COHORT_HEADER: &str = "cohort";
 
 impl DelayQueue {
-    /// Starts a batch: register its callbacks, then
-    /// [`open`](BatchBuilder::open) it (docs/workflows.md, Batches).
+    /// Starts a cohort: register its callbacks, then
+    /// [`open`](CohortBuilder::open) it (docs/workflows.md, Cohorts).
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// use delayqueue::NewMessage;
-    /// let batch = queue
-    ///     .batch()
+    /// let cohort = queue
+    ///     .cohort()
     ///     .id("import-7")
     ///     .on_complete(NewMessage::new("import 7 finished"))
     ///     .on_success(NewMessage::new("import 7 succeeded"))
     ///     .open()
     ///     .await?;
     /// for row in 0..3 {
-    ///     batch.send(NewMessage::new(format!("row {row}"))).await?;
+    ///     cohort.send(NewMessage::new(format!("row {row}"))).await?;
     /// }
-    /// batch.close().await?;
-    /// let status = queue.batch_status("import-7").await?;
+    /// cohort.close().await?;
+    /// let status = queue.cohort_status("import-7").await?;
     /// # let _ = status;
     /// # Ok(()) }
     /// ```
-    pub fn batch(&self) -> BatchBuilder<'_> {
-        BatchBuilder {
+    pub fn cohort(&self) -> CohortBuilder<'_> {
+        CohortBuilder {
             queue: self,
             id: None,
             on_complete: None,
@@ -88,19 +90,19 @@ impl DelayQueue {
         }
     }
 
-    /// Where batch `id` stands: read from its `on_complete` callback, else
+    /// Where cohort `id` stands: read from its `on_complete` callback, else
     /// its `on_success` one, while that is stored (it waits, or its handler
     /// runs); `None` once it was acked, or when it is unknown (an
     /// `on_success` removed by a dead member included).
     ///
     /// ```no_run
     /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
-    /// if let Some(s) = queue.batch_status("import-7").await? {
+    /// if let Some(s) = queue.cohort_status("import-7").await? {
     ///     println!("{} of {} left", s.left, s.total);
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn batch_status(&self, id: impl AsRef<str>) -> Result<Option<BatchStatus>, Error> {
+    pub async fn cohort_status(&self, id: impl AsRef<str>) -> Result<Option<CohortStatus>, Error> {
         let id = MessageId::from(id.as_ref());
         id.validate()?;
         for kind in [ON_COMPLETE, ON_SUCCESS] {
@@ -115,7 +117,7 @@ impl DelayQueue {
                 })
                 .await?;
             if c.stored {
-                return Ok(Some(BatchStatus {
+                return Ok(Some(CohortStatus {
                     open: c.open,
                     total: c.left + c.acked + c.dead + c.cancelled,
                     left: c.left,
@@ -129,29 +131,56 @@ impl DelayQueue {
     }
 }
 
+/// The former name of [`Cohort`].
+#[deprecated(note = "renamed Cohort: a batch is many messages at once (send_batch, consume_batch)")]
+pub type Batch = Cohort;
+/// The former name of [`CohortBuilder`].
+#[deprecated(note = "renamed CohortBuilder")]
+pub type BatchBuilder<'a> = CohortBuilder<'a>;
+/// The former name of [`CohortStatus`].
+#[deprecated(note = "renamed CohortStatus")]
+pub type BatchStatus = CohortStatus;
+/// The former name of [`COHORT_HEADER`].
+#[deprecated(note = "renamed COHORT_HEADER")]
+pub const BATCH_HEADER: &str = COHORT_HEADER;
+
+impl DelayQueue {
+    /// The former name of [`cohort`](Self::cohort).
+    #[deprecated(note = "renamed cohort: a batch is many messages at once (send_batch, consume_batch)")]
+    pub fn batch(&self) -> CohortBuilder<'_> {
+        self.cohort()
+    }
+
+    /// The former name of [`cohort_status`](Self::cohort_status).
+    #[deprecated(note = "renamed cohort_status")]
+    pub async fn batch_status(&self, id: impl AsRef<str>) -> Result<Option<CohortStatus>, Error> {
+        self.cohort_status(id).await
+    }
+}
+
 const ON_COMPLETE: &str = "complete";
 const ON_SUCCESS: &str = "success";
 
-/// The id of batch `id`'s callback of `kind`.
+/// The id of cohort `id`'s callback of `kind`.
 fn callback_id(id: &MessageId, kind: &str) -> MessageId {
     MessageId::from(format!("{id}:{kind}"))
 }
 
-/// The child that keeps a callback waiting while its batch is open.
+/// The child that keeps a callback waiting while its cohort is open.
 fn open_member(queue: &DelayQueue, callback: &MessageId) -> ChildRef {
-    queue.shard_of(callback.as_str()).open_batch_member()
+    queue.shard_of(callback.as_str()).open_cohort_member()
 }
 
-impl BatchBuilder<'_> {
-    /// The batch's id (generated unless given): open the same id again to
-    /// go on with a batch after a lost reply.
+impl CohortBuilder<'_> {
+    /// The cohort's id (generated unless given): open the same id again to
+    /// go on with a cohort after a lost reply.
     pub fn id(mut self, id: impl Into<MessageId>) -> Self {
         self.id = Some(id.into());
         self
     }
 
     /// A message sent once every member finished, whatever became of them
-    /// (sent to the batch's queue, with the header [`BATCH_HEADER`]).
+    /// (sent to the cohort's queue, with the header [`COHORT_HEADER`]).
     pub fn on_complete(mut self, msg: NewMessage) -> Self {
         self.on_complete = Some(msg);
         self
@@ -164,10 +193,10 @@ impl BatchBuilder<'_> {
         self
     }
 
-    /// Stores the callbacks, waiting until the batch is closed and its
+    /// Stores the callbacks, waiting until the cohort is closed and its
     /// members finished. At least one callback is needed
     /// ([`Error::InvalidFlow`]). Idempotent for a given [`id`](Self::id).
-    pub async fn open(self) -> Result<Batch, Error> {
+    pub async fn open(self) -> Result<Cohort, Error> {
         let id = self.id.unwrap_or_else(MessageId::generate);
         id.validate()?;
         let queue = self.queue;
@@ -183,16 +212,16 @@ impl BatchBuilder<'_> {
                 children: vec![open_member(queue, &cb)],
                 policy,
             };
-            let msg = msg.id(cb.clone()).header(BATCH_HEADER, id.as_str());
+            let msg = msg.id(cb.clone()).header(COHORT_HEADER, id.as_str());
             queue.send_prepared(msg.clone_for_flow(Some(deps))).await?;
             callbacks.push((cb, policy));
         }
         if callbacks.is_empty() {
             return Err(Error::InvalidFlow {
-                reason: "a batch needs on_complete or on_success".into(),
+                reason: "a cohort needs on_complete or on_success".into(),
             });
         }
-        Ok(Batch {
+        Ok(Cohort {
             queue: queue.clone(),
             id,
             callbacks,
@@ -200,34 +229,34 @@ impl BatchBuilder<'_> {
     }
 }
 
-impl Batch {
-    /// The batch's id, for [`DelayQueue::batch_status`].
+impl Cohort {
+    /// The cohort's id, for [`DelayQueue::cohort_status`].
     pub fn id(&self) -> &MessageId {
         &self.id
     }
 
-    /// Sends `msg` to the batch's queue as a member; see
+    /// Sends `msg` to the cohort's queue as a member; see
     /// [`send_to`](Self::send_to).
     pub async fn send(&self, msg: NewMessage) -> Result<MessageId, Error> {
         let queue = self.queue.clone();
         self.send_to(&queue, msg).await
     }
 
-    /// Sends `msg` to `queue` (any queue) as a member of the batch: the
+    /// Sends `msg` to `queue` (any queue) as a member of the cohort: the
     /// callbacks wait for it. Give it an id to make a repeat after an
-    /// error safe; a live message of that id joins the batch as it is.
+    /// error safe; a live message of that id joins the cohort as it is.
     ///
     /// ```no_run
-    /// # async fn run(batch: delayqueue::Batch, mail: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// # async fn run(cohort: delayqueue::Cohort, mail: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
     /// use delayqueue::NewMessage;
-    /// batch.send_to(&mail, NewMessage::new("notify").id("notify-7")).await?;
+    /// cohort.send_to(&mail, NewMessage::new("notify").id("notify-7")).await?;
     /// # Ok(()) }
     /// ```
     pub async fn send_to(&self, queue: &DelayQueue, msg: NewMessage) -> Result<MessageId, Error> {
         send_joining(&self.queue, &self.callbacks, queue, msg).await
     }
 
-    /// Closes the batch: no member is added after this, and its callbacks
+    /// Closes the cohort: no member is added after this, and its callbacks
     /// run once its members finished (at once if they all have).
     /// Idempotent.
     pub async fn close(&self) -> Result<(), Error> {
