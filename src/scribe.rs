@@ -9,7 +9,6 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::flow::ChildrenPage;
 use crate::maxima::{MAX_LOG_LINE, MAX_PROGRESS};
-pub(crate) use crate::store::ops::note::NoteKind;
 use crate::{Error, MessageId};
 
 /// One delivery's result and notes.
@@ -38,6 +37,15 @@ pub(crate) trait Desk: Send + Sync {
     async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error>;
     /// One page of parent `id`'s finished children, read by delivery `attempt`.
     async fn children(&self, id: &MessageId, attempt: u32, cursor: Option<&str>) -> Result<ChildrenPage, Error>;
+}
+
+/// What a note writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoteKind {
+    /// Progress, as JSON text: replaces the message's progress.
+    Progress,
+    /// A log line: appended to the message's log.
+    Log,
 }
 
 impl Scribe {

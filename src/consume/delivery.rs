@@ -14,8 +14,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::lease::Lease;
+use super::notary::Current;
 use super::outcome::{Ended, Outcome};
-use super::scribe::{Current, ShardDesk};
+use super::scribe::ShardDesk;
 use super::settings::Settings;
 use super::settle;
 use super::state::{Shared, Slot};

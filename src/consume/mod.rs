@@ -27,7 +27,8 @@
 //! - `batcher.rs`: script calls coalesced from many callers' items;
 //! - `acker.rs`: each loop's acks, coalesced into batches, and its relay;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
-//! - `scribe.rs`: a delivery's progress and log lines, coalesced into batches;
+//! - `scribe.rs`: a delivery's progress and log lines, through its shard;
+//! - `notary.rs`: the shard's notes task, sending them in batches;
 //! - `wake.rs`: wake-ups from Redis pub/sub, one connection per client;
 //! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
@@ -37,6 +38,7 @@ mod claim;
 mod context;
 mod delivery;
 mod lease;
+mod notary;
 pub(crate) mod outcome;
 mod promote;
 mod scheduler;
@@ -120,7 +122,7 @@ impl Consumer {
             tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
             for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
                 let (acks, acker) = acker::spawn(ctx.clone(), keys.clone());
-                let (notes, notary) = scribe::spawn(ctx.clone(), keys.clone());
+                let (notes, notary) = notary::spawn(ctx.clone(), keys.clone());
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
                     .settings

@@ -13,8 +13,8 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use super::acker::Acks;
 use super::context::Context;
 use super::lease::Leases;
+use super::notary::NoteItem;
 use super::scheduler::Kicks;
-use super::scribe::NoteItem;
 use crate::store::{Keys, Shard};
 use crate::Handler;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use fred::prelude::Value;
 
 use super::{each, ms, numbered, Op};
+use crate::scribe::NoteKind;
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -28,15 +29,6 @@ pub(crate) struct Note<'a> {
     pub kind: NoteKind,
     /// The progress as JSON text, or the line.
     pub text: &'a str,
-}
-
-/// What a note writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NoteKind {
-    /// Progress, as JSON text: replaces the message's progress.
-    Progress,
-    /// A log line: appended to the message's log.
-    Log,
 }
 
 numbered! {

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use crate::scribe::NoteKind;
 use crate::store::ops::ack::{Ack, Keep};
-use crate::store::ops::note::{Note, NoteKind, Noted, Notes};
+use crate::store::ops::note::{Note, Noted, Notes};
 use crate::store::ops::purge::{Purge, Sweep};
 use crate::store::ops::wait::{Wait, Waited};
 
