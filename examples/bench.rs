@@ -1142,8 +1142,9 @@ fn process_cpu() -> Res<f64> {
     Ok(ticks / 100.0)
 }
 
-/// The cost of `n` empty queues consumed by this process, over a 20 s
-/// window after a warm-up: Redis commands, script and TYPE calls per
+/// The cost of `n` empty queues consumed by this process, over a 30 s
+/// window after a warm-up (an idle probe period: each queue's first idle
+/// probe falls in it): Redis commands, script and TYPE calls per
 /// second, connections (the client's included), Redis and process CPU,
 /// and resident memory (its growth since before the consumers started);
 /// then, with the rest still idle, one of them: send -> handler start of
@@ -1152,7 +1153,7 @@ fn process_cpu() -> Res<f64> {
 /// `how`: one `Worker` over all (`worker`), or a consumer each
 /// (`consumers`), on a client of their own.
 async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json::Value> {
-    const WINDOW: Duration = Duration::from_secs(20);
+    const WINDOW: Duration = Duration::from_secs(30);
     const SAMPLES: usize = 200;
     const DELAYED: usize = 10;
     const DELAY: Duration = Duration::from_millis(500);

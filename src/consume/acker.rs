@@ -38,15 +38,18 @@ pub(crate) struct AckItem {
     pub _acking: Box<dyn Send>,
 }
 
-/// Starts the ack task of the shard with keys `k`; it ends once every
-/// sender is dropped and all acks are sent.
-pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (mpsc::UnboundedSender<AckItem>, JoinHandle<()>) {
+/// Starts the ack task of the queue's shard number `shard`; it ends once
+/// every sender is dropped and all acks are sent.
+pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (mpsc::UnboundedSender<Box<AckItem>>, JoinHandle<()>) {
+    // Boxed items: the channel allocates its first block of 32 up front,
+    // and an idle queue's acker holds it all along.
     let (tx, rx) = mpsc::unbounded_channel();
-    (tx, tokio::spawn(run(ctx, k, rx)))
+    (tx, tokio::spawn(run(ctx, shard, rx)))
 }
 
-async fn run(ctx: Arc<Context>, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem>) {
-    let mut batch = Vec::with_capacity(ACK_BATCH);
+async fn run(ctx: Arc<Context>, shard: usize, mut rx: mpsc::UnboundedReceiver<Box<AckItem>>) {
+    // Grown on the first ack, not before: an idle queue's acker holds it.
+    let mut batch = Vec::new();
     while let Some(item) = rx.recv().await {
         batch.push(item);
         while batch.len() < ACK_BATCH {
@@ -55,13 +58,14 @@ async fn run(ctx: Arc<Context>, k: Keys, mut rx: mpsc::UnboundedReceiver<AckItem
                 Err(_) => break,
             }
         }
-        flush(&ctx, &k, &mut batch).await;
+        // Boxed, so that the waiting task does not hold the sending's state.
+        Box::pin(flush(&ctx, &ctx.shards[shard], &mut batch)).await;
     }
 }
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
 /// (the script is idempotent, so a retry after a lost reply is harmless).
-async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<Box<AckItem>>) {
     let mut backoff = Duration::from_millis(20);
     let sent = Instant::now();
     loop {

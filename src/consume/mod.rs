@@ -111,22 +111,26 @@ impl Consumer {
             let ctx = Arc::new(ctx);
             let channels = ctx.shards.iter().map(|k| k.wake.clone()).collect();
             let (wakes, listener) = wake::listen(&ctx.client, channels).await;
+            // Without wake-ups, polling is all a loop has.
+            let idle_probe = match listener.subscribed() {
+                true => ctx.settings.idle_probe(),
+                false => ctx.settings.fetch_interval,
+            };
             listening.push(listener);
             let kicks = Arc::new(Kicks::new(ctx.shards.len()));
             let trigger = scheduler::Trigger::Kicked(kicks.clone());
             tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
             for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
-                let (acks, acker) = acker::spawn(ctx.clone(), keys.clone());
+                let (acks, acker) = acker::spawn(ctx.clone(), shard);
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
                     .settings
                     .renews_leases()
-                    .then(|| lease::spawn(ctx.clone(), keys.clone(), leases.clone()));
+                    .then(|| lease::spawn(ctx.clone(), shard, leases.clone()));
                 let shared = Arc::new(Shared {
                     ctx: ctx.clone(),
                     handler: handler.clone(),
                     claim_key: keys.claim(me.as_str()),
-                    keys: keys.clone(),
                     index: loops_started,
                     lane,
                     shard,
@@ -137,6 +141,7 @@ impl Consumer {
                     claims: Default::default(),
                     handing: Default::default(),
                     paused: Default::default(),
+                    idle_probe,
                     acks,
                     leases,
                 });

@@ -42,7 +42,7 @@ impl Desk for ShardDesk {
             id: id.clone(),
             attempt,
         })?;
-        shared.ctx.store(&shared.keys).children(id.as_str(), cursor).await
+        shared.store().children(id.as_str(), cursor).await
     }
 
     async fn write(&self, id: &MessageId, attempt: u32, note: NoteKind<'_>) -> Result<(), Error> {
@@ -73,7 +73,7 @@ impl Desk for ShardDesk {
             // the result retention, a burial leaves it past the dead letter's.
             ttl: s.result_retention.max(s.dead_letter_retention) + s.handler_timeout.max(s.max_consume_duration),
         };
-        match ctx.store(&shared.keys).run(&op).await? {
+        match shared.store().run(&op).await? {
             Noted::Written => {
                 if let Some(v) = progress {
                     events::emit(&ctx.events, || Event::Progress {
