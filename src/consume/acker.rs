@@ -51,10 +51,10 @@ async fn run(ctx: Arc<Context>, shard: usize, mut rx: mpsc::UnboundedReceiver<Bo
     // Grown on the first ack, not before: an idle queue's acker holds it.
     let mut batch = Vec::new();
     while let Some(item) = rx.recv().await {
-        batch.push(item);
+        batch.push(*item);
         while batch.len() < ACK_BATCH {
             match rx.try_recv() {
-                Ok(item) => batch.push(item),
+                Ok(item) => batch.push(*item),
                 Err(_) => break,
             }
         }
@@ -65,7 +65,7 @@ async fn run(ctx: Arc<Context>, shard: usize, mut rx: mpsc::UnboundedReceiver<Bo
 
 /// Sends one batch, retrying on Redis errors while any lease is still valid
 /// (the script is idempotent, so a retry after a lost reply is harmless).
-async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<Box<AckItem>>) {
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) {
     let mut backoff = Duration::from_millis(20);
     let sent = Instant::now();
     loop {
