@@ -34,7 +34,8 @@
 //! claim, ack, nack, note) over `--n` messages, from SLOWLOG,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
-//! cost of idle queues consumed by one process), `--idle 1,200,1000`
+//! cost of idle queues consumed by one process, and send -> handler and a
+//! delayed message's lateness on one of them), `--idle 1,200,1000`
 //! (idle's queue counts), `--idle-as worker|consumers` (one `Worker` over
 //! them, or a consumer each), `--n 50000`
 //! (messages per throughput phase), `--scale 1000000` (w4 backlog),
@@ -1211,13 +1212,21 @@ fn process_cpu() -> Res<f64> {
     Ok(ticks / 100.0)
 }
 
-/// The cost of `n` empty queues consumed by this process, over a 10 s
-/// window after a warm-up: Redis commands, script and TYPE calls per
-/// second and queue, connections (the client's included), Redis and
-/// process CPU, and resident memory per queue. `how`: one `Worker` over all (`worker`), or a
-/// consumer each (`consumers`), on a client of their own.
+/// The cost of `n` empty queues consumed by this process, over a 30 s
+/// window after a warm-up (an idle probe period: each queue's first idle
+/// probe falls in it): Redis commands, script and TYPE calls per
+/// second, connections (the client's included), Redis and process CPU,
+/// and resident memory (its growth since before the consumers started);
+/// then, with the rest still idle, one of them: send -> handler start of
+/// single messages sent one at a time, and the lateness of messages
+/// delayed 500 ms (handler start after due time, by this host's clock).
+/// `how`: one `Worker` over all (`worker`), or a consumer each
+/// (`consumers`), on a client of their own.
 async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json::Value> {
-    const WINDOW: Duration = Duration::from_secs(10);
+    const WINDOW: Duration = Duration::from_secs(30);
+    const SAMPLES: usize = 200;
+    const DELAYED: usize = 10;
+    const DELAY: Duration = Duration::from_millis(500);
     let conns = connections(client).await?;
     let own = delayqueue::connect(url).await?;
     let queues: Vec<DelayQueue> = (0..n)
@@ -1225,48 +1234,88 @@ async fn idle(client: &Client, url: &str, n: usize, how: &str) -> Res<serde_json
         .collect::<Res<_>>()?;
     let rss = rss_kib()?;
     let ok = |_m: Message| async { Ok::<(), HandlerError>(()) };
+    // The first queue's handler says when each message started.
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let timed = move |_m: Message| {
+        let _ = started.send(Instant::now());
+        async { Ok::<(), HandlerError>(()) }
+    };
     let mut consumers = Vec::new();
     match how {
         "worker" => {
-            let mut worker = delayqueue::Worker::new();
-            for q in &queues {
+            let mut worker = delayqueue::Worker::new().queue(&queues[0], 1, timed);
+            for q in &queues[1..] {
                 worker = worker.queue(q, 1, ok);
             }
             consumers.push(worker.start().await?);
         }
         "consumers" => {
-            for q in &queues {
+            consumers.push(queues[0].start_consume(timed).await?);
+            for q in &queues[1..] {
                 consumers.push(q.start_consume(ok).await?);
             }
         }
         other => return Err(format!("--idle-as {other}: worker or consumers").into()),
     }
-    // Past start-up: the first sweep and the subscriptions.
+    // Past start-up: the first probes and the subscriptions.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss = rss_kib()?.saturating_sub(rss);
     let conns = connections(client).await? - conns;
     let (all, scripts, types) = commands(client).await?;
     let (cpu, own_cpu) = (redis_cpu(client).await?, process_cpu()?);
     tokio::time::sleep(WINDOW).await;
     let (all2, scripts2, types2) = commands(client).await?;
     let (cpu2, own_cpu2) = (redis_cpu(client).await?, process_cpu()?);
+    let rss = rss_kib()?.saturating_sub(rss);
+
+    let producer = queue(client, "idle0", |b| b)?;
+    let mut latency = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let sent = Instant::now();
+        producer.send(PAYLOAD.as_slice()).await?;
+        let at = tokio::time::timeout(Duration::from_secs(10), starts.recv())
+            .await?
+            .ok_or("handler gone")?;
+        latency.push((at - sent).as_secs_f64() * 1000.0);
+    }
+    let mut late = Vec::with_capacity(DELAYED);
+    for _ in 0..DELAYED {
+        let due = Instant::now() + DELAY;
+        producer.send(PAYLOAD.as_slice()).delay(DELAY).await?;
+        let at = tokio::time::timeout(Duration::from_secs(10), starts.recv())
+            .await?
+            .ok_or("handler gone")?;
+        late.push(if at >= due {
+            (at - due).as_secs_f64() * 1000.0
+        } else {
+            -(due - at).as_secs_f64() * 1000.0
+        });
+    }
     for c in consumers {
         c.shutdown().await?;
     }
     own.quit().await?;
     let per_s = |x: f64| x / WINDOW.as_secs_f64();
-    let per_queue_s = |x: f64| (per_s(x) / n as f64 * 100.0).round() / 100.0;
+    let per_queue_s = |x: f64| (per_s(x) / n as f64 * 1000.0).round() / 1000.0;
     let percent = |x: f64| (per_s(x) * 1000.0).round() / 10.0;
+    late.sort_by(f64::total_cmp);
     Ok(json!({
         "queues": n,
         "as": how,
+        "commands_per_s": per_s(all2 - all).round(),
         "commands_per_s_per_queue": per_queue_s(all2 - all),
         "scripts_per_s_per_queue": per_queue_s(scripts2 - scripts),
         "type_per_s_per_queue": per_queue_s(types2 - types),
         "connections": conns,
         "redis_cpu_percent": percent(cpu2 - cpu),
         "process_cpu_percent": percent(own_cpu2 - own_cpu),
-        "kib_rss_per_queue": (rss as f64 / n as f64).round(),
+        "rss_mib": (rss as f64 / 1024.0 * 10.0).round() / 10.0,
+        "kib_rss_per_queue": (rss as f64 / n as f64 * 10.0).round() / 10.0,
+        "send_to_handler": p50_p99(latency),
+        "delayed_500ms_lateness_ms": {
+            "p50": (percentile(&late, 0.5) * 10.0).round() / 10.0,
+            "max": (late.last().copied().unwrap_or(f64::NAN) * 10.0).round() / 10.0,
+            "n": late.len(),
+        },
     }))
 }
 

@@ -24,8 +24,10 @@ KEYS[4] totals hash
 ARGV[1] schedule name
 ARGV[2] payload key prefix (the fires' msg keys are built from it)
 ARGV[3] mode: 1 set, 2 remove, 3 pause, 4 resume
-ARGV[4] (set) most schedules the shard may hold
-ARGV[5..] (set) field, value pairs of the definition
+ARGV[4] wake-up channel: a set or resume that makes the schedule due
+        publishes a wake-up, so idle consumers read the shard's schedules
+ARGV[5] (set) most schedules the shard may hold
+ARGV[6..] (set) field, value pairs of the definition
 Returns for set: 1 created, 0 changed, 2 unchanged (the same definition:
 nothing written), 3 refused, the shard holds the most schedules already;
 for remove, pause and resume: 1 done, 0 it was so already (pause,
@@ -37,6 +39,7 @@ size of pending; set adds O(F) for F definition fields.
 ]]
 --- @include "checks"
 --- @include "clock"
+--- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash')
 local name, mode = ARGV[1], ARGV[3]
 local exists = redis.call('EXISTS', KEYS[2]) == 1
@@ -81,7 +84,7 @@ end
 if mode == '1' then
   if exists then
     local same = true
-    for i = 5, #ARGV, 2 do
+    for i = 6, #ARGV, 2 do
       if redis.call('HGET', KEYS[2], ARGV[i]) ~= ARGV[i + 1] then
         same = false
         break
@@ -91,13 +94,14 @@ if mode == '1' then
       return 2
     end
     withdraw()
-  elseif redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
+  elseif redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[5]) then
     return 3
   end
-  redis.call('HSET', KEYS[2], 'anchor', now, unpack(ARGV, 5))
+  redis.call('HSET', KEYS[2], 'anchor', now, unpack(ARGV, 6))
   next_version()
   if redis.call('HEXISTS', KEYS[2], 'paused') == 0 then
     redis.call('ZADD', KEYS[1], now, name)
+    wake(ARGV[4], 0)
   end
   if exists then
     return 0
@@ -130,4 +134,5 @@ end
 redis.call('HDEL', KEYS[2], 'paused')
 next_version()
 redis.call('ZADD', KEYS[1], now, name)
+wake(ARGV[4], 0)
 return 1

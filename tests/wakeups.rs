@@ -12,9 +12,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::{Counts, Error, MessageId, NewMessage};
+use delayqueue::{Counts, Error, Message, MessageId, NewMessage, Schedule};
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
-use support::{all_keys, wait_until, WAIT};
+use support::{all_keys, client_for, wait_until, RedisServer, WAIT};
 
 /// Far longer than any wait below (`WAIT`): without a wake-up nothing
 /// arrives in time.
@@ -223,4 +223,194 @@ async fn a_message_promoted_by_a_busy_consumer_reaches_a_free_one() {
     release.notify_one();
     free.shutdown().await.unwrap();
     busy.shutdown().await.unwrap();
+}
+
+/// The commands `server` has run so far (`INFO commandstats`), but the
+/// `INFO` calls that ask.
+fn commands_run(server: &RedisServer) -> u64 {
+    server
+        .raw_command(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(":calls="))
+        .filter(|(name, _)| *name != "info")
+        .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Once its queue is empty a consumer sleeps until a wake-up, a due time
+/// it knows of, or its idle probe (30 `fetch_interval`s): over a window
+/// of 20 intervals it makes a few commands at most, where a probe every
+/// interval makes two per interval (the script call and its `EXISTS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_makes_almost_no_commands() {
+    const INTERVAL: Duration = Duration::from_millis(100);
+    let (server, _client, q) = start_queue("quiet", INTERVAL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    q.send("first").await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
+    // The probe an interval after the delivery finds the queue idle.
+    tokio::time::sleep(3 * INTERVAL).await;
+    let before = commands_run(&server);
+    let window = 20 * INTERVAL;
+    tokio::time::sleep(window).await;
+    let made = commands_run(&server) - before;
+    assert!(made <= 6, "{made} commands in {window:?} of idling");
+    consumer.shutdown().await.unwrap();
+}
+
+/// A wake-up that never comes (the producer's user may not publish on the
+/// wake-up channel, and its send ignores the refusal) costs at most the
+/// idle probe: the message is still delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_wake_up_is_lost_is_found_by_the_idle_probe() {
+    const INTERVAL: Duration = Duration::from_millis(100);
+    let (server, _client, q) = start_queue("lost", INTERVAL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    q.send("first").await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    let user = [
+        "ACL",
+        "SETUSER",
+        "mute",
+        "on",
+        ">mute-secret",
+        "~*",
+        "+@all",
+        "resetchannels",
+    ];
+    assert_eq!(server.raw_command(&user), "OK");
+    let mute = client_for(&format!("redis://mute:mute-secret@127.0.0.1:{}", server.port())).await;
+    let producer = queue_builder("lost", &mute, INTERVAL).build().unwrap();
+    producer.send("unannounced").await.unwrap();
+    assert!(
+        server.raw_command(&["ACL", "LOG"]).contains("dq:{lost}:wake"),
+        "the wake-up was not refused: {}",
+        server.raw_command(&["ACL", "LOG"])
+    );
+    assert!(
+        wait_until(WAIT, || log.len() == 2).await,
+        "the idle probe never found the message"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+/// A message pending before the consumer starts is learned of from its
+/// first probe, and delivered at its due time, not earlier, though no
+/// probe follows within the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_due_while_the_consumer_idles_is_delivered_at_its_due_time() {
+    let (_server, _client, q) = start_queue("due", SLOW_POLL, |b| b).await;
+    let delay = Duration::from_millis(800);
+    let sent = Instant::now();
+    q.send("later").delay(delay).await.unwrap();
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await, "never delivered");
+    let took = log.snapshot()[0].2 - sent;
+    assert!(took >= delay - Duration::from_millis(5), "early: {took:?}");
+    consumer.shutdown().await.unwrap();
+}
+
+/// A consumer that crashes holding a message (its runtime dropped with
+/// its tasks: no nack, no more renewals) while another consumer idles:
+/// the idle one saw the lease at its probe, sleeps until the lease's end
+/// rather than until its next probe (`fetch_interval` far beyond the
+/// test), and takes the message back then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_takes_back_a_crashed_consumers_message_at_its_leases_end() {
+    const VIS: Duration = Duration::from_secs(2);
+    const INTERVAL: Duration = Duration::from_secs(60);
+    let (server, client, q) = start_queue("crashed", INTERVAL, |b| b.max_consume_duration(VIS)).await;
+    let url = server.url();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
+    let a = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let client = delayqueue::connect(&url).await.unwrap();
+            // Renewed leases: alive, it keeps the message however long B waits.
+            let q = queue_builder("crashed", &client, INTERVAL)
+                .max_consume_duration(VIS)
+                .handler_timeout(Duration::from_secs(600))
+                .build()
+                .unwrap();
+            let consumer = q
+                .start_consume(move |_msg: Message| {
+                    let started = started_tx.clone();
+                    async move {
+                        let _ = started.send(());
+                        std::future::pending::<()>().await;
+                        Ok::<(), delayqueue::HandlerError>(())
+                    }
+                })
+                .await
+                .unwrap();
+            // Never shut down: the runtime goes away under it.
+            std::mem::forget(consumer);
+            let _ = crash_rx.await;
+        });
+        rt.shutdown_background();
+    });
+    let id = q.send("x").await.unwrap();
+    tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
+        .await
+        .unwrap()
+        .expect("A never started the handler");
+    let log = Log::default();
+    let b = q.start_consume(acking(&log)).await.unwrap();
+    crash_tx.send(()).unwrap();
+    a.join().unwrap();
+    assert!(
+        wait_until(WAIT, || log.len() == 1).await,
+        "not taken back within {WAIT:?}"
+    );
+    assert_eq!(log.attempts(&id), vec![2]);
+    assert_eq!(wait_stats(&q, WAIT, Counts::default()).await, Counts::default());
+    b.shutdown().await.unwrap();
+    assert!(all_keys(&client).await.is_empty());
+}
+
+/// A schedule set on a queue whose consumer idles wakes it: its
+/// scheduler reads the schedule and the first fire is delivered, though
+/// the consumer's next probe (30 `fetch_interval`s) is far beyond the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_set_while_the_consumer_idles_fires() {
+    const INTERVAL: Duration = Duration::from_secs(2);
+    let (server, _client, q) = start_queue("sched", INTERVAL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    // Past its first probe, which found the queue empty: no command for
+    // longer than an interval.
+    assert!(wait_quiet(&server, INTERVAL * 5 / 2).await, "never idle");
+    assert!(q
+        .set_schedule("tick", Schedule::every(Duration::from_secs(1), "t"))
+        .await
+        .unwrap());
+    assert!(
+        wait_until(WAIT, || log.snapshot().iter().any(|d| d.3 == b"t")).await,
+        "the schedule never fired"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+/// Waits (up to `WAIT`) until `server` ran no command for `span`.
+async fn wait_quiet(server: &RedisServer, span: Duration) -> bool {
+    let until = Instant::now() + WAIT;
+    let mut seen = commands_run(server);
+    while Instant::now() < until {
+        tokio::time::sleep(span).await;
+        let now = commands_run(server);
+        if now == seen {
+            return true;
+        }
+        seen = now;
+    }
+    false
 }

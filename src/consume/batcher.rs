@@ -32,7 +32,8 @@ pub(crate) trait Batcher: Send + 'static {
 /// Sends the items of `rx` with `b` until every sender is dropped and all
 /// items are sent; returns `b`.
 pub(crate) async fn run<B: Batcher>(mut b: B, mut rx: mpsc::UnboundedReceiver<B::Item>) -> B {
-    let mut batch = Vec::with_capacity(B::MAX_ITEMS);
+    // Grown on the first item, not before: an idle queue's task holds it.
+    let mut batch = Vec::new();
     let mut next = None;
     loop {
         let first = match next.take() {

@@ -1,6 +1,8 @@
 //! [`Context`]: everything a consumer is given to run with, so the runtime
 //! needs nothing of the queue handle.
 
+use std::sync::Arc;
+
 use fred::prelude::Client;
 
 use super::settings::Settings;
@@ -14,8 +16,9 @@ pub(crate) struct Context {
     /// The queue's name, for logs and errors.
     pub name: String,
     pub client: Client,
-    /// The keys of each shard: one set for an ordinary queue.
-    pub shards: Vec<Keys>,
+    /// The keys of each shard: one set for an ordinary queue (shared
+    /// with the queue handle).
+    pub shards: Arc<[Keys]>,
     pub settings: Settings,
     pub meters: Meters,
     /// Where the queue's events go.

@@ -133,7 +133,7 @@ async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     shared.pool.record_handler_time(took);
     drop(renewing);
     if let Some(l) = renewed {
-        let held = l.finish(ctx, &shared.keys).await;
+        let held = l.finish(ctx, shared.keys()).await;
         (receipt.lease, receipt.deadline) = (held.lease, held.deadline);
     }
     Ended {

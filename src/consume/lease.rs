@@ -133,10 +133,11 @@ impl Leases {
     }
 }
 
-/// Starts the renewal task of the shard with keys `k`; abort it once no
-/// handler runs.
-pub(crate) fn spawn(ctx: Arc<Context>, k: Keys, leases: Arc<Leases>) -> JoinHandle<()> {
+/// Starts the renewal task of the queue's shard number `shard`; abort it
+/// once no handler runs.
+pub(crate) fn spawn(ctx: Arc<Context>, shard: usize, leases: Arc<Leases>) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let k = &ctx.shards[shard];
         let every = ctx.settings.max_consume_duration / 6;
         let mut tick = tokio::time::interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -144,7 +145,8 @@ pub(crate) fn spawn(ctx: Arc<Context>, k: Keys, leases: Arc<Leases>) -> JoinHand
             tick.tick().await;
             let running = leases.snapshot();
             for batch in running.chunks(ctx.settings.batch_size) {
-                if let Err(e) = renew(&ctx, &k, batch).await {
+                // Boxed, so that the waiting task does not hold the renewal's state.
+                if let Err(e) = Box::pin(renew(&ctx, k, batch)).await {
                     // A renewal that fails for good shows as a late ack or nack, which warns.
                     tracing::debug!(queue = %ctx.name, error = %e, "lease renewal failed; retrying at the next tick");
                 }

@@ -116,6 +116,11 @@ impl Consumer {
             let ctx = Arc::new(ctx);
             let channels = ctx.shards.iter().map(|k| k.wake.clone()).collect();
             let (wakes, listener) = wake::listen(&ctx.client, channels).await;
+            // Without wake-ups, polling is all a loop has.
+            let idle_probe = match listener.subscribed() {
+                true => ctx.settings.idle_probe(),
+                false => ctx.settings.fetch_interval,
+            };
             listening.push(listener);
             let kicks = Arc::new(Kicks::new(ctx.shards.len()));
             let trigger = scheduler::Trigger::Kicked(kicks.clone());
@@ -127,12 +132,11 @@ impl Consumer {
                 let renewer = ctx
                     .settings
                     .renews_leases()
-                    .then(|| lease::spawn(ctx.clone(), keys.clone(), leases.clone()));
+                    .then(|| lease::spawn(ctx.clone(), shard, leases.clone()));
                 let shared = Arc::new(Shared {
                     ctx: ctx.clone(),
                     handler: handler.clone(),
                     claim_key: keys.claim(me.as_str()),
-                    keys: keys.clone(),
                     index: loops_started,
                     lane,
                     shard,
@@ -143,6 +147,7 @@ impl Consumer {
                     claims: Default::default(),
                     handing: Default::default(),
                     paused: Default::default(),
+                    idle_probe,
                     acks,
                     notes,
                     leases,

@@ -109,9 +109,10 @@ pub(crate) async fn run(ctx: Arc<Context>, trigger: Trigger, mut stop: watch::Re
     let every = ctx.settings.fetch_interval;
     let mut failing = false;
     while !*stop.borrow() {
+        // Boxed, so that the waiting task does not hold a pass's state.
         let pass = match &trigger {
-            Trigger::Tick => tick(&ctx, horizon(every)).await,
-            Trigger::Kicked(kicks) => kicked(&ctx, kicks, horizon(every)).await,
+            Trigger::Tick => Box::pin(tick(&ctx, horizon(every))).await,
+            Trigger::Kicked(kicks) => Box::pin(kicked(&ctx, kicks, horizon(every))).await,
         };
         match pass {
             Ok(_) if failing => {
@@ -152,7 +153,7 @@ async fn kicked(ctx: &Context, kicks: &Kicks, horizon: Duration) -> Result<u64, 
 /// One pass over every shard; returns the fires this pass sent.
 pub(crate) async fn tick(ctx: &Context, horizon: Duration) -> Result<u64, Error> {
     let mut sent = 0;
-    for keys in &ctx.shards {
+    for keys in ctx.shards.iter() {
         sent += tick_shard(ctx, keys, horizon).await?;
     }
     Ok(sent)

@@ -34,7 +34,7 @@ impl Desk for ShardDesk {
             id: id.clone(),
             attempt,
         })?;
-        shared.ctx.store(&shared.keys).children(id.as_str(), cursor).await
+        shared.store().children(id.as_str(), cursor).await
     }
 
     async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error> {

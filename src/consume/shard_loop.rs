@@ -1,9 +1,12 @@
-//! The loop of one shard: probes on every `fetch_interval` (one read-only
-//! call) and sweeps when that finds leases run out or dead letters to
-//! delete, promotes when something is due, claims what fits, and in between sleeps until the
-//! earliest due time it knows of, a wake-up, or a free handler slot. On
-//! stop it deletes its claim receipt, waits for its deliveries to settle
-//! and for its ack and notes tasks to send what they were given.
+//! The loop of one shard: probes (one read-only call) every
+//! `fetch_interval` while the shard has work about, and sweeps when that
+//! finds leases run out or dead letters to delete, promotes when something
+//! is due, claims what fits, and in between sleeps until the earliest due
+//! time it knows of, a wake-up, or a free handler slot. An idle shard is
+//! probed only when its first lease runs out or dead letter expires, or
+//! after `Settings::idle_probe` should a wake-up have been lost. On stop it
+//! deletes its claim receipt, waits for its deliveries to settle and for
+//! its ack and notes tasks to send what they were given.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,8 +26,9 @@ use crate::Error;
 
 /// When the loop next has something to do.
 struct Schedule {
-    /// Next sweep (timed-out deliveries, expired dead letters); also a promote and a claim.
-    sweep: Instant,
+    /// Next probe, which says whether to sweep (timed-out deliveries,
+    /// expired dead letters), promote and claim.
+    probe: Instant,
     /// When the earliest pending message is due, as far as this consumer knows.
     promote: Instant,
     /// Whether ready or retry may hold messages this consumer could claim.
@@ -55,7 +59,7 @@ pub(crate) async fn run(
     let mut stop = shared.pool.stop.clone();
     let now = Instant::now();
     let mut at = Schedule {
-        sweep: now,
+        probe: now,
         promote: now,
         claim: true,
         claim_after: now,
@@ -66,13 +70,14 @@ pub(crate) async fn run(
     let mut waiting = true;
     tracing::debug!(queue = %shared.name(), shard = shared.index, "shard loop started");
     while !*stop.borrow() {
-        let (until, on_slot) = match step(&shared, &mut at).await {
+        // Boxed, so that the sleeping loop does not hold a step's state.
+        let (until, on_slot) = match Box::pin(step(&shared, &mut at)).await {
             Ok(()) => {
                 if failures > 0 {
                     tracing::info!(queue = %shared.name(), failed_steps = failures, "consumer step succeeded again");
                 }
                 failures = 0;
-                let next = at.sweep.min(at.promote);
+                let next = at.probe.min(at.promote);
                 (
                     if at.claim { next.min(at.claim_after) } else { next },
                     at.claim && at.slot_wait,
@@ -87,7 +92,7 @@ pub(crate) async fn run(
         if at.claim && at.claim_after <= Instant::now() && !on_slot && failures == 0 {
             // Busy claiming: wake-ups that came meanwhile still bring the
             // next promote forward (a message due now behind a backlog).
-            note_wakes(&mut at, std::iter::from_fn(|| wakes.try_recv().ok()));
+            note_wakes(&mut at, interval, std::iter::from_fn(|| wakes.try_recv().ok()));
             continue;
         }
         tokio::select! {
@@ -96,12 +101,12 @@ pub(crate) async fn run(
             // A finished delivery frees a slot of the global concurrency limit too.
             _ = shared.pool.done[shared.index].notified(), if on_slot => at.claim_after = Instant::now(),
             Some(due) = wakes.recv() => {
-                note_wakes(&mut at, std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())));
+                note_wakes(&mut at, interval, std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())));
             }
         }
     }
     shared.publish_waiting(waiting, false);
-    shut_down(shared, writers, renewer).await;
+    Box::pin(shut_down(shared, writers, renewer)).await;
 }
 
 /// How long the loop backs off after its `failures`-th failed step in a
@@ -146,21 +151,35 @@ async fn shut_down(shared: Arc<Shared>, writers: [JoinHandle<()>; 2], renewer: O
 }
 
 /// Brings the next promote forward to each wake-up's due time; one due
-/// now (a retry or a due message) means a claim, either way.
-fn note_wakes(at: &mut Schedule, wakes: impl Iterator<Item = Instant>) {
+/// now (a retry or a due message) means a claim, either way. The shard is
+/// busy again, so the next probe comes within `interval`.
+fn note_wakes(at: &mut Schedule, interval: Duration, wakes: impl Iterator<Item = Instant>) {
     let now = Instant::now();
     for due in wakes {
         at.promote = at.promote.min(due);
         at.claim |= due <= now;
+        at.stirred(now, interval);
+    }
+}
+
+impl Schedule {
+    /// Something happened on the shard (a wake-up, a due time): the next
+    /// probe comes within `interval`, so this loop learns of the leases of
+    /// the claims that follow, its own or another consumer's, and sweeps
+    /// them should they run out. (Every claim follows one of these, or a
+    /// probe that found messages to claim, which probes again as soon.)
+    fn stirred(&mut self, now: Instant, interval: Duration) {
+        self.probe = self.probe.min(now + interval);
     }
 }
 
 /// One round: sweep when due, promote when something is due, claim what
 /// fits; `at.slot_wait` says whether claimable work waits for a free slot.
 async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
-    let (ctx, k) = (&*shared.ctx, &shared.keys);
+    let (ctx, k) = (&*shared.ctx, shared.keys());
     let now = Instant::now();
-    if now >= at.sweep {
+    let interval = ctx.settings.fetch_interval;
+    if now >= at.probe {
         // One read-only call says which steps have work: an idle shard costs nothing more.
         let probed = shared
             .store()
@@ -169,12 +188,27 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
                 dead_limit: ctx.settings.dead_limit,
             })
             .await?;
-        at.sweep = now + ctx.settings.fetch_interval;
-        if probed.sweep {
-            sweep(ctx, k).await?;
+        let swept = probed.sweep == Some(Duration::ZERO);
+        // The calls beyond the probe are boxed, so that a step that only
+        // probes (many idle queues at once, say) allocates little.
+        if swept {
+            Box::pin(sweep(ctx, k)).await?;
             at.claim = true;
         }
-        at.promote = probed.next_due.map_or(at.sweep, |d| now + d);
+        // With work about (or schedules to feed) the next probe comes within
+        // an interval. Idle, the loop sleeps until its first lease or dead
+        // letter runs out, a due time or a wake-up: what the probe would
+        // find otherwise is announced by a wake-up, and the idle probe
+        // (spread out, so that many idle queues do not probe at once) only
+        // bounds what a lost one costs.
+        let busy = swept || probed.claim || probed.schedules || probed.relay;
+        let poll = if busy {
+            interval
+        } else {
+            shared.idle_probe.mul_f64(1.0 - 0.2 * fastrand::f64())
+        };
+        at.probe = now + probed.sweep.filter(|d| !d.is_zero()).map_or(poll, |d| d.min(poll));
+        at.promote = probed.next_due.map_or(at.probe, |d| now + d);
         at.claim |= probed.claim;
         if probed.schedules {
             shared.schedules.kick(shared.shard);
@@ -188,10 +222,12 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     }
     if now >= at.promote {
         let room = claim_capacity(&ctx.settings, &Load::of(shared));
-        let (moved, next_due) = promote(ctx, k, room).await?;
-        // Nothing pending: the next sweep looks again, or a wake-up comes first.
-        at.promote = next_due.map_or(at.sweep, |d| now + d);
+        let (moved, next_due) = Box::pin(promote(ctx, k, room)).await?;
+        // Nothing pending: the next probe looks again, or a wake-up comes first.
+        at.promote = next_due.map_or(at.probe, |d| now + d);
         at.claim |= moved > 0;
+        // Something came due, whoever moved it.
+        at.stirred(now, interval);
     }
     if !at.claim || now < at.claim_after {
         return Ok(());
@@ -200,12 +236,12 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     if want == 0 {
         // Full, or another queue's turn: a finished delivery or a change
         // of turns wakes the loop, and this bounds the wait regardless.
-        at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
+        at.claim_after = Instant::now() + CONCURRENCY_POLL.min(interval);
         at.slot_wait = true;
         return Ok(());
     }
     at.slot_wait = false;
-    let (popped, held, group_wait) = claim(shared, want).await?;
+    let (popped, held, group_wait) = Box::pin(claim(shared, want)).await?;
     if let Some(wait) = group_wait {
         // A group waits out its rate (or an ordered group its failed
         // message's delay): promote moves it back to the ring then, and a
@@ -226,7 +262,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         }
         Some(Held::Concurrency) => {
             at.claim = true;
-            at.claim_after = Instant::now() + CONCURRENCY_POLL.min(ctx.settings.fetch_interval);
+            at.claim_after = Instant::now() + CONCURRENCY_POLL.min(interval);
             // One of this consumer's own deliveries finishing frees a slot too.
             at.slot_wait = true;
             return Ok(());

@@ -256,8 +256,6 @@ pub(crate) struct Shared {
     pub ctx: Arc<Context>,
     /// The handler of this loop's queue.
     pub handler: Arc<dyn Handler>,
-    /// The keys of this loop's shard.
-    pub keys: Keys,
     /// This loop's number; it waits on `pool.done[index]`.
     pub index: usize,
     /// The number of its queue: `pool.lanes[lane]`.
@@ -277,6 +275,10 @@ pub(crate) struct Shared {
     pub claims: AtomicU64,
     /// Whether the last claim found the queue paused.
     pub paused: AtomicBool,
+    /// The longest an idle shard's loop sleeps between probes: the
+    /// settings' `idle_probe` when wake-ups reach this consumer, else
+    /// `fetch_interval`.
+    pub idle_probe: Duration,
     /// Its ack task: where acks go, how many may wait, the relay's lock.
     pub acks: Acks,
     /// Its notes task: where handlers' progress and log lines go.
@@ -288,9 +290,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The keys of this loop's shard.
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.ctx.shards[self.shard]
+    }
+
     /// The store handle of this shard.
     pub(crate) fn store(&self) -> Shard<'_> {
-        self.ctx.store(&self.keys)
+        self.ctx.store(self.keys())
     }
 
     /// The queue's name, for logs.

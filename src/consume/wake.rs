@@ -3,13 +3,16 @@
 //!
 //! Scripts publish on the queue's wake-up channel when a message becomes
 //! claimable (nack, timeout), a group may start its next message (ack,
-//! nack or timeout freed a slot of it), or something is due before every
+//! nack or timeout freed a slot of it), something is due before every
 //! other pending message or waiting group (send, nack with a delay, a
-//! claim that holds a group at its rate); the message is how many
-//! milliseconds from now.
-//! A wake-up is only an optimisation: the consumer still probes every
-//! `fetch_interval`, so a lost one (disconnect, no pub/sub permission)
-//! costs at most one interval, never a stuck message.
+//! claim that holds a group at its rate), or a schedule becomes due (set,
+//! resume); the message is how many milliseconds from now.
+//! An idle consumer sleeps until one comes, but still probes at its idle
+//! probe (at most 30 `fetch_interval`s apart), so a lost one (no pub/sub
+//! permission, a dead connection not yet seen as such) costs at most that,
+//! never a stuck message; those lost while disconnected cost nothing, as a
+//! reconnect wakes every loop. A consumer that cannot subscribe probes
+//! every `fetch_interval`.
 //!
 //! The consumers of one [`Client`] (by its id: its clones share it) share
 //! one [`Hub`]: one connection subscribed to every channel they listen
@@ -64,6 +67,8 @@ pub(crate) struct Wakes {
     hub: Option<Arc<Hub>>,
     id: u64,
     channels: Vec<String>,
+    /// Whether its channels were subscribed when it started.
+    subscribed: bool,
 }
 
 impl std::fmt::Debug for Wakes {
@@ -87,6 +92,7 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc:
                 hub: None,
                 id: 0,
                 channels,
+                subscribed: false,
             };
             return (rxs, wakes);
         }
@@ -109,11 +115,13 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc:
         }
         new
     };
+    let mut subscribed = true;
     if !new.is_empty() {
         let _changing = inner.changes.lock().await;
         match tokio::time::timeout(SUBSCRIBE_TIMEOUT, inner.sub.subscribe(new)).await {
             Ok(Ok(())) => {}
             failed => {
+                subscribed = false;
                 let error = match failed {
                     Ok(Err(e)) => e.to_string(),
                     _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
@@ -126,8 +134,16 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc:
         hub: Some(hub),
         id,
         channels,
+        subscribed,
     };
     (rxs, wakes)
+}
+
+impl Wakes {
+    /// Whether wake-ups reach its loops: when not, they poll every `fetch_interval`.
+    pub(crate) fn subscribed(&self) -> bool {
+        self.subscribed
+    }
 }
 
 /// The running hub of `client`, or a new one.

@@ -465,7 +465,7 @@ impl DelayQueueBuilder {
         crate::meters::describe_metrics();
         Ok(DelayQueue {
             inner: Arc::new(Inner {
-                shards,
+                shards: shards.into(),
                 record,
                 recorded: tokio::sync::OnceCell::new(),
                 waitaof_checked: std::sync::Mutex::new(None),

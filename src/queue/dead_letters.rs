@@ -83,7 +83,7 @@ where
     }
     let batch = queue.inner.config.consume.batch_size as u64;
     let mut done = 0;
-    for k in &queue.inner.shards {
+    for k in queue.inner.shards.iter() {
         let rounds = queue.shard_status(k).await?.counts.dead / batch + 1;
         for _ in 0..rounds {
             let (acted, taken) = call(k, Vec::new()).await?;

@@ -171,7 +171,7 @@ pub(crate) async fn check(queue: &DelayQueue) -> Result<IntegrityReport, Error> 
         scanned: 0,
         anomalies: Vec::new(),
     };
-    for k in &queue.inner.shards {
+    for k in queue.inner.shards.iter() {
         let shard = check_shard(queue, k).await?;
         report.scanned += shard.scanned;
         report.anomalies.extend(shard.anomalies);

@@ -70,7 +70,7 @@ pub(crate) struct Inner {
     pub name: String,
     pub prefix: String,
     /// The keys of each shard: one set for an ordinary queue.
-    pub shards: Vec<Keys>,
+    pub shards: Arc<[Keys]>,
     /// The keys of the unsharded layout, whose totals record the shard
     /// count (`lua/shards.lua`).
     pub record: Keys,
@@ -260,7 +260,7 @@ impl DelayQueue {
     pub async fn purge(&self) -> Result<u64, Error> {
         let mut removed = 0u64;
         let limit = self.inner.config.consume.batch_size;
-        for k in &self.inner.shards {
+        for k in self.inner.shards.iter() {
             loop {
                 // Negative: groups forgotten, nothing removed; call again.
                 match self.store(k).run(&Purge { limit }).await? {

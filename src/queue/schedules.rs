@@ -148,7 +148,7 @@ impl DelayQueue {
         // By name: a schedule whose cursor a scheduler moved while the
         // pages were read is read twice, and the later read wins.
         let mut out = BTreeMap::new();
-        for keys in &self.inner.shards {
+        for keys in self.inner.shards.iter() {
             let mut after = None;
             for _ in 0..2 * MAX_SCHEDULES.div_ceil(crate::consume::SCHEDULE_PAGE) {
                 let which = Which::Page {

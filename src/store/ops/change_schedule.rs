@@ -67,7 +67,12 @@ impl Op for ChangeSchedule<'_> {
             Change::Pause => 3,
             Change::Resume => 4,
         };
-        let mut args: Vec<Value> = vec![self.name.into(), k.msg_prefix.as_str().into(), mode.into()];
+        let mut args: Vec<Value> = vec![
+            self.name.into(),
+            k.msg_prefix.as_str().into(),
+            mode.into(),
+            k.wake.as_str().into(),
+        ];
         if let Change::Set { fields, max } = &self.change {
             args.push(count(*max as u64));
             for (field, value) in fields {

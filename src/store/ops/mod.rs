@@ -364,7 +364,7 @@ mod tests {
                     notes: vec![note::Note {
                         id: "a",
                         lease: 0,
-                        kind: note::NoteKind::Log,
+                        kind: crate::scribe::NoteKind::Log,
                         text: "1",
                     }],
                     max_lines: 1,

@@ -18,8 +18,11 @@ pub(crate) struct Probe {
 /// What a probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Probed {
-    /// A lease has run out, or a dead letter is due for deletion.
-    pub sweep: bool,
+    /// How long until a sweep has work: zero when a lease has run out or
+    /// a dead letter is due for deletion now, else until the earliest lease
+    /// runs out or the oldest dead letter is past its retention; `None`
+    /// when no lease is held and no dead letter kept.
+    pub sweep: Option<Duration>,
     /// How long until the earliest pending message is due (zero when one
     /// is due now); `None` when pending is empty.
     pub next_due: Option<Duration>,
@@ -56,11 +59,11 @@ impl Op for Probe {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = ints::<Self>(v)?;
-        let [sweep @ (0 | 1), wait, claim @ (0 | 1), schedules @ (0 | 1), relay @ (0 | 1)] = reply[..] else {
+        let [sweep @ -1..=i64::MAX, wait, claim @ (0 | 1), schedules @ (0 | 1), relay @ (0 | 1)] = reply[..] else {
             return Err(unexpected::<Self>(format!("{reply:?}")));
         };
         Ok(Probed {
-            sweep: sweep == 1,
+            sweep: u64::try_from(sweep).ok().map(Duration::from_millis),
             next_due: u64::try_from(wait).ok().map(Duration::from_millis),
             claim: claim == 1,
             schedules: schedules == 1,

@@ -16,11 +16,17 @@ fn probe(dead_limit: u64) -> Probe {
 }
 
 const IDLE: Probed = Probed {
-    sweep: false,
+    sweep: None,
     next_due: None,
     claim: false,
     schedules: false,
     relay: false,
+};
+
+/// A lease run out or a dead letter to delete: a sweep now.
+const SWEEP_NOW: Probed = Probed {
+    sweep: Some(Duration::ZERO),
+    ..IDLE
 };
 
 #[tokio::test]
@@ -74,28 +80,35 @@ async fn it_finds_each_kind_of_work_and_changes_nothing() {
         env.raw(&["DEL", key]);
     }
 
-    // Processing: a sweep once a lease has run out (leases in µs).
+    // Processing: a sweep once a lease has run out (leases in µs), and
+    // until then how long the earliest lease has left.
     let now_us = env.now_us();
     env.raw(&["ZADD", &k.processing, &(now_us + 60_000_000).to_string(), "running"]);
-    assert_eq!(env.run(&probe(10)).await, IDLE, "a lease still running");
+    let found = env.run(&probe(10)).await;
+    let left = found.sweep.expect("a lease is held");
+    assert!(
+        left > Duration::from_secs(58) && left <= Duration::from_secs(60),
+        "{left:?}"
+    );
+    assert_eq!(Probed { sweep: None, ..found }, IDLE, "a lease still running");
     env.raw(&["ZADD", &k.processing, &(now_us - 1_000).to_string(), "overdue"]);
-    assert_eq!(env.run(&probe(10)).await, Probed { sweep: true, ..IDLE });
+    assert_eq!(env.run(&probe(10)).await, SWEEP_NOW);
     env.raw(&["DEL", &k.processing]);
 
-    // Dead letters: a sweep once one is past its retention or beyond the cap.
+    // Dead letters: a sweep once one is past its retention or beyond the
+    // cap, and until then how long the oldest has left.
     env.raw(&["ZADD", &k.dead, &now.to_string(), "g1", &now.to_string(), "g2"]);
-    assert_eq!(env.run(&probe(2)).await, IDLE, "within retention and cap");
-    assert_eq!(
-        env.run(&probe(1)).await,
-        Probed { sweep: true, ..IDLE },
-        "beyond the cap"
+    let found = env.run(&probe(2)).await;
+    let left = found.sweep.expect("dead letters are kept");
+    let retention = Duration::from_millis(RETENTION as u64);
+    assert!(
+        left > retention - Duration::from_secs(2) && left <= retention,
+        "{left:?}"
     );
+    assert_eq!(Probed { sweep: None, ..found }, IDLE, "within retention and cap");
+    assert_eq!(env.run(&probe(1)).await, SWEEP_NOW, "beyond the cap");
     env.raw(&["ZADD", &k.dead, &(now - RETENTION - 1).to_string(), "g0"]);
-    assert_eq!(
-        env.run(&probe(10)).await,
-        Probed { sweep: true, ..IDLE },
-        "past retention"
-    );
+    assert_eq!(env.run(&probe(10)).await, SWEEP_NOW, "past retention");
     env.raw(&["DEL", &k.dead]);
 
     // Schedules.

@@ -337,3 +337,28 @@ async fn schedules_pages_on_after_the_last_read_when_fires_moved_it_out_of_the_h
     let next = env.run(&page(next.schedules.first())).await;
     assert_eq!(next.schedules[0].name, "d20");
 }
+
+/// A set or a resume that makes a schedule due wakes sleeping consumers,
+/// whose probe then has their scheduler read it; a pause, a remove, a
+/// set of a paused schedule and a change that changes nothing do not.
+#[tokio::test]
+async fn a_set_or_resume_wakes_consumers() {
+    let env = Env::new().await;
+    let mut wakes = env.subscribe().await;
+    assert_eq!(env.schedule("s", every_second()).await, Changed::Yes);
+    assert_eq!(wakes.next().await, "0");
+    assert_eq!(env.schedule("s", every_second()).await, Changed::Same);
+    wakes.assert_quiet(&env, "the same definition").await;
+    assert_eq!(env.schedule("s", Change::Pause).await, Changed::Yes);
+    wakes.assert_quiet(&env, "pause").await;
+    let Change::Set { mut fields, max } = every_second() else {
+        unreachable!()
+    };
+    fields[4].1 = fred::bytes::Bytes::from("2:tock");
+    assert_eq!(env.schedule("s", Change::Set { fields, max }).await, Changed::No);
+    wakes.assert_quiet(&env, "a set of a paused schedule").await;
+    assert_eq!(env.schedule("s", Change::Resume).await, Changed::Yes);
+    assert_eq!(wakes.next().await, "0");
+    assert_eq!(env.schedule("s", Change::Remove).await, Changed::Yes);
+    wakes.assert_quiet(&env, "remove").await;
+}
