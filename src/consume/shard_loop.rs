@@ -173,6 +173,54 @@ impl Schedule {
     }
 }
 
+/// The probe of [`step`]: one read-only call says which steps have work,
+/// then the sweep when leases ran out or dead letters expired, and when
+/// to probe, promote and claim next.
+async fn probe(shared: &Arc<Shared>, at: &mut Schedule, now: Instant) -> Result<(), Error> {
+    let (ctx, k) = (&*shared.ctx, shared.keys());
+    let interval = ctx.settings.fetch_interval;
+    // An idle shard costs nothing more than this call.
+    let probed = shared
+        .store()
+        .run(&Probe {
+            dead_letter_retention: ctx.settings.dead_letter_retention,
+            dead_limit: ctx.settings.dead_limit,
+        })
+        .await?;
+    let swept = probed.sweep == Some(Duration::ZERO);
+    // The calls beyond the probe are boxed, so that a step that only
+    // probes (many idle queues at once, say) allocates little.
+    if swept {
+        Box::pin(sweep(ctx, k)).await?;
+        at.claim = true;
+    }
+    // With work about (or schedules to feed) the next probe comes within
+    // an interval. Idle, the loop sleeps until its first lease or dead
+    // letter runs out, a due time or a wake-up: what the probe would
+    // find otherwise is announced by a wake-up, and the idle probe
+    // (spread out, so that many idle queues do not probe at once) only
+    // bounds what a lost one costs.
+    let busy = swept || probed.claim || probed.schedules || probed.relay;
+    let poll = if busy {
+        interval
+    } else {
+        shared.idle_probe.mul_f64(1.0 - 0.2 * fastrand::f64())
+    };
+    at.probe = now + probed.sweep.filter(|d| !d.is_zero()).map_or(poll, |d| d.min(poll));
+    at.promote = probed.next_due.map_or(at.probe, |d| now + d);
+    at.claim |= probed.claim;
+    if probed.schedules {
+        shared.schedules.kick(shared.shard);
+    }
+    if probed.relay {
+        // Completions an acker left behind (it crashed, or its relay
+        // failed), and cancelled parents' children (docs/workflows.md):
+        // the relay task runs it, beside the loop.
+        let _ = shared.acks.relay.try_send(());
+    }
+    Ok(())
+}
+
 /// One round: sweep when due, promote when something is due, claim what
 /// fits; `at.slot_wait` says whether claimable work waits for a free slot.
 async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
@@ -180,45 +228,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     let now = Instant::now();
     let interval = ctx.settings.fetch_interval;
     if now >= at.probe {
-        // One read-only call says which steps have work: an idle shard costs nothing more.
-        let probed = shared
-            .store()
-            .run(&Probe {
-                dead_letter_retention: ctx.settings.dead_letter_retention,
-                dead_limit: ctx.settings.dead_limit,
-            })
-            .await?;
-        let swept = probed.sweep == Some(Duration::ZERO);
-        // The calls beyond the probe are boxed, so that a step that only
-        // probes (many idle queues at once, say) allocates little.
-        if swept {
-            Box::pin(sweep(ctx, k)).await?;
-            at.claim = true;
-        }
-        // With work about (or schedules to feed) the next probe comes within
-        // an interval. Idle, the loop sleeps until its first lease or dead
-        // letter runs out, a due time or a wake-up: what the probe would
-        // find otherwise is announced by a wake-up, and the idle probe
-        // (spread out, so that many idle queues do not probe at once) only
-        // bounds what a lost one costs.
-        let busy = swept || probed.claim || probed.schedules || probed.relay;
-        let poll = if busy {
-            interval
-        } else {
-            shared.idle_probe.mul_f64(1.0 - 0.2 * fastrand::f64())
-        };
-        at.probe = now + probed.sweep.filter(|d| !d.is_zero()).map_or(poll, |d| d.min(poll));
-        at.promote = probed.next_due.map_or(at.probe, |d| now + d);
-        at.claim |= probed.claim;
-        if probed.schedules {
-            shared.schedules.kick(shared.shard);
-        }
-        if probed.relay {
-            // Completions an acker left behind (it crashed, or its relay
-            // failed), and cancelled parents' children (docs/workflows.md):
-            // the relay task runs it, beside the loop.
-            let _ = shared.acks.relay.try_send(());
-        }
+        probe(shared, at, now).await?;
     }
     if now >= at.promote {
         let room = claim_capacity(&ctx.settings, &Load::of(shared));
