@@ -44,23 +44,23 @@ pub(crate) struct AckItem {
 
 /// A shard's ack task, as the consumer sees it.
 pub(crate) struct Acks {
-    pub tx: mpsc::UnboundedSender<AckItem>,
+    pub tx: mpsc::UnboundedSender<Box<AckItem>>,
     /// Asks the shard's relay task for a relay of its outbox; it runs one
     /// at a time, and one asked for while one runs runs after it.
     pub relay: mpsc::Sender<()>,
 }
 
-/// Starts the ack task of the shard with keys `k`, and its relay task;
+/// Starts the ack task of the queue's shard number `shard`, and its relay task;
 /// they end once every sender is dropped, all acks are sent and the last
 /// relay asked for has run.
-pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (Acks, JoinHandle<()>) {
+pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (Acks, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     // One relay asked for while one runs is enough: it reads the whole outbox.
     let (relay, asked) = mpsc::channel(1);
-    let relays = tokio::spawn(relay_when_asked(ctx.clone(), k.clone(), asked));
+    let relays = tokio::spawn(relay_when_asked(ctx.clone(), shard, asked));
     let acker = Acker {
         ctx,
-        k,
+        shard,
         relay: relay.clone(),
     };
     let task = tokio::spawn(async move {
@@ -74,9 +74,15 @@ pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (Acks, JoinHandle<()>) {
 /// Relays the shard's outbox each time it is asked: by an ack call that
 /// acked a flow's child, or by the loop's tick whose probe found entries.
 /// A failure leaves the entries for the next tick, whose probe finds them.
-async fn relay_when_asked(ctx: Arc<Context>, k: Keys, mut asked: mpsc::Receiver<()>) {
+async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut asked: mpsc::Receiver<()>) {
     while asked.recv().await.is_some() {
-        if let Err(e) = crate::store::flows::relay::relay(&ctx.client, &k, ctx.settings.dead_letter_retention).await {
+        // Boxed, so that an idle task does not hold the relay's state.
+        let relay = Box::pin(crate::store::flows::relay::relay(
+            &ctx.client,
+            &ctx.shards[shard],
+            ctx.settings.dead_letter_retention,
+        ));
+        if let Err(e) = relay.await {
             tracing::warn!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
         }
     }
@@ -85,7 +91,8 @@ async fn relay_when_asked(ctx: Arc<Context>, k: Keys, mut asked: mpsc::Receiver<
 /// The ack task's state.
 struct Acker {
     ctx: Arc<Context>,
-    k: Keys,
+    /// Its shard's number in `ctx.shards`.
+    shard: usize,
     /// Asks the relay task for a relay.
     relay: mpsc::Sender<()>,
 }
@@ -100,7 +107,7 @@ impl Batcher for Acker {
     }
 
     async fn send(&mut self, batch: &mut Vec<AckItem>) {
-        if flush(&self.ctx, &self.k, batch).await {
+        if flush(&self.ctx, &self.ctx.shards[self.shard], batch).await {
             // Full or not, the relay task reads the whole outbox.
             let _ = self.relay.try_send(());
         }

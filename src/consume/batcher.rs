@@ -31,7 +31,10 @@ pub(crate) trait Batcher: Send + 'static {
 
 /// Sends the items of `rx` with `b` until every sender is dropped and all
 /// items are sent; returns `b`.
-pub(crate) async fn run<B: Batcher>(mut b: B, mut rx: mpsc::UnboundedReceiver<B::Item>) -> B {
+///
+/// Items come boxed: a channel allocates its first block of slots up
+/// front, which an idle queue's task holds all along.
+pub(crate) async fn run<B: Batcher>(mut b: B, mut rx: mpsc::UnboundedReceiver<Box<B::Item>>) -> B {
     // Grown on the first item, not before: an idle queue's task holds it.
     let mut batch = Vec::new();
     let mut next = None;
@@ -39,7 +42,7 @@ pub(crate) async fn run<B: Batcher>(mut b: B, mut rx: mpsc::UnboundedReceiver<B:
         let first = match next.take() {
             Some(item) => item,
             None => match rx.recv().await {
-                Some(item) => item,
+                Some(item) => *item,
                 None => return b,
             },
         };
@@ -47,6 +50,7 @@ pub(crate) async fn run<B: Batcher>(mut b: B, mut rx: mpsc::UnboundedReceiver<B:
         batch.push(first);
         while batch.len() < B::MAX_ITEMS {
             let Ok(item) = rx.try_recv() else { break };
+            let item = *item;
             bytes += B::size(&item);
             if bytes > B::MAX_BYTES {
                 next = Some(item);
@@ -54,7 +58,8 @@ pub(crate) async fn run<B: Batcher>(mut b: B, mut rx: mpsc::UnboundedReceiver<B:
             }
             batch.push(item);
         }
-        b.send(&mut batch).await;
+        // Boxed, so that an idle task does not hold the sending's state.
+        Box::pin(b.send(&mut batch)).await;
         batch.clear();
     }
 }
@@ -84,7 +89,7 @@ mod tests {
     async fn batches_are_cut_by_items_and_bytes_in_order() {
         let (tx, rx) = mpsc::unbounded_channel();
         for size in [1, 1, 1, 1, 4, 6, 20, 1] {
-            tx.send(size).unwrap();
+            tx.send(Box::new(size)).unwrap();
         }
         drop(tx);
         let Recorder(batches) = run(Recorder(Vec::new()), rx).await;

@@ -126,8 +126,8 @@ impl Consumer {
             let trigger = scheduler::Trigger::Kicked(kicks.clone());
             tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
             for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
-                let (acks, acker) = acker::spawn(ctx.clone(), keys.clone());
-                let (notes, notary) = notary::spawn(ctx.clone(), keys.clone());
+                let (acks, acker) = acker::spawn(ctx.clone(), shard);
+                let (notes, notary) = notary::spawn(ctx.clone(), shard);
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
                     .settings

@@ -15,7 +15,6 @@ use super::lease::Lease;
 use crate::events::{self, Event};
 use crate::scribe::NoteKind;
 use crate::store::ops::note::{Note, Noted, Notes};
-use crate::store::Keys;
 use crate::{Error, MessageId};
 
 /// Most notes in one script call.
@@ -68,12 +67,12 @@ impl NoteItem {
     }
 }
 
-/// Starts the notes task of the shard with keys `k`; it ends once every
+/// Starts the notes task of the queue's shard number `shard`; it ends once every
 /// sender is dropped and all notes are sent.
-pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (mpsc::UnboundedSender<NoteItem>, JoinHandle<()>) {
+pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (mpsc::UnboundedSender<Box<NoteItem>>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        batcher::run(Notary { ctx, k }, rx).await;
+        batcher::run(Notary { ctx, shard }, rx).await;
     });
     (tx, task)
 }
@@ -81,7 +80,8 @@ pub(crate) fn spawn(ctx: Arc<Context>, k: Keys) -> (mpsc::UnboundedSender<NoteIt
 /// The notes task's state.
 struct Notary {
     ctx: Arc<Context>,
-    k: Keys,
+    /// Its shard's number in `ctx.shards`.
+    shard: usize,
 }
 
 impl Batcher for Notary {
@@ -125,7 +125,7 @@ impl Batcher for Notary {
             // the result retention, a burial leaves it past the dead letter's.
             ttl: s.result_retention.max(s.dead_letter_retention) + s.handler_timeout.max(s.max_consume_duration),
         };
-        let reply = self.ctx.store(&self.k).run(&op).await;
+        let reply = self.ctx.store(&self.ctx.shards[self.shard]).run(&op).await;
         match reply {
             Ok(outcomes) => {
                 for ((item, _), outcome) in held.into_iter().zip(outcomes) {

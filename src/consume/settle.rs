@@ -26,11 +26,11 @@ pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
     } = ended;
     match outcome {
         Outcome::Done(kept) => {
-            let _ = shared.acks.tx.send(AckItem {
+            let _ = shared.acks.tx.send(Box::new(AckItem {
                 receipt,
                 kept,
                 _acking: Box::new(Acking::new(shared)),
-            });
+            }));
         }
         Outcome::Failed(mut failure) => {
             shared.ctx.meters.nacked.increment(1);

@@ -282,7 +282,7 @@ pub(crate) struct Shared {
     /// Its ack task: where acks go, how many may wait, the relay's lock.
     pub acks: Acks,
     /// Its notes task: where handlers' progress and log lines go.
-    pub notes: mpsc::UnboundedSender<NoteItem>,
+    pub notes: mpsc::UnboundedSender<Box<NoteItem>>,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     pub leases: Arc<Leases>,
     /// The task handing the last claim's deliveries to their tasks.
