@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use delayqueue::{Counts, DelayQueue, Message, MessageId};
 use fred::prelude::*;
-use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
+use helpers::crashing::Crashing;
+use helpers::{acking, recording, start_queue, wait_stats, Log};
 use support::{all_keys, wait_for, wait_until, WAIT};
 use tokio::sync::Semaphore;
 
@@ -100,44 +101,9 @@ async fn renewed_lease_keeps_a_slow_but_alive_handler_s_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
     let (server, client, q) = start_queue("dead", FETCH_INTERVAL, |b| b.max_consume_duration(VIS)).await;
-    let url = server.url();
-    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
-    let a = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let client = delayqueue::connect(&url).await.unwrap();
-            let q = queue_builder("dead", &client, FETCH_INTERVAL)
-                .max_consume_duration(VIS)
-                .handler_timeout(Duration::from_secs(60))
-                .build()
-                .unwrap();
-            let consumer = q
-                .start_consume(move |_msg: Message| {
-                    let started = started_tx.clone();
-                    async move {
-                        let _ = started.send(());
-                        tokio::time::sleep(Duration::from_secs(60)).await;
-                        Ok::<(), delayqueue::HandlerError>(())
-                    }
-                })
-                .await
-                .unwrap();
-            // Never shut down: the runtime goes away under it.
-            std::mem::forget(consumer);
-            let _ = crash_rx.await;
-        });
-        rt.shutdown_background();
-    });
+    let mut a = Crashing::start(server.url(), "dead", FETCH_INTERVAL, VIS);
     let id = q.send("x").await.unwrap();
-    tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
-        .await
-        .unwrap()
-        .expect("A never started the handler");
+    a.wait_started().await;
     // Alive, A keeps the message past its first lease.
     let first = lease_of(&client, "dead", &id).await.expect("not held");
     assert!(wait_renewed_past(&client, "dead", &id, first).await, "A did not renew");
@@ -150,8 +116,7 @@ async fn a_dead_consumer_stops_renewing_and_its_message_comes_back() {
     assert!(log.is_empty(), "B took a message A still renews");
 
     let crashed = Instant::now();
-    crash_tx.send(()).unwrap();
-    a.join().unwrap();
+    a.crash();
     assert!(wait_until(WAIT, || log.len() == 1).await, "never redelivered");
     // How soon is a measurement, not a pass condition: a loaded machine
     // may take longer.

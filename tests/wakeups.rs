@@ -12,7 +12,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::{Counts, Error, Message, MessageId, NewMessage, Schedule};
+use delayqueue::{Counts, Error, MessageId, NewMessage, Schedule};
+use helpers::crashing::Crashing;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
 use support::{all_keys, client_for, wait_until, RedisServer, WAIT};
 
@@ -324,49 +325,13 @@ async fn an_idle_consumer_takes_back_a_crashed_consumers_message_at_its_leases_e
     const VIS: Duration = Duration::from_secs(2);
     const INTERVAL: Duration = Duration::from_secs(60);
     let (server, client, q) = start_queue("crashed", INTERVAL, |b| b.max_consume_duration(VIS)).await;
-    let url = server.url();
-    let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
-    let a = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let client = delayqueue::connect(&url).await.unwrap();
-            // Renewed leases: alive, it keeps the message however long B waits.
-            let q = queue_builder("crashed", &client, INTERVAL)
-                .max_consume_duration(VIS)
-                .handler_timeout(Duration::from_secs(600))
-                .build()
-                .unwrap();
-            let consumer = q
-                .start_consume(move |_msg: Message| {
-                    let started = started_tx.clone();
-                    async move {
-                        let _ = started.send(());
-                        std::future::pending::<()>().await;
-                        Ok::<(), delayqueue::HandlerError>(())
-                    }
-                })
-                .await
-                .unwrap();
-            // Never shut down: the runtime goes away under it.
-            std::mem::forget(consumer);
-            let _ = crash_rx.await;
-        });
-        rt.shutdown_background();
-    });
+    // Renewed leases: alive, it keeps the message however long B waits.
+    let mut a = Crashing::start(server.url(), "crashed", INTERVAL, VIS);
     let id = q.send("x").await.unwrap();
-    tokio::task::spawn_blocking(move || started_rx.recv_timeout(WAIT))
-        .await
-        .unwrap()
-        .expect("A never started the handler");
+    a.wait_started().await;
     let log = Log::default();
     let b = q.start_consume(acking(&log)).await.unwrap();
-    crash_tx.send(()).unwrap();
-    a.join().unwrap();
+    a.crash();
     assert!(
         wait_until(WAIT, || log.len() == 1).await,
         "not taken back within {WAIT:?}"

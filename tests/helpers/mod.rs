@@ -2,13 +2,15 @@
 //! its key layout: the delivery [`Log`] with its [`recording`] and
 //! [`acking`] handlers, [`wait_stats`], [`queue_builder`],
 //! [`start_queue`] (server + client + queue in one call), [`whereabouts`],
-//! and the [`worker`] processes of the fault tests. An integration test
+//! the [`worker`] processes of the fault tests and the [`crashing`]
+//! consumer that dies holding a message. An integration test
 //! declares `mod helpers;`; the delayqueue-free harness (servers, clusters,
 //! proxies, logs) is the crate `delayqueue-test-support`.
 //!
 //! Not every test binary uses every helper, hence the module-wide allow.
 #![allow(dead_code)]
 
+pub mod crashing;
 pub mod failover;
 pub mod worker;
 
