@@ -590,3 +590,75 @@ async fn a_relay_read_is_bounded_by_bytes_at_the_maximum_result_size() {
         1 + big.len() as i64
     );
 }
+
+/// One call of many completions, for several parents, duplicates and
+/// completions after a parent's end among them, leaves what the same
+/// completions one call each leave.
+#[tokio::test]
+async fn completions_in_one_call_do_what_they_do_one_call_each() {
+    let parents: [(&str, &[&str]); 3] = [
+        ("p1", &["a1", "a2", "a3", "a4"]),
+        ("p2", &["b1", "b2", "b3"]),
+        ("p3", &["c1", "c2"]),
+    ];
+    let script = [
+        ("p1", "a1", "af"),
+        ("p2", "b1", "ai"),
+        ("p1", "a2", "af"),
+        ("p3", "c1", "ar"),
+        ("p1", "a1", "af"),
+        ("p2", "b2", "di"),
+        ("p1", "a3", "df"),
+        ("p3", "c2", "dr"),
+        ("p2", "b3", "ci"),
+        ("p1", "a4", "af"),
+    ];
+    let (one_by_one, together) = (Env::new().await, Env::new().await);
+    for env in [&one_by_one, &together] {
+        for (parent, children) in parents {
+            send_parent(env, parent, children, 0).await;
+        }
+    }
+    let mut sum = Completed::default();
+    for (parent, child, how) in script {
+        let done = complete(&one_by_one, &[completion(&one_by_one, parent, child, how)]).await;
+        sum.applied += done.applied;
+        sum.due += done.due;
+        sum.dead += done.dead;
+        sum.removed += done.removed;
+    }
+    let all: Vec<Completion> = script
+        .iter()
+        .map(|(parent, child, how)| completion(&together, parent, child, how))
+        .collect();
+    assert_eq!(complete(&together, &all).await, sum);
+    assert_eq!(
+        sum,
+        Completed {
+            applied: 8,
+            due: 1,
+            dead: 1,
+            removed: 1
+        }
+    );
+    // The same keys, sets and hashes; pending and dead by id (their
+    // scores are the clock's).
+    let state = |env: &Env| {
+        let k = env.k();
+        let mut keys = env.lines(&["KEYS", "*"]);
+        keys.sort();
+        let ids = |z: Vec<(String, i64)>| z.into_iter().map(|e| e.0).collect::<Vec<_>>();
+        let mut out = vec![format!("{keys:?}"), format!("{:?}", ids(env.zset(&k.pending)))];
+        out.push(format!("{:?}", env.dead()));
+        out.push(format!("{:?}", env.zset(&k.flow_waiting)));
+        for (parent, _) in parents {
+            let mut children = env.lines(&["HGETALL", &k.children(parent)]);
+            children.sort();
+            let mut deps = env.lines(&["SMEMBERS", &k.deps(parent)]);
+            deps.sort();
+            out.push(format!("{parent}: {children:?} {deps:?}"));
+        }
+        out
+    };
+    assert_eq!(state(&together), state(&one_by_one));
+}
