@@ -75,6 +75,7 @@ mod backoff;
 mod batch;
 mod connect;
 mod consume;
+mod consumers;
 mod error;
 mod events;
 mod flow;
@@ -104,6 +105,10 @@ pub use backoff::Backoff;
 pub use batch::BatchHandler;
 pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
+pub use consumers::{
+    ConsumedQueue, ConsumerInfo, LiveConsumers, RunningMessage, SkippedEntry, ENTRY_VERSION, MAX_ENTRY_BYTES,
+    MAX_QUEUES_LISTED, MAX_RUNNING_LISTED,
+};
 pub use error::Error;
 pub use events::{Action, Event};
 pub use flow::{
@@ -123,9 +128,9 @@ pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, Cohort, CohortBuilder, CohortStatus, ConsumeBatch, DelayQueue,
-    DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, COHORT_HEADER,
-    MAX_SCAN,
+    consumers, find_queues, recorded_shards, Anomaly, Browse, Cohort, CohortBuilder, CohortStatus, ConsumeBatch,
+    DelayQueue, DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker,
+    COHORT_HEADER, MAX_CONSUMERS_LISTED, MAX_SCAN,
 };
 #[allow(deprecated)]
 pub use queue::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};

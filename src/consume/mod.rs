@@ -37,6 +37,7 @@ mod batcher;
 mod claim;
 mod context;
 mod delivery;
+mod heartbeat;
 mod lease;
 mod notary;
 pub(crate) mod outcome;
@@ -84,6 +85,8 @@ pub struct Consumer {
     listening: Vec<wake::Wakes>,
     /// The queue's name, or how many queues, for logs.
     name: String,
+    /// Its heartbeat task, and what tells it the consumer stopped.
+    heart: Option<(JoinHandle<()>, watch::Sender<bool>)>,
 }
 
 /// One queue a consumer reads: its context, its handler, its weight.
@@ -108,6 +111,10 @@ impl Consumer {
             .collect();
         let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
         let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
+        let heart = heartbeat::beat_of(&members, &me, &pool, strict).map(|beat| {
+            let (leave, leave_rx) = watch::channel(false);
+            (heartbeat::spawn(beat, leave_rx), leave)
+        });
         let mut tasks = Vec::new();
         let mut listening = Vec::new();
         let mut names = Vec::new();
@@ -169,6 +176,7 @@ impl Consumer {
                 [one] => one.clone(),
                 all => format!("{} queues", all.len()),
             },
+            heart,
         }
     }
 
@@ -183,6 +191,11 @@ impl Consumer {
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
         self.listening.clear();
+        if let Some((task, leave)) = self.heart.take() {
+            let _ = leave.send(true);
+            task.await
+                .map_err(|e| Error::Internal(format!("heartbeat task failed: {e}")))?;
+        }
         tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }

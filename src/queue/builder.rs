@@ -62,6 +62,18 @@ impl DelayQueueBuilder {
         self
     }
 
+    /// How often a consumer writes its entry in the registry of live
+    /// consumers ([`consumers`](crate::consumers), docs/operations.md,
+    /// "Live consumers"): one script call per interval per consumer. The
+    /// entry lives three intervals, so a killed consumer drops out of the
+    /// listing at most that long after its last heartbeat. Default 5 s
+    /// (TTL 15 s); at least 100 ms. A [`Worker`](crate::Worker) beats as
+    /// its first queue says.
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.config.consume.heartbeat = d;
+        self
+    }
+
     /// The visibility timeout: how long a delivery holds its message
     /// without word from its consumer. A consumer that crashes or hangs
     /// loses its messages after this long, and they are redelivered. Unless
@@ -411,6 +423,9 @@ impl DelayQueueBuilder {
         let bad = |what: String| Err(Error::InvalidArgument(what));
         if s.fetch_interval.is_zero() {
             return bad("fetch_interval must be positive".into());
+        }
+        if s.heartbeat < Duration::from_millis(100) || s.heartbeat > MAX_DELAY {
+            return bad("heartbeat must be between 100 ms and MAX_DELAY".into());
         }
         if s.max_consume_duration < Duration::from_millis(10) {
             return bad("max_consume_duration must be at least 10 ms".into());

@@ -8,6 +8,7 @@ mod browse;
 mod builder;
 mod config;
 mod consume_batch;
+mod consumers;
 mod dead_letters;
 mod discover;
 mod durability;
@@ -26,6 +27,7 @@ pub use browse::{Browse, Search, MAX_SCAN};
 pub use builder::DelayQueueBuilder;
 pub(crate) use config::Config;
 pub use consume_batch::ConsumeBatch;
+pub use consumers::{consumers, MAX_CONSUMERS_LISTED};
 pub use discover::{find_queues, recorded_shards, FoundQueue};
 pub use durability::Durability;
 #[allow(deprecated)]
@@ -381,6 +383,7 @@ impl DelayQueue {
         let inner = &self.inner;
         consume::Context {
             name: inner.name.clone(),
+            prefix: inner.prefix.clone(),
             client: inner.client.clone(),
             shards: inner.shards.clone(),
             settings: inner.config.consume.clone(),
