@@ -5,7 +5,7 @@
 // apart with the reason. Every field is another process's text: it only
 // ever becomes text nodes, and URLs through enc().
 
-import { h, replace, enc, fmtInt, fmtDur, when, api, crumbs, serverNow } from './lib.js';
+import { h, replace, enc, fmtInt, fmtDur, countOf, when, api, crumbs, serverNow } from './lib.js';
 
 function queuesOf(c) {
   const names = c.queues.map((q) => [
@@ -59,7 +59,8 @@ export function consumersView(root) {
   return {
     async refresh() {
       const data = await api('api/consumers');
-      sub.textContent = `${fmtInt(data.live)} live`;
+      sub.textContent = countOf(data.consumers.length, 'live consumer')
+        + (data.skipped.length ? `, ${countOf(data.skipped.length, 'entry', 'entries')} not read` : '');
       replace(list, data.consumers.length
         ? data.consumers.map(card)
         : h('div.card', null, h('div.empty', null, h('strong', null, 'No live consumers'),
