@@ -75,7 +75,6 @@ mod backoff;
 mod batch;
 mod connect;
 mod consume;
-mod consumers;
 mod error;
 mod events;
 mod flow;
@@ -90,6 +89,7 @@ mod middleware;
 mod otel;
 mod payload;
 mod queue;
+mod registry;
 mod schedule;
 mod scribe;
 mod status;
@@ -105,10 +105,6 @@ pub use backoff::Backoff;
 pub use batch::BatchHandler;
 pub use connect::connect;
 pub use consume::{Consumer, Scheduler};
-pub use consumers::{
-    ConsumedQueue, ConsumerInfo, LiveConsumers, RunningMessage, SkippedEntry, ENTRY_VERSION, MAX_ENTRY_BYTES,
-    MAX_QUEUES_LISTED, MAX_RUNNING_LISTED,
-};
 pub use error::Error;
 pub use events::{Action, Event};
 pub use flow::{
@@ -134,6 +130,10 @@ pub use queue::{
 };
 #[allow(deprecated)]
 pub use queue::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
+pub use registry::{
+    ConsumedQueue, ConsumerInfo, LiveConsumers, RunningMessage, SkippedEntry, ENTRY_VERSION, MAX_ENTRY_BYTES,
+    MAX_QUEUES_LISTED, MAX_RUNNING_LISTED,
+};
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,
 };

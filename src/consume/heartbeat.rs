@@ -15,9 +15,8 @@ use fred::prelude::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::state::Pool;
-use super::Member;
-use crate::consumers::{self, ConsumedQueue, ConsumerInfo, RunningMessage};
+use super::context::Context;
+use crate::registry::{self, ConsumedQueue, ConsumerInfo, RunningMessage};
 use crate::store::ops::heartbeat::Heartbeat;
 use crate::store::{Keys, Shard};
 use crate::MessageId;
@@ -50,7 +49,7 @@ impl Running {
         Entered { running: self, key }
     }
 
-    /// The longest running [`consumers::MAX_RUNNING_LISTED`] messages, with
+    /// The longest running [`registry::MAX_RUNNING_LISTED`] messages, with
     /// their queues' names from `names`, and the count of all.
     fn snapshot(&self, names: &[String]) -> (Vec<RunningMessage>, usize) {
         let now = self.now.lock().unwrap_or_else(|e| e.into_inner());
@@ -58,7 +57,7 @@ impl Running {
         all.sort_unstable_by_key(|(_, _, since, _)| *since);
         let listed = all
             .iter()
-            .take(consumers::MAX_RUNNING_LISTED)
+            .take(registry::MAX_RUNNING_LISTED)
             .map(|(lane, id, since, attempt)| RunningMessage {
                 queue: names.get(*lane).cloned().unwrap_or_default(),
                 id: id.as_str().to_string(),
@@ -89,8 +88,8 @@ pub(crate) struct Beat {
     pub every: Duration,
     /// The entry without its running messages and times of the heartbeat.
     pub info: ConsumerInfo,
-    /// The pool whose running messages the entry lists.
-    pub pool: Arc<Pool>,
+    /// The messages the entry lists.
+    pub running: Arc<Running>,
 }
 
 /// Starts the heartbeat: it writes the entry at once and every
@@ -100,14 +99,14 @@ pub(crate) fn spawn(beat: Beat, mut leave: watch::Receiver<bool>) -> JoinHandle<
     tokio::spawn(async move {
         let names: Vec<String> = beat.info.queues.iter().map(|q| q.name.clone()).collect();
         loop {
-            let (running, total) = beat.pool.running.snapshot(&names);
+            let (running, total) = beat.running.snapshot(&names);
             let info = ConsumerInfo {
                 heartbeat_ms: now_ms(),
                 running,
                 running_total: total,
                 ..beat.info.clone()
             };
-            write(&beat, beat.every * TTL_BEATS, &consumers::encode(&info)).await;
+            write(&beat, beat.every * TTL_BEATS, &registry::encode(&info)).await;
             let changed = tokio::time::timeout(beat.every, leave.changed()).await;
             if matches!(changed, Ok(Err(_))) || *leave.borrow() {
                 break;
@@ -117,19 +116,25 @@ pub(crate) fn spawn(beat: Beat, mut leave: watch::Receiver<bool>) -> JoinHandle<
     })
 }
 
-/// The heartbeat of consumer `id` of `members`, all sharing `pool`,
-/// under the registry of the first member's key prefix; `None` when that
-/// prefix is refused (the queue's own keys were built with it, so never).
-pub(crate) fn beat_of(members: &[Member], id: &MessageId, pool: &Arc<Pool>, strict: bool) -> Option<Beat> {
-    let first = &members.first()?.ctx;
-    let queues: Vec<ConsumedQueue> = members
-        .iter()
-        .map(|m| ConsumedQueue {
-            name: m.ctx.name.clone(),
-            weight: m.weight,
-            shards: m.ctx.shards.len(),
-        })
-        .collect();
+/// A queue of the consumer, as its entry lists it.
+pub(crate) fn consumed(ctx: &Context, weight: u64) -> ConsumedQueue {
+    ConsumedQueue {
+        name: ctx.name.clone(),
+        weight,
+        shards: ctx.shards.len(),
+    }
+}
+
+/// The heartbeat of consumer `id` of `queues`, the first of which is
+/// `first`, under the registry of its key prefix; `None` when that prefix
+/// is refused (the queue's own keys were built with it, so never).
+pub(crate) fn beat_of(
+    first: &Context,
+    queues: Vec<ConsumedQueue>,
+    id: &MessageId,
+    running: Arc<Running>,
+    strict: bool,
+) -> Option<Beat> {
     let every = first.settings.heartbeat;
     Some(Beat {
         client: first.client.clone(),
@@ -151,7 +156,7 @@ pub(crate) fn beat_of(members: &[Member], id: &MessageId, pool: &Arc<Pool>, stri
             running: Vec::new(),
             running_total: 0,
         },
-        pool: pool.clone(),
+        running,
     })
 }
 

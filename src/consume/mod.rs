@@ -111,10 +111,7 @@ impl Consumer {
             .collect();
         let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
         let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
-        let heart = heartbeat::beat_of(&members, &me, &pool, strict).map(|beat| {
-            let (leave, leave_rx) = watch::channel(false);
-            (heartbeat::spawn(beat, leave_rx), leave)
-        });
+        let heart = start_heart(&members, &me, &pool, strict);
         let mut tasks = Vec::new();
         let mut listening = Vec::new();
         let mut names = Vec::new();
@@ -199,6 +196,20 @@ impl Consumer {
         tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }
+}
+
+/// The heartbeat of consumer `me` of `members` (lua/heartbeat.lua), and
+/// what tells it the consumer stopped.
+fn start_heart(
+    members: &[Member],
+    me: &MessageId,
+    pool: &Pool,
+    strict: bool,
+) -> Option<(JoinHandle<()>, watch::Sender<bool>)> {
+    let queues = members.iter().map(|m| heartbeat::consumed(&m.ctx, m.weight)).collect();
+    let beat = heartbeat::beat_of(&members.first()?.ctx, queues, me, pool.running.clone(), strict)?;
+    let (leave, leave_rx) = watch::channel(false);
+    Some((heartbeat::spawn(beat, leave_rx), leave))
 }
 
 impl Drop for Consumer {

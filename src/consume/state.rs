@@ -37,7 +37,7 @@ pub(crate) struct Pool {
     avg_handler_us: AtomicU64,
     pub stop: watch::Receiver<bool>,
     /// The messages whose handlers run now, for the heartbeat.
-    pub running: Running,
+    pub running: Arc<Running>,
 }
 
 /// What the pool knows of one queue.
@@ -77,7 +77,7 @@ impl Pool {
             strict,
             avg_handler_us: AtomicU64::new(0),
             stop,
-            running: Running::default(),
+            running: Arc::default(),
         }
     }
 

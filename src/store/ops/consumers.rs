@@ -5,7 +5,7 @@
 use fred::prelude::Value;
 
 use super::{array, count, number, unexpected, Op};
-use crate::consumers::RawEntry;
+use crate::registry::RawEntry;
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::consumers::{RawEntry, MAX_ENTRY_BYTES};
+use crate::registry::{RawEntry, MAX_ENTRY_BYTES};
 use crate::store::ops::consumers::{ListConsumers, Listed};
 use crate::store::ops::heartbeat::Heartbeat;
 use crate::store::{Keys, Op, Shard};

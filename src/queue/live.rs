@@ -3,7 +3,7 @@
 
 use fred::prelude::Client;
 
-use crate::consumers::{decode, LiveConsumers, MAX_ENTRY_BYTES};
+use crate::registry::{decode, LiveConsumers, MAX_ENTRY_BYTES};
 use crate::store::ops::consumers::ListConsumers;
 use crate::store::{Keys, Shard};
 use crate::{DelayQueue, Error};
