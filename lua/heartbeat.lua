@@ -7,8 +7,10 @@ TTL; the index lists the consumers by the time their entry expires, so a
 listing reads the live ones without a SCAN. Each call also drops up to
 PRUNE = 100 members of the index whose time has passed (killed processes:
 their entries expired already), so the index stays as long as the set
-of consumers alive within the last few heartbeats. allow-oom: a live
-consumer that could not beat while Redis is full would look dead.
+of consumers alive within the last few heartbeats; its own TTL is that
+of its longest-lived entry, so killed consumers leave no key behind once
+their TTLs passed. allow-oom: a live consumer that could not beat while
+Redis is full would look dead.
 
 KEYS[1] consumers zset (index: consumer id -> expiry ms)
 KEYS[2] entry string (the consumer's entry)
@@ -41,5 +43,10 @@ if ttl == 0 then
 else
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  -- The index lives as long as its longest-lived entry, so consumers that
+  -- were all killed leave no key behind.
+  if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
 end
 return #dead

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use delayqueue::{ConsumerInfo, DelayQueue, HandlerError, LiveConsumers, Message, Worker};
 use helpers::worker::{Worker as Process, WorkerOptions};
-use support::{wait_for, RedisServer, WAIT};
+use support::{wait_for, RawReply, RedisServer, WAIT};
 
 /// The workers' heartbeat in these tests; their entries live three times as long.
 const HEARTBEAT_MS: u64 = 300;
@@ -93,6 +93,14 @@ async fn a_sigkilled_worker_drops_out_within_its_ttl() {
     })
     .await;
     assert!(no_one);
+    // Nothing leaks: the entries, and then the index, expire.
+    let registry_keys = || server.raw_reply(&["KEYS", "dq:{#consumers}*"]);
+    let none_left = support::wait_until(
+        WAIT,
+        || matches!(registry_keys(), RawReply::Array(keys) if keys.is_empty()),
+    )
+    .await;
+    assert!(none_left, "{}", registry_keys().render());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,10 +54,16 @@ async fn a_heartbeat_writes_an_entry_with_its_ttl_and_a_stop_removes_it() {
         "{index:?} vs {expiry}"
     );
     assert_eq!(env.listed().await, (1, vec![("c1".into(), text("one"))]));
+    // The index lives as long as its longest-lived entry: never shorter.
+    let index_ttl = env.int(&["PTTL", &r.consumers()]);
+    assert!((14_000..=15_000).contains(&index_ttl), "{index_ttl}");
+    env.beat("short", Duration::from_secs(1), b"s").await;
+    assert!(env.int(&["PTTL", &r.consumers()]) > 13_000);
     // Idempotent: a repeat rewrites the entry.
     env.beat("c1", TTL, b"two").await;
-    assert_eq!(env.listed().await, (1, vec![("c1".into(), text("two"))]));
+    assert_eq!(env.listed().await.1[1], ("c1".into(), text("two")));
 
+    env.beat("short", Duration::ZERO, b"").await;
     env.beat("c1", Duration::ZERO, b"").await;
     assert!(!env.exists(&r.consumer("c1")) && !env.exists(&r.consumers()));
     assert_eq!(env.listed().await, (0, vec![]));
