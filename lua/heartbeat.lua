@@ -46,7 +46,7 @@ else
   -- The index lives as long as its longest-lived entry, so consumers that
   -- were all killed leave no key behind.
   if redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIREAT', KEYS[1], now + ttl)
   end
 end
 return #dead
