@@ -44,7 +44,8 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
     "usage: worker --queue NAME --ledger FILE [--url URL] [--concurrency N] [--handler-ms N] [--after-ms N]
-              [--max-consume-ms N] [--fetch-interval-ms N] [--fetch-limit N] [--record-redis-time]";
+              [--max-consume-ms N] [--fetch-interval-ms N] [--fetch-limit N] [--heartbeat-ms N]
+              [--record-redis-time]";
 
 struct Args {
     url: String,
@@ -61,6 +62,8 @@ struct Args {
     fetch_interval_ms: u64,
     /// Most messages claimed at once; the library's default when unset.
     fetch_limit: Option<usize>,
+    /// How often the consumer writes its registry entry; the library's default when unset.
+    heartbeat_ms: Option<u64>,
     record_redis_time: bool,
 }
 
@@ -75,6 +78,7 @@ fn args() -> Res<Args> {
         max_consume_ms: 5_000,
         fetch_interval_ms: 1_000,
         fetch_limit: None,
+        heartbeat_ms: None,
         record_redis_time: false,
     };
     let mut args = std::env::args().skip(1);
@@ -90,6 +94,7 @@ fn args() -> Res<Args> {
             "--max-consume-ms" => a.max_consume_ms = val()?.parse()?,
             "--fetch-interval-ms" => a.fetch_interval_ms = val()?.parse()?,
             "--fetch-limit" => a.fetch_limit = Some(val()?.parse()?),
+            "--heartbeat-ms" => a.heartbeat_ms = Some(val()?.parse()?),
             "--record-redis-time" => a.record_redis_time = true,
             other => return Err(format!("unknown option {other}\n{USAGE}").into()),
         }
@@ -174,6 +179,9 @@ async fn run() -> Res<()> {
         .fetch_interval(Duration::from_millis(args.fetch_interval_ms));
     if let Some(n) = args.fetch_limit {
         builder = builder.fetch_limit(n);
+    }
+    if let Some(ms) = args.heartbeat_ms {
+        builder = builder.heartbeat(Duration::from_millis(ms));
     }
     let queue = builder.build()?;
 

@@ -61,7 +61,7 @@ fn roles() -> Vec<Role> {
         user: "orders-consumer",
         // The consumer's loop, its relay of flow completions (outbox,
         // flow_complete, cancel of a cancelled parent's children), progress
-        // and logs (note), and the schedules it fires.
+        // and logs (note), the schedules it fires, and its heartbeat.
         scripts: vec![
             &s::PROMOTE,
             &s::CLAIM,
@@ -78,6 +78,7 @@ fn roles() -> Vec<Role> {
             &s::CANCEL,
             &s::FIRE,
             &s::READ_SCHEDULES,
+            &s::HEARTBEAT,
         ],
         // SUBSCRIBE, UNSUBSCRIBE: wake-ups (a channel no consumer of the
         // client wants any more is left); HSCAN: children_results.
@@ -87,7 +88,7 @@ fn roles() -> Vec<Role> {
     let cli = Role {
         user: "orders-cli",
         // Reads only: stats, check (scan, inspect), list, show (get, walk),
-        // a cohort's or flow's status.
+        // a cohort's or flow's status, the live consumers.
         scripts: vec![
             &s::STATS,
             &s::SCAN,
@@ -96,6 +97,7 @@ fn roles() -> Vec<Role> {
             &s::WALK,
             &s::GET,
             &s::FLOW_STATUS,
+            &s::CONSUMERS,
         ],
         // EXISTS: `exists`; SCAN: find_queues; HSCAN: children_results;
         // TIME: the CLI's clock; HGET, HMGET, SCARD, SISMEMBER, SSCAN: `flow show`.

@@ -89,6 +89,7 @@ mod middleware;
 mod otel;
 mod payload;
 mod queue;
+mod registry;
 mod schedule;
 mod scribe;
 mod status;
@@ -123,12 +124,16 @@ pub use meters::describe_metrics;
 pub use middleware::{service, HandlerService, ServiceHandler};
 pub use payload::{IntoPayload, Json, Payload};
 pub use queue::{
-    find_queues, recorded_shards, Anomaly, Browse, Cohort, CohortBuilder, CohortStatus, ConsumeBatch, DelayQueue,
-    DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker, COHORT_HEADER,
-    MAX_SCAN,
+    consumers, find_queues, recorded_shards, Anomaly, Browse, Cohort, CohortBuilder, CohortStatus, ConsumeBatch,
+    DelayQueue, DelayQueueBuilder, Durability, Flow, FoundQueue, IntegrityReport, NewMessage, Search, Sent, Worker,
+    COHORT_HEADER, MAX_CONSUMERS_LISTED, MAX_SCAN,
 };
 #[allow(deprecated)]
 pub use queue::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
+pub use registry::{
+    ConsumedQueue, ConsumerInfo, LiveConsumers, RunningMessage, SkippedEntry, ENTRY_VERSION, MAX_ENTRY_BYTES,
+    MAX_QUEUES_LISTED, MAX_RUNNING_LISTED,
+};
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,
 };

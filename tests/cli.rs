@@ -1441,3 +1441,58 @@ async fn groups_without_stored_defaults_say_the_default_is_none() {
         r.stdout
     );
 }
+
+/// `consumers`: a live consumer with what it runs, in text and JSON;
+/// `--queue` narrows to a queue's; an entry another writer left (a
+/// terminal escape in it) listed as skipped with the reason, printed safe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_lists_the_live_consumers_and_skips_bad_entries() {
+    let (server, url, client) = start().await;
+    let q = builder(&client, "orders")
+        .heartbeat(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    let consumer = q
+        .start_consume(move |_m: Message| {
+            let g = g.clone();
+            async move {
+                g.acquire().await?.forget();
+                Ok::<_, HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    q.send("x").id("order-7").await.unwrap();
+    let running = wait_for(WAIT, || {
+        let url = url.clone();
+        async move { run(&url, &["consumers", "--json"]).await.json()["consumers"][0]["running_total"] == json!(1) }
+    })
+    .await;
+    assert!(running);
+    let later = (u64::MAX / 2).to_string();
+    server.raw_command(&["SET", "dq:{#consumers}:consumer:evil", "\u{1b}[2Jnot json"]);
+    server.raw_command(&["ZADD", "dq:{#consumers}:consumers", &later, "evil"]);
+
+    let r = run(&url, &["consumers"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let pid = std::process::id().to_string();
+    assert!(r.stdout.starts_with("CONSUMER"), "{r:?}");
+    assert!(r.stdout.contains(&pid) && r.stdout.contains("orders"), "{r:?}");
+    assert!(r.stdout.contains("orders order-7 attempt 1 since"), "{r:?}");
+    assert!(r.stdout.contains("skipped entry evil: not a JSON entry"), "{r:?}");
+    assert!(!r.stdout.contains('\u{1b}'), "no terminal escape printed: {r:?}");
+    let j = run(&url, &["consumers", "--json"]).await.json();
+    assert_eq!(j["live"], json!(2));
+    assert_eq!(j["consumers"][0]["pid"], json!(std::process::id()));
+    assert_eq!(j["consumers"][0]["running"][0]["id"], json!("order-7"));
+    assert_eq!(j["skipped"][0]["id"], json!("evil"));
+    let none = run(&url, &["consumers", "--queue", "other", "--json"]).await.json();
+    assert_eq!(none["consumers"], json!([]));
+
+    gate.add_permits(1);
+    consumer.shutdown().await.unwrap();
+    let r = run(&url, &["consumers"]).await;
+    assert!(!r.stdout.contains(&pid), "gone after shutdown: {r:?}");
+}

@@ -2003,3 +2003,51 @@ async fn a_flow_is_read_as_a_tree_and_its_children_paged() {
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
     }
 }
+
+/// `/metrics` counts the live consumers in all and per queue (0 for a
+/// queue none reads), and `/api/consumers` lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_the_api_count_the_live_consumers_per_queue() {
+    let (_server, client) = start().await;
+    let read = queue(&client, "read");
+    let unread = queue(&client, "unread");
+    for q in [&read, &unread] {
+        q.send("p").delay(Duration::from_secs(60)).await.unwrap();
+    }
+    let consumer = read
+        .start_consume(|_m: delayqueue::Message| async { Ok::<(), delayqueue::HandlerError>(()) })
+        .await
+        .unwrap();
+    let app = delayqueue::web::router(client.clone());
+    let listed = wait_for(WAIT, || {
+        let app = app.clone();
+        async move {
+            get_ok(&app, "/api/consumers").await["consumers"]
+                .as_array()
+                .is_some_and(|c| c.len() == 1)
+        }
+    })
+    .await;
+    assert!(listed);
+    let api = get_ok(&app, "/api/consumers").await;
+    assert_eq!(api["consumers"][0]["queues"][0]["name"], json!("read"));
+    assert_eq!(api["consumers"][0]["pid"], json!(std::process::id()));
+    assert_eq!(api["skipped"], json!([]));
+    let text = get(&app, "/metrics").await.text();
+    for line in [
+        "# TYPE delayqueue_queue_consumers gauge",
+        "delayqueue_consumers 1",
+        "delayqueue_consumer_entries_skipped 0",
+        "delayqueue_queue_consumers{queue=\"read\"} 1",
+        "delayqueue_queue_consumers{queue=\"unread\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
+    consumer.shutdown().await.unwrap();
+    let text = get(&app, "/metrics").await.text();
+    assert!(
+        text.lines()
+            .any(|l| l == "delayqueue_queue_consumers{queue=\"read\"} 0"),
+        "{text}"
+    );
+}

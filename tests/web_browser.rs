@@ -1465,3 +1465,103 @@ async fn a_grouped_queue_without_consumer_shows_its_latency_grow() {
     assert_eq!(limit, json!("none default"), "no default stored: none");
     b.close().await;
 }
+
+/// The Consumers page: a Worker over two queues listed with its host, pid,
+/// queues and weights, and the messages its handlers run now (each linked
+/// to its message page); an entry another writer left listed apart with the
+/// reason; and the consumer gone once shut down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumers_page_lists_each_consumer_with_what_it_runs() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let slow = |b: delayqueue::DelayQueueBuilder| {
+        b.max_consume_duration(Duration::from_secs(60))
+            .heartbeat(Duration::from_millis(200))
+    };
+    let emails = dash.queue("emails", slow);
+    let reports = dash.queue("reports", slow);
+    // The handlers wait for the test, so the messages are running.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let handler = |gate: Arc<tokio::sync::Semaphore>| {
+        move |_m: Message| {
+            let gate = gate.clone();
+            async move {
+                gate.acquire().await?.forget();
+                Ok::<_, HandlerError>(())
+            }
+        }
+    };
+    let consumer = delayqueue::Worker::new()
+        .queue(&emails, 3, handler(gate.clone()))
+        .queue(&reports, 1, handler(gate.clone()))
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    for id in ["welcome-ada", "welcome-grace"] {
+        emails.send("hello").id(id).await.unwrap();
+    }
+    reports.send("q3").id("report-q3").await.unwrap();
+    // An entry of a later version, as another deployment could leave.
+    let later = (u64::MAX / 2).to_string();
+    dash.server.raw_command(&[
+        "SET",
+        "dq:{#consumers}:consumer:from-v2",
+        r#"{"v":2,"host":"<b>x</b>"}"#,
+    ]);
+    dash.server
+        .raw_command(&["ZADD", "dq:{#consumers}:consumers", &later, "from-v2"]);
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, "#/consumers").await;
+    b.wait(
+        "one consumer running three messages",
+        "(() => { const c = document.querySelectorAll('[data-testid=consumer]'); return c.length === 1 && c[0].querySelectorAll('[data-testid=running-row]').length === 3; })()",
+    )
+    .await;
+    let card = b
+        .js("return document.querySelector('[data-testid=consumer]').innerText;")
+        .await;
+    let card = card.as_str().unwrap();
+    assert!(card.contains(&format!("pid {}", std::process::id())), "{card}");
+    assert!(card.contains("emails ×3") && card.contains("reports"), "{card}");
+    assert!(card.contains("welcome-ada") && card.contains("report-q3"), "{card}");
+    assert!(card.contains(env!("CARGO_PKG_VERSION")), "{card}");
+    let skipped = b
+        .wait(
+            "the entry of another version, apart",
+            "(() => { const s = document.querySelector('[data-testid=skipped]'); return s && s.innerText; })()",
+        )
+        .await;
+    let skipped = skipped.as_str().unwrap();
+    assert!(
+        skipped.contains("from-v2") && skipped.contains("entry version 2"),
+        "{skipped}"
+    );
+    assert!(
+        b.js("return document.querySelectorAll('[data-testid=skipped] b').length;")
+            .await
+            == json!(0),
+        "another process's text is never markup"
+    );
+    b.screenshot("consumers").await;
+
+    // A running message links to its page.
+    b.click("[data-testid=running-row][data-id=report-q3] a").await;
+    b.wait(
+        "the running message's page",
+        "!!document.querySelector('[data-testid=message-view]') && location.hash.includes('report-q3')",
+    )
+    .await;
+
+    // Shut down: gone from the page at once (no TTL to wait out).
+    gate.add_permits(3);
+    consumer.shutdown().await.unwrap();
+    dash.open(&b, "#/consumers").await;
+    b.wait(
+        "no live consumer",
+        "!document.querySelector('[data-testid=consumer]') && document.body.innerText.includes('No live consumers')",
+    )
+    .await;
+    b.close().await;
+}

@@ -15,6 +15,8 @@ use crate::store::{Keys, Shard};
 pub(crate) struct Context {
     /// The queue's name, for logs and errors.
     pub name: String,
+    /// The key prefix of its keys: the registry of live consumers is under it.
+    pub prefix: String,
     pub client: Client,
     /// The keys of each shard: one set for an ordinary queue (shared
     /// with the queue handle).

@@ -119,6 +119,7 @@ async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     });
     // The handler's own logs carry the message they are about.
     let span = tracing::info_span!("delayqueue.handle", queue = %ctx.name, id = %id, attempt);
+    let running = shared.pool.running.enter(shared.lane, id, attempt);
     // The producer's span is the parent, not a link: a delivery handles
     // one message, so its span belongs to that message's trace.
     #[cfg(feature = "otel")]
@@ -129,6 +130,7 @@ async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     let started = Instant::now();
     let ran = tokio::time::timeout(limit, handled).await.ok();
     let took = started.elapsed();
+    drop(running);
     ctx.meters.handler_duration.record(took.as_secs_f64());
     shared.pool.record_handler_time(took);
     drop(renewing);

@@ -37,6 +37,7 @@ mod batcher;
 mod claim;
 mod context;
 mod delivery;
+mod heartbeat;
 mod lease;
 mod notary;
 pub(crate) mod outcome;
@@ -84,6 +85,8 @@ pub struct Consumer {
     listening: Vec<wake::Wakes>,
     /// The queue's name, or how many queues, for logs.
     name: String,
+    /// Its heartbeat task, and what tells it the consumer stopped.
+    heart: Option<(JoinHandle<()>, watch::Sender<bool>)>,
 }
 
 /// One queue a consumer reads: its context, its handler, its weight.
@@ -108,6 +111,7 @@ impl Consumer {
             .collect();
         let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
         let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
+        let heart = start_heart(&members, &me, &pool, strict);
         let mut tasks = Vec::new();
         let mut listening = Vec::new();
         let mut names = Vec::new();
@@ -169,6 +173,7 @@ impl Consumer {
                 [one] => one.clone(),
                 all => format!("{} queues", all.len()),
             },
+            heart,
         }
     }
 
@@ -183,9 +188,28 @@ impl Consumer {
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
         self.listening.clear();
+        if let Some((task, leave)) = self.heart.take() {
+            let _ = leave.send(true);
+            task.await
+                .map_err(|e| Error::Internal(format!("heartbeat task failed: {e}")))?;
+        }
         tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }
+}
+
+/// The heartbeat of consumer `me` of `members` (lua/heartbeat.lua), and
+/// what tells it the consumer stopped.
+fn start_heart(
+    members: &[Member],
+    me: &MessageId,
+    pool: &Pool,
+    strict: bool,
+) -> Option<(JoinHandle<()>, watch::Sender<bool>)> {
+    let queues = members.iter().map(|m| heartbeat::consumed(&m.ctx, m.weight)).collect();
+    let beat = heartbeat::beat_of(&members.first()?.ctx, queues, me, pool.running.clone(), strict)?;
+    let (leave, leave_rx) = watch::channel(false);
+    Some((heartbeat::spawn(beat, leave_rx), leave))
 }
 
 impl Drop for Consumer {

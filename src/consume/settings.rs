@@ -70,6 +70,9 @@ pub(crate) struct Settings {
     /// Most messages of each group a claim takes while a group with no
     /// more than this due is served beside others (0: no such cap).
     pub group_share: usize,
+    /// How often a consumer writes its entry in the registry of live
+    /// consumers; the entry lives `heartbeat::TTL_BEATS` times as long.
+    pub heartbeat: Duration,
 }
 
 impl Settings {
@@ -103,6 +106,7 @@ impl Default for Settings {
             max_result_size: 512 * 1024,
             max_log_lines: 100,
             group_share: DEFAULT_GROUP_SHARE,
+            heartbeat: Duration::from_secs(5),
         }
     }
 }

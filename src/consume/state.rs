@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::acker::Acks;
 use super::context::Context;
+use super::heartbeat::Running;
 use super::lease::Leases;
 use super::notary::NoteItem;
 use super::scheduler::Kicks;
@@ -35,6 +36,8 @@ pub(crate) struct Pool {
     /// Moving average of handler run time, 0 until the first one ends.
     avg_handler_us: AtomicU64,
     pub stop: watch::Receiver<bool>,
+    /// The messages whose handlers run now, for the heartbeat.
+    pub running: Arc<Running>,
 }
 
 /// What the pool knows of one queue.
@@ -74,6 +77,7 @@ impl Pool {
             strict,
             avg_handler_us: AtomicU64::new(0),
             stop,
+            running: Arc::default(),
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::Client;
 
-use crate::consume::default_fetch_limit;
+use crate::consume::{default_fetch_limit, Settings};
 use crate::events;
 use crate::maxima::{MAX_BATCH_SIZE, MAX_DELAY, MAX_LOG_LINES, MAX_RESULT_SIZE, MAX_RETRY_COUNT};
 use crate::meters::Meters;
@@ -59,6 +59,18 @@ impl DelayQueueBuilder {
     /// the consumer knows of are fetched on time regardless of the tick.
     pub fn fetch_interval(mut self, d: Duration) -> Self {
         self.config.consume.fetch_interval = d;
+        self
+    }
+
+    /// How often a consumer writes its entry in the registry of live
+    /// consumers ([`consumers`](crate::consumers), docs/operations.md,
+    /// "Live consumers"): one script call per interval per consumer. The
+    /// entry lives three intervals, so a killed consumer drops out of the
+    /// listing at most that long after its last heartbeat. Default 5 s
+    /// (TTL 15 s); at least 100 ms. A [`Worker`](crate::Worker) beats as
+    /// its first queue says.
+    pub fn heartbeat(mut self, d: Duration) -> Self {
+        self.config.consume.heartbeat = d;
         self
     }
 
@@ -409,15 +421,7 @@ impl DelayQueueBuilder {
         s.handler_timeout = self.handler_timeout.unwrap_or(s.max_consume_duration);
         let (c, s) = (&config, &config.consume);
         let bad = |what: String| Err(Error::InvalidArgument(what));
-        if s.fetch_interval.is_zero() {
-            return bad("fetch_interval must be positive".into());
-        }
-        if s.max_consume_duration < Duration::from_millis(10) {
-            return bad("max_consume_duration must be at least 10 ms".into());
-        }
-        if s.handler_timeout < Duration::from_millis(10) || s.handler_timeout > MAX_DELAY {
-            return bad("handler_timeout must be between 10 ms and MAX_DELAY".into());
-        }
+        check_intervals(s)?;
         if s.concurrency == 0 {
             return bad("concurrency must be at least 1".into());
         }
@@ -478,6 +482,24 @@ impl DelayQueueBuilder {
             }),
         })
     }
+}
+
+/// The consumer's intervals and time limits within their bounds.
+fn check_intervals(s: &Settings) -> Result<(), Error> {
+    let bad = |what: &str| Err(Error::InvalidArgument(what.into()));
+    if s.fetch_interval.is_zero() {
+        return bad("fetch_interval must be positive");
+    }
+    if s.heartbeat < Duration::from_millis(100) || s.heartbeat > MAX_DELAY {
+        return bad("heartbeat must be between 100 ms and MAX_DELAY");
+    }
+    if s.max_consume_duration < Duration::from_millis(10) {
+        return bad("max_consume_duration must be at least 10 ms");
+    }
+    if s.handler_timeout < Duration::from_millis(10) || s.handler_timeout > MAX_DELAY {
+        return bad("handler_timeout must be between 10 ms and MAX_DELAY");
+    }
+    Ok(())
 }
 
 /// An expire_after is 1 ms to `MAX_DELAY`: 0 ms is how the send script

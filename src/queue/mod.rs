@@ -16,6 +16,7 @@ mod groups;
 mod inspect;
 mod integrity;
 mod limits;
+mod live;
 mod pause;
 mod results;
 mod schedules;
@@ -33,6 +34,7 @@ pub use flows::cohorts::{Batch, BatchBuilder, BatchStatus, BATCH_HEADER};
 pub use flows::cohorts::{Cohort, CohortBuilder, CohortStatus, COHORT_HEADER};
 pub use flows::Flow;
 pub use integrity::{Anomaly, IntegrityReport};
+pub use live::{consumers, MAX_CONSUMERS_LISTED};
 pub use send::{NewMessage, Sent};
 pub use worker::Worker;
 
@@ -381,6 +383,7 @@ impl DelayQueue {
         let inner = &self.inner;
         consume::Context {
             name: inner.name.clone(),
+            prefix: inner.prefix.clone(),
             client: inner.client.clone(),
             shards: inner.shards.clone(),
             settings: inner.config.consume.clone(),

@@ -15,6 +15,10 @@ pub const MAX_SHARDS: usize = 1024;
 /// Separates a sharded queue's name from the shard number in its hash tag;
 /// queue names cannot contain it.
 const SHARD_MARK: char = '#';
+/// The hash tag of the registry of live consumers: `#` cannot start a
+/// queue's tag (names are not empty and cannot hold it), so no queue's keys
+/// share it, and every entry of the registry lives in one slot.
+const REGISTRY_TAG: &str = "#consumers";
 
 /// Key names of one queue.
 #[derive(Debug, Clone)]
@@ -91,12 +95,17 @@ impl Keys {
     /// Builds the key names for queue `name` under `prefix`, after checking both.
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, Error> {
         validate_queue_name(name)?;
-        if !prefix.chars().all(key_prefix_char) {
-            return Err(Error::InvalidArgument(format!(
-                "key prefix {prefix:?} must not contain braces, whitespace or control characters"
-            )));
-        }
+        validate_prefix(prefix)?;
         Ok(Self::tagged(prefix, name))
+    }
+
+    /// The keys of the registry of live consumers under `prefix`
+    /// (docs/operations.md, "Live consumers"): a set of keys of its own
+    /// hash tag, of which the registry uses [`consumers`](Self::consumers)
+    /// and [`consumer`](Self::consumer) only.
+    pub(crate) fn registry(prefix: &str) -> Result<Self, Error> {
+        validate_prefix(prefix)?;
+        Ok(Self::tagged(prefix, REGISTRY_TAG))
     }
 
     /// The keys of every shard of queue `name` spread over `shards` hash
@@ -243,6 +252,28 @@ impl Keys {
     pub(crate) fn staging(&self, token: &str) -> String {
         format!("{}{token}", self.staging_prefix)
     }
+
+    /// Of the [`registry`](Self::registry): the index of live consumers, a
+    /// zset of consumer ids scored by the time (ms) their entry expires.
+    pub(crate) fn consumers(&self) -> String {
+        format!("{}consumers", self.base)
+    }
+
+    /// Of the [`registry`](Self::registry): the entry of consumer `id`, a
+    /// string with a TTL; `consumer("")` is the prefix of them all.
+    pub(crate) fn consumer(&self, id: &str) -> String {
+        format!("{}consumer:{id}", self.base)
+    }
+}
+
+/// A key prefix must not end or open a hash tag, nor hold spaces or controls.
+fn validate_prefix(prefix: &str) -> Result<(), Error> {
+    match prefix.chars().all(key_prefix_char) {
+        true => Ok(()),
+        false => Err(Error::InvalidArgument(format!(
+            "key prefix {prefix:?} must not contain braces, whitespace or control characters"
+        ))),
+    }
 }
 
 /// Queue names become part of key names and of a cluster hash tag: keep them
@@ -373,6 +404,17 @@ mod tests {
             Keys::shards("dq:", "a#1", 2),
             Err(Error::InvalidQueueName { .. })
         ));
+    }
+
+    #[test]
+    fn the_registry_has_a_tag_no_queue_can_have() {
+        let r = Keys::registry("dq:").unwrap();
+        assert_eq!(r.consumers(), "dq:{#consumers}:consumers");
+        assert_eq!(r.consumer("c1"), "dq:{#consumers}:consumer:c1");
+        assert!(Keys::new("dq:", "#consumers").is_err());
+        // Nor is it taken for a queue, should anything ever write its totals.
+        assert_eq!(Keys::name_of_totals("dq:", &r.totals), None);
+        assert!(matches!(Keys::registry("d{q"), Err(Error::InvalidArgument(_))));
     }
 
     #[test]

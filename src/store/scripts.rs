@@ -89,6 +89,8 @@ lua_scripts! {
     FLOW_COMPLETE = "flow_complete";
     OUTBOX = "outbox";
     FLOW_STATUS = "flow_status";
+    HEARTBEAT = "heartbeat";
+    CONSUMERS = "consumers";
 }
 
 impl LuaScript {

@@ -14,6 +14,7 @@ const OVERVIEW_JS: &str = include_str!("assets/overview.js");
 const GROUPS_JS: &str = include_str!("assets/groups.js");
 const MESSAGE_JS: &str = include_str!("assets/message.js");
 const FLOW_JS: &str = include_str!("assets/flow.js");
+const CONSUMERS_JS: &str = include_str!("assets/consumers.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 const FAVICON: &str = include_str!("assets/favicon.svg");
 
@@ -40,6 +41,7 @@ pub(crate) async fn file(Path(file): Path<String>) -> Response {
         "groups.js" => serve("text/javascript; charset=utf-8", GROUPS_JS),
         "message.js" => serve("text/javascript; charset=utf-8", MESSAGE_JS),
         "flow.js" => serve("text/javascript; charset=utf-8", FLOW_JS),
+        "consumers.js" => serve("text/javascript; charset=utf-8", CONSUMERS_JS),
         "app.css" => serve("text/css; charset=utf-8", APP_CSS),
         "favicon.svg" => serve("image/svg+xml", FAVICON),
         _ => (StatusCode::NOT_FOUND, "no such asset").into_response(),

@@ -22,7 +22,7 @@ use super::api::error::ApiError;
 use super::registry::statuses;
 use super::state::App;
 use crate::info::MAX_PAGE;
-use crate::{DelayQueue, Error, GroupInfo, QueueStatus};
+use crate::{DelayQueue, Error, GroupInfo, LiveConsumers, QueueStatus};
 
 /// Groups per queue with gauges of their own, unless the dashboard says.
 pub(crate) const DEFAULT_GROUP_METRICS: usize = 10;
@@ -117,8 +117,10 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Result<Response, Api
         }
     }
     let statuses: Vec<(String, QueueStatus)> = statuses.into_iter().map(|(q, s)| (q.name().to_string(), s)).collect();
+    let live = crate::consumers(&app.client, app.registry.prefix()).await?;
     let mut text = render(&statuses);
     text.push_str(&render_groups(&groups));
+    text.push_str(&render_consumers(&statuses, &live));
     if let Some(process) = &app.process_metrics {
         text.push_str(&(process.0)());
     }
@@ -212,6 +214,28 @@ fn render_groups(groups: &[(String, Vec<GroupInfo>)]) -> String {
                 u8::from(g.paused)
             );
         }
+    }
+    out
+}
+
+/// The live consumers: in all, per queue shown, and entries skipped.
+fn render_consumers(statuses: &[(String, QueueStatus)], live: &LiveConsumers) -> String {
+    let mut out = String::new();
+    out.push_str("# HELP delayqueue_consumers Live consumers (heartbeat within its TTL) under the prefix.\n");
+    out.push_str("# TYPE delayqueue_consumers gauge\n");
+    let _ = writeln!(out, "delayqueue_consumers {}", live.live);
+    out.push_str("# HELP delayqueue_consumer_entries_skipped Live registry entries this version cannot read.\n");
+    out.push_str("# TYPE delayqueue_consumer_entries_skipped gauge\n");
+    let _ = writeln!(out, "delayqueue_consumer_entries_skipped {}", live.skipped.len());
+    out.push_str("# HELP delayqueue_queue_consumers Live consumers that read the queue.\n");
+    out.push_str("# TYPE delayqueue_queue_consumers gauge\n");
+    for (name, _) in statuses {
+        let n = live
+            .consumers
+            .iter()
+            .filter(|c| c.queues.iter().any(|q| &q.name == name))
+            .count();
+        let _ = writeln!(out, "delayqueue_queue_consumers{{queue=\"{}\"}} {n}", escape(name));
     }
     out
 }

@@ -85,6 +85,11 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
+    /// The key prefix of the queues shown, and of the registry of live consumers.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     pub(crate) fn new(client: Client, prefix: String, given: Vec<DelayQueue>, refresh: Duration) -> Self {
         Registry {
             client,

@@ -29,6 +29,8 @@ pub struct WorkerOptions {
     pub max_consume_ms: u64,
     pub fetch_interval_ms: u64,
     pub fetch_limit: Option<usize>,
+    /// The consumer's heartbeat (its registry entry); the library's default when unset.
+    pub heartbeat_ms: Option<u64>,
     pub record_redis_time: bool,
     /// Run under libfaketime with this offset, e.g. `"+1h"` or `"-1h"`.
     pub clock_offset: Option<String>,
@@ -50,6 +52,7 @@ impl WorkerOptions {
             max_consume_ms: 1_000,
             fetch_interval_ms: 100,
             fetch_limit: None,
+            heartbeat_ms: None,
             record_redis_time: false,
             clock_offset: None,
         }
@@ -71,6 +74,9 @@ impl WorkerOptions {
         .collect();
         if let Some(n) = self.fetch_limit {
             args.extend(["--fetch-limit".to_string(), n.to_string()]);
+        }
+        if let Some(ms) = self.heartbeat_ms {
+            args.extend(["--heartbeat-ms".to_string(), ms.to_string()]);
         }
         if self.record_redis_time {
             args.push("--record-redis-time".to_string());

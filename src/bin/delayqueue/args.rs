@@ -59,6 +59,12 @@ impl Cli {
 pub enum Command {
     /// List the queues under the prefix, with their counts, a page at a time.
     Queues(QueuesArgs),
+    /// The live consumers: host, pid, queues, and the messages their handlers run now.
+    Consumers {
+        /// Only the consumers of this queue.
+        #[arg(long)]
+        queue: Option<String>,
+    },
     /// Counts per state, latency, oldest dead letter, totals; --watch refreshes them with rates.
     Stats(StatsArgs),
     /// One page of the messages in a state.

@@ -13,6 +13,7 @@ pub(crate) mod ack;
 pub(crate) mod cancel;
 pub(crate) mod change_schedule;
 pub(crate) mod claim;
+pub(crate) mod consumers;
 pub(crate) mod extend;
 pub(crate) mod fire;
 pub(crate) mod flow_complete;
@@ -22,6 +23,7 @@ pub(crate) mod flow_status;
 pub(crate) mod gc;
 pub(crate) mod get;
 pub(crate) mod groups;
+pub(crate) mod heartbeat;
 pub(crate) mod inspect;
 pub(crate) mod limits;
 pub(crate) mod list;
@@ -486,6 +488,15 @@ mod tests {
                 },
                 k,
             ),
+            entry(
+                heartbeat::Heartbeat {
+                    id: "c",
+                    ttl: Duration::from_secs(15),
+                    entry: b"{}",
+                },
+                k,
+            ),
+            entry(consumers::ListConsumers { limit: 1, max_bytes: 1 }, k),
         ]
     }
 
@@ -546,6 +557,8 @@ mod tests {
                 "log" => key.starts_with(&k.log_prefix),
                 // The key a note writes: its message's progress or log.
                 "note" => key.starts_with(&k.progress_prefix) || key.starts_with(&k.log_prefix),
+                // Of the registry's keys (a queue's here, in the sample).
+                "entry" => key.starts_with(&k.consumer("")),
                 // Key strings that keep their wire names (docs/wire-format.md).
                 "processing" => *key == k.processing,
                 "dead" => *key == k.dead,

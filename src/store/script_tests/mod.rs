@@ -20,6 +20,7 @@ mod arguments;
 mod bytes;
 mod cancel;
 mod claim;
+mod consumers;
 mod dedup;
 mod extend;
 mod flows;

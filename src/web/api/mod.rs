@@ -1,8 +1,9 @@
-//! The JSON API under `/api`: reading (overview, queue, messages, flows,
+//! The JSON API under `/api`: reading (overview, consumers, queue, messages, flows,
 //! schedules, groups), acting (actions, schedules, groups), the producer API for programs
 //! under `/api/v1`, and how their errors become HTTP statuses.
 
 mod actions;
+mod consumers;
 pub(crate) mod error;
 mod flow;
 mod groups;
@@ -36,6 +37,7 @@ fn producer_routes() -> Router<Arc<App>> {
 pub(crate) fn routes() -> Router<Arc<App>> {
     Router::new()
         .route("/overview", get(overview::overview))
+        .route("/consumers", get(consumers::list))
         .route("/queues/{name}", get(queue::queue))
         .route("/queues/{name}/history", get(queue::history))
         .route("/queues/{name}/messages", get(messages::list).post(actions::send))

@@ -1,5 +1,6 @@
 // delayqueue dashboard: vanilla JS, no build step. Hash routes:
 //   #/                 overview
+//   #/consumers        the live consumers
 //   #/q/<name>/<state> a queue's tab (pending|ready|processing|retry|dead)
 //   #/q/<name>/groups  a queue's groups
 //   #/q/<name>/m/<id>  one message
@@ -7,7 +8,7 @@
 // Every request goes to a URL relative to the mount point, so the page works
 // under any prefix (/, /admin/queues, /admin/queues/).
 // This module holds the queue view and the router; lib.js what the views
-// share; overview.js the overview; groups.js the Groups tab; message.js one
+// share; overview.js the overview; consumers.js the live consumers; groups.js the Groups tab; message.js one
 // message; flow.js a flow's tree.
 
 import {
@@ -19,6 +20,7 @@ import { overviewView } from './overview.js';
 import { groupsPanel } from './groups.js';
 import { messageView } from './message.js';
 import { flowView } from './flow.js';
+import { consumersView } from './consumers.js';
 
 // ---------- queue ----------
 
@@ -298,7 +300,9 @@ function route() {
   document.querySelectorAll('.backdrop').forEach((b) => b.remove());
   let view;
   try {
-    if (parts[0] === 'q' && parts[1]) {
+    if (parts[0] === 'consumers') {
+      view = consumersView(app);
+    } else if (parts[0] === 'q' && parts[1]) {
       const name = decodeURIComponent(parts[1]);
       const rest = () => decodeURIComponent(parts.slice(3).join('/'));
       if (parts[2] === 'm' && parts.length > 3) view = messageView(app, name, rest());

@@ -1,6 +1,7 @@
 //! Running the commands: one Redis client, the queue they name, output.
 //! A command with more than a few lines has a module of its own.
 
+mod consumers;
 mod flow;
 mod groups;
 mod queues;
@@ -36,6 +37,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
     };
     match cli.command {
         Command::Queues(args) => ctx.queues(args).await,
+        Command::Consumers { queue } => ctx.consumers(queue).await,
         Command::Stats(args) => ctx.stats(args).await,
         Command::List(args) => ctx.list(&args.queue, args.state.into(), &args.page).await,
         Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
