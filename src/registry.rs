@@ -21,7 +21,9 @@ pub const MAX_ENTRY_BYTES: usize = 65536;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ConsumerInfo {
-    /// Its id in the registry, unique per [`Consumer`](crate::Consumer).
+    /// Its id in the registry: one per process, client and key prefix (the
+    /// [`Consumer`](crate::Consumer)s of a client in a process share one
+    /// entry), new each time the first of them starts.
     #[serde(default)]
     pub id: String,
     /// The host it runs on.

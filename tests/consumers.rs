@@ -1,7 +1,8 @@
 //! The registry of live consumers (docs/operations.md, "Live consumers"):
 //! worker processes (`examples/worker.rs`) listed with what they run, a
 //! SIGKILLed one gone once its heartbeat's TTL passes, one shut down
-//! gone at once; a Worker over several queues; entries of another version
+//! gone at once; a Worker over several queues; the consumers of a process
+//! in one entry; entries of another version
 //! or another writer skipped with the reason.
 
 mod helpers;
@@ -137,6 +138,82 @@ async fn a_clean_shutdown_removes_the_entry_at_once() {
     consumer.shutdown().await.unwrap();
     let after = delayqueue::consumers(&client, "dq:").await.unwrap();
     assert_eq!((after.live, after.consumers.len()), (0, 0), "{after:#?}");
+}
+
+/// The consumers of one client in a process share one entry (one
+/// heartbeat per process, not per queue): it lists every queue of them,
+/// loses a queue when its consumer stops, and goes with the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumers_of_a_process_share_one_entry() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let ok = |_m: Message| async { Ok::<(), HandlerError>(()) };
+    let queues: Vec<DelayQueue> = (0..20)
+        .map(|i| {
+            DelayQueue::builder(format!("q{i}"), client.clone())
+                .concurrency(2)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let mut consumers = Vec::new();
+    for q in &queues {
+        consumers.push(q.start_consume(ok).await.unwrap());
+    }
+    let names = |all: &LiveConsumers| -> Vec<Vec<String>> {
+        all.consumers
+            .iter()
+            .map(|c| c.queues.iter().map(|q| q.name.clone()).collect())
+            .collect()
+    };
+    let all_listed = wait_for(WAIT, || {
+        let client = client.clone();
+        async move {
+            let all = delayqueue::consumers(&client, "dq:").await.unwrap();
+            all.consumers.len() == 1 && all.consumers[0].queues_total == 20
+        }
+    })
+    .await;
+    let seen = delayqueue::consumers(&client, "dq:").await.unwrap();
+    assert!(all_listed, "{seen:#?}");
+    assert_eq!(seen.live, 1);
+    assert_eq!(seen.consumers[0].concurrency, 40);
+    // Every queue's own listing finds the one entry.
+    assert_eq!(queues[19].consumers().await.unwrap().consumers.len(), 1);
+
+    // The first consumer stops: the entry stays, without its queue.
+    consumers.remove(0).shutdown().await.unwrap();
+    let without = wait_for(WAIT, || {
+        let client = client.clone();
+        async move {
+            let all = delayqueue::consumers(&client, "dq:").await.unwrap();
+            all.consumers.len() == 1 && all.consumers[0].queues_total == 19
+        }
+    })
+    .await;
+    let seen = delayqueue::consumers(&client, "dq:").await.unwrap();
+    assert!(without, "{seen:#?}");
+    assert!(!names(&seen)[0].contains(&"q0".to_string()), "{seen:#?}");
+    assert!(queues[0].consumers().await.unwrap().consumers.is_empty());
+
+    for c in consumers {
+        c.shutdown().await.unwrap();
+    }
+    let after = delayqueue::consumers(&client, "dq:").await.unwrap();
+    assert_eq!((after.live, after.consumers.len()), (0, 0), "{after:#?}");
+    // A consumer started after the last one stopped has an entry of its own.
+    let again = queues[1].start_consume(ok).await.unwrap();
+    let back = wait_for(WAIT, || {
+        let q = queues[1].clone();
+        async move { q.consumers().await.unwrap().consumers.len() == 1 }
+    })
+    .await;
+    assert!(back);
+    assert_ne!(
+        queues[1].consumers().await.unwrap().consumers[0].id,
+        seen.consumers[0].id
+    );
+    again.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,9 @@
-//! The consumer's heartbeat: one task per [`Consumer`](super::Consumer)
-//! that writes its entry in the registry of live consumers
-//! (lua/heartbeat.lua) every `heartbeat` interval, with a TTL of
-//! [`TTL_BEATS`] intervals, and removes it when the consumer stops. One
-//! script call per interval, whatever the number of queues and messages;
+//! The process's heartbeat: the [`Consumer`](super::Consumer)s of one
+//! client under one key prefix share one entry in the registry of live
+//! consumers and one task, which writes it (lua/heartbeat.lua) every
+//! `heartbeat` interval, with a TTL of [`TTL_BEATS`] intervals, and
+//! removes it when the last of them stops. One script call per interval
+//! per process, whatever the number of consumers, queues and messages;
 //! each delivery only adds itself to and removes itself from [`Running`],
 //! in memory.
 
@@ -11,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fred::prelude::Client;
-use tokio::sync::watch;
+use fred::prelude::{Client, ClientLike};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::context::Context;
@@ -78,42 +79,179 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// What a heartbeat task needs: where to write, how often, and what it
-/// writes besides the running messages.
-pub(crate) struct Beat {
-    pub client: Client,
-    /// The registry's keys.
-    pub registry: Keys,
-    pub id: MessageId,
+/// What one [`Consumer`](super::Consumer) adds to its process's entry.
+pub(crate) struct Part {
+    pub queues: Vec<ConsumedQueue>,
+    pub concurrency: usize,
+    pub strict: bool,
+    /// Its `heartbeat` setting: the entry beats as often as its most
+    /// frequent part asks.
     pub every: Duration,
-    /// The entry without its running messages and times of the heartbeat.
-    pub info: ConsumerInfo,
-    /// The messages the entry lists.
+    /// The messages its handlers run now.
     pub running: Arc<Running>,
 }
 
-/// Starts the heartbeat: it writes the entry at once and every
-/// `beat.every`, until `leave` says true or is dropped; then it removes
-/// the entry.
-pub(crate) fn spawn(beat: Beat, mut leave: watch::Receiver<bool>) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let names: Vec<String> = beat.info.queues.iter().map(|q| q.name.clone()).collect();
-        loop {
-            let (running, total) = beat.running.snapshot(&names);
-            let info = ConsumerInfo {
-                heartbeat_ms: now_ms(),
-                running,
-                running_total: total,
-                ..beat.info.clone()
-            };
-            write(&beat, beat.every * TTL_BEATS, &registry::encode(&info)).await;
-            let changed = tokio::time::timeout(beat.every, leave.changed()).await;
-            if matches!(changed, Ok(Err(_))) || *leave.borrow() {
-                break;
+/// The one entry of the consumers of a client (its clones share it) under
+/// one key prefix in this process, and its task.
+struct Heart {
+    client: Client,
+    registry: Keys,
+    id: MessageId,
+    started_ms: u64,
+    /// The consumers in it, by a number each.
+    parts: Mutex<Vec<(u64, Part)>>,
+    next: AtomicU64,
+    /// Wakes the task: a part joined or left (write now), or the last
+    /// left (remove the entry and end).
+    changed: Notify,
+    /// The task, awaited by the last part to leave.
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The hearts of the process, by client id and key prefix; a heart leaves
+/// with its last part, so a consumer started after that starts a new one.
+static HEARTS: Mutex<Vec<(String, Arc<Heart>)>> = Mutex::new(Vec::new());
+
+/// A consumer's place in its process's entry; [`Membership::leave`] (or
+/// dropping it) takes it out, and the last one out removes the entry.
+pub(crate) struct Membership {
+    heart: Arc<Heart>,
+    part: u64,
+    left: bool,
+}
+
+/// Puts the consumer described by `part` of queues of `first`'s client
+/// and prefix in its process's entry, starting the entry and its task if
+/// it is the first; `None` when that prefix is refused (the queue's own
+/// keys were built with it, so never).
+pub(crate) fn join(first: &Context, part: Part) -> Option<Membership> {
+    let key = format!("{} {}", first.client.id(), first.prefix);
+    let mut hearts = HEARTS.lock().unwrap_or_else(|e| e.into_inner());
+    let number;
+    let heart = match hearts.iter().find(|(k, _)| *k == key) {
+        Some((_, heart)) => {
+            number = heart.next.fetch_add(1, Ordering::Relaxed);
+            heart.parts().push((number, part));
+            heart.changed.notify_one();
+            heart.clone()
+        }
+        None => {
+            number = 0;
+            let heart = Arc::new(Heart {
+                client: first.client.clone(),
+                registry: Keys::registry(&first.prefix).ok()?,
+                id: MessageId::generate(),
+                started_ms: now_ms(),
+                parts: Mutex::new(vec![(number, part)]),
+                next: AtomicU64::new(1),
+                changed: Notify::new(),
+                task: Mutex::new(None),
+            });
+            hearts.push((key, heart.clone()));
+            let task = tokio::spawn(beat(heart.clone()));
+            *heart.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+            heart
+        }
+    };
+    Some(Membership {
+        heart,
+        part: number,
+        left: false,
+    })
+}
+
+impl Membership {
+    /// Takes the consumer out of the entry; when it was the last, waits
+    /// until the entry is removed.
+    pub(crate) async fn leave(mut self) {
+        self.left = true;
+        if self.heart.remove(self.part) {
+            let task = self.heart.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(task) = task {
+                // A panic of the task leaves the entry to its TTL.
+                let _ = task.await;
             }
         }
-        write(&beat, Duration::ZERO, b"").await;
-    })
+    }
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("entry", &self.heart.id)
+            .field("part", &self.part)
+            .finish()
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        if !self.left {
+            self.heart.remove(self.part);
+        }
+    }
+}
+
+impl Heart {
+    fn parts(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Part)>> {
+        self.parts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes part `number` out; returns whether it was the last, the heart
+    /// then out of [`HEARTS`] and its task told to remove the entry.
+    fn remove(self: &Arc<Self>, number: u64) -> bool {
+        let mut hearts = HEARTS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut parts = self.parts();
+        parts.retain(|(n, _)| *n != number);
+        let last = parts.is_empty();
+        if last {
+            hearts.retain(|(_, h)| !Arc::ptr_eq(h, self));
+        }
+        self.changed.notify_one();
+        last
+    }
+
+    /// The entry now and how often to write it; `None` once no part is left.
+    fn entry(&self) -> Option<(ConsumerInfo, Duration)> {
+        let parts = self.parts();
+        let every = parts.iter().map(|(_, p)| p.every).min()?;
+        let (mut running, mut running_total) = (Vec::new(), 0);
+        for (_, p) in parts.iter() {
+            let names: Vec<String> = p.queues.iter().map(|q| q.name.clone()).collect();
+            let (listed, total) = p.running.snapshot(&names);
+            running.extend(listed);
+            running_total += total;
+        }
+        running.sort_unstable_by_key(|m| m.since_ms);
+        running.truncate(registry::MAX_RUNNING_LISTED);
+        let queues: Vec<ConsumedQueue> = parts.iter().flat_map(|(_, p)| p.queues.iter().cloned()).collect();
+        let info = ConsumerInfo {
+            id: self.id.as_str().to_string(),
+            host: host_name(),
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started_ms: self.started_ms,
+            heartbeat_ms: now_ms(),
+            ttl_ms: u64::try_from((every * TTL_BEATS).as_millis()).unwrap_or(u64::MAX),
+            concurrency: parts.iter().map(|(_, p)| p.concurrency).sum(),
+            strict: parts.iter().any(|(_, p)| p.strict),
+            queues_total: queues.len(),
+            queues,
+            running,
+            running_total,
+        };
+        Some((info, every))
+    }
+}
+
+/// The heart's task: writes the entry at once, at each change and every
+/// interval, until no part is left; then removes it.
+async fn beat(heart: Arc<Heart>) {
+    while let Some((info, every)) = heart.entry() {
+        write(&heart, every * TTL_BEATS, &registry::encode(&info)).await;
+        let _ = tokio::time::timeout(every, heart.changed.notified()).await;
+    }
+    write(&heart, Duration::ZERO, b"").await;
 }
 
 /// A queue of the consumer, as its entry lists it.
@@ -125,52 +263,17 @@ pub(crate) fn consumed(ctx: &Context, weight: u64) -> ConsumedQueue {
     }
 }
 
-/// The heartbeat of consumer `id` of `queues`, the first of which is
-/// `first`, under the registry of its key prefix; `None` when that prefix
-/// is refused (the queue's own keys were built with it, so never).
-pub(crate) fn beat_of(
-    first: &Context,
-    queues: Vec<ConsumedQueue>,
-    id: &MessageId,
-    running: Arc<Running>,
-    strict: bool,
-) -> Option<Beat> {
-    let every = first.settings.heartbeat;
-    Some(Beat {
-        client: first.client.clone(),
-        registry: Keys::registry(&first.prefix).ok()?,
-        id: id.clone(),
-        every,
-        info: ConsumerInfo {
-            id: id.as_str().to_string(),
-            host: host_name(),
-            pid: std::process::id(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            started_ms: now_ms(),
-            heartbeat_ms: 0,
-            ttl_ms: u64::try_from((every * TTL_BEATS).as_millis()).unwrap_or(u64::MAX),
-            concurrency: first.settings.concurrency,
-            strict,
-            queues_total: queues.len(),
-            queues,
-            running: Vec::new(),
-            running_total: 0,
-        },
-        running,
-    })
-}
-
 /// Runs one heartbeat (a zero `ttl`: the removal); a failure is logged,
 /// and the next heartbeat tries again.
-async fn write(beat: &Beat, ttl: Duration, entry: &[u8]) {
+async fn write(heart: &Heart, ttl: Duration, entry: &[u8]) {
     let op = Heartbeat {
-        id: beat.id.as_str(),
+        id: heart.id.as_str(),
         ttl,
         entry,
     };
-    let store = Shard::new(&beat.client, &beat.registry, "(consumer registry)");
+    let store = Shard::new(&heart.client, &heart.registry, "(consumer registry)");
     if let Err(e) = store.run(&op).await {
-        tracing::warn!(error = %e, consumer = %beat.id, "consumer heartbeat failed");
+        tracing::warn!(error = %e, consumer = %heart.id, "consumer heartbeat failed");
     }
 }
 

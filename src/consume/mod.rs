@@ -85,8 +85,8 @@ pub struct Consumer {
     listening: Vec<wake::Wakes>,
     /// The queue's name, or how many queues, for logs.
     name: String,
-    /// Its heartbeat task, and what tells it the consumer stopped.
-    heart: Option<(JoinHandle<()>, watch::Sender<bool>)>,
+    /// Its place in the process's entry of live consumers.
+    heart: Option<heartbeat::Membership>,
 }
 
 /// One queue a consumer reads: its context, its handler, its weight.
@@ -111,7 +111,7 @@ impl Consumer {
             .collect();
         let loops = members.iter().map(|m| m.ctx.shards.len()).sum();
         let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
-        let heart = start_heart(&members, &me, &pool, strict);
+        let heart = start_heart(&members, &pool, strict);
         let mut tasks = Vec::new();
         let mut listening = Vec::new();
         let mut names = Vec::new();
@@ -188,28 +188,26 @@ impl Consumer {
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }
         self.listening.clear();
-        if let Some((task, leave)) = self.heart.take() {
-            let _ = leave.send(true);
-            task.await
-                .map_err(|e| Error::Internal(format!("heartbeat task failed: {e}")))?;
+        if let Some(heart) = self.heart.take() {
+            heart.leave().await;
         }
         tracing::info!(queue = %self.name, "consumer stopped");
         Ok(())
     }
 }
 
-/// The heartbeat of consumer `me` of `members` (lua/heartbeat.lua), and
-/// what tells it the consumer stopped.
-fn start_heart(
-    members: &[Member],
-    me: &MessageId,
-    pool: &Pool,
-    strict: bool,
-) -> Option<(JoinHandle<()>, watch::Sender<bool>)> {
-    let queues = members.iter().map(|m| heartbeat::consumed(&m.ctx, m.weight)).collect();
-    let beat = heartbeat::beat_of(&members.first()?.ctx, queues, me, pool.running.clone(), strict)?;
-    let (leave, leave_rx) = watch::channel(false);
-    Some((heartbeat::spawn(beat, leave_rx), leave))
+/// The place of the consumer of `members` in its process's entry of live
+/// consumers (lua/heartbeat.lua).
+fn start_heart(members: &[Member], pool: &Pool, strict: bool) -> Option<heartbeat::Membership> {
+    let first = &members.first()?.ctx;
+    let part = heartbeat::Part {
+        queues: members.iter().map(|m| heartbeat::consumed(&m.ctx, m.weight)).collect(),
+        concurrency: first.settings.concurrency,
+        strict,
+        every: first.settings.heartbeat,
+        running: pool.running.clone(),
+    };
+    heartbeat::join(first, part)
 }
 
 impl Drop for Consumer {

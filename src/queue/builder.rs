@@ -64,11 +64,12 @@ impl DelayQueueBuilder {
 
     /// How often a consumer writes its entry in the registry of live
     /// consumers ([`consumers`](crate::consumers), docs/operations.md,
-    /// "Live consumers"): one script call per interval per consumer. The
-    /// entry lives three intervals, so a killed consumer drops out of the
-    /// listing at most that long after its last heartbeat. Default 5 s
-    /// (TTL 15 s); at least 100 ms. A [`Worker`](crate::Worker) beats as
-    /// its first queue says.
+    /// "Live consumers"): one script call per interval per process (the
+    /// consumers of one client share an entry, which beats as often as
+    /// the most frequent of them asks). The entry lives three intervals,
+    /// so a killed consumer drops out of the listing at most that long
+    /// after its last heartbeat. Default 5 s (TTL 15 s); at least 100 ms.
+    /// A [`Worker`](crate::Worker) beats as its first queue says.
     pub fn heartbeat(mut self, d: Duration) -> Self {
         self.config.consume.heartbeat = d;
         self
