@@ -17,6 +17,11 @@
 //! (TIME, in ms) when the handler started, which is the clock due times are
 //! measured by.
 //!
+//! With `--aborts FILE` the handler also watches for an abort
+//! (`DelayQueue::abort`, docs/handlers.md): aborted during its work, it
+//! appends `"<id> <attempt>\n"` to that file instead of its ledger line and
+//! returns at once.
+//!
 //! The worker prints `ready` on stdout once it consumes, and on SIGTERM or
 //! Ctrl-C shuts down gracefully (running handlers finish and are acked,
 //! claimed but unstarted messages are handed back) and exits 0.
@@ -44,7 +49,8 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
     "usage: worker --queue NAME --ledger FILE [--url URL] [--concurrency N] [--handler-ms N] [--after-ms N]
-              [--max-consume-ms N] [--fetch-interval-ms N] [--fetch-limit N] [--record-redis-time]";
+              [--max-consume-ms N] [--fetch-interval-ms N] [--fetch-limit N] [--record-redis-time]
+              [--aborts FILE]";
 
 struct Args {
     url: String,
@@ -62,6 +68,8 @@ struct Args {
     /// Most messages claimed at once; the library's default when unset.
     fetch_limit: Option<usize>,
     record_redis_time: bool,
+    /// Where a handler told of an abort writes its line; `None`: handlers ignore aborts.
+    aborts: Option<PathBuf>,
 }
 
 fn args() -> Res<Args> {
@@ -76,6 +84,7 @@ fn args() -> Res<Args> {
         fetch_interval_ms: 1_000,
         fetch_limit: None,
         record_redis_time: false,
+        aborts: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -91,6 +100,7 @@ fn args() -> Res<Args> {
             "--fetch-interval-ms" => a.fetch_interval_ms = val()?.parse()?,
             "--fetch-limit" => a.fetch_limit = Some(val()?.parse()?),
             "--record-redis-time" => a.record_redis_time = true,
+            "--aborts" => a.aborts = Some(val()?.into()),
             other => return Err(format!("unknown option {other}\n{USAGE}").into()),
         }
     }
@@ -133,7 +143,19 @@ async fn handle(msg: Message, ledger: Arc<File>, client: Client, args: Arc<Args>
     } else {
         None
     };
-    tokio::time::sleep(Duration::from_millis(args.handler_ms)).await;
+    let work = tokio::time::sleep(Duration::from_millis(args.handler_ms));
+    if let Some(aborts) = &args.aborts {
+        tokio::select! {
+            () = work => {}
+            () = msg.aborted() => {
+                let line = format!("{} {}\n", msg.id(), msg.attempt());
+                OpenOptions::new().create(true).append(true).open(aborts)?.write_all(line.as_bytes())?;
+                return Ok(());
+            }
+        }
+    } else {
+        work.await;
+    }
     let line = match redis_ms {
         Some(ms) => format!("{} {} {ms}\n", msg.id(), msg.attempt()),
         None => format!("{} {}\n", msg.id(), msg.attempt()),

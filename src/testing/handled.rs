@@ -256,6 +256,7 @@ impl TestMessage {
             due_at_ms: now_ms,
             deferrals: self.deferrals,
             scribe,
+            abort: Default::default(),
         }
     }
 }

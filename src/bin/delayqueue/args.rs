@@ -79,6 +79,14 @@ pub enum Command {
         /// The message's id.
         id: String,
     },
+    /// Abort a message: cancel it if it waits; if it is being processed, tell its handler and end it
+    /// as aborted, not retried; exit 1 when there is nothing to abort.
+    Abort {
+        /// The queue's name.
+        queue: String,
+        /// The message's id.
+        id: String,
+    },
     /// Move a pending message's due time to --delay from now; exit 1 when it is not pending.
     Reschedule {
         /// The queue's name.
