@@ -166,10 +166,8 @@ async fn an_abort_reaches_the_handler_in_another_process() {
     })
     .await;
     let id = queue.send("x").await.unwrap();
-    let processing = Counts {
-        processing: 1,
-        ..Counts::default()
-    };
+    let mut processing = Counts::default();
+    processing.processing = 1;
     assert_eq!(wait_stats(&queue, WAIT, processing).await, processing);
     assert_eq!(queue.abort(&id).await.unwrap(), AbortOutcome::Aborting);
     let told = wait_until(WAIT, || read_ledger(&aborts).0.iter().any(|d| d.id == id.as_str())).await;
@@ -193,10 +191,8 @@ async fn a_worker_killed_holding_an_aborted_message_does_not_bring_it_back() {
     // It ignores aborts: only the kill ends its handler.
     let mut holder = Worker::spawn(opts("holder", 120_000)).await;
     let id = queue.send("x").await.unwrap();
-    let processing = Counts {
-        processing: 1,
-        ..Counts::default()
-    };
+    let mut processing = Counts::default();
+    processing.processing = 1;
     assert_eq!(wait_stats(&queue, WAIT, processing).await, processing);
     assert_eq!(queue.abort(&id).await.unwrap(), AbortOutcome::Aborting);
     holder.kill();

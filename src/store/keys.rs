@@ -85,9 +85,6 @@ pub(crate) struct Keys {
     /// Pub/sub channel (not a key) on which an ack announces the ids in
     /// `waiting` it finished.
     pub done: String,
-    /// Messages aborted while processing (id -> ms of the abort), until
-    /// they end (lua/include/abort.lua, which builds it from `base`).
-    pub aborted: String,
 }
 
 impl Keys {
@@ -148,7 +145,6 @@ impl Keys {
             log_prefix: format!("{base}:log:"),
             waiters: format!("{base}:waiters"),
             done: format!("{base}:done"),
-            aborted: format!("{base}:aborted"),
         }
     }
 

@@ -5,7 +5,13 @@ use super::{nack_op, Env, NEVER, RETRY};
 use crate::store::ops::cancel::Abort;
 use crate::store::ops::nack::NackMode;
 use crate::store::ops::purge::Purge;
+use crate::store::Keys;
 use crate::AbortOutcome;
+
+/// The aborted hash, as lua/include/abort.lua builds it from the base.
+fn aborted(k: &Keys) -> String {
+    format!("{}aborted", k.base)
+}
 
 impl Env {
     async fn abort(&self, id: &str) -> AbortOutcome {
@@ -27,7 +33,7 @@ impl Env {
         assert!(self.payload(id).is_none(), "{id} payload");
         assert!(self.record(id).is_none(), "{id} record");
         assert!(self.zscore(&k.processing, id).is_none(), "{id} lease");
-        assert!(!self.exists(&k.aborted), "{id}: the aborted hash is left");
+        assert!(!self.exists(&aborted(k)), "{id}: the aborted hash is left");
         assert!(self.dead().is_empty() && self.list(&k.retry).is_empty() && self.zset(&k.pending).is_empty());
     }
 }
@@ -45,7 +51,7 @@ async fn abort_cancels_a_waiting_message_and_answers_unknown_ids_writing_nothing
     // A plain cancel still leaves a running message alone.
     env.running("r").await;
     assert_eq!(env.cancel("r").await, 0);
-    assert!(!env.exists(&env.k().aborted));
+    assert!(!env.exists(&aborted(env.k())));
 }
 
 #[tokio::test]
@@ -56,7 +62,7 @@ async fn an_aborted_running_message_is_marked_signalled_once_and_its_ack_ends_it
     let mut wakes = env.subscribe().await;
     assert_eq!(env.abort("r").await, AbortOutcome::Aborting);
     assert_eq!(wakes.next().await, "abort r");
-    assert_eq!(env.lines(&["HKEYS", &k.aborted]), vec!["r"]);
+    assert_eq!(env.lines(&["HKEYS", &aborted(&k)]), vec!["r"]);
     // Again: the same answer for as long as it runs, nothing written, no signal.
     let state = env.snapshot();
     assert_eq!(env.abort("r").await, AbortOutcome::AlreadyAborted);
@@ -133,7 +139,7 @@ async fn a_lease_that_runs_out_on_an_aborted_message_ends_it_instead_of_redelive
     assert_eq!(reply.aborted, vec![crate::MessageId::from("r")]);
     assert!(reply.dead.is_empty());
     assert!(env.payload("r").is_none() && env.record("r").is_none());
-    assert!(!env.exists(&k.aborted));
+    assert!(!env.exists(&aborted(&k)));
     assert_eq!(env.list(&k.retry), vec!["o"]);
     assert_eq!(env.hget(&k.totals, "aborted"), "1");
     // Its consumer's late ack changes nothing.
@@ -147,7 +153,7 @@ async fn a_lease_that_runs_out_on_an_aborted_message_ends_it_instead_of_redelive
     env.raw(&["ZADD", &k.processing, "1", "s"]);
     let reply = env.timed_out(10).await;
     assert_eq!((reply.count, reply.aborted.len()), (0, 1));
-    assert!(!env.exists(&k.aborted) && env.payload("s").is_none());
+    assert!(!env.exists(&aborted(&k)) && env.payload("s").is_none());
 }
 
 #[tokio::test]
@@ -170,7 +176,7 @@ async fn purge_deletes_the_aborted_hash_with_the_messages() {
     env.running("r").await;
     env.abort("r").await;
     while env.run(&Purge { limit: 10 }).await != 0 {}
-    assert!(!env.exists(&env.k().aborted));
+    assert!(!env.exists(&aborted(env.k())));
     // The claim receipt alone stays (it has a TTL).
     assert_eq!(env.keys().len(), 1, "{:?}", env.keys());
 }
