@@ -79,8 +79,7 @@ pub enum Command {
         /// The message's id.
         id: String,
     },
-    /// Abort a message: cancel it if it waits; if it is being processed, tell its handler and end it
-    /// as aborted, not retried; exit 1 when there is nothing to abort.
+    /// Abort a message: cancelled if it waits, else its handler is told and it ends as aborted
     Abort {
         /// The queue's name.
         queue: String,
