@@ -275,14 +275,14 @@ export function messageView(root, name, id) {
           renderHead();
           replace(root.querySelector('.grid2'), h('div.card.gone', null, h('div.empty', null,
             h('strong', null, 'No such message'),
-            'It was handled, cancelled or deleted, or never existed. ',
+            'It was handled, cancelled, aborted or deleted, or never existed. ',
             h('a', { href: `#/q/${enc(name)}/pending` }, `Open ${name}`))));
           return;
         }
         gone = true;
         msg = null;
         actionsFor = 'gone';
-        replace(actionsCard, h('div.card-body.muted', null, 'This message has left the queue: handled, cancelled or deleted.'));
+        replace(actionsCard, h('div.card-body.muted', null, 'This message has left the queue: handled, cancelled, aborted or deleted.'));
         renderHead();
         return;
       }
