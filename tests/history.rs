@@ -1,7 +1,7 @@
 //! A seeded, randomized history checker: drives the real library against a
 //! real `redis-server` (AOF, `appendfsync always`) through proxies that can
 //! cut connections or hold replies back, with random sends, cancels,
-//! reschedules and requeues, two or three consumers with random handler
+//! aborts, reschedules and requeues, two or three consumers with random handler
 //! outcomes, and random faults; and, by feature, schedule changes, queue
 //! limits, queue pauses, priorities, headers, groups, and flows and
 //! cohorts. Records the whole history
@@ -167,8 +167,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, SortedSetsInterface};
 use delayqueue::{
-    ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message, MessageId,
-    MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
+    AbortOutcome, ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message,
+    MessageId, MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
 use model::{
     wall_us, ConsumerRec, Delivery, FaultRec, Final, Grid, GroupOp, History, IdOp, Limits, Outcome, QueueOp,
@@ -1702,6 +1702,8 @@ impl Producer {
         let start = Instant::now();
         let result = match kind {
             "cancel" => self.queue.cancel(&id).await,
+            // Cancelled, or marked to end as aborted: done either way.
+            "abort" => self.queue.abort(&id).await.map(AbortOutcome::done),
             "reschedule" => self.queue.reschedule(&id, delay.unwrap()).await,
             _ => self.queue.requeue_dead(&id).await,
         };
@@ -1768,6 +1770,7 @@ enum Op {
     Send,
     Batch,
     Cancel,
+    Abort,
     Reschedule,
     Dedup,
     Requeue,
@@ -1786,6 +1789,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Op::Send, 40),
         (Op::Batch, 8),
         (Op::Cancel, 15),
+        (Op::Abort, 10),
         (Op::Reschedule, 15),
         (Op::Dedup, 12),
         (Op::Requeue, 10),
@@ -2217,6 +2221,7 @@ async fn run(knobs: Knobs, cluster: bool) {
                 producer.send_batch(&mut rng, n, false).await
             }
             Op::Cancel => producer.id_op(&mut rng, "cancel").await,
+            Op::Abort => producer.id_op(&mut rng, "abort").await,
             Op::Reschedule => producer.id_op(&mut rng, "reschedule").await,
             Op::Dedup => producer.send_dedup(&mut rng).await,
             Op::Requeue => producer.id_op(&mut rng, "requeue_dead").await,
@@ -2406,6 +2411,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         totals_sent: status.totals.sent,
         totals_acked: status.totals.acked,
         totals_expired: status.totals.expired,
+        totals_aborted: status.totals.aborted,
         ..Final::default()
     };
     let mut offset = Some(0);

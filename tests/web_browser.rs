@@ -1317,7 +1317,8 @@ async fn the_abort_button_tells_the_running_handler_and_the_message_ends_as_abor
 
     let Some(b) = Browser::start(false).await else { return };
     dash.login(&b, &format!("#/q/exports/m/{id}")).await;
-    b.wait("the abort button", "!!document.querySelector('[data-testid=abort]')").await;
+    b.wait("the abort button", "!!document.querySelector('[data-testid=abort]')")
+        .await;
     b.screenshot("message-abort").await;
     b.click("[data-testid=abort]").await;
     b.wait(
@@ -1326,8 +1327,11 @@ async fn the_abort_button_tells_the_running_handler_and_the_message_ends_as_abor
     )
     .await;
     b.click("[data-testid=confirm-yes]").await;
-    b.wait("the toast", "document.body.innerText.includes('Aborting: its handler is told')")
-        .await;
+    b.wait(
+        "the toast",
+        "document.body.innerText.includes('Aborting: its handler is told')",
+    )
+    .await;
     let ended = tokio::time::timeout(support::WAIT, async {
         loop {
             match events.recv().await.unwrap() {

@@ -19,10 +19,12 @@ use tokio_util::sync::CancellationToken;
 /// What the abort signal starts with; the id follows.
 const SIGNAL: &str = "abort ";
 
-/// The running deliveries by id: each one's number, wake-up channel and
-/// token (an id may run twice at once: a delivery whose lease ran out, and
-/// its redelivery).
-static RUNNING: Mutex<Option<HashMap<String, Vec<(u64, String, CancellationToken)>>>> = Mutex::new(None);
+/// A running delivery: its registration's number, its wake-up channel, its token.
+type Entry = (u64, String, CancellationToken);
+
+/// The running deliveries by id (an id may run twice at once: a delivery
+/// whose lease ran out, and its redelivery).
+static RUNNING: Mutex<Option<HashMap<String, Vec<Entry>>>> = Mutex::new(None);
 
 /// Numbers the registrations.
 static NEXT: AtomicU64 = AtomicU64::new(0);
