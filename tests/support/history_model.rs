@@ -2243,6 +2243,32 @@ mod tests {
     }
 
     #[test]
+    fn an_aborted_message_is_never_delivered_again_nor_dead_and_counted_at_most_once() {
+        // Aborted while its handler ran; the handler failed; it ended as aborted.
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Error);
+        id_op(&mut h, "abort", "m", 10, 15, Ok(true));
+        let fin = Final {
+            totals_aborted: 1,
+            ..drained(1)
+        };
+        assert_eq!(rules(&h, Some(&fin)), Vec::<&str>::new());
+        // Delivered again after the abort returned: retried.
+        deliver(&mut h, 2, 2000, Outcome::Ok);
+        assert_eq!(rules(&h, Some(&fin)), ["after-abort"]);
+        // A dead letter at the end, and counted more often than aborted.
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Error);
+        id_op(&mut h, "abort", "m", 10, 15, Ok(true));
+        let mut fin = Final {
+            totals_aborted: 2,
+            ..drained(1)
+        };
+        fin.dead.insert("m".into(), 1);
+        assert_eq!(rules(&h, Some(&fin)), ["dead-early", "aborted-dead", "totals-aborted", "totals-balance"]);
+    }
+
+    #[test]
     fn a_send_across_a_lost_reply_may_be_stored_twice() {
         let mut h = sent();
         deliver(&mut h, 1, 10, Outcome::Ok);
