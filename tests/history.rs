@@ -697,8 +697,21 @@ impl Handler for Recorder {
                 Err(SkipRetry::new("injected skip").into())
             }
             HandlerKind::Slow => {
-                // Past the lease: renewed, it ends Ok; unrenewed, it is cancelled.
-                tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10).await;
+                // Past the lease: renewed, it ends Ok; unrenewed, it is
+                // cancelled; aborted, it stops at once with an error, which
+                // cannot bring the message back (rule after-abort).
+                let work = tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10);
+                if rng.chance(50) {
+                    tokio::select! {
+                        () = work => {}
+                        () = msg.aborted() => {
+                            running.finish(Outcome::Error);
+                            return Err("stopped: aborted".into());
+                        }
+                    }
+                } else {
+                    work.await;
+                }
                 if self.flow_queue.is_some() {
                     msg.set_result(result)?;
                 }
@@ -1696,8 +1709,23 @@ impl Producer {
         (n > 0).then(|| self.known[(n - 1 - rng.below(n.min(50))) as usize].clone())
     }
 
+    /// A message whose handler runs now, if any (an abort's target most of the time).
+    fn running(&self, rng: &mut Rng) -> Option<MessageId> {
+        let h = self.history.lock().unwrap();
+        let running: Vec<&str> = h
+            .deliveries
+            .iter()
+            .filter(|d| d.end.is_none())
+            .map(|d| d.id.as_str())
+            .collect();
+        (!running.is_empty()).then(|| MessageId::from(running[rng.below(running.len() as u64) as usize]))
+    }
+
     async fn id_op(&mut self, rng: &mut Rng, kind: &'static str) {
-        let Some(id) = self.pick(rng) else { return };
+        let running = (kind == "abort" && rng.chance(70)).then(|| self.running(rng)).flatten();
+        let Some(id) = running.or_else(|| self.pick(rng)) else {
+            return;
+        };
         let delay = (kind == "reschedule").then(|| Duration::from_millis(rng.range(0, MAX_DELAY_MS)));
         let start = Instant::now();
         let result = match kind {
@@ -2428,7 +2456,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         let delivered = h.deliveries.len();
         println!(
             "HISTORY seed={} sends={} ops={} schedule_ops={} queue_ops={} deliveries={delivered} fires={} dead={} \
-             lease_lost={} flow_msgs={} flow_deliveries={} children_reads={} late_notes={} crashes_after_ok={} \
+             aborted={} lease_lost={} flow_msgs={} flow_deliveries={} children_reads={} late_notes={} crashes_after_ok={} \
              (outbox not empty: {}) \
              faults: {}",
             knobs.seed,
@@ -2438,6 +2466,7 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.queue_ops.len(),
             h.deliveries.iter().filter(|d| model::fire_of(&d.id).is_some()).count(),
             fin.dead.len(),
+            fin.totals_aborted,
             h.lease_lost.len(),
             h.flow_msgs.len(),
             h.flow_deliveries.len(),

@@ -2265,7 +2265,10 @@ mod tests {
             ..drained(1)
         };
         fin.dead.insert("m".into(), 1);
-        assert_eq!(rules(&h, Some(&fin)), ["dead-early", "aborted-dead", "totals-aborted", "totals-balance"]);
+        assert_eq!(
+            rules(&h, Some(&fin)),
+            ["dead-early", "aborted-dead", "totals-aborted", "totals-balance"]
+        );
     }
 
     #[test]
