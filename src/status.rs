@@ -279,11 +279,11 @@ mod tests {
         // pending 2 (head due in 50 ms), nothing due, one dead 400 ms ago,
         // sent 5.
         let a = from_script(vec![
-            2, 0, 1, 0, 1, 1000, -1, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
+            2, 0, 1, 0, 1, 1000, -1, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1, 2,
         ]);
         // A due message waiting 30 ms to start, sent 2.
         let b = from_script(vec![
-            0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2,
+            0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2, 1,
         ]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 2);
@@ -293,7 +293,7 @@ mod tests {
             (m.latency, m.next_due, m.oldest_dead),
             (Some(ms(30)), Some(ms(50)), Some(ms(400)))
         );
-        assert_eq!((m.totals.sent, m.totals.expired), (7, 4));
+        assert_eq!((m.totals.sent, m.totals.expired, m.totals.aborted), (7, 4, 3));
         assert!(m.paused && !a.paused);
         // Each shard holds its share of a limit.
         let per = Duration::from_secs(1);
