@@ -1435,6 +1435,16 @@ async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
     let r = v1(&app, Method::POST, &format!("{base}/messages/a1/cancel"), t, json!({})).await;
     assert_eq!(r.json(), json!({"done": false}));
     assert_eq!(total(&q).await, 3, "bin, b1 and the batch's generated id");
+    // Abort: a waiting message is cancelled; then nothing is found (a
+    // running one: tests/abort.rs, and the dashboard's button: web_browser.rs).
+    let r = v1(&app, Method::POST, &format!("{base}/messages/b1/abort"), t, json!({})).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (StatusCode::OK, json!({"done": true, "outcome": "cancelled"}))
+    );
+    let r = v1(&app, Method::POST, &format!("{base}/messages/b1/abort"), t, json!({})).await;
+    assert_eq!(r.json(), json!({"done": false, "outcome": "not_found"}));
+    assert_eq!(total(&q).await, 2);
 }
 
 /// `GET` on the producer API with the test's token; must answer 200.
