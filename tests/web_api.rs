@@ -191,7 +191,7 @@ async fn overview_and_queue_show_what_redis_holds() {
     );
     assert_eq!(
         o["totals"],
-        json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0})
+        json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0, "aborted": 0})
     );
     assert_eq!(keys(&o["rates"]), ["acked", "dead", "failed", "sent"]);
     assert!(o["latency_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
