@@ -222,3 +222,30 @@ async fn a_worker_killed_holding_an_aborted_message_does_not_bring_it_back() {
     let keys = all_keys(&client).await;
     assert!(!keys.iter().any(|k| k.ends_with(":aborted")), "{keys:?}");
 }
+
+/// An aborted child is to its parent's policy a cancelled one
+/// (docs/workflows.md): under `Fail` the parent becomes a dead letter with
+/// the reason `child <queue>/<id> cancelled`, and never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_child_is_a_cancelled_one_to_its_parent() {
+    let (_server, _client, queue) = start_queue("flowab", Duration::from_millis(100), |b| b).await;
+    let child = queue.send("child").await.unwrap();
+    let parent = queue.send("parent").after([child.clone()]).await.unwrap();
+    let (tx, mut started) = mpsc::unbounded_channel();
+    let consumer = queue.start_consume(waits_for_abort(tx, false)).await.unwrap();
+    assert_eq!(started.recv().await.as_deref(), Some(child.as_str()));
+    assert_eq!(queue.abort(&child).await.unwrap(), AbortOutcome::Aborting);
+    let dead = wait_for(WAIT, || async {
+        queue
+            .get(&parent)
+            .await
+            .unwrap()
+            .is_some_and(|m| m.state == delayqueue::MessageState::Dead)
+    })
+    .await;
+    assert!(dead, "the parent did not fail");
+    let info = queue.get(&parent).await.unwrap().unwrap();
+    assert_eq!(info.last_error, Some(format!("child flowab/{child} cancelled")));
+    assert!(started.try_recv().is_err(), "the parent ran");
+    consumer.shutdown().await.unwrap();
+}
