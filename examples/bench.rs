@@ -9,7 +9,7 @@
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example bench
 //! ```
 //!
-//! Options: `--only w1,w2,w3,w4,compare,batch,featurecost,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,fanin,results,progress,scriptcpu`
+//! Options: `--only w1,w2,w3,w4,compare,batch,featurecost,rate,gconc,handles,bigpayload,idle,unique,groups,groupsfair,groupslimits,groupsbig,flows,fanin,results,progress,scriptcpu,abort`
 //! (default: all but `batch`, per-message against batch-handler consume,
 //! `results`, consume with handlers returning no result against 100-byte results,
 //! `progress`, consume with no-op handlers against handlers writing one
@@ -32,6 +32,8 @@
 //! and consume's rate against plain messages',
 //! `scriptcpu`, Redis's time per call of each hot script (send, promote,
 //! claim, ack, nack, note) over `--n` messages, from SLOWLOG,
+//! `abort`, the latency of `DelayQueue::abort` from its call to the
+//! running handler's signal (`Message::aborted`), `--samples` aborts one at a time,
 //! `handles`, this process's memory per queue handle, `bigpayload`, the
 //! longest script call and Redis CPU with 1 MiB payloads, and `idle`, the
 //! cost of idle queues consumed by one process, and send -> handler and a
@@ -1135,6 +1137,10 @@ async fn main() -> Res<()> {
     }
     if on("featurecost") {
         emit("feature_cost", feature_cost(&client, &tag, o.n, o.rounds).await?);
+        cleanup(&client).await?;
+    }
+    if on("abort") {
+        emit("abort_latency", abort_latency(&client, &tag, o.samples).await?);
         cleanup(&client).await?;
     }
     if on("idle") {
@@ -2273,4 +2279,45 @@ async fn feature_cost(client: &Client, tag: &str, n: usize, rounds: usize) -> Re
     Ok(
         json!({"n": n, "rounds": rounds, "load": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(), "features": out}),
     )
+}
+
+/// Aborts `samples` running handlers one at a time: per abort, the ms from
+/// the call to the handler's `Message::aborted` completing (the signal on
+/// the wake-up channel, through the consumer's hub), and the call's own
+/// round trip.
+async fn abort_latency(client: &Client, tag: &str, samples: usize) -> Res<serde_json::Value> {
+    let q = queue(client, &format!("{tag}-abort"), |b| b.concurrency(4))?;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<MessageId>();
+    let (told_tx, mut told) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let consumer = q
+        .start_consume(move |msg: Message| {
+            let (started_tx, told_tx) = (started_tx.clone(), told_tx.clone());
+            async move {
+                let _ = started_tx.send(msg.id().clone());
+                msg.aborted().await;
+                let _ = told_tx.send(Instant::now());
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await?;
+    let (mut signal, mut call) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+    for _ in 0..samples {
+        q.send(&PAYLOAD[..]).await?;
+        let id = tokio::time::timeout(Duration::from_secs(30), started.recv())
+            .await?
+            .ok_or("consumer stopped")?;
+        let t0 = Instant::now();
+        let outcome = q.abort(&id).await?;
+        call.push(t0.elapsed().as_secs_f64() * 1e3);
+        if outcome != delayqueue::AbortOutcome::Aborting {
+            return Err(format!("abort of a running handler answered {outcome:?}").into());
+        }
+        let at = tokio::time::timeout(Duration::from_secs(30), told.recv())
+            .await?
+            .ok_or("consumer stopped")?;
+        signal.push(at.duration_since(t0).as_secs_f64() * 1e3);
+    }
+    consumer.shutdown().await?;
+    let aborted = q.status().await?.totals.aborted;
+    Ok(json!({"call_to_signal": p50_p99(signal), "call": p50_p99(call), "aborted": aborted}))
 }

@@ -17,6 +17,11 @@
 //! (TIME, in ms) when the handler started, which is the clock due times are
 //! measured by.
 //!
+//! With `--aborts FILE` the handler also watches for an abort
+//! (`DelayQueue::abort`, docs/handlers.md): aborted during its work, it
+//! appends `"<id> <attempt>\n"` to that file instead of its ledger line and
+//! returns at once.
+//!
 //! The worker prints `ready` on stdout once it consumes, and on SIGTERM or
 //! Ctrl-C shuts down gracefully (running handlers finish and are acked,
 //! claimed but unstarted messages are handed back) and exits 0.
@@ -45,7 +50,7 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 const USAGE: &str =
     "usage: worker --queue NAME --ledger FILE [--url URL] [--concurrency N] [--handler-ms N] [--after-ms N]
               [--max-consume-ms N] [--fetch-interval-ms N] [--fetch-limit N] [--heartbeat-ms N]
-              [--record-redis-time]";
+              [--record-redis-time] [--aborts FILE]";
 
 struct Args {
     url: String,
@@ -65,6 +70,8 @@ struct Args {
     /// How often the consumer writes its registry entry; the library's default when unset.
     heartbeat_ms: Option<u64>,
     record_redis_time: bool,
+    /// Where a handler told of an abort writes its line; `None`: handlers ignore aborts.
+    aborts: Option<PathBuf>,
 }
 
 fn args() -> Res<Args> {
@@ -80,6 +87,7 @@ fn args() -> Res<Args> {
         fetch_limit: None,
         heartbeat_ms: None,
         record_redis_time: false,
+        aborts: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -96,6 +104,7 @@ fn args() -> Res<Args> {
             "--fetch-limit" => a.fetch_limit = Some(val()?.parse()?),
             "--heartbeat-ms" => a.heartbeat_ms = Some(val()?.parse()?),
             "--record-redis-time" => a.record_redis_time = true,
+            "--aborts" => a.aborts = Some(val()?.into()),
             other => return Err(format!("unknown option {other}\n{USAGE}").into()),
         }
     }
@@ -138,7 +147,19 @@ async fn handle(msg: Message, ledger: Arc<File>, client: Client, args: Arc<Args>
     } else {
         None
     };
-    tokio::time::sleep(Duration::from_millis(args.handler_ms)).await;
+    let work = tokio::time::sleep(Duration::from_millis(args.handler_ms));
+    if let Some(aborts) = &args.aborts {
+        tokio::select! {
+            () = work => {}
+            () = msg.aborted() => {
+                let line = format!("{} {}\n", msg.id(), msg.attempt());
+                OpenOptions::new().create(true).append(true).open(aborts)?.write_all(line.as_bytes())?;
+                return Ok(());
+            }
+        }
+    } else {
+        work.await;
+    }
     let line = match redis_ms {
         Some(ms) => format!("{} {} {ms}\n", msg.id(), msg.attempt()),
         None => format!("{} {}\n", msg.id(), msg.attempt()),

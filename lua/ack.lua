@@ -12,7 +12,10 @@ ARGV[9] result retention ms (0: keep no result)   ARGV[10] wake-up channel
 ARGV[11..] triples of id, lease, outcome: "" (no result, no progress or
 log written), else a flag then the result bytes: "r" a result, "n" no
 result but progress or log written, "b" both
-Returns one value per triple, in order: 1 acked, 3 acked and its
+Returns one value per triple, in order: 1 acked, 4 aborted (the message
+was aborted while its handler ran: it ends as aborted whatever the
+handler returned, include/abort.lua; no result kept, its progress and
+log deleted, its parents told as of a cancelled child), 3 acked and its
 completion recorded in the outbox for its parent (the caller runs the
 relay, docs/workflows.md), 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
@@ -39,15 +42,17 @@ completion in the outbox and an acked parent's children results go
 (flow_done in include/flows.lua, docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease.
-Complexity: O(M log N) with M = triples, in nine calls whatever M, plus one
+Complexity: O(M log N) with M = triples, in ten calls whatever M, plus one
 EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
 EXISTS of the result, progress and log keys when any, one SET per result
 and two PEXPIREs per delivery that wrote progress or log;
 with groups in processing one GETRANGE per acked id, O(log G) per
 group, G = groups, and one PUBLISH when a group went back to the ring;
 with waiters one ZMSCORE and a PUBLISH per acked id waited for; with
-flows four calls more and O(links).
+flows four calls more and O(links); with aborted ids about ten calls more
+and one PEXPIRE per unique_for marker of theirs.
 ]]
+--- @include "abort"
 --- @include "args"
 --- @include "checks"
 --- @include "finish"
@@ -63,9 +68,19 @@ if #ids == 0 then
   return {}
 end
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local done, absent, results, noted, built = {}, {}, {}, {}, {}
+local held = {}
 for i, id in ipairs(ids) do
   if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
+    held[#held + 1] = id
+  end
+end
+local marked = aborted_of(ARGV[1], held)
+local done, ended, absent, results, noted, built = {}, {}, {}, {}, {}, {}
+for i, id in ipairs(ids) do
+  if marked[id] and scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
+    ended[#ended + 1] = id
+    out[i] = 4
+  elseif scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
     done[#done + 1] = id
     out[i] = 1
     local flag = string.sub(ARGV[3 * i + 10], 1, 1)
@@ -97,6 +112,8 @@ if #absent > 0 then
     end
   end
 end
+local c = {prefix = ARGV[1], markers = ARGV[3], totals = KEYS[3], gp = ARGV[2]}
+local plan = abort_plan(c, ended)
 if #done > 0 then
   local keys = payloads_here(ARGV[1], done)
   local markers = markers_of(ARGV[3], done, KEYS[3])
@@ -148,5 +165,8 @@ if #done > 0 then
     end
   end
   tally(KEYS[3], 'acked', #done)
+end
+if abort_end(c, KEYS[1], KEYS[2], plan) then
+  wake(ARGV[10], 0)
 end
 return out

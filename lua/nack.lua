@@ -39,8 +39,10 @@ or dead. The group goes back to the ring when it may start another.
 Moved to the dead zset while the totals have 'flows', a child records
 its death in the outbox for its parents ('w' links stay: flow_done in
 include/flows.lua, docs/workflows.md).
+A message aborted while its handler ran (include/abort.lua) ends as
+aborted in every mode: not retried, not a dead letter.
 Returns 0 lease lost (nothing done), 1 retried, 2 moved to the dead zset,
-3 nothing left (neither in processing nor stored: finished since, as when
+4 ended as aborted, 3 nothing left (neither in processing nor stored: finished since, as when
 claimed again and acked; nothing done).
 Counts 'failed' and 'dead' in the totals (not for release and defer).
 Moved to the dead zset, it starts the window of its unique_for marker
@@ -53,8 +55,10 @@ attempt record as this call left it, or one delivery on, if the message was
 claimed again since) and returns what the first run returned, or 3 when
 the message finished since, so a re-sent nack is not mistaken for a lost
 lease.
-Complexity: O(log N), plus O(log G) with G = groups for a grouped message.
+Complexity: O(log N), plus O(log G) with G = groups for a grouped message;
+one EXISTS more, and about ten calls for an aborted message.
 ]]
+--- @include "abort"
 --- @include "checks"
 --- @include "clock"
 --- @include "finish"
@@ -94,6 +98,15 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
     return 3
   end
   return 0
+end
+local prefix = string.sub(KEYS[6], 1, #KEYS[6] - #id)
+if aborted_of(prefix, {id})[id] then
+  -- Aborted while its handler ran: it ends so, whatever the mode.
+  local c = {prefix = prefix, markers = string.sub(KEYS[8], 1, #KEYS[8] - #id), totals = KEYS[7], gp = ARGV[10]}
+  if abort_end(c, KEYS[1], KEYS[2], abort_plan(c, {id})) then
+    wake(ARGV[6], 0)
+  end
+  return 4
 end
 local gp, head, group = ARGV[10], false, false
 local grouped = redis.call('EXISTS', gp .. 'active') == 1

@@ -2,7 +2,7 @@
 --[[ purge: every state -> (deleted)
 Deletes up to ARGV[2] messages of the queue, whatever their state (a
 running delivery's ack then finds its lease gone). Once no message is
-left, deletes the attempts hash and the totals' counts and marks ('prios',
+left, deletes the attempts hash, the aborted hash (include/abort.lua) and the totals' counts and marks ('prios',
 'big', 'groups', 'markers') (a paused queue
 stays paused, its limits stay, a shard count recorded here by
 shards.lua stays, and 'schedule_version' stays: no schedule version
@@ -56,6 +56,7 @@ groups forgotten; the last call O(R) with R = the attempts
 hash's leftover fields. The sweep: O(ARGV[2]) keys looked at per call
 (SCAN), every key of the node once over all its calls.
 ]]
+--- @include "abort"
 --- @include "args"
 --- @include "checks"
 --- @include "finish"
@@ -133,6 +134,7 @@ for _, key in ipairs(sources) do
   end
 end
 if #ids == 0 then
+  keys_here({aborted_key(ARGV[1])})
   if flows then
     local sets = {base .. 'outbox', base .. 'parents'}
     for _, entry in ipairs(redis.call('ZRANGE', base .. 'outbox', 0, MAX_LIMIT - 1)) do
@@ -142,7 +144,7 @@ if #ids == 0 then
     keys_here(sets)
     redis.call('UNLINK', unpack(sets))
   end
-  redis.call('DEL', KEYS[6])
+  redis.call('DEL', KEYS[6], aborted_key(ARGV[1]))
   if grouped then
     redis.call('DEL', gp .. 'ring', gp .. 'wait', gp .. 'active', gp .. 'ready')
     local before = redis.call('ZCARD', gp .. 'known')

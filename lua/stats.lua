@@ -15,7 +15,8 @@ due messages still in pending: a consumer's next promote moves them), processing
 dead, now_ms, oldest due ms (-1: none; below), oldest death ms (-1: none), sent, acked,
 failed, dead, expired, paused (1 or 0), concurrency limit (0: none),
 rate limit (0: none), its period ms (0: none), due ms of the first message not due yet (-1: none),
-waiting (flows' parents waiting for their children)}. Lists may hold stale entries of cancelled
+waiting (flows' parents waiting for their children), aborted (messages
+ended as aborted, include/abort.lua)}. Lists may hold stale entries of cancelled
 messages until a claim pops them.
 The oldest due ms is the due time of the message that has waited longest
 to start (the queue's latency), wherever it waits: due in pending (not
@@ -49,7 +50,7 @@ local LATENCY_GROUPS = 16
 check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list', KEYS[5], 'zset',
   KEYS[6], 'hash', KEYS[7], 'hash')
 local totals = redis.call('HMGET', KEYS[6], 'sent', 'acked', 'failed', 'dead', 'expired', 'paused', 'concurrency',
-  'rate', 'prios', 'groups', 'flows')
+  'rate', 'prios', 'groups', 'flows', 'aborted')
 local prio = 0
 if totals[9] then
   prio = checked('zset', 'ZCARD', ARGV[1])
@@ -129,4 +130,5 @@ out[#out + 1] = tonumber(n or 0)
 out[#out + 1] = tonumber(period or 0)
 out[#out + 1] = tonumber(redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2] or -1)
 out[#out + 1] = totals[11] and checked('zset', 'ZCARD', ARGV[3]) or 0
+out[#out + 1] = tonumber(totals[12] or 0)
 return out

@@ -17,8 +17,12 @@ counts one fewer in processing; a grouped id goes to its group's zset
 instead of retry (an ordered group's at its head, whatever the
 priorities and due times there: group_return in include/group_moves.lua), and its
 group back to the ring when it may start another.
-Returns {timed_out, moved_to_dead, then for each id moved to the dead zset:
-id, its delivery count}. Counts 'failed' and 'dead' in the totals.
+A message aborted while its handler ran (include/abort.lua) is not
+taken back: it ends as aborted (a consumer that crashed holding it
+delivers it no more).
+Returns {timed_out, moved_to_dead, aborted, then for each id moved to
+the dead zset: id, its delivery count, then each aborted id}; timed_out
+counts those taken back, not the aborted. Counts 'failed' and 'dead' in the totals.
 Starts the window of the unique_for marker of each id moved to the dead
 zset (docs/dedup.md).
 While the totals have 'flows', each child moved to the dead zset records
@@ -29,8 +33,10 @@ the ring.
 Idempotent: a re-run moves only what is still overdue.
 Complexity: O(log N + M log N) with M = timed out; a fixed number of
 calls per batch plus one per id (payload header) and two per dead id;
-O(log G) more per grouped id, G = groups.
+O(log G) more per grouped id, G = groups; one EXISTS more, and with
+aborted ids about ten calls per batch.
 ]]
+--- @include "abort"
 --- @include "args"
 --- @include "checks"
 --- @include "clock"
@@ -45,7 +51,17 @@ O(log G) more per grouped id, G = groups.
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'hash')
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_us(), 'LIMIT', 0, limit_arg(2))
 if #ids == 0 then
-  return {0, 0}
+  return {0, 0, 0}
+end
+local c = {prefix = ARGV[1], markers = ARGV[7], totals = KEYS[5], gp = ARGV[6]}
+local ended
+ids, ended = split_aborted(ids, aborted_of(ARGV[1], ids))
+local plan = abort_plan(c, ended)
+if #ids == 0 then
+  if abort_end(c, KEYS[1], KEYS[2], plan) then
+    wake(ARGV[4], 0)
+  end
+  return {0, 0, #ended, unpack(ended)}
 end
 local now, default = now_ms(), tonumber(ARGV[3])
 -- A few calls for the whole batch; per id only the payload's header is
@@ -61,8 +77,8 @@ local base = flow_base(ARGV[1], '')
 local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 redis.call('ZREM', KEYS[1], unpack(ids))
 local records = redis.call('HMGET', KEYS[2], unpack(ids))
--- out: {timed_out, dead, then id and delivery count of each dead one}.
-local reasons, retry, out, dead = {}, {}, {#ids, 0}, 0
+-- out: {timed_out, dead, aborted, then id and delivery count of each dead one}.
+local reasons, retry, out, dead = {}, {}, {#ids, 0, #ended}, 0
 -- back: {group, id, head, due} of each grouped id that goes back to its group.
 local back, left = {}, {}
 for i, id in ipairs(ids) do
@@ -107,6 +123,7 @@ for _, group in ipairs(left) do
   ringed = group_wake(gp, group) or ringed
   group_forget_idle(gp, group)
 end
+ringed = abort_end(c, KEYS[1], KEYS[2], plan) or ringed
 if #retry + #back > 0 or ringed then
   wake(ARGV[4], 0)
 end
@@ -114,10 +131,13 @@ tally(KEYS[5], 'failed', #ids)
 tally(KEYS[5], 'dead', dead)
 if dead > 0 then
   local buried = {}
-  for i = 3, #out, 2 do
+  for i = 4, #out, 2 do
     buried[#buried + 1] = out[i]
   end
   flow_done(flows, base, buried, 'd', false)
 end
 out[2] = dead
+for _, id in ipairs(ended) do
+  out[#out + 1] = id
+end
 return out

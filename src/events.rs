@@ -107,6 +107,15 @@ pub enum Event {
         /// The message.
         id: MessageId,
     },
+    /// A message aborted while its handler ran
+    /// ([`DelayQueue::abort`](crate::DelayQueue::abort)) has ended as
+    /// aborted: its handler returned (whatever it returned), or its lease
+    /// ran out (the consumer died holding it). Not retried, not a dead
+    /// letter; counted in [`Totals::aborted`](crate::Totals).
+    Aborted {
+        /// The message.
+        id: MessageId,
+    },
     /// This process's scheduler sent a fire of schedule `schedule`, due
     /// at `at`, as message `id` (instead of an [`Event::Sent`]). Every
     /// fire is sent by one process only.
@@ -145,6 +154,9 @@ pub enum Action {
     Resumed,
     /// A waiting message was cancelled.
     Cancelled,
+    /// A message being processed was aborted: its handler is told, and it
+    /// ends as aborted ([`Event::Aborted`]).
+    Aborted,
     /// A pending message got a new due time.
     Rescheduled,
     /// Dead letters were moved back to ready.

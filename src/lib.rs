@@ -137,7 +137,7 @@ pub use registry::{
 pub use schedule::{
     Misfire, Schedule, ScheduleInfo, DEFAULT_MISFIRE_GRACE, MAX_SCHEDULES, MAX_SCHEDULE_NAME_LEN, MIN_INTERVAL,
 };
-pub use status::{Counts, MessageState, QueueStatus, RateLimit, Totals};
+pub use status::{AbortOutcome, Counts, MessageState, QueueStatus, RateLimit, Totals};
 pub use store::keys::{MAX_QUEUE_NAME_LEN, MAX_SHARDS};
 
 // The unit tests' harness, the crate the integration tests use too.

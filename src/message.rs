@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::scribe::{NoteKind, Scribe};
 use crate::{Backoff, ChildrenPage, Error, MessageId};
@@ -30,6 +31,9 @@ pub struct Message {
     pub(crate) deferrals: u32,
     /// This delivery's result, progress and log, shared by every clone.
     pub(crate) scribe: Arc<Scribe>,
+    /// Cancelled when the message is aborted while this delivery runs
+    /// (src/consume/aborts.rs); shared by every clone.
+    pub(crate) abort: CancellationToken,
 }
 
 /// One delivery's receipt, from its claim to its ack or nack: the one
@@ -52,6 +56,40 @@ impl Message {
     /// The message's id.
     pub fn id(&self) -> &MessageId {
         &self.receipt.id
+    }
+
+    /// Completes once the message is aborted
+    /// ([`DelayQueue::abort`](crate::DelayQueue::abort)) while this delivery
+    /// runs: at once through the consumer's wake-up connection, or at the
+    /// next lease renewal when that signal was lost. Never completes
+    /// otherwise. Whatever the handler returns after an abort, the message
+    /// ends as aborted (docs/handlers.md, "Aborting a running handler").
+    ///
+    /// ```no_run
+    /// # async fn run(msg: delayqueue::Message) -> Result<(), delayqueue::HandlerError> {
+    /// # async fn export(_: &[u8]) -> Result<(), delayqueue::HandlerError> { Ok(()) }
+    /// tokio::select! {
+    ///     done = export(msg.payload()) => done,
+    ///     () = msg.aborted() => Ok(()), // wind down; the outcome is "aborted" anyway
+    /// }
+    /// # }
+    /// ```
+    pub async fn aborted(&self) {
+        self.abort.cancelled().await
+    }
+
+    /// Whether the message was aborted while this delivery runs (as far as
+    /// this consumer has heard: see [`aborted`](Self::aborted)).
+    pub fn is_aborted(&self) -> bool {
+        self.abort.is_cancelled()
+    }
+
+    /// A token cancelled when the message is aborted (see
+    /// [`aborted`](Self::aborted)), for code that takes tokio-util's
+    /// [`CancellationToken`]. A child of the delivery's own: cancelling it
+    /// tells nothing to the queue.
+    pub fn abort_token(&self) -> CancellationToken {
+        self.abort.child_token()
     }
 
     /// The payload bytes.

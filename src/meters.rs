@@ -128,6 +128,8 @@ meters! {
         "Messages discarded undelivered (past their expire_after, or payload gone), kept as dead letters.";
     timed_out: QueueCounter = "delayqueue_timed_out_total",
         "Deliveries whose lease ran out without an ack or nack, taken back by a sweep.";
+    aborted: QueueCounter = "delayqueue_aborted_total",
+        "Messages aborted while processing that have ended as aborted.";
     lease_lost: QueueCounter = "delayqueue_lease_lost_total",
         "Acks and nacks that came after their lease ran out.";
     handler_duration: QueueHistogram = "delayqueue_handler_duration_seconds",

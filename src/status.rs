@@ -152,6 +152,10 @@ pub struct Totals {
     /// Messages discarded undelivered (past their `expire_after`, or their
     /// payload gone): dead letters with reason `"expired"`.
     pub expired: u64,
+    /// Messages aborted while processing that ended as aborted
+    /// ([`DelayQueue::abort`](crate::DelayQueue::abort)); a waiting
+    /// message aborted is cancelled, not counted here.
+    pub aborted: u64,
 }
 
 /// [`Counts`] plus what an operator watches, from
@@ -239,6 +243,7 @@ impl QueueStatus {
                 failed: s.failed + t.failed,
                 dead: s.dead + t.dead,
                 expired: s.expired + t.expired,
+                aborted: s.aborted + t.aborted,
             },
             // A pause that reached only some shards still holds those back.
             paused: self.paused || other.paused,
@@ -274,11 +279,11 @@ mod tests {
         // pending 2 (head due in 50 ms), nothing due, one dead 400 ms ago,
         // sent 5.
         let a = from_script(vec![
-            2, 0, 1, 0, 1, 1000, -1, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1,
+            2, 0, 1, 0, 1, 1000, -1, 600, 5, 1, 1, 1, 0, 0, 3, 500, 1000, 1050, 1, 2,
         ]);
         // A due message waiting 30 ms to start, sent 2.
         let b = from_script(vec![
-            0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2,
+            0, 4, 0, 2, 0, 1000, 970, -1, 2, 0, 0, 0, 4, 1, 2, 500, 1000, -1, 2, 1,
         ]);
         let m = a.merge(b);
         assert_eq!(m.counts.pending, 2);
@@ -288,7 +293,7 @@ mod tests {
             (m.latency, m.next_due, m.oldest_dead),
             (Some(ms(30)), Some(ms(50)), Some(ms(400)))
         );
-        assert_eq!((m.totals.sent, m.totals.expired), (7, 4));
+        assert_eq!((m.totals.sent, m.totals.expired, m.totals.aborted), (7, 4, 3));
         assert!(m.paused && !a.paused);
         // Each shard holds its share of a limit.
         let per = Duration::from_secs(1);
@@ -297,5 +302,44 @@ mod tests {
             (Some(RateLimit::new(1000, per)), Some(5))
         );
         assert_eq!(a.merge(QueueStatus::default()), a);
+    }
+}
+
+/// What [`DelayQueue::abort`](crate::DelayQueue::abort) did, decided in
+/// one script (docs/handlers.md, "Aborting a running handler").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AbortOutcome {
+    /// The message was waiting (pending, ready, retry) or a dead letter:
+    /// it is deleted, as [`DelayQueue::cancel`](crate::DelayQueue::cancel) does.
+    Cancelled,
+    /// The message was being processed: it is marked aborted and the
+    /// consumer holding it tells its handler
+    /// ([`Message::aborted`](crate::Message::aborted)). Whatever the handler
+    /// returns, the message ends as aborted, not retried and not a dead
+    /// letter; if the consumer dies, its lease's end ends it so.
+    Aborting,
+    /// The message was aborted already and has not ended yet; nothing written.
+    AlreadyAborted,
+    /// No such message: unknown, or finished (acked, ended, expired out of
+    /// the dead letters); nothing written.
+    NotFound,
+}
+
+impl AbortOutcome {
+    /// Its name in the HTTP API, the CLI's JSON and the Python and Node
+    /// producers: `cancelled`, `aborting`, `already_aborted`, `not_found`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbortOutcome::Cancelled => "cancelled",
+            AbortOutcome::Aborting => "aborting",
+            AbortOutcome::AlreadyAborted => "already_aborted",
+            AbortOutcome::NotFound => "not_found",
+        }
+    }
+
+    /// Whether the abort did something: cancelled or marked the message.
+    pub fn done(self) -> bool {
+        matches!(self, AbortOutcome::Cancelled | AbortOutcome::Aborting)
     }
 }

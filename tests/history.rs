@@ -1,7 +1,7 @@
 //! A seeded, randomized history checker: drives the real library against a
 //! real `redis-server` (AOF, `appendfsync always`) through proxies that can
 //! cut connections or hold replies back, with random sends, cancels,
-//! reschedules and requeues, two or three consumers with random handler
+//! aborts, reschedules and requeues, two or three consumers with random handler
 //! outcomes, and random faults; and, by feature, schedule changes, queue
 //! limits, queue pauses, priorities, headers, groups, and flows and
 //! cohorts. Records the whole history
@@ -167,8 +167,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use delayqueue::fred::clients::Client;
 use delayqueue::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, SortedSetsInterface};
 use delayqueue::{
-    ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message, MessageId,
-    MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
+    AbortOutcome, ChildPolicy, DelayQueue, DelayQueueBuilder, Durability, Event, Flow, Handler, HandlerError, Message,
+    MessageId, MessageRef, MessageState, Misfire, NewMessage, RateLimit, RetryAfter, Schedule, Sent, SkipRetry,
 };
 use model::{
     wall_us, ConsumerRec, Delivery, FaultRec, Final, Grid, GroupOp, History, IdOp, Limits, Outcome, QueueOp,
@@ -697,8 +697,21 @@ impl Handler for Recorder {
                 Err(SkipRetry::new("injected skip").into())
             }
             HandlerKind::Slow => {
-                // Past the lease: renewed, it ends Ok; unrenewed, it is cancelled.
-                tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10).await;
+                // Past the lease: renewed, it ends Ok; unrenewed, it is
+                // cancelled; aborted, it stops at once with an error, which
+                // cannot bring the message back (rule after-abort).
+                let work = tokio::time::sleep(LEASE * rng.range(12, 30) as u32 / 10);
+                if rng.chance(50) {
+                    tokio::select! {
+                        () = work => {}
+                        () = msg.aborted() => {
+                            running.finish(Outcome::Error);
+                            return Err("stopped: aborted".into());
+                        }
+                    }
+                } else {
+                    work.await;
+                }
                 if self.flow_queue.is_some() {
                     msg.set_result(result)?;
                 }
@@ -1696,12 +1709,29 @@ impl Producer {
         (n > 0).then(|| self.known[(n - 1 - rng.below(n.min(50))) as usize].clone())
     }
 
+    /// A message whose handler runs now, if any (an abort's target most of the time).
+    fn running(&self, rng: &mut Rng) -> Option<MessageId> {
+        let h = self.history.lock().unwrap();
+        let running: Vec<&str> = h
+            .deliveries
+            .iter()
+            .filter(|d| d.end.is_none())
+            .map(|d| d.id.as_str())
+            .collect();
+        (!running.is_empty()).then(|| MessageId::from(running[rng.below(running.len() as u64) as usize]))
+    }
+
     async fn id_op(&mut self, rng: &mut Rng, kind: &'static str) {
-        let Some(id) = self.pick(rng) else { return };
+        let running = (kind == "abort" && rng.chance(70)).then(|| self.running(rng)).flatten();
+        let Some(id) = running.or_else(|| self.pick(rng)) else {
+            return;
+        };
         let delay = (kind == "reschedule").then(|| Duration::from_millis(rng.range(0, MAX_DELAY_MS)));
         let start = Instant::now();
         let result = match kind {
             "cancel" => self.queue.cancel(&id).await,
+            // Cancelled, or marked to end as aborted: done either way.
+            "abort" => self.queue.abort(&id).await.map(AbortOutcome::done),
             "reschedule" => self.queue.reschedule(&id, delay.unwrap()).await,
             _ => self.queue.requeue_dead(&id).await,
         };
@@ -1768,6 +1798,7 @@ enum Op {
     Send,
     Batch,
     Cancel,
+    Abort,
     Reschedule,
     Dedup,
     Requeue,
@@ -1786,6 +1817,7 @@ fn ops(knobs: &Knobs) -> Vec<(Op, u64)> {
         (Op::Send, 40),
         (Op::Batch, 8),
         (Op::Cancel, 15),
+        (Op::Abort, 10),
         (Op::Reschedule, 15),
         (Op::Dedup, 12),
         (Op::Requeue, 10),
@@ -2217,6 +2249,7 @@ async fn run(knobs: Knobs, cluster: bool) {
                 producer.send_batch(&mut rng, n, false).await
             }
             Op::Cancel => producer.id_op(&mut rng, "cancel").await,
+            Op::Abort => producer.id_op(&mut rng, "abort").await,
             Op::Reschedule => producer.id_op(&mut rng, "reschedule").await,
             Op::Dedup => producer.send_dedup(&mut rng).await,
             Op::Requeue => producer.id_op(&mut rng, "requeue_dead").await,
@@ -2406,6 +2439,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         totals_sent: status.totals.sent,
         totals_acked: status.totals.acked,
         totals_expired: status.totals.expired,
+        totals_aborted: status.totals.aborted,
         ..Final::default()
     };
     let mut offset = Some(0);
@@ -2422,7 +2456,7 @@ async fn run(knobs: Knobs, cluster: bool) {
         let delivered = h.deliveries.len();
         println!(
             "HISTORY seed={} sends={} ops={} schedule_ops={} queue_ops={} deliveries={delivered} fires={} dead={} \
-             lease_lost={} flow_msgs={} flow_deliveries={} children_reads={} late_notes={} crashes_after_ok={} \
+             aborted={} lease_lost={} flow_msgs={} flow_deliveries={} children_reads={} late_notes={} crashes_after_ok={} \
              (outbox not empty: {}) \
              faults: {}",
             knobs.seed,
@@ -2432,6 +2466,7 @@ async fn run(knobs: Knobs, cluster: bool) {
             h.queue_ops.len(),
             h.deliveries.iter().filter(|d| model::fire_of(&d.id).is_some()).count(),
             fin.dead.len(),
+            fin.totals_aborted,
             h.lease_lost.len(),
             h.flow_msgs.len(),
             h.flow_deliveries.len(),

@@ -24,7 +24,7 @@ use support::{wait_until, WAIT};
 const FETCH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Every metric of the library, as docs/operations.md §6 lists them.
-const METRICS: [&str; 13] = [
+const METRICS: [&str; 14] = [
     "delayqueue_sent_total",
     "delayqueue_delivered_total",
     "delayqueue_acked_total",
@@ -33,6 +33,7 @@ const METRICS: [&str; 13] = [
     "delayqueue_dead_total",
     "delayqueue_expired_total",
     "delayqueue_timed_out_total",
+    "delayqueue_aborted_total",
     "delayqueue_lease_lost_total",
     "delayqueue_consumer_paused",
     "delayqueue_schedule_fires_total",

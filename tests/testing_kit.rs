@@ -202,3 +202,37 @@ async fn a_missing_server_binary_is_an_error_that_says_how_to_fix_it() {
         "{said}"
     );
 }
+
+/// Runs `handler` on a message aborted `after` its start.
+async fn aborted_after(after: Duration, handler: &impl delayqueue::Handler) -> testing::Handled {
+    TestMessage::new("export")
+        .aborted_after(after)
+        .run(handler)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_abort_while_the_handler_runs_makes_the_verdict_aborted_whatever_it_returns() {
+    // A handler that winds down on the signal, and one that ignores it.
+    let winds_down = |msg: Message| async move {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(60)) => Ok::<_, HandlerError>(()),
+            () = msg.aborted() => Err("stopped".into()),
+        }
+    };
+    let ran = aborted_after(Duration::from_millis(10), &winds_down).await;
+    assert_eq!(ran.verdict, Verdict::Aborted);
+    let ignores = |_: Message| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok::<_, HandlerError>(b"done".to_vec())
+    };
+    let ran = aborted_after(Duration::ZERO, &ignores).await;
+    assert_eq!((ran.verdict, ran.result), (Verdict::Aborted, None));
+    // Done before the abort came: acked.
+    let quick = |_: Message| async move { Ok::<_, HandlerError>(()) };
+    assert_eq!(
+        aborted_after(Duration::from_secs(60), &quick).await.verdict,
+        Verdict::Acked
+    );
+}

@@ -191,7 +191,7 @@ async fn overview_and_queue_show_what_redis_holds() {
     );
     assert_eq!(
         o["totals"],
-        json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0})
+        json!({"sent": 3, "acked": 0, "failed": 1, "dead": 1, "expired": 0, "aborted": 0})
     );
     assert_eq!(keys(&o["rates"]), ["acked", "dead", "failed", "sent"]);
     assert!(o["latency_ms"].is_null() && o["oldest_dead_ms"].is_u64(), "{o}");
@@ -1435,6 +1435,16 @@ async fn producer_api_sends_one_or_a_batch_cancels_reschedules_and_gets() {
     let r = v1(&app, Method::POST, &format!("{base}/messages/a1/cancel"), t, json!({})).await;
     assert_eq!(r.json(), json!({"done": false}));
     assert_eq!(total(&q).await, 3, "bin, b1 and the batch's generated id");
+    // Abort: a waiting message is cancelled; then nothing is found (a
+    // running one: tests/abort.rs, and the dashboard's button: web_browser.rs).
+    let r = v1(&app, Method::POST, &format!("{base}/messages/b1/abort"), t, json!({})).await;
+    assert_eq!(
+        (r.status, r.json()),
+        (StatusCode::OK, json!({"done": true, "outcome": "cancelled"}))
+    );
+    let r = v1(&app, Method::POST, &format!("{base}/messages/b1/abort"), t, json!({})).await;
+    assert_eq!(r.json(), json!({"done": false, "outcome": "not_found"}));
+    assert_eq!(total(&q).await, 2);
 }
 
 /// `GET` on the producer API with the test's token; must answer 200.

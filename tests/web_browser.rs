@@ -20,13 +20,13 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use delayqueue::fred::clients::Client;
 use delayqueue::web::{Auth, Dashboard};
-use delayqueue::{Counts, DelayQueue, HandlerError, Message, NewMessage};
+use delayqueue::{Counts, DelayQueue, Event, HandlerError, Message, NewMessage};
 use delayqueue_test_support::{self as support, RedisServer};
 use fantoccini::actions::{InputSource, MouseActions, PointerAction};
 use fantoccini::{ClientBuilder, Locator};
@@ -1288,6 +1288,71 @@ async fn the_message_view_shows_live_progress_and_log_lines_then_the_result() {
     b.screenshot("message-result").await;
     let kept: Option<Value> = reports.result_json(&id).await.unwrap();
     assert_eq!(kept, Some(json!({"pages": 12, "url": "s3://reports/q3.pdf"})));
+    b.close().await;
+}
+
+/// A running handler aborted with the message view's button: it is told,
+/// and the message ends as aborted, not retried.
+#[tokio::test]
+async fn the_abort_button_tells_the_running_handler_and_the_message_ends_as_aborted() {
+    let _one = ONE_BROWSER.lock().await;
+    let dash = Dash::start().await;
+    let exports = dash.queue("exports", |b| b.max_consume_duration(Duration::from_secs(60)));
+    let mut events = exports.events();
+    let id = exports.send("export all invoices").id("export-7").await.unwrap();
+    let told = Arc::new(AtomicUsize::new(0));
+    let t = told.clone();
+    let _consumer = exports
+        .start_consume(move |msg: Message| {
+            let t = t.clone();
+            async move {
+                msg.log("exporting 12,000 invoices").await?;
+                msg.aborted().await;
+                t.fetch_add(1, Ordering::SeqCst);
+                Err::<(), HandlerError>("stopped: aborted".into())
+            }
+        })
+        .await
+        .unwrap();
+
+    let Some(b) = Browser::start(false).await else { return };
+    dash.login(&b, &format!("#/q/exports/m/{id}")).await;
+    b.wait("the abort button", "!!document.querySelector('[data-testid=abort]')")
+        .await;
+    b.screenshot("message-abort").await;
+    b.click("[data-testid=abort]").await;
+    b.wait(
+        "the confirmation",
+        "!!document.querySelector('[data-testid=confirm] [data-testid=confirm-yes]')",
+    )
+    .await;
+    b.click("[data-testid=confirm-yes]").await;
+    b.wait(
+        "the toast",
+        "document.body.innerText.includes('Aborting: its handler is told')",
+    )
+    .await;
+    let ended = tokio::time::timeout(support::WAIT, async {
+        loop {
+            match events.recv().await.unwrap() {
+                Event::Aborted { id: done } => return done,
+                e @ (Event::Failed { .. } | Event::Dead { .. }) => panic!("aborted, yet {e:?}"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("Event::Aborted");
+    assert_eq!(ended, id);
+    assert_eq!(told.load(Ordering::SeqCst), 1);
+    b.wait(
+        "the page to say the message left the queue",
+        "!!document.querySelector('[data-testid=finished]') || document.body.innerText.includes('has left the queue')",
+    )
+    .await;
+    b.screenshot("message-aborted").await;
+    assert_eq!(exports.counts().await.unwrap(), Counts::default());
+    assert_eq!(exports.status().await.unwrap().totals.aborted, 1);
     b.close().await;
 }
 

@@ -7,9 +7,11 @@
  *   delayqueue-producer send orders 'close order 42' --delay-ms 1800000 --id order-42
  *   printf data | delayqueue-producer send orders - --header tenant=acme
  *   delayqueue-producer cancel orders order-42
+ *   delayqueue-producer abort orders export-7
  *   delayqueue-producer send orders close --after charge-42 --after-in mail=receipt-42
  *
- * `send` prints the message's id; `cancel` prints true or false. Exit status
+ * `send` prints the message's id; `cancel` prints true or false; `abort`
+ * prints cancelled, aborting, already_aborted or not_found. Exit status
  * 1 when the id is live already (send) or Redis fails, 2 for a refused input.
  */
 
@@ -24,6 +26,7 @@ const Redis = require(require.resolve('ioredis', { paths: [__dirname, process.cw
 const USAGE = `usage: delayqueue-producer [--url URL] [--key-prefix PREFIX] send QUEUE PAYLOAD|- [--delay-ms N | --at-ms T] [--id ID] [--retry-count N] [--priority P] [--header NAME=VALUE]...
          [--after ID]... [--after-in QUEUE=ID]... [--on-dead-child fail|ignore|wait|remove]
        delayqueue-producer [--url URL] [--key-prefix PREFIX] cancel QUEUE ID
+       delayqueue-producer [--url URL] [--key-prefix PREFIX] abort QUEUE ID
 --url defaults to redis://127.0.0.1:6379, --key-prefix to dq:; PAYLOAD - reads bytes from stdin.`;
 
 const OPTIONS = {
@@ -66,7 +69,7 @@ async function main(argv) {
     return 0;
   }
   const [command, queue, arg, ...rest] = positionals;
-  if (!['send', 'cancel'].includes(command) || arg === undefined || rest.length) throw new UsageError('send or cancel, a queue and one more argument expected');
+  if (!['send', 'cancel', 'abort'].includes(command) || arg === undefined || rest.length) throw new UsageError('send, cancel or abort, a queue and one more argument expected');
   const headers = {};
   for (const h of values.header) {
     const eq = h.indexOf('=');
@@ -84,6 +87,10 @@ async function main(argv) {
   try {
     if (command === 'cancel') {
       console.log(String(await producer.cancel(arg)));
+      return 0;
+    }
+    if (command === 'abort') {
+      console.log(await producer.abort(arg));
       return 0;
     }
     const payload = arg === '-' ? await readStdin() : arg;

@@ -489,6 +489,21 @@ class Producer {
   }
 
   /**
+   * Aborts a message (docs/handlers.md in the crate, "Aborting a running
+   * handler"): one waiting is cancelled ('cancelled'); one being handled has
+   * its handler told and ends as aborted ('aborting'); 'already_aborted'
+   * while an aborted one has not ended yet, 'not_found' for an unknown or
+   * finished id (both write nothing).
+   */
+  async abort(id) {
+    checkId(id);
+    const keys = [...this.keys('cancel', [id]), this.base + WIRE.marker_key + id];
+    const args = [id, this.base + WIRE.group_key, 'abort', this.base + WIRE.wake_channel];
+    const outcome = await CANCEL.call(this.client, keys, args);
+    return ['not_found', 'cancelled', 'aborting', 'already_aborted'][Number(outcome)];
+  }
+
+  /**
    * The result the handler of acked message `id` returned (a Buffer), while
    * the queue keeps it (its result_retention); null when there is none.
    */

@@ -19,6 +19,7 @@ use crate::events::{self, Event};
 use crate::message::Receipt;
 use crate::store::ops::ack::{Ack, AckOutcome, Keep};
 use crate::store::Keys;
+use crate::MessageId;
 
 /// Most acks in one script call.
 const ACK_BATCH: usize = 128;
@@ -137,7 +138,10 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) -> bool {
         };
         match ctx.store(k).run(&ack).await {
             Ok(acked) => {
-                let relay = acked.contains(&AckOutcome::AckedChild);
+                // An aborted child's completion waits in the outbox too.
+                let relay = acked
+                    .iter()
+                    .any(|a| matches!(a, AckOutcome::AckedChild | AckOutcome::Aborted));
                 for (item, outcome) in batch.iter().zip(acked) {
                     report(ctx, item, outcome, sent);
                 }
@@ -181,7 +185,9 @@ fn report(ctx: &Context, item: &AckItem, outcome: AckOutcome, sent: Instant) {
         // the client) acked it, however late this reply.
         outcome => outcome,
     };
-    if outcome != AckOutcome::LeaseLost {
+    if outcome == AckOutcome::Aborted {
+        aborted(ctx, id);
+    } else if outcome != AckOutcome::LeaseLost {
         match outcome {
             AckOutcome::Acked | AckOutcome::AckedChild => {
                 tracing::trace!(queue = %ctx.name, %id, "acked")
@@ -198,4 +204,12 @@ fn report(ctx: &Context, item: &AckItem, outcome: AckOutcome, sent: Instant) {
         ctx.meters.lease_lost.increment(1);
         events::emit(&ctx.events, || Event::LeaseLost { id: id.clone() });
     }
+}
+
+/// Logs, counts and emits that message `id`, aborted while its handler
+/// ran, has ended as aborted.
+pub(crate) fn aborted(ctx: &Context, id: &MessageId) {
+    tracing::debug!(queue = %ctx.name, %id, "aborted while its handler ran; ended as aborted");
+    ctx.meters.aborted.increment(1);
+    events::emit(&ctx.events, || Event::Aborted { id: id.clone() });
 }

@@ -13,6 +13,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::aborts;
 use super::lease::Lease;
 use super::notary::Current;
 use super::outcome::{Ended, Outcome};
@@ -28,6 +29,8 @@ use crate::Message;
 /// start with enough of its lease left is handed back uncounted while the
 /// lease still holds, so a wait for a slot never turns into a failed delivery.
 pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
+    // From before the handler starts to its settling, an abort reaches it.
+    let _watching = aborts::watch(&shared.keys().wake, msg.id().as_str(), msg.abort.clone());
     let pool = &shared.pool;
     let deadline = msg.receipt.deadline;
     let least = || least_lease_to_start(&shared.ctx.settings, pool.avg_handler_us());

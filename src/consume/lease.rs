@@ -24,9 +24,10 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::aborts;
 use super::context::Context;
 use crate::message::Receipt;
-use crate::store::ops::extend::Extend;
+use crate::store::ops::extend::{Extend, Renewed};
 use crate::store::Keys;
 use crate::{Error, MessageId};
 
@@ -200,8 +201,12 @@ async fn extend<'a>(
     let reply = ctx.store(k).run(&Extend { renewals }).await?;
     for ((lease, h, (new, deadline)), renewed) in calls.into_iter().zip(reply) {
         h.unconfirmed = None;
-        if renewed {
+        if renewed != Renewed::Lost {
             (h.lease, h.deadline) = (new, deadline);
+            if renewed == Renewed::Aborted {
+                // The abort signal's fallback (it may have been lost).
+                aborts::fire(&k.wake, lease.id.as_str());
+            }
         } else {
             h.lost = true;
             // Debug: the handler's ack or nack finds the lease gone and warns.

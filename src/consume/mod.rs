@@ -27,11 +27,13 @@
 //! - `batcher.rs`: script calls coalesced from many callers' items;
 //! - `acker.rs`: each loop's acks, coalesced into batches, and its relay;
 //! - `lease.rs`: lease renewal for handlers that outlive a lease;
+//! - `aborts.rs`: aborts reaching running handlers (their tokens by id);
 //! - `scribe.rs`: a delivery's progress and log lines, through its shard;
 //! - `notary.rs`: the shard's notes task, sending them in batches;
 //! - `wake.rs`: wake-ups from Redis pub/sub, one connection per client;
 //! - `scheduler.rs`: the fires of the queue's schedules, sent ahead.
 
+mod aborts;
 mod acker;
 mod batcher;
 mod claim;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::acker::AckItem;
+use super::acker::{self, AckItem};
 use super::outcome::{Cause, Ended, Failure, Mode, Outcome};
 use super::state::Shared;
 use crate::events::{self, Event};
@@ -126,6 +126,7 @@ fn report(shared: &Shared, receipt: &Receipt, failure: &Failure, mode: &NackMode
     let ctx = &shared.ctx;
     let (id, attempt) = (&receipt.id, receipt.attempt);
     match outcome {
+        NackOutcome::Aborted => acker::aborted(ctx, id),
         NackOutcome::LeaseLost => {
             tracing::warn!(
                 queue = %ctx.name, %id, attempt, reason = %failure.reason,

@@ -1,8 +1,10 @@
 //! The sweep, once per `fetch_interval` and shard: deliveries whose lease
 //! ran out go back to retry (or to the dead letters when they have no
 //! deliveries left), and dead letters past their retention or beyond the
-//! limit are deleted.
+//! limit are deleted. A delivery aborted while it ran ends as aborted
+//! instead (lua/include/abort.lua).
 
+use super::acker;
 use super::context::Context;
 use super::settings::MAX_ROUNDS;
 use crate::events::{self, Event};
@@ -23,6 +25,10 @@ pub(crate) async fn sweep(ctx: &Context, k: &Keys) -> Result<(), Error> {
     for _ in 0..MAX_ROUNDS {
         let reply = ctx.store(k).run(&timeout).await?;
         let (timed_out, buried) = (reply.count, reply.dead);
+        // Aborted while a consumer that is gone held them: they end so.
+        for id in &reply.aborted {
+            acker::aborted(ctx, id);
+        }
         let dead = buried.len() as u64;
         if timed_out > 0 {
             // The buried ones get a line each below.
@@ -48,7 +54,7 @@ pub(crate) async fn sweep(ctx: &Context, k: &Keys) -> Result<(), Error> {
                 reason: "timeout".into(),
             });
         }
-        if timed_out < batch as u64 {
+        if timed_out + (reply.aborted.len() as u64) < batch as u64 {
             break;
         }
     }

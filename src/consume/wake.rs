@@ -6,7 +6,9 @@
 //! nack or timeout freed a slot of it), something is due before every
 //! other pending message or waiting group (send, nack with a delay, a
 //! claim that holds a group at its rate), or a schedule becomes due (set,
-//! resume); the message is how many milliseconds from now.
+//! resume); the message is how many milliseconds from now. An abort
+//! signal on the same channel (`aborts.rs`) goes to the running handler
+//! it names instead.
 //! An idle consumer sleeps until one comes, but still probes at its idle
 //! probe (at most 30 `fetch_interval`s apart), so a lost one (no pub/sub
 //! permission, a dead connection not yet seen as such) costs at most that,
@@ -29,6 +31,8 @@ use fred::types::Message;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+
+use super::aborts;
 
 /// How long start-up waits for the connection and the subscription.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -240,6 +244,10 @@ async fn run(inner: Arc<Inner>, mut messages: broadcast::Receiver<Message>, mut 
             _ = stop.changed() => break,
             msg = messages.recv() => match msg {
                 Ok(msg) => {
+                    if let Some(id) = msg.value.as_str().as_deref().and_then(aborts::signalled) {
+                        aborts::fire(&msg.channel, id);
+                        continue;
+                    }
                     let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(listeners) = routes.get(&*msg.channel) {
                         let at = Instant::now() + Duration::from_millis(msg.value.as_u64().unwrap_or(0));

@@ -48,14 +48,14 @@ use crate::consume;
 use crate::events::{self, Action, Events};
 use crate::meters::Meters;
 use crate::store::ops::{
-    cancel::Cancel,
+    cancel::{Abort, Cancel},
     purge::{Purge, Sweep},
     reschedule::Reschedule,
     shards::ShardRecord,
     stats::Stats,
 };
 use crate::store::{Keys, Shard};
-use crate::{Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
+use crate::{AbortOutcome, Consumer, Counts, Error, Event, Handler, MessageId, QueueStatus};
 use durability::WaitAofFound;
 
 /// A delayed message queue stored in Redis.
@@ -136,16 +136,60 @@ impl DelayQueue {
         let removed = self.store(k).run(&Cancel { id }).await?;
         tracing::debug!(queue = %self.inner.name, %id, removed, "cancel");
         if removed {
-            self.changed(Action::Cancelled, Some(id), 1);
-            // A cancelled child's completion to its parent, a cancelled
-            // parent's cancel to its children (docs/workflows.md); what
-            // fails here a consumer's relay delivers.
-            let retention = self.inner.config.consume.dead_letter_retention;
-            if let Err(e) = crate::store::flows::relay::relay(&self.inner.client, k, retention).await {
-                tracing::debug!(queue = %self.inner.name, error = %e, "relay after cancel failed");
-            }
+            self.cancelled(k, id).await;
         }
         Ok(removed)
+    }
+
+    /// Aborts a message: cancels it when it waits (pending, ready, retry)
+    /// or is a dead letter, as [`cancel`](Self::cancel) does; when it is
+    /// being processed, marks it aborted, so that the handler holding it is
+    /// told ([`Message::aborted`](crate::Message::aborted), within
+    /// milliseconds through the consumer's wake-up connection, else at its
+    /// next lease renewal) and the message ends as aborted whatever the
+    /// handler returns: not retried, not a dead letter, counted in
+    /// [`Totals::aborted`](crate::Totals) with an [`Event::Aborted`](crate::Event::Aborted).
+    /// The handler is not stopped: it decides how to wind down. If the
+    /// consumer holding it dies, the message ends as aborted at its
+    /// lease's end, never delivered again. One script decides, so an abort
+    /// racing the handler's ack has one outcome: the ack first, the message
+    /// is acked (and the abort answers [`AbortOutcome::NotFound`]); the
+    /// abort first, it ends as aborted. O(log n).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: delayqueue::DelayQueue) -> Result<(), delayqueue::Error> {
+    /// use delayqueue::AbortOutcome;
+    /// match queue.abort("export-7").await? {
+    ///     AbortOutcome::Aborting => println!("its handler is told; it ends as aborted"),
+    ///     AbortOutcome::Cancelled => println!("it was waiting: deleted"),
+    ///     other => println!("nothing to abort: {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn abort(&self, id: impl AsRef<str>) -> Result<AbortOutcome, Error> {
+        let id = id.as_ref();
+        MessageId::check(id)?;
+        let k = self.shard_of(id);
+        let outcome = self.store(k).run(&Abort { id }).await?;
+        tracing::debug!(queue = %self.inner.name, %id, ?outcome, "abort");
+        match outcome {
+            AbortOutcome::Cancelled => self.cancelled(k, id).await,
+            AbortOutcome::Aborting => self.changed(Action::Aborted, Some(id), 1),
+            _ => {}
+        }
+        Ok(outcome)
+    }
+
+    /// After message `id` of shard `k` was cancelled: the event, then a
+    /// cancelled child's completion to its parent, a cancelled parent's
+    /// cancel to its children (docs/workflows.md); what fails here a
+    /// consumer's relay delivers.
+    async fn cancelled(&self, k: &Keys, id: &str) {
+        self.changed(Action::Cancelled, Some(id), 1);
+        let retention = self.inner.config.consume.dead_letter_retention;
+        if let Err(e) = crate::store::flows::relay::relay(&self.inner.client, k, retention).await {
+            tracing::debug!(queue = %self.inner.name, error = %e, "relay after cancel failed");
+        }
     }
 
     /// Moves the due time of a message that has not become due yet to

@@ -12,7 +12,7 @@ macro_rules! lua_includes {
 }
 
 lua_includes! {
-    "args", "checks", "claim_groups", "clock", "finish", "flows", "group_moves", "groups", "header", "lease",
+    "abort", "args", "checks", "claim_groups", "clock", "finish", "flows", "group_moves", "groups", "header", "lease",
     "markers", "paging", "priorities", "rate", "records", "store", "wake",
 }
 

@@ -55,6 +55,8 @@ pub struct TestMessage {
     own_backoff: Option<Backoff>,
     time_limit: Duration,
     max_result: usize,
+    /// When an abort comes, from the handler's start.
+    abort_after: Option<Duration>,
 }
 
 /// What a handler did with a [`TestMessage`].
@@ -99,6 +101,10 @@ pub enum Verdict {
         /// Why, as the dead letter's `last_error` would say it.
         reason: String,
     },
+    /// It was aborted while the handler ran
+    /// ([`TestMessage::aborted_after`]): it ends as aborted, whatever the
+    /// handler returned, and no result is kept.
+    Aborted,
 }
 
 impl TestMessage {
@@ -119,7 +125,18 @@ impl TestMessage {
             own_backoff: None,
             time_limit: defaults.handler_timeout,
             max_result: defaults.max_result_size,
+            abort_after: None,
         }
+    }
+
+    /// The message is aborted ([`DelayQueue::abort`](crate::DelayQueue::abort))
+    /// `after` the handler starts (`Duration::ZERO`: as it starts):
+    /// [`Message::aborted`](crate::Message::aborted) completes then, and if
+    /// it came before the handler returned, the verdict is
+    /// [`Verdict::Aborted`] whatever the handler returned, as in a queue.
+    pub fn aborted_after(mut self, after: Duration) -> Self {
+        self.abort_after = Some(after);
+        self
     }
 
     /// Its id.
@@ -200,10 +217,21 @@ impl TestMessage {
         let scribe = Arc::new(Scribe::default());
         scribe.open(Box::new(notebook.clone()));
         let msg = self.message(payload, scribe.clone());
+        let token = msg.abort.clone();
+        let abort = self.abort_after.map(|after| {
+            let token = token.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                token.cancel();
+            })
+        });
         let ran: Option<Result<Result<(), HandlerError>, Box<dyn Any + Send>>> =
             tokio::time::timeout(self.time_limit, AssertUnwindSafe(handler.handle(msg)).catch_unwind())
                 .await
                 .ok();
+        if let Some(abort) = abort {
+            abort.abort();
+        }
         let mut result = None;
         let verdict = match Outcome::of(ran, self.time_limit, &scribe) {
             Outcome::Done(kept) => {
@@ -222,6 +250,13 @@ impl TestMessage {
                 Mode::Release => Verdict::Deferred { after: Duration::ZERO },
             },
             Outcome::Unstarted | Outcome::Unreadable => Verdict::Deferred { after: Duration::ZERO },
+        };
+        // An abort that came while the handler ran decides (lua/include/abort.lua).
+        let verdict = if token.is_cancelled() {
+            result = None;
+            Verdict::Aborted
+        } else {
+            verdict
         };
         let notes = std::mem::take(&mut *notebook.notes.lock().unwrap_or_else(PoisonError::into_inner));
         Ok(Handled {
@@ -256,6 +291,7 @@ impl TestMessage {
             due_at_ms: now_ms,
             deferrals: self.deferrals,
             scribe,
+            abort: Default::default(),
         }
     }
 }

@@ -34,6 +34,9 @@ pub struct WorkerOptions {
     pub record_redis_time: bool,
     /// Run under libfaketime with this offset, e.g. `"+1h"` or `"-1h"`.
     pub clock_offset: Option<String>,
+    /// Handlers watch for aborts and write `"<id> <attempt>"` here when
+    /// told of one (`--aborts`); `None`: they ignore aborts.
+    pub aborts: Option<PathBuf>,
 }
 
 impl WorkerOptions {
@@ -55,6 +58,7 @@ impl WorkerOptions {
             heartbeat_ms: None,
             record_redis_time: false,
             clock_offset: None,
+            aborts: None,
         }
     }
 
@@ -80,6 +84,9 @@ impl WorkerOptions {
         }
         if self.record_redis_time {
             args.push("--record-redis-time".to_string());
+        }
+        if let Some(aborts) = &self.aborts {
+            args.extend(["--aborts".to_string(), aborts.display().to_string()]);
         }
         args
     }

@@ -82,7 +82,7 @@ pub struct SendRec {
     pub group: Option<String>,
 }
 
-/// A cancel, reschedule or requeue of one id (`*`: every dead letter).
+/// A cancel, abort, reschedule or requeue of one id (`*`: every dead letter).
 #[derive(Debug, Clone)]
 pub struct IdOp {
     pub kind: &'static str,
@@ -92,6 +92,13 @@ pub struct IdOp {
     pub end: Instant,
     /// `Ok(true)`: cancelled / moved / requeued; `Err`: outcome unknown.
     pub result: Result<bool, String>,
+}
+
+/// Whether `o` is a cancel or an abort: after either returned true its
+/// message is never delivered again (an abort's ends cancelled, or as
+/// aborted once its running handler returns or its lease runs out).
+fn ends(o: &IdOp) -> bool {
+    o.kind == "cancel" || o.kind == "abort"
 }
 
 impl IdOp {
@@ -593,6 +600,8 @@ pub struct Final {
     pub totals_sent: u64,
     pub totals_acked: u64,
     pub totals_expired: u64,
+    /// Messages ended as aborted (`DelayQueue::abort` of a running one).
+    pub totals_aborted: u64,
 }
 
 /// Settings the rules depend on.
@@ -873,22 +882,25 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 );
             }
         }
-        // Never after a successful cancel, unless sent again after it (an
-        // id reused by the sends of docs/dedup.md).
-        for o in h
-            .ops
-            .iter()
-            .filter(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true))
-        {
+        // Never after a successful cancel or abort (an aborted message is
+        // never delivered again: not retried), unless sent again after it
+        // (an id reused by the sends of docs/dedup.md).
+        for o in h.ops.iter().filter(|o| o.id == id && ends(o) && o.result == Ok(true)) {
             let sent_before = |d: &Delivery| sends_by_payload.get(d.payload.as_str()).is_none_or(|s| s.start < o.end);
+            let rule = if o.kind == "abort" {
+                "after-abort"
+            } else {
+                "after-cancel"
+            };
             for d in ds.iter().filter(|d| d.start > o.end && sent_before(d)) {
                 v(
-                    "after-cancel",
+                    rule,
                     id,
                     format!(
-                        "delivery attempt {} at {} after cancel returned true at {}",
+                        "delivery attempt {} at {} after {} returned true at {}",
                         d.attempt,
                         h.ms(d.start),
+                        o.kind,
                         h.ms(o.end)
                     ),
                 );
@@ -1765,14 +1777,10 @@ fn check_final(
     v: &mut impl FnMut(&'static str, &str, String),
 ) {
     let now = Instant::now();
-    let cancelled = |id: &str| {
-        h.ops
-            .iter()
-            .any(|o| o.id == id && o.kind == "cancel" && o.result == Ok(true))
-    };
-    // A cancel that returned false across a lost reply may have removed
-    // the message (see `IdOp::certain`): delivered or not, either is right.
-    let uncertain_cancel = |o: &IdOp| o.kind == "cancel" && !o.certain(h, limits);
+    let cancelled = |id: &str| h.ops.iter().any(|o| o.id == id && ends(o) && o.result == Ok(true));
+    // A cancel (or abort) that returned false across a lost reply may have
+    // removed the message (see `IdOp::certain`): delivered or not, either is right.
+    let uncertain_cancel = |o: &IdOp| ends(o) && !o.certain(h, limits);
     let maybe_cancelled = |id: &str| h.ops.iter().any(|o| o.id == id && uncertain_cancel(o));
     let acked = |id: &str| {
         by_id
@@ -1854,12 +1862,39 @@ fn check_final(
             }
         }
     }
-    // Totals: each stored message ends acked, cancelled or dead, once.
-    let cancels = h
+    // An aborted message ends as aborted: never a dead letter (unless sent
+    // again after the abort), and counted in the totals' `aborted`.
+    for o in h.ops.iter().filter(|o| o.kind == "abort" && o.result == Ok(true)) {
+        let sent_after = h
+            .sends
+            .iter()
+            .any(|s| s.id.as_deref() == Some(o.id.as_str()) && s.start > o.start);
+        if fin.dead.contains_key(&o.id) && !sent_after {
+            v(
+                "aborted-dead",
+                &o.id,
+                format!("a dead letter at the end, though aborted at {}", h.ms(o.end)),
+            );
+        }
+    }
+    let aborts = h
         .ops
         .iter()
-        .filter(|o| o.kind == "cancel" && o.result == Ok(true))
+        .filter(|o| o.kind == "abort" && o.may_have_worked(h, limits))
         .count() as u64;
+    if fin.totals_aborted > aborts {
+        v(
+            "totals-aborted",
+            "*",
+            format!(
+                "totals: aborted {} but only {aborts} aborts may have marked a message",
+                fin.totals_aborted
+            ),
+        );
+    }
+    // Totals: each stored message ends acked, cancelled (or aborted: cancelled
+    // or ended as aborted, counted neither acked nor dead) or dead, once.
+    let cancels = h.ops.iter().filter(|o| ends(o) && o.result == Ok(true)).count() as u64;
     let unknown_cancels = h.ops.iter().filter(|o| uncertain_cancel(o)).count() as u64;
     let dead = fin.dead.len() as u64;
     let accounted = fin.totals_acked + cancels + dead;
@@ -2205,6 +2240,35 @@ mod tests {
         assert_eq!(rules(&h, Some(&drained(1))), ["lost", "totals-balance"]);
         fault(&mut h, "cut", 90, 90);
         assert_eq!(rules(&h, Some(&drained(1))), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn an_aborted_message_is_never_delivered_again_nor_dead_and_counted_at_most_once() {
+        // Aborted while its handler ran; the handler failed; it ended as aborted.
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Error);
+        id_op(&mut h, "abort", "m", 10, 15, Ok(true));
+        let fin = Final {
+            totals_aborted: 1,
+            ..drained(1)
+        };
+        assert_eq!(rules(&h, Some(&fin)), Vec::<&str>::new());
+        // Delivered again after the abort returned: retried.
+        deliver(&mut h, 2, 2000, Outcome::Ok);
+        assert_eq!(rules(&h, Some(&fin)), ["after-abort"]);
+        // A dead letter at the end, and counted more often than aborted.
+        let mut h = sent();
+        deliver(&mut h, 1, 10, Outcome::Error);
+        id_op(&mut h, "abort", "m", 10, 15, Ok(true));
+        let mut fin = Final {
+            totals_aborted: 2,
+            ..drained(1)
+        };
+        fin.dead.insert("m".into(), 1);
+        assert_eq!(
+            rules(&h, Some(&fin)),
+            ["dead-early", "aborted-dead", "totals-aborted", "totals-balance"]
+        );
     }
 
     #[test]

@@ -103,6 +103,21 @@ test('a live id is refused and a waiting message cancelled', async () => {
   assert.strictEqual(await client.exists('dq:{orders}:m:g'), 0);
 });
 
+test('abort cancels a waiting message and marks one being handled', async () => {
+  const p = new d.Producer(client, 'orders');
+  await p.send('w', { id: 'w', delayMs: 60000 });
+  assert.strictEqual(await p.abort('w'), 'cancelled');
+  assert.strictEqual(await p.abort('w'), 'not_found');
+  // Being handled: as a claim leaves it, in processing (docs/wire-format.md).
+  await p.send('r', { id: 'r', delayMs: 60000 });
+  await client.zrem('dq:{orders}:pending', 'r');
+  await client.zadd('dq:{orders}:unack', '99999999999999999', 'r');
+  assert.strictEqual(await p.abort('r'), 'aborting');
+  assert.strictEqual(await client.hexists('dq:{orders}:aborted', 'r'), 1);
+  assert.strictEqual(await p.abort('r'), 'already_aborted');
+  assert.strictEqual(await client.exists('dq:{orders}:m:r'), 1);
+});
+
 test('a result is read from the key the ack writes', async () => {
   const p = new d.Producer(client, 'orders');
   assert.strictEqual(await p.result('order-7'), null);

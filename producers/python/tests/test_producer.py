@@ -107,6 +107,19 @@ class ProducerTest(unittest.TestCase):
         self.assertTrue(self.producer.cancel("g"))
         self.assertEqual(self.client.exists("dq:{orders}:m:g"), 0)
 
+    def test_abort_cancels_a_waiting_message_and_marks_one_being_handled(self) -> None:
+        self.producer.send("w", id="w", delay_ms=60_000)
+        self.assertEqual(self.producer.abort("w"), "cancelled")
+        self.assertEqual(self.producer.abort("w"), "not_found")
+        # Being handled: as a claim leaves it, in processing (docs/wire-format.md).
+        self.producer.send("r", id="r", delay_ms=60_000)
+        self.client.zrem("dq:{orders}:pending", "r")
+        self.client.zadd("dq:{orders}:unack", {"r": 99999999999999999})
+        self.assertEqual(self.producer.abort("r"), "aborting")
+        self.assertTrue(self.client.hexists("dq:{orders}:aborted", "r"))
+        self.assertEqual(self.producer.abort("r"), "already_aborted")
+        self.assertEqual(self.client.exists("dq:{orders}:m:r"), 1)
+
     def test_a_result_is_read_from_the_key_the_ack_writes(self) -> None:
         self.assertIsNone(self.producer.result("order-7"))
         # As ack.lua writes it (docs/results.md).

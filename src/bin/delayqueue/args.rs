@@ -85,6 +85,13 @@ pub enum Command {
         /// The message's id.
         id: String,
     },
+    /// Abort a message: cancelled if it waits, else its handler is told and it ends as aborted
+    Abort {
+        /// The queue's name.
+        queue: String,
+        /// The message's id.
+        id: String,
+    },
     /// Move a pending message's due time to --delay from now; exit 1 when it is not pending.
     Reschedule {
         /// The queue's name.

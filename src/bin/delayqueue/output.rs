@@ -24,7 +24,8 @@
 //!   [message]}` (`next`: offset of the next page, `null` on the last)
 //! - `show`: `{queue, message}`; of an acked message whose result is kept
 //!   `{queue, finished: {id, result}}`
-//! - `send`: `{queue, id, delay_ms}`; `cancel`: `{queue, id, cancelled}`
+//! - `send`: `{queue, id, delay_ms}`; `cancel`: `{queue, id, cancelled}`;
+//!   `abort`: `{queue, id, outcome}` (`cancelled` or `aborting`)
 //! - `pause`, `resume`: `{queue, paused, changed}`
 //! - `dead requeue`: `{queue, requeued}`; `dead delete`: `{queue, deleted}`
 //! - `purge`: `{queue, removed}`

@@ -68,6 +68,9 @@ numbered! {
         /// this delivery's lease ran out (the consumer tells them apart by
         /// whether the lease's deadline has passed).
         Finished = 2,
+        /// The message was aborted while its handler ran: it ended as
+        /// aborted, whatever the handler returned (lua/include/abort.lua).
+        Aborted = 4,
     }
 }
 

@@ -119,6 +119,7 @@ impl Delivery {
             deferrals: self.deferrals,
             times,
             scribe: Default::default(),
+            abort: Default::default(),
         })
     }
 }

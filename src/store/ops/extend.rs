@@ -7,6 +7,17 @@ use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
 
+/// What `extend` did to one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// Renewed.
+    Yes,
+    /// Renewed, and the message was aborted: its handler is to be told.
+    Aborted,
+    /// The lease was lost (taken back); nothing done.
+    Lost,
+}
+
 /// Renews a batch of leases.
 pub(crate) struct Extend<'a> {
     /// Each delivery's id, its current lease and the new one (microseconds
@@ -15,8 +26,8 @@ pub(crate) struct Extend<'a> {
 }
 
 impl Op for Extend<'_> {
-    /// Per renewal, in order: renewed (`false`: the lease was lost).
-    type Reply = Vec<bool>;
+    /// Per renewal, in order.
+    type Reply = Vec<Renewed>;
     const KEYS: &'static [&'static str] = &["processing"];
 
     fn script() -> &'static LuaScript {
@@ -27,8 +38,9 @@ impl Op for Extend<'_> {
         vec![k.processing.clone()]
     }
 
-    fn args(&self, _: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = Vec::with_capacity(3 * self.renewals.len());
+    fn args(&self, k: &Keys) -> Vec<Value> {
+        let mut args: Vec<Value> = Vec::with_capacity(1 + 3 * self.renewals.len());
+        args.push(k.msg_prefix.as_str().into());
         for &(id, current, new) in &self.renewals {
             args.extend([id.into(), current.into(), new.into()]);
         }
@@ -37,12 +49,19 @@ impl Op for Extend<'_> {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = ints::<Self>(v)?;
-        if reply.len() != self.renewals.len() || reply.iter().any(|&n| n != 0 && n != 1) {
+        if reply.len() != self.renewals.len() || reply.iter().any(|&n| !(0..=2).contains(&n)) {
             return Err(unexpected::<Self>(format!(
                 "{reply:?} for {} renewals",
                 self.renewals.len()
             )));
         }
-        Ok(reply.into_iter().map(|n| n == 1).collect())
+        Ok(reply
+            .into_iter()
+            .map(|n| match n {
+                1 => Renewed::Yes,
+                2 => Renewed::Aborted,
+                _ => Renewed::Lost,
+            })
+            .collect())
     }
 }

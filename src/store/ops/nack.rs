@@ -65,6 +65,9 @@ numbered! {
         /// this call did its work (the consumer reads it as a lost lease
         /// once the lease's deadline has passed). Nothing done.
         Finished = 3,
+        /// The message was aborted while its handler ran: it ended as
+        /// aborted, whatever the mode (lua/include/abort.lua).
+        Aborted = 4,
     }
 }
 

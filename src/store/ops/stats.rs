@@ -39,7 +39,7 @@ impl Op for Stats {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let v = ints::<Self>(v)?;
-        let [pending, ready, processing, retry, dead_letters, now, oldest_due, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next, waiting] =
+        let [pending, ready, processing, retry, dead_letters, now, oldest_due, oldest_dead, sent, acked, failed, dead, expired, paused, concurrency, rate, per, next, waiting, aborted] =
             v[..]
         else {
             return Err(unexpected::<Self>(format!("{v:?}")));
@@ -64,6 +64,7 @@ impl Op for Stats {
                 failed: n(failed),
                 dead: n(dead),
                 expired: n(expired),
+                aborted: n(aborted),
             },
             paused: paused == 1,
             rate_limit: (rate > 0).then(|| RateLimit::new(n(rate), ms(per))),

@@ -26,6 +26,8 @@ pub(crate) struct TimedOut {
     pub count: u64,
     /// Each message moved to the dead letters, with its delivery count.
     pub dead: Vec<(MessageId, u32)>,
+    /// The messages aborted while processing, ended as aborted (not in `count`).
+    pub aborted: Vec<MessageId>,
 }
 
 impl Op for Timeout {
@@ -61,12 +63,18 @@ impl Op for Timeout {
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let reply = array::<Self>(v)?;
         let bad = || unexpected::<Self>(format!("{reply:?}"));
-        let (head, rest) = reply.split_at_checked(2).ok_or_else(bad)?;
-        let (count, dead) = (number::<Self>(&head[0])?, number::<Self>(&head[1])?);
-        if rest.len() % 2 != 0 || rest.len() as u64 != 2 * dead || dead > count {
+        let (head, rest) = reply.split_at_checked(3).ok_or_else(bad)?;
+        let [count, dead, aborted] = [0, 1, 2].map(|i| number::<Self>(&head[i]));
+        let (count, dead, aborted) = (count?, dead?, aborted?);
+        if rest.len() as u64 != 2 * dead + aborted || dead > count {
             return Err(bad());
         }
-        let dead = rest
+        let (buried, ended) = rest.split_at(2 * dead as usize);
+        let aborted = ended
+            .iter()
+            .map(|id| id.as_string().map(MessageId::from).ok_or_else(bad))
+            .collect::<Result<_, Error>>()?;
+        let dead = buried
             .chunks_exact(2)
             .map(|pair| {
                 let id = pair[0].as_string().ok_or_else(bad)?;
@@ -74,6 +82,6 @@ impl Op for Timeout {
                 Ok((MessageId::from(id), attempt))
             })
             .collect::<Result<_, Error>>()?;
-        Ok(TimedOut { count, dead })
+        Ok(TimedOut { count, dead, aborted })
     }
 }

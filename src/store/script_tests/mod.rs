@@ -15,6 +15,7 @@
 //! (`send.rs` for `lua/send.lua`); those that span several scripts in a
 //! file named for what they test (`wakeups.rs`, `formats.rs`, ...).
 
+mod abort;
 mod ack;
 mod arguments;
 mod bytes;
@@ -59,7 +60,7 @@ use tokio::sync::broadcast;
 use crate::store::ops::ack::Ack;
 use crate::store::ops::cancel::Cancel;
 use crate::store::ops::claim::{Claim, Delivery, Held};
-use crate::store::ops::extend::Extend;
+use crate::store::ops::extend::{Extend, Renewed};
 use crate::store::ops::gc::Gc;
 use crate::store::ops::nack::NackMode::Release;
 use crate::store::ops::nack::{Nack, NackMode};
@@ -401,7 +402,14 @@ impl Env {
                 renewals: triples.to_vec(),
             })
             .await;
-        renewed.into_iter().map(i64::from).collect()
+        renewed
+            .into_iter()
+            .map(|r| match r {
+                Renewed::Lost => 0,
+                Renewed::Yes => 1,
+                Renewed::Aborted => 2,
+            })
+            .collect()
     }
 
     async fn nack(&self, id: &str, lease: i64, mode: NackMode) -> i64 {

@@ -1,5 +1,5 @@
 //! Acting on a queue (every one a `POST`, let through by the CSRF guard):
-//! send, cancel, reschedule, run now, requeue or delete dead letters,
+//! send, cancel, abort, reschedule, run now, requeue or delete dead letters,
 //! pause and resume. Each is logged at INFO (target `delayqueue::web`)
 //! with the user.
 
@@ -99,6 +99,18 @@ pub(crate) async fn cancel(
         |q| async move { q.cancel(&target).await },
     )
     .await
+}
+
+/// Aborts message `id` (a running one's handler is told): `{"done": bool,
+/// "outcome": ..}` as the producer API's abort.
+pub(crate) async fn abort(
+    (State(app), Extension(user)): Ctx,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<Value> {
+    let outcome = find(&app, &name).await?.abort(&id).await?;
+    let (done, outcome) = (outcome.done(), outcome.as_str());
+    tracing::info!(target: TARGET, action = "abort", queue = %name, %id, done, outcome, user = user.log_name(), "dashboard action");
+    Ok(axum::Json(json!({ "done": done, "outcome": outcome })))
 }
 
 pub(crate) async fn reschedule(

@@ -31,6 +31,7 @@ fn producer_routes() -> Router<Arc<App>> {
         .route("/queues/{name}/messages/{id}/flow", get(flow::tree))
         .route("/queues/{name}/messages/{id}/flow/children", get(flow::children))
         .route("/queues/{name}/messages/{id}/cancel", post(producer::cancel))
+        .route("/queues/{name}/messages/{id}/abort", post(producer::abort))
         .route("/queues/{name}/messages/{id}/reschedule", post(producer::reschedule))
 }
 
@@ -46,6 +47,7 @@ pub(crate) fn routes() -> Router<Arc<App>> {
         .route("/queues/{name}/messages/{id}/flow", get(flow::tree))
         .route("/queues/{name}/messages/{id}/flow/children", get(flow::children))
         .route("/queues/{name}/messages/{id}/cancel", post(actions::cancel))
+        .route("/queues/{name}/messages/{id}/abort", post(actions::abort))
         .route("/queues/{name}/messages/{id}/reschedule", post(actions::reschedule))
         .route("/queues/{name}/messages/{id}/run", post(actions::run_now))
         .route("/queues/{name}/dead/requeue", post(actions::requeue))

@@ -1,5 +1,5 @@
 //! The producer API under `/api/v1`, for programs rather than the page:
-//! send one message or a batch, cancel, reschedule (reading a message is
+//! send one message or a batch, cancel, abort, reschedule (reading a message is
 //! the dashboard's own `messages::one`). Its writes need
 //! no CSRF token but credentials in the `Authorization` header and a JSON
 //! body (`csrf::check` and `auth::check` say why). A queue that does not
@@ -191,6 +191,14 @@ pub(crate) async fn batch(State(app): State<Arc<App>>, Path(name): Path<String>,
 pub(crate) async fn cancel(State(app): State<Arc<App>>, Path((name, id)): Path<(String, String)>) -> ApiResult<Value> {
     let done = queue_of(&app, &name).await?.cancel(&id).await?;
     Ok(axum::Json(json!({ "done": done })))
+}
+
+/// `POST .../abort`: `{"done": bool, "outcome": ..}` (docs/web.md).
+pub(crate) async fn abort(State(app): State<Arc<App>>, Path((name, id)): Path<(String, String)>) -> ApiResult<Value> {
+    let outcome = queue_of(&app, &name).await?.abort(&id).await?;
+    Ok(axum::Json(
+        json!({ "done": outcome.done(), "outcome": outcome.as_str() }),
+    ))
 }
 
 /// `POST .../reschedule` `{"delay_ms": ..}` or `{"at_ms": ..}`: `{"done": bool}`.

@@ -199,13 +199,29 @@ export function messageView(root, name, id) {
           },
         }, 'Delete')),
       h('div.card-body.muted', { style: 'padding-top:0' }, 'Requeue makes it ready now, with its retries restored; delete removes it for good.'));
+    } else if (msg.state === 'processing') {
+      const aborted = {
+        aborting: 'Aborting: its handler is told; the message ends as aborted',
+        cancelled: 'It was waiting again: cancelled',
+        already_aborted: 'Already aborted: its handler is winding down',
+        not_found: 'Not aborted: it has finished',
+      };
+      parts.push(h('div.actionbar', null,
+        h('button.danger', {
+          testid: 'abort',
+          on: {
+            click: async () => {
+              if (!(await confirmDialog({ title: 'Abort this message?', body: `The handler running ${id} is told to stop; whatever it returns, the message ends as aborted and is not delivered again.`, yes: 'Abort message', danger: true }))) return;
+              await act(`${path}/abort`, {}, (x) => aborted[x.outcome] || x.outcome);
+            },
+          },
+        }, 'Abort message')),
+      h('div.card-body.muted', { style: 'padding-top:0' }, 'A consumer holds this message; it is acked, retried or buried when the handler returns or the lease runs out. Abort tells its handler to stop and ends it as aborted.'));
     } else {
       parts.push(h('div.card-body.muted', null,
-        msg.state === 'processing'
-          ? 'A consumer holds this message; it is acked, retried or buried when the handler returns or the lease runs out.'
-          : msg.state === 'retry'
-            ? 'Waiting to be delivered again after its backoff.'
-            : 'Due: the next free consumer claims it.'));
+        msg.state === 'retry'
+          ? 'Waiting to be delivered again after its backoff.'
+          : 'Due: the next free consumer claims it.'));
     }
     replace(actionsCard, parts);
   }
@@ -259,14 +275,14 @@ export function messageView(root, name, id) {
           renderHead();
           replace(root.querySelector('.grid2'), h('div.card.gone', null, h('div.empty', null,
             h('strong', null, 'No such message'),
-            'It was handled, cancelled or deleted, or never existed. ',
+            'It was handled, cancelled, aborted or deleted, or never existed. ',
             h('a', { href: `#/q/${enc(name)}/pending` }, `Open ${name}`))));
           return;
         }
         gone = true;
         msg = null;
         actionsFor = 'gone';
-        replace(actionsCard, h('div.card-body.muted', null, 'This message has left the queue: handled, cancelled or deleted.'));
+        replace(actionsCard, h('div.card-body.muted', null, 'This message has left the queue: handled, cancelled, aborted or deleted.'));
         renderHead();
         return;
       }

@@ -52,6 +52,7 @@ pub(crate) struct TotalsJson {
     failed: u64,
     dead: u64,
     expired: u64,
+    aborted: u64,
 }
 
 impl From<Totals> for TotalsJson {
@@ -62,6 +63,7 @@ impl From<Totals> for TotalsJson {
             failed: t.failed,
             dead: t.dead,
             expired: t.expired,
+            aborted: t.aborted,
         }
     }
 }

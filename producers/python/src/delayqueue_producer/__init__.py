@@ -606,6 +606,18 @@ class Producer:
         keys = self._keys("cancel", [id]) + [self._base + WIRE["marker_key"] + id]
         return bool(self._cancel.call(self.client, keys, [id, self._base + WIRE["group_key"]]) == 1)
 
+    def abort(self, id: str) -> str:
+        """Aborts a message (docs/handlers.md in the crate, "Aborting a
+        running handler"): one waiting is cancelled ("cancelled"); one being
+        handled has its handler told and ends as aborted ("aborting");
+        "already_aborted" while an aborted one has not ended yet,
+        "not_found" for an unknown or finished id (both write nothing)."""
+        check_id(id)
+        keys = self._keys("cancel", [id]) + [self._base + WIRE["marker_key"] + id]
+        args = [id, self._base + WIRE["group_key"], "abort", self._base + WIRE["wake_channel"]]
+        outcome = self._cancel.call(self.client, keys, args)
+        return ("not_found", "cancelled", "aborting", "already_aborted")[int(outcome)]
+
     def result(self, id: str) -> Optional[bytes]:
         """The result the handler of acked message `id` returned, while the
         queue keeps it (its result_retention); None when there is none."""

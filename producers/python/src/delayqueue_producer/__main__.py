@@ -4,9 +4,11 @@ cancel in a delayqueue queue from a shell.
     python -m delayqueue_producer send orders "close order 42" --delay-ms 1800000 --id order-42
     echo -n data | python -m delayqueue_producer send orders - --header tenant=acme
     python -m delayqueue_producer cancel orders order-42
+    python -m delayqueue_producer abort orders export-7
     python -m delayqueue_producer send orders "close" --after charge-42 --after-in mail=receipt-42
 
-`send` prints the message's id; `cancel` prints true or false. Exit status
+`send` prints the message's id; `cancel` prints true or false; `abort`
+prints cancelled, aborting, already_aborted or not_found. Exit status
 1 when the id is live already (send) or Redis fails, 2 for a refused input.
 """
 
@@ -47,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     cancel = commands.add_parser("cancel", help="delete a waiting message; prints true or false")
     cancel.add_argument("queue")
     cancel.add_argument("id")
+    abort = commands.add_parser(
+        "abort", help="cancel a waiting message, or tell a running handler and end it as aborted; prints the outcome"
+    )
+    abort.add_argument("queue")
+    abort.add_argument("id")
     return p
 
 
@@ -58,6 +65,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         producer = Producer(redis.Redis.from_url(args.url), args.queue, key_prefix=args.key_prefix)
         if args.command == "cancel":
             print("true" if producer.cancel(args.id) else "false")
+            return 0
+        if args.command == "abort":
+            print(producer.abort(args.id))
             return 0
         headers: Dict[str, str] = {}
         for h in args.header:

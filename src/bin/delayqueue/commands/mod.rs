@@ -1,6 +1,7 @@
 //! Running the commands: one Redis client, the queue they name, output.
 //! A command with more than a few lines has a module of its own.
 
+mod abort;
 mod consumers;
 mod flow;
 mod groups;
@@ -43,6 +44,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Show { queue, id } => ctx.show(&queue, id.into()).await,
         Command::Send(args) => ctx.send(args).await,
         Command::Cancel { queue, id } => ctx.cancel(&queue, id.into()).await,
+        Command::Abort { queue, id } => ctx.abort(&queue, id.into()).await,
         Command::Reschedule { queue, id, delay } => ctx.reschedule(&queue, id, delay).await,
         Command::Dead(DeadCommand::List { queue, page }) => ctx.list(&queue, MessageState::Dead, &page).await,
         Command::Dead(DeadCommand::Requeue(target)) => ctx.dead(target, false).await,

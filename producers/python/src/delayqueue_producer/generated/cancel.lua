@@ -219,6 +219,19 @@ local function start_window(key, value)
   end
 end
 
+-- lua/include/abort.lua
+-- The aborted hash of the queue whose msg key prefix is `prefix`.
+local function aborted_key(prefix)
+  return flow_base(prefix, '') .. 'aborted'
+end
+
+-- The abort signal on the wake-up channel: "abort <id>" (ids hold no
+-- whitespace). A consumer holding the delivery fires its handler's token;
+-- an older consumer reads it as a wake-up. Ignored when refused, as wake.
+local function abort_signal(channel, id)
+  redis.pcall('PUBLISH', channel, 'abort ' .. id)
+end
+
 -- lua/include/records.lua
 -- Field of the attempts hash (never an id: ids hold no whitespace) that is
 -- set while the ready or retry list may hold a stale entry: the id of a
@@ -227,16 +240,21 @@ end
 -- both lists are empty.
 local STALE = ' stale'
 
---[[ cancel: pending | ready | retry | dead -> (deleted)
+--[[ cancel: pending | ready | retry | dead -> (deleted); abort: also processing -> processing (aborted)
 Deletes a message that is waiting for delivery. A message being processed
-(in processing) is left alone: its running delivery decides its fate. An id left
+(in processing) is left alone by a cancel: its running delivery decides its
+fate. An abort (ARGV[3] 'abort') marks it aborted instead, in the aborted
+hash (include/abort.lua), and publishes the abort signal on the wake-up
+channel ARGV[4], so the consumer holding it tells its handler; its ack,
+nack or lease's end then ends it as aborted. An id left
 in the ready or retry list is skipped when claim pops it (cancel marks the
 attempts hash STALE so claim looks), so cancel never scans a list.
 
 KEYS[1] pending zset   KEYS[2] attempts hash   KEYS[3] processing zset
 KEYS[4] dead zset   KEYS[5] totals hash   KEYS[6] msg string of this id
 KEYS[7] marker string of this id
-ARGV[1] id   ARGV[2] group key prefix
+ARGV[1] id   ARGV[2] group key prefix   ARGV[3] 'abort' for an abort
+(absent: a cancel)   ARGV[4] wake-up channel (an abort's)
 A message of a group (its header says which) waiting in its group's zset
 is removed from there (docs/groups.md); an empty group's zset goes with
 it, and claim drops the group from the ring when it finds it empty.
@@ -254,14 +272,25 @@ still waits for some: the relay cancels those children, then drops its
 set of them. A cancelled child records 'c' in the outbox for its parents
 (flow_done in include/flows.lua).
 Returns 1 when a waiting message was removed, 0 when the id is unknown
-or being processed.
-Idempotent: a re-run finds nothing and returns 0.
+or (a cancel) being processed; an abort of a message being processed: 2
+marked aborted, 3 aborted already (nothing written).
+Idempotent: a re-run finds nothing and returns 0 (an abort: 3).
 Complexity: O(log N), with flows O(links) more.
 ]]
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'zset', KEYS[5], 'hash')
 local id = ARGV[1]
 if redis.call('ZSCORE', KEYS[3], id) then
-  return 0
+  if ARGV[3] ~= 'abort' then
+    return 0
+  end
+  local key = aborted_key(string.sub(KEYS[6], 1, #KEYS[6] - #id))
+  keys_here({key})
+  if redis.call('HEXISTS', key, id) == 1 then
+    return 3
+  end
+  redis.call('HSET', key, id, now_ms())
+  abort_signal(ARGV[4], id)
+  return 2
 end
 local group = group_of(redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1))
 if group then
