@@ -1351,6 +1351,12 @@ async fn the_abort_button_tells_the_running_handler_and_the_message_ends_as_abor
     )
     .await;
     b.screenshot("message-aborted").await;
+    // The state row no longer says processing.
+    b.wait(
+        "the state row to say gone",
+        "!!document.querySelector('[data-testid=finished]') || !!document.querySelector('[data-testid=state-gone]')",
+    )
+    .await;
     assert_eq!(exports.counts().await.unwrap(), Counts::default());
     assert_eq!(exports.status().await.unwrap().totals.aborted, 1);
     b.close().await;

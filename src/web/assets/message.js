@@ -283,6 +283,9 @@ export function messageView(root, name, id) {
         msg = null;
         actionsFor = 'gone';
         replace(actionsCard, h('div.card-body.muted', null, 'This message has left the queue: handled, cancelled, aborted or deleted.'));
+        // The rows keep what was last seen; the state says it no longer holds.
+        const state = details.querySelector('dd');
+        if (state) replace(state, h('span.badge.badge-muted', { testid: 'state-gone' }, 'gone'), h('span.muted', null, ' the rows below as last seen'));
         renderHead();
         return;
       }
