@@ -150,10 +150,10 @@ impl RedisCluster {
     }
 
     /// Every key of every primary, sorted (`KEYS *`: the tests own the
-    /// cluster), except the queues' totals hashes, which stay with a queue.
+    /// cluster), except those that stay by design ([`crate::stays`]).
     pub fn all_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self.primaries().into_iter().flat_map(|i| self.keys_of(i)).collect();
-        keys.retain(|k| !k.ends_with(":totals"));
+        keys.retain(|k| !crate::stays(k));
         keys.sort();
         keys
     }

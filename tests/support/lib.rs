@@ -516,16 +516,22 @@ pub async fn client_with(cfg: Config, url: &str) -> Client {
     client
 }
 
-/// Every key in the server (the tests own the server), sorted, except the
-/// queues' totals hashes (those are per queue, not per message, and stay)
-/// and the registry of live consumers (per consumer, not per message).
+/// Every key in the server (the tests own the server), sorted, except
+/// those that stay by design ([`stays`]).
 pub async fn all_keys(client: &Client) -> Vec<String> {
     let mut keys: Vec<String> = client.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
-    // A running consumer has its entry there; tests/consumers.rs checks
-    // that none is left once the consumers are gone.
-    keys.retain(|k| !k.ends_with(":totals") && !k.contains("{#consumers}"));
+    keys.retain(|k| !stays(k));
     keys.sort();
     keys
+}
+
+/// Whether `key` is one a test expects to stay after every message is
+/// gone: a queue's totals hash (per queue, not per message) or the
+/// registry of live consumers (per consumer process: a running consumer
+/// has its entry there; tests/consumers.rs checks that none is left once
+/// the consumers are gone).
+pub fn stays(key: &str) -> bool {
+    key.ends_with(":totals") || key.contains("{#consumers}")
 }
 
 /// Ask the OS for a free loopback port. Racy by nature (it is released before
