@@ -882,17 +882,22 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 );
             }
         }
-        // Never after a successful cancel or abort (an aborted message is
-        // never delivered again: not retried), unless sent again after it
-        // (an id reused by the sends of docs/dedup.md).
+        // Never after a successful cancel, nor claimed after a successful
+        // abort (an aborted message is never delivered again: not
+        // retried), unless sent again after it (an id reused by the sends
+        // of docs/dedup.md). A delivery that held the message when the
+        // abort came may still start its handler, should its consumer have
+        // missed the signal (docs/handlers.md); its outcome is judged by
+        // aborted-dead and the totals.
         for o in h.ops.iter().filter(|o| o.id == id && ends(o) && o.result == Ok(true)) {
             let sent_before = |d: &Delivery| sends_by_payload.get(d.payload.as_str()).is_none_or(|s| s.start < o.end);
-            let rule = if o.kind == "abort" {
-                "after-abort"
-            } else {
-                "after-cancel"
+            let aborted = o.kind == "abort";
+            let rule = if aborted { "after-abort" } else { "after-cancel" };
+            let after = |d: &Delivery| match aborted {
+                true => h.instant_of_us(d.leased_us) > o.end,
+                false => d.start > o.end,
             };
-            for d in ds.iter().filter(|d| d.start > o.end && sent_before(d)) {
+            for d in ds.iter().filter(|d| after(d) && sent_before(d)) {
                 v(
                     rule,
                     id,
@@ -2253,6 +2258,12 @@ mod tests {
             ..drained(1)
         };
         assert_eq!(rules(&h, Some(&fin)), Vec::<&str>::new());
+        // Held when the abort came (claimed before), started after it: its
+        // consumer may have missed the signal; not a delivery after it.
+        let mut held = sent();
+        id_op(&mut held, "abort", "m", 10, 15, Ok(true));
+        delivery(&mut held, "m", "p", 1, 5, 40, 41, Outcome::Ok);
+        assert_eq!(rules(&held, Some(&fin)), Vec::<&str>::new());
         // Delivered again after the abort returned: retried.
         deliver(&mut h, 2, 2000, Outcome::Ok);
         assert_eq!(rules(&h, Some(&fin)), ["after-abort"]);
