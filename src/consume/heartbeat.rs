@@ -97,6 +97,8 @@ struct Heart {
     client: Client,
     registry: Keys,
     id: MessageId,
+    /// The host's name, read once.
+    host: String,
     started_ms: u64,
     /// The consumers in it, by a number each.
     parts: Mutex<Vec<(u64, Part)>>,
@@ -141,6 +143,7 @@ pub(crate) fn join(first: &Context, part: Part) -> Option<Membership> {
                 client: first.client.clone(),
                 registry: Keys::registry(&first.prefix).ok()?,
                 id: MessageId::generate(),
+                host: host_name(),
                 started_ms: now_ms(),
                 parts: Mutex::new(vec![(number, part)]),
                 next: AtomicU64::new(1),
@@ -227,7 +230,7 @@ impl Heart {
         let queues: Vec<ConsumedQueue> = parts.iter().flat_map(|(_, p)| p.queues.iter().cloned()).collect();
         let info = ConsumerInfo {
             id: self.id.as_str().to_string(),
-            host: host_name(),
+            host: self.host.clone(),
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             started_ms: self.started_ms,
