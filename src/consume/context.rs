@@ -18,6 +18,8 @@ pub(crate) struct Context {
     /// The key prefix of its keys: the registry of live consumers is under it.
     pub prefix: String,
     pub client: Client,
+    /// On a cluster, the primaries its commands go to (kept while it runs).
+    pub _nodes: crate::store::nodes::Hold,
     /// The keys of each shard: one set for an ordinary queue (shared
     /// with the queue handle).
     pub shards: Arc<[Keys]>,

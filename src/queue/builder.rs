@@ -479,6 +479,7 @@ impl DelayQueueBuilder {
                 events: events::Events::default(),
                 name: self.name,
                 config,
+                nodes: crate::store::nodes::hold(&self.client),
                 client: self.client,
             }),
         })

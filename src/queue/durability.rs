@@ -4,11 +4,11 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::prelude::{Client, ClientLike, EventInterface};
-use fred::types::config::{Options, Server};
+use fred::prelude::{Client, ClientLike};
+use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
-use tokio::sync::broadcast::{self, error::TryRecvError};
 
+use crate::store::nodes;
 use crate::store::scripts::{info_field, server_name_of};
 use crate::store::Keys;
 use crate::Error;
@@ -66,20 +66,20 @@ pub enum Durability {
     },
 }
 
-/// A receiver of the client's reconnections (fred announces each new
-/// connection, before it re-sends the commands the old one left
-/// unanswered).
-pub(crate) type Reconnects = broadcast::Receiver<Server>;
+/// A watch on the client's connections: fred announces each new
+/// connection before it re-sends the commands the old one left
+/// unanswered; on a cluster, the primaries' connections and slot changes
+/// count too (`store::nodes`).
+pub(crate) type Reconnects = nodes::Watch;
 
-/// Subscribes to the client's reconnections from now on.
+/// Watches the client's connections from now on.
 pub(crate) fn reconnects(client: &Client) -> Reconnects {
-    client.reconnect_rx()
+    nodes::watch(client)
 }
 
-/// Whether the client reconnected since `rx` subscribed (a receiver that
-/// lagged missed some reconnections: it did).
+/// Whether a connection changed since `rx` began watching.
 pub(crate) fn reconnected(rx: &mut Reconnects) -> bool {
-    !matches!(rx.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed))
+    rx.changed()
 }
 
 /// What [`check_waitaof`] found on the client's current connections: a
@@ -120,9 +120,11 @@ pub(crate) async fn check_waitaof(
     let rx = reconnects(client);
     let mut found = Ok(());
     for k in shards {
-        let info: String = client
-            .custom(CustomCommand::new_static("INFO", slot_of(k), false), vec!["server"])
-            .await
+        let info: String = nodes::on_slot(client, slot_of(k), |node| async move {
+            node.custom(CustomCommand::new_static("INFO", ClusterHash::Custom(slot_of(k)), false), vec!["server"])
+                .await
+        })
+        .await
             .map_err(|e| Error::from_redis(queue, e))?;
         if !has_waitaof(&info) {
             found = Err(server_name_of(&info));
@@ -147,17 +149,17 @@ fn has_waitaof(info: &str) -> bool {
     }
 }
 
-/// Routes a command to the node of shard `k`.
-fn slot_of(k: &Keys) -> ClusterHash {
-    ClusterHash::Custom(fred::util::redis_keyslot(k.pending.as_bytes()))
+/// The slot of shard `k`.
+fn slot_of(k: &Keys) -> u16 {
+    fred::util::redis_keyslot(k.pending.as_bytes())
 }
 
 /// Waits until the writes this client made so far to the nodes of
 /// `shards` meet `durability`.
 ///
 /// `WAIT`/`WAITAOF` cover every write sent earlier on the same connection:
-/// fred keeps one connection per server and routes this to the queue's
-/// node, so it covers the send that just returned. If the connection closes
+/// this goes to the connection of the shard's primary, which the send
+/// that just returned used. If the connection closes
 /// while it waits, or is down when it is sent, this fails rather than
 /// confirm nothing on a new connection; a reconnect completed between the
 /// send and this call is for the caller to notice ([`reconnected`]).
@@ -201,9 +203,9 @@ async fn confirm_shard(client: &Client, queue: &str, durability: &Durability, k:
         fail_fast: true,
         ..Default::default()
     };
-    let reply: fred::prelude::Value = client
+    let reply: fred::prelude::Value = nodes::connection(client, slot)
         .with_options(&once)
-        .custom(CustomCommand::new_static(command, slot, true), args)
+        .custom(CustomCommand::new_static(command, ClusterHash::Custom(slot), true), args)
         .await
         .map_err(|e| Error::from_redis(queue, e))?;
     // WAIT answers the replicas that have it; WAITAOF [local, replicas].

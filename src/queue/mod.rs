@@ -84,6 +84,8 @@ pub(crate) struct Inner {
     pub waitaof_checked: std::sync::Mutex<WaitAofFound>,
     pub config: Config,
     pub client: Client,
+    /// On a cluster, the primaries the queue's commands go to.
+    pub nodes: crate::store::nodes::Hold,
     pub meters: Meters,
     pub events: Events,
 }
@@ -429,6 +431,7 @@ impl DelayQueue {
             name: inner.name.clone(),
             prefix: inner.prefix.clone(),
             client: inner.client.clone(),
+            _nodes: inner.nodes.clone(),
             shards: inner.shards.clone(),
             settings: inner.config.consume.clone(),
             meters: inner.meters.clone(),

@@ -3,6 +3,7 @@
 //! - [`keys`] names the keys of a queue (or of one shard of it);
 //! - [`stored`] encodes the value stored per message;
 //! - [`scripts`] loads the Lua scripts of `lua/` and sends them;
+//! - [`nodes`] sends them, on a cluster, to the primary of their slot;
 //! - [`ops`] has one typed operation per script: its KEYS, its ARGV and
 //!   its reply, each written once, next to each other;
 //! - [`flows`] reads flows and relays their completions.
@@ -17,6 +18,7 @@
 pub(crate) mod assembly;
 pub(crate) mod flows;
 pub(crate) mod keys;
+pub(crate) mod nodes;
 pub(crate) mod ops;
 pub(crate) mod scripts;
 pub(crate) mod stored;

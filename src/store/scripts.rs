@@ -24,7 +24,7 @@ use fred::prelude::{Client, ClientLike, Expiration, FromValue, KeysInterface, Lu
 use fred::types::scripts::Script;
 use fred::types::MultipleKeys;
 
-use crate::store::assembly;
+use crate::store::{assembly, nodes};
 use crate::Error;
 
 /// A script of `lua/`, known by its file name.
@@ -143,7 +143,8 @@ impl LuaScript {
         }
     }
 
-    /// Runs the script with `EVALSHA`, or `EVAL` when Redis does not have it.
+    /// Runs the script with `EVALSHA`, or `EVAL` when Redis does not have
+    /// it, on the connection that serves its first key's slot ([`nodes`]).
     pub(crate) async fn call<R: FromValue>(
         &self,
         client: &Client,
@@ -151,10 +152,24 @@ impl LuaScript {
         args: Vec<Value>,
     ) -> Result<R, fred::error::Error> {
         tracing::trace!(script = self.name, keys = keys.len(), args = args.len(), "evalsha");
-        let (script, source) = self.script();
-        // Keys and values share their bytes when cloned (for the fallback):
-        // no copy of the names and payloads on the way.
+        // Keys and values share their bytes when cloned (for the fallback
+        // and a command sent again): no copy of the names and payloads.
+        let Some(first) = keys.first() else {
+            return self.call_on(client.clone(), MultipleKeys::from(keys), args).await;
+        };
+        let slot = fred::util::redis_keyslot(first.as_bytes());
         let keys = MultipleKeys::from(keys);
+        nodes::on_slot(client, slot, |node| self.call_on(node, keys.clone(), args.clone())).await
+    }
+
+    /// [`call`](Self::call) on the connection `client`.
+    async fn call_on<R: FromValue>(
+        &self,
+        client: Client,
+        keys: MultipleKeys,
+        args: Vec<Value>,
+    ) -> Result<R, fred::error::Error> {
+        let (script, source) = self.script();
         match client.evalsha(script.sha1().clone(), keys.clone(), args.clone()).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Routine: every script's first call on a server, and after a restart or flush.
@@ -177,13 +192,14 @@ const STAGE_TTL_MS: i64 = 300_000;
 /// in flight at once on the client's connection; nothing for none.
 pub(crate) async fn stage(client: &Client, staged: Vec<(String, Bytes)>, queue: &str) -> Result<(), Error> {
     let sets = staged.into_iter().map(|(key, value)| {
-        client.set::<(), _, _>(
-            key,
-            Value::Bytes(value),
-            Some(Expiration::PX(STAGE_TTL_MS)),
-            None,
-            false,
-        )
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        nodes::on_slot(client, slot, move |node| {
+            let (key, value) = (key.clone(), value.clone());
+            async move {
+                node.set::<(), _, _>(key, Value::Bytes(value), Some(Expiration::PX(STAGE_TTL_MS)), None, false)
+                    .await
+            }
+        })
     });
     futures::future::try_join_all(sets)
         .await

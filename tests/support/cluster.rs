@@ -461,8 +461,11 @@ impl RedisCluster {
 
 /// A cluster node: cluster mode on, its `nodes.conf` in its own dir,
 /// `cluster-node-timeout` of `timeout_ms`, an explicit bus port (the
-/// default, port + 10000, may not exist), and a full sync to a replica
-/// started at once (by default a primary waits 5 s for more replicas).
+/// default, port + 10000, may not exist), a full sync to a replica
+/// started at once (by default a primary waits 5 s for more replicas),
+/// and `cluster-require-full-coverage no`, as docs/scaling.md advises: the
+/// primaries that stay up serve their slots while another one's replica
+/// is not promoted yet.
 fn node_options(timeout_ms: u32) -> ServerOptions {
     ServerOptions {
         extra_args: [
@@ -476,6 +479,8 @@ fn node_options(timeout_ms: u32) -> ServerOptions {
             &timeout_ms.to_string(),
             "--cluster-port",
             &free_port().to_string(),
+            "--cluster-require-full-coverage",
+            "no",
         ]
         .map(String::from)
         .to_vec(),
