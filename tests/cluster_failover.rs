@@ -25,7 +25,7 @@ use delayqueue::fred::util::redis_keyslot;
 use delayqueue::{Durability, MessageId};
 use helpers::failover::{longest_gap_after, run_on, Lane};
 use support::cluster::RedisCluster;
-use support::WAIT;
+use support::{wait_for, WAIT};
 
 /// Primaries of the test cluster, each with one replica.
 const PRIMARIES: usize = 3;
@@ -228,8 +228,18 @@ async fn healthy_primaries_run(fault: Fault) {
     let mut lanes = Vec::new();
     for (i, node) in primaries.iter().enumerate() {
         let name: &'static str = cluster.queue_on(*node, &format!("on{i}-")).leak();
-        lanes.push(Lane::start(name, client.clone(), Durability::Memory, |b| b).await);
+        // The default fetch interval: an idle consumer sleeps until a
+        // wake-up (or its probe, 30 s on), so the wake-ups must go on.
+        let lane = Lane::start(name, client.clone(), Durability::Memory, |b| {
+            b.fetch_interval(Duration::from_secs(1))
+        });
+        lanes.push(lane.await);
     }
+    let quiet_name: &'static str = cluster.queue_on(primaries[1], "quiet-").leak();
+    let quiet = Lane::start(quiet_name, client.clone(), Durability::Memory, |b| {
+        b.fetch_interval(Duration::from_secs(1))
+    })
+    .await;
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     for lane in &mut lanes {
@@ -241,6 +251,11 @@ async fn healthy_primaries_run(fault: Fault) {
         Fault::Killed => cluster.kill(victim),
         Fault::Stopped => cluster.node(victim).signal("STOP"),
     }
+    // A message sent to an idle queue on a healthy primary during the
+    // failover: its consumer sleeps until the wake-up comes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let woken_sent = started.elapsed();
+    quiet.queue.send("woken").id("woken").await.unwrap();
     let slot = RedisCluster::slot_of(&format!("dq:{{{}}}:pending", lanes[0].name));
     cluster.wait_failover(victim, slot, 2 * WAIT).await;
     let promoted_at = started.elapsed();
@@ -248,6 +263,11 @@ async fn healthy_primaries_run(fault: Fault) {
     run_on(&lanes, &stop).await;
 
     let run_start = Instant::now() - started.elapsed();
+    wait_for(WAIT, || async { !quiet.log.is_empty() }).await;
+    let woken = quiet.log.snapshot()[0].2 - run_start - woken_sent;
+    println!("{fault:?}: a message sent to an idle queue on a healthy primary 300 ms after the fault was delivered {woken:?} later");
+    assert!(woken <= HEALTHY_GAP, "the idle queue's message waited {woken:?}");
+    quiet.consumer.shutdown().await.unwrap();
     for (i, mut lane) in lanes.into_iter().enumerate() {
         let (sent, lost) = lane.settle().await;
         let deliveries = lane.log.snapshot().iter().map(|d| d.2 - run_start).collect();

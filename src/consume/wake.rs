@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::aborts;
+use crate::store::nodes;
 
 /// How long start-up waits for the connection and the subscription.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,7 +51,11 @@ pub(crate) struct Hub {
 type Route = (u64, mpsc::UnboundedSender<Instant>);
 
 struct Inner {
-    sub: Client,
+    /// The client the consumers were given.
+    origin: Client,
+    /// The subscribed connection: on a cluster, to one primary, replaced
+    /// when that one fails (`store::nodes`).
+    sub: Mutex<Client>,
     /// Channel -> the loops listening on it.
     routes: Mutex<HashMap<String, Vec<Route>>>,
     /// Held while subscribing or unsubscribing, so an unsubscribe never
@@ -58,6 +63,17 @@ struct Inner {
     changes: tokio::sync::Mutex<()>,
     /// Numbers the listeners.
     next: Mutex<u64>,
+}
+
+impl Inner {
+    fn sub(&self) -> Client {
+        self.sub.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every channel listened on.
+    fn channels(&self) -> Vec<String> {
+        self.routes.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+    }
 }
 
 impl Drop for Hub {
@@ -122,7 +138,7 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc:
     let mut subscribed = true;
     if !new.is_empty() {
         let _changing = inner.changes.lock().await;
-        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, inner.sub.subscribe(new)).await {
+        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, inner.sub().subscribe(new)).await {
             Ok(Ok(())) => {}
             failed => {
                 subscribed = false;
@@ -162,7 +178,10 @@ async fn hub_of(client: &Client) -> Result<Arc<Hub>, String> {
         return Ok(hub);
     }
     // A subscribed connection serves nothing else: a connection of its own.
-    let sub = client.clone_new();
+    let (sub, node) = match nodes::subscriber(client).await {
+        Some(node) => (node.client.clone(), Some(node)),
+        None => (client.clone_new(), None),
+    };
     let messages = sub.message_rx();
     match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sub.init()).await {
         Ok(Ok(_)) => {}
@@ -175,13 +194,14 @@ async fn hub_of(client: &Client) -> Result<Arc<Hub>, String> {
         }
     }
     let inner = Arc::new(Inner {
-        sub,
+        origin: client.clone(),
+        sub: Mutex::new(sub),
         routes: Mutex::default(),
         changes: tokio::sync::Mutex::new(()),
         next: Mutex::new(0),
     });
     let (stop, stopped) = watch::channel(false);
-    tokio::spawn(run(inner.clone(), messages, stopped));
+    tokio::spawn(run(inner.clone(), messages, node, stopped));
     let hub = Arc::new(Hub { inner, stop });
     hubs.push((client.id().to_string(), Arc::downgrade(&hub)));
     Ok(hub)
@@ -220,7 +240,7 @@ impl Drop for Wakes {
                     left.into_iter().filter(|c| !routes.contains_key(c)).collect()
                 };
                 if !left.is_empty() {
-                    if let Err(e) = inner.sub.unsubscribe(left).await {
+                    if let Err(e) = inner.sub().unsubscribe(left).await {
                         tracing::debug!(error = %e, "cannot unsubscribe from wake-ups");
                     }
                 }
@@ -229,9 +249,15 @@ impl Drop for Wakes {
     }
 }
 
-/// Routes each message to its channel's listeners until the hub is dropped.
-async fn run(inner: Arc<Inner>, mut messages: broadcast::Receiver<Message>, mut stop: watch::Receiver<bool>) {
-    let mut reconnects = inner.sub.reconnect_rx();
+/// Routes each message to its channel's listeners until the hub is dropped;
+/// on a cluster, moves to another primary when its own fails (`node`).
+async fn run(
+    inner: Arc<Inner>,
+    mut messages: broadcast::Receiver<Message>,
+    mut node: Option<nodes::Subscriber>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut reconnects = inner.sub().reconnect_rx();
     // A loop that has ended no longer listens; the others still do.
     let wake_all = |at: Instant| {
         let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
@@ -264,14 +290,58 @@ async fn run(inner: Arc<Inner>, mut messages: broadcast::Receiver<Message>, mut 
                 // Wake-ups published while disconnected are lost: look now.
                 wake_all(Instant::now());
                 let _changing = inner.changes.lock().await;
-                let channels: Vec<String> = inner.routes.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+                let channels = inner.channels();
                 if !channels.is_empty() {
-                    if let Err(e) = inner.sub.subscribe(channels).await {
+                    if let Err(e) = inner.sub().subscribe(channels).await {
                         tracing::warn!(error = %e, "cannot resubscribe to wake-ups");
+                    }
+                }
+            }
+            _ = moved_off(&mut node) => {
+                let Some(next) = nodes::subscriber(&inner.origin).await else {
+                    // No other primary known: stay, and look again at the next news.
+                    continue;
+                };
+                let _changing = inner.changes.lock().await;
+                let (sub, moved_messages) = (next.client.clone(), next.client.message_rx());
+                let subscribed = async {
+                    sub.init().await?;
+                    let channels = inner.channels();
+                    if !channels.is_empty() {
+                        sub.subscribe(channels).await?;
+                    }
+                    Ok::<_, fred::error::Error>(())
+                };
+                match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
+                    Ok(Ok(())) => {
+                        let old = std::mem::replace(&mut *inner.sub.lock().unwrap_or_else(|e| e.into_inner()), sub);
+                        tokio::spawn(async move {
+                            let _ = old.quit().await;
+                        });
+                        messages = moved_messages;
+                        reconnects = inner.sub().reconnect_rx();
+                        node = Some(next);
+                        // Those published meanwhile may be lost: look now.
+                        wake_all(Instant::now());
+                    }
+                    failed => {
+                        tracing::warn!(error = ?failed, "cannot move the wake-up subscriber to another primary");
+                        tokio::spawn(async move {
+                            let _ = sub.quit().await;
+                        });
                     }
                 }
             }
         }
     }
-    let _ = inner.sub.quit().await;
+    let _ = inner.sub().quit().await;
+}
+
+/// Resolves when the cluster primary the hub subscribes on fails; never
+/// for a hub on another kind of server.
+async fn moved_off(node: &mut Option<nodes::Subscriber>) {
+    match node {
+        Some(node) => node.moved_off().await,
+        None => std::future::pending().await,
+    }
 }

@@ -39,6 +39,9 @@ const POLL_FOR: Duration = Duration::from_secs(3);
 const SLOW: Duration = Duration::from_millis(100);
 /// How long one node may take to answer `CLUSTER SLOTS`.
 const MAP_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often the wake-up subscriber's node is asked whether it answers,
+/// and how long it has to.
+const CHECK: Duration = Duration::from_millis(500);
 /// Pause before a command that met `CLUSTERDOWN` or a lost connection is
 /// sent again.
 const PAUSE: Duration = Duration::from_millis(25);
@@ -60,6 +63,11 @@ pub(crate) struct Nodes {
     epoch: watch::Sender<u64>,
     signals: Arc<Signals>,
     started: std::sync::Once,
+    /// Primaries whose commands waited long or failed, until when; moves
+    /// `news` on, as does every new map.
+    trouble: Mutex<Vec<(String, u16, Instant)>>,
+    /// For the wake-up subscriber ([`subscriber`]).
+    news: watch::Sender<u64>,
 }
 
 struct Signals {
@@ -120,6 +128,8 @@ pub(crate) fn hold(client: &Client) -> Hold {
             poll_until: Mutex::new(Instant::now()),
         }),
         started: std::sync::Once::new(),
+        trouble: Mutex::default(),
+        news: watch::channel(0).0,
     });
     all.push((client.id().to_string(), Arc::downgrade(&nodes)));
     Hold { _nodes: Some(nodes) }
@@ -156,6 +166,99 @@ pub(crate) fn connection(client: &Client, slot: u16) -> Client {
     of(client)
         .and_then(|nodes| nodes.owner(slot).map(|n| n.client))
         .unwrap_or_else(|| client.clone())
+}
+
+/// A connection of its own for the wake-up subscriber of `client`, to a
+/// primary with no trouble seen lately (a cluster passes every `PUBLISH`
+/// to every node, so any one hears every queue), with what tells it when
+/// to move ([`Subscriber::moved_off`]); `None` when `client` is not a
+/// cluster client with held nodes, or no primary is known yet.
+pub(crate) async fn subscriber(client: &Client) -> Option<Subscriber> {
+    let nodes = of(client)?;
+    nodes.start();
+    // The first map is read at start.
+    let mut epoch = nodes.epoch.subscribe();
+    let known = async {
+        while nodes.map().nodes.is_empty() {
+            epoch.changed().await.ok()?;
+        }
+        Some(())
+    };
+    tokio::time::timeout(MAP_TIMEOUT * 4, known).await.ok()??;
+    let map = nodes.map();
+    let node = map.nodes.iter().find(|n| nodes.serving(&n.host, n.port))?;
+    let client = nodes.build(&node.host, node.port)?;
+    let errors = client.error_rx();
+    let check = tokio::spawn(check(Arc::downgrade(&nodes), node.host.clone(), node.port, errors)).abort_handle();
+    Some(Subscriber {
+        news: nodes.news.subscribe(),
+        nodes: Arc::downgrade(&nodes),
+        host: node.host.clone(),
+        port: node.port,
+        client,
+        check,
+    })
+}
+
+/// The wake-up subscriber's connection on a cluster ([`subscriber`]).
+pub(crate) struct Subscriber {
+    pub client: Client,
+    host: String,
+    port: u16,
+    nodes: Weak<Nodes>,
+    news: watch::Receiver<u64>,
+    check: tokio::task::AbortHandle,
+}
+
+impl Subscriber {
+    /// Resolves once its node is no longer a primary, or seemed in
+    /// trouble to a command or to its check ([`check`]): time to subscribe
+    /// elsewhere. Never while the nodes are not held any more.
+    pub(crate) async fn moved_off(&mut self) {
+        loop {
+            if self.news.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            match self.nodes.upgrade() {
+                Some(nodes) if !nodes.serving(&self.host, self.port) => return,
+                Some(_) => {}
+                None => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.check.abort();
+    }
+}
+
+/// Marks the subscriber's node in trouble when its subscribed connection
+/// fails (`errors`), or when the node does not answer a `PING` on its
+/// command connection (no queue may be sending it anything) within
+/// [`CHECK`], asked every [`CHECK`].
+async fn check(nodes: Weak<Nodes>, host: String, port: u16, mut errors: broadcast::Receiver<(fred::error::Error, Option<Server>)>) {
+    let node = || nodes.upgrade().and_then(|n| n.map().nodes.iter().find(|n| n.host == host && n.port == port).cloned());
+    let mut every = tokio::time::interval(CHECK);
+    loop {
+        let answered = tokio::select! {
+            error = errors.recv() => match error {
+                Err(broadcast::error::RecvError::Closed) => return,
+                // An error of the subscribed connection, or several.
+                _ => false,
+            },
+            _ = every.tick() => match node() {
+                Some(node) => matches!(tokio::time::timeout(CHECK, node.client.ping::<Value>(None)).await, Ok(Ok(_))),
+                None => true,
+            },
+        };
+        if !answered {
+            if let (Some(nodes), Some(node)) = (nodes.upgrade(), node()) {
+                nodes.trouble(&node);
+            }
+        }
+    }
 }
 
 /// What changes a durable send's connections: taken before the send, asked
@@ -208,6 +311,30 @@ impl Nodes {
         map.nodes.get(usize::from(i)).cloned()
     }
 
+    /// Marks `node` as in trouble for [`POLL_FOR`] and [kicks](Self::kick).
+    fn trouble(&self, node: &Node) {
+        let until = Instant::now() + POLL_FOR;
+        {
+            let mut trouble = self.trouble.lock().unwrap_or_else(PoisonError::into_inner);
+            trouble.retain(|t| t.2 > Instant::now() && !(t.0 == node.host && t.1 == node.port));
+            trouble.push((node.host.clone(), node.port, until));
+        }
+        self.news.send_modify(|n| *n += 1);
+        self.kick();
+    }
+
+    /// Whether `host:port` is a primary with no trouble seen lately.
+    fn serving(&self, host: &str, port: u16) -> bool {
+        let now = Instant::now();
+        let troubled = self
+            .trouble
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|t| t.0 == host && t.1 == port && t.2 > now);
+        !troubled && self.map().nodes.iter().any(|n| n.host == host && n.port == port)
+    }
+
     /// Wakes the reader of the map and has it poll for [`POLL_FOR`].
     fn kick(&self) {
         *self.signals.poll_until.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now() + POLL_FOR;
@@ -234,7 +361,7 @@ impl Nodes {
                     result = &mut attempt => break Some(result),
                     _ = &mut slow => {
                         // Still waiting: the node may be dead or hung.
-                        self.kick();
+                        self.trouble(&node);
                         slow = Box::pin(tokio::time::sleep(POLL_FOR / 2));
                     }
                     Ok(()) = epoch.changed() => {
@@ -263,7 +390,7 @@ impl Nodes {
                 }
                 "ASK" | "TRYAGAIN" => break,
                 _ if crate::error::connection_failed(&error) => {
-                    self.kick();
+                    self.trouble(&node);
                     tokio::time::sleep(PAUSE).await;
                 }
                 _ => return Err(error),
@@ -350,6 +477,7 @@ impl Nodes {
         *slot = Arc::new(new);
         drop(slot);
         self.epoch.send_modify(|e| *e += 1);
+        self.news.send_modify(|n| *n += 1);
         for client in gone {
             tokio::spawn(async move {
                 let _ = client.quit().await;
@@ -360,6 +488,13 @@ impl Nodes {
     /// A centralized client to one primary, with the cluster client's
     /// settings; connecting in the background (commands wait for it).
     fn connect(&self, host: &str, port: u16) -> Option<Client> {
+        let client = self.build(host, port)?;
+        client.connect();
+        Some(client)
+    }
+
+    /// [`connect`](Self::connect) without connecting.
+    fn build(&self, host: &str, port: u16) -> Option<Client> {
         let mut config = self.cluster.client_config();
         let tls_name = match &config.server {
             ServerConfig::Clustered { hosts, .. } => hosts.iter().find(|s| s.host == host).and_then(tls_server_name),
@@ -375,9 +510,7 @@ impl Nodes {
         if let Some(policy) = self.cluster.client_reconnect_policy() {
             builder.set_policy(policy);
         }
-        let client = builder.build().ok()?;
-        client.connect();
-        Some(client)
+        builder.build().ok()
     }
 
     /// Starts the reader of the map once, from within the runtime.
