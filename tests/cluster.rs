@@ -533,3 +533,48 @@ async fn a_slot_migration_in_the_middle_of_a_flow_loses_nothing() {
     }
     assert_eq!(left(), Vec::<String>::new());
 }
+
+/// What a process holds open on a cluster: beside the client it was given,
+/// one connection per primary for the queues' commands and one subscribed
+/// to wake-ups (docs/scaling.md), whatever the number of queues and
+/// consumers; and none of them once the queues and consumers are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
+    let cluster = RedisCluster::start(PRIMARIES).await;
+    let client = delayqueue::connect(&cluster.url()).await.unwrap();
+    // Connections to every node, this count's own (one per node) included.
+    let connections = || -> usize {
+        (0..cluster.nodes().len())
+            .map(|i| cluster.node(i).raw_command(&["CLIENT", "LIST"]).lines().count())
+            .sum()
+    };
+    let given = connections();
+    let mut running = Vec::new();
+    for node in 0..PRIMARIES {
+        for n in 0..2 {
+            let name = cluster.queue_on(node, &format!("conn{n}-"));
+            let q = DelayQueue::builder(name.as_str(), client.clone())
+                .concurrency(2)
+                .build()
+                .unwrap();
+            let log = Log::default();
+            let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
+            q.send("hello").await.unwrap();
+            running.push((q, log, consumer));
+        }
+    }
+    for (q, log, _) in &running {
+        assert!(wait_until(WAIT, || !log.is_empty()).await, "{}: not delivered", q.name());
+    }
+    let held = connections() - given;
+    println!("{PRIMARIES} primaries, 6 queues and consumers: {held} connections beside the given client's");
+    assert_eq!(held, PRIMARIES + 1, "one per primary and one for wake-ups");
+    for (_, _, consumer) in running.drain(..) {
+        consumer.shutdown().await.unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    while connections() > given {
+        assert!(Instant::now() < deadline, "connections left: {}", connections() - given);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
