@@ -33,10 +33,8 @@ const CLUSTER_COMMAND_ATTEMPTS: u32 = 10;
 ///   Sentinel and on a cluster the backoff stops at 200 ms: each attempt
 ///   asks the sentinels or a node where the primaries are, so the client
 ///   reaches a promoted replica within 200 ms of the promotion rather than
-///   up to a doubled delay later. On a cluster this matters for every
-///   queue: fred 10.1 sends no command to any node while it reconnects, and
-///   it reconnects until the dead primary's replica is promoted (see
-///   docs/scaling.md);
+///   up to a doubled delay later (on a cluster, the queues' own connection
+///   per primary has the same policy; docs/scaling.md);
 /// - a 10 s timeout on every command, so a dead connection surfaces as an
 ///   error instead of a hang;
 /// - a 5 s limit on the first connection: an unreachable Redis is an error;
