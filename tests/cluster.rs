@@ -564,7 +564,11 @@ async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
         }
     }
     for (q, log, _) in &running {
-        assert!(wait_until(WAIT, || !log.is_empty()).await, "{}: not delivered", q.name());
+        assert!(
+            wait_until(WAIT, || !log.is_empty()).await,
+            "{}: not delivered",
+            q.name()
+        );
     }
     let held = connections() - given;
     println!("{PRIMARIES} primaries, 6 queues and consumers: {held} connections beside the given client's");

@@ -72,7 +72,12 @@ impl Inner {
 
     /// Every channel listened on.
     fn channels(&self) -> Vec<String> {
-        self.routes.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 }
 
@@ -178,7 +183,7 @@ async fn hub_of(client: &Client) -> Result<Arc<Hub>, String> {
         return Ok(hub);
     }
     // A subscribed connection serves nothing else: a connection of its own.
-    let (sub, node) = match nodes::subscriber(client).await {
+    let (sub, node) = match nodes::subscriber::subscriber(client).await {
         Some(node) => (node.client.clone(), Some(node)),
         None => (client.clone_new(), None),
     };
@@ -254,7 +259,7 @@ impl Drop for Wakes {
 async fn run(
     inner: Arc<Inner>,
     mut messages: broadcast::Receiver<Message>,
-    mut node: Option<nodes::Subscriber>,
+    mut node: Option<nodes::subscriber::Subscriber>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut reconnects = inner.sub().reconnect_rx();
@@ -298,38 +303,16 @@ async fn run(
                 }
             }
             _ = moved_off(&mut node) => {
-                let Some(next) = nodes::subscriber(&inner.origin).await else {
+                let Some(next) = nodes::subscriber::subscriber(&inner.origin).await else {
                     // No other primary known: stay, and look again at the next news.
                     continue;
                 };
-                let _changing = inner.changes.lock().await;
-                let (sub, moved_messages) = (next.client.clone(), next.client.message_rx());
-                let subscribed = async {
-                    sub.init().await?;
-                    let channels = inner.channels();
-                    if !channels.is_empty() {
-                        sub.subscribe(channels).await?;
-                    }
-                    Ok::<_, fred::error::Error>(())
-                };
-                match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-                    Ok(Ok(())) => {
-                        let old = std::mem::replace(&mut *inner.sub.lock().unwrap_or_else(|e| e.into_inner()), sub);
-                        tokio::spawn(async move {
-                            let _ = old.quit().await;
-                        });
-                        messages = moved_messages;
-                        reconnects = inner.sub().reconnect_rx();
-                        node = Some(next);
-                        // Those published meanwhile may be lost: look now.
-                        wake_all(Instant::now());
-                    }
-                    failed => {
-                        tracing::warn!(error = ?failed, "cannot move the wake-up subscriber to another primary");
-                        tokio::spawn(async move {
-                            let _ = sub.quit().await;
-                        });
-                    }
+                if let Some(moved) = subscribe_on(&inner, &next).await {
+                    messages = moved;
+                    reconnects = inner.sub().reconnect_rx();
+                    node = Some(next);
+                    // Those published meanwhile may be lost: look now.
+                    wake_all(Instant::now());
                 }
             }
         }
@@ -337,9 +320,42 @@ async fn run(
     let _ = inner.sub().quit().await;
 }
 
+/// Subscribes `next` to every channel of the hub and makes it the hub's
+/// connection (closing the old one); returns its messages. `None`, and
+/// nothing changed, when it cannot.
+async fn subscribe_on(inner: &Inner, next: &nodes::subscriber::Subscriber) -> Option<broadcast::Receiver<Message>> {
+    let _changing = inner.changes.lock().await;
+    let (sub, messages) = (next.client.clone(), next.client.message_rx());
+    let subscribed = async {
+        sub.init().await?;
+        let channels = inner.channels();
+        if !channels.is_empty() {
+            sub.subscribe(channels).await?;
+        }
+        Ok::<_, fred::error::Error>(())
+    };
+    let failed = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("no answer within {SUBSCRIBE_TIMEOUT:?}")),
+    };
+    let moved = failed.is_none();
+    let old = match failed {
+        None => std::mem::replace(&mut *inner.sub.lock().unwrap_or_else(|e| e.into_inner()), sub),
+        Some(error) => {
+            tracing::warn!(%error, "cannot move the wake-up subscriber to another primary");
+            sub
+        }
+    };
+    tokio::spawn(async move {
+        let _ = old.quit().await;
+    });
+    moved.then_some(messages)
+}
+
 /// Resolves when the cluster primary the hub subscribes on fails; never
 /// for a hub on another kind of server.
-async fn moved_off(node: &mut Option<nodes::Subscriber>) {
+async fn moved_off(node: &mut Option<nodes::subscriber::Subscriber>) {
     match node {
         Some(node) => node.moved_off().await,
         None => std::future::pending().await,

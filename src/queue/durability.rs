@@ -121,11 +121,14 @@ pub(crate) async fn check_waitaof(
     let mut found = Ok(());
     for k in shards {
         let info: String = nodes::on_slot(client, slot_of(k), |node| async move {
-            node.custom(CustomCommand::new_static("INFO", ClusterHash::Custom(slot_of(k)), false), vec!["server"])
-                .await
+            node.custom(
+                CustomCommand::new_static("INFO", ClusterHash::Custom(slot_of(k)), false),
+                vec!["server"],
+            )
+            .await
         })
         .await
-            .map_err(|e| Error::from_redis(queue, e))?;
+        .map_err(|e| Error::from_redis(queue, e))?;
         if !has_waitaof(&info) {
             found = Err(server_name_of(&info));
             break;
@@ -205,7 +208,10 @@ async fn confirm_shard(client: &Client, queue: &str, durability: &Durability, k:
     };
     let reply: fred::prelude::Value = nodes::connection(client, slot)
         .with_options(&once)
-        .custom(CustomCommand::new_static(command, ClusterHash::Custom(slot), true), args)
+        .custom(
+            CustomCommand::new_static(command, ClusterHash::Custom(slot), true),
+            args,
+        )
         .await
         .map_err(|e| Error::from_redis(queue, e))?;
     // WAIT answers the replicas that have it; WAITAOF [local, replicas].

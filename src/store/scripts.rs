@@ -196,8 +196,14 @@ pub(crate) async fn stage(client: &Client, staged: Vec<(String, Bytes)>, queue: 
         nodes::on_slot(client, slot, move |node| {
             let (key, value) = (key.clone(), value.clone());
             async move {
-                node.set::<(), _, _>(key, Value::Bytes(value), Some(Expiration::PX(STAGE_TTL_MS)), None, false)
-                    .await
+                node.set::<(), _, _>(
+                    key,
+                    Value::Bytes(value),
+                    Some(Expiration::PX(STAGE_TTL_MS)),
+                    None,
+                    false,
+                )
+                .await
             }
         })
     });

@@ -26,9 +26,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use fred::prelude::{Builder, Client, ClientLike, EventInterface, Server, ServerConfig, Value};
-use fred::types::{ClusterHash, CustomCommand};
+use fred::prelude::{Client, ClientLike, EventInterface, Server, ServerConfig};
 use tokio::sync::{broadcast, watch, Notify};
+
+mod map;
+pub(crate) mod subscriber;
+
+use map::{Map, Node, Range};
 
 /// How often the slot map is read while a node is in trouble.
 const POLL: Duration = Duration::from_millis(50);
@@ -37,22 +41,12 @@ const POLL_FOR: Duration = Duration::from_secs(3);
 /// A command waiting this long on its node is a sign of trouble: the map
 /// is polled (again) while it waits.
 const SLOW: Duration = Duration::from_millis(100);
-/// How long one node may take to answer `CLUSTER SLOTS`.
-const MAP_TIMEOUT: Duration = Duration::from_millis(500);
-/// How often the wake-up subscriber's node is asked whether it answers,
-/// and how long it has to.
-const CHECK: Duration = Duration::from_millis(500);
 /// Pause before a command that met `CLUSTERDOWN` or a lost connection is
 /// sent again.
 const PAUSE: Duration = Duration::from_millis(25);
 /// How long a command is followed from node to node when the client sets
 /// no command timeout.
 const UNTIMED: Duration = Duration::from_secs(10);
-/// Slots of a Redis Cluster.
-const SLOTS: usize = 16_384;
-/// No primary known for a slot.
-const NONE: u16 = u16::MAX;
-
 /// The primaries of one cluster client and which slots each owns.
 pub(crate) struct Nodes {
     /// The caller's cluster client.
@@ -75,21 +69,6 @@ struct Signals {
     kick: Notify,
     /// Until when the map is polled.
     poll_until: Mutex<Instant>,
-}
-
-/// Which primary owns each slot.
-#[derive(Default)]
-struct Map {
-    /// Per slot, the index of its primary in `nodes`, or [`NONE`].
-    owners: Vec<u16>,
-    nodes: Vec<Node>,
-}
-
-#[derive(Clone)]
-struct Node {
-    host: String,
-    port: u16,
-    client: Client,
 }
 
 /// Keeps the [`Nodes`] of a cluster client alive: a queue handle, a
@@ -116,7 +95,11 @@ pub(crate) fn hold(client: &Client) -> Hold {
     }
     let mut all = ALL.lock().unwrap_or_else(PoisonError::into_inner);
     all.retain(|(_, n)| n.strong_count() > 0);
-    if let Some(nodes) = all.iter().find(|(id, _)| id == client.id()).and_then(|(_, n)| n.upgrade()) {
+    if let Some(nodes) = all
+        .iter()
+        .find(|(id, _)| id == client.id())
+        .and_then(|(_, n)| n.upgrade())
+    {
         return Hold { _nodes: Some(nodes) };
     }
     let nodes = Arc::new(Nodes {
@@ -141,7 +124,9 @@ fn of(client: &Client) -> Option<Arc<Nodes>> {
         return None;
     }
     let all = ALL.lock().unwrap_or_else(PoisonError::into_inner);
-    all.iter().find(|(id, _)| id == client.id()).and_then(|(_, n)| n.upgrade())
+    all.iter()
+        .find(|(id, _)| id == client.id())
+        .and_then(|(_, n)| n.upgrade())
 }
 
 /// Runs `call` on the connection that serves `slot`: the primary that owns
@@ -166,99 +151,6 @@ pub(crate) fn connection(client: &Client, slot: u16) -> Client {
     of(client)
         .and_then(|nodes| nodes.owner(slot).map(|n| n.client))
         .unwrap_or_else(|| client.clone())
-}
-
-/// A connection of its own for the wake-up subscriber of `client`, to a
-/// primary with no trouble seen lately (a cluster passes every `PUBLISH`
-/// to every node, so any one hears every queue), with what tells it when
-/// to move ([`Subscriber::moved_off`]); `None` when `client` is not a
-/// cluster client with held nodes, or no primary is known yet.
-pub(crate) async fn subscriber(client: &Client) -> Option<Subscriber> {
-    let nodes = of(client)?;
-    nodes.start();
-    // The first map is read at start.
-    let mut epoch = nodes.epoch.subscribe();
-    let known = async {
-        while nodes.map().nodes.is_empty() {
-            epoch.changed().await.ok()?;
-        }
-        Some(())
-    };
-    tokio::time::timeout(MAP_TIMEOUT * 4, known).await.ok()??;
-    let map = nodes.map();
-    let node = map.nodes.iter().find(|n| nodes.serving(&n.host, n.port))?;
-    let client = nodes.build(&node.host, node.port)?;
-    let errors = client.error_rx();
-    let check = tokio::spawn(check(Arc::downgrade(&nodes), node.host.clone(), node.port, errors)).abort_handle();
-    Some(Subscriber {
-        news: nodes.news.subscribe(),
-        nodes: Arc::downgrade(&nodes),
-        host: node.host.clone(),
-        port: node.port,
-        client,
-        check,
-    })
-}
-
-/// The wake-up subscriber's connection on a cluster ([`subscriber`]).
-pub(crate) struct Subscriber {
-    pub client: Client,
-    host: String,
-    port: u16,
-    nodes: Weak<Nodes>,
-    news: watch::Receiver<u64>,
-    check: tokio::task::AbortHandle,
-}
-
-impl Subscriber {
-    /// Resolves once its node is no longer a primary, or seemed in
-    /// trouble to a command or to its check ([`check`]): time to subscribe
-    /// elsewhere. Never while the nodes are not held any more.
-    pub(crate) async fn moved_off(&mut self) {
-        loop {
-            if self.news.changed().await.is_err() {
-                return std::future::pending().await;
-            }
-            match self.nodes.upgrade() {
-                Some(nodes) if !nodes.serving(&self.host, self.port) => return,
-                Some(_) => {}
-                None => return std::future::pending().await,
-            }
-        }
-    }
-}
-
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        self.check.abort();
-    }
-}
-
-/// Marks the subscriber's node in trouble when its subscribed connection
-/// fails (`errors`), or when the node does not answer a `PING` on its
-/// command connection (no queue may be sending it anything) within
-/// [`CHECK`], asked every [`CHECK`].
-async fn check(nodes: Weak<Nodes>, host: String, port: u16, mut errors: broadcast::Receiver<(fred::error::Error, Option<Server>)>) {
-    let node = || nodes.upgrade().and_then(|n| n.map().nodes.iter().find(|n| n.host == host && n.port == port).cloned());
-    let mut every = tokio::time::interval(CHECK);
-    loop {
-        let answered = tokio::select! {
-            error = errors.recv() => match error {
-                Err(broadcast::error::RecvError::Closed) => return,
-                // An error of the subscribed connection, or several.
-                _ => false,
-            },
-            _ = every.tick() => match node() {
-                Some(node) => matches!(tokio::time::timeout(CHECK, node.client.ping::<Value>(None)).await, Ok(Ok(_))),
-                None => true,
-            },
-        };
-        if !answered {
-            if let (Some(nodes), Some(node)) = (nodes.upgrade(), node()) {
-                nodes.trouble(&node);
-            }
-        }
-    }
 }
 
 /// What changes a durable send's connections: taken before the send, asked
@@ -288,7 +180,9 @@ impl Watch {
     /// receiver that lagged missed some: they did).
     pub(crate) fn changed(&mut self) -> bool {
         use broadcast::error::TryRecvError;
-        let again = |rx: &mut broadcast::Receiver<Server>| !matches!(rx.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed));
+        let again = |rx: &mut broadcast::Receiver<Server>| {
+            !matches!(rx.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed))
+        };
         let mut changed = again(&mut self.client);
         if let Some((epoch, rx)) = &mut self.nodes {
             changed |= epoch.has_changed().unwrap_or(false);
@@ -306,9 +200,7 @@ impl Nodes {
     }
 
     fn owner(&self, slot: u16) -> Option<Node> {
-        let map = self.map();
-        let i = *map.owners.get(usize::from(slot))?;
-        map.nodes.get(usize::from(i)).cloned()
+        self.map().owner(usize::from(slot)).cloned()
     }
 
     /// Marks `node` as in trouble for [`POLL_FOR`] and [kicks](Self::kick).
@@ -351,7 +243,12 @@ impl Nodes {
         let timeout = self.cluster.perf_config().default_command_timeout;
         let deadline = Instant::now() + if timeout.is_zero() { UNTIMED } else { timeout };
         while Instant::now() < deadline {
-            let Some(node) = self.owner(slot) else { break };
+            let Some(node) = self.owner(slot) else {
+                // No map yet, or the slot has no primary in it: fred's
+                // cluster client, which `connection` names too, so a
+                // `WAIT` after this counts it (a new map moves the epoch).
+                return call(self.cluster.clone()).await;
+            };
             let mut epoch = self.epoch.subscribe();
             let attempt = call(node.client.clone());
             tokio::pin!(attempt);
@@ -376,7 +273,10 @@ impl Nodes {
                 Some(Ok(reply)) => return Ok(reply),
                 Some(Err(e)) => e,
             };
-            if self.owner(slot).is_none_or(|n| n.host != node.host || n.port != node.port) {
+            if self
+                .owner(slot)
+                .is_none_or(|n| n.host != node.host || n.port != node.port)
+            {
                 // Its connection was closed as it left the map.
                 continue;
             }
@@ -406,111 +306,39 @@ impl Nodes {
     fn moved(&self, slot: u16, details: &str) {
         let target = details.split(' ').nth(2).and_then(|a| a.rsplit_once(':'));
         if let Some((host, port)) = target.and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?))) {
-            let mut ranges = self.ranges();
-            ranges.retain(|r| !(r.0 <= slot && slot <= r.1));
+            let mut ranges = self.map().ranges();
             ranges.push((slot, slot, host, port));
             self.install(ranges);
         }
         self.kick();
     }
 
-    /// The map as ranges of slots and their primary.
-    fn ranges(&self) -> Vec<(u16, u16, String, u16)> {
-        let map = self.map();
-        let mut out: Vec<(u16, u16, String, u16)> = Vec::new();
-        for (slot, &i) in map.owners.iter().enumerate() {
-            let Some(node) = map.nodes.get(usize::from(i)) else { continue };
-            match out.last_mut() {
-                Some(last) if usize::from(last.1) + 1 == slot && last.2 == node.host && last.3 == node.port => {
-                    last.1 = slot as u16
-                }
-                _ => out.push((slot as u16, slot as u16, node.host.clone(), node.port)),
-            }
-        }
-        out
-    }
-
-    /// Makes `ranges` the map (later ranges win), with a connection per
-    /// primary (kept from the old map where it was one already); moves
-    /// the epoch on when an owner changed.
-    fn install(&self, ranges: Vec<(u16, u16, String, u16)>) {
-        let mut slot = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let old = slot.clone();
-        let mut nodes: Vec<Node> = Vec::new();
-        let mut owners = vec![NONE; SLOTS];
-        for (start, end, host, port) in ranges {
-            let i = match nodes.iter().position(|n| n.host == host && n.port == port) {
-                Some(i) => i,
-                None => {
-                    let kept = old.nodes.iter().find(|n| n.host == host && n.port == port).cloned();
-                    let connected = || {
-                        self.connect(&host, port).map(|client| Node {
-                            host: host.clone(),
-                            port,
-                            client,
-                        })
-                    };
-                    let Some(node) = kept.or_else(connected) else { continue };
-                    nodes.push(node);
-                    nodes.len() - 1
-                }
-            };
-            for s in usize::from(start)..=usize::from(end).min(SLOTS - 1) {
-                owners[s] = i as u16;
-            }
-        }
-        let same = |a: &Map, b: &Map, s: usize| {
-            let node = |m: &Map| m.nodes.get(usize::from(m.owners.get(s).copied().unwrap_or(NONE))).map(|n| (n.host.clone(), n.port));
-            node(a) == node(b)
-        };
-        let new = Map { owners, nodes };
-        let changed = !(0..SLOTS).all(|s| same(&old, &new, s));
-        if !changed {
+    /// Makes `ranges` the map, and moves the epoch on, when a slot's
+    /// primary changed; closes the connections of nodes no longer primaries.
+    fn install(&self, ranges: Vec<Range>) {
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = Map::new(ranges, &map, |host, port| self.connect(host, port));
+        if !map.differs(&new) {
             return;
         }
-        let gone: Vec<Client> = old
-            .nodes
-            .iter()
-            .filter(|o| !new.nodes.iter().any(|n| n.host == o.host && n.port == o.port))
-            .map(|o| o.client.clone())
-            .collect();
-        *slot = Arc::new(new);
-        drop(slot);
+        let left = map.left(&new);
+        *map = Arc::new(new);
+        drop(map);
         self.epoch.send_modify(|e| *e += 1);
         self.news.send_modify(|n| *n += 1);
-        for client in gone {
+        for client in left {
             tokio::spawn(async move {
                 let _ = client.quit().await;
             });
         }
     }
 
-    /// A centralized client to one primary, with the cluster client's
-    /// settings; connecting in the background (commands wait for it).
+    /// A connection to one primary, connecting in the background
+    /// (commands wait for it).
     fn connect(&self, host: &str, port: u16) -> Option<Client> {
-        let client = self.build(host, port)?;
+        let client = map::client_for(&self.cluster, host, port)?;
         client.connect();
         Some(client)
-    }
-
-    /// [`connect`](Self::connect) without connecting.
-    fn build(&self, host: &str, port: u16) -> Option<Client> {
-        let mut config = self.cluster.client_config();
-        let tls_name = match &config.server {
-            ServerConfig::Clustered { hosts, .. } => hosts.iter().find(|s| s.host == host).and_then(tls_server_name),
-            _ => None,
-        };
-        config.server = ServerConfig::Centralized {
-            server: server(host, port, tls_name),
-        };
-        let mut builder = Builder::from_config(config);
-        builder
-            .set_connection_config(self.cluster.connection_config().clone())
-            .set_performance_config(self.cluster.perf_config());
-        if let Some(policy) = self.cluster.client_reconnect_policy() {
-            builder.set_policy(policy);
-        }
-        builder.build().ok()
     }
 
     /// Starts the reader of the map once, from within the runtime.
@@ -526,8 +354,12 @@ impl Nodes {
     /// Reads `CLUSTER SLOTS` from every primary at once (from the cluster
     /// client before any is known), installs the first answer.
     async fn refresh(&self) {
-        let map = self.map();
-        let mut asked: Vec<(Client, String)> = map.nodes.iter().map(|n| (n.client.clone(), n.host.clone())).collect();
+        let mut asked: Vec<(Client, String)> = self
+            .map()
+            .nodes
+            .iter()
+            .map(|n| (n.client.clone(), n.host.clone()))
+            .collect();
         if asked.is_empty() {
             let host = match &self.cluster.client_config().server {
                 ServerConfig::Clustered { hosts, .. } => hosts.first().map(|s| s.host.to_string()),
@@ -535,15 +367,9 @@ impl Nodes {
             };
             asked.push((self.cluster.clone(), host.unwrap_or_default()));
         }
-        let reads = asked.into_iter().map(|(client, host)| {
-            Box::pin(async move {
-                let command = CustomCommand::new_static("CLUSTER", ClusterHash::Random, false);
-                match tokio::time::timeout(MAP_TIMEOUT, client.custom::<Value, _>(command, vec!["SLOTS"])).await {
-                    Ok(Ok(reply)) => parse_slots(reply, &host).ok_or(()),
-                    _ => Err(()),
-                }
-            })
-        });
+        let reads = asked
+            .into_iter()
+            .map(|(client, host)| Box::pin(map::read(client, host)));
         if let Ok((ranges, _)) = futures::future::select_ok(reads).await {
             self.install(ranges);
         }
@@ -579,42 +405,4 @@ async fn read_map(nodes: Weak<Nodes>, signals: Arc<Signals>) {
             signals.kick.notified().await;
         }
     }
-}
-
-/// The ranges of a `CLUSTER SLOTS` reply with their primary's address (an
-/// empty host is the one of the node asked).
-fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, String, u16)>> {
-    let Value::Array(ranges) = reply else { return None };
-    let mut out = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        let Value::Array(range) = range else { return None };
-        let start = u16::try_from(range.first()?.as_i64()?).ok()?;
-        let end = u16::try_from(range.get(1)?.as_i64()?).ok()?;
-        let Value::Array(primary) = range.get(2)? else { return None };
-        let host = primary.first()?.as_string()?;
-        let port = u16::try_from(primary.get(1)?.as_i64()?).ok()?;
-        let host = if host.is_empty() || host == "?" { asked.to_string() } else { host };
-        out.push((start, end, host, port));
-    }
-    Some(out)
-}
-
-#[cfg(feature = "tls")]
-fn tls_server_name(server: &Server) -> Option<String> {
-    server.tls_server_name.as_ref().map(|s| s.to_string())
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_server_name(_: &Server) -> Option<String> {
-    None
-}
-
-#[cfg(feature = "tls")]
-fn server(host: &str, port: u16, tls_name: Option<String>) -> Server {
-    Server::new_with_tls(host.to_string(), port, tls_name)
-}
-
-#[cfg(not(feature = "tls"))]
-fn server(host: &str, port: u16, _: Option<String>) -> Server {
-    Server::new(host.to_string(), port)
 }
