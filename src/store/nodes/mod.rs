@@ -39,14 +39,21 @@ const POLL: Duration = Duration::from_millis(50);
 /// How long the map is polled after the last sign of trouble.
 const POLL_FOR: Duration = Duration::from_secs(3);
 /// A command waiting this long on its node is a sign of trouble: the map
-/// is polled (again) while it waits.
+/// is polled while it waits.
 const SLOW: Duration = Duration::from_millis(100);
+/// A command waiting this long marks its node in trouble: the wake-up
+/// subscriber leaves it (as when it does not answer a `PING` this soon).
+const STUCK: Duration = Duration::from_millis(500);
 /// Pause before a command that met `CLUSTERDOWN` or a lost connection is
 /// sent again.
 const PAUSE: Duration = Duration::from_millis(25);
 /// How long a command is followed from node to node when the client sets
 /// no command timeout.
 const UNTIMED: Duration = Duration::from_secs(10);
+/// `MOVED` replies followed per command before it goes to the given
+/// client (fred's own limit is 5).
+const REDIRECTS: usize = 5;
+
 /// The primaries of one cluster client and which slots each owns.
 pub(crate) struct Nodes {
     /// The caller's cluster client.
@@ -71,8 +78,8 @@ struct Signals {
     poll_until: Mutex<Instant>,
 }
 
-/// Keeps the [`Nodes`] of a cluster client alive: a queue handle, a
-/// consumer and a heartbeat each hold one. Nothing for other clients.
+/// Keeps the [`Nodes`] of a cluster client alive: a queue handle and a
+/// consumer each hold one. Nothing for other clients.
 #[derive(Clone, Default)]
 pub(crate) struct Hold {
     _nodes: Option<Arc<Nodes>>,
@@ -242,6 +249,7 @@ impl Nodes {
         // As long as a command may wait in fred's buffer.
         let timeout = self.cluster.perf_config().default_command_timeout;
         let deadline = Instant::now() + if timeout.is_zero() { UNTIMED } else { timeout };
+        let mut redirects = 0;
         while Instant::now() < deadline {
             let Some(node) = self.owner(slot) else {
                 // No map yet, or the slot has no primary in it: fred's
@@ -252,17 +260,25 @@ impl Nodes {
             let mut epoch = self.epoch.subscribe();
             let attempt = call(node.client.clone());
             tokio::pin!(attempt);
+            let sent = Instant::now();
             let mut slow = Box::pin(tokio::time::sleep(SLOW));
             let outcome = loop {
                 tokio::select! {
                     result = &mut attempt => break Some(result),
                     _ = &mut slow => {
-                        // Still waiting: the node may be dead or hung.
-                        self.trouble(&node);
-                        slow = Box::pin(tokio::time::sleep(POLL_FOR / 2));
+                        // Still waiting: the node may be dead or hung. Read
+                        // the map; past STUCK, tell the wake-up subscriber
+                        // too (a big script can be slow on a sound node).
+                        if sent.elapsed() < STUCK {
+                            self.kick();
+                            slow = Box::pin(tokio::time::sleep(STUCK - SLOW));
+                        } else {
+                            self.trouble(&node);
+                            slow = Box::pin(tokio::time::sleep(POLL_FOR / 2));
+                        }
                     }
                     Ok(()) = epoch.changed() => {
-                        if self.owner(slot).is_none_or(|n| n.host != node.host || n.port != node.port) {
+                        if self.owner(slot).is_none_or(|n| !n.is(&node.host, node.port)) {
                             break None;
                         }
                     }
@@ -273,17 +289,18 @@ impl Nodes {
                 Some(Ok(reply)) => return Ok(reply),
                 Some(Err(e)) => e,
             };
-            if self
-                .owner(slot)
-                .is_none_or(|n| n.host != node.host || n.port != node.port)
-            {
+            if self.owner(slot).is_none_or(|n| !n.is(&node.host, node.port)) {
                 // Its connection was closed as it left the map.
                 continue;
             }
             tracing::debug!(slot, host = node.host, port = node.port, error = %error, "a primary's command failed");
             let details = error.details();
             match details.split(' ').next().unwrap_or_default() {
-                "MOVED" => self.moved(slot, details),
+                "MOVED" if redirects < REDIRECTS => {
+                    redirects += 1;
+                    self.moved(slot, details);
+                }
+                "MOVED" => break,
                 "CLUSTERDOWN" => {
                     self.kick();
                     tokio::time::sleep(PAUSE).await;

@@ -8,11 +8,11 @@ use fred::prelude::{Client, ClientLike, EventInterface, Server, Value};
 use tokio::sync::{broadcast, watch};
 
 use super::map::{self, MAP_TIMEOUT};
-use super::{of, Nodes};
+use super::{of, Nodes, STUCK};
 
-/// How often the wake-up subscriber's node is asked whether it answers,
-/// and how long it has to.
+/// How often the wake-up subscriber's node is asked whether it answers.
 const CHECK: Duration = Duration::from_millis(500);
+
 /// A connection of its own for the wake-up subscriber of `client`, to a
 /// primary with no trouble seen lately (a cluster passes every `PUBLISH`
 /// to every node, so any one hears every queue), with what tells it when
@@ -82,7 +82,7 @@ impl Drop for Subscriber {
 /// Marks the subscriber's node in trouble when its subscribed connection
 /// fails (`errors`), or when the node does not answer a `PING` on its
 /// command connection (no queue may be sending it anything) within
-/// [`CHECK`], asked every [`CHECK`].
+/// [`STUCK`], asked every [`CHECK`].
 async fn check(
     nodes: Weak<Nodes>,
     host: String,
@@ -103,7 +103,7 @@ async fn check(
                 _ => false,
             },
             _ = every.tick() => match node() {
-                Some(node) => matches!(tokio::time::timeout(CHECK, node.client.ping::<Value>(None)).await, Ok(Ok(_))),
+                Some(node) => matches!(tokio::time::timeout(STUCK, node.client.ping::<Value>(None)).await, Ok(Ok(_))),
                 None => true,
             },
         };
