@@ -39,6 +39,11 @@ const HEALTHY_GAP: Duration = Duration::from_millis(750);
 /// sees the promotion, to deliver again (docs/scaling.md: 200 ms, with
 /// slack; the test sees the promotion late by up to its 20 ms poll).
 const RESUMED_WITHIN: Duration = Duration::from_millis(750);
+/// Longest a message sent to an idle queue on a healthy primary during
+/// the failover may wait: its wake-up is lost while the subscriber is on
+/// the failed primary, until it leaves it (a command stuck 500 ms, or a
+/// `PING` every 500 ms unanswered for 500 ms: docs/scaling.md).
+const WOKEN_WITHIN: Duration = Duration::from_millis(1500);
 
 /// One cluster (6 servers) at a time: two at once on a loaded 2-core
 /// machine could stall a node past its 1 s `cluster-node-timeout`.
@@ -266,7 +271,7 @@ async fn healthy_primaries_run(fault: Fault) {
     wait_for(WAIT, || async { !quiet.log.is_empty() }).await;
     let woken = quiet.log.snapshot()[0].2 - run_start - woken_sent;
     println!("{fault:?}: a message sent to an idle queue on a healthy primary 300 ms after the fault was delivered {woken:?} later");
-    assert!(woken <= HEALTHY_GAP, "the idle queue's message waited {woken:?}");
+    assert!(woken <= WOKEN_WITHIN, "the idle queue's message waited {woken:?}");
     quiet.consumer.shutdown().await.unwrap();
     for (i, mut lane) in lanes.into_iter().enumerate() {
         let (sent, lost) = lane.settle().await;
