@@ -102,6 +102,10 @@ async fn failover_run(cut_link_first: bool) -> Vec<(&'static str, usize)> {
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     for lane in &mut lanes {
+        // Due from the kill on through the failover: the producers, one
+        // awaited send at a time, soon wait on a send to the failed shard.
+        lane.schedule(started, Duration::from_millis(1000), Duration::from_millis(7000), 1200)
+            .await;
         lane.produce(started, &stop);
     }
 
@@ -131,9 +135,8 @@ async fn failover_run(cut_link_first: bool) -> Vec<(&'static str, usize)> {
         let acknowledged = sent.acknowledged_ids();
         let duplicates = lane.log.counts().values().filter(|n| **n > 1).count();
         // How long the shards on the primaries that stayed up went without
-        // a delivery, from the kill on: as long as the producers, which
-        // send one message at a time, wait on a send to the failed shard
-        // (the healthy_primaries tests measure the queues themselves).
+        // a delivery, from the kill on (the scheduled messages fall due
+        // throughout).
         let run_start = Instant::now() - started.elapsed();
         let healthy_gap = longest_gap_after(
             lane.log
@@ -173,6 +176,12 @@ async fn failover_run(cut_link_first: bool) -> Vec<(&'static str, usize)> {
         assert!(
             !acknowledged.is_empty() && send_gap.is_some(),
             "{}: no progress after the failover",
+            lane.name
+        );
+        let (gap, _) = healthy_gap.expect("deliveries on the healthy primaries after the kill");
+        assert!(
+            gap <= HEALTHY_GAP,
+            "{}: the healthy primaries' shards waited {gap:?}",
             lane.name
         );
         lane.consumer.shutdown().await.unwrap();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayqueue::fred::clients::Client;
-use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Durability, Error, MessageId};
+use delayqueue::{Consumer, DelayQueue, DelayQueueBuilder, Durability, Error, MessageId, NewMessage};
 use tokio::task::JoinHandle;
 
 use delayqueue_test_support::{wait_for, wait_until, WAIT};
@@ -63,6 +63,30 @@ impl Lane {
             self.producers
                 .push(tokio::spawn(produce(self.queue.clone(), prefix, started, stop.clone())));
         }
+    }
+
+    /// Sends `n` messages `<name>-due-<i>` now, in one batch, due evenly
+    /// from `from` to `to` after `started`: work that falls due during a
+    /// failover whatever the producers are waiting on. Counted with what
+    /// the producers sent.
+    pub async fn schedule(&mut self, started: Instant, from: Duration, to: Duration, n: u32) {
+        let step = (to - from) / n;
+        let ids: Vec<MessageId> = (0..n)
+            .map(|i| MessageId::from(format!("{}-due-{i}", self.name)))
+            .collect();
+        let msgs = ids.iter().zip(0..).map(|(id, i)| {
+            let due = (from + step * i).saturating_sub(started.elapsed());
+            NewMessage::new(id.as_str()).id(id.as_str()).delay(due)
+        });
+        let results = self.queue.send_batch(msgs).await.expect("the scheduled batch");
+        let at = started.elapsed();
+        let mut sent = Sent::default();
+        for (id, result) in ids.into_iter().zip(results) {
+            sent.attempted.insert(id.clone());
+            result.unwrap_or_else(|e| panic!("{}: scheduling {id}: {e}", self.name));
+            sent.acknowledged.push((id, at));
+        }
+        self.producers.push(tokio::spawn(async move { sent }));
     }
 
     /// Waits for the producers, then until every acknowledged message is
