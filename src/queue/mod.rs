@@ -84,7 +84,9 @@ pub(crate) struct Inner {
     pub waitaof_checked: std::sync::Mutex<WaitAofFound>,
     pub config: Config,
     pub client: Client,
-    pub meters: Meters,
+    /// Shared with its consumers: a copy of its keys per consumer would
+    /// cost each idle queue more than all else it holds.
+    pub meters: Arc<Meters>,
     pub events: Events,
 }
 
