@@ -178,8 +178,8 @@ static BEATS_FROM: OnceLock<Instant> = OnceLock::new();
 /// How long from `now` until the first beat of `interval` at least `d`
 /// from now: the idle probes of every queue with that interval due within
 /// one interval go out together, so Redis wakes once for them rather
-/// than once each (on an idle server the wake, not the call, is most of
-/// a probe's cost).
+/// than once each: a lone call costs an idle Redis several times what
+/// one among others does (docs/performance.md, "Idle queues").
 fn on_beat(now: Instant, d: Duration, interval: Duration) -> Duration {
     let from = *BEATS_FROM.get_or_init(|| now);
     let since = (now + d).saturating_duration_since(from).as_nanos();
