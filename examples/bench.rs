@@ -1219,8 +1219,9 @@ fn process_cpu() -> Res<f64> {
 }
 
 /// The cost of `n` empty queues consumed by this process, over a 30 s
-/// window after a warm-up (an idle probe period: each queue's first idle
-/// probe falls in it): Redis commands, script and TYPE calls per
+/// window after a warm-up (each queue's first idle probe falls anywhere
+/// in its idle probe period, so the window holds its share of them, at
+/// the steady state's rate): Redis commands, script and TYPE calls per
 /// second, connections (the client's included), Redis and process CPU,
 /// and resident memory (its growth since before the consumers started);
 /// then, with the rest still idle, one of them: send -> handler start of

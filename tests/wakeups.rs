@@ -98,8 +98,9 @@ async fn wake_ups_resume_after_the_subscriber_connection_is_killed() {
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     let killed = server.raw_command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     assert_eq!(killed, "1", "expected one subscriber connection");
-    // Whether the wake-up is lost (then the 1 s sweep finds it) or arrives
-    // on the resubscribed connection, the message is delivered.
+    // Whether the wake-up is lost (then the probe every loop makes once
+    // resubscribed finds it) or arrives on the resubscribed connection,
+    // the message is delivered.
     tokio::time::sleep(Duration::from_millis(100)).await;
     q.send("after kill").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
@@ -242,7 +243,7 @@ fn commands_run(server: &RedisServer) -> u64 {
 }
 
 /// Once its queue is empty a consumer sleeps until a wake-up, a due time
-/// it knows of, or its idle probe (30 `fetch_interval`s): over a window
+/// it knows of, or its idle probe (300 `fetch_interval`s): over a window
 /// of 20 intervals it makes a few commands at most, where a probe every
 /// interval makes two per interval (the script call and its `EXISTS`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,15 +269,46 @@ async fn an_idle_consumer_makes_almost_no_commands() {
 
 /// A wake-up that never comes (the producer's user may not publish on the
 /// wake-up channel, and its send ignores the refusal) costs at most the
-/// idle probe: the message is still delivered.
+/// idle probe (300 intervals: 6 s here): the message is still delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_whose_wake_up_is_lost_is_found_by_the_idle_probe() {
-    const INTERVAL: Duration = Duration::from_millis(100);
+    const INTERVAL: Duration = Duration::from_millis(20);
     let (server, _client, q) = start_queue("lost", INTERVAL, |b| b).await;
     let log = Log::default();
     let consumer = q.start_consume(acking(&log)).await.unwrap();
     q.send("first").await.unwrap();
     assert!(wait_until(WAIT, || log.len() == 1).await);
+    send_unannounced(&server, "lost", INTERVAL).await;
+    assert!(
+        wait_until(WAIT, || log.len() == 2).await,
+        "the idle probe never found the message"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+/// A wake-up lost while the subscriber connection is up (the producer may
+/// not publish), then a reconnect of that connection: every loop probes
+/// once resubscribed, as wake-ups may have been lost, so the message is
+/// delivered then, long before its idle probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_of_the_subscriber_finds_what_a_lost_wake_up_announced() {
+    let (server, _client, q) = start_queue("relook", SLOW_POLL, |b| b).await;
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    q.send("first").await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await);
+    send_unannounced(&server, "relook", SLOW_POLL).await;
+    assert_eq!(server.raw_command(&["CLIENT", "KILL", "TYPE", "pubsub"]), "1");
+    assert!(
+        wait_until(WAIT, || log.len() == 2).await,
+        "the reconnect did not make the loop look"
+    );
+    consumer.shutdown().await.unwrap();
+}
+
+/// Sends "unannounced" to queue `name` as a user that may not publish on
+/// its wake-up channel: the send succeeds, its wake-up is refused.
+async fn send_unannounced(server: &RedisServer, name: &str, interval: Duration) {
     let user = [
         "ACL",
         "SETUSER",
@@ -289,18 +321,13 @@ async fn a_message_whose_wake_up_is_lost_is_found_by_the_idle_probe() {
     ];
     assert_eq!(server.raw_command(&user), "OK");
     let mute = client_for(&format!("redis://mute:mute-secret@127.0.0.1:{}", server.port())).await;
-    let producer = queue_builder("lost", &mute, INTERVAL).build().unwrap();
+    let producer = queue_builder(name, &mute, interval).build().unwrap();
     producer.send("unannounced").await.unwrap();
+    let log = server.raw_command(&["ACL", "LOG"]);
     assert!(
-        server.raw_command(&["ACL", "LOG"]).contains("dq:{lost}:wake"),
-        "the wake-up was not refused: {}",
-        server.raw_command(&["ACL", "LOG"])
+        log.contains(&format!("dq:{{{name}}}:wake")),
+        "the wake-up was not refused: {log}"
     );
-    assert!(
-        wait_until(WAIT, || log.len() == 2).await,
-        "the idle probe never found the message"
-    );
-    consumer.shutdown().await.unwrap();
 }
 
 /// A message pending before the consumer starts is learned of from its
@@ -349,7 +376,7 @@ async fn an_idle_consumer_takes_back_a_crashed_consumers_message_at_its_leases_e
 
 /// A schedule set on a queue whose consumer idles wakes it: its
 /// scheduler reads the schedule and the first fire is delivered, though
-/// the consumer's next probe (30 `fetch_interval`s) is far beyond the test.
+/// the consumer's next probe (300 `fetch_interval`s) is far beyond the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_set_while_the_consumer_idles_fires() {
     const INTERVAL: Duration = Duration::from_secs(2);

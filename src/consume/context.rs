@@ -24,7 +24,8 @@ pub(crate) struct Context {
     /// with the queue handle).
     pub shards: Arc<[Keys]>,
     pub settings: Settings,
-    pub meters: Meters,
+    /// Its metrics: the queue handle's.
+    pub meters: Arc<Meters>,
     /// Where the queue's events go.
     pub events: Events,
 }

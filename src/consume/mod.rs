@@ -12,7 +12,9 @@
 //! per client for all of them.
 //! The loops share the handler slots and `fetch_limit`, each claiming no
 //! more than its queue's part (by weight or order) and its shard's share
-//! of that while the others have work. The files, one part each:
+//! of that while the others have work. The ack, relay, notes and
+//! scheduler tasks start when first needed, so an idle queue holds its
+//! loop task alone. The files, one part each:
 //!
 //! - `mod.rs`: [`Consumer`], which starts the tasks and shuts them down;
 //! - `context.rs`, `settings.rs`: what the queue handle gives a consumer;
@@ -81,8 +83,10 @@ use state::{Lane, Pool, Shared};
 #[must_use = "dropping a Consumer stops it"]
 pub struct Consumer {
     stop: watch::Sender<bool>,
-    /// Of each queue, its scheduler, then the loop of each shard.
+    /// The loop of each queue and shard.
     tasks: Vec<JoinHandle<()>>,
+    /// Each queue's scheduler, started at its first kick.
+    schedulers: Vec<Arc<Kicks>>,
     /// Each queue's place in its client's wake-up hub.
     listening: Vec<wake::Wakes>,
     /// The queue's name, or how many queues, for logs.
@@ -115,25 +119,18 @@ impl Consumer {
         let pool = Arc::new(Pool::new(concurrency, loops, lanes, strict, stop_rx.clone()));
         let heart = start_heart(&members, &pool, strict);
         let mut tasks = Vec::new();
+        let mut schedulers = Vec::new();
         let mut listening = Vec::new();
         let mut names = Vec::new();
         let mut loops_started = 0;
         for (lane, Member { ctx, handler, .. }) in members.into_iter().enumerate() {
             let ctx = Arc::new(ctx);
             let channels = ctx.shards.iter().map(|k| k.wake.clone()).collect();
-            let (wakes, listener) = wake::listen(&ctx.client, channels).await;
-            // Without wake-ups, polling is all a loop has.
-            let idle_probe = match listener.subscribed() {
-                true => ctx.settings.idle_probe(),
-                false => ctx.settings.fetch_interval,
-            };
+            let (bells, listener) = wake::listen(&ctx.client, channels).await;
             listening.push(listener);
-            let kicks = Arc::new(Kicks::new(ctx.shards.len()));
-            let trigger = scheduler::Trigger::Kicked(kicks.clone());
-            tasks.push(tokio::spawn(scheduler::run(ctx.clone(), trigger, stop_rx.clone())));
-            for (shard, (keys, wakes)) in ctx.shards.iter().zip(wakes).enumerate() {
-                let (acks, acker) = acker::spawn(ctx.clone(), shard);
-                let (notes, notary) = notary::spawn(ctx.clone(), shard);
+            let kicks = Arc::new(Kicks::new(ctx.clone(), stop_rx.clone()));
+            schedulers.push(kicks.clone());
+            for (shard, (keys, bell)) in ctx.shards.iter().zip(bells).enumerate() {
                 let leases = Arc::new(Leases::default());
                 let renewer = ctx
                     .settings
@@ -153,12 +150,11 @@ impl Consumer {
                     claims: Default::default(),
                     handing: Default::default(),
                     paused: Default::default(),
-                    idle_probe,
-                    acks,
-                    notes,
+                    bell,
+                    writers: Default::default(),
                     leases,
                 });
-                tasks.push(tokio::spawn(shard_loop::run(shared, [acker, notary], wakes, renewer)));
+                tasks.push(tokio::spawn(shard_loop::run(shared, renewer)));
                 loops_started += 1;
             }
             match ctx.shards.len() {
@@ -170,6 +166,7 @@ impl Consumer {
         Consumer {
             stop,
             tasks,
+            schedulers,
             listening,
             name: match &names[..] {
                 [one] => one.clone(),
@@ -185,7 +182,10 @@ impl Consumer {
     /// returns once nothing is left claimed by this consumer.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         let _ = self.stop.send(true);
-        for task in std::mem::take(&mut self.tasks) {
+        // The loops first: a probe may start a scheduler until they end.
+        let loops = std::mem::take(&mut self.tasks);
+        let schedulers = std::mem::take(&mut self.schedulers);
+        for task in loops.into_iter().chain(schedulers.iter().filter_map(|k| k.started())) {
             task.await
                 .map_err(|e| Error::Internal(format!("consumer task failed: {e}")))?;
         }

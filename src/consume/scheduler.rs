@@ -1,7 +1,8 @@
 //! The scheduler: keeps the schedules of a queue's shards fed, so that
 //! each schedule's next fire is always stored ahead as a pending message.
-//! Every consumer runs one per queue, which reads a shard's schedules
-//! only when the shard's probe found it has some ([`Kicks`]);
+//! Every consumer runs one per queue, started by the first probe that
+//! finds schedules, which reads a shard's schedules only when the shard's
+//! probe found it has some ([`Kicks`]);
 //! [`Scheduler`] runs one without consuming, which reads every tick.
 //!
 //! Any number of them may run: each fire is sent by `fire.lua`, which
@@ -11,7 +12,7 @@
 //! schedules are read (`read_schedules.lua`, pages of [`PAGE`]) and every fire
 //! up to now + the horizon is sent, planned [`STEPS`] at a time.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,25 +75,53 @@ impl Drop for Scheduler {
 }
 
 /// The shards of a queue whose probe found schedules, for the consumer's
-/// scheduler to read: a shard without schedules costs it nothing.
-#[derive(Debug)]
+/// scheduler to read: a shard without schedules costs it nothing, and a
+/// queue without any holds no scheduler task.
 pub(crate) struct Kicks {
     wanted: Vec<AtomicBool>,
     notify: Notify,
+    task: Mutex<Task>,
+}
+
+impl std::fmt::Debug for Kicks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kicks").field("shards", &self.wanted.len()).finish()
+    }
+}
+
+/// A consumer's scheduler task: what it needs until started, then the task.
+struct Task {
+    unstarted: Option<(Arc<Context>, watch::Receiver<bool>)>,
+    started: Option<JoinHandle<()>>,
 }
 
 impl Kicks {
-    pub(crate) fn new(shards: usize) -> Self {
+    /// For the queue of `ctx`, its scheduler to run until `stop` says so.
+    pub(crate) fn new(ctx: Arc<Context>, stop: watch::Receiver<bool>) -> Self {
         Kicks {
-            wanted: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            wanted: (0..ctx.shards.len()).map(|_| AtomicBool::new(false)).collect(),
             notify: Notify::new(),
+            task: Mutex::new(Task {
+                unstarted: Some((ctx, stop)),
+                started: None,
+            }),
         }
     }
 
-    /// Asks for one pass over `shard`'s schedules.
-    pub(crate) fn kick(&self, shard: usize) {
+    /// Asks for one pass over `shard`'s schedules, starting the scheduler
+    /// task at the first.
+    pub(crate) fn kick(self: &Arc<Self>, shard: usize) {
         self.wanted[shard].store(true, Ordering::Release);
         self.notify.notify_one();
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((ctx, stop)) = task.unstarted.take() {
+            task.started = Some(tokio::spawn(run(ctx, Trigger::Kicked(self.clone()), stop)));
+        }
+    }
+
+    /// The scheduler task, if one was started (once: its waiter takes it).
+    pub(crate) fn started(&self) -> Option<JoinHandle<()>> {
+        self.task.lock().unwrap_or_else(|e| e.into_inner()).started.take()
     }
 }
 

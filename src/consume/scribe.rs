@@ -53,7 +53,7 @@ impl Desk for ShardDesk {
         };
         // The loop has ended (or is ending): so has the delivery. The
         // loop is not kept alive while the note waits.
-        let sent = self.shared.upgrade().map(|s| s.notes.send(Box::new(item)).is_ok());
+        let sent = self.shared.upgrade().map(|s| s.notes().send(Box::new(item)).is_ok());
         if sent != Some(true) {
             return Err(lost());
         }

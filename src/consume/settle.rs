@@ -26,7 +26,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
     } = ended;
     match outcome {
         Outcome::Done(kept) => {
-            let _ = shared.acks.tx.send(Box::new(AckItem {
+            let _ = shared.acks().tx.send(Box::new(AckItem {
                 receipt,
                 kept,
                 _acking: Box::new(Acking::new(shared)),

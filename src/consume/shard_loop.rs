@@ -9,10 +9,9 @@
 //! its ack and notes tasks to send what they were given.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -20,6 +19,7 @@ use super::claim::{claim, claim_capacity, Load};
 use super::promote::promote;
 use super::state::Shared;
 use super::sweep::sweep;
+use super::wake::Rung;
 use crate::store::ops::claim::Held;
 use crate::store::ops::probe::Probe;
 use crate::Error;
@@ -39,6 +39,10 @@ struct Schedule {
     /// global concurrency limit), so a finished delivery brings it forward:
     /// a wake-up meanwhile must not turn that into a sleep until `claim_after`.
     slot_wait: bool,
+    /// Whether the loop has slept until an idle probe yet: the first such
+    /// sleep is anywhere in the idle probe period, so that queues started
+    /// together probe evenly spread from the start.
+    idled: bool,
 }
 
 /// How soon a loop held back by the global concurrency limit claims again,
@@ -47,14 +51,8 @@ struct Schedule {
 const CONCURRENCY_POLL: Duration = Duration::from_millis(20);
 
 /// Runs the loop of `shared`'s shard until the consumer stops, then its
-/// shutdown: `writers` are its ack and notes tasks, `wakes` its wake-ups,
-/// `renewer` its lease renewal task when leases are renewed.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    writers: [JoinHandle<()>; 2],
-    mut wakes: mpsc::UnboundedReceiver<Instant>,
-    renewer: Option<JoinHandle<()>>,
-) {
+/// shutdown: `renewer` is its lease renewal task when leases are renewed.
+pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
     let interval = shared.ctx.settings.fetch_interval;
     let mut stop = shared.pool.stop.clone();
     let now = Instant::now();
@@ -64,6 +62,7 @@ pub(crate) async fn run(
         claim: true,
         claim_after: now,
         slot_wait: false,
+        idled: false,
     };
     let mut failures = 0u32;
     // The pool counts this loop as waiting for work until told otherwise.
@@ -92,7 +91,9 @@ pub(crate) async fn run(
         if at.claim && at.claim_after <= Instant::now() && !on_slot && failures == 0 {
             // Busy claiming: wake-ups that came meanwhile still bring the
             // next promote forward (a message due now behind a backlog).
-            note_wakes(&mut at, interval, std::iter::from_fn(|| wakes.try_recv().ok()));
+            if let Some(rung) = shared.bell.take() {
+                note_wakes(&mut at, interval, rung);
+            }
             continue;
         }
         tokio::select! {
@@ -100,13 +101,11 @@ pub(crate) async fn run(
             _ = tokio::time::sleep_until(until) => {}
             // A finished delivery frees a slot of the global concurrency limit too.
             _ = shared.pool.done[shared.index].notified(), if on_slot => at.claim_after = Instant::now(),
-            Some(due) = wakes.recv() => {
-                note_wakes(&mut at, interval, std::iter::once(due).chain(std::iter::from_fn(|| wakes.try_recv().ok())));
-            }
+            rung = shared.bell.rung() => note_wakes(&mut at, interval, rung),
         }
     }
     shared.publish_waiting(waiting, false);
-    Box::pin(shut_down(shared, writers, renewer)).await;
+    Box::pin(shut_down(shared, renewer)).await;
 }
 
 /// How long the loop backs off after its `failures`-th failed step in a
@@ -127,7 +126,7 @@ fn backed_off(shared: &Shared, e: &Error, failures: u32, interval: Duration) -> 
 
 /// The loop's shutdown: the claim receipt deleted, the deliveries in
 /// flight waited for, then the lease renewal and the acker stopped.
-async fn shut_down(shared: Arc<Shared>, writers: [JoinHandle<()>; 2], renewer: Option<JoinHandle<()>>) {
+async fn shut_down(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
     // Claiming nothing deletes the receipt. Should it replay a request that
     // failed, the replayed deliveries see the stop and are handed back. It
     // expires on its own, so a Redis that does not answer only gets a moment.
@@ -143,6 +142,7 @@ async fn shut_down(shared: Arc<Shared>, writers: [JoinHandle<()>; 2], renewer: O
         renewer.abort();
     }
     let (name, shard) = (shared.name().to_string(), shared.index);
+    let writers = shared.writers.started();
     drop(shared);
     for task in writers {
         let _ = task.await;
@@ -150,16 +150,15 @@ async fn shut_down(shared: Arc<Shared>, writers: [JoinHandle<()>; 2], renewer: O
     tracing::debug!(queue = %name, shard, "shard loop stopped");
 }
 
-/// Brings the next promote forward to each wake-up's due time; one due
-/// now (a retry or a due message) means a claim, either way. The shard is
-/// busy again, so the next probe comes within `interval`.
-fn note_wakes(at: &mut Schedule, interval: Duration, wakes: impl Iterator<Item = Instant>) {
+/// Brings the next promote forward to the wake-ups' earliest due time;
+/// one due now (a retry or a due message) means a claim, either way. The
+/// shard is busy again, so the next probe comes within `interval`, or now
+/// when wake-ups may have been lost.
+fn note_wakes(at: &mut Schedule, interval: Duration, rung: Rung) {
     let now = Instant::now();
-    for due in wakes {
-        at.promote = at.promote.min(due);
-        at.claim |= due <= now;
-        at.stirred(now, interval);
-    }
+    at.promote = at.promote.min(rung.at);
+    at.claim |= rung.at <= now;
+    at.stirred(now, if rung.probe { Duration::ZERO } else { interval });
 }
 
 impl Schedule {
@@ -171,6 +170,25 @@ impl Schedule {
     fn stirred(&mut self, now: Instant, interval: Duration) {
         self.probe = self.probe.min(now + interval);
     }
+}
+
+/// Where the beats of [`on_beat`] count from: the first idle sleep of the process.
+static BEATS_FROM: OnceLock<Instant> = OnceLock::new();
+
+/// How long from `now` until the first beat of `interval` at least `d`
+/// from now: the idle probes of every queue with that interval due within
+/// one interval go out together, so Redis wakes once for them rather
+/// than once each: a lone call costs an idle Redis several times what
+/// one among others does (docs/performance.md, "Idle queues").
+fn on_beat(now: Instant, d: Duration, interval: Duration) -> Duration {
+    let from = *BEATS_FROM.get_or_init(|| now);
+    let since = (now + d).saturating_duration_since(from).as_nanos();
+    let step = interval.as_nanos().max(1);
+    u64::try_from(since.div_ceil(step) * step)
+        .ok()
+        .and_then(|beat| from.checked_add(Duration::from_nanos(beat)))
+        .and_then(|at| at.checked_duration_since(now))
+        .unwrap_or(d)
 }
 
 /// The probe of [`step`]: one read-only call says which steps have work,
@@ -203,8 +221,17 @@ async fn probe(shared: &Arc<Shared>, at: &mut Schedule, now: Instant) -> Result<
     let busy = swept || probed.claim || probed.schedules || probed.relay;
     let poll = if busy {
         interval
+    } else if !shared.bell.subscribed() {
+        // Without wake-ups, polling is all a loop has.
+        interval
     } else {
-        shared.idle_probe.mul_f64(1.0 - 0.2 * fastrand::f64())
+        let spread = if at.idled {
+            1.0 - 0.2 * fastrand::f64()
+        } else {
+            at.idled = true;
+            fastrand::f64()
+        };
+        on_beat(now, ctx.settings.idle_probe().mul_f64(spread), interval)
     };
     at.probe = now + probed.sweep.filter(|d| !d.is_zero()).map_or(poll, |d| d.min(poll));
     at.promote = probed.next_due.map_or(at.probe, |d| now + d);
@@ -216,7 +243,7 @@ async fn probe(shared: &Arc<Shared>, at: &mut Schedule, now: Instant) -> Result<
         // Completions an acker left behind (it crashed, or its relay
         // failed), and cancelled parents' children (docs/workflows.md):
         // the relay task runs it, beside the loop.
-        let _ = shared.acks.relay.try_send(());
+        let _ = shared.acks().relay.try_send(());
     }
     Ok(())
 }
@@ -279,4 +306,26 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_probes_due_within_one_interval_fall_on_the_same_beat() {
+        let interval = Duration::from_millis(100);
+        let now = Instant::now();
+        let beat = on_beat(now, Duration::from_secs(1), interval);
+        assert!(beat >= Duration::from_secs(1) && beat < Duration::from_secs(1) + interval);
+        for d in [beat - Duration::from_millis(99), beat - Duration::from_millis(50), beat] {
+            assert_eq!(on_beat(now, d, interval), beat, "{d:?} falls on the same beat");
+        }
+        let later = now + Duration::from_millis(37);
+        assert_eq!(
+            later + on_beat(later, beat - Duration::from_millis(37), interval),
+            now + beat
+        );
+        assert_eq!(on_beat(now, beat + Duration::from_millis(1), interval), beat + interval);
+    }
 }

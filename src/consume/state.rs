@@ -5,17 +5,19 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::task::JoinHandle;
 
-use super::acker::Acks;
+use super::acker::{self, Acks};
 use super::context::Context;
 use super::heartbeat::Running;
 use super::lease::Leases;
-use super::notary::NoteItem;
+use super::notary::{self, NoteItem};
 use super::scheduler::Kicks;
+use super::wake::Bell;
 use crate::store::{Keys, Shard};
 use crate::Handler;
 
@@ -279,21 +281,55 @@ pub(crate) struct Shared {
     pub claims: AtomicU64,
     /// Whether the last claim found the queue paused.
     pub paused: AtomicBool,
-    /// The longest an idle shard's loop sleeps between probes: the
-    /// settings' `idle_probe` when wake-ups reach this consumer, else
-    /// `fetch_interval`.
-    pub idle_probe: Duration,
-    /// Its ack task: where acks go, how many may wait, the relay's lock.
-    pub acks: Acks,
-    /// Its notes task: where handlers' progress and log lines go.
-    pub notes: mpsc::UnboundedSender<Box<NoteItem>>,
+    /// Its wake-ups, and whether they reach it.
+    pub bell: Arc<Bell>,
+    /// Its ack and notes tasks, started when first needed.
+    pub writers: Writers,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     pub leases: Arc<Leases>,
     /// The task handing the last claim's deliveries to their tasks.
     pub handing: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// A loop's ack task (with its relay task) and its notes task, each
+/// started at its first use: a loop that never claims (an idle queue's)
+/// holds neither task nor channel.
+#[derive(Default)]
+pub(crate) struct Writers {
+    acks: OnceLock<Acks>,
+    notes: OnceLock<mpsc::UnboundedSender<Box<NoteItem>>>,
+    /// The tasks started, for the loop's shutdown to wait for.
+    started: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Writers {
+    fn start<T>(&self, (sender, task): (T, JoinHandle<()>)) -> T {
+        self.started.lock().unwrap_or_else(PoisonError::into_inner).push(task);
+        sender
+    }
+
+    /// The tasks started so far; they end once their loop's [`Shared`]
+    /// is dropped (their senders with it) and they sent what they were given.
+    pub(crate) fn started(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut *self.started.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 impl Shared {
+    /// Its ack task: where acks go, and its relay task's trigger.
+    pub(crate) fn acks(&self) -> &Acks {
+        let w = &self.writers;
+        w.acks
+            .get_or_init(|| w.start(acker::spawn(self.ctx.clone(), self.shard)))
+    }
+
+    /// Its notes task: where handlers' progress and log lines go.
+    pub(crate) fn notes(&self) -> &mpsc::UnboundedSender<Box<NoteItem>> {
+        let w = &self.writers;
+        w.notes
+            .get_or_init(|| w.start(notary::spawn(self.ctx.clone(), self.shard)))
+    }
+
     /// The keys of this loop's shard.
     pub(crate) fn keys(&self) -> &Keys {
         &self.ctx.shards[self.shard]

@@ -10,11 +10,11 @@
 //! signal on the same channel (`aborts.rs`) goes to the running handler
 //! it names instead.
 //! An idle consumer sleeps until one comes, but still probes at its idle
-//! probe (at most 30 `fetch_interval`s apart), so a lost one (no pub/sub
+//! probe (at most 300 `fetch_interval`s apart), so a lost one (no pub/sub
 //! permission, a dead connection not yet seen as such) costs at most that,
-//! never a stuck message; those lost while disconnected cost nothing, as a
-//! reconnect wakes every loop. A consumer that cannot subscribe probes
-//! every `fetch_interval`.
+//! never a stuck message; those lost while disconnected cost nothing, as
+//! every loop is woken once the channels are subscribed again. A consumer
+//! that cannot subscribe (or resubscribe) probes every `fetch_interval`.
 //!
 //! The consumers of one [`Client`] (by its id: its clones share it) share
 //! one [`Hub`]: one connection subscribed to every channel they listen
@@ -23,20 +23,30 @@
 //! no consumer listens on it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike, EventInterface, PubsubInterface};
 use fred::types::Message;
 use tokio::sync::broadcast::{self, error::RecvError};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::aborts;
 use crate::store::nodes;
 
-/// How long start-up waits for the connection and the subscription.
+/// How long start-up waits for the connection and the subscription (and
+/// a reconnect for the subscription).
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `call`, or why it failed, within [`SUBSCRIBE_TIMEOUT`].
+async fn in_time<T>(call: impl std::future::Future<Output = Result<T, fred::error::Error>>) -> Result<T, String> {
+    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, call).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {SUBSCRIBE_TIMEOUT:?}")),
+    }
+}
 
 /// The hubs of the process, by client id.
 static HUBS: tokio::sync::Mutex<Vec<(String, Weak<Hub>)>> = tokio::sync::Mutex::const_new(Vec::new());
@@ -48,7 +58,63 @@ pub(crate) struct Hub {
 }
 
 /// A loop listening on a channel: its listener's number, where its wake-ups go.
-type Route = (u64, mpsc::UnboundedSender<Instant>);
+type Route = (u64, Arc<Bell>);
+
+/// What the wake-ups of a loop since it last looked ask of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rung {
+    /// The earliest instant asked for: a loop needs no other, as it
+    /// promotes at the earliest and claims when that is now.
+    pub at: Instant,
+    /// Wake-ups may have been lost (the subscriber reconnected): probe now.
+    pub probe: bool,
+}
+
+/// Where the wake-ups of one loop go, and whether they reach it at all.
+/// Far smaller than a channel, which an idle loop would hold all along.
+#[derive(Debug, Default)]
+pub(crate) struct Bell {
+    due: Mutex<Option<Rung>>,
+    rang: Notify,
+    /// Its channel is not subscribed (at start, or since a failed
+    /// resubscribe): wake-ups are lost, so its loop polls.
+    deaf: AtomicBool,
+}
+
+impl Bell {
+    fn ring(&self, at: Instant, probe: bool) {
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        *due = Some(match *due {
+            Some(was) => Rung {
+                at: was.at.min(at),
+                probe: was.probe || probe,
+            },
+            None => Rung { at, probe },
+        });
+        drop(due);
+        self.rang.notify_one();
+    }
+
+    /// What was asked since the last look, if anything.
+    pub(crate) fn take(&self) -> Option<Rung> {
+        self.due.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The next wake-up.
+    pub(crate) async fn rung(&self) -> Rung {
+        loop {
+            if let Some(at) = self.take() {
+                return at;
+            }
+            self.rang.notified().await;
+        }
+    }
+
+    /// Whether wake-ups reach its loop, so it may sleep until its idle probe.
+    pub(crate) fn subscribed(&self) -> bool {
+        !self.deaf.load(Ordering::Relaxed)
+    }
+}
 
 struct Inner {
     /// The client the consumers were given.
@@ -92,8 +158,6 @@ pub(crate) struct Wakes {
     hub: Option<Arc<Hub>>,
     id: u64,
     channels: Vec<String>,
-    /// Whether its channels were subscribed when it started.
-    subscribed: bool,
 }
 
 impl std::fmt::Debug for Wakes {
@@ -105,21 +169,22 @@ impl std::fmt::Debug for Wakes {
 /// Listens on every channel of `channels` (one per loop) through the hub
 /// of `client`, starting the hub when there is none. Returns once
 /// subscribed, so every wake-up published after that arrives, with a
-/// receiver per channel of the instant each wake-up asks for; when
-/// subscribing fails the loops just poll.
-pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc::UnboundedReceiver<Instant>>, Wakes) {
-    let (txs, rxs): (Vec<_>, Vec<_>) = channels.iter().map(|_| mpsc::unbounded_channel()).unzip();
+/// bell per channel; when subscribing fails its bells say so, and the
+/// loops just poll.
+pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<Arc<Bell>>, Wakes) {
+    let bells: Vec<Arc<Bell>> = channels.iter().map(|_| Arc::default()).collect();
+    let deaf = |bells: &[Arc<Bell>]| bells.iter().for_each(|b| b.deaf.store(true, Ordering::Relaxed));
     let hub = match hub_of(client).await {
         Ok(hub) => hub,
         Err(error) => {
             tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
+            deaf(&bells);
             let wakes = Wakes {
                 hub: None,
                 id: 0,
                 channels,
-                subscribed: false,
             };
-            return (rxs, wakes);
+            return (bells, wakes);
         }
     };
     let inner = &hub.inner;
@@ -131,44 +196,28 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<mpsc:
     let new: Vec<String> = {
         let mut routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
         let mut new = Vec::new();
-        for (channel, tx) in channels.iter().zip(txs) {
+        for (channel, bell) in channels.iter().zip(&bells) {
             let listeners = routes.entry(channel.clone()).or_default();
             if listeners.is_empty() {
                 new.push(channel.clone());
             }
-            listeners.push((id, tx));
+            listeners.push((id, bell.clone()));
         }
         new
     };
-    let mut subscribed = true;
     if !new.is_empty() {
         let _changing = inner.changes.lock().await;
-        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, inner.sub().subscribe(new)).await {
-            Ok(Ok(())) => {}
-            failed => {
-                subscribed = false;
-                let error = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
-                };
-                tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
-            }
+        if let Err(error) = in_time(inner.sub().subscribe(new)).await {
+            deaf(&bells);
+            tracing::warn!(channel = %channels[0], %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
         }
     }
     let wakes = Wakes {
         hub: Some(hub),
         id,
         channels,
-        subscribed,
     };
-    (rxs, wakes)
-}
-
-impl Wakes {
-    /// Whether wake-ups reach its loops: when not, they poll every `fetch_interval`.
-    pub(crate) fn subscribed(&self) -> bool {
-        self.subscribed
-    }
+    (bells, wakes)
 }
 
 /// The running hub of `client`, or a new one.
@@ -188,15 +237,9 @@ async fn hub_of(client: &Client) -> Result<Arc<Hub>, String> {
         None => (client.clone_new(), None),
     };
     let messages = sub.message_rx();
-    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sub.init()).await {
-        Ok(Ok(_)) => {}
-        failed => {
-            let _ = sub.quit().await;
-            return Err(match failed {
-                Ok(Err(e)) => e.to_string(),
-                _ => format!("no answer within {SUBSCRIBE_TIMEOUT:?}"),
-            });
-        }
+    if let Err(error) = in_time(sub.init()).await {
+        let _ = sub.quit().await;
+        return Err(error);
     }
     let inner = Arc::new(Inner {
         origin: client.clone(),
@@ -264,10 +307,10 @@ async fn run(
 ) {
     let mut reconnects = inner.sub().reconnect_rx();
     // A loop that has ended no longer listens; the others still do.
-    let wake_all = |at: Instant| {
-        let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
-        for (_, tx) in routes.values().flatten() {
-            let _ = tx.send(at);
+    let wake_all = |probe: bool| {
+        let (routes, now) = (inner.routes.lock().unwrap_or_else(|e| e.into_inner()), Instant::now());
+        for (_, bell) in routes.values().flatten() {
+            bell.ring(now, probe);
         }
     };
     loop {
@@ -282,25 +325,36 @@ async fn run(
                     let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some(listeners) = routes.get(&*msg.channel) {
                         let at = Instant::now() + Duration::from_millis(msg.value.as_u64().unwrap_or(0));
-                        for (_, tx) in listeners {
-                            let _ = tx.send(at);
+                        for (_, bell) in listeners {
+                            bell.ring(at, false);
                         }
                     }
                 }
-                // Missed some: wake now, the loops sort it out.
-                Err(RecvError::Lagged(_)) => wake_all(Instant::now()),
+                // Missed some (wake-ups come faster than they are
+                // routed): every loop promotes and claims now, and
+                // probes within its fetch_interval.
+                Err(RecvError::Lagged(_)) => wake_all(false),
                 Err(RecvError::Closed) => break,
             },
             Ok(_) = reconnects.recv() => {
-                // Wake-ups published while disconnected are lost: look now.
-                wake_all(Instant::now());
                 let _changing = inner.changes.lock().await;
                 let channels = inner.channels();
-                if !channels.is_empty() {
-                    if let Err(e) = inner.sub().subscribe(channels).await {
-                        tracing::warn!(error = %e, "cannot resubscribe to wake-ups");
+                let subscribed = channels.is_empty() || match in_time(inner.sub().subscribe(channels)).await {
+                    Ok(()) => true,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot resubscribe to wake-ups; the consumers poll every fetch_interval until the next reconnect");
+                        false
                     }
+                };
+                // Wake-ups published while disconnected, or before the
+                // subscription was back, are lost: every loop probes now
+                // (and polls from now on if they still cannot arrive).
+                let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+                for (_, bell) in routes.values().flatten() {
+                    bell.deaf.store(!subscribed, Ordering::Relaxed);
                 }
+                drop(routes);
+                wake_all(true);
             }
             _ = moved_off(&mut node) => {
                 let Some(next) = nodes::subscriber::subscriber(&inner.origin).await else {
@@ -311,8 +365,14 @@ async fn run(
                     messages = moved;
                     reconnects = inner.sub().reconnect_rx();
                     node = Some(next);
-                    // Those published meanwhile may be lost: look now.
-                    wake_all(Instant::now());
+                    // Those published meanwhile may be lost: every loop
+                    // probes now, and hears wake-ups again.
+                    let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+                    for (_, bell) in routes.values().flatten() {
+                        bell.deaf.store(false, Ordering::Relaxed);
+                    }
+                    drop(routes);
+                    wake_all(true);
                 }
             }
         }
@@ -334,11 +394,7 @@ async fn subscribe_on(inner: &Inner, next: &nodes::subscriber::Subscriber) -> Op
         }
         Ok::<_, fred::error::Error>(())
     };
-    let failed = match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(_) => Some(format!("no answer within {SUBSCRIBE_TIMEOUT:?}")),
-    };
+    let failed = in_time(subscribed).await.err();
     let moved = failed.is_none();
     let old = match failed {
         None => std::mem::replace(&mut *inner.sub.lock().unwrap_or_else(|e| e.into_inner()), sub),

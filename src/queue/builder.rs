@@ -475,7 +475,7 @@ impl DelayQueueBuilder {
                 recorded: tokio::sync::OnceCell::new(),
                 waitaof_checked: std::sync::Mutex::new(None),
                 prefix: self.key_prefix,
-                meters: Meters::new(&self.name),
+                meters: Arc::new(Meters::new(&self.name)),
                 events: events::Events::default(),
                 name: self.name,
                 config,

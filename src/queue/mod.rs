@@ -86,7 +86,9 @@ pub(crate) struct Inner {
     pub client: Client,
     /// On a cluster, the primaries the queue's commands go to.
     pub nodes: crate::store::nodes::Hold,
-    pub meters: Meters,
+    /// Shared with its consumers: a copy of its keys per consumer would
+    /// cost each idle queue more than all else it holds.
+    pub meters: Arc<Meters>,
     pub events: Events,
 }
 

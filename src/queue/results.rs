@@ -83,7 +83,7 @@ impl DelayQueue {
         MessageId::check(id)?;
         let k = self.shard_of(id);
         // Listening before the wait registers, so no ack falls in between.
-        let (mut acks, _listening) = wake::listen(&self.inner.client, vec![k.done.clone()]).await;
+        let (acks, _listening) = wake::listen(&self.inner.client, vec![k.done.clone()]).await;
         let deadline = Instant::now() + timeout;
         let every = self.inner.config.consume.fetch_interval;
         let mut first = true;
@@ -107,10 +107,8 @@ impl DelayQueue {
             // Any waited id of the shard finishing wakes this; a lost
             // wake-up costs one fetch_interval.
             let look_again = deadline.min(Instant::now() + every);
-            if let Ok(None) = tokio::time::timeout_at(look_again, acks[0].recv()).await {
-                // Not subscribed (no pub/sub): look every fetch_interval.
-                tokio::time::sleep_until(look_again).await;
-            }
+            // Not subscribed (no pub/sub), it never rings: that is the fetch_interval.
+            let _ = tokio::time::timeout_at(look_again, acks[0].rung()).await;
         }
     }
 }
