@@ -136,6 +136,17 @@ impl Inner {
         self.sub.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// After the subscription was made again (or moved): wake-ups published
+    /// meanwhile are lost, so every loop probes now; and polls from now on
+    /// unless `subscribed`.
+    fn look_again(&self, subscribed: bool) {
+        let (routes, now) = (self.routes.lock().unwrap_or_else(|e| e.into_inner()), Instant::now());
+        for (_, bell) in routes.values().flatten() {
+            bell.deaf.store(!subscribed, Ordering::Relaxed);
+            bell.ring(now, true);
+        }
+    }
+
     /// Every channel listened on.
     fn channels(&self) -> Vec<String> {
         self.routes
@@ -347,14 +358,8 @@ async fn run(
                     }
                 };
                 // Wake-ups published while disconnected, or before the
-                // subscription was back, are lost: every loop probes now
-                // (and polls from now on if they still cannot arrive).
-                let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
-                for (_, bell) in routes.values().flatten() {
-                    bell.deaf.store(!subscribed, Ordering::Relaxed);
-                }
-                drop(routes);
-                wake_all(true);
+                // subscription was back, are lost.
+                inner.look_again(subscribed);
             }
             _ = moved_off(&mut node) => {
                 let Some(next) = nodes::subscriber::subscriber(&inner.origin).await else {
@@ -365,14 +370,7 @@ async fn run(
                     messages = moved;
                     reconnects = inner.sub().reconnect_rx();
                     node = Some(next);
-                    // Those published meanwhile may be lost: every loop
-                    // probes now, and hears wake-ups again.
-                    let routes = inner.routes.lock().unwrap_or_else(|e| e.into_inner());
-                    for (_, bell) in routes.values().flatten() {
-                        bell.deaf.store(false, Ordering::Relaxed);
-                    }
-                    drop(routes);
-                    wake_all(true);
+                    inner.look_again(true);
                 }
             }
         }

@@ -215,7 +215,7 @@ impl Nodes {
         let until = Instant::now() + POLL_FOR;
         {
             let mut trouble = self.trouble.lock().unwrap_or_else(PoisonError::into_inner);
-            trouble.retain(|t| t.2 > Instant::now() && !(t.0 == node.host && t.1 == node.port));
+            trouble.retain(|t| t.2 > Instant::now() && !node.is(&t.0, t.1));
             trouble.push((node.host.clone(), node.port, until));
         }
         self.news.send_modify(|n| *n += 1);
@@ -231,7 +231,7 @@ impl Nodes {
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .any(|t| t.0 == host && t.1 == port && t.2 > now);
-        !troubled && self.map().nodes.iter().any(|n| n.host == host && n.port == port)
+        !troubled && self.map().nodes.iter().any(|n| n.is(host, port))
     }
 
     /// Wakes the reader of the map and has it poll for [`POLL_FOR`].

@@ -92,7 +92,7 @@ async fn check(
     let node = || {
         nodes
             .upgrade()
-            .and_then(|n| n.map().nodes.iter().find(|n| n.host == host && n.port == port).cloned())
+            .and_then(|n| n.map().nodes.iter().find(|n| n.is(&host, port)).cloned())
     };
     let mut every = tokio::time::interval(CHECK);
     loop {
