@@ -74,17 +74,34 @@ impl Lane {
         let ids: Vec<MessageId> = (0..n)
             .map(|i| MessageId::from(format!("{}-due-{i}", self.name)))
             .collect();
-        let msgs = ids.iter().zip(0..).map(|(id, i)| {
-            let due = (from + step * i).saturating_sub(started.elapsed());
-            NewMessage::new(id.as_str()).id(id.as_str()).delay(due)
-        });
-        let results = self.queue.send_batch(msgs).await.expect("the scheduled batch");
+        // Sent again, as the producers do, while it fails in a way a
+        // repeat with the same ids mends (a durable send not confirmed yet).
+        let deadline = Instant::now() + WAIT;
+        let results = loop {
+            let msgs = ids.iter().zip(0..).map(|(id, i)| {
+                let due = (from + step * i).saturating_sub(started.elapsed());
+                NewMessage::new(id.as_str()).id(id.as_str()).delay(due)
+            });
+            let late = Instant::now() > deadline;
+            match self.queue.send_batch(msgs).await {
+                Err(e) if e.is_retryable() && !late => continue,
+                Err(e) => panic!("{}: the scheduled batch: {e}", self.name),
+                Ok(results) => {
+                    let again = |r: &Result<MessageId, Error>| matches!(r, Err(e) if e.is_retryable());
+                    if !results.iter().any(again) || late {
+                        break results;
+                    }
+                }
+            }
+        };
         let at = started.elapsed();
         let mut sent = Sent::default();
         for (id, result) in ids.into_iter().zip(results) {
             sent.attempted.insert(id.clone());
-            result.unwrap_or_else(|e| panic!("{}: scheduling {id}: {e}", self.name));
-            sent.acknowledged.push((id, at));
+            match result {
+                Ok(_) | Err(Error::Duplicate { .. }) => sent.acknowledged.push((id, at)),
+                Err(e) => panic!("{}: scheduling {id}: {e}", self.name),
+            }
         }
         self.producers.push(tokio::spawn(async move { sent }));
     }

@@ -50,6 +50,8 @@ const PAUSE: Duration = Duration::from_millis(25);
 /// How long a command is followed from node to node when the client sets
 /// no command timeout.
 const UNTIMED: Duration = Duration::from_secs(10);
+/// Longest a first command waits for the first slot map.
+const FIRST_MAP: Duration = Duration::from_secs(2);
 /// `MOVED` replies followed per command before it goes to the given
 /// client (fred's own limit is 5).
 const REDIRECTS: usize = 5;
@@ -64,6 +66,8 @@ pub(crate) struct Nodes {
     epoch: watch::Sender<u64>,
     signals: Arc<Signals>,
     started: std::sync::Once,
+    /// Set once the first map was read, or [`FIRST_MAP`] passed.
+    first_map: tokio::sync::OnceCell<()>,
     /// Primaries whose commands waited long or failed, until when; moves
     /// `news` on, as does every new map.
     trouble: Mutex<Vec<(String, u16, Instant)>>,
@@ -118,6 +122,7 @@ pub(crate) fn hold(client: &Client) -> Hold {
             poll_until: Mutex::new(Instant::now()),
         }),
         started: std::sync::Once::new(),
+        first_map: tokio::sync::OnceCell::new(),
         trouble: Mutex::default(),
         news: watch::channel(0).0,
     });
@@ -240,12 +245,35 @@ impl Nodes {
         self.signals.kick.notify_one();
     }
 
+    /// Starts the reader of the map, and waits (at most [`FIRST_MAP`]) for
+    /// its first map: a command routed by none goes to the cluster client,
+    /// and the first map then moving the epoch would make a send in flight
+    /// take itself for re-sent.
+    /// Only the first commands wait: without a map (no `CLUSTER SLOTS`
+    /// permission, say) every command goes to the cluster client at once.
+    async fn started(self: &Arc<Self>) {
+        self.start();
+        self.first_map
+            .get_or_init(|| async {
+                let mut epoch = self.epoch.subscribe();
+                let known = async {
+                    while self.map().nodes.is_empty() {
+                        if epoch.changed().await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(FIRST_MAP, known).await;
+            })
+            .await;
+    }
+
     async fn run<R, F, Fut>(self: Arc<Self>, slot: u16, call: F) -> Result<R, fred::error::Error>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<R, fred::error::Error>>,
     {
-        self.start();
+        self.started().await;
         // As long as a command may wait in fred's buffer.
         let timeout = self.cluster.perf_config().default_command_timeout;
         let deadline = Instant::now() + if timeout.is_zero() { UNTIMED } else { timeout };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fred::prelude::{Client, ClientLike, EventInterface, Server, Value};
 use tokio::sync::{broadcast, watch};
 
-use super::map::{self, MAP_TIMEOUT};
+use super::map;
 use super::{of, Nodes, STUCK};
 
 /// How often the wake-up subscriber's node is asked whether it answers.
@@ -20,16 +20,7 @@ const CHECK: Duration = Duration::from_millis(500);
 /// cluster client with held nodes, or no primary is known yet.
 pub(crate) async fn subscriber(client: &Client) -> Option<Subscriber> {
     let nodes = of(client)?;
-    nodes.start();
-    // The first map is read at start.
-    let mut epoch = nodes.epoch.subscribe();
-    let known = async {
-        while nodes.map().nodes.is_empty() {
-            epoch.changed().await.ok()?;
-        }
-        Some(())
-    };
-    tokio::time::timeout(MAP_TIMEOUT * 4, known).await.ok()??;
+    nodes.started().await;
     let map = nodes.map();
     let node = map.nodes.iter().find(|n| nodes.serving(&n.host, n.port))?;
     let client = map::client_for(&nodes.cluster, &node.host, node.port)?;
