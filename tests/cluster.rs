@@ -535,9 +535,12 @@ async fn a_slot_migration_in_the_middle_of_a_flow_loses_nothing() {
 }
 
 /// What a process holds open on a cluster: beside the client it was given,
-/// one connection per primary for the queues' commands and one subscribed
-/// to wake-ups (docs/scaling.md), whatever the number of queues and
-/// consumers; and none of them once the queues and consumers are gone.
+/// one connection per primary for the queues' commands and one per primary
+/// whose queues it consumes for their wake-ups (docs/scaling.md), whatever
+/// the number of queues and consumers; and none of them once the queues
+/// and consumers are gone. Each wake-up channel is subscribed on the
+/// primary of its queue, whose scripts publish on it: a `PUBLISH` crosses
+/// the cluster bus to other nodes only while their link is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
     let cluster = RedisCluster::start(PRIMARIES).await;
@@ -570,9 +573,18 @@ async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
             q.name()
         );
     }
+    for node in 0..PRIMARIES {
+        let channels = cluster.node(node).raw_command(&["PUBSUB", "CHANNELS"]);
+        let channels: Vec<&str> = channels.lines().map(|l| l.trim().trim_matches('"')).filter(|l| !l.is_empty()).collect();
+        assert_eq!(channels.len(), 2, "node {node}: its two queues' channels: {channels:?}");
+        for channel in channels {
+            let owner = cluster.owner_of(RedisCluster::slot_of(channel));
+            assert_eq!(owner, node, "{channel} is subscribed on node {node}, its primary is node {owner}");
+        }
+    }
     let held = connections() - given;
     println!("{PRIMARIES} primaries, 6 queues and consumers: {held} connections beside the given client's");
-    assert_eq!(held, PRIMARIES + 1, "one per primary and one for wake-ups");
+    assert_eq!(held, 2 * PRIMARIES, "one per primary for commands and one for wake-ups");
     for (_, _, consumer) in running.drain(..) {
         consumer.shutdown().await.unwrap();
     }

@@ -41,9 +41,6 @@ const POLL_FOR: Duration = Duration::from_secs(3);
 /// A command waiting this long on its node is a sign of trouble: the map
 /// is polled while it waits.
 const SLOW: Duration = Duration::from_millis(100);
-/// A command waiting this long marks its node in trouble: the wake-up
-/// subscriber leaves it (as when it does not answer a `PING` this soon).
-const STUCK: Duration = Duration::from_millis(500);
 /// Pause before a command that met `CLUSTERDOWN` or a lost connection is
 /// sent again.
 const PAUSE: Duration = Duration::from_millis(25);
@@ -68,10 +65,8 @@ pub(crate) struct Nodes {
     started: std::sync::Once,
     /// Set once the first map was read, or [`FIRST_MAP`] passed.
     first_map: tokio::sync::OnceCell<()>,
-    /// Primaries whose commands waited long or failed, until when; moves
-    /// `news` on, as does every new map.
-    trouble: Mutex<Vec<(String, u16, Instant)>>,
-    /// For the wake-up subscriber ([`subscriber`]).
+    /// Moves on with every new map, for the wake-up subscriptions
+    /// ([`subscriber`]).
     news: watch::Sender<u64>,
 }
 
@@ -123,7 +118,6 @@ pub(crate) fn hold(client: &Client) -> Hold {
         }),
         started: std::sync::Once::new(),
         first_map: tokio::sync::OnceCell::new(),
-        trouble: Mutex::default(),
         news: watch::channel(0).0,
     });
     all.push((client.id().to_string(), Arc::downgrade(&nodes)));
@@ -215,30 +209,6 @@ impl Nodes {
         self.map().owner(usize::from(slot)).cloned()
     }
 
-    /// Marks `node` as in trouble for [`POLL_FOR`] and [kicks](Self::kick).
-    fn trouble(&self, node: &Node) {
-        let until = Instant::now() + POLL_FOR;
-        {
-            let mut trouble = self.trouble.lock().unwrap_or_else(PoisonError::into_inner);
-            trouble.retain(|t| t.2 > Instant::now() && !node.is(&t.0, t.1));
-            trouble.push((node.host.clone(), node.port, until));
-        }
-        self.news.send_modify(|n| *n += 1);
-        self.kick();
-    }
-
-    /// Whether `host:port` is a primary with no trouble seen lately.
-    fn serving(&self, host: &str, port: u16) -> bool {
-        let now = Instant::now();
-        let troubled = self
-            .trouble
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .any(|t| t.0 == host && t.1 == port && t.2 > now);
-        !troubled && self.map().nodes.iter().any(|n| n.is(host, port))
-    }
-
     /// Wakes the reader of the map and has it poll for [`POLL_FOR`].
     fn kick(&self) {
         *self.signals.poll_until.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now() + POLL_FOR;
@@ -288,22 +258,16 @@ impl Nodes {
             let mut epoch = self.epoch.subscribe();
             let attempt = call(node.client.clone());
             tokio::pin!(attempt);
-            let sent = Instant::now();
             let mut slow = Box::pin(tokio::time::sleep(SLOW));
             let outcome = loop {
                 tokio::select! {
                     result = &mut attempt => break Some(result),
                     _ = &mut slow => {
-                        // Still waiting: the node may be dead or hung. Read
-                        // the map; past STUCK, tell the wake-up subscriber
-                        // too (a big script can be slow on a sound node).
-                        if sent.elapsed() < STUCK {
-                            self.kick();
-                            slow = Box::pin(tokio::time::sleep(STUCK - SLOW));
-                        } else {
-                            self.trouble(&node);
-                            slow = Box::pin(tokio::time::sleep(POLL_FOR / 2));
-                        }
+                        // Still waiting: the node may be dead or hung (or
+                        // running a big script): the map is polled while
+                        // it waits.
+                        self.kick();
+                        slow = Box::pin(tokio::time::sleep(POLL_FOR / 2));
                     }
                     Ok(()) = epoch.changed() => {
                         if self.owner(slot).is_none_or(|n| !n.is(&node.host, node.port)) {
@@ -335,7 +299,7 @@ impl Nodes {
                 }
                 "ASK" | "TRYAGAIN" => break,
                 _ if crate::error::connection_failed(&error) => {
-                    self.trouble(&node);
+                    self.kick();
                     tokio::time::sleep(PAUSE).await;
                 }
                 _ => return Err(error),
