@@ -575,11 +575,18 @@ async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
     }
     for node in 0..PRIMARIES {
         let channels = cluster.node(node).raw_command(&["PUBSUB", "CHANNELS"]);
-        let channels: Vec<&str> = channels.lines().map(|l| l.trim().trim_matches('"')).filter(|l| !l.is_empty()).collect();
+        let channels: Vec<&str> = channels
+            .lines()
+            .map(|l| l.trim().trim_matches('"'))
+            .filter(|l| !l.is_empty())
+            .collect();
         assert_eq!(channels.len(), 2, "node {node}: its two queues' channels: {channels:?}");
         for channel in channels {
             let owner = cluster.owner_of(RedisCluster::slot_of(channel));
-            assert_eq!(owner, node, "{channel} is subscribed on node {node}, its primary is node {owner}");
+            assert_eq!(
+                owner, node,
+                "{channel} is subscribed on node {node}, its primary is node {owner}"
+            );
         }
     }
     let held = connections() - given;

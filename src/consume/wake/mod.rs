@@ -25,36 +25,24 @@
 //! channel. It lives while any consumer holds its [`Wakes`], and
 //! unsubscribes a channel once no consumer listens on it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fred::prelude::{Client, ClientLike};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::aborts;
 use crate::store::nodes::subscriber;
 
+mod bell;
 mod subscriptions;
 
+pub(crate) use bell::{Bell, Rung};
 use subscriptions::Subscriptions;
 
 /// How often a hub looks again for channels not subscribed where they
 /// belong (subscribing failed), beside every new slot map of a cluster.
 const SETTLE_EVERY: Duration = Duration::from_secs(30);
-
-/// How long start-up waits for the connection and the subscription (and
-/// a reconnect for the subscription).
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// `call`, or why it failed, within [`SUBSCRIBE_TIMEOUT`].
-async fn in_time<T>(call: impl std::future::Future<Output = Result<T, fred::error::Error>>) -> Result<T, String> {
-    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, call).await {
-        Ok(done) => done.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {SUBSCRIBE_TIMEOUT:?}")),
-    }
-}
 
 /// The hubs of the process, by client id.
 static HUBS: tokio::sync::Mutex<Vec<(String, Weak<Hub>)>> = tokio::sync::Mutex::const_new(Vec::new());
@@ -63,66 +51,6 @@ static HUBS: tokio::sync::Mutex<Vec<(String, Weak<Hub>)>> = tokio::sync::Mutex::
 pub(crate) struct Hub {
     subs: Arc<Subscriptions>,
     stop: watch::Sender<bool>,
-}
-
-/// What the wake-ups of a loop since it last looked ask of it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rung {
-    /// The earliest instant asked for: a loop needs no other, as it
-    /// promotes at the earliest and claims when that is now.
-    pub at: Instant,
-    /// Wake-ups may have been lost (the subscriber reconnected): probe now.
-    pub probe: bool,
-}
-
-/// Where the wake-ups of one loop go, and whether they reach it at all.
-/// Far smaller than a channel, which an idle loop would hold all along.
-#[derive(Debug, Default)]
-pub(crate) struct Bell {
-    due: Mutex<Option<Rung>>,
-    rang: Notify,
-    /// Its channel is not subscribed (at start, or since a failed
-    /// resubscribe): wake-ups are lost, so its loop polls.
-    deaf: AtomicBool,
-}
-
-impl Bell {
-    fn ring(&self, at: Instant, probe: bool) {
-        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
-        *due = Some(match *due {
-            Some(was) => Rung {
-                at: was.at.min(at),
-                probe: was.probe || probe,
-            },
-            None => Rung { at, probe },
-        });
-        drop(due);
-        self.rang.notify_one();
-    }
-
-    /// What was asked since the last look, if anything.
-    pub(crate) fn take(&self) -> Option<Rung> {
-        self.due.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-
-    /// The next wake-up.
-    pub(crate) async fn rung(&self) -> Rung {
-        loop {
-            if let Some(at) = self.take() {
-                return at;
-            }
-            self.rang.notified().await;
-        }
-    }
-
-    /// Whether wake-ups reach its loop, so it may sleep until its idle probe.
-    pub(crate) fn subscribed(&self) -> bool {
-        !self.deaf.load(Ordering::Relaxed)
-    }
-
-    fn set_deaf(&self, deaf: bool) {
-        self.deaf.store(deaf, Ordering::Relaxed);
-    }
 }
 
 impl Drop for Hub {

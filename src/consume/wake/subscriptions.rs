@@ -13,8 +13,21 @@ use fred::types::Message;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 
-use super::{aborts, in_time, Bell};
+use super::bell::Bell;
+use crate::consume::aborts;
 use crate::store::nodes::subscriber::{self, Place};
+
+/// How long start-up waits for the connection and the subscription (and
+/// a reconnect for the subscription).
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `call`, or why it failed, within [`SUBSCRIBE_TIMEOUT`].
+async fn in_time<T>(call: impl std::future::Future<Output = Result<T, fred::error::Error>>) -> Result<T, String> {
+    match tokio::time::timeout(SUBSCRIBE_TIMEOUT, call).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {SUBSCRIBE_TIMEOUT:?}")),
+    }
+}
 
 /// A loop listening on a channel: its listener's number, where its wake-ups go.
 pub(super) type Route = (u64, Arc<Bell>);
