@@ -211,10 +211,14 @@ impl Message {
     /// JSON value (`{"done": 3, "of": 10}`), at most
     /// [`MAX_PROGRESS`](crate::MAX_PROGRESS) bytes as JSON. It replaces the
     /// last one, shows in [`MessageInfo::progress`](crate::MessageInfo::progress)
-    /// and emits [`Event::Progress`](crate::Event::Progress). Written at
-    /// once, only while this delivery holds the message's lease: otherwise
-    /// [`Error::LeaseLost`] and nothing is written. Kept after the ack for
-    /// the queue's `result_retention` (docs/results.md).
+    /// and emits [`Event::Progress`](crate::Event::Progress). Handed over
+    /// without waiting for Redis: the notes of all running handlers go
+    /// together, within milliseconds, each written only while this
+    /// delivery holds the message's lease; the ack or nack waits for them.
+    /// One that could not be written is returned by the next call (or by
+    /// [`notes_written`](Self::notes_written)); after the handler returned,
+    /// [`Error::LeaseLost`] at once. Kept after the ack for the queue's
+    /// `result_retention` (docs/results.md).
     ///
     /// ```
     /// # use delayqueue::{Message, HandlerError};
@@ -235,7 +239,6 @@ impl Message {
         }
         self.scribe
             .write(self.id(), self.attempt(), NoteKind::Progress, &value.to_string())
-            .await
     }
 
     /// Appends a line to the message's log: the last
@@ -254,7 +257,27 @@ impl Message {
     pub async fn log(&self, line: impl AsRef<str>) -> Result<(), Error> {
         self.scribe
             .write(self.id(), self.attempt(), NoteKind::Log, line.as_ref())
-            .await
+    }
+
+    /// Waits until every [`progress`](Self::progress) and
+    /// [`log`](Self::log) of this delivery so far is written, and returns
+    /// the first that could not be and was not returned yet
+    /// ([`Error::LeaseLost`]: this delivery lost the message's lease, so
+    /// nothing of it was written; [`Error::WrongType`]: the log key holds
+    /// another type). Only for a handler that must know before it goes
+    /// on: the ack or nack waits for them anyway.
+    ///
+    /// ```
+    /// # use delayqueue::{Message, HandlerError};
+    /// async fn handle(msg: Message) -> Result<(), HandlerError> {
+    ///     msg.progress(50).await?;
+    ///     // Someone else may watch the progress before this goes on.
+    ///     msg.notes_written().await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn notes_written(&self) -> Result<(), Error> {
+        self.scribe.written().await
     }
 
     /// One page of this parent's finished children (a flow's parent, a

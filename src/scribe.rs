@@ -1,11 +1,14 @@
 //! What a delivery records besides its ack: the result its handler
 //! returns (kept until the ack, which writes it), and its progress and log
-//! lines, written through the consumer's [`Desk`] (which sends those of
-//! all running handlers of a shard together). Every clone of
-//! a [`Message`](crate::Message) shares its delivery's [`Scribe`].
+//! lines, handed to the consumer's [`Desk`] (which sends those of all
+//! running handlers of a shard together) without waiting for Redis: the
+//! ack or nack waits for them instead ([`Unwritten`]). Every clone of a
+//! [`Message`](crate::Message) shares its delivery's [`Scribe`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use tokio::sync::Notify;
 
 use crate::flow::ChildrenPage;
 use crate::maxima::{MAX_LOG_LINE, MAX_PROGRESS};
@@ -19,6 +22,62 @@ pub(crate) struct Scribe {
     noted: AtomicBool,
     /// Set when the delivery starts; a message not being delivered writes nothing.
     desk: OnceLock<Box<dyn Desk>>,
+    /// Its notes not written yet.
+    unwritten: Arc<Unwritten>,
+    /// The handler has returned: its lease is about to be acked or nacked.
+    ended: AtomicBool,
+}
+
+/// The notes of one delivery handed to its desk and not written yet, and
+/// the first that could not be: the ack or nack of the delivery waits for
+/// them (a note after it would find no lease), and the next note or
+/// [`Scribe::written`] reports that failure.
+#[derive(Default)]
+pub(crate) struct Unwritten {
+    /// Notes on their way, and the first failure not reported yet.
+    state: Mutex<(usize, Option<Error>)>,
+    written: Notify,
+}
+
+impl std::fmt::Debug for Unwritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwritten").finish_non_exhaustive()
+    }
+}
+
+impl Unwritten {
+    /// One more note on its way.
+    pub(crate) fn add(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).0 += 1;
+    }
+
+    /// One note written, or not (`outcome`).
+    pub(crate) fn done(&self, outcome: Result<(), Error>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_sub(1);
+        if let (Err(e), None) = (outcome, &state.1) {
+            state.1 = Some(e);
+        }
+        if state.0 == 0 {
+            self.written.notify_waiters();
+        }
+    }
+
+    /// Once every note handed over so far is written or refused.
+    pub(crate) async fn all_done(&self) {
+        loop {
+            let written = self.written.notified();
+            if self.state.lock().unwrap_or_else(PoisonError::into_inner).0 == 0 {
+                return;
+            }
+            written.await;
+        }
+    }
+
+    /// The first failure not reported yet, taken.
+    fn failure(&self) -> Option<Error> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).1.take()
+    }
 }
 
 impl std::fmt::Debug for Scribe {
@@ -32,9 +91,17 @@ impl std::fmt::Debug for Scribe {
 pub(crate) trait Desk: Send + Sync {
     /// The largest result the queue keeps.
     fn max_result(&self) -> usize;
-    /// Writes progress or a line (`text`) of delivery `attempt` of message
-    /// `id`, returning once Redis has it.
-    async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error>;
+    /// Hands progress or a line (`text`) of delivery `attempt` of message
+    /// `id` to the writer, which tells `unwritten` once Redis has it (or
+    /// refused it); an error when it cannot be handed over.
+    fn write(
+        &self,
+        id: &MessageId,
+        attempt: u32,
+        kind: NoteKind,
+        text: &str,
+        unwritten: &Arc<Unwritten>,
+    ) -> Result<(), Error>;
     /// One page of parent `id`'s finished children, read by delivery `attempt`.
     async fn children(&self, id: &MessageId, attempt: u32, cursor: Option<&str>) -> Result<ChildrenPage, Error>;
 }
@@ -80,14 +147,40 @@ impl Scribe {
         self.noted.load(Ordering::Acquire)
     }
 
-    /// Writes progress (JSON text, at most `MAX_PROGRESS` bytes) or a log
-    /// line (cut to `MAX_LOG_LINE` bytes) of delivery `attempt` of `id`.
-    pub(crate) async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error> {
+    /// The notes not written yet, for the ack to wait for; `None` when
+    /// there were none.
+    pub(crate) fn unwritten(&self) -> Option<Arc<Unwritten>> {
+        self.noted().then(|| self.unwritten.clone())
+    }
+
+    /// The handler has returned: later notes are refused with
+    /// [`Error::LeaseLost`], as the ack or nack ends the lease.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Once every note handed over so far is written: the first that could
+    /// not be (lease lost, a log key of another type) not reported yet.
+    pub(crate) async fn written(&self) -> Result<(), Error> {
+        self.unwritten.all_done().await;
+        self.unwritten.failure().map_or(Ok(()), Err)
+    }
+
+    /// Hands progress (JSON text, at most `MAX_PROGRESS` bytes) or a log
+    /// line (cut to `MAX_LOG_LINE` bytes) of delivery `attempt` of `id` to
+    /// the desk; an earlier note's failure not reported yet is returned.
+    pub(crate) fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error> {
         let Some(desk) = self.desk.get() else {
             return Err(Error::InvalidArgument(
                 "progress and logs are written only while the message is being handled".into(),
             ));
         };
+        if self.ended.load(Ordering::Acquire) {
+            return Err(Error::LeaseLost {
+                id: id.clone(),
+                attempt,
+            });
+        }
         let text = match kind {
             NoteKind::Progress if text.len() > MAX_PROGRESS => {
                 return Err(Error::ProgressTooLarge {
@@ -100,7 +193,8 @@ impl Scribe {
         };
         // Marked before the write: an ack racing a write still gives it the retention.
         self.noted.store(true, Ordering::Release);
-        desk.write(id, attempt, kind, text).await
+        desk.write(id, attempt, kind, text, &self.unwritten)?;
+        self.unwritten.failure().map_or(Ok(()), Err)
     }
 
     /// One page of parent `id`'s finished children, read through the desk.

@@ -764,7 +764,12 @@ async fn write_after_ack(history: Shared, queue: DelayQueue, msg: Message, consu
         return;
     }
     let start = Instant::now();
-    let result = match msg.log("written after the ack").await {
+    // Handed over at once: whether it was written is what `notes_written` says.
+    let written = match msg.log("written after the ack").await {
+        Ok(()) => msg.notes_written().await,
+        refused => refused,
+    };
+    let result = match written {
         Ok(()) => Ok(()),
         Err(e) => Err((matches!(e, delayqueue::Error::LeaseLost { .. }), e.to_string())),
     };

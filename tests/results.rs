@@ -12,7 +12,7 @@ use delayqueue_test_support as support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayqueue::fred::prelude::{KeysInterface, SortedSetsInterface};
+use delayqueue::fred::prelude::{KeysInterface, ListInterface, SortedSetsInterface};
 use delayqueue::{Anomaly, Error, Event, Handler, HandlerError, Json, Message, MessageState};
 use helpers::start_queue;
 use support::{all_keys, wait_for, WAIT};
@@ -366,7 +366,11 @@ async fn notes_of_many_handlers_share_script_calls_each_fenced_by_its_lease() {
                 msg.log("started").await?;
                 s.wait().await;
                 let _ = ready.wait_for(|go| *go).await;
-                let wrote = msg.progress(50).await;
+                // Handed over at once; its outcome comes once it is written.
+                let wrote = match msg.progress(50).await {
+                    Ok(()) => msg.notes_written().await,
+                    failed => failed,
+                };
                 if let Err(e) = &wrote {
                     assert!(matches!(e, Error::LeaseLost { .. }), "{e}");
                 }
@@ -453,5 +457,92 @@ async fn a_last_log_line_is_stored_before_the_ack() {
     for key in logs {
         let ttl: i64 = client.pttl(&key).await.unwrap();
         assert!(ttl > 0 && ttl <= retention.as_millis() as i64, "{key}: {ttl} ms");
+    }
+}
+
+/// `progress` and `log` hand their note over without waiting for Redis:
+/// they return while Redis runs no script at all (`CLIENT PAUSE`), and
+/// the notes are written once it does; `notes_written` waits for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notes_return_before_redis_has_them_and_notes_written_waits() {
+    let (server, client, queue) = start_queue("handed", SLOW_POLL, |b| b).await;
+    let id = queue.send("x").await.unwrap();
+    let (running, returned) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (go, ready) = tokio::sync::watch::channel(false);
+    let outcome: Arc<std::sync::Mutex<Option<Result<(), String>>>> = Arc::default();
+    let (r, d, o) = (running.clone(), returned.clone(), outcome.clone());
+    let consumer = queue
+        .start_consume(move |msg: Message| {
+            let (r, d, o, mut ready) = (r.clone(), d.clone(), o.clone(), ready.clone());
+            async move {
+                r.notify_one();
+                let _ = ready.wait_for(|go| *go).await;
+                msg.progress(70).await?;
+                msg.log("handed over").await?;
+                d.notify_one();
+                let written = msg.notes_written().await.map_err(|e| e.to_string());
+                *o.lock().unwrap() = Some(written);
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, running.notified()).await.expect("running");
+    // No script runs while paused (each may write), and the pause outlasts the test's waits.
+    server.raw_command(&["CLIENT", "PAUSE", "120000", "WRITE"]);
+    go.send(true).unwrap();
+    tokio::time::timeout(WAIT, returned.notified())
+        .await
+        .expect("progress and log returned while Redis was paused");
+    assert!(outcome.lock().unwrap().is_none(), "notes_written waits for Redis");
+    server.raw_command(&["CLIENT", "UNPAUSE"]);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    assert_eq!(outcome.lock().unwrap().clone(), Some(Ok(())));
+    // Acked: its progress and log stay for the result retention.
+    let progress: Option<String> = client.get(format!("dq:{{handed}}:progress:{id}")).await.unwrap();
+    assert_eq!(progress.as_deref(), Some("70"));
+    let log: Vec<String> = client.lrange(format!("dq:{{handed}}:log:{id}"), 0, -1).await.unwrap();
+    assert_eq!(log, vec!["handed over".to_string()]);
+    consumer.shutdown().await.unwrap();
+}
+
+/// The last line of a failing handler is written before its nack ends the
+/// lease, with a lease the handler keeps as with one it renews: the
+/// retried message and the dead letter show every attempt's line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_handlers_last_line_is_written_before_its_nack() {
+    for renewed in [false, true] {
+        let name = if renewed { "lastfail-renewed" } else { "lastfail" };
+        let (_server, _client, queue) = start_queue(name, Duration::from_millis(50), |b| {
+            let b = b
+                .default_retry_count(1)
+                .backoff(delayqueue::Backoff::fixed(Duration::ZERO));
+            if renewed {
+                b.max_consume_duration(Duration::from_secs(2))
+                    .handler_timeout(Duration::from_secs(60))
+            } else {
+                b
+            }
+        })
+        .await;
+        let id = queue.send("x").await.unwrap();
+        let consumer = queue
+            .start_consume(|msg: Message| async move {
+                msg.log(format!("attempt {} failed", msg.attempt())).await?;
+                Err::<(), HandlerError>(HandlerError::from("boom"))
+            })
+            .await
+            .unwrap();
+        assert!(
+            wait_for(WAIT, || async { queue.status().await.unwrap().counts.dead == 1 }).await,
+            "{name}: dead"
+        );
+        let info = queue.get(&id).await.unwrap().expect("a dead letter");
+        assert_eq!(
+            info.log,
+            vec!["attempt 1 failed".to_string(), "attempt 2 failed".to_string()],
+            "{name}"
+        );
+        consumer.shutdown().await.unwrap();
     }
 }

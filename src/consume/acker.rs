@@ -108,6 +108,13 @@ impl Batcher for Acker {
     }
 
     async fn send(&mut self, batch: &mut Vec<AckItem>) {
+        // A note after its delivery's ack would find no lease: the notes
+        // of these deliveries go first (their own calls, gathered with
+        // the other handlers').
+        let notes: Vec<_> = batch.iter().filter_map(|item| item.kept.notes.clone()).collect();
+        for notes in notes {
+            notes.all_done().await;
+        }
         if flush(&self.ctx, &self.ctx.shards[self.shard], batch).await {
             // Full or not, the relay task reads the whole outbox.
             let _ = self.relay.try_send(());
@@ -127,7 +134,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) -> bool {
             .map(|item| {
                 let keep = Keep {
                     result: item.kept.result.as_deref(),
-                    noted: item.kept.noted,
+                    noted: item.kept.notes.is_some(),
                 };
                 (item.receipt.id.as_str(), item.receipt.lease, keep)
             })

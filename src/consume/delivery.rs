@@ -133,6 +133,13 @@ async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     let started = Instant::now();
     let ran = tokio::time::timeout(limit, handled).await.ok();
     let took = started.elapsed();
+    scribe.end();
+    // A note after the lease ends finds none: a renewed lease ends here,
+    // a nack ends it next. (An ack waits for them in the acker instead,
+    // so the handler's slot is free meanwhile.)
+    if renewed.is_some() || !matches!(ran, Some(Ok(Ok(())))) {
+        let _ = scribe.written().await;
+    }
     drop(running);
     ctx.meters.handler_duration.record(took.as_secs_f64());
     shared.pool.record_handler_time(took);

@@ -1,19 +1,20 @@
 //! A shard's notes task: the progress and log lines of all its running
 //! handlers go to it, and it sends whatever has piled up as one
 //! `note.lua` call (see `batcher.rs`), each note fenced by its delivery's
-//! lease, announced as `Event::Progress` once stored, and answers each
-//! writer with its own note's outcome.
+//! lease, announced as `Event::Progress` once stored, and tells each
+//! delivery's [`Unwritten`] its own note's outcome (the delivery's ack
+//! or nack waits for them).
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::batcher::{self, Batcher};
 use super::context::Context;
 use super::lease::Lease;
 use crate::events::{self, Event};
-use crate::scribe::NoteKind;
+use crate::scribe::{NoteKind, Unwritten};
 use crate::store::ops::note::{Note, Noted, Notes};
 use crate::{Error, MessageId};
 
@@ -50,7 +51,7 @@ pub(crate) struct NoteItem {
     pub lease: Current,
     pub kind: NoteKind,
     pub text: String,
-    pub answer: oneshot::Sender<Result<(), Error>>,
+    pub unwritten: Arc<Unwritten>,
 }
 
 impl NoteItem {
@@ -62,8 +63,7 @@ impl NoteItem {
     }
 
     fn answer(self, outcome: Result<(), Error>) {
-        // A writer that stopped waiting (its handler ended) needs no answer.
-        let _ = self.answer.send(outcome);
+        self.unwritten.done(outcome);
     }
 }
 

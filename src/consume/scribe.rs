@@ -2,14 +2,12 @@
 //! progress and log lines written through its shard's notes task
 //! (`notary.rs`), each fenced by its delivery's lease.
 
-use std::sync::Weak;
-
-use tokio::sync::oneshot;
+use std::sync::{Arc, Weak};
 
 use super::notary::{Current, NoteItem};
 use super::state::Shared;
 use crate::flow::ChildrenPage;
-use crate::scribe::{Desk, NoteKind};
+use crate::scribe::{Desk, NoteKind, Unwritten};
 use crate::{Error, MessageId};
 
 /// Where a running delivery writes (its shard's loop), and the lease that
@@ -37,26 +35,34 @@ impl Desk for ShardDesk {
         shared.store().children(id.as_str(), cursor).await
     }
 
-    async fn write(&self, id: &MessageId, attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error> {
-        let lost = || Error::LeaseLost {
-            id: id.clone(),
-            attempt,
-        };
-        let (answer, answered) = oneshot::channel();
+    fn write(
+        &self,
+        id: &MessageId,
+        attempt: u32,
+        kind: NoteKind,
+        text: &str,
+        unwritten: &Arc<Unwritten>,
+    ) -> Result<(), Error> {
+        unwritten.add();
         let item = NoteItem {
             id: id.clone(),
             attempt,
             lease: self.lease.clone(),
             kind,
             text: text.to_string(),
-            answer,
+            unwritten: unwritten.clone(),
         };
         // The loop has ended (or is ending): so has the delivery. The
         // loop is not kept alive while the note waits.
         let sent = self.shared.upgrade().map(|s| s.notes().send(Box::new(item)).is_ok());
         if sent != Some(true) {
+            let lost = || Error::LeaseLost {
+                id: id.clone(),
+                attempt,
+            };
+            unwritten.done(Err(lost()));
             return Err(lost());
         }
-        answered.await.unwrap_or_else(|_| Err(lost()))
+        Ok(())
     }
 }

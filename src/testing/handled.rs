@@ -12,7 +12,7 @@ use futures::FutureExt;
 use crate::consume::outcome::{Mode, Outcome};
 use crate::flow::ChildrenPage;
 use crate::message::{Receipt, SendTimes};
-use crate::scribe::{Desk, NoteKind, Scribe};
+use crate::scribe::{Desk, NoteKind, Scribe, Unwritten};
 use crate::{Backoff, Error, Handler, HandlerError, IntoPayload, Message, MessageId};
 
 /// A message as a consumer would deliver it, crafted for a handler's unit
@@ -315,7 +315,14 @@ impl Desk for Arc<Notebook> {
         self.max_result
     }
 
-    async fn write(&self, _id: &MessageId, _attempt: u32, kind: NoteKind, text: &str) -> Result<(), Error> {
+    fn write(
+        &self,
+        _id: &MessageId,
+        _attempt: u32,
+        kind: NoteKind,
+        text: &str,
+        _unwritten: &Arc<Unwritten>,
+    ) -> Result<(), Error> {
         let mut notes = self.notes.lock().unwrap_or_else(PoisonError::into_inner);
         match kind {
             NoteKind::Progress => notes.progress.push(serde_json::from_str(text)?),
