@@ -556,6 +556,8 @@ async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
     for node in 0..PRIMARIES {
         for n in 0..2 {
             let name = cluster.queue_on(node, &format!("conn{n}-"));
+            // Said should a message not be delivered.
+            let logs = Logs::capture(&name);
             let q = DelayQueue::builder(name.as_str(), client.clone())
                 .concurrency(2)
                 .build()
@@ -563,15 +565,33 @@ async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
             let log = Log::default();
             let consumer = q.start_consume(helpers::acking(&log)).await.unwrap();
             q.send("hello").await.unwrap();
-            running.push((q, log, consumer));
+            running.push((q, log, consumer, logs));
         }
     }
-    for (q, log, _) in &running {
-        assert!(
-            wait_until(WAIT, || !log.is_empty()).await,
-            "{}: not delivered",
-            q.name()
-        );
+    for (q, log, _, logs) in &running {
+        if !wait_until(WAIT, || !log.is_empty()).await {
+            let channels: Vec<String> = (0..PRIMARIES)
+                .flat_map(|i| {
+                    let on = cluster.node(i).raw_command(&["PUBSUB", "CHANNELS"]);
+                    on.lines()
+                        .map(|c| c.trim().trim_matches('"').to_string())
+                        .filter(|c| !c.is_empty())
+                        .map(|c| {
+                            format!(
+                                "{c} on node {i}, its primary node {}",
+                                cluster.owner_of(RedisCluster::slot_of(&c))
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            panic!(
+                "{}: not delivered; {:?}; subscribed: {channels:?}; its log:\n{}",
+                q.name(),
+                q.counts().await,
+                logs.text()
+            );
+        }
     }
     for node in 0..PRIMARIES {
         let channels = cluster.node(node).raw_command(&["PUBSUB", "CHANNELS"]);
@@ -592,7 +612,7 @@ async fn a_process_holds_one_connection_per_primary_and_one_for_wake_ups() {
     let held = connections() - given;
     println!("{PRIMARIES} primaries, 6 queues and consumers: {held} connections beside the given client's");
     assert_eq!(held, 2 * PRIMARIES, "one per primary for commands and one for wake-ups");
-    for (_, _, consumer) in running.drain(..) {
+    for (_, _, consumer, _) in running.drain(..) {
         consumer.shutdown().await.unwrap();
     }
     let deadline = Instant::now() + WAIT;

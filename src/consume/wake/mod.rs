@@ -100,12 +100,15 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<Arc<B
     };
     if !new.is_empty() {
         let _changing = subs.changes.lock().await;
-        let failed = subs.subscribe(new).await;
-        if let Some((channel, error)) = failed.first() {
+        let done = subs.subscribe(new).await;
+        if let Some((channel, error)) = done.failed.first() {
             tracing::warn!(%channel, %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
         }
+        if let Some(channel) = done.bus.first() {
+            tracing::debug!(%channel, "wake-ups from the channel's primary not heard (no primary known for its slot yet, or a check did not come back); the consumer polls every fetch_interval until they are");
+        }
         for (channel, bell) in channels.iter().zip(&bells) {
-            if failed.iter().any(|(c, _)| c == channel) {
+            if done.polls(channel) {
                 bell.set_deaf(true);
             }
         }

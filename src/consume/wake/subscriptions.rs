@@ -46,6 +46,37 @@ pub(super) struct Subscriptions {
     pub(super) changes: tokio::sync::Mutex<()>,
     /// Numbers the listeners.
     pub(super) next: Mutex<u64>,
+    /// Channels whose check did not come back ([`Subscribed::bus`]).
+    unheard: Mutex<HashSet<String>>,
+    /// The checks on their way back, by channel.
+    checks: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
+}
+
+/// On a cluster, what a subscription hears from its slot's primary to
+/// show that it hears the queue's scripts (never a wake-up or an abort).
+const HEARD: &str = "heard?";
+
+/// How long a check published on a cluster may take to come back.
+const HEARD_WAIT: Duration = Duration::from_secs(2);
+
+/// What subscribing did beyond subscribing a channel where it belongs.
+#[derive(Default)]
+pub(super) struct Subscribed {
+    /// Channels not subscribed, with why.
+    pub failed: Vec<(String, String)>,
+    /// Channels subscribed on a cluster whose check ([`HEARD`]) did not
+    /// come back in time, or that went through the cluster client (no
+    /// primary known for their slot yet): the cluster bus (or a stale
+    /// slot map) may drop their wake-ups, so their loops poll until a
+    /// later settle hears them.
+    pub bus: Vec<String>,
+}
+
+impl Subscribed {
+    /// Whether wake-ups may not reach the loops of `channel`, so they poll.
+    pub(super) fn polls(&self, channel: &str) -> bool {
+        self.failed.iter().any(|(c, _)| c == channel) || self.bus.iter().any(|c| c == channel)
+    }
 }
 
 /// One subscribed connection.
@@ -65,6 +96,8 @@ impl Subscriptions {
             routes: Mutex::default(),
             changes: tokio::sync::Mutex::new(()),
             next: Mutex::new(0),
+            unheard: Mutex::default(),
+            checks: Mutex::default(),
         }
     }
 
@@ -73,9 +106,9 @@ impl Subscriptions {
     }
 
     /// Subscribes `channels`, each at its place, opening the connection of
-    /// a place that has none; returns those that could not be, with why.
+    /// a place that has none; says which of them wake-ups may not reach.
     /// The caller holds `changes`.
-    pub(super) async fn subscribe(self: &Arc<Self>, channels: Vec<String>) -> Vec<(String, String)> {
+    pub(super) async fn subscribe(self: &Arc<Self>, channels: Vec<String>) -> Subscribed {
         let places = subscriber::places(&self.origin, &channels).await;
         let mut by_place: Vec<(Place, Vec<String>)> = Vec::new();
         for (channel, place) in channels.into_iter().zip(places) {
@@ -84,27 +117,73 @@ impl Subscriptions {
                 None => by_place.push((place, vec![channel])),
             }
         }
-        let mut failed = Vec::new();
+        let mut done = Subscribed::default();
         for (place, those) in by_place {
             let known = self.conns().iter().find(|c| c.place == place).map(|c| c.client.clone());
             let client = match known {
                 Some(client) => Ok(client),
                 None => self.open(&place).await,
             };
-            let done = match client {
+            let subscribed = match client {
                 Ok(client) => in_time(client.subscribe(those.clone())).await,
                 Err(error) => Err(error),
             };
-            match done {
+            match subscribed {
                 Ok(()) => {
+                    // On a cluster, a channel whose slot has no primary known
+                    // yet is subscribed through the cluster client, on any
+                    // node: the bus may drop its wake-ups.
+                    if self.origin.is_clustered() {
+                        done.bus.extend(match place {
+                            None => those.clone(),
+                            Some(_) => self.unheard_of(&those).await,
+                        });
+                    }
                     if let Some(conn) = self.conns().iter_mut().find(|c| c.place == place) {
                         conn.channels.extend(those);
                     }
                 }
-                Err(error) => failed.extend(those.into_iter().map(|c| (c, error.clone()))),
+                Err(error) => done.failed.extend(those.into_iter().map(|c| (c, error.clone()))),
             }
         }
-        failed
+        {
+            let mut unheard = self.unheard.lock().unwrap_or_else(|e| e.into_inner());
+            for (channel, _) in &done.failed {
+                unheard.remove(channel);
+            }
+            unheard.extend(done.bus.iter().cloned());
+        }
+        done
+    }
+
+    /// Those of `channels` (subscribed on their slot's primary) that a
+    /// check published from that primary does not reach within
+    /// [`HEARD_WAIT`]; the others are heard from then on.
+    async fn unheard_of(&self, channels: &[String]) -> Vec<String> {
+        let mut waiting = Vec::with_capacity(channels.len());
+        for channel in channels {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.checks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(channel.clone(), tx);
+            waiting.push((channel, rx));
+        }
+        let published = channels
+            .iter()
+            .map(|c| subscriber::publish_from_slot(&self.origin, c, HEARD));
+        let _ = tokio::time::timeout(HEARD_WAIT, futures::future::join_all(published)).await;
+        let deadline = Instant::now() + HEARD_WAIT;
+        let mut unheard = Vec::new();
+        for (channel, rx) in waiting {
+            if tokio::time::timeout_at(deadline, rx).await.is_err() {
+                unheard.push(channel.clone());
+            } else {
+                self.unheard.lock().unwrap_or_else(|e| e.into_inner()).remove(channel);
+            }
+            self.checks.lock().unwrap_or_else(|e| e.into_inner()).remove(channel);
+        }
+        unheard
     }
 
     /// A connection of its own for `place` (a subscribed connection serves
@@ -129,6 +208,12 @@ impl Subscriptions {
     /// Unsubscribes `channels` wherever they are, and closes the
     /// connections left with none. The caller holds `changes`.
     pub(super) async fn unsubscribe(&self, channels: &[String]) {
+        {
+            let mut unheard = self.unheard.lock().unwrap_or_else(|e| e.into_inner());
+            for c in channels {
+                unheard.remove(c);
+            }
+        }
         let mut from: Vec<(Client, Vec<String>)> = Vec::new();
         let mut emptied = Vec::new();
         {
@@ -176,21 +261,25 @@ impl Subscriptions {
             .collect();
         let places = subscriber::places(&self.origin, &channels).await;
         let moved: Vec<String> = {
-            let conns = self.conns();
+            let (conns, unheard) = (self.conns(), self.unheard.lock().unwrap_or_else(|e| e.into_inner()));
             channels
                 .into_iter()
                 .zip(places)
-                .filter(|(channel, place)| !conns.iter().any(|c| c.place == *place && c.channels.contains(channel)))
+                .filter(|(channel, place)| {
+                    unheard.contains(channel)
+                        || !conns.iter().any(|c| c.place == *place && c.channels.contains(channel))
+                })
                 .map(|(channel, _)| channel)
                 .collect()
         };
         if moved.is_empty() {
             return;
         }
-        let failed = self.subscribe(moved.clone()).await;
-        for (channel, error) in &failed {
+        let done = self.subscribe(moved.clone()).await;
+        for (channel, error) in &done.failed {
             tracing::debug!(%channel, %error, "cannot subscribe to wake-ups where the channel moved; its loops poll");
         }
+        let failed = &done.failed;
         let now_here = subscriber::places(&self.origin, &moved).await;
         let mut left: Vec<(Client, Vec<String>)> = Vec::new();
         let mut emptied = Vec::new();
@@ -228,8 +317,7 @@ impl Subscriptions {
                 let _ = client.quit().await;
             });
         }
-        let failed: HashSet<&str> = failed.iter().map(|(c, _)| c.as_str()).collect();
-        let (heard, deaf): (Vec<String>, Vec<String>) = moved.into_iter().partition(|c| !failed.contains(c.as_str()));
+        let (deaf, heard): (Vec<String>, Vec<String>) = moved.into_iter().partition(|c| done.polls(c));
         self.look_again(&heard, true);
         self.look_again(&deaf, false);
     }
@@ -239,9 +327,14 @@ impl Subscriptions {
     /// from now on unless `subscribed`.
     pub(super) fn look_again(&self, channels: &[String], subscribed: bool) {
         let (routes, now) = (self.routes.lock().unwrap_or_else(|e| e.into_inner()), Instant::now());
-        for bell in channels.iter().filter_map(|c| routes.get(c)).flatten().map(|(_, b)| b) {
-            bell.set_deaf(!subscribed);
-            bell.ring(now, true);
+        let unheard = self.unheard.lock().unwrap_or_else(|e| e.into_inner());
+        for channel in channels {
+            // One whose check did not come back polls until one does.
+            let deaf = !subscribed || unheard.contains(channel);
+            for (_, bell) in routes.get(channel).into_iter().flatten() {
+                bell.set_deaf(deaf);
+                bell.ring(now, true);
+            }
         }
     }
 
@@ -254,8 +347,20 @@ impl Subscriptions {
         }
     }
 
-    /// Rings the loops of the message's channel, or fires its abort signal.
+    /// Rings the loops of the message's channel, or fires its abort
+    /// signal, or answers its check.
     fn route(&self, msg: &Message) {
+        if msg.value.as_str().as_deref() == Some(HEARD) {
+            if let Some(heard) = self
+                .checks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&*msg.channel)
+            {
+                let _ = heard.send(());
+            }
+            return;
+        }
         if let Some(id) = msg.value.as_str().as_deref().and_then(aborts::signalled) {
             aborts::fire(&msg.channel, id);
             return;
@@ -310,19 +415,30 @@ async fn pump(
             }
             Ok(_) = reconnects.recv() => {
                 let Some(subs) = subs.upgrade() else { return };
-                let _changing = subs.changes.lock().await;
-                let channels = subs.channels_of(&client);
-                let subscribed = channels.is_empty() || match in_time(client.subscribe(channels.clone())).await {
-                    Ok(()) => true,
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot resubscribe to wake-ups; the consumers poll every fetch_interval until the next reconnect");
-                        false
-                    }
-                };
-                // Wake-ups published while disconnected, or before the
-                // subscription was back, are lost.
-                subs.look_again(&channels, subscribed);
+                // Beside the routing, which must go on meanwhile: a
+                // subscribe in progress holds `changes` while it waits for
+                // its check to be routed back.
+                tokio::spawn(resubscribe(subs, client.clone()));
             }
         }
     }
+}
+
+/// Subscribes the channels of `client` again after it reconnected (or
+/// first connected), and has their loops look at once: wake-ups published
+/// while it was disconnected, or before the subscription was back, are lost.
+async fn resubscribe(subs: Arc<Subscriptions>, client: Client) {
+    let _changing = subs.changes.lock().await;
+    let channels = subs.channels_of(&client);
+    if channels.is_empty() {
+        return;
+    }
+    let subscribed = match in_time(client.subscribe(channels.clone())).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, "cannot resubscribe to wake-ups; the consumers poll every fetch_interval until the next reconnect");
+            false
+        }
+    };
+    subs.look_again(&channels, subscribed);
 }

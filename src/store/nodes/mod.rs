@@ -47,6 +47,8 @@ const PAUSE: Duration = Duration::from_millis(25);
 /// How long a command is followed from node to node when the client sets
 /// no command timeout.
 const UNTIMED: Duration = Duration::from_secs(10);
+/// How often the map is read while there is none (past [`POLL_FOR`]).
+const NO_MAP_POLL: Duration = Duration::from_secs(1);
 /// Longest a first command waits for the first slot map.
 const FIRST_MAP: Duration = Duration::from_secs(2);
 /// `MOVED` replies followed per command before it goes to the given
@@ -400,16 +402,22 @@ impl Drop for Nodes {
     }
 }
 
-/// Reads the map when kicked, and every [`POLL`] while polling; ends with
-/// its [`Nodes`].
+/// Reads the map when kicked, every [`POLL`] while polling, and every
+/// [`NO_MAP_POLL`] while it has none (its reads failed, on a loaded
+/// machine, say: until it has one, every command goes through the
+/// cluster client, and wake-ups cross the cluster bus); ends with its
+/// [`Nodes`].
 async fn read_map(nodes: Weak<Nodes>, signals: Arc<Signals>) {
     loop {
         let Some(live) = nodes.upgrade() else { return };
         live.refresh().await;
+        let none = live.map().nodes.is_empty();
         drop(live);
         let until = *signals.poll_until.lock().unwrap_or_else(PoisonError::into_inner);
         if Instant::now() < until {
             tokio::time::sleep(POLL).await;
+        } else if none {
+            let _ = tokio::time::timeout(NO_MAP_POLL, signals.kick.notified()).await;
         } else {
             signals.kick.notified().await;
         }
