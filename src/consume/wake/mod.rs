@@ -105,7 +105,7 @@ pub(crate) async fn listen(client: &Client, channels: Vec<String>) -> (Vec<Arc<B
             tracing::warn!(%channel, %error, "cannot subscribe to wake-ups; the consumer polls every fetch_interval");
         }
         if let Some(channel) = done.bus.first() {
-            tracing::debug!(%channel, "wake-ups from the channel's primary not heard (no primary known for its slot yet, or a check did not come back); the consumer polls every fetch_interval until they are");
+            tracing::debug!(%channel, "no primary known for the wake-up channel's slot yet; the consumer polls every fetch_interval until there is");
         }
         for (channel, bell) in channels.iter().zip(&bells) {
             if done.polls(channel) {

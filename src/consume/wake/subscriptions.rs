@@ -46,29 +46,17 @@ pub(super) struct Subscriptions {
     pub(super) changes: tokio::sync::Mutex<()>,
     /// Numbers the listeners.
     pub(super) next: Mutex<u64>,
-    /// Channels whose check did not come back ([`Subscribed::bus`]).
-    unheard: Mutex<HashSet<String>>,
-    /// The checks on their way back, by channel.
-    checks: Mutex<HashMap<String, tokio::sync::oneshot::Sender<()>>>,
 }
-
-/// On a cluster, what a subscription hears from its slot's primary to
-/// show that it hears the queue's scripts (never a wake-up or an abort).
-const HEARD: &str = "heard?";
-
-/// How long a check published on a cluster may take to come back.
-const HEARD_WAIT: Duration = Duration::from_secs(2);
 
 /// What subscribing did beyond subscribing a channel where it belongs.
 #[derive(Default)]
 pub(super) struct Subscribed {
     /// Channels not subscribed, with why.
     pub failed: Vec<(String, String)>,
-    /// Channels subscribed on a cluster whose check ([`HEARD`]) did not
-    /// come back in time, or that went through the cluster client (no
-    /// primary known for their slot yet): the cluster bus (or a stale
-    /// slot map) may drop their wake-ups, so their loops poll until a
-    /// later settle hears them.
+    /// Channels subscribed through the cluster client (no primary known
+    /// for their slot yet), on whichever node it picks: the cluster bus
+    /// may drop their wake-ups, so their loops poll until they move to
+    /// their primary.
     pub bus: Vec<String>,
 }
 
@@ -96,8 +84,6 @@ impl Subscriptions {
             routes: Mutex::default(),
             changes: tokio::sync::Mutex::new(()),
             next: Mutex::new(0),
-            unheard: Mutex::default(),
-            checks: Mutex::default(),
         }
     }
 
@@ -133,11 +119,8 @@ impl Subscriptions {
                     // On a cluster, a channel whose slot has no primary known
                     // yet is subscribed through the cluster client, on any
                     // node: the bus may drop its wake-ups.
-                    if self.origin.is_clustered() {
-                        done.bus.extend(match place {
-                            None => those.clone(),
-                            Some(_) => self.unheard_of(&those).await,
-                        });
+                    if place.is_none() && self.origin.is_clustered() {
+                        done.bus.extend(those.iter().cloned());
                     }
                     if let Some(conn) = self.conns().iter_mut().find(|c| c.place == place) {
                         conn.channels.extend(those);
@@ -146,44 +129,7 @@ impl Subscriptions {
                 Err(error) => done.failed.extend(those.into_iter().map(|c| (c, error.clone()))),
             }
         }
-        {
-            let mut unheard = self.unheard.lock().unwrap_or_else(|e| e.into_inner());
-            for (channel, _) in &done.failed {
-                unheard.remove(channel);
-            }
-            unheard.extend(done.bus.iter().cloned());
-        }
         done
-    }
-
-    /// Those of `channels` (subscribed on their slot's primary) that a
-    /// check published from that primary does not reach within
-    /// [`HEARD_WAIT`]; the others are heard from then on.
-    async fn unheard_of(&self, channels: &[String]) -> Vec<String> {
-        let mut waiting = Vec::with_capacity(channels.len());
-        for channel in channels {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            self.checks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(channel.clone(), tx);
-            waiting.push((channel, rx));
-        }
-        let published = channels
-            .iter()
-            .map(|c| subscriber::publish_from_slot(&self.origin, c, HEARD));
-        let _ = tokio::time::timeout(HEARD_WAIT, futures::future::join_all(published)).await;
-        let deadline = Instant::now() + HEARD_WAIT;
-        let mut unheard = Vec::new();
-        for (channel, rx) in waiting {
-            if tokio::time::timeout_at(deadline, rx).await.is_err() {
-                unheard.push(channel.clone());
-            } else {
-                self.unheard.lock().unwrap_or_else(|e| e.into_inner()).remove(channel);
-            }
-            self.checks.lock().unwrap_or_else(|e| e.into_inner()).remove(channel);
-        }
-        unheard
     }
 
     /// A connection of its own for `place` (a subscribed connection serves
@@ -208,12 +154,6 @@ impl Subscriptions {
     /// Unsubscribes `channels` wherever they are, and closes the
     /// connections left with none. The caller holds `changes`.
     pub(super) async fn unsubscribe(&self, channels: &[String]) {
-        {
-            let mut unheard = self.unheard.lock().unwrap_or_else(|e| e.into_inner());
-            for c in channels {
-                unheard.remove(c);
-            }
-        }
         let mut from: Vec<(Client, Vec<String>)> = Vec::new();
         let mut emptied = Vec::new();
         {
@@ -261,14 +201,11 @@ impl Subscriptions {
             .collect();
         let places = subscriber::places(&self.origin, &channels).await;
         let moved: Vec<String> = {
-            let (conns, unheard) = (self.conns(), self.unheard.lock().unwrap_or_else(|e| e.into_inner()));
+            let conns = self.conns();
             channels
                 .into_iter()
                 .zip(places)
-                .filter(|(channel, place)| {
-                    unheard.contains(channel)
-                        || !conns.iter().any(|c| c.place == *place && c.channels.contains(channel))
-                })
+                .filter(|(channel, place)| !conns.iter().any(|c| c.place == *place && c.channels.contains(channel)))
                 .map(|(channel, _)| channel)
                 .collect()
         };
@@ -327,14 +264,9 @@ impl Subscriptions {
     /// from now on unless `subscribed`.
     pub(super) fn look_again(&self, channels: &[String], subscribed: bool) {
         let (routes, now) = (self.routes.lock().unwrap_or_else(|e| e.into_inner()), Instant::now());
-        let unheard = self.unheard.lock().unwrap_or_else(|e| e.into_inner());
-        for channel in channels {
-            // One whose check did not come back polls until one does.
-            let deaf = !subscribed || unheard.contains(channel);
-            for (_, bell) in routes.get(channel).into_iter().flatten() {
-                bell.set_deaf(deaf);
-                bell.ring(now, true);
-            }
+        for bell in channels.iter().filter_map(|c| routes.get(c)).flatten().map(|(_, b)| b) {
+            bell.set_deaf(!subscribed);
+            bell.ring(now, true);
         }
     }
 
@@ -347,20 +279,8 @@ impl Subscriptions {
         }
     }
 
-    /// Rings the loops of the message's channel, or fires its abort
-    /// signal, or answers its check.
+    /// Rings the loops of the message's channel, or fires its abort signal.
     fn route(&self, msg: &Message) {
-        if msg.value.as_str().as_deref() == Some(HEARD) {
-            if let Some(heard) = self
-                .checks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&*msg.channel)
-            {
-                let _ = heard.send(());
-            }
-            return;
-        }
         if let Some(id) = msg.value.as_str().as_deref().and_then(aborts::signalled) {
             aborts::fire(&msg.channel, id);
             return;

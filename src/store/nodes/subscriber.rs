@@ -5,10 +5,10 @@
 //! (right after the cluster forms, or while a link is made again); on the
 //! publishing node itself it is never lost.
 
-use fred::prelude::{Client, PubsubInterface};
+use fred::prelude::Client;
 use tokio::sync::watch;
 
-use super::{map, of, on_slot};
+use super::{map, of};
 
 /// A primary's address, where channels are subscribed; `None` for a
 /// connection of the given client's kind (a server that is not a cluster,
@@ -46,15 +46,4 @@ pub(crate) fn connection(client: &Client, place: &Place) -> Client {
 /// whose nodes are held.
 pub(crate) fn changes(client: &Client) -> Option<watch::Receiver<u64>> {
     of(client).map(|nodes| nodes.news.subscribe())
-}
-
-/// Publishes `message` on `channel` from the primary that owns the
-/// channel's slot, as the queue's scripts do: a check that a
-/// subscription hears them.
-pub(crate) async fn publish_from_slot(client: &Client, channel: &str, message: &str) -> Result<(), fred::error::Error> {
-    let slot = fred::util::redis_keyslot(channel.as_bytes());
-    on_slot(client, slot, |c| async move {
-        c.publish::<(), _, _>(channel, message).await
-    })
-    .await
 }
