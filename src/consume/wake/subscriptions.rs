@@ -154,14 +154,25 @@ impl Subscriptions {
     /// Unsubscribes `channels` wherever they are, and closes the
     /// connections left with none. The caller holds `changes`.
     pub(super) async fn unsubscribe(&self, channels: &[String]) {
-        let mut from: Vec<(Client, Vec<String>)> = Vec::new();
+        self.take_off(channels, |_, _| true).await;
+    }
+
+    /// Takes each of `channels` off every connection `from` names for it,
+    /// unsubscribes it there, and closes the connections left with none.
+    async fn take_off(&self, channels: &[String], from: impl Fn(&Conn, &str) -> bool) {
+        let mut left: Vec<(Client, Vec<String>)> = Vec::new();
         let mut emptied = Vec::new();
         {
             let mut conns = self.conns();
             for conn in conns.iter_mut() {
-                let here: Vec<String> = channels.iter().filter(|c| conn.channels.remove(*c)).cloned().collect();
+                let mut here = Vec::new();
+                for channel in channels {
+                    if from(conn, channel) && conn.channels.remove(channel) {
+                        here.push(channel.clone());
+                    }
+                }
                 if !here.is_empty() {
-                    from.push((conn.client.clone(), here));
+                    left.push((conn.client.clone(), here));
                 }
             }
             conns.retain(|c| {
@@ -172,7 +183,7 @@ impl Subscriptions {
                 keep
             });
         }
-        for (client, here) in from {
+        for (client, here) in left {
             if emptied.iter().any(|(c, _)| c.id() == client.id()) {
                 continue;
             }
@@ -182,7 +193,9 @@ impl Subscriptions {
         }
         for (client, pump) in emptied {
             pump.abort();
-            let _ = client.quit().await;
+            tokio::spawn(async move {
+                let _ = client.quit().await;
+            });
         }
     }
 
@@ -218,42 +231,17 @@ impl Subscriptions {
         }
         let failed = &done.failed;
         let now_here = subscriber::places(&self.origin, &moved).await;
-        let mut left: Vec<(Client, Vec<String>)> = Vec::new();
-        let mut emptied = Vec::new();
-        {
-            let mut conns = self.conns();
-            for (channel, place) in moved.iter().zip(&now_here) {
-                if failed.iter().any(|(c, _)| c == channel) {
-                    continue;
-                }
-                for conn in conns.iter_mut().filter(|c| c.place != *place) {
-                    if conn.channels.remove(channel) {
-                        match left.iter_mut().find(|(c, _)| c.id() == conn.client.id()) {
-                            Some((_, those)) => those.push(channel.clone()),
-                            None => left.push((conn.client.clone(), vec![channel.clone()])),
-                        }
-                    }
-                }
-            }
-            conns.retain(|c| {
-                let keep = !c.channels.is_empty();
-                if !keep {
-                    emptied.push((c.client.clone(), c.pump.clone()));
-                }
-                keep
-            });
-        }
-        for (client, those) in left {
-            if !emptied.iter().any(|(c, _)| c.id() == client.id()) {
-                let _ = client.unsubscribe(those).await;
-            }
-        }
-        for (client, pump) in emptied {
-            pump.abort();
-            tokio::spawn(async move {
-                let _ = client.quit().await;
-            });
-        }
+        let placed: HashMap<&str, &Place> = moved
+            .iter()
+            .zip(&now_here)
+            .filter(|(channel, _)| !failed.iter().any(|(c, _)| c == *channel))
+            .map(|(channel, place)| (channel.as_str(), place))
+            .collect();
+        let placed_channels: Vec<String> = placed.keys().map(|c| c.to_string()).collect();
+        self.take_off(&placed_channels, |conn, channel| {
+            placed.get(channel).is_some_and(|p| conn.place != **p)
+        })
+        .await;
         let (deaf, heard): (Vec<String>, Vec<String>) = moved.into_iter().partition(|c| done.polls(c));
         self.look_again(&heard, true);
         self.look_again(&deaf, false);
