@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use delayqueue::{Counts, Error, MessageId, NewMessage, Schedule};
 use helpers::crashing::Crashing;
 use helpers::{acking, queue_builder, recording, start_queue, wait_stats, Log};
+use support::proxy::Proxy;
 use support::{all_keys, client_for, wait_until, RedisServer, WAIT};
 
 /// Far longer than any wait below (`WAIT`): without a wake-up nothing
@@ -113,6 +114,40 @@ async fn wake_ups_resume_after_the_subscriber_connection_is_killed() {
     );
     consumer.shutdown().await.unwrap();
     drop(client);
+}
+
+/// fred answers a `SUBSCRIBE` once it has written it; a consumer starts
+/// only once Redis has run it, so a message sent right after it started
+/// wakes it (here a `SUBSCRIBE` waits half a second on its way to Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_starts_once_redis_runs_its_subscription() {
+    let server = RedisServer::start().await;
+    let proxy = Proxy::start(server.port()).await;
+    let client = proxy.client().await;
+    // The first consumer opens the connection that the second one's
+    // channel is then subscribed on.
+    let first = queue_builder("first", &client, SLOW_POLL).build().unwrap();
+    let first = first.start_consume(acking(&Log::default())).await.unwrap();
+    proxy.hold_requests("SUBSCRIBE", Duration::from_millis(500));
+    let q = queue_builder("second", &client, SLOW_POLL).build().unwrap();
+    let log = Log::default();
+    let consumer = q.start_consume(acking(&log)).await.unwrap();
+    let subscribers = server.raw_command(&["PUBSUB", "NUMSUB", "dq:{second}:wake"]);
+    assert!(
+        subscribers.ends_with('1'),
+        "started before Redis ran its SUBSCRIBE: {subscribers}"
+    );
+    // Another process sends: only the wake-up tells the idle consumer.
+    let other = server.client().await;
+    queue_builder("second", &other, SLOW_POLL)
+        .build()
+        .unwrap()
+        .send("now")
+        .await
+        .unwrap();
+    assert!(wait_until(WAIT, || log.len() == 1).await, "no wake-up");
+    consumer.shutdown().await.unwrap();
+    first.shutdown().await.unwrap();
 }
 
 #[tokio::test]

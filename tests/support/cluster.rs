@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use fred::clients::Client;
 
-use super::{client_for, free_port, RawReply, RedisServer, ServerOptions};
+use super::{client_for, RawReply, RedisServer, ServerOptions};
 
 /// How long the cluster may take to agree on its slots after `create`.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -478,7 +478,8 @@ fn node_options(timeout_ms: u32) -> ServerOptions {
             "--cluster-node-timeout",
             &timeout_ms.to_string(),
             "--cluster-port",
-            &free_port().to_string(),
+            // Chosen at each start attempt (`RedisServer::start_with`).
+            "0",
             "--cluster-require-full-coverage",
             "no",
         ]

@@ -130,6 +130,12 @@ impl RedisServer {
         };
         for attempt in 1..=START_ATTEMPTS {
             server.port = free_port();
+            // A cluster node's bus port may be the one taken: chosen afresh too.
+            if let Some(at) = server.opts.extra_args.iter().position(|a| a == "--cluster-port") {
+                if let Some(bus) = server.opts.extra_args.get_mut(at + 1) {
+                    *bus = free_port().to_string();
+                }
+            }
             let child = server.spawn();
             server.child = Some(child);
             match server.wait_ready().await {

@@ -13,6 +13,9 @@
 //!   the request they answer has run but its caller never learns the result.
 //! - [`Proxy::delay_replies`] holds every reply chunk back for a while: a
 //!   slow link, or a Redis slower than the client, as the client sees it.
+//! - [`Proxy::hold_requests`] holds back the request chunks that carry a
+//!   given command: a command the client has written that Redis has not
+//!   run yet, while the client's other connections go on.
 //!
 //! Connections opened after an arm are not armed (a reconnect is not cut at
 //! once); an armed connection stays armed until its next reply, however
@@ -22,11 +25,12 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::clients::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -44,6 +48,8 @@ struct Shared {
     accepted: AtomicU64,
     /// Set by `delay_replies`: µs each reply chunk is held back.
     reply_delay_us: AtomicU64,
+    /// Set by `hold_requests`: request chunks with these bytes wait this long.
+    held: Mutex<Option<(Vec<u8>, Duration)>>,
 }
 
 /// A running proxy; see the module docs.
@@ -104,6 +110,14 @@ impl Proxy {
         self.shared.reply_delay_us.store(us, Ordering::SeqCst);
     }
 
+    /// Holds each request chunk that contains `command` (as the client
+    /// writes it, e.g. `"SUBSCRIBE"`) back for `delay` before passing it
+    /// on; the connection's later requests wait behind it, other
+    /// connections do not.
+    pub fn hold_requests(&self, command: &str, delay: Duration) {
+        *self.shared.held.lock().unwrap() = Some((command.as_bytes().to_vec(), delay));
+    }
+
     /// Connections closed by a fault so far.
     pub fn cuts(&self) -> u64 {
         self.shared.cuts.load(Ordering::SeqCst)
@@ -159,34 +173,47 @@ async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>, mut
     let armed_from = shared.swallow_epoch.load(Ordering::SeqCst);
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
-    let requests = tokio::io::copy(&mut client_rx, &mut server_tx);
-    let replies = async {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let n = match server_rx.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            if shared.swallow_epoch.load(Ordering::SeqCst) != armed_from {
-                // The request these bytes answer has run; its caller never hears.
-                shared.swallowed.fetch_add(1, Ordering::SeqCst);
-                shared.cuts.fetch_add(1, Ordering::SeqCst);
-                return;
-            }
-            let delay = shared.reply_delay_us.load(Ordering::SeqCst);
-            if delay > 0 {
-                tokio::time::sleep(Duration::from_micros(delay)).await;
-            }
-            if client_tx.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
+    let requests = forward(&mut client_rx, &mut server_tx, |chunk| {
+        let held = shared.held.lock().unwrap();
+        let hold = held
+            .as_ref()
+            .filter(|(command, _)| chunk.windows(command.len()).any(|w| w == &command[..]));
+        Some(hold.map_or(Duration::ZERO, |(_, delay)| *delay))
+    });
+    let replies = forward(&mut server_rx, &mut client_tx, |_| {
+        if shared.swallow_epoch.load(Ordering::SeqCst) != armed_from {
+            // The request these bytes answer has run; its caller never hears.
+            shared.swallowed.fetch_add(1, Ordering::SeqCst);
+            shared.cuts.fetch_add(1, Ordering::SeqCst);
+            return None;
         }
-    };
+        Some(Duration::from_micros(shared.reply_delay_us.load(Ordering::SeqCst)))
+    });
     tokio::select! {
         _ = requests => {}
         _ = replies => {}
         _ = cut.changed() => {
             shared.cuts.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Passes the chunks read on `from` to `to` until either side closes;
+/// `before` sees each chunk first and says how long to hold it back, or
+/// `None` to close the connection instead.
+async fn forward(from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf, mut before: impl FnMut(&[u8]) -> Option<Duration>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let Some(hold) = before(&buf[..n]) else { return };
+        if !hold.is_zero() {
+            tokio::time::sleep(hold).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
         }
     }
 }

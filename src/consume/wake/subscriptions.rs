@@ -29,6 +29,19 @@ async fn in_time<T>(call: impl std::future::Future<Output = Result<T, fred::erro
     }
 }
 
+/// Subscribes `client` to `channels`, confirmed: fred answers a `SUBSCRIBE`
+/// once it is written, not once Redis has run it, so a wake-up published
+/// right after (a send on another connection) could find no subscriber
+/// yet. Redis answers a connection's commands in order, so the reply to a
+/// `PING` behind it means it ran.
+async fn subscribe_on(client: &Client, channels: Vec<String>) -> Result<(), String> {
+    in_time(async {
+        client.subscribe(channels).await?;
+        client.ping::<fred::types::Value>(None).await.map(drop)
+    })
+    .await
+}
+
 /// A loop listening on a channel: its listener's number, where its wake-ups go.
 pub(super) type Route = (u64, Arc<Bell>);
 
@@ -111,7 +124,7 @@ impl Subscriptions {
                 None => self.open(&place).await,
             };
             let subscribed = match client {
-                Ok(client) => in_time(client.subscribe(those.clone())).await,
+                Ok(client) => subscribe_on(&client, those.clone()).await,
                 Err(error) => Err(error),
             };
             match subscribed {
@@ -341,7 +354,7 @@ async fn resubscribe(subs: Arc<Subscriptions>, client: Client) {
     if channels.is_empty() {
         return;
     }
-    let subscribed = match in_time(client.subscribe(channels.clone())).await {
+    let subscribed = match subscribe_on(&client, channels.clone()).await {
         Ok(()) => true,
         Err(error) => {
             tracing::warn!(%error, "cannot resubscribe to wake-ups; the consumers poll every fetch_interval until the next reconnect");

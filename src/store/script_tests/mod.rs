@@ -238,6 +238,8 @@ impl Env {
         let rx = sub.message_rx();
         sub.init().await.expect("subscriber connects");
         sub.subscribe(channel.as_str()).await.expect("subscribe");
+        // fred answers a SUBSCRIBE once written; the PING's reply comes after Redis ran it.
+        let _: fred::types::Value = sub.ping(None).await.expect("ping behind the subscribe");
         assert_eq!(
             self.lines(&["PUBSUB", "NUMSUB", &channel]),
             vec![channel.clone(), "1".into()]
