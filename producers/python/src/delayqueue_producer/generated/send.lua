@@ -459,9 +459,9 @@ end
 
 -- lua/include/wake.lua
 -- Wakes sleeping consumers: something becomes claimable in `ms` (0: now).
--- Only an optimisation: a lost wake-up costs at most one fetch_interval,
--- so a refused PUBLISH (an ACL user without the channel) is ignored rather
--- than failing a script whose writes are done.
+-- Only an optimisation: a lost wake-up costs a sleeping consumer at most
+-- its idle probe, so a refused PUBLISH (an ACL user without the channel)
+-- is ignored rather than failing a script whose writes are done.
 local function wake(channel, ms)
   redis.pcall('PUBLISH', channel, ms)
 end
