@@ -25,7 +25,8 @@
 //! 100,000 children: throughput against plain messages, and the time from
 //! a parent's last child's ack to its delivery, `fanin`, one parent of
 //! 10,000 children, the time from its last child's handler end to its
-//! delivery, beside a plain queue's consume of as many messages,
+//! delivery (split at the reply to the children's last ack), beside a
+//! plain queue's consume of as many messages,
 //! `featurecost`, what each feature costs per message when used: send
 //! (`send_batch`) and consume (concurrency 16) of `--n` messages per
 //! feature in interleaved rounds, Redis CPU µs and commands per message,
@@ -54,7 +55,7 @@ use delayqueue::fred::clients::Client;
 use delayqueue::fred::interfaces::{ClientLike, KeysInterface, LuaInterface, SortedSetsInterface};
 use delayqueue::fred::prelude::{Builder, Config};
 use delayqueue::fred::types::{CustomCommand, InfoKind, Value};
-use delayqueue::{DelayQueue, DelayQueueBuilder, Flow, HandlerError, Message, MessageId, NewMessage};
+use delayqueue::{DelayQueue, DelayQueueBuilder, Event, Flow, HandlerError, Message, MessageId, NewMessage};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -2053,7 +2054,7 @@ async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json:
 /// consumed per second (children and parents), Redis CPU µs and script
 /// calls per message, and per parent the ms from its last child's handler
 /// end (its ack follows at once) to the parent's delivery.
-async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> Res<(f64, f64, f64, Vec<f64>, f64)> {
+async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> Res<FlowRun> {
     let p = queue(client, &format!("{tag}-fp"), |b| b.concurrency(16))?;
     let c = queue(client, &format!("{tag}-fc"), |b| b.concurrency(16))?;
     let t = Instant::now();
@@ -2074,6 +2075,19 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
             .ok()
             .and_then(|s| s.parse::<usize>().ok())
     };
+    // When the last ack of a child came back (fanin splits the wait there).
+    let last_acked: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let mut acks = c.events();
+    let la = last_acked.clone();
+    let watcher = tokio::spawn(async move {
+        loop {
+            match acks.recv().await {
+                Ok(Event::Acked { .. }) => *la.lock().unwrap() = Some(Instant::now()),
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
     let cpu = redis_cpu(client).await?;
     let calls = script_calls(client).await?;
     let t = Instant::now();
@@ -2113,6 +2127,7 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
     let calls = script_calls(client).await? - calls;
     children.shutdown().await?;
     parent_consumer.shutdown().await?;
+    watcher.abort();
     let got = count.load(Ordering::Relaxed) as usize;
     if got < total {
         return Err(format!("flows: consumed only {got} of {total}").into());
@@ -2125,7 +2140,37 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
         .collect();
     waits.sort_by(f64::total_cmp);
     let per_msg = |x: f64| (x / total as f64 * 100.0).round() / 100.0;
-    Ok((rate(total, took), per_msg(cpu * 1e6), per_msg(calls), waits, send_per_s))
+    let ms = |from: Option<Instant>, to: Option<Instant>| {
+        from.zip(to)
+            .map_or(f64::NAN, |(f, t)| t.saturating_duration_since(f).as_secs_f64() * 1e3)
+    };
+    let acked = *last_acked.lock().unwrap();
+    let split = (ms(ends[0], acked), ms(acked, starts[0]));
+    Ok(FlowRun {
+        per_s: rate(total, took),
+        us: per_msg(cpu * 1e6),
+        calls: per_msg(calls),
+        waits,
+        send_per_s,
+        split,
+    })
+}
+
+/// What `flow_run` measured.
+struct FlowRun {
+    /// Messages (parents and children) consumed per second.
+    per_s: f64,
+    /// Redis CPU µs per message.
+    us: f64,
+    /// Script calls per message.
+    calls: f64,
+    /// Per parent, ms from its last child's handler end to its delivery, sorted.
+    waits: Vec<f64>,
+    /// Messages sent per second by `Flow::send`.
+    send_per_s: f64,
+    /// The first parent's wait split at the last child ack's reply: ms
+    /// before it, ms after it.
+    split: (f64, f64),
 }
 
 /// fanin: `rounds` times in turn, a plain queue's consume of 10,001 due
@@ -2133,16 +2178,18 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
 /// the last child's handler end to the parent's delivery, each round's.
 async fn fanin(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Value> {
     const WIDTH: usize = 10_000;
-    let (mut plain, mut flowed, mut waits) = (vec![], vec![], vec![]);
+    let (mut plain, mut flowed, mut waits, mut to_ack, mut after_ack) = (vec![], vec![], vec![], vec![], vec![]);
     let r = |x: f64| (x * 100.0).round() / 100.0;
     for round in 0..rounds {
         let q = queue(client, &format!("{tag}-fanin-plain{round}"), |b| b.concurrency(16))?;
         send_batch(&q, WIDTH + 1, Duration::ZERO).await?;
         plain.push(consume(&q, client, WIDTH + 1).await?.0);
         cleanup(client).await?;
-        let (per_s, _, _, wait, _) = flow_run(client, &format!("{tag}-fanin{round}"), 1, WIDTH).await?;
-        flowed.push(per_s);
-        waits.push(wait.first().copied().map_or(f64::NAN, r));
+        let run = flow_run(client, &format!("{tag}-fanin{round}"), 1, WIDTH).await?;
+        flowed.push(run.per_s);
+        waits.push(run.waits.first().copied().map_or(f64::NAN, r));
+        to_ack.push(r(run.split.0));
+        after_ack.push(r(run.split.1));
         cleanup(client).await?;
     }
     Ok(json!({
@@ -2151,6 +2198,8 @@ async fn fanin(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Val
         "flow_per_s": flowed,
         "last_child_to_parent_ms": waits,
         "last_child_to_parent_ms_median": median(waits.clone()),
+        "of_which_until_the_last_ack_ms": to_ack,
+        "of_which_after_the_last_ack_ms": after_ack,
     }))
 }
 
@@ -2170,8 +2219,14 @@ async fn flows(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Val
         let (per_s, us, calls, _) = consume(&q, client, PARENTS * WIDTH).await?;
         plain.push(per_s);
         cleanup(client).await?;
-        let (f_per_s, f_us, f_calls, w, send_per_s) =
-            flow_run(client, &format!("{tag}-r{round}"), PARENTS, WIDTH).await?;
+        let FlowRun {
+            per_s: f_per_s,
+            us: f_us,
+            calls: f_calls,
+            waits: w,
+            send_per_s,
+            ..
+        } = flow_run(client, &format!("{tag}-r{round}"), PARENTS, WIDTH).await?;
         flowed.push(f_per_s);
         waits.extend(w);
         runs.push(json!({"plain": {"per_s": per_s, "redis_cpu_us_per_msg": us, "script_calls_per_msg": calls},
@@ -2179,7 +2234,12 @@ async fn flows(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Val
         cleanup(client).await?;
     }
     waits.sort_by(f64::total_cmp);
-    let (wide_per_s, _, _, wide_wait, wide_send) = flow_run(client, &format!("{tag}-wide"), 1, 100_000).await?;
+    let FlowRun {
+        per_s: wide_per_s,
+        waits: wide_wait,
+        send_per_s: wide_send,
+        ..
+    } = flow_run(client, &format!("{tag}-wide"), 1, 100_000).await?;
     let r = |x: f64| (x * 100.0).round() / 100.0;
     Ok(json!({
         "runs": runs,
