@@ -838,13 +838,18 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 },
             };
             let mut why = why;
+            let claimed = h.instant_of_us(d.leased_us);
             for o in h.ops.iter().filter(|o| o.id == id && o.kind == "reschedule") {
-                if o.start < since || o.start > d.start {
+                // One called after the claim (by Redis's clock, beyond the
+                // clocks' slack) moved the message's next due time, not
+                // this delivery.
+                if o.start < since || o.start > d.start || o.start > claimed + CLOCK_SLACK {
                     continue;
                 }
                 let at = o.start + o.delay.unwrap_or_default();
-                // An uncertain one (see `IdOp::certain`) may have moved it.
-                if o.result == Ok(true) {
+                // An uncertain one (see `IdOp::certain`), or one called
+                // about when it was claimed, may have moved it.
+                if o.result == Ok(true) && o.start + CLOCK_SLACK <= claimed {
                     due = at;
                     why = format!("rescheduled at {} by {:?}", h.ms(o.start), o.delay.unwrap_or_default());
                 } else if !o.certain(h, limits) {
@@ -2662,6 +2667,29 @@ mod tests {
         };
         assert_eq!(run(true), Vec::<&str>::new());
         assert_eq!(run(false), ["early"]);
+    }
+
+    #[test]
+    fn early_ignores_a_reschedule_called_after_the_claim() {
+        // Failed at 10 ms asking RetryAfter(50 ms), claimed again at 62 ms;
+        // rescheduled by 700 ms at `moved` ms; its handler starts at 65 ms.
+        let run = |moved: u64| {
+            let mut h = sent();
+            deliver(&mut h, 1, 10, Outcome::RetryAfter(Duration::from_millis(50)));
+            h.ops.push(IdOp {
+                kind: "reschedule",
+                id: "m".into(),
+                delay: Some(Duration::from_millis(700)),
+                start: at(&h, moved),
+                end: at(&h, moved + 4),
+                result: Ok(true),
+            });
+            delivery(&mut h, "m", "p", 2, 62, 65, 66, Outcome::Ok);
+            rules(&h, None)
+        };
+        assert_eq!(run(65), Vec::<&str>::new(), "after the claim: the next due time");
+        assert_eq!(run(60), Vec::<&str>::new(), "about the claim: it may have come after");
+        assert_eq!(run(30), ["early"], "well before the claim: moved it");
     }
 
     /// Parent `id` of `role` waiting for `children` under `policy`, sent
