@@ -200,7 +200,9 @@ impl Subscriptions {
             if emptied.iter().any(|(c, _)| c.id() == client.id()) {
                 continue;
             }
-            if let Err(e) = client.unsubscribe(here).await {
+            // Bounded: fred sends it only once its connection is up, and
+            // the caller holds `changes`, which every new listener waits for.
+            if let Err(e) = in_time(client.unsubscribe(here)).await {
                 tracing::debug!(error = %e, "cannot unsubscribe from wake-ups");
             }
         }
