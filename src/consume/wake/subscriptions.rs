@@ -71,6 +71,8 @@ pub(super) struct Subscribed {
     /// may drop their wake-ups, so their loops poll until they move to
     /// their primary.
     pub bus: Vec<String>,
+    /// Each channel subscribed, with where.
+    pub placed: Vec<(String, Place)>,
 }
 
 impl Subscribed {
@@ -135,6 +137,7 @@ impl Subscriptions {
                     if place.is_none() && self.origin.is_clustered() {
                         done.bus.extend(those.iter().cloned());
                     }
+                    done.placed.extend(those.iter().map(|c| (c.clone(), place.clone())));
                     if let Some(conn) = self.conns().iter_mut().find(|c| c.place == place) {
                         conn.channels.extend(those);
                     }
@@ -244,15 +247,10 @@ impl Subscriptions {
         for (channel, error) in &done.failed {
             tracing::debug!(%channel, %error, "cannot subscribe to wake-ups where the channel moved; its loops poll");
         }
-        let failed = &done.failed;
-        let now_here = subscriber::places(&self.origin, &moved).await;
-        let placed: HashMap<&str, &Place> = moved
-            .iter()
-            .zip(&now_here)
-            .filter(|(channel, _)| !failed.iter().any(|(c, _)| c == *channel))
-            .map(|(channel, place)| (channel.as_str(), place))
-            .collect();
-        let placed_channels: Vec<String> = placed.keys().map(|c| c.to_string()).collect();
+        // Off every other connection, by where this subscribe put it (the
+        // map may have moved on since).
+        let placed: HashMap<&str, &Place> = done.placed.iter().map(|(c, p)| (c.as_str(), p)).collect();
+        let placed_channels: Vec<String> = done.placed.iter().map(|(c, _)| c.clone()).collect();
         self.take_off(&placed_channels, |conn, channel| {
             placed.get(channel).is_some_and(|p| conn.place != **p)
         })
