@@ -9,10 +9,17 @@ ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
 ARGV[4] result key prefix   ARGV[5] progress key prefix   ARGV[6] log key prefix
 ARGV[7] waiters zset   ARGV[8] done channel
 ARGV[9] result retention ms (0: keep no result)   ARGV[10] wake-up channel
-ARGV[11..] triples of id, lease, outcome: "" (no result, no progress or
-log written), else a flag then the result bytes: "r" a result, "n" no
+ARGV[11] log lines kept   ARGV[12] TTL ms of the notes of deliveries not
+acked here (as note.lua's)   ARGV[13] N, the notes
+ARGV[14..13+4N] the notes, four each as in note.lua: running deliveries'
+progress and log lines, written first, each fenced by its delivery's
+lease (include/notes.lua); a delivery's notes sent with its ack get the
+result retention as TTL at once (with retention 0 they are not written)
+ARGV[14+4N..] triples of id, lease, outcome: "" (no result, no progress
+or log written), else a flag then the result bytes: "r" a result, "n" no
 result but progress or log written, "b" both
-Returns one value per triple, in order: 1 acked, 4 aborted (the message
+Returns one value per triple, in order, then one per note as note.lua:
+1 acked, 4 aborted (the message
 was aborted while its handler ran: it ends as aborted whatever the
 handler returned, include/abort.lua; no result kept, its progress and
 log deleted, its parents told as of a cancelled child), 3 acked and its
@@ -41,11 +48,12 @@ While the totals have 'flows', an acked id that is a child records its
 completion in the outbox and an acked parent's children results go
 (flow_done in include/flows.lua, docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
-is not mistaken for a lost lease.
+is not mistaken for a lost lease (its notes find no lease: 0s).
 Complexity: O(M log N) with M = triples, in ten calls whatever M, plus one
 EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
 EXISTS of the result, progress and log keys when any, one SET per result
-and two PEXPIREs per delivery that wrote progress or log;
+and two PEXPIREs per delivery that wrote progress or log (none for a
+key its notes in this call wrote); the notes as note.lua;
 with groups in processing one GETRANGE per acked id, O(log G) per
 group, G = groups, and one PUBLISH when a group went back to the ring;
 with waiters one ZMSCORE and a PUBLISH per acked id waited for; with
@@ -60,32 +68,40 @@ and one PEXPIRE per unique_for marker of theirs.
 --- @include "group_moves"
 --- @include "groups"
 --- @include "markers"
+--- @include "notes"
 --- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
-local ids, out = ids_of(11, 3), {}
+local n = tonumber(ARGV[13])
+local first = 14 + 4 * n
+local ids, out = ids_of(first, 3), {}
 local retention = tonumber(ARGV[9])
-if #ids == 0 then
+if #ids == 0 and n == 0 then
   return {}
 end
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local scores = {}
+if #ids > 0 then
+  scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+end
 local held = {}
 for i, id in ipairs(ids) do
-  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
+  if scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + first - 2]) then
     held[#held + 1] = id
   end
 end
 local marked = aborted_of(ARGV[1], held)
-local done, ended, absent, results, noted, built = {}, {}, {}, {}, {}, {}
+local done, ended, absent, results, noted, built, acking = {}, {}, {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
-  if marked[id] and scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
+  local lease, kept = ARGV[3 * i + first - 2], ARGV[3 * i + first - 1]
+  if marked[id] and scores[i] and tonumber(scores[i]) == tonumber(lease) then
     ended[#ended + 1] = id
     out[i] = 4
-  elseif scores[i] and tonumber(scores[i]) == tonumber(ARGV[3 * i + 9]) then
+  elseif scores[i] and tonumber(scores[i]) == tonumber(lease) then
     done[#done + 1] = id
+    acking[id] = true
     out[i] = 1
-    local flag = string.sub(ARGV[3 * i + 10], 1, 1)
+    local flag = string.sub(kept, 1, 1)
     if retention > 0 and (flag == 'r' or flag == 'b') then
-      results[#results + 1] = {ARGV[4] .. id, string.sub(ARGV[3 * i + 10], 2)}
+      results[#results + 1] = {ARGV[4] .. id, string.sub(kept, 2)}
       built[#built + 1] = ARGV[4] .. id
     end
     if flag == 'n' or flag == 'b' then
@@ -114,17 +130,31 @@ if #absent > 0 then
 end
 local c = {prefix = ARGV[1], markers = ARGV[3], totals = KEYS[3], gp = ARGV[2]}
 local plan = abort_plan(c, ended)
+local keys, markers, finished, base, flows
 if #done > 0 then
-  local keys = payloads_here(ARGV[1], done)
-  local markers = markers_of(ARGV[3], done, KEYS[3])
-  local finished = {}
+  keys = payloads_here(ARGV[1], done)
+  markers = markers_of(ARGV[3], done, KEYS[3])
+  finished = {}
   if redis.call('EXISTS', ARGV[2] .. 'active') == 1 then
     check_group_types(ARGV[2])
     finished = groups_of(keys)
   end
-  keys_here(built)
-  local base = flow_base(ARGV[1], '')
-  local flows = flows_here(redis.call('HGET', KEYS[3], 'flows'), base, done)
+end
+local note_keys = {}
+for i = 1, n do
+  local a = 14 + 4 * (i - 1)
+  local prefix = ARGV[a + 2] == 'p' and ARGV[5] or ARGV[6]
+  note_keys[i] = prefix .. ARGV[a]
+  built[#built + 1] = note_keys[i]
+end
+keys_here(built)
+if #done > 0 then
+  base = flow_base(ARGV[1], '')
+  flows = flows_here(redis.call('HGET', KEYS[3], 'flows'), base, done)
+end
+-- The notes go first: the acks below end their leases.
+local notes_out, fresh = write_notes(KEYS[1], note_keys, 14, n, tonumber(ARGV[11]), ARGV[12], acking, retention)
+if #done > 0 then
   redis.call('ZREM', KEYS[1], unpack(done))
   for i, key in ipairs(markers[1]) do
     start_window(key, markers[2][i])
@@ -135,10 +165,10 @@ if #done > 0 then
   end
   for _, both in ipairs(noted) do
     for _, key in ipairs(both) do
-      if retention > 0 then
-        redis.call('PEXPIRE', key, retention)
-      else
+      if retention == 0 then
         redis.call('DEL', key)
+      elseif not fresh[key] then
+        redis.call('PEXPIRE', key, retention)
       end
     end
   end
@@ -168,5 +198,8 @@ if #done > 0 then
 end
 if abort_end(c, KEYS[1], KEYS[2], plan) then
   wake(ARGV[10], 0)
+end
+for i = 1, n do
+  out[#ids + i] = notes_out[i]
 end
 return out

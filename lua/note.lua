@@ -3,8 +3,9 @@
 Writes running deliveries' progress and log lines, each note only while
 its delivery's lease is the current one: a note of a delivery that lost
 its lease writes nothing. A consumer sends the notes its shard's handlers
-wrote meanwhile together: at most 128 notes and 64 KiB of text a call
-(cut in Rust; a progress is at most 4096 bytes, a line 2048).
+wrote meanwhile together, with its acks when it has any (ack.lua), alone
+here when not: at most 256 notes and 1 MiB of text a call (cut in Rust;
+a progress is at most 4096 bytes, a line 2048).
 
 KEYS[1] processing zset   KEYS[2..] note the key each note writes, in
 order: the progress string or the log list of its message
@@ -20,32 +21,10 @@ per note O(1) for progress or O(T) for a line, T = lines trimmed (at
 most one but after a smaller ARGV[1]).
 ]]
 --- @include "checks"
+--- @include "notes"
 check_types(KEYS[1], 'zset')
-local n = #KEYS - 1
-if n == 0 then
-  return {}
+local keys = {}
+for i = 2, #KEYS do
+  keys[i - 1] = KEYS[i]
 end
-local ids = {}
-for i = 1, n do
-  ids[i] = ARGV[4 * i - 1]
-end
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local keep, ttl = -tonumber(ARGV[1]), ARGV[2]
-local out = {}
-for i = 1, n do
-  local key, a = KEYS[i + 1], 4 * i - 1
-  if not scores[i] or tonumber(scores[i]) ~= tonumber(ARGV[a + 1]) then
-    out[i] = 0
-  elseif ARGV[a + 2] == 'p' then
-    redis.call('SET', key, ARGV[a + 3], 'PX', ttl)
-    out[i] = 1
-  elseif type(redis.pcall('RPUSH', key, ARGV[a + 3])) == 'table' then
-    -- Another type: this note alone fails, the others are written.
-    out[i] = 2
-  else
-    redis.call('LTRIM', key, keep, -1)
-    redis.call('PEXPIRE', key, ttl)
-    out[i] = 1
-  end
-end
-return out
+return (write_notes(KEYS[1], keys, 3, #keys, tonumber(ARGV[1]), ARGV[2], {}, 0))

@@ -1,8 +1,9 @@
 //! What a delivery records besides its ack: the result its handler
 //! returns (kept until the ack, which writes it), and its progress and log
 //! lines, handed to the consumer's [`Desk`] (which sends those of all
-//! running handlers of a shard together) without waiting for Redis: the
-//! ack or nack waits for them instead ([`Unwritten`]). Every clone of a
+//! running handlers of a shard together, ahead of their acks) without
+//! waiting for Redis: a nack waits for them instead ([`Unwritten`]), an
+//! ack follows them on the same queue. Every clone of a
 //! [`Message`](crate::Message) shares its delivery's [`Scribe`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,8 +30,8 @@ pub(crate) struct Scribe {
 }
 
 /// The notes of one delivery handed to its desk and not written yet, and
-/// the first that could not be: the ack or nack of the delivery waits for
-/// them (a note after it would find no lease), and the next note or
+/// the first that could not be: the nack of the delivery (or its renewed
+/// lease's end) waits for them (a note after it would find no lease), and the next note or
 /// [`Scribe::written`] reports that failure.
 #[derive(Default)]
 pub(crate) struct Unwritten {
@@ -145,12 +146,6 @@ impl Scribe {
     /// Whether progress or a log line was written.
     pub(crate) fn noted(&self) -> bool {
         self.noted.load(Ordering::Acquire)
-    }
-
-    /// The notes not written yet, for the ack to wait for; `None` when
-    /// there were none.
-    pub(crate) fn unwritten(&self) -> Option<Arc<Unwritten>> {
-        self.noted().then(|| self.unwritten.clone())
     }
 
     /// The handler has returned: later notes are refused with

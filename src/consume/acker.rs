@@ -1,6 +1,10 @@
-//! Coalesced acks: handlers hand their acks to one task per shard, which
-//! sends whatever has piled up as a single `ack` script call (see
-//! `batcher.rs`). Fencing is per id inside the script.
+//! Coalesced acks: handlers hand their acks, and their progress and log
+//! lines (`notary.rs`), to one task per shard, which sends whatever has
+//! piled up as a single `ack` script call, the notes first (or a `note`
+//! call when only notes piled up; see `batcher.rs`). Fencing is per id
+//! inside the script. One queue for both keeps each delivery's notes
+//! ahead of its ack, so the ack waits for none, and a delivery's notes
+//! sent with its ack get the result retention in that call.
 //!
 //! The relay of flow completions runs beside the acks, in a task of its
 //! own, rather than between two ack calls: an ack never waits for a relay.
@@ -14,23 +18,34 @@ use tokio::time::Instant;
 
 use super::batcher::{self, Batcher};
 use super::context::Context;
+use super::notary::{Held, NoteItem};
 use super::outcome::Kept;
 use crate::events::{self, Event};
 use crate::message::Receipt;
 use crate::store::ops::ack::{Ack, AckOutcome, Keep};
+use crate::store::ops::note::Notes;
 use crate::store::Keys;
 use crate::MessageId;
 
-/// Most acks in one script call.
-const ACK_BATCH: usize = 128;
+/// Most acks and notes in one script call: a claim's largest batch.
+const WRITE_BATCH: usize = 256;
 
-/// Most bytes of results in one script call (a bigger result goes alone).
-const ACK_BYTES: usize = 1 << 20;
+/// Most bytes of results and notes in one script call (a bigger result
+/// goes alone).
+const WRITE_BYTES: usize = 1 << 20;
 
 /// Acks waiting to be sent that are normal under load, at most: a batch
 /// in flight and more gathering while it waits behind claims on the
 /// connection. More means acks fall behind the handlers.
-pub(crate) const ACK_SLACK: usize = 4 * ACK_BATCH;
+pub(crate) const ACK_SLACK: usize = 512;
+
+/// What a shard's ack task sends.
+pub(crate) enum Write {
+    /// A successful delivery to acknowledge.
+    Ack(AckItem),
+    /// A running delivery's progress or log line.
+    Note(NoteItem),
+}
 
 /// One successful delivery to acknowledge.
 pub(crate) struct AckItem {
@@ -45,7 +60,8 @@ pub(crate) struct AckItem {
 
 /// A shard's ack task, as the consumer sees it.
 pub(crate) struct Acks {
-    pub tx: mpsc::UnboundedSender<Box<AckItem>>,
+    /// Where acks and notes go.
+    pub tx: mpsc::UnboundedSender<Box<Write>>,
     /// Asks the shard's relay task for a relay of its outbox; it runs one
     /// at a time, and one asked for while one runs runs after it.
     pub relay: mpsc::Sender<()>,
@@ -99,63 +115,84 @@ struct Acker {
 }
 
 impl Batcher for Acker {
-    type Item = AckItem;
-    const MAX_ITEMS: usize = ACK_BATCH;
-    const MAX_BYTES: usize = ACK_BYTES;
+    type Item = Write;
+    const MAX_ITEMS: usize = WRITE_BATCH;
+    const MAX_BYTES: usize = WRITE_BYTES;
 
-    fn size(item: &AckItem) -> usize {
-        item.kept.result.as_ref().map_or(0, Vec::len)
+    fn size(item: &Write) -> usize {
+        match item {
+            Write::Ack(ack) => ack.kept.result.as_ref().map_or(0, Vec::len),
+            Write::Note(note) => note.text.len(),
+        }
     }
 
-    async fn send(&mut self, batch: &mut Vec<AckItem>) {
-        // A note after its delivery's ack would find no lease: the notes
-        // of these deliveries go first (their own calls, gathered with
-        // the other handlers').
-        let notes: Vec<_> = batch.iter().filter_map(|item| item.kept.notes.clone()).collect();
-        for notes in notes {
-            notes.all_done().await;
+    async fn send(&mut self, batch: &mut Vec<Write>) {
+        let (mut acks, mut notes) = (Vec::new(), Vec::new());
+        for item in batch.drain(..) {
+            match item {
+                Write::Ack(ack) => acks.push(ack),
+                Write::Note(note) => notes.push(note),
+            }
         }
-        if flush(&self.ctx, &self.ctx.shards[self.shard], batch).await {
+        let (ctx, k) = (&self.ctx, &self.ctx.shards[self.shard]);
+        let notes = Held::read(notes).await;
+        if acks.is_empty() {
+            notes.send(ctx, k).await;
+        } else if flush(ctx, k, &mut acks, notes).await {
             // Full or not, the relay task reads the whole outbox.
             let _ = self.relay.try_send(());
         }
     }
 }
 
-/// Sends one batch, retrying on Redis errors while any lease is still valid
-/// (the script is idempotent, so a retry after a lost reply is harmless);
-/// returns whether it acked a flow's child, whose completion waits for the relay.
-async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>) -> bool {
+/// Sends one batch of acks with `notes`, retrying the acks on Redis
+/// errors while any lease is still valid (the script is idempotent, so a
+/// retry after a lost reply is harmless; the notes are not retried, as a
+/// line would be appended twice); returns whether it acked a flow's
+/// child, whose completion waits for the relay.
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -> bool {
     let mut backoff = Duration::from_millis(20);
     let sent = Instant::now();
+    let mut notes = Some(notes);
     loop {
         let leases = batch
             .iter()
             .map(|item| {
                 let keep = Keep {
                     result: item.kept.result.as_deref(),
-                    noted: item.kept.notes.is_some(),
+                    noted: item.kept.noted,
                 };
                 (item.receipt.id.as_str(), item.receipt.lease, keep)
             })
             .collect();
-        let ack = Ack {
-            leases,
-            result_retention: ctx.settings.result_retention,
+        let reply = {
+            let ack = Ack {
+                leases,
+                result_retention: ctx.settings.result_retention,
+                notes: notes.as_ref().map_or_else(Notes::none, |n| n.op(ctx)),
+            };
+            ctx.store(k).run(&ack).await
         };
-        match ctx.store(k).run(&ack).await {
+        match reply {
             Ok(acked) => {
+                if let Some(notes) = notes.take() {
+                    notes.answer(ctx, Ok(&acked.notes));
+                }
                 // An aborted child's completion waits in the outbox too.
                 let relay = acked
+                    .acks
                     .iter()
                     .any(|a| matches!(a, AckOutcome::AckedChild | AckOutcome::Aborted));
-                for (item, outcome) in batch.iter().zip(acked) {
+                for (item, outcome) in batch.iter().zip(acked.acks) {
                     report(ctx, item, outcome, sent);
                 }
                 batch.clear();
                 return relay;
             }
             Err(e) => {
+                if let Some(notes) = notes.take() {
+                    notes.answer(ctx, Err(&e));
+                }
                 // Only giving up is worth a warning: a retry that works changes nothing.
                 tracing::debug!(queue = %ctx.name, error = %e, acks = batch.len(), "ack failed; retrying");
                 let now = Instant::now();

@@ -135,8 +135,8 @@ async fn handle(shared: &Arc<Shared>, msg: Message, left: Duration) -> Ended {
     let took = started.elapsed();
     scribe.end();
     // A note after the lease ends finds none: a renewed lease ends here,
-    // a nack ends it next. (An ack waits for them in the acker instead,
-    // so the handler's slot is free meanwhile.)
+    // a nack ends it next. (An ack follows them on its shard's ack
+    // queue, which writes them first, so the handler's slot is free.)
     if renewed.is_some() || !matches!(ran, Some(Ok(Ok(())))) {
         let _ = scribe.written().await;
     }

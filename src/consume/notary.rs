@@ -1,29 +1,19 @@
-//! A shard's notes task: the progress and log lines of all its running
-//! handlers go to it, and it sends whatever has piled up as one
-//! `note.lua` call (see `batcher.rs`), each note fenced by its delivery's
-//! lease, announced as `Event::Progress` once stored, and tells each
-//! delivery's [`Unwritten`] its own note's outcome (the delivery's ack
-//! or nack waits for them).
+//! A delivery's notes (its progress and log lines) on their way to Redis:
+//! handed to its shard's ack task (`acker.rs`), which sends those that
+//! piled up with the acks it sends, or alone (`note.lua`) when it has no
+//! acks; each is fenced by its delivery's lease, announced as
+//! `Event::Progress` once stored, and tells its delivery's [`Unwritten`]
+//! its outcome (a nack, or a renewed lease's end, waits for them).
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-
-use super::batcher::{self, Batcher};
 use super::context::Context;
 use super::lease::Lease;
 use crate::events::{self, Event};
 use crate::scribe::{NoteKind, Unwritten};
 use crate::store::ops::note::{Note, Noted, Notes};
+use crate::store::Keys;
 use crate::{Error, MessageId};
-
-/// Most notes in one script call.
-const NOTE_BATCH: usize = 128;
-
-/// Most bytes of progress and lines in one script call (each is at most
-/// `MAX_PROGRESS` or `MAX_LOG_LINE`).
-const NOTE_BYTES: usize = 64 << 10;
 
 /// The lease a delivery holds now.
 #[derive(Clone)]
@@ -67,37 +57,16 @@ impl NoteItem {
     }
 }
 
-/// Starts the notes task of the queue's shard number `shard`; it ends once every
-/// sender is dropped and all notes are sent.
-pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (mpsc::UnboundedSender<Box<NoteItem>>, JoinHandle<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        batcher::run(Notary { ctx, shard }, rx).await;
-    });
-    (tx, task)
-}
+/// Notes with the lease each is fenced by, read when their call goes out.
+pub(crate) struct Held(Vec<(NoteItem, i64)>);
 
-/// The notes task's state.
-struct Notary {
-    ctx: Arc<Context>,
-    /// Its shard's number in `ctx.shards`.
-    shard: usize,
-}
-
-impl Batcher for Notary {
-    type Item = NoteItem;
-    const MAX_ITEMS: usize = NOTE_BATCH;
-    const MAX_BYTES: usize = NOTE_BYTES;
-
-    fn size(item: &NoteItem) -> usize {
-        item.text.len()
-    }
-
-    async fn send(&mut self, batch: &mut Vec<NoteItem>) {
-        // Leases are read now, when the call goes out: a renewal while a
-        // note waited fences it with the renewed lease.
-        let mut held = Vec::with_capacity(batch.len());
-        for item in batch.drain(..) {
+impl Held {
+    /// Reads the leases of `notes` now: a renewal while a note waited
+    /// fences it with the renewed lease. A note whose delivery holds no
+    /// lease any more is answered at once.
+    pub(crate) async fn read(notes: Vec<NoteItem>) -> Held {
+        let mut held = Vec::with_capacity(notes.len());
+        for item in notes {
             match item.lease.now().await {
                 Some(lease) => held.push((item, lease)),
                 None => {
@@ -106,12 +75,19 @@ impl Batcher for Notary {
                 }
             }
         }
-        if held.is_empty() {
-            return;
-        }
-        let s = &self.ctx.settings;
-        let op = Notes {
-            notes: held
+        Held(held)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The script call's notes, kept as the queue's settings say.
+    pub(crate) fn op(&self, ctx: &Context) -> Notes<'_> {
+        let s = &ctx.settings;
+        Notes {
+            notes: self
+                .0
                 .iter()
                 .map(|(item, lease)| Note {
                     id: item.id.as_str(),
@@ -124,35 +100,48 @@ impl Batcher for Notary {
             // Kept past any end of this delivery: the ack shortens it to
             // the result retention, a burial leaves it past the dead letter's.
             ttl: s.result_retention.max(s.dead_letter_retention) + s.handler_timeout.max(s.max_consume_duration),
-        };
-        let reply = self.ctx.store(&self.ctx.shards[self.shard]).run(&op).await;
-        match reply {
-            Ok(outcomes) => {
-                for ((item, _), outcome) in held.into_iter().zip(outcomes) {
-                    let outcome = match outcome {
-                        Noted::Written => {
-                            if item.kind == NoteKind::Progress {
-                                events::emit(&self.ctx.events, || Event::Progress {
-                                    id: item.id.clone(),
-                                    value: item.text.clone(),
-                                });
-                            }
-                            Ok(())
-                        }
-                        Noted::LeaseLost => Err(item.lost()),
-                        Noted::WrongType => Err(Error::WrongType {
-                            queue: self.ctx.name.clone(),
-                            detail: format!("the log key of message {} holds another type", item.id),
-                        }),
-                    };
-                    item.answer(outcome);
-                }
-            }
+        }
+    }
+
+    /// Sends the notes as one `note.lua` call.
+    pub(crate) async fn send(self, ctx: &Context, k: &Keys) {
+        if self.is_empty() {
+            return;
+        }
+        let reply = ctx.store(k).run(&self.op(ctx)).await;
+        self.answer(ctx, reply.as_deref());
+    }
+
+    /// Tells each note's delivery what its call did with it (`reply`: one
+    /// outcome per note, in order), announcing each progress stored.
+    pub(crate) fn answer(self, ctx: &Context, reply: Result<&[Noted], &Error>) {
+        let outcomes = match reply {
+            Ok(outcomes) => outcomes,
             Err(e) => {
-                for (item, _) in held {
+                for (item, _) in self.0 {
                     item.answer(Err(e.again()));
                 }
+                return;
             }
+        };
+        for ((item, _), &outcome) in self.0.into_iter().zip(outcomes) {
+            let outcome = match outcome {
+                Noted::Written => {
+                    if item.kind == NoteKind::Progress {
+                        events::emit(&ctx.events, || Event::Progress {
+                            id: item.id.clone(),
+                            value: item.text.clone(),
+                        });
+                    }
+                    Ok(())
+                }
+                Noted::LeaseLost => Err(item.lost()),
+                Noted::WrongType => Err(Error::WrongType {
+                    queue: ctx.name.clone(),
+                    detail: format!("the log key of message {} holds another type", item.id),
+                }),
+            };
+            item.answer(outcome);
         }
     }
 }

@@ -3,12 +3,11 @@
 //! handler's result goes in, a verdict comes out.
 
 use std::any::Any;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::handler::panic_text;
 use crate::message::Receipt;
-use crate::scribe::{Scribe, Unwritten};
+use crate::scribe::Scribe;
 use crate::{Backoff, HandlerError, MessageId, RetryAfter, SkipRetry, MAX_DELAY};
 
 /// Longest failure reason stored with a message, in bytes.
@@ -53,9 +52,8 @@ pub(crate) enum Outcome {
 pub(crate) struct Kept {
     /// The handler's result.
     pub result: Option<Vec<u8>>,
-    /// Its progress and log lines, when it wrote any: the ack waits for
-    /// them to be written.
-    pub notes: Option<Arc<Unwritten>>,
+    /// It wrote progress or log lines: the ack gives them the result's retention.
+    pub noted: bool,
 }
 
 /// What the handler's run gave: `None` when it ran out of time, else
@@ -69,7 +67,7 @@ impl Outcome {
         match ran {
             Some(Ok(Ok(()))) => Outcome::Done(Kept {
                 result: scribe.take(),
-                notes: scribe.unwritten(),
+                noted: scribe.noted(),
             }),
             Some(Ok(Err(e))) => Outcome::Failed(Failure::from_error(e)),
             Some(Err(panic)) => {
@@ -212,10 +210,7 @@ mod tests {
         let scribe = Scribe::default();
         scribe.set(Some(b"42".to_vec()), 2).unwrap();
         match Outcome::of(Some(Ok(Ok(()))), Duration::ZERO, &scribe) {
-            Outcome::Done(kept) => assert_eq!(
-                (kept.result.as_deref(), kept.notes.is_some()),
-                (Some(&b"42"[..]), false)
-            ),
+            Outcome::Done(kept) => assert_eq!((kept.result.as_deref(), kept.noted), (Some(&b"42"[..]), false)),
             _ => panic!("not Done"),
         }
 

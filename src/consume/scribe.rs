@@ -1,9 +1,10 @@
 //! The consumer's side of a delivery's [`Scribe`](crate::scribe::Scribe):
-//! progress and log lines written through its shard's notes task
-//! (`notary.rs`), each fenced by its delivery's lease.
+//! progress and log lines written through its shard's ack task
+//! (`notary.rs`, `acker.rs`), each fenced by its delivery's lease.
 
 use std::sync::{Arc, Weak};
 
+use super::acker::Write;
 use super::notary::{Current, NoteItem};
 use super::state::Shared;
 use crate::flow::ChildrenPage;
@@ -54,7 +55,10 @@ impl Desk for ShardDesk {
         };
         // The loop has ended (or is ending): so has the delivery. The
         // loop is not kept alive while the note waits.
-        let sent = self.shared.upgrade().map(|s| s.notes().send(Box::new(item)).is_ok());
+        let sent = self
+            .shared
+            .upgrade()
+            .map(|s| s.acks().tx.send(Box::new(Write::Note(item))).is_ok());
         if sent != Some(true) {
             let lost = || Error::LeaseLost {
                 id: id.clone(),

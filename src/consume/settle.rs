@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::acker::{self, AckItem};
+use super::acker::{self, AckItem, Write};
 use super::outcome::{Cause, Ended, Failure, Mode, Outcome};
 use super::state::Shared;
 use crate::events::{self, Event};
@@ -26,11 +26,11 @@ pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
     } = ended;
     match outcome {
         Outcome::Done(kept) => {
-            let _ = shared.acks().tx.send(Box::new(AckItem {
+            let _ = shared.acks().tx.send(Box::new(Write::Ack(AckItem {
                 receipt,
                 kept,
                 _acking: Box::new(Acking::new(shared)),
-            }));
+            })));
         }
         Outcome::Failed(mut failure) => {
             shared.ctx.meters.nacked.increment(1);

@@ -8,14 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::acker::{self, Acks};
 use super::context::Context;
 use super::heartbeat::Running;
 use super::lease::Leases;
-use super::notary::{self, NoteItem};
 use super::scheduler::Kicks;
 use super::wake::Bell;
 use crate::store::{Keys, Shard};
@@ -283,7 +282,7 @@ pub(crate) struct Shared {
     pub paused: AtomicBool,
     /// Its wake-ups, and whether they reach it.
     pub bell: Arc<Bell>,
-    /// Its ack and notes tasks, started when first needed.
+    /// Its ack task, started when first needed.
     pub writers: Writers,
     /// Leases of running handlers, renewed when handlers outlive a lease.
     pub leases: Arc<Leases>,
@@ -291,13 +290,11 @@ pub(crate) struct Shared {
     pub handing: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// A loop's ack task (with its relay task) and its notes task, each
-/// started at its first use: a loop that never claims (an idle queue's)
-/// holds neither task nor channel.
+/// A loop's ack task (with its relay task), started at its first use: a
+/// loop that never claims (an idle queue's) holds neither task nor channel.
 #[derive(Default)]
 pub(crate) struct Writers {
     acks: OnceLock<Acks>,
-    notes: OnceLock<mpsc::UnboundedSender<Box<NoteItem>>>,
     /// The tasks started, for the loop's shutdown to wait for.
     started: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -316,18 +313,12 @@ impl Writers {
 }
 
 impl Shared {
-    /// Its ack task: where acks go, and its relay task's trigger.
+    /// Its ack task: where acks and handlers' progress and log lines go,
+    /// and its relay task's trigger.
     pub(crate) fn acks(&self) -> &Acks {
         let w = &self.writers;
         w.acks
             .get_or_init(|| w.start(acker::spawn(self.ctx.clone(), self.shard)))
-    }
-
-    /// Its notes task: where handlers' progress and log lines go.
-    pub(crate) fn notes(&self) -> &mpsc::UnboundedSender<Box<NoteItem>> {
-        let w = &self.writers;
-        w.notes
-            .get_or_init(|| w.start(notary::spawn(self.ctx.clone(), self.shard)))
     }
 
     /// The keys of this loop's shard.
@@ -375,7 +366,7 @@ mod tests {
     /// frees `first`; returns the names in the order they got a slot.
     async fn order_of_slots(first: Slot, waiting: Vec<(&'static str, Slot)>) -> Vec<&'static str> {
         let n = waiting.len();
-        let (log, mut done) = mpsc::unbounded_channel();
+        let (log, mut done) = tokio::sync::mpsc::unbounded_channel();
         for (name, slot) in waiting.into_iter().rev() {
             let log = log.clone();
             tokio::spawn(async move {

@@ -13,7 +13,7 @@ macro_rules! lua_includes {
 
 lua_includes! {
     "abort", "args", "checks", "claim_groups", "clock", "finish", "flows", "group_moves", "groups", "header", "lease",
-    "markers", "paging", "priorities", "rate", "records", "store", "wake",
+    "markers", "notes", "paging", "priorities", "rate", "records", "store", "wake",
 }
 
 /// How a file names an include file it uses, before the name in quotes.

@@ -176,6 +176,7 @@ fn calls(k: &Keys) -> Vec<Call> {
                     },
                 )],
                 result_retention: RETENTION,
+                notes: Notes::none(),
             },
             k,
         ),

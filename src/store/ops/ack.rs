@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use fred::prelude::Value;
 
-use super::{each, ms, numbered, Op};
+use super::note::{Noted, Notes};
+use super::{each, ms, numbered, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -15,6 +16,18 @@ pub(crate) struct Ack<'a> {
     pub leases: Vec<(&'a str, i64, Keep<'a>)>,
     /// How long results (and progress and logs) are kept; zero keeps none.
     pub result_retention: Duration,
+    /// Running deliveries' notes, written first: those of deliveries
+    /// acked here get the result retention at once.
+    pub notes: Notes<'a>,
+}
+
+/// What one ack call did.
+#[derive(Debug)]
+pub(crate) struct Acked {
+    /// One outcome per delivery, in order.
+    pub acks: Vec<AckOutcome>,
+    /// One outcome per note, in order.
+    pub notes: Vec<Noted>,
 }
 
 /// What an acked delivery leaves behind.
@@ -33,6 +46,7 @@ impl<'a> Ack<'a> {
         Ack {
             leases: pairs.iter().map(|&(id, lease)| (id, lease, Keep::default())).collect(),
             result_retention: Duration::from_secs(60),
+            notes: Notes::none(),
         }
     }
 }
@@ -75,8 +89,7 @@ numbered! {
 }
 
 impl Op for Ack<'_> {
-    /// One outcome per delivery, in order.
-    type Reply = Vec<AckOutcome>;
+    type Reply = Acked;
     const KEYS: &'static [&'static str] = &["processing", "attempts", "totals"];
 
     fn script() -> &'static LuaScript {
@@ -88,7 +101,8 @@ impl Op for Ack<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = Vec::with_capacity(10 + 3 * self.leases.len());
+        let notes = &self.notes;
+        let mut args: Vec<Value> = Vec::with_capacity(13 + 4 * notes.notes.len() + 3 * self.leases.len());
         for prefix in [
             &k.msg_prefix,
             &k.group_prefix,
@@ -103,6 +117,9 @@ impl Op for Ack<'_> {
         }
         args.push(ms(self.result_retention));
         args.push(k.wake.as_str().into());
+        notes.push_settings(&mut args);
+        args.push(i64::try_from(notes.notes.len()).unwrap_or(i64::MAX).into());
+        notes.push_notes(&mut args);
         for (id, lease, keep) in &self.leases {
             args.push((*id).into());
             args.push((*lease).into());
@@ -112,6 +129,19 @@ impl Op for Ack<'_> {
     }
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
-        each::<Self, _>(v, self.leases.len(), "acks", AckOutcome::from_number)
+        let (acks, notes) = (self.leases.len(), self.notes.notes.len());
+        let mut outcomes = each::<Self, _>(v, acks + notes, "acks and notes", Some)?;
+        let notes = outcomes.split_off(acks);
+        let bad = |n: i64| unexpected::<Self>(format!("outcome {n}"));
+        Ok(Acked {
+            acks: outcomes
+                .into_iter()
+                .map(|n| AckOutcome::from_number(n).ok_or_else(|| bad(n)))
+                .collect::<Result<_, _>>()?,
+            notes: notes
+                .into_iter()
+                .map(|n| Noted::from_number(n).ok_or_else(|| bad(n)))
+                .collect::<Result<_, _>>()?,
+        })
     }
 }

@@ -42,6 +42,40 @@ numbered! {
     }
 }
 
+impl Notes<'_> {
+    /// No notes.
+    pub(crate) fn none() -> Self {
+        Notes {
+            notes: Vec::new(),
+            max_lines: 1,
+            ttl: Duration::from_millis(1),
+        }
+    }
+
+    /// The arguments before the notes, as note.lua and ack.lua take
+    /// them: the log lines kept and the TTL.
+    pub(super) fn push_settings(&self, args: &mut Vec<Value>) {
+        args.push(i64::try_from(self.max_lines).unwrap_or(i64::MAX).into());
+        args.push(ms(self.ttl));
+    }
+
+    /// Four arguments per note: id, lease, kind, text.
+    pub(super) fn push_notes(&self, args: &mut Vec<Value>) {
+        for n in &self.notes {
+            args.push(n.id.into());
+            args.push(n.lease.into());
+            args.push(
+                match n.kind {
+                    NoteKind::Progress => "p",
+                    NoteKind::Log => "l",
+                }
+                .into(),
+            );
+            args.push(n.text.into());
+        }
+    }
+}
+
 impl Op for Notes<'_> {
     /// One outcome per note, in order.
     type Reply = Vec<Noted>;
@@ -63,20 +97,8 @@ impl Op for Notes<'_> {
 
     fn args(&self, _: &Keys) -> Vec<Value> {
         let mut args: Vec<Value> = Vec::with_capacity(2 + 4 * self.notes.len());
-        args.push(i64::try_from(self.max_lines).unwrap_or(i64::MAX).into());
-        args.push(ms(self.ttl));
-        for n in &self.notes {
-            args.push(n.id.into());
-            args.push(n.lease.into());
-            args.push(
-                match n.kind {
-                    NoteKind::Progress => "p",
-                    NoteKind::Log => "l",
-                }
-                .into(),
-            );
-            args.push(n.text.into());
-        }
+        self.push_settings(&mut args);
+        self.push_notes(&mut args);
         args
     }
 

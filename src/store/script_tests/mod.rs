@@ -395,7 +395,7 @@ impl Env {
 
     async fn ack(&self, pairs: &[(&str, i64)]) -> Vec<i64> {
         let acked = self.run(&Ack::plain(pairs)).await;
-        acked.into_iter().map(|a| a as i64).collect()
+        acked.acks.into_iter().map(|a| a as i64).collect()
     }
 
     async fn extend(&self, triples: &[(&str, i64, i64)]) -> Vec<i64> {

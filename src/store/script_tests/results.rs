@@ -44,6 +44,7 @@ fn ack<'a>(leases: Vec<(&'a str, i64, Keep<'a>)>, retention: Duration) -> Ack<'a
     Ack {
         leases,
         result_retention: retention,
+        notes: Notes::none(),
     }
 }
 
@@ -66,7 +67,7 @@ async fn an_ack_writes_the_result_with_the_retention_and_a_late_ack_writes_none(
             DAY,
         ))
         .await;
-    assert_eq!(acked.iter().map(|a| *a as i64).collect::<Vec<_>>(), vec![1, 1, 0]);
+    assert_eq!(acked.acks.iter().map(|a| *a as i64).collect::<Vec<_>>(), vec![1, 1, 0]);
     assert_eq!(env.raw(&["GET", &k.result("a")]), "\0bytes");
     let ttl = env.int(&["PTTL", &k.result("a")]);
     assert!(
@@ -209,6 +210,120 @@ async fn one_call_writes_the_notes_of_many_deliveries_each_fenced_by_its_own_lea
         Vec::<Noted>::new(),
         "no notes, no writes"
     );
+}
+
+/// An ack of `leases` kept for `retention`, with `notes` (3 lines kept, a day's TTL).
+fn ack_with<'a>(leases: Vec<(&'a str, i64, Keep<'a>)>, retention: Duration, notes: Vec<Note<'a>>) -> Ack<'a> {
+    Ack {
+        notes: self::notes(notes),
+        ..ack(leases, retention)
+    }
+}
+
+const NOTED: Keep<'static> = Keep {
+    result: None,
+    noted: true,
+};
+
+#[tokio::test]
+async fn an_ack_writes_the_notes_first_and_its_own_deliveries_get_the_retention_at_once() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a", "b"]).await;
+    // a wrote three lines before; a fourth comes with its ack.
+    for line in ["1", "2", "3"] {
+        assert_eq!(env.run(&note("a", lease, None, Some(line))).await, [Noted::Written]);
+    }
+    let n = |id, lease, kind, text| Note { id, lease, kind, text };
+    let acked = env
+        .run(&ack_with(
+            vec![("a", lease, NOTED)],
+            Duration::from_secs(60),
+            vec![
+                n("a", lease, NoteKind::Progress, "50"),
+                n("b", lease, NoteKind::Log, "b still runs"),
+                n("a", lease, NoteKind::Log, "4"),
+                n("a", lease - 1, NoteKind::Log, "an old delivery's"),
+                n("nope", lease, NoteKind::Progress, "1"),
+            ],
+        ))
+        .await;
+    use Noted::{LeaseLost, Written};
+    assert_eq!(acked.acks.iter().map(|a| *a as i64).collect::<Vec<_>>(), [1]);
+    assert_eq!(acked.notes, [Written, Written, Written, LeaseLost, LeaseLost]);
+    assert_eq!(env.raw(&["GET", &k.progress("a")]), "50");
+    assert_eq!(
+        env.list(&k.log("a")),
+        ["2", "3", "4"],
+        "written before the ack, trimmed"
+    );
+    for key in [k.progress("a"), k.log("a")] {
+        let ttl = env.int(&["PTTL", &key]);
+        assert!(ttl > 50_000 && ttl <= 60_000, "acked: the retention; {key}: {ttl}");
+    }
+    // b is still running: its line has the notes' own TTL, past any end.
+    assert_eq!(env.list(&k.log("b")), ["b still runs"]);
+    assert!(env.int(&["PTTL", &k.log("b")]) > 60_000);
+    assert!(!env.exists(&k.progress("nope")));
+
+    // The reply was lost and the call re-sent: nothing acked, nothing appended.
+    let again = env
+        .run(&ack_with(
+            vec![("a", lease, NOTED)],
+            Duration::from_secs(60),
+            vec![n("a", lease, NoteKind::Log, "4")],
+        ))
+        .await;
+    assert_eq!(again.acks.iter().map(|a| *a as i64).collect::<Vec<_>>(), [2]);
+    assert_eq!(again.notes, [LeaseLost]);
+    assert_eq!(env.list(&k.log("a")), ["2", "3", "4"]);
+}
+
+#[tokio::test]
+async fn an_ack_with_retention_zero_writes_none_of_its_notes_and_a_bad_log_key_fails_only_its_note() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let lease = claimed(&env, &["a", "b"]).await;
+    assert_eq!(env.run(&note("a", lease, None, Some("before"))).await, [Noted::Written]);
+    env.raw(&["SET", &k.log("b"), "not a list"]);
+    let n = |id, kind, text| Note { id, lease, kind, text };
+    let acked = env
+        .run(&ack_with(
+            vec![("a", lease, NOTED), ("b", lease, NOTED)],
+            Duration::ZERO,
+            vec![
+                n("a", NoteKind::Progress, "50"),
+                n("a", NoteKind::Log, "with the ack"),
+                n("b", NoteKind::Log, "b"),
+            ],
+        ))
+        .await;
+    assert_eq!(acked.acks.iter().map(|a| *a as i64).collect::<Vec<_>>(), [1, 1]);
+    assert_eq!(
+        acked.notes,
+        [Noted::Written, Noted::Written, Noted::Written],
+        "kept for no time: as if written and deleted by the ack"
+    );
+    assert!(!env.exists(&k.progress("a")) && !env.exists(&k.log("a")) && !env.exists(&k.log("b")));
+
+    // Kept for a while, the log of another type fails its note alone.
+    let lease = claimed(&env, &["c"]).await;
+    env.raw(&["SET", &k.log("c"), "not a list"]);
+    let acked = env
+        .run(&ack_with(
+            vec![("c", lease, NOTED)],
+            DAY,
+            vec![Note {
+                id: "c",
+                lease,
+                kind: NoteKind::Log,
+                text: "c",
+            }],
+        ))
+        .await;
+    assert_eq!(acked.acks.iter().map(|a| *a as i64).collect::<Vec<_>>(), [1]);
+    assert_eq!(acked.notes, [Noted::WrongType]);
+    assert_eq!(env.raw(&["GET", &k.log("c")]), "not a list");
 }
 
 #[tokio::test]
