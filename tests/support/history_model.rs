@@ -852,7 +852,7 @@ pub fn check(h: &History, limits: Limits, fin: Option<&Final>) -> Vec<Violation>
                 if o.result == Ok(true) && o.start + CLOCK_SLACK <= claimed {
                     due = at;
                     why = format!("rescheduled at {} by {:?}", h.ms(o.start), o.delay.unwrap_or_default());
-                } else if !o.certain(h, limits) {
+                } else if o.result == Ok(true) || !o.certain(h, limits) {
                     due = due.min(at);
                 }
             }
@@ -2690,6 +2690,30 @@ mod tests {
         assert_eq!(run(65), Vec::<&str>::new(), "after the claim: the next due time");
         assert_eq!(run(60), Vec::<&str>::new(), "about the claim: it may have come after");
         assert_eq!(run(30), ["early"], "well before the claim: moved it");
+    }
+
+    #[test]
+    fn early_lets_a_reschedule_called_about_the_claim_move_it_sooner() {
+        // Sent at 0 ms with a delay of 1 s, rescheduled to `moved` + 7 ms,
+        // claimed at 62 ms; its handler starts at 65 ms.
+        let run = |moved: u64| {
+            let mut h = sent();
+            h.sends[0].delay = Duration::from_secs(1);
+            h.ops.push(IdOp {
+                kind: "reschedule",
+                id: "m".into(),
+                delay: Some(Duration::from_millis(7)),
+                start: at(&h, moved),
+                end: at(&h, moved + 3),
+                result: Ok(true),
+            });
+            delivery(&mut h, "m", "p", 1, 62, 65, 66, Outcome::Ok);
+            rules(&h, None)
+        };
+        assert_eq!(run(20), Vec::<&str>::new(), "well before the claim: moved it");
+        // CI: seed 1796018299874751022, a reschedule 15 ms before the claim.
+        assert_eq!(run(50), Vec::<&str>::new(), "about the claim: it may have come before");
+        assert_eq!(run(70), ["early"], "after the claim: the next due time");
     }
 
     /// Parent `id` of `role` waiting for `children` under `policy`, sent
