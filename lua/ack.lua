@@ -54,8 +54,9 @@ EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
 EXISTS of the result, progress and log keys when any, one SET per result
 and two PEXPIREs per delivery that wrote progress or log (none for a
 key its notes in this call wrote); the notes as note.lua;
-with groups in processing one GETRANGE per acked id, O(log G) per
-group, G = groups, and one PUBLISH when a group went back to the ring;
+with groups in processing one GETRANGE per acked id, four calls for
+their groups (include/group_moves.lua) and O(log G) for each group not
+in the ring, G = groups, and one PUBLISH when a group went back to the ring;
 with waiters one ZMSCORE and a PUBLISH per acked id waited for; with
 flows four calls more and O(links); with aborted ids about ten calls more
 and one PEXPIRE per unique_for marker of theirs.

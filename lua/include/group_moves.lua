@@ -96,13 +96,42 @@ end
 
 -- Messages of groups left processing (`counts`, from groups_of): each
 -- group's count goes down and it goes back to the ring when it may start
--- another; true when any did (group_wake).
+-- another; true when any did (group_wake). In four calls whatever the
+-- number of groups in the ring (a backlog's groups are), plus a few
+-- calls for each group out of it.
 local function groups_finished(gp, counts)
+  if #counts == 0 then
+    return false
+  end
+  local names = {}
+  for i, c in ipairs(counts) do
+    names[i] = c[1]
+  end
+  local active = redis.call('HMGET', gp .. 'active', unpack(names))
+  local left, gone = {}, {}
+  for i, c in ipairs(counts) do
+    local n = (tonumber(active[i]) or 0) - c[2]
+    if n > 0 then
+      left[#left + 1], left[#left + 2] = c[1], n
+    else
+      gone[#gone + 1] = c[1]
+    end
+  end
+  if #left > 0 then
+    redis.call('HSET', gp .. 'active', unpack(left))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', gp .. 'active', unpack(gone))
+  end
+  -- A group in the ring is where it may start another already; a claim
+  -- serves it, and forgets it once nothing of it is left.
+  local in_ring = redis.call('ZMSCORE', gp .. 'ring', unpack(names))
   local back = false
-  for _, c in ipairs(counts) do
-    group_active(gp, c[1], -c[2])
-    back = group_wake(gp, c[1]) or back
-    group_forget_idle(gp, c[1])
+  for i, g in ipairs(names) do
+    if not in_ring[i] then
+      back = group_wake(gp, g) or back
+      group_forget_idle(gp, g)
+    end
   end
   return back
 end

@@ -155,6 +155,44 @@ async fn a_group_at_its_concurrency_leaves_the_ring_until_an_ack() {
     let _ = k;
 }
 
+#[tokio::test]
+async fn one_ack_of_many_groups_counts_each_down_wakes_the_freed_and_forgets_the_emptied() {
+    let env = Env::new().await;
+    assert!(env.change(GroupChange::Limit(Some("C"), Some(1))).await);
+    for (id, group) in [
+        ("a1", "A"),
+        ("a2", "A"),
+        ("a3", "A"),
+        ("b1", "B"),
+        ("c1", "C"),
+        ("c2", "C"),
+    ] {
+        env.send_grouped(id, group).await;
+    }
+    env.promote(1000).await;
+    // One each, then A's second: C is at its limit, B empty.
+    let claim = env.claim(4).await;
+    let mut claimed = claim.ids().to_vec();
+    claimed.sort();
+    assert_eq!(claimed, ["a1", "a2", "b1", "c1"]);
+    assert_eq!(env.ring(), ["A"]);
+    assert_eq!(env.active(), ["1", "1", "2", "A", "B", "C"]);
+
+    // A count that stays above 0; A stays where it is in the ring.
+    assert_eq!(env.ack(&[("a1", env.lease_of("a1"))]).await, [1]);
+    assert_eq!(env.active(), ["1", "1", "1", "A", "B", "C"]);
+    assert_eq!(env.ring(), ["A"]);
+
+    // Three groups in one call: A (in the ring) is left alone, C (its
+    // slot freed) goes back to the ring, B (nothing left) is forgotten.
+    let rest: Vec<(&str, i64)> = ["a2", "b1", "c1"].iter().map(|id| (*id, env.lease_of(id))).collect();
+    assert_eq!(env.ack(&rest).await, [1, 1, 1]);
+    assert!(env.active().is_empty(), "{:?}", env.active());
+    assert_eq!(env.ring(), ["A", "C"]);
+    assert_eq!(env.lines(&["ZRANGE", &env.group_key("known"), "0", "-1"]), ["A", "C"]);
+    assert_eq!(env.claim(10).await.ids(), ["a3", "c2"]);
+}
+
 /// Whatever frees a slot of a group at its concurrency (an ack, a timeout
 /// or nack that buries, a nack with a delay) puts it back in the ring and
 /// publishes a wake-up of 0, so a consumer anywhere starts its next
