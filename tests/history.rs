@@ -815,8 +815,13 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     let (knobs, name, history) = (knobs.clone(), handler.consumer.clone(), handler.history.clone());
     let concurrency = handler.concurrency;
     let flow_ok = handler.flow_ok.clone();
+    // Where its start is, for the message of a start that does not end.
+    let stage = Arc::new(Mutex::new(String::from("connecting")));
+    let (at, start_at) = (stage.clone(), Instant::now());
+    let step = move |what: String| *at.lock().unwrap() = format!("{what} after {:?}", start_at.elapsed());
     let task = rt.spawn(async move {
         let client = client(&url, COMMAND_TIMEOUT).await;
+        step("connected; start_consume".into());
         let queue_client = client.clone();
         let mut builder = configure(
             DelayQueue::builder(QUEUE, client),
@@ -851,9 +856,13 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
             match queue.start_consume(handler.clone()).await {
                 Ok(c) => break c,
                 Err(e) if started.elapsed() > CONSUMER_LIMIT => return Err(format!("start_consume: {e}")),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => {
+                    step(format!("start_consume failed ({e}); again"));
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
             }
         };
+        step("started; the flow queues' consumers".into());
         // The flow queues' consumers, on the same runtime: a crash
         // takes them too, maybe between a child's ack and its relay.
         let mut flow_consumers = Vec::new();
@@ -865,6 +874,7 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
                     ..handler.clone()
                 };
                 let started = Instant::now();
+                step(format!("flow queue {name}: start_consume"));
                 flow_consumers.push(loop {
                     match flow_queue.start_consume(recorder.clone()).await {
                         Ok(c) => break c,
@@ -887,7 +897,10 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
     });
     tokio::time::timeout(CONSUMER_LIMIT, ready_rx)
         .await
-        .unwrap_or_else(|_| panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}"))
+        .unwrap_or_else(|_| {
+            let stage = stage.lock().unwrap().clone();
+            panic!("consumer {name} did not start within {CONSUMER_LIMIT:?}; its start: {stage}")
+        })
         .unwrap_or_else(|_| panic!("consumer {name} failed to start"));
     history.lock().unwrap().consumers.push(ConsumerRec {
         name: name.clone(),

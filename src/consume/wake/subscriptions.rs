@@ -154,7 +154,11 @@ impl Subscriptions {
         let client = subscriber::connection(&self.origin, place);
         let (messages, reconnects) = (client.message_rx(), client.reconnect_rx());
         if let Err(error) = in_time(client.init()).await {
-            let _ = client.quit().await;
+            // Not awaited: the caller holds `changes`, which every new
+            // listener waits for, and a quit waits up to the command timeout.
+            tokio::spawn(async move {
+                let _ = client.quit().await;
+            });
             return Err(error);
         }
         let pump = tokio::spawn(pump(Arc::downgrade(self), client.clone(), messages, reconnects)).abort_handle();
