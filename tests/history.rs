@@ -881,7 +881,10 @@ async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> Consum
                         Err(e) if started.elapsed() > CONSUMER_LIMIT => {
                             return Err(format!("start_consume({name}): {e}"))
                         }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        Err(e) => {
+                            step(format!("flow queue {name}: start_consume failed ({e}); again"));
+                            tokio::time::sleep(Duration::from_millis(100)).await
+                        }
                     }
                 });
             }
@@ -2223,6 +2226,7 @@ async fn run(knobs: Knobs, cluster: bool) {
                 shutdown_errors.push(e);
             }
             generation += 1;
+            end_slow(&backend, &mut slow_until, &history);
             let handler = recorder(i, format!("c{i}.{generation}"));
             consumers[i] = Some(start_consumer(backend.consumer_url(), &knobs, handler).await);
             record_fault(
@@ -2238,10 +2242,7 @@ async fn run(knobs: Knobs, cluster: bool) {
                 next_fault = next_fault.max(at + SPELL_QUIET + Duration::from_millis(300));
             }
             if Instant::now() >= at {
-                if let (Some(proxy), Some((start, _, detail))) = (backend.proxy(), slow_until.take()) {
-                    proxy.delay_replies(Duration::ZERO);
-                    record_fault(&history, "slow", start, detail);
-                }
+                end_slow(&backend, &mut slow_until, &history);
                 producer.resume_when_due(true).await;
                 producer.resume_group_when_due(true).await;
                 producer.send_backlog(&mut rng).await;
@@ -2252,13 +2253,8 @@ async fn run(knobs: Knobs, cluster: bool) {
         }
         producer.resume_when_due(false).await;
         producer.resume_group_when_due(false).await;
-        if let (Some(proxy), true) = (
-            backend.proxy(),
-            slow_until.as_ref().is_some_and(|s| Instant::now() >= s.1),
-        ) {
-            let (start, _, detail) = slow_until.take().unwrap();
-            proxy.delay_replies(Duration::ZERO);
-            record_fault(&history, "slow", start, detail);
+        if slow_until.as_ref().is_some_and(|s| Instant::now() >= s.1) {
+            end_slow(&backend, &mut slow_until, &history);
         }
         match rng.weighted(&ops) {
             Op::Send => producer.send_one(&mut rng).await,
@@ -2364,6 +2360,7 @@ async fn run(knobs: Knobs, cluster: bool) {
                         ("stop", "shut down".to_string())
                     };
                     record_fault(&history, kind, start, format!("{name} {done}"));
+                    end_slow(&backend, &mut slow_until, &history);
                     generation += 1;
                     let handler = recorder(i, format!("c{i}.{generation}"));
                     consumers[i] = Some(start_consumer(backend.consumer_url(), &knobs, handler).await);
@@ -2377,6 +2374,7 @@ async fn run(knobs: Knobs, cluster: bool) {
                         }
                     }
                     generation += 1;
+                    end_slow(&backend, &mut slow_until, &history);
                     tokio::time::sleep(Duration::from_millis(rng.range(2500, 4000))).await;
                     for (i, slot) in consumers.iter_mut().enumerate() {
                         let handler = recorder(i, format!("c{i}.{generation}"));
@@ -2426,10 +2424,7 @@ async fn run(knobs: Knobs, cluster: bool) {
     // Drain: no more faults, every handler succeeds; the queue resumed,
     // no limit, no schedule left.
     backend.primary().raw_command(&["CLIENT", "UNPAUSE"]);
-    if let (Some(proxy), Some((start, _, detail))) = (backend.proxy(), slow_until.take()) {
-        proxy.delay_replies(Duration::ZERO);
-        record_fault(&history, "slow", start, detail);
-    }
+    end_slow(&backend, &mut slow_until, &history);
     producer.settle(knobs.limits.map(|l| l.1)).await;
     draining.store(true, Ordering::Relaxed);
     let drained = drain(&producer.queue, false).await;
@@ -2719,6 +2714,16 @@ async fn observe_stalls(client: Client, history: Shared, probing: Arc<AtomicBool
             });
         }
         last = now;
+    }
+}
+
+/// Ends the slow fault when one is on, and records it. Before a consumer
+/// starts too: the fault loop, which ends it, waits for that start, and
+/// replies held back for long enough fail every command of the start.
+fn end_slow(backend: &Backend, slow: &mut Option<(Instant, Instant, String)>, history: &Shared) {
+    if let (Some(proxy), Some((start, _, detail))) = (backend.proxy(), slow.take()) {
+        proxy.delay_replies(Duration::ZERO);
+        record_fault(history, "slow", start, detail);
     }
 }
 
