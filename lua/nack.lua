@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
---[[ nack: processing -> retry | pending | dead
+--[[ nack: processing -> retry | ready | pending | dead
 Ends one delivery that did not succeed, only while its lease is current
 (a late nack of a redelivered message adds no second copy).
 mode 'fail': the delivery counts and its reason is recorded; with
@@ -8,9 +8,12 @@ next delivery due at now + delay (in its attempt record), else to the dead zset
 (dead).
 mode 'dead': like 'fail', but straight to the dead zset (the handler said a
 retry cannot help).
-mode 'release': the delivery never started (consumer shutting down); it
-does not count and the message goes back to the front of retry, its due
-time kept.
+mode 'release': the delivery never started (consumer shutting down, or
+its handlers stalled); it does not count and the message goes back where
+a claim takes it next, its due time kept: a retry (a delivery counted
+before) to the front of retry, a first delivery among the due messages
+of its priority (priority 0: the front of ready), so a stalled batch
+handed back one by one keeps its priorities' order.
 mode 'defer': the handler asked for a later delivery without this one
 counting (a RetryAfter marked uncounted: rate limited upstream); its
 reason is recorded, the count goes back down by one, the record's
@@ -25,6 +28,8 @@ ARGV[4] mode   ARGV[5] default retry count   ARGV[6] wake-up channel
 ARGV[7] reason of the failure ('' none)   ARGV[8] dead-letter retention ms
 ARGV[9] the delivery's count (its attempt number)
 ARGV[10] group key prefix
+ARGV[11] ready list   ARGV[12] priority zset (where a released first
+delivery goes back)
 Groups (include/groups.lua, docs/groups.md): while any group has a message in
 processing (the prefix's 'active' hash exists) the header is read for
 the message's group. A grouped message's group counts one fewer in
@@ -67,6 +72,7 @@ one EXISTS more, and about ten calls for an aborted message.
 --- @include "groups"
 --- @include "header"
 --- @include "markers"
+--- @include "priorities"
 --- @include "records"
 --- @include "wake"
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'list', KEYS[4], 'zset', KEYS[5], 'zset',
@@ -132,8 +138,18 @@ if mode == 'release' then
   if group then
     group_return(gp, group, id, head, due_of(head, due), ordered)
     group_wake(gp, group)
-  else
+  elseif n > 1 then
     redis.call('LPUSH', KEYS[3], id)
+  else
+    head = head or redis.pcall('GETRANGE', KEYS[6], 0, HEADER_BYTES - 1)
+    local p = priority_of(head)
+    if p > 0 then
+      check_types(ARGV[12], 'zset')
+      redis.call('ZADD', ARGV[12], prio_score(p, due_of(head, due)), id)
+    else
+      check_types(ARGV[11], 'list')
+      redis.call('LPUSH', ARGV[11], id)
+    end
   end
   wake(ARGV[6], 0)
   return 1

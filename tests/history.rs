@@ -131,6 +131,9 @@
 //! - `HISTORY_ALLOW`: comma list of rule names (see the model) whose
 //!   violations are printed at the end but do not fail the run, to look
 //!   past a known defect for others. For debugging only, never in CI.
+//! - `HISTORY_DUMP=<dir>`: a run that breaks a rule also writes what it
+//!   did to `<dir>/<tag>.txt`: its consumers, every delivery, hand-back and
+//!   send, and its consumers' debug log.
 //!
 //! One feature at a time (e.g. to see which runs find a defect once its
 //! fix is reverted), the default test only, a few runs:
@@ -160,7 +163,7 @@
 use delayqueue_test_support as support;
 use support::history_model as model;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -382,6 +385,9 @@ struct Knobs {
     /// Quiet spells (`Spells`): now and then a backlog in a group with
     /// limits, then no operation and no fault for a while.
     spells: bool,
+    /// The consumers' thread name, which tells this run's log lines from
+    /// those of the runs beside it (in a replay they share the seed).
+    tag: String,
 }
 
 impl Knobs {
@@ -488,8 +494,12 @@ fn knobs(features: Option<&[Feature]>, one_handler: bool) -> Knobs {
             Duration::from_millis(ms.parse().expect("HISTORY_FETCH_MS must be a number"))
         }),
         spells: env("HISTORY_SPELLS").is_some_and(|s| s == "on"),
+        tag: format!("hist-{seed:x}-{}", RUNS.fetch_add(1, Ordering::Relaxed)),
     }
 }
+
+/// How many runs this process began: a part of each one's `Knobs::tag`.
+static RUNS: AtomicU64 = AtomicU64::new(0);
 
 /// The claim time of a delivery, in µs of Redis time: its lease's deadline
 /// (the claim's Redis time plus the visibility timeout) less the lease.
@@ -804,7 +814,7 @@ struct ConsumerSlot {
 async fn start_consumer(url: String, knobs: &Knobs, handler: Recorder) -> ConsumerSlot {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .thread_name(thread_tag(knobs.seed))
+        .thread_name(knobs.tag.clone())
         .enable_all()
         .build()
         .unwrap();
@@ -1896,7 +1906,58 @@ fn verify(knobs: &Knobs, history: &Shared, fin: Option<&Final>, when: &str) {
         );
     }
     if !violations.is_empty() {
+        if let Some(dir) = env("HISTORY_DUMP") {
+            dump(knobs, &h, &dir);
+        }
         fail(knobs, &h, &violations, when);
+    }
+}
+
+/// Writes what a failed run did to `<dir>/<tag>.txt` (`HISTORY_DUMP`):
+/// its consumers, every delivery by claim time, the hand-backs, the sends
+/// and its consumers' debug log, times in ms of the run.
+fn dump(knobs: &Knobs, h: &History, dir: &str) {
+    let ms = |us: i64| format!("{:.1}", (us - h.t0_us) as f64 / 1000.0);
+    let mut out = String::new();
+    for c in &h.consumers {
+        let end = c.end_us.map_or("-".into(), ms);
+        out += &format!(
+            "consumer {} concurrency={} {}..{end}\n",
+            c.name,
+            c.concurrency,
+            ms(c.start_us)
+        );
+    }
+    let mut deliveries: Vec<&Delivery> = h.deliveries.iter().collect();
+    deliveries.sort_by_key(|d| d.leased_us);
+    for d in deliveries {
+        let end = d.end_us.map_or("-".into(), ms);
+        out += &format!(
+            "delivery {} {} group={:?} priority={} attempt={} leased={} start={} end={end} {:?}\n",
+            d.consumer,
+            d.payload,
+            d.group,
+            d.priority,
+            d.attempt,
+            ms(d.leased_us),
+            ms(d.start_us),
+            d.end.map(|e| e.1)
+        );
+    }
+    for (id, claimed, at) in &h.handbacks {
+        out += &format!("handback {id} claimed={} back={}\n", ms(*claimed), ms(*at));
+    }
+    for send in &h.sends {
+        out += &format!("send {send:?}\n");
+    }
+    let tag = format!(" {} ", knobs.tag);
+    for (line, at) in LOG.lock().unwrap().iter().filter(|l| l.0.contains(&tag)) {
+        out += &format!("log {} {line}", ms(*at));
+    }
+    let path = std::path::Path::new(dir).join(format!("{}.txt", knobs.tag));
+    match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, out)) {
+        Ok(()) => println!("HISTORY seed={}: run written to {}", knobs.seed, path.display()),
+        Err(e) => println!("HISTORY seed={}: could not write {}: {e}", knobs.seed, path.display()),
     }
 }
 
@@ -2602,19 +2663,13 @@ static RECEIPT_FAILURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Deliveries handed back unstarted, from the debug log: (line, wall µs).
 /// Every run of the test binary logs here; a line names its run by its
-/// consumers' thread name (`thread_tag`).
+/// consumers' thread name (`Knobs::tag`).
 static HANDBACKS: Mutex<Vec<(String, i64)>> = Mutex::new(Vec::new());
-
-/// The name of a run's consumers' threads, so that its log lines are told
-/// from the other runs' in the same process.
-fn thread_tag(seed: u64) -> String {
-    format!("hist-{seed:x}")
-}
 
 /// Moves the run's hand-backs of the main queue from `HANDBACKS` to the
 /// history (`History::handbacks`: the liveness rule needs them).
 fn collect_handbacks(knobs: &Knobs, history: &Shared) {
-    let tag = format!(" {} ", thread_tag(knobs.seed));
+    let tag = format!(" {} ", knobs.tag);
     let mut all = HANDBACKS.lock().unwrap();
     let mut h = history.lock().unwrap();
     all.retain(|(line, at)| {
@@ -2643,9 +2698,16 @@ fn collect_handbacks(knobs: &Knobs, history: &Shared) {
 /// deliveries handed back unstarted (`HANDBACKS`).
 struct ReceiptLog;
 
+/// With `HISTORY_DUMP` set, every log line: (line, wall µs).
+static LOG: Mutex<Vec<(String, i64)>> = Mutex::new(Vec::new());
+static DUMPS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 impl std::io::Write for ReceiptLog {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let line = String::from_utf8_lossy(buf);
+        if DUMPS.get_or_init(|| env("HISTORY_DUMP").is_some()) == &true {
+            LOG.lock().unwrap().push((line.clone().into_owned(), wall_us()));
+        }
         if line.contains("could not delete the claim receipt") && line.contains("ERR") {
             RECEIPT_FAILURES.lock().unwrap().push(line.into_owned());
         } else if line.contains("handing back an unstarted delivery") {

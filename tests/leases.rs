@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayqueue::fred::prelude::*;
-use delayqueue::{Counts, DelayQueue, Event, HandlerError, Message, MessageState};
+use delayqueue::{Counts, DelayQueue, Event, HandlerError, Message, MessageState, NewMessage};
 use helpers::{recording, wait_stats, Log};
-use support::{wait_until, RedisServer, WAIT};
+use support::{wait_for, wait_until, RedisServer, WAIT};
 
 /// A renewal (`extend`) that times out on the client but runs in Redis
 /// once a write pause ends leaves Redis holding a lease the consumer never
@@ -195,4 +195,42 @@ async fn a_late_ack_after_the_redelivery_was_acked_is_a_lost_lease_not_a_second_
     }
     assert_eq!(acked, vec![id], "the redelivery's ack");
     assert_eq!(other.status().await.unwrap().totals.acked, 1);
+}
+
+/// A consumer whose one handler is held by a slow run hands back what it
+/// claimed ahead of that run once its handlers stall, and claims nothing
+/// more meanwhile: another consumer with free handlers runs those
+/// messages while the slow run goes on, rather than after it (or after
+/// three quarters of their lease, 90 s here, when the waits give up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_claimed_ahead_of_a_stalled_handler_go_to_a_consumer_with_a_free_one() {
+    let (_server, _client, q) = helpers::start_queue("stall", Duration::from_millis(50), |b| {
+        b.concurrency(1).max_consume_duration(Duration::from_secs(120))
+    })
+    .await;
+    let (on_a, on_b) = (Log::default(), Log::default());
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    let a = q.start_consume(helpers::stalling(&on_a, &hold)).await.unwrap();
+    q.send("warm").await.unwrap();
+    assert!(wait_until(WAIT, || on_a.len() == 1).await);
+    assert!(wait_for(WAIT, || async { q.status().await.unwrap().totals.acked == 1 }).await);
+    let batch = std::iter::once(NewMessage::new("slow")).chain((0..50).map(|i| NewMessage::new(format!("f{i}"))));
+    assert!(q.send_batch(batch).await.unwrap().iter().all(Result::is_ok));
+    // The one claim-ahead: the slow message runs, the other 50 wait behind it.
+    assert!(wait_for(WAIT, || async { q.status().await.unwrap().counts.processing == 51 }).await);
+    assert_eq!(on_a.len(), 2, "only the slow message started on a");
+    let b = q.start_consume(helpers::acking(&on_b)).await.unwrap();
+    let ran_on_b = wait_until(WAIT, || on_b.len() == 50).await;
+    assert!(ran_on_b, "{} of 50 ran while the slow run went on", on_b.len());
+    assert_eq!(on_a.len(), 2, "a started nothing more while its handler was held");
+    assert!(
+        on_b.snapshot().iter().all(|d| d.1 == 1),
+        "a hand-back is not a delivery"
+    );
+    hold.add_permits(1);
+    assert!(wait_for(WAIT, || async { q.status().await.unwrap().totals.acked == 52 }).await);
+    let totals = q.status().await.unwrap().totals;
+    assert_eq!((totals.failed, totals.dead), (0, 0), "{totals:?}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }

@@ -254,3 +254,51 @@ async fn a_requeued_dead_letter_keeps_its_priority() {
     let report = queue.check_integrity().await.unwrap();
     assert!(report.is_clean(), "{report}");
 }
+
+/// Priorities where they meet stalled handlers: a consumer whose one
+/// handler is held by a slow run claimed a batch of every priority ahead
+/// of it; it hands the batch back message by message once it stalls, and
+/// another consumer of one handler then starts them highest priority
+/// first, as if never claimed (a hand-back puts a first delivery back by
+/// its priority, not in hand-back order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_handed_back_by_a_stalled_consumer_is_claimed_again_in_priority_order() {
+    let (_server, _client, queue) = start_queue("stalled", FETCH, |b| {
+        b.concurrency(1).max_consume_duration(Duration::from_secs(120))
+    })
+    .await;
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    let on_a = helpers::Log::default();
+    let a = queue.start_consume(helpers::stalling(&on_a, &hold)).await.unwrap();
+    queue.send("warm").await.unwrap();
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 1 }).await);
+    let batch = std::iter::once(NewMessage::new("slow").priority(MAX_PRIORITY))
+        .chain((0..30).map(|n| NewMessage::new(format!("m{n}")).priority((n * 7 % 10) as u8)));
+    assert!(queue.send_batch(batch).await.unwrap().iter().all(Result::is_ok));
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().counts.processing == 31 }).await);
+    // Handed back, and not claimed again while the handler stalls.
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().counts.processing == 1 }).await);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let b_log = log.clone();
+    let b = queue
+        .start_consume(move |msg: Message| {
+            b_log.lock().unwrap().push(msg.priority());
+            async { Ok::<(), HandlerError>(()) }
+        })
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || log.lock().unwrap().len() == 30).await,
+        "{:?}",
+        log.lock().unwrap()
+    );
+    assert_eq!(on_a.len(), 2, "a started only warm and slow");
+    let got = log.lock().unwrap().clone();
+    let mut want = got.clone();
+    want.sort_by(|x, y| y.cmp(x));
+    assert_eq!(got, want, "started highest priority first");
+    hold.add_permits(1);
+    assert!(wait_for(WAIT, || async { queue.status().await.unwrap().totals.acked == 32 }).await);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}

@@ -42,6 +42,8 @@ pub(crate) struct Load {
     pub acking: usize,
     /// Recent handler run time in microseconds; 0 before the first run ends.
     pub avg_handler_us: u64,
+    /// Whether the consumer's handlers stall (`Pool::stalled`).
+    pub stalled: bool,
 }
 
 /// A consumer of one queue: all of the limit is its.
@@ -56,6 +58,7 @@ impl Default for Load {
             shard_in_flight: 0,
             acking: 0,
             avg_handler_us: 0,
+            stalled: false,
         }
     }
 }
@@ -74,22 +77,25 @@ impl Load {
             shard_in_flight: shared.in_flight.load(Ordering::Acquire),
             acking: shared.acking.load(Ordering::Acquire),
             avg_handler_us: pool.avg_handler_us(),
+            stalled: pool.stalled(),
         }
     }
 }
 
 /// How many messages to claim now: free slots, but no more than the
 /// handlers can start before the max consume duration, judged by how long
-/// they have taken so far. Of that limit a queue of several takes its
+/// they have taken so far, and none ahead of handlers that stall. Of that limit a queue of several takes its
 /// part (by weight among the queues with work waiting, or by order), and
 /// a shard of several at most its share of the queue's (but enough to
 /// keep every handler busy), so a queue or shard whose claims happen to
 /// come first cannot crowd out the others.
 pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
-    let startable = match load.avg_handler_us {
-        0 => settings.concurrency,
-        avg => (settings.max_consume_duration.as_micros() as u64 / avg).saturating_mul(settings.concurrency as u64)
-            as usize,
+    // Stalled handlers start nothing soon: no claims ahead of them, so
+    // what they would hold waits for a consumer with a free handler.
+    let startable = match (load.stalled, load.avg_handler_us) {
+        (true, _) | (_, 0) => settings.concurrency,
+        (false, avg) => (settings.max_consume_duration.as_micros() as u64 / avg)
+            .saturating_mul(settings.concurrency as u64) as usize,
     };
     let limit = startable.max(settings.concurrency).min(settings.fetch_limit);
     let part = ((limit as u64).saturating_mul(load.weight)).div_ceil(load.of_weight.max(1)) as usize;
@@ -281,6 +287,30 @@ mod tests {
             ..part(6, 10)
         };
         assert_eq!(claim_capacity(&s, &others_hold), 5, "no more than the pool has left");
+    }
+
+    #[test]
+    fn stalled_handlers_claim_no_more_than_their_free_slots() {
+        let s = settings::for_tests(8, 256);
+        assert_eq!(claim_capacity(&s, &idle(1)), 256, "ahead of fast handlers");
+        let stalled = Load {
+            stalled: true,
+            in_flight: 8,
+            queue_in_flight: 8,
+            shard_in_flight: 8,
+            ..idle(1)
+        };
+        assert_eq!(claim_capacity(&s, &stalled), 0, "none ahead of stalled handlers");
+        let another_queue_stalls = Load {
+            stalled: true,
+            in_flight: 6,
+            ..idle(1)
+        };
+        assert_eq!(
+            claim_capacity(&s, &another_queue_stalls),
+            2,
+            "only what free slots start"
+        );
     }
 
     #[test]

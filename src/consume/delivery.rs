@@ -20,14 +20,16 @@ use super::outcome::{Ended, Outcome};
 use super::scribe::ShardDesk;
 use super::settings::Settings;
 use super::settle;
-use super::state::{Shared, Slot};
+use super::state::{Permit, Pool, Shared, Slot};
 use crate::events::{self, Event};
 use crate::Message;
 
 /// Runs one delivery: waits for its handler slot (`slot`, taken in line
 /// at the claim), runs the handler, then settles it. A delivery that cannot
-/// start with enough of its lease left is handed back uncounted while the
-/// lease still holds, so a wait for a slot never turns into a failed delivery.
+/// start with enough of its lease left, or waits while the handlers stall,
+/// is handed back uncounted while the lease still holds, so a wait for a
+/// slot never turns into a failed delivery, nor holds back a message
+/// another consumer could run.
 pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     // From before the handler starts to its settling, an abort reaches it.
     let _watching = aborts::watch(&shared.keys().wake, msg.id().as_str(), msg.abort.clone());
@@ -35,7 +37,7 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     let deadline = msg.receipt.deadline;
     let least = || least_lease_to_start(&shared.ctx.settings, pool.avg_handler_us());
     let give_up = deadline.checked_sub(least()).unwrap_or(deadline);
-    let permit = tokio::time::timeout_at(give_up, slot.acquired()).await.ok().flatten();
+    let permit = in_time(pool, slot, give_up).await;
     let left = deadline.saturating_duration_since(Instant::now());
     let ended = if *pool.stop.borrow() || permit.is_none() || left < least() {
         let waited = shared.ctx.settings.max_consume_duration.saturating_sub(left);
@@ -56,6 +58,23 @@ pub(crate) async fn run(shared: Arc<Shared>, msg: Message, slot: Slot) {
     settle::settle(&shared, ended).await;
     drop(permit);
     count_out(&shared);
+}
+
+/// The handler slot once `slot`'s turn comes; `None` at `give_up`, or
+/// once the handlers stall (`Pool::stalled`) while it waits: a message
+/// claimed ahead of the handlers goes back, for a consumer with a free
+/// handler to start, rather than wait out a slow run.
+async fn in_time(pool: &Pool, slot: Slot, give_up: Instant) -> Option<Permit> {
+    let acquired = slot.acquired();
+    tokio::pin!(acquired);
+    loop {
+        let until = (Instant::now() + pool.stall_bound()).min(give_up);
+        match tokio::time::timeout_at(until, &mut acquired).await {
+            Ok(permit) => return permit,
+            Err(_) if until >= give_up || pool.stalled() => return None,
+            Err(_) => {}
+        }
+    }
 }
 
 /// Counts `n` deliveries of `shared`'s shard in flight as its claim

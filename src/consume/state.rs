@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::acker::{self, Acks};
 use super::context::Context;
@@ -19,6 +20,11 @@ use super::scheduler::Kicks;
 use super::wake::Bell;
 use crate::store::{Keys, Shard};
 use crate::Handler;
+
+/// The least time the handlers stand still before they count as stalled
+/// ([`Pool::stalled`]): long beside a fast handler's run or a scheduling
+/// hiccup, short beside the wait for another consumer to start a message.
+const STALL_FLOOR: Duration = Duration::from_millis(100);
 
 /// What the loops of every queue and shard a consumer reads share: the
 /// handler slots and their limits.
@@ -118,6 +124,19 @@ impl Pool {
         self.avg_handler_us.load(Ordering::Relaxed)
     }
 
+    /// How long the handlers may stand still (every slot taken, none
+    /// coming free) before they count as stalled: four recent handler
+    /// runs, at least [`STALL_FLOOR`].
+    pub(crate) fn stall_bound(&self) -> Duration {
+        (Duration::from_micros(self.avg_handler_us()) * 4).max(STALL_FLOOR)
+    }
+
+    /// Whether the handlers stall: deliveries claimed ahead of them wait
+    /// behind slow runs while another consumer's handlers may be free.
+    pub(crate) fn stalled(&self) -> bool {
+        self.workers.stalled() >= self.stall_bound()
+    }
+
     /// Counts one handler run that `took` into the average.
     pub(crate) fn record_handler_time(&self, took: Duration) {
         let us = (took.as_micros() as u64).max(1);
@@ -143,9 +162,11 @@ pub(crate) struct Slots {
     line: Mutex<Line>,
 }
 
-#[derive(Default)]
 struct Line {
     free: usize,
+    /// When a slot last came free (or the slots began): with none free,
+    /// how long the handlers have stood still.
+    freed: Instant,
     /// The members with deliveries waiting, in turn order.
     turns: VecDeque<Member>,
     waiting: HashMap<Member, VecDeque<oneshot::Sender<Permit>>>,
@@ -156,7 +177,9 @@ impl Slots {
         Slots {
             line: Mutex::new(Line {
                 free: concurrency,
-                ..Line::default()
+                freed: Instant::now(),
+                turns: VecDeque::new(),
+                waiting: HashMap::new(),
             }),
         }
     }
@@ -186,12 +209,23 @@ impl Slots {
         Slot::Waiting(rx)
     }
 
+    /// How long every slot has been taken with none coming free; zero
+    /// while one is free.
+    fn stalled(&self) -> Duration {
+        let line = self.lock();
+        match line.free {
+            0 => line.freed.elapsed(),
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Hands a freed slot to the first place of the member whose turn it
     /// is (that member goes to the end of the turns while it has more),
     /// skipping places given up; else counts it free.
     fn release(self: &Arc<Self>) {
         let mut guard = self.lock();
         let line = &mut *guard;
+        line.freed = Instant::now();
         while let Some(member) = line.turns.pop_front() {
             let Some(places) = line.waiting.get_mut(&member) else {
                 continue;
@@ -470,6 +504,30 @@ mod tests {
         strict.lanes[0].waiting.store(0, Ordering::Release);
         strict.lanes[1].waiting.store(0, Ordering::Release);
         assert_eq!(strict.part(2), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn the_handlers_stall_once_every_slot_is_taken_and_none_frees_for_the_bound() {
+        let pool = pool(1);
+        let bound = pool.stall_bound();
+        assert_eq!(bound, STALL_FLOOR, "no handler ran yet");
+        assert_eq!(pool.workers.stalled(), Duration::ZERO, "a slot is free");
+        let running = pool.slot(0, None).acquired().await;
+        let waiting = pool.slot(0, None);
+        tokio::time::sleep(bound).await;
+        assert!(pool.stalled(), "taken for {bound:?} and none freed");
+        let freed_after = Instant::now();
+        drop(running);
+        assert!(
+            pool.workers.stalled() <= freed_after.elapsed(),
+            "a freed slot starts the count anew"
+        );
+        let next = waiting.acquired().await;
+        assert!(next.is_some(), "the freed slot went to the one in line");
+        drop(next);
+        assert_eq!(pool.workers.stalled(), Duration::ZERO, "free again");
+        pool.record_handler_time(Duration::from_secs(1));
+        assert_eq!(pool.stall_bound(), Duration::from_secs(4), "four recent runs");
     }
 
     #[test]

@@ -95,6 +95,26 @@ where
     }
 }
 
+/// A handler whose consumer stalls on cue: it records every delivery in
+/// `log`; a `warm` message runs 500 ms (so claims run far ahead of the
+/// handler, and it counts as stalled after four such runs, 2 s), a `slow`
+/// one holds its handler until `hold` gets a permit, any other returns at
+/// once.
+pub fn stalling(log: &Log, hold: &Arc<tokio::sync::Semaphore>) -> impl Handler {
+    let hold = hold.clone();
+    recording(log, move |msg: Message| {
+        let hold = hold.clone();
+        async move {
+            match msg.payload() {
+                b"warm" => tokio::time::sleep(Duration::from_millis(500)).await,
+                b"slow" => drop(hold.acquire().await),
+                _ => {}
+            }
+            Ok(())
+        }
+    })
+}
+
 /// A handler that records every delivery in `log` and succeeds.
 pub fn acking(log: &Log) -> impl Handler {
     recording(log, |_msg: Message| async move { Ok(()) })

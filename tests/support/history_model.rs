@@ -1101,7 +1101,18 @@ fn check_deliveries(
                     );
                 }
             }
-            if d.attempt > d.retry_count + 1 {
+            // A replace keeps the deliveries counted so far (`replace`'s
+            // docs): the new message gets its next one whatever its
+            // retry_count says.
+            let replaced = |p: &Delivery| {
+                h.sends.iter().any(|s| {
+                    s.id.as_deref() == Some(id)
+                        && matches!(s.how, "replaced" | "replace" | "debounce")
+                        && s.start > p.start
+                        && s.start < d.start
+                })
+            };
+            if d.attempt > d.retry_count + 1 && !prev.is_some_and(|p| d.attempt == p.attempt + 1 && replaced(p)) {
                 v(
                     "too-many-deliveries",
                     id,
@@ -1283,15 +1294,18 @@ fn check_queue(
         }
     }
     // Priorities: a claim that took a first delivery of priority p while a
-    // message of a higher one was in ready. Sound only where a delivery
-    // handed back unstarted (to the front of retry, uncounted: ahead of
-    // every priority) cannot be: it is handed back at a stop or after half
-    // a lease of waiting for a handler slot. So: the lower one (x) claimed
-    // less than half a lease after it was due; the higher one due
+    // message of a higher one was in ready. A delivery handed back
+    // unstarted goes back by its priority, but until then another
+    // consumer holds it: so the higher one must not have been handed back
+    // around the lower one's claim (the debug log's hand-backs), nor
+    // unseen (a crash drops them from the log: a lease runs out half a
+    // lease after it was due at the earliest). So: the lower one (x)
+    // claimed less than half a lease after it was due; the higher one due
     // `PROMOTE_LAGS` sweeps before that claim (promoted for sure), first claimed
-    // after it but less than half a lease after it was due (not held,
-    // unstarted, by another consumer then); no fault from the earlier due
-    // time on; both sent for sure and touched by no operation.
+    // after it but less than half a lease after it was due, and not handed
+    // back from 100 ms before x's claim until 200 ms after it; no fault
+    // from the earlier due time on; both sent for sure and touched by no
+    // operation.
     let mut firsts: HashMap<&str, (i64, &Delivery)> = HashMap::new();
     for &(at, d) in &leases {
         firsts.entry(d.id.as_str()).or_insert((at, d));
@@ -1316,9 +1330,14 @@ fn check_queue(
     candidates.sort_by_key(|c| c.0);
     for &(at, x, x_due, _) in &candidates {
         let claimed = h.instant_of_us(at);
+        let handed_back = |id: &str| {
+            (h.handbacks.iter())
+                .any(|(hid, claimed, back)| hid == id && claimed - 100_000 <= at && at <= back + 200_000)
+        };
         let waited = candidates.iter().find(|&&(h_at, hi, h_due, h_due_late)| {
             hi.priority > x.priority
                 && h_at > at
+                && !handed_back(&hi.id)
                 && h_due_late + promote_lag < claimed
                 && !h
                     .faults
@@ -2300,6 +2319,22 @@ mod tests {
         assert_eq!(rules(&h, Some(&fin)), ["totals-sent", "totals-acked"]);
         fault(&mut h, "restart", 0, 1);
         assert_eq!(rules(&h, Some(&fin)), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_replace_of_a_message_out_of_deliveries_gets_it_one_more() {
+        let mut h = sent();
+        for (attempt, t) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
+            deliver(&mut h, attempt, t, Outcome::Error);
+        }
+        delivery(&mut h, "m", "p", 5, 60, 60, 60, Outcome::Ok);
+        assert_eq!(rules(&h, None), ["too-many-deliveries"]);
+        h.deliveries.pop();
+        send_m(&mut h, "q", "replaced", 50, 51, None);
+        delivery(&mut h, "m", "q", 5, 60, 60, 60, Outcome::Error);
+        assert_eq!(rules(&h, None), Vec::<&str>::new(), "the count is kept");
+        delivery(&mut h, "m", "q", 6, 70, 70, 70, Outcome::Ok);
+        assert_eq!(rules(&h, None), ["too-many-deliveries"], "one more only");
     }
 
     #[test]

@@ -17,7 +17,9 @@ pub(crate) enum NackMode {
     Fail { delay: Duration },
     /// It failed and retrying cannot help: dead at once.
     Dead,
-    /// It never started: it does not count, and goes back to the front of retry.
+    /// It never started: it does not count, and goes back where a claim
+    /// takes it next (a retry to the front of retry, a first delivery
+    /// among the due messages of its priority).
     Release,
     /// The handler asked for a later delivery that does not count this
     /// one: retried after `delay` whatever deliveries it has left.
@@ -117,6 +119,8 @@ impl Op for Nack<'_> {
             ms(self.dead_letter_retention),
             count(self.attempt.into()),
             k.group_prefix.as_str().into(),
+            k.ready.as_str().into(),
+            k.prio.as_str().into(),
         ]
     }
 

@@ -53,14 +53,14 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
     let first = env.claim(10).await;
     let l1 = first.lease;
     // "d" is handed back and delivered again under a new lease; "e" is
-    // handed back and waits in retry.
+    // handed back and waits in ready, where a first delivery goes back.
     assert_eq!(env.nack("e", l1, Release).await, 1);
     assert_eq!(env.nack("d", l1, Release).await, 1);
     let second = env.claim(1).await;
     assert_eq!(second.ids(), vec!["d"]);
     let l2 = second.lease;
     assert!(l2 > l1);
-    assert_eq!(env.list(&k.retry), vec!["e"]);
+    assert_eq!(env.list(&k.ready), vec!["e"]);
 
     env.reset_command_stats();
     let pairs = [
@@ -87,7 +87,7 @@ async fn ack_of_a_batch_with_current_and_lost_leases_in_one_call() {
     assert_eq!(env.record("b").as_deref(), Some("1"));
     assert_eq!(env.payload("e").as_deref(), Some("x"));
     assert_eq!(env.record("e").as_deref(), Some("0"), "released: no delivery counted");
-    assert_eq!(env.list(&k.retry), vec!["e"]);
+    assert_eq!(env.list(&k.ready), vec!["e"]);
 
     // The same batch again writes nothing: what was acked (a, c, d, and d's
     // first delivery, finished by the second) has nothing left to ack; b

@@ -186,7 +186,7 @@ async fn nack_defer_retries_later_without_counting_even_when_out_of_deliveries()
 }
 
 #[tokio::test]
-async fn nack_release_uncounts_the_delivery_and_goes_first() {
+async fn nack_release_uncounts_the_delivery_and_puts_it_where_a_claim_takes_it_next() {
     let env = Env::new().await;
     let k = env.k().clone();
     env.raw(&["RPUSH", &k.retry, "older"]);
@@ -195,6 +195,8 @@ async fn nack_release_uncounts_the_delivery_and_goes_first() {
     let lc = seed_processing(&env, "c", "4");
     let ld = seed_processing_value(&env, "d", Some("3:payload-d"), None);
     let lj = seed_processing(&env, "j", "junk");
+    let le = seed_processing_value(&env, "e", Some("0!7/1000+500:payload-e"), None);
+    let lf = seed_processing_value(&env, "f", Some("0!7/1000+400:payload-f"), Some("1"));
 
     assert_eq!(env.release_with_delay("a", la, 30_000).await, 1);
     assert_eq!(env.nack("b", lb, Release).await, 1);
@@ -203,24 +205,21 @@ async fn nack_release_uncounts_the_delivery_and_goes_first() {
     // No record or a malformed one: one delivery, uncounted.
     assert_eq!(env.nack("d", ld, Release).await, 1);
     assert_eq!(env.nack("j", lj, Release).await, 1);
+    assert_eq!(env.nack("e", le, Release).await, 1);
+    assert_eq!(env.nack("f", lf, Release).await, 1);
 
-    assert_eq!(env.list(&k.retry), vec!["j", "d", "c", "b", "a", "older"]);
-    // The record is written back as a plain count.
-    assert_eq!(env.record("a").as_deref(), Some("1"));
-    assert_eq!(env.record("b").as_deref(), Some("0"), "never below 0");
-    assert_eq!(env.record("c").as_deref(), Some("3"));
-    assert_eq!(env.record("d").as_deref(), Some("0"));
-    assert_eq!(env.record("j").as_deref(), Some("0"));
-    assert!(!env.exists(&k.pending) && !env.exists(&k.processing) && !env.exists(&k.dead));
+    // A retry (a delivery counted before) goes to the front of retry; a
+    // first delivery to the front of ready, or of priority 7 back among
+    // its priority's due messages by its due time (sent + delay).
+    assert_eq!(env.list(&k.retry), vec!["c", "a", "older"]);
+    assert_eq!(env.list(&k.ready), vec!["j", "d", "b"]);
+    let span: i64 = 1 << 42;
+    let (f, e) = ((3 * span + 1400).to_string(), (3 * span + 1500).to_string());
     assert_eq!(
-        env.stored("a").as_deref(),
-        Some("5:payload-a"),
-        "the retry count stays in the value"
+        env.lines(&["ZRANGE", &k.prio, "0", "-1", "WITHSCORES"]),
+        vec!["f", &f, "e", &e]
     );
-
-    // The next claim delivers the released id first with the same attempt number.
-    env.raw(&["LREM", &k.retry, "0", "j"]);
-    env.raw(&["LREM", &k.retry, "0", "d"]);
+    // The next claim delivers the released retry first with the same attempt number.
     let c = env.claim(1).await;
     assert_eq!(c.got, vec![("c".into(), "payload-c".into(), 4)]);
     assert_eq!(env.record("c").as_deref(), Some("4"));

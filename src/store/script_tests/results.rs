@@ -376,7 +376,7 @@ async fn cancel_and_gc_delete_the_progress_and_log_with_the_message() {
     for id in ["a", "b", "c"] {
         noted_then_released(&env, id, lease).await;
     }
-    // a: cancelled in retry; b: dead, deleted by gc; c stays.
+    // a: cancelled in ready; b: dead, deleted by gc; c stays.
     assert_eq!(env.cancel("a").await, 1);
     env.bury(&["b"]);
     assert_eq!(env.gc_with(10, 0, 1000, &["b"]).await, 1);
@@ -386,12 +386,12 @@ async fn cancel_and_gc_delete_the_progress_and_log_with_the_message() {
             k.log("c"),
             k.msg("c"),
             k.progress("c"),
-            k.retry.clone(),
+            k.ready.clone(),
         ],
         "a's and b's notes went with them",
     );
-    // Their entries stay in retry until claim pops and skips them (STALE).
-    assert_eq!(env.list(&k.retry).len(), 3);
+    // Their entries stay in ready until claim pops and skips them (STALE).
+    assert_eq!(env.list(&k.ready).len(), 3);
 }
 
 #[tokio::test]
