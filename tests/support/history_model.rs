@@ -3150,6 +3150,11 @@ mod tests {
             none
         );
         assert_eq!(run(1000, &|h| fault(h, "cut", 30, 31)), none);
+        // A pause's effects end within a time-out, a probe and 300 ms; a
+        // crashed consumer's claims no handler started hold their slots
+        // unseen until their leases run out, a lease more.
+        assert_eq!(run(1500, &|h| fault(h, "pause", 30, 31)), ["liveness"]);
+        assert_eq!(run(1500, &|h| fault(h, "crash", 30, 31)), none);
         // Nor below a concurrency lowered to 1 meanwhile (b still holds it),
         // but the group at 1 must then start c at once after b's ack.
         assert_eq!(run(1000, &|h| group_op(h, "concurrency", 5, 6)), ["liveness"]);

@@ -204,7 +204,8 @@ fn held(h: &History, limits: Limits, settle: i64, d: &Delivery) -> (i64, i64) {
 ///   claimed and not returned than its `concurrency` (a consumer claims
 ///   while it has one, so a claim of other members fills it);
 /// - no fault of any kind from 200 ms before until a `fetch_interval` and
-///   `FAULT_TAIL` after it (lost replies, lost wake-ups, stalls).
+///   `FAULT_TAIL` after it (lost replies, lost wake-ups, stalls), a lease
+///   more after a crash (its unstarted claims hold their slots unseen).
 ///
 /// A stretch of such instants longer than the bound without a lease of the
 /// member breaks the rule (a lease changes its room, so each starts a new
@@ -304,10 +305,13 @@ fn may_start<'a>(
         // A fault's lost replies are sent again after the command
         // time-out; a lost wake-up waits for the next probe; a cut swallows
         // the next reply of a connection armed up to a second before.
-        let armed = if f.kind == "cut" {
-            super::REPLY_ARMED
-        } else {
-            Duration::ZERO
+        let armed = match f.kind {
+            "cut" => super::REPLY_ARMED,
+            // A crashed consumer's claims that no handler started yet are
+            // in no record, and hold their slots until their leases run out
+            // and a sweep comes.
+            "crash" => limits.lease,
+            _ => Duration::ZERO,
         };
         let tail = (armed + limits.command_timeout).as_micros() as i64 + after;
         blocked.push((us_of(h, f.start) - 200_000, us_of(h, f.end) + tail));
