@@ -164,6 +164,43 @@ local function flow_done(flows, base, ids, outcome, deleted)
   return recorded
 end
 
+-- lua/include/header.lua
+-- A stored value is
+-- "<retry count>[;<backoff>][!<priority>][=<group>][#<n>][/<sent at ms>+<delay ms>][@<expires at ms>]:<payload>"
+-- (send writes the times; a value from elsewhere may lack them). The header
+-- holds only digits, letters, ',', ';', '!', '=', '-', '_', '.', '#', '/', '+' and '@' (the
+-- backoff is "f<ms>" or "e<ms>,<ms>,<per mille>"), so its first ':' ends it,
+-- and HEADER_BYTES hold the longest one (HEADER_BYTES in src/store/stored.rs).
+-- "#<n>": the n bytes after the ':' are the message's headers
+-- ("<name>=<value bytes>:<value>" each), and its payload follows them; a
+-- message without headers has neither the '#' nor the section.
+local HEADER_BYTES = 169
+
+-- The priority (1 to 9; 0, the default, is written as nothing) in a stored
+-- value or its header; 0 for anything else (a payload gone: false).
+local function priority_of(head)
+  return type(head) == 'string' and tonumber(string.match(head, '^%d+[^:/@!]*!(%d+)') or '') or 0
+end
+
+-- The group in a stored value or its header; false for none (or a payload gone).
+local function group_of(head)
+  return type(head) == 'string' and string.match(head, '^%d+[^:/@=#]*=([%w%-_%.]+)[#/@:]') or false
+end
+
+-- lua/include/priorities.lua
+-- Due messages of priority 1 to 9 wait in one zset (those of priority 0 in
+-- the ready list), scored so that ZRANGE gives the highest priority first
+-- and, within one priority, the earliest due first: (10 - p) * PRIO_SPAN +
+-- due ms. PRIO_SPAN = 2^42 ms (past the year 2100); every score stays an
+-- exact double. The zset is touched only while the totals hash has the
+-- field 'prios' (set by the first send of a priority), so a queue that
+-- never uses priorities pays nothing (promote reads 'prios' in the HMGET
+-- that reads 'format').
+local PRIO_SPAN = 4398046511104
+local function prio_score(p, due)
+  return (10 - p) * PRIO_SPAN + due
+end
+
 -- lua/include/wake.lua
 -- Wakes sleeping consumers: something becomes claimable in `ms` (0: now).
 -- Only an optimisation: a lost wake-up costs a sleeping consumer at most
@@ -186,7 +223,7 @@ local function head_due(pending)
   return checked('zset', 'ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end
 
---[[ flow_complete: waiting -> pending | dead, as a parent's children finish
+--[[ flow_complete: waiting -> ready | pending | dead, as a parent's children finish
 Applies completions the relay read from a child queue's outbox to their
 parents in this queue (docs/workflows.md), at least once: each child
 leaves its parent's set of children to wait for, and its outcome and
@@ -203,8 +240,11 @@ child removes the parent: its payload and keys are deleted. Sets and
 hashes that grow with the children go by UNLINK, which frees a big one
 off Redis's main thread. Outcome 'o'
 is a cohort's close: its member (the parent's own base and an empty id)
-leaves the set, nothing is recorded. A parent whose set is empty goes to
-pending, due at its own due time or now, whichever is later. A parent made
+leaves the set, nothing is recorded. A parent whose set is empty is due
+at its own due time or now, whichever is later: due now, it goes where
+promote would put it (ready, or the priority zset by its priority), so
+its claim follows this call's wake-up without a promote; due later, or in
+a group (promote moves it to its group), it goes to pending. A parent made
 a dead letter or removed is a child that finished for its own parents:
 recorded in this queue's outbox as dead ('d') or deleted ('c'), as nack
 and cancel record theirs (flow_done in include/flows.lua).
@@ -217,11 +257,13 @@ ARGV[4..] per completion, 4 values: parent id, the child "<child's queue
 base> <child id>", outcome then policy (two letters: 'a' acked, 'd' dead,
 'c' cancelled or 'o' closed; 'f', 'i', 'w' or 'r'), the child's result
 ('' none)
-Returns {applied, parents moved to pending, parents moved to dead,
-parents removed}.
-Publishes a wake-up when a parent became due before every pending message.
-Its parents' deps and children keys and payloads, and the parents hash
-and outbox it records in, are built, not declared: they are touched with
+Returns {applied, parents made due (ready or pending), parents moved to
+dead, parents removed}.
+Publishes a wake-up of 0 when a parent went to ready, else when a parent
+became due before every pending message.
+Its parents' deps and children keys and payloads, the ready list and the
+priority zset (the queue's base followed by 'ready' and 'ready:prio'),
+and the parents hash and outbox it records in, are built, not declared: they are touched with
 one EXISTS each before the first write, so during a slot migration it
 fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
@@ -251,7 +293,8 @@ for i = 1, m do
   end
   table.insert(by[id], 4 * i)
 end
-local built = {}
+local ready_list, prios = base .. 'ready', base .. 'ready:prio'
+local built = {ready_list, prios}
 for _, id in ipairs(order) do
   built[#built + 1] = base .. 'deps:' .. id
   built[#built + 1] = base .. 'children:' .. id
@@ -260,7 +303,7 @@ end
 keys_here(built)
 local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
 local head, now = head_due(KEYS[2]), now_ms()
-local applied, due, dead, removed, earliest = 0, 0, 0, 0, false
+local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
 local buried, deleted = {}, {}
 for _, id in ipairs(order) do
   local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
@@ -321,14 +364,33 @@ for _, id in ipairs(order) do
   elseif next(seen) and redis.call('EXISTS', deps) == 0 then
     redis.call('ZREM', KEYS[1], id)
     local at = math.max(tonumber(score), now)
-    redis.call('ZADD', KEYS[2], at, id)
-    if not earliest or at < earliest then
-      earliest = at
+    local header = at <= now and redis.pcall('GETRANGE', ARGV[1] .. id, 0, HEADER_BYTES - 1)
+    if header and not group_of(header) then
+      local p = priority_of(header)
+      if p > 0 then
+        check_types(prios, 'zset')
+        redis.call('ZADD', prios, prio_score(p, at), id)
+        -- Claims read the zset once the totals say so (set by its send).
+        redis.call('HSET', KEYS[5], 'prios', 1)
+      else
+        check_types(ready_list, 'list')
+        redis.call('RPUSH', ready_list, id)
+      end
+      ready = true
+    else
+      redis.call('ZADD', KEYS[2], at, id)
+      if not earliest or at < earliest then
+        earliest = at
+      end
     end
     due = due + 1
   end
 end
 flow_done(flows, base, buried, 'd', false)
 flow_done(flows, base, deleted, 'c', true)
-wake_if_earlier(ARGV[2], earliest, head, now)
+if ready then
+  wake(ARGV[2], 0)
+else
+  wake_if_earlier(ARGV[2], earliest, head, now)
+end
 return {applied, due, dead, removed}

@@ -37,6 +37,7 @@ pub(crate) struct FlowComplete<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Completed {
     pub applied: u64,
+    /// Parents made due: to ready (due now) or pending.
     pub due: u64,
     pub dead: u64,
     pub removed: u64,

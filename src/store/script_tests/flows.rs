@@ -34,6 +34,11 @@ fn member(env: &Env, id: &str) -> String {
 /// Stores parent `id` with mode "w" (its children set filled first);
 /// returns send.lua's status.
 async fn send_parent(env: &Env, id: &str, children: &[&str], delay_ms: u64) -> SendOutcome {
+    send_parent_as(env, id, children, delay_ms, &ValueParts::new(3, b"parent")).await
+}
+
+/// [`send_parent`] of a parent stored as `parts` say.
+async fn send_parent_as(env: &Env, id: &str, children: &[&str], delay_ms: u64, parts: &ValueParts<'_>) -> SendOutcome {
     if !children.is_empty() {
         let members: Vec<ChildRef> = children.iter().map(|c| child(env, c)).collect();
         let op = FlowDeps {
@@ -47,7 +52,7 @@ async fn send_parent(env: &Env, id: &str, children: &[&str], delay_ms: u64) -> S
         stage: None,
         mode: None,
         id: id.into(),
-        value: encode_stored(&ValueParts::new(3, b"parent")).into(),
+        value: encode_stored(parts).into(),
         delay: Duration::from_millis(delay_ms),
         expire_after: None,
         own_id: true,
@@ -239,7 +244,9 @@ async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
     let retention = Duration::from_millis(RETENTION as u64);
     assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 1);
     assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.outbox));
-    assert_eq!(env.zset(&k.pending).len(), 1);
+    // Due now: ready at once, no promote in between.
+    assert_eq!(env.list(&k.ready), ["p"]);
+    assert!(!env.exists(&k.pending));
     assert_eq!(env.hget(&k.children("p"), &member(&env, "c")), "a42");
     // Again: nothing to do.
     assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 0);
@@ -447,10 +454,7 @@ async fn a_cohort_callback_waits_for_its_close_and_a_dead_member_removes_on_succ
     let done = complete(&env, std::slice::from_ref(&closed)).await;
     assert_eq!((done.applied, done.due), (1, 1));
     assert_eq!(complete(&env, &[closed]).await, Completed::default());
-    assert_eq!(
-        env.zset(&k.pending).iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
-        ["done"]
-    );
+    assert_eq!(env.list(&k.ready), ["done"]);
     let read = env.run(&status("done")).await;
     assert_eq!(
         read,
@@ -584,7 +588,7 @@ async fn a_relay_read_is_bounded_by_bytes_at_the_maximum_result_size() {
     let retention = Duration::from_millis(RETENTION as u64);
     assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 3);
     assert!(!env.exists(&k.outbox));
-    assert_eq!(env.zset(&k.pending).len(), 1);
+    assert_eq!(env.list(&k.ready), ["p"]);
     assert_eq!(
         env.int(&["HSTRLEN", &k.children("p"), &member(&env, "c1")]),
         1 + big.len() as i64
@@ -661,4 +665,51 @@ async fn completions_in_one_call_do_what_they_do_one_call_each() {
         out
     };
     assert_eq!(state(&together), state(&one_by_one));
+}
+
+/// A parent whose last child finished goes where promote would put it
+/// when it is due now: ready, or the priority zset by its priority, so a
+/// claim takes it without a promote; due later, or in a group (promote
+/// moves it to its group), to pending.
+#[tokio::test]
+async fn a_parent_due_now_goes_straight_to_ready_and_one_due_later_or_grouped_to_pending() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let plain = ValueParts::new(3, b"parent");
+    let prio = ValueParts {
+        priority: 7,
+        ..ValueParts::new(3, b"parent")
+    };
+    let grouped = ValueParts {
+        group: Some("g"),
+        ..ValueParts::new(3, b"parent")
+    };
+    let parents = [
+        ("now", 0, &plain),
+        ("later", 60_000, &plain),
+        ("prio", 0, &prio),
+        ("grouped", 0, &grouped),
+    ];
+    let mut done = Vec::new();
+    for (id, delay, parts) in parents {
+        let c = format!("c-{id}");
+        assert_eq!(send_parent_as(&env, id, &[&c], delay, parts).await, SendOutcome::Stored);
+        done.push(completion(&env, id, &c, "af"));
+    }
+    // Parked parents alone mark the queue as using priorities and groups,
+    // so promote and claim serve them by theirs.
+    assert_eq!(
+        (env.hget(&k.totals, "prios"), env.hget(&k.totals, "groups")),
+        ("1".into(), "1".into())
+    );
+    let completed = complete(&env, &done).await;
+    assert_eq!((completed.applied, completed.due), (4, 4));
+    assert!(!env.exists(&k.flow_waiting));
+    assert_eq!(env.list(&k.ready), ["now"]);
+    assert_eq!(env.lines(&["ZRANGE", &k.prio, "0", "-1"]), ["prio"]);
+    let mut pending: Vec<String> = env.zset(&k.pending).into_iter().map(|e| e.0).collect();
+    pending.sort();
+    assert_eq!(pending, ["grouped", "later"]);
+    // Claimed with no promote in between, by priority.
+    assert_eq!(env.claim(10).await.ids(), ["prio", "now"]);
 }

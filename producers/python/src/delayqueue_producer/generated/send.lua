@@ -672,7 +672,7 @@ local out, held, earliest = {}, {}, false
 -- Every stored message's pending entry goes in with one ZADD at the end;
 -- grouped[g]: the score, id pairs of group g's messages that go straight
 -- to it, order: those groups in the order they first get one.
-local entries, sent, grouped_entries, order, marked = {}, 0, {}, {}, false
+local entries, sent, grouped_entries, order, marked, parked_any = {}, 0, {}, {}, false, false
 for i = 1, m do
   local a = (i - 1) * 5 + 3
   local id = ARGV[a]
@@ -684,6 +684,7 @@ for i = 1, m do
   if parked then
     redis.call('ZADD', base .. 'flow:waiting', extra, id)
     redis.call('HSET', KEYS[5], 'flows', 1)
+    parked_any = true
   elseif g then
     if not grouped_entries[g] then
       grouped_entries[g], order[#order + 1] = {}, g
@@ -718,7 +719,9 @@ if #order > 0 then
 end
 wake_if_earlier(ARGV[1], earliest, head, now)
 tally(KEYS[5], 'sent', sent)
-local stored = #entries > 0 or #order > 0
+-- A parent parked in waiting counts: it is promoted and claimed by its
+-- priority and group once its children finished.
+local stored = #entries > 0 or #order > 0 or parked_any
 if prio and stored then
   redis.call('HSET', KEYS[5], 'prios', 1)
 end
