@@ -1445,9 +1445,17 @@ fn check_start_order(
             if claimed >= a_due + unheld || faulted {
                 continue;
             }
+            // A hand-back puts a first delivery at the head of its
+            // priority's line: handed back one by one, a claimed batch
+            // comes back in reverse within one priority.
+            let handed_back =
+                |d: &Delivery| (h.handbacks.iter()).any(|(id, _, back)| *id == d.id && *back <= a.leased_us + 200_000);
+            if handed_back(a) {
+                continue;
+            }
             let earlier = |b: &Delivery| {
                 let Some((sent, _, b_due)) = first(b) else { return false };
-                !h.maybe_requeued(limits, sent, claimed) && b_due + CLOCK_SLACK < a_due
+                !h.maybe_requeued(limits, sent, claimed) && !handed_back(b) && b_due + CLOCK_SLACK < a_due
             };
             let ahead = claim[i + 1..]
                 .iter()
@@ -2552,6 +2560,12 @@ mod tests {
             h.sends.push(replace);
         };
         assert_eq!(run(300, &["late", "early"], &early_replaced), none);
+        // Handed back (to the head of its priority's line) before the claim.
+        let late_handed_back = |h: &mut History| {
+            let at = h.t0_us + 250_000;
+            h.handbacks.push(("late".into(), at - 100_000, at));
+        };
+        assert_eq!(run(300, &["late", "early"], &late_handed_back), none);
         let requeued = |h: &mut History| requeue_all(h, 50, 60);
         // A requeue of every dead letter moves only the dead: one never
         // delivered before was dead only if a fault counted a lease.
