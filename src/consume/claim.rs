@@ -84,7 +84,8 @@ impl Load {
 
 /// How many messages to claim now: free slots, but no more than the
 /// handlers can start before the max consume duration, judged by how long
-/// they have taken so far, and none ahead of handlers that stall. Of that limit a queue of several takes its
+/// they have taken so far, and none ahead of handlers that stall. Of that
+/// limit a queue of several takes its
 /// part (by weight among the queues with work waiting, or by order), and
 /// a shard of several at most its share of the queue's (but enough to
 /// keep every handler busy), so a queue or shard whose claims happen to

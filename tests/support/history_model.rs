@@ -1130,6 +1130,13 @@ pub fn fire_of(id: &str) -> Option<(&str, i64)> {
     Some((name, at.parse().ok()?))
 }
 
+/// When a delivery handed back unstarted (`History::handbacks`: claimed,
+/// handed back, µs) held its slots, with room for its log line's time:
+/// from 100 ms before its claim until 200 ms after the hand-back.
+fn held_unstarted(claimed: i64, back: i64) -> (i64, i64) {
+    (claimed - 100_000, back + 200_000)
+}
+
 /// Each delivery's lease once (a claim re-sent after a lost reply hands
 /// the same lease out again): (claim time µs, the delivery).
 fn leases(h: &History) -> Vec<(i64, &Delivery)> {
@@ -1331,8 +1338,10 @@ fn check_queue(
     for &(at, x, x_due, _) in &candidates {
         let claimed = h.instant_of_us(at);
         let handed_back = |id: &str| {
-            (h.handbacks.iter())
-                .any(|(hid, claimed, back)| hid == id && claimed - 100_000 <= at && at <= back + 200_000)
+            (h.handbacks.iter()).any(|(hid, claimed, back)| {
+                let (from, to) = held_unstarted(*claimed, *back);
+                hid == id && (from..=to).contains(&at)
+            })
         };
         let waited = candidates.iter().find(|&&(h_at, hi, h_due, h_due_late)| {
             hi.priority > x.priority

@@ -366,7 +366,7 @@ fn may_start<'a>(
     // Hand-backs: a claim the history has no trace of held its slots.
     let mut handed: HashMap<Option<&str>, Spans> = HashMap::new();
     for (id, claimed, at) in &h.handbacks {
-        let span = (claimed - 100_000, at + 200_000);
+        let span = super::held_unstarted(*claimed, *at);
         match group_of(id) {
             Some(g) if global.is_none() => handed.entry(g).or_default().push(span),
             _ => blocked.push(span),
