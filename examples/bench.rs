@@ -2049,14 +2049,18 @@ async fn groups_big(client: &Client, tag: &str, scale: usize) -> Res<serde_json:
 }
 
 /// One flows run: `parents` parents in queue `p`, each of `width`
-/// children in queue `c`, sent as `Flow`s then consumed by one consumer
+/// children in queue `c` (or in `p` itself with `one_queue`: parents and
+/// children in one slot), sent as `Flow`s then consumed by one consumer
 /// per queue (concurrency 16, no-op handlers). Returns the messages
 /// consumed per second (children and parents), Redis CPU µs and script
 /// calls per message, and per parent the ms from its last child's handler
 /// end (its ack follows at once) to the parent's delivery.
-async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> Res<FlowRun> {
+async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize, one_queue: bool) -> Res<FlowRun> {
     let p = queue(client, &format!("{tag}-fp"), |b| b.concurrency(16))?;
-    let c = queue(client, &format!("{tag}-fc"), |b| b.concurrency(16))?;
+    let c = match one_queue {
+        true => p.clone(),
+        false => queue(client, &format!("{tag}-fc"), |b| b.concurrency(16))?,
+    };
     let t = Instant::now();
     for i in 0..parents {
         let mut flow = Flow::new(&p, NewMessage::new(format!("p{i}")));
@@ -2079,10 +2083,14 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
     let last_acked: Arc<Mutex<Option<Instant>>> = Arc::default();
     let mut acks = c.events();
     let la = last_acked.clone();
+    // In one queue, the first parent's own ack is none of its children's.
+    let first_started = starts.clone();
     let watcher = tokio::spawn(async move {
         loop {
             match acks.recv().await {
-                Ok(Event::Acked { .. }) => *la.lock().unwrap() = Some(Instant::now()),
+                Ok(Event::Acked { .. }) if first_started.lock().unwrap()[0].is_none() => {
+                    *la.lock().unwrap() = Some(Instant::now())
+                }
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             }
@@ -2091,32 +2099,30 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
     let cpu = redis_cpu(client).await?;
     let calls = script_calls(client).await?;
     let t = Instant::now();
-    let (e, n) = (ends.clone(), count.clone());
+    // A child's payload starts with 'c', a parent's with 'p'.
+    let handler = |e: Arc<Mutex<Vec<Option<Instant>>>>, s: Arc<Mutex<Vec<Option<Instant>>>>, n: Arc<AtomicU64>| {
+        move |m: Message| {
+            let (e, s, n) = (e.clone(), s.clone(), n.clone());
+            async move {
+                let at = if m.payload().first() == Some(&b'c') { &e } else { &s };
+                if let Some(i) = index(&m) {
+                    at.lock().unwrap()[i] = Some(Instant::now());
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            }
+        }
+    };
     let children = c
-        .start_consume(move |m: Message| {
-            let (e, n) = (e.clone(), n.clone());
-            async move {
-                if let Some(i) = index(&m) {
-                    e.lock().unwrap()[i] = Some(Instant::now());
-                }
-                n.fetch_add(1, Ordering::Relaxed);
-                Ok::<(), HandlerError>(())
-            }
-        })
+        .start_consume(handler(ends.clone(), starts.clone(), count.clone()))
         .await?;
-    let (s, n) = (starts.clone(), count.clone());
-    let parent_consumer = p
-        .start_consume(move |m: Message| {
-            let (s, n) = (s.clone(), n.clone());
-            async move {
-                if let Some(i) = index(&m) {
-                    s.lock().unwrap()[i] = Some(Instant::now());
-                }
-                n.fetch_add(1, Ordering::Relaxed);
-                Ok::<(), HandlerError>(())
-            }
-        })
-        .await?;
+    let parent_consumer = match one_queue {
+        true => None,
+        false => Some(
+            p.start_consume(handler(ends.clone(), starts.clone(), count.clone()))
+                .await?,
+        ),
+    };
     let total = parents * (width + 1);
     let limit = Instant::now() + Duration::from_secs(600);
     while (count.load(Ordering::Relaxed) as usize) < total && Instant::now() < limit {
@@ -2126,7 +2132,9 @@ async fn flow_run(client: &Client, tag: &str, parents: usize, width: usize) -> R
     let cpu = redis_cpu(client).await? - cpu;
     let calls = script_calls(client).await? - calls;
     children.shutdown().await?;
-    parent_consumer.shutdown().await?;
+    if let Some(parents) = parent_consumer {
+        parents.shutdown().await?;
+    }
     watcher.abort();
     let got = count.load(Ordering::Relaxed) as usize;
     if got < total {
@@ -2174,32 +2182,44 @@ struct FlowRun {
 }
 
 /// fanin: `rounds` times in turn, a plain queue's consume of 10,001 due
-/// messages and one parent of 10,000 children (`flow_run`): the time from
-/// the last child's handler end to the parent's delivery, each round's.
+/// messages, one parent of 10,000 children in another queue and one in
+/// its children's queue (`flow_run`): the time from the last child's
+/// handler end to the parent's delivery, each round's.
 async fn fanin(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Value> {
     const WIDTH: usize = 10_000;
-    let (mut plain, mut flowed, mut waits, mut to_ack, mut after_ack) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut plain = vec![];
+    // Per layout (parent in another queue, in the children's), per round.
+    let (mut flowed, mut waits, mut to_ack, mut after_ack) =
+        ([vec![], vec![]], [vec![], vec![]], [vec![], vec![]], [vec![], vec![]]);
     let r = |x: f64| (x * 100.0).round() / 100.0;
     for round in 0..rounds {
         let q = queue(client, &format!("{tag}-fanin-plain{round}"), |b| b.concurrency(16))?;
         send_batch(&q, WIDTH + 1, Duration::ZERO).await?;
         plain.push(consume(&q, client, WIDTH + 1).await?.0);
         cleanup(client).await?;
-        let run = flow_run(client, &format!("{tag}-fanin{round}"), 1, WIDTH).await?;
-        flowed.push(run.per_s);
-        waits.push(run.waits.first().copied().map_or(f64::NAN, r));
-        to_ack.push(r(run.split.0));
-        after_ack.push(r(run.split.1));
-        cleanup(client).await?;
+        for (l, one_queue) in [false, true].into_iter().enumerate() {
+            let run = flow_run(client, &format!("{tag}-fanin{round}-{l}"), 1, WIDTH, one_queue).await?;
+            flowed[l].push(run.per_s);
+            waits[l].push(run.waits.first().copied().map_or(f64::NAN, r));
+            to_ack[l].push(r(run.split.0));
+            after_ack[l].push(r(run.split.1));
+            cleanup(client).await?;
+        }
     }
+    let layout = |l: usize| {
+        json!({
+            "flow_per_s": flowed[l],
+            "last_child_to_parent_ms": waits[l],
+            "last_child_to_parent_ms_median": median(waits[l].clone()),
+            "of_which_until_the_last_ack_ms": to_ack[l],
+            "of_which_after_the_last_ack_ms": after_ack[l],
+        })
+    };
     Ok(json!({
         "rounds": rounds,
         "plain_per_s": plain,
-        "flow_per_s": flowed,
-        "last_child_to_parent_ms": waits,
-        "last_child_to_parent_ms_median": median(waits.clone()),
-        "of_which_until_the_last_ack_ms": to_ack,
-        "of_which_after_the_last_ack_ms": after_ack,
+        "parent_in_another_queue": layout(0),
+        "parent_in_the_children_s_queue": layout(1),
     }))
 }
 
@@ -2226,7 +2246,7 @@ async fn flows(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Val
             waits: w,
             send_per_s,
             ..
-        } = flow_run(client, &format!("{tag}-r{round}"), PARENTS, WIDTH).await?;
+        } = flow_run(client, &format!("{tag}-r{round}"), PARENTS, WIDTH, false).await?;
         flowed.push(f_per_s);
         waits.extend(w);
         runs.push(json!({"plain": {"per_s": per_s, "redis_cpu_us_per_msg": us, "script_calls_per_msg": calls},
@@ -2239,7 +2259,7 @@ async fn flows(client: &Client, tag: &str, rounds: usize) -> Res<serde_json::Val
         waits: wide_wait,
         send_per_s: wide_send,
         ..
-    } = flow_run(client, &format!("{tag}-wide"), 1, 100_000).await?;
+    } = flow_run(client, &format!("{tag}-wide"), 1, 100_000, false).await?;
     let r = |x: f64| (x * 100.0).round() / 100.0;
     Ok(json!({
         "runs": runs,

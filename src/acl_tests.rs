@@ -37,7 +37,7 @@ fn roles() -> Vec<Role> {
     let producer = Role {
         user: "orders-producer",
         // send (with after: flow_deps, flow_link, flow_complete), cancel
-        // (and the relay it runs: outbox, cancel, flow_complete),
+        // (and the relay it runs: relay, outbox, cancel, flow_complete),
         // reschedule, a duplicate's check (get), result and wait_result
         // (wait), cohort_status (flow_status).
         scripts: vec![
@@ -48,6 +48,7 @@ fn roles() -> Vec<Role> {
             &s::FLOW_DEPS,
             &s::FLOW_LINK,
             &s::FLOW_COMPLETE,
+            &s::RELAY,
             &s::OUTBOX,
             &s::WAIT,
             &s::FLOW_STATUS,
@@ -59,8 +60,8 @@ fn roles() -> Vec<Role> {
     };
     let consumer = Role {
         user: "orders-consumer",
-        // The consumer's loop, its relay of flow completions (outbox,
-        // flow_complete, cancel of a cancelled parent's children), progress
+        // The consumer's loop, its relay of flow completions (relay,
+        // outbox, flow_complete, cancel of a cancelled parent's children), progress
         // and logs (note), the schedules it fires, and its heartbeat.
         scripts: vec![
             &s::PROMOTE,
@@ -73,6 +74,7 @@ fn roles() -> Vec<Role> {
             &s::STATS,
             &s::PROBE,
             &s::NOTE,
+            &s::RELAY,
             &s::OUTBOX,
             &s::FLOW_COMPLETE,
             &s::CANCEL,

@@ -12,7 +12,7 @@ macro_rules! lua_includes {
 }
 
 lua_includes! {
-    "abort", "args", "checks", "claim_groups", "clock", "finish", "flows", "group_moves", "groups", "header", "lease",
+    "abort", "args", "checks", "claim_groups", "clock", "completions", "finish", "flows", "group_moves", "groups", "header", "lease",
     "markers", "notes", "paging", "priorities", "rate", "records", "store", "wake",
 }
 

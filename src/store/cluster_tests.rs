@@ -29,8 +29,9 @@ use crate::store::ops::groups::{ChangeGroups, GroupChange};
 use crate::store::ops::list_groups::ListGroups;
 use crate::store::ops::nack::{Nack, NackMode};
 use crate::store::ops::note::{Note, Notes};
-use crate::store::ops::outbox::Outbox;
+use crate::store::ops::outbox::OutboxDrop;
 use crate::store::ops::read_schedules::{ReadSchedules, Which};
+use crate::store::ops::relay::Relay;
 use crate::store::ops::send::{Outgoing, SendBatch, SendMode};
 use crate::store::ops::{
     ack::{Ack, Keep},
@@ -102,7 +103,7 @@ enum HalfMoved {
 
 /// The scripts that touch flow keys, results, progress or logs (with the
 /// seeded flow), run with [`HalfMoved::FlowKeys`].
-const FLOW_SCRIPTS: [&str; 14] = [
+const FLOW_SCRIPTS: [&str; 15] = [
     "ack",
     "claim",
     "timeout",
@@ -116,6 +117,7 @@ const FLOW_SCRIPTS: [&str; 14] = [
     "wait",
     "flow_complete",
     "outbox",
+    "relay",
     "flow_status",
 ];
 
@@ -338,11 +340,18 @@ fn calls(k: &Keys) -> Vec<Call> {
             },
             k,
         ),
-        // Reads z1's result and the cancelled parent's children.
-        call(Outbox::Read { limit: 10 }, k),
+        // Applies z1's completion to P1 (its parent here) with its result,
+        // and reads the cancelled parent's children.
+        call(
+            Relay {
+                limit: 10,
+                dead_letter_retention: RETENTION,
+            },
+            k,
+        ),
         // The cancelled parent's child was cancelled: its set and entry go.
         call(
-            Outbox::Drop {
+            OutboxDrop {
                 entries: &[(format!("x {CANCELLED}"), vec![format!("{OTHER_BASE} c9")])],
             },
             k,

@@ -88,6 +88,7 @@ lua_scripts! {
     FLOW_LINK = "flow_link";
     FLOW_COMPLETE = "flow_complete";
     OUTBOX = "outbox";
+    RELAY = "relay";
     FLOW_STATUS = "flow_status";
     HEARTBEAT = "heartbeat";
     CONSUMERS = "consumers";

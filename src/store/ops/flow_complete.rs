@@ -52,13 +52,7 @@ impl Op for FlowComplete<'_> {
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![
-            k.flow_waiting.clone(),
-            k.pending.clone(),
-            k.dead.clone(),
-            k.attempts.clone(),
-            k.totals.clone(),
-        ]
+        parents_keys(k).to_vec()
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
@@ -87,6 +81,19 @@ impl Op for FlowComplete<'_> {
             ref other => Err(unexpected::<Self>(format!("{other:?}"))),
         }
     }
+}
+
+/// The keys completions change in the parents' shard with keys `k`
+/// (`complete_parents` in lua/include/completions.lua): waiting,
+/// pending, dead, attempts, totals.
+pub(crate) fn parents_keys(k: &Keys) -> [String; 5] {
+    [
+        k.flow_waiting.clone(),
+        k.pending.clone(),
+        k.dead.clone(),
+        k.attempts.clone(),
+        k.totals.clone(),
+    ]
 }
 
 /// Applies `completions` to parents of the shard with keys `k`;

@@ -36,6 +36,7 @@ pub(crate) mod probe;
 pub(crate) mod promote;
 pub(crate) mod purge;
 pub(crate) mod read_schedules;
+pub(crate) mod relay;
 pub(crate) mod requeue;
 pub(crate) mod reschedule;
 pub(crate) mod scan;
@@ -474,7 +475,14 @@ mod tests {
                 },
                 k,
             ),
-            entry(outbox::Outbox::Read { limit: 1 }, k),
+            entry(outbox::OutboxDrop { entries: &[] }, k),
+            entry(
+                relay::Relay {
+                    limit: 1,
+                    dead_letter_retention: d,
+                },
+                k,
+            ),
             entry(
                 flow_status::FlowStatus {
                     id: "a",

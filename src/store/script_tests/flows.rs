@@ -1,5 +1,5 @@
 //! The flow scripts (flow_deps.lua, send.lua's mode "w", flow_link.lua,
-//! outbox.lua, flow_complete.lua) and what ack, nack, cancel and purge do
+//! outbox.lua, flow_complete.lua, relay.lua) and what ack, nack, cancel and purge do
 //! for flows, with exact state; and the relay run after a consumer died
 //! between a child's ack and its relay.
 
@@ -16,8 +16,9 @@ use crate::store::ops::flow_deps::{DepsAdded, FlowDeps};
 use crate::store::ops::flow_link::{FlowLink, LinkStatus};
 use crate::store::ops::flow_status::{FlowCounts, FlowStatus};
 use crate::store::ops::nack::NackMode;
-use crate::store::ops::outbox::{Outbox, OutboxEntry};
+use crate::store::ops::outbox::OutboxDrop;
 use crate::store::ops::purge::Purge;
+use crate::store::ops::relay::{OutboxEntry, Relay, Relayed};
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
 use crate::store::stored::{encode_stored, ValueParts};
 
@@ -74,6 +75,11 @@ async fn link(env: &Env, parent: &str, policy: char, ids: &[&str]) -> Vec<LinkSt
         ids: &ids,
     })
     .await
+}
+
+/// The outbox's entries, oldest first.
+fn outbox(env: &Env) -> Vec<String> {
+    env.zset(&env.k().outbox).into_iter().map(|(entry, _)| entry).collect()
 }
 
 /// Claims everything due (after a promote) and returns each delivery's lease.
@@ -155,23 +161,8 @@ async fn a_parent_waits_until_its_last_child_completes() {
     let c1 = leases.iter().find(|l| l.0 == "c1").unwrap().1;
     assert_eq!(env.ack(&[("c1", c1)]).await, [3]);
     assert_eq!(env.int(&["HEXISTS", &k.parents(), "c1"]), 0);
-    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
-    assert_eq!(entries.len(), 1);
-    let OutboxEntry::Done {
-        outcome, child, parent, ..
-    } = &entries[0]
-    else {
-        panic!("{entries:?}")
-    };
-    assert_eq!(
-        (
-            outcome.letter(),
-            child.as_str(),
-            parent.policy.letter(),
-            parent.id.as_str()
-        ),
-        ('a', "c1", 'f', "p")
-    );
+    let entries = outbox(&env);
+    assert_eq!(entries, [format!("a c1 f {} p", k.base)]);
     let done = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
     assert_eq!(
         done,
@@ -187,8 +178,8 @@ async fn a_parent_waits_until_its_last_child_completes() {
     let again = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
     assert_eq!(again, Completed::default());
     assert_eq!(env.snapshot(), state);
-    let drop = [(entries[0].entry().to_string(), Vec::new())];
-    assert_eq!(env.run(&Outbox::Drop { entries: &drop }).await.1, 1);
+    let drop = [(entries[0].clone(), Vec::new())];
+    assert_eq!(env.run(&OutboxDrop { entries: &drop }).await, 1);
     assert!(!env.exists(&k.outbox));
 
     // The last child: the parent goes to pending at its own due time.
@@ -253,6 +244,73 @@ async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
 }
 
 #[tokio::test]
+async fn relay_applies_and_drops_the_completions_of_parents_in_its_slot_and_reads_the_rest() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    for id in ["c1", "c2"] {
+        env.send_own(id, id, 0, 0, 3).await;
+    }
+    send_parent(&env, "p", &["c1", "c2"], 0).await;
+    link(&env, "p", 'f', &["c1", "c2"]).await;
+    // c1 also has a parent in another queue.
+    let elsewhere = ParentLink {
+        policy: ChildPolicy::Fail,
+        base: "dq:{other}:".into(),
+        id: "q".into(),
+    };
+    env.run(&FlowLink {
+        parent: &elsewhere,
+        ids: &["c1".to_string()],
+    })
+    .await;
+    for (id, lease) in claim_all(&env).await {
+        env.raw(&["SET", &format!("{}{id}", k.result_prefix), &format!("r-{id}")]);
+        assert_eq!(env.ack(&[(&id, lease)]).await, [3]);
+    }
+    assert_eq!(outbox(&env).len(), 3);
+    let op = Relay {
+        limit: 10,
+        dead_letter_retention: Duration::from_millis(RETENTION as u64),
+    };
+    let taken = env.run(&op).await;
+    // The parent here is ready with its children's results, in one call.
+    assert_eq!(
+        (taken.more, taken.applied, taken.due, taken.dead, taken.removed),
+        (false, 2, 1, 0, 0)
+    );
+    assert_eq!(env.list(&k.ready), ["p"]);
+    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.deps("p")));
+    assert_eq!(env.hget(&k.children("p"), &member(&env, "c1")), "ar-c1");
+    assert_eq!(env.hget(&k.children("p"), &member(&env, "c2")), "ar-c2");
+    // The completion for the parent elsewhere is read, and stays.
+    let [OutboxEntry::Done {
+        child, parent, result, ..
+    }] = &taken.left[..]
+    else {
+        panic!("{taken:?}")
+    };
+    assert_eq!(
+        (child.as_str(), parent, result.as_ref()),
+        ("c1", &elsewhere, &b"r-c1"[..])
+    );
+    assert_eq!(outbox(&env), [taken.left[0].entry()]);
+    // Again: nothing applied, the same read.
+    let state = env.snapshot();
+    let again = env.run(&op).await;
+    assert_eq!(
+        again,
+        Relayed {
+            left: taken.left.clone(),
+            ..Relayed::default()
+        }
+    );
+    assert_eq!(env.snapshot(), state);
+    // At its limit it says more may be left.
+    let one = Relay { limit: 1, ..op };
+    assert!(env.run(&one).await.more);
+}
+
+#[tokio::test]
 async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
     let env = Env::new().await;
     let k = env.k().clone();
@@ -267,11 +325,7 @@ async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
         assert_eq!(env.nack(&id, lease, NackMode::Dead).await, 2);
     }
     // 'f': recorded and unlinked; 'w': linked still, nothing recorded.
-    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
-    assert_eq!(
-        entries.iter().map(OutboxEntry::entry).collect::<Vec<_>>(),
-        [format!("d f f {} pf", k.base)]
-    );
+    assert_eq!(outbox(&env), [format!("d f f {} pf", k.base)]);
     assert_eq!(env.lines(&["HKEYS", &k.parents()]), ["w"]);
     // A dead child under a policy that does not wait is not linked again.
     assert_eq!(link(&env, "pf", 'f', &["f"]).await, [LinkStatus::Dead]);
@@ -308,11 +362,8 @@ async fn a_dead_child_records_its_death_unless_its_parent_waits_for_it() {
     // Deleting the dead child that pw waits for records it cancelled: pw
     // can never run, so it fails too.
     assert_eq!(env.gc_with(10, 0, 0, &["w"]).await, 1);
-    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
-    assert!(
-        entries.iter().any(|e| e.entry() == format!("c w w {} pw", k.base)),
-        "{entries:?}"
-    );
+    let entries = outbox(&env);
+    assert!(entries.contains(&format!("c w w {} pw", k.base)), "{entries:?}");
     let done = complete(&env, &[completion(&env, "pw", "w", "cw")]).await;
     assert_eq!(
         done,
@@ -336,16 +387,24 @@ async fn cancelling_a_waiting_parent_leaves_its_children_to_the_relay() {
     link(&env, "p", 'f', &["a", "b"]).await;
     assert_eq!(env.cancel("p").await, 1);
     assert!(env.payload("p").is_none() && !env.exists(&k.flow_waiting));
-    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
-    let OutboxEntry::Cancelled { parent, children, .. } = &entries[0] else {
-        panic!("{entries:?}")
+    // The relay's call reads the entry and some of p's children, and
+    // leaves it for the relay to cancel them.
+    let retention = Duration::from_millis(RETENTION as u64);
+    let taken = env
+        .run(&Relay {
+            limit: 10,
+            dead_letter_retention: retention,
+        })
+        .await;
+    assert_eq!(taken.applied, 0);
+    let [OutboxEntry::Cancelled { parent, children, .. }] = &taken.left[..] else {
+        panic!("{taken:?}")
     };
     assert_eq!(parent, "p");
     let mut children = children.clone();
     children.sort();
     assert_eq!(children, [member(&env, "a"), member(&env, "b")]);
     // The relay cancels them; their own completions find p gone.
-    let retention = Duration::from_millis(RETENTION as u64);
     relay(&env.client, &k, retention).await.unwrap();
     relay(&env.client, &k, retention).await.unwrap();
     assert!(env.zset(&k.pending).is_empty());
@@ -486,9 +545,8 @@ async fn a_parent_failed_or_removed_by_a_child_tells_its_own_parent() {
     for (id, lease) in claim_all(&env).await {
         assert_eq!(env.nack(&id, lease, NackMode::Dead).await, 2);
     }
-    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
-    let drop: Vec<(String, Vec<String>)> = entries.iter().map(|e| (e.entry().to_string(), Vec::new())).collect();
-    assert_eq!(env.run(&Outbox::Drop { entries: &drop }).await.1, 2);
+    let drop: Vec<(String, Vec<String>)> = outbox(&env).into_iter().map(|e| (e, Vec::new())).collect();
+    assert_eq!(env.run(&OutboxDrop { entries: &drop }).await, 2);
     let done = complete(
         &env,
         &[completion(&env, "pf", "cf", "df"), completion(&env, "pr", "cr", "dr")],
@@ -505,8 +563,7 @@ async fn a_parent_failed_or_removed_by_a_child_tells_its_own_parent() {
     );
     // pf died and pr was deleted: each records it for gp, as a child's
     // death (a requeued pf may still finish) and a deletion do.
-    let (entries, _) = env.run(&Outbox::Read { limit: 10 }).await;
-    let mut got: Vec<String> = entries.iter().map(|e| e.entry().to_string()).collect();
+    let mut got = outbox(&env);
     got.sort();
     assert_eq!(got, [format!("c pr i {} gp", k.base), format!("d pf i {} gp", k.base)]);
     assert!(!env.exists(&k.parents()));
@@ -581,12 +638,17 @@ async fn a_relay_read_is_bounded_by_bytes_at_the_maximum_result_size() {
         let key = format!("{}{id}", k.result_prefix);
         let _: () = env.client.set(key, big.as_str(), None, None, false).await.unwrap();
     }
-    // Each result is at the maximum: one entry a read, however many wait.
-    let (entries, _) = env.run(&Outbox::Read { limit: 1000 }).await;
-    assert_eq!(entries.len(), 1, "entries of one read");
-    // The relay delivers them all, each call within its bound.
+    // Each result is at the maximum: one entry a call, however many wait.
     let retention = Duration::from_millis(RETENTION as u64);
-    assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 3);
+    let first = env
+        .run(&Relay {
+            limit: 1000,
+            dead_letter_retention: retention,
+        })
+        .await;
+    assert_eq!((first.applied, first.more), (1, true), "{first:?}");
+    // The relay delivers the others, each call within its bound.
+    assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 2);
     assert!(!env.exists(&k.outbox));
     assert_eq!(env.list(&k.ready), ["p"]);
     assert_eq!(

@@ -223,6 +223,142 @@ local function head_due(pending)
   return checked('zset', 'ZRANGE', pending, 0, 0, 'WITHSCORES')[2] or false
 end
 
+-- lua/include/completions.lua
+-- Applies `list` (each {parent id, child "<child's base> <child id>",
+-- outcome then policy letters, the child's result ('' none)}) to parents
+-- of the queue whose msg key prefix is `prefix`: each child leaves its
+-- parent's set, its outcome and result go to the parent's children hash
+-- (fields " a", " d", " c" count them); a dead child under 'f', or a
+-- cancelled one under 'f' or 'w', makes the parent a dead letter; under
+-- 'r' such a child removes the parent; outcome 'o' (a cohort's close) only
+-- leaves the set. A parent whose set is empty goes where promote would put
+-- it when due now and ungrouped (ready, or the priority zset), else to
+-- pending at max(its due time, now). A parent made dead or removed is
+-- recorded in this slot's outbox for its own parents (flow_done).
+-- `k`: {waiting, pending, dead, attempts, totals}; `retention`: the
+-- dead-letter retention in ms. Touches every key it builds before its first
+-- write (keys_here), so its caller must not write before it. Publishes a
+-- wake-up of 0 when a parent went to ready, else when one became due before
+-- every pending message. Returns {applied, parents made due, made dead,
+-- removed}. A fixed number of calls per parent named, plus O(links) of
+-- those made dead or removed.
+local function complete_parents(k, prefix, channel, retention, list)
+  check_types(k[1], 'zset', k[2], 'zset', k[3], 'zset', k[4], 'hash', k[5], 'hash')
+  local base = flow_base(prefix, '')
+  -- Completions by parent, parents in order of first appearance: a
+  -- parent's completions cost a few calls together, not a few each.
+  local order, by = {}, {}
+  for _, c in ipairs(list) do
+    local id = c[1]
+    if not by[id] then
+      by[id] = {}
+      order[#order + 1] = id
+    end
+    table.insert(by[id], c)
+  end
+  local ready_list, prios = base .. 'ready', base .. 'ready:prio'
+  local built = {ready_list, prios}
+  for _, id in ipairs(order) do
+    built[#built + 1] = base .. 'deps:' .. id
+    built[#built + 1] = base .. 'children:' .. id
+    built[#built + 1] = prefix .. id
+  end
+  keys_here(built)
+  local flows = flows_here(redis.call('HGET', k[5], 'flows'), base, {})
+  local head, now = head_due(k[2]), now_ms()
+  local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
+  local buried, deleted = {}, {}
+  for _, id in ipairs(order) do
+    local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
+    local members = {}
+    for j, c in ipairs(by[id]) do
+      members[j] = c[2]
+    end
+    -- Which children the parent still waits for; every one leaves the set,
+    -- whether or not the parent still waits.
+    local present = redis.call('SMISMEMBER', deps, unpack(members))
+    redis.call('SREM', deps, unpack(members))
+    local score = redis.call('ZSCORE', k[1], id)
+    local fields, counts, seen, ended = {}, {}, {}, false
+    for j, c in ipairs(by[id]) do
+      local child = members[j]
+      if score and not ended and present[j] == 1 and not seen[child] then
+        seen[child] = true
+        applied = applied + 1
+        local how, result = c[3], c[4]
+        local outcome, policy = string.sub(how, 1, 1), string.sub(how, 2, 2)
+        local bad = outcome == 'd' or outcome == 'c'
+        if outcome ~= 'o' and not (bad and policy == 'r') then
+          fields[#fields + 1] = child
+          fields[#fields + 1] = outcome .. result
+          counts[outcome] = (counts[outcome] or 0) + 1
+        end
+        if bad and policy == 'r' then
+          ended = 'r'
+        elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
+          ended = {child, outcome}
+        end
+      end
+    end
+    if #fields > 0 then
+      redis.call('HSET', children, unpack(fields))
+      for outcome, n in pairs(counts) do
+        redis.call('HINCRBY', children, ' ' .. outcome, n)
+      end
+    end
+    if ended == 'r' then
+      redis.call('ZREM', k[1], id)
+      redis.call('UNLINK', deps, children, prefix .. id)
+      removed = removed + 1
+      deleted[#deleted + 1] = id
+    elseif ended then
+      redis.call('ZREM', k[1], id)
+      redis.call('UNLINK', deps)
+      -- The shard's tag less its '#<n>' (never in a queue name): the queue.
+      local child, outcome = ended[1], ended[2]
+      local tag, cid = string.match(child, '{(.-)}:? (.*)$')
+      local queue = tag and string.match(tag, '^[^#]*')
+      local word = outcome == 'd' and 'dead' or 'cancelled'
+      redis.call('HSET', k[4], id, '0:child ' .. (queue or '?') .. '/' .. (cid or child) .. ' ' .. word)
+      bury(k[3], id, prefix .. id, now, retention)
+      tally(k[5], 'dead', 1)
+      dead = dead + 1
+      buried[#buried + 1] = id
+    elseif next(seen) and redis.call('EXISTS', deps) == 0 then
+      redis.call('ZREM', k[1], id)
+      local at = math.max(tonumber(score), now)
+      local header = at <= now and redis.pcall('GETRANGE', prefix .. id, 0, HEADER_BYTES - 1)
+      if header and not group_of(header) then
+        local p = priority_of(header)
+        if p > 0 then
+          check_types(prios, 'zset')
+          redis.call('ZADD', prios, prio_score(p, at), id)
+          -- Claims read the zset once the totals say so (set by its send).
+          redis.call('HSET', k[5], 'prios', 1)
+        else
+          check_types(ready_list, 'list')
+          redis.call('RPUSH', ready_list, id)
+        end
+        ready = true
+      else
+        redis.call('ZADD', k[2], at, id)
+        if not earliest or at < earliest then
+          earliest = at
+        end
+      end
+      due = due + 1
+    end
+  end
+  flow_done(flows, base, buried, 'd', false)
+  flow_done(flows, base, deleted, 'c', true)
+  if ready then
+    wake(channel, 0)
+  else
+    wake_if_earlier(channel, earliest, head, now)
+  end
+  return {applied, due, dead, removed}
+end
+
 --[[ flow_complete: waiting -> ready | pending | dead, as a parent's children finish
 Applies completions the relay read from a child queue's outbox to their
 parents in this queue (docs/workflows.md), at least once: each child
@@ -275,122 +411,13 @@ HSET, a HINCRBY per outcome, EXISTS) and one EXISTS of 3P keys, plus
 O(links) of the parents made dead or removed; never O(children of a
 parent).
 ]]
-check_types(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'hash')
 local m = (#ARGV - 3) / 4
 if m ~= math.floor(m) or m > MAX_LIMIT then
   error(redis.error_reply('ERR completions come as 4 values each, at most ' .. MAX_LIMIT))
 end
-local base = flow_base(ARGV[1], '')
--- Every key it may write, touched before the first write (keys_here).
--- Completions by parent, parents in order of first appearance: a
--- parent's completions cost a few calls together, not a few each.
-local order, by = {}, {}
+local list = {}
 for i = 1, m do
-  local id = ARGV[4 * i]
-  if not by[id] then
-    by[id] = {}
-    order[#order + 1] = id
-  end
-  table.insert(by[id], 4 * i)
+  local a = 4 * i
+  list[i] = {ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]}
 end
-local ready_list, prios = base .. 'ready', base .. 'ready:prio'
-local built = {ready_list, prios}
-for _, id in ipairs(order) do
-  built[#built + 1] = base .. 'deps:' .. id
-  built[#built + 1] = base .. 'children:' .. id
-  built[#built + 1] = ARGV[1] .. id
-end
-keys_here(built)
-local flows = flows_here(redis.call('HGET', KEYS[5], 'flows'), base, {})
-local head, now = head_due(KEYS[2]), now_ms()
-local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
-local buried, deleted = {}, {}
-for _, id in ipairs(order) do
-  local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
-  local members = {}
-  for j, a in ipairs(by[id]) do
-    members[j] = ARGV[a + 1]
-  end
-  -- Which children the parent still waits for; every one leaves the set,
-  -- whether or not the parent still waits.
-  local present = redis.call('SMISMEMBER', deps, unpack(members))
-  redis.call('SREM', deps, unpack(members))
-  local score = redis.call('ZSCORE', KEYS[1], id)
-  local fields, counts, seen, ended = {}, {}, {}, false
-  for j, a in ipairs(by[id]) do
-    local child = members[j]
-    if score and not ended and present[j] == 1 and not seen[child] then
-      seen[child] = true
-      applied = applied + 1
-      local how, result = ARGV[a + 2], ARGV[a + 3]
-      local outcome, policy = string.sub(how, 1, 1), string.sub(how, 2, 2)
-      local bad = outcome == 'd' or outcome == 'c'
-      if outcome ~= 'o' and not (bad and policy == 'r') then
-        fields[#fields + 1] = child
-        fields[#fields + 1] = outcome .. result
-        counts[outcome] = (counts[outcome] or 0) + 1
-      end
-      if bad and policy == 'r' then
-        ended = 'r'
-      elseif (outcome == 'd' and policy == 'f') or (outcome == 'c' and policy ~= 'i') then
-        ended = {child, outcome}
-      end
-    end
-  end
-  if #fields > 0 then
-    redis.call('HSET', children, unpack(fields))
-    for outcome, n in pairs(counts) do
-      redis.call('HINCRBY', children, ' ' .. outcome, n)
-    end
-  end
-  if ended == 'r' then
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('UNLINK', deps, children, ARGV[1] .. id)
-    removed = removed + 1
-    deleted[#deleted + 1] = id
-  elseif ended then
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('UNLINK', deps)
-    -- The shard's tag less its '#<n>' (never in a queue name): the queue.
-    local child, outcome = ended[1], ended[2]
-    local tag, cid = string.match(child, '{(.-)}:? (.*)$')
-    local queue = tag and string.match(tag, '^[^#]*')
-    local word = outcome == 'd' and 'dead' or 'cancelled'
-    redis.call('HSET', KEYS[4], id, '0:child ' .. (queue or '?') .. '/' .. (cid or child) .. ' ' .. word)
-    bury(KEYS[3], id, ARGV[1] .. id, now, tonumber(ARGV[3]))
-    tally(KEYS[5], 'dead', 1)
-    dead = dead + 1
-    buried[#buried + 1] = id
-  elseif next(seen) and redis.call('EXISTS', deps) == 0 then
-    redis.call('ZREM', KEYS[1], id)
-    local at = math.max(tonumber(score), now)
-    local header = at <= now and redis.pcall('GETRANGE', ARGV[1] .. id, 0, HEADER_BYTES - 1)
-    if header and not group_of(header) then
-      local p = priority_of(header)
-      if p > 0 then
-        check_types(prios, 'zset')
-        redis.call('ZADD', prios, prio_score(p, at), id)
-        -- Claims read the zset once the totals say so (set by its send).
-        redis.call('HSET', KEYS[5], 'prios', 1)
-      else
-        check_types(ready_list, 'list')
-        redis.call('RPUSH', ready_list, id)
-      end
-      ready = true
-    else
-      redis.call('ZADD', KEYS[2], at, id)
-      if not earliest or at < earliest then
-        earliest = at
-      end
-    end
-    due = due + 1
-  end
-end
-flow_done(flows, base, buried, 'd', false)
-flow_done(flows, base, deleted, 'c', true)
-if ready then
-  wake(ARGV[2], 0)
-else
-  wake_if_earlier(ARGV[2], earliest, head, now)
-end
-return {applied, due, dead, removed}
+return complete_parents(KEYS, ARGV[1], ARGV[2], tonumber(ARGV[3]), list)
