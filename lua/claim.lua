@@ -42,7 +42,8 @@ more than n in any window of one period by Redis time, counted in
 the rate how long until it allows more.
 Groups (once the totals have 'groups'; include/claim_groups.lua, docs/groups.md): the
 request is shared between the ring's first members (at most ARGV[2] of
-them, and at most GROUP_TURNS = 64), within a budget of GROUP_CLAIM =
+them: GROUP_FIRST_TURNS = 16, or up to GROUP_TURNS = 64 while the first
+16 have less room than the claim may lease), within a budget of GROUP_CLAIM =
 256: 1 a message, GROUP_TURN_COST = 2 more a member (a request cut short
 by either bound says held = 3; the member '' is the messages without a
 group, taken from the lists above), as evenly as each one's room allows (its due messages,

@@ -11,6 +11,13 @@
 -- few ms; the request is shared among them (docs/groups.md).
 local GROUP_TURNS = 64
 
+-- Ring members a claim reads first: more only while those read have less
+-- room than the claim may lease. Each member served costs calls on its
+-- group's keys and fields in the groups' hashes and ring (each O(groups)
+-- while those are small enough for Redis's listpack encoding), so groups
+-- with backlogs are served a few at a time, many messages each.
+local GROUP_FIRST_TURNS = 16
+
 -- A claim's budget once the queue has groups: 1 a message leased and
 -- GROUP_TURN_COST more a ring member served (its ZCARD, ZRANGE,
 -- ZREMRANGEBYRANK and ring moves cost about two leases), so a claim over
@@ -96,11 +103,13 @@ end
 
 -- The plan of a claim of `limit` once the queue has groups, before its
 -- first write but for the groups' own bookkeeping (groups whose wait is
--- over go back to the ring): {plan (group_rooms, shared), heads (each
--- served group's ids, by name), ucap (what the member '' takes from the
--- lists), limit (cut by GROUP_CLAIM or the share), capped (whether
--- GROUP_CLAIM, GROUP_TURNS or the share cut it), waited_before (when the
--- earliest group's wait ended before this call, false: none waited)}.
+-- over go back to the ring), over the ring's first GROUP_FIRST_TURNS
+-- members, or up to GROUP_TURNS when those have too little room: {plan
+-- (group_rooms, shared), heads (each served group's ids, by name), ucap
+-- (what the member '' takes from the lists), limit (cut by GROUP_CLAIM or
+-- the share), capped (whether GROUP_CLAIM, GROUP_TURNS or the share cut
+-- it), waited_before (when the earliest group's wait ended before this
+-- call, false: none waited)}.
 -- `waiting()`: how many wait in the lists; `share`: ARGV[11].
 local function group_plan(gp, limit, waiting, share, now, now_u)
   check_group_types(gp)
@@ -114,13 +123,31 @@ local function group_plan(gp, limit, waiting, share, now, now_u)
   -- message, GROUP_TURN_COST more a member (a few calls on its group's
   -- keys), whatever the request, so that one claim stays short.
   local turns = math.min(limit, GROUP_TURNS)
-  local members = redis.call('ZRANGE', gp .. 'ring', 0, turns - 1)
+  local first = math.min(turns, GROUP_FIRST_TURNS)
+  local members = redis.call('ZRANGE', gp .. 'ring', 0, first - 1)
+  local plan = group_rooms(gp, members, ungrouped, now_u)
+  if #members == first and first < turns then
+    local room = 0
+    for _, m in ipairs(plan) do
+      room = room + m[2]
+    end
+    if room < math.min(limit, GROUP_CLAIM - GROUP_TURN_COST * #members) then
+      local more = redis.call('ZRANGE', gp .. 'ring', first, turns - 1)
+      if #more > 0 then
+        for _, m in ipairs(group_rooms(gp, more, ungrouped, now_u)) do
+          plan[#plan + 1] = m
+        end
+        for _, g in ipairs(more) do
+          members[#members + 1] = g
+        end
+      end
+    end
+  end
   local capped = #members == GROUP_TURNS and limit > GROUP_TURNS
   local most = GROUP_CLAIM - GROUP_TURN_COST * #members
   if limit > most then
     limit, capped = most, true
   end
-  local plan = group_rooms(gp, members, ungrouped, now_u)
   -- While one of several members has at most `share` due and may start
   -- one (a group just come due beside a backlog), at most `share` a
   -- member: the claim that serves it stays short, and backlogs alone (or

@@ -768,6 +768,45 @@ async fn promote_over_many_groups_moves_fewer_per_call_and_says_more_are_due() {
 }
 
 #[tokio::test]
+async fn a_claim_reads_more_than_16_groups_only_while_those_have_too_little_room() {
+    let env = Env::new().await;
+    // 40 groups of 10 messages each: the first 16 fill a claim of 100.
+    for i in 0..400 {
+        env.send_grouped(&format!("m{i:03}"), &format!("G{:02}", i % 40)).await;
+    }
+    assert_eq!(env.ring().len(), 40);
+    let c = env.claim(100).await;
+    let mut groups: Vec<String> = c
+        .ids()
+        .iter()
+        .map(|id| id[1..].parse::<usize>().unwrap() % 40)
+        .map(|g| format!("G{g:02}"))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    assert_eq!(
+        groups.len(),
+        16,
+        "the ring's first 16 groups, {} messages",
+        c.ids().len()
+    );
+    assert_eq!(c.ids().len(), 100, "shared among them");
+    // Paused groups have no room: the claim reads past them.
+    for i in 16..40 {
+        env.run(&crate::store::ops::groups::ChangeGroups {
+            change: crate::store::ops::groups::GroupChange::Pause(&format!("G{i:02}")),
+        })
+        .await;
+    }
+    let c = env.claim(100).await;
+    assert_eq!(
+        c.ids().len(),
+        60,
+        "the 16 groups not paused, read past the 24 paused ahead of them"
+    );
+}
+
+#[tokio::test]
 async fn a_claim_serves_at_most_64_groups_within_its_budget_and_says_claim_again() {
     let env = Env::new().await;
     for i in 0..70 {
