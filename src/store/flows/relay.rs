@@ -1,9 +1,9 @@
 //! The relay of flows (docs/workflows.md): moves a shard's outbox entries
 //! to the parents' slots, at least once; those of parents in the same
-//! slot within the call that reads the outbox (lua/relay.lua). A child's ack, death or cancel
-//! records its completion in its own queue's outbox in the same script;
-//! `flow_complete` on the parent's slot is idempotent, so no script ever
-//! spans two slots. Run by a consumer's relay task (one per shard) when
+//! slot within the call that reads the outbox (lua/relay.lua). A child's
+//! ack, death or cancel records its completion in its own queue's outbox
+//! in the same script; `flow_complete` on the parent's slot is
+//! idempotent, so no script ever spans two slots. Run by a consumer's relay task (one per shard) when
 //! its acks acked children or its loop's probe finds entries, and after a
 //! cancel.
 
