@@ -54,6 +54,9 @@ end
 -- A result or set not yet moved would read as missing (keys_here).
 keys_here(built)
 local more, bytes, list, applied, left = #entries == limit and 1 or 0, 0, {}, {}, {}
+-- What an entry for a parent here holds (a plain find, before the full
+-- match, which only those entries pay).
+local here = ' ' .. base .. ' '
 for i, entry in ipairs(entries) do
   local kind = string.sub(entry, 1, 1)
   local value = false
@@ -70,7 +73,10 @@ for i, entry in ipairs(entries) do
     value = redis.call('SRANDMEMBER', keys[i], 100)
   end
   -- "<outcome> <child id> <policy> <parent's base> <parent id>"
-  local _, child, policy, parent_base, parent = string.match(entry, '^(%a) (%S+) (%a) (%S+) (%S+)$')
+  local child, policy, parent_base, parent
+  if string.find(entry, here, 1, true) then
+    child, policy, parent_base, parent = string.match(entry, '^%a (%S+) (%a) (%S+) (%S+)$')
+  end
   if parent_base == base then
     list[#list + 1] = {parent, base .. ' ' .. child, kind .. policy, value or ''}
     applied[#applied + 1] = entry
