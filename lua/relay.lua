@@ -53,7 +53,8 @@ for i, entry in ipairs(entries) do
 end
 -- A result or set not yet moved would read as missing (keys_here).
 keys_here(built)
-local more, bytes, list, applied, left = #entries == limit and 1 or 0, 0, {}, {}, {}
+-- The reply's counts (set at the end), then the entries it leaves.
+local out, more, bytes, list, applied = {0, 0, 0, 0, 0}, #entries == limit and 1 or 0, 0, {}, {}
 -- What an entry for a parent here holds (a plain find, before the full
 -- match, which only those entries pay).
 local here = ' ' .. base .. ' '
@@ -81,17 +82,14 @@ for i, entry in ipairs(entries) do
     list[#list + 1] = {parent, base .. ' ' .. child, kind .. policy, value or ''}
     applied[#applied + 1] = entry
   else
-    left[#left + 1] = entry
-    left[#left + 1] = value
+    out[#out + 1] = entry
+    out[#out + 1] = value
   end
 end
-local out = {more, 0, 0, 0, 0}
+out[1] = more
 if #list > 0 then
   local done = complete_parents({KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1], ARGV[3], tonumber(ARGV[4]), list)
   redis.call('ZREM', KEYS[1], unpack(applied))
-  out = {more, #applied, done[2], done[3], done[4]}
-end
-for _, v in ipairs(left) do
-  out[#out + 1] = v
+  out[2], out[3], out[4], out[5] = #applied, done[2], done[3], done[4]
 end
 return out

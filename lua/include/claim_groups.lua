@@ -137,14 +137,12 @@ local function group_plan(gp, limit, waiting, share, now, now_u)
         for _, m in ipairs(group_rooms(gp, more, ungrouped, now_u)) do
           plan[#plan + 1] = m
         end
-        for _, g in ipairs(more) do
-          members[#members + 1] = g
-        end
       end
     end
   end
-  local capped = #members == GROUP_TURNS and limit > GROUP_TURNS
-  local most = GROUP_CLAIM - GROUP_TURN_COST * #members
+  -- One plan entry a member read.
+  local capped = #plan == GROUP_TURNS and limit > GROUP_TURNS
+  local most = GROUP_CLAIM - GROUP_TURN_COST * #plan
   if limit > most then
     limit, capped = most, true
   end
