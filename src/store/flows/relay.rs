@@ -3,9 +3,9 @@
 //! slot within the call that reads the outbox (lua/relay.lua). A child's
 //! ack, death or cancel records its completion in its own queue's outbox
 //! in the same script; `flow_complete` on the parent's slot is
-//! idempotent, so no script ever spans two slots. Run by a consumer's relay task (one per shard) when
-//! its acks acked children or its loop's probe finds entries, and after a
-//! cancel.
+//! idempotent, so no script ever spans two slots. Run by a consumer's
+//! relay task (one per shard) when its acks acked children or its loop's
+//! probe finds entries, and after a cancel.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
