@@ -18,7 +18,10 @@ result retention as TTL at once (with retention 0 they are not written)
 ARGV[14+4N..] triples of id, lease, outcome: "" (no result, no progress
 or log written), else a flag then the result bytes: "r" a result, "n" no
 result but progress or log written, "b" both
-Returns one value per triple, in order, then one per note as note.lua:
+Returns one value per triple, in order, then one per note as note.lua,
+then for each 3 in order the outbox entries it recorded (an array; the
+consumer delivers those of parents in other slots at once,
+docs/workflows.md):
 1 acked, 4 aborted (the message
 was aborted while its handler ran: it ends as aborted whatever the
 handler returned, include/abort.lua; no result kept, its progress and
@@ -130,6 +133,7 @@ if #absent > 0 then
   end
 end
 local c = {prefix = ARGV[1], markers = ARGV[3], totals = KEYS[3], gp = ARGV[2]}
+local recorded = {}
 local plan = abort_plan(c, ended)
 local keys, markers, finished, base, flows
 if #done > 0 then
@@ -189,7 +193,7 @@ if #done > 0 then
   if groups_finished(ARGV[2], finished) then
     wake(ARGV[10], 0)
   end
-  local recorded = flow_done(flows, base, done, 'a', true)
+  recorded = flow_done(flows, base, done, 'a', true)
   for i, id in ipairs(ids) do
     if out[i] == 1 and recorded[id] then
       out[i] = 3
@@ -202,5 +206,10 @@ if abort_end(c, KEYS[1], KEYS[2], plan) then
 end
 for i = 1, n do
   out[#ids + i] = notes_out[i]
+end
+for i, id in ipairs(ids) do
+  if out[i] == 3 then
+    out[#out + 1] = recorded[id]
+  end
 end
 return out

@@ -37,7 +37,9 @@ due yet is replaced, due at now + delay; a due one is live), "r" replace
 (a parent of a flow, docs/workflows.md): while its set of children to
 wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
 empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its
-due time) instead of pending, and the totals get 'flows'. Those two keys
+due time) instead of pending, and the totals get 'flows'; with the set
+empty it is refused (7) unless live (the caller's flow_deps, pipelined
+with this call, has not run yet). Those two keys
 are built, not declared: one EXISTS touches them before the first write,
 so during a slot migration the script fails with nothing written
 (docs/design.md §2).
@@ -77,7 +79,9 @@ Returns one status per message: 1 stored, 0 the id is already live
 value is gone (expired or evicted before the call; nothing written: send
 it again), 4 refused by the id's marker, 5 a pending message replaced
 (debounce, replace; its attempt record kept, 'sent' not counted), 6
-replace found no live message (nothing written); then, for each 4 in
+replace found no live message (nothing written), 7 a parent ("w") whose
+set of children is empty (nothing written: send it again once flow_deps
+has run); then, for each 4 in
 order, when the marker expires (ms of Redis time; -1: no TTL, its message
 is live).
 Publishes a wake-up when the batch holds a message due before every
@@ -171,6 +175,14 @@ for i = 1, m do
   end
 end
 keys_here(flow_keys)
+-- A parent whose set is empty was sent before flow_deps filled it (a
+-- pipeline whose order broke): refused unless live (a re-send).
+local unfilled = {}
+for i = 1, m do
+  if waits[i] and redis.call('SCARD', flow_base(KEYS[5 + i], ARGV[(i - 1) * 5 + 3]) .. 'deps:' .. ARGV[(i - 1) * 5 + 3]) == 0 then
+    unfilled[i] = redis.call('PTTL', KEYS[5 + i]) ~= -1
+  end
+end
 local now = now_ms()
 -- A grouped message due now (delay 0) goes straight to its group's zset
 -- while nothing pending is due: then every message due before it is in
@@ -206,10 +218,13 @@ local entries, sent, grouped_entries, order, marked, parked_any = {}, 0, {}, {},
 for i = 1, m do
   local a = (i - 1) * 5 + 3
   local id = ARGV[a]
-  local status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
-    tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
+  local status, extra = 7, nil
+  if not unfilled[i] then
+    status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
+      tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
+  end
   local base = waits[i] and flow_base(KEYS[5 + i], id)
-  local parked = status == 1 and base and redis.call('SCARD', base .. 'deps:' .. id) > 0
+  local parked = status == 1 and base
   local g = status == 1 and not parked and direct[i]
   if parked then
     redis.call('ZADD', base .. 'flow:waiting', extra, id)

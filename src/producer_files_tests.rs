@@ -216,6 +216,7 @@ fn flow_key_suffixes() -> (String, Vec<String>, Vec<String>) {
     let link = FlowLink {
         parent: &parent,
         ids: &[],
+        new: false,
     }
     .keys(&keys)
     .iter()

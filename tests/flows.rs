@@ -497,3 +497,66 @@ async fn a_dead_child_in_a_sharded_queue_names_its_queue_in_the_reason() {
     let info = p.get("P").await.unwrap().unwrap();
     assert_eq!(info.last_error.as_deref(), Some("child kids/C dead"));
 }
+
+/// Flows sent while consumers run and the script cache is flushed before
+/// every other flow: a flow's parent's set is filled in the round trip of
+/// its send, and its children linked in the round trip of theirs, so a
+/// reload (NOSCRIPT, then EVAL) may run a call before the one it was sent
+/// behind. Each parent still runs once, after all of its children, and
+/// reads every child's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flows_sent_while_scripts_are_flushed_wait_for_every_child() {
+    const FLOWS: usize = 40;
+    const CHILDREN: usize = 4;
+    let (server, client, qs) = start_queues(&["p", "c"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let log = Log::default();
+    let short = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let parents = {
+        let short = short.clone();
+        helpers::recording(&log, move |msg: Message| {
+            let short = short.clone();
+            async move {
+                if msg.payload().starts_with(b"p") {
+                    let page = msg.children_results(None).await?;
+                    let acked = page.items.iter().filter(|r| r.outcome == ChildOutcome::Acked).count();
+                    if acked != CHILDREN {
+                        short.lock().unwrap().push(format!("{:?}: {page:?}", msg.payload()));
+                    }
+                }
+                Ok(())
+            }
+        })
+    };
+    let a = p.start_consume(parents).await.unwrap();
+    let b = c.start_consume(acking(&log)).await.unwrap();
+    for i in 0..FLOWS {
+        if i % 2 == 0 {
+            assert_eq!(server.raw_command(&["SCRIPT", "FLUSH"]), "OK");
+        }
+        let mut flow = Flow::new(p, NewMessage::new(format!("p{i}")));
+        for j in 0..CHILDREN {
+            // Half in the parent's own queue, half in another.
+            let q = if j % 2 == 0 { p } else { c };
+            flow = flow.child(Flow::new(q, NewMessage::new(format!("c{i}-{j}"))));
+        }
+        flow.send().await.unwrap();
+    }
+    let all = FLOWS * (CHILDREN + 1);
+    assert!(
+        wait_until(WAIT, || log.len() >= all).await,
+        "{} of {all} delivered",
+        log.len()
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert_eq!(log.len(), all, "each message once");
+    for i in 0..FLOWS {
+        let parent = at(&log, &format!("p{i}"));
+        for j in 0..CHILDREN {
+            assert!(at(&log, &format!("c{i}-{j}")) < parent, "p{i} ran before c{i}-{j}");
+        }
+    }
+    assert!(short.lock().unwrap().is_empty(), "{:?}", short.lock().unwrap());
+    no_flow_key_left(&client).await;
+}

@@ -8,6 +8,10 @@
 //!
 //! The relay of flow completions runs beside the acks, in a task of its
 //! own, rather than between two ack calls: an ack never waits for a relay.
+//! The completions an ack call recorded for parents in other slots come
+//! back in its reply, and that task delivers them at once, without reading
+//! the outbox; those of parents in this slot are applied by its next read
+//! (`relay.lua`, one call).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +26,10 @@ use super::notary::{Held, NoteItem};
 use super::outcome::Kept;
 use crate::events::{self, Event};
 use crate::message::Receipt;
+use crate::store::flows::relay::{self, RELAY_BATCH};
 use crate::store::ops::ack::{Ack, AckOutcome, Keep};
 use crate::store::ops::note::Notes;
+use crate::store::ops::relay::{OutboxEntry, OUTBOX_BYTES};
 use crate::store::Keys;
 use crate::MessageId;
 
@@ -58,6 +64,10 @@ pub(crate) struct AckItem {
     pub _acking: Box<dyn Send>,
 }
 
+/// Batches of just recorded completions waiting for the relay task, at
+/// most: past that the outbox keeps them for its next read.
+const DELIVERIES_WAITING: usize = 64;
+
 /// A shard's ack task, as the consumer sees it.
 pub(crate) struct Acks {
     /// Where acks and notes go.
@@ -67,18 +77,34 @@ pub(crate) struct Acks {
     pub relay: mpsc::Sender<()>,
 }
 
+/// What the relay task is given: reads of the outbox asked for, and
+/// completions just recorded, to deliver as they are.
+struct Relays {
+    read: mpsc::Receiver<()>,
+    deliver: mpsc::Receiver<Vec<OutboxEntry>>,
+}
+
 /// Starts the ack task of the queue's shard number `shard`, and its relay task;
 /// they end once every sender is dropped, all acks are sent and the last
 /// relay asked for has run.
 pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (Acks, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     // One relay asked for while one runs is enough: it reads the whole outbox.
-    let (relay, asked) = mpsc::channel(1);
-    let relays = tokio::spawn(relay_when_asked(ctx.clone(), shard, asked));
+    let (relay, read) = mpsc::channel(1);
+    let (deliver, delivered) = mpsc::channel(DELIVERIES_WAITING);
+    let relays = tokio::spawn(relay_when_asked(
+        ctx.clone(),
+        shard,
+        Relays {
+            read,
+            deliver: delivered,
+        },
+    ));
     let acker = Acker {
         ctx,
         shard,
         relay: relay.clone(),
+        deliver,
     };
     let task = tokio::spawn(async move {
         // With the acker and the loop gone, the relay task ends after any relay asked for.
@@ -88,21 +114,46 @@ pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (Acks, JoinHandle<()>) {
     (Acks { tx, relay }, task)
 }
 
-/// Relays the shard's outbox each time it is asked: by an ack call that
-/// acked a flow's child, or by the loop's tick whose probe found entries.
-/// A failure leaves the entries for the next tick, whose probe finds them.
-async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut asked: mpsc::Receiver<()>) {
-    while asked.recv().await.is_some() {
-        // Boxed, so that an idle task does not hold the relay's state.
-        let relay = Box::pin(crate::store::flows::relay::relay(
-            &ctx.client,
-            &ctx.shards[shard],
-            ctx.settings.dead_letter_retention,
-        ));
-        if let Err(e) = relay.await {
+/// Delivers the completions ack calls recorded for parents in other
+/// slots as they come, several calls' together (at most `RELAY_BATCH`
+/// entries and `OUTBOX_BYTES` of results a time); and relays the shard's
+/// outbox each time it is asked: by an ack call that recorded completions
+/// of parents in this slot, or by the loop's tick whose probe found
+/// entries. A failure leaves the entries in the outbox for the next tick,
+/// whose probe finds them.
+async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut relays: Relays) {
+    let (client, k, retention) = (&ctx.client, &ctx.shards[shard], ctx.settings.dead_letter_retention);
+    loop {
+        let outcome = tokio::select! {
+            biased;
+            Some(mut entries) = relays.deliver.recv() => {
+                let mut bytes = results_bytes(&entries);
+                while entries.len() < RELAY_BATCH && bytes < OUTBOX_BYTES {
+                    let Ok(more) = relays.deliver.try_recv() else { break };
+                    bytes += results_bytes(&more);
+                    entries.extend(more);
+                }
+                // Boxed, so that an idle task does not hold the delivery's state.
+                Box::pin(relay::deliver(client, k, &entries, retention)).await
+            }
+            Some(()) = relays.read.recv() => Box::pin(relay::relay(client, k, retention)).await,
+            else => return,
+        };
+        if let Err(e) = outcome {
             tracing::warn!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
         }
     }
+}
+
+/// The bytes of results `entries` carry.
+fn results_bytes(entries: &[OutboxEntry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| match e {
+            OutboxEntry::Done { result, .. } => result.len() as u64,
+            OutboxEntry::Cancelled { .. } => 0,
+        })
+        .sum()
 }
 
 /// The ack task's state.
@@ -112,6 +163,8 @@ struct Acker {
     shard: usize,
     /// Asks the relay task for a relay.
     relay: mpsc::Sender<()>,
+    /// Hands the relay task completions to deliver.
+    deliver: mpsc::Sender<Vec<OutboxEntry>>,
 }
 
 impl Batcher for Acker {
@@ -138,19 +191,35 @@ impl Batcher for Acker {
         let notes = Held::read(notes).await;
         if acks.is_empty() {
             notes.send(ctx, k).await;
-        } else if flush(ctx, k, &mut acks, notes).await {
+            return;
+        }
+        let Flushed { read, deliver } = flush(ctx, k, &mut acks, notes).await;
+        // Should the relay task have too many waiting, the outbox keeps
+        // them for a read.
+        let read = read || (!deliver.is_empty() && self.deliver.try_send(deliver).is_err());
+        if read {
             // Full or not, the relay task reads the whole outbox.
             let _ = self.relay.try_send(());
         }
     }
 }
 
+/// What one flush of acks leaves to the relay task.
+#[derive(Default)]
+struct Flushed {
+    /// A read of the outbox: completions of parents in this slot wait
+    /// there (and an aborted child's).
+    read: bool,
+    /// Completions just recorded for parents in other slots.
+    deliver: Vec<OutboxEntry>,
+}
+
 /// Sends one batch of acks with `notes`, retrying the acks on Redis
 /// errors while any lease is still valid (the script is idempotent, so a
 /// retry after a lost reply is harmless; the notes are not retried, as a
-/// line would be appended twice); returns whether it acked a flow's
-/// child, whose completion waits for the relay.
-async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -> bool {
+/// line would be appended twice); returns what the completions of the
+/// flows' children it acked ask of the relay task.
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -> Flushed {
     let mut backoff = Duration::from_millis(20);
     let sent = Instant::now();
     let mut notes = Some(notes);
@@ -178,16 +247,28 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                 if let Some(notes) = notes.take() {
                     notes.answer(ctx, Ok(&acked.notes));
                 }
-                // An aborted child's completion waits in the outbox too.
-                let relay = acked
-                    .acks
-                    .iter()
-                    .any(|a| matches!(a, AckOutcome::AckedChild | AckOutcome::Aborted));
+                let mut flushed = Flushed {
+                    // An aborted child's completion waits in the outbox.
+                    read: acked.acks.contains(&AckOutcome::Aborted),
+                    deliver: Vec::new(),
+                };
+                for (i, entry) in acked.recorded {
+                    let result = match ctx.settings.result_retention.is_zero() {
+                        true => None,
+                        false => batch[i].kept.result.as_deref(),
+                    };
+                    match OutboxEntry::parse(entry, result) {
+                        Some(e @ OutboxEntry::Done { .. }) if e.parent_base() != Some(k.base.as_str()) => {
+                            flushed.deliver.push(e)
+                        }
+                        _ => flushed.read = true,
+                    }
+                }
                 for (item, outcome) in batch.iter().zip(acked.acks) {
                     report(ctx, item, outcome, sent);
                 }
                 batch.clear();
-                return relay;
+                return flushed;
             }
             Err(e) => {
                 if let Some(notes) = notes.take() {
@@ -205,7 +286,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                     );
                 }
                 if batch.is_empty() {
-                    return false;
+                    return Flushed::default();
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));

@@ -337,6 +337,7 @@ fn calls(k: &Keys) -> Vec<Call> {
                     id: PARENT.into(),
                 },
                 ids: &["p1".to_string()],
+                new: false,
             },
             k,
         ),

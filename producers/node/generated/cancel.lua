@@ -83,8 +83,8 @@ end
 -- child keeps its 'w' (wait) links: requeued, it may still finish them.
 -- `deleted`: their payloads are gone, so their own children's results go
 -- too. Nothing unless `flows` (from flows_here, called before the script's
--- first write). O(1) calls per batch plus O(links). Returns the set of ids
--- that recorded an entry.
+-- first write). O(1) calls per batch plus O(links). Returns, per id that
+-- recorded entries, the list of them.
 local function flow_done(flows, base, ids, outcome, deleted)
   local recorded = {}
   if #ids == 0 or not flows then
@@ -102,9 +102,11 @@ local function flow_done(flows, base, ids, outcome, deleted)
         if outcome == 'd' and string.sub(link, 1, 1) == 'w' then
           kept[#kept + 1] = link
         else
+          local entry = outcome .. ' ' .. id .. ' ' .. link
           entries[#entries + 1] = now
-          entries[#entries + 1] = outcome .. ' ' .. id .. ' ' .. link
-          recorded[id] = true
+          entries[#entries + 1] = entry
+          recorded[id] = recorded[id] or {}
+          table.insert(recorded[id], entry)
         end
       end
       if #kept == 0 then

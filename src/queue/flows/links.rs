@@ -115,7 +115,9 @@ pub(crate) async fn fill(queue: &DelayQueue, id: &str, deps: &Deps, unless_live:
 /// had its completion recorded in its queue's outbox by the link, as its
 /// ack would have: the relay of that queue, run here, brings the result.
 /// A cohort's open member is no message: its cohort's close completes it.
-pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<(), Error> {
+/// `new`: the children's send is pipelined with this link, which leaves
+/// (and returns) those not stored yet, to link again once it returned.
+pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps, new: bool) -> Result<Deps, Error> {
     let k = queue.shard_of(id);
     let parent = ParentLink {
         policy: deps.policy,
@@ -127,7 +129,7 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
         by_base.entry(child.base.as_str()).or_default().push(child.id.clone());
     }
     let retention = queue.inner.config.consume.dead_letter_retention;
-    let mut done = Vec::new();
+    let (mut done, mut left) = (Vec::new(), Vec::new());
     for (base, ids) in by_base {
         let ck = Keys::from_base(base).ok_or_else(|| Error::Internal(format!("not a queue's keys: {base}")))?;
         let mut recorded = false;
@@ -137,11 +139,16 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
                 .run(&FlowLink {
                     parent: &parent,
                     ids: chunk,
+                    new,
                 })
                 .await?;
             for (child, status) in chunk.iter().zip(linked) {
                 let outcome = match status {
                     LinkStatus::Linked => continue,
+                    LinkStatus::NotYet => {
+                        left.push(ChildRef::new(base, child.as_str()));
+                        continue;
+                    }
                     LinkStatus::Recorded => {
                         recorded = true;
                         continue;
@@ -163,5 +170,8 @@ pub(crate) async fn link(queue: &DelayQueue, id: &str, deps: &Deps) -> Result<()
         }
     }
     complete(&queue.inner.client, k, &done, retention).await?;
-    Ok(())
+    Ok(Deps {
+        children: left,
+        policy: deps.policy,
+    })
 }

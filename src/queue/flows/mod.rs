@@ -111,9 +111,11 @@ impl Flow {
         &self.id
     }
 
-    /// Sends every message of the flow: each parent first (waiting), then
-    /// its children, then links them. A message whose id is stored
-    /// already is left as it is (a re-send). Returns the root's id.
+    /// Sends every message of the flow: each parent first (waiting, its
+    /// set of children filled in the same round trip), then its children,
+    /// each queue's links to the parent going out right behind them. A
+    /// message whose id is stored already is left as it is (a re-send).
+    /// Returns the root's id.
     pub async fn send(&self) -> Result<MessageId, Error> {
         self.check(1)?;
         self.send_node().await?;
@@ -154,15 +156,18 @@ impl Flow {
                     None => leaves.push((&child.queue, vec![msg])),
                 }
             }
-            for (queue, msgs) in leaves {
+            // Every queue's leaves go out at once, each ahead of its links.
+            let sending = futures::future::try_join_all(leaves.into_iter().map(|(queue, msgs)| async move {
                 for sent in queue.send_batch(msgs).await? {
                     match sent {
                         Ok(_) | Err(Error::Duplicate { until: None, .. }) => {}
                         Err(e) => return Err(e),
                     }
                 }
-            }
-            parent.link(&self.queue).await
+                Ok(())
+            }));
+            let sending = async move { sending.await.map(drop) };
+            parent.link_while(&self.queue, sending).await
         })
     }
 }

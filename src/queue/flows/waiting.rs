@@ -8,9 +8,12 @@
 //! are live already (a cohort's member) takes the same steps:
 //! [`send_joining`].
 
+use std::future::Future;
+
 use super::links::{self, Deps};
 use crate::flow::wire::ChildRef;
 use crate::flow::ChildPolicy;
+use crate::maxima::MAX_BATCH_SIZE;
 use crate::queue::send::{dispatch, prepare_all, Dispatched, NewMessage, Prepared, Sent};
 use crate::{DelayQueue, Error, MessageId};
 
@@ -26,6 +29,26 @@ pub(crate) struct Stored {
 /// already live gets no child: a send refused as a duplicate writes
 /// nothing (it links only what its set holds, for a re-send).
 pub(crate) async fn store_waiting(queue: &DelayQueue, prepared: Vec<Prepared>) -> Result<Stored, Error> {
+    // One parent whose set one flow_deps call fills: the two calls go out
+    // together, in one round trip on its slot's connection. Should the send
+    // run first (an order broken by a script reload), it finds the set
+    // empty and stores nothing: it goes again once the set is filled.
+    if let [Prepared { msg, deps: Some(deps) }] = prepared.as_slice() {
+        if deps.children.len() <= MAX_BATCH_SIZE {
+            let (filled, sent) = futures::join!(
+                links::fill(queue, msg.id.as_str(), deps, true),
+                dispatch(queue, vec![msg.clone()])
+            );
+            let (filled, mut sent) = (filled?, sent?);
+            if sent.unfilled {
+                sent = dispatch(queue, vec![msg.clone()]).await?;
+            }
+            return Ok(Stored {
+                sent,
+                links: vec![Some(filled)],
+            });
+        }
+    }
     let mut links = Vec::with_capacity(prepared.len());
     let mut msgs = Vec::with_capacity(prepared.len());
     for Prepared { msg, deps } in prepared {
@@ -45,7 +68,7 @@ impl Stored {
     pub(crate) async fn link(&self, queue: &DelayQueue) -> Result<(), Error> {
         for (r, deps) in self.sent.results.iter().zip(&self.links) {
             if let (Ok(Sent::Stored(id) | Sent::Dropped { id, until: None }), Some(deps)) = (r, deps) {
-                links::link(queue, id.as_str(), deps).await?;
+                links::link(queue, id.as_str(), deps, false).await?;
             }
         }
         Ok(())
@@ -80,12 +103,25 @@ pub(crate) async fn send_unlinked(queue: &DelayQueue, msg: NewMessage) -> Result
 }
 
 impl Unlinked {
-    /// Step three: links the parent to its children.
-    pub(crate) async fn link(&self, queue: &DelayQueue) -> Result<(), Error> {
-        match &self.deps {
-            Some(deps) => links::link(queue, self.id.as_str(), deps).await,
-            None => Ok(()),
+    /// Step three: links the parent to its children while `sending` sends
+    /// those not sent yet, in the same round trip (each link call goes out
+    /// behind its queue's send); a child whose send had not run when its
+    /// link did is linked again once `sending` returned.
+    pub(crate) async fn link_while(
+        &self,
+        queue: &DelayQueue,
+        sending: impl Future<Output = Result<(), Error>>,
+    ) -> Result<(), Error> {
+        let Some(deps) = &self.deps else {
+            return sending.await;
+        };
+        let (sent, left) = futures::join!(sending, links::link(queue, self.id.as_str(), deps, true));
+        sent?;
+        let left = left?;
+        if !left.children.is_empty() {
+            links::link(queue, self.id.as_str(), &left, false).await?;
         }
+        Ok(())
     }
 }
 
@@ -113,7 +149,7 @@ pub(crate) async fn send_joining(
     }
     queue.send_prepared(msg.id(id.clone())).await?;
     for ((parent, _), d) in parents.iter().zip(&deps) {
-        links::link(parents_queue, parent.as_str(), d).await?;
+        links::link(parents_queue, parent.as_str(), d, false).await?;
     }
     Ok(id)
 }

@@ -31,6 +31,9 @@ pub(crate) struct Dispatched {
     pub(super) reconnects: Reconnects,
     /// The client reconnected during the dispatch.
     pub(super) reconnected: bool,
+    /// Whether a flow's parent was refused as sent before its children set
+    /// was filled ([`SendOutcome::Unfilled`]).
+    pub unfilled: bool,
 }
 
 /// Stores `msgs` in chunks of at most `batch_size` messages (and
@@ -58,10 +61,11 @@ pub(crate) async fn dispatch(queue: &DelayQueue, msgs: Vec<Outgoing>) -> Result<
         .await;
     let reconnected = durability::reconnected(&mut reconnects);
     let done = all_stored(queue, stored)?;
-    let mut results = Vec::new();
+    let (mut results, mut unfilled) = (Vec::new(), false);
     for (chunk, outcomes) in done {
         let k = &inner.shards[chunk.shard];
         for ((m, place), (outcome, until)) in chunk.msgs.into_iter().zip(chunk.places).zip(outcomes) {
+            unfilled |= outcome == SendOutcome::Unfilled;
             results.push((place, judge(queue, k, m, outcome, until, reconnected, started).await));
         }
     }
@@ -70,6 +74,7 @@ pub(crate) async fn dispatch(queue: &DelayQueue, msgs: Vec<Outgoing>) -> Result<
         written,
         reconnects,
         reconnected,
+        unfilled,
     })
 }
 
@@ -220,6 +225,12 @@ async fn judge(
                 queue: q.name.clone(),
                 detail: format!("the payload key of message {} holds another type", m.id),
             })
+        }
+        SendOutcome::Unfilled => {
+            return Err(Error::Internal(format!(
+                "flow parent {} was sent before its children set was filled; nothing was stored, send it again",
+                m.id
+            )))
         }
         SendOutcome::StagedGone => {
             return Err(Error::Internal(format!(

@@ -22,7 +22,7 @@ use crate::Error;
 
 /// Entries the relay takes per `relay` call (and at most
 /// [`OUTBOX_BYTES`](crate::store::ops::relay::OUTBOX_BYTES) of results).
-const RELAY_BATCH: usize = 1000;
+pub(crate) const RELAY_BATCH: usize = 1000;
 /// Most `relay` calls of one relay run: the rest waits for the next.
 const RELAY_ROUNDS: usize = 8;
 
@@ -49,7 +49,7 @@ pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Res
             .await?;
         dropped += taken.applied;
         if !taken.left.is_empty() {
-            dropped += deliver(client, &shard, k, &taken.left, retention).await?;
+            dropped += deliver(client, k, &taken.left, retention).await?;
         }
         if !taken.more {
             break;
@@ -58,16 +58,17 @@ pub(crate) async fn relay(client: &Client, k: &Keys, retention: Duration) -> Res
     Ok(dropped)
 }
 
-/// Delivers `entries`, which `relay` left, to the parents' slots, then
+/// Delivers `entries` of the outbox of the shard with keys `k` (which
+/// `relay` left, or an ack just recorded) to the parents' slots, then
 /// drops them; returns how many it dropped.
-async fn deliver(
+pub(crate) async fn deliver(
     client: &Client,
-    shard: &Shard<'_>,
     k: &Keys,
     entries: &[OutboxEntry],
     retention: Duration,
 ) -> Result<u64, Error> {
     let name = Keys::name_of_base(&k.base);
+    let shard = Shard::new(client, k, name);
     let mut by_parent: BTreeMap<String, Vec<Completion>> = BTreeMap::new();
     let mut done: Vec<(String, Vec<String>)> = Vec::with_capacity(entries.len());
     for e in entries {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use fred::prelude::Value;
 
 use super::note::{Noted, Notes};
-use super::{each, ms, numbered, unexpected, Op};
+use super::{array, ints, ms, numbered, unexpected, Op};
 use crate::store::keys::Keys;
 use crate::store::scripts::{self, LuaScript};
 use crate::Error;
@@ -28,6 +28,9 @@ pub(crate) struct Acked {
     pub acks: Vec<AckOutcome>,
     /// One outcome per note, in order.
     pub notes: Vec<Noted>,
+    /// The outbox entries each [`AckOutcome::AckedChild`] recorded, in
+    /// order: the delivery's index, then its entry as stored.
+    pub recorded: Vec<(usize, String)>,
 }
 
 /// What an acked delivery leaves behind.
@@ -130,18 +133,41 @@ impl Op for Ack<'_> {
 
     fn reply(&self, v: Value) -> Result<Self::Reply, Error> {
         let (acks, notes) = (self.leases.len(), self.notes.notes.len());
-        let mut outcomes = each::<Self, _>(v, acks + notes, "acks and notes", Some)?;
-        let notes = outcomes.split_off(acks);
+        let mut values = array::<Self>(v)?;
+        if values.len() < acks + notes {
+            return Err(unexpected::<Self>(format!(
+                "{values:?} for {acks} acks and {notes} notes"
+            )));
+        }
+        let lists = values.split_off(acks + notes);
+        let outcomes = ints::<Self>(Value::Array(values))?;
         let bad = |n: i64| unexpected::<Self>(format!("outcome {n}"));
+        let acks: Vec<AckOutcome> = outcomes[..acks]
+            .iter()
+            .map(|&n| AckOutcome::from_number(n).ok_or_else(|| bad(n)))
+            .collect::<Result<_, _>>()?;
+        let children = acks.iter().enumerate().filter(|(_, a)| **a == AckOutcome::AckedChild);
+        let mut lists = lists.into_iter();
+        let mut recorded = Vec::new();
+        for (i, _) in children {
+            let list = lists.next().ok_or_else(|| unexpected::<Self>("entries missing"))?;
+            for entry in array::<Self>(list)? {
+                let entry = entry
+                    .into_string()
+                    .ok_or_else(|| unexpected::<Self>("an entry is not a string"))?;
+                recorded.push((i, entry));
+            }
+        }
+        if lists.next().is_some() {
+            return Err(unexpected::<Self>("more entry lists than acked children"));
+        }
         Ok(Acked {
-            acks: outcomes
-                .into_iter()
-                .map(|n| AckOutcome::from_number(n).ok_or_else(|| bad(n)))
+            acks,
+            notes: outcomes[self.leases.len()..]
+                .iter()
+                .map(|&n| Noted::from_number(n).ok_or_else(|| bad(n)))
                 .collect::<Result<_, _>>()?,
-            notes: notes
-                .into_iter()
-                .map(|n| Noted::from_number(n).ok_or_else(|| bad(n)))
-                .collect::<Result<_, _>>()?,
+            recorded,
         })
     }
 }

@@ -21,6 +21,9 @@ numbered! {
         /// Not stored but its result kept (acked): its completion, recorded
         /// in its queue's outbox, reaches the parent through the relay.
         Recorded = 3,
+        /// With [`FlowLink::new`]: not stored, or dead; nothing written, as
+        /// its send may not have run yet: link it again once it has.
+        NotYet = 4,
     }
 }
 
@@ -28,6 +31,10 @@ numbered! {
 pub(crate) struct FlowLink<'a> {
     pub parent: &'a ParentLink,
     pub ids: &'a [String],
+    /// The children's send is pipelined with this call and may run after
+    /// it: a child not stored or dead is [`LinkStatus::NotYet`], as that
+    /// state may be an earlier message's of its id.
+    pub new: bool,
 }
 
 impl Op for FlowLink<'_> {
@@ -44,7 +51,11 @@ impl Op for FlowLink<'_> {
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {
-        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), self.parent.wire().into()];
+        let mut link = self.parent.wire();
+        if self.new {
+            link.push_str(" new");
+        }
+        let mut args: Vec<Value> = vec![k.msg_prefix.as_str().into(), link.into()];
         args.extend(self.ids.iter().map(|id| Value::from(id.as_str())));
         args
     }

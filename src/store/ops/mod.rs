@@ -465,6 +465,7 @@ mod tests {
                         id: String::new(),
                     },
                     ids: &[],
+                    new: false,
                 },
                 k,
             ),

@@ -43,6 +43,22 @@ impl OutboxEntry {
             OutboxEntry::Done { entry, .. } | OutboxEntry::Cancelled { entry, .. } => entry,
         }
     }
+
+    /// Entry `entry` as an ack recorded it, with its child's `result`.
+    pub(crate) fn parse(entry: String, result: Option<&[u8]>) -> Option<Self> {
+        parse_entry(
+            entry,
+            result.map_or(Value::Null, |r| Value::Bytes(Bytes::copy_from_slice(r))),
+        )
+    }
+
+    /// The base of the parent a completion goes to.
+    pub(crate) fn parent_base(&self) -> Option<&str> {
+        match self {
+            OutboxEntry::Done { parent, .. } => Some(&parent.base),
+            OutboxEntry::Cancelled { .. } => None,
+        }
+    }
 }
 
 /// Most bytes of children's results one relay call reads (a bigger result

@@ -12,7 +12,7 @@ use crate::store::stored::FORMAT_VERSION;
 use crate::{Error, MessageId};
 
 /// One message to store.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Outgoing {
     pub id: MessageId,
     /// The value to store (`stored::encode_stored`).
@@ -93,6 +93,10 @@ numbered! {
         Replaced = 5,
         /// A replace found no live message of the id; nothing written.
         Missing = 6,
+        /// A flow's parent whose set of children to wait for was empty
+        /// (its `flow_deps`, pipelined with the send, had not run); nothing
+        /// written.
+        Unfilled = 7,
     }
 }
 

@@ -11,6 +11,7 @@ use super::{Env, RETENTION};
 use crate::flow::wire::{ChildRef, Outcome, ParentLink};
 use crate::flow::ChildPolicy;
 use crate::store::flows::relay::relay;
+use crate::store::ops::ack::{Ack, AckOutcome};
 use crate::store::ops::flow_complete::{Completed, Completion, FlowComplete};
 use crate::store::ops::flow_deps::{DepsAdded, FlowDeps};
 use crate::store::ops::flow_link::{FlowLink, LinkStatus};
@@ -64,6 +65,15 @@ async fn send_parent_as(env: &Env, id: &str, children: &[&str], delay_ms: u64, p
 
 /// Links children `ids` to parent `parent` with `policy`.
 async fn link(env: &Env, parent: &str, policy: char, ids: &[&str]) -> Vec<LinkStatus> {
+    link_as(env, parent, policy, ids, false).await
+}
+
+/// [`link`] as a link pipelined with the children's send (`new`).
+async fn link_new(env: &Env, parent: &str, ids: &[&str]) -> Vec<LinkStatus> {
+    link_as(env, parent, 'f', ids, true).await
+}
+
+async fn link_as(env: &Env, parent: &str, policy: char, ids: &[&str], new: bool) -> Vec<LinkStatus> {
     let parent = ParentLink {
         policy: ChildPolicy::of_letter(&policy.to_string()).unwrap(),
         base: env.k().base.clone(),
@@ -73,6 +83,7 @@ async fn link(env: &Env, parent: &str, policy: char, ids: &[&str]) -> Vec<LinkSt
     env.run(&FlowLink {
         parent: &parent,
         ids: &ids,
+        new,
     })
     .await
 }
@@ -156,10 +167,13 @@ async fn a_parent_waits_until_its_last_child_completes() {
         }
     );
 
-    // c1's ack records its completion in the outbox, in the same script.
+    // c1's ack records its completion in the outbox, in the same script,
+    // and returns it (the consumer delivers one of another slot at once).
     let leases = claim_all(&env).await;
     let c1 = leases.iter().find(|l| l.0 == "c1").unwrap().1;
-    assert_eq!(env.ack(&[("c1", c1)]).await, [3]);
+    let acked = env.run(&Ack::plain(&[("c1", c1)])).await;
+    assert_eq!(acked.acks, [AckOutcome::AckedChild]);
+    assert_eq!(acked.recorded, [(0, format!("a c1 f {} p", k.base))]);
     assert_eq!(env.int(&["HEXISTS", &k.parents(), "c1"]), 0);
     let entries = outbox(&env);
     assert_eq!(entries, [format!("a c1 f {} p", k.base)]);
@@ -261,6 +275,7 @@ async fn relay_applies_and_drops_the_completions_of_parents_in_its_slot_and_read
     env.run(&FlowLink {
         parent: &elsewhere,
         ids: &["c1".to_string()],
+        new: false,
     })
     .await;
     for (id, lease) in claim_all(&env).await {
@@ -774,4 +789,45 @@ async fn a_parent_due_now_goes_straight_to_ready_and_one_due_later_or_grouped_to
     assert_eq!(pending, ["grouped", "later"]);
     // Claimed with no promote in between, by priority.
     assert_eq!(env.claim(10).await.ids(), ["prio", "now"]);
+}
+
+#[tokio::test]
+async fn a_parent_sent_before_its_set_is_filled_stores_nothing_unless_live() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    // Its flow_deps has not run (a pipeline whose order broke).
+    let before = env.keys();
+    assert_eq!(send_parent(&env, "p", &[], 0).await, SendOutcome::Unfilled);
+    assert_eq!(env.keys(), before, "nothing written");
+    // Filled, it goes again and waits.
+    assert_eq!(send_parent(&env, "p", &["c1"], 0).await, SendOutcome::Stored);
+    assert_eq!(env.zset(&k.flow_waiting).len(), 1);
+    // Live, an empty set is a re-send's: a duplicate, as any.
+    env.raw(&["DEL", &k.deps("p")]);
+    assert_eq!(send_parent(&env, "p", &[], 0).await, SendOutcome::Live);
+}
+
+#[tokio::test]
+async fn a_link_pipelined_with_the_send_leaves_children_not_stored_or_dead_to_link_again() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    send_parent(&env, "p", &["c1", "old", "dead"], 0).await;
+    env.send_own("c1", "one", 0, 0, 3).await;
+    env.send_own("dead", "was", 0, 0, 3).await;
+    env.bury(&["dead"]);
+    // "old" is not stored but an earlier message of its id left a result:
+    // without `new` that result would complete the parent.
+    env.raw(&["SET", &k.result("old"), "stale"]);
+    assert_eq!(
+        link_new(&env, "p", &["c1", "old", "dead"]).await,
+        [LinkStatus::Linked, LinkStatus::NotYet, LinkStatus::NotYet]
+    );
+    assert_eq!(env.hget(&k.parents(), "c1"), format!("f {} p", k.base));
+    assert_eq!(env.int(&["HEXISTS", &k.parents(), "old"]), 0);
+    assert_eq!(env.int(&["HEXISTS", &k.parents(), "dead"]), 0);
+    assert!(outbox(&env).is_empty(), "nothing recorded");
+    // Once its send has run, the child links as any.
+    env.send_own("old", "new", 0, 0, 3).await;
+    assert_eq!(link(&env, "p", 'f', &["old"]).await, [LinkStatus::Linked]);
+    assert_eq!(env.int(&["SCARD", &k.deps("p")]), 3);
 }

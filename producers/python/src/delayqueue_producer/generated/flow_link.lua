@@ -94,14 +94,19 @@ ARGV[1] msg key prefix
 ARGV[2] the link: "<policy> <parent's queue base> <parent id>", policy
 'f' (a dead child fails the parent), 'i' (ignored), 'w' (the parent
 waits for it to be requeued and finish) or 'r' (a dead child removes the
-parent: a cohort's on_success)
+parent: a cohort's on_success); then " new" when the children's send
+was pipelined with this call and may not have run yet (not stored in the
+link)
 ARGV[3..] child ids (1 to 1000)
 Returns one status per child: 1 linked (live, or dead under 'w'), 2 dead
 (not linked: the parent takes it as dead), 0 not stored (finished or
 never sent: the parent takes it as finished, acked), 3 not stored but
 its result kept (acked): its completion is recorded in the outbox as its
 ack would have, so the relay delivers it with the result, bounded by
-bytes as any. Sets the totals' 'flows' when it linked or recorded one.
+bytes as any; with " new", 4 instead of 0, 2 or 3: nothing written for
+it (the caller links it again once its send has returned, when its
+state is not a leftover of an earlier message of its id). Sets the
+totals' 'flows' when it linked or recorded one.
 Its payloads, results ("<base>result:<id>") and outbox are built, not
 declared: one EXISTS touches them first (docs/design.md §2).
 Idempotent: a re-run finds its links and returns the same statuses (a
@@ -110,11 +115,15 @@ the parent's set then takes once).
 Complexity: O(M log N) with M = children, plus O(links) of each.
 ]]
 check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
-local link = ARGV[2]
-local policy = string.match(link, '^([fiwr]) %S+ %S+$')
-if not policy or #ARGV < 3 or #ARGV - 2 > MAX_LIMIT then
-  error(redis.error_reply('ERR a link "<f|i|w|r> <base> <id>" and 1 to ' .. MAX_LIMIT .. ' children'))
+local link, new = string.match(ARGV[2], '^([fiwr] %S+ %S+)$'), false
+if not link then
+  link = string.match(ARGV[2], '^([fiwr] %S+ %S+) new$')
+  new = true
 end
+if not link or #ARGV < 3 or #ARGV - 2 > MAX_LIMIT then
+  error(redis.error_reply('ERR a link "<f|i|w|r> <base> <id>[ new]" and 1 to ' .. MAX_LIMIT .. ' children'))
+end
+local policy = string.sub(link, 1, 1)
 local ids = ids_of(3, 1)
 local keys = payload_keys(ARGV[1], ids)
 local base = flow_base(ARGV[1], '')
@@ -128,7 +137,10 @@ local dead = redis.call('ZMSCORE', KEYS[2], unpack(ids))
 local links = redis.call('HMGET', KEYS[1], unpack(ids))
 local out, writes, entries, now = {}, {}, {}, now_ms()
 for i, id in ipairs(ids) do
-  if redis.call('EXISTS', keys[i]) == 0 then
+  local stored = redis.call('EXISTS', keys[i]) == 1
+  if new and (not stored or dead[i]) then
+    out[i] = 4
+  elseif not stored then
     out[i] = 0
     if redis.call('EXISTS', base .. 'result:' .. id) == 1 then
       out[i] = 3
