@@ -560,3 +560,40 @@ async fn flows_sent_while_scripts_are_flushed_wait_for_every_child() {
     assert!(short.lock().unwrap().is_empty(), "{:?}", short.lock().unwrap());
     no_flow_key_left(&client).await;
 }
+
+/// A flow as deep as allowed is sent from a thread of 1 MiB of stack, in
+/// the test's own (debug) build: each script call's client future is
+/// boxed, so a send's futures, and a debug build's poll frames, stay
+/// small. (A thread's stack is 2 MiB by default; a depth-3 flow once took
+/// 900 KiB of it here.)
+#[test]
+fn a_flow_as_deep_as_allowed_sends_within_a_small_stack() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_server, client, qs) = runtime.block_on(start_queues(&["deep", "leaves"], FETCH));
+    let sender = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let local = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            local.block_on(async {
+                let mut flow = Flow::new(&qs[1], NewMessage::new("bottom"));
+                for level in 1..delayqueue::MAX_FLOW_DEPTH {
+                    flow = Flow::new(&qs[level % 2], NewMessage::new(format!("level {level}")))
+                        .child(flow)
+                        .child(Flow::new(&qs[1], NewMessage::new("leaf")));
+                }
+                flow.send().await.unwrap();
+                qs[0].counts().await.unwrap().waiting + qs[1].counts().await.unwrap().waiting
+            })
+        })
+        .unwrap();
+    let waiting = sender.join().expect("the send overflowed its stack or failed");
+    assert_eq!(waiting as usize, delayqueue::MAX_FLOW_DEPTH - 1);
+    drop(client);
+}

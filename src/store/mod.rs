@@ -63,6 +63,8 @@ impl<'a> Shard<'a> {
         let keys = op.keys(self.keys);
         debug_assert!(ops::fits(O::KEYS, keys.len()), "{} KEYS {keys:?}", O::script().name);
         scripts::stage(self.client, op.staged(self.keys), self.queue).await?;
-        O::script().run(self.client, keys, op.args(self.keys), self.queue).await
+        // Boxed: the client's future is kilobytes, which every caller's
+        // future (and a debug build's poll frames) would carry otherwise.
+        Box::pin(O::script().run(self.client, keys, op.args(self.keys), self.queue)).await
     }
 }

@@ -15,6 +15,7 @@ use crate::flow::wire::ChildRef;
 use crate::flow::ChildPolicy;
 use crate::maxima::MAX_BATCH_SIZE;
 use crate::queue::send::{dispatch, prepare_all, Dispatched, NewMessage, Prepared, Sent};
+use crate::store::ops::send::Outgoing;
 use crate::{DelayQueue, Error, MessageId};
 
 /// Messages stored, the waiting parents among them not linked yet.
@@ -35,18 +36,8 @@ pub(crate) async fn store_waiting(queue: &DelayQueue, prepared: Vec<Prepared>) -
     // empty and stores nothing: it goes again once the set is filled.
     if let [Prepared { msg, deps: Some(deps) }] = prepared.as_slice() {
         if deps.children.len() <= MAX_BATCH_SIZE {
-            let (filled, sent) = futures::join!(
-                links::fill(queue, msg.id.as_str(), deps, true),
-                dispatch(queue, vec![msg.clone()])
-            );
-            let (filled, mut sent) = (filled?, sent?);
-            if sent.unfilled {
-                sent = dispatch(queue, vec![msg.clone()]).await?;
-            }
-            return Ok(Stored {
-                sent,
-                links: vec![Some(filled)],
-            });
+            // Boxed: every send's future would carry this one's size.
+            return Box::pin(store_parent(queue, msg, deps)).await;
         }
     }
     let mut links = Vec::with_capacity(prepared.len());
@@ -60,6 +51,23 @@ pub(crate) async fn store_waiting(queue: &DelayQueue, prepared: Vec<Prepared>) -
     }
     let sent = dispatch(queue, msgs).await?;
     Ok(Stored { sent, links })
+}
+
+/// [`store_waiting`] of parent `msg` alone, its set filled by one
+/// `flow_deps` call sent with its send.
+async fn store_parent(queue: &DelayQueue, msg: &Outgoing, deps: &Deps) -> Result<Stored, Error> {
+    let (filled, sent) = futures::join!(
+        links::fill(queue, msg.id.as_str(), deps, true),
+        dispatch(queue, vec![msg.clone()])
+    );
+    let (filled, mut sent) = (filled?, sent?);
+    if sent.unfilled {
+        sent = dispatch(queue, vec![msg.clone()]).await?;
+    }
+    Ok(Stored {
+        sent,
+        links: vec![Some(filled)],
+    })
 }
 
 impl Stored {

@@ -30,7 +30,14 @@ impl Dispatched {
             })
             .collect();
         let shards: Vec<&Keys> = self.written.iter().map(|&i| &inner.shards[i]).collect();
-        let waited = durability::confirm(&inner.client, &inner.name, &config.durability, &shards).await;
+        // Boxed: its WAIT is a client future of kilobytes.
+        let waited = Box::pin(durability::confirm(
+            &inner.client,
+            &inner.name,
+            &config.durability,
+            &shards,
+        ))
+        .await;
         let reconnected = self.reconnected || durability::reconnected(&mut self.reconnects);
         let failed = match waited {
             Err(Error::Redis(e)) if connection_failed(&e) && !confirmed.is_empty() => Some(e),

@@ -43,7 +43,15 @@ pub(crate) struct Dispatched {
 pub(crate) async fn dispatch(queue: &DelayQueue, msgs: Vec<Outgoing>) -> Result<Dispatched, Error> {
     let inner = &queue.inner;
     let (client, name, config) = (&inner.client, &inner.name, &inner.config);
-    durability::check_waitaof(client, name, &config.durability, &inner.shards, &inner.waitaof_checked).await?;
+    // Boxed: its probe of the server is a client future of kilobytes.
+    Box::pin(durability::check_waitaof(
+        client,
+        name,
+        &config.durability,
+        &inner.shards,
+        &inner.waitaof_checked,
+    ))
+    .await?;
     if queue.shards() > 1 {
         queue.claim_shard_count().await?;
     }
