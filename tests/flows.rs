@@ -597,3 +597,35 @@ fn a_flow_as_deep_as_allowed_sends_within_a_small_stack() {
     assert_eq!(waiting as usize, delayqueue::MAX_FLOW_DEPTH - 1);
     drop(client);
 }
+
+/// A parent's send runs before the `flow_deps` call sent ahead of it in
+/// the same round trip (only `send.lua` is in the script cache, so the
+/// other call goes again as EVAL after it): the send finds the parent's
+/// set empty and stores nothing, and goes again once the set is filled.
+/// The parent still waits for its child and reads its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_sent_before_its_set_was_filled_is_sent_again_and_waits() {
+    let (server, _client, qs) = start_queues(&["p", "c"], FETCH).await;
+    let (p, c) = (&qs[0], &qs[1]);
+    let child = c.send("child").await.unwrap();
+    assert_eq!(server.raw_command(&["SCRIPT", "FLUSH"]), "OK");
+    let send_lua = format!(
+        "{}/producers/python/src/delayqueue_producer/generated/send.lua",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let source = std::fs::read_to_string(send_lua).unwrap();
+    server.raw_command(&["SCRIPT", "LOAD", &source]);
+    let parent = p
+        .send("parent")
+        .after(vec![MessageRef::new(c, child.clone())])
+        .await
+        .unwrap();
+    assert_eq!(state(p, parent.as_str()).await, Some(MessageState::Waiting));
+    let log = Log::default();
+    let a = p.start_consume(acking(&log)).await.unwrap();
+    let b = c.start_consume(acking(&log)).await.unwrap();
+    assert!(wait_until(WAIT, || log.len() == 2).await, "{} delivered", log.len());
+    assert!(at(&log, "child") < at(&log, "parent"));
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
