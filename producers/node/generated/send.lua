@@ -635,12 +635,13 @@ local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
 -- A parent's deps set and the waiting zset are built, not declared.
-local flow_keys = {}
+local flow_keys, deps = {}, {}
 for i = 1, m do
   if waits[i] then
     local id = ARGV[(i - 1) * 5 + 3]
     local base = flow_base(KEYS[5 + i], id)
-    flow_keys[#flow_keys + 1] = base .. 'deps:' .. id
+    deps[i] = base .. 'deps:' .. id
+    flow_keys[#flow_keys + 1] = deps[i]
     flow_keys[#flow_keys + 1] = base .. 'flow:waiting'
   end
 end
@@ -649,7 +650,7 @@ keys_here(flow_keys)
 -- pipeline whose order broke): refused unless live (a re-send).
 local unfilled = {}
 for i = 1, m do
-  if waits[i] and redis.call('SCARD', flow_base(KEYS[5 + i], ARGV[(i - 1) * 5 + 3]) .. 'deps:' .. ARGV[(i - 1) * 5 + 3]) == 0 then
+  if deps[i] and redis.call('SCARD', deps[i]) == 0 then
     unfilled[i] = redis.call('PTTL', KEYS[5 + i]) ~= -1
   end
 end
