@@ -57,7 +57,8 @@ before every other pending message, or its group went back to the ring
 (its slot freed: another of its messages may start now).
 Idempotent: a re-run finds the lease gone and its own work done (its
 attempt record as this call left it, or one delivery on, if the message was
-claimed again since) and returns what the first run returned, or 3 when
+claimed again since; a release's, also once that delivery failed, unless
+the sweep took it back) and returns what the first run returned, or 3 when
 the message finished since, so a re-sent nack is not mistaken for a lost
 lease.
 Complexity: O(log N), plus O(log G) with G = groups for a grouped message;
@@ -89,6 +90,11 @@ if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   local n, _, _, rest = parts(record)
   local again = score and 1 or 0
   if mode == 'release' and n == attempt - 1 + again then
+    return 1
+  end
+  -- Claimed again since and that delivery failed: its count is this one's
+  -- again. Only the sweep's record (reason timeout) says this lease ran out.
+  if mode == 'release' and not score and n == attempt and rest ~= ':timeout' then
     return 1
   end
   if mode == 'defer' and n == attempt - 1 + again and rest == reason_of(ARGV[7]) then

@@ -299,6 +299,17 @@ async fn a_re_sent_nack_answers_as_its_first_run_did() {
     assert_eq!(env.nack_of("f", lf, Dead, "boom", 1).await, 3);
     assert_eq!(env.snapshot(), state, "nothing written");
 
+    // Released, claimed again and failed: a re-sent release is recognised
+    // (history seed 1796058274376048858: a spurious LeaseLost).
+    let lh = seed_processing(&env, "h", "2");
+    assert_eq!(env.nack_of("h", lh, Release, "", 2).await, 1);
+    let again = env.claim(10).await;
+    assert_eq!(again.ids(), vec!["h"]);
+    assert_eq!(env.nack_of("h", again.lease, fail(0), "boom", 2).await, 1);
+    let state = env.snapshot();
+    assert_eq!(env.nack_of("h", lh, Release, "", 2).await, 1);
+    assert_eq!(env.snapshot(), state, "nothing written");
+
     // Taken back by the sweep: a late nack finds the lease lost.
     let lt = seed_processing(&env, "t", "1");
     env.raw(&["ZADD", &k.processing, &(env.now_us() - 1_000).to_string(), "t"]);

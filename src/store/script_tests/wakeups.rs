@@ -77,9 +77,13 @@ async fn nack_wakes_consumers_when_the_message_is_claimable_now_or_due_first() {
     let lg = seed_processing(&env, "g", "4");
     assert_eq!(env.nack("g", lg, fail(0)).await, 2);
     wakes.assert_quiet(&env, "nack to the dead zset").await;
-    // A re-run of a's nack, and a lost lease: nothing.
+    // A re-run of a's nack, and a lease the sweep took back: nothing.
     assert_eq!(env.nack_of("a", la, fail(0), "", 1).await, 1);
-    assert_eq!(env.nack("b", lb, Release).await, 0);
+    let lt = seed_processing(&env, "t", "1");
+    env.raw(&["ZADD", &k.processing, &(env.now_us() - 1_000).to_string(), "t"]);
+    assert_eq!(env.timeout(10).await, vec![1, 0]);
+    assert_eq!(wakes.next().await, "0");
+    assert_eq!(env.nack_of("t", lt, Release, "", 1).await, 0);
     wakes.assert_quiet(&env, "nack with a lost lease").await;
 }
 
