@@ -56,7 +56,8 @@ Complexity: O(M log N) with M = triples, in ten calls whatever M, plus one
 EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
 EXISTS of the result, progress and log keys when any, one SET per result
 and two PEXPIREs per delivery that wrote progress or log (none for a
-key its notes in this call wrote); the notes as note.lua;
+key its notes in this call wrote); the notes as note.lua (a note of a
+delivery acked here reads no lease: its ack's read serves);
 with groups in processing one GETRANGE per acked id, four calls for
 their groups (include/group_moves.lua) and O(log G) for each group not
 in the ring, G = groups, and one PUBLISH when a group went back to the ring;
@@ -94,6 +95,14 @@ for i, id in ipairs(ids) do
 end
 local marked = aborted_of(ARGV[1], held)
 local done, ended, absent, results, noted, built, acking = {}, {}, {}, {}, {}, {}, {}
+-- Each key built once into `built`: an acked id's notes in this call name
+-- the keys its flag names too.
+local seen = {}
+local function build(key)
+  if not seen[key] then
+    seen[key], built[#built + 1] = true, key
+  end
+end
 for i, id in ipairs(ids) do
   local lease, kept = ARGV[3 * i + first - 2], ARGV[3 * i + first - 1]
   if marked[id] and scores[i] and tonumber(scores[i]) == tonumber(lease) then
@@ -101,17 +110,17 @@ for i, id in ipairs(ids) do
     out[i] = 4
   elseif scores[i] and tonumber(scores[i]) == tonumber(lease) then
     done[#done + 1] = id
-    acking[id] = true
+    acking[id] = lease
     out[i] = 1
     local flag = string.sub(kept, 1, 1)
     if retention > 0 and (flag == 'r' or flag == 'b') then
       results[#results + 1] = {ARGV[4] .. id, string.sub(kept, 2)}
-      built[#built + 1] = ARGV[4] .. id
+      build(ARGV[4] .. id)
     end
     if flag == 'n' or flag == 'b' then
       noted[#noted + 1] = {ARGV[5] .. id, ARGV[6] .. id}
-      built[#built + 1] = ARGV[5] .. id
-      built[#built + 1] = ARGV[6] .. id
+      build(ARGV[5] .. id)
+      build(ARGV[6] .. id)
     end
   else
     out[i] = 0
@@ -150,7 +159,7 @@ for i = 1, n do
   local a = 14 + 4 * (i - 1)
   local prefix = ARGV[a + 2] == 'p' and ARGV[5] or ARGV[6]
   note_keys[i] = prefix .. ARGV[a]
-  built[#built + 1] = note_keys[i]
+  build(note_keys[i])
 end
 keys_here(built)
 if #done > 0 then
