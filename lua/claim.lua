@@ -129,9 +129,10 @@ starts the earliest wait.
 --- @include "rate"
 --- @include "records"
 --- @include "wake"
+-- The totals and the receipt are checked by their reads below.
 check_types(KEYS[1], 'list', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'hash', KEYS[5], 'zset',
-  KEYS[6], 'zset', KEYS[7], 'string', KEYS[8], 'hash')
-local fields = redis.call('HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format', 'big',
+  KEYS[6], 'zset')
+local fields = checked('hash', 'HMGET', KEYS[8], 'paused', 'concurrency', 'rate', 'rate_used', 'prios', 'format', 'big',
   'groups', 'flows')
 check_format(fields[6], ARGV[7])
 -- The due messages of priority 1 to 9 (prio_score), once there are any.
@@ -140,7 +141,7 @@ if prio then
   check_types(prio, 'zset')
 end
 local paused = fields[1] and 1 or 0
-local receipt = redis.call('GET', KEYS[7])
+local receipt = checked('string', 'GET', KEYS[7])
 if receipt and string.match(receipt, '^%S+') == ARGV[4] then
   return replay(receipt, paused)
 end

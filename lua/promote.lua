@@ -48,8 +48,8 @@ most one PUBLISH.
 --- @include "header"
 --- @include "priorities"
 --- @include "wake"
-check_types(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'hash')
-local fields = redis.call('HMGET', KEYS[3], 'prios', 'format', 'groups')
+check_types(KEYS[1], 'zset', KEYS[2], 'list')
+local fields = checked('hash', 'HMGET', KEYS[3], 'prios', 'format', 'groups')
 check_format(fields[2], ARGV[4])
 if fields[3] then
   check_group_types(ARGV[5])

@@ -578,10 +578,11 @@ delay header gains a digit: O(payload size)).
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
 -- keys on the way (`checked`): pending here, processing by the first message's
--- read, dead when the SET NX of a batch of one finds its key taken.
--- TYPE calls go only to keys touched later: totals always, dead for a
--- batch of several or with caller-chosen ids, attempts for caller-chosen
--- ids. Every call adds to the round trip of a single awaited send.
+-- read, dead when the SET NX of a batch of one finds its key taken, and
+-- totals by the read of its settings. TYPE calls go only to keys touched
+-- later: dead for a batch of several or with caller-chosen ids, attempts
+-- for caller-chosen ids. Every call adds to the round trip of a single
+-- awaited send.
 local head = head_due(KEYS[1])
 local m = (#ARGV - 2) / 5
 local chosen, prio, big, grouped = false, false, false, false
@@ -622,7 +623,7 @@ for i = 1, m do
     modes[i][3] = KEYS[s]
   end
 end
-local later = {KEYS[5], 'hash'}
+local later = {}
 if chosen or m > 1 then
   later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
 end
@@ -630,7 +631,7 @@ if chosen then
   later[#later + 1], later[#later + 2] = KEYS[2], 'hash'
 end
 check_types(unpack(later))
-local settings = redis.call('HMGET', KEYS[5], 'format', 'shards')
+local settings = checked('hash', 'HMGET', KEYS[5], 'format', 'shards')
 local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::{Error, MessageState};
 
-use super::{assert_pttl_near, claim_op, fail, Env, Msg, NEVER, RETENTION, RETRY, SLACK_MS, VIS};
+use super::{assert_pttl_near, claim_op, count, fail, Env, Msg, NEVER, RETENTION, RETRY, SLACK_MS, VIS};
+use crate::store::ops::promote::Promote;
 
 #[tokio::test]
 async fn claim_buries_a_delivered_id_whose_payload_vanished_as_a_visible_dead_letter() {
@@ -718,4 +719,36 @@ async fn a_wrong_type_key_fails_a_script_before_it_writes() {
     );
     assert!(env.record("a").is_none(), "claim wrote before failing");
     assert!(!env.exists(&k.claim("c")), "claim wrote its receipt before failing");
+}
+
+#[tokio::test]
+async fn a_totals_or_receipt_key_of_another_type_fails_claim_and_promote_naming_it() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    assert_eq!(env.send("a", "x", 0, NEVER, RETRY).await, 1);
+    let receipt = k.claim("c");
+    // Read before any write, each is checked by that read (no TYPE call).
+    for key in [&k.totals, &receipt] {
+        env.raw(&["DEL", key]);
+        env.raw(&["RPUSH", key, "not", "this"]);
+        let state = env.snapshot();
+        let err = env.store().run(&claim_op(&receipt, 10, VIS, 0)).await.unwrap_err();
+        match &err {
+            Error::WrongType { detail, .. } => assert!(detail.contains(key.as_str()), "{detail}"),
+            other => panic!("claim with {key} a list: {other:?}"),
+        }
+        if key == &k.totals {
+            let promote = Promote {
+                limit: count(10),
+                room: count(10),
+            };
+            let err = env.store().run(&promote).await.unwrap_err();
+            match &err {
+                Error::WrongType { detail, .. } => assert!(detail.contains(key.as_str()), "{detail}"),
+                other => panic!("promote with {key} a list: {other:?}"),
+            }
+        }
+        assert_eq!(env.snapshot(), state, "nothing written");
+        env.raw(&["DEL", key]);
+    }
 }
