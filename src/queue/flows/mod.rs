@@ -84,10 +84,10 @@ impl Flow {
     /// A flow whose root is `msg`, sent to `queue`; its id is `msg`'s if
     /// it has one, else generated now.
     pub fn new(queue: &DelayQueue, msg: NewMessage) -> Self {
-        let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
+        let (id, msg) = msg.identified();
         Flow {
             queue: queue.clone(),
-            msg: msg.id(id.clone()),
+            msg,
             id,
             children: Vec::new(),
             policy: ChildPolicy::default(),
@@ -128,6 +128,7 @@ impl Flow {
                 reason: format!("deeper than MAX_FLOW_DEPTH ({MAX_FLOW_DEPTH})"),
             });
         }
+        self.msg.check_dedup()?;
         self.children.iter().try_for_each(|c| c.check(depth + 1))
     }
 

@@ -143,7 +143,7 @@ pub(crate) async fn send_joining(
     queue: &DelayQueue,
     msg: NewMessage,
 ) -> Result<MessageId, Error> {
-    let id = msg.chosen_id().cloned().unwrap_or_else(MessageId::generate);
+    let (id, msg) = msg.identified();
     let child = ChildRef::new(&queue.shard_of(id.as_str()).base, id.as_str());
     let deps: Vec<Deps> = parents
         .iter()
@@ -155,7 +155,7 @@ pub(crate) async fn send_joining(
     for ((parent, _), d) in parents.iter().zip(&deps) {
         links::fill(parents_queue, parent.as_str(), d, false).await?;
     }
-    queue.send_prepared(msg.id(id.clone())).await?;
+    queue.send_prepared(msg).await?;
     for ((parent, _), d) in parents.iter().zip(&deps) {
         links::link(parents_queue, parent.as_str(), d, false).await?;
     }

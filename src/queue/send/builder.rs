@@ -40,6 +40,9 @@ pub struct NewMessage<Q = ()> {
     pub(super) payload: Result<Payload, Error>,
     pub(super) due: Due,
     pub(super) id: Option<MessageId>,
+    /// `id` was generated for a flow (which needs it before the send),
+    /// not chosen by the caller: it is sent as a generated id.
+    pub(super) id_generated: bool,
     pub(super) retry_count: Option<u32>,
     pub(super) expire_after: Option<Duration>,
     pub(super) backoff: Option<Backoff>,
@@ -125,6 +128,7 @@ impl<Q> NewMessage<Q> {
             payload: payload.into_payload(),
             due: Due::In(Duration::ZERO),
             id: None,
+            id_generated: false,
             retry_count: None,
             expire_after: None,
             backoff: None,
@@ -180,9 +184,21 @@ impl<Q> NewMessage<Q> {
         self
     }
 
-    /// The id the caller chose, if any.
-    pub(crate) fn chosen_id(&self) -> Option<&MessageId> {
-        self.id.as_ref()
+    /// Its id and itself: the caller's id, else one generated now, for a
+    /// flow that must name the message before the send. A generated id is
+    /// stored as such (a live or dead message of it can only be this
+    /// message's earlier send).
+    pub(crate) fn identified(mut self) -> (MessageId, Self) {
+        let id = match &self.id {
+            Some(id) => id.clone(),
+            None => {
+                let id = MessageId::generate();
+                self.id = Some(id.clone());
+                self.id_generated = true;
+                id
+            }
+        };
+        (id, self)
     }
 
     /// An unbound copy to send as part of a flow, waiting for `deps` when
@@ -196,6 +212,7 @@ impl<Q> NewMessage<Q> {
             },
             due: self.due,
             id: self.id.clone(),
+            id_generated: self.id_generated,
             retry_count: self.retry_count,
             expire_after: self.expire_after,
             backoff: self.backoff.clone(),
@@ -332,6 +349,7 @@ impl<Q> NewMessage<Q> {
     /// changes nothing.
     pub fn id(mut self, id: impl Into<MessageId>) -> Self {
         self.id = Some(id.into());
+        self.id_generated = false;
         self
     }
 

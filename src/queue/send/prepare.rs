@@ -70,7 +70,7 @@ impl<Q> NewMessage<Q> {
         if let Some(d) = expire_after {
             check_expire_after(d)?;
         }
-        let (id, own_id) = choose_id(self.id, self.group.as_deref(), shards)?;
+        let (id, own_id) = choose_id(self.id, self.id_generated, self.group.as_deref(), shards)?;
         let mode = self.dedup.map(|d| send_mode(d, own_id, self.due_given)).transpose()?;
         let backoff = match &self.backoff {
             Some(b) => {
@@ -150,10 +150,15 @@ fn with_trace_context(mut headers: Vec<(String, String)>) -> Vec<(String, String
 }
 
 /// The message's id, and whether the caller chose it: the caller's, else
-/// one generated. A group lives in one shard, so its limits are exact:
+/// one generated (now, or by a flow: `generated`). A group lives in one shard, so its limits are exact:
 /// with shards, a grouped message's id must hash to its group's shard,
 /// since every call that takes an id finds the shard from it.
-fn choose_id(id: Option<MessageId>, group: Option<&str>, shards: usize) -> Result<(MessageId, bool), Error> {
+fn choose_id(
+    id: Option<MessageId>,
+    generated: bool,
+    group: Option<&str>,
+    shards: usize,
+) -> Result<(MessageId, bool), Error> {
     let group_shard = group.filter(|_| shards > 1).map(|g| shard_of(g, shards));
     let Some(id) = id else {
         return Ok((generate_in(group_shard, shards), false));
@@ -168,7 +173,18 @@ fn choose_id(id: Option<MessageId>, group: Option<&str>, shards: usize) -> Resul
             ),
         });
     }
-    Ok((id, true))
+    Ok((id, !generated))
+}
+
+impl NewMessage {
+    /// Fails as its send would on a dedup mode it cannot have (one needs
+    /// an id the caller chose, and a window in range): checked for every
+    /// message of a flow before the flow writes anything.
+    pub(crate) fn check_dedup(&self) -> Result<(), Error> {
+        let own_id = self.id.is_some() && !self.id_generated;
+        self.dedup
+            .map_or(Ok(()), |d| send_mode(d, own_id, self.due_given).map(drop))
+    }
 }
 
 /// The script's mode for `dedup`, after checking its window; `own_id`: the
