@@ -42,10 +42,10 @@ once.
 Each acked id's result is written to its result key with the retention
 as TTL (one SET each). The progress and log keys of each acked id whose
 delivery wrote them get the retention as TTL (deleted when it is 0). These
-keys are built, not declared: before the first write one EXISTS touches
-them all with the processing zset, so during a slot migration the script
-fails with nothing written (docs/design.md §2), as payloads_here does for
-payloads; with flows, one more EXISTS so for the flow keys it writes. While anybody waits for a result (the waiters zset exists) each
+keys, the acked ids' payloads and, with flows, the flow keys it writes
+are built, not declared: before the first write one EXISTS touches them
+all with the processing zset, so during a slot migration the script
+fails with nothing written (docs/design.md §2). While anybody waits for a result (the waiters zset exists) each
 acked id waited for is published on the done channel and leaves the zset.
 While the totals have 'flows', an acked id that is a child records its
 completion in the outbox and an acked parent's children results go
@@ -54,7 +54,7 @@ Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease (its notes find no lease: 0s).
 Complexity: O(M log N) with M = triples, in ten calls whatever M, plus one
 EXISTS per id not in processing, one PEXPIRE per unique_for marker, one
-EXISTS of the result, progress and log keys when any, one SET per result
+EXISTS of the payloads, results, progress and log keys, one SET per result
 and two PEXPIREs per delivery that wrote progress or log (none for a
 key its notes in this call wrote); the notes as note.lua (a note of a
 delivery acked here reads no lease: its ack's read serves);
@@ -146,7 +146,11 @@ local recorded = {}
 local plan = abort_plan(c, ended)
 local keys, markers, finished, base, flows
 if #done > 0 then
-  keys = payloads_here(ARGV[1], done)
+  -- Checked with the other built keys, before the first write.
+  keys = payload_keys(ARGV[1], done)
+  for _, key in ipairs(keys) do
+    build(key)
+  end
   markers = markers_of(ARGV[3], done, KEYS[3])
   finished = {}
   if redis.call('EXISTS', ARGV[2] .. 'active') == 1 then
@@ -161,11 +165,16 @@ for i = 1, n do
   note_keys[i] = prefix .. ARGV[a]
   build(note_keys[i])
 end
-keys_here(built)
 if #done > 0 then
   base = flow_base(ARGV[1], '')
-  flows = flows_here(redis.call('HGET', KEYS[3], 'flows'), base, done)
+  flows = redis.call('HGET', KEYS[3], 'flows')
+  if flows then
+    for _, key in ipairs(flow_keys(base, done)) do
+      build(key)
+    end
+  end
 end
+keys_here(built)
 -- The notes go first: the acks below end their leases.
 local notes_out, fresh = write_notes(KEYS[1], note_keys, 14, n, tonumber(ARGV[11]), ARGV[12], acking, retention)
 if #done > 0 then

@@ -24,17 +24,22 @@ it (the caller links it again once its send has returned, when its
 state is not a leftover of an earlier message of its id). Sets the
 totals' 'flows' when it linked or recorded one.
 Its payloads, results ("<base>result:<id>") and outbox are built, not
-declared: one EXISTS touches them first (docs/design.md §2).
+declared: one EXISTS touches them first (docs/design.md §2). One more
+over the payloads says whether every child is stored; only when not is
+each child's read.
 Idempotent: a re-run finds its links and returns the same statuses (a
 child that finished since: 0, 2 or 3; a 3 records its entry again, which
 the parent's set then takes once).
-Complexity: O(M log N) with M = children, plus O(links) of each.
+Complexity: O(M log N) with M = children, plus O(links) of each; one
+EXISTS more per child when not all are stored, and one more for each not
+stored.
 ]]
 --- @include "args"
 --- @include "checks"
 --- @include "clock"
 --- @include "flows"
-check_types(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash')
+-- The parents hash and the dead zset are checked by their reads below.
+check_types(KEYS[3], 'hash')
 local link, new = string.match(ARGV[2], '^([fiwr] %S+ %S+)$'), false
 if not link then
   link = string.match(ARGV[2], '^([fiwr] %S+ %S+) new$')
@@ -53,11 +58,13 @@ for i, id in ipairs(ids) do
   built[#built + 1] = base .. 'result:' .. id
 end
 keys_here(built)
-local dead = redis.call('ZMSCORE', KEYS[2], unpack(ids))
-local links = redis.call('HMGET', KEYS[1], unpack(ids))
+-- All stored (the common case): no child needs a read of its own.
+local all_stored = redis.call('EXISTS', unpack(keys)) == #keys
+local dead = checked('zset', 'ZMSCORE', KEYS[2], unpack(ids))
+local links = checked('hash', 'HMGET', KEYS[1], unpack(ids))
 local out, writes, entries, now = {}, {}, {}, now_ms()
 for i, id in ipairs(ids) do
-  local stored = redis.call('EXISTS', keys[i]) == 1
+  local stored = all_stored or redis.call('EXISTS', keys[i]) == 1
   if new and (not stored or dead[i]) then
     out[i] = 4
   elseif not stored then

@@ -30,20 +30,26 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
--- Whether `flows` (the totals' field 'flows', read by the caller: one
--- HGET, all a queue without flows pays) is set, and if so fails, before the
--- script's first write, unless the keys flow_done writes are on this node
--- (keys_here): the parents hash, the outbox, and the children hashes of
--- `deleted`, the ids whose payloads go.
-local function flows_here(flows, base, deleted)
-  if not flows then
-    return false
-  end
+-- The keys flow_done writes, built rather than declared: the parents
+-- hash, the outbox, and the children hashes of `deleted`, the ids whose
+-- payloads go.
+local function flow_keys(base, deleted)
   local keys = {base .. 'parents', base .. 'outbox'}
   for _, id in ipairs(deleted) do
     keys[#keys + 1] = base .. 'children:' .. id
   end
-  keys_here(keys)
+  return keys
+end
+
+-- Whether `flows` (the totals' field 'flows', read by the caller: one
+-- HGET, all a queue without flows pays) is set, and if so fails, before the
+-- script's first write, unless the flow_keys of `deleted` are on this node
+-- (keys_here).
+local function flows_here(flows, base, deleted)
+  if not flows then
+    return false
+  end
+  keys_here(flow_keys(base, deleted))
   return true
 end
 

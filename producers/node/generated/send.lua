@@ -113,6 +113,17 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- The keys flow_done writes, built rather than declared: the parents
+-- hash, the outbox, and the children hashes of `deleted`, the ids whose
+-- payloads go.
+local function flow_keys(base, deleted)
+  local keys = {base .. 'parents', base .. 'outbox'}
+  for _, id in ipairs(deleted) do
+    keys[#keys + 1] = base .. 'children:' .. id
+  end
+  return keys
+end
+
 -- lua/include/groups.lua
 -- Fails before any write when a queue-wide group key holds another type,
 -- or is on another node while a cluster moves the queue's slot: the group

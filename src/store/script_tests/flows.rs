@@ -22,6 +22,7 @@ use crate::store::ops::purge::Purge;
 use crate::store::ops::relay::{OutboxEntry, Relay, Relayed};
 use crate::store::ops::send::{Outgoing, SendBatch, SendOutcome};
 use crate::store::stored::{encode_stored, ValueParts};
+use crate::Error;
 
 /// How the scripts name a child of this queue.
 fn child(env: &Env, id: &str) -> ChildRef {
@@ -830,4 +831,44 @@ async fn a_link_pipelined_with_the_send_leaves_children_not_stored_or_dead_to_li
     env.send_own("old", "new", 0, 0, 3).await;
     assert_eq!(link(&env, "p", 'f', &["old"]).await, [LinkStatus::Linked]);
     assert_eq!(env.int(&["SCARD", &k.deps("p")]), 3);
+}
+
+#[tokio::test]
+async fn a_link_fails_naming_a_parents_hash_or_dead_zset_of_another_type_and_writes_nothing() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    send_parent(&env, "p", &["c1", "c2"], 0).await;
+    env.send_own("c1", "one", 0, 0, 3).await;
+    env.send_own("c2", "two", 0, 0, 3).await;
+    for key in [k.parents(), k.dead.clone()] {
+        env.raw(&["SET", &key, "foreign"]);
+        let parent = ParentLink {
+            policy: ChildPolicy::of_letter("f").unwrap(),
+            base: k.base.clone(),
+            id: "p".into(),
+        };
+        let ids = vec!["c1".to_string(), "c2".to_string()];
+        let err = env
+            .store()
+            .run(&FlowLink {
+                parent: &parent,
+                ids: &ids,
+                new: false,
+            })
+            .await
+            .unwrap_err();
+        match &err {
+            Error::WrongType { detail, .. } => assert!(detail.contains(key.as_str()), "{detail}"),
+            other => panic!("a link with {key} a string: {other:?}"),
+        }
+        // Nothing written: the key as it was, no link, no entry.
+        assert_eq!(env.raw(&["GET", &key]), "foreign");
+        assert_eq!(env.int(&["EXISTS", &k.parents()]), i64::from(key == k.parents()));
+        assert!(outbox(&env).is_empty());
+        env.raw(&["DEL", &key]);
+    }
+    assert_eq!(
+        link(&env, "p", 'f', &["c1", "c2"]).await,
+        [LinkStatus::Linked, LinkStatus::Linked]
+    );
 }
