@@ -29,8 +29,11 @@
 -- removed}. A fixed number of calls per parent named, plus O(links) of
 -- those made dead or removed.
 local function complete_parents(k, prefix, channel, retention, list)
-  check_types(k[1], 'zset', k[2], 'zset', k[3], 'zset', k[4], 'hash', k[5], 'hash')
   local base = flow_base(prefix, '')
+  local ready_list, prios = base .. 'ready', base .. 'ready:prio'
+  -- Where a parent may go is checked before the first write; pending is
+  -- checked by its read (head_due).
+  check_types(k[1], 'zset', k[3], 'zset', k[4], 'hash', k[5], 'hash', ready_list, 'list', prios, 'zset')
   -- Completions by parent, parents in order of first appearance: a
   -- parent's completions cost a few calls together, not a few each.
   local order, by = {}, {}
@@ -42,7 +45,6 @@ local function complete_parents(k, prefix, channel, retention, list)
     end
     table.insert(by[id], c)
   end
-  local ready_list, prios = base .. 'ready', base .. 'ready:prio'
   local built = {ready_list, prios}
   for _, id in ipairs(order) do
     built[#built + 1] = base .. 'deps:' .. id
@@ -117,12 +119,10 @@ local function complete_parents(k, prefix, channel, retention, list)
       if header and not group_of(header) then
         local p = priority_of(header)
         if p > 0 then
-          check_types(prios, 'zset')
           redis.call('ZADD', prios, prio_score(p, at), id)
           -- Claims read the zset once the totals say so (set by its send).
           redis.call('HSET', k[5], 'prios', 1)
         else
-          check_types(ready_list, 'list')
           redis.call('RPUSH', ready_list, id)
         end
         ready = true

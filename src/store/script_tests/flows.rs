@@ -872,3 +872,45 @@ async fn a_link_fails_naming_a_parents_hash_or_dead_zset_of_another_type_and_wri
         [LinkStatus::Linked, LinkStatus::Linked]
     );
 }
+
+#[tokio::test]
+async fn a_ready_list_or_priority_zset_of_another_type_fails_a_completion_before_it_writes() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let prio = ValueParts {
+        priority: 7,
+        ..ValueParts::new(3, b"parent")
+    };
+    assert_eq!(send_parent(&env, "plain", &["c1"], 0).await, SendOutcome::Stored);
+    assert_eq!(
+        send_parent_as(&env, "prio", &["c2"], 0, &prio).await,
+        SendOutcome::Stored
+    );
+    let done = [
+        completion(&env, "plain", "c1", "af"),
+        completion(&env, "prio", "c2", "af"),
+    ];
+    for key in [k.ready.clone(), k.prio.clone()] {
+        env.raw(&["SET", &key, "foreign"]);
+        let err = env
+            .store()
+            .run(&FlowComplete {
+                completions: &done,
+                dead_letter_retention: Duration::from_millis(RETENTION as u64),
+            })
+            .await
+            .unwrap_err();
+        match &err {
+            Error::WrongType { detail, .. } => assert!(detail.contains(key.as_str()), "{detail}"),
+            other => panic!("a completion with {key} a string: {other:?}"),
+        }
+        // Nothing written: both parents still wait for their child.
+        assert_eq!(env.zset(&k.flow_waiting).len(), 2);
+        assert_eq!(env.int(&["SCARD", &k.deps("plain")]), 1);
+        assert_eq!(env.int(&["SCARD", &k.deps("prio")]), 1);
+        env.raw(&["DEL", &key]);
+    }
+    let completed = complete(&env, &done).await;
+    assert_eq!((completed.applied, completed.due), (2, 2));
+    assert_eq!(env.list(&k.ready), ["plain"]);
+}
