@@ -144,7 +144,7 @@ end
 local c = {prefix = ARGV[1], markers = ARGV[3], totals = KEYS[3], gp = ARGV[2]}
 local recorded = {}
 local plan = abort_plan(c, ended)
-local keys, markers, finished, base, flows
+local keys, markers, finished, base, flows, links
 if #done > 0 then
   -- Checked with the other built keys, before the first write.
   keys = payload_keys(ARGV[1], done)
@@ -175,6 +175,9 @@ if #done > 0 then
   end
 end
 keys_here(built)
+if flows then
+  links = flow_links(base, done)
+end
 -- The notes go first: the acks below end their leases.
 local notes_out, fresh = write_notes(KEYS[1], note_keys, 14, n, tonumber(ARGV[11]), ARGV[12], acking, retention)
 if #done > 0 then
@@ -211,7 +214,7 @@ if #done > 0 then
   if groups_finished(ARGV[2], finished) then
     wake(ARGV[10], 0)
   end
-  recorded = flow_done(flows, base, done, 'a', true)
+  recorded = flow_done(flows, base, done, 'a', true, links)
   for i, id in ipairs(ids) do
     if out[i] == 1 and recorded[id] then
       out[i] = 3

@@ -22,8 +22,9 @@
 -- pending at max(its due time, now). A parent made dead or removed is
 -- recorded in this slot's outbox for its own parents (flow_done).
 -- `k`: {waiting, pending, dead, attempts, totals}; `retention`: the
--- dead-letter retention in ms. Touches every key it builds before its first
--- write (keys_here), so its caller must not write before it. Publishes a
+-- dead-letter retention in ms. Touches every key it builds, and checks the
+-- type of every key it writes, before its first write (keys_here), so its
+-- caller must not write before it. Publishes a
 -- wake-up of 0 when a parent went to ready, else when one became due before
 -- every pending message. Returns {applied, parents made due, made dead,
 -- removed}. A fixed number of calls per parent named, plus O(links) of
@@ -31,9 +32,10 @@
 local function complete_parents(k, prefix, channel, retention, list)
   local base = flow_base(prefix, '')
   local ready_list, prios = base .. 'ready', base .. 'ready:prio'
-  -- Where a parent may go is checked before the first write; pending is
-  -- checked by its read (head_due).
-  check_types(k[1], 'zset', k[3], 'zset', k[4], 'hash', k[5], 'hash', ready_list, 'list', prios, 'zset')
+  -- The keys it writes are checked before the first write: pending,
+  -- waiting, the totals and the parents' sets by their reads, the others
+  -- (where a parent may go, the parents' children hashes) by TYPE.
+  local types = {k[3], 'zset', k[4], 'hash', ready_list, 'list', prios, 'zset'}
   -- Completions by parent, parents in order of first appearance: a
   -- parent's completions cost a few calls together, not a few each.
   local order, by = {}, {}
@@ -50,23 +52,30 @@ local function complete_parents(k, prefix, channel, retention, list)
     built[#built + 1] = base .. 'deps:' .. id
     built[#built + 1] = base .. 'children:' .. id
     built[#built + 1] = prefix .. id
+    types[#types + 1], types[#types + 2] = base .. 'children:' .. id, 'hash'
   end
   keys_here(built)
-  local flows = flows_here(redis.call('HGET', k[5], 'flows'), base, {})
+  check_types(unpack(types))
+  local flows = flows_here(checked('hash', 'HGET', k[5], 'flows'), base, {})
   local head, now = head_due(k[2]), now_ms()
-  local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
-  local buried, deleted = {}, {}
+  local scores = checked('zset', 'ZMSCORE', k[1], unpack(order))
+  -- Which children each parent still waits for, read before any write.
+  local members_by, present_by = {}, {}
   for _, id in ipairs(order) do
-    local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
     local members = {}
     for j, c in ipairs(by[id]) do
       members[j] = c[2]
     end
-    -- Which children the parent still waits for; every one leaves the set,
-    -- whether or not the parent still waits.
-    local present = redis.call('SMISMEMBER', deps, unpack(members))
+    members_by[id] = members
+    present_by[id] = checked('set', 'SMISMEMBER', base .. 'deps:' .. id, unpack(members))
+  end
+  local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
+  local buried, deleted = {}, {}
+  for i, id in ipairs(order) do
+    local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
+    local members, present, score = members_by[id], present_by[id], scores[i]
+    -- Every child leaves the set, whether or not the parent still waits.
     redis.call('SREM', deps, unpack(members))
-    local score = redis.call('ZSCORE', k[1], id)
     local fields, counts, seen, ended = {}, {}, {}, false
     for j, c in ipairs(by[id]) do
       local child = members[j]

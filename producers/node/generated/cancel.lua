@@ -72,15 +72,22 @@ local function flow_keys(base, deleted)
   return keys
 end
 
+-- Fails unless the parents hash and the outbox hold their types: flow_done
+-- writes them after its caller's first write, so they are checked before it.
+local function check_flow_types(base)
+  check_types(base .. 'parents', 'hash', base .. 'outbox', 'zset')
+end
+
 -- Whether `flows` (the totals' field 'flows', read by the caller: one
 -- HGET, all a queue without flows pays) is set, and if so fails, before the
 -- script's first write, unless the flow_keys of `deleted` are on this node
--- (keys_here).
+-- (keys_here) and the keys flow_done writes hold their types.
 local function flows_here(flows, base, deleted)
   if not flows then
     return false
   end
   keys_here(flow_keys(base, deleted))
+  check_flow_types(base)
   return true
 end
 
@@ -89,15 +96,16 @@ end
 -- child keeps its 'w' (wait) links: requeued, it may still finish them.
 -- `deleted`: their payloads are gone, so their own children's results go
 -- too. Nothing unless `flows` (from flows_here, called before the script's
--- first write). O(1) calls per batch plus O(links). Returns, per id that
--- recorded entries, the list of them.
-local function flow_done(flows, base, ids, outcome, deleted)
+-- first write). `links`: their links as flow_links read them, else read
+-- here. O(1) calls per batch plus O(links). Returns, per id that recorded
+-- entries, the list of them.
+local function flow_done(flows, base, ids, outcome, deleted, links)
   local recorded = {}
   if #ids == 0 or not flows then
     return recorded
   end
   local parents, now = base .. 'parents', now_ms()
-  local links = redis.call('HMGET', parents, unpack(ids))
+  links = links or redis.call('HMGET', parents, unpack(ids))
   local entries, gone, children = {}, {}, {}
   for i, id in ipairs(ids) do
     children[i] = base .. 'children:' .. id

@@ -114,12 +114,23 @@ fn completion(env: &Env, parent: &str, id: &str, how: &str) -> Completion {
     }
 }
 
-async fn complete(env: &Env, completions: &[Completion]) -> Completed {
-    env.run(&FlowComplete {
+fn complete_op(completions: &[Completion]) -> FlowComplete<'_> {
+    FlowComplete {
         completions,
         dead_letter_retention: Duration::from_millis(RETENTION as u64),
-    })
-    .await
+    }
+}
+
+async fn complete(env: &Env, completions: &[Completion]) -> Completed {
+    env.run(&complete_op(completions)).await
+}
+
+/// Asserts that `err` is a [`Error::WrongType`] naming `key`.
+fn assert_wrong_type(key: &str, err: &Error) {
+    match err {
+        Error::WrongType { detail, .. } => assert!(detail.contains(key), "{detail}"),
+        other => panic!("with {key} of another type: {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -857,10 +868,7 @@ async fn a_link_fails_naming_a_parents_hash_or_dead_zset_of_another_type_and_wri
             })
             .await
             .unwrap_err();
-        match &err {
-            Error::WrongType { detail, .. } => assert!(detail.contains(key.as_str()), "{detail}"),
-            other => panic!("a link with {key} a string: {other:?}"),
-        }
+        assert_wrong_type(&key, &err);
         // Nothing written: the key as it was, no link, no entry.
         assert_eq!(env.raw(&["GET", &key]), "foreign");
         assert_eq!(env.int(&["EXISTS", &k.parents()]), i64::from(key == k.parents()));
@@ -892,18 +900,8 @@ async fn a_ready_list_or_priority_zset_of_another_type_fails_a_completion_before
     ];
     for key in [k.ready.clone(), k.prio.clone()] {
         env.raw(&["SET", &key, "foreign"]);
-        let err = env
-            .store()
-            .run(&FlowComplete {
-                completions: &done,
-                dead_letter_retention: Duration::from_millis(RETENTION as u64),
-            })
-            .await
-            .unwrap_err();
-        match &err {
-            Error::WrongType { detail, .. } => assert!(detail.contains(key.as_str()), "{detail}"),
-            other => panic!("a completion with {key} a string: {other:?}"),
-        }
+        let err = env.store().run(&complete_op(&done)).await.unwrap_err();
+        assert_wrong_type(&key, &err);
         // Nothing written: both parents still wait for their child.
         assert_eq!(env.zset(&k.flow_waiting).len(), 2);
         assert_eq!(env.int(&["SCARD", &k.deps("plain")]), 1);
@@ -913,4 +911,38 @@ async fn a_ready_list_or_priority_zset_of_another_type_fails_a_completion_before
     let completed = complete(&env, &done).await;
     assert_eq!((completed.applied, completed.due), (2, 2));
     assert_eq!(env.list(&k.ready), ["plain"]);
+}
+
+#[tokio::test]
+async fn flow_keys_of_another_type_fail_an_ack_or_a_completion_before_it_writes() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_own("c1", "one", 0, 0, 3).await;
+    assert_eq!(send_parent(&env, "p", &["c1"], 0).await, SendOutcome::Stored);
+    assert_eq!(link(&env, "p", 'f', &["c1"]).await, [LinkStatus::Linked]);
+    let leases = claim_all(&env).await;
+    let lease = leases.iter().find(|l| l.0 == "c1").unwrap().1;
+    // The ack's outbox entry, and the links it drops, are written after
+    // its first write: their keys are checked before it.
+    let links = env.hget(&k.parents(), "c1");
+    assert!(!env.exists(&k.outbox));
+    for key in [k.outbox.clone(), k.parents()] {
+        env.raw(&["DEL", &key]);
+        env.raw(&["SET", &key, "foreign"]);
+        let err = env.store().run(&Ack::plain(&[("c1", lease)])).await.unwrap_err();
+        assert_wrong_type(&key, &err);
+        assert!(env.zscore(&k.processing, "c1").is_some(), "{key}: c1 still processing");
+        assert!(env.exists(&k.msg("c1")), "{key}: c1's payload kept");
+        env.raw(&["DEL", &key]);
+    }
+    env.raw(&["HSET", &k.parents(), "c1", &links]);
+    assert_eq!(env.hget(&k.parents(), "c1"), links);
+    // A completion writes the parent's children hash after its set.
+    env.raw(&["SET", &k.children("p"), "foreign"]);
+    let done = [completion(&env, "p", "c1", "af")];
+    let err = env.store().run(&complete_op(&done)).await.unwrap_err();
+    assert_wrong_type(&k.children("p"), &err);
+    assert_eq!(env.int(&["SCARD", &k.deps("p")]), 1, "the set as it was");
+    env.raw(&["DEL", &k.children("p")]);
+    assert_eq!(complete(&env, &done).await.due, 1);
 }
