@@ -845,20 +845,22 @@ async fn a_link_pipelined_with_the_send_leaves_children_not_stored_or_dead_to_li
 }
 
 #[tokio::test]
-async fn a_link_fails_naming_a_parents_hash_or_dead_zset_of_another_type_and_writes_nothing() {
+async fn a_link_fails_naming_a_parents_hash_dead_zset_or_outbox_of_another_type_and_writes_nothing() {
     let env = Env::new().await;
     let k = env.k().clone();
-    send_parent(&env, "p", &["c1", "c2"], 0).await;
+    send_parent(&env, "p", &["c1", "c2", "r1"], 0).await;
     env.send_own("c1", "one", 0, 0, 3).await;
     env.send_own("c2", "two", 0, 0, 3).await;
-    for key in [k.parents(), k.dead.clone()] {
+    // r1 finished with its result kept: its link records an outbox entry.
+    env.raw(&["SET", &k.result("r1"), "done"]);
+    for key in [k.parents(), k.dead.clone(), k.outbox.clone()] {
         env.raw(&["SET", &key, "foreign"]);
         let parent = ParentLink {
             policy: ChildPolicy::of_letter("f").unwrap(),
             base: k.base.clone(),
             id: "p".into(),
         };
-        let ids = vec!["c1".to_string(), "c2".to_string()];
+        let ids = vec!["c1".to_string(), "c2".to_string(), "r1".to_string()];
         let err = env
             .store()
             .run(&FlowLink {
@@ -872,13 +874,14 @@ async fn a_link_fails_naming_a_parents_hash_or_dead_zset_of_another_type_and_wri
         // Nothing written: the key as it was, no link, no entry.
         assert_eq!(env.raw(&["GET", &key]), "foreign");
         assert_eq!(env.int(&["EXISTS", &k.parents()]), i64::from(key == k.parents()));
-        assert!(outbox(&env).is_empty());
+        assert_eq!(env.int(&["EXISTS", &k.outbox]), i64::from(key == k.outbox));
         env.raw(&["DEL", &key]);
     }
     assert_eq!(
-        link(&env, "p", 'f', &["c1", "c2"]).await,
-        [LinkStatus::Linked, LinkStatus::Linked]
+        link(&env, "p", 'f', &["c1", "c2", "r1"]).await,
+        [LinkStatus::Linked, LinkStatus::Linked, LinkStatus::Recorded]
     );
+    assert_eq!(outbox(&env).len(), 1);
 }
 
 #[tokio::test]

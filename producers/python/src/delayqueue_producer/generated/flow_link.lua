@@ -121,7 +121,8 @@ it (the caller links it again once its send has returned, when its
 state is not a leftover of an earlier message of its id). Sets the
 totals' 'flows' when it linked or recorded one.
 Its payloads, results ("<base>result:<id>") and outbox are built, not
-declared: one EXISTS touches them first (docs/design.md §2). One more
+declared: one EXISTS touches them first (docs/design.md §2); the outbox's
+type is checked before the first write when an entry is due. One more
 over the payloads says whether every child is stored; only when not is
 each child's read.
 Idempotent: a re-run finds its links and returns the same statuses (a
@@ -177,6 +178,10 @@ for i, id in ipairs(ids) do
       writes[#writes + 1], writes[#writes + 2] = id, have .. '\n' .. link
     end
   end
+end
+if #entries > 0 then
+  -- Written after the links: checked before them.
+  check_types(base .. 'outbox', 'zset')
 end
 if #writes > 0 then
   redis.call('HSET', KEYS[1], unpack(writes))
