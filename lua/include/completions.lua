@@ -58,7 +58,7 @@ local function complete_parents(k, prefix, channel, retention, list)
   check_types(unpack(types))
   local flows = flows_here(checked('hash', 'HGET', k[5], 'flows'), base, {})
   local head, now = head_due(k[2]), now_ms()
-  local scores = checked('zset', 'ZMSCORE', k[1], unpack(order))
+  local scores = #order > 0 and checked('zset', 'ZMSCORE', k[1], unpack(order)) or {}
   -- Which children each parent still waits for, read before any write.
   local members_by, present_by = {}, {}
   for _, id in ipairs(order) do

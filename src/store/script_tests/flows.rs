@@ -911,6 +911,8 @@ async fn a_ready_list_or_priority_zset_of_another_type_fails_a_completion_before
         assert_eq!(env.int(&["SCARD", &k.deps("prio")]), 1);
         env.raw(&["DEL", &key]);
     }
+    // No completion: nothing to apply.
+    assert_eq!(complete(&env, &[]).await.applied, 0);
     let completed = complete(&env, &done).await;
     assert_eq!((completed.applied, completed.due), (2, 2));
     assert_eq!(env.list(&k.ready), ["plain"]);

@@ -288,7 +288,7 @@ local function complete_parents(k, prefix, channel, retention, list)
   check_types(unpack(types))
   local flows = flows_here(checked('hash', 'HGET', k[5], 'flows'), base, {})
   local head, now = head_due(k[2]), now_ms()
-  local scores = checked('zset', 'ZMSCORE', k[1], unpack(order))
+  local scores = #order > 0 and checked('zset', 'ZMSCORE', k[1], unpack(order)) or {}
   -- Which children each parent still waits for, read before any write.
   local members_by, present_by = {}, {}
   for _, id in ipairs(order) do
@@ -431,8 +431,9 @@ Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
 parent no longer waiting (cancelled, dead) only leaves the set.
 Complexity: O(M log N) with M = completions (at most 1000 per call), in
-a fixed number of calls per parent P named (SMISMEMBER, SREM, ZSCORE,
-HSET, a HINCRBY per outcome, EXISTS) and one EXISTS of 3P keys, plus
+a fixed number of calls per parent P named (TYPE of its children hash,
+SMISMEMBER, SREM, HSET, a HINCRBY per outcome, EXISTS), one ZMSCORE of
+the P parents and one EXISTS of 3P keys, plus
 O(links) of the parents made dead or removed; never O(children of a
 parent).
 ]]
