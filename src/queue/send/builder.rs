@@ -184,6 +184,11 @@ impl<Q> NewMessage<Q> {
         self
     }
 
+    /// Whether the caller chose its id (a flow's generated one is not).
+    pub(crate) fn own_id(&self) -> bool {
+        self.id.is_some() && !self.id_generated
+    }
+
     /// Its id and itself: the caller's id, else one generated now, for a
     /// flow that must name the message before the send. A generated id is
     /// stored as such (a live or dead message of it can only be this

@@ -45,6 +45,7 @@ impl<Q> NewMessage<Q> {
     /// Checks the message against the queue's limits and encodes it, for a
     /// queue of `shards` shards; `wait`: it is stored waiting for children.
     pub(super) fn prepare(self, config: &Config, shards: usize, wait: bool) -> Result<Outgoing, Error> {
+        let own_id = self.own_id();
         if wait && self.dedup.is_some() {
             return Err(Error::InvalidFlow {
                 reason: "a message that waits for others cannot be sent with unique_for, throttle, debounce or replace"
@@ -70,7 +71,7 @@ impl<Q> NewMessage<Q> {
         if let Some(d) = expire_after {
             check_expire_after(d)?;
         }
-        let (id, own_id) = choose_id(self.id, self.id_generated, self.group.as_deref(), shards)?;
+        let id = choose_id(self.id, self.group.as_deref(), shards)?;
         let mode = self.dedup.map(|d| send_mode(d, own_id, self.due_given)).transpose()?;
         let backoff = match &self.backoff {
             Some(b) => {
@@ -149,19 +150,14 @@ fn with_trace_context(mut headers: Vec<(String, String)>) -> Vec<(String, String
     headers
 }
 
-/// The message's id, and whether the caller chose it: the caller's, else
-/// one generated (now, or by a flow: `generated`). A group lives in one shard, so its limits are exact:
-/// with shards, a grouped message's id must hash to its group's shard,
-/// since every call that takes an id finds the shard from it.
-fn choose_id(
-    id: Option<MessageId>,
-    generated: bool,
-    group: Option<&str>,
-    shards: usize,
-) -> Result<(MessageId, bool), Error> {
+/// The message's id: the one it has, else one generated now. A group
+/// lives in one shard, so its limits are exact: with shards, a grouped
+/// message's id must hash to its group's shard, since every call that
+/// takes an id finds the shard from it.
+fn choose_id(id: Option<MessageId>, group: Option<&str>, shards: usize) -> Result<MessageId, Error> {
     let group_shard = group.filter(|_| shards > 1).map(|g| shard_of(g, shards));
     let Some(id) = id else {
-        return Ok((generate_in(group_shard, shards), false));
+        return Ok(generate_in(group_shard, shards));
     };
     id.validate()?;
     if let Some(shard) = group_shard.filter(|&s| s != shard_of(id.as_str(), shards)) {
@@ -173,7 +169,7 @@ fn choose_id(
             ),
         });
     }
-    Ok((id, !generated))
+    Ok(id)
 }
 
 impl NewMessage {
@@ -181,9 +177,8 @@ impl NewMessage {
     /// an id the caller chose, and a window in range): checked for every
     /// message of a flow before the flow writes anything.
     pub(crate) fn check_dedup(&self) -> Result<(), Error> {
-        let own_id = self.id.is_some() && !self.id_generated;
         self.dedup
-            .map_or(Ok(()), |d| send_mode(d, own_id, self.due_given).map(drop))
+            .map_or(Ok(()), |d| send_mode(d, self.own_id(), self.due_given).map(drop))
     }
 }
 

@@ -74,12 +74,17 @@ async fn link_new(env: &Env, parent: &str, ids: &[&str]) -> Vec<LinkStatus> {
     link_as(env, parent, 'f', ids, true).await
 }
 
-async fn link_as(env: &Env, parent: &str, policy: char, ids: &[&str], new: bool) -> Vec<LinkStatus> {
-    let parent = ParentLink {
+/// The link of parent `parent` of this queue with `policy`.
+fn parent_link(env: &Env, parent: &str, policy: char) -> ParentLink {
+    ParentLink {
         policy: ChildPolicy::of_letter(&policy.to_string()).unwrap(),
         base: env.k().base.clone(),
         id: parent.into(),
-    };
+    }
+}
+
+async fn link_as(env: &Env, parent: &str, policy: char, ids: &[&str], new: bool) -> Vec<LinkStatus> {
+    let parent = parent_link(env, parent, policy);
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     env.run(&FlowLink {
         parent: &parent,
@@ -855,11 +860,7 @@ async fn a_link_fails_naming_a_parents_hash_dead_zset_or_outbox_of_another_type_
     env.raw(&["SET", &k.result("r1"), "done"]);
     for key in [k.parents(), k.dead.clone(), k.outbox.clone()] {
         env.raw(&["SET", &key, "foreign"]);
-        let parent = ParentLink {
-            policy: ChildPolicy::of_letter("f").unwrap(),
-            base: k.base.clone(),
-            id: "p".into(),
-        };
+        let parent = parent_link(&env, "p", 'f');
         let ids = vec!["c1".to_string(), "c2".to_string(), "r1".to_string()];
         let err = env
             .store()

@@ -108,22 +108,17 @@ local function flow_keys(base, deleted)
   return keys
 end
 
--- Fails unless the parents hash and the outbox hold their types: flow_done
--- writes them after its caller's first write, so they are checked before it.
-local function check_flow_types(base)
-  check_types(base .. 'parents', 'hash', base .. 'outbox', 'zset')
-end
-
 -- Whether `flows` (the totals' field 'flows', read by the caller: one
 -- HGET, all a queue without flows pays) is set, and if so fails, before the
 -- script's first write, unless the flow_keys of `deleted` are on this node
--- (keys_here) and the keys flow_done writes hold their types.
+-- (keys_here) and the parents hash and the outbox hold their types (flow_done
+-- writes them after its caller's first write).
 local function flows_here(flows, base, deleted)
   if not flows then
     return false
   end
   keys_here(flow_keys(base, deleted))
-  check_flow_types(base)
+  check_types(base .. 'parents', 'hash', base .. 'outbox', 'zset')
   return true
 end
 
