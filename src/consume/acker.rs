@@ -11,11 +11,14 @@
 //! The completions an ack call recorded for parents in other slots come
 //! back in its reply, and that task delivers them at once, without reading
 //! the outbox; those of parents in this slot are applied by its next read
-//! (`relay.lua`, one call).
+//! (`relay.lua`, one call). A child counts as acking until then, so the
+//! line ahead of a parent's last child is bounded end to end: at most
+//! [`ACK_SLACK`] acks and completions, in calls of [`WRITE_BATCH`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::clients::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -31,19 +34,24 @@ use crate::store::ops::ack::{Ack, AckOutcome, Keep};
 use crate::store::ops::note::Notes;
 use crate::store::ops::relay::{OutboxEntry, OUTBOX_BYTES};
 use crate::store::Keys;
-use crate::MessageId;
+use crate::{Error, MessageId};
 
-/// Most acks and notes in one script call: a claim's largest batch.
-const WRITE_BATCH: usize = 256;
+/// Most acks and notes in one script call: half a claim's largest batch,
+/// so that the next call gathers while one runs and an ack waits behind
+/// less; plain consume lost nothing to it, and a parent's last child
+/// waited half as long (docs/performance.md, "Flows").
+const WRITE_BATCH: usize = 128;
 
 /// Most bytes of results and notes in one script call (a bigger result
 /// goes alone).
 const WRITE_BYTES: usize = 1 << 20;
 
-/// Acks waiting to be sent that are normal under load, at most: a batch
-/// in flight and more gathering while it waits behind claims on the
-/// connection. More means acks fall behind the handlers.
-pub(crate) const ACK_SLACK: usize = 512;
+/// Acks (and flow children's completions) waiting that are normal under
+/// load, at most: a call in flight and the next gathering while it waits
+/// behind claims on the connection. More means acks fall behind the
+/// handlers, and each one waiting adds to how long the last one takes to
+/// reach Redis (10-20 µs each for a flow's children), so claims wait.
+pub(crate) const ACK_SLACK: usize = 256;
 
 /// What a shard's ack task sends.
 pub(crate) enum Write {
@@ -59,14 +67,15 @@ pub(crate) struct AckItem {
     pub receipt: Receipt,
     /// Its result, and whether it wrote progress or log lines.
     pub kept: Kept,
-    /// Dropped once the ack is sent or given up: the consumer counts acks
-    /// not yet sent, and claims less while more than [`ACK_SLACK`] wait.
+    /// Dropped once the ack is sent or given up, and the completion it
+    /// recorded relayed: the consumer counts acks not yet done, and claims
+    /// less while more than [`ACK_SLACK`] wait.
     pub _acking: Box<dyn Send>,
 }
 
-/// Batches of just recorded completions waiting for the relay task, at
-/// most: past that the outbox keeps them for its next read.
-const DELIVERIES_WAITING: usize = 64;
+/// Ack calls' completions waiting for the relay task, at most: past that
+/// the outbox keeps them for its next read.
+const RECORDED_WAITING: usize = 64;
 
 /// A shard's ack task, as the consumer sees it.
 pub(crate) struct Acks {
@@ -77,11 +86,25 @@ pub(crate) struct Acks {
     pub relay: mpsc::Sender<()>,
 }
 
-/// What the relay task is given: reads of the outbox asked for, and
-/// completions just recorded, to deliver as they are.
+/// What the relay task is given: the tick's reads of the outbox, and
+/// the completions ack calls recorded.
 struct Relays {
     read: mpsc::Receiver<()>,
-    deliver: mpsc::Receiver<Vec<OutboxEntry>>,
+    recorded: mpsc::Receiver<Recorded>,
+}
+
+/// The completions one ack call recorded, for the relay task. Each child
+/// still counts as acking (its ack's guard is here) until its completion
+/// reached its parent: deliveries that fall behind hold claims back as
+/// acks do, so a parent's last child waits behind a bounded line.
+#[derive(Default)]
+struct Recorded {
+    /// Those of parents in other slots, to deliver as they are.
+    deliver: Vec<OutboxEntry>,
+    /// Whether the outbox needs a read: completions of parents in this
+    /// slot wait there (and an aborted child's).
+    read: bool,
+    _acking: Vec<Box<dyn Send>>,
 }
 
 /// Starts the ack task of the queue's shard number `shard`, and its relay task;
@@ -91,20 +114,20 @@ pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (Acks, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     // One relay asked for while one runs is enough: it reads the whole outbox.
     let (relay, read) = mpsc::channel(1);
-    let (deliver, delivered) = mpsc::channel(DELIVERIES_WAITING);
+    let (recorded, to_relay) = mpsc::channel(RECORDED_WAITING);
     let relays = tokio::spawn(relay_when_asked(
         ctx.clone(),
         shard,
         Relays {
             read,
-            deliver: delivered,
+            recorded: to_relay,
         },
     ));
     let acker = Acker {
         ctx,
         shard,
         relay: relay.clone(),
-        deliver,
+        recorded,
     };
     let task = tokio::spawn(async move {
         // With the acker and the loop gone, the relay task ends after any relay asked for.
@@ -114,35 +137,57 @@ pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (Acks, JoinHandle<()>) {
     (Acks { tx, relay }, task)
 }
 
-/// Delivers the completions ack calls recorded for parents in other
-/// slots as they come, several calls' together (at most `RELAY_BATCH`
-/// entries and `OUTBOX_BYTES` of results a time); and relays the shard's
-/// outbox each time it is asked: by an ack call that recorded completions
-/// of parents in this slot, or by the loop's tick whose probe found
-/// entries. A failure leaves the entries in the outbox for the next tick,
-/// whose probe finds them.
+/// Takes the completions ack calls recorded as they come, several calls'
+/// together (at most `RELAY_BATCH` entries and `OUTBOX_BYTES` of results
+/// a time): delivers those of parents in other slots as they are, then
+/// relays the shard's outbox if one asked for it; and relays the outbox
+/// each time the loop's tick asks, its probe having found entries. A
+/// failure leaves the entries in the outbox for the next tick, whose
+/// probe finds them.
 async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut relays: Relays) {
     let (client, k, retention) = (&ctx.client, &ctx.shards[shard], ctx.settings.dead_letter_retention);
     loop {
         let outcome = tokio::select! {
             biased;
-            Some(mut entries) = relays.deliver.recv() => {
-                let mut bytes = results_bytes(&entries);
-                while entries.len() < RELAY_BATCH && bytes < OUTBOX_BYTES {
-                    let Ok(more) = relays.deliver.try_recv() else { break };
-                    bytes += results_bytes(&more);
-                    entries.extend(more);
+            Some(mut got) = relays.recorded.recv() => {
+                let mut bytes = results_bytes(&got.deliver);
+                while got.deliver.len() < RELAY_BATCH && bytes < OUTBOX_BYTES {
+                    let Ok(more) = relays.recorded.try_recv() else { break };
+                    bytes += results_bytes(&more.deliver);
+                    got.deliver.extend(more.deliver);
+                    got.read |= more.read;
+                    got._acking.extend(more._acking);
                 }
-                // Boxed, so that an idle task does not hold the delivery's state.
-                Box::pin(relay::deliver(client, k, &entries, retention)).await
+                // Boxed, so that an idle task does not hold the relay's state.
+                Box::pin(relay_recorded(client, k, retention, &got.deliver, got.read)).await
             }
-            Some(()) = relays.read.recv() => Box::pin(relay::relay(client, k, retention)).await,
+            Some(()) = relays.read.recv() => Box::pin(relay::relay(client, k, retention)).await.map(drop),
             else => return,
         };
         if let Err(e) = outcome {
             tracing::warn!(queue = %ctx.name, error = %e, "relay failed; the next tick retries");
         }
     }
+}
+
+/// Delivers `entries` (completions for other slots), then reads the
+/// outbox if `read`; a failed delivery does not skip the read.
+async fn relay_recorded(
+    client: &Client,
+    k: &Keys,
+    retention: Duration,
+    entries: &[OutboxEntry],
+    read: bool,
+) -> Result<(), Error> {
+    let delivered = match entries.is_empty() {
+        true => Ok(0),
+        false => relay::deliver(client, k, entries, retention).await,
+    };
+    let read = match read {
+        true => relay::relay(client, k, retention).await,
+        false => Ok(0),
+    };
+    delivered.and(read).map(drop)
 }
 
 /// The bytes of results `entries` carry.
@@ -163,8 +208,8 @@ struct Acker {
     shard: usize,
     /// Asks the relay task for a relay.
     relay: mpsc::Sender<()>,
-    /// Hands the relay task completions to deliver.
-    deliver: mpsc::Sender<Vec<OutboxEntry>>,
+    /// Hands the relay task the completions ack calls recorded.
+    recorded: mpsc::Sender<Recorded>,
 }
 
 impl Batcher for Acker {
@@ -193,25 +238,13 @@ impl Batcher for Acker {
             notes.send(ctx, k).await;
             return;
         }
-        let Flushed { read, deliver } = flush(ctx, k, &mut acks, notes).await;
-        // Should the relay task have too many waiting, the outbox keeps
-        // them for a read.
-        let read = read || (!deliver.is_empty() && self.deliver.try_send(deliver).is_err());
-        if read {
-            // Full or not, the relay task reads the whole outbox.
+        let recorded = flush(ctx, k, &mut acks, notes).await;
+        if (recorded.read || !recorded.deliver.is_empty()) && self.recorded.try_send(recorded).is_err() {
+            // With too many waiting for the relay task, the outbox keeps
+            // them for a read; full or not, one reads the whole outbox.
             let _ = self.relay.try_send(());
         }
     }
-}
-
-/// What one flush of acks leaves to the relay task.
-#[derive(Default)]
-struct Flushed {
-    /// A read of the outbox: completions of parents in this slot wait
-    /// there (and an aborted child's).
-    read: bool,
-    /// Completions just recorded for parents in other slots.
-    deliver: Vec<OutboxEntry>,
 }
 
 /// Sends one batch of acks with `notes`, retrying the acks on Redis
@@ -219,7 +252,7 @@ struct Flushed {
 /// retry after a lost reply is harmless; the notes are not retried, as a
 /// line would be appended twice); returns what the completions of the
 /// flows' children it acked ask of the relay task.
-async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -> Flushed {
+async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -> Recorded {
     let mut backoff = Duration::from_millis(20);
     let sent = Instant::now();
     let mut notes = Some(notes);
@@ -247,10 +280,10 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                 if let Some(notes) = notes.take() {
                     notes.answer(ctx, Ok(&acked.notes));
                 }
-                let mut flushed = Flushed {
+                let mut recorded = Recorded {
                     // An aborted child's completion waits in the outbox.
                     read: acked.acks.contains(&AckOutcome::Aborted),
-                    deliver: Vec::new(),
+                    ..Recorded::default()
                 };
                 for (i, entry) in acked.recorded {
                     let result = match ctx.settings.result_retention.is_zero() {
@@ -259,16 +292,19 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                     };
                     match OutboxEntry::parse(entry, result) {
                         Some(e @ OutboxEntry::Done { .. }) if e.parent_base() != Some(k.base.as_str()) => {
-                            flushed.deliver.push(e)
+                            recorded.deliver.push(e)
                         }
-                        _ => flushed.read = true,
+                        _ => recorded.read = true,
                     }
+                    recorded
+                        ._acking
+                        .push(std::mem::replace(&mut batch[i]._acking, Box::new(())));
                 }
                 for (item, outcome) in batch.iter().zip(acked.acks) {
                     report(ctx, item, outcome, sent);
                 }
                 batch.clear();
-                return flushed;
+                return recorded;
             }
             Err(e) => {
                 if let Some(notes) = notes.take() {
@@ -286,7 +322,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                     );
                 }
                 if batch.is_empty() {
-                    return Flushed::default();
+                    return Recorded::default();
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));

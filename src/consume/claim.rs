@@ -38,7 +38,8 @@ pub(crate) struct Load {
     pub queue_in_flight: usize,
     /// Of those, this shard's.
     pub shard_in_flight: usize,
-    /// This shard's finished deliveries whose ack is not sent yet.
+    /// This shard's finished deliveries whose ack is not done yet (not
+    /// sent, or its completion not yet relayed).
     pub acking: usize,
     /// Recent handler run time in microseconds; 0 before the first run ends.
     pub avg_handler_us: u64,
@@ -104,7 +105,8 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
     let share = part.div_ceil(load.shards).max(settings.concurrency.min(part));
     let mine = share.saturating_sub(load.shard_in_flight);
     // Acks that fall behind (Redis slower than the handlers) hold back
-    // claims, or their leases would run out while they wait to be sent.
+    // claims, or their leases would run out while they wait to be sent,
+    // and a parent would wait behind its children's long line.
     let lagging = load.acking.saturating_sub(ACK_SLACK);
     limit
         .saturating_sub(load.in_flight + lagging)

@@ -52,7 +52,7 @@ fn with_backoff(failure: &mut Failure, own: Option<&Backoff>, queue: &Backoff, a
 }
 
 /// A finished delivery counted in its shard's `acking` until its ack is
-/// sent (or given up).
+/// sent (or given up), and the completion it recorded relayed.
 struct Acking(Arc<Shared>);
 
 impl Acking {

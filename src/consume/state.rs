@@ -306,7 +306,8 @@ pub(crate) struct Shared {
     pub pool: Arc<Pool>,
     /// Messages of this shard claimed and not finished.
     pub in_flight: AtomicUsize,
-    /// Finished deliveries of this shard whose ack has not been sent yet.
+    /// Finished deliveries of this shard whose ack is not done yet: not
+    /// sent, or a flow child's completion not yet relayed to its parent.
     pub acking: AtomicUsize,
     /// Key of this consumer's claim receipt.
     pub claim_key: String,
