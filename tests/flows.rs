@@ -661,3 +661,40 @@ async fn a_flow_sent_again_leaves_a_child_that_died_as_it_is() {
     assert_eq!(state(c, kid.as_str()).await, Some(MessageState::Dead), "not sent again");
     assert_eq!(c.counts().await.unwrap().live(), 0);
 }
+
+/// Grouped messages of a flow on queues of several shards, none with an
+/// id of its own: a group lives in one shard, so the flow generates each
+/// one's id in its group's shard, and the flow runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_messages_of_a_flow_on_sharded_queues_get_ids_of_their_groups_shards() {
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let sharded = |name: &str| helpers::queue_builder(name, &client, FETCH).shards(4).build().unwrap();
+    let (p, c) = (sharded("gparents"), sharded("gkids"));
+    // Eight groups: with four shards an id generated without regard to the
+    // group falls in another shard three times in four.
+    let mut flow = Flow::new(&p, NewMessage::new("parent").group("tenant-p"));
+    for i in 0..8 {
+        flow = flow.child(Flow::new(
+            &c,
+            NewMessage::new(format!("kid {i}")).group(format!("tenant-{i}")),
+        ));
+    }
+    let root = flow.send().await.unwrap();
+    assert_eq!(state(&p, root.as_str()).await, Some(MessageState::Waiting));
+    let log = Log::default();
+    let consumers = [
+        c.start_consume(acking(&log)).await.unwrap(),
+        p.start_consume(acking(&log)).await.unwrap(),
+    ];
+    assert!(
+        wait_for(WAIT, || async { log.snapshot().len() == 9 }).await,
+        "delivered: {}",
+        log.snapshot().len()
+    );
+    assert_eq!(at(&log, "parent"), 8, "the parent runs after its eight children");
+    for consumer in consumers {
+        consumer.shutdown().await.unwrap();
+    }
+    no_flow_key_left(&client).await;
+}

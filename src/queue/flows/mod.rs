@@ -84,7 +84,7 @@ impl Flow {
     /// A flow whose root is `msg`, sent to `queue`; its id is `msg`'s if
     /// it has one, else generated now.
     pub fn new(queue: &DelayQueue, msg: NewMessage) -> Self {
-        let (id, msg) = msg.identified();
+        let (id, msg) = msg.identified(queue.shards());
         Flow {
             queue: queue.clone(),
             msg,

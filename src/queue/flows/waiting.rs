@@ -143,7 +143,7 @@ pub(crate) async fn send_joining(
     queue: &DelayQueue,
     msg: NewMessage,
 ) -> Result<MessageId, Error> {
-    let (id, msg) = msg.identified();
+    let (id, msg) = msg.identified(queue.shards());
     let child = ChildRef::new(&queue.shard_of(id.as_str()).base, id.as_str());
     let deps: Vec<Deps> = parents
         .iter()

@@ -189,15 +189,16 @@ impl<Q> NewMessage<Q> {
         self.id.is_some() && !self.id_generated
     }
 
-    /// Its id and itself: the caller's id, else one generated now, for a
-    /// flow that must name the message before the send. A generated id is
-    /// stored as such (a live or dead message of it can only be this
-    /// message's earlier send).
-    pub(crate) fn identified(mut self) -> (MessageId, Self) {
+    /// Its id and itself: the caller's id, else one generated now (in its
+    /// group's shard of the `shards` of its queue), for a flow that must
+    /// name the message before the send. A generated id is stored as such
+    /// (a live or dead message of it can only be this message's earlier
+    /// send).
+    pub(crate) fn identified(mut self, shards: usize) -> (MessageId, Self) {
         let id = match &self.id {
             Some(id) => id.clone(),
             None => {
-                let id = MessageId::generate();
+                let id = super::prepare::generate_for(self.group.as_deref(), shards);
                 self.id = Some(id.clone());
                 self.id_generated = true;
                 id

@@ -155,7 +155,7 @@ fn with_trace_context(mut headers: Vec<(String, String)>) -> Vec<(String, String
 /// message's id must hash to its group's shard, since every call that
 /// takes an id finds the shard from it.
 fn choose_id(id: Option<MessageId>, group: Option<&str>, shards: usize) -> Result<MessageId, Error> {
-    let group_shard = group.filter(|_| shards > 1).map(|g| shard_of(g, shards));
+    let group_shard = group_shard(group, shards);
     let Some(id) = id else {
         return Ok(generate_in(group_shard, shards));
     };
@@ -208,6 +208,18 @@ fn send_mode(dedup: Dedup, own_id: bool, due_given: bool) -> Result<SendMode, Er
         Dedup::Debounce(_) => SendMode::Debounce,
         Dedup::Replace => SendMode::Replace { move_due: due_given },
     })
+}
+
+/// The shard of `shards` a message of `group` must be in, if any.
+fn group_shard(group: Option<&str>, shards: usize) -> Option<usize> {
+    group.filter(|_| shards > 1).map(|g| shard_of(g, shards))
+}
+
+/// An id generated for a message of `group` on a queue of `shards`
+/// shards: of its group's shard, as every call that takes an id finds the
+/// shard from it.
+pub(super) fn generate_for(group: Option<&str>, shards: usize) -> MessageId {
+    generate_in(group_shard(group, shards), shards)
 }
 
 /// A generated id, of shard `shard` of `shards` when given: ids hash
