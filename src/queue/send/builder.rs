@@ -198,7 +198,7 @@ impl<Q> NewMessage<Q> {
         let id = match &self.id {
             Some(id) => id.clone(),
             None => {
-                let id = super::prepare::generate_for(self.group.as_deref(), shards);
+                let id = super::ids::generate_for(self.group.as_deref(), shards);
                 self.id = Some(id.clone());
                 self.id_generated = true;
                 id

@@ -11,6 +11,7 @@
 mod builder;
 mod confirm;
 mod dispatch;
+mod ids;
 mod prepare;
 
 use std::future::{Future, IntoFuture};

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::builder::{Dedup, Due, NewMessage};
+use super::ids::{generate_for, group_shard};
 use crate::maxima::{
     check_group, header_name_char, MAX_DELAY, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_HEADER_NAME_LEN, MAX_PRIORITY,
     MAX_RETRY_COUNT, MAX_WINDOW,
@@ -155,12 +156,11 @@ fn with_trace_context(mut headers: Vec<(String, String)>) -> Vec<(String, String
 /// message's id must hash to its group's shard, since every call that
 /// takes an id finds the shard from it.
 fn choose_id(id: Option<MessageId>, group: Option<&str>, shards: usize) -> Result<MessageId, Error> {
-    let group_shard = group_shard(group, shards);
     let Some(id) = id else {
-        return Ok(generate_in(group_shard, shards));
+        return Ok(generate_for(group, shards));
     };
     id.validate()?;
-    if let Some(shard) = group_shard.filter(|&s| s != shard_of(id.as_str(), shards)) {
+    if let Some(shard) = group_shard(group, shards).filter(|&s| s != shard_of(id.as_str(), shards)) {
         return Err(Error::InvalidGroup {
             group: group.unwrap_or_default().to_string(),
             reason: format!(
@@ -208,29 +208,6 @@ fn send_mode(dedup: Dedup, own_id: bool, due_given: bool) -> Result<SendMode, Er
         Dedup::Debounce(_) => SendMode::Debounce,
         Dedup::Replace => SendMode::Replace { move_due: due_given },
     })
-}
-
-/// The shard of `shards` a message of `group` must be in, if any.
-fn group_shard(group: Option<&str>, shards: usize) -> Option<usize> {
-    group.filter(|_| shards > 1).map(|g| shard_of(g, shards))
-}
-
-/// An id generated for a message of `group` on a queue of `shards`
-/// shards: of its group's shard, as every call that takes an id finds the
-/// shard from it.
-pub(super) fn generate_for(group: Option<&str>, shards: usize) -> MessageId {
-    generate_in(group_shard(group, shards), shards)
-}
-
-/// A generated id, of shard `shard` of `shards` when given: ids hash
-/// evenly, so this takes `shards` tries on average.
-fn generate_in(shard: Option<usize>, shards: usize) -> MessageId {
-    loop {
-        let id = MessageId::generate();
-        if shard.is_none_or(|s| s == shard_of(id.as_str(), shards)) {
-            return id;
-        }
-    }
 }
 
 /// Checks headers against the limits on their names, count and size.
