@@ -1,10 +1,11 @@
 #!lua flags=allow-oom
---[[ ack: processing -> (deleted)
+--[[ ack: processing -> (deleted), and waiting parents of this slot -> ready | pending
 Finishes a batch of deliveries. Each id is acked only while its lease is
 the current one, so a late ack of a delivery that timed out and was
 redelivered deletes nothing.
 
 KEYS[1] processing zset   KEYS[2] attempts hash   KEYS[3] totals hash
+KEYS[4] waiting zset (flows' parents)   KEYS[5] pending zset   KEYS[6] dead zset
 ARGV[1] msg key prefix   ARGV[2] group key prefix   ARGV[3] marker key prefix
 ARGV[4] result key prefix   ARGV[5] progress key prefix   ARGV[6] log key prefix
 ARGV[7] waiters zset   ARGV[8] done channel
@@ -26,8 +27,8 @@ docs/workflows.md):
 was aborted while its handler ran: it ends as aborted whatever the
 handler returned, include/abort.lua; no result kept, its progress and
 log deleted, its parents told as of a cancelled child), 3 acked and its
-completion recorded in the outbox for its parent (the caller runs the
-relay, docs/workflows.md), 0 lease lost (the message
+completion recorded in the outbox for a parent in another slot (the
+caller runs the relay, docs/workflows.md), 0 lease lost (the message
 was taken back: it is or will be delivered again), 2 nothing left to ack
 (neither in processing nor stored: finished already, by an earlier run of this
 call whose reply was lost, or by the ack of a redelivery). Counts 'acked'
@@ -47,9 +48,13 @@ are built, not declared: before the first write one EXISTS touches them
 all with the processing zset, so during a slot migration the script
 fails with nothing written (docs/design.md §2). While anybody waits for a result (the waiters zset exists) each
 acked id waited for is published on the done channel and leaves the zset.
-While the totals have 'flows', an acked id that is a child records its
-completion in the outbox and an acked parent's children results go
-(flow_done in include/flows.lua, docs/workflows.md).
+While the totals have 'flows', an acked id that is a child completes
+its parents in this slot here, as flow_complete does (complete_parents'
+two steps in include/completions.lua: planned before the first write,
+applied after the ack's writes; publishes as flow_complete does), and
+records its completion for parents in other slots in the outbox; an
+acked parent's children results go (flow_done in include/flows.lua,
+docs/workflows.md).
 Idempotent: a re-run finds nothing left and returns 2s, so a re-sent ack
 is not mistaken for a lost lease (its notes find no lease: 0s).
 Complexity: O(M log N) with M = triples, in ten calls whatever M, plus one
@@ -62,12 +67,14 @@ with groups in processing one GETRANGE per acked id, four calls for
 their groups (include/group_moves.lua) and O(log G) for each group not
 in the ring, G = groups, and one PUBLISH when a group went back to the ring;
 with waiters one ZMSCORE and a PUBLISH per acked id waited for; with
-flows four calls more and O(links); with aborted ids about ten calls more
+flows four calls more and O(links), and for parents in this slot
+flow_complete's calls; with aborted ids about ten calls more
 and one PEXPIRE per unique_for marker of theirs.
 ]]
 --- @include "abort"
 --- @include "args"
 --- @include "checks"
+--- @include "completions"
 --- @include "finish"
 --- @include "flows"
 --- @include "group_moves"
@@ -75,6 +82,31 @@ and one PEXPIRE per unique_for marker of theirs.
 --- @include "markers"
 --- @include "notes"
 --- @include "wake"
+-- The completions of `ids` (acked, links as flow_links read them) for
+-- parents in this slot, whose base is `base`, as complete_parents takes
+-- them ({parent id, child, 'a' .. policy, result}), and the links left
+-- for flow_done to record: an id whose links all went keeps '', so that
+-- flow_done still drops its entry in the parents hash.
+local function split_links(base, ids, links, results)
+  local list, rest, here = {}, {}, ' ' .. base .. ' '
+  for i, id in ipairs(ids) do
+    rest[i] = links[i]
+    if links[i] and string.find(links[i], here, 1, true) then
+      local others = {}
+      for link in string.gmatch(links[i], '[^\n]+') do
+        local policy, parent_base, parent = string.match(link, '^(%a) (%S+) (%S+)$')
+        if parent_base == base then
+          list[#list + 1] = {parent, base .. ' ' .. id, 'a' .. policy, results[id] or ''}
+        else
+          others[#others + 1] = link
+        end
+      end
+      rest[i] = table.concat(others, '\n')
+    end
+  end
+  return list, rest
+end
+
 check_types(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash')
 local n = tonumber(ARGV[13])
 local first = 14 + 4 * n
@@ -95,6 +127,8 @@ for i, id in ipairs(ids) do
 end
 local marked = aborted_of(ARGV[1], held)
 local done, ended, absent, results, noted, built, acking = {}, {}, {}, {}, {}, {}, {}
+-- The result each acked id keeps, which a parent in this slot reads.
+local kept_result = {}
 -- Each key built once into `built`: an acked id's notes in this call name
 -- the keys its flag names too.
 local seen = {}
@@ -114,7 +148,8 @@ for i, id in ipairs(ids) do
     out[i] = 1
     local flag = string.sub(kept, 1, 1)
     if retention > 0 and (flag == 'r' or flag == 'b') then
-      results[#results + 1] = {ARGV[4] .. id, string.sub(kept, 2)}
+      kept_result[id] = string.sub(kept, 2)
+      results[#results + 1] = {ARGV[4] .. id, kept_result[id]}
       build(ARGV[4] .. id)
     end
     if flag == 'n' or flag == 'b' then
@@ -175,8 +210,16 @@ if #done > 0 then
   end
 end
 keys_here(built)
+-- Completions of parents in this slot are applied here, planned before
+-- the first write; those of parents elsewhere go to the outbox.
+local completing
 if flows then
   links = flow_links(base, done)
+  local list
+  list, links = split_links(base, done, links, kept_result)
+  if #list > 0 then
+    completing = plan_completions({KEYS[4], KEYS[5], KEYS[6], KEYS[2], KEYS[3]}, ARGV[1], list)
+  end
 end
 -- The notes go first: the acks below end their leases.
 local notes_out, fresh = write_notes(KEYS[1], note_keys, 14, n, tonumber(ARGV[11]), ARGV[12], acking, retention)
@@ -215,6 +258,10 @@ if #done > 0 then
     wake(ARGV[10], 0)
   end
   recorded = flow_done(flows, base, done, 'a', true, links)
+  if completing then
+    -- An acked child never makes its parent a dead letter: no retention.
+    apply_completions(completing, ARGV[10], 0)
+  end
   for i, id in ipairs(ids) do
     if out[i] == 1 and recorded[id] then
       out[i] = 3

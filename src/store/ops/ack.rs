@@ -77,8 +77,9 @@ numbered! {
         /// The lease ran out: the message is or will be delivered again.
         LeaseLost = 0,
         Acked = 1,
-        /// Acked, and its completion recorded for its parent: the relay
-        /// has work (docs/workflows.md).
+        /// Acked, and its completion recorded for a parent in another
+        /// slot: the relay has work (docs/workflows.md). Those of parents
+        /// in its own slot the ack applied itself.
         AckedChild = 3,
         /// Nothing left to ack: finished already, by an earlier run of this
         /// call whose reply was lost, or by the ack of a redelivery after
@@ -93,14 +94,21 @@ numbered! {
 
 impl Op for Ack<'_> {
     type Reply = Acked;
-    const KEYS: &'static [&'static str] = &["processing", "attempts", "totals"];
+    const KEYS: &'static [&'static str] = &["processing", "attempts", "totals", "waiting", "pending", "dead"];
 
     fn script() -> &'static LuaScript {
         &scripts::ACK
     }
 
     fn keys(&self, k: &Keys) -> Vec<String> {
-        vec![k.processing.clone(), k.attempts.clone(), k.totals.clone()]
+        vec![
+            k.processing.clone(),
+            k.attempts.clone(),
+            k.totals.clone(),
+            k.flow_waiting.clone(),
+            k.pending.clone(),
+            k.dead.clone(),
+        ]
     }
 
     fn args(&self, k: &Keys) -> Vec<Value> {

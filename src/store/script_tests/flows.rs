@@ -11,12 +11,13 @@ use super::{Env, RETENTION};
 use crate::flow::wire::{ChildRef, Outcome, ParentLink};
 use crate::flow::ChildPolicy;
 use crate::store::flows::relay::relay;
-use crate::store::ops::ack::{Ack, AckOutcome};
+use crate::store::ops::ack::{Ack, AckOutcome, Keep};
 use crate::store::ops::flow_complete::{Completed, Completion, FlowComplete};
 use crate::store::ops::flow_deps::{DepsAdded, FlowDeps};
 use crate::store::ops::flow_link::{FlowLink, LinkStatus};
 use crate::store::ops::flow_status::{FlowCounts, FlowStatus};
 use crate::store::ops::nack::NackMode;
+use crate::store::ops::note::Notes;
 use crate::store::ops::outbox::OutboxDrop;
 use crate::store::ops::purge::Purge;
 use crate::store::ops::relay::{OutboxEntry, Relay, Relayed};
@@ -92,6 +93,24 @@ async fn link_as(env: &Env, parent: &str, policy: char, ids: &[&str], new: bool)
         new,
     })
     .await
+}
+
+/// Links children `ids` of this queue to parent `id` of the queue whose
+/// base is `base` (another slot), policy fail; returns the link.
+async fn link_to(env: &Env, base: &str, id: &str, ids: &[&str]) -> ParentLink {
+    let parent = ParentLink {
+        policy: ChildPolicy::Fail,
+        base: base.into(),
+        id: id.into(),
+    };
+    let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    env.run(&FlowLink {
+        parent: &parent,
+        ids: &ids,
+        new: false,
+    })
+    .await;
+    parent
 }
 
 /// The outbox's entries, oldest first.
@@ -184,48 +203,28 @@ async fn a_parent_waits_until_its_last_child_completes() {
         }
     );
 
-    // c1's ack records its completion in the outbox, in the same script,
-    // and returns it (the consumer delivers one of another slot at once).
+    // c1's ack completes its parent, in this slot, in the same script:
+    // no outbox entry, nothing for the relay.
     let leases = claim_all(&env).await;
     let c1 = leases.iter().find(|l| l.0 == "c1").unwrap().1;
     let acked = env.run(&Ack::plain(&[("c1", c1)])).await;
-    assert_eq!(acked.acks, [AckOutcome::AckedChild]);
-    assert_eq!(acked.recorded, [(0, format!("a c1 f {} p", k.base))]);
+    assert_eq!(acked.acks, [AckOutcome::Acked]);
+    assert!(acked.recorded.is_empty());
     assert_eq!(env.int(&["HEXISTS", &k.parents(), "c1"]), 0);
-    let entries = outbox(&env);
-    assert_eq!(entries, [format!("a c1 f {} p", k.base)]);
-    let done = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
-    assert_eq!(
-        done,
-        Completed {
-            applied: 1,
-            due: 0,
-            dead: 0,
-            removed: 0
-        }
-    );
-    // Re-delivered: nothing changes.
+    assert!(!env.exists(&k.outbox));
+    assert_eq!(env.int(&["SISMEMBER", &k.deps("p"), &member(&env, "c1")]), 0);
+    assert_eq!(env.hget(&k.children("p"), &member(&env, "c1")), "a");
+    assert_eq!(env.zset(&k.flow_waiting), waiting);
+    // Its completion delivered again (a relay's): nothing changes.
     let state = env.snapshot();
     let again = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
     assert_eq!(again, Completed::default());
     assert_eq!(env.snapshot(), state);
-    let drop = [(entries[0].clone(), Vec::new())];
-    assert_eq!(env.run(&OutboxDrop { entries: &drop }).await, 1);
-    assert!(!env.exists(&k.outbox));
 
     // The last child: the parent goes to pending at its own due time.
     let c2 = leases.iter().find(|l| l.0 == "c2").unwrap().1;
-    assert_eq!(env.ack(&[("c2", c2)]).await, [3]);
-    let done = complete(&env, &[completion(&env, "p", "c2", "af")]).await;
-    assert_eq!(
-        done,
-        Completed {
-            applied: 1,
-            due: 1,
-            dead: 0,
-            removed: 0
-        }
-    );
+    assert_eq!(env.ack(&[("c2", c2)]).await, [1]);
+    assert!(!env.exists(&k.outbox));
     assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.deps("p")));
     assert_eq!(env.zset(&k.pending), waiting);
     let mut children = env.lines(&["HGETALL", &k.children("p")]);
@@ -253,52 +252,99 @@ async fn a_parent_waits_until_its_last_child_completes() {
 async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
     let env = Env::new().await;
     let k = env.k().clone();
+    // The parent is in another queue: its completion goes by the outbox.
+    let other = crate::DelayQueue::builder("other", env.client.clone()).build().unwrap();
+    let ok = other.inner.shards[0].clone();
+    let store = other.store(&ok);
     env.send_own("c", "child", 0, 0, 3).await;
-    send_parent(&env, "p", &["c"], 0).await;
-    link(&env, "p", 'f', &["c"]).await;
+    let deps = FlowDeps {
+        id: "p",
+        children: &[child(&env, "c")],
+        unless_live: true,
+    };
+    assert_eq!(store.run(&deps).await.unwrap(), DepsAdded::Added(1));
+    let parent = Outgoing {
+        stage: None,
+        mode: None,
+        id: "p".into(),
+        value: encode_stored(&ValueParts::new(3, b"parent")).into(),
+        delay: Duration::ZERO,
+        expire_after: None,
+        own_id: true,
+        wait: true,
+    };
+    let sent = store.run(&SendBatch { msgs: vec![parent] }).await.unwrap();
+    assert_eq!(sent[0].0, SendOutcome::Stored);
+    link_to(&env, &ok.base, "p", &["c"]).await;
     // The consumer acks and dies before its relay: the ack recorded the
     // completion, with the child's result (as the results' ack writes it).
     let leases = claim_all(&env).await;
     env.raw(&["SET", &format!("{}c", k.result_prefix), "42"]);
     assert_eq!(env.ack(&[("c", leases[0].1)]).await, [3]);
-    assert_eq!(env.zset(&k.flow_waiting).len(), 1);
+    assert_eq!(env.zset(&ok.flow_waiting).len(), 1);
     // Another consumer's relay (its tick: the probe finds the outbox).
     let retention = Duration::from_millis(RETENTION as u64);
     assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 1);
-    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.outbox));
+    assert!(!env.exists(&ok.flow_waiting) && !env.exists(&k.outbox));
     // Due now: ready at once, no promote in between.
-    assert_eq!(env.list(&k.ready), ["p"]);
-    assert!(!env.exists(&k.pending));
-    assert_eq!(env.hget(&k.children("p"), &member(&env, "c")), "a42");
+    assert_eq!(env.list(&ok.ready), ["p"]);
+    assert!(!env.exists(&ok.pending));
+    assert_eq!(env.hget(&ok.children("p"), &member(&env, "c")), "a42");
     // Again: nothing to do.
     assert_eq!(relay(&env.client, &k, retention).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn an_ack_completes_a_parent_in_its_slot_and_records_one_elsewhere() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    env.send_own("c", "child", 0, 0, 3).await;
+    send_parent(&env, "p", &["c"], 0).await;
+    link(&env, "p", 'f', &["c"]).await;
+    // c also has a parent in another queue.
+    let elsewhere = link_to(&env, "dq:{other}:", "q", &["c"]).await;
+    let leases = claim_all(&env).await;
+    let mut wake = env.subscribe().await;
+    let result = b"42";
+    let ack = Ack {
+        leases: vec![(
+            "c",
+            leases[0].1,
+            Keep {
+                result: Some(result),
+                noted: false,
+            },
+        )],
+        result_retention: Duration::from_secs(60),
+        notes: Notes::none(),
+    };
+    let acked = env.run(&ack).await;
+    // The parent here: ready at once, with the child's result, in the ack.
+    assert_eq!(env.list(&k.ready), ["p"]);
+    assert!(!env.exists(&k.flow_waiting) && !env.exists(&k.deps("p")));
+    assert_eq!(env.hget(&k.children("p"), &member(&env, "c")), "a42");
+    assert_eq!(wake.next().await, "0", "the ack's wake-up for the parent made ready");
+    // The parent elsewhere: recorded, returned for the relay.
+    let entry = format!("a c f {} q", elsewhere.base);
+    assert_eq!(acked.acks, [AckOutcome::AckedChild]);
+    assert_eq!(acked.recorded, [(0, entry.clone())]);
+    assert_eq!(outbox(&env), [entry]);
+    assert!(!env.exists(&k.parents()));
 }
 
 #[tokio::test]
 async fn relay_applies_and_drops_the_completions_of_parents_in_its_slot_and_reads_the_rest() {
     let env = Env::new().await;
     let k = env.k().clone();
+    // Children acked before they were linked, their results kept: each
+    // link records its completion in the outbox.
     for id in ["c1", "c2"] {
-        env.send_own(id, id, 0, 0, 3).await;
+        env.raw(&["SET", &format!("{}{id}", k.result_prefix), &format!("r-{id}")]);
     }
     send_parent(&env, "p", &["c1", "c2"], 0).await;
     link(&env, "p", 'f', &["c1", "c2"]).await;
     // c1 also has a parent in another queue.
-    let elsewhere = ParentLink {
-        policy: ChildPolicy::Fail,
-        base: "dq:{other}:".into(),
-        id: "q".into(),
-    };
-    env.run(&FlowLink {
-        parent: &elsewhere,
-        ids: &["c1".to_string()],
-        new: false,
-    })
-    .await;
-    for (id, lease) in claim_all(&env).await {
-        env.raw(&["SET", &format!("{}{id}", k.result_prefix), &format!("r-{id}")]);
-        assert_eq!(env.ack(&[(&id, lease)]).await, [3]);
-    }
+    let elsewhere = link_to(&env, "dq:{other}:", "q", &["c1"]).await;
     assert_eq!(outbox(&env).len(), 3);
     let op = Relay {
         limit: 10,
@@ -660,16 +706,15 @@ async fn a_relay_read_is_bounded_by_bytes_at_the_maximum_result_size() {
     let env = Env::new().await;
     let k = env.k().clone();
     let big = "r".repeat(crate::MAX_RESULT_SIZE);
+    // Children acked before they were linked, their results kept: each
+    // link records its completion in the outbox.
     for id in ["c1", "c2", "c3"] {
-        env.send_own(id, id, 0, 0, 3).await;
-    }
-    send_parent(&env, "p", &["c1", "c2", "c3"], 0).await;
-    link(&env, "p", 'f', &["c1", "c2", "c3"]).await;
-    for (id, lease) in claim_all(&env).await {
-        assert_eq!(env.ack(&[(&id, lease)]).await, [3]);
         let key = format!("{}{id}", k.result_prefix);
         let _: () = env.client.set(key, big.as_str(), None, None, false).await.unwrap();
     }
+    send_parent(&env, "p", &["c1", "c2", "c3"], 0).await;
+    link(&env, "p", 'f', &["c1", "c2", "c3"]).await;
+    assert_eq!(outbox(&env).len(), 3);
     // Each result is at the maximum: one entry a call, however many wait.
     let retention = Duration::from_millis(RETENTION as u64);
     let first = env

@@ -247,14 +247,15 @@ end
 -- pending at max(its due time, now). A parent made dead or removed is
 -- recorded in this slot's outbox for its own parents (flow_done).
 -- `k`: {waiting, pending, dead, attempts, totals}; `retention`: the
--- dead-letter retention in ms. Touches every key it builds, and checks the
--- type of every key it writes, before its first write (keys_here), so its
--- caller must not write before it. Publishes a
--- wake-up of 0 when a parent went to ready, else when one became due before
--- every pending message. Returns {applied, parents made due, made dead,
--- removed}. A fixed number of calls per parent named, plus O(links) of
--- those made dead or removed.
-local function complete_parents(k, prefix, channel, retention, list)
+-- dead-letter retention in ms. In two steps: plan_completions touches
+-- every key it builds, checks the type of every key apply_completions
+-- writes and reads what the parents wait for, all before the caller's
+-- first write (keys_here); apply_completions writes, after the caller's
+-- own writes if it has any. Publishes a wake-up of 0 when a parent went
+-- to ready, else when one became due before every pending message.
+-- Returns {applied, parents made due, made dead, removed}. A fixed number
+-- of calls per parent named, plus O(links) of those made dead or removed.
+local function plan_completions(k, prefix, list)
   local base = flow_base(prefix, '')
   local ready_list, prios = base .. 'ready', base .. 'ready:prio'
   -- The keys it writes are checked before the first write: pending,
@@ -294,6 +295,14 @@ local function complete_parents(k, prefix, channel, retention, list)
     members_by[id] = members
     present_by[id] = checked('set', 'SMISMEMBER', base .. 'deps:' .. id, unpack(members))
   end
+  return {k = k, prefix = prefix, base = base, ready_list = ready_list, prios = prios, order = order, by = by,
+    flows = flows, head = head, now = now, scores = scores, members_by = members_by, present_by = present_by}
+end
+
+local function apply_completions(plan, channel, retention)
+  local k, prefix, base, ready_list, prios = plan.k, plan.prefix, plan.base, plan.ready_list, plan.prios
+  local order, by, flows, head, now = plan.order, plan.by, plan.flows, plan.head, plan.now
+  local scores, members_by, present_by = plan.scores, plan.members_by, plan.present_by
   local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
   local buried, deleted = {}, {}
   for i, id in ipairs(order) do
@@ -377,6 +386,11 @@ local function complete_parents(k, prefix, channel, retention, list)
     wake_if_earlier(channel, earliest, head, now)
   end
   return {applied, due, dead, removed}
+end
+
+-- Both steps at once, for a caller that writes nothing before.
+local function complete_parents(k, prefix, channel, retention, list)
+  return apply_completions(plan_completions(k, prefix, list), channel, retention)
 end
 
 --[[ flow_complete: waiting -> ready | pending | dead, as a parent's children finish
