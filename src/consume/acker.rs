@@ -6,14 +6,15 @@
 //! ahead of its ack, so the ack waits for none, and a delivery's notes
 //! sent with its ack get the result retention in that call.
 //!
-//! The relay of flow completions runs beside the acks, in a task of its
-//! own, rather than between two ack calls: an ack never waits for a relay.
-//! The completions an ack call recorded for parents in other slots come
-//! back in its reply, and that task delivers them at once, without reading
-//! the outbox; those of parents in this slot are applied by its next read
-//! (`relay.lua`, one call). A child counts as acking until then, so the
-//! line ahead of a parent's last child is bounded end to end: at most
-//! [`ACK_SLACK`] acks and completions, in calls of [`WRITE_BATCH`].
+//! An ack completes its children's parents in this slot itself. The relay
+//! of the other completions runs beside the acks, in a task of its own,
+//! rather than between two ack calls: an ack never waits for a relay. The
+//! completions an ack call recorded for parents in other slots come back
+//! in its reply, and that task delivers them at once, without reading the
+//! outbox (an aborted child's, recorded by the ack's abort, wait there for
+//! its read). A child counts as acking until then, so the line ahead of a
+//! parent's last child is bounded end to end: at most [`ACK_SLACK`] acks
+//! and completions, in calls of [`WRITE_BATCH`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,8 +102,8 @@ struct Relays {
 struct Recorded {
     /// Those of parents in other slots, to deliver as they are.
     deliver: Vec<OutboxEntry>,
-    /// Whether the outbox needs a read: completions of parents in this
-    /// slot wait there (and an aborted child's).
+    /// Whether the outbox needs a read: an aborted child's completion
+    /// waits there (and any entry the reply's reading did not take).
     read: bool,
     _acking: Vec<Box<dyn Send>>,
 }
