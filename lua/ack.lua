@@ -218,7 +218,8 @@ if flows then
   local list
   list, links = split_links(base, done, links, kept_result)
   if #list > 0 then
-    completing = plan_completions({KEYS[4], KEYS[5], KEYS[6], KEYS[2], KEYS[3]}, ARGV[1], list)
+    -- The flow keys are checked: built above, and the outbox by flow_links.
+    completing = plan_completions({KEYS[4], KEYS[5], KEYS[6], KEYS[2], KEYS[3]}, ARGV[1], list, flows)
   end
 end
 -- The notes go first: the acks below end their leases.

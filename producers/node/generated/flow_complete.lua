@@ -255,7 +255,9 @@ end
 -- to ready, else when one became due before every pending message.
 -- Returns {applied, parents made due, made dead, removed}. A fixed number
 -- of calls per parent named, plus O(links) of those made dead or removed.
-local function plan_completions(k, prefix, list)
+-- `flows`: whether the totals have 'flows', the flow keys checked
+-- (flows_here, or the caller's own checks).
+local function plan_completions(k, prefix, list, flows)
   local base = flow_base(prefix, '')
   local ready_list, prios = base .. 'ready', base .. 'ready:prio'
   -- The keys it writes are checked before the first write: pending,
@@ -282,7 +284,6 @@ local function plan_completions(k, prefix, list)
   end
   keys_here(built)
   check_types(unpack(types))
-  local flows = flows_here(checked('hash', 'HGET', k[5], 'flows'), base, {})
   local head, now = head_due(k[2]), now_ms()
   local scores = #order > 0 and checked('zset', 'ZMSCORE', k[1], unpack(order)) or {}
   -- Which children each parent still waits for, read before any write.
@@ -390,7 +391,8 @@ end
 
 -- Both steps at once, for a caller that writes nothing before.
 local function complete_parents(k, prefix, channel, retention, list)
-  return apply_completions(plan_completions(k, prefix, list), channel, retention)
+  local flows = flows_here(checked('hash', 'HGET', k[5], 'flows'), flow_base(prefix, ''), {})
+  return apply_completions(plan_completions(k, prefix, list, flows), channel, retention)
 end
 
 --[[ flow_complete: waiting -> ready | pending | dead, as a parent's children finish
