@@ -259,12 +259,30 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     }
     if now >= at.promote {
         let room = claim_capacity(&ctx.settings, &Load::of(shared));
+        if at.claim && now >= at.claim_after && room > 0 {
+            // A claim due anyway (a wake-up said something is due now, or
+            // the last claim was full) goes out right behind the promote, in
+            // the same round trip: a woken consumer starts its message one
+            // round trip sooner. Should the claim run first (a script
+            // reloaded), it finds less, and what the promote moved is
+            // claimed next.
+            let (promoted, claimed) = futures::join!(Box::pin(promote(ctx, k, room)), Box::pin(claim(shared, room)));
+            // The promote's next due time first: a group wait the claim
+            // found may bring it forward.
+            if let Ok((_, next_due)) = promoted {
+                promoted_so(at, now, interval, false, next_due);
+            }
+            let popped = claimed.as_ref().map_or(0, |c| c.0);
+            let claimed =
+                claimed.map(|(popped, held, group_wait)| claimed_so(at, room, popped, held, group_wait, interval));
+            let (moved, _) = promoted?;
+            // The claim took what the promote moved, up to its room: more
+            // is left only when it moved more than the claim leased.
+            at.claim |= moved > popped;
+            return claimed;
+        }
         let (moved, next_due) = Box::pin(promote(ctx, k, room)).await?;
-        // Nothing pending: the next probe looks again, or a wake-up comes first.
-        at.promote = next_due.map_or(at.probe, |d| now + d);
-        at.claim |= moved > 0;
-        // Something came due, whoever moved it.
-        at.stirred(now, interval);
+        promoted_so(at, now, interval, moved > 0, next_due);
     }
     if !at.claim || now < at.claim_after {
         return Ok(());
@@ -277,8 +295,32 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
         at.slot_wait = true;
         return Ok(());
     }
-    at.slot_wait = false;
     let (popped, held, group_wait) = Box::pin(claim(shared, want)).await?;
+    claimed_so(at, want, popped, held, group_wait, interval);
+    Ok(())
+}
+
+/// What a promote that ran at `now` tells the schedule: whether it left
+/// messages (or groups) to claim, and when the next pending one is due.
+fn promoted_so(at: &mut Schedule, now: Instant, interval: Duration, to_claim: bool, next_due: Option<Duration>) {
+    // Nothing pending: the next probe looks again, or a wake-up comes first.
+    at.promote = next_due.map_or(at.probe, |d| now + d);
+    at.claim |= to_claim;
+    // Something came due, whoever moved it.
+    at.stirred(now, interval);
+}
+
+/// What a claim of `want` that leased `popped` tells the schedule: claim
+/// again at once, later (a limit held it back), or once a slot is free.
+fn claimed_so(
+    at: &mut Schedule,
+    want: usize,
+    popped: usize,
+    held: Option<Held>,
+    group_wait: Option<Duration>,
+    interval: Duration,
+) {
+    at.slot_wait = false;
     if let Some(wait) = group_wait {
         // A group waits out its rate (or an ordered group its failed
         // message's delay): promote moves it back to the ring then, and a
@@ -302,10 +344,8 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
             at.claim_after = Instant::now() + CONCURRENCY_POLL.min(interval);
             // One of this consumer's own deliveries finishing frees a slot too.
             at.slot_wait = true;
-            return Ok(());
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
