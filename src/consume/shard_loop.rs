@@ -43,6 +43,10 @@ struct Schedule {
     /// sleep is anywhere in the idle probe period, so that queues started
     /// together probe evenly spread from the start.
     idled: bool,
+    /// Whether the last step failed: until one succeeds, calls go one at a
+    /// time, so a failing step (an outage, a wire format it does not
+    /// speak) costs one failed call per backoff.
+    failed: bool,
 }
 
 /// How soon a loop held back by the global concurrency limit claims again,
@@ -63,6 +67,7 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
         claim_after: now,
         slot_wait: false,
         idled: false,
+        failed: false,
     };
     let mut failures = 0u32;
     // The pool counts this loop as waiting for work until told otherwise.
@@ -70,7 +75,9 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
     tracing::debug!(queue = %shared.name(), shard = shared.index, "shard loop started");
     while !*stop.borrow() {
         // Boxed, so that the sleeping loop does not hold a step's state.
-        let (until, on_slot) = match Box::pin(step(&shared, &mut at)).await {
+        let stepped = Box::pin(step(&shared, &mut at)).await;
+        at.failed = stepped.is_err();
+        let (until, on_slot) = match stepped {
             Ok(()) => {
                 if failures > 0 {
                     tracing::info!(queue = %shared.name(), failed_steps = failures, "consumer step succeeded again");
@@ -259,7 +266,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     }
     if now >= at.promote {
         let room = claim_capacity(&ctx.settings, &Load::of(shared));
-        if at.claim && now >= at.claim_after && room > 0 {
+        if at.claim && now >= at.claim_after && room > 0 && !at.failed {
             // A claim due anyway (a wake-up said something is due now, or
             // the last claim was full) goes out right behind the promote, in
             // the same round trip: a woken consumer starts its message one
