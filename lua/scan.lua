@@ -25,7 +25,8 @@ ARGV[16] the queue's key base ("<prefix>{<name>}:") as a SCAN pattern,
 ARGV[17] ms: flow keys (docs/workflows.md), each judged in the call that
 reads it: 14 pages through the parents' deps sets and returns the parents
 not waiting (not in "<base>flow:waiting") whose cancel is not being relayed
-(no "x <parent>" in "<base>outbox"); 15 through the children hashes and
+(no "x <parent>" in "<base>outbox") and whose set has no TTL (one with a
+TTL is a set whose parent is not sent yet: it goes on its own); 15 through the children hashes and
 returns the parents not stored, 16 through the parents hash and returns
 the children not stored, but those in the dead zset (their payload
 expired: gc deletes those keys with them); 17 through the outbox entries recorded more
@@ -36,8 +37,9 @@ for 9 and 10 group names.
 Idempotent: reads only.
 Complexity: O(page) per call (O(log N + page) for zsets, O(offset + page) for lists;
 a PTTL per marker, result, progress or log key; O(log G) per group, G =
-groups, for 9 and 10; two ZSCOREs, or an EXISTS and a ZSCORE, per flow
-key or link, 14 to 16; O(log N + page) for 17).
+groups, for 9 and 10; two ZSCOREs (and a PTTL for a deps set not
+waiting), or an EXISTS and a ZSCORE, per flow key or link, 14 to 16;
+O(log N + page) for 17).
 ]]
 --- @include "args"
 --- @include "checks"
@@ -64,6 +66,7 @@ if what == 14 or what == 15 then
     if what == 14 then
       orphan = not checked('zset', 'ZSCORE', base .. 'flow:waiting', id)
         and not checked('zset', 'ZSCORE', base .. 'outbox', 'x ' .. id)
+        and redis.call('PTTL', k) == -1
     else
       orphan = gone(id)
     end

@@ -81,8 +81,10 @@ pub enum Anomaly {
         group: String,
     },
     /// A flow key of a parent that is gone (docs/workflows.md): its set of
-    /// children to wait for (`"deps"`) while it is not waiting and no
-    /// cancel of it is being relayed, or its finished children's results
+    /// children to wait for (`"deps"`) while it is not waiting, no cancel
+    /// of it is being relayed and the set has no TTL (a parent's set gets
+    /// one until its send stores it, so that of a parent never sent goes
+    /// an hour after it was filled), or its finished children's results
     /// (`"children"`) while it is neither stored nor dead. Nothing deletes
     /// it.
     OrphanFlowKey {

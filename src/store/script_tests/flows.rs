@@ -249,6 +249,44 @@ async fn a_parent_waits_until_its_last_child_completes() {
 }
 
 #[tokio::test]
+async fn a_parents_set_expires_until_its_send_stores_it() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let ttl = |id: &str| env.int(&["PTTL", &k.deps(id)]);
+    let fill = |id: &'static str, unless_live: bool| {
+        let members = vec![child(&env, "c1"), child(&env, "c2")];
+        let env = &env;
+        async move {
+            env.run(&FlowDeps {
+                id,
+                children: &members,
+                unless_live,
+            })
+            .await
+        }
+    };
+    // Filled for a parent not stored yet: the set goes on its own within
+    // the hour, should the parent's send never come.
+    assert_eq!(fill("p", true).await, DepsAdded::Added(2));
+    let left = ttl("p");
+    assert!(left > 3_500_000 && left <= 3_600_000, "{left}");
+    // Stored waiting: the set lives as long as the parent waits.
+    assert_eq!(send_parent(&env, "p", &[], 0).await, SendOutcome::Stored);
+    assert_eq!(ttl("p"), -1);
+    // A re-send of the live parent changes nothing.
+    assert_eq!(fill("p", true).await, DepsAdded::Live(vec![true, true]));
+    assert_eq!(ttl("p"), -1);
+    // A parent over its dead letter is not live: its set expires until stored.
+    assert_eq!(fill("q", true).await, DepsAdded::Added(2));
+    env.raw(&["SET", &k.msg("q"), "dead", "PX", "60000"]);
+    assert_eq!(fill("q", true).await, DepsAdded::Added(0));
+    assert!(ttl("q") > 3_500_000);
+    // A cohort's member joining its callback (no payload key given): no TTL.
+    assert_eq!(fill("r", false).await, DepsAdded::Added(2));
+    assert_eq!(ttl("r"), -1);
+}
+
+#[tokio::test]
 async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
     let env = Env::new().await;
     let k = env.k().clone();

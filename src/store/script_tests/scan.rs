@@ -149,6 +149,10 @@ async fn integrity_check_reports_flow_keys_left_behind_and_a_stuck_outbox() {
     env.raw(&["SADD", &k.deps("r"), &member("c")]);
     env.raw(&["HSET", &k.children("r"), &member("z"), "a"]);
     env.raw(&["HSET", &k.parents(), "gone", &format!("f {} p", k.base)]);
+    // Not left behind: the set of a parent whose send has not come yet
+    // (flow_deps gave it a TTL) goes on its own.
+    env.raw(&["SADD", &k.deps("t"), &member("c")]);
+    env.raw(&["PEXPIRE", &k.deps("t"), "3600000"]);
     let old = "a gone f dq:{q}: p";
     env.raw(&["ZADD", &k.outbox, &(now - 600_000).to_string(), old]);
     let mut found = env.queue.check_integrity().await.unwrap().anomalies;

@@ -528,7 +528,8 @@ due yet is replaced, due at now + delay; a due one is live), "r" replace
 (a parent of a flow, docs/workflows.md): while its set of children to
 wait for ("<base>deps:<id>", filled before by flow_deps.lua) is not
 empty, it is stored in the waiting zset ("<base>flow:waiting", scored by its
-due time) instead of pending, and the totals get 'flows'; with the set
+due time) instead of pending, its set loses the TTL flow_deps gave it,
+and the totals get 'flows'; with the set
 empty it is refused (7) unless live (the caller's flow_deps, pipelined
 with this call, has not run yet). Those two keys
 are built, not declared: one EXISTS touches them before the first write,
@@ -711,6 +712,8 @@ for i = 1, m do
   local g = status == 1 and not parked and direct[i]
   if parked then
     redis.call('ZADD', base .. 'flow:waiting', extra, id)
+    -- Its set lives as long as it waits (flow_deps gave it a TTL).
+    redis.call('PERSIST', deps[i])
     redis.call('HSET', KEYS[5], 'flows', 1)
     parked_any = true
   elseif g then
