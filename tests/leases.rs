@@ -218,6 +218,11 @@ async fn messages_claimed_ahead_of_a_stalled_handler_go_to_a_consumer_with_a_fre
     assert!(q.send_batch(batch).await.unwrap().iter().all(Result::is_ok));
     // The one claim-ahead: the slow message runs, the other 50 wait behind it.
     assert!(wait_for(WAIT, || async { q.status().await.unwrap().counts.processing == 51 }).await);
+    // Leased in Redis before its handler starts here.
+    assert!(
+        wait_until(WAIT, || on_a.len() >= 2).await,
+        "the slow message never started"
+    );
     assert_eq!(on_a.len(), 2, "only the slow message started on a");
     let b = q.start_consume(helpers::acking(&on_b)).await.unwrap();
     let ran_on_b = wait_until(WAIT, || on_b.len() == 50).await;

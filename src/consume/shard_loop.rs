@@ -47,6 +47,10 @@ struct Schedule {
     /// time, so a failing step (an outage, a wire format it does not
     /// speak) costs one failed call per backoff.
     failed: bool,
+    /// Whether a wake-up for now came while the loop had nothing to
+    /// claim: the next step's claim goes out with its promote. A busy
+    /// loop claims at its own pace, which the queues' weights shape.
+    woken: bool,
 }
 
 /// How soon a loop held back by the global concurrency limit claims again,
@@ -68,6 +72,7 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
         slot_wait: false,
         idled: false,
         failed: false,
+        woken: false,
     };
     let mut failures = 0u32;
     // The pool counts this loop as waiting for work until told otherwise.
@@ -76,7 +81,7 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
     while !*stop.borrow() {
         // Boxed, so that the sleeping loop does not hold a step's state.
         let stepped = Box::pin(step(&shared, &mut at)).await;
-        at.failed = stepped.is_err();
+        (at.failed, at.woken) = (stepped.is_err(), false);
         let (until, on_slot) = match stepped {
             Ok(()) => {
                 if failures > 0 {
@@ -108,7 +113,11 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
             _ = tokio::time::sleep_until(until) => {}
             // A finished delivery frees a slot of the global concurrency limit too.
             _ = shared.pool.done[shared.index].notified(), if on_slot => at.claim_after = Instant::now(),
-            rung = shared.bell.rung() => note_wakes(&mut at, interval, rung),
+            rung = shared.bell.rung() => {
+                let idle = !at.claim;
+                note_wakes(&mut at, interval, rung);
+                at.woken = idle && at.claim;
+            }
         }
     }
     shared.publish_waiting(waiting, false);
@@ -266,13 +275,12 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     }
     if now >= at.promote {
         let room = claim_capacity(&ctx.settings, &Load::of(shared));
-        if at.claim && now >= at.claim_after && room > 0 && !at.failed {
-            // A claim due anyway (a wake-up said something is due now, or
-            // the last claim was full) goes out right behind the promote, in
-            // the same round trip: a woken consumer starts its message one
-            // round trip sooner. Should the claim run first (a script
-            // reloaded), it finds less, and what the promote moved is
-            // claimed next.
+        if at.woken && !at.failed && now >= at.claim_after && room > 0 {
+            // Woken from idle for a message due now: the claim goes out
+            // right behind the promote, in the same round trip, so the
+            // message starts one round trip sooner. Should the claim run
+            // first (a script reloaded), it finds less, and what the
+            // promote moved is claimed next.
             let (promoted, claimed) = futures::join!(Box::pin(promote(ctx, k, room)), Box::pin(claim(shared, room)));
             // The promote's next due time first: a group wait the claim
             // found may bring it forward.
