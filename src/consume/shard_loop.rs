@@ -43,13 +43,12 @@ struct Schedule {
     /// sleep is anywhere in the idle probe period, so that queues started
     /// together probe evenly spread from the start.
     idled: bool,
-    /// Whether the last step failed: until one succeeds, calls go one at a
-    /// time, so a failing step (an outage, a wire format it does not
-    /// speak) costs one failed call per backoff.
-    failed: bool,
     /// Whether a wake-up for now came while the loop had nothing to
-    /// claim: the next step's claim goes out with its promote. A busy
-    /// loop claims at its own pace, which the queues' weights shape.
+    /// claim and its last step succeeded: the next step's claim goes out
+    /// with its promote. A busy loop claims at its own pace, which the
+    /// queues' weights shape; after a failed step calls go one at a time,
+    /// so a failing step (an outage, a wire format it does not speak)
+    /// costs one failed call per backoff.
     woken: bool,
 }
 
@@ -71,7 +70,6 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
         claim_after: now,
         slot_wait: false,
         idled: false,
-        failed: false,
         woken: false,
     };
     let mut failures = 0u32;
@@ -81,7 +79,7 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
     while !*stop.borrow() {
         // Boxed, so that the sleeping loop does not hold a step's state.
         let stepped = Box::pin(step(&shared, &mut at)).await;
-        (at.failed, at.woken) = (stepped.is_err(), false);
+        at.woken = false;
         let (until, on_slot) = match stepped {
             Ok(()) => {
                 if failures > 0 {
@@ -116,7 +114,7 @@ pub(crate) async fn run(shared: Arc<Shared>, renewer: Option<JoinHandle<()>>) {
             rung = shared.bell.rung() => {
                 let idle = !at.claim;
                 note_wakes(&mut at, interval, rung);
-                at.woken = idle && at.claim;
+                at.woken = idle && at.claim && failures == 0;
             }
         }
     }
@@ -275,7 +273,7 @@ async fn step(shared: &Arc<Shared>, at: &mut Schedule) -> Result<(), Error> {
     }
     if now >= at.promote {
         let room = claim_capacity(&ctx.settings, &Load::of(shared));
-        if at.woken && !at.failed && now >= at.claim_after && room > 0 {
+        if at.woken && now >= at.claim_after && room > 0 {
             // Woken from idle for a message due now: the claim goes out
             // right behind the promote, in the same round trip, so the
             // message starts one round trip sooner. Should the claim run
