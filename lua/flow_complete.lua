@@ -44,10 +44,17 @@ one EXISTS each before the first write, so during a slot migration it
 fails with nothing written (docs/design.md §2).
 Idempotent: a re-delivered completion finds its child gone from the set
 (or the parent no longer waiting) and changes nothing; a completion for a
-parent no longer waiting (cancelled, dead) only leaves the set.
+parent no longer waiting (cancelled, dead) only leaves the set; one for a
+parent not sent yet (its set still has the TTL flow_deps gives it: a
+flow's children may be sent and linked in the round trip of their
+parent's send) leaves the set whole but for the member "!" (OVERTAKEN
+in include/flows.lua), whose presence the parent's send reports (send.lua's
+status 8): its sender links the children again, which completes the
+child then.
 Complexity: O(M log N) with M = completions (at most 1000 per call), in
 a fixed number of calls per parent P named (TYPE of its children hash,
-SMISMEMBER, SREM, HSET, a HINCRBY per outcome, EXISTS), one ZMSCORE of
+SMISMEMBER, SREM, HSET, a HINCRBY per outcome, EXISTS; PTTL of its set
+when it is not waiting), one ZMSCORE of
 the P parents and one EXISTS of 3P keys, plus
 O(links) of the parents made dead or removed; never O(children of a
 parent).

@@ -568,6 +568,64 @@ async fn flows_sent_while_scripts_are_flushed_wait_for_every_child() {
     no_flow_key_left(&client).await;
 }
 
+/// A flow's parent goes out with its children and their links in one
+/// round trip. A parent whose payload is staged (over 4 KiB) is sent once
+/// its staged value is written, behind its children's links, which find
+/// it not stored yet (a child finishing before it is stored is the script
+/// test `a_child_that_finishes_before_its_parent_is_stored_marks_its_set_for_the_send`).
+/// Each parent still runs once, after its children, and reads every
+/// child's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parents_sent_behind_their_childrens_links_read_every_child() {
+    const FLOWS: usize = 6;
+    const CHILDREN: usize = 3;
+    let server = RedisServer::start().await;
+    let client = server.client().await;
+    let p = helpers::queue_builder("p", &client, FETCH)
+        .max_payload_size(4 << 20)
+        .build()
+        .unwrap();
+    let c = helpers::queue_builder("c", &client, FETCH).build().unwrap();
+    let log = Log::default();
+    let short = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let parents = {
+        let short = short.clone();
+        move |msg: Message| {
+            let short = short.clone();
+            async move {
+                let page = msg.children_results(None).await?;
+                let acked = page.items.iter().filter(|r| r.outcome == ChildOutcome::Acked).count();
+                let name = msg.payload().split(|&b| b == b'.').next().unwrap_or_default().to_vec();
+                short.lock().unwrap().push((name, acked));
+                Ok::<(), HandlerError>(())
+            }
+        }
+    };
+    let a = p.start_consume(parents).await.unwrap();
+    let b = c.start_consume(acking(&log)).await.unwrap();
+    for i in 0..FLOWS {
+        let mut payload = format!("parent{i}").into_bytes();
+        payload.resize(1 << 20, b'.');
+        let mut flow = Flow::new(&p, NewMessage::new(payload));
+        for j in 0..CHILDREN {
+            flow = flow.child(Flow::new(&c, NewMessage::new(format!("c{i}-{j}"))));
+        }
+        flow.send().await.unwrap();
+    }
+    let ran = wait_until(WAIT, || short.lock().unwrap().len() >= FLOWS).await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    assert!(ran, "{} of {FLOWS} parents ran", short.lock().unwrap().len());
+    let mut seen = short.lock().unwrap().clone();
+    seen.sort();
+    let want: Vec<(Vec<u8>, usize)> = (0..FLOWS)
+        .map(|i| (format!("parent{i}").into_bytes(), CHILDREN))
+        .collect();
+    assert_eq!(seen, want, "each parent once, with every child acked");
+    assert_eq!(log.len(), FLOWS * CHILDREN);
+    no_flow_key_left(&client).await;
+}
+
 /// A flow as deep as allowed is sent from a thread of 1 MiB of stack, in
 /// the test's own (debug) build: each script call's client future is
 /// boxed, so a send's futures, and a debug build's poll frames, stay

@@ -13,7 +13,10 @@
 -- Applies `list` (each {parent id, child "<child's base> <child id>",
 -- outcome then policy letters, the child's result ('' none)}) to parents
 -- of the queue whose msg key prefix is `prefix`: each child leaves its
--- parent's set, its outcome and result go to the parent's children hash
+-- parent's set (not for a parent not sent yet, whose set still has the TTL
+-- flow_deps gives it: its set only gets OVERTAKEN, for its send to say
+-- that its children need linking again), its outcome and result go to the
+-- parent's children hash
 -- (fields " a", " d", " c" count them); a dead child under 'f', or a
 -- cancelled one under 'f' or 'w', makes the parent a dead letter; under
 -- 'r' such a child removes the parent; outcome 'o' (a cohort's close) only
@@ -29,7 +32,8 @@
 -- own writes if it has any. Publishes a wake-up of 0 when a parent went
 -- to ready, else when one became due before every pending message.
 -- Returns {applied, parents made due, made dead, removed}. A fixed number
--- of calls per parent named, plus O(links) of those made dead or removed.
+-- of calls per parent named (one more, PTTL, for one not waiting), plus
+-- O(links) of those made dead or removed.
 -- `flows`: whether the totals have 'flows', the flow keys checked
 -- (flows_here, or the caller's own checks).
 local function plan_completions(k, prefix, list, flows)
@@ -61,6 +65,13 @@ local function plan_completions(k, prefix, list, flows)
   check_types(unpack(types))
   local head, now = head_due(k[2]), now_ms()
   local scores = #order > 0 and checked('zset', 'ZMSCORE', k[1], unpack(order)) or {}
+  -- A parent not waiting whose set still has the TTL flow_deps gives it
+  -- is not sent yet (its children's send and links may go out with its
+  -- own send): its set is left whole but for OVERTAKEN.
+  local unsent = {}
+  for i, id in ipairs(order) do
+    unsent[i] = not scores[i] and redis.call('PTTL', base .. 'deps:' .. id) > 0
+  end
   -- Which children each parent still waits for, read before any write.
   local members_by, present_by = {}, {}
   for _, id in ipairs(order) do
@@ -72,20 +83,31 @@ local function plan_completions(k, prefix, list, flows)
     present_by[id] = checked('set', 'SMISMEMBER', base .. 'deps:' .. id, unpack(members))
   end
   return {k = k, prefix = prefix, base = base, ready_list = ready_list, prios = prios, order = order, by = by,
-    flows = flows, head = head, now = now, scores = scores, members_by = members_by, present_by = present_by}
+    flows = flows, head = head, now = now, scores = scores, unsent = unsent, members_by = members_by,
+    present_by = present_by}
 end
 
 local function apply_completions(plan, channel, retention)
   local k, prefix, base, ready_list, prios = plan.k, plan.prefix, plan.base, plan.ready_list, plan.prios
   local order, by, flows, head, now = plan.order, plan.by, plan.flows, plan.head, plan.now
-  local scores, members_by, present_by = plan.scores, plan.members_by, plan.present_by
+  local scores, unsent, members_by, present_by = plan.scores, plan.unsent, plan.members_by, plan.present_by
   local applied, due, dead, removed, earliest, ready = 0, 0, 0, 0, false, false
   local buried, deleted = {}, {}
   for i, id in ipairs(order) do
     local deps, children = base .. 'deps:' .. id, base .. 'children:' .. id
     local members, present, score = members_by[id], present_by[id], scores[i]
-    -- Every child leaves the set, whether or not the parent still waits.
-    redis.call('SREM', deps, unpack(members))
+    -- Every child leaves the set, whether or not the parent still waits,
+    -- but for a parent not sent yet: its set is marked instead.
+    if not unsent[i] then
+      redis.call('SREM', deps, unpack(members))
+    else
+      for j = 1, #members do
+        if present[j] == 1 then
+          redis.call('SADD', deps, OVERTAKEN)
+          break
+        end
+      end
+    end
     local fields, counts, seen, ended = {}, {}, {}, false
     for j, c in ipairs(by[id]) do
       local child = members[j]

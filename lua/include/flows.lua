@@ -30,6 +30,13 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- A member of a parent's deps set that no child is (a child is "<base>
+-- <id>", with a space): a completion that came before the parent was
+-- stored puts it there (plan_completions in include/completions.lua), and
+-- the parent's send takes it out and says so (send.lua's status 8): the
+-- sender links the children again, which completes those that finished.
+local OVERTAKEN = '!'
+
 -- The keys flow_done writes, built rather than declared: the parents
 -- hash, the outbox, and the children hashes of `deleted`, the ids whose
 -- payloads go.

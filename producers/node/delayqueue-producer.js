@@ -425,12 +425,13 @@ class Producer {
     if (statuses.length !== msgs.length) throw new Error(`send.lua returned ${statuses.length} statuses for ${msgs.length} messages`);
     // A parent stored, or live already (a re-send), is linked to its children.
     for (const [i, [id, , , , , deps]] of msgs.entries()) {
-      if (deps && (statuses[i] === 0 || statuses[i] === 1)) await this.link(id, linkable.get(id));
+      // 8: stored after a child linked to it finished; the link completes it.
+      if (deps && [0, 1, 8].includes(statuses[i])) await this.link(id, linkable.get(id));
     }
     return msgs.map(([id, , , , mode], i) => {
       const duplicate = `message ${id} already exists in queue ${JSON.stringify(this.name)}`;
       const s = statuses[i];
-      if (s === 1 || s === 5) return id;
+      if (s === 1 || s === 5 || s === 8) return id;
       if (s === 0 && /^[rR]/.test(mode)) return new NotPendingError(`message ${id} is due or being handled`, true);
       if (s === 0) return new DuplicateError(duplicate);
       if (s === 4) {

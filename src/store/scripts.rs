@@ -17,6 +17,8 @@
 //! cannot run Lua at all (Valkey 9 without its `lua` module) fails the
 //! first call, whichever it is, with [`Error::ScriptingUnavailable`].
 
+use std::cell::Cell;
+use std::future::Future;
 use std::sync::OnceLock;
 
 use fred::bytes::Bytes;
@@ -174,6 +176,7 @@ impl LuaScript {
         match client.evalsha(script.sha1().clone(), keys.clone(), args.clone()).await {
             Err(e) if e.details().starts_with("NOSCRIPT") => {
                 // Routine: every script's first call on a server, and after a restart or flush.
+                let _ = RESENT.try_with(|resent| resent.set(true));
                 tracing::debug!(
                     script = self.name,
                     "script not in the server's cache yet; sending its source"
@@ -183,6 +186,24 @@ impl LuaScript {
             result => result,
         }
     }
+}
+
+tokio::task_local! {
+    /// Set by a script call sent again as `EVAL` within [`noting_resends`].
+    static RESENT: Cell<bool>;
+}
+
+/// Runs `calls` and says whether a script call among them was sent again
+/// as `EVAL` (its `EVALSHA` answered NOSCRIPT): that call ran after the
+/// commands sent behind it on its connection, out of the order they were
+/// sent in.
+pub(crate) async fn noting_resends<F: Future>(calls: F) -> (F::Output, bool) {
+    RESENT
+        .scope(Cell::new(false), async move {
+            let out = calls.await;
+            (out, RESENT.with(Cell::get))
+        })
+        .await
 }
 
 /// How long a staged value waits for its script (`Op::staged`): a

@@ -16,7 +16,7 @@ use crate::flow::{ChildPolicy, ChildrenPage, MessageRef};
 use crate::maxima::MAX_FLOW_DEPTH;
 use crate::{DelayQueue, Error, MessageId, NewMessage};
 use links::Deps;
-use waiting::send_unlinked;
+use waiting::send_with_children;
 
 impl DelayQueue {
     /// One page of the finished children of parent `id`, with their
@@ -111,11 +111,12 @@ impl Flow {
         &self.id
     }
 
-    /// Sends every message of the flow: each parent first (waiting, its
-    /// set of children filled in the same round trip), then its children,
-    /// each queue's links to the parent going out right behind them. A
-    /// message whose id is stored already is left as it is (a re-send).
-    /// Returns the root's id.
+    /// Sends every message of the flow: the children that are flows
+    /// themselves first, then this parent (waiting, its set of children
+    /// filled in the same call) with its other children and their links
+    /// to it, in one round trip where one connection carries them all
+    /// (docs/workflows.md). A message whose id is stored already is left
+    /// as it is (a re-send). Returns the root's id.
     pub async fn send(&self) -> Result<MessageId, Error> {
         self.check(1)?;
         self.send_node().await?;
@@ -142,7 +143,6 @@ impl Flow {
             let deps = (!refs.is_empty())
                 .then(|| Deps::new(&self.queue, &refs, self.policy))
                 .transpose()?;
-            let parent = send_unlinked(&self.queue, self.msg.clone_for_flow(deps)).await?;
             // Leaves go in one send_batch per queue (a parent of 100,000
             // children: 100 script calls, not 100,000 round trips).
             let mut leaves: Vec<(&DelayQueue, Vec<NewMessage>)> = Vec::new();
@@ -168,7 +168,7 @@ impl Flow {
                 Ok(())
             }));
             let sending = async move { sending.await.map(drop) };
-            parent.link_while(&self.queue, sending).await
+            send_with_children(&self.queue, &self.id, &self.msg, deps, sending).await
         })
     }
 }

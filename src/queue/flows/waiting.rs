@@ -4,18 +4,24 @@
 //! ([`links::fill`], lua/flow_deps.lua), then the parents stored waiting
 //! with the rest of the send (send.lua's mode "w"): [`store_waiting`];
 //! then each parent linked to its children ([`Stored::link`],
-//! lua/flow_link.lua), once they are sent. A child joining parents that
-//! are live already (a cohort's member) takes the same steps:
-//! [`send_joining`].
+//! lua/flow_link.lua), once they are sent. A [`Flow`](crate::Flow)'s parent
+//! goes with its children and their links in one round trip where one
+//! connection carries them: [`send_with_children`]. A child joining
+//! parents that are live already (a cohort's member) takes the same
+//! steps: [`send_joining`].
 
 use std::future::Future;
+
+use fred::interfaces::ClientLike;
 
 use super::links::{self, Deps};
 use crate::flow::wire::ChildRef;
 use crate::flow::ChildPolicy;
 use crate::maxima::MAX_BATCH_SIZE;
+use crate::queue::durability::Durability;
 use crate::queue::send::{dispatch, prepare_all, Dispatched, NewMessage, Prepared, Sent};
 use crate::store::ops::send::Outgoing;
+use crate::store::scripts::noting_resends;
 use crate::{DelayQueue, Error, MessageId};
 
 /// Messages stored, the waiting parents among them not linked yet.
@@ -84,10 +90,13 @@ impl Stored {
 }
 
 /// A parent stored waiting whose children are still to be sent: link it
-/// once they are ([`Unlinked::link`]).
+/// once they are ([`Unlinked::link_while`]).
 pub(crate) struct Unlinked {
     id: MessageId,
     deps: Option<Deps>,
+    /// A child linked before the parent was stored finished meanwhile
+    /// (send.lua's status 8): its completion waits for a link again.
+    overtaken: bool,
 }
 
 /// Sends parent `msg` alone, waiting for the children it carries, and
@@ -101,13 +110,66 @@ pub(crate) async fn send_unlinked(queue: &DelayQueue, msg: NewMessage) -> Result
         .ok_or_else(|| Error::Internal("send of one message prepared nothing".into()))?;
     let mut stored = store_waiting(queue, prepared).await?;
     stored.sent.confirm(queue).await?;
+    let overtaken = stored.sent.overtaken;
     let deps = stored.links.pop().flatten();
     stored
         .sent
         .results
         .pop()
         .unwrap_or_else(|| Err(Error::Internal("send of one message returned nothing".into())))?;
-    Ok(Unlinked { id, deps })
+    Ok(Unlinked { id, deps, overtaken })
+}
+
+/// Sends parent `msg` (of id `id`), waiting for `deps` when it has
+/// children, while `sending` sends those of its children not sent yet,
+/// and links them. In one round trip where one connection carries it all
+/// (a client that is not a cluster's, durability `Memory`, at most
+/// [`MAX_BATCH_SIZE`] children): Redis runs the parent's set and send,
+/// then the children's send and links, in the order they go out. Where
+/// that order broke (a call sent again as `EVAL`, or a parent whose send
+/// ran behind the links and found a child finished: [`Unlinked::overtaken`])
+/// every child is linked again once all returned, which completes those
+/// that finished; a child whose send ran after its link is linked again
+/// alone. Otherwise in two: the parent, then the children with their links.
+pub(crate) async fn send_with_children(
+    queue: &DelayQueue,
+    id: &MessageId,
+    msg: &NewMessage,
+    deps: Option<Deps>,
+    sending: impl Future<Output = Result<(), Error>>,
+) -> Result<(), Error> {
+    let inner = &queue.inner;
+    let deps = match deps {
+        Some(deps)
+            if !inner.client.is_clustered()
+                && inner.config.durability == Durability::Memory
+                && deps.children.len() <= MAX_BATCH_SIZE =>
+        {
+            deps
+        }
+        deps => {
+            let parent = send_unlinked(queue, msg.clone_for_flow(deps)).await?;
+            return parent.link_while(queue, sending).await;
+        }
+    };
+    let ((parent, sent, left), resent) = noting_resends(async {
+        futures::join!(
+            send_unlinked(queue, msg.clone_for_flow(Some(deps.clone()))),
+            sending,
+            links::link(queue, id.as_str(), &deps, true)
+        )
+    })
+    .await;
+    let (parent, left) = (parent?, left?);
+    sent?;
+    let Some(filled) = &parent.deps else {
+        return Ok(());
+    };
+    let again = if resent || parent.overtaken { filled } else { &left };
+    if !again.children.is_empty() {
+        links::link(queue, id.as_str(), again, false).await?;
+    }
+    Ok(())
 }
 
 impl Unlinked {

@@ -34,6 +34,9 @@ pub(crate) struct Dispatched {
     /// Whether a flow's parent was refused as sent before its children set
     /// was filled ([`SendOutcome::Unfilled`]).
     pub unfilled: bool,
+    /// Whether a flow's parent was stored after a child linked to it
+    /// finished ([`SendOutcome::Overtaken`]).
+    pub overtaken: bool,
 }
 
 /// Stores `msgs` in chunks of at most `batch_size` messages (and
@@ -69,11 +72,12 @@ pub(crate) async fn dispatch(queue: &DelayQueue, msgs: Vec<Outgoing>) -> Result<
         .await;
     let reconnected = durability::reconnected(&mut reconnects);
     let done = all_stored(queue, stored)?;
-    let (mut results, mut unfilled) = (Vec::new(), false);
+    let (mut results, mut unfilled, mut overtaken) = (Vec::new(), false, false);
     for (chunk, outcomes) in done {
         let k = &inner.shards[chunk.shard];
         for ((m, place), (outcome, until)) in chunk.msgs.into_iter().zip(chunk.places).zip(outcomes) {
             unfilled |= outcome == SendOutcome::Unfilled;
+            overtaken |= outcome == SendOutcome::Overtaken;
             results.push((place, judge(queue, k, m, outcome, until, reconnected, started).await));
         }
     }
@@ -83,6 +87,7 @@ pub(crate) async fn dispatch(queue: &DelayQueue, msgs: Vec<Outgoing>) -> Result<
         reconnects,
         reconnected,
         unfilled,
+        overtaken,
     })
 }
 
@@ -211,7 +216,7 @@ async fn judge(
     let q = &queue.inner;
     let replace = matches!(m.mode, Some(SendMode::Replace { .. }));
     let own = match outcome {
-        SendOutcome::Stored => true,
+        SendOutcome::Stored | SendOutcome::Overtaken => true,
         SendOutcome::Replaced => {
             tracing::debug!(queue = %q.name, id = %m.id, delay_ms = m.delay.as_millis() as u64, "replaced");
             return Ok(Sent::Replaced(m.id));

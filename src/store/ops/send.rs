@@ -97,6 +97,10 @@ numbered! {
         /// (its `flow_deps`, pipelined with the send, had not run); nothing
         /// written.
         Unfilled = 7,
+        /// A flow's parent stored (as `Stored`) after a child linked to it
+        /// finished, whose completion was not applied: link its children
+        /// again.
+        Overtaken = 8,
     }
 }
 

@@ -286,6 +286,69 @@ async fn a_parents_set_expires_until_its_send_stores_it() {
     assert_eq!(ttl("r"), -1);
 }
 
+/// A flow's children are sent and linked in the round trip of their
+/// parent's send, so a child may finish before its parent is stored (a
+/// send that went out behind the links). Its completion, in its ack or
+/// from the relay, finds the parent's set with the TTL of a set not stored
+/// yet: the set stays whole and only gets the mark, nothing else is
+/// written (not even for a dead child under 'f'); the parent's send takes
+/// the mark out and says so (status 8), and the link again that its
+/// sender then makes completes the child as usual.
+#[tokio::test]
+async fn a_child_that_finishes_before_its_parent_is_stored_marks_its_set_for_the_send() {
+    let env = Env::new().await;
+    let k = env.k().clone();
+    let members = |id: &str| {
+        let mut m = env.lines(&["SMEMBERS", &k.deps(id)]);
+        m.sort();
+        m
+    };
+    env.send_own("c1", "one", 0, 0, 3).await;
+    env.send_own("c2", "two", 0, 0, 3).await;
+    let all = vec![child(&env, "c1"), child(&env, "c2")];
+    let fill = FlowDeps {
+        id: "p",
+        children: &all,
+        unless_live: true,
+    };
+    assert_eq!(env.run(&fill).await, DepsAdded::Added(2));
+    let filled = members("p");
+    assert_eq!(link(&env, "p", 'f', &["c1", "c2"]).await, [LinkStatus::Linked; 2]);
+    let leases = claim_all(&env).await;
+    let lease = leases.iter().find(|(id, _)| id == "c1").unwrap().1;
+    let ack = Ack {
+        leases: vec![("c1", lease, Keep::default())],
+        result_retention: Duration::from_secs(60),
+        notes: Notes::none(),
+    };
+    env.run(&ack).await;
+    // c2 died, reported by a relay of another slot.
+    let dead = complete(&env, &[completion(&env, "p", "c2", "df")]).await;
+    assert_eq!(dead, Completed::default());
+    let mut marked = filled.clone();
+    marked.push("!".into());
+    marked.sort();
+    assert_eq!(members("p"), marked);
+    assert!(env.int(&["PTTL", &k.deps("p")]) > 0, "the set keeps its TTL");
+    assert!(!env.exists(&k.children("p")) && !env.exists(&k.flow_waiting));
+    assert!(env.dead().is_empty() && env.list(&k.ready).is_empty());
+
+    assert_eq!(send_parent(&env, "p", &[], 0).await, SendOutcome::Overtaken);
+    assert_eq!(members("p"), filled);
+    assert_eq!(env.zset(&k.flow_waiting).len(), 1);
+    // Linked again: c1 is gone (acked), c2 is still processing.
+    assert_eq!(
+        link(&env, "p", 'f', &["c1", "c2"]).await,
+        [LinkStatus::Gone, LinkStatus::Linked]
+    );
+    let done = complete(&env, &[completion(&env, "p", "c1", "af")]).await;
+    assert_eq!(done.applied, 1);
+    assert_eq!(members("p"), [member(&env, "c2")]);
+    // A parent with no set (its fill not run yet) gets nothing at all.
+    complete(&env, &[completion(&env, "q", "c1", "af")]).await;
+    assert!(!env.exists(&k.deps("q")));
+}
+
 #[tokio::test]
 async fn a_completion_left_by_a_dead_consumer_is_relayed_by_the_next() {
     let env = Env::new().await;

@@ -504,10 +504,11 @@ class Producer:
         out: List[Outcome] = []
         for (id, _, _, _, mode, deps), s in zip(msgs, statuses):
             duplicate = "message %s already exists in queue %r" % (id, self.name)
-            # A parent stored, or live already (a re-send), is linked to its children.
-            if deps is not None and s in (0, 1):
+            # A parent stored, or live already (a re-send), is linked to its
+            # children (8: stored after a child linked to it finished).
+            if deps is not None and s in (0, 1, 8):
                 self._link(id, linkable[id])
-            if s in (1, 5):
+            if s in (1, 5, 8):
                 out.append(id)
             elif s == 0 and mode[:1] in ("r", "R"):
                 out.append(NotPendingError("message %s is due or being handled" % id, True))

@@ -113,6 +113,13 @@ local function flow_base(msg_key, id)
   return string.sub(msg_key, 1, #msg_key - #id - 2)
 end
 
+-- A member of a parent's deps set that no child is (a child is "<base>
+-- <id>", with a space): a completion that came before the parent was
+-- stored puts it there (plan_completions in include/completions.lua), and
+-- the parent's send takes it out and says so (send.lua's status 8): the
+-- sender links the children again, which completes those that finished.
+local OVERTAKEN = '!'
+
 -- The keys flow_done writes, built rather than declared: the parents
 -- hash, the outbox, and the children hashes of `deleted`, the ids whose
 -- payloads go.
@@ -573,7 +580,10 @@ it again), 4 refused by the id's marker, 5 a pending message replaced
 (debounce, replace; its attempt record kept, 'sent' not counted), 6
 replace found no live message (nothing written), 7 a parent ("w") whose
 set of children is empty (nothing written: send it again once flow_deps
-has run); then, for each 4 in
+has run), 8 a parent stored as 1 says, whose set held "!" (OVERTAKEN in
+include/flows.lua, taken out now): a child linked before the parent was
+stored finished meanwhile, and its completion was not applied (link the
+children again, which completes those that finished); then, for each 4 in
 order, when the marker expires (ms of Redis time; -1: no TTL, its message
 is live).
 Publishes a wake-up when the batch holds a message due before every
@@ -739,6 +749,10 @@ for i = 1, m do
     end
   elseif status == 4 then
     held[#held + 1] = extra
+  end
+  -- A child's completion came first: its sender links the children again.
+  if parked and redis.call('SREM', deps[i], OVERTAKEN) == 1 then
+    status = 8
   end
   out[#out + 1] = status
 end
