@@ -111,26 +111,26 @@ delay header gains a digit: O(payload size)).
 --- @include "wake"
 -- Nothing may fail after the first write, so each key the batch may touch
 -- after one is checked before it. Reads before the first write check their
--- keys on the way (`checked`): pending here, processing by the first message's
--- read, dead when the SET NX of a batch of one finds its key taken, and
--- totals by the read of its settings. TYPE calls go only to keys touched
--- later: dead for a batch of several or with caller-chosen ids, attempts
--- for caller-chosen ids. Every call adds to the round trip of a single
--- awaited send.
+-- keys on the way (`checked`): pending here, processing by the first
+-- message's read, and totals by the read of its settings. TYPE calls go
+-- only to keys touched later, by caller-chosen ids alone (a generated id
+-- has no dead letter or attempt record of an earlier message): dead and
+-- attempts. Every call adds to the round trip of a single awaited send.
 local head = head_due(KEYS[1])
 local m = (#ARGV - 2) / 5
 local chosen, prio, big, grouped = false, false, false, false
 -- Each message's value: ARGV's, or its staged one (read here, before the
 -- first write, as its placeholders are checked), and its mode.
-local values, modes, waits, s = {}, {}, {}, 5 + m
+local values, modes, waits, own, s = {}, {}, {}, {}, 5 + m
 for i = 1, m do
   local a = (i - 1) * 5 + 3
-  local own, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrRw]?)(%d*)$')
-  if not own or (own == '0' and kind ~= '' and kind ~= 'w') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
+  local flag, kind, ms = string.match(ARGV[a + 4], '^([01])([utdrRw]?)(%d*)$')
+  if not flag or (flag == '0' and kind ~= '' and kind ~= 'w') or ((kind == 'u' or kind == 't') ~= ((tonumber(ms) or 0) > 0))
     or (kind ~= 'u' and kind ~= 't' and ms ~= '') then
     error(redis.error_reply('ERR bad id flag and mode of ' .. ARGV[a] .. ': ' .. ARGV[a + 4]))
   end
-  chosen = chosen or own == '1'
+  own[i] = flag == '1'
+  chosen = chosen or own[i]
   if kind == 'w' then
     waits[i] = true
   elseif kind ~= '' then
@@ -157,15 +157,13 @@ for i = 1, m do
     modes[i][3] = KEYS[s]
   end
 end
+-- Only a caller-chosen id's message reads or writes dead and attempts.
 local later = {}
-if chosen or m > 1 then
-  later[#later + 1], later[#later + 2] = KEYS[4], 'zset'
-end
 if chosen then
-  later[#later + 1], later[#later + 2] = KEYS[2], 'hash'
+  later = {KEYS[4], 'zset', KEYS[2], 'hash'}
 end
 check_types(unpack(later))
-local settings = checked('hash', 'HMGET', KEYS[5], 'format', 'shards')
+local settings = checked('hash', 'HMGET', KEYS[5], 'format', 'shards', 'flows')
 local format = settings[1]
 check_format(format, ARGV[2])
 check_shards(settings[2], '1')
@@ -227,7 +225,7 @@ for i = 1, m do
   local status, extra = 7, nil
   if not unfilled[i] then
     status, extra = store_message(KEYS[3], KEYS[4], KEYS[2], KEYS[5 + i], id, values[i], ARGV[a + 2],
-      tonumber(ARGV[a + 3]), string.sub(ARGV[a + 4], 1, 1) == '1', now, i == 1, modes[i])
+      tonumber(ARGV[a + 3]), own[i], now, i == 1, modes[i])
   end
   local base = waits[i] and flow_base(KEYS[5 + i], id)
   local parked = status == 1 and base
@@ -236,7 +234,10 @@ for i = 1, m do
     redis.call('ZADD', base .. 'flow:waiting', extra, id)
     -- Its set lives as long as it waits (flow_deps gave it a TTL).
     redis.call('PERSIST', deps[i])
-    redis.call('HSET', KEYS[5], 'flows', 1)
+    if not settings[3] then
+      redis.call('HSET', KEYS[5], 'flows', 1)
+      settings[3] = '1'
+    end
     parked_any = true
   elseif g then
     if not grouped_entries[g] then

@@ -132,8 +132,9 @@ Complexity: O(M log N) with M = children, plus O(links) of each; one
 EXISTS more per child when not all are stored, and one more for each not
 stored.
 ]]
--- The parents hash and the dead zset are checked by their reads below.
-check_types(KEYS[3], 'hash')
+-- The parents hash and the dead zset are checked by their reads below,
+-- the totals by this one.
+local flows = checked('hash', 'HGET', KEYS[3], 'flows')
 local link, new = string.match(ARGV[2], '^([fiwr] %S+ %S+)$'), false
 if not link then
   link = string.match(ARGV[2], '^([fiwr] %S+ %S+) new$')
@@ -156,7 +157,7 @@ keys_here(built)
 local all_stored = redis.call('EXISTS', unpack(keys)) == #keys
 local dead = checked('zset', 'ZMSCORE', KEYS[2], unpack(ids))
 local links = checked('hash', 'HMGET', KEYS[1], unpack(ids))
-local out, writes, entries, now = {}, {}, {}, now_ms()
+local out, writes, entries, now = {}, {}, {}, false
 for i, id in ipairs(ids) do
   local stored = all_stored or redis.call('EXISTS', keys[i]) == 1
   if new and (not stored or dead[i]) then
@@ -165,6 +166,7 @@ for i, id in ipairs(ids) do
     out[i] = 0
     if redis.call('EXISTS', base .. 'result:' .. id) == 1 then
       out[i] = 3
+      now = now or now_ms()
       entries[#entries + 1], entries[#entries + 2] = now, 'a ' .. id .. ' ' .. link
     end
   elseif dead[i] and policy ~= 'w' then
@@ -189,7 +191,7 @@ end
 if #entries > 0 then
   redis.call('ZADD', base .. 'outbox', unpack(entries))
 end
-if #writes > 0 or #entries > 0 then
+if (#writes > 0 or #entries > 0) and not flows then
   redis.call('HSET', KEYS[3], 'flows', 1)
 end
 return out
