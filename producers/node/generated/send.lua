@@ -580,10 +580,9 @@ it again), 4 refused by the id's marker, 5 a pending message replaced
 (debounce, replace; its attempt record kept, 'sent' not counted), 6
 replace found no live message (nothing written), 7 a parent ("w") whose
 set of children is empty (nothing written: send it again once flow_deps
-has run), 8 a parent stored as 1 says, whose set held "!" (OVERTAKEN in
-include/flows.lua, taken out now): a child linked before the parent was
-stored finished meanwhile, and its completion was not applied (link the
-children again, which completes those that finished); then, for each 4 in
+has run), 8 a parent stored whose set held "!" (OVERTAKEN, taken out
+now): a child finished before it was stored (link its children again,
+which completes those that finished); then, for each 4 in
 order, when the marker expires (ms of Redis time; -1: no TTL, its message
 is live).
 Publishes a wake-up when the batch holds a message due before every
