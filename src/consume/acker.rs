@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -138,19 +140,37 @@ pub(crate) fn spawn(ctx: Arc<Context>, shard: usize) -> (Acks, JoinHandle<()>) {
     (Acks { tx, relay }, task)
 }
 
+/// Relays one relay task runs at once, at most. A relay makes two calls
+/// in turn (the completions on the parents' slots, then the drop of their
+/// outbox entries): with one at a time, a parent's last child waited for
+/// both of the relay before it (1-2 ms under load, docs/performance.md,
+/// "Flows"). Completions are idempotent (a child leaves its parent's set
+/// once), so relays that overlap may deliver an entry twice, harmlessly.
+const RELAYS_AT_ONCE: usize = 2;
+
 /// Takes the completions ack calls recorded as they come, several calls'
 /// together (at most `RELAY_BATCH` entries and `OUTBOX_BYTES` of results
 /// a time): delivers those of parents in other slots as they are, then
 /// relays the shard's outbox if one asked for it; and relays the outbox
-/// each time the loop's tick asks, its probe having found entries. A
-/// failure leaves the entries in the outbox for the next tick, whose
-/// probe finds them.
+/// each time the loop's tick asks, its probe having found entries; at
+/// most [`RELAYS_AT_ONCE`] of them run at once. A failure leaves the
+/// entries in the outbox for the next tick, whose probe finds them.
 async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut relays: Relays) {
     let (client, k, retention) = (&ctx.client, &ctx.shards[shard], ctx.settings.dead_letter_retention);
+    // Each relay says whether it read the outbox; boxed, so that an idle
+    // task does not hold a relay's state.
+    let mut running: FuturesUnordered<BoxFuture<'_, (bool, Result<(), Error>)>> = FuturesUnordered::new();
+    // Outbox reads running: one at a time, as two would take the same entries.
+    let mut reading = 0;
     loop {
+        let room = running.len() < RELAYS_AT_ONCE;
         let outcome = tokio::select! {
             biased;
-            Some(mut got) = relays.recorded.recv() => {
+            Some((read, outcome)) = running.next(), if !running.is_empty() => {
+                reading -= usize::from(read);
+                outcome
+            }
+            Some(mut got) = relays.recorded.recv(), if room => {
                 let mut bytes = results_bytes(&got.deliver);
                 while got.deliver.len() < RELAY_BATCH && bytes < OUTBOX_BYTES {
                     let Ok(more) = relays.recorded.try_recv() else { break };
@@ -159,10 +179,18 @@ async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut relays: Relays) {
                     got.read |= more.read;
                     got._acking.extend(more._acking);
                 }
-                // Boxed, so that an idle task does not hold the relay's state.
-                Box::pin(relay_recorded(client, k, retention, &got.deliver, got.read)).await
+                reading += usize::from(got.read);
+                // The children count as acking until their relay ends.
+                running.push(Box::pin(async move {
+                    (got.read, relay_recorded(client, k, retention, &got.deliver, got.read).await)
+                }));
+                Ok(())
             }
-            Some(()) = relays.read.recv() => Box::pin(relay::relay(client, k, retention)).await.map(drop),
+            Some(()) = relays.read.recv(), if room && reading == 0 => {
+                reading += 1;
+                running.push(Box::pin(async move { (true, relay::relay(client, k, retention).await.map(drop)) }));
+                Ok(())
+            }
             else => return,
         };
         if let Err(e) = outcome {
