@@ -14,8 +14,10 @@
 //! outbox (an aborted child's, recorded by the ack's abort, wait there for
 //! its read). A child counts as acking until then, so the line ahead of a
 //! parent's last child is bounded end to end: at most [`ACK_SLACK`] acks
-//! and completions.
+//! and completions, fewer while they take longer than [`ACK_WAIT`]
+//! ([`AckLine`]).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use super::batcher::{self, Batcher};
 use super::context::Context;
 use super::notary::{Held, NoteItem};
 use super::outcome::Kept;
+use super::settle::Acking;
 use crate::events::{self, Event};
 use crate::message::Receipt;
 use crate::store::flows::relay::{self, RELAY_BATCH};
@@ -56,6 +59,72 @@ const WRITE_BYTES: usize = 1 << 20;
 /// reach Redis (10-20 µs each for a flow's children), so claims wait.
 pub(crate) const ACK_SLACK: usize = 256;
 
+/// The fewest acks waiting that a loop lets pass before it claims less,
+/// however long acks take.
+const ACK_SLACK_LEAST: usize = 16;
+
+/// How long a flow's child whose completion is relayed may take to be
+/// done acking (its ack sent, its completion relayed) before the loop
+/// lets fewer acks wait: a parent's last child waits behind the line of
+/// those ahead of it.
+const ACK_WAIT: Duration = Duration::from_millis(3);
+
+/// A loop's finished deliveries whose ack is not done yet, and how many
+/// may wait before it claims less (the slack): [`ACK_SLACK`] while the
+/// flow children whose completions are relayed to their parents are done
+/// within [`ACK_WAIT`], one less for each done later (down to
+/// [`ACK_SLACK_LEAST`]), one more for each done in time and for each other
+/// ack. While the slack is cut short, claims also keep what is claimed
+/// and not done acking within half the claim limit and the slack
+/// (`claim_capacity`). So the line ahead of a parent's last child is
+/// bounded by time as well as count, while other acks keep the whole
+/// slack: for them it only keeps leases from running out in the line, and
+/// a shorter one makes smaller calls (progress and log lines cost a sixth
+/// more with it; docs/performance.md, "Flows").
+#[derive(Debug)]
+pub(crate) struct AckLine {
+    waiting: AtomicUsize,
+    slack: AtomicUsize,
+}
+
+impl Default for AckLine {
+    fn default() -> Self {
+        AckLine {
+            waiting: AtomicUsize::new(0),
+            slack: AtomicUsize::new(ACK_SLACK),
+        }
+    }
+}
+
+impl AckLine {
+    /// Deliveries finished and not done acking.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// How many may wait before the loop claims less.
+    pub(crate) fn slack(&self) -> usize {
+        self.slack.load(Ordering::Acquire)
+    }
+
+    /// One more delivery finished.
+    pub(crate) fn finished(&self) {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One delivery done acking; `waited`, how long after it finished, for
+    /// a relayed child's.
+    pub(crate) fn done(&self, waited: Option<Duration>) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let _ = self.slack.fetch_update(Ordering::AcqRel, Ordering::Acquire, |slack| {
+            Some(match waited.is_some_and(|w| w > ACK_WAIT) {
+                true => slack.saturating_sub(1).max(ACK_SLACK_LEAST),
+                false => (slack + 1).min(ACK_SLACK),
+            })
+        });
+    }
+}
+
 /// What a shard's ack task sends.
 pub(crate) enum Write {
     /// A successful delivery to acknowledge.
@@ -72,8 +141,8 @@ pub(crate) struct AckItem {
     pub kept: Kept,
     /// Dropped once the ack is sent or given up, and the completion it
     /// recorded relayed: the consumer counts acks not yet done, and claims
-    /// less while more than [`ACK_SLACK`] wait.
-    pub _acking: Box<dyn Send>,
+    /// less while more than its slack wait ([`AckLine`]).
+    pub _acking: Option<Acking>,
 }
 
 /// Ack calls' completions waiting for the relay task, at most: past that
@@ -107,7 +176,7 @@ struct Recorded {
     /// Whether the outbox needs a read: an aborted child's completion
     /// waits there (and any entry the reply's reading did not take).
     read: bool,
-    _acking: Vec<Box<dyn Send>>,
+    _acking: Vec<Acking>,
 }
 
 /// Starts the ack task of the queue's shard number `shard`, and its relay task;
@@ -325,9 +394,7 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                         }
                         _ => recorded.read = true,
                     }
-                    recorded
-                        ._acking
-                        .push(std::mem::replace(&mut batch[i]._acking, Box::new(())));
+                    recorded._acking.extend(batch[i]._acking.take().map(Acking::relayed));
                 }
                 for (item, outcome) in batch.iter().zip(acked.acks) {
                     report(ctx, item, outcome, sent);
@@ -402,4 +469,42 @@ pub(crate) fn aborted(ctx: &Context, id: &MessageId) {
     tracing::debug!(queue = %ctx.name, %id, "aborted while its handler ran; ended as aborted");
     ctx.meters.aborted.increment(1);
     events::emit(&ctx.events, || Event::Aborted { id: id.clone() });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slack_shrinks_with_late_relayed_children_and_grows_back() {
+        let line = AckLine::default();
+        line.finished();
+        line.finished();
+        assert_eq!(line.waiting(), 2);
+        line.done(Some(ACK_WAIT * 2));
+        assert_eq!(
+            (line.waiting(), line.slack()),
+            (1, ACK_SLACK - 1),
+            "a late relayed child"
+        );
+        line.done(None);
+        assert_eq!(
+            (line.waiting(), line.slack()),
+            (0, ACK_SLACK),
+            "any other ack counts as in time"
+        );
+        for _ in 0..ACK_SLACK * 2 {
+            line.finished();
+            line.done(Some(ACK_WAIT + Duration::from_micros(1)));
+        }
+        assert_eq!(line.slack(), ACK_SLACK_LEAST, "never below its least");
+        line.finished();
+        line.done(Some(ACK_WAIT));
+        assert_eq!(line.slack(), ACK_SLACK_LEAST + 1, "done within the wait");
+        for _ in 0..ACK_SLACK * 2 {
+            line.finished();
+            line.done(None);
+        }
+        assert_eq!(line.slack(), ACK_SLACK, "never above the count bound");
+    }
 }

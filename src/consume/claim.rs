@@ -41,6 +41,8 @@ pub(crate) struct Load {
     /// This shard's finished deliveries whose ack is not done yet (not
     /// sent, or its completion not yet relayed).
     pub acking: usize,
+    /// How many of those may wait before claims shrink ([`AckLine`](super::acker::AckLine)).
+    pub ack_slack: usize,
     /// Recent handler run time in microseconds; 0 before the first run ends.
     pub avg_handler_us: u64,
     /// Whether the consumer's handlers stall (`Pool::stalled`).
@@ -58,6 +60,7 @@ impl Default for Load {
             queue_in_flight: 0,
             shard_in_flight: 0,
             acking: 0,
+            ack_slack: ACK_SLACK,
             avg_handler_us: 0,
             stalled: false,
         }
@@ -76,7 +79,8 @@ impl Load {
             in_flight: pool.in_flight.load(Ordering::Acquire),
             queue_in_flight: pool.lanes[shared.lane].in_flight.load(Ordering::Acquire),
             shard_in_flight: shared.in_flight.load(Ordering::Acquire),
-            acking: shared.acking.load(Ordering::Acquire),
+            acking: shared.acking.waiting(),
+            ack_slack: shared.acking.slack(),
             avg_handler_us: pool.avg_handler_us(),
             stalled: pool.stalled(),
         }
@@ -107,9 +111,19 @@ pub(crate) fn claim_capacity(settings: &Settings, load: &Load) -> usize {
     // Acks that fall behind (Redis slower than the handlers) hold back
     // claims, or their leases would run out while they wait to be sent,
     // and a parent would wait behind its children's long line.
-    let lagging = load.acking.saturating_sub(ACK_SLACK);
+    let lagging = load.acking.saturating_sub(load.ack_slack);
+    // While relayed flow children take too long to be done acking (the
+    // slack cut short, `AckLine`), what is claimed and not done acking
+    // stays within half the limit and the slack: handlers that outrun
+    // Redis would otherwise turn a whole claim into the line ahead of a
+    // parent's last child.
+    let line = match load.ack_slack < ACK_SLACK {
+        true => (limit / 2 + load.ack_slack).saturating_sub(load.in_flight + load.acking),
+        false => usize::MAX,
+    };
     limit
         .saturating_sub(load.in_flight + lagging)
+        .min(line)
         .min(queue)
         .min(mine)
         .min(settings.batch_size)
@@ -264,6 +278,21 @@ mod tests {
         assert_eq!(claim_capacity(&s, &lagging), 53);
         let at_slack = Load { acking: ACK_SLACK, ..b };
         assert_eq!(claim_capacity(&s, &at_slack), 56);
+        // A slack cut short (relayed children late) also bounds what is
+        // claimed and not done acking: half of 256, plus the slack.
+        let cut = Load {
+            acking: 40,
+            ack_slack: 32,
+            ..idle(1)
+        };
+        assert_eq!(claim_capacity(&s, &cut), 128 + 32 - 40);
+        let cut = Load {
+            in_flight: 100,
+            shard_in_flight: 100,
+            queue_in_flight: 100,
+            ..cut
+        };
+        assert_eq!(claim_capacity(&s, &cut), 20);
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! dead letters), an unstarted one handed back; each with its log line,
 //! metrics and events.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
             let _ = shared.acks().tx.send(Box::new(Write::Ack(AckItem {
                 receipt,
                 kept,
-                _acking: Box::new(Acking::new(shared)),
+                _acking: Some(Acking::new(shared)),
             })));
         }
         Outcome::Failed(mut failure) => {
@@ -51,21 +50,37 @@ fn with_backoff(failure: &mut Failure, own: Option<&Backoff>, queue: &Backoff, a
     }
 }
 
-/// A finished delivery counted in its shard's `acking` until its ack is
-/// sent (or given up), and the completion it recorded relayed.
-struct Acking(Arc<Shared>);
+/// A finished delivery counted in its shard's `acking` line until its
+/// ack is sent (or given up), and the completion it recorded relayed.
+pub(crate) struct Acking {
+    shared: Arc<Shared>,
+    since: Instant,
+    relayed: bool,
+}
 
 impl Acking {
     fn new(shared: &Arc<Shared>) -> Self {
-        shared.acking.fetch_add(1, Ordering::AcqRel);
-        Acking(shared.clone())
+        shared.acking.finished();
+        Acking {
+            shared: shared.clone(),
+            since: Instant::now(),
+            relayed: false,
+        }
+    }
+
+    /// The same delivery, a flow child whose completion goes to the relay:
+    /// the time it takes bounds the line (`AckLine`).
+    pub(crate) fn relayed(mut self) -> Self {
+        self.relayed = true;
+        self
     }
 }
 
 impl Drop for Acking {
     fn drop(&mut self) {
-        self.0.acking.fetch_sub(1, Ordering::AcqRel);
-        self.0.pool.done[self.0.index].notify_one();
+        let waited = self.relayed.then(|| self.since.elapsed());
+        self.shared.acking.done(waited);
+        self.shared.pool.done[self.shared.index].notify_one();
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::acker::{self, Acks};
+use super::acker::{self, AckLine, Acks};
 use super::context::Context;
 use super::heartbeat::Running;
 use super::lease::Leases;
@@ -308,7 +308,7 @@ pub(crate) struct Shared {
     pub in_flight: AtomicUsize,
     /// Finished deliveries of this shard whose ack is not done yet: not
     /// sent, or a flow child's completion not yet relayed to its parent.
-    pub acking: AtomicUsize,
+    pub acking: AckLine,
     /// Key of this consumer's claim receipt.
     pub claim_key: String,
     /// Claim requests answered so far; numbers each request for its receipt.
