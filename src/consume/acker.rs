@@ -32,7 +32,6 @@ use super::batcher::{self, Batcher};
 use super::context::Context;
 use super::notary::{Held, NoteItem};
 use super::outcome::Kept;
-use super::settle::Acking;
 use crate::events::{self, Event};
 use crate::message::Receipt;
 use crate::store::flows::relay::{self, RELAY_BATCH};
@@ -125,6 +124,13 @@ impl AckLine {
     }
 }
 
+/// Counts a finished delivery in its loop's [`AckLine`] until dropped.
+pub(crate) trait AckGuard: Send {
+    /// Its completion goes to the relay: how long it takes to be done
+    /// bounds the line.
+    fn relayed(&mut self);
+}
+
 /// What a shard's ack task sends.
 pub(crate) enum Write {
     /// A successful delivery to acknowledge.
@@ -142,7 +148,7 @@ pub(crate) struct AckItem {
     /// Dropped once the ack is sent or given up, and the completion it
     /// recorded relayed: the consumer counts acks not yet done, and claims
     /// less while more than its slack wait ([`AckLine`]).
-    pub _acking: Option<Acking>,
+    pub _acking: Option<Box<dyn AckGuard>>,
 }
 
 /// Ack calls' completions waiting for the relay task, at most: past that
@@ -176,7 +182,7 @@ struct Recorded {
     /// Whether the outbox needs a read: an aborted child's completion
     /// waits there (and any entry the reply's reading did not take).
     read: bool,
-    _acking: Vec<Acking>,
+    _acking: Vec<Box<dyn AckGuard>>,
 }
 
 /// Starts the ack task of the queue's shard number `shard`, and its relay task;
@@ -394,7 +400,10 @@ async fn flush(ctx: &Context, k: &Keys, batch: &mut Vec<AckItem>, notes: Held) -
                         }
                         _ => recorded.read = true,
                     }
-                    recorded._acking.extend(batch[i]._acking.take().map(Acking::relayed));
+                    if let Some(mut acking) = batch[i]._acking.take() {
+                        acking.relayed();
+                        recorded._acking.push(acking);
+                    }
                 }
                 for (item, outcome) in batch.iter().zip(acked.acks) {
                     report(ctx, item, outcome, sent);

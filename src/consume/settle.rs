@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::acker::{self, AckItem, Write};
+use super::acker::{self, AckGuard, AckItem, Write};
 use super::outcome::{Cause, Ended, Failure, Mode, Outcome};
 use super::state::Shared;
 use crate::events::{self, Event};
@@ -28,7 +28,7 @@ pub(crate) async fn settle(shared: &Arc<Shared>, ended: Ended) {
             let _ = shared.acks().tx.send(Box::new(Write::Ack(AckItem {
                 receipt,
                 kept,
-                _acking: Some(Acking::new(shared)),
+                _acking: Some(Box::new(Acking::new(shared))),
             })));
         }
         Outcome::Failed(mut failure) => {
@@ -52,7 +52,7 @@ fn with_backoff(failure: &mut Failure, own: Option<&Backoff>, queue: &Backoff, a
 
 /// A finished delivery counted in its shard's `acking` line until its
 /// ack is sent (or given up), and the completion it recorded relayed.
-pub(crate) struct Acking {
+struct Acking {
     shared: Arc<Shared>,
     since: Instant,
     relayed: bool,
@@ -67,12 +67,11 @@ impl Acking {
             relayed: false,
         }
     }
+}
 
-    /// The same delivery, a flow child whose completion goes to the relay:
-    /// the time it takes bounds the line (`AckLine`).
-    pub(crate) fn relayed(mut self) -> Self {
+impl AckGuard for Acking {
+    fn relayed(&mut self) {
         self.relayed = true;
-        self
     }
 }
 
