@@ -159,8 +159,8 @@ const RECORDED_WAITING: usize = 64;
 pub(crate) struct Acks {
     /// Where acks and notes go.
     pub tx: mpsc::UnboundedSender<Box<Write>>,
-    /// Asks the shard's relay task for a relay of its outbox; it runs one
-    /// at a time, and one asked for while one runs runs after it.
+    /// Asks the shard's relay task for a relay of its outbox; such reads
+    /// run one at a time, and one asked for while one runs runs after it.
     pub relay: mpsc::Sender<()>,
 }
 
@@ -235,7 +235,10 @@ async fn relay_when_asked(ctx: Arc<Context>, shard: usize, mut relays: Relays) {
     // Each relay says whether it read the outbox; boxed, so that an idle
     // task does not hold a relay's state.
     let mut running: FuturesUnordered<BoxFuture<'_, (bool, Result<(), Error>)>> = FuturesUnordered::new();
-    // Outbox reads running: one at a time, as two would take the same entries.
+    // Outbox reads running. Those the tick asks for go one at a time, as
+    // two would take the same entries; a recorded relay's own read (an
+    // aborted child's completion waits in the outbox) does not wait for
+    // one, and an entry both take is applied once.
     let mut reading = 0;
     loop {
         let room = running.len() < RELAYS_AT_ONCE;
